@@ -1,0 +1,26 @@
+# Thin wrapper over CMake. `make` builds build/pith and build/libpith.a.
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+CC ?= cc
+
+.PHONY: all test asan asan-test clang clean
+all:
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build build -j $(JOBS)
+
+test: all
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+asan:
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPITH_SANITIZE=ON >/dev/null
+	$(CMAKE) --build build-asan -j $(JOBS)
+
+asan-test: asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+clang:
+	CC=clang $(CMAKE) -S . -B build-clang -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build build-clang -j $(JOBS)
+
+clean:
+	rm -rf build build-asan build-clang

@@ -1,0 +1,75 @@
+/* GGUF reader (versions 2 and 3).
+ *
+ * Owns one read-only memory mapping of the file. Everything in the header is validated at open time: every
+ * length, count, offset and size is checked against the mapping before use, so after pith_gguf_open
+ * succeeds every pith_gguf_kv and pith_tensor it hands out points inside the mapping. Strings are not
+ * NUL-terminated (they are views into the file): use the explicit length. The pith_gguf must outlive
+ * every view taken from it. */
+#ifndef PITH_GGUF_H
+#define PITH_GGUF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pith/status.h"
+#include "pith/tensor.h"
+
+typedef enum pith_gguf_type {
+    PITH_GGUF_UINT8 = 0,
+    PITH_GGUF_INT8 = 1,
+    PITH_GGUF_UINT16 = 2,
+    PITH_GGUF_INT16 = 3,
+    PITH_GGUF_UINT32 = 4,
+    PITH_GGUF_INT32 = 5,
+    PITH_GGUF_FLOAT32 = 6,
+    PITH_GGUF_BOOL = 7,
+    PITH_GGUF_STRING = 8,
+    PITH_GGUF_ARRAY = 9,
+    PITH_GGUF_UINT64 = 10,
+    PITH_GGUF_INT64 = 11,
+    PITH_GGUF_FLOAT64 = 12,
+} pith_gguf_type;
+
+typedef struct pith_str {
+    const char *ptr;
+    uint64_t len;
+} pith_str;
+
+typedef struct pith_gguf_kv {
+    pith_str key;
+    pith_gguf_type type;       /* value type; PITH_GGUF_ARRAY for arrays */
+    pith_gguf_type arr_type;   /* element type when type == PITH_GGUF_ARRAY */
+    uint64_t arr_n;            /* element count when an array */
+    const void *data;          /* scalar value, or first array element, inside the mapping */
+    const pith_str *arr_strs;  /* for string arrays: arr_n views, precomputed at open time */
+} pith_gguf_kv;
+
+typedef struct pith_gguf pith_gguf;
+
+int pith_gguf_open(const char *path, pith_gguf **out, pith_err *err);
+void pith_gguf_close(pith_gguf *g);
+
+uint32_t pith_gguf_version(const pith_gguf *g);
+const char *pith_gguf_path(const pith_gguf *g);
+
+int64_t pith_gguf_n_kv(const pith_gguf *g);
+const pith_gguf_kv *pith_gguf_kv_at(const pith_gguf *g, int64_t i);
+/* NULL when the key is absent. */
+const pith_gguf_kv *pith_gguf_find(const pith_gguf *g, const char *key);
+
+/* Typed getters: return true and fill *out when the key exists and converts losslessly (any integer
+ * type that fits; FLOAT32/FLOAT64 for floats), false otherwise. */
+bool pith_gguf_get_i64(const pith_gguf *g, const char *key, int64_t *out);
+bool pith_gguf_get_f64(const pith_gguf *g, const char *key, double *out);
+bool pith_gguf_get_bool(const pith_gguf *g, const char *key, bool *out);
+bool pith_gguf_get_str(const pith_gguf *g, const char *key, pith_str *out);
+/* Array element access (no bounds beyond arr_n; returns false on type mismatch or index out of range). */
+bool pith_gguf_arr_i64(const pith_gguf_kv *kv, uint64_t i, int64_t *out);
+bool pith_gguf_arr_f64(const pith_gguf_kv *kv, uint64_t i, double *out);
+
+int64_t pith_gguf_n_tensors(const pith_gguf *g);
+/* Tensor views carry NUL-terminated names (copied at open time) and data pointers inside the mapping. */
+const pith_tensor *pith_gguf_tensor_at(const pith_gguf *g, int64_t i);
+const pith_tensor *pith_gguf_find_tensor(const pith_gguf *g, const char *name);
+
+#endif

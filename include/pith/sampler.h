@@ -1,0 +1,38 @@
+/* Sampling: logits row to one token id.
+ *
+ * Order of operations (as llama.cpp and vLLM do): penalties (repetition, presence, frequency) over the
+ * history the caller passes, then temperature 0 means greedy (argmax, ties to the lowest id); otherwise
+ * top-k, temperature, softmax, top-p, min-p, and a draw from the seeded generator. Same seed and same
+ * inputs give the same draws. A sampler is per sequence and not thread-safe. */
+#ifndef PITH_SAMPLER_H
+#define PITH_SAMPLER_H
+
+#include <stdint.h>
+
+#include "pith/status.h"
+
+typedef struct pith_sampling_params {
+    float temperature;        /* 0: greedy */
+    int top_k;                /* 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float repetition_penalty; /* 1: off; >1 discourages tokens in the history (divides positive logits) */
+    float presence_penalty;   /* 0: off; subtracted once for each token present in the history */
+    float frequency_penalty;  /* 0: off; subtracted per occurrence in the history */
+    uint64_t seed;
+} pith_sampling_params;
+
+/* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off, seed 0. */
+pith_sampling_params pith_sampling_defaults(void);
+/* Checks ranges; fills err naming the bad parameter. */
+int pith_sampling_validate(const pith_sampling_params *p, pith_err *err);
+
+typedef struct pith_sampler pith_sampler;
+
+int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **out, pith_err *err);
+void pith_sampler_free(pith_sampler *s);
+/* Picks a token from logits[n_vocab] (modified in place: penalties and temperature are applied to it).
+ * history: tokens the penalties look at (may be NULL when n_history is 0). */
+int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history);
+
+#endif

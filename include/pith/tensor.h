@@ -1,0 +1,56 @@
+/* Tensor views and element types.
+ *
+ * A pith_tensor never owns its data: it points into a memory-mapped model file (or into memory owned by
+ * whoever built it) that outlives the view. Shapes follow GGUF: ne[0] is the contiguous (innermost)
+ * dimension, so a weight matrix with `rows` output features of `cols` inputs has ne = {cols, rows} and
+ * each row is stored as ne[0] elements (for block-quantized types, ne[0] / block_size blocks).
+ *
+ * The numeric values of pith_dtype equal GGML's type ids, so a GGUF tensor type converts by a range
+ * check alone. */
+#ifndef PITH_TENSOR_H
+#define PITH_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum pith_dtype {
+    PITH_F32 = 0,
+    PITH_F16 = 1,
+    PITH_Q4_0 = 2,
+    PITH_Q8_0 = 8,
+    PITH_Q4_K = 12,
+    PITH_Q6_K = 14,
+    PITH_BF16 = 30,
+} pith_dtype;
+
+#define PITH_MAX_DIMS 4
+
+typedef struct pith_tensor {
+    const char *name;     /* canonical (GGUF-style) name, e.g. "blk.0.attn_q.weight" */
+    pith_dtype type;
+    int n_dims;
+    int64_t ne[PITH_MAX_DIMS]; /* unused dimensions are 1 */
+    const void *data;
+    size_t nbytes;
+} pith_tensor;
+
+/* True when `type` is one of the element types above (and thus supported somewhere). */
+bool pith_dtype_valid(uint32_t type);
+const char *pith_dtype_name(pith_dtype type);
+/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for K-quants). */
+int64_t pith_dtype_block_elems(pith_dtype type);
+/* Bytes per block. */
+size_t pith_dtype_block_bytes(pith_dtype type);
+/* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
+size_t pith_dtype_row_bytes(pith_dtype type, int64_t n);
+/* Number of elements (product of ne), or -1 on overflow. */
+int64_t pith_tensor_nelems(const pith_tensor *t);
+
+/* Scalar conversions (portable; used by reference paths and loaders). */
+float pith_f16_to_f32(uint16_t h);
+uint16_t pith_f32_to_f16(float f);
+float pith_bf16_to_f32(uint16_t h);
+uint16_t pith_f32_to_bf16(float f);
+
+#endif

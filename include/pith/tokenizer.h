@@ -1,0 +1,72 @@
+/* Tokenizers: text to token ids and back.
+ *
+ * One pith_tokenizer type covers SentencePiece-style BPE (llama2.c tokenizer files, GGUF
+ * tokenizer.ggml.model = "llama") and, with the tokenizer issue, byte-level BPE (GGUF "gpt2",
+ * Hugging Face tokenizer.json). A tokenizer is immutable after loading and safe to share between
+ * threads; the streaming detokenizer (pith_detok) is per-sequence state. */
+#ifndef PITH_TOKENIZER_H
+#define PITH_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pith/gguf.h"
+#include "pith/status.h"
+
+typedef struct pith_tokenizer pith_tokenizer;
+
+/* llama2.c tokenizer file (tokenizer.bin / tok512.bin). n_vocab: how many entries to read (the model's
+ * vocab size); the file must hold at least that many. BOS = 1, EOS = 2 as in llama2.c. */
+int pith_tokenizer_load_llama2c(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
+/* From GGUF metadata (tokenizer.ggml.*). */
+int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err *err);
+/* Any supported tokenizer source by path: a GGUF file, a llama2.c tokenizer file (n_vocab as above, 0 to
+ * read all), and with the tokenizer issue a tokenizer.json or a model directory. */
+int pith_tokenizer_load(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
+void pith_tokenizer_free(pith_tokenizer *t);
+
+enum {
+    PITH_TOK_ADD_BOS = 1 << 0,       /* prepend BOS when the tokenizer has one */
+    PITH_TOK_PARSE_SPECIAL = 1 << 1, /* match special/added tokens as whole tokens in the text */
+};
+
+/* Encodes len bytes of text (any bytes; invalid UTF-8 is handled, never crashes). On success *ids is a
+ * malloc'd array of *n_ids ids that the caller frees. */
+int pith_tokenizer_encode(const pith_tokenizer *t, const char *text, size_t len, int flags,
+                          int32_t **ids, int *n_ids, pith_err *err);
+
+int pith_tokenizer_n_vocab(const pith_tokenizer *t);
+int pith_tokenizer_bos(const pith_tokenizer *t);   /* -1 when none */
+int pith_tokenizer_eos(const pith_tokenizer *t);   /* -1 when none */
+/* True for tokens that end generation (EOS, and end-of-turn tokens such as <|eot_id|>, <|im_end|>). */
+bool pith_tokenizer_is_eog(const pith_tokenizer *t, int32_t id);
+/* True for control/special tokens (BOS, EOS, <|im_start|>...), which detokenization skips by default. */
+bool pith_tokenizer_is_special(const pith_tokenizer *t, int32_t id);
+/* The vocabulary entry's text as stored (not decoded); NULL for an out-of-range id. */
+const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_t *len);
+
+/* Streaming detokenizer: feed ids one at a time, get back only complete UTF-8. Bytes of an incomplete
+ * sequence are held until a later token completes them (or flush emits them as U+FFFD). Handles
+ * byte-fallback pieces (<0xNN>), the SentencePiece leading space (dropped after BOS / at the start, as
+ * the reference tokenizers do) and skips special tokens unless keep_special. */
+typedef struct pith_detok {
+    const pith_tokenizer *tok;
+    bool keep_special;
+    bool at_start;          /* no text emitted yet for this sequence */
+    unsigned char pending[8];
+    int n_pending;
+} pith_detok;
+
+void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special);
+/* Appends the text of `id` to out (at most cap bytes, NUL-terminated when cap > 0) and returns the
+ * number of bytes appended; cap >= 512 always suffices for one token. */
+size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap);
+/* Emits whatever is held back (incomplete UTF-8 becomes U+FFFD). */
+size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
+
+/* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */
+int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,
+                          char **text, size_t *len, pith_err *err);
+
+#endif

@@ -1,0 +1,7 @@
+#include "pith/batch.h"
+
+int pith_batch_n_logits(const pith_batch *b) {
+    int n = 0;
+    for (int i = 0; i < b->n_tokens; i++) n += b->want_logits[i] != 0;
+    return n;
+}

@@ -1,0 +1,33 @@
+#include "pith/model.h"
+
+#include <string.h>
+
+#include "model/llama.h"
+
+int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err) {
+    *out = NULL;
+    pith_model_file *file;
+    if (pith_model_file_open(path, &file, err)) return -1;
+    const pith_hparams *hp = pith_model_file_hparams(file);
+    pith_model_options defaults = {0};
+    if (!opt) opt = &defaults;
+    int rc;
+    if (!strcmp(hp->arch, "llama") || !strcmp(hp->arch, "qwen2") || !strcmp(hp->arch, "qwen3")) {
+        rc = pith_llama_build(file, opt, out, err);
+    } else {
+        rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: llama, qwen2, qwen3)", path, hp->arch);
+    }
+    if (rc) pith_model_file_close(file);
+    return rc;
+}
+
+int pith_model_forward(pith_model *m, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err) {
+    return m->ops->forward(m, kv, b, logits, err);
+}
+
+void pith_model_free(pith_model *m) {
+    if (!m) return;
+    pith_model_file *file = m->file;
+    m->ops->destroy(m);
+    pith_model_file_close(file);
+}
