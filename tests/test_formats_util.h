@@ -134,7 +134,8 @@ static inline uint64_t gtensor_bytes(const gtensor *t) {
 }
 
 /* Writes a whole GGUF: header, the pre-serialised kvs, tensor infos with offsets laid out at `align`,
- * padding, and seeded random payloads. data_start (optional) receives the data section's file offset. */
+ * padding, and seeded random payloads (each padded to `align`, so the file ends with padding).
+ * data_start (optional) receives the data section's file offset. */
 static inline void gguf_build(buf *out, uint32_t version, const buf *kvs, uint64_t n_kv, const gtensor *ts, int nt,
                               uint64_t align, uint64_t seed, uint64_t *data_start) {
     gguf_header(out, version, (uint64_t)nt, n_kv);
