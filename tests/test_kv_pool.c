@@ -67,6 +67,8 @@ static void test_names_and_eviction(void) {
     uint64_t n2 = kv_pool_chain_hash(n1, toks[2], bs);
     CHECK(n0 != n1 && n1 != n2 && n0 != 0);
     CHECK(kv_pool_chain_hash(kv_pool_salt_hash("a"), toks[0], bs) != n0);
+    int32_t last_differs[4] = {1, 2, 3, 5};
+    CHECK(kv_pool_chain_hash(salt, last_differs, bs) != n0);
     /* The same block's tokens under another parent get another name. */
     CHECK(kv_pool_chain_hash(n0, toks[0], bs) != n0);
 
