@@ -183,7 +183,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     int room = e->opt.max_seq_len - r->n_prompt;
     int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
     seq *s;
-    if (seq_create(r, e->n_vocab, max_len, e->opt.block_size, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+    if (seq_create(r, max_len, e->opt.block_size, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
 
     pthread_mutex_lock(&e->lock);
     int rc = 0;

@@ -156,8 +156,13 @@ void sched_schedule(sched *sc) {
     sc->n_batch = 0;
     sc->n_batch_tokens = 0;
 
+    /* Decode tokens first, so a long prompt being prefilled never stalls generation. */
     for (int i = 0; i < sc->n_running && sc->n_batch_tokens < sc->max_batch_tokens;) {
         seq *s = sc->running[i];
+        if (s->n_tokens - s->n_computed != 1) {
+            i++;
+            continue;
+        }
         bool preempted_self = false;
         while (s->n_blocks < blocks_for(sc, s->n_tokens)) {
             int b = kv_pool_alloc(sc->pool);
@@ -174,8 +179,13 @@ void sched_schedule(sched *sc) {
             }
         }
         if (preempted_self) continue; /* running[i] is now the next sequence */
-        schedule_tokens(sc, s, sc->max_batch_tokens - sc->n_batch_tokens);
+        schedule_tokens(sc, s, 1);
         i++;
+    }
+    /* Then prompt chunks of admitted sequences (their blocks were reserved at admission). */
+    for (int i = 0; i < sc->n_running && sc->n_batch_tokens < sc->max_batch_tokens; i++) {
+        seq *s = sc->running[i];
+        if (s->n_tokens - s->n_computed > 1) schedule_tokens(sc, s, sc->max_batch_tokens - sc->n_batch_tokens);
     }
 
     while (sc->n_waiting > 0 && sc->n_batch_tokens < sc->max_batch_tokens) {

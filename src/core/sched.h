@@ -2,9 +2,10 @@
  *
  * Owns the waiting and running queues (not the sequences themselves) and moves sequences between
  * them. Both queues are kept in scheduling order: higher priority first, then earlier arrival. A step:
- *   1. running sequences, in order, get their next tokens (one decode token, or a prompt chunk) while
- *      the token budget lasts; one that needs a new block and finds none preempts the last running
- *      sequence (lowest priority, latest arrival), itself included;
+ *   1. running sequences, in order, get their next decode token while the token budget lasts; one that
+ *      needs a new block and finds none preempts the last running sequence (lowest priority, latest
+ *      arrival), itself included. Then running sequences still prefilling get prompt chunks from what
+ *      is left of the budget (their blocks were reserved at admission);
  *   2. waiting sequences, in order, are admitted while the budget, max_num_seqs and memory allow. A
  *      sequence is admitted only when blocks for all its current tokens can be reserved (after taking
  *      what the prefix cache holds); when it cannot be, a running sequence of strictly lower priority

@@ -1,9 +1,9 @@
 #include "core/seq.h"
 
-#include "core/kv_pool.h"
-
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/kv_pool.h"
 
 /* Grows *buf (elements of `size` bytes) to hold at least `need`; 0 or -1 when out of memory. */
 static int grow(void **buf, int *cap, int need, size_t size) {
@@ -17,7 +17,7 @@ static int grow(void **buf, int *cap, int need, size_t size) {
     return 0;
 }
 
-int seq_create(const pith_request *r, int n_vocab, int max_len, int block_size, const pith_tokenizer *tok,
+int seq_create(const pith_request *r, int max_len, int block_size, const pith_tokenizer *tok,
                seq **out, pith_err *err) {
     *out = NULL;
     seq *s = calloc(1, sizeof *s);
@@ -55,10 +55,6 @@ int seq_create(const pith_request *r, int n_vocab, int max_len, int block_size, 
     if (tok) {
         pith_detok_init(&s->detok, tok, false);
         s->has_detok = true;
-    }
-    if (pith_sampler_new(&r->sampling, n_vocab, &s->sampler, err)) {
-        seq_free(s);
-        return -1;
     }
     *out = s;
     return 0;

@@ -45,7 +45,8 @@ typedef struct seq {
 
     /* request parameters */
     pith_sampling_params sampling;
-    pith_sampler *sampler;
+    pith_sampler *sampler;     /* created at the first sample: a queued request costs no vocab-sized
+                                  buffers */
     int32_t *stop_ids;
     int n_stop_ids;
     char **stop;
@@ -71,7 +72,7 @@ typedef struct seq {
 } seq;
 
 /* Copies the request. Validation of ranges happens in the engine before this. */
-int seq_create(const pith_request *r, int n_vocab, int max_len, int block_size, const pith_tokenizer *tok,
+int seq_create(const pith_request *r, int max_len, int block_size, const pith_tokenizer *tok,
                seq **out, pith_err *err);
 void seq_free(seq *s);
 

@@ -132,6 +132,12 @@ static float logprobs(const float *row, int n_vocab, int32_t chosen, pith_logpro
 
 /* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds. */
 static void sample_and_report(pith_engine *e, seq *s, float *row) {
+    pith_err err;
+    if (!s->sampler && pith_sampler_new(&s->sampling, e->n_vocab, &s->sampler, &err)) {
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
+        return;
+    }
     if (s->logprobs) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
     int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
