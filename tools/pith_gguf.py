@@ -315,6 +315,18 @@ def _pack_value(v, vtype, arr_type=None):
     return struct.pack(_SCALAR_FMT[vtype], v)
 
 
+def _chunks(name, shape, data):
+    """Tensor data as a sequence of pieces: an array of the full shape, bytes, or a callable returning
+    either or an iterable of row blocks (arrays of shape (rows, *shape[1:])) or of byte strings."""
+    if callable(data):
+        data = data()
+    if isinstance(data, (bytes, bytearray, memoryview, np.ndarray)):
+        return [data]
+    if isinstance(data, (list, tuple)) and not (len(data) and isinstance(data[0], (np.ndarray, bytes))):
+        return [np.asarray(data)]
+    return data
+
+
 class GGUFWriter:
     """Collect metadata and tensor descriptions, then write() the file in one streaming pass."""
 
@@ -348,7 +360,8 @@ class GGUFWriter:
 
     def add_tensor(self, name, shape, ttype, data):
         """shape in numpy order; data: a float array of that shape, raw bytes already encoded, or a
-        callable returning either (called once, during write())."""
+        callable returning either or an iterable of row blocks / byte strings (pulled during write(), so
+        only one block is in memory at a time)."""
         ttype = type_id(ttype)
         shape = tuple(int(s) for s in shape)
         tensor_nbytes(shape, ttype)   # validates block alignment now, not halfway through writing
@@ -376,17 +389,18 @@ class GGUFWriter:
             f.write(b"\0" * self._pad(f.tell()))
             start = f.tell()
             for (name, shape, t, data), o in zip(self.tensors, offsets):
-                if callable(data):
-                    data = data()
-                if not isinstance(data, (bytes, bytearray, memoryview)):
-                    arr = np.asarray(data)
-                    if arr.shape != shape:
-                        raise ValueError(f"{name}: data shape {arr.shape} != declared {shape}")
-                    data = encode(arr, t)
-                if len(data) != tensor_nbytes(shape, t):
-                    raise ValueError(f"{name}: {len(data)} bytes, expected {tensor_nbytes(shape, t)}")
                 assert f.tell() - start == o
-                f.write(data)
+                written = 0
+                for chunk in _chunks(name, shape, data):
+                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                        chunk = np.asarray(chunk)
+                        if chunk.ndim == 0 or chunk.shape[1:] != shape[1:] and chunk.shape != shape:
+                            raise ValueError(f"{name}: chunk shape {chunk.shape} does not fit {shape}")
+                        chunk = encode(chunk, t)
+                    f.write(chunk)
+                    written += len(chunk)
+                if written != tensor_nbytes(shape, t):
+                    raise ValueError(f"{name}: {written} bytes, expected {tensor_nbytes(shape, t)}")
                 f.write(b"\0" * self._pad(f.tell() - start))
 
 
