@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything Pith needs to build and test on Debian 12 (run as root, or with sudo available).
+# Build: gcc/clang, cmake, cJSON, PCRE2, libmicrohttpd. Tests: torch + numpy + jinja2 (Debian's python3)
+# as independent references, promtool, and the npm packages named in package.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    build-essential cmake pkg-config clang libclang-rt-14-dev \
+    libcjson-dev libpcre2-dev libmicrohttpd-dev \
+    python3 python3-numpy python3-torch python3-jinja2 python3-sentencepiece \
+    prometheus nodejs npm >/dev/null
+if [ -f package-lock.json ]; then
+    npm ci --no-audit --no-fund --loglevel=error
+else
+    npm install --no-audit --no-fund --loglevel=error
+fi

@@ -1,0 +1,204 @@
+/* Sampling pipeline: penalties -> (greedy | top-k -> temperature -> softmax -> top-p -> min-p -> draw).
+ * Candidates are kept as (id, logit) pairs; sorting happens only when a filter needs order, and only the
+ * first top_k entries are ever sorted in full. */
+#include "pith/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct candidate {
+    int32_t id;
+    float logit;
+} candidate;
+
+struct pith_sampler {
+    pith_sampling_params p;
+    int n_vocab;
+    uint64_t rng[4];        /* xoshiro256** state */
+    candidate *cand;        /* [n_vocab] scratch */
+    uint32_t *counts;       /* [n_vocab] scratch for penalties */
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+pith_sampling_params pith_sampling_defaults(void) {
+    pith_sampling_params p = {
+        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+        .repetition_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f, .seed = 0,
+    };
+    return p;
+}
+
+int pith_sampling_validate(const pith_sampling_params *p, pith_err *err) {
+    if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
+        return pith_errf(err, "temperature must be between 0 and 100");
+    if (p->top_k < 0) return pith_errf(err, "top_k must be >= 0 (0 disables it)");
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return pith_errf(err, "top_p must be in (0, 1]");
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return pith_errf(err, "min_p must be in [0, 1]");
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 100.0f))
+        return pith_errf(err, "repetition_penalty must be in (0, 100]");
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return pith_errf(err, "presence_penalty must be between -2 and 2");
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return pith_errf(err, "frequency_penalty must be between -2 and 2");
+    return 0;
+}
+
+int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **out, pith_err *err) {
+    *out = NULL;
+    if (pith_sampling_validate(p, err)) return -1;
+    if (n_vocab <= 0) return pith_errf(err, "sampler: vocabulary size must be positive");
+    pith_sampler *s = calloc(1, sizeof *s);
+    if (!s) return pith_errf(err, "out of memory");
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    if (!s->cand || !s->counts) {
+        pith_sampler_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    *out = s;
+    return 0;
+}
+
+void pith_sampler_free(pith_sampler *s) {
+    if (!s) return;
+    free(s->cand);
+    free(s->counts);
+    free(s);
+}
+
+static void apply_penalties(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
+    const pith_sampling_params *p = &s->p;
+    if (n_history <= 0 || (p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+                           p->frequency_penalty == 0.0f))
+        return;
+    for (int i = 0; i < n_history; i++)
+        if (history[i] >= 0 && history[i] < s->n_vocab) s->counts[history[i]]++;
+    for (int i = 0; i < n_history; i++) {
+        int32_t id = history[i];
+        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0) continue;
+        float l = logits[id];
+        if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= (float)s->counts[id] * p->frequency_penalty + p->presence_penalty;
+        logits[id] = l;
+        s->counts[id] = 0; /* each distinct id once; also resets the scratch */
+    }
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k largest candidates to the front (unordered), by quickselect. */
+static void partial_select(candidate *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        candidate pivot = c[(lo + hi) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                candidate t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
+    const pith_sampling_params *p = &s->p;
+    int n = s->n_vocab;
+    apply_penalties(s, logits, history, n_history);
+
+    if (p->temperature == 0.0f) {
+        int32_t best = 0;
+        for (int i = 1; i < n; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+
+    candidate *c = s->cand;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(logits[i])) c[m++] = (candidate){i, logits[i]};
+    if (m == 0) return 0;
+    if (p->top_k > 0 && p->top_k < m) {
+        partial_select(c, m, p->top_k);
+        m = p->top_k;
+    }
+    qsort(c, (size_t)m, sizeof *c, cmp_desc);
+
+    /* softmax over the survivors, with temperature */
+    float maxl = c[0].logit;
+    double sum = 0.0;
+    for (int i = 0; i < m; i++) {
+        logits[c[i].id] = c[i].logit / p->temperature;
+        c[i].logit = expf((c[i].logit - maxl) / p->temperature);
+        sum += c[i].logit;
+    }
+    for (int i = 0; i < m; i++) c[i].logit = (float)(c[i].logit / sum);
+
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        int keep = m;
+        for (int i = 0; i < m; i++) {
+            cum += c[i].logit;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        m = keep;
+    }
+    if (p->min_p > 0.0f) {
+        float floor_p = c[0].logit * p->min_p;
+        int keep = 1;
+        while (keep < m && c[keep].logit >= floor_p) keep++;
+        m = keep;
+    }
+
+    double total = 0.0;
+    for (int i = 0; i < m; i++) total += c[i].logit;
+    double r = rng_uniform(s->rng) * total, acc = 0.0;
+    for (int i = 0; i < m; i++) {
+        acc += c[i].logit;
+        if (r < acc) return c[i].id;
+    }
+    return c[m - 1].id;
+}
