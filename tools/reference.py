@@ -195,8 +195,23 @@ def rope(x, positions, theta, style, divisors):
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def forward(m, tokens):
-    """Logits [len(tokens), n_vocab] (float64) with token i at position i."""
+def quantize_activations_q8(x):
+    """Round each block of 32 values to int8 steps of max|x|/127, as engines do before integer dot
+    products with quantized weights. Only for estimating that error, never in the reference itself."""
+    shape = x.shape
+    if shape[-1] % 32:
+        return x
+    b = x.reshape(-1, 32)
+    d = b.abs().amax(dim=1, keepdim=True) / 127
+    q = torch.where(d > 0, torch.round(b / torch.where(d > 0, d, torch.ones_like(d))), torch.zeros_like(b))
+    return (q * d).reshape(shape)
+
+
+def forward(m, tokens, act_q8=False, kv_f16=False):
+    """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
+    expected error only: act_q8 simulates 8-bit activation quantization before every matrix product,
+    kv_f16 rounds cached keys (after RoPE) and values to float16."""
+    aq = quantize_activations_q8 if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
     if tok.min() < 0 or tok.max() >= m.n_vocab:
         raise ValueError("token id out of range")
@@ -207,9 +222,10 @@ def forward(m, tokens):
     for i in range(m.n_layers):
         p = f"blk.{i}."
         h = rms_norm(x, m.w(p + "attn_norm.weight"), m.eps)
-        q = h @ m.w(p + "attn_q.weight").T
-        k = h @ m.w(p + "attn_k.weight").T
-        v = h @ m.w(p + "attn_v.weight").T
+        hq = aq(h)
+        q = hq @ m.w(p + "attn_q.weight").T
+        k = hq @ m.w(p + "attn_k.weight").T
+        v = hq @ m.w(p + "attn_v.weight").T
         if m.has(p + "attn_q.bias"):
             q = q + m.w(p + "attn_q.bias")
             k = k + m.w(p + "attn_k.bias")
@@ -220,20 +236,23 @@ def forward(m, tokens):
             k = rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps)
         q = rope(q, pos, m.theta, m.rope_style, m.rope_divisors)
         k = rope(k, pos, m.theta, m.rope_style, m.rope_divisors)
+        if kv_f16:
+            k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
         group = H // KV
         k = k.repeat_interleave(group, dim=1)                          # query head j reads kv head j // group
         v = v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
         att = torch.softmax(scores, dim=-1)
         o = torch.einsum("hqk,khd->qhd", att, v).reshape(T, H * hd)
-        x = x + o @ m.w(p + "attn_output.weight").T
+        x = x + aq(o) @ m.w(p + "attn_output.weight").T
         h = rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps)
-        gate = h @ m.w(p + "ffn_gate.weight").T
-        up = h @ m.w(p + "ffn_up.weight").T
-        x = x + (torch.nn.functional.silu(gate) * up) @ m.w(p + "ffn_down.weight").T
+        hq = aq(h)
+        gate = hq @ m.w(p + "ffn_gate.weight").T
+        up = hq @ m.w(p + "ffn_up.weight").T
+        x = x + aq(torch.nn.functional.silu(gate) * up) @ m.w(p + "ffn_down.weight").T
     x = rms_norm(x, m.w("output_norm.weight"), m.eps)
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
-    return x @ out.T
+    return aq(x) @ out.T
 
 
 def main(argv=None):
@@ -241,9 +260,14 @@ def main(argv=None):
     ap.add_argument("--model", required=True, help="GGUF file or Hugging Face directory")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 1,42,7")
     ap.add_argument("--out", help="write the logits as .npy (float64 [n_tokens, n_vocab])")
+    ap.add_argument("--simulate-act-q8", action="store_true",
+                    help="round matrix-product inputs to 8 bits per block of 32 (error estimation only)")
+    ap.add_argument("--simulate-kv-f16", action="store_true",
+                    help="round cached keys and values to float16 (error estimation only)")
     args = ap.parse_args(argv)
     tokens = [int(t) for t in args.tokens.split(",") if t.strip()]
-    logits = forward(Model(args.model), tokens).numpy()
+    logits = forward(Model(args.model), tokens, act_q8=args.simulate_act_q8,
+                     kv_f16=args.simulate_kv_f16).numpy()
     if args.out:
         np.save(args.out, logits)
     for i, row in enumerate(logits):
