@@ -68,7 +68,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3")}
 # general.file_type (llama_ftype) for the dominant weight type.
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K": 15, "Q6_K": 18}
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18}
 BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
 
 
@@ -252,9 +252,27 @@ def llama3_rope_factors(cfg):
 # ---------------------------------------------------------------------------------------------------------
 # GGUF.
 
+def matrix_type(cfg, dtype, name, shape):
+    """Tensor type of a weight matrix. Q4_K_M mixes types like llama.cpp's Q4_K_M: Q6_K for the output
+    and for attn_v / ffn_down in the first and last eighth of the layers and every third one between,
+    Q4_K elsewhere. K-quant blocks span 256 values: rows of other lengths fall back to Q8_0 (llama.cpp
+    picks Q5_0 / Q8_0 there; Pith has no Q5_0)."""
+    if dtype != "Q4_K_M":
+        return dtype
+    t = "Q4_K"
+    if name == "output.weight" or (cfg.tied and name == "token_embd.weight"):
+        t = "Q6_K"
+    elif name.endswith(("attn_v.weight", "ffn_down.weight")):
+        i, n = int(name.split(".")[1]), cfg.layers
+        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+            t = "Q6_K"
+    return t if shape[-1] % 256 == 0 else "Q8_0"
+
+
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     dtype = dtype.upper()
-    G.type_id(dtype)
+    if dtype != "Q4_K_M":
+        G.type_id(dtype)
     w = G.GGUFWriter(path)
     a = cfg.arch
     w.add_str("general.architecture", a)
@@ -288,7 +306,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, _, shape, kind in tensor_specs(cfg):
         # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
-        ttype = dtype if len(shape) == 2 else "F32"
+        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 else "F32"
         permute = a == "llama" and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
@@ -415,7 +433,7 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3)")
-    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K (safetensors: F32 F16 BF16)")
+    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix; safetensors: F32 F16 BF16)")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
     ap.add_argument("--shards", type=int, default=1, help="safetensors files (index written when > 1)")
