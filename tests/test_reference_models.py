@@ -145,6 +145,10 @@ def check_case(pith, tmp, preset, fmt, dtype, seed):
         # One case per preset family goes through a sharded index.
         mkmodel.write_safetensors(cfg, model, dtype, seed=seed, shards=2 if dtype == "BF16" else 1)
         tokenizer = os.path.join(model, "tokenizer.bin")
+    return compare(pith, tmp, name, model, tokenizer, cfg.vocab, dtype in ("Q8_0", "Q4_0"))
+
+
+def compare(pith, tmp, name, model, tokenizer, n_vocab, quant):
     out = os.path.join(tmp, "logits.bin")
     if os.path.exists(out):
         os.remove(out)
@@ -153,10 +157,10 @@ def check_case(pith, tmp, preset, fmt, dtype, seed):
         fail(f"{name}: pith run failed: {err}")
         return None
     raw = open(out, "rb").read()
-    if len(raw) != N_GEN * cfg.vocab * 4:
-        fail(f"{name}: --logits-out wrote {len(raw)} bytes, expected {N_GEN} x {cfg.vocab} float32")
+    if len(raw) != N_GEN * n_vocab * 4:
+        fail(f"{name}: --logits-out wrote {len(raw)} bytes, expected {N_GEN} x {n_vocab} float32")
         return None
-    got = np.frombuffer(raw, dtype="<f4").reshape(N_GEN, cfg.vocab).astype(np.float64)
+    got = np.frombuffer(raw, dtype="<f4").reshape(N_GEN, n_vocab).astype(np.float64)
     if not np.all(np.isfinite(got)):
         fail(f"{name}: non-finite logits")
         return None
@@ -165,7 +169,6 @@ def check_case(pith, tmp, preset, fmt, dtype, seed):
     m = reference.Model(model)
     exact = reference.forward(m, tokens).numpy()
     err_exact = np.abs(got - exact)
-    quant = dtype in ("Q8_0", "Q4_0")
     info = ""
     if quant:
         tol, vs, err = TOL_QUANT, "exact", err_exact
@@ -212,6 +215,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="refmodels-", dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_reference_on_stories260k(tmp)
         check_cross_format(tmp)
+        # A file written by llama.cpp's tools rather than ours (F16, dim 8, 32,000-token vocabulary).
+        fixture = os.path.join(os.environ.get("PITH_SHARED") or os.path.join(HERE, "..", "..", "shared"),
+                               "models", "fixtures", "llama-2-tiny-random.gguf")
+        if os.path.exists(fixture):
+            compare(pith, tmp, "llama-2-tiny-random (llama.cpp)", fixture, None, 32000, False)
+        else:
+            print(f"note: {fixture} is absent; skipping that case")
         seed = 100
         for preset in PRESETS:
             for dtype in GGUF_TYPES:
