@@ -200,12 +200,65 @@ def check_file(tmp, rng):
     r.close()
 
 
+def check_mkmodel(tmp):
+    """Structure of what mkmodel writes: safetensors headers that tile their files, a complete shard
+    index, a llama2.c tokenizer matching the GGUF vocabulary, and clear refusals of impossible options."""
+    import json
+    import subprocess
+    import mkmodel
+    cfg = mkmodel.build_config("test-qwen3")
+    d = os.path.join(tmp, "st")
+    mkmodel.write_safetensors(cfg, d, "BF16", seed=1, shards=3)
+    index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    specs = mkmodel.tensor_specs(cfg)
+    check(sorted(index["weight_map"]) == sorted(h for _, h, _, _ in specs), "index names every tensor")
+    files = sorted(set(index["weight_map"].values()))
+    check(len(files) == 3, "three shards")
+    total = 0
+    for fn in files:
+        blob = open(os.path.join(d, fn), "rb").read()
+        (hlen,) = struct.unpack("<Q", blob[:8])
+        check(hlen % 8 == 0, f"{fn}: header length aligned")
+        header = json.loads(blob[8:8 + hlen])
+        header.pop("__metadata__")
+        spans = sorted(v["data_offsets"] for v in header.values())
+        check(spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+              and spans[-1][1] == len(blob) - 8 - hlen, f"{fn}: tensors tile the data section")
+        for name, v in header.items():
+            check(v["dtype"] == "BF16" and (v["data_offsets"][1] - v["data_offsets"][0]) ==
+                  2 * int(np.prod(v["shape"])), f"{fn}: {name} size")
+        total += len(blob) - 8 - hlen
+    check(index["metadata"]["total_size"] == total, "index total_size")
+    config = json.load(open(os.path.join(d, "config.json")))
+    check(config["head_dim"] == 64 and config["num_key_value_heads"] == 2 and config["tie_word_embeddings"],
+          "config.json fields")
+    tok = open(os.path.join(d, "tokenizer.bin"), "rb").read()
+    pieces, scores, _ = mkmodel.vocabulary(cfg.vocab)
+    pos, got = 4, []
+    for _ in range(cfg.vocab):
+        sc, n = struct.unpack("<fi", tok[pos:pos + 8])
+        got.append(tok[pos + 8:pos + 8 + n].decode())
+        pos += 8 + n
+    check(pos == len(tok), "tokenizer.bin holds exactly n_vocab entries")
+    want = [p.replace("▁", " ") for p in pieces]
+    want[1], want[2] = "\n<s>\n", "\n</s>\n"
+    check(got == want, "tokenizer.bin vocabulary equals the GGUF one")
+    check(len(set(pieces)) == len(pieces), "pieces are unique")
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "mkmodel.py")
+    for bad in (["--format", "safetensors", "--dtype", "Q8_0"], ["--arch", "llama", "--qk-norm"],
+                ["--heads", "4", "--kv-heads", "3"]):
+        r = subprocess.run([sys.executable, tool, "--out", os.path.join(tmp, "bad")] + bad,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        check(r.returncode == 2 and b"mkmodel:" in r.stderr, f"mkmodel refuses {bad}")
+
+
 def main():
     rng = np.random.default_rng(1234)
     check_q8_0_q4_0(rng)
     check_k_quants(rng)
     with tempfile.TemporaryDirectory(dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_file(tmp, rng)
+        check_mkmodel(tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
