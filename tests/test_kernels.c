@@ -472,25 +472,29 @@ static void test_vector_helpers(const pith_cpu_kernels *k) {
     CHECK(y[0] == -1.5f && y[8] == -13.5f);
 }
 
+/* Pool jobs: two phases of dynamically claimed items, the second reading what the first wrote. Every
+ * item must be done exactly once, by participants with distinct ids below nth, the caller being 0. */
 typedef struct pool_job {
-    pith_pool *pool;
-    int *slots;
-    _Atomic int sum;
-    int rounds;
+    int n_items;
+    int *first;              /* phase 1 output */
+    _Atomic int *count;      /* phase 2: how often each item ran */
+    _Atomic int next1, done1, next2;
+    _Atomic int seen_ids;    /* bit per participant id */
     int bad;
 } pool_job;
 
 static void pool_fn(void *arg, int ith, int nth) {
     pool_job *j = arg;
-    for (int r = 0; r < j->rounds; r++) {
-        j->slots[ith] = r * 100 + ith;
-        pith_pool_barrier(j->pool);
-        /* after the barrier every slot holds this round's value */
-        for (int i = 0; i < nth; i++)
-            if (j->slots[i] != r * 100 + i) j->bad = 1;
-        pith_pool_barrier(j->pool);
+    if (ith < 0 || ith >= nth || (atomic_fetch_or(&j->seen_ids, 1 << ith) & (1 << ith))) j->bad = 1;
+    for (int i; (i = atomic_fetch_add(&j->next1, 1)) < j->n_items;) {
+        j->first[i] = 3 * i + 1;
+        atomic_fetch_add(&j->done1, 1);
     }
-    atomic_fetch_add(&j->sum, ith + 1);
+    pith_pool_wait_count(&j->done1, j->n_items);
+    for (int i; (i = atomic_fetch_add(&j->next2, 1)) < j->n_items;) {
+        if (j->first[i] != 3 * i + 1) j->bad = 1;
+        atomic_fetch_add(&j->count[i], 1);
+    }
 }
 
 static void test_pool(int n_threads) {
@@ -500,16 +504,21 @@ static void test_pool(int n_threads) {
         CHECKF(0, "%s", err.msg);
         return;
     }
-    int n = pith_pool_size(pool);
-    CHECK(n == n_threads);
-    int slots[8];
-    for (int run = 0; run < 200; run++) {
-        pool_job j = {.pool = pool, .slots = slots, .rounds = 3};
-        atomic_init(&j.sum, 0);
+    CHECK(pith_pool_size(pool) == n_threads);
+    enum { N = 257 };
+    int first[N];
+    _Atomic int count[N];
+    int bad = 0, wrong_count = 0, caller_missing = 0;
+    for (int run = 0; run < 300; run++) {
+        pool_job j = {.n_items = run % 7 == 0 ? 1 : N, .first = first, .count = count};
+        for (int i = 0; i < N; i++) atomic_init(&count[i], 0);
         pith_pool_run(pool, pool_fn, &j);
-        CHECK(atomic_load(&j.sum) == n * (n + 1) / 2);
-        CHECK(!j.bad);
+        bad |= j.bad;
+        caller_missing += !(atomic_load(&j.seen_ids) & 1);
+        for (int i = 0; i < j.n_items; i++) wrong_count += atomic_load(&count[i]) != 1;
     }
+    CHECKF(!bad && !wrong_count && !caller_missing, "pool of %d: bad %d, items not run once %d, caller absent %d",
+           n_threads, bad, wrong_count, caller_missing);
     pith_pool_destroy(pool);
 }
 

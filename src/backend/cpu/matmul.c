@@ -50,24 +50,29 @@ typedef struct mm_job {
     int n_units;
     int token_tile;
     _Atomic int next_unit;
+    _Atomic int next_row;   /* activation rows claimed for quantizing */
+    _Atomic int rows_done;  /* ... and finished */
 } mm_job;
 
-static void quantize_rows(const mm_job *j, int ith, int nth) {
+/* Phase 1: quantize the activation rows (claimed one by one), then wait for all of them. */
+static void quantize_rows(mm_job *j) {
     const pith_acts *a = j->a;
-    for (int t = ith; t < a->n; t += nth) {
+    for (;;) {
+        int t = atomic_fetch_add(&j->next_row, 1);
+        if (t >= a->n) break;
         const float *src = a->x + (size_t)t * a->ldx;
         void *dst = (uint8_t *)j->x + (size_t)t * j->xs;
         if (j->fmt == PITH_ACT_Q8A) j->c->k->quantize_q8a(src, dst, a->k);
         else j->c->k->quantize_q8k(src, dst, a->k);
+        atomic_fetch_add(&j->rows_done, 1);
     }
+    pith_pool_wait_count(&j->rows_done, a->n);
 }
 
 static void mm_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
     mm_job *j = arg;
-    if (j->quantize) {
-        quantize_rows(j, ith, nth);
-        pith_pool_barrier(j->c->pool);
-    }
+    if (j->quantize) quantize_rows(j);
     const pith_matrix *w = j->w;
     const int n = j->a->n;
     for (;;) {
@@ -119,6 +124,8 @@ int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, s
     j.unit_rows = per_unit * PITH_TILE_MAX_RM;
     j.n_units = (w->rows + j.unit_rows - 1) / j.unit_rows;
     atomic_init(&j.next_unit, 0);
-    pith_pool_run(c->pool, mm_worker, &j);
+    atomic_init(&j.next_row, 0);
+    atomic_init(&j.rows_done, 0);
+    pith_pool_run_sized(c->pool, mm_worker, &j, (double)w->rows * w->cols * a->n);
     return 0;
 }

@@ -2,7 +2,7 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,28 +15,30 @@
 #endif
 
 /* Spin about this long before sleeping: longer than the gap between two jobs of one forward pass
- * (so workers never sleep mid-forward), much shorter than a scheduler time slice. */
+ * (so workers stay awake through a forward), much shorter than a scheduler time slice. */
 #define SPIN_NS 100000
+
+/* The job word: generation in the high 16 bits, a closed flag, and the number of workers that joined.
+ * Generations wrap; a worker that slept through exactly 65536 jobs and finds the current one open may
+ * join it, which is correct since it is the current one. */
+#define GEN_SHIFT 16
+#define CLOSED 0x8000u
+#define COUNT_MASK 0x7fffu
 
 struct pith_pool {
     int n;
     pthread_t *threads;
-    pith_pool_fn fn;
+    pith_pool_fn fn;           /* written before the job word publishes a generation */
     void *arg;
-    _Atomic uint32_t gen;      /* bumped once per job (and on shutdown); workers wait for it to change */
-    _Atomic uint32_t pending;  /* workers that have not finished the current job */
+    _Atomic uint32_t job;
+    _Atomic uint32_t done;     /* workers that finished the current job */
     _Atomic uint32_t stop;
-    _Atomic uint32_t bar_count;
-    _Atomic uint32_t bar_gen;
-    /* Threads asleep (or about to sleep) on each word: a notifier only makes a syscall when one is. */
-    _Atomic int gen_sleepers;
-    _Atomic int pending_sleepers;
-    _Atomic int bar_sleepers;
+    _Atomic int job_sleepers;  /* threads asleep (or about to sleep) on each word */
+    _Atomic int done_sleepers;
 };
 
 typedef struct worker_start {
     pith_pool *pool;
-    int ith;
 } worker_start;
 
 static inline void cpu_relax(void) {
@@ -68,14 +70,15 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 #endif
 }
 
-/* Returns once *word != old (want_zero == 0) or once *word == 0 (want_zero != 0). The sleeper count and
- * the word are both seq_cst, so a notifier that changes the word and then sees no sleeper is ordered
- * before the sleeper's re-check, which then sees the change (no lost wake-up). */
-static void wait_word(_Atomic uint32_t *word, uint32_t old, int want_zero, _Atomic int *sleepers) {
-#define DONE(v) (want_zero ? (v) == 0 : (v) != old)
+/* Returns the first value of *word that satisfies done(value, ref). The sleeper count and the word are
+ * both seq_cst, so a notifier that changes the word and then sees no sleeper is ordered before the
+ * sleeper's re-check, which then sees the change (no lost wake-up). */
+static uint32_t wait_word(_Atomic uint32_t *word, uint32_t ref, int (*done)(uint32_t v, uint32_t ref),
+                          _Atomic int *sleepers) {
     uint64_t start = 0;
+    uint32_t v;
     for (unsigned i = 0;; i++) {
-        if (DONE(atomic_load(word))) return;
+        if (done(v = atomic_load(word), ref)) return v;
         cpu_relax();
         if ((i & 255) == 255) {
             uint64_t t = now_ns();
@@ -84,31 +87,36 @@ static void wait_word(_Atomic uint32_t *word, uint32_t old, int want_zero, _Atom
         }
     }
     atomic_fetch_add(sleepers, 1);
-    for (;;) {
-        uint32_t v = atomic_load(word);
-        if (DONE(v)) break;
-        futex_wait(word, v);
-    }
+    while (!done(v = atomic_load(word), ref)) futex_wait(word, v);
     atomic_fetch_sub(sleepers, 1);
-#undef DONE
+    return v;
 }
 
 static void notify_word(_Atomic uint32_t *word, _Atomic int *sleepers) {
     if (atomic_load(sleepers) > 0) futex_wake_all(word);
 }
 
+static int gen_changed(uint32_t v, uint32_t seen_gen) { return (v >> GEN_SHIFT) != seen_gen; }
+static int reached(uint32_t v, uint32_t target) { return v == target; }
+
 static void *worker_main(void *p_) {
     worker_start *ws = p_;
     pith_pool *p = ws->pool;
-    int ith = ws->ith;
     free(ws);
     uint32_t seen = 0;
     for (;;) {
-        wait_word(&p->gen, seen, 0, &p->gen_sleepers);
-        seen = atomic_load(&p->gen);
+        uint32_t w = wait_word(&p->job, seen, gen_changed, &p->job_sleepers);
         if (atomic_load(&p->stop)) break;
+        seen = w >> GEN_SHIFT;
+        /* join only the job of that generation, and only while it is open */
+        while (!(w & CLOSED) && (w >> GEN_SHIFT) == seen &&
+               !atomic_compare_exchange_weak(&p->job, &w, w + 1)) {
+        }
+        if ((w & CLOSED) || (w >> GEN_SHIFT) != seen) continue;
+        int ith = (int)(w & COUNT_MASK) + 1;
         p->fn(p->arg, ith, p->n);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) notify_word(&p->pending, &p->pending_sleepers);
+        atomic_fetch_add(&p->done, 1);
+        notify_word(&p->done, &p->done_sleepers);
     }
     return NULL;
 }
@@ -135,7 +143,6 @@ int pith_pool_create(int n_threads, pith_pool **out, pith_err *err) {
         int rc = ws ? 0 : -1;
         if (ws) {
             ws->pool = p;
-            ws->ith = i;
             rc = pthread_create(&p->threads[i], NULL, worker_main, ws);
             if (rc) free(ws);
         }
@@ -153,8 +160,10 @@ int pith_pool_create(int n_threads, pith_pool **out, pith_err *err) {
 void pith_pool_destroy(pith_pool *p) {
     if (!p) return;
     atomic_store(&p->stop, 1);
-    atomic_fetch_add(&p->gen, 1);
-    futex_wake_all(&p->gen);
+    /* a new, closed generation wakes every worker without letting any join */
+    uint32_t gen = (atomic_load(&p->job) >> GEN_SHIFT) + 1;
+    atomic_store(&p->job, (gen << GEN_SHIFT) | CLOSED);
+    futex_wake_all(&p->job);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
     free(p);
@@ -169,21 +178,23 @@ void pith_pool_run(pith_pool *p, pith_pool_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store(&p->pending, (uint32_t)(p->n - 1));
-    atomic_fetch_add(&p->gen, 1);
-    notify_word(&p->gen, &p->gen_sleepers);
+    atomic_store(&p->done, 0);
+    uint32_t gen = ((atomic_load(&p->job) >> GEN_SHIFT) + 1) & 0xffffu;
+    atomic_store(&p->job, gen << GEN_SHIFT);
+    notify_word(&p->job, &p->job_sleepers);
     fn(arg, 0, p->n);
-    wait_word(&p->pending, 0, 1, &p->pending_sleepers);
+    uint32_t joined = atomic_fetch_or(&p->job, CLOSED) & COUNT_MASK;
+    if (joined) wait_word(&p->done, joined, reached, &p->done_sleepers);
 }
 
-void pith_pool_barrier(pith_pool *p) {
-    if (p->n == 1) return;
-    uint32_t g = atomic_load(&p->bar_gen);
-    if (atomic_fetch_add(&p->bar_count, 1) == (uint32_t)p->n - 1) {
-        atomic_store(&p->bar_count, 0);
-        atomic_fetch_add(&p->bar_gen, 1);
-        notify_word(&p->bar_gen, &p->bar_sleepers);
-    } else {
-        wait_word(&p->bar_gen, g, 0, &p->bar_sleepers);
+void pith_pool_run_sized(pith_pool *p, pith_pool_fn fn, void *arg, double work) {
+    if (work < PITH_POOL_MIN_WORK) fn(arg, 0, 1);
+    else pith_pool_run(p, fn, arg);
+}
+
+void pith_pool_wait_count(_Atomic int *counter, int target) {
+    for (unsigned i = 0; atomic_load(counter) < target; i++) {
+        cpu_relax();
+        if ((i & 1023) == 1023) sched_yield();
     }
 }
