@@ -40,7 +40,8 @@ typedef struct pith_gguf_kv {
     pith_gguf_type type;       /* value type; PITH_GGUF_ARRAY for arrays */
     pith_gguf_type arr_type;   /* element type when type == PITH_GGUF_ARRAY */
     uint64_t arr_n;            /* element count when an array */
-    const void *data;          /* scalar value, or first array element, inside the mapping */
+    const void *data;          /* scalar value (for a string: its u64 length, then the bytes), or first
+                                  array element, inside the mapping; possibly unaligned */
     const pith_str *arr_strs;  /* for string arrays: arr_n views, precomputed at open time */
 } pith_gguf_kv;
 
@@ -66,6 +67,10 @@ bool pith_gguf_get_str(const pith_gguf *g, const char *key, pith_str *out);
 /* Array element access (no bounds beyond arr_n; returns false on type mismatch or index out of range). */
 bool pith_gguf_arr_i64(const pith_gguf_kv *kv, uint64_t i, int64_t *out);
 bool pith_gguf_arr_f64(const pith_gguf_kv *kv, uint64_t i, double *out);
+/* For string arrays: the i-th string view (false on type mismatch or index out of range). */
+bool pith_gguf_arr_str(const pith_gguf_kv *kv, uint64_t i, pith_str *out);
+/* True when the view equals the NUL-terminated string. */
+bool pith_str_eq(pith_str s, const char *cstr);
 
 int64_t pith_gguf_n_tensors(const pith_gguf *g);
 /* Tensor views carry NUL-terminated names (copied at open time) and data pointers inside the mapping. */

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/run_batch.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
 #include "pith/tokenizer.h"
@@ -19,6 +20,7 @@ typedef struct run_opts {
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
+    run_batch_opts batch;   /* -f: many prompts through the engine (run_batch.h) */
 } run_opts;
 
 static void run_usage(FILE *out) {
@@ -47,7 +49,10 @@ static void run_usage(FILE *out) {
             "      --ignore-eos        do not stop at EOS: generate exactly -n tokens\n"
             "      --logits-out FILE   write, for each generated token, the logits row it was chosen\n"
             "                          from: little-endian float32 [n_generated, n_vocab]\n"
-            "  -h, --help              show this help\n");
+            "  -h, --help              show this help\n"
+            "\n"
+            "Batch mode (all prompts at once through the engine's continuous batching):\n");
+    run_batch_usage(out);
 }
 
 /* Returns 0 to continue, 1 for --help, -1 on a usage error (message printed). */
@@ -106,8 +111,12 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = true;
         } else {
-            fprintf(stderr, "pith run: unknown option '%s' (try 'pith run --help')\n", a);
-            return -1;
+            int r = run_batch_parse_arg(argc, argv, &i, &o->batch);
+            if (r < 0) return -1;
+            if (r == 0) {
+                fprintf(stderr, "pith run: unknown option '%s' (try 'pith run --help')\n", a);
+                return -1;
+            }
         }
 #undef VALUE
     }
@@ -288,7 +297,11 @@ int pith_cmd_run(int argc, char **argv) {
         pith_errf(&err, "the tokenizer has %d tokens but the model only %d", pith_tokenizer_n_vocab(tok), m->hp.n_vocab);
         goto fail;
     }
-    if (generate(&o, m, tok, &err)) goto fail;
+    if (o.batch.prompts_path) {
+        if (pith_run_batch(m, tok, &o.batch, &o.sp, o.n_predict, o.ignore_eos, stdout, &err)) goto fail;
+    } else if (generate(&o, m, tok, &err)) {
+        goto fail;
+    }
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "pith run: %s\n", err.msg);

@@ -1,0 +1,184 @@
+/* The engine: serves many generation requests at once over one model.
+ *
+ * Owns the requests (waiting, running, finishing), the paged KV pool with its prefix cache, the
+ * scheduler and, after pith_engine_start, the thread that runs the step loop. It does not own the model
+ * or the tokenizer: both must outlive the engine. Each step schedules one flat batch (batch.h) mixing
+ * the decode tokens of running sequences with prompt chunks of new ones, runs the model once, samples,
+ * and reports tokens through each request's callback.
+ *
+ * Guarantees:
+ *   - every accepted request gets exactly one final event (finish reason stop, length, cancelled or
+ *     error) and no event after it; a request that can never fit is rejected by pith_engine_submit,
+ *     which then returns a negative code and calls nothing;
+ *   - greedy outputs do not depend on how requests were batched, preempted or served from the cache;
+ *   - pith_engine_submit, pith_engine_cancel and pith_engine_get_stats are thread-safe;
+ *   - callbacks run on the thread that steps the engine (the engine's own thread after
+ *     pith_engine_start, otherwise the caller of pith_engine_step / pith_engine_run). A callback may call
+ *     submit and cancel, never step, run, stop or free.
+ *
+ * Priorities: a larger `priority` is more important. Within a priority, first come first served. */
+#ifndef PITH_ENGINE_H
+#define PITH_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pith/model.h"
+#include "pith/sampler.h"
+#include "pith/status.h"
+#include "pith/tokenizer.h"
+
+typedef struct pith_engine pith_engine;
+
+/* Zero-initialised options are valid and mean the defaults given here. */
+typedef struct pith_engine_options {
+    int block_size;          /* tokens per KV block; 0: 16 */
+    int kv_blocks;           /* KV pool size in blocks; 0: from kv_mem_bytes */
+    size_t kv_mem_bytes;     /* KV pool size in bytes when kv_blocks is 0; 0 as well: enough for
+                                max_num_seqs full-length sequences, at most 1 GiB */
+    bool kv_f32;             /* store K/V as F32 instead of F16 */
+    int max_num_seqs;        /* sequences in one batch; 0: 64 */
+    int max_batch_tokens;    /* tokens in one batch (decode tokens + prompt chunks); 0: 2048 */
+    int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped
+                                to what the pool can hold. */
+    int max_waiting;         /* requests queued beyond the running ones; 0: 4096 */
+    bool no_prefix_cache;    /* disable prefix caching */
+} pith_engine_options;
+
+typedef enum pith_finish_reason {
+    PITH_FINISH_NONE = 0,    /* not finished: an ordinary token event */
+    PITH_FINISH_STOP,        /* EOS / end-of-generation token, a stop token id or a stop string */
+    PITH_FINISH_LENGTH,      /* max_tokens reached, or the sequence length limit */
+    PITH_FINISH_CANCELLED,   /* pith_engine_cancel, or the engine was freed with the request live */
+    PITH_FINISH_ERROR,       /* the model failed on a batch holding this request */
+} pith_finish_reason;
+
+/* "stop", "length", "cancelled", "error" (and "" for NONE). */
+const char *pith_finish_reason_str(pith_finish_reason r);
+
+typedef struct pith_usage {
+    int prompt_tokens;
+    int completion_tokens;   /* tokens sampled, including a final EOS / stop token */
+    int cached_tokens;       /* prompt tokens served from the prefix cache at first admission */
+} pith_usage;
+
+typedef struct pith_logprob {
+    int32_t token;
+    float logprob;           /* natural log of the model's probability (raw logits, before sampling
+                                parameters are applied) */
+} pith_logprob;
+
+/* One callback call. A token event has final == false and carries one sampled token; the final event
+ * has final == true, token == -1, the finish reason and usage, and may carry text released at the end
+ * (a held-back partial stop-string match that never completed, or incomplete UTF-8 as U+FFFD). */
+typedef struct pith_token_event {
+    uint64_t request_id;
+    void *user;              /* the request's user pointer */
+    int32_t token;           /* sampled id, or -1 in the final event */
+    /* Text newly released for output (NUL-terminated, never NULL, possibly empty). Text that might be the
+     * start of a stop string is held back until it is known not to be; a matched stop string and
+     * everything after it is never released. EOS, stop token ids and special tokens release no text.
+     * Always empty when the engine has no tokenizer. Valid only during the callback. */
+    const char *text;
+    size_t text_len;
+    /* When the request asked for logprobs: the sampled token's logprob and the top_logprobs most likely
+     * tokens, best first. n_top is 0 otherwise. Valid only during the callback. */
+    bool has_logprob;
+    float logprob;
+    int n_top;
+    const pith_logprob *top;
+    bool final;
+    pith_finish_reason finish_reason; /* NONE unless final */
+    pith_usage usage;                 /* meaningful in the final event */
+    const char *error;                /* for PITH_FINISH_ERROR: what failed; "" otherwise */
+} pith_token_event;
+
+typedef void (*pith_token_cb)(const pith_token_event *ev, void *user);
+
+/* A request. Everything pointed to is copied by pith_engine_submit. */
+typedef struct pith_request {
+    const int32_t *prompt;   /* token ids, already including BOS if wanted; at least one */
+    int n_prompt;
+    pith_sampling_params sampling;
+    int max_tokens;          /* tokens to generate; <= 0: until the sequence length limit */
+    const int32_t *stop_ids; /* extra token ids that end generation */
+    int n_stop_ids;
+    const char *const *stop; /* stop strings, matched on the detokenized output (needs a tokenizer) */
+    int n_stop;
+    bool ignore_eos;         /* do not stop at end-of-generation tokens */
+    int priority;            /* larger is more important; 0 is normal */
+    const char *cache_salt;  /* NULL or "": none. Requests share cached prefixes only with requests that
+                                give the same salt. */
+    bool logprobs;           /* report the sampled token's logprob */
+    int top_logprobs;        /* with logprobs: also the N most likely tokens (0..20) */
+    pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
+    void *user;
+} pith_request;
+
+/* Rejections from pith_engine_submit (err says why in words). */
+enum {
+    PITH_SUBMIT_INVALID = -1, /* bad parameters, or the prompt cannot fit even alone */
+    PITH_SUBMIT_BUSY = -2,    /* the waiting queue is full, or the engine is shutting down */
+};
+
+typedef struct pith_engine_stats {
+    int running;             /* sequences holding KV blocks */
+    int waiting;             /* accepted, not running (new, or preempted and waiting to recompute) */
+    int kv_blocks_total;
+    int kv_blocks_used;      /* referenced by at least one sequence */
+    int kv_blocks_cached;    /* unreferenced but holding a reusable prefix (evictable) */
+    int kv_blocks_free;
+    int block_size;
+    int max_num_seqs;
+    int max_batch_tokens;
+    int max_seq_len;
+    uint64_t prefix_cache_queries;  /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_cache_hits;     /* of those, tokens served from the cache */
+    uint64_t prompt_tokens;         /* prompt tokens of accepted requests */
+    uint64_t generation_tokens;     /* tokens sampled */
+    uint64_t computed_tokens;       /* tokens run through the model (prefill, recompute and decode) */
+    uint64_t preemptions;
+    uint64_t steps;                 /* forward passes */
+    uint64_t requests_submitted;
+    uint64_t requests_rejected;
+    uint64_t requests_finished;     /* all final events, whatever the reason */
+    uint64_t requests_cancelled;
+    uint64_t requests_failed;       /* finished with PITH_FINISH_ERROR */
+} pith_engine_stats;
+
+/* tok may be NULL: then no text, no stop strings and no EOS detection beyond stop_ids (tests with fake
+ * models). opt may be NULL for the defaults. */
+int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
+                       pith_engine **out, pith_err *err);
+/* Stops the thread if started, finishes every live request as cancelled (callbacks run on the caller's
+ * thread), and frees everything. */
+void pith_engine_free(pith_engine *e);
+
+/* Returns 0 and sets *id (ids start at 1 and are never reused), or PITH_SUBMIT_INVALID / PITH_SUBMIT_BUSY
+ * with err filled. */
+int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith_err *err);
+/* Asks to cancel: the request's final event (cancelled) comes at the next step, and its blocks are freed
+ * there. Returns 0 when the request was live, -1 when unknown or already finished. */
+int pith_engine_cancel(pith_engine *e, uint64_t id);
+
+/* Synchronous driving (CLI, tests). Not to be mixed with pith_engine_start. */
+/* One scheduling step: admits, cancels, runs at most one forward pass, delivers events. Returns 0, or -1
+ * when the model failed (the requests of that batch are finished with PITH_FINISH_ERROR, and the engine
+ * stays usable). */
+int pith_engine_step(pith_engine *e, pith_err *err);
+/* True while any request is waiting, running or has an undelivered final event. */
+bool pith_engine_has_work(pith_engine *e);
+/* Steps until no work is left. Returns 0, or -1 with the first model failure (it still runs to the end). */
+int pith_engine_run(pith_engine *e, pith_err *err);
+
+/* Background driving (server): a thread steps while there is work and sleeps otherwise. */
+int pith_engine_start(pith_engine *e, pith_err *err);
+/* Returns after the current step; live requests stay queued (pith_engine_free cancels them). */
+void pith_engine_stop(pith_engine *e);
+
+void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
+/* The longest sequence (prompt + generated tokens) a request may reach. */
+int pith_engine_max_seq_len(const pith_engine *e);
+
+#endif

@@ -1,0 +1,286 @@
+/* Batch mode of `pith run` (see run_batch.h). */
+#include "cli/run_batch.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
+    const char *a = argv[*i];
+    const char *v;
+    long long iv;
+    pith_engine_options *e = &o->engine;
+#define VALUE() do { if (!(v = cli_value("run", argc, argv, i))) return -1; } while (0)
+#define INT_OPT(name, field, lo, hi)                                             \
+    if (!strcmp(a, name)) {                                                      \
+        VALUE();                                                                 \
+        if (!cli_parse_int("run", a, v, lo, hi, &iv)) return -1;                 \
+        field = (int)iv;                                                         \
+        return 1;                                                                \
+    }
+    if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        VALUE();
+        o->prompts_path = v;
+        return 1;
+    }
+    if (!strcmp(a, "--jsonl")) {
+        o->jsonl = true;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-f32")) {
+        e->kv_f32 = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-prefix-cache")) {
+        e->no_prefix_cache = true;
+        return 1;
+    }
+    INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
+    INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
+    INT_OPT("--block-size", e->block_size, 1, 4096)
+    INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
+    INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
+    if (!strcmp(a, "--kv-mem")) {
+        VALUE();
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        unsigned shift = 0;
+        if (*end == 'K' || *end == 'k') shift = 10, end++;
+        else if (*end == 'M' || *end == 'm') shift = 20, end++;
+        else if (*end == 'G' || *end == 'g') shift = 30, end++;
+        if (errno || end == v || *end || v[0] == '-' || n == 0 || n > (SIZE_MAX >> shift)) {
+            fprintf(stderr, "pith run: --kv-mem: '%s' is not a size (bytes, or a number with K, M or G)\n", v);
+            return -1;
+        }
+        e->kv_mem_bytes = (size_t)n << shift;
+        return 1;
+    }
+#undef INT_OPT
+#undef VALUE
+    return 0;
+}
+
+void run_batch_usage(FILE *out) {
+    fprintf(out,
+            "batch mode (all prompts at once, continuous batching):\n"
+            "  -f, --file PATH         one prompt per line; results in input order\n"
+            "      --jsonl             one JSON object per prompt: index, text, tokens, prompt_tokens,\n"
+            "                          cached_tokens, finish_reason (default: the texts, one per line)\n"
+            "      --max-num-seqs S    sequences per step (default 64)\n"
+            "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
+            "      --kv-blocks B       KV cache size in blocks (default: from --kv-mem)\n"
+            "      --kv-mem BYTES      KV cache size, e.g. 512M (default: enough for S full-length\n"
+            "                          sequences, at most 1G)\n"
+            "      --block-size N      tokens per KV block (default 16)\n"
+            "      --max-seq-len N     prompt + output limit per sequence (default: the model's)\n"
+            "      --kv-f32            keep K/V in F32 instead of F16\n"
+            "      --no-prefix-cache   do not reuse the K/V of shared prompt prefixes\n"
+            "  Prompt i samples with seed S + i, so equal lines still draw differently.\n");
+}
+
+typedef struct result {
+    int32_t *tokens;
+    int n_tokens;
+    int cap_tokens;
+    char *text;
+    size_t n_text;
+    size_t cap_text;
+    int n_prompt;
+    pith_usage usage;
+    pith_finish_reason why;
+    char *error;
+    bool done;
+    bool oom;
+} result;
+
+static void on_token(const pith_token_event *ev, void *user) {
+    result *r = user;
+    if (ev->text_len > 0) {
+        if (r->n_text + ev->text_len + 1 > r->cap_text) {
+            size_t cap = (r->cap_text ? r->cap_text * 2 : 256) + ev->text_len;
+            char *t = realloc(r->text, cap);
+            if (!t) {
+                r->oom = true;
+                return;
+            }
+            r->text = t;
+            r->cap_text = cap;
+        }
+        memcpy(r->text + r->n_text, ev->text, ev->text_len);
+        r->n_text += ev->text_len;
+        r->text[r->n_text] = 0;
+    }
+    if (ev->final) {
+        r->done = true;
+        r->why = ev->finish_reason;
+        r->usage = ev->usage;
+        if (ev->error[0]) r->error = strdup(ev->error);
+        return;
+    }
+    if (r->n_tokens == r->cap_tokens) {
+        int cap = r->cap_tokens ? r->cap_tokens * 2 : 64;
+        int32_t *t = realloc(r->tokens, (size_t)cap * sizeof *t);
+        if (!t) {
+            r->oom = true;
+            return;
+        }
+        r->tokens = t;
+        r->cap_tokens = cap;
+    }
+    r->tokens[r->n_tokens++] = ev->token;
+}
+
+static int read_file(const char *path, char **data, size_t *len, pith_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pith_errf(err, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) break;
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *b2 = realloc(buf, cap * 2 + 1);
+        if (!b2) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b2;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return pith_errf(err, "%s: out of memory", path);
+    if (bad) {
+        free(buf);
+        return pith_errf(err, "cannot read %s", path);
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+static void print_result(FILE *out, bool jsonl, int index, const result *r) {
+    if (!jsonl) {
+        fprintf(out, "%s\n", r->text ? r->text : "");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", index);
+    cJSON_AddStringToObject(o, "text", r->text ? r->text : "");
+    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < r->n_tokens; i++) cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens[i]));
+    cJSON_AddNumberToObject(o, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(o, "cached_tokens", r->usage.cached_tokens);
+    cJSON_AddStringToObject(o, "finish_reason", pith_finish_reason_str(r->why));
+    if (r->error) cJSON_AddStringToObject(o, "error", r->error);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) fprintf(out, "%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opts *o,
+                   const pith_sampling_params *sp, int n_predict, bool ignore_eos, FILE *out, pith_err *err) {
+    char *data = NULL;
+    size_t len = 0;
+    if (read_file(o->prompts_path, &data, &len, err)) return -1;
+    /* Split into lines in place; a final newline does not start another prompt. */
+    int n_lines = 0;
+    for (size_t i = 0; i < len; i++) n_lines += data[i] == '\n';
+    if (len > 0 && data[len - 1] != '\n') n_lines++;
+    char **lines = calloc((size_t)n_lines + 1, sizeof *lines);
+    result *res = calloc((size_t)n_lines + 1, sizeof *res);
+    pith_engine *e = NULL;
+    int rc = -1;
+    if (!lines || !res) {
+        pith_errf(err, "out of memory");
+        goto done;
+    }
+    for (int i = 0, at = 0; i < n_lines; i++) {
+        lines[i] = data + at;
+        char *nl = memchr(data + at, '\n', len - (size_t)at);
+        size_t end = nl ? (size_t)(nl - data) : len;
+        data[end] = 0;
+        if (end > (size_t)at && data[end - 1] == '\r') data[end - 1] = 0;
+        at = (int)end + 1;
+    }
+    if (pith_engine_create(m, tok, &o->engine, &e, err)) goto done;
+
+    double t0 = now_s();
+    int n_rejected = 0;
+    for (int i = 0; i < n_lines; i++) {
+        result *r = &res[i];
+        int32_t *ids;
+        if (pith_tokenizer_encode(tok, lines[i], strlen(lines[i]), PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL,
+                                  &ids, &r->n_prompt, err)) {
+            pith_err_prefix(err, "%s line %d", o->prompts_path, i + 1);
+            goto done;
+        }
+        pith_request q = {
+            .prompt = ids, .n_prompt = r->n_prompt, .sampling = *sp, .max_tokens = n_predict,
+            .ignore_eos = ignore_eos, .on_token = on_token, .user = r,
+        };
+        q.sampling.seed = sp->seed + (uint64_t)i;
+        pith_err why;
+        if (n_predict == 0) { /* nothing to generate: the engine's 0 would mean "no limit" */
+            r->why = PITH_FINISH_LENGTH;
+            r->done = true;
+        } else if (pith_engine_submit(e, &q, NULL, &why)) {
+            r->why = PITH_FINISH_ERROR;
+            r->error = strdup(why.msg);
+            r->done = true;
+            n_rejected++;
+        }
+        free(ids);
+    }
+    pith_err step_err = {{0}};
+    int run_rc = pith_engine_run(e, &step_err);
+    double dt = now_s() - t0;
+
+    uint64_t generated = 0;
+    for (int i = 0; i < n_lines; i++) {
+        if (res[i].oom) {
+            pith_errf(err, "out of memory collecting the output of line %d", i + 1);
+            goto done;
+        }
+        generated += (uint64_t)res[i].n_tokens;
+        print_result(out, o->jsonl, i, &res[i]);
+    }
+    fflush(out);
+    pith_engine_stats st;
+    pith_engine_get_stats(e, &st);
+    fprintf(stderr,
+            "pith: %d prompts (%d rejected), %llu prompt tokens, %llu generated in %.3f s (%.1f tok/s); "
+            "%llu steps, %llu preemptions, prefix cache %llu of %llu tokens; KV %d blocks of %d\n",
+            n_lines, n_rejected, (unsigned long long)st.prompt_tokens, (unsigned long long)generated, dt,
+            (double)generated / (dt > 0 ? dt : 1e-9), (unsigned long long)st.steps,
+            (unsigned long long)st.preemptions, (unsigned long long)st.prefix_cache_hits,
+            (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size);
+    rc = 0;
+    if (run_rc) rc = pith_errf(err, "the model failed: %s", step_err.msg);
+done:
+    pith_engine_free(e);
+    for (int i = 0; res && i < n_lines; i++) {
+        free(res[i].tokens);
+        free(res[i].text);
+        free(res[i].error);
+    }
+    free(res);
+    free(lines);
+    free(data);
+    return rc;
+}

@@ -1,0 +1,338 @@
+/* The engine: request intake and cancellation (thread-safe), the step loop (schedule, build the flat
+ * batch, forward, sample, report) and the optional thread that runs it.
+ *
+ * Locking: `lock` guards what other threads touch: the incoming list, the live list (for cancel), the
+ * cancel flags and the stats snapshot. Everything else (scheduler, pool, sequences once taken in)
+ * belongs to whichever thread steps, and callbacks run with the lock released. */
+#include "pith/engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/engine_internal.h"
+
+const char *pith_finish_reason_str(pith_finish_reason r) {
+    switch (r) {
+    case PITH_FINISH_STOP: return "stop";
+    case PITH_FINISH_LENGTH: return "length";
+    case PITH_FINISH_CANCELLED: return "cancelled";
+    case PITH_FINISH_ERROR: return "error";
+    default: return "";
+    }
+}
+
+static int resolve_options(pith_engine *e, const pith_model *m, const pith_engine_options *in, pith_err *err) {
+    pith_engine_options o = in ? *in : (pith_engine_options){0};
+    if (o.block_size == 0) o.block_size = 16;
+    if (o.max_num_seqs == 0) o.max_num_seqs = 64;
+    if (o.max_batch_tokens == 0) o.max_batch_tokens = 2048;
+    if (o.max_waiting == 0) o.max_waiting = 4096;
+    if (o.block_size < 1 || o.block_size > 4096) return pith_errf(err, "block size must be in 1..4096, not %d", o.block_size);
+    if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
+    if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
+    if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
+
+    int max_len = o.max_seq_len ? o.max_seq_len : m->hp.ctx_len;
+    size_t block_bytes = pith_kv_block_bytes(m->hp.n_layers, m->kv_dim, o.block_size, o.kv_f32 ? PITH_F32 : PITH_F16);
+    if (block_bytes == 0) return pith_errf(err, "the model has no KV cache dimensions");
+    long long blocks = o.kv_blocks;
+    if (blocks == 0) {
+        size_t bytes = o.kv_mem_bytes;
+        if (bytes == 0) {
+            long long per_seq = max_len > 0 ? (max_len + o.block_size - 1) / o.block_size : 1 << 20;
+            long long want = per_seq * o.max_num_seqs;
+            long long cap = (long long)(((size_t)1 << 30) / block_bytes);
+            blocks = want < cap ? want : cap;
+        } else {
+            blocks = (long long)(bytes / block_bytes);
+        }
+        if (blocks < 1) return pith_errf(err, "KV memory of %zu bytes holds no block of %zu bytes", bytes, block_bytes);
+    }
+    if (blocks > (1 << 28) || blocks * o.block_size > INT32_MAX)
+        return pith_errf(err, "KV pool of %lld blocks is too large", blocks);
+    long long capacity = blocks * o.block_size;
+    if (max_len <= 0 || max_len > capacity) max_len = (int)capacity;
+    o.kv_blocks = (int)blocks;
+    o.max_seq_len = max_len;
+    e->opt = o;
+    return 0;
+}
+
+int engine_grow_list(seq ***list, int *cap, int need) {
+    if (need <= *cap) return 0;
+    int cap2 = *cap ? *cap * 2 : 64;
+    if (cap2 < need) cap2 = need;
+    seq **p = realloc(*list, (size_t)cap2 * sizeof *p);
+    if (!p) return -1;
+    *list = p;
+    *cap = cap2;
+    return 0;
+}
+
+int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
+                       pith_engine **out, pith_err *err) {
+    *out = NULL;
+    if (!model || !model->ops || !model->ops->forward || model->hp.n_vocab <= 0)
+        return pith_errf(err, "engine: invalid model");
+    pith_engine *e = calloc(1, sizeof *e);
+    if (!e) return pith_errf(err, "out of memory");
+    e->model = model;
+    e->tok = tok;
+    e->n_vocab = model->hp.n_vocab;
+    if (resolve_options(e, model, opt, err)) {
+        free(e);
+        return -1;
+    }
+    const pith_engine_options *o = &e->opt;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
+    if (kv_pool_init(&e->pool, model->hp.n_layers, model->kv_dim, o->block_size, o->kv_blocks,
+                     o->kv_f32 ? PITH_F32 : PITH_F16, true, err) ||
+        sched_init(&e->sc, &e->pool, o->max_num_seqs, o->max_batch_tokens, !o->no_prefix_cache, err)) {
+        pith_engine_free(e);
+        return -1;
+    }
+    size_t nt = (size_t)o->max_batch_tokens;
+    e->b_tokens = malloc(nt * sizeof *e->b_tokens);
+    e->b_positions = malloc(nt * sizeof *e->b_positions);
+    e->b_seq = malloc(nt * sizeof *e->b_seq);
+    e->b_slots = malloc(nt * sizeof *e->b_slots);
+    e->b_want = malloc(nt);
+    e->b_tables = malloc((size_t)o->max_num_seqs * (size_t)e->max_blocks_per_seq * sizeof *e->b_tables);
+    e->logits = malloc((size_t)o->max_num_seqs * (size_t)e->n_vocab * sizeof *e->logits);
+    e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
+    e->step_seqs = malloc((size_t)o->max_num_seqs * sizeof *e->step_seqs);
+    if (!e->b_tokens || !e->b_positions || !e->b_seq || !e->b_slots || !e->b_want || !e->b_tables ||
+        !e->logits || !e->raw_row || !e->step_seqs) {
+        pith_engine_free(e);
+        return pith_errf(err, "out of memory for the engine's batch buffers");
+    }
+    e->next_id = 1;
+    *out = e;
+    return 0;
+}
+
+void pith_engine_free(pith_engine *e) {
+    if (!e) return;
+    pith_engine_stop(e);
+    /* Every live request ends as cancelled, in whichever queue it is (a request still on the incoming
+     * list is in no scheduler queue, and sched_remove handles that too). */
+    pthread_mutex_lock(&e->lock);
+    e->shutting_down = true;
+    e->n_incoming = 0;
+    pthread_mutex_unlock(&e->lock);
+    while (e->n_live > 0) {
+        seq *s = e->live[e->n_live - 1];
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_CANCELLED, false, NULL);
+    }
+    sched_free(&e->sc);
+    kv_pool_free(&e->pool);
+    free(e->incoming);
+    free(e->intake);
+    free(e->cancels);
+    free(e->live);
+    free(e->b_tokens);
+    free(e->b_positions);
+    free(e->b_seq);
+    free(e->b_slots);
+    free(e->b_want);
+    free(e->b_tables);
+    free(e->logits);
+    free(e->raw_row);
+    free(e->step_seqs);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+static int validate_request(const pith_engine *e, const pith_request *r, pith_err *err) {
+    if (!r->prompt || r->n_prompt < 1) return pith_errf(err, "the prompt is empty");
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return pith_errf(err, "prompt token %d is %d, outside the vocabulary of %d", i, (int)r->prompt[i], e->n_vocab);
+    if (r->n_prompt >= e->opt.max_seq_len)
+        return pith_errf(err, "the prompt is %d tokens; this engine holds at most %d tokens per sequence, "
+                         "prompt and output together", r->n_prompt, e->opt.max_seq_len);
+    if (pith_sampling_validate(&r->sampling, err)) return -1;
+    if (r->n_stop_ids < 0 || r->n_stop_ids > 1024 || (r->n_stop_ids > 0 && !r->stop_ids))
+        return pith_errf(err, "stop token ids: between 0 and 1024 expected");
+    if (r->n_stop < 0 || r->n_stop > 64 || (r->n_stop > 0 && !r->stop))
+        return pith_errf(err, "stop strings: between 0 and 64 expected");
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t len = r->stop[i] ? strlen(r->stop[i]) : 0;
+        if (len == 0 || len > 1024) return pith_errf(err, "stop string %d must hold 1 to 1024 bytes", i);
+    }
+    if (r->top_logprobs < 0 || r->top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
+        return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    return 0;
+}
+
+int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith_err *err) {
+    if (id) *id = 0;
+    if (validate_request(e, r, err)) {
+        pthread_mutex_lock(&e->lock);
+        e->stats.requests_rejected++;
+        pthread_mutex_unlock(&e->lock);
+        return PITH_SUBMIT_INVALID;
+    }
+    int room = e->opt.max_seq_len - r->n_prompt;
+    int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
+    seq *s;
+    if (seq_create(r, max_len, e->opt.block_size, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+
+    pthread_mutex_lock(&e->lock);
+    int rc = 0;
+    if (e->shutting_down) {
+        rc = pith_errf(err, "the engine is shutting down");
+    } else if (e->n_live - e->stats.running >= e->opt.max_waiting) {
+        rc = pith_errf(err, "too many requests waiting (%d)", e->opt.max_waiting);
+    } else if ((e->n_live == e->cap_live && engine_grow_list(&e->live, &e->cap_live, e->n_live + 1)) ||
+               (e->n_incoming == e->cap_incoming && engine_grow_list(&e->incoming, &e->cap_incoming, e->n_incoming + 1))) {
+        rc = pith_errf(err, "out of memory");
+    }
+    if (rc) {
+        e->stats.requests_rejected++;
+        pthread_mutex_unlock(&e->lock);
+        seq_free(s);
+        return PITH_SUBMIT_BUSY;
+    }
+    s->id = e->next_id++;
+    s->arrival = s->id;
+    e->live[e->n_live++] = s;
+    e->incoming[e->n_incoming++] = s;
+    e->stats.requests_submitted++;
+    e->stats.prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.waiting = e->n_live - e->stats.running;
+    if (id) *id = s->id;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+int pith_engine_cancel(pith_engine *e, uint64_t id) {
+    int rc = -1;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_live; i++) {
+        seq *s = e->live[i];
+        if (s->id != id) continue;
+        if (!s->cancel_requested) {
+            s->cancel_requested = true;
+            e->n_cancel_pending++;
+            pthread_cond_signal(&e->wake);
+        }
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+bool pith_engine_has_work(pith_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    bool work = e->n_live > 0;
+    pthread_mutex_unlock(&e->lock);
+    return work;
+}
+
+int pith_engine_max_seq_len(const pith_engine *e) { return e->opt.max_seq_len; }
+
+void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out) {
+    pthread_mutex_lock(&e->lock);
+    *out = e->stats;
+    out->waiting = e->n_live - out->running;
+    pthread_mutex_unlock(&e->lock);
+}
+
+void engine_publish_stats(pith_engine *e) {
+    pith_engine_stats *st = &e->stats;
+    pthread_mutex_lock(&e->lock);
+    st->running = e->sc.n_running;
+    st->waiting = e->n_live - st->running;
+    st->kv_blocks_total = e->pool.n_blocks;
+    st->kv_blocks_used = e->pool.n_used;
+    st->kv_blocks_cached = e->pool.n_cached;
+    st->kv_blocks_free = e->pool.n_free;
+    st->block_size = e->opt.block_size;
+    st->max_num_seqs = e->opt.max_num_seqs;
+    st->max_batch_tokens = e->opt.max_batch_tokens;
+    st->max_seq_len = e->opt.max_seq_len;
+    st->prefix_cache_queries = e->sc.cache_queries;
+    st->prefix_cache_hits = e->sc.cache_hits;
+    st->preemptions = e->sc.preemptions;
+    st->steps = e->n_forwards;
+    st->computed_tokens = e->n_computed_tokens;
+    st->generation_tokens = e->n_generated;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* Background thread: steps while there is work, sleeps on `wake` otherwise. */
+static void *engine_thread(void *arg) {
+    pith_engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop_requested) {
+        if (e->n_live == 0) {
+            pthread_cond_wait(&e->wake, &e->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&e->lock);
+        pith_err err;
+        bool progressed = engine_step(e, &err) != 0;
+        pthread_mutex_lock(&e->lock);
+        if (!progressed && !e->stop_requested) {
+            /* Nothing could run (should not happen while work exists); do not spin. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+int pith_engine_start(pith_engine *e, pith_err *err) {
+    if (e->thread_started) return pith_errf(err, "the engine thread is already running");
+    e->stop_requested = false;
+    if (pthread_create(&e->thread, NULL, engine_thread, e)) return pith_errf(err, "cannot start the engine thread");
+    e->thread_started = true;
+    return 0;
+}
+
+void pith_engine_stop(pith_engine *e) {
+    if (!e->thread_started) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop_requested = true;
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    e->thread_started = false;
+}
+
+int pith_engine_step(pith_engine *e, pith_err *err) {
+    pith_err local;
+    if (!err) err = &local;
+    err->msg[0] = 0;
+    engine_step(e, err);
+    return err->msg[0] ? -1 : 0;
+}
+
+int pith_engine_run(pith_engine *e, pith_err *err) {
+    int rc = 0;
+    while (pith_engine_has_work(e)) {
+        pith_err step_err;
+        if (pith_engine_step(e, &step_err) && rc == 0) {
+            rc = -1;
+            if (err) *err = step_err;
+        }
+    }
+    return rc;
+}

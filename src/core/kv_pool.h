@@ -1,0 +1,83 @@
+/* KV pool: the block manager. Owns the paged KV storage (kv.h) and decides which block is free, which
+ * is held by sequences and which holds a reusable prefix (the prefix cache).
+ *
+ * Every block is in exactly one of three states:
+ *   free   - ref == 0, unnamed, on the free stack;
+ *   used   - ref > 0 (held by that many sequences), named or not;
+ *   cached - ref == 0 but named: its K/V is a known prefix, kept on an LRU list until evicted.
+ * so n_free + n_cached + n_used == n_blocks always (kv_pool_check verifies this and the lists).
+ *
+ * A full block is named by a hash chain: name = H(parent name, its block_size token ids), where the
+ * first block's parent is the request's cache salt hash. Lookups confirm a name by comparing the
+ * parent name and the token ids, so a hash collision can only make a lookup miss, not return the wrong
+ * K/V. Allocation takes a free block, else evicts the least recently released cached block. Callers
+ * release a sequence's blocks tail first, so its tail is evicted before its head. */
+#ifndef PITH_CORE_KV_POOL_H
+#define PITH_CORE_KV_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pith/kv.h"
+#include "pith/status.h"
+
+typedef struct kv_block {
+    int ref;
+    bool named;
+    uint64_t name;       /* chain hash, when named */
+    uint64_t parent;     /* parent's chain hash (or salt hash for a first block), when named */
+    int hash_next;       /* next block in the same hash bucket, -1 ends */
+    int lru_prev;        /* cached list links (older / newer), -1 ends */
+    int lru_next;
+    uint64_t last_used;  /* tick of the last release, for tests and debugging */
+} kv_block;
+
+typedef struct kv_pool {
+    pith_kv_cache cache;
+    int n_blocks;
+    int block_size;
+    kv_block *blocks;
+    int32_t *tokens;     /* [n_blocks * block_size]: the token ids of named blocks */
+    int *buckets;        /* hash table heads, -1 empty */
+    int n_buckets;       /* power of two */
+    int *free_stack;
+    int n_free;
+    int lru_head;        /* oldest cached block (evicted first) */
+    int lru_tail;
+    int n_cached;
+    int n_used;
+    uint64_t tick;
+    uint64_t evictions;
+} kv_pool;
+
+/* with_storage false: bookkeeping only (tests of the block manager); cache stays zeroed. */
+int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, int n_blocks, pith_dtype type,
+                 bool with_storage, pith_err *err);
+void kv_pool_free(kv_pool *p);
+
+/* Blocks an allocation can get right now: free plus evictable cached ones. */
+static inline int kv_pool_available(const kv_pool *p) { return p->n_free + p->n_cached; }
+
+/* Takes a block (ref 1, unnamed): a free one, else evicts the oldest cached one. -1 when none. */
+int kv_pool_alloc(kv_pool *p);
+/* Adds a reference to a used or cached block (a cached block becomes used). */
+void kv_pool_acquire(kv_pool *p, int block);
+/* Drops a reference; at zero a named block becomes cached (newest), an unnamed one free. */
+void kv_pool_release(kv_pool *p, int block);
+
+/* Chain hash of one full block. */
+uint64_t kv_pool_chain_hash(uint64_t parent, const int32_t *tokens, int block_size);
+/* Hash of a cache salt; 0 for NULL or "" (no salt). */
+uint64_t kv_pool_salt_hash(const char *salt);
+/* The block named `name` with this parent and these tokens, or -1. Takes no reference. */
+int kv_pool_lookup(const kv_pool *p, uint64_t name, uint64_t parent, const int32_t *tokens);
+/* Names a used block whose K/V for `tokens` is now computed. Does nothing when the block is already
+ * named or another block has this name already (the content is then cached once). */
+void kv_pool_name(kv_pool *p, int block, uint64_t name, uint64_t parent, const int32_t *tokens);
+
+/* Checks the invariants above (counts, list membership, hash table). When expected_refs is not NULL
+ * it must hold, for every block, the number of references the caller's sequences hold. Returns 0 or
+ * -1 with err saying what is wrong. */
+int kv_pool_check(const kv_pool *p, const int *expected_refs, pith_err *err);
+
+#endif

@@ -1,0 +1,87 @@
+/* A sequence: one request's state inside the engine, from submission to its final event.
+ *
+ * Tokens are prompt followed by generated ids. The first n_computed of them have their K/V in the
+ * sequence's blocks (blocks[i] holds positions i*block_size ..), and the first n_named blocks are named
+ * in the prefix cache, the last of them with chain hash last_name. A sequence that is not running holds
+ * no blocks and has n_computed == 0; preemption returns it to that state, keeping its tokens so it can
+ * recompute them (mostly from the prefix cache).
+ *
+ * Output text passes through `held`: text that could be the start of a stop string waits there until
+ * the next token shows it is not. */
+#ifndef PITH_CORE_SEQ_H
+#define PITH_CORE_SEQ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pith/engine.h"
+
+typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct seq {
+    uint64_t id;
+    uint64_t arrival;          /* submission order: FCFS within a priority */
+    int priority;
+    seq_state state;
+
+    int32_t *tokens;
+    int n_tokens;
+    int cap_tokens;
+    int n_prompt;
+    int max_len;               /* n_tokens never exceeds this (prompt + max_tokens, capped) */
+
+    int *blocks;
+    int n_blocks;
+    int cap_blocks;
+    int n_computed;
+    int n_named;
+    uint64_t salt;             /* parent name of block 0 */
+    uint64_t last_name;        /* name of block n_named - 1 (salt when n_named == 0) */
+
+    int n_sched;               /* tokens scheduled in the current step */
+    uint64_t preempted_step;   /* step of the last preemption (+1; 0: never) */
+    bool admitted_once;
+    int cached_tokens;         /* prefix cache hit at first admission */
+
+    /* request parameters */
+    pith_sampling_params sampling;
+    pith_sampler *sampler;     /* created at the first sample: a queued request costs no vocab-sized
+                                  buffers */
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop;
+    int n_stop;
+    int max_stop_len;
+    bool ignore_eos;
+    bool logprobs;
+    int top_logprobs;
+    pith_token_cb on_token;
+    void *user;
+
+    /* output */
+    pith_detok detok;
+    bool has_detok;
+    char *held;
+    int n_held;
+    int cap_held;
+    char *released;            /* what seq_push_text last released */
+    int cap_released;
+
+    bool cancel_requested;     /* written under the engine lock by pith_engine_cancel */
+    pith_finish_reason finish;
+} seq;
+
+/* Copies the request. Validation of ranges happens in the engine before this. */
+int seq_create(const pith_request *r, int max_len, int block_size, const pith_tokenizer *tok,
+               seq **out, pith_err *err);
+void seq_free(seq *s);
+
+int seq_append(seq *s, int32_t token);
+bool seq_is_stop_id(const seq *s, int32_t token);
+
+/* Adds text produced by the detokenizer and sets *out and *out_len to what may be released now (pointing
+ * into an internal buffer valid until the next call). Returns true when a stop string matched: the
+ * released text then ends before it and the sequence must finish. `final` releases everything held. */
+bool seq_push_text(seq *s, const char *text, int len, bool final, const char **out, int *out_len);
+
+#endif

@@ -1,0 +1,258 @@
+/* The step loop: take in new requests and cancellations, schedule, lay the scheduled tokens out as one
+ * flat batch, run the model once, then sample, check stop conditions and report for every sequence
+ * whose prompt or decode token completed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine_internal.h"
+
+static void emit(seq *s, const pith_token_event *ev) {
+    if (s->on_token) s->on_token(ev, s->user);
+}
+
+/* Takes s off the live list (under the lock), counts it and frees it. */
+static void retire(pith_engine *e, seq *s) {
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_live; i++) {
+        if (e->live[i] == s) {
+            e->live[i] = e->live[--e->n_live];
+            break;
+        }
+    }
+    e->stats.requests_finished++;
+    if (s->finish == PITH_FINISH_CANCELLED) e->stats.requests_cancelled++;
+    if (s->finish == PITH_FINISH_ERROR) e->stats.requests_failed++;
+    if (s->cancel_requested) e->n_cancel_pending--;
+    pthread_mutex_unlock(&e->lock);
+    seq_free(s);
+}
+
+void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_string, const char *error) {
+    s->finish = why;
+    const char *text = "";
+    int len = 0;
+    if (s->has_detok && !stop_string) {
+        char tail[64];
+        size_t n = pith_detok_flush(&s->detok, tail, sizeof tail);
+        seq_push_text(s, tail, (int)n, true, &text, &len);
+    }
+    pith_token_event ev = {
+        .request_id = s->id, .user = s->user, .token = -1, .text = text, .text_len = (size_t)len,
+        .final = true, .finish_reason = why, .error = error ? error : "",
+        .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
+                  .cached_tokens = s->cached_tokens},
+    };
+    emit(s, &ev);
+    retire(e, s);
+}
+
+/* Moves submitted requests into the scheduler and collects cancelled ones; returns how many were
+ * cancelled (in e->cancels). */
+static int take_in(pith_engine *e) {
+    pthread_mutex_lock(&e->lock);
+    seq **in = e->incoming;
+    int n_in = e->n_incoming, cap_in = e->cap_incoming;
+    e->incoming = e->intake;
+    e->cap_incoming = e->cap_intake;
+    e->n_incoming = 0;
+    e->intake = in;
+    e->cap_intake = cap_in;
+    int n_cancel = 0;
+    if (e->n_cancel_pending > 0 && engine_grow_list(&e->cancels, &e->cap_cancels, e->n_cancel_pending) == 0) {
+        for (int i = 0; i < e->n_live; i++) {
+            seq *s = e->live[i];
+            if (s->cancel_requested && s->finish == PITH_FINISH_NONE) {
+                s->finish = PITH_FINISH_CANCELLED; /* taken: not collected twice */
+                e->cancels[n_cancel++] = s;
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+
+    for (int i = 0; i < n_in; i++) {
+        if (sched_add(&e->sc, in[i])) engine_finish(e, in[i], PITH_FINISH_ERROR, false, "out of memory");
+    }
+    for (int i = 0; i < n_cancel; i++) {
+        sched_remove(&e->sc, e->cancels[i]);
+        engine_finish(e, e->cancels[i], PITH_FINISH_CANCELLED, false, NULL);
+    }
+    return n_cancel;
+}
+
+/* Lays the scheduled tokens out as one flat batch (batch.h); returns the token count. */
+static int build_batch(pith_engine *e, pith_batch *b) {
+    const sched *sc = &e->sc;
+    const int bs = e->opt.block_size;
+    int stride = 1;
+    for (int i = 0; i < sc->n_batch; i++)
+        if (sc->batch[i]->n_blocks > stride) stride = sc->batch[i]->n_blocks;
+    int n = 0;
+    for (int i = 0; i < sc->n_batch; i++) {
+        const seq *s = sc->batch[i];
+        for (int j = 0; j < s->n_sched; j++, n++) {
+            int p = s->n_computed + j;
+            e->b_tokens[n] = s->tokens[p];
+            e->b_positions[n] = p;
+            e->b_seq[n] = i;
+            e->b_slots[n] = s->blocks[p / bs] * bs + p % bs;
+            e->b_want[n] = p == s->n_tokens - 1;
+        }
+        int32_t *row = &e->b_tables[(size_t)i * stride];
+        for (int k = 0; k < stride; k++) row[k] = k < s->n_blocks ? s->blocks[k] : -1;
+    }
+    *b = (pith_batch){
+        .n_tokens = n, .tokens = e->b_tokens, .positions = e->b_positions, .seq = e->b_seq,
+        .kv_slots = e->b_slots, .want_logits = e->b_want, .n_seqs = sc->n_batch, .max_blocks = stride,
+        .block_tables = e->b_tables,
+    };
+    return n;
+}
+
+/* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
+static float logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) mx = row[i] > mx ? row[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
+    float lse = mx + (float)log(sum);
+    int have = 0;
+    for (int i = 0; i < n_vocab && n_top > 0; i++) {
+        if (have == n_top && row[i] <= top[have - 1].logprob) continue;
+        int k = have < n_top ? have++ : have - 1;
+        while (k > 0 && top[k - 1].logprob < row[i]) {
+            top[k] = top[k - 1];
+            k--;
+        }
+        top[k] = (pith_logprob){.token = i, .logprob = row[i]};
+    }
+    for (int i = 0; i < have; i++) top[i].logprob -= lse;
+    return row[chosen] - lse;
+}
+
+/* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds. */
+static void sample_and_report(pith_engine *e, seq *s, float *row) {
+    pith_err err;
+    if (!s->sampler && pith_sampler_new(&s->sampling, e->n_vocab, &s->sampler, &err)) {
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
+        return;
+    }
+    if (s->logprobs) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
+    int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
+    if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_ERROR, false, tok < 0 || tok >= e->n_vocab ? "sampler failed" : "out of memory");
+        return;
+    }
+    e->n_generated++;
+
+    pith_token_event ev = {.request_id = s->id, .user = s->user, .token = tok, .text = ""};
+    pith_logprob top[PITH_ENGINE_MAX_TOP_LOGPROBS];
+    if (s->logprobs) {
+        ev.has_logprob = true;
+        ev.logprob = logprobs(e->raw_row, e->n_vocab, tok, top, s->top_logprobs);
+        ev.n_top = s->top_logprobs < e->n_vocab ? s->top_logprobs : e->n_vocab;
+        ev.top = top;
+    }
+    pith_finish_reason why = PITH_FINISH_NONE;
+    bool stop_string = false;
+    if ((!s->ignore_eos && e->tok && pith_tokenizer_is_eog(e->tok, tok)) || seq_is_stop_id(s, tok)) {
+        why = PITH_FINISH_STOP;
+    } else if (s->has_detok) {
+        char piece[1024];
+        size_t n = pith_detok_push(&s->detok, tok, piece, sizeof piece);
+        int len = 0;
+        stop_string = seq_push_text(s, piece, (int)n, false, &ev.text, &len);
+        ev.text_len = (size_t)len;
+        if (stop_string) why = PITH_FINISH_STOP;
+    }
+    if (why == PITH_FINISH_NONE && s->n_tokens >= s->max_len) why = PITH_FINISH_LENGTH;
+    emit(s, &ev);
+    if (why != PITH_FINISH_NONE) {
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, why, stop_string, NULL);
+    }
+}
+
+bool engine_step(pith_engine *e, pith_err *err) {
+    err->msg[0] = 0;
+    bool progressed = take_in(e) > 0;
+    sched *sc = &e->sc;
+    sched_schedule(sc);
+    if (sc->n_batch == 0) {
+        if (sc->n_waiting > 0 && sc->n_running == 0) {
+            /* Cannot happen (a lone sequence always fits); never leave a request stranded if it does. */
+            seq *s = sc->waiting[0];
+            sched_remove(sc, s);
+            engine_finish(e, s, PITH_FINISH_ERROR, false, "the scheduler could not place this request");
+            progressed = true;
+        }
+        engine_publish_stats(e);
+        return progressed;
+    }
+
+    pith_batch b;
+    int n_tokens = build_batch(e, &b);
+    int n_seqs = sc->n_batch;
+    memcpy(e->step_seqs, sc->batch, (size_t)n_seqs * sizeof *e->step_seqs);
+    int rc = e->model->ops->forward(e->model, &e->pool.cache, &b, e->logits, err);
+    e->n_forwards++;
+    if (rc) {
+        if (!err->msg[0]) pith_errf(err, "the model failed");
+        for (int i = 0; i < n_seqs; i++) {
+            sched_remove(sc, e->step_seqs[i]);
+            engine_finish(e, e->step_seqs[i], PITH_FINISH_ERROR, false, err->msg);
+        }
+        engine_publish_stats(e);
+        return true;
+    }
+    e->n_computed_tokens += (uint64_t)n_tokens;
+    sched_commit(sc);
+    int row = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        seq *s = e->step_seqs[i];
+        if (s->n_computed < s->n_tokens) continue; /* a prompt chunk that is not the last */
+        sample_and_report(e, s, &e->logits[(size_t)row++ * e->n_vocab]);
+    }
+    engine_publish_stats(e);
+    return true;
+}
+
+int engine_check(pith_engine *e, pith_err *err) {
+    const int bs = e->opt.block_size;
+    int *refs = calloc((size_t)e->pool.n_blocks, sizeof *refs);
+    if (!refs) return pith_errf(err, "engine check: out of memory");
+    int rc = -1;
+    for (int i = 0; i < e->sc.n_running; i++) {
+        const seq *s = e->sc.running[i];
+        if (s->state != SEQ_RUNNING || s->n_computed > s->n_tokens || s->n_blocks * bs < s->n_computed ||
+            s->n_blocks > s->cap_blocks || s->n_named * bs > s->n_computed || s->n_tokens > s->max_len) {
+            pith_errf(err, "running request %llu is inconsistent (tokens %d, computed %d, blocks %d, named %d)",
+                      (unsigned long long)s->id, s->n_tokens, s->n_computed, s->n_blocks, s->n_named);
+            goto done;
+        }
+        for (int k = 0; k < s->n_blocks; k++) {
+            if (s->blocks[k] < 0 || s->blocks[k] >= e->pool.n_blocks) {
+                pith_errf(err, "request %llu holds block %d", (unsigned long long)s->id, s->blocks[k]);
+                goto done;
+            }
+            refs[s->blocks[k]]++;
+        }
+    }
+    for (int i = 0; i < e->sc.n_waiting; i++) {
+        const seq *s = e->sc.waiting[i];
+        if (s->state != SEQ_WAITING || s->n_blocks != 0 || s->n_computed != 0) {
+            pith_errf(err, "waiting request %llu holds blocks or computed tokens", (unsigned long long)s->id);
+            goto done;
+        }
+    }
+    if (e->sc.n_running > e->opt.max_num_seqs) {
+        pith_errf(err, "%d sequences running, limit %d", e->sc.n_running, e->opt.max_num_seqs);
+        goto done;
+    }
+    rc = kv_pool_check(&e->pool, refs, err);
+done:
+    free(refs);
+    return rc;
+}

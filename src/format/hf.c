@@ -1,0 +1,269 @@
+/* Hugging Face checkpoints as model files: config.json for the hyper-parameters, model.safetensors or a
+ * sharded model.safetensors.index.json for the tensors, renamed to canonical (GGUF-style) names. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/hf_config.h"
+#include "format/modelfile_internal.h"
+#include "format/printable.h"
+#include "format/safetensors.h"
+
+#define MAX_INDEX_BYTES (64u << 20)
+
+/* Writes the canonical name of a Hugging Face tensor name into out; false when it has none (the tensor
+ * then keeps its own name). */
+static bool canonical_name(const char *hf, char *out, size_t cap) {
+    static const struct { const char *hf, *name; } globals[] = {
+        {"model.embed_tokens.weight", "token_embd.weight"},
+        {"model.norm.weight", "output_norm.weight"},
+        {"lm_head.weight", "output.weight"},
+    };
+    static const struct { const char *hf, *name; } layer[] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"},
+    };
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
+        if (!strcmp(hf, globals[i].hf)) {
+            snprintf(out, cap, "%s", globals[i].name);
+            return true;
+        }
+    }
+    static const char prefix[] = "model.layers.";
+    if (strncmp(hf, prefix, sizeof prefix - 1)) return false;
+    const char *p = hf + sizeof prefix - 1;
+    long layer_no = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 7; p++, digits++) layer_no = layer_no * 10 + (*p - '0');
+    if (!digits || *p != '.' || (digits > 1 && hf[sizeof prefix - 1] == '0')) return false;
+    p++;
+    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
+        if (!strcmp(p, layer[i].hf)) {
+            snprintf(out, cap, "blk.%ld.%s", layer_no, layer[i].name);
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* The index's shard lists: weight_map names -> shard numbers, and the distinct shard file names. */
+typedef struct shard_map {
+    pith_name_index names;   /* Hugging Face tensor name -> entry number */
+    int *shard_of;           /* per entry */
+    bool *found;             /* per entry: seen in its shard */
+    const char **entry_name; /* per entry */
+    const char **shards;     /* distinct shard file names, sorted */
+    int n_entries, n_shards;
+    cJSON *json;             /* owns every string above */
+} shard_map;
+
+static void shard_map_free(shard_map *s) {
+    pith_name_index_free(&s->names);
+    free(s->shard_of);
+    free(s->found);
+    free(s->entry_name);
+    free(s->shards);
+    cJSON_Delete(s->json);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static int shard_number(const shard_map *s, const char *file) {
+    const char **hit = bsearch(&file, s->shards, (size_t)s->n_shards, sizeof *s->shards, cmp_cstr);
+    return hit ? (int)(hit - s->shards) : -1;
+}
+
+static int read_index(const char *path, shard_map *s, pith_err *err) {
+    char *text;
+    size_t len;
+    if (pith_read_small_file(path, MAX_INDEX_BYTES, &text, &len, err)) return -1;
+    s->json = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(s->json, "weight_map");
+    if (!cJSON_IsObject(wm)) return pith_errf(err, "%s: not JSON with a \"weight_map\" object", path);
+    int n = cJSON_GetArraySize(wm);
+    if (n <= 0) return pith_errf(err, "%s: \"weight_map\" is empty", path);
+    s->shard_of = calloc((size_t)n, sizeof *s->shard_of);
+    s->found = calloc((size_t)n, sizeof *s->found);
+    s->entry_name = calloc((size_t)n, sizeof *s->entry_name);
+    s->shards = calloc((size_t)n, sizeof *s->shards);
+    pith_name_entry *entries = calloc((size_t)n, sizeof *entries);
+    if (!s->shard_of || !s->found || !s->entry_name || !s->shards || !entries) {
+        free(entries);
+        return pith_errf(err, "%s: out of memory", path);
+    }
+    const cJSON *item;
+    int i = 0;
+    cJSON_ArrayForEach(item, wm) {
+        char shown[PITH_PRINTABLE_CAP];
+        const char *file = cJSON_IsString(item) ? item->valuestring : NULL;
+        /* Shards must sit in the model directory: no paths, no hidden or parent entries. */
+        if (!file || !file[0] || file[0] == '.' || strchr(file, '/') || strchr(file, '\\')) {
+            free(entries);
+            return pith_errf(err, "%s: weight_map entry '%s' does not name a shard file in the same directory",
+                             path, pith_printable(shown, sizeof shown, item->string, strlen(item->string)));
+        }
+        s->entry_name[i] = item->string;
+        s->shards[i] = file;
+        entries[i] = (pith_name_entry){{item->string, strlen(item->string)}, i};
+        i++;
+    }
+    s->n_entries = n;
+    int64_t dup = 0;
+    if (pith_name_index_build(&s->names, entries, n, &dup)) {
+        char shown[PITH_PRINTABLE_CAP];
+        return pith_errf(err, "%s: weight_map lists '%s' twice", path,
+                         pith_printable(shown, sizeof shown, s->entry_name[dup], strlen(s->entry_name[dup])));
+    }
+    /* Shard names were copied per entry; sort and deduplicate them, then number each entry's shard. */
+    const char **files = malloc((size_t)n * sizeof *files);
+    if (!files) return pith_errf(err, "%s: out of memory", path);
+    memcpy(files, s->shards, (size_t)n * sizeof *files);
+    qsort(s->shards, (size_t)n, sizeof *s->shards, cmp_cstr);
+    int u = 0;
+    for (int k = 0; k < n; k++)
+        if (!u || strcmp(s->shards[u - 1], s->shards[k])) s->shards[u++] = s->shards[k];
+    s->n_shards = u;
+    for (int k = 0; k < n; k++) s->shard_of[k] = shard_number(s, files[k]);
+    free(files);
+    return 0;
+}
+
+typedef struct hf_ctx {
+    pith_model_file *f;
+    bool tie;
+    shard_map *index; /* NULL for a single file */
+    pith_err *err;
+} hf_ctx;
+
+static int load_shard(hf_ctx *c, const char *path, int shard) {
+    pith_model_file *f = c->f;
+    pith_mapped_file m;
+    if (pith_mf_map(f, path, &m, c->err)) return -1;
+    pith_tensor *ts;
+    int n;
+    if (pith_safetensors_parse(path, &m, &ts, &n, c->err)) return -1;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        char name[96];
+        pith_tensor t = ts[i];
+        if (c->index) {
+            int64_t e = pith_name_index_find(&c->index->names, t.name, strlen(t.name));
+            if (e >= 0 && c->index->shard_of[e] == shard) c->index->found[e] = true;
+        }
+        if (canonical_name(t.name, name, sizeof name)) t.name = name;
+        /* A tied checkpoint that still carries lm_head uses the embedding, like transformers does. */
+        if (c->tie && !strcmp(t.name, "output.weight")) continue;
+        rc = pith_mf_add_tensor(f, &t, 1, c->err);
+    }
+    pith_safetensors_free(ts, n);
+    return rc;
+}
+
+static int load_sharded(hf_ctx *c, const char *dir, const char *index_path) {
+    shard_map s = {0};
+    c->index = &s;
+    int rc = read_index(index_path, &s, c->err);
+    for (int i = 0; !rc && i < s.n_shards; i++) {
+        char *path = join(dir, s.shards[i]);
+        rc = path ? load_shard(c, path, i) : pith_errf(c->err, "%s: out of memory", index_path);
+        free(path);
+    }
+    for (int e = 0; !rc && e < s.n_entries; e++) {
+        if (s.found[e]) continue;
+        char shown[PITH_PRINTABLE_CAP];
+        rc = pith_errf(c->err, "%s: weight_map puts '%s' in %s, which does not contain it", index_path,
+                       pith_printable(shown, sizeof shown, s.entry_name[e], strlen(s.entry_name[e])),
+                       s.shards[s.shard_of[e]]);
+    }
+    c->index = NULL;
+    shard_map_free(&s);
+    return rc;
+}
+
+static char *parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+int pith_load_hf(pith_model_file *f, pith_err *err) {
+    struct stat st;
+    bool is_dir = stat(f->path, &st) == 0 && S_ISDIR(st.st_mode);
+    const char *base = strrchr(f->path, '/');
+    base = base ? base + 1 : f->path;
+    f->dir = is_dir ? strdup(f->path) : parent_dir(f->path);
+    char *config = f->dir ? join(f->dir, "config.json") : NULL;
+    char *index = NULL, *single = NULL;
+    int rc = -1;
+    if (!config) {
+        pith_errf(err, "%s: out of memory", f->path);
+        goto done;
+    }
+    if (is_dir || !strcmp(base, "config.json")) {
+        index = join(f->dir, "model.safetensors.index.json");
+        single = join(f->dir, "model.safetensors");
+        if (!index || !single) {
+            pith_errf(err, "%s: out of memory", f->path);
+            goto done;
+        }
+        if (is_file(index)) {
+            free(single);
+            single = NULL;
+        } else if (is_file(single)) {
+            free(index);
+            index = NULL;
+        } else {
+            pith_errf(err, "%s: no model.safetensors or model.safetensors.index.json in %s", f->path, f->dir);
+            goto done;
+        }
+    } else if (strlen(base) >= 5 && !strcmp(base + strlen(base) - 5, ".json")) {
+        index = strdup(f->path);
+    } else {
+        single = strdup(f->path);
+    }
+    if (!index && !single) {
+        pith_errf(err, "%s: out of memory", f->path);
+        goto done;
+    }
+    hf_ctx c = {f, false, NULL, err};
+    if (pith_hf_parse_config(config, &f->hp, &c.tie, err)) goto done;
+    if (index ? load_sharded(&c, f->dir, index) : load_shard(&c, single, 0)) goto done;
+    if (!f->hp.n_vocab) {
+        const pith_tensor *embd = pith_mf_find(f, "token_embd.weight");
+        if (embd && embd->ne[1] <= INT32_MAX) f->hp.n_vocab = (int)embd->ne[1];
+    }
+    rc = 0;
+done:
+    free(config);
+    free(index);
+    free(single);
+    return rc;
+}

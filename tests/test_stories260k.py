@@ -1,0 +1,67 @@
+"""stories260K (a real trained tiny Llama from llama2.c) through `pith run`, against the reference in
+../shared: greedy text byte for byte, and logits within 1e-4 absolute for the first 150 steps.
+
+Tolerance: the reference logits were computed in float64; Pith computes in float32 with F32 weights, so
+per-logit differences of ~1e-6..1e-5 are expected from rounding. 1e-4 is what the issue asks; past step
+150 the top-2 gap shrinks to 0.004 (step 185), which is why only the greedy text is compared there."""
+import os
+import unittest
+
+import numpy as np
+
+from pithtest import main, run_pith, shared_dir, tmp_dir
+
+SHARED = shared_dir()
+MODEL = os.path.join(SHARED, "models/stories260K/stories260K.bin")
+TOKENIZER = os.path.join(SHARED, "models/stories260K/tok512.bin")
+REF = os.path.join(SHARED, "models/stories260K/reference")
+
+
+class Stories260K(unittest.TestCase):
+    def generate(self, threads, extra=()):
+        out = os.path.join(tmp_dir(), "stories260k-logits-t%d.bin" % threads)
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", "", "-n", "200", "--temp", "0",
+                      "-t", str(threads), "--logits-out", out] + list(extra))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r, np.fromfile(out, dtype="<f4")
+
+    def check(self, threads):
+        r, logits = self.generate(threads)
+        with open(os.path.join(REF, "stories260K_greedy_text.txt"), "rb") as f:
+            ref_text = f.read()
+        self.assertEqual(r.stdout, ref_text + b"\n")
+        ref = np.load(os.path.join(REF, "stories260K_greedy_logits.npy"))
+        self.assertEqual(logits.size, ref.size)
+        logits = logits.reshape(ref.shape)
+        err = np.abs(logits[:150].astype(np.float64) - ref[:150]).max()
+        print("threads %d: max |logit - ref| over 150 steps = %.3g" % (threads, err))
+        self.assertLess(err, 1e-4)
+        ref_tokens = [int(x) for x in open(os.path.join(REF, "stories260K_greedy_tokens.txt")).read().split()]
+        self.assertEqual(list(logits.argmax(axis=1)[:150]), ref_tokens[:150])
+        self.assertIn(b"tok/s", r.stderr)
+
+    def test_one_thread(self):
+        self.check(1)
+
+    def test_two_threads(self):
+        self.check(2)
+
+    def test_ignore_eos_generates_exactly_n(self):
+        out = os.path.join(tmp_dir(), "stories260k-n7.bin")
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-n", "7", "--temp", "0",
+                      "--ignore-eos", "--logits-out", out])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(os.path.getsize(out), 7 * 512 * 4)
+
+    def test_same_seed_same_text(self):
+        args = ["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", "Once upon a time", "-n", "60",
+                "--temp", "1.0", "--top-k", "0", "--top-p", "0.9", "--seed", "42"]
+        a, b = run_pith(args), run_pith(args)
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(a.stdout, b.stdout)
+        c = run_pith(args[:-1] + ["43"])
+        self.assertNotEqual(a.stdout, c.stdout)
+
+
+if __name__ == "__main__":
+    main()
