@@ -10,6 +10,7 @@
  * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
@@ -350,12 +351,22 @@ static const pith_cpu_kernels avx2_kernels = {
     .f32_to_f16 = f32_to_f16_avx2,
 };
 
-const pith_cpu_kernels *pith_cpu_kernels_avx2(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return &avx2_kernels;
-    return NULL;
+/* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
+ * enabled by the OS (OSXSAVE, and XCR0 saving SSE and AVX registers). */
+static bool has_avx2_fma_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+    if (!fma || !osxsave || !f16c) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6) != 6) return false;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return b & (1u << 5);
 }
+
+const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return has_avx2_fma_f16c() ? &avx2_kernels : NULL; }
 
 #else
 
