@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/buf.h"
 #include "server/generate.h"
 #include "server/handlers.h"
 
@@ -42,6 +43,31 @@ static int check_messages(const cJSON *msgs, api_error *err) {
     return 0;
 }
 
+/* A copy of the messages where each list of text parts becomes one string (parts joined by "\n", as
+ * vLLM does): most templates only know string content. */
+static cJSON *flatten_messages(const cJSON *msgs) {
+    cJSON *copy = cJSON_Duplicate(msgs, true);
+    cJSON *m;
+    cJSON_ArrayForEach(m, copy) {
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsArray(content)) continue;
+        buf text = {0};
+        const cJSON *part;
+        int i = 0;
+        cJSON_ArrayForEach(part, content) {
+            if (i++) buf_puts(&text, "\n");
+            buf_puts(&text, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
+        }
+        bool ok = !text.failed && cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(text.data ? text.data : ""));
+        buf_free(&text);
+        if (!ok) {
+            cJSON_Delete(copy);
+            return NULL;
+        }
+    }
+    return copy;
+}
+
 /* Template variables beyond messages: tools, and the extension chat_template_kwargs. */
 static cJSON *template_vars(const cJSON *body, api_error *err) {
     cJSON *vars = cJSON_CreateObject();
@@ -78,14 +104,20 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
     api_error verr = {0};
     cJSON *vars = template_vars(body, &verr);
     if (!vars) return verr.status ? (*err = verr, -1) : api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    cJSON *flat = flatten_messages(msgs);
+    if (!flat) {
+        cJSON_Delete(vars);
+        return api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    }
     pith_chat_options opts = {
         .add_generation_prompt = add_gen, .bos_token = srv->bos_text, .eos_token = srv->eos_text, .vars = vars,
     };
     char *text = NULL;
     size_t len = 0;
     pith_err why;
-    int rc = pith_chat_template_render(srv->chat, msgs, &opts, &text, &len, &why);
+    int rc = pith_chat_template_render(srv->chat, flat, &opts, &text, &len, &why);
     cJSON_Delete(vars);
+    cJSON_Delete(flat);
     if (rc) {
         server_log(srv, "chat template: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template");

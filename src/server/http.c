@@ -159,10 +159,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (r->responded) return MHD_YES; /* an early error is on its way; the rest is dropped */
-        if (n > srv->max_body - r->body_len) {
-            char limit[32];
-            snprintf(limit, sizeof limit, "%zu", srv->max_body);
-            return reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
+        if (r->too_large || n > srv->max_body - r->body_len) {
+            /* libmicrohttpd takes a response only once the body is in (or before it starts): drop the
+             * rest and answer 413 at the end, but close a sender that keeps going far beyond. */
+            r->too_large = true;
+            r->dropped += n;
+            free(r->body);
+            r->body = NULL;
+            r->body_len = r->body_cap = 0;
+            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
         }
         if (r->body_len + n + 1 > r->body_cap) {
             size_t cap = r->body_cap ? r->body_cap : 4096;
@@ -178,6 +183,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
+    if (r->too_large) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%zu", srv->max_body);
+        return reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
+    }
     return r->route->handler(r);
 }
 

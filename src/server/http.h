@@ -28,6 +28,8 @@ typedef struct http_request {
     const struct route *route;
     char *body;                 /* NUL-terminated once complete */
     size_t body_len, body_cap;
+    bool too_large;             /* the body went past the limit: the rest is dropped, 413 follows */
+    size_t dropped;
     bool responded;
     int status;                 /* of the queued response, for the access log */
     double t_arrival;

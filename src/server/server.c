@@ -156,11 +156,8 @@ int pith_server_load(pith_server *s, pith_err *err) {
     s->eos_text = a.eos_text;
     s->engine = e;
     s->max_seq_len = pith_engine_max_seq_len(e);
-    pith_engine_stats st;
-    pith_engine_get_stats(e, &st);
-    server_log(s, "model %s loaded in %.2f s: %d layers, vocabulary %d, %d tokens per sequence, KV pool %d blocks of %d",
-               s->model_name, server_now() - t0, s->model->hp.n_layers, s->model->hp.n_vocab, s->max_seq_len,
-               st.kv_blocks_total, st.block_size);
+    server_log(s, "model %s loaded in %.2f s: %d layers, vocabulary %d, %d tokens per sequence",
+               s->model_name, server_now() - t0, s->model->hp.n_layers, s->model->hp.n_vocab, s->max_seq_len);
     atomic_store(&s->ready, true);
     return 0;
 }
