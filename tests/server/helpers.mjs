@@ -166,3 +166,16 @@ export async function readSSE(response) {
   }
   return { events, done, text };
 }
+
+// /metrics once no request runs or waits and no KV block is held (the engine publishes its gauges at the
+// end of each step, a moment after the last response went out). Fails after `ms`.
+export async function idleMetrics(srv, key, ms = 3000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const text = (await call(srv, 'GET', '/metrics', { key })).text;
+    if (metric(text, 'pith_requests_running') === 0 && metric(text, 'pith_requests_waiting') === 0 &&
+        metric(text, 'pith_kv_blocks_in_use') === 0) return text;
+    if (Date.now() > until) throw new Error(`the server is still busy:\n${text}`);
+    await sleep(10);
+  }
+}

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { call, loadOpenAI, metric, sleep, startServer, stopServer } from './helpers.mjs';
+import { call, idleMetrics, loadOpenAI, metric, sleep, startServer, stopServer } from './helpers.mjs';
 
 const T = { timeout: 30000 };
 let srv, client, model;
@@ -241,15 +241,7 @@ describe('load', () => {
       assert.ok(e.name === 'AbortError' || /abort/i.test(e.constructor.name), `unexpected error ${e}`);
     }
     assert.equal(chunks, 3);
-    let text;
-    const until = Date.now() + 3000;
-    for (;;) {
-      text = await (await fetch(`${srv.base}/metrics`, { headers: { authorization: 'Bearer sk-test' } })).text();
-      if (metric(text, 'pith_requests_running') === 0 && metric(text, 'pith_kv_blocks_in_use') === 0) break;
-      assert.ok(Date.now() < until, `still busy after the abort:\n${text}`);
-      await sleep(10);
-    }
-    assert.equal(metric(text, 'pith_requests_waiting'), 0);
+    const text = await idleMetrics(srv, 'sk-test');
     const label = 'finish_reason="cancelled"';
     assert.ok(metric(text, 'pith_request_success_total', label) > metric(before, 'pith_request_success_total', label),
       'the requests were cancelled, not run to the end');
