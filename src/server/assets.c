@@ -21,24 +21,20 @@ static int read_text(const char *path, size_t max, bool missing_ok, char **out, 
     }
     size_t cap = 4096, n = 0;
     char *b = malloc(cap + 1);
-    int rc = 0;
-    while (b) {
+    int rc = b ? 0 : pith_errf(err, "out of memory reading %s", path);
+    while (rc == 0) {
         n += fread(b + n, 1, cap - n, f);
         if (n < cap) break;
         if (cap >= max) {
-            rc = pith_errf(err, "%s is larger than %zu bytes", path, max);
+            if (fgetc(f) != EOF) rc = pith_errf(err, "%s is larger than %zu bytes", path, max);
             break;
         }
         cap = cap * 2 > max ? max : cap * 2;
         char *nb = realloc(b, cap + 1);
-        if (!nb) {
-            free(b);
-            b = NULL;
-        }
-        b = nb;
+        if (!nb) rc = pith_errf(err, "out of memory reading %s", path);
+        else b = nb;
     }
-    if (!b) rc = pith_errf(err, "out of memory reading %s", path);
-    else if (rc == 0 && ferror(f)) rc = pith_errf(err, "cannot read %s", path);
+    if (rc == 0 && ferror(f)) rc = pith_errf(err, "cannot read %s", path);
     fclose(f);
     if (rc) {
         free(b);

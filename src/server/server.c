@@ -197,8 +197,9 @@ void pith_server_drain(pith_server *s, double deadline_s) {
     if (left > 0) {
         server_log(s, "drain: cancelling %d request(s) still running after %.1f s", left, server_now() - t0);
         jobs_cancel_all(s);
-        /* Cancelled requests end at the engine's next step; give their responses a moment to go out. */
-        wait_jobs(s, server_now() + 5.0);
+        /* Cancelled requests end at the engine's next step; give their responses a moment to go out
+         * (a client that does not read is cut off when the connections close below). */
+        wait_jobs(s, server_now() + 2.0);
     }
     atomic_store(&s->stopping, true);
     if (s->mhd) MHD_stop_daemon(s->mhd);
