@@ -109,7 +109,9 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
         read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
         t->strip_leading_space = t->add_space_prefix;
         static const char marker[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's visible space */
-        if (tok_add_norm(t, TOK_NORM_REPLACE, " ", 1, marker, 3, err) != 0) goto fail;
+        memcpy(t->space_marker, marker, 3);
+    t->space_marker_len = 3;
+    if (tok_add_norm(t, TOK_NORM_REPLACE, " ", 1, marker, 3, err) != 0) goto fail;
         if (t->add_space_prefix && tok_add_norm(t, TOK_NORM_PREPEND, marker, 3, NULL, 0, err) != 0) goto fail;
     }
     pith_str tmpl;
