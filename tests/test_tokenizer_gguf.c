@@ -69,6 +69,36 @@ done:
     pith_tokenizer_free(b);
 }
 
+/* Phi-3's control tokens strip the whitespace after them (llama.cpp sets this by model name, matching
+ * the rstrip flags of Phi-3's tokenizer.json); <|endoftext|> does not. */
+static void check_phi3(const char *shared) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/tokenizers/llamacpp/ggml-vocab-phi-3.gguf", shared);
+    pith_tokenizer *t;
+    pith_err err = {{0}};
+    CHECKF(pith_tokenizer_load(path, 0, &t, &err) == 0, "%s", err.msg);
+    if (!t) return;
+    const char *chat = "<|user|>\nHi<|end|>\n<|assistant|>";
+    int32_t *ids, *plain;
+    int n, n_plain;
+    CHECK(pith_tokenizer_encode(t, chat, strlen(chat), PITH_TOK_PARSE_SPECIAL, &ids, &n, &err) == 0);
+    CHECK(pith_tokenizer_encode(t, "Hi", 2, 0, &plain, &n_plain, &err) == 0);
+    /* <|user|> ▁Hi <|end|> <|assistant|>: both newlines stripped, "Hi" encoded as a fresh fragment. */
+    CHECK(n == n_plain + 3 && ids[0] == 32010 && ids[n - 2] == 32007 && ids[n - 1] == 32001);
+    CHECK(n >= 3 && memcmp(ids + 1, plain, (size_t)n_plain * sizeof *ids) == 0);
+    CHECK(pith_tokenizer_is_eog(t, 32007) && pith_tokenizer_is_eog(t, 32000));
+    free(ids);
+    free(plain);
+    const char *eot = "<|endoftext|>\nHi";
+    CHECK(pith_tokenizer_encode(t, eot, strlen(eot), PITH_TOK_PARSE_SPECIAL, &ids, &n, &err) == 0);
+    CHECK(n >= 3 && ids[0] == 32000 && ids[1] != 32000);
+    bool has_newline = false;
+    for (int i = 1; i < n; i++) has_newline |= ids[i] == 13;
+    CHECK(has_newline);
+    free(ids);
+    pith_tokenizer_free(t);
+}
+
 static void check_fixture(const char *shared) {
     char path[4400];
     snprintf(path, sizeof path, "%s/models/fixtures/llama-2-tiny-random.gguf", shared);
@@ -127,6 +157,19 @@ static void kv_f32_array(gbuf *b, const char *k, uint64_t n) {
         float f = -(float)i;
         put(b, &f, 4);
     }
+}
+
+static void kv_f32_values(gbuf *b, const char *k, const float *v, uint64_t n) {
+    key(b, k, 9);
+    put_u32(b, 6);
+    put_u64(b, n);
+    put(b, v, n * sizeof *v);
+}
+static void kv_i32_values(gbuf *b, const char *k, const int32_t *v, uint64_t n) {
+    key(b, k, 9);
+    put_u32(b, 5);
+    put_u64(b, n);
+    put(b, v, n * sizeof *v);
 }
 
 static int write_gguf(const char *path, const gbuf *kvs, uint64_t n_kv) {
@@ -200,6 +243,37 @@ static void check_handmade(const char *tmp) {
         pith_tokenizer_free(t);
     }
 
+    /* A SentencePiece vocabulary with a token holding "▁" after a letter ("a▁"): merges can then cross
+     * the start of a word, so the text must be merged whole. "a b" -> ▁a▁b: a+▁ (best), a▁+b, ▁+a▁b.
+     * Cutting at words would give [▁a][▁][b] instead. */
+    {
+        const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "a\xe2\x96\x81",
+                              "a\xe2\x96\x81" "b", "\xe2\x96\x81" "a\xe2\x96\x81" "b", "\xe2\x96\x81" "a"};
+        const float scores[] = {0, 0, 0, -5, -6, -7, -1, -2, -3, -1.5f};
+        const int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+        gbuf b = {0};
+        kv_str(&b, "tokenizer.ggml.model", "llama");
+        kv_str_array(&b, "tokenizer.ggml.tokens", toks, NULL, 10);
+        kv_f32_values(&b, "tokenizer.ggml.scores", scores, 10);
+        kv_i32_values(&b, "tokenizer.ggml.token_type", types, 10);
+        CHECK(write_gguf(path, &b, 4) == 0);
+        free(b.p);
+        t = NULL;
+        CHECKF(pith_tokenizer_load(path, 0, &t, &err) == 0, "%s", err.msg);
+        if (t) {
+            int32_t *ids;
+            int m;
+            CHECK(pith_tokenizer_encode(t, "a b", 3, PITH_TOK_ADD_BOS, &ids, &m, &err) == 0);
+            CHECK(m == 2 && ids[0] == 1 && ids[1] == 8);
+            free(ids);
+            /* "b a" -> ▁b▁a: only ▁+a is a token: [▁][b][▁a]. */
+            CHECK(pith_tokenizer_encode(t, "b a", 3, 0, &ids, &m, &err) == 0);
+            CHECK(m == 3 && ids[0] == 3 && ids[1] == 5 && ids[2] == 9);
+            free(ids);
+            pith_tokenizer_free(t);
+        }
+    }
+
     /* Broken metadata: each is refused with a message naming the file. */
     for (int c = 0; c < 4; c++) {
         gbuf b = {0};
@@ -231,5 +305,6 @@ int main(void) {
     run_llamacpp_suites(shared);
     compare_with_sentencepiece(shared);
     check_fixture(shared);
+    check_phi3(shared);
     return check_summary("test_tokenizer_gguf");
 }
