@@ -29,6 +29,7 @@ except ImportError as e:
     sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True   # keep the source tree clean (it may be read-only)
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import mkmodel  # noqa: E402
 import pith_gguf as G  # noqa: E402
