@@ -291,6 +291,9 @@ int jinja_global_index(jstr name);
 /* Python str.replace (count < 0: all) and str.center/ljust/rjust (how 0 / -1 / 1). */
 int jinja_str_replace(jctx *c, jstr s, jstr old, jstr new_, int64_t count, jstr *out);
 int jinja_str_pad(jctx *c, jstr s, int64_t width, jstr fill, int how, jstr *out);
+/* Python `fmt % args` (args: a tuple, a mapping for %(key)s, or one value) and fmt.format(...) (jinja_format.c). */
+int jinja_printf(jctx *c, jstr fmt, jv args, jv *out);
+int jinja_str_format(jctx *c, jstr fmt, const jargs *a, jv *out);
 
 /* Argument helpers: fetch parameter `pos` (positional index) or keyword `name`; *found false if absent. */
 int jargs_get(jctx *c, const jargs *a, int pos, const char *name, jv *out, bool *found);

@@ -470,6 +470,23 @@ static int f_attr(jctx *c, jv self, const jargs *a, jv *out) {
     return jv_getattr(c, self, name, out);
 }
 
+/* jinja2's do_format: `fmt|format(a, b)` is fmt % (a, b); keyword arguments make a mapping. */
+static int f_format(jctx *c, jv self, const jargs *a, jv *out) {
+    if (a->n_pos && a->n_kw) return jerr(c, "can't handle positional and keyword arguments at the same time");
+    jstr fmt;
+    jv args;
+    if (jv_to_str(c, self, &fmt) < 0) return -1;
+    if (a->n_kw) {
+        if (jdict_new(c, &args) < 0) return -1;
+        for (int i = 0; i < a->n_kw; i++)
+            if (jdict_set(c, args.u.dict, jv_str(a->kw_names[i]), a->kw_vals[i]) < 0) return -1;
+    } else {
+        if (jlist_new(c, (size_t)a->n_pos, true, &args) < 0) return -1;
+        for (int i = 0; i < a->n_pos; i++) args.u.list->items[i] = a->pos[i];
+    }
+    return jinja_printf(c, fmt, args, out);
+}
+
 static const struct {
     const char *name;
     jfilter_fn fn;
@@ -477,7 +494,7 @@ static const struct {
     {"abs", f_abs}, {"attr", f_attr}, {"capitalize", f_capitalize}, {"center", f_center},
     {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", jf_dictsort},
     {"e", f_escape}, {"escape", f_escape}, {"first", f_first}, {"float", f_float},
-    {"forceescape", f_escape}, {"indent", f_indent}, {"int", f_int}, {"items", jf_items},
+    {"forceescape", f_escape}, {"format", f_format}, {"indent", f_indent}, {"int", f_int}, {"items", jf_items},
     {"join", jf_join}, {"last", f_last}, {"length", f_length}, {"list", jf_list}, {"lower", f_lower},
     {"map", jf_map}, {"max", jf_max}, {"min", jf_min}, {"reject", jf_reject}, {"rejectattr", jf_rejectattr},
     {"replace", f_replace}, {"reverse", jf_reverse}, {"round", f_round}, {"safe", f_safe},

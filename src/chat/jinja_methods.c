@@ -390,6 +390,7 @@ static int str_method(jctx *c, jstr s, jstr name, const jargs *a, jv *out) {
         }
         return 0;
     }
+    if (jstr_eq_c(name, "format")) return jinja_str_format(c, s, a, out);
     return jerr(c, "unsupported method 'str.%.*s'", (int)(name.n > 40 ? 40 : name.n), name.p);
 }
 

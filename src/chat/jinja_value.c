@@ -537,7 +537,7 @@ int jv_binop(jctx *c, int op, jv a, jv b, jv *out) {
         if ((a.kind == JV_STR || a.kind == JV_LIST) && is_intlike(b)) return repeat(c, a, as_int(b), out);
         if ((b.kind == JV_STR || b.kind == JV_LIST) && is_intlike(a)) return repeat(c, b, as_int(a), out);
     }
-    if (op == OP_MOD && a.kind == JV_STR) return jerr(c, "unsupported printf-style string formatting ('%%')");
+    if (op == OP_MOD && a.kind == JV_STR) return jinja_printf(c, a.u.s, b, out);
     return arith(c, op, a, b, out);
 }
 
