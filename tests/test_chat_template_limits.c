@@ -52,6 +52,7 @@ static void expect_error(const char *tmpl, const pith_chat_limits *lim, const ch
     CHECKF(!frag1 || strstr(err.msg, frag1), "message [%s] lacks [%s]", err.msg, frag1);
     CHECKF(!frag2 || strstr(err.msg, frag2), "message [%s] lacks [%s]", err.msg, frag2);
     CHECKF(dt < 20.0, "template %.60s took %.1f s to fail", tmpl, dt);
+    if (dt > 0.3) printf("slow: %.2f s: %.70s\n", dt, tmpl);
     free(out);
 }
 
@@ -214,6 +215,68 @@ static void test_limits(void) {
            "long render: %s", r ? err.msg : "wrong length");
     free(out);
     free(content);
+}
+
+/* Work that grows with data size is charged to the step budget: repeating it on huge values ends in a
+ * step-limit error instead of running for hours; linear algorithms stay fast on big inputs. */
+static void test_work_bounds(void) {
+    pith_chat_limits lim = {.max_steps = 2000000};
+    /* one at the default limits, to show the default bound is a short one */
+    expect_error("{% set s = 'a' * 4000000 %}{% for i in range(100000) %}{{ s[-1] }}{% endfor %}", NULL, "step limit", NULL);
+    expect_error("{% set s = 'a' * 4000000 %}{% for i in range(100000) %}{{ s[-1] }}{% endfor %}", &lim, "step limit", NULL);
+    expect_error("{% set s = 'ab' * 2000000 %}{% for i in range(100000) %}{{ s | length }}{% endfor %}", &lim,
+                 "step limit", NULL);
+    expect_error("{% set s = 'ab' * 2000000 %}{% for i in range(100000) %}{{ s[1:3] }}{% endfor %}", &lim,
+                 "step limit", NULL);
+    expect_error("{% set s = 'ab' * 2000000 %}{% for i in range(100000) %}{{ 'x' in s }}{% endfor %}", &lim,
+                 "step limit", NULL);
+    expect_error("{% set l = range(100000) | list %}{% for i in range(100000) %}{{ 99999 in l }}{% endfor %}", &lim,
+                 "step limit", NULL);
+    expect_error("{% set l = range(100000) | list %}{% for i in range(100000) %}{{ l == l }}{% endfor %}", &lim,
+                 "step limit", NULL);
+    expect_error("{{ range(100000) | unique | list | length }}", &lim, "step limit", NULL);
+    expect_error("{% set big = [1] * 10000 %}{% set l = [big] * 2000 %}{{ l | sort | length }}", &lim, "step limit", NULL);
+    expect_error("{% set s = ' ' * 4000000 ~ 'x' %}{% for i in range(100000) %}{{ s.strip() }}{% endfor %}", &lim,
+                 "step limit", NULL);
+
+    char *out = NULL;
+    pith_err err = {{0}};
+    double t0 = now_s();
+    int r = render("{% set s = 'a' * 1000000 %}{{ s.rfind('a' * 500000 ~ 'b') }}|{{ s.find('a' * 500000 ~ 'b') }}|"
+                   "{{ s.rsplit('aab', 1) | length }}|{{ ('x' * 200000).split('x') | length }}|"
+                   "{{ (' a' * 100000).rsplit() | length }}|{{ ('a' * 1000000 ~ ' ') | trim | length }}",
+                   NULL, &out, NULL, &err);
+    CHECKF(r == 0 && out && strcmp(out, "-1|-1|1|200001|100000|1000000") == 0, "got %s (%s)", out ? out : "-", err.msg);
+    free(out);
+
+    /* A JSON object with many keys converts and looks up in linear time. */
+    cJSON *msgs = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(msgs, m);
+    char key[32];
+    for (int i = 0; i < 50000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        cJSON_AddNumberToObject(m, key, i);
+    }
+    cJSON_AddNumberToObject(m, "k5", -5); /* a duplicate key: the later value wins, as in Python */
+    r = pith_chat_render_json("{{ messages[0] | length }} {{ messages[0].k49999 }} {{ messages[0]['k5'] }}",
+                              msgs, NULL, &out, NULL, &err);
+    CHECKF(r == 0 && out && strcmp(out, "50000 49999 -5") == 0, "got %s (%s)", out ? out : "-", err.msg);
+    free(out);
+    cJSON_Delete(msgs);
+
+    /* Many variables in one scope. */
+    size_t nv = 20000;
+    char *t = malloc(nv * 40 + 200);
+    char *p = t;
+    for (size_t i = 0; i < nv; i++) p += sprintf(p, "{%% set v%zu = %zu %%}", i, i);
+    strcpy(p, "{% for i in range(100000) %}{{ v0 }}{% endfor %}");
+    r = render(t, NULL, &out, NULL, &err);
+    CHECKF(r == 0 || strstr(err.msg, "step limit"), "many variables: %s", err.msg);
+    free(out);
+    free(t);
+    double dt = now_s() - t0;
+    printf("work bounds: big-input operations took %.2f s\n", dt);
+    CHECKF(dt < 30, "big-input operations took %.1f s", dt);
 }
 
 static void test_utf8(void) {
@@ -414,6 +477,7 @@ int main(void) {
     test_api();
     test_error_messages();
     test_limits();
+    test_work_bounds();
     test_utf8();
     test_threads();
     test_fuzz();

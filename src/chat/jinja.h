@@ -90,10 +90,14 @@ typedef struct jlist {
     jv *items;
 } jlist;
 
+/* Insertion-ordered; string keys are also hashed (index, open addressing, slot = entry + 1) once a
+ * dict grows past a few entries, so large JSON objects build and look up in linear time. */
 typedef struct jdict {
     size_t n, cap;
     jv *keys;
     jv *vals;
+    uint32_t *index;
+    size_t index_cap;
 } jdict;
 
 typedef struct jloop {
@@ -187,15 +191,10 @@ typedef struct jbuf {
     size_t n, cap;
 } jbuf;
 
-typedef struct jvar {
-    jstr name;
-    jv val;
-} jvar;
-
+/* A scope: names to values, in a dict so that lookups stay O(1) however many variables a template sets. */
 typedef struct jframe {
     struct jframe *parent;
-    jvar *vars;
-    size_t n, cap;
+    jdict vars;
 } jframe;
 
 typedef struct jargs {
@@ -226,6 +225,9 @@ typedef struct jctx {
 int jerr(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void *jalloc(jctx *c, size_t n);                      /* sets the memory-limit error on failure */
+/* Charges `units` evaluation steps for work proportional to data size (items visited, or bytes / 64
+ * scanned), so repeating cheap-looking operations on huge values cannot run unbounded. */
+int jcharge(jctx *c, size_t units);
 void *jalloc_array(jctx *c, size_t n, size_t size);   /* overflow-checked */
 int jbuf_put(jctx *c, jbuf *b, const char *s, size_t n);
 int jbuf_putc(jctx *c, jbuf *b, char ch);
@@ -244,7 +246,8 @@ const jv *jdict_get_str(const jdict *d, jstr key);
 
 /* Python semantics (jinja_value.c) */
 bool jv_truthy(jv v);
-bool jv_equal(jv a, jv b);
+bool jv_equal(jv a, jv b);                           /* for small values (dict keys, numbers) */
+int jv_eq(jctx *c, jv a, jv b, bool *out);            /* ==, charging steps for the elements compared */
 int jv_compare(jctx *c, jv a, jv b, int *cmp);       /* <, <=, >, >= ordering; error if unorderable */
 int jv_to_str(jctx *c, jv v, jstr *out);              /* str(v) */
 int jv_repr(jctx *c, jbuf *b, jv v);                  /* repr(v) appended to b */
@@ -261,6 +264,7 @@ int jv_contains(jctx *c, jv container, jv item, bool *out);
 
 /* UTF-8 and Python string helpers (jinja_unicode.c) */
 size_t ju_decode(const char *s, size_t n, size_t i, uint32_t *cp); /* bytes consumed (>= 1) */
+size_t ju_decode_back(const char *s, size_t end, uint32_t *cp);     /* the code point ending at end (> 0) */
 int ju_encode(uint32_t cp, char out[4]);
 bool ju_is_space(uint32_t cp);       /* Python str.isspace() */
 uint32_t ju_upper(uint32_t cp);
@@ -279,6 +283,7 @@ int jinja_eval(jctx *c, const jnode *n, jv *out);
 int jinja_exec(jctx *c, const jnode *body);
 int jinja_call(jctx *c, jv callee, const jargs *args, jv *out);
 int jframe_set(jctx *c, jframe *f, jstr name, jv val);
+void jframe_clear(jframe *f); /* empties a scope for reuse (next loop iteration) */
 int jinja_lookup(jctx *c, jstr name, jv *out);
 
 /* Filters, tests, methods, globals (jinja_filters.c, jinja_tests.c, jinja_methods.c) */

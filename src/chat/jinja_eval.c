@@ -24,34 +24,21 @@ static int enter(jctx *c, int line) {
     return 0;
 }
 
-int jframe_set(jctx *c, jframe *f, jstr name, jv val) {
-    for (size_t i = 0; i < f->n; i++) {
-        if (jstr_eq(f->vars[i].name, name)) {
-            f->vars[i].val = val;
-            return 0;
-        }
-    }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        jvar *v = jalloc_array(c, cap, sizeof *v);
-        if (!v) return -1;
-        if (f->n) memcpy(v, f->vars, f->n * sizeof *v);
-        f->vars = v;
-        f->cap = cap;
-    }
-    f->vars[f->n].name = name;
-    f->vars[f->n].val = val;
-    f->n++;
-    return 0;
+int jframe_set(jctx *c, jframe *f, jstr name, jv val) { return jdict_set(c, &f->vars, jv_str(name), val); }
+
+void jframe_clear(jframe *f) {
+    f->vars.n = 0;
+    if (f->vars.index) memset(f->vars.index, 0, f->vars.index_cap * sizeof *f->vars.index);
 }
 
 int jinja_lookup(jctx *c, jstr name, jv *out) {
-    for (const jframe *f = c->frame; f; f = f->parent)
-        for (size_t i = f->n; i-- > 0;)
-            if (jstr_eq(f->vars[i].name, name)) {
-                *out = f->vars[i].val;
-                return 0;
-            }
+    for (const jframe *f = c->frame; f; f = f->parent) {
+        const jv *v = jdict_get_str(&f->vars, name);
+        if (v) {
+            *out = *v;
+            return 0;
+        }
+    }
     int fn = jinja_global_index(name);
     if (fn >= 0) {
         out->kind = JV_FUNC;
@@ -120,6 +107,7 @@ static int eval_slice(jctx *c, const jnode *n, jv *out) {
         *out = jv_undef(JSTR_LIT("[slice]"));
         return 0;
     }
+    if (jcharge(c, obj.kind == JV_LIST ? obj.u.list->n / 8 : obj.u.s.n / 16) < 0) return -1;
     int64_t len = obj.kind == JV_LIST ? (int64_t)obj.u.list->n : (int64_t)ju_count(obj.u.s);
     adjust(len, step, hs, &start, ht, &stop);
     int64_t count = 0;
@@ -158,8 +146,11 @@ static int eval_slice(jctx *c, const jnode *n, jv *out) {
 static int compare_op(jctx *c, int op, jv a, jv b, bool *r) {
     int cmp;
     switch (op) {
-    case OP_EQ: *r = jv_equal(a, b); return 0;
-    case OP_NE: *r = !jv_equal(a, b); return 0;
+    case OP_EQ: return jv_eq(c, a, b, r);
+    case OP_NE:
+        if (jv_eq(c, a, b, r) < 0) return -1;
+        *r = !*r;
+        return 0;
     case OP_IN: return jv_contains(c, b, a, r);
     case OP_NOTIN:
         if (jv_contains(c, b, a, r) < 0) return -1;
@@ -403,7 +394,7 @@ static int exec_for(jctx *c, const jnode *n) {
         c->frame = &f;
         for (size_t i = 0; i < count && r == 0; i++) {
             jv ok;
-            f.n = 0;
+            jframe_clear(&f);
             r = assign(c, n->d, vals[i]);
             if (r == 0) r = jinja_eval(c, n->b, &ok);
             if (r == 0 && jv_truthy(ok)) kept[k++] = vals[i];
@@ -429,7 +420,7 @@ static int exec_for(jctx *c, const jnode *n) {
             break;
         }
         loop->index0 = i;
-        f.n = 0;
+        jframe_clear(&f);
         r = jframe_set(c, &f, JSTR_LIT("loop"), loopv);
         if (r == 0) r = assign(c, n->d, vals[i]);
         if (r == 0) r = jinja_exec(c, n->c);

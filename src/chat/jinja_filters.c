@@ -81,7 +81,7 @@ static int f_trim(jctx *c, jv self, const jargs *a, jv *out) {
     if (chars.kind != JV_NONE && jf_want_str(c, chars, "trim chars", &cs) < 0) return -1;
     ju_strip(s, chars.kind == JV_NONE ? NULL : &cs, true, true, &r);
     *out = jv_str(r);
-    return 0;
+    return jcharge(c, (s.n - r.n) / 16);
 }
 
 static int f_length(jctx *c, jv self, const jargs *a, jv *out) {
@@ -143,19 +143,28 @@ static int f_default(jctx *c, jv self, const jargs *a, jv *out) {
     return 0;
 }
 
-static int f_first(jctx *c, jv self, const jargs *a, jv *out) {
+/* first/last take the end code point of a string directly (iterating would copy every character). */
+static int first_last(jctx *c, jv self, const jargs *a, jv *out, bool last) {
+    if (jargs_check(c, a, 0, NULL, last ? "filter 'last'" : "filter 'first'") < 0) return -1;
+    if (self.kind == JV_STR) {
+        jstr s = self.u.s;
+        uint32_t cp;
+        if (s.n == 0) *out = jv_undef(JSTR_LIT("first"));
+        else if (last) {
+            size_t k = ju_decode_back(s.p, s.n, &cp);
+            *out = jv_str((jstr){s.p + s.n - k, k});
+        } else {
+            *out = jv_str((jstr){s.p, ju_decode(s.p, s.n, 0, &cp)});
+        }
+        return 0;
+    }
     const jlist *l;
-    if (jargs_check(c, a, 0, NULL, "filter 'first'") < 0 || jv_iterate(c, self, &l) < 0) return -1;
-    *out = l->n ? l->items[0] : jv_undef(JSTR_LIT("first"));
+    if (jv_iterate(c, self, &l) < 0) return -1;
+    *out = l->n ? l->items[last ? l->n - 1 : 0] : jv_undef(JSTR_LIT("first"));
     return 0;
 }
-
-static int f_last(jctx *c, jv self, const jargs *a, jv *out) {
-    const jlist *l;
-    if (jargs_check(c, a, 0, NULL, "filter 'last'") < 0 || jv_iterate(c, self, &l) < 0) return -1;
-    *out = l->n ? l->items[l->n - 1] : jv_undef(JSTR_LIT("last"));
-    return 0;
-}
+static int f_first(jctx *c, jv self, const jargs *a, jv *out) { return first_last(c, self, a, out, false); }
+static int f_last(jctx *c, jv self, const jargs *a, jv *out) { return first_last(c, self, a, out, true); }
 
 int jinja_str_replace(jctx *c, jstr s, jstr old, jstr new_, int64_t count, jstr *out) {
     jbuf b = {0};

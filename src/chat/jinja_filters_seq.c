@@ -186,7 +186,8 @@ int jf_unique(jctx *c, jv self, const jargs *a, jv *out) {
         if (attribute.kind != JV_NONE && get_path(c, key, attribute, &key) < 0) return -1;
         if (lowered(c, key, cs, &key) < 0) return -1;
         bool seen = false;
-        for (size_t j = 0; j < k && !seen; j++) seen = jv_equal(keys[j], key);
+        for (size_t j = 0; j < k && !seen; j++)
+            if (jv_eq(c, keys[j], key, &seen) < 0) return -1;
         if (seen) continue;
         keys[k] = key;
         out->u.list->items[k++] = l->items[i];

@@ -172,24 +172,66 @@ int jdict_new(jctx *c, jv *out) {
     return 0;
 }
 
-const jv *jdict_get(const jdict *d, jv key) {
+static uint64_t hash_str(jstr s) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < s.n; i++) h = (h ^ (unsigned char)s.p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void index_insert(jdict *d, size_t i) {
+    if (d->keys[i].kind != JV_STR) return;
+    size_t mask = d->index_cap - 1, h = (size_t)hash_str(d->keys[i].u.s) & mask;
+    while (d->index[h]) h = (h + 1) & mask;
+    d->index[h] = (uint32_t)(i + 1);
+}
+
+static int index_rebuild(jctx *c, jdict *d) {
+    size_t cap = 16;
+    while (cap < 2 * d->cap) cap *= 2;
+    uint32_t *index = jalloc_array(c, cap, sizeof *index);
+    if (!index) return -1;
+    d->index = index;
+    d->index_cap = cap;
+    for (size_t i = 0; i < d->n; i++) index_insert(d, i);
+    return 0;
+}
+
+static size_t find_str(const jdict *d, jstr key) {
+    if (d->index) {
+        size_t mask = d->index_cap - 1, h = (size_t)hash_str(key) & mask;
+        for (; d->index[h]; h = (h + 1) & mask) {
+            size_t i = d->index[h] - 1;
+            if (jstr_eq(d->keys[i].u.s, key)) return i;
+        }
+        return SIZE_MAX;
+    }
     for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->keys[i], key)) return &d->vals[i];
-    return NULL;
+        if (d->keys[i].kind == JV_STR && jstr_eq(d->keys[i].u.s, key)) return i;
+    return SIZE_MAX;
+}
+
+static size_t find_key(const jdict *d, jv key) {
+    if (key.kind == JV_STR) return find_str(d, key.u.s);
+    for (size_t i = 0; i < d->n; i++)
+        if (d->keys[i].kind != JV_STR && jv_equal(d->keys[i], key)) return i;
+    return SIZE_MAX;
+}
+
+const jv *jdict_get(const jdict *d, jv key) {
+    size_t i = find_key(d, key);
+    return i == SIZE_MAX ? NULL : &d->vals[i];
 }
 
 const jv *jdict_get_str(const jdict *d, jstr key) {
-    for (size_t i = 0; i < d->n; i++)
-        if (d->keys[i].kind == JV_STR && jstr_eq(d->keys[i].u.s, key)) return &d->vals[i];
-    return NULL;
+    size_t i = find_str(d, key);
+    return i == SIZE_MAX ? NULL : &d->vals[i];
 }
 
 int jdict_set(jctx *c, jdict *d, jv key, jv val) {
-    for (size_t i = 0; i < d->n; i++) {
-        if (jv_equal(d->keys[i], key)) {
-            d->vals[i] = val;
-            return 0;
-        }
+    size_t i = find_key(d, key);
+    if (i != SIZE_MAX) {
+        d->vals[i] = val;
+        return 0;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
@@ -203,9 +245,22 @@ int jdict_set(jctx *c, jdict *d, jv key, jv val) {
         d->keys = k;
         d->vals = v;
         d->cap = cap;
+        if (d->index) d->index = NULL; /* rebuilt below at the new size */
     }
     d->keys[d->n] = key;
     d->vals[d->n] = val;
     d->n++;
+    if (d->index) {
+        index_insert(d, d->n - 1);
+    } else if (d->n > 8 && index_rebuild(c, d) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+int jcharge(jctx *c, size_t units) {
+    if (units > c->lim.max_steps || c->steps > c->lim.max_steps - units)
+        return jerr(c, "evaluation step limit of %llu exceeded", (unsigned long long)c->lim.max_steps);
+    c->steps += units;
     return 0;
 }

@@ -65,9 +65,60 @@ static int get_int(jctx *c, const jargs *a, int pos, const char *name, int64_t d
     return 0;
 }
 
-static int list_of_strs(jctx *c, const jstr *parts, size_t n, jv *out) {
-    if (jlist_new(c, n, false, out) < 0) return -1;
-    for (size_t i = 0; i < n; i++) out->u.list->items[i] = jv_str(parts[i]);
+/* A list grown in the arena, for results whose length is not known up front. */
+typedef struct jvec {
+    jv *v;
+    size_t n, cap;
+} jvec;
+
+static int vec_push(jctx *c, jvec *v, jv x) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 8;
+        jv *p = jalloc_array(c, cap, sizeof *p);
+        if (!p) return -1;
+        if (v->n) memcpy(p, v->v, v->n * sizeof *p);
+        v->v = p;
+        v->cap = cap;
+    }
+    v->v[v->n++] = x;
+    return 0;
+}
+
+static int vec_list(jctx *c, const jvec *v, bool reverse, jv *out) {
+    if (jlist_new(c, v->n, false, out) < 0) return -1;
+    for (size_t i = 0; i < v->n; i++) out->u.list->items[i] = v->v[reverse ? v->n - 1 - i : i];
+    return 0;
+}
+
+static int push_str(jctx *c, jvec *v, const char *p, size_t n) { return vec_push(c, v, jv_str((jstr){p, n})); }
+
+/* Byte-reversed copy: searching it forwards finds matches from the right of the original, which is
+ * how rfind / rsplit / rpartition match, in linear time. */
+static int reversed(jctx *c, jstr s, jstr *out) {
+    char *p = jalloc(c, s.n + 1);
+    if (!p) return -1;
+    for (size_t i = 0; i < s.n; i++) p[i] = s.p[s.n - 1 - i];
+    *out = (jstr){p, s.n};
+    return 0;
+}
+
+/* Byte offset of the first (or last) occurrence of sub in s, or SIZE_MAX. */
+static int find_bytes(jctx *c, jstr s, jstr sub, bool last, size_t *at) {
+    *at = SIZE_MAX;
+    if (sub.n > s.n) return 0;
+    if (!last) {
+        const char *hit = sub.n ? memmem(s.p, s.n, sub.p, sub.n) : s.p;
+        if (hit) *at = (size_t)(hit - s.p);
+        return 0;
+    }
+    if (sub.n == 0) {
+        *at = s.n;
+        return 0;
+    }
+    jstr rs, rsub;
+    if (reversed(c, s, &rs) < 0 || reversed(c, sub, &rsub) < 0) return -1;
+    const char *hit = memmem(rs.p, rs.n, rsub.p, rsub.n);
+    if (hit) *at = s.n - (size_t)(hit - rs.p) - sub.n;
     return 0;
 }
 
@@ -82,6 +133,17 @@ static size_t skip_space(jstr s, size_t i, bool over_space) {
     return i;
 }
 
+/* Skips whitespace or non-whitespace backwards from end; returns where that run starts. */
+static size_t skip_space_back(jstr s, size_t end, bool over_space) {
+    while (end > 0) {
+        uint32_t cp;
+        size_t k = ju_decode_back(s.p, end, &cp);
+        if (ju_is_space(cp) != over_space) break;
+        end -= k;
+    }
+    return end;
+}
+
 /* str.split / str.rsplit. */
 static int split(jctx *c, jstr s, const jargs *a, bool from_right, jv *out) {
     static const char *const kw[] = {"sep", "maxsplit", NULL};
@@ -92,70 +154,42 @@ static int split(jctx *c, jstr s, const jargs *a, bool from_right, jv *out) {
     if (get_str(c, a, 0, "sep", &sep, &has_sep) < 0 || get_int(c, a, 1, "maxsplit", -1, &maxsplit) < 0) return -1;
     if (has_sep && sep.n == 0) return jerr(c, "empty separator");
     if (maxsplit < 0) maxsplit = INT64_MAX;
-    jstr *parts = jalloc_array(c, s.n + 1, sizeof *parts);
-    if (!parts) return -1;
-    size_t n = 0;
+    jvec parts = {0};
     if (has_sep) {
-        if (!from_right) {
-            size_t i = 0;
-            for (int64_t k = 0; k < maxsplit; k++) {
-                const char *hit = memmem(s.p + i, s.n - i, sep.p, sep.n);
-                if (!hit) break;
-                parts[n++] = (jstr){s.p + i, (size_t)(hit - s.p) - i};
-                i = (size_t)(hit - s.p) + sep.n;
-            }
-            parts[n++] = (jstr){s.p + i, s.n - i};
-        } else {
-            size_t end = s.n;
-            for (int64_t k = 0; k < maxsplit && end >= sep.n; k++) {
-                size_t j = end - sep.n;
-                for (;;) {
-                    if (memcmp(s.p + j, sep.p, sep.n) == 0) break;
-                    if (j == 0) {
-                        j = SIZE_MAX;
-                        break;
-                    }
-                    j--;
-                }
-                if (j == SIZE_MAX) break;
-                parts[n++] = (jstr){s.p + j + sep.n, end - j - sep.n};
-                end = j;
-            }
-            parts[n++] = (jstr){s.p, end};
-            for (size_t i = 0; i < n / 2; i++) {
-                jstr t = parts[i];
-                parts[i] = parts[n - 1 - i];
-                parts[n - 1 - i] = t;
-            }
+        jstr hay = s, needle = sep;
+        if (from_right && (reversed(c, s, &hay) < 0 || reversed(c, sep, &needle) < 0)) return -1;
+        size_t i = 0;
+        for (int64_t k = 0; k < maxsplit; k++) {
+            const char *hit = memmem(hay.p + i, hay.n - i, needle.p, needle.n);
+            if (!hit) break;
+            size_t h = (size_t)(hit - hay.p);
+            int r = from_right ? push_str(c, &parts, s.p + s.n - h, h - i) : push_str(c, &parts, s.p + i, h - i);
+            if (r < 0) return -1;
+            i = h + needle.n;
         }
-        return list_of_strs(c, parts, n, out);
+        if ((from_right ? push_str(c, &parts, s.p, s.n - i) : push_str(c, &parts, s.p + i, s.n - i)) < 0) return -1;
+        return vec_list(c, &parts, from_right, out);
     }
-    /* Whitespace splitting: runs of whitespace separate, no empty strings; once maxsplit is reached
-     * the rest is one piece (keeping its whitespace at the far end). */
-    size_t w = 0, i = 0;
-    size_t *starts = jalloc_array(c, s.n + 1, sizeof *starts), *ends = jalloc_array(c, s.n + 1, sizeof *ends);
-    if (!starts || !ends) return -1;
-    while (i < s.n) {
-        i = skip_space(s, i, true);
-        if (i >= s.n) break;
-        starts[w] = i;
-        i = skip_space(s, i, false);
-        ends[w++] = i;
-    }
-    if (maxsplit >= (int64_t)w) maxsplit = (int64_t)w;
+    /* Whitespace: runs of whitespace separate, no empty strings; once maxsplit words are taken the rest
+     * (from the next non-space, keeping whitespace at the far end) is one piece. */
     if (!from_right) {
-        size_t k;
-        for (k = 0; k < w && (int64_t)k < maxsplit; k++) parts[n++] = (jstr){s.p + starts[k], ends[k] - starts[k]};
-        if (k < w) parts[n++] = (jstr){s.p + starts[k], s.n - starts[k]};
-        return list_of_strs(c, parts, n, out);
+        size_t i = skip_space(s, 0, true);
+        for (int64_t k = 0; i < s.n; k++) {
+            if (k == maxsplit) return push_str(c, &parts, s.p + i, s.n - i) < 0 ? -1 : vec_list(c, &parts, false, out);
+            size_t end = skip_space(s, i, false);
+            if (push_str(c, &parts, s.p + i, end - i) < 0) return -1;
+            i = skip_space(s, end, true);
+        }
+        return vec_list(c, &parts, false, out);
     }
-    size_t first = 0;
-    if ((int64_t)w > maxsplit) {
-        first = w - (size_t)maxsplit;
-        parts[n++] = (jstr){s.p, ends[first - 1]};
+    size_t end = skip_space_back(s, s.n, true);
+    for (int64_t k = 0; end > 0; k++) {
+        if (k == maxsplit) return push_str(c, &parts, s.p, end) < 0 ? -1 : vec_list(c, &parts, true, out);
+        size_t start = skip_space_back(s, end, false);
+        if (push_str(c, &parts, s.p + start, end - start) < 0) return -1;
+        end = skip_space_back(s, start, true);
     }
-    for (size_t k = first; k < w; k++) parts[n++] = (jstr){s.p + starts[k], ends[k] - starts[k]};
-    return list_of_strs(c, parts, n, out);
+    return vec_list(c, &parts, true, out);
 }
 
 static int splitlines(jctx *c, jstr s, const jargs *a, jv *out) {
@@ -165,9 +199,8 @@ static int splitlines(jctx *c, jstr s, const jargs *a, jv *out) {
     bool found;
     jargs_get(c, a, 0, "keepends", &kv, &found);
     bool keep = found && jv_truthy(kv);
-    jstr *parts = jalloc_array(c, s.n + 1, sizeof *parts);
-    if (!parts) return -1;
-    size_t n = 0, i = 0;
+    jvec parts = {0};
+    size_t i = 0;
     while (i < s.n) {
         size_t start = i, end = s.n, next = s.n;
         while (i < s.n) {
@@ -181,26 +214,10 @@ static int splitlines(jctx *c, jstr s, const jargs *a, jv *out) {
             }
             i += k;
         }
-        parts[n++] = (jstr){s.p + start, (keep ? next : end) - start};
+        if (push_str(c, &parts, s.p + start, (keep ? next : end) - start) < 0) return -1;
         i = next;
     }
-    return list_of_strs(c, parts, n, out);
-}
-
-/* Code-point index of the first (or last) occurrence of sub, or -1. */
-static int64_t find(jstr s, jstr sub, bool last) {
-    if (sub.n > s.n) return -1;
-    int64_t hit = -1;
-    for (size_t i = 0, cp_i = 0; i + sub.n <= s.n; cp_i++) {
-        if (memcmp(s.p + i, sub.p, sub.n) == 0) {
-            hit = (int64_t)cp_i;
-            if (!last) break;
-        }
-        if (i == s.n) break;
-        uint32_t cp;
-        i += ju_decode(s.p, s.n, i, &cp);
-    }
-    return hit;
+    return vec_list(c, &parts, false, out);
 }
 
 static int affix_test(jctx *c, jstr s, const jargs *a, bool ends, jv *out) {
@@ -243,6 +260,7 @@ static int char_class(jctx *c, jstr s, const jargs *a, jv *out, int which) {
 static int str_method(jctx *c, jstr s, jstr name, const jargs *a, jv *out) {
     jstr chars, r;
     bool has;
+    if (jcharge(c, s.n / 16) < 0) return -1;
     if (jstr_eq_c(name, "strip") || jstr_eq_c(name, "lstrip") || jstr_eq_c(name, "rstrip")) {
         static const char *const kw[] = {"chars", NULL};
         if (jargs_check(c, a, 1, kw, "str.strip") < 0 || get_str(c, a, 0, "chars", &chars, &has) < 0) return -1;
@@ -278,7 +296,9 @@ static int str_method(jctx *c, jstr s, jstr name, const jargs *a, jv *out) {
         jstr sub;
         if (jargs_check(c, a, 1, NULL, "str.find") < 0 || get_str(c, a, 0, "sub", &sub, &has) < 0) return -1;
         if (!has) return jerr(c, "str.find needs a string");
-        int64_t i = find(s, sub, name.p[0] == 'r');
+        size_t at;
+        if (find_bytes(c, s, sub, name.p[0] == 'r', &at) < 0) return -1;
+        int64_t i = at == SIZE_MAX ? -1 : (int64_t)ju_count((jstr){s.p, at});
         if (i < 0 && (jstr_eq_c(name, "index") || jstr_eq_c(name, "rindex"))) return jerr(c, "substring not found");
         *out = jv_int(i);
         return 0;
@@ -371,13 +391,9 @@ static int str_method(jctx *c, jstr s, jstr name, const jargs *a, jv *out) {
         if (!has || sep.n == 0) return jerr(c, "str.partition needs a non-empty separator");
         if (jlist_new(c, 3, true, out) < 0) return -1;
         jv *t = out->u.list->items;
-        const char *hit = NULL;
-        if (!right) {
-            hit = memmem(s.p, s.n, sep.p, sep.n);
-        } else {
-            for (size_t j = s.n >= sep.n ? s.n - sep.n + 1 : 0; j-- > 0 && !hit;)
-                if (memcmp(s.p + j, sep.p, sep.n) == 0) hit = s.p + j;
-        }
+        size_t at;
+        if (find_bytes(c, s, sep, right, &at) < 0) return -1;
+        const char *hit = at == SIZE_MAX ? NULL : s.p + at;
         if (!hit) {
             t[0] = jv_str(right ? JSTR_LIT("") : s);
             t[1] = jv_str(JSTR_LIT(""));
@@ -435,11 +451,14 @@ static int list_method(jctx *c, jv self, jstr name, const jargs *a, jv *out) {
     if (jstr_eq_c(name, "count") || jstr_eq_c(name, "index")) {
         if (a->n_kw || a->n_pos != 1) return jerr(c, "list.%.*s takes one argument", (int)name.n, name.p);
         int64_t n = 0, first = -1;
-        for (size_t i = 0; i < l->n; i++)
-            if (jv_equal(l->items[i], a->pos[0])) {
+        for (size_t i = 0; i < l->n; i++) {
+            bool same;
+            if (jv_eq(c, l->items[i], a->pos[0], &same) < 0) return -1;
+            if (same) {
                 if (first < 0) first = (int64_t)i;
                 n++;
             }
+        }
         if (name.p[0] == 'i' && first < 0) return jerr(c, "value is not in list");
         *out = jv_int(name.p[0] == 'i' ? first : n);
         return 0;

@@ -75,7 +75,7 @@ static int t_sameas(jctx *c, jv v, const jargs *a, bool *out) {
     case JV_LIST: *out = v.u.list == o.u.list; break;
     case JV_DICT:
     case JV_NS: *out = v.u.dict == o.u.dict; break;
-    default: *out = jv_equal(v, o); break;
+    default: return jv_eq(c, v, o, out);
     }
     return 0;
 }
@@ -84,7 +84,8 @@ static int compare_test(jctx *c, jv v, const jargs *a, bool *out, int op) {
     jv o;
     if (one_arg(c, a, "comparison", &o) < 0) return -1;
     if (op == OP_EQ || op == OP_NE) {
-        *out = jv_equal(v, o) == (op == OP_EQ);
+        if (jv_eq(c, v, o, out) < 0) return -1;
+        if (op == OP_NE) *out = !*out;
         return 0;
     }
     int cmp;

@@ -34,6 +34,18 @@ invalid:
     return 1;
 }
 
+size_t ju_decode_back(const char *s, size_t end, uint32_t *cp) {
+    /* A valid sequence ending at end decodes the same forwards (its lead byte cannot belong to an
+     * earlier sequence); otherwise the last byte stands alone, as forward decoding also treats it. */
+    for (size_t k = 2; k <= 4 && k <= end; k++) {
+        unsigned char b = (unsigned char)s[end - k];
+        if ((b & 0xC0) == 0x80) continue;
+        if (ju_decode(s, end, end - k, cp) == k) return k;
+        break;
+    }
+    return ju_decode(s, end, end - 1, cp);
+}
+
 int ju_encode(uint32_t cp, char out[4]) {
     if (cp >= 0xDC80 && cp <= 0xDCFF) { /* an escaped invalid byte */
         out[0] = (char)(cp - 0xDC00);
@@ -122,20 +134,44 @@ bool ju_is_alpha(uint32_t cp) {
 
 bool ju_is_digit(uint32_t cp) { return cp >= '0' && cp <= '9'; }
 
+/* Bytes of pure ASCII starting at i, checked a word at a time (the common case for long texts). */
+static size_t ascii_run(const char *p, size_t n, size_t i) {
+    size_t start = i;
+    while (i + 8 <= n) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w & 0x8080808080808080ull) break;
+        i += 8;
+    }
+    while (i < n && (unsigned char)p[i] < 0x80) i++;
+    return i - start;
+}
+
 size_t ju_count(jstr s) {
     size_t k = 0;
-    for (size_t i = 0; i < s.n; k++) {
+    for (size_t i = 0; i < s.n;) {
+        size_t a = ascii_run(s.p, s.n, i);
+        k += a;
+        i += a;
+        if (i >= s.n) break;
         uint32_t cp;
         i += ju_decode(s.p, s.n, i, &cp);
+        k++;
     }
     return k;
 }
 
 size_t ju_offset(jstr s, size_t cp_index) {
     size_t i = 0;
-    for (size_t k = 0; k < cp_index && i < s.n; k++) {
+    while (cp_index > 0 && i < s.n) {
+        size_t a = ascii_run(s.p, s.n, i);
+        if (a >= cp_index) return i + cp_index;
+        i += a;
+        cp_index -= a;
+        if (i >= s.n) break;
         uint32_t cp;
         i += ju_decode(s.p, s.n, i, &cp);
+        cp_index--;
     }
     return i;
 }
@@ -207,16 +243,11 @@ int ju_strip(jstr s, const jstr *chars, bool left, bool right, jstr *out) {
             start += k;
         }
     }
-    if (right) {
-        /* Walk forward remembering where the last kept code point ends (UTF-8 is not reversible
-         * cheaply once invalid bytes are allowed). */
-        size_t i = start, keep = start;
-        while (i < end) {
-            uint32_t cp;
-            i += ju_decode(s.p, s.n, i, &cp);
-            if (!in_set(cp, chars)) keep = i;
-        }
-        end = keep;
+    while (right && end > start) {
+        uint32_t cp;
+        size_t k = ju_decode_back(s.p, end, &cp);
+        if (!in_set(cp, chars)) break;
+        end -= k;
     }
     *out = (jstr){s.p + start, end - start};
     return 0;

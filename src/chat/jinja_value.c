@@ -60,7 +60,8 @@ bool jv_truthy(jv v) {
 
 /* Depth-limited so a pathologically nested value cannot exhaust the C stack; legitimate data is far
  * shallower than the limit. */
-static bool equal_at(jv a, jv b, int depth) {
+static bool equal_at(jv a, jv b, int depth, size_t *visits) {
+    (*visits)++;
     if (depth > 1000) return false;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (is_intlike(a) && is_intlike(b)) return as_int(a) == as_int(b);
@@ -70,12 +71,14 @@ static bool equal_at(jv a, jv b, int depth) {
     switch (a.kind) {
     case JV_UNDEF:
     case JV_NONE: return true;
-    case JV_STR: return jstr_eq(a.u.s, b.u.s);
+    case JV_STR:
+        *visits += a.u.s.n / 64;
+        return jstr_eq(a.u.s, b.u.s);
     case JV_LIST: {
         const jlist *x = a.u.list, *y = b.u.list;
         if (x->tuple != y->tuple || x->n != y->n) return false;
         for (size_t i = 0; i < x->n; i++)
-            if (!equal_at(x->items[i], y->items[i], depth + 1)) return false;
+            if (!equal_at(x->items[i], y->items[i], depth + 1, visits)) return false;
         return true;
     }
     case JV_DICT: {
@@ -84,8 +87,8 @@ static bool equal_at(jv a, jv b, int depth) {
         for (size_t i = 0; i < x->n; i++) {
             const jv *w = NULL;
             for (size_t j = 0; j < y->n && !w; j++)
-                if (equal_at(x->keys[i], y->keys[j], depth + 1)) w = &y->vals[j];
-            if (!w || !equal_at(x->vals[i], *w, depth + 1)) return false;
+                if (equal_at(x->keys[i], y->keys[j], depth + 1, visits)) w = &y->vals[j];
+            if (!w || !equal_at(x->vals[i], *w, depth + 1, visits)) return false;
         }
         return true;
     }
@@ -97,7 +100,16 @@ static bool equal_at(jv a, jv b, int depth) {
     }
 }
 
-bool jv_equal(jv a, jv b) { return equal_at(a, b, 0); }
+bool jv_equal(jv a, jv b) {
+    size_t visits = 0;
+    return equal_at(a, b, 0, &visits);
+}
+
+int jv_eq(jctx *c, jv a, jv b, bool *out) {
+    size_t visits = 0;
+    *out = equal_at(a, b, 0, &visits);
+    return jcharge(c, visits);
+}
 
 static int unorderable(jctx *c, const char *op, jv a, jv b) {
     if (a.kind == JV_UNDEF) return jerr(c, "'%.*s' is undefined", (int)a.u.s.n, a.u.s.p);
@@ -106,6 +118,7 @@ static int unorderable(jctx *c, const char *op, jv a, jv b) {
 }
 
 int jv_compare(jctx *c, jv a, jv b, int *cmp) {
+    if (jcharge(c, 1) < 0) return -1;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (is_intlike(a) && is_intlike(b)) {
             int64_t x = as_int(a), y = as_int(b);
@@ -119,6 +132,7 @@ int jv_compare(jctx *c, jv a, jv b, int *cmp) {
     if (a.kind == JV_STR && b.kind == JV_STR) {
         /* UTF-8 byte order is code point order. */
         size_t n = a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n;
+        if (jcharge(c, n / 64) < 0) return -1;
         int r = n ? memcmp(a.u.s.p, b.u.s.p, n) : 0;
         *cmp = r ? (r < 0 ? -1 : 1) : (a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n);
         return 0;
@@ -128,7 +142,9 @@ int jv_compare(jctx *c, jv a, jv b, int *cmp) {
         const jlist *x = a.u.list, *y = b.u.list;
         size_t n = x->n < y->n ? x->n : y->n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_equal(x->items[i], y->items[i])) continue;
+            bool same;
+            if (jv_eq(c, x->items[i], y->items[i], &same) < 0) return -1;
+            if (same) continue;
             int r = jv_compare(c, x->items[i], y->items[i], cmp);
             c->depth--;
             return r;
@@ -291,18 +307,18 @@ int jv_iterate(jctx *c, jv v, const jlist **out) {
     static const jlist empty = {0};
     jv r;
     switch (v.kind) {
-    case JV_LIST: *out = v.u.list; return 0;
+    case JV_LIST: *out = v.u.list; return jcharge(c, v.u.list->n);
     case JV_UNDEF: *out = &empty; return 0;
     case JV_DICT: {
         const jdict *d = v.u.dict;
-        if (jlist_new(c, d->n, false, &r) < 0) return -1;
+        if (jcharge(c, d->n) < 0 || jlist_new(c, d->n, false, &r) < 0) return -1;
         for (size_t i = 0; i < d->n; i++) r.u.list->items[i] = d->keys[i];
         *out = r.u.list;
         return 0;
     }
     case JV_STR: {
         jstr s = v.u.s;
-        if (jlist_new(c, ju_count(s), false, &r) < 0) return -1;
+        if (jcharge(c, s.n) < 0 || jlist_new(c, ju_count(s), false, &r) < 0) return -1;
         size_t k = 0;
         for (size_t i = 0; i < s.n; k++) {
             uint32_t cp;
@@ -319,7 +335,7 @@ int jv_iterate(jctx *c, jv v, const jlist **out) {
 
 int jv_length(jctx *c, jv v, int64_t *n) {
     switch (v.kind) {
-    case JV_STR: *n = (int64_t)ju_count(v.u.s); return 0;
+    case JV_STR: *n = (int64_t)ju_count(v.u.s); return jcharge(c, v.u.s.n / 16);
     case JV_LIST: *n = (int64_t)v.u.list->n; return 0;
     case JV_DICT: *n = (int64_t)v.u.dict->n; return 0;
     case JV_UNDEF: *n = 0; return 0;
@@ -383,6 +399,7 @@ int jv_getitem(jctx *c, jv obj, jv key, jv *out) {
     case JV_LIST:
     case JV_STR:
         if (is_intlike(key)) {
+            if (obj.kind == JV_STR && jcharge(c, obj.u.s.n / 16) < 0) return -1;
             int64_t i = as_int(key);
             int64_t n = obj.kind == JV_LIST ? (int64_t)obj.u.list->n : (int64_t)ju_count(obj.u.s);
             if (i < 0) i += n;
@@ -549,10 +566,11 @@ int jv_contains(jctx *c, jv container, jv item, bool *out) {
             return jerr(c, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
         }
         *out = item.u.s.n == 0 || memmem(container.u.s.p, container.u.s.n, item.u.s.p, item.u.s.n) != NULL;
-        return 0;
+        return jcharge(c, container.u.s.n / 16);
     case JV_LIST:
         *out = false;
-        for (size_t i = 0; i < container.u.list->n && !*out; i++) *out = jv_equal(container.u.list->items[i], item);
+        for (size_t i = 0; i < container.u.list->n && !*out; i++)
+            if (jv_eq(c, container.u.list->items[i], item, out) < 0) return -1;
         return 0;
     case JV_DICT: *out = jdict_get(container.u.dict, item) != NULL; return 0;
     case JV_UNDEF: *out = false; return 0;
