@@ -119,9 +119,43 @@ static size_t digits_us(const char *s, size_t n, size_t i) {
     return j - i;
 }
 
+static int hexval(char ch);
+
+/* 0x1F, 0o17, 0b101 (digits may be separated by single underscores), as jinja2's integer_re. */
+static int lex_prefixed_int(lexer *L, int base) {
+    const char *s = L->s;
+    size_t n = L->n, i = L->pos + 2;
+    uint64_t v = 0;
+    size_t digits = 0;
+    while (i < n) {
+        size_t k = i;
+        if (s[k] == '_') k++;
+        int d = k < n ? hexval(s[k]) : -1;
+        if (d < 0 || d >= base) break;
+        if (v > (uint64_t)INT64_MAX / (uint64_t)base) return lex_err(L, L->line, "integer literal too large", "");
+        v = v * (uint64_t)base + (uint64_t)d;
+        if (v > (uint64_t)INT64_MAX) return lex_err(L, L->line, "integer literal too large", "");
+        digits++;
+        i = k + 1;
+    }
+    if (!digits) return 1; /* not a prefixed literal after all */
+    if (push(L, T_INT, L->line, s + L->pos, i - L->pos) < 0) return -1;
+    L->v[L->nt - 1].i = (int64_t)v;
+    L->pos = i;
+    return 0;
+}
+
 static int lex_number(lexer *L) {
     const char *s = L->s;
     size_t n = L->n, i = L->pos;
+    if (s[i] == '0' && i + 1 < n) {
+        char p = s[i + 1];
+        int base = (p == 'x' || p == 'X') ? 16 : (p == 'o' || p == 'O') ? 8 : (p == 'b' || p == 'B') ? 2 : 0;
+        if (base) {
+            int r = lex_prefixed_int(L, base);
+            if (r <= 0) return r;
+        }
+    }
     size_t d = digits_us(s, n, i);
     size_t j = i + d;
     bool is_float = false;
