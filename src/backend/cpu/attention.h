@@ -1,0 +1,59 @@
+/* Causal attention over a paged KV cache, for one layer and every token of a batch.
+ *
+ * Each query token t (sequence s, position p) attends to positions 0..p of s, whose K/V sit in the
+ * cache slots named by s's block table (batch.h). The cache rows must already hold this batch's own K/V.
+ *
+ * Work is split into items of (run of up to PITH_ATTN_QTILE consecutive batch tokens of one sequence,
+ * KV head): an item loads its sequence's K/V in chunks of PITH_ATTN_CHUNK positions (converting F16 to
+ * F32 once per chunk) and updates every query of the run and every query head sharing that KV head with
+ * an online softmax, so a prefill reads each K/V row once per run instead of once per token and head. */
+#ifndef PITH_CPU_ATTENTION_H
+#define PITH_CPU_ATTENTION_H
+
+#include "backend/cpu/cpu.h"
+#include "pith/tensor.h"
+
+#define PITH_ATTN_QTILE 16
+#define PITH_ATTN_CHUNK 64
+
+typedef struct pith_attn_shape {
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale; /* applied to q.k */
+} pith_attn_shape;
+
+typedef struct pith_attn_args {
+    int n_tokens;
+    const int32_t *positions;
+    const int32_t *seq;
+    const int32_t *block_tables;
+    int max_blocks;
+    int block_size;
+    const void *k_cache; /* this layer's first slot */
+    const void *v_cache;
+    pith_dtype kv_type;  /* PITH_F32 or PITH_F16 */
+    int kv_dim;          /* elements per slot = n_kv_heads * head_dim */
+    const float *q;      /* [n_tokens][q_ld]: head h at q + h * head_dim */
+    size_t q_ld;
+    float *out;          /* [n_tokens][out_ld], same head layout */
+    size_t out_ld;
+} pith_attn_args;
+
+typedef struct pith_attn_scratch {
+    pith_attn_shape shape;
+    int n_threads;
+    float *per_thread;     /* n_threads * per_thread_floats */
+    size_t per_thread_floats;
+    int *runs;             /* [2 * cap] token ranges */
+    int cap;
+} pith_attn_scratch;
+
+int pith_attn_scratch_init(pith_attn_scratch *s, const pith_attn_shape *shape, int n_threads, pith_err *err);
+int pith_attn_scratch_reserve(pith_attn_scratch *s, int n_tokens, pith_err *err);
+void pith_attn_scratch_free(pith_attn_scratch *s);
+
+/* The caller has checked the batch: positions >= 0 and every block table entry a query reads in range. */
+void pith_attention(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a);
+
+#endif

@@ -1,0 +1,35 @@
+#include "backend/cpu/kernels.h"
+
+const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
+    const pith_cpu_kernels *k = force_scalar ? NULL : pith_cpu_kernels_avx2();
+    return k ? k : pith_cpu_kernels_scalar();
+}
+
+int pith_wtype_of(pith_dtype type) {
+    switch (type) {
+    case PITH_F32: return PITH_W_F32;
+    case PITH_F16: return PITH_W_F16;
+    case PITH_BF16: return PITH_W_BF16;
+    case PITH_Q8_0: return PITH_W_Q8_0;
+    case PITH_Q4_0: return PITH_W_Q4_0;
+    case PITH_Q4_K: return PITH_W_Q4_K;
+    case PITH_Q6_K: return PITH_W_Q6_K;
+    }
+    return -1;
+}
+
+pith_act_format pith_act_format_of(pith_wtype w) {
+    switch (w) {
+    case PITH_W_Q8_0: case PITH_W_Q4_0: return PITH_ACT_Q8A;
+    case PITH_W_Q4_K: case PITH_W_Q6_K: return PITH_ACT_Q8K;
+    default: return PITH_ACT_F32;
+    }
+}
+
+size_t pith_act_row_bytes(pith_act_format f, int k) {
+    switch (f) {
+    case PITH_ACT_Q8A: return (size_t)(k / PITH_QK) * sizeof(pith_block_q8a);
+    case PITH_ACT_Q8K: return (size_t)(k / PITH_QK_K) * sizeof(pith_block_q8k);
+    default: return (size_t)k * sizeof(float);
+    }
+}

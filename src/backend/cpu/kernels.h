@@ -1,0 +1,76 @@
+/* The CPU kernel table: every inner loop that has a SIMD version, behind one set of function pointers.
+ *
+ * Two tables exist: scalar (portable C, any machine) and AVX2 (x86-64 with AVX2, FMA and F16C, compiled
+ * with per-function target attributes so the build never needs -march flags). pith_cpu_kernels_best()
+ * picks the AVX2 table at run time when the processor has it.
+ *
+ * Matmul tiles. A tile computes an rm x rn block of y = W x^T:
+ *   y[t * ldy + r] (+)= sum_k W[r][k] * x[t][k]     for r < rm <= PITH_TILE_MAX_RM, t < rn <= tile_rn
+ * W rows are `w_stride` bytes apart in the weight's own format. x rows are `x_stride` bytes apart in the
+ * activation format the weight type asks for (pith_act_format): floats for F32/F16/BF16 weights,
+ * q8a blocks for Q8_0/Q4_0, q8k blocks for Q4_K/Q6_K. K is the row length in elements (a multiple of
+ * the weight's block size). With `accumulate` the tile adds to y instead of overwriting it. */
+#ifndef PITH_CPU_KERNELS_H
+#define PITH_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/quants.h"
+#include "pith/tensor.h"
+
+#define PITH_TILE_MAX_RM 4
+#define PITH_TILE_MAX_RN 4
+
+typedef enum pith_act_format {
+    PITH_ACT_F32,
+    PITH_ACT_Q8A,
+    PITH_ACT_Q8K,
+    PITH_ACT_N_FORMATS,
+} pith_act_format;
+
+typedef void (*pith_tile_fn)(int K, const uint8_t *w, size_t w_stride, int rm, const void *x,
+                             size_t x_stride, int rn, float *y, size_t ldy, bool accumulate);
+
+/* Dense weight types the kernels handle, in table order. */
+typedef enum pith_wtype {
+    PITH_W_F32,
+    PITH_W_F16,
+    PITH_W_BF16,
+    PITH_W_Q8_0,
+    PITH_W_Q4_0,
+    PITH_W_Q4_K,
+    PITH_W_Q6_K,
+    PITH_W_N_TYPES,
+} pith_wtype;
+
+typedef struct pith_cpu_kernels {
+    const char *name;
+    pith_tile_fn tile[PITH_W_N_TYPES];
+    int tile_rn[PITH_W_N_TYPES]; /* largest rn the tile takes efficiently (<= PITH_TILE_MAX_RN) */
+
+    void (*quantize_q8a)(const float *x, pith_block_q8a *out, int n);
+    void (*quantize_q8k)(const float *x, pith_block_q8k *out, int n);
+
+    /* Vector helpers for attention and the small ops. */
+    float (*dot)(const float *a, const float *b, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);       /* y += a * x */
+    void (*scale)(float *y, float a, int n);                      /* y *= a */
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int n);   /* round to nearest even */
+} pith_cpu_kernels;
+
+const pith_cpu_kernels *pith_cpu_kernels_scalar(void);
+/* NULL when the processor lacks AVX2, FMA or F16C (or the build is not for x86-64). */
+const pith_cpu_kernels *pith_cpu_kernels_avx2(void);
+/* AVX2 when available, scalar otherwise, or scalar whenever force_scalar is set. */
+const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
+
+/* -1 when the weight type has no kernel. */
+int pith_wtype_of(pith_dtype type);
+pith_act_format pith_act_format_of(pith_wtype w);
+/* Bytes of one activation row of k elements in format f (k a multiple of the block size). */
+size_t pith_act_row_bytes(pith_act_format f, int k);
+
+#endif

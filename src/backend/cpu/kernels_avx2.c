@@ -1,0 +1,377 @@
+/* AVX2 + FMA + F16C kernels. Every function carries the target attribute, so this file builds without
+ * -m flags and only runs after pith_cpu_kernels_avx2() has checked the processor.
+ *
+ * Tiles are written once as always-inline templates over (RM, RN) and instantiated for the shapes the
+ * matmul driver asks for: RM = 4 (or 1 for the last rows of a matrix), RN = 1..tile_rn. With constant
+ * RM and RN the compiler keeps the RM x RN accumulators in registers.
+ *
+ * Integer tiles (Q8_0, Q4_0 weights against q8a activations) use the sign trick: maddubs multiplies
+ * unsigned by signed bytes, so feed it |w| and x with w's sign moved onto it; pairs of products
+ * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "backend/cpu/kernels.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline)) TGT
+
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INLINE void store_out(float *y, float v, bool accumulate) { *y = accumulate ? *y + v : v; }
+
+/* ---- float weights (F32, F16, BF16) against float activations ---- */
+
+INLINE __m256 load_w8(const uint8_t *w, int k, pith_wtype type) {
+    if (type == PITH_W_F32) return _mm256_loadu_ps((const float *)(w + 4 * (size_t)k));
+    __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * (size_t)k));
+    if (type == PITH_W_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE float load_w1(const uint8_t *w, int k, pith_wtype type) {
+    uint16_t h;
+    if (type == PITH_W_F32) {
+        float f;
+        memcpy(&f, w + 4 * (size_t)k, 4);
+        return f;
+    }
+    memcpy(&h, w + 2 * (size_t)k, 2);
+    return type == PITH_W_F16 ? _cvtsh_ss(h) : pith_bf16_to_f32(h);
+}
+
+INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
+                            size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
+    const float *xr[PITH_TILE_MAX_RN];
+    for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
+    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv[PITH_TILE_MAX_RN];
+        for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
+        for (int r = 0; r < RM; r++) {
+            __m256 wv = load_w8(w + r * ws, k, type);
+            for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < RM; r++) {
+        for (int t = 0; t < RN; t++) {
+            float s = hsum(acc[r][t]);
+            for (int kk = k; kk < K; kk++) s += load_w1(w + r * ws, kk, type) * xr[t][kk];
+            store_out(&y[t * ldy + r], s, accumulate);
+        }
+    }
+}
+
+/* ---- Q8_0 / Q4_0 weights against q8a activations ---- */
+
+INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
+    if (type == PITH_W_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
+    __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(15));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
+                          size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
+    const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
+    const pith_block_q8a *xr[PITH_TILE_MAX_RN];
+    for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        __m256i xq[PITH_TILE_MAX_RN];
+        float dx[PITH_TILE_MAX_RN];
+        for (int t = 0; t < RN; t++) {
+            xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
+            dx[t] = xr[t][b].d;
+        }
+        for (int r = 0; r < RM; r++) {
+            const uint8_t *blk = w + r * ws + b * bb;
+            __m256i wq = unpack_q32(blk, type);
+            __m256i aw = _mm256_abs_epi8(wq);
+            float dw = f16_at(blk);
+            for (int t = 0; t < RN; t++) {
+                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
+                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                acc[r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < RM; r++)
+        for (int t = 0; t < RN; t++) store_out(&y[t * ldy + r], hsum(acc[r][t]), accumulate);
+}
+
+/* ---- K-quants against q8k activations, one (row, token) at a time ---- */
+
+/* Integer <u, x> weighted per sub-block, for Q4_K: sum_s scale_s * <q_s, x_s> (q_s unsigned nibbles). */
+INLINE float dot_q4_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
+    const __m256i low = _mm256_set1_epi8(15);
+    float sum = 0.0f;
+    for (int b = 0; b < nb; b++, blk += PITH_Q4_K_BYTES) {
+        const uint8_t *q = blk + 16;
+        __m256i dots = _mm256_setzero_si256();
+        int mins = 0;
+        for (int p = 0; p < 4; p++) {
+            int sc0, m0, sc1, m1;
+            pith_q4k_scale_min(blk + 4, 2 * p, &sc0, &m0);
+            pith_q4k_scale_min(blk + 4, 2 * p + 1, &sc1, &m1);
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
+            __m256i lo = _mm256_and_si256(raw, low);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
+            dots = _mm256_add_epi32(dots, _mm256_add_epi32(p0, p1));
+            mins += m0 * (xb[b].bsums[4 * p] + xb[b].bsums[4 * p + 1]) +
+                    m1 * (xb[b].bsums[4 * p + 2] + xb[b].bsums[4 * p + 3]);
+        }
+        sum += xb[b].d * (f16_at(blk) * (float)hsum_i32(dots) - f16_at(blk + 2) * (float)mins);
+    }
+    return sum;
+}
+
+INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
+    const __m256i low = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    float sum = 0.0f;
+    for (int b = 0; b < nb; b++, blk += PITH_Q6_K_BYTES) {
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        __m256i dots = _mm256_setzero_si256();
+        int offset = 0;
+        for (int h = 0; h < 2; h++) {
+            __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+            __m256i v[4];
+            v[0] = _mm256_and_si256(qa, low);
+            v[1] = _mm256_and_si256(qb, low);
+            v[2] = _mm256_and_si256(_mm256_srli_epi16(qa, 4), low);
+            v[3] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
+            for (int g = 0; g < 4; g++) {
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two);
+                __m256i u = _mm256_or_si256(v[g], _mm256_slli_epi16(hi, 4));
+                int s = h * 8 + 2 * g;
+                __m256i scale = _mm256_insertf128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
+                                                        _mm_set1_epi16(sc[s + 1]), 1);
+                __m256i xq = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 16 * s));
+                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scale));
+                offset += sc[s] * xb[b].bsums[s] + sc[s + 1] * xb[b].bsums[s + 1];
+            }
+        }
+        sum += f16_at(blk + 208) * xb[b].d * (float)(hsum_i32(dots) - 32 * offset);
+    }
+    return sum;
+}
+
+/* ---- instantiations ---- */
+
+#define TILE_ENTRY(NAME, IMPL, TYPE, MAXRN)                                                              \
+    static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
+                         float *y, size_t ldy, bool accumulate) {                                       \
+        for (int t0 = 0; t0 < rn; t0 += MAXRN) {                                                        \
+            int n = rn - t0 < MAXRN ? rn - t0 : MAXRN;                                                  \
+            const void *xt = (const uint8_t *)x + t0 * xs;                                              \
+            float *yt = y + t0 * ldy;                                                                   \
+            if (rm == 4) {                                                                              \
+                switch (n) {                                                                            \
+                case 1: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 1); break;                 \
+                case 2: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 2 <= MAXRN ? 2 : 1); break; \
+                default: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 3 <= MAXRN ? 3 : 1); break; \
+                }                                                                                       \
+            } else {                                                                                    \
+                for (int r = 0; r < rm; r++) {                                                          \
+                    for (int t = 0; t < n; t++)                                                         \
+                        IMPL(K, w + r * ws, ws, (const uint8_t *)xt + t * xs, xs, yt + t * ldy + r, ldy, \
+                             accumulate, TYPE, 1, 1);                                                   \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
+    }
+
+TILE_ENTRY(tile_f32, tile_float_impl, PITH_W_F32, 3)
+TILE_ENTRY(tile_f16, tile_float_impl, PITH_W_F16, 3)
+TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
+TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 2)
+TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 2)
+
+#define KQUANT_ENTRY(NAME, DOT)                                                             \
+    static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
+                         float *y, size_t ldy, bool accumulate) {                                       \
+        for (int r = 0; r < rm; r++)                                                                    \
+            for (int t = 0; t < rn; t++)                                                                \
+                store_out(&y[t * ldy + r],                                                              \
+                          DOT(K / PITH_QK_K, w + r * ws,                                                \
+                              (const pith_block_q8k *)((const uint8_t *)x + t * xs)),                   \
+                          accumulate);                                                                  \
+    }
+
+KQUANT_ENTRY(tile_q4_k, dot_q4_k_row)
+KQUANT_ENTRY(tile_q6_k, dot_q6_k_row)
+
+/* ---- activation quantizers ---- */
+
+/* Quantizes 32 floats: returns the scale, stores the quants (same arithmetic as the scalar version:
+ * q = round_half_even(x * (127 / amax))). */
+INLINE float quantize32(const float *x, int8_t *q) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float a = _mm_cvtss_f32(m);
+    __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
+    /* packs work within 128-bit lanes: undo the interleaving with one cross-lane permute */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    return a / 127.0f;
+}
+
+static TGT void quantize_q8a_avx2(const float *x, pith_block_q8a *out, int n) {
+    for (int i = 0; i < n / PITH_QK; i++) out[i].d = quantize32(x + i * PITH_QK, out[i].qs);
+}
+
+static TGT void quantize_q8k_avx2(const float *x, pith_block_q8k *out, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n / PITH_QK_K; i++, x += PITH_QK_K) {
+        __m256 amax = _mm256_setzero_ps();
+        for (int j = 0; j < PITH_QK_K; j += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        float a = _mm_cvtss_f32(m);
+        __m256 id = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+        for (int j = 0; j < PITH_QK_K; j += 32) {
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), id));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), id));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 16), id));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 24), id));
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(out[i].qs + j), p);
+            /* sums of each 16 quants, for the K-quants' offsets */
+            const __m256i ones = _mm256_set1_epi16(1);
+            out[i].bsums[j / 16] = (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(p)), ones));
+            out[i].bsums[j / 16 + 1] =
+                (int16_t)hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(p, 1)), ones));
+        }
+        out[i].d = a / 127.0f;
+    }
+}
+
+/* ---- vector helpers ---- */
+
+static TGT float dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static TGT void axpy_avx2(float *y, float a, const float *x, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static TGT void scale_avx2(float *y, float a, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] *= a;
+}
+
+static TGT void f16_to_f32_avx2(const uint16_t *src, float *dst, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+
+static TGT void f32_to_f16_avx2(const float *src, uint16_t *dst, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = pith_f32_to_f16(src[i]);
+}
+
+static const pith_cpu_kernels avx2_kernels = {
+    .name = "avx2",
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
+    .tile_rn = {3, 3, 3, 2, 2, 1, 1},
+    .quantize_q8a = quantize_q8a_avx2,
+    .quantize_q8k = quantize_q8k_avx2,
+    .dot = dot_avx2,
+    .axpy = axpy_avx2,
+    .scale = scale_avx2,
+    .f16_to_f32 = f16_to_f32_avx2,
+    .f32_to_f16 = f32_to_f16_avx2,
+};
+
+/* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
+ * enabled by the OS (OSXSAVE, and XCR0 saving SSE and AVX registers). */
+static bool has_avx2_fma_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+    if (!fma || !osxsave || !f16c) return false;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6) != 6) return false;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    return b & (1u << 5);
+}
+
+const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return has_avx2_fma_f16c() ? &avx2_kernels : NULL; }
+
+#else
+
+#include "backend/cpu/kernels.h"
+
+const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return NULL; }
+
+#endif

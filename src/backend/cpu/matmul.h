@@ -1,0 +1,44 @@
+/* Matrix products y = x W^T over all tokens of a step, split across the pool by output rows.
+ *
+ * A pith_matrix is a weight viewed for the kernels: rows output features of cols inputs, each row
+ * row_bytes apart in its own format. A pith_acts binds an input (n rows of k floats) to the context,
+ * so that matmuls reading the same input (Q, K and V; gate and up) quantize it only once.
+ *
+ * Each thread takes units of consecutive output rows from a shared counter (the machine is shared and
+ * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows 4 at
+ * a time, tokens tile_rn at a time, so in a prefill the weights stream from memory about once per
+ * 256 KiB of activations and the activations stay cached. */
+#ifndef PITH_CPU_MATMUL_H
+#define PITH_CPU_MATMUL_H
+
+#include "backend/cpu/cpu.h"
+#include "pith/tensor.h"
+
+typedef struct pith_matrix {
+    pith_wtype type;
+    int rows;
+    int cols;
+    const uint8_t *data;
+    size_t row_bytes;
+} pith_matrix;
+
+/* Views a 2-D weight tensor (ne = {cols, rows}); fails when the type has no kernel, the shape is not
+ * 2-D, cols is not a multiple of the block size, or the data is shorter than the shape says. */
+int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err);
+
+typedef struct pith_acts {
+    const float *x;
+    int n;         /* rows (tokens) */
+    int k;         /* elements per row */
+    size_t ldx;    /* floats between rows */
+    uint64_t id;   /* binding serial, see pith_cpu.act_owner */
+} pith_acts;
+
+void pith_acts_bind(pith_cpu *c, pith_acts *a, const float *x, int n, int k, size_t ldx);
+
+/* y[t * ldy + r] (+)= sum_k W[r][k] x[t][k] for every token t < a->n and row r < w->rows. Fails only
+ * when the shapes disagree or pith_cpu_reserve was not called for this size. */
+int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, size_t ldy, bool accumulate,
+                    pith_err *err);
+
+#endif

@@ -1,0 +1,70 @@
+/* Block-quantized formats: the weight layouts of GGUF files and the 8-bit activation blocks that the
+ * integer matmul kernels multiply them with.
+ *
+ * Weight blocks (byte-exact GGML layouts, read through byte offsets since mapped files promise no
+ * alignment):
+ *   Q8_0: f16 d, int8 q[32]                      x = d * q
+ *   Q4_0: f16 d, uint8 nibbles[16]               x[j] = d * ((n[j] & 15) - 8), x[j+16] = d * ((n[j] >> 4) - 8)
+ *   Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of 32, 128 bytes of
+ *         nibbles                                x = d * scale_s * q - dmin * min_s
+ *   Q6_K: 128 bytes low nibbles, 64 bytes high 2-bit pairs, int8 scales[16] (sub-blocks of 16), f16 d
+ *                                                x = d * scale_s * (q - 32)
+ *
+ * Activation blocks are ours (in scratch memory, aligned): a row of activations quantized with one
+ * float scale per block, d = max|x| / 127, q = round(x / d), so |x - d*q| <= d/2 per element.
+ *   q8a: for Q8_0/Q4_0 weights, blocks of 32.
+ *   q8k: for Q4_K/Q6_K weights, blocks of 256 with the sums of each 16 quants (bsums), which the
+ *        kernels use to apply the K-quants' offsets (Q4_K mins, Q6_K's -32) once per 16 elements. */
+#ifndef PITH_CPU_QUANTS_H
+#define PITH_CPU_QUANTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pith/tensor.h"
+
+#define PITH_QK 32
+#define PITH_QK_K 256
+
+#define PITH_Q8_0_BYTES 34
+#define PITH_Q4_0_BYTES 18
+#define PITH_Q4_K_BYTES 144
+#define PITH_Q6_K_BYTES 210
+
+typedef struct pith_block_q8a {
+    float d;
+    int8_t qs[PITH_QK];
+} pith_block_q8a;
+
+typedef struct pith_block_q8k {
+    float d;
+    int16_t bsums[PITH_QK_K / 16];
+    int8_t qs[PITH_QK_K];
+} pith_block_q8k;
+
+static inline float pith_load_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pith_f16_to_f32(h);
+}
+
+/* Q4_K packs eight 6-bit scales and eight 6-bit mins in 12 bytes; sub-block j's pair. */
+static inline void pith_q4k_scale_min(const uint8_t *scales, int j, int *scale, int *min) {
+    if (j < 4) {
+        *scale = scales[j] & 63;
+        *min = scales[j + 4] & 63;
+    } else {
+        *scale = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+        *min = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+    }
+}
+
+/* Expands n elements (a multiple of the type's block size) of a row of `type` to float. */
+void pith_dequantize_row(pith_dtype type, const void *src, float *dst, int64_t n);
+
+/* Scalar activation quantizers (n a multiple of the block size). The AVX2 ones live with their kernels. */
+void pith_quantize_q8a_scalar(const float *x, pith_block_q8a *out, int n);
+void pith_quantize_q8k_scalar(const float *x, pith_block_q8k *out, int n);
+
+#endif

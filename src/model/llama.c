@@ -1,0 +1,461 @@
+/* Llama-family forward pass (llama, qwen2, qwen3) over a flat batch and a paged KV cache.
+ *
+ * One step: embed every token; per layer, RMSNorm, Q/K/V projections for all tokens at once (optional
+ * bias; qwen3 RMS-normalises each Q and K head), RoPE, K/V written to each token's cache slot, causal
+ * attention through the block tables, output projection added to the residual, then RMSNorm and a SwiGLU
+ * feed-forward likewise; finally the last norm and the vocabulary projection, only for the rows that
+ * want logits. Every projection is one matmul over all tokens of the step, so weights stream from
+ * memory once per step whatever the batch holds.
+ *
+ * RoPE frequencies: theta^(-2i/head_dim), divided by rope_freqs.weight when the file has it (llama.cpp's
+ * way of storing Llama 3 scaling), else rescaled from the hyper-parameters (Hugging Face's "llama3"
+ * rope_type), never both. Angles are computed in double per token, so long positions lose no precision. */
+#include "model/llama.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quants.h"
+
+typedef struct llama_layer {
+    pith_matrix wq, wk, wv, wo, gate, up, down;
+    float *attn_norm, *ffn_norm;
+    float *bq, *bk, *bv;        /* qwen2, else NULL */
+    float *q_norm, *k_norm;     /* qwen3, else NULL */
+} llama_layer;
+
+typedef struct llama {
+    pith_model base;
+    pith_cpu cpu;
+    pith_attn_scratch attn;
+    int q_dim;
+    const pith_tensor *embd;
+    size_t embd_row_bytes;
+    float *out_norm;
+    pith_matrix output;
+    llama_layer *layers;
+    double *inv_freq;           /* [head_dim / 2] */
+
+    /* scratch for up to cap tokens */
+    int cap;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin;
+} llama;
+
+/* ---------------- build ---------------- */
+
+static int load_vec(const pith_model_file *f, const char *name, int n, bool required, float **out, pith_err *err) {
+    *out = NULL;
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return required ? pith_errf(err, "missing tensor %s", name) : 0;
+    if (pith_tensor_nelems(t) != n || t->ne[0] != n)
+        return pith_errf(err, "tensor %s: expected %d elements", name, n);
+    if (!pith_dtype_valid(t->type) || !pith_dtype_row_bytes(t->type, n) || t->nbytes < pith_dtype_row_bytes(t->type, n))
+        return pith_errf(err, "tensor %s: bad type or size", name);
+    *out = malloc((size_t)n * sizeof(float));
+    if (!*out) return pith_errf(err, "out of memory");
+    pith_dequantize_row(t->type, t->data, *out, n);
+    return 0;
+}
+
+static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    if (pith_matrix_from_tensor(m, t, err)) return -1;
+    if (m->rows != rows || m->cols != cols)
+        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
+    return 0;
+}
+
+static int load_layer(const pith_model_file *f, const pith_hparams *hp, int l, llama_layer *L, pith_err *err) {
+    char n[96];
+    int dim = hp->dim, qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim, ffn = hp->ffn_dim;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+    if (load_vec(f, NAME("attn_norm.weight"), dim, true, &L->attn_norm, err) ||
+        load_vec(f, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
+        load_mat(f, NAME("attn_q.weight"), qd, dim, &L->wq, err) ||
+        load_mat(f, NAME("attn_k.weight"), kvd, dim, &L->wk, err) ||
+        load_mat(f, NAME("attn_v.weight"), kvd, dim, &L->wv, err) ||
+        load_mat(f, NAME("attn_output.weight"), dim, qd, &L->wo, err) ||
+        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err) ||
+        load_vec(f, NAME("attn_q.bias"), qd, hp->has_qkv_bias, &L->bq, err) ||
+        load_vec(f, NAME("attn_k.bias"), kvd, hp->has_qkv_bias, &L->bk, err) ||
+        load_vec(f, NAME("attn_v.bias"), kvd, hp->has_qkv_bias, &L->bv, err) ||
+        load_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, hp->has_qk_norm, &L->q_norm, err) ||
+        load_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, hp->has_qk_norm, &L->k_norm, err))
+        return pith_err_prefix(err, "layer %d", l);
+#undef NAME
+    return 0;
+}
+
+static void free_layer(llama_layer *L) {
+    free(L->attn_norm);
+    free(L->ffn_norm);
+    free(L->bq);
+    free(L->bk);
+    free(L->bv);
+    free(L->q_norm);
+    free(L->k_norm);
+}
+
+static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    int half = hp->head_dim / 2;
+    m->inv_freq = malloc((size_t)half * sizeof *m->inv_freq);
+    if (!m->inv_freq) return pith_errf(err, "out of memory");
+    float *factors;
+    if (load_vec(f, "rope_freqs.weight", half, false, &factors, err)) return -1;
+    for (int i = 0; i < half; i++) {
+        double freq = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
+        if (factors) {
+            freq /= factors[i];
+        } else if (hp->rope_scale_factor > 0) {
+            double low_wavelen = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+            double high_wavelen = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+            double wavelen = 2 * M_PI / freq;
+            if (wavelen > low_wavelen) {
+                freq /= hp->rope_scale_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (hp->rope_orig_ctx / wavelen - hp->rope_low_freq_factor) /
+                                (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                freq = (1 - smooth) * freq / hp->rope_scale_factor + smooth * freq;
+            }
+        }
+        m->inv_freq[i] = freq;
+    }
+    free(factors);
+    return 0;
+}
+
+static void llama_destroy(pith_model *base);
+static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err);
+static const pith_model_ops llama_ops = {llama_forward, llama_destroy};
+
+static int check_hparams(const pith_hparams *hp, pith_err *err) {
+    const int big = 1 << 20;
+    if (hp->dim <= 0 || hp->dim > big || hp->n_layers <= 0 || hp->n_layers > 4096 || hp->n_heads <= 0 ||
+        hp->n_kv_heads <= 0 || hp->n_heads % hp->n_kv_heads || hp->head_dim <= 0 || hp->head_dim % 2 ||
+        (long long)hp->n_heads * hp->head_dim > big || hp->ffn_dim <= 0 || hp->ffn_dim > big || hp->n_vocab <= 0 ||
+        hp->n_vocab > (1 << 24) || !(hp->norm_eps > 0) || !(hp->rope_theta > 0))
+        return pith_errf(err, "unsupported hyper-parameters (dim %d, layers %d, heads %d/%d, head_dim %d, ffn %d, vocab %d)",
+                         hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->ffn_dim, hp->n_vocab);
+    return 0;
+}
+
+int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
+    *out = NULL;
+    const pith_hparams *hp = pith_model_file_hparams(file);
+    const char *path = pith_model_file_path(file);
+    if (check_hparams(hp, err)) return pith_err_prefix(err, "%s", path);
+    llama *m = calloc(1, sizeof *m);
+    if (!m) return pith_errf(err, "out of memory");
+    m->base.ops = &llama_ops;
+    m->base.hp = *hp;
+    m->base.kv_dim = hp->n_kv_heads * hp->head_dim;
+    m->base.impl = m;
+    m->q_dim = hp->n_heads * hp->head_dim;
+    const char *fs = getenv("PITH_FORCE_SCALAR");
+    bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
+    pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
+    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+    int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
+    if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
+    if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
+    if (!rc) {
+        m->embd = pith_model_file_tensor(file, "token_embd.weight");
+        pith_matrix em;
+        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        m->embd_row_bytes = em.row_bytes;
+    }
+    if (!rc) rc = load_vec(file, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc) {
+        if (pith_model_file_tensor(file, "output.weight"))
+            rc = load_mat(file, "output.weight", hp->n_vocab, hp->dim, &m->output, err);
+        else
+            rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &m->output, err);
+    }
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = load_layer(file, hp, l, &m->layers[l], err);
+    if (!rc) rc = init_rope(m, file, err);
+    if (rc) {
+        pith_err_prefix(err, "%s", path);
+        llama_destroy(&m->base);
+        return -1;
+    }
+    m->base.file = file;
+    *out = &m->base;
+    return 0;
+}
+
+static void free_scratch(llama *m) {
+    free(m->x);
+    free(m->xb);
+    free(m->q);
+    free(m->k);
+    free(m->v);
+    free(m->att);
+    free(m->hb);
+    free(m->hb2);
+    free(m->rope_cos);
+    free(m->rope_sin);
+    m->x = m->xb = m->q = m->k = m->v = m->att = m->hb = m->hb2 = m->rope_cos = m->rope_sin = NULL;
+    m->cap = 0;
+}
+
+static void llama_destroy(pith_model *base) {
+    llama *m = base->impl;
+    if (m->layers)
+        for (int l = 0; l < base->hp.n_layers; l++) free_layer(&m->layers[l]);
+    free(m->layers);
+    free(m->out_norm);
+    free(m->inv_freq);
+    free_scratch(m);
+    pith_attn_scratch_free(&m->attn);
+    if (m->cpu.pool) pith_cpu_free(&m->cpu);
+    free(m);
+}
+
+/* ---------------- forward ---------------- */
+
+static int reserve(llama *m, int n, pith_err *err) {
+    if (n <= m->cap) return 0;
+    const pith_hparams *hp = &m->base.hp;
+    free_scratch(m);
+    size_t N = (size_t)n, kvd = (size_t)m->base.kv_dim;
+    m->x = malloc(N * hp->dim * sizeof(float));
+    m->xb = malloc(N * hp->dim * sizeof(float));
+    m->q = malloc(N * m->q_dim * sizeof(float));
+    m->k = malloc(N * kvd * sizeof(float));
+    m->v = malloc(N * kvd * sizeof(float));
+    m->att = malloc(N * m->q_dim * sizeof(float));
+    m->hb = malloc(N * hp->ffn_dim * sizeof(float));
+    m->hb2 = malloc(N * hp->ffn_dim * sizeof(float));
+    m->rope_cos = malloc(N * (hp->head_dim / 2) * sizeof(float));
+    m->rope_sin = malloc(N * (hp->head_dim / 2) * sizeof(float));
+    if (!m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 || !m->rope_cos || !m->rope_sin) {
+        free_scratch(m);
+        return pith_errf(err, "out of memory for a batch of %d tokens", n);
+    }
+    int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
+    widest = widest > m->q_dim ? widest : m->q_dim;
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+        free_scratch(m);
+        return -1;
+    }
+    m->cap = n;
+    return 0;
+}
+
+/* Everything the batch promises (batch.h) that a wrong caller could break in a way that reads or writes
+ * out of bounds is checked here, before any work. */
+static int check_batch(const llama *m, const pith_kv_cache *kv, const pith_batch *b, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    if (kv->n_layers != hp->n_layers || kv->kv_dim != m->base.kv_dim || (kv->type != PITH_F16 && kv->type != PITH_F32))
+        return pith_errf(err, "KV cache (%d layers x %d, %s) does not fit the model (%d layers x %d)", kv->n_layers,
+                         kv->kv_dim, pith_dtype_name(kv->type), hp->n_layers, m->base.kv_dim);
+    if (b->n_tokens < 0 || b->n_seqs < 0 || (b->n_tokens > 0 && (b->n_seqs < 1 || b->max_blocks < 1)))
+        return pith_errf(err, "batch: bad sizes (%d tokens, %d sequences, %d blocks per table)", b->n_tokens,
+                         b->n_seqs, b->max_blocks);
+    const int bs = kv->block_size;
+    const long long n_slots = (long long)kv->n_blocks * bs;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int tok = b->tokens[i], pos = b->positions[i], s = b->seq[i], slot = b->kv_slots[i];
+        if (tok < 0 || tok >= hp->n_vocab) return pith_errf(err, "batch: token %d is outside the vocabulary", tok);
+        if (s < 0 || s >= b->n_seqs) return pith_errf(err, "batch: sequence index %d out of range", s);
+        if (pos < 0 || pos / bs >= b->max_blocks)
+            return pith_errf(err, "batch: position %d does not fit a block table of %d blocks", pos, b->max_blocks);
+        if (slot < 0 || slot >= n_slots) return pith_errf(err, "batch: KV slot %d out of range", slot);
+        /* every block this token attends to, its own included */
+        const int32_t *bt = b->block_tables + (size_t)s * b->max_blocks;
+        for (int blk = 0; blk <= pos / bs; blk++)
+            if (bt[blk] < 0 || bt[blk] >= kv->n_blocks)
+                return pith_errf(err, "batch: block table entry %d of sequence %d is %d (cache has %d blocks)", blk,
+                                 s, bt[blk], kv->n_blocks);
+        if ((long long)bt[pos / bs] * bs + pos % bs != slot)
+            return pith_errf(err, "batch: KV slot %d of token %d disagrees with its block table", slot, i);
+    }
+    return 0;
+}
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+}
+
+static void rope(float *v, const float *cs, const float *sn, int hd, pith_rope_style style) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        int a = style == PITH_ROPE_ADJACENT ? 2 * i : i, b = style == PITH_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+/* Per-token work between two matmuls: a row function run over all tokens, split across threads. */
+typedef struct row_job {
+    llama *m;
+    const pith_batch *b;
+    const pith_kv_cache *kv;
+    int layer;
+    int n;
+    void (*row)(struct row_job *j, int t);
+    int chunk;
+    _Atomic int next;
+} row_job;
+
+static void row_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    row_job *j = arg;
+    for (;;) {
+        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (t0 >= j->n) break;
+        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
+        for (int t = t0; t < t1; t++) j->row(j, t);
+    }
+}
+
+/* width: elements each row touches, a measure of its work */
+static void run_rows(llama *m, row_job *j, void (*row)(row_job *j, int t), int width) {
+    j->row = row;
+    j->chunk = j->n / (4 * m->cpu.n_threads);
+    if (j->chunk < 1) j->chunk = 1;
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    pith_pool_run_sized(m->cpu.pool, row_worker, j, (double)j->n * width);
+}
+
+static void embed_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim, half = m->base.hp.head_dim / 2;
+    const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
+    pith_dequantize_row(m->embd->type, src, m->x + (size_t)t * dim, dim);
+    double pos = j->b->positions[t];
+    for (int i = 0; i < half; i++) {
+        double angle = pos * m->inv_freq[i];
+        m->rope_cos[(size_t)t * half + i] = (float)cos(angle);
+        m->rope_sin[(size_t)t * half + i] = (float)sin(angle);
+    }
+}
+
+static void attn_norm_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim;
+    rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, m->layers[j->layer].attn_norm, dim, m->base.hp.norm_eps);
+}
+
+static void ffn_norm_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim;
+    rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, m->layers[j->layer].ffn_norm, dim, m->base.hp.norm_eps);
+}
+
+/* Bias, QK-norm and RoPE on this token's Q and K, then its K and V into the cache. */
+static void qkv_row(row_job *j, int t) {
+    llama *m = j->m;
+    const pith_hparams *hp = &m->base.hp;
+    const llama_layer *L = &m->layers[j->layer];
+    int hd = hp->head_dim, kvd = m->base.kv_dim, half = hd / 2;
+    float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * kvd, *v = m->v + (size_t)t * kvd;
+    if (L->bq) {
+        for (int i = 0; i < m->q_dim; i++) q[i] += L->bq[i];
+        for (int i = 0; i < kvd; i++) k[i] += L->bk[i], v[i] += L->bv[i];
+    }
+    const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
+    for (int h = 0; h < hp->n_heads; h++) {
+        if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+        rope(q + h * hd, cs, sn, hd, hp->rope_style);
+    }
+    for (int h = 0; h < hp->n_kv_heads; h++) {
+        if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        rope(k + h * hd, cs, sn, hd, hp->rope_style);
+    }
+    const pith_kv_cache *kv = j->kv;
+    size_t off = ((size_t)j->layer * kv->n_blocks * kv->block_size + (size_t)j->b->kv_slots[t]) * kvd;
+    if (kv->type == PITH_F16) {
+        m->cpu.k->f32_to_f16(k, (uint16_t *)kv->k + off, kvd);
+        m->cpu.k->f32_to_f16(v, (uint16_t *)kv->v + off, kvd);
+    } else {
+        memcpy((float *)kv->k + off, k, kvd * sizeof(float));
+        memcpy((float *)kv->v + off, v, kvd * sizeof(float));
+    }
+}
+
+static void swiglu_row(row_job *j, int t) {
+    llama *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    float *g = m->hb + (size_t)t * ffn, *u = m->hb2 + (size_t)t * ffn;
+    for (int i = 0; i < ffn; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void out_norm_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim;
+    rmsnorm(m->xb + (size_t)t * dim, m->xb + (size_t)t * dim, m->out_norm, dim, m->base.hp.norm_eps);
+}
+
+static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    const llama_layer *L = &m->layers[l];
+    const int n = b->n_tokens, dim = hp->dim, kvd = m->base.kv_dim, ffn = hp->ffn_dim;
+    row_job j = {.m = m, .b = b, .kv = kv, .layer = l, .n = n};
+    pith_acts a;
+
+    run_rows(m, &j, attn_norm_row, dim);
+    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
+    if (pith_cpu_matmul(&m->cpu, &L->wq, &a, m->q, m->q_dim, false, err) ||
+        pith_cpu_matmul(&m->cpu, &L->wk, &a, m->k, kvd, false, err) ||
+        pith_cpu_matmul(&m->cpu, &L->wv, &a, m->v, kvd, false, err))
+        return -1;
+    run_rows(m, &j, qkv_row, 4 * (m->q_dim + 2 * kvd));
+
+    size_t layer_off = (size_t)l * kv->n_blocks * kv->block_size * kvd * (kv->type == PITH_F16 ? 2 : 4);
+    pith_attn_args aa = {
+        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->block_tables,
+        .max_blocks = b->max_blocks, .block_size = kv->block_size,
+        .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
+        .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
+    };
+    pith_attention(&m->cpu, &m->attn, &aa);
+    pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
+    if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) return -1;
+
+    run_rows(m, &j, ffn_norm_row, dim);
+    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
+    if (pith_cpu_matmul(&m->cpu, &L->gate, &a, m->hb, ffn, false, err) ||
+        pith_cpu_matmul(&m->cpu, &L->up, &a, m->hb2, ffn, false, err))
+        return -1;
+    run_rows(m, &j, swiglu_row, 8 * ffn);
+    pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
+    return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
+}
+
+static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err) {
+    llama *m = base->impl;
+    const pith_hparams *hp = &base->hp;
+    if (check_batch(m, kv, b, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (b->n_tokens == 0) return 0;
+    row_job j = {.m = m, .b = b, .kv = kv, .n = b->n_tokens};
+    run_rows(m, &j, embed_row, hp->dim + 16 * hp->head_dim);
+    for (int l = 0; l < hp->n_layers; l++)
+        if (layer_forward(m, kv, b, l, err)) return -1;
+
+    /* gather the rows that want logits, then norm and project only those */
+    int n_out = 0;
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->want_logits[t])
+            memcpy(m->xb + (size_t)n_out++ * hp->dim, m->x + (size_t)t * hp->dim, hp->dim * sizeof(float));
+    if (n_out == 0) return 0;
+    j.n = n_out;
+    run_rows(m, &j, out_norm_row, hp->dim);
+    pith_acts a;
+    pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
+    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+}

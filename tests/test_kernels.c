@@ -1,0 +1,548 @@
+/* CPU kernels against straightforward float64 references written here from the format definitions.
+ *
+ * Tolerances (u = 2^-24, float's unit roundoff):
+ *   - Dot products of K terms in float, in any summation order, err <= (K + 8) u sum|w_k x_k| (Higham's
+ *     gamma_K bound plus a few roundings for the final horizontal add). Used for every float-weight tile
+ *     and, with the *quantized* activations as x, for the integer tiles: there the integer block sums
+ *     are exact, so only the float accumulation of block terms errs.
+ *   - Against the unquantized activations, the integer tiles also carry the activation quantization
+ *     error: each element moves by at most d/2 with d = max|x over its block| / 127, so the output
+ *     moves by at most sum_k |w_k| d_k / 2.
+ *   - K-quant block terms subtract two products (d * dots - dmin * mins) whose integer factors can
+ *     exceed 2^24 and round when converted; the bound uses |d sc q| + |dmin m| per element instead of |w|.
+ *   - Dequantization: the library and the reference multiply the same three factors in a different
+ *     order, 2 roundings apart: 4u relative.
+ * Shapes are chosen awkward on purpose: 1 row, odd row counts, rows not a multiple of the 4-row tile,
+ * 1..9 tokens (tails of every token tile), float K not a multiple of 8 or 64. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quants.h"
+#include "backend/cpu/threadpool.h"
+#include "check.h"
+
+#define U 5.9604645e-08 /* 2^-24 */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd_u64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)); }
+
+static void put_f16(uint8_t *p, float v) {
+    uint16_t h = pith_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+static double get_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pith_f16_to_f32(h);
+}
+
+/* ---------- reference formats: element i of a row, and "magnitude" terms for the error bounds ---------- */
+
+static size_t block_bytes(pith_dtype t) { return pith_dtype_block_bytes(t); }
+static int block_elems(pith_dtype t) { return (int)pith_dtype_block_elems(t); }
+
+static void q4k_sm(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Value of element i of a row; *mag receives the magnitude used in rounding bounds. */
+static double ref_elem(pith_dtype t, const uint8_t *row, int i, double *mag) {
+    double v;
+    const uint8_t *b = row + (size_t)(i / block_elems(t)) * block_bytes(t);
+    int e = i % block_elems(t);
+    *mag = -1;
+    switch (t) {
+    case PITH_F32: {
+        float f;
+        memcpy(&f, row + 4 * (size_t)i, 4);
+        v = f;
+        break;
+    }
+    case PITH_F16: v = get_f16(row + 2 * (size_t)i); break;
+    case PITH_BF16: {
+        uint16_t h;
+        memcpy(&h, row + 2 * (size_t)i, 2);
+        v = pith_bf16_to_f32(h);
+        break;
+    }
+    case PITH_Q8_0: v = get_f16(b) * (int8_t)b[2 + e]; break;
+    case PITH_Q4_0: {
+        int byte = b[2 + e % 16];
+        int nib = e < 16 ? byte & 15 : byte >> 4;
+        v = get_f16(b) * (nib - 8);
+        break;
+    }
+    case PITH_Q4_K: {
+        int sc, m;
+        q4k_sm(b + 4, e / 32, &sc, &m);
+        int within = e % 64;
+        int byte = b[16 + (e / 64) * 32 + within % 32];
+        int nib = within < 32 ? byte & 15 : byte >> 4;
+        double pos = get_f16(b) * sc * nib, neg = get_f16(b + 2) * m;
+        v = pos - neg;
+        *mag = fabs(pos) + fabs(neg);
+        break;
+    }
+    case PITH_Q6_K: {
+        int half = e / 128, w = e % 128, g = w / 32, l = w % 32;
+        int byte = b[half * 64 + l + (g & 1) * 32];
+        int nib = g < 2 ? byte & 15 : byte >> 4;
+        int hi = (b[128 + half * 32 + l] >> (2 * g)) & 3;
+        v = get_f16(b + 208) * (int8_t)b[192 + e / 16] * ((nib | hi << 4) - 32);
+        break;
+    }
+    default: v = 0;
+    }
+    if (*mag < 0) *mag = fabs(v);
+    return v;
+}
+
+/* ---------- reference quantizers (float row -> blocks) ---------- */
+
+static int iround(double x) { return (int)lrint(x); }
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *out) {
+    int be = block_elems(t);
+    for (int b0 = 0; b0 < n; b0 += be) {
+        const float *xb = x + b0;
+        uint8_t *o = out + (size_t)(b0 / be) * block_bytes(t);
+        double amax = 0, mn = 0, mx = 0;
+        for (int i = 0; i < be; i++) {
+            amax = fmax(amax, fabs(xb[i]));
+            mn = fmin(mn, xb[i]);
+            mx = fmax(mx, xb[i]);
+        }
+        switch (t) {
+        case PITH_F32: memcpy(o, xb, 4); break;
+        case PITH_F16: put_f16(o, xb[0]); break;
+        case PITH_BF16: {
+            uint16_t h = pith_f32_to_bf16(xb[0]);
+            memcpy(o, &h, 2);
+            break;
+        }
+        case PITH_Q8_0: {
+            put_f16(o, (float)(amax / 127));
+            double d = get_f16(o);
+            for (int i = 0; i < 32; i++) o[2 + i] = (uint8_t)(int8_t)(d ? clampi(iround(xb[i] / d), -127, 127) : 0);
+            break;
+        }
+        case PITH_Q4_0: {
+            put_f16(o, (float)(amax / 7));
+            double d = get_f16(o);
+            for (int i = 0; i < 16; i++) {
+                int lo = d ? clampi(iround(xb[i] / d) + 8, 0, 15) : 8;
+                int hi = d ? clampi(iround(xb[i + 16] / d) + 8, 0, 15) : 8;
+                o[2 + i] = (uint8_t)(lo | hi << 4);
+            }
+            break;
+        }
+        case PITH_Q4_K: {
+            /* x ~ d*sc*q - dmin*m per sub-block of 32, with m >= 0 the negated sub-block minimum */
+            double scale[8], minv[8], smax = 0, mmax = 0;
+            for (int s = 0; s < 8; s++) {
+                double lo = 0, hi = 0;
+                for (int i = 0; i < 32; i++) {
+                    lo = fmin(lo, xb[s * 32 + i]);
+                    hi = fmax(hi, xb[s * 32 + i]);
+                }
+                scale[s] = (hi - lo) / 15;
+                minv[s] = -lo;
+                smax = fmax(smax, scale[s]);
+                mmax = fmax(mmax, minv[s]);
+            }
+            put_f16(o, (float)(smax / 63));
+            put_f16(o + 2, (float)(mmax / 63));
+            double d = get_f16(o), dmin = get_f16(o + 2);
+            int sc[8], m[8];
+            for (int s = 0; s < 8; s++) {
+                sc[s] = d ? clampi(iround(scale[s] / d), 0, 63) : 0;
+                m[s] = dmin ? clampi(iround(minv[s] / dmin), 0, 63) : 0;
+            }
+            uint8_t *S = o + 4;
+            for (int j = 0; j < 4; j++) {
+                S[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+                S[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
+                S[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+            }
+            uint8_t *q = o + 16;
+            memset(q, 0, 128);
+            for (int i = 0; i < 256; i++) {
+                int s = i / 32;
+                double step = d * sc[s];
+                int v = step ? clampi(iround((xb[i] + dmin * m[s]) / step), 0, 15) : 0;
+                int within = i % 64;
+                q[(i / 64) * 32 + within % 32] |= (uint8_t)(within < 32 ? v : v << 4);
+            }
+            break;
+        }
+        case PITH_Q6_K: {
+            double scale[16], smax = 0;
+            for (int s = 0; s < 16; s++) {
+                double a = 0;
+                for (int i = 0; i < 16; i++) a = fmax(a, fabs(xb[s * 16 + i]));
+                scale[s] = a / 31;
+                smax = fmax(smax, scale[s]);
+            }
+            put_f16(o + 208, (float)(smax / 127));
+            double d = get_f16(o + 208);
+            memset(o, 0, 192);
+            for (int s = 0; s < 16; s++) o[192 + s] = (uint8_t)(int8_t)(d ? clampi(iround(scale[s] / d), -128, 127) : 0);
+            for (int i = 0; i < 256; i++) {
+                double step = d * (int8_t)o[192 + i / 16];
+                int q = (step ? clampi(iround(xb[i] / step), -32, 31) : 0) + 32;
+                int half = i / 128, w = i % 128, g = w / 32, l = w % 32;
+                o[half * 64 + l + (g & 1) * 32] |= (uint8_t)(g < 2 ? (q & 15) : (q & 15) << 4);
+                o[128 + half * 32 + l] |= (uint8_t)((q >> 4) << (2 * g));
+            }
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* Random bytes as blocks: every bit pattern of the quants and scales, with sane (finite) f16 scales. */
+static void random_blocks(pith_dtype t, int n, uint8_t *out) {
+    size_t bytes = pith_dtype_row_bytes(t, n);
+    for (size_t i = 0; i < bytes; i++) out[i] = (uint8_t)rnd_u64();
+    int nb = n / block_elems(t);
+    for (int b = 0; b < nb; b++) {
+        uint8_t *o = out + (size_t)b * block_bytes(t);
+        switch (t) {
+        case PITH_Q8_0: case PITH_Q4_0: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
+        case PITH_Q4_K:
+            put_f16(o, rnd_uniform(0.0f, 0.01f));
+            put_f16(o + 2, rnd_uniform(0.0f, 0.01f));
+            break;
+        case PITH_Q6_K: put_f16(o + 208, rnd_uniform(-0.002f, 0.002f)); break;
+        default: break;
+        }
+    }
+}
+
+/* ---------- tests ---------- */
+
+static const pith_dtype all_types[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K, PITH_Q6_K};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+static void test_dequantize(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        pith_dtype t = all_types[ti];
+        int n = 4 * 256;
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        uint8_t *q = malloc(pith_dtype_row_bytes(t, n));
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 0) {
+                for (int i = 0; i < n; i++) x[i] = rnd_uniform(-1, 1) * (i % 97 == 0 ? 4.0f : 1.0f);
+                ref_quantize(t, x, n, q);
+            } else {
+                if (block_elems(t) == 1) break;
+                random_blocks(t, n, q);
+            }
+            pith_dequantize_row(t, q, y, n);
+            double worst = 0, worst_rt = 0;
+            for (int i = 0; i < n; i++) {
+                double mag, v = ref_elem(t, q, i, &mag);
+                worst = fmax(worst, fabs(y[i] - v) / (4 * U * mag + 1e-30));
+                if (pass == 0) worst_rt = fmax(worst_rt, fabs(v - x[i]));
+            }
+            CHECKF(worst <= 1.0, "%s pass %d: dequantize off by %.3g of the 4u bound", pith_dtype_name(t), pass, worst);
+            /* The reference quantizer itself must be sane, or the other tests prove little:
+             * round trip error well under the range (|x| <= 4). */
+            if (pass == 0) {
+                double lim = t == PITH_F32 ? 0 : t == PITH_F16 ? 4 * 1e-3 : t == PITH_BF16 ? 4 * 8e-3 :
+                             t == PITH_Q8_0 ? 4.0 / 127 : 0.45;
+                CHECKF(worst_rt <= lim, "%s: reference round trip error %g > %g", pith_dtype_name(t), worst_rt, lim);
+            }
+        }
+        free(x);
+        free(y);
+        free(q);
+    }
+}
+
+static void check_q8_block(const float *x, int n, float d, const int8_t *q, const char *what) {
+    double amax = 0;
+    for (int i = 0; i < n; i++) amax = fmax(amax, fabs(x[i]));
+    CHECKF(fabs(d - amax / 127) <= 2 * U * amax / 127, "%s: scale %g for max %g", what, d, amax);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double r = d ? x[i] / d : 0;
+        if (q[i] == -128 || fabs(q[i] - r) > 0.5 + 1e-4) bad++;
+    }
+    CHECKF(bad == 0, "%s: %d quants are not round(x / d)", what, bad);
+}
+
+static void test_activation_quantizers(const pith_cpu_kernels *k) {
+    int n = 5 * 256;
+    float *x = malloc(n * sizeof *x);
+    pith_block_q8a *a = malloc((n / 32) * sizeof *a), *as = malloc((n / 32) * sizeof *as);
+    pith_block_q8k *b = malloc((n / 256) * sizeof *b), *bs = malloc((n / 256) * sizeof *bs);
+    for (int i = 0; i < n; i++) x[i] = rnd_uniform(-2, 2) * (i % 50 == 0 ? 10.0f : 1.0f);
+    for (int i = 64; i < 96; i++) x[i] = 0; /* an all-zero block */
+    for (int i = 96; i < 128; i++) x[i] = (float)(i - 112) + 0.5f; /* many exact ties after scaling */
+    k->quantize_q8a(x, a, n);
+    k->quantize_q8k(x, b, n);
+    for (int i = 0; i < n / 32; i++) check_q8_block(x + 32 * i, 32, a[i].d, a[i].qs, "q8a");
+    for (int i = 0; i < n / 256; i++) {
+        check_q8_block(x + 256 * i, 256, b[i].d, b[i].qs, "q8k");
+        for (int s = 0; s < 16; s++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += b[i].qs[16 * s + j];
+            CHECKF(b[i].bsums[s] == sum, "q8k bsums[%d] %d != %d", s, b[i].bsums[s], sum);
+        }
+    }
+    /* The SIMD quantizers do the same float arithmetic as the scalar ones: identical output. */
+    pith_quantize_q8a_scalar(x, as, n);
+    pith_quantize_q8k_scalar(x, bs, n);
+    CHECKF(!memcmp(a, as, (n / 32) * sizeof *a), "%s q8a differs from scalar", k->name);
+    CHECKF(!memcmp(b, bs, (n / 256) * sizeof *b), "%s q8k differs from scalar", k->name);
+    free(x);
+    free(a);
+    free(as);
+    free(b);
+    free(bs);
+}
+
+/* One matmul case: rows x K weights of type t (random bytes or quantized floats), n tokens. */
+static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, bool random_bytes, bool accumulate) {
+    size_t rb = pith_dtype_row_bytes(t, K);
+    uint8_t *w = malloc(rb * rows);
+    float *wf = malloc((size_t)K * sizeof *wf);
+    for (int r = 0; r < rows; r++) {
+        if (random_bytes && block_elems(t) > 1) {
+            random_blocks(t, K, w + r * rb);
+        } else {
+            for (int i = 0; i < K; i++) wf[i] = rnd_uniform(-1, 1);
+            ref_quantize(t, wf, K, w + r * rb);
+        }
+    }
+    size_t ldx = (size_t)K + 3, ldy = (size_t)rows + 2; /* padded strides */
+    float *x = malloc(ldx * n * sizeof *x);
+    float *y = malloc(ldy * n * sizeof *y);
+    for (size_t i = 0; i < ldx * n; i++) x[i] = rnd_uniform(-1, 1);
+    for (size_t i = 0; i < ldy * n; i++) y[i] = accumulate ? rnd_uniform(-1, 1) : NAN;
+    float *y0 = malloc(ldy * n * sizeof *y0);
+    memcpy(y0, y, ldy * n * sizeof *y0);
+
+    pith_act_format fmt = pith_act_format_of(pith_wtype_of(t));
+    /* the quantized activations, as the kernel sees them (the quantizers are checked separately) */
+    float *xq = malloc((size_t)K * n * sizeof *xq), *dx = malloc((size_t)K * n * sizeof *dx);
+    for (int tok = 0; tok < n; tok++) {
+        const float *xt = x + tok * ldx;
+        if (fmt == PITH_ACT_F32) {
+            for (int i = 0; i < K; i++) xq[tok * K + i] = xt[i], dx[tok * K + i] = 0;
+        } else if (fmt == PITH_ACT_Q8A) {
+            pith_block_q8a *blk = malloc((K / 32) * sizeof *blk);
+            cpu->k->quantize_q8a(xt, blk, K);
+            for (int i = 0; i < K; i++) xq[tok * K + i] = blk[i / 32].d * blk[i / 32].qs[i % 32], dx[tok * K + i] = blk[i / 32].d;
+            free(blk);
+        } else {
+            pith_block_q8k *blk = malloc((K / 256) * sizeof *blk);
+            cpu->k->quantize_q8k(xt, blk, K);
+            for (int i = 0; i < K; i++) xq[tok * K + i] = blk[i / 256].d * blk[i / 256].qs[i % 256], dx[tok * K + i] = blk[i / 256].d;
+            free(blk);
+        }
+    }
+
+    pith_matrix m = {.type = pith_wtype_of(t), .rows = rows, .cols = K, .data = w, .row_bytes = rb};
+    pith_acts acts;
+    pith_err err = {{0}};
+    CHECK(pith_cpu_reserve(cpu, n, K, &err) == 0);
+    pith_acts_bind(cpu, &acts, x, n, K, ldx);
+    CHECKF(pith_cpu_matmul(cpu, &m, &acts, y, ldy, accumulate, &err) == 0, "%s", err.msg);
+
+    int bad_sharp = 0, bad_loose = 0;
+    double worst = 0;
+    for (int tok = 0; tok < n; tok++) {
+        for (int r = 0; r < rows; r++) {
+            double sq = 0, sx = 0, mag = 0, qerr = 0;
+            for (int i = 0; i < K; i++) {
+                double em, e = ref_elem(t, w + r * rb, i, &em);
+                double xv = xq[tok * K + i];
+                sq += e * xv;
+                sx += e * x[tok * ldx + i];
+                mag += em * (fabs(xv) + dx[tok * K + i]);
+                qerr += fabs(e) * (dx[tok * K + i] * 0.5 * (1 + 1e-5) + 1e-6 * fabs(x[tok * ldx + i]));
+            }
+            double base = accumulate ? y0[tok * ldy + r] : 0;
+            double got = y[tok * ldy + r] - base;
+            double tol = (K + 8) * U * mag + (accumulate ? 2 * U * (fabs(base) + fabs(sq)) : 0) + 1e-30;
+            double e_sharp = fabs(got - sq);
+            if (!(e_sharp <= tol)) bad_sharp++;
+            worst = fmax(worst, e_sharp / tol);
+            if (!(fabs(got - sx) <= tol + qerr)) bad_loose++;
+        }
+    }
+    CHECKF(bad_sharp == 0 && bad_loose == 0,
+           "%s %s rows %d K %d tokens %d %s%s: %d outside the rounding bound (worst %.2f x), %d outside the quantization bound",
+           cpu->k->name, pith_dtype_name(t), rows, K, n, random_bytes ? "random blocks" : "quantized",
+           accumulate ? " accumulate" : "", bad_sharp, worst, bad_loose);
+    /* padding columns of y are untouched */
+    int touched = 0;
+    for (int tok = 0; tok < n; tok++)
+        for (size_t r = rows; r < ldy; r++) touched += !(isnan(y[tok * ldy + r]) || y[tok * ldy + r] == y0[tok * ldy + r]);
+    CHECK(touched == 0);
+    free(w);
+    free(wf);
+    free(x);
+    free(y);
+    free(y0);
+    free(xq);
+    free(dx);
+}
+
+static void test_matmul(pith_cpu *cpu) {
+    static const int rows_list[] = {1, 3, 4, 5, 13, 33};
+    static const int tokens_list[] = {1, 2, 3, 4, 5, 7, 9};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        pith_dtype t = all_types[ti];
+        int be = block_elems(t);
+        int ks_float[] = {1, 7, 8, 13, 64, 100, 257};
+        int ks_q32[] = {32, 96, 160, 544};
+        int ks_k[] = {256, 768};
+        const int *ks = be == 1 ? ks_float : be == 32 ? ks_q32 : ks_k;
+        int nk = be == 1 ? 7 : be == 32 ? 4 : 2;
+        for (int ki = 0; ki < nk; ki++)
+            for (int ri = 0; ri < 6; ri++)
+                for (int ni = 0; ni < 7; ni++) {
+                    bool rbytes = (ri + ni) % 2 == 1;
+                    matmul_case(cpu, t, rows_list[ri], ks[ki], tokens_list[ni], rbytes, (ri + ni + ki) % 3 == 0);
+                }
+    }
+    /* A larger prefill-like shape, where token tiles and units matter. */
+    matmul_case(cpu, PITH_Q8_0, 70, 1024, 300, false, false);
+    matmul_case(cpu, PITH_F16, 37, 200, 130, false, true);
+}
+
+static void test_vector_helpers(const pith_cpu_kernels *k) {
+    for (int n = 0; n < 70; n += 1 + n / 8) {
+        float a[80], b[80], y[80], y2[80];
+        uint16_t h[80], h2[80];
+        double ref = 0, mag = 0;
+        for (int i = 0; i < n; i++) {
+            a[i] = rnd_uniform(-3, 3);
+            b[i] = rnd_uniform(-3, 3);
+            y[i] = y2[i] = rnd_uniform(-1, 1);
+            ref += (double)a[i] * b[i];
+            mag += fabs((double)a[i] * b[i]);
+        }
+        CHECKF(fabs(k->dot(a, b, n) - ref) <= (n + 8) * U * mag + 1e-30, "%s dot n=%d", k->name, n);
+        k->axpy(y, 0.75f, a, n);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += fabs(y[i] - (y2[i] + 0.75 * a[i])) > 2 * U * (fabs(y2[i]) + fabs(0.75 * a[i]));
+        CHECKF(bad == 0, "%s axpy n=%d", k->name, n);
+        float y3[80];
+        memcpy(y3, y2, sizeof y3);
+        k->scale(y2, -1.5f, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) bad += y2[i] != y3[i] * -1.5f;
+        CHECKF(bad == 0, "%s scale n=%d", k->name, n);
+        k->f32_to_f16(a, h, n);
+        k->f16_to_f32(h, y, n);
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            h2[i] = pith_f32_to_f16(a[i]);
+            bad += h[i] != h2[i] || y[i] != pith_f16_to_f32(h[i]);
+        }
+        CHECKF(bad == 0, "%s f16 conversions n=%d", k->name, n);
+    }
+    float y[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    k->scale(y, -1.5f, 9);
+    CHECK(y[0] == -1.5f && y[8] == -13.5f);
+}
+
+/* Pool jobs: two phases of dynamically claimed items, the second reading what the first wrote. Every
+ * item must be done exactly once, by participants with distinct ids below nth, the caller being 0. */
+typedef struct pool_job {
+    int n_items;
+    int *first;              /* phase 1 output */
+    _Atomic int *count;      /* phase 2: how often each item ran */
+    _Atomic int next1, done1, next2;
+    _Atomic int seen_ids;    /* bit per participant id */
+    int bad;
+} pool_job;
+
+static void pool_fn(void *arg, int ith, int nth) {
+    pool_job *j = arg;
+    if (ith < 0 || ith >= nth || (atomic_fetch_or(&j->seen_ids, 1 << ith) & (1 << ith))) j->bad = 1;
+    for (int i; (i = atomic_fetch_add(&j->next1, 1)) < j->n_items;) {
+        j->first[i] = 3 * i + 1;
+        atomic_fetch_add(&j->done1, 1);
+    }
+    pith_pool_wait_count(&j->done1, j->n_items);
+    for (int i; (i = atomic_fetch_add(&j->next2, 1)) < j->n_items;) {
+        if (j->first[i] != 3 * i + 1) j->bad = 1;
+        atomic_fetch_add(&j->count[i], 1);
+    }
+}
+
+static void test_pool(int n_threads) {
+    pith_pool *pool;
+    pith_err err;
+    if (pith_pool_create(n_threads, &pool, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    CHECK(pith_pool_size(pool) == n_threads);
+    enum { N = 257 };
+    int first[N];
+    _Atomic int count[N];
+    int bad = 0, wrong_count = 0, caller_missing = 0;
+    for (int run = 0; run < 300; run++) {
+        pool_job j = {.n_items = run % 7 == 0 ? 1 : N, .first = first, .count = count};
+        for (int i = 0; i < N; i++) atomic_init(&count[i], 0);
+        pith_pool_run(pool, pool_fn, &j);
+        bad |= j.bad;
+        caller_missing += !(atomic_load(&j.seen_ids) & 1);
+        for (int i = 0; i < j.n_items; i++) wrong_count += atomic_load(&count[i]) != 1;
+    }
+    CHECKF(!bad && !wrong_count && !caller_missing, "pool of %d: bad %d, items not run once %d, caller absent %d",
+           n_threads, bad, wrong_count, caller_missing);
+    pith_pool_destroy(pool);
+}
+
+int main(void) {
+    test_pool(1);
+    test_pool(3);
+    test_dequantize();
+    const pith_cpu_kernels *tables[2] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2()};
+    if (!tables[1]) printf("note: no AVX2/FMA/F16C on this machine; testing the scalar kernels only\n");
+    for (int ti = 0; ti < 2; ti++) {
+        if (!tables[ti]) continue;
+        test_activation_quantizers(tables[ti]);
+        test_vector_helpers(tables[ti]);
+        for (int threads = 1; threads <= 2; threads++) {
+            pith_cpu cpu;
+            pith_err err;
+            if (pith_cpu_init(&cpu, threads, ti == 0, &err)) {
+                CHECKF(0, "%s", err.msg);
+                continue;
+            }
+            CHECK(cpu.k == tables[ti]);
+            test_matmul(&cpu);
+            pith_cpu_free(&cpu);
+        }
+    }
+    return check_summary("test_kernels");
+}
