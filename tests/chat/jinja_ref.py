@@ -55,9 +55,12 @@ def make_env():
     return env
 
 
-def render(env, req):
+def render(env, cache, req):
     try:
-        template = env.from_string(req["template"])
+        source = req["template"]
+        if source not in cache:  # most requests share a family template: compile each once
+            cache[source] = env.from_string(source)
+        template = cache[source]
         kwargs = dict(req.get("vars") or {})
         kwargs["messages"] = req.get("messages", [])
         kwargs["add_generation_prompt"] = bool(req.get("add_generation_prompt"))
@@ -76,7 +79,8 @@ def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         requests = json.load(f)
     env = make_env()
-    results = [render(env, r) for r in requests]
+    cache = {}
+    results = [render(env, cache, r) for r in requests]
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         json.dump(results, f, ensure_ascii=False)
     return 0
