@@ -21,7 +21,7 @@
 #include "pith/tensor.h"
 
 #define PITH_TILE_MAX_RM 4
-#define PITH_TILE_MAX_RN 4
+#define PITH_TILE_MAX_RN 8
 
 typedef enum pith_act_format {
     PITH_ACT_F32,

@@ -17,6 +17,10 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+/* RM x RN loops must unroll completely so the accumulators live in registers */
+#define UNROLL _Pragma("GCC unroll 16")
+/* the most tokens one tile instantiation takes */
+#define IMPL_MAX_RN 4
 
 INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -62,22 +66,22 @@ INLINE float load_w1(const uint8_t *w, int k, pith_wtype type) {
 
 INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                             size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
-    const float *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    const float *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
+    __m256 acc[PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
-        for (int r = 0; r < RM; r++) {
+        __m256 xv[IMPL_MAX_RN];
+        UNROLL for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
+        UNROLL for (int r = 0; r < RM; r++) {
             __m256 wv = load_w8(w + r * ws, k, type);
-            for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < RM; r++) {
-        for (int t = 0; t < RN; t++) {
+    UNROLL for (int r = 0; r < RM; r++) {
+        UNROLL for (int t = 0; t < RN; t++) {
             float s = hsum(acc[r][t]);
             for (int kk = k; kk < K; kk++) s += load_w1(w + r * ws, kk, type) * xr[t][kk];
             store_out(&y[t * ldy + r], s, accumulate);
@@ -98,34 +102,53 @@ INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
 INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                           size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
     const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
-    const pith_block_q8a *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+    /* one weight row against one token is a single dependent chain of FMAs: split it in two */
+    const int SPLIT = RM * RN == 1 ? 2 : 1;
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    __m256 acc[2][PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int h = 0; h < SPLIT; h++)
+        UNROLL for (int r = 0; r < RM; r++)
+            UNROLL for (int t = 0; t < RN; t++) acc[h][r][t] = _mm256_setzero_ps();
     const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        __m256i xq[PITH_TILE_MAX_RN];
-        float dx[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) {
-            xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
-            dx[t] = xr[t][b].d;
-        }
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *blk = w + r * ws + b * bb;
-            __m256i wq = unpack_q32(blk, type);
-            __m256i aw = _mm256_abs_epi8(wq);
-            float dw = f16_at(blk);
-            for (int t = 0; t < RN; t++) {
-                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
-                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+    int b = 0;
+    for (; b + SPLIT <= nb; b += SPLIT) {
+        UNROLL for (int h = 0; h < SPLIT; h++) {
+            __m256i xq[IMPL_MAX_RN];
+            float dx[IMPL_MAX_RN];
+            UNROLL for (int t = 0; t < RN; t++) {
+                xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b + h].qs);
+                dx[t] = xr[t][b + h].d;
+            }
+            UNROLL for (int r = 0; r < RM; r++) {
+                const uint8_t *blk = w + r * ws + (b + h) * bb;
+                /* the hardware prefetcher alone leaves gaps between short rows */
+                _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+                __m256i wq = unpack_q32(blk, type);
+                __m256i aw = _mm256_abs_epi8(wq);
+                float dw = f16_at(blk);
+                UNROLL for (int t = 0; t < RN; t++) {
+                    __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
+                    __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                    acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                }
             }
         }
     }
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) store_out(&y[t * ldy + r], hsum(acc[r][t]), accumulate);
+    for (; b < nb; b++) { /* odd block count with SPLIT 2 */
+        __m256i xq = _mm256_loadu_si256((const __m256i *)xr[0][b].qs);
+        const uint8_t *blk = w + b * bb;
+        __m256i wq = unpack_q32(blk, type);
+        __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
+        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[0][0][0] = _mm256_fmadd_ps(p, _mm256_set1_ps(f16_at(blk) * xr[0][b].d), acc[0][0][0]);
+    }
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) {
+            __m256 sum = SPLIT == 2 ? _mm256_add_ps(acc[0][r][t], acc[1][r][t]) : acc[0][r][t];
+            store_out(&y[t * ldy + r], hsum(sum), accumulate);
+        }
 }
 
 /* ---- K-quants against q8k activations, one (row, token) at a time ---- */
@@ -192,24 +215,28 @@ INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) 
 
 /* ---- instantiations ---- */
 
-#define TILE_ENTRY(NAME, IMPL, TYPE, MAXRN)                                                              \
+/* Tiles of 4 rows x QUAD_RN tokens (register blocking: each weight load serves QUAD_RN tokens) while
+ * that many tokens remain, then row by row for up to 4 tokens at a time. Row by row is what decode uses:
+ * the weights then stream from memory strictly sequentially, which the hardware prefetcher follows far
+ * better than four interleaved short rows. QUAD_RN 0: always row by row (the integer tiles amortize
+ * their per-row unpacking over 4 tokens that way and need no more registers). */
+#define TILE_ENTRY(NAME, IMPL, TYPE, QUAD_RN)                                                            \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
                          float *y, size_t ldy, bool accumulate) {                                       \
-        for (int t0 = 0; t0 < rn; t0 += MAXRN) {                                                        \
-            int n = rn - t0 < MAXRN ? rn - t0 : MAXRN;                                                  \
-            const void *xt = (const uint8_t *)x + t0 * xs;                                              \
-            float *yt = y + t0 * ldy;                                                                   \
-            if (rm == 4) {                                                                              \
-                switch (n) {                                                                            \
-                case 1: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 1); break;                 \
-                case 2: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 2 <= MAXRN ? 2 : 1); break; \
-                default: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 3 <= MAXRN ? 3 : 1); break; \
-                }                                                                                       \
-            } else {                                                                                    \
-                for (int r = 0; r < rm; r++) {                                                          \
-                    for (int t = 0; t < n; t++)                                                         \
-                        IMPL(K, w + r * ws, ws, (const uint8_t *)xt + t * xs, xs, yt + t * ldy + r, ldy, \
-                             accumulate, TYPE, 1, 1);                                                   \
+        int t0 = 0;                                                                                     \
+        if (QUAD_RN && rm == PITH_TILE_MAX_RM)                                                          \
+            for (; rn - t0 >= QUAD_RN; t0 += QUAD_RN)                                                   \
+                IMPL(K, w, ws, (const uint8_t *)x + t0 * xs, xs, y + t0 * ldy, ldy, accumulate, TYPE,   \
+                     PITH_TILE_MAX_RM, QUAD_RN ? QUAD_RN : 1);                                          \
+        for (int r = 0; r < rm; r++) {                                                                  \
+            for (int t = t0; t < rn; t += IMPL_MAX_RN) {                                                \
+                const uint8_t *wr = w + r * ws, *xt = (const uint8_t *)x + t * xs;                      \
+                float *yt = y + t * ldy + r;                                                            \
+                switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                  \
+                case 1: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 1); break;                \
+                case 2: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 2); break;                \
+                case 3: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 3); break;                \
+                default: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 4); break;               \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
@@ -218,8 +245,8 @@ INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) 
 TILE_ENTRY(tile_f32, tile_float_impl, PITH_W_F32, 3)
 TILE_ENTRY(tile_f16, tile_float_impl, PITH_W_F16, 3)
 TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
-TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 2)
-TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 2)
+TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 0)
+TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
 #define KQUANT_ENTRY(NAME, DOT)                                                             \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
@@ -341,7 +368,7 @@ static TGT void f32_to_f16_avx2(const float *src, uint16_t *dst, int n) {
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {3, 3, 3, 2, 2, 1, 1},
+    .tile_rn = {6, 6, 6, 4, 4, 4, 4},
     .quantize_q8a = quantize_q8a_avx2,
     .quantize_q8k = quantize_q8k_avx2,
     .dot = dot_avx2,
