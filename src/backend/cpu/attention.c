@@ -89,16 +89,14 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
             }
             float *ac = acc + (size_t)i * hd;
             if (m > mx[i] && mx[i] != -INFINITY) {
-                float corr = expf(mx[i] - m);
+                float corr = mx[i];
+                k->exp_shifted(&corr, m, 1); /* exp(old max - new max) */
                 sum[i] *= corr;
                 k->scale(ac, corr, hd);
             }
             mx[i] = m;
-            for (int jj = 0; jj < lim; jj++) {
-                float p = expf(s[jj] - m);
-                sum[i] += p;
-                k->axpy(ac, p, vc + (size_t)jj * hd, hd);
-            }
+            sum[i] += k->exp_shifted(s, m, lim);
+            for (int jj = 0; jj < lim; jj++) k->axpy(ac, s[jj], vc + (size_t)jj * hd, hd);
         }
     }
     for (int i = 0; i < nq; i++) {

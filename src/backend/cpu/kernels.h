@@ -59,6 +59,10 @@ typedef struct pith_cpu_kernels {
     void (*scale)(float *y, float a, int n);                      /* y *= a */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);   /* round to nearest even */
+    /* s[i] = exp(s[i] - m) for scores s[i] <= m; returns their sum. Never slower on underflow. */
+    float (*exp_shifted)(float *s, float m, int n);
+    /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
+    void (*silu_mul)(float *g, const float *u, int n);
 } pith_cpu_kernels;
 
 const pith_cpu_kernels *pith_cpu_kernels_scalar(void);

@@ -365,6 +365,62 @@ static TGT void f32_to_f16_avx2(const float *src, uint16_t *dst, int n) {
     for (; i < n; i++) dst[i] = pith_f32_to_f16(src[i]);
 }
 
+/* exp(x) for x in [-87, 88] (clamped): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
+ * degree 7 (truncation error below 6e-9 relative), times 2^n built in the exponent bits. ln2 is split
+ * in two parts so n * ln2 is exact enough for |n| <= 127. A few ulp, like expf. */
+INLINE __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static TGT float exp_shifted_avx2(float *s, float m, int n) {
+    __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+        _mm256_storeu_ps(s + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    if (i < n) { /* tail through a padded vector, so every element gets the same exp */
+        float tmp[8] = {0};
+        memcpy(tmp, s + i, (size_t)(n - i) * sizeof(float));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        _mm256_storeu_ps(tmp, e);
+        for (int k = 0; k < n - i; k++) total += s[i + k] = tmp[k];
+    }
+    return total;
+}
+
+static TGT void silu_mul_avx2(float *g, const float *u, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_xor_ps(v, sign)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, d), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        float tmp[8] = {0};
+        tmp[0] = -g[i];
+        _mm256_storeu_ps(tmp, exp8(_mm256_loadu_ps(tmp)));
+        g[i] = g[i] / (1.0f + tmp[0]) * u[i];
+    }
+}
+
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
@@ -376,6 +432,8 @@ static const pith_cpu_kernels avx2_kernels = {
     .scale = scale_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,
+    .exp_shifted = exp_shifted_avx2,
+    .silu_mul = silu_mul_avx2,
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
