@@ -286,6 +286,34 @@ static void test_vector_helpers(const pith_cpu_kernels *k) {
         }
         CHECKF(bad == 0, "%s silu_mul n=%d: %d bad", k->name, n, bad);
     }
+    /* attention's P V: float sums of jn terms against float64 (Higham bound), and bit-identical when
+     * zero-probability positions are appended (what makes decode and prefill agree exactly) */
+    static const int hds[] = {8, 10, 16, 24, 64};
+    for (int hi = 0; hi < 5; hi++)
+        for (int nq = 1; nq <= 6; nq++)
+            for (int jn = 1; jn < 70; jn += 11) {
+                int hd = hds[hi], pl = 80;
+                float p[6 * 80], v[80 * 64], acc[6 * 64], acc2[6 * 64];
+                for (int i = 0; i < nq * pl; i++) p[i] = (i % pl) < jn ? rnd_uniform(0, 1) : 0.0f;
+                for (int i = 0; i < 80 * hd; i++) v[i] = rnd_uniform(-2, 2);
+                for (int i = 0; i < nq * hd; i++) acc[i] = acc2[i] = rnd_uniform(-1, 1);
+                float acc0[6 * 64];
+                memcpy(acc0, acc, sizeof acc0);
+                k->pv_accumulate(acc, hd, p, pl, nq, v, hd, jn, hd);
+                k->pv_accumulate(acc2, hd, p, pl, nq, v, hd, jn + 7, hd); /* 7 more positions, p = 0 */
+                int bad = 0;
+                for (int i = 0; i < nq; i++)
+                    for (int d = 0; d < hd; d++) {
+                        double ref = acc0[i * hd + d], mag = fabs(ref);
+                        for (int j = 0; j < jn; j++) {
+                            ref += (double)p[i * pl + j] * v[j * hd + d];
+                            mag += fabs((double)p[i * pl + j] * v[j * hd + d]);
+                        }
+                        bad += !(fabs(acc[i * hd + d] - ref) <= (jn + 2) * U * mag);
+                    }
+                CHECKF(bad == 0, "%s pv_accumulate nq %d hd %d jn %d: %d bad", k->name, nq, hd, jn, bad);
+                CHECKF(!memcmp(acc, acc2, sizeof(float) * nq * hd), "%s pv_accumulate: zero rows changed the sum", k->name);
+            }
     float y[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     k->scale(y, -1.5f, 9);
     CHECK(y[0] == -1.5f && y[8] == -13.5f);

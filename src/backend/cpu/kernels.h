@@ -61,6 +61,10 @@ typedef struct pith_cpu_kernels {
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);   /* round to nearest even */
     /* s[i] = exp(s[i] - m) for scores s[i] <= m; returns their sum. Never slower on underflow. */
     float (*exp_shifted)(float *s, float m, int n);
+    /* Attention's P V: acc[i * acc_ld + d] += sum_j p[i * p_ld + j] * v[j * v_ld + d] for i < nq, d < hd,
+     * j < jn, summing over j in order (so trailing zero probabilities change nothing). */
+    void (*pv_accumulate)(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                          int jn, int hd);
     /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
     void (*silu_mul)(float *g, const float *u, int n);
 } pith_cpu_kernels;

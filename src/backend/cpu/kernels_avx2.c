@@ -11,6 +11,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
+#include <math.h>
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
@@ -421,6 +422,54 @@ static TGT void silu_mul_avx2(float *g, const float *u, int n) {
     }
 }
 
+/* NQ queries x NV vectors of 8 output lanes, accumulated over j in registers. */
+INLINE void pv_block(float *acc, int acc_ld, const float *p, int p_ld, const float *v, int v_ld, int jn, const int NQ,
+                     const int NV) {
+    __m256 a[4][2];
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_loadu_ps(acc + (size_t)i * acc_ld + 8 * u);
+    for (int j = 0; j < jn; j++) {
+        __m256 vv[2];
+        UNROLL for (int u = 0; u < NV; u++) vv[u] = _mm256_loadu_ps(v + (size_t)j * v_ld + 8 * u);
+        UNROLL for (int i = 0; i < NQ; i++) {
+            __m256 pb = _mm256_broadcast_ss(p + (size_t)i * p_ld + j);
+            UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_fmadd_ps(pb, vv[u], a[i][u]);
+        }
+    }
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + (size_t)i * acc_ld + 8 * u, a[i][u]);
+}
+
+static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                                   int jn, int hd) {
+    for (int i = 0; i < nq; i += 4) {
+        int n = nq - i < 4 ? nq - i : 4;
+        float *ai = acc + (size_t)i * acc_ld;
+        const float *pi = p + (size_t)i * p_ld;
+        int d = 0;
+        for (; d + 16 <= hd; d += 16) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 2); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 2); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 2); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 2); break;
+            }
+        }
+        for (; d + 8 <= hd; d += 8) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 1); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 1); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 1); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 1); break;
+            }
+        }
+        for (; d < hd; d++) /* head_dim not a multiple of 8: same order, one lane at a time */
+            for (int q = 0; q < n; q++)
+                for (int j = 0; j < jn; j++)
+                    ai[(size_t)q * acc_ld + d] = fmaf(pi[(size_t)q * p_ld + j], v[(size_t)j * v_ld + d], ai[(size_t)q * acc_ld + d]);
+    }
+}
+
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
@@ -434,6 +483,7 @@ static const pith_cpu_kernels avx2_kernels = {
     .f32_to_f16 = f32_to_f16_avx2,
     .exp_shifted = exp_shifted_avx2,
     .silu_mul = silu_mul_avx2,
+    .pv_accumulate = pv_accumulate_avx2,
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be

@@ -188,6 +188,15 @@ static void silu_mul_scalar(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(fminf(-g[i], 88.0f))) * u[i];
 }
 
+static void pv_accumulate_scalar(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                                 int jn, int hd) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < jn; j++) {
+            float a = p[(size_t)i * p_ld + j];
+            for (int d = 0; d < hd; d++) acc[(size_t)i * acc_ld + d] += a * v[(size_t)j * v_ld + d];
+        }
+}
+
 static const pith_cpu_kernels scalar_kernels = {
     .name = "scalar",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
@@ -201,6 +210,7 @@ static const pith_cpu_kernels scalar_kernels = {
     .f32_to_f16 = f32_to_f16_scalar,
     .exp_shifted = exp_shifted_scalar,
     .silu_mul = silu_mul_scalar,
+    .pv_accumulate = pv_accumulate_scalar,
 };
 
 const pith_cpu_kernels *pith_cpu_kernels_scalar(void) { return &scalar_kernels; }
