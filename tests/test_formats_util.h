@@ -163,6 +163,8 @@ typedef struct mspec {
     bool bias, qk_norm, tied, rope_freqs, tokens;
     uint32_t wtype, ntype; /* GGML types of matrices and of vectors */
     int bos, eos;
+    const char *rope_type; /* GGUF {arch}.rope.scaling.type, written with rope_factor when set */
+    float rope_factor;
 } mspec;
 
 static inline void add_gt(gtensor *ts, int *n, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1) {
@@ -239,6 +241,10 @@ static inline uint64_t model_kvs(const mspec *m, buf *kv, const char *skip) {
             put_gstr(kv, t);
         }
         n++;
+    }
+    if (m->rope_type) {
+        gguf_kv_str(kv, AK("rope.scaling.type"), m->rope_type), n++;
+        gguf_kv_f32(kv, AK("rope.scaling.factor"), m->rope_factor), n++;
     }
     if (m->bos >= 0) gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", (uint32_t)m->bos), n++;
     if (m->eos >= 0) gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", (uint32_t)m->eos), n++;

@@ -73,6 +73,36 @@ static void test_fixture(const char *shared) {
     pith_gguf_close(g);
 }
 
+/* Vocabulary-only GGUFs written by llama.cpp itself (no tensors): an independent writer's output. */
+static void test_llamacpp_vocabs(const char *shared) {
+    static const char *const names[] = {"llama-spm", "gpt-2", "falcon", "phi-3", "starcoder", "deepseek-llm",
+                                        "deepseek-coder"};
+    int opened = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tokenizers/llamacpp/ggml-vocab-%s.gguf", shared, names[i]);
+        FILE *probe = fopen(path, "rb");
+        if (!probe) continue;
+        fclose(probe);
+        pith_gguf *g = NULL;
+        pith_err err = {{0}};
+        int rc = pith_gguf_open(path, &g, &err);
+        CHECKF(rc == 0, "%s", err.msg);
+        if (rc) continue;
+        opened++;
+        CHECK(pith_gguf_version(g) == 2 || pith_gguf_version(g) == 3);
+        CHECK(pith_gguf_n_tensors(g) == 0);
+        pith_str model;
+        CHECK(pith_gguf_get_str(g, "tokenizer.ggml.model", &model) && model.len > 0);
+        const pith_gguf_kv *tok = pith_gguf_find(g, "tokenizer.ggml.tokens");
+        CHECK(tok && tok->arr_type == PITH_GGUF_STRING && tok->arr_n > 1000 && tok->arr_strs);
+        const pith_gguf_kv *types = pith_gguf_find(g, "tokenizer.ggml.token_type");
+        CHECK(!types || types->arr_n == tok->arr_n);
+        pith_gguf_close(g);
+    }
+    CHECKF(opened > 0, "no llama.cpp vocabulary files under %s/tokenizers/llamacpp", shared);
+}
+
 /* ---- synthetic files ---- */
 
 static void kv_header(buf *b, const char *key, uint32_t type) { put_gstr(b, key); put_u32(b, type); }
@@ -261,6 +291,7 @@ static void test_synthetic(uint32_t version, bool explicit_alignment, uint32_t a
 int main(void) {
     const char *shared = check_shared_dir();
     if (shared) test_fixture(shared);
+    if (shared) test_llamacpp_vocabs(shared);
     test_synthetic(2, false, 32);
     test_synthetic(3, false, 32);
     test_synthetic(2, true, 64);

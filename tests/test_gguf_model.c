@@ -125,6 +125,18 @@ static void test_qwen3_f16_vectors(void) {
     buf_free(&file);
 }
 
+/* Scaling kinds with factor 1 are the identity and open. */
+static void test_identity_rope_scaling(void) {
+    mspec m = base_llama;
+    m.rope_type = "yarn";
+    m.rope_factor = 1.0f;
+    pith_model_file *f;
+    pith_err err = {{0}};
+    int rc = open_model("m_rope1.gguf", &m, NULL, NULL, &f, &err, NULL);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) pith_model_file_close(f);
+}
+
 static void test_other_arch_opens(void) {
     mspec m = base_llama;
     m.arch = "gpt2";
@@ -194,6 +206,10 @@ static void test_errors(void) {
     m.n_layers = 0;
     expect_error("zero_layers", &m, NULL, NULL, "layer count is 0");
     m = base_llama;
+    m.rope_type = "linear";
+    m.rope_factor = 2.0f;
+    expect_error("rope_linear", &m, NULL, NULL, "RoPE scaling 'linear' (factor 2) is not supported");
+    m = base_llama;
     m.ffn = 1 << 21;
     m.n_layers = 0;
     expect_error("huge_ffn", &m, NULL, NULL, "feed-forward width is 2097152");
@@ -223,6 +239,7 @@ int main(void) {
     test_qwen2_tied_vocab_from_embedding();
     test_qwen3_f16_vectors();
     test_other_arch_opens();
+    test_identity_rope_scaling();
     test_errors();
     test_vocab_mismatch();
     return check_summary("test_gguf_model");

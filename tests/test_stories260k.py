@@ -2,7 +2,10 @@
 ../shared: greedy text byte for byte, and logits within 1e-4 absolute for the first 150 steps.
 
 Tolerance: the reference logits were computed in float64; Pith computes in float32 with F32 weights, so
-per-logit differences of ~1e-6..1e-5 are expected from rounding. 1e-4 is what the issue asks; past step
+per-logit differences of ~1e-6..1e-5 are expected from rounding. The KV cache is kept in F32
+(--kv-f32) for this check: the default F16 cache rounds K/V to 11 significant bits, which moves these
+logits by up to ~2e-2 (measured) while leaving the greedy text unchanged; test_stories260k checks the
+default F16 cache by its text. 1e-4 is what the issue asks; past step
 150 the top-2 gap shrinks to 0.004 (step 185), which is why only the greedy text is compared there."""
 import os
 import unittest
@@ -21,7 +24,7 @@ class Stories260K(unittest.TestCase):
     def generate(self, threads, extra=()):
         out = os.path.join(tmp_dir(), "stories260k-logits-t%d.bin" % threads)
         r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", "", "-n", "200", "--temp", "0",
-                      "-t", str(threads), "--logits-out", out] + list(extra))
+                      "-t", str(threads), "--kv-f32", "--logits-out", out] + list(extra))
         self.assertEqual(r.returncode, 0, r.stderr)
         return r, np.fromfile(out, dtype="<f4")
 
@@ -45,6 +48,12 @@ class Stories260K(unittest.TestCase):
 
     def test_two_threads(self):
         self.check(2)
+
+    def test_f16_kv_cache_text(self):
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-n", "200", "--temp", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(REF, "stories260K_greedy_text.txt"), "rb") as f:
+            self.assertEqual(r.stdout, f.read() + b"\n")
 
     def test_ignore_eos_generates_exactly_n(self):
         out = os.path.join(tmp_dir(), "stories260k-n7.bin")

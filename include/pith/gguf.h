@@ -1,10 +1,17 @@
 /* GGUF reader (versions 2 and 3).
  *
  * Owns one read-only memory mapping of the file. Everything in the header is validated at open time: every
- * length, count, offset and size is checked against the mapping before use, so after pith_gguf_open
- * succeeds every pith_gguf_kv and pith_tensor it hands out points inside the mapping. Strings are not
- * NUL-terminated (they are views into the file): use the explicit length. The pith_gguf must outlive
- * every view taken from it. */
+ * length, count, offset and size is checked against the mapping before use (counts the file cannot hold
+ * are refused before anything is allocated), so after pith_gguf_open succeeds every pith_gguf_kv and
+ * pith_tensor it hands out points inside the mapping. Also refused: unknown value types, booleans other
+ * than 0/1, arrays of arrays nested deeper than 16 (shallower ones are walked and checked, though only
+ * their first level is exposed), duplicate keys or tensor names, general.alignment that is not a power of
+ * two, tensor types other than those of pith_dtype, more than 4 dimensions, ne[0] not a multiple of the
+ * type's block size, sizes that overflow, data offsets not multiples of the alignment, and data outside
+ * the file. Files without tensors (vocabulary-only GGUFs) open. Errors name the file and the problem.
+ *
+ * Strings are not NUL-terminated (they are views into the file): use the explicit length. The pith_gguf
+ * must outlive every view taken from it. */
 #ifndef PITH_GGUF_H
 #define PITH_GGUF_H
 

@@ -1,20 +1,35 @@
 /* A model file, whatever its format, seen as hyper-parameters plus named tensors.
  *
- * pith_model_file_open recognises GGUF, a Hugging Face directory (config.json + model.safetensors or a
- * sharded model.safetensors.index.json), a single .safetensors file next to its config.json, and llama2.c
- * checkpoints (.bin, legacy 7-int header). It maps the data read-only, checks every tensor's extent
- * against its file, reads the hyper-parameters from the format's metadata and exposes tensors under
- * canonical GGUF-style names:
+ * pith_model_file_open recognises GGUF (by its magic), a Hugging Face directory (config.json +
+ * model.safetensors or a sharded model.safetensors.index.json; a path to the .safetensors file, the
+ * index or config.json works too), and llama2.c checkpoints (.bin, legacy 7-int header, file size exactly
+ * as the header implies). It maps the data read-only, checks every tensor's extent against its file,
+ * reads the hyper-parameters from the format's metadata and exposes tensors under canonical GGUF-style
+ * names:
  *
  *   token_embd.weight  output_norm.weight  output.weight (absent when tied to the embedding)
  *   blk.N.attn_norm.weight  blk.N.attn_q.weight  blk.N.attn_k.weight  blk.N.attn_v.weight
  *   blk.N.attn_output.weight  blk.N.attn_q.bias  blk.N.attn_k.bias  blk.N.attn_v.bias (qwen2)
  *   blk.N.attn_q_norm.weight  blk.N.attn_k_norm.weight (qwen3)
  *   blk.N.ffn_norm.weight  blk.N.ffn_gate.weight  blk.N.ffn_up.weight  blk.N.ffn_down.weight
+ *   rope_freqs.weight (GGUF Llama 3: head_dim/2 frequency divisors, optional)
  *
  * Weight matrices have ne = {in_features, out_features} (rows are output features) in every format.
  * Q and K weights are stored so that the file's rope_style applies as is (GGUF llama files are already
- * permuted for adjacent-pair rotation; Hugging Face files use rotate-half). */
+ * permuted for adjacent-pair rotation; Hugging Face files use rotate-half).
+ *
+ * After a successful open of a llama, qwen2 or qwen3 model, the forward pass may trust it:
+ *  - hyper-parameters are sane (positive, bounded: widths <= 2^20, layers <= 4096, vocab <= 2^24;
+ *    n_heads a multiple of n_kv_heads; head_dim even; token ids -1 or inside the vocabulary);
+ *  - every tensor listed above that the model needs exists with exactly the expected shape (biases and
+ *    q/k norms in every layer when layer 0 has them); tied_embeddings == (output.weight is absent);
+ *  - 1-D tensors (norms, biases, rope_freqs) are F32 (F16/BF16 ones are converted into owned copies);
+ *  - every data pointer is aligned for its type (4 bytes for F32, 2 otherwise; misaligned safetensors
+ *    data is copied);
+ *  - RoPE scaling other than llama3's is refused unless it is the identity.
+ * Files of other architectures open with whatever hyper-parameters their metadata gives, unvalidated;
+ * the model layer refuses them. Hugging Face tensors with no canonical name keep their own name; their
+ * dtype must still be F32, F16 or BF16. Names are NUL-terminated and owned by the pith_model_file. */
 #ifndef PITH_MODELFILE_H
 #define PITH_MODELFILE_H
 

@@ -1,9 +1,11 @@
 /* Tokenizers: text to token ids and back.
  *
  * One pith_tokenizer type covers SentencePiece-style BPE (llama2.c tokenizer files, GGUF
- * tokenizer.ggml.model = "llama") and, with the tokenizer issue, byte-level BPE (GGUF "gpt2",
- * Hugging Face tokenizer.json). A tokenizer is immutable after loading and safe to share between
- * threads; the streaming detokenizer (pith_detok) is per-sequence state. */
+ * tokenizer.ggml.model = "llama") and byte-level BPE (GGUF "gpt2" with its pre-tokenizer, Hugging Face
+ * tokenizer.json). Encoding matches llama.cpp for GGUF vocabularies, llama2.c for its files and Hugging
+ * Face tokenizers for tokenizer.json. A tokenizer is immutable after loading and safe to share between
+ * threads (encode keeps its working memory per call); the streaming detokenizer (pith_detok) is
+ * per-sequence state. */
 #ifndef PITH_TOKENIZER_H
 #define PITH_TOKENIZER_H
 
@@ -27,8 +29,12 @@ int pith_tokenizer_load(const char *path, int n_vocab, pith_tokenizer **out, pit
 void pith_tokenizer_free(pith_tokenizer *t);
 
 enum {
-    PITH_TOK_ADD_BOS = 1 << 0,       /* prepend BOS when the tokenizer has one */
-    PITH_TOK_PARSE_SPECIAL = 1 << 1, /* match special/added tokens as whole tokens in the text */
+    /* Add the special tokens the tokenizer's configuration asks for: BOS when it adds one (Llama: yes;
+     * Qwen: no, as add_bos_token says), and EOS in the rare configurations that append it. */
+    PITH_TOK_ADD_BOS = 1 << 0,
+    /* Match control tokens (<|im_start|>, <s>...) as whole tokens in the text; without it their text is
+     * plain text. Non-special added tokens are always matched, as Hugging Face and llama.cpp do. */
+    PITH_TOK_PARSE_SPECIAL = 1 << 1,
 };
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is handled, never crashes). On success *ids is a
@@ -45,6 +51,8 @@ bool pith_tokenizer_is_eog(const pith_tokenizer *t, int32_t id);
 bool pith_tokenizer_is_special(const pith_tokenizer *t, int32_t id);
 /* The vocabulary entry's text as stored (not decoded); NULL for an out-of-range id. */
 const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_t *len);
+/* The model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json chat_template), or NULL. */
+const char *pith_tokenizer_chat_template(const pith_tokenizer *t);
 
 /* Streaming detokenizer: feed ids one at a time, get back only complete UTF-8. Bytes of an incomplete
  * sequence are held until a later token completes them (or flush emits them as U+FFFD). Handles
@@ -59,11 +67,14 @@ typedef struct pith_detok {
 } pith_detok;
 
 void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special);
-/* Appends the text of `id` to out (at most cap bytes, NUL-terminated when cap > 0) and returns the
- * number of bytes appended; cap >= 512 always suffices for one token. */
+/* Writes the text `id` completes to out (NUL-terminated when cap > 0) and returns its length. Output is
+ * always valid UTF-8: invalid sequences become U+FFFD. A character that does not fit in cap (with the
+ * NUL) is dropped, never cut; cap >= pith_detok_max_piece(t) always suffices (512 does for the common
+ * vocabularies, whose tokens are at most ~128 bytes). Out-of-range ids produce nothing. */
 size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap);
 /* Emits whatever is held back (incomplete UTF-8 becomes U+FFFD). */
 size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
+size_t pith_detok_max_piece(const pith_tokenizer *t);
 
 /* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */
 int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,

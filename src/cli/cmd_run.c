@@ -221,7 +221,8 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
         goto done;
     }
     for (int i = 0; i < g.max_blocks; i++) g.block_table[i] = i;
-    if (pith_kv_cache_init(&g.kv, m->hp.n_layers, m->kv_dim, block_size, g.max_blocks, PITH_F16, err)) goto done;
+    pith_dtype kv_type = o->batch.engine.kv_f32 ? PITH_F32 : PITH_F16;
+    if (pith_kv_cache_init(&g.kv, m->hp.n_layers, m->kv_dim, block_size, g.max_blocks, kv_type, err)) goto done;
     if (pith_sampler_new(&o->sp, m->hp.n_vocab, &sampler, err)) goto done;
     if (o->logits_out && !(logits_file = fopen(o->logits_out, "wb"))) {
         pith_errf(err, "cannot write %s", o->logits_out);

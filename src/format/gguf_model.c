@@ -60,18 +60,20 @@ static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
     return 0;
 }
 
-/* Rope variants other than plain RoPE (+ llama3 factors via rope_freqs.weight) would silently produce
- * wrong logits, so they are refused. */
+/* RoPE scaling other than llama3's (carried by rope_freqs.weight) would silently change every logit, so
+ * it is refused unless it is the identity (factor 1). */
 static int check_rope(keys *k, const char *arch) {
     char key[96];
     pith_str type;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    if (k->strict && pith_gguf_get_str(k->g, key, &type) && !pith_str_eq(type, "none")) {
-        char shown[PITH_PRINTABLE_CAP];
-        return pith_errf(k->err, "%s: RoPE scaling '%s' is not supported", k->f->path,
-                         pith_printable(shown, sizeof shown, type.ptr, type.len));
-    }
-    return 0;
+    if (!k->strict || !pith_gguf_get_str(k->g, key, &type) || pith_str_eq(type, "none")) return 0;
+    double factor = 1.0;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    pith_gguf_get_f64(k->g, key, &factor);
+    if (factor == 1.0) return 0;
+    char shown[PITH_PRINTABLE_CAP];
+    return pith_errf(k->err, "%s: RoPE scaling '%s' (factor %g) is not supported", k->f->path,
+                     pith_printable(shown, sizeof shown, type.ptr, type.len), factor);
 }
 
 int pith_load_gguf_model(pith_model_file *f, pith_err *err) {

@@ -77,7 +77,8 @@ static int read_arch(cfg *c, pith_hparams *hp) {
                      pith_printable(shown, sizeof shown, name->valuestring, strlen(name->valuestring)));
 }
 
-/* Only the "llama3" frequency scaling is implemented; other kinds would change every logit silently. */
+/* Only llama3 frequency scaling is implemented. "dynamic" (NTK) changes nothing within the trained
+ * context, and any kind with factor 1 is the identity; other kinds would silently change every logit. */
 static int read_rope_scaling(cfg *c, pith_hparams *hp) {
     const cJSON *rs = field(c->root, "rope_scaling");
     if (!rs) return 0;
@@ -85,20 +86,23 @@ static int read_rope_scaling(cfg *c, pith_hparams *hp) {
     const cJSON *type = field(rs, "rope_type");
     if (!type) type = field(rs, "type");
     if (!cJSON_IsString(type)) return pith_errf(c->err, "%s: \"rope_scaling\" has no type", c->path);
-    if (!strcmp(type->valuestring, "default")) return 0;
-    if (strcmp(type->valuestring, "llama3")) {
-        char shown[PITH_PRINTABLE_CAP];
-        return pith_errf(c->err, "%s: rope_scaling type '%s' is not supported (only llama3)", c->path,
-                         pith_printable(shown, sizeof shown, type->valuestring, strlen(type->valuestring)));
+    const char *t = type->valuestring;
+    if (!strcmp(t, "llama3")) {
+        if (json_float(c, rs, "factor", true, &hp->rope_scale_factor) ||
+            json_float(c, rs, "low_freq_factor", true, &hp->rope_low_freq_factor) ||
+            json_float(c, rs, "high_freq_factor", true, &hp->rope_high_freq_factor) ||
+            json_int(c, rs, "original_max_position_embeddings", true, &hp->rope_orig_ctx))
+            return -1;
+        if (hp->rope_scale_factor <= 0)
+            return pith_errf(c->err, "%s: rope_scaling factor must be positive", c->path);
+        return 0;
     }
-    if (json_float(c, rs, "factor", true, &hp->rope_scale_factor) ||
-        json_float(c, rs, "low_freq_factor", true, &hp->rope_low_freq_factor) ||
-        json_float(c, rs, "high_freq_factor", true, &hp->rope_high_freq_factor) ||
-        json_int(c, rs, "original_max_position_embeddings", true, &hp->rope_orig_ctx))
-        return -1;
-    if (hp->rope_scale_factor <= 0)
-        return pith_errf(c->err, "%s: rope_scaling factor must be positive", c->path);
-    return 0;
+    float factor = 1.0f;
+    if (json_float(c, rs, "factor", false, &factor)) return -1;
+    if (!strcmp(t, "default") || !strcmp(t, "dynamic") || factor == 1.0f) return 0;
+    char shown[PITH_PRINTABLE_CAP];
+    return pith_errf(c->err, "%s: rope_scaling type '%s' (factor %g) is not supported (only llama3)", c->path,
+                     pith_printable(shown, sizeof shown, t, strlen(t)), factor);
 }
 
 static int parse(cfg *c, pith_hparams *hp, bool *tie) {
