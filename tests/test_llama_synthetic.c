@@ -7,8 +7,9 @@
  * with rope_freqs.weight (adjacent-pair RoPE), llama from Hugging Face with "llama3" rope scaling, and
  * every weight type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K), with grouped-query attention throughout.
  *
- * Each model runs a 40-token sequence as one prefill and as single-token decode steps (paged F32 KV
- * cache, block size 8, reversed block table); every logits row is compared with the reference.
+ * Each model runs a 40-token sequence as one prefill, as single-token decode steps and in 7-token chunks
+ * (paged F32 KV cache, block size 8, reversed block table); every logits row is compared with the
+ * reference, and the three runs must agree bit for bit.
  * The reference reads the weights at their stored (rounded, quantized) values and, for block-quantized
  * weights, rounds each matmul input to 8 bits per block as the engine's kernels are specified to.
  * Tolerance: 2e-4 of the logit scale (max |logit|, at least 1) for float weights: float32 rounding over
@@ -488,18 +489,23 @@ static void run_case(const spec *s, int idx) {
         CHECKF(0, "%s: load: %s", s->name, err.msg);
     } else {
         CHECK(pm->hp.n_vocab == s->vocab && pm->kv_dim == s->n_kv_heads * s->head_dim);
-        float *got = malloc(nl * sizeof *got);
-        int chunks[2] = {SEQ, 1};
-        for (int c = 0; c < 2; c++) {
-            for (size_t i = 0; i < nl; i++) got[i] = NAN;
-            CHECKF(engine_run(pm, tok, chunks[c], got) == 0, "%s: forward failed", s->name);
-            double d = max_diff_f(got, ref, nl);
-            CHECKF(d <= tol, "%s, %s: logits differ from the reference by %g (tolerance %g)", s->name,
-                   c ? "decode steps" : "one prefill", d, tol);
-            printf("%-48s %-13s max |logit - ref| = %.3g (logit scale %.3g, tolerance %.3g)\n", s->name,
-                   c ? "decode steps" : "one prefill", d, scale, tol);
+        float *got[3];
+        int chunks[3] = {SEQ, 1, 7};
+        const char *how[3] = {"one prefill", "decode steps", "7-token chunks"};
+        for (int c = 0; c < 3; c++) {
+            got[c] = malloc(nl * sizeof *got[c]);
+            for (size_t i = 0; i < nl; i++) got[c][i] = NAN;
+            CHECKF(engine_run(pm, tok, chunks[c], got[c]) == 0, "%s: forward failed", s->name);
+            double d = max_diff_f(got[c], ref, nl);
+            CHECKF(d <= tol, "%s, %s: logits differ from the reference by %g (tolerance %g)", s->name, how[c], d, tol);
+            printf("%-48s %-14s max |logit - ref| = %.3g (logit scale %.3g, tolerance %.3g)\n", s->name, how[c], d,
+                   scale, tol);
         }
-        free(got);
+        /* A token's logits must not depend on the batch around it: bit-identical in every split
+         * (the engine relies on this to give the same tokens batched, alone, or after preemption). */
+        CHECKF(!memcmp(got[0], got[1], nl * sizeof(float)) && !memcmp(got[0], got[2], nl * sizeof(float)),
+               "%s: logits depend on how the sequence was split into batches", s->name);
+        for (int c = 0; c < 3; c++) free(got[c]);
         pith_model_free(pm);
     }
     free(ref);

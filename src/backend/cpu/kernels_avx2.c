@@ -103,19 +103,20 @@ INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
 INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                           size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
     const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
-    /* one weight row against one token is a single dependent chain of FMAs: split it in two */
-    const int SPLIT = RM * RN == 1 ? 2 : 1;
     const pith_block_q8a *xr[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
     const __m256i ones = _mm256_set1_epi16(1);
+    /* Even and odd blocks go to separate accumulators: a single row against a single token is one
+     * dependent chain of FMAs otherwise. Every shape does the same, so an output never depends on how
+     * many tokens shared its tile (a batch gives bit-identical results to single steps). */
     __m256 acc[2][PITH_TILE_MAX_RM][IMPL_MAX_RN];
-    UNROLL for (int h = 0; h < SPLIT; h++)
+    UNROLL for (int h = 0; h < 2; h++)
         UNROLL for (int r = 0; r < RM; r++)
             UNROLL for (int t = 0; t < RN; t++) acc[h][r][t] = _mm256_setzero_ps();
     const int nb = K / PITH_QK;
-    int b = 0;
-    for (; b + SPLIT <= nb; b += SPLIT) {
-        UNROLL for (int h = 0; h < SPLIT; h++) {
+    for (int b = 0; b < nb; b += 2) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            if (h == 1 && b + 1 == nb) break; /* odd block count */
             __m256i xq[IMPL_MAX_RN];
             float dx[IMPL_MAX_RN];
             UNROLL for (int t = 0; t < RN; t++) {
@@ -137,19 +138,9 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
             }
         }
     }
-    for (; b < nb; b++) { /* odd block count with SPLIT 2 */
-        __m256i xq = _mm256_loadu_si256((const __m256i *)xr[0][b].qs);
-        const uint8_t *blk = w + b * bb;
-        __m256i wq = unpack_q32(blk, type);
-        __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[0][0][0] = _mm256_fmadd_ps(p, _mm256_set1_ps(f16_at(blk) * xr[0][b].d), acc[0][0][0]);
-    }
     UNROLL for (int r = 0; r < RM; r++)
-        UNROLL for (int t = 0; t < RN; t++) {
-            __m256 sum = SPLIT == 2 ? _mm256_add_ps(acc[0][r][t], acc[1][r][t]) : acc[0][r][t];
-            store_out(&y[t * ldy + r], hsum(sum), accumulate);
-        }
+        UNROLL for (int t = 0; t < RN; t++)
+            store_out(&y[t * ldy + r], hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t])), accumulate);
 }
 
 /* ---- K-quants against q8k activations, one (row, token) at a time ---- */
