@@ -21,5 +21,7 @@ const char *cli_default_model(void);
 
 int pith_cmd_run(int argc, char **argv);
 int pith_cmd_serve(int argc, char **argv);
+int pith_cmd_tokenize(int argc, char **argv);
+int pith_cmd_tokbench(int argc, char **argv);
 
 #endif
