@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,18 +57,28 @@ def post(base, route, body):
 
 
 def serve(args):
-    """Starts pith serve; returns (process, base URL, log lines list) once /health is 200."""
+    """Starts pith serve; returns (process, base URL, log lines) once /health is 200. A thread keeps
+    collecting the log."""
     p = subprocess.Popen([PITH, "serve", "--port", "0", "-t", "1", *args], stderr=subprocess.PIPE, text=True)
-    log, port, until = [], None, time.time() + 20
-    while port is None:
-        line = p.stderr.readline()
-        if not line:
-            raise RuntimeError("server exited: " + "".join(log))
-        log.append(line)
-        m = re.search(r"listening on http://[^\s:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-    base = f"http://127.0.0.1:{port}"
+    log, found = [], threading.Event()
+
+    def reader():
+        for line in p.stderr:
+            log.append(line)
+            if "listening on" in line:
+                found.set()
+        found.set()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    p.log_thread = t
+    found.wait(20)
+    m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(log))
+    if not m:
+        p.kill()
+        raise RuntimeError("server did not start: " + "".join(log))
+    base = f"http://127.0.0.1:{m.group(1)}"
+    until = time.time() + 20
     while True:
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as r:
@@ -84,11 +95,11 @@ def serve(args):
 def stop(p, log, what):
     p.send_signal(signal.SIGTERM)
     try:
-        rest = p.communicate(timeout=20)[1]
+        p.wait(timeout=20)
     except subprocess.TimeoutExpired:
         p.kill()
-        rest = p.communicate()[1]
-    log.append(rest)
+        p.wait()
+    p.log_thread.join(5)
     check(p.returncode == 0, f"{what}: exit status {p.returncode}")
     return "".join(log)
 
