@@ -13,7 +13,6 @@
 #include "cli/cli.h"
 #include "pith/tokenizer.h"
 
-int pith_cmd_tokbench(int argc, char **argv);
 
 static double now_s(void) {
     struct timespec ts;

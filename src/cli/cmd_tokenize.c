@@ -6,7 +6,6 @@
 #include "cli/cli.h"
 #include "pith/tokenizer.h"
 
-int pith_cmd_tokenize(int argc, char **argv);
 
 static void usage(FILE *out) {
     fprintf(out,
