@@ -55,6 +55,20 @@ class Stories260K(unittest.TestCase):
         with open(os.path.join(REF, "stories260K_greedy_text.txt"), "rb") as f:
             self.assertEqual(r.stdout, f.read() + b"\n")
 
+    def test_continuation_keeps_leading_space(self):
+        # The reference text continues "...there was a little" with " girl": the first generated piece
+        # keeps its SentencePiece space after a non-empty prompt, both in run and in batch mode.
+        prompt = "Once upon a time, there was a little"
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", prompt, "-n", "5", "--temp", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(b" girl named Lily"), r.stdout)
+        path = os.path.join(tmp_dir(), "stories260k-prompts.txt")
+        with open(path, "w") as f:
+            f.write(prompt + "\n")
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-f", path, "--jsonl", "-n", "5", "--temp", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b'"text":" girl named Lily', r.stdout)
+
     def test_ignore_eos_generates_exactly_n(self):
         out = os.path.join(tmp_dir(), "stories260k-n7.bin")
         r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-n", "7", "--temp", "0",

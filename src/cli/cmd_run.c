@@ -235,6 +235,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
 
     pith_detok detok;
     pith_detok_init(&detok, tok, false);
+    pith_detok_skip(&detok, ids, n_prompt);
     char text[1024];
     int n_gen = 0;
     double t1 = now_s();
