@@ -327,7 +327,7 @@ def lr_at(step):
     return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * frac))
 
 
-def stage_train(work, steps_override=None):
+def stage_train(work, steps_override=None, stop_after=None):
     torch = setup_torch()
     import torch.nn.functional as F
     keep_freed_memory()
@@ -360,7 +360,7 @@ def stage_train(work, steps_override=None):
     T, B = cfg["ctx_len"], TRAIN["batch_size"]
     t0 = time.time() - elapsed
     ema = None
-    for step in range(start, TRAIN["steps"]):
+    for step in range(start, TRAIN["steps"] if stop_after is None else min(stop_after, TRAIN["steps"])):
         offs = rng.integers(0, len(train_ids) - T - 1, size=B)
         batch = torch.stack([train_ids[o:o + T + 1] for o in offs.tolist()])
         x, y = batch[:, :-1], batch[:, 1:]
@@ -385,6 +385,9 @@ def stage_train(work, steps_override=None):
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1,
                         "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
                         "elapsed": time.time() - t0}, partial)
+    if stop_after is not None:
+        log(f"train: stopped after {stop_after} steps (determinism check), nothing saved")
+        return
     elapsed = time.time() - t0
     torch.save({"model": model.state_dict(), "config": cfg, "train": TRAIN, "n_params": n_params,
                 "train_seconds": elapsed, "blas": blas_in_use()}, os.path.join(work, "ckpt.pt"))
@@ -580,10 +583,15 @@ def stage_expected(work, gguf_path, n_steps=20):
     for prompt, n in PROMPT_CASES:
         ids = [BOS_ID] + sp.encode(prompt)
         cgen, crows, cgaps = greedy(torch, model, ids, n)
+        # The continuation as it reads after the prompt: its leading space is kept (decoding the new
+        # ids alone would drop it, as SentencePiece does at the start of a text).
+        full, head = sp.decode(ids[1:] + cgen), sp.decode(ids[1:])
+        if not full.startswith(head):
+            raise ValueError(f"decoding {prompt!r} is not a prefix of decoding its continuation")
         cases.append({"prompt": prompt, "prompt_ids": ids, "tokens": cgen,
-                      "text": sp.decode(cgen) if EOS_ID not in cgen else None, "min_gap": min(cgaps)})
+                      "text": full[len(head):] if EOS_ID not in cgen else None, "min_gap": min(cgaps)})
         case_rows.append(crows)
-        log(f"expected: {prompt!r} -> {ids} -> {sp.decode(cgen)!r} (smallest gap {min(cgaps):.4f})")
+        log(f"expected: {prompt!r} -> {ids} -> {cases[-1]['text']!r} (smallest gap {min(cgaps):.4f})")
     with open(os.path.join(data, "default_expected_prompts.json"), "w", encoding="utf-8") as f:
         json.dump({"cases": cases}, f, ensure_ascii=False, indent=1)
     # Row i of case c: the logits the (i+1)-th generated token of case c was chosen from.
@@ -612,6 +620,9 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "default-model"))
     ap.add_argument("--out", default=os.path.join(ROOT, "assets", "default.gguf"))
     ap.add_argument("--steps", type=int, default=None, help="override the step count (benchmarks only)")
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="train: stop after this many steps of the real schedule, saving nothing (to compare "
+                         "the logged losses with a full run's)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     stages = a.stages
@@ -624,7 +635,7 @@ def main():
         elif s == "tokenizer":
             stage_tokenizer(a.work)
         elif s == "train":
-            stage_train(a.work, a.steps)
+            stage_train(a.work, a.steps, a.stop_after)
         elif s == "export":
             os.makedirs(os.path.dirname(a.out), exist_ok=True)
             stage_export(a.work, a.out)
