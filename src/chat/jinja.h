@@ -254,6 +254,7 @@ int jv_repr(jctx *c, jbuf *b, jv v);                  /* repr(v) appended to b *
 int jv_format_float(char *buf, size_t cap, double f); /* Python repr of a float */
 const char *jv_type_name(jv v);
 bool jv_is_number(jv v); /* int, float or bool */
+int jv_check_hashable(jctx *c, jv v); /* Python's TypeError for lists and dicts used as keys */
 double jv_as_double(jv v);
 int jv_iterate(jctx *c, jv v, const jlist **out);            /* list(v): items of lists, keys of dicts, chars */
 int jv_length(jctx *c, jv v, int64_t *n);

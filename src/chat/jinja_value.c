@@ -41,6 +41,15 @@ double jv_as_double(jv v) {
     return 0.0;
 }
 
+int jv_check_hashable(jctx *c, jv v) {
+    if (v.kind == JV_DICT || (v.kind == JV_LIST && !v.u.list->tuple))
+        return jerr(c, "unhashable type: '%s'", jv_type_name(v));
+    if (v.kind == JV_LIST)
+        for (size_t i = 0; i < v.u.list->n; i++)
+            if (jv_check_hashable(c, v.u.list->items[i]) < 0) return -1;
+    return 0;
+}
+
 static bool is_intlike(jv v) { return v.kind == JV_INT || v.kind == JV_BOOL; }
 static int64_t as_int(jv v) { return v.kind == JV_BOOL ? (int64_t)v.u.b : v.u.i; }
 
@@ -485,6 +494,7 @@ static int arith(jctx *c, int op, jv a, jv b, jv *out) {
             break;
         default: /* OP_POW */
             if (y < 0) {
+                if (x == 0) return jerr(c, "0.0 cannot be raised to a negative power");
                 *out = jv_float(pow((double)x, (double)y));
                 return 0;
             }
@@ -516,7 +526,12 @@ static int arith(jctx *c, int op, jv a, jv b, jv *out) {
         r = fmod(x, y);
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
         break;
-    default: r = pow(x, y); break;
+    default:
+        if (x == 0 && y < 0) return jerr(c, "0.0 cannot be raised to a negative power");
+        if (x < 0 && y != floor(y)) return jerr(c, "unsupported: a negative number to a fractional power is complex");
+        r = pow(x, y);
+        if (isinf(r) && isfinite(x) && isfinite(y)) return jerr(c, "(34, 'Numerical result out of range')");
+        break;
     }
     *out = jv_float(r);
     return 0;
@@ -572,7 +587,10 @@ int jv_contains(jctx *c, jv container, jv item, bool *out) {
         for (size_t i = 0; i < container.u.list->n && !*out; i++)
             if (jv_eq(c, container.u.list->items[i], item, out) < 0) return -1;
         return 0;
-    case JV_DICT: *out = jdict_get(container.u.dict, item) != NULL; return 0;
+    case JV_DICT:
+        if (jv_check_hashable(c, item) < 0) return -1;
+        *out = jdict_get(container.u.dict, item) != NULL;
+        return 0;
     case JV_UNDEF: *out = false; return 0;
     default: return jerr(c, "argument of type '%s' is not iterable", jv_type_name(container));
     }
