@@ -84,9 +84,13 @@ typedef struct jv {
     } u;
 } jv;
 
+/* A list, a tuple, or a dict view (d.keys() / values() / items()), which iterate like lists but print,
+ * index and serialize as Python's view objects do. */
+enum { JVIEW_NONE, JVIEW_KEYS, JVIEW_VALUES, JVIEW_ITEMS };
 typedef struct jlist {
     size_t n;
     bool tuple;
+    int view;
     jv *items;
 } jlist;
 

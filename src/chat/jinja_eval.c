@@ -105,7 +105,8 @@ static int eval_slice(jctx *c, const jnode *n, jv *out) {
     /* jinja2 slices with Python's own subscript (not its forgiving getitem): other types raise. */
     if (obj.kind == JV_UNDEF) return jerr(c, "'%.*s' is undefined", (int)obj.u.s.n, obj.u.s.p);
     if (obj.kind == JV_DICT) return jerr(c, "unhashable type: 'slice'");
-    if (obj.kind != JV_LIST && obj.kind != JV_STR) return jerr(c, "'%s' object is not subscriptable", jv_type_name(obj));
+    if ((obj.kind != JV_LIST && obj.kind != JV_STR) || (obj.kind == JV_LIST && obj.u.list->view))
+        return jerr(c, "'%s' object is not subscriptable", jv_type_name(obj));
     if (jcharge(c, obj.kind == JV_LIST ? obj.u.list->n / 8 : obj.u.s.n / 16) < 0) return -1;
     int64_t len = obj.kind == JV_LIST ? (int64_t)obj.u.list->n : (int64_t)ju_count(obj.u.s);
     adjust(len, step, hs, &start, ht, &stop);
