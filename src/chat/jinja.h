@@ -132,7 +132,7 @@ typedef enum {
     N_NEG, N_POS, N_NOT, N_AND, N_OR, N_BINOP, N_COMPARE, N_COND,
     /* statements */
     N_BODY, N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_BREAK, N_CONTINUE, N_MACRO,
-    N_WITH, N_FILTERBLOCK, N_PASS,
+    N_WITH, N_FILTERBLOCK,
 } jnode_type;
 
 typedef enum {
