@@ -392,7 +392,7 @@ static void swiglu_row(row_job *j, int t) {
     llama *m = j->m;
     int ffn = m->base.hp.ffn_dim;
     float *g = m->hb + (size_t)t * ffn, *u = m->hb2 + (size_t)t * ffn;
-    for (int i = 0; i < ffn; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    m->cpu.k->silu_mul(g, u, ffn);
 }
 
 static void out_norm_row(row_job *j, int t) {

@@ -11,12 +11,17 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
+#include <math.h>
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+/* RM x RN loops must unroll completely so the accumulators live in registers */
+#define UNROLL _Pragma("GCC unroll 16")
+/* the most tokens one tile instantiation takes */
+#define IMPL_MAX_RN 4
 
 INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -62,22 +67,22 @@ INLINE float load_w1(const uint8_t *w, int k, pith_wtype type) {
 
 INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                             size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
-    const float *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    const float *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
+    __m256 acc[PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
-        for (int r = 0; r < RM; r++) {
+        __m256 xv[IMPL_MAX_RN];
+        UNROLL for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
+        UNROLL for (int r = 0; r < RM; r++) {
             __m256 wv = load_w8(w + r * ws, k, type);
-            for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < RM; r++) {
-        for (int t = 0; t < RN; t++) {
+    UNROLL for (int r = 0; r < RM; r++) {
+        UNROLL for (int t = 0; t < RN; t++) {
             float s = hsum(acc[r][t]);
             for (int kk = k; kk < K; kk++) s += load_w1(w + r * ws, kk, type) * xr[t][kk];
             store_out(&y[t * ldy + r], s, accumulate);
@@ -98,34 +103,44 @@ INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
 INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                           size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
     const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
-    const pith_block_q8a *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    /* Even and odd blocks go to separate accumulators: a single row against a single token is one
+     * dependent chain of FMAs otherwise. Every shape does the same, so an output never depends on how
+     * many tokens shared its tile (a batch gives bit-identical results to single steps). */
+    __m256 acc[2][PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int h = 0; h < 2; h++)
+        UNROLL for (int r = 0; r < RM; r++)
+            UNROLL for (int t = 0; t < RN; t++) acc[h][r][t] = _mm256_setzero_ps();
     const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        __m256i xq[PITH_TILE_MAX_RN];
-        float dx[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) {
-            xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
-            dx[t] = xr[t][b].d;
-        }
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *blk = w + r * ws + b * bb;
-            __m256i wq = unpack_q32(blk, type);
-            __m256i aw = _mm256_abs_epi8(wq);
-            float dw = f16_at(blk);
-            for (int t = 0; t < RN; t++) {
-                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
-                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+    for (int b = 0; b < nb; b += 2) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            if (h == 1 && b + 1 == nb) break; /* odd block count */
+            __m256i xq[IMPL_MAX_RN];
+            float dx[IMPL_MAX_RN];
+            UNROLL for (int t = 0; t < RN; t++) {
+                xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b + h].qs);
+                dx[t] = xr[t][b + h].d;
+            }
+            UNROLL for (int r = 0; r < RM; r++) {
+                const uint8_t *blk = w + r * ws + (b + h) * bb;
+                /* the hardware prefetcher alone leaves gaps between short rows */
+                _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+                __m256i wq = unpack_q32(blk, type);
+                __m256i aw = _mm256_abs_epi8(wq);
+                float dw = f16_at(blk);
+                UNROLL for (int t = 0; t < RN; t++) {
+                    __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
+                    __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                    acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                }
             }
         }
     }
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) store_out(&y[t * ldy + r], hsum(acc[r][t]), accumulate);
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++)
+            store_out(&y[t * ldy + r], hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t])), accumulate);
 }
 
 /* ---- K-quants against q8k activations, one (row, token) at a time ---- */
@@ -192,24 +207,28 @@ INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) 
 
 /* ---- instantiations ---- */
 
-#define TILE_ENTRY(NAME, IMPL, TYPE, MAXRN)                                                              \
+/* Tiles of 4 rows x QUAD_RN tokens (register blocking: each weight load serves QUAD_RN tokens) while
+ * that many tokens remain, then row by row for up to 4 tokens at a time. Row by row is what decode uses:
+ * the weights then stream from memory strictly sequentially, which the hardware prefetcher follows far
+ * better than four interleaved short rows. QUAD_RN 0: always row by row (the integer tiles amortize
+ * their per-row unpacking over 4 tokens that way and need no more registers). */
+#define TILE_ENTRY(NAME, IMPL, TYPE, QUAD_RN)                                                            \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
                          float *y, size_t ldy, bool accumulate) {                                       \
-        for (int t0 = 0; t0 < rn; t0 += MAXRN) {                                                        \
-            int n = rn - t0 < MAXRN ? rn - t0 : MAXRN;                                                  \
-            const void *xt = (const uint8_t *)x + t0 * xs;                                              \
-            float *yt = y + t0 * ldy;                                                                   \
-            if (rm == 4) {                                                                              \
-                switch (n) {                                                                            \
-                case 1: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 1); break;                 \
-                case 2: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 2 <= MAXRN ? 2 : 1); break; \
-                default: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 3 <= MAXRN ? 3 : 1); break; \
-                }                                                                                       \
-            } else {                                                                                    \
-                for (int r = 0; r < rm; r++) {                                                          \
-                    for (int t = 0; t < n; t++)                                                         \
-                        IMPL(K, w + r * ws, ws, (const uint8_t *)xt + t * xs, xs, yt + t * ldy + r, ldy, \
-                             accumulate, TYPE, 1, 1);                                                   \
+        int t0 = 0;                                                                                     \
+        if (QUAD_RN && rm == PITH_TILE_MAX_RM)                                                          \
+            for (; rn - t0 >= QUAD_RN; t0 += QUAD_RN)                                                   \
+                IMPL(K, w, ws, (const uint8_t *)x + t0 * xs, xs, y + t0 * ldy, ldy, accumulate, TYPE,   \
+                     PITH_TILE_MAX_RM, QUAD_RN ? QUAD_RN : 1);                                          \
+        for (int r = 0; r < rm; r++) {                                                                  \
+            for (int t = t0; t < rn; t += IMPL_MAX_RN) {                                                \
+                const uint8_t *wr = w + r * ws, *xt = (const uint8_t *)x + t * xs;                      \
+                float *yt = y + t * ldy + r;                                                            \
+                switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                  \
+                case 1: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 1); break;                \
+                case 2: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 2); break;                \
+                case 3: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 3); break;                \
+                default: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 4); break;               \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
@@ -218,8 +237,8 @@ INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) 
 TILE_ENTRY(tile_f32, tile_float_impl, PITH_W_F32, 3)
 TILE_ENTRY(tile_f16, tile_float_impl, PITH_W_F16, 3)
 TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
-TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 2)
-TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 2)
+TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 0)
+TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
 #define KQUANT_ENTRY(NAME, DOT)                                                             \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
@@ -338,10 +357,114 @@ static TGT void f32_to_f16_avx2(const float *src, uint16_t *dst, int n) {
     for (; i < n; i++) dst[i] = pith_f32_to_f16(src[i]);
 }
 
+/* exp(x) for x in [-87, 88] (clamped): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
+ * degree 7 (truncation error below 6e-9 relative), times 2^n built in the exponent bits. ln2 is split
+ * in two parts so n * ln2 is exact enough for |n| <= 127. A few ulp, like expf. */
+INLINE __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static TGT float exp_shifted_avx2(float *s, float m, int n) {
+    __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+        _mm256_storeu_ps(s + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    if (i < n) { /* tail through a padded vector, so every element gets the same exp */
+        float tmp[8] = {0};
+        memcpy(tmp, s + i, (size_t)(n - i) * sizeof(float));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        _mm256_storeu_ps(tmp, e);
+        for (int k = 0; k < n - i; k++) total += s[i + k] = tmp[k];
+    }
+    return total;
+}
+
+static TGT void silu_mul_avx2(float *g, const float *u, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_xor_ps(v, sign)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, d), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        float tmp[8] = {0};
+        tmp[0] = -g[i];
+        _mm256_storeu_ps(tmp, exp8(_mm256_loadu_ps(tmp)));
+        g[i] = g[i] / (1.0f + tmp[0]) * u[i];
+    }
+}
+
+/* NQ queries x NV vectors of 8 output lanes, accumulated over j in registers. */
+INLINE void pv_block(float *acc, int acc_ld, const float *p, int p_ld, const float *v, int v_ld, int jn, const int NQ,
+                     const int NV) {
+    __m256 a[4][2];
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_loadu_ps(acc + (size_t)i * acc_ld + 8 * u);
+    for (int j = 0; j < jn; j++) {
+        __m256 vv[2];
+        UNROLL for (int u = 0; u < NV; u++) vv[u] = _mm256_loadu_ps(v + (size_t)j * v_ld + 8 * u);
+        UNROLL for (int i = 0; i < NQ; i++) {
+            __m256 pb = _mm256_broadcast_ss(p + (size_t)i * p_ld + j);
+            UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_fmadd_ps(pb, vv[u], a[i][u]);
+        }
+    }
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + (size_t)i * acc_ld + 8 * u, a[i][u]);
+}
+
+static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                                   int jn, int hd) {
+    for (int i = 0; i < nq; i += 4) {
+        int n = nq - i < 4 ? nq - i : 4;
+        float *ai = acc + (size_t)i * acc_ld;
+        const float *pi = p + (size_t)i * p_ld;
+        int d = 0;
+        for (; d + 16 <= hd; d += 16) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 2); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 2); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 2); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 2); break;
+            }
+        }
+        for (; d + 8 <= hd; d += 8) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 1); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 1); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 1); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 1); break;
+            }
+        }
+        for (; d < hd; d++) /* head_dim not a multiple of 8: same order, one lane at a time */
+            for (int q = 0; q < n; q++)
+                for (int j = 0; j < jn; j++)
+                    ai[(size_t)q * acc_ld + d] = fmaf(pi[(size_t)q * p_ld + j], v[(size_t)j * v_ld + d], ai[(size_t)q * acc_ld + d]);
+    }
+}
+
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {3, 3, 3, 2, 2, 1, 1},
+    .tile_rn = {6, 6, 6, 4, 4, 4, 4},
     .quantize_q8a = quantize_q8a_avx2,
     .quantize_q8k = quantize_q8k_avx2,
     .dot = dot_avx2,
@@ -349,6 +472,9 @@ static const pith_cpu_kernels avx2_kernels = {
     .scale = scale_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,
+    .exp_shifted = exp_shifted_avx2,
+    .silu_mul = silu_mul_avx2,
+    .pv_accumulate = pv_accumulate_avx2,
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
