@@ -158,7 +158,53 @@ static void show_diff(const char *want, size_t wn, const char *got, size_t gn) {
     fprintf(stderr, "    pith:   ...%.*s...\n", (int)((gn - from) < 100 ? gn - from : 100), got + from);
 }
 
-int main(void) {
+/* `test_chat_template --render REQUESTS.json RESULTS.json`: renders requests in jinja_ref.py's format
+ * with pith (for tests/chat/fuzz_diff.py, which compares the two on generated templates). */
+static int render_requests(const char *req_path, const char *res_path) {
+    char *text = read_file(req_path, NULL);
+    cJSON *req = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsArray(req)) {
+        fprintf(stderr, "cannot read requests from %s\n", req_path);
+        return 2;
+    }
+    cJSON *res = cJSON_CreateArray();
+    const cJSON *r;
+    cJSON_ArrayForEach(r, req) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(r, "bos_token");
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(r, "eos_token");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "template");
+        pith_chat_options o = {
+            .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "add_generation_prompt")),
+            .bos_token = cJSON_IsString(b) ? b->valuestring : NULL,
+            .eos_token = cJSON_IsString(e) ? e->valuestring : NULL,
+            .vars = cJSON_GetObjectItemCaseSensitive(r, "vars"),
+            .limits = {.max_steps = 2000000}};
+        char *out = NULL;
+        size_t len = 0;
+        pith_err err = {{0}};
+        int rc = pith_chat_render_json(cJSON_IsString(t) ? t->valuestring : "", cJSON_GetObjectItemCaseSensitive(r, "messages"),
+                                       &o, &out, &len, &err);
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddBoolToObject(x, "ok", rc == 0);
+        if (rc == 0) cJSON_AddStringToObject(x, "text", out);
+        else cJSON_AddStringToObject(x, "error", err.msg);
+        cJSON_AddItemToArray(res, x);
+        free(out);
+    }
+    char *s = cJSON_PrintUnformatted(res);
+    FILE *f = fopen(res_path, "wb");
+    if (!f) return 2;
+    fputs(s, f);
+    fclose(f);
+    free(s);
+    cJSON_Delete(res);
+    cJSON_Delete(req);
+    free(text);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--render") == 0) return render_requests(argv[2], argv[3]);
     const char *src = getenv("PITH_SOURCE_DIR");
     const char *tmp = getenv("PITH_TEST_TMP");
     if (!src) src = "..";

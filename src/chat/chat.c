@@ -57,6 +57,7 @@ int pith_chat_template_render(const pith_chat_template *t, const cJSON *messages
                               char **out, size_t *out_len, pith_err *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
+    if (!t) return pith_errf(err, "chat template: no template");
     pith_chat_options none = {0};
     if (!opts) opts = &none;
     if (messages && !cJSON_IsArray(messages)) return pith_errf(err, "chat template: messages must be a JSON array");

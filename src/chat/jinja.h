@@ -84,9 +84,13 @@ typedef struct jv {
     } u;
 } jv;
 
+/* A list, a tuple, or a dict view (d.keys() / values() / items()), which iterate like lists but print,
+ * index and serialize as Python's view objects do. */
+enum { JVIEW_NONE, JVIEW_KEYS, JVIEW_VALUES, JVIEW_ITEMS };
 typedef struct jlist {
     size_t n;
     bool tuple;
+    int view;
     jv *items;
 } jlist;
 
@@ -128,7 +132,7 @@ typedef enum {
     N_NEG, N_POS, N_NOT, N_AND, N_OR, N_BINOP, N_COMPARE, N_COND,
     /* statements */
     N_BODY, N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_BREAK, N_CONTINUE, N_MACRO,
-    N_WITH, N_FILTERBLOCK, N_PASS,
+    N_WITH, N_FILTERBLOCK,
 } jnode_type;
 
 typedef enum {
@@ -254,6 +258,7 @@ int jv_repr(jctx *c, jbuf *b, jv v);                  /* repr(v) appended to b *
 int jv_format_float(char *buf, size_t cap, double f); /* Python repr of a float */
 const char *jv_type_name(jv v);
 bool jv_is_number(jv v); /* int, float or bool */
+int jv_check_hashable(jctx *c, jv v); /* Python's TypeError for lists and dicts used as keys */
 double jv_as_double(jv v);
 int jv_iterate(jctx *c, jv v, const jlist **out);            /* list(v): items of lists, keys of dicts, chars */
 int jv_length(jctx *c, jv v, int64_t *n);

@@ -102,11 +102,11 @@ static int eval_slice(jctx *c, const jnode *n, jv *out) {
     c->line = n->line;
     if (!hp) step = 1;
     if (step == 0) return jerr(c, "slice step cannot be zero");
+    /* jinja2 slices with Python's own subscript (not its forgiving getitem): other types raise. */
     if (obj.kind == JV_UNDEF) return jerr(c, "'%.*s' is undefined", (int)obj.u.s.n, obj.u.s.p);
-    if (obj.kind != JV_LIST && obj.kind != JV_STR) {
-        *out = jv_undef(JSTR_LIT("[slice]"));
-        return 0;
-    }
+    if (obj.kind == JV_DICT) return jerr(c, "unhashable type: 'slice'");
+    if ((obj.kind != JV_LIST && obj.kind != JV_STR) || (obj.kind == JV_LIST && obj.u.list->view))
+        return jerr(c, "'%s' object is not subscriptable", jv_type_name(obj));
     if (jcharge(c, obj.kind == JV_LIST ? obj.u.list->n / 8 : obj.u.s.n / 16) < 0) return -1;
     int64_t len = obj.kind == JV_LIST ? (int64_t)obj.u.list->n : (int64_t)ju_count(obj.u.s);
     adjust(len, step, hs, &start, ht, &stop);
@@ -229,8 +229,7 @@ static int eval_inner(jctx *c, const jnode *n, jv *out) {
         if (jdict_new(c, out) < 0) return -1;
         for (int i = 0; i + 1 < n->n_kids; i += 2) {
             if (jinja_eval(c, n->kids[i], &a) < 0 || jinja_eval(c, n->kids[i + 1], &b) < 0) return -1;
-            if (a.kind == JV_LIST && !a.u.list->tuple) return jerr(c, "unhashable type: 'list'");
-            if (a.kind == JV_DICT) return jerr(c, "unhashable type: 'dict'");
+            if (jv_check_hashable(c, a) < 0) return -1;
             if (jdict_set(c, out->u.dict, a, b) < 0) return -1;
         }
         return 0;

@@ -230,6 +230,8 @@ static int f_abs(jctx *c, jv self, const jargs *a, jv *out) {
     return 0;
 }
 
+static int undefined_error(jctx *c, jv v) { return jerr(c, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p); }
+
 /* Python int(str): optional sign, digits with single underscores between, surrounding whitespace. */
 static bool parse_int(jstr s, int64_t *out) {
     jstr t;
@@ -255,21 +257,31 @@ static bool parse_int(jstr s, int64_t *out) {
     return true;
 }
 
+/* Python float(str): surrounding whitespace, underscores between digits, nan/inf/infinity. */
 static bool parse_float(jctx *c, jstr s, double *out) {
+    (void)c;
     jstr t;
     ju_strip(s, NULL, true, true, &t);
     if (t.n == 0 || t.n > 200) return false;
     char buf[256];
-    memcpy(buf, t.p, t.n);
-    buf[t.n] = 0;
-    (void)c;
-    for (size_t i = 0; i < t.n; i++)
-        if (!strchr("0123456789+-.eEinfatyINFATY", buf[i])) return false;
+    size_t m = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        char ch = t.p[i];
+        if (ch == '_') {
+            bool between = i > 0 && i + 1 < t.n && t.p[i - 1] >= '0' && t.p[i - 1] <= '9' && t.p[i + 1] >= '0' && t.p[i + 1] <= '9';
+            if (!between) return false;
+            continue;
+        }
+        if (!strchr("0123456789+-.eEinfatyINFATY", ch)) return false;
+        buf[m++] = ch;
+    }
+    buf[m] = 0;
     char *end;
     *out = strtod(buf, &end);
-    return *end == 0;
+    return end != buf && *end == 0;
 }
 
+/* jinja2: int(value), else int(float(value)), else the default; int() of an infinity raises. */
 static int f_int(jctx *c, jv self, const jargs *a, jv *out) {
     static const char *const kw[] = {"default", "base", NULL};
     if (jargs_check(c, a, 2, kw, "filter 'int'") < 0) return -1;
@@ -279,17 +291,24 @@ static int f_int(jctx *c, jv self, const jargs *a, jv *out) {
     int64_t i;
     double f;
     switch (self.kind) {
+    case JV_UNDEF: return undefined_error(c, self);
     case JV_INT: *out = self; return 0;
     case JV_BOOL: *out = jv_int(self.u.b); return 0;
     case JV_FLOAT:
-        if (!isfinite(self.u.f)) { *out = def; return 0; }
-        if (fabs(self.u.f) >= 9.2e18) return jerr(c, "integer overflow");
-        *out = jv_int((int64_t)self.u.f);
-        return 0;
     case JV_STR:
-        if (parse_int(self.u.s, &i)) *out = jv_int(i);
-        else if (parse_float(c, self.u.s, &f) && isfinite(f) && fabs(f) < 9.2e18) *out = jv_int((int64_t)f);
-        else *out = def;
+        if (self.kind == JV_STR && parse_int(self.u.s, &i)) {
+            *out = jv_int(i);
+            return 0;
+        }
+        if (self.kind == JV_FLOAT) f = self.u.f;
+        else if (!parse_float(c, self.u.s, &f)) {
+            *out = def;
+            return 0;
+        }
+        if (isnan(f)) *out = def;
+        else if (isinf(f)) return jerr(c, "cannot convert float infinity to integer");
+        else if (fabs(f) >= 9.2e18) return jerr(c, "integer overflow");
+        else *out = jv_int((int64_t)f);
         return 0;
     default: *out = def; return 0;
     }
@@ -300,6 +319,7 @@ static int f_float(jctx *c, jv self, const jargs *a, jv *out) {
     if (jargs_check(c, a, 1, kw, "filter 'float'") < 0) return -1;
     jv def = jf_arg(c, a, 0, "default", jv_float(0.0));
     double f;
+    if (self.kind == JV_UNDEF) return undefined_error(c, self);
     if (jv_is_number(self)) *out = jv_float(jv_as_double(self));
     else if (self.kind == JV_STR && parse_float(c, self.u.s, &f)) *out = jv_float(f);
     else *out = def;
@@ -353,8 +373,9 @@ static int f_indent(jctx *c, jv self, const jargs *a, jv *out) {
         if (jv_binop(c, OP_MUL, sp, jv_int(n), &sp) < 0) return -1;
         ind = sp.u.s;
     }
-    jstr s;
-    if (jv_to_str(c, self, &s) < 0) return -1;
+    if (self.kind == JV_UNDEF) return undefined_error(c, self);
+    if (self.kind != JV_STR) return jerr(c, "filter 'indent' needs a string, not %s", jv_type_name(self));
+    jstr s = self.u.s;
     /* jinja2 appends "\n" and then uses str.splitlines(), so a trailing newline survives. */
     jbuf b = {0};
     if (first && jbuf_put(c, &b, ind.p, ind.n) < 0) return -1;
@@ -440,10 +461,14 @@ static int f_wordcount(jctx *c, jv self, const jargs *a, jv *out) {
     return 0;
 }
 
+/* Markup(str(value)): a string, whatever went in (there is no separate Markup type here). */
 static int f_safe(jctx *c, jv self, const jargs *a, jv *out) {
     if (jargs_check(c, a, 0, NULL, "filter 'safe'") < 0) return -1;
-    *out = self;
-    return 0;
+    if (self.kind == JV_STR) {
+        *out = self;
+        return 0;
+    }
+    return str_of(c, self, out);
 }
 
 static int f_escape(jctx *c, jv self, const jargs *a, jv *out) {

@@ -42,16 +42,21 @@ static int lowered(jctx *c, jv v, bool case_sensitive, jv *out) {
     return 0;
 }
 
-/* Stable merge sort of idx[0..n) by keys, stopping at the first comparison error. */
-static int merge_sort(jctx *c, size_t *idx, size_t *tmp, size_t n, const jv *keys, bool reverse) {
+/* Stable merge sort of idx[0..n) by keys, stopping at the first comparison error. eq_first: keys
+ * compare as jinja2's attribute sort keys do (one-item lists: equal items never get ordered, so even
+ * undefined keys sort without error). */
+static int merge_sort(jctx *c, size_t *idx, size_t *tmp, size_t n, const jv *keys, bool reverse, bool eq_first) {
     if (n < 2) return 0;
     size_t h = n / 2;
-    if (merge_sort(c, idx, tmp, h, keys, reverse) < 0 || merge_sort(c, idx + h, tmp, n - h, keys, reverse) < 0)
+    if (merge_sort(c, idx, tmp, h, keys, reverse, eq_first) < 0 ||
+        merge_sort(c, idx + h, tmp, n - h, keys, reverse, eq_first) < 0)
         return -1;
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int cmp;
-        if (jv_compare(c, keys[idx[j]], keys[idx[i]], &cmp) < 0) return -1;
+        int cmp = 0;
+        bool same = false;
+        if (eq_first && jv_eq(c, keys[idx[j]], keys[idx[i]], &same) < 0) return -1;
+        if (!same && jv_compare(c, keys[idx[j]], keys[idx[i]], &cmp) < 0) return -1;
         bool take_right = reverse ? cmp > 0 : cmp < 0;
         tmp[k++] = take_right ? idx[j++] : idx[i++];
     }
@@ -74,7 +79,7 @@ static int sorted(jctx *c, const jlist *l, jv attribute, bool case_sensitive, bo
         if (lowered(c, k, case_sensitive, &keys[i]) < 0) return -1;
         idx[i] = i;
     }
-    if (merge_sort(c, idx, tmp, n, keys, reverse) < 0) return -1;
+    if (merge_sort(c, idx, tmp, n, keys, reverse, attribute.kind == JV_STR) < 0) return -1;
     if (jlist_new(c, n, false, out) < 0) return -1;
     for (size_t i = 0; i < n; i++) out->u.list->items[i] = l->items[idx[i]];
     return 0;
@@ -184,7 +189,7 @@ int jf_unique(jctx *c, jv self, const jargs *a, jv *out) {
     for (size_t i = 0; i < l->n; i++) {
         jv key = l->items[i];
         if (attribute.kind != JV_NONE && get_path(c, key, attribute, &key) < 0) return -1;
-        if (lowered(c, key, cs, &key) < 0) return -1;
+        if (lowered(c, key, cs, &key) < 0 || jv_check_hashable(c, key) < 0) return -1;
         bool seen = false;
         for (size_t j = 0; j < k && !seen; j++)
             if (jv_eq(c, keys[j], key, &seen) < 0) return -1;
@@ -240,6 +245,7 @@ int jf_sum(jctx *c, jv self, const jargs *a, jv *out) {
 /* map / select / reject / selectattr / rejectattr share jinja2's argument conventions. */
 int jf_map(jctx *c, jv self, const jargs *a, jv *out) {
     const jlist *l;
+    if (!jv_truthy(self)) return jlist_new(c, 0, false, out); /* jinja2 does not iterate falsy values */
     if (jv_iterate(c, self, &l) < 0) return -1;
     jv attribute, def;
     bool has_attr, has_def;
@@ -272,6 +278,7 @@ int jf_map(jctx *c, jv self, const jargs *a, jv *out) {
 
 static int select_impl(jctx *c, jv self, const jargs *a, jv *out, bool attr_mode, bool keep_when) {
     const jlist *l;
+    if (!jv_truthy(self)) return jlist_new(c, 0, false, out); /* jinja2 does not iterate falsy values */
     if (jv_iterate(c, self, &l) < 0) return -1;
     int first = 0;
     jv attribute = jv_none();

@@ -83,6 +83,9 @@ int jinja_printf(jctx *c, jstr fmt, jv args, jv *out) {
     const jv *list = &args;
     size_t n_args = 1, next = 0;
     const jdict *mapping = NULL;
+    /* Python treats any non-tuple argument with __getitem__ (dict, list, undefined) as a possible
+     * mapping: it may go unused without the "not all arguments converted" error. */
+    bool mapping_like = args.kind == JV_DICT || args.kind == JV_UNDEF || (args.kind == JV_LIST && !args.u.list->tuple);
     if (args.kind == JV_LIST && args.u.list->tuple) {
         list = args.u.list->items;
         n_args = args.u.list->n;
@@ -154,7 +157,7 @@ int jinja_printf(jctx *c, jstr fmt, jv args, jv *out) {
             return jerr(c, "unsupported format character '%c'", conv);
         }
     }
-    if (!mapping && next < n_args) return jerr(c, "not all arguments converted during string formatting");
+    if (!mapping_like && next < n_args) return jerr(c, "not all arguments converted during string formatting");
     *out = jv_str(jbuf_str(&b));
     return 0;
 }

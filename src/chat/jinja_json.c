@@ -151,6 +151,8 @@ int jv_to_json(jctx *c, jbuf *b, jv v, const jjson_opts *o, int level) {
     case JV_FLOAT: return json_float(c, b, v.u.f);
     case JV_STR: return json_string(c, b, v.u.s, o->ensure_ascii);
     case JV_LIST:
+        if (v.u.list->view) return jerr(c, "Object of type %s is not JSON serializable", jv_type_name(v));
+        break;
     case JV_DICT: break;
     default: return jerr(c, "Object of type %s is not JSON serializable", jv_type_name(v));
     }

@@ -422,6 +422,7 @@ static int dict_method(jctx *c, jv self, jstr name, const jargs *a, jv *out) {
     bool keys = jstr_eq_c(name, "keys"), values = jstr_eq_c(name, "values"), items = jstr_eq_c(name, "items");
     if (keys || values || items) {
         if (jlist_new(c, d->n, false, out) < 0) return -1;
+        out->u.list->view = keys ? JVIEW_KEYS : values ? JVIEW_VALUES : JVIEW_ITEMS;
         for (size_t i = 0; i < d->n; i++) {
             if (!items) {
                 out->u.list->items[i] = keys ? d->keys[i] : d->vals[i];

@@ -40,7 +40,8 @@ SIMPLE_TEST(t_mapping, "mapping", v.kind == JV_DICT)
 SIMPLE_TEST(t_iterable, "iterable",
             v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF || v.kind == JV_LOOP)
 SIMPLE_TEST(t_sequence, "sequence", v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF)
-SIMPLE_TEST(t_callable, "callable", v.kind == JV_FUNC || v.kind == JV_METHOD || v.kind == JV_MACRO)
+/* jinja2's Undefined defines __call__ (to raise), so Python calls it callable. */
+SIMPLE_TEST(t_callable, "callable", v.kind == JV_FUNC || v.kind == JV_METHOD || v.kind == JV_MACRO || v.kind == JV_UNDEF)
 SIMPLE_TEST(t_escaped, "escaped", false)
 
 static int parity(jctx *c, jv v, const jargs *a, bool *out, const char *name, int want) {

@@ -21,7 +21,9 @@ const char *jv_type_name(jv v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.u.list->tuple ? "tuple" : "list";
+    case JV_LIST:
+        if (v.u.list->view) return v.u.list->view == JVIEW_KEYS ? "dict_keys" : v.u.list->view == JVIEW_VALUES ? "dict_values" : "dict_items";
+        return v.u.list->tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_LOOP: return "LoopContext";
@@ -39,6 +41,15 @@ double jv_as_double(jv v) {
     if (v.kind == JV_INT) return (double)v.u.i;
     if (v.kind == JV_BOOL) return v.u.b ? 1.0 : 0.0;
     return 0.0;
+}
+
+int jv_check_hashable(jctx *c, jv v) {
+    if (v.kind == JV_DICT || (v.kind == JV_LIST && (!v.u.list->tuple || v.u.list->view)))
+        return jerr(c, "unhashable type: '%s'", jv_type_name(v));
+    if (v.kind == JV_LIST)
+        for (size_t i = 0; i < v.u.list->n; i++)
+            if (jv_check_hashable(c, v.u.list->items[i]) < 0) return -1;
+    return 0;
 }
 
 static bool is_intlike(jv v) { return v.kind == JV_INT || v.kind == JV_BOOL; }
@@ -76,7 +87,7 @@ static bool equal_at(jv a, jv b, int depth, size_t *visits) {
         return jstr_eq(a.u.s, b.u.s);
     case JV_LIST: {
         const jlist *x = a.u.list, *y = b.u.list;
-        if (x->tuple != y->tuple || x->n != y->n) return false;
+        if (x->tuple != y->tuple || x->view != y->view || x->n != y->n) return false;
         for (size_t i = 0; i < x->n; i++)
             if (!equal_at(x->items[i], y->items[i], depth + 1, visits)) return false;
         return true;
@@ -137,7 +148,8 @@ int jv_compare(jctx *c, jv a, jv b, int *cmp) {
         *cmp = r ? (r < 0 ? -1 : 1) : (a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n);
         return 0;
     }
-    if (a.kind == JV_LIST && b.kind == JV_LIST && a.u.list->tuple == b.u.list->tuple) {
+    if (a.kind == JV_LIST && b.kind == JV_LIST && a.u.list->tuple == b.u.list->tuple && !a.u.list->view &&
+        !b.u.list->view) {
         if (++c->depth > c->lim.max_depth) return jerr(c, "values nested too deeply to compare");
         const jlist *x = a.u.list, *y = b.u.list;
         size_t n = x->n < y->n ? x->n : y->n;
@@ -244,13 +256,15 @@ int jv_repr(jctx *c, jbuf *b, jv v) {
         int r = 0;
         if (v.kind == JV_LIST) {
             const jlist *l = v.u.list;
-            r = jbuf_putc(c, b, l->tuple ? '(' : '[');
+            if (l->view) r = jbuf_printf(c, b, "%s(", jv_type_name(v));
+            if (r == 0) r = jbuf_putc(c, b, l->tuple ? '(' : '[');
             for (size_t i = 0; i < l->n && r == 0; i++) {
                 if (i) r = jbuf_put(c, b, ", ", 2);
                 if (r == 0) r = jv_repr(c, b, l->items[i]);
             }
             if (r == 0 && l->tuple && l->n == 1) r = jbuf_putc(c, b, ',');
             if (r == 0) r = jbuf_putc(c, b, l->tuple ? ')' : ']');
+            if (r == 0 && l->view) r = jbuf_putc(c, b, ')');
         } else {
             const jdict *d = v.u.dict;
             if (v.kind == JV_NS) r = jbuf_puts(c, b, "<Namespace ");
@@ -398,7 +412,7 @@ int jv_getitem(jctx *c, jv obj, jv key, jv *out) {
     case JV_UNDEF: return jerr(c, "'%.*s' is undefined", (int)obj.u.s.n, obj.u.s.p);
     case JV_LIST:
     case JV_STR:
-        if (is_intlike(key)) {
+        if (is_intlike(key) && !(obj.kind == JV_LIST && obj.u.list->view)) {
             if (obj.kind == JV_STR && jcharge(c, obj.u.s.n / 16) < 0) return -1;
             int64_t i = as_int(key);
             int64_t n = obj.kind == JV_LIST ? (int64_t)obj.u.list->n : (int64_t)ju_count(obj.u.s);
@@ -485,6 +499,7 @@ static int arith(jctx *c, int op, jv a, jv b, jv *out) {
             break;
         default: /* OP_POW */
             if (y < 0) {
+                if (x == 0) return jerr(c, "0.0 cannot be raised to a negative power");
                 *out = jv_float(pow((double)x, (double)y));
                 return 0;
             }
@@ -508,15 +523,34 @@ static int arith(jctx *c, int op, jv a, jv b, jv *out) {
         r = x / y;
         break;
     case OP_FLOORDIV:
-        if (y == 0) return jerr(c, "float floor division by zero");
-        r = floor(x / y);
+    case OP_MOD: {
+        /* CPython's float_divmod, including the signs of zero results */
+        if (y == 0) return jerr(c, op == OP_MOD ? "float modulo" : "float floor division by zero");
+        double mod = fmod(x, y), div = (x - mod) / y;
+        if (mod != 0) {
+            if ((y < 0) != (mod < 0)) {
+                mod += y;
+                div -= 1.0;
+            }
+        } else {
+            mod = copysign(0.0, y);
+        }
+        double fd;
+        if (div != 0) {
+            fd = floor(div);
+            if (div - fd > 0.5) fd += 1.0;
+        } else {
+            fd = copysign(0.0, x / y);
+        }
+        r = op == OP_MOD ? mod : fd;
         break;
-    case OP_MOD:
-        if (y == 0) return jerr(c, "float modulo");
-        r = fmod(x, y);
-        if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    }
+    default:
+        if (x == 0 && y < 0) return jerr(c, "0.0 cannot be raised to a negative power");
+        if (x < 0 && y != floor(y)) return jerr(c, "unsupported: a negative number to a fractional power is complex");
+        r = pow(x, y);
+        if (isinf(r) && isfinite(x) && isfinite(y)) return jerr(c, "(34, 'Numerical result out of range')");
         break;
-    default: r = pow(x, y); break;
     }
     *out = jv_float(r);
     return 0;
@@ -536,7 +570,8 @@ int jv_binop(jctx *c, int op, jv a, jv b, jv *out) {
             *out = jv_str(r);
             return 0;
         }
-        if (a.kind == JV_LIST && b.kind == JV_LIST && a.u.list->tuple == b.u.list->tuple) {
+        if (a.kind == JV_LIST && b.kind == JV_LIST && a.u.list->tuple == b.u.list->tuple && !a.u.list->view &&
+            !b.u.list->view) {
             const jlist *x = a.u.list, *y = b.u.list;
             if (jlist_new(c, x->n + y->n, x->tuple, out) < 0) return -1;
             if (x->n) memcpy(out->u.list->items, x->items, x->n * sizeof(jv));
@@ -551,8 +586,8 @@ int jv_binop(jctx *c, int op, jv a, jv b, jv *out) {
         }
     }
     if (op == OP_MUL) {
-        if ((a.kind == JV_STR || a.kind == JV_LIST) && is_intlike(b)) return repeat(c, a, as_int(b), out);
-        if ((b.kind == JV_STR || b.kind == JV_LIST) && is_intlike(a)) return repeat(c, b, as_int(a), out);
+        if ((a.kind == JV_STR || (a.kind == JV_LIST && !a.u.list->view)) && is_intlike(b)) return repeat(c, a, as_int(b), out);
+        if ((b.kind == JV_STR || (b.kind == JV_LIST && !b.u.list->view)) && is_intlike(a)) return repeat(c, b, as_int(a), out);
     }
     if (op == OP_MOD && a.kind == JV_STR) return jinja_printf(c, a.u.s, b, out);
     return arith(c, op, a, b, out);
@@ -572,7 +607,10 @@ int jv_contains(jctx *c, jv container, jv item, bool *out) {
         for (size_t i = 0; i < container.u.list->n && !*out; i++)
             if (jv_eq(c, container.u.list->items[i], item, out) < 0) return -1;
         return 0;
-    case JV_DICT: *out = jdict_get(container.u.dict, item) != NULL; return 0;
+    case JV_DICT:
+        if (jv_check_hashable(c, item) < 0) return -1;
+        *out = jdict_get(container.u.dict, item) != NULL;
+        return 0;
     case JV_UNDEF: *out = false; return 0;
     default: return jerr(c, "argument of type '%s' is not iterable", jv_type_name(container));
     }
