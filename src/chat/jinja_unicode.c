@@ -7,30 +7,12 @@
 #include <string.h>
 
 #include "chat/jinja.h"
+#include "util/utf8.h"
 
 size_t ju_decode(const char *s, size_t n, size_t i, uint32_t *cp) {
-    const unsigned char *u = (const unsigned char *)s;
-    unsigned char b = u[i];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    size_t len;
-    uint32_t v, min;
-    if (b >= 0xC2 && b <= 0xDF) { len = 2; v = b & 0x1F; min = 0x80; }
-    else if (b >= 0xE0 && b <= 0xEF) { len = 3; v = b & 0x0F; min = 0x800; }
-    else if (b >= 0xF0 && b <= 0xF4) { len = 4; v = b & 0x07; min = 0x10000; }
-    else goto invalid;
-    if (i + len > n) goto invalid;
-    for (size_t k = 1; k < len; k++) {
-        if ((u[i + k] & 0xC0) != 0x80) goto invalid;
-        v = (v << 6) | (u[i + k] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) goto invalid;
-    *cp = v;
-    return len;
-invalid:
-    *cp = 0xDC00 + b;
+    int len = pith_utf8_decode((const unsigned char *)s + i, n - i, cp);
+    if (len > 0) return (size_t)len;
+    *cp = 0xDC00 + (unsigned char)s[i];
     return 1;
 }
 
@@ -51,26 +33,7 @@ int ju_encode(uint32_t cp, char out[4]) {
         out[0] = (char)(cp - 0xDC00);
         return 1;
     }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return pith_utf8_encode(cp, out);
 }
 
 bool ju_is_space(uint32_t cp) {
