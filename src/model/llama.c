@@ -223,8 +223,11 @@ static void llama_destroy(pith_model *base) {
 
 /* ---------------- forward ---------------- */
 
+/* Grows the per-token scratch (contents need not survive) to at least n tokens, by half again at
+ * least, so a slowly growing batch size does not reallocate every step. */
 static int reserve(llama *m, int n, pith_err *err) {
     if (n <= m->cap) return 0;
+    if (m->cap < (1 << 28) && n < m->cap + m->cap / 2) n = m->cap + m->cap / 2;
     const pith_hparams *hp = &m->base.hp;
     free_scratch(m);
     size_t N = (size_t)n, kvd = (size_t)m->base.kv_dim;
