@@ -1,13 +1,16 @@
 /* AVX2 + FMA + F16C kernels. Every function carries the target attribute, so this file builds without
  * -m flags and only runs after pith_cpu_kernels_avx2() has checked the processor.
  *
- * Tiles are written once as always-inline templates over (RM, RN) and instantiated for the shapes the
- * matmul driver asks for: RM = 4 (or 1 for the last rows of a matrix), RN = 1..tile_rn. With constant
- * RM and RN the compiler keeps the RM x RN accumulators in registers.
+ * Tiles are written once as always-inline templates over (RM rows, RN tokens) and instantiated for the
+ * shapes the entry points pick (see TILE_ENTRY): with constant RM and RN the compiler keeps the
+ * accumulators in registers. Every (row, token) output is computed by the same sequence of operations
+ * whatever the tile shape, so results never depend on how a batch was split.
  *
  * Integer tiles (Q8_0, Q4_0 weights against q8a activations) use the sign trick: maddubs multiplies
  * unsigned by signed bytes, so feed it |w| and x with w's sign moved onto it; pairs of products
- * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. */
+ * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. K-quant tiles
+ * feed maddubs their unsigned quants directly and apply the offsets (mins, -32) through the activation
+ * block sums. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
@@ -143,66 +146,129 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
             store_out(&y[t * ldy + r], hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t])), accumulate);
 }
 
-/* ---- K-quants against q8k activations, one (row, token) at a time ---- */
+/* ---- K-quants against q8k activations ---- */
 
-/* Integer <u, x> weighted per sub-block, for Q4_K: sum_s scale_s * <q_s, x_s> (q_s unsigned nibbles). */
-INLINE float dot_q4_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
-    const __m256i low = _mm256_set1_epi8(15);
-    float sum = 0.0f;
-    for (int b = 0; b < nb; b++, blk += PITH_Q4_K_BYTES) {
-        const uint8_t *q = blk + 16;
-        __m256i dots = _mm256_setzero_si256();
-        int mins = 0;
-        for (int p = 0; p < 4; p++) {
-            int sc0, m0, sc1, m1;
-            pith_q4k_scale_min(blk + 4, 2 * p, &sc0, &m0);
-            pith_q4k_scale_min(blk + 4, 2 * p + 1, &sc1, &m1);
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
-            __m256i lo = _mm256_and_si256(raw, low);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p));
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
-            dots = _mm256_add_epi32(dots, _mm256_add_epi32(p0, p1));
-            mins += m0 * (xb[b].bsums[4 * p] + xb[b].bsums[4 * p + 1]) +
-                    m1 * (xb[b].bsums[4 * p + 2] + xb[b].bsums[4 * p + 3]);
-        }
-        sum += xb[b].d * (f16_at(blk) * (float)hsum_i32(dots) - f16_at(blk + 2) * (float)mins);
-    }
-    return sum;
+/* One super-block of one weight row, unpacked once and then used for up to 4 tokens: 8 vectors of 32
+ * unsigned quants (in activation order), the int16 multipliers madd applies per 16-lane half (the
+ * sub-block scales), and what the offset term needs: Q4_K its 8 mins (int16), to weigh the sums of
+ * each sub-block's activations; Q6_K its 16 scales (int16), to weigh the activation bsums (its quants
+ * carry +32). */
+typedef struct kq_unpacked {
+    __m256i q[8];
+    __m256i scale[8];
+    __m128i mins;     /* Q4_K */
+    __m256i scales16; /* Q6_K */
+    float d, dmin;
+} kq_unpacked;
+
+/* Q4_K's 12 scale bytes hold eight 6-bit scales and eight 6-bit mins: bytes 0-3 keep scales 0-3 and
+ * bytes 4-7 mins 0-3 in their low 6 bits, their top 2 bits are the high bits of scales/mins 4-7, whose
+ * low 4 bits are the nibbles of bytes 8-11. Rearranged with 32-bit masks into 8 scale bytes, then 8 min
+ * bytes (the same values pith_q4k_scale_min gives one at a time). */
+INLINE void q4k_scales_mins(const uint8_t *packed, uint8_t out[16]) {
+    uint32_t a, b, c;
+    memcpy(&a, packed, 4);
+    memcpy(&b, packed + 4, 4);
+    memcpy(&c, packed + 8, 4);
+    uint32_t w[4] = {
+        a & 0x3f3f3f3fu,                                            /* scales 0-3 */
+        (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4),        /* scales 4-7 */
+        b & 0x3f3f3f3fu,                                            /* mins 0-3 */
+        ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4), /* mins 4-7 */
+    };
+    memcpy(out, w, 16);
 }
 
-INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
-    const __m256i low = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
-    float sum = 0.0f;
-    for (int b = 0; b < nb; b++, blk += PITH_Q6_K_BYTES) {
-        const int8_t *sc = (const int8_t *)(blk + 192);
-        __m256i dots = _mm256_setzero_si256();
-        int offset = 0;
-        for (int h = 0; h < 2; h++) {
-            __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-            __m256i v[4];
-            v[0] = _mm256_and_si256(qa, low);
-            v[1] = _mm256_and_si256(qb, low);
-            v[2] = _mm256_and_si256(_mm256_srli_epi16(qa, 4), low);
-            v[3] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
-            for (int g = 0; g < 4; g++) {
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two);
-                __m256i u = _mm256_or_si256(v[g], _mm256_slli_epi16(hi, 4));
-                int s = h * 8 + 2 * g;
-                __m256i scale = _mm256_insertf128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
-                                                        _mm_set1_epi16(sc[s + 1]), 1);
-                __m256i xq = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 16 * s));
-                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scale));
-                offset += sc[s] * xb[b].bsums[s] + sc[s + 1] * xb[b].bsums[s + 1];
+INLINE void unpack_q4_k(const uint8_t *blk, kq_unpacked *u) {
+    const __m256i low = _mm256_set1_epi8(15);
+    uint8_t sm[16];
+    q4k_scales_mins(blk + 4, sm);
+    __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm16)); /* scale s in int16 lane s */
+    u->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm16, 8));
+    for (int p = 0; p < 4; p++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * p));
+        u->q[2 * p] = _mm256_and_si256(raw, low);
+        u->q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+    }
+    for (int g = 0; g < 8; g++) /* broadcast int16 lane g: bytes 2g, 2g+1 everywhere */
+        u->scale[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
+    u->d = f16_at(blk);
+    u->dmin = f16_at(blk + 2);
+}
+
+INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
+    const __m256i low = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
+    __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+    u->scales16 = _mm256_cvtepi8_epi16(sc8); /* scale s in int16 lane s */
+    for (int h = 0; h < 2; h++) {
+        __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+        __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        __m256i v[4];
+        v[0] = _mm256_and_si256(qa, low);
+        v[1] = _mm256_and_si256(qb, low);
+        v[2] = _mm256_and_si256(_mm256_srli_epi16(qa, 4), low);
+        v[3] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
+        /* this half's 8 scales in both 128-bit lanes, so each lane's byte shuffle can reach them */
+        __m256i sc = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(u->scales16, 1)
+                                                   : _mm256_castsi256_si128(u->scales16));
+        for (int g = 0; g < 4; g++) {
+            /* bit pair g of qh moved to bits 4-5 (16-bit shifts leak only into bits the mask drops) */
+            __m256i hi = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                       : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+            u->q[4 * h + g] = _mm256_or_si256(v[g], _mm256_and_si256(hi, bits45));
+            /* low lane: scale 2g of this half (first 16 quants), high lane: scale 2g + 1 */
+            __m128i lo_pick = _mm_set1_epi16((short)((4 * g + 1) << 8 | 4 * g));
+            __m128i hi_pick = _mm_set1_epi16((short)((4 * g + 3) << 8 | (4 * g + 2)));
+            u->scale[4 * h + g] =
+                _mm256_shuffle_epi8(sc, _mm256_insertf128_si256(_mm256_castsi128_si256(lo_pick), hi_pick, 1));
+        }
+    }
+    u->d = f16_at(blk + 208);
+    u->dmin = 0.0f;
+}
+
+/* One row against RN tokens. Per super-block and token: exact integer sums (maddubs pairs stay below
+ * 2 * 63 * 127, the scaled sums below 2^31), then Q4_K: d_x (d dots - dmin mins), Q6_K: d d_x (dots -
+ * 32 offset). Each (row, token) pair computes the same way whatever RN is. */
+INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, float *y, size_t ldy,
+                             bool accumulate, pith_wtype type, const int RN) {
+    const size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    const pith_block_q8k *xr[IMPL_MAX_RN];
+    float sum[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8k *)((const uint8_t *)x + t * xs);
+        sum[t] = 0.0f;
+    }
+    kq_unpacked u;
+    for (int b = 0; b < K / PITH_QK_K; b++) {
+        const uint8_t *blk = w + b * bb;
+        _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+        if (type == PITH_W_Q4_K) unpack_q4_k(blk, &u);
+        else unpack_q6_k(blk, &u);
+        UNROLL for (int t = 0; t < RN; t++) {
+            const pith_block_q8k *xb = &xr[t][b];
+            __m256i dots = _mm256_setzero_si256();
+            UNROLL for (int g = 0; g < 8; g++) {
+                __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * g));
+                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[g], xq), u.scale[g]));
+            }
+            if (type == PITH_W_Q4_K) {
+                /* sums of each 32 activations (pairs of bsums) weighed by the mins */
+                __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                               _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+                __m128i m = _mm_madd_epi16(u.mins, pairs);
+                m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+                m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+                sum[t] += xb->d * (u.d * (float)hsum_i32(dots) - u.dmin * (float)_mm_cvtsi128_si32(m));
+            } else {
+                int off = hsum_i32(_mm256_madd_epi16(u.scales16, _mm256_loadu_si256((const __m256i *)xb->bsums)));
+                sum[t] += u.d * xb->d * (float)(hsum_i32(dots) - 32 * off);
             }
         }
-        sum += f16_at(blk + 208) * xb[b].d * (float)(hsum_i32(dots) - 32 * offset);
     }
-    return sum;
+    UNROLL for (int t = 0; t < RN; t++) store_out(&y[t * ldy], sum[t], accumulate);
 }
 
 /* ---- instantiations ---- */
@@ -240,19 +306,26 @@ TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
 TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 0)
 TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
-#define KQUANT_ENTRY(NAME, DOT)                                                             \
+/* K-quant tiles: row by row, up to 4 tokens per unpacked super-block. */
+#define KQUANT_ENTRY(NAME, TYPE)                                                                         \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
                          float *y, size_t ldy, bool accumulate) {                                       \
-        for (int r = 0; r < rm; r++)                                                                    \
-            for (int t = 0; t < rn; t++)                                                                \
-                store_out(&y[t * ldy + r],                                                              \
-                          DOT(K / PITH_QK_K, w + r * ws,                                                \
-                              (const pith_block_q8k *)((const uint8_t *)x + t * xs)),                   \
-                          accumulate);                                                                  \
+        for (int r = 0; r < rm; r++) {                                                                  \
+            for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                 \
+                const uint8_t *wr = w + r * ws, *xt = (const uint8_t *)x + t * xs;                      \
+                float *yt = y + t * ldy + r;                                                            \
+                switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                  \
+                case 1: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 1); break;           \
+                case 2: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 2); break;           \
+                case 3: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 3); break;           \
+                default: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 4); break;          \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
     }
 
-KQUANT_ENTRY(tile_q4_k, dot_q4_k_row)
-KQUANT_ENTRY(tile_q6_k, dot_q6_k_row)
+KQUANT_ENTRY(tile_q4_k, PITH_W_Q4_K)
+KQUANT_ENTRY(tile_q6_k, PITH_W_Q6_K)
 
 /* ---- activation quantizers ---- */
 
