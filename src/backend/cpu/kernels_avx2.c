@@ -389,27 +389,6 @@ static TGT void quantize_q8k_avx2(const float *x, pith_block_q8k *out, int n) {
 
 /* ---- vector helpers ---- */
 
-static TGT float dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static TGT void axpy_avx2(float *y, float a, const float *x, int n) {
-    __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
 static TGT void scale_avx2(float *y, float a, int n) {
     __m256 av = _mm256_set1_ps(a);
     int i = 0;
@@ -540,8 +519,6 @@ static const pith_cpu_kernels avx2_kernels = {
     .tile_rn = {6, 6, 6, 4, 4, 4, 4},
     .quantize_q8a = quantize_q8a_avx2,
     .quantize_q8k = quantize_q8k_avx2,
-    .dot = dot_avx2,
-    .axpy = axpy_avx2,
     .scale = scale_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,
