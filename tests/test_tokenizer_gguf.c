@@ -7,9 +7,11 @@
  *   special flags), and reproduces the 1,500 War and Peace paragraphs exactly, as the .model does in
  *   test_tokenizer_spm.
  * - The tiny random Llama 2 fixture's 32,000-token vocabulary loads and tokenizes like Llama 2.
+ * - One tokenizer shared by 4 threads encoding at once gives the same ids as one thread.
  * - Hand-built GGUF files: a minimal byte-level vocabulary with one merge, and broken tokenizer
  *   metadata (unknown model, mismatched arrays, missing merges) refused with an error. */
 #include <dirent.h>
+#include <pthread.h>
 
 #include "test_tokenizer_util.h"
 
@@ -96,6 +98,67 @@ static void check_phi3(const char *shared) {
     for (int i = 1; i < n; i++) has_newline |= ids[i] == 13;
     CHECK(has_newline);
     free(ids);
+    pith_tokenizer_free(t);
+}
+
+typedef struct job {
+    const pith_tokenizer *t;
+    const char *text;
+    size_t n;
+    uint64_t hash; /* of the ids of 20 encodes of text */
+} job;
+
+static uint64_t hash_ids(uint64_t h, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)ids[i]) * 0x100000001b3ULL;
+    return h ^ (uint64_t)n;
+}
+
+static void *encode_job(void *arg) {
+    job *j = arg;
+    j->hash = 0xcbf29ce484222325ULL;
+    for (int r = 0; r < 20; r++) {
+        int32_t *ids;
+        int n;
+        pith_err err = {{0}};
+        if (pith_tokenizer_encode(j->t, j->text, j->n, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &ids, &n, &err) != 0) {
+            j->hash = 0;
+            return NULL;
+        }
+        j->hash = hash_ids(j->hash, ids, n);
+        free(ids);
+    }
+    return NULL;
+}
+
+static void check_threads(const char *shared) {
+    char path[4400], inp[4400];
+    snprintf(path, sizeof path, "%s/tokenizers/llamacpp/ggml-vocab-deepseek-llm.gguf", shared);
+    snprintf(inp, sizeof inp, "%s/tokenizers/vectors/war-and-peace-1500.inp", shared);
+    pith_tokenizer *t;
+    pith_err err = {{0}};
+    size_t n;
+    char *text = tt_slurp(inp, &n);
+    CHECKF(pith_tokenizer_load(path, 0, &t, &err) == 0 && text, "%s", err.msg);
+    if (!t || !text) {
+        free(text);
+        pith_tokenizer_free(t);
+        return;
+    }
+    job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        /* Different 40 KB slices, so the threads also hit different words and caches. */
+        jobs[i] = (job){t, text + (size_t)i * (n / 8), 40000, 0};
+    }
+    job solo[4];
+    for (int i = 0; i < 4; i++) {
+        solo[i] = jobs[i];
+        encode_job(&solo[i]);
+    }
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, encode_job, &jobs[i]) == 0);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) CHECK(jobs[i].hash == solo[i].hash && jobs[i].hash != 0);
+    free(text);
     pith_tokenizer_free(t);
 }
 
@@ -301,10 +364,11 @@ static void check_handmade(const char *tmp) {
 int main(void) {
     check_handmade(getenv("PITH_TEST_TMP"));
     const char *shared = check_shared_dir();
-    if (!shared) return CHECK_SKIP;
+    if (!shared) return check_failures_ ? check_summary("test_tokenizer_gguf") : CHECK_SKIP; /* the checks above need no assets */
     run_llamacpp_suites(shared);
     compare_with_sentencepiece(shared);
     check_fixture(shared);
     check_phi3(shared);
+    check_threads(shared);
     return check_summary("test_tokenizer_gguf");
 }

@@ -128,6 +128,24 @@ static void test_spm_style(void) {
     pith_tokenizer_free(t);
 }
 
+/* With a token holding "▁" after a letter, merges cross word starts, so the fragment must be merged
+ * whole: "a b" -> ▁a▁b via a+▁, a▁+b, ▁+a▁b; cut at words it would be [▁ a] [▁ b]. */
+static void test_unsplittable(void) {
+    static const char json[] =
+        "{\"added_tokens\":[],\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":["
+        "{\"type\":\"Prepend\",\"prepend\":\"\\u2581\"},"
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\\u2581\"}]},"
+        "\"pre_tokenizer\":null,\"decoder\":{\"type\":\"Replace\",\"pattern\":{\"String\":\"\\u2581\"},\"content\":\" \"},"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"\\u2581\":0,\"a\":1,\"b\":2,\"a\\u2581\":3,\"a\\u2581b\":4,"
+        "\"\\u2581a\\u2581b\":5},\"merges\":[\"a \\u2581\",\"a\\u2581 b\",\"\\u2581 a\\u2581b\"]}}";
+    pith_err err = {{0}};
+    pith_tokenizer *t = load_json("hf_unsplit", json, NULL, &err);
+    CHECKF(t != NULL, "%s", err.msg);
+    if (!t) return;
+    CHECK(ids_are(t, "a b", 0, (const int32_t[]){5}, 1));
+    pith_tokenizer_free(t);
+}
+
 /* Byte-level vocabulary over a-z plus merges; a pre_tokenizer given by the caller. */
 static pith_tokenizer *byte_level(const char *name, const char *pre, const char *extra_vocab, const char *merges,
                                   pith_err *err) {
@@ -266,6 +284,7 @@ static void test_refusals(void) {
 
 int main(void) {
     test_spm_style();
+    test_unsplittable();
     test_split_behaviours();
     test_byte_level_details();
     test_metaspace();

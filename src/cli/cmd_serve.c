@@ -209,7 +209,9 @@ int pith_cmd_serve(int argc, char **argv) {
         return 1;
     }
     char line[700];
-    snprintf(line, sizeof line, "listening on http://%s:%d", o.srv.host ? o.srv.host : "127.0.0.1", pith_server_port(srv));
+    const char *host = o.srv.host ? o.srv.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(line, sizeof line, "listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", pith_server_port(srv));
     log_line(NULL, line);
 
     loader l = {.srv = srv};

@@ -113,6 +113,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
     e->next_id = 1;
+    engine_publish_stats(e); /* the pool size and limits are readable before the first step */
     *out = e;
     return 0;
 }

@@ -11,7 +11,7 @@
 
 #include <microhttpd.h>
 
-#include "server/assets.h"
+#include "pith/assets.h"
 #include "server/http.h"
 #include "server/job.h"
 #include "server/server_internal.h"
@@ -137,16 +137,23 @@ int pith_server_port(const pith_server *s) { return s->port; }
 
 bool pith_server_ready(const pith_server *s) { return atomic_load(&((pith_server *)s)->ready); }
 
+static void assets_log(void *ctx, const char *msg) { server_log(ctx, "%s", msg); }
+
 int pith_server_load(pith_server *s, pith_err *err) {
     if (atomic_exchange(&s->load_claimed, true)) return pith_errf(err, "the model is already loaded");
     double t0 = server_now();
-    server_assets a;
-    if (assets_load(s, &a, err)) return -1;
+    pith_assets a;
+    pith_assets_options ao = {
+        .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
+        .chat_template_path = s->chat_template_path, .n_threads = s->n_threads,
+        .log = assets_log, .log_ctx = s,
+    };
+    if (pith_assets_load(&ao, &a, err)) return -1;
     pith_engine *e = NULL;
     if (pith_engine_create(a.model, a.tok, &s->engine_opt, &e, err) || pith_engine_start(e, err)) {
         pith_err_prefix(err, "engine");
         pith_engine_free(e);
-        assets_free(&a);
+        pith_assets_free(&a);
         return -1;
     }
     s->model = a.model;
@@ -212,8 +219,8 @@ void pith_server_free(pith_server *s) {
     if (s->listen_fd >= 0) close(s->listen_fd);
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
-    server_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
-    assets_free(&a);
+    pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
+    pith_assets_free(&a);
     auth_free(&s->keys);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);

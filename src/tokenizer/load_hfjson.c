@@ -316,6 +316,14 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
     t->fuse_unk = get_bool(model, "fuse_unk", false);
     t->ignore_merges = get_bool(model, "ignore_merges", false);
     if (load_normalizer(t, get(root, "normalizer"), err) != 0) return -1;
+    for (int i = 0; i < t->n_norm; i++) {
+        const tok_norm_step *st = &t->norm[i];
+        if (st->kind == TOK_NORM_REPLACE && !st->re && st->a_len == 1 && st->a[0] == ' ' && st->b_len > 0 &&
+            st->b_len <= sizeof t->space_marker) {
+            memcpy(t->space_marker, st->b, st->b_len);
+            t->space_marker_len = st->b_len;
+        }
+    }
     if (load_pre_tokenizer(t, get(root, "pre_tokenizer"), err) != 0) return -1;
     if (t->byte_level) t->decode = TOK_DECODE_BYTELEVEL;
     load_decoder(t, get(root, "decoder"));

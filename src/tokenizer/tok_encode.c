@@ -115,11 +115,7 @@ static int encode_raw(const pith_tokenizer *t, tok_scratch *s, word_cache *c, co
     const char *norm;
     size_t norm_n;
     if (tok_normalize(t, s, text, n, &norm, &norm_n) != 0) return pith_errf(err, "tokenizer: out of memory");
-    if (t->model == TOK_MODEL_SPM) {
-        if (!t->split_words) {
-            if (tok_spm_encode(t, s, norm, norm_n, out) != 0) return pith_errf(err, "tokenizer: out of memory");
-            return 0;
-        }
+    if (t->split_words && (t->model == TOK_MODEL_SPM || t->n_pre == 0)) {
         /* Words start at a marker that follows a non-marker (see split_words). */
         const char *m = t->space_marker;
         size_t ml = t->space_marker_len, start = 0;
@@ -129,6 +125,10 @@ static int encode_raw(const pith_tokenizer *t, tok_scratch *s, word_cache *c, co
             start = i;
         }
         if (encode_word(t, s, c, norm + start, norm_n - start, out) != 0) return pith_errf(err, "tokenizer: out of memory");
+        return 0;
+    }
+    if (t->model == TOK_MODEL_SPM) {
+        if (tok_spm_encode(t, s, norm, norm_n, out) != 0) return pith_errf(err, "tokenizer: out of memory");
         return 0;
     }
     if (t->n_pre == 0) {

@@ -127,10 +127,12 @@ struct pith_tokenizer {
     bool ignore_merges;       /* BPE: a pre-token that is itself a token is emitted whole */
     bool fuse_unk;
     bool add_space_prefix;    /* SPM: one ' ' before each raw fragment */
-    /* SPM: the space marker ("▁", or ' ' in llama2.c files). When no mergeable token holds the marker
-     * right after another character, no merge can cross the start of a marker that follows a
-     * non-marker, so the text is merged word by word there (and words are cached); split_words says
-     * whether tok_finalize found that to hold. */
+    /* The space marker of SentencePiece-style vocabularies ("▁", or ' ' in llama2.c files; for
+     * tokenizer.json, what a Replace normalizer turns ' ' into). Merge results are vocabulary tokens,
+     * so when no mergeable token holds the marker right after another character (and the marker is a
+     * token itself, so unknown runs cannot fuse across it), no merge can cross the start of a marker
+     * that follows a non-marker: text without a pre-tokenizer is then merged word by word there, and
+     * words are cached. split_words says whether tok_finalize found that to hold. */
     char space_marker[4];
     size_t space_marker_len;
     bool split_words;

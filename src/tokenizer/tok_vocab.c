@@ -150,7 +150,8 @@ int tok_finalize(pith_tokenizer *t, pith_err *err) {
         }
     }
 
-    t->split_words = t->model == TOK_MODEL_SPM && t->space_marker_len > 0 && !marker_inside_tokens(t);
+    t->split_words = t->space_marker_len > 0 && tok_lookup(t, t->space_marker, t->space_marker_len) >= 0 &&
+                     !marker_inside_tokens(t);
     if (t->eos >= 0) t->eog[t->eos] = true;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int ty = t->types[id];

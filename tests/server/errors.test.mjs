@@ -180,6 +180,51 @@ describe('bad requests', () => {
     assert.equal(new Set(ok.map((r) => r.body.choices[0].text)).size, 1, 'greedy: the same text every time');
   });
 
+  test('every field with every JSON type: a clean answer each time, never a crash', T, async () => {
+    const values = [null, true, false, 0, -1, 2 ** 31, 1e308, -1e308, 0.5, '', 'x', '\u0000\u00ff\ud83d\ude00', [], [1],
+      ['a', 2], [[]], {}, { a: 1 }, { type: 'text', text: 1 }];
+    const fields = ['model', 'prompt', 'messages', 'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k',
+      'min_p', 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'stop', 'n', 'logprobs',
+      'top_logprobs', 'user', 'stream', 'stream_options', 'ignore_eos', 'priority', 'cache_salt', 'stop_token_ids',
+      'echo', 'suffix', 'best_of', 'logit_bias', 'response_format', 'tools', 'chat_template_kwargs', 'add_generation_prompt'];
+    const bases = [
+      ['/v1/completions', { model, prompt: 'Hi', max_tokens: 2 }],
+      ['/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 }],
+    ];
+    const seen = new Set();
+    for (const [route, base] of bases) {
+      for (const field of fields) {
+        // One at a time: this server queues at most one request.
+        for (const v of values) {
+          const r = await call(srv, 'POST', route, { key: KEY, body: { ...base, [field]: v } });
+          seen.add(r.status);
+          assert.ok([200, 400, 404].includes(r.status), `${route} ${field}: ${r.status} ${r.text.slice(0, 200)}`);
+          if (r.status !== 200) errorShape(assert, r, r.status);
+          else if (!r.text.startsWith('data: ')) assert.ok(r.body.choices, r.text);
+        }
+      }
+      // Message shapes.
+      for (const m of [null, 1, 'x', [], {}, { role: 1 }, { role: '' }, { role: 'user', content: 5 },
+        { role: 'user', content: [{ type: 'text' }] }, { role: 'user', content: [1] }, { role: 'user', content: null },
+        { role: 'tool', content: 'x', tool_call_id: 'a' }, { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }]) {
+        const r = await call(srv, 'POST', '/v1/chat/completions', { key: KEY, body: { model, messages: [m], max_tokens: 2 } });
+        assert.ok([200, 400].includes(r.status), `message ${JSON.stringify(m)}: ${r.status} ${r.text}`);
+      }
+    }
+    // Hostile bodies: deep nesting, invalid UTF-8, a NUL, numbers out of every range.
+    const hostile = ['['.repeat(3000) + ']'.repeat(3000), '{"prompt": "\xff\xfe\x00"}', '{"prompt": [1e999]}',
+      '{"prompt": "a", "max_tokens": 1e400}', '{"prompt": "' + '\\u00'.repeat(10) + '"}', '{"prompt":"x"}\u0000trailing', '\u0000'];
+    for (const raw of hostile) {
+      const r = await call(srv, 'POST', '/v1/completions', { key: KEY, raw, headers: { 'content-type': 'application/json' } });
+      assert.ok([200, 400, 413].includes(r.status), `${JSON.stringify(raw.slice(0, 40))}: ${r.status}`);
+      if (r.status !== 200) errorShape(assert, r, r.status);
+    }
+    const bytes = Buffer.concat([Buffer.from('{"model": "' + model + '", "max_tokens": 3, "prompt": "ok '), Buffer.from([0xff, 0xc3, 0x28, 0xe2, 0x82]), Buffer.from('"}')]);
+    const r = await call(srv, 'POST', '/v1/completions', { key: KEY, raw: bytes });
+    assert.ok([200, 400].includes(r.status), `invalid UTF-8: ${r.status} ${r.text}`);
+    assert.ok(seen.has(200) && seen.has(400));
+  });
+
   test('the server is healthy after all of that, and counted the errors', T, async () => {
     assert.equal((await call(srv, 'GET', '/health')).status, 200);
     const r = await call(srv, 'POST', '/v1/chat/completions', { key: KEY, body: { model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3 } });

@@ -249,4 +249,26 @@ describe('load', () => {
     const r = await client.completions.create({ model, prompt: 'Hi', max_tokens: 4, temperature: 0 });
     assert.equal(r.choices.length, 1);
   });
+
+  test('an aborted non-streaming request is cancelled too', T, async () => {
+    const label = 'finish_reason="cancelled"';
+    const getMetrics = async () => (await call(srv, 'GET', '/metrics', { key: 'sk-test' })).text;
+    const before = metric(await getMetrics(), 'pith_request_success_total', label);
+    const ac = new AbortController();
+    const pending = client.completions.create(
+      { model, prompt: 'Once upon a time', max_tokens: 500, temperature: 0, ignore_eos: true, n: 8 },
+      { signal: ac.signal },
+    );
+    pending.catch(() => {});
+    // Abort once the engine runs it.
+    const until = Date.now() + 5000;
+    while (!(metric(await getMetrics(), 'pith_requests_running') > 0)) {
+      assert.ok(Date.now() < until, 'the request never started');
+      await sleep(2);
+    }
+    ac.abort();
+    await assert.rejects(pending);
+    const text = await idleMetrics(srv, 'sk-test');
+    assert.equal(metric(text, 'pith_request_success_total', label) - before, 8, 'all 8 choices cancelled');
+  });
 });

@@ -1,6 +1,7 @@
-#include "server/assets.h"
+#include "pith/assets.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +105,24 @@ static int model_template(const pith_model *m, char **out, pith_err *err) {
     return template_from_hf_config(dir, out, err);
 }
 
-static int load_tokenizer(pith_server *s, const pith_model *m, pith_tokenizer **tok, pith_err *err) {
-    if (s->tokenizer_path) return pith_tokenizer_load(s->tokenizer_path, m->hp.n_vocab, tok, err);
+static void notice(const pith_assets_options *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(const pith_assets_options *o, const char *fmt, ...) {
+    if (!o->log) return;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    o->log(o->log_ctx, msg);
+}
+
+static int load_tokenizer(const pith_assets_options *o, const pith_model *m, pith_tokenizer **tok, pith_err *err) {
+    if (o->tokenizer_path) return pith_tokenizer_load(o->tokenizer_path, m->hp.n_vocab, tok, err);
     const pith_gguf *g = pith_model_file_gguf(m->file);
     if (g) return pith_tokenizer_from_gguf(g, tok, err);
     const char *dir = pith_model_file_dir(m->file);
     if (dir) return pith_tokenizer_load(dir, m->hp.n_vocab, tok, err);
-    return pith_errf(err, "this model format carries no tokenizer; pass --tokenizer FILE");
+    return pith_errf(err, "%s: this model format carries no tokenizer; pass --tokenizer FILE", pith_model_file_path(m->file));
 }
 
 static char *token_text(const pith_tokenizer *t, int id) {
@@ -125,49 +137,49 @@ static char *token_text(const pith_tokenizer *t, int id) {
     return c;
 }
 
-static int load_template(pith_server *s, server_assets *a, pith_err *err) {
+static int load_template(const pith_assets_options *o, pith_assets *a, pith_err *err) {
     char *src = NULL;
-    if (s->chat_template_path) {
-        if (read_text(s->chat_template_path, MAX_TEMPLATE_BYTES, false, &src, err)) return -1;
+    if (o->chat_template_path) {
+        if (read_text(o->chat_template_path, MAX_TEMPLATE_BYTES, false, &src, err)) return -1;
         int rc = pith_chat_template_compile(src, &a->chat, err);
         free(src);
-        return rc ? pith_err_prefix(err, "%s", s->chat_template_path) : 0;
+        return rc ? pith_err_prefix(err, "%s", o->chat_template_path) : 0;
     }
     if (model_template(a->model, &src, err)) return -1;
     pith_err why;
     if (pith_chat_template_compile(src, &a->chat, &why)) {
-        server_log(s, "warning: the model's chat template cannot be used (%s); chat uses ChatML", why.msg);
+        notice(o, "warning: the model's chat template cannot be used (%s); chat uses ChatML", why.msg);
         if (pith_chat_template_compile(NULL, &a->chat, err)) {
             free(src);
             return -1;
         }
     } else if (!src) {
-        server_log(s, "the model has no chat template; chat uses ChatML");
+        notice(o, "the model has no chat template; chat uses ChatML");
     }
     free(src);
     return 0;
 }
 
-int assets_load(pith_server *s, server_assets *a, pith_err *err) {
+int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err) {
     memset(a, 0, sizeof *a);
-    pith_model_options mo = {.n_threads = s->n_threads};
-    if (pith_model_load(s->model_path, &mo, &a->model, err)) return -1;
-    if (load_tokenizer(s, a->model, &a->tok, err)) goto fail;
+    pith_model_options mo = {.n_threads = o->n_threads};
+    if (pith_model_load(o->model_path, &mo, &a->model, err)) return -1;
+    if (load_tokenizer(o, a->model, &a->tok, err)) goto fail;
     if (pith_tokenizer_n_vocab(a->tok) > a->model->hp.n_vocab) {
         pith_errf(err, "the tokenizer has %d tokens but the model only %d", pith_tokenizer_n_vocab(a->tok),
                   a->model->hp.n_vocab);
         goto fail;
     }
-    if (load_template(s, a, err)) goto fail;
+    if (load_template(o, a, err)) goto fail;
     a->bos_text = token_text(a->tok, pith_tokenizer_bos(a->tok));
     a->eos_text = token_text(a->tok, pith_tokenizer_eos(a->tok));
     return 0;
 fail:
-    assets_free(a);
+    pith_assets_free(a);
     return -1;
 }
 
-void assets_free(server_assets *a) {
+void pith_assets_free(pith_assets *a) {
     pith_chat_template_free(a->chat);
     pith_tokenizer_free(a->tok);
     pith_model_free(a->model);
