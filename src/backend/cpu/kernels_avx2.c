@@ -95,14 +95,17 @@ INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, s
 
 /* ---- Q8_0 / Q4_0 weights against q8a activations ---- */
 
+/* The 32 quants of a Q8_0 block (signed) or of a Q4_0 block (its unsigned nibbles, 0..15). */
 INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
     if (type == PITH_W_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
     __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(15));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_and_si256(v, _mm256_set1_epi8(15));
 }
 
+/* Q8_0: sum_b dw dx <w, x> with the sign trick. Q4_0: its nibbles n = w + 8 are unsigned already, so
+ * maddubs takes them as they are and the kernel subtracts 8 dw s (s = dx * sum(x quants), stored with
+ * the activations) per block; that saves the sign trick and the -8 on every (row, token) block. */
 INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                           size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
     const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
@@ -113,9 +116,12 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
      * dependent chain of FMAs otherwise. Every shape does the same, so an output never depends on how
      * many tokens shared its tile (a batch gives bit-identical results to single steps). */
     __m256 acc[2][PITH_TILE_MAX_RM][IMPL_MAX_RN];
-    UNROLL for (int h = 0; h < 2; h++)
-        UNROLL for (int r = 0; r < RM; r++)
-            UNROLL for (int t = 0; t < RN; t++) acc[h][r][t] = _mm256_setzero_ps();
+    float offset[PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) {
+            acc[0][r][t] = acc[1][r][t] = _mm256_setzero_ps();
+            offset[r][t] = 0.0f;
+        }
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b += 2) {
         UNROLL for (int h = 0; h < 2; h++) {
@@ -131,19 +137,29 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
                 /* the hardware prefetcher alone leaves gaps between short rows */
                 _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
                 __m256i wq = unpack_q32(blk, type);
-                __m256i aw = _mm256_abs_epi8(wq);
                 float dw = f16_at(blk);
-                UNROLL for (int t = 0; t < RN; t++) {
-                    __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
-                    __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                    acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                if (type == PITH_W_Q8_0) {
+                    __m256i aw = _mm256_abs_epi8(wq);
+                    UNROLL for (int t = 0; t < RN; t++) {
+                        __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
+                        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                        acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                    }
+                } else {
+                    UNROLL for (int t = 0; t < RN; t++) {
+                        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[t]), ones));
+                        acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                        offset[r][t] += dw * xr[t][b + h].s;
+                    }
                 }
             }
         }
     }
     UNROLL for (int r = 0; r < RM; r++)
-        UNROLL for (int t = 0; t < RN; t++)
-            store_out(&y[t * ldy + r], hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t])), accumulate);
+        UNROLL for (int t = 0; t < RN; t++) {
+            float v = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]));
+            store_out(&y[t * ldy + r], type == PITH_W_Q8_0 ? v : v - 8.0f * offset[r][t], accumulate);
+        }
 }
 
 /* ---- K-quants against q8k activations ---- */
@@ -356,7 +372,13 @@ INLINE float quantize32(const float *x, int8_t *q) {
 }
 
 static TGT void quantize_q8a_avx2(const float *x, pith_block_q8a *out, int n) {
-    for (int i = 0; i < n / PITH_QK; i++) out[i].d = quantize32(x + i * PITH_QK, out[i].qs);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int i = 0; i < n / PITH_QK; i++) {
+        out[i].d = quantize32(x + i * PITH_QK, out[i].qs);
+        __m256i q = _mm256_loadu_si256((const __m256i *)out[i].qs);
+        int sum = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        out[i].s = out[i].d * (float)sum;
+    }
 }
 
 static TGT void quantize_q8k_avx2(const float *x, pith_block_q8k *out, int n) {
