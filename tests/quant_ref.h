@@ -44,7 +44,9 @@ static inline void q4k_sm(const uint8_t *s, int j, int *sc, int *m) {
     }
 }
 
-/* Value of element i of a row; *mag receives the magnitude used in rounding bounds. */
+/* Value of element i of a row; *mag receives the magnitude used in rounding bounds: |value|, or the sum
+ * of the magnitudes of the terms a kernel may compute separately and subtract (Q4_0: d n and 8 d;
+ * Q4_K: d sc q and dmin m). */
 static inline double ref_elem(pith_dtype t, const uint8_t *row, int i, double *mag) {
     double v;
     const uint8_t *b = row + (size_t)(i / block_elems(t)) * block_bytes(t);
@@ -69,6 +71,8 @@ static inline double ref_elem(pith_dtype t, const uint8_t *row, int i, double *m
         int byte = b[2 + e % 16];
         int nib = e < 16 ? byte & 15 : byte >> 4;
         v = get_f16(b) * (nib - 8);
+        /* kernels may multiply the nibble and the -8 separately */
+        *mag = fabs(get_f16(b)) * (nib + 8);
         break;
     }
     case PITH_Q4_K: {

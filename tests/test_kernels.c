@@ -228,21 +228,13 @@ static void test_matmul(pith_cpu *cpu) {
 
 static void test_vector_helpers(const pith_cpu_kernels *k) {
     for (int n = 0; n < 70; n += 1 + n / 8) {
-        float a[80], b[80], y[80], y2[80];
+        float a[80], y[80], y2[80];
         uint16_t h[80], h2[80];
-        double ref = 0, mag = 0;
         for (int i = 0; i < n; i++) {
             a[i] = rnd_uniform(-3, 3);
-            b[i] = rnd_uniform(-3, 3);
-            y[i] = y2[i] = rnd_uniform(-1, 1);
-            ref += (double)a[i] * b[i];
-            mag += fabs((double)a[i] * b[i]);
+            y2[i] = rnd_uniform(-1, 1);
         }
-        CHECKF(fabs(k->dot(a, b, n) - ref) <= (n + 8) * U * mag + 1e-30, "%s dot n=%d", k->name, n);
-        k->axpy(y, 0.75f, a, n);
-        int bad = 0;
-        for (int i = 0; i < n; i++) bad += fabs(y[i] - (y2[i] + 0.75 * a[i])) > 2 * U * (fabs(y2[i]) + fabs(0.75 * a[i]));
-        CHECKF(bad == 0, "%s axpy n=%d", k->name, n);
+        int bad;
         float y3[80];
         memcpy(y3, y2, sizeof y3);
         k->scale(y2, -1.5f, n);

@@ -3,7 +3,8 @@
  *
  * Opt-in: runs only when PITH_BENCH is set (it writes a GGUF of 0.6 to 2.2 GB and reads it for tens of
  * seconds), otherwise skips. PITH_BENCH=Q8_0,Q4_0 (or F16, Q4_K, ...) picks the weight types,
- * PITH_BENCH_THREADS=1,2 the thread counts. Decode reads every weight once per token, so
+ * PITH_BENCH_THREADS=1,2 the thread counts; PITH_BENCH_MODEL=a.gguf,b.gguf benchmarks existing model
+ * files instead of writing any. Decode reads every weight once per token, so
  *   bandwidth use = weight bytes per token * tokens/s / (read bandwidth of the same thread count),
  * with the bandwidth probed right before and after each measurement (the machine is shared and noisy)
  * and the median of 5 repetitions reported. Nothing is asserted beyond the runs succeeding. */
@@ -19,6 +20,7 @@
 #include "pith/batch.h"
 #include "pith/kv.h"
 #include "pith/model.h"
+#include "pith/modelfile.h"
 #include "test_formats_util.h"
 
 #define DIM 2048
@@ -212,12 +214,13 @@ static int write_model(const char *path, pith_dtype wt, uint64_t *weight_bytes) 
 
 /* Prefill `n` tokens at positions start.., logits for the last only. Returns seconds. */
 static double run_tokens(pith_model *m, pith_kv_cache *kv, int32_t *table, int max_blocks, int start, int n, float *logits) {
+    const int vocab = m->hp.n_vocab;
     int32_t *tok = malloc(n * sizeof *tok), *pos = malloc(n * sizeof *pos), *seq = calloc(n, sizeof *seq);
     int32_t *slot = malloc(n * sizeof *slot);
     uint8_t *want = calloc(n, 1);
     for (int i = 0; i < n; i++) {
         int p = start + i;
-        tok[i] = (int32_t)((p * 7919) % VOCAB);
+        tok[i] = (int32_t)((p * 7919) % vocab);
         pos[i] = p;
         slot[i] = table[p / kv->block_size] * kv->block_size + p % kv->block_size;
     }
@@ -243,14 +246,14 @@ static void bench(const char *path, const char *tname, uint64_t weight_bytes, in
     }
     const int bs = 16, ctx = 1024, max_blocks = ctx / bs;
     pith_kv_cache kv;
-    if (pith_kv_cache_init(&kv, LAYERS, KV_HEADS * HEAD_DIM, bs, max_blocks, PITH_F16, &err)) {
+    if (pith_kv_cache_init(&kv, m->hp.n_layers, m->kv_dim, bs, max_blocks, PITH_F16, &err)) {
         CHECKF(0, "%s", err.msg);
         pith_model_free(m);
         return;
     }
     int32_t table[64];
     for (int i = 0; i < max_blocks; i++) table[i] = i;
-    float *logits = malloc(VOCAB * sizeof *logits);
+    float *logits = malloc(m->hp.n_vocab * sizeof *logits);
 
     /* warm-up (pages in the mapping), then 5 x 16 decode steps after a 64-token prompt */
     CHECK(run_tokens(m, &kv, table, max_blocks, 0, 64, logits) >= 0);
@@ -264,11 +267,11 @@ static void bench(const char *path, const char *tname, uint64_t weight_bytes, in
         bw[r] = (b0 + b1) / 2;
     }
     double pp[5];
-    for (int r = 0; r < 5; r++) pp[r] = 128 / run_tokens(m, &kv, table, max_blocks, 128 + 128 * r, 128, logits);
+    for (int r = 0; r < 5; r++) pp[r] = 64 / run_tokens(m, &kv, table, max_blocks, 128 + 64 * r, 64, logits);
     double used[5];
     for (int r = 0; r < 5; r++) used[r] = weight_bytes * tps[r] / 1e9 / bw[r];
-    printf("%-5s %d thread%s: decode %.2f tok/s (%.2f GB/s of weights), read bandwidth %.1f GB/s, "
-           "%.0f%% of bandwidth; prefill (128-token chunks) %.1f tok/s\n",
+    printf("%s %d thread%s: decode %.2f tok/s (%.2f GB/s of weights), read bandwidth %.1f GB/s, "
+           "%.0f%% of bandwidth; prefill (64-token chunks) %.1f tok/s\n",
            tname, threads, threads > 1 ? "s" : " ", median5(tps), median5(tps) * weight_bytes / 1e9, median5(bw),
            100 * median5(used), median5(pp));
     fflush(stdout);
@@ -292,7 +295,36 @@ int main(void) {
         {"F32", PITH_F32}, {"F16", PITH_F16}, {"BF16", PITH_BF16}, {"Q8_0", PITH_Q8_0},
         {"Q4_0", PITH_Q4_0}, {"Q4_K", PITH_Q4_K}, {"Q6_K", PITH_Q6_K},
     };
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    const char *models = getenv("PITH_BENCH_MODEL");
+    for (const char *p = models; p && *p;) {
+        char path[4096];
+        size_t len = strcspn(p, ",");
+        snprintf(path, sizeof path, "%.*s", (int)len, p);
+        pith_model_file *f;
+        pith_err err;
+        if (pith_model_file_open(path, &f, &err)) {
+            CHECKF(0, "%s", err.msg);
+        } else {
+            uint64_t wbytes = 0;
+            for (int i = 0; i < pith_model_file_n_tensors(f); i++) {
+                const pith_tensor *t = pith_model_file_tensor_at(f, i);
+                if (strcmp(t->name, "token_embd.weight") || !pith_model_file_tensor(f, "output.weight"))
+                    wbytes += t->nbytes; /* decode reads one row of the embedding, unless it is the output too */
+            }
+            pith_model_file_close(f);
+            const char *base = strrchr(path, '/');
+            for (const char *q = th; *q;) {
+                int n = atoi(q);
+                if (n > 0) bench(path, base ? base + 1 : path, wbytes, n, probe, probe_bytes);
+                q = strchr(q, ',');
+                if (!q) break;
+                q++;
+            }
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    for (size_t i = 0; models == NULL && i < sizeof types / sizeof types[0]; i++) {
         char pat[16];
         snprintf(pat, sizeof pat, "%s", types[i].name);
         const char *hit = strstr(sel, pat);

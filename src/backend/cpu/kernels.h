@@ -54,8 +54,6 @@ typedef struct pith_cpu_kernels {
     void (*quantize_q8k)(const float *x, pith_block_q8k *out, int n);
 
     /* Vector helpers for attention and the small ops. */
-    float (*dot)(const float *a, const float *b, int n);
-    void (*axpy)(float *y, float a, const float *x, int n);       /* y += a * x */
     void (*scale)(float *y, float a, int n);                      /* y *= a */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);   /* round to nearest even */

@@ -154,16 +154,6 @@ static void tile_q6_k(int K, const uint8_t *w, size_t ws, int rm, const void *x,
     tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q6_K);
 }
 
-static float dot_scalar(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void axpy_scalar(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 static void scale_scalar(float *y, float a, int n) {
     for (int i = 0; i < n; i++) y[i] *= a;
 }
@@ -203,8 +193,6 @@ static const pith_cpu_kernels scalar_kernels = {
     .tile_rn = {1, 1, 1, 1, 1, 1, 1},
     .quantize_q8a = pith_quantize_q8a_scalar,
     .quantize_q8k = pith_quantize_q8k_scalar,
-    .dot = dot_scalar,
-    .axpy = axpy_scalar,
     .scale = scale_scalar,
     .f16_to_f32 = f16_to_f32_scalar,
     .f32_to_f16 = f32_to_f16_scalar,
