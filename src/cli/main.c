@@ -12,6 +12,7 @@ static void usage(FILE *out) {
             "\n"
             "commands:\n"
             "  run        generate text from a prompt (or a file of prompts, batched)\n"
+            "  bench      measure prompt and generation speed against the machine's bandwidth and peaks\n"
             "  help       show this help\n"
             "\n"
             "Run 'pith COMMAND --help' for a command's options.\n"
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "run")) return pith_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return pith_cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "pith: unknown command '%s' (try 'pith --help')\n", cmd);
     return PITH_EXIT_USAGE;
 }
