@@ -105,6 +105,9 @@ class BenchCli(unittest.TestCase):
             self.assertTrue(0.05 < bw < 20000, o)
             self.assertAlmostEqual(bw, (o["bandwidth_before_gbs"] + o["bandwidth_after_gbs"]) / 2, delta=1e-9 * bw)
             self.assertIn(o["probe_isa"], ("avx2", "scalar"))
+            # Process CPU time over wall time and threads: a share of the machine, so within (0, 1]
+            # up to clock granularity.
+            self.assertTrue(0 < o["cpu_share"] < 1.5, o)
             if o["test"].startswith("tg"):
                 self.assertEqual(o["ratio_kind"], "bandwidth")
                 self.assertAlmostEqual(o["achieved_gbs"], size * tps / 1e9, delta=1e-9 * size * tps)

@@ -89,5 +89,9 @@ void pith_bench_stats_of(const double *x, int n, pith_bench_stats *s);
 
 /* CLOCK_MONOTONIC seconds. */
 double pith_bench_now(void);
+/* CPU seconds used so far by every thread of this process. Over a timed span, divided by the span's
+ * wall time and the thread count, it says what share of the processors the run really got: on a
+ * shared machine, less than 1 means other work took the rest (spin-waiting workers count as busy). */
+double pith_bench_cpu_seconds(void);
 
 #endif

@@ -32,6 +32,12 @@ double pith_bench_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double pith_bench_cpu_seconds(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)) return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 typedef enum probe_kind { PROBE_READ, PROBE_FMA, PROBE_INT8 } probe_kind;
 
 typedef struct probe_job {

@@ -150,6 +150,7 @@ typedef struct test_result {
     double achieved;         /* pp: operations per second; tg: weight bytes per second */
     double peak;             /* pp: operations per second of the relevant peak; tg: bandwidth */
     const char *ratio_kind;  /* "bandwidth", "int8_peak" or "fma_peak" */
+    double cpu_share;        /* CPU time / (wall time x threads) over the repetitions */
 } test_result;
 
 typedef struct bench_ctx {
@@ -176,10 +177,11 @@ static void print_header(bench_ctx *c) {
            w->format, (double)w->size_bytes / (1 << 20), (double)w->layer_params / 1e6,
            (double)w->output_params / 1e6);
     printf("probes: %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
-           "pp ratio against the %s peak\n\n",
+           "pp ratio against the %s peak\n",
            c->isa, BW_PASSES, c->o->bw_mib, w->quantized ? "int8 (maddubs+madd)" : "FP32 FMA");
-    printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio |\n");
-    printf("|---|---|---:|---:|---|---:|---:|---|---:|\n");
+    printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
+    printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
+    printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
     fflush(stdout);
 }
 
@@ -190,10 +192,10 @@ static void print_row(bench_ctx *c, const test_result *r) {
     else
         snprintf(achieved, sizeof achieved, "%.0f of %.0f GOP/s %s", r->achieved / 1e9, r->peak / 1e9,
                  !strcmp(r->ratio_kind, "int8_peak") ? "int8" : "FMA");
-    printf("| %s | %s | %.1f | %d | %s%d | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f |\n",
+    printf("| %s | %s | %.1f | %d | %s%d | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
            base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), r->threads, r->kind,
            r->n_tokens, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
-           r->bw_before / 1e9, r->bw_after / 1e9, achieved, r->achieved / r->peak);
+           r->bw_before / 1e9, r->bw_after / 1e9, achieved, r->achieved / r->peak, 100 * r->cpu_share);
     fflush(stdout);
 }
 
@@ -236,6 +238,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     }
     cJSON_AddStringToObject(j, "ratio_kind", r->ratio_kind);
     cJSON_AddNumberToObject(j, "ratio", r->achieved / r->peak);
+    cJSON_AddNumberToObject(j, "cpu_share", r->cpu_share);
     cJSON_AddStringToObject(j, "probe_isa", c->isa);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
@@ -261,13 +264,17 @@ static int compute_peak(pith_probe *p, bool quantized, double *ops, pith_err *er
 }
 
 /* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
-static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, double *samples, pith_err *err) {
+static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, int threads, double *samples,
+                    double *cpu_share, pith_err *err) {
+    double wall0 = pith_bench_now(), cpu0 = pith_bench_cpu_seconds();
     for (int i = 0; i < o->reps; i++) {
         double sec;
         int rc = pp ? pith_bench_pp(run, o->n_prompt, o->batch, &sec, err) : pith_bench_tg(run, o->n_gen, &sec, err);
         if (rc) return -1;
         samples[i] = (pp ? o->n_prompt : o->n_gen) / (sec > 0 ? sec : 1e-9);
     }
+    double wall = pith_bench_now() - wall0;
+    *cpu_share = (pith_bench_cpu_seconds() - cpu0) / ((wall > 0 ? wall : 1e-9) * threads);
     return 0;
 }
 
@@ -308,13 +315,14 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
         double peak0, peak1, bw1;
         if (compute_peak(probe, c->w.quantized, &peak0, err)) goto done;
-        if (run_reps(run, o, true, samples, err)) goto done;
+        double share;
+        if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
         if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
         if (compute_peak(probe, c->w.quantized, &peak1, err)) goto done;
         test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .threads = threads, .samples = samples,
                          .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (peak0 + peak1),
-                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak"};
+                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
         /* Every token runs every layer matmul; the output matrix runs once per forward pass. */
         double passes = (o->n_prompt + o->batch - 1) / o->batch;
@@ -325,12 +333,12 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     }
     if (o->n_gen) {
         fprintf(stderr, "pith bench: tg%d x %d\n", o->n_gen, o->reps);
-        double bw1;
-        if (run_reps(run, o, false, samples, err)) goto done;
+        double bw1, share;
+        if (run_reps(run, o, false, threads, samples, &share, err)) goto done;
         if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
         test_result r = {.kind = "tg", .n_tokens = o->n_gen, .threads = threads, .samples = samples,
                          .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
-                         .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth"};
+                         .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
         r.achieved = (double)c->w.size_bytes * r.tps.mean;
         if (report(c, &r, err)) goto done;
