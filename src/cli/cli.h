@@ -23,5 +23,6 @@ int pith_cmd_run(int argc, char **argv);
 int pith_cmd_serve(int argc, char **argv);
 int pith_cmd_tokenize(int argc, char **argv);
 int pith_cmd_tokbench(int argc, char **argv);
+int pith_cmd_bench(int argc, char **argv);
 
 #endif

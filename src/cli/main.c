@@ -14,6 +14,7 @@ static const command commands[] = {
     {"run", pith_cmd_run, "generate text from a prompt, a chat (--chat), or a file of prompts (-f)"},
     {"serve", pith_cmd_serve, "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)"},
     {"tokenize", pith_cmd_tokenize, "print the token ids of stdin's text"},
+    {"bench", pith_cmd_bench, "prompt-processing and generation speed against measured machine limits"},
     {"tokbench", pith_cmd_tokbench, "tokenizer encode throughput (MB/s) on a text file"},
 };
 

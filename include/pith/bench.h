@@ -1,0 +1,97 @@
+/* Benchmarks: what the machine can do, and what a model achieves against it.
+ *
+ * Machine probes (pith_probe) measure, with a given number of threads, the three limits of CPU
+ * inference: memory read bandwidth (decode reads every weight once per token), the FP32 FMA peak (prefill
+ * with float weights) and the int8 dot-product peak (prefill with quantized weights: AVX2 maddubs + madd,
+ * the instruction pair the quantized kernels use). Like the kernels, the probes pick AVX2 at run time
+ * when the processor has it (pith_cpu_kernels_avx2() decides, so probes and kernels always agree) and
+ * fall back to portable C. A probe is a best-of-N measurement: on a shared machine the best pass is the
+ * closest estimate of what the hardware can give at that moment; call it right before and after the
+ * run it qualifies, since other tenants move it by tens of percent.
+ *
+ * Model runs (pith_bench_runner) time prompt processing and text generation through the public model
+ * API (model.h, batch.h, kv.h) with random token ids, one sequence, positions from 0, a private KV
+ * cache: the same work as llama.cpp's llama-bench "pp" and "tg" tests.
+ *
+ * Nothing here prints; every fallible function returns 0 / -1 and fills a pith_err. */
+#ifndef PITH_BENCH_H
+#define PITH_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pith/model.h"
+#include "pith/status.h"
+
+/* ---- machine probes ---- */
+
+typedef struct pith_probe pith_probe;
+
+/* bw_bytes: size of the buffer the bandwidth probe reads (rounded down to a multiple of 64 * n_threads;
+ * at least 1 MiB). It should dwarf the last-level cache: 256 MiB or more. The buffer is allocated and
+ * written here, so later probes never take page faults. force_scalar selects the portable loops. */
+int pith_probe_new(int n_threads, size_t bw_bytes, bool force_scalar, pith_probe **out, pith_err *err);
+void pith_probe_free(pith_probe *p);
+
+/* "avx2" or "scalar": the loops the probes run. */
+const char *pith_probe_isa(const pith_probe *p);
+int pith_probe_threads(const pith_probe *p);
+size_t pith_probe_bw_bytes(const pith_probe *p);
+
+/* Bytes per second read by all threads summing their share of the buffer; best of `passes` passes. */
+int pith_probe_bandwidth(pith_probe *p, int passes, double *bytes_per_s, pith_err *err);
+/* FP32 operations per second (an FMA counts 2) of independent FMA chains on every thread; best of reps. */
+int pith_probe_fma_peak(pith_probe *p, int reps, double *flops, pith_err *err);
+/* int8 operations per second (a multiply-add of two int8 values counts 2) of independent
+ * maddubs + madd + add chains on every thread; best of reps. */
+int pith_probe_int8_peak(pith_probe *p, int reps, double *ops, pith_err *err);
+
+/* ---- what a model reads and computes ---- */
+
+typedef struct pith_bench_weights {
+    /* Weight bytes one generated token reads: every 2-D weight of every layer (blk.*), the output
+     * matrix (the token embedding when tied), and one embedding row. Norms and biases are left out. */
+    uint64_t size_bytes;
+    uint64_t layer_params;   /* elements of the layers' 2-D weights: the matmuls every token runs */
+    uint64_t output_params;  /* elements of the output matrix: run once per logits row */
+    bool quantized;          /* the type holding most layer weight bytes is block-quantized */
+    char format[64];         /* layer weight types by bytes, largest first, joined by '+': "Q4_K+Q6_K" */
+} pith_bench_weights;
+
+int pith_bench_weights_of(const pith_model *m, pith_bench_weights *w, pith_err *err);
+
+/* ---- timed model runs ---- */
+
+typedef struct pith_bench_runner pith_bench_runner;
+
+/* Room for prompts of up to max_prompt tokens (in batches of up to max_batch) and for max_gen generated
+ * tokens after a BOS. Fails when that does not fit the model's context. */
+int pith_bench_runner_new(pith_model *m, int max_prompt, int max_batch, int max_gen, uint64_t seed,
+                          pith_bench_runner **out, pith_err *err);
+void pith_bench_runner_free(pith_bench_runner *r);
+
+/* One prompt of n random tokens from position 0, in forward passes of `batch` tokens (the last one
+ * shorter); logits for the last token of each pass. *seconds: wall time of the whole prompt. */
+int pith_bench_pp(pith_bench_runner *r, int n, int batch, double *seconds, pith_err *err);
+/* Decodes the model's BOS (untimed) and then n random tokens one forward pass each, logits every time.
+ * *seconds: wall time of the n passes. */
+int pith_bench_tg(pith_bench_runner *r, int n, double *seconds, pith_err *err);
+
+/* ---- statistics ---- */
+
+typedef struct pith_bench_stats {
+    double mean, stddev, median, min, max; /* stddev: sample standard deviation (0 for one value) */
+} pith_bench_stats;
+
+/* n >= 1. */
+void pith_bench_stats_of(const double *x, int n, pith_bench_stats *s);
+
+/* CLOCK_MONOTONIC seconds. */
+double pith_bench_now(void);
+/* CPU seconds used so far by every thread of this process. Over a timed span, divided by the span's
+ * wall time and the thread count, it says what share of the processors the run really got: on a
+ * shared machine, less than 1 means other work took the rest (spin-waiting workers count as busy). */
+double pith_bench_cpu_seconds(void);
+
+#endif

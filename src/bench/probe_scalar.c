@@ -1,0 +1,67 @@
+/* Portable probe loops: what plain C reaches on any processor (the compiler may auto-vectorize them
+ * for the build's baseline instruction set, exactly as it may the scalar kernels). */
+#include "bench/probe_kernels.h"
+
+/* An empty asm statement that claims to change v: keeps the compiler from hoisting work on loop
+ * invariants out of the loop, at no run-time cost. */
+#define OPAQUE(v) __asm__ volatile("" : "+r"(v))
+
+static uint64_t read_sum_scalar(const void *buf, size_t bytes) {
+    const uint64_t *p = buf;
+    size_t n = bytes / sizeof *p;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+/* Eight chains of x = x * a + c, which converges to 1 instead of overflowing. */
+static float fma_scalar(int64_t iters) {
+    const float a = 0.999999f, c = 0.000001f;
+    float x0 = 0.1f, x1 = 0.2f, x2 = 0.3f, x3 = 0.4f, x4 = 0.5f, x5 = 0.6f, x6 = 0.7f, x7 = 0.8f;
+    for (int64_t i = 0; i < iters; i++) {
+        x0 = x0 * a + c;
+        x1 = x1 * a + c;
+        x2 = x2 * a + c;
+        x3 = x3 * a + c;
+        x4 = x4 * a + c;
+        x5 = x5 * a + c;
+        x6 = x6 * a + c;
+        x7 = x7 * a + c;
+    }
+    return x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+}
+
+/* Four chains, each a pair of u8 x s8 products summed and accumulated, as maddubs + madd do per lane.
+ * Unsigned accumulators: wrapping is intended and defined. */
+static int32_t int8_scalar(int64_t iters) {
+    uint32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+    int32_t a0 = 3, a1 = 5, a2 = 7, a3 = 11;
+    const int32_t b0 = -13, b1 = 17;
+    for (int64_t i = 0; i < iters; i++) {
+        OPAQUE(a0);
+        OPAQUE(a1);
+        OPAQUE(a2);
+        OPAQUE(a3);
+        acc0 += (uint32_t)(a0 * b0 + a1 * b1);
+        acc1 += (uint32_t)(a1 * b0 + a2 * b1);
+        acc2 += (uint32_t)(a2 * b0 + a3 * b1);
+        acc3 += (uint32_t)(a3 * b0 + a0 * b1);
+    }
+    return (int32_t)(acc0 ^ acc1 ^ acc2 ^ acc3);
+}
+
+static const pith_probe_kernels scalar_probes = {
+    .name = "scalar",
+    .read_sum = read_sum_scalar,
+    .fma_loop = fma_scalar,
+    .fma_ops_per_iter = 8 * 2,
+    .int8_loop = int8_scalar,
+    .int8_ops_per_iter = 4 * 2 * 2,
+};
+
+const pith_probe_kernels *pith_probe_kernels_scalar(void) { return &scalar_probes; }

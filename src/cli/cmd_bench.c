@@ -1,0 +1,379 @@
+/* `pith bench`: prompt processing and generation speed, next to what the machine can do, in the spirit
+ * of llama.cpp's llama-bench.
+ *
+ * For each thread count: load the model, warm up (one prompt batch and one decode step fault the
+ * weights in), then probe memory bandwidth and the compute peak right before and after each test and
+ * relate the test to them: decode reads every weight once per token, so tg is measured against
+ * bandwidth; prefill reuses each weight across the batch, so pp is measured against the int8 (quantized
+ * weights) or FMA (float weights) peak. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "pith/bench.h"
+#include "pith/model.h"
+
+#define MAX_THREAD_COUNTS 16
+#define BW_PASSES 10
+#define PEAK_REPS 5
+
+typedef struct bench_opts {
+    const char *model;
+    int threads[MAX_THREAD_COUNTS];
+    int n_thread_counts;
+    int n_prompt, n_gen, reps, batch;
+    long long bw_mib;
+    bool json, warmup;
+} bench_opts;
+
+static void bench_usage(FILE *out) {
+    fprintf(out,
+            "usage: pith bench [-m MODEL] [options]\n"
+            "\n"
+            "Measures prompt processing (pp: one prompt of -p random tokens, in forward passes of -b\n"
+            "tokens) and text generation (tg: -n tokens decoded one at a time after a BOS) in tokens per\n"
+            "second, mean and standard deviation over -r repetitions after a warm-up. Around each test it\n"
+            "measures the machine's memory read bandwidth and compute peak with the same threads, and\n"
+            "reports the ratio: for tg, weight bytes read per second over bandwidth; for pp, operations\n"
+            "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
+            "FP32 FMA peak (float weights).\n"
+            "\n"
+            "  -m, --model PATH        model (default: the installed default model)\n"
+            "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
+            "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"
+            "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
+            "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
+            "  -b, --batch-size N      tokens per forward pass in pp (default 512)\n"
+            "      --bw-mib N          MiB read by the bandwidth probe (default 256; keep it far above the\n"
+            "                          last-level cache)\n"
+            "      --no-warmup         skip the warm-up\n"
+            "      --json              one JSON object per test (one per line) instead of the table\n"
+            "  -h, --help              show this help\n"
+            "\n"
+            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n");
+}
+
+static bool parse_threads(const char *s, bench_opts *o) {
+    o->n_thread_counts = 0;
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "pith bench: -t: list too long\n");
+        return false;
+    }
+    strcpy(buf, s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_thread_counts == MAX_THREAD_COUNTS) {
+            fprintf(stderr, "pith bench: -t: at most %d thread counts\n", MAX_THREAD_COUNTS);
+            return false;
+        }
+        long long v;
+        if (!cli_parse_int("bench", "-t", tok, 1, 1024, &v)) return false;
+        o->threads[o->n_thread_counts++] = (int)v;
+    }
+    if (o->n_thread_counts == 0 || s[strlen(s) - 1] == ',' || s[0] == ',' || strstr(s, ",,")) {
+        fprintf(stderr, "pith bench: -t: '%s' is not a comma-separated list of thread counts\n", s);
+        return false;
+    }
+    return true;
+}
+
+/* Returns 0 to continue, 1 for --help, -1 on a usage error (message printed). */
+static int parse_bench_args(int argc, char **argv, bench_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_prompt = 512;
+    o->n_gen = 128;
+    o->reps = 5;
+    o->batch = 512;
+    o->bw_mib = 256;
+    o->warmup = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v;
+        long long iv;
+#define VALUE() do { if (!(v = cli_value("bench", argc, argv, &i))) return -1; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            return 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VALUE(); o->model = v;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            VALUE(); if (!parse_threads(v, o)) return -1;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 0, 1 << 20, &iv)) return -1;
+            o->n_prompt = (int)iv;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 0, 1 << 20, &iv)) return -1;
+            o->n_gen = (int)iv;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 1, 1000, &iv)) return -1;
+            o->reps = (int)iv;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 1, 1 << 20, &iv)) return -1;
+            o->batch = (int)iv;
+        } else if (!strcmp(a, "--bw-mib")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 1, 1 << 16, &iv)) return -1;
+            o->bw_mib = iv;
+        } else if (!strcmp(a, "--no-warmup")) {
+            o->warmup = false;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else {
+            fprintf(stderr, "pith bench: unknown option '%s' (try 'pith bench --help')\n", a);
+            return -1;
+        }
+#undef VALUE
+    }
+    if (o->n_prompt == 0 && o->n_gen == 0) {
+        fprintf(stderr, "pith bench: -p 0 and -n 0 leave nothing to measure\n");
+        return -1;
+    }
+    if (o->n_thread_counts == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads[0] = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+        o->n_thread_counts = 1;
+    }
+    return 0;
+}
+
+/* One finished test, everything the table and the JSON show. */
+typedef struct test_result {
+    const char *kind;        /* "pp" or "tg" */
+    int n_tokens;
+    int threads;
+    pith_bench_stats tps;    /* tokens per second over the repetitions */
+    const double *samples;
+    int n_samples;
+    double bw_before, bw_after; /* bytes per second */
+    double achieved;         /* pp: operations per second; tg: weight bytes per second */
+    double peak;             /* pp: operations per second of the relevant peak; tg: bandwidth */
+    const char *ratio_kind;  /* "bandwidth", "int8_peak" or "fma_peak" */
+    double cpu_share;        /* CPU time / (wall time x threads) over the repetitions */
+} test_result;
+
+typedef struct bench_ctx {
+    const bench_opts *o;
+    const char *isa;
+    pith_hparams hp;
+    pith_bench_weights w;
+    bool header_done;
+} bench_ctx;
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    /* A directory given with a trailing slash: show the whole path rather than nothing. */
+    return s && s[1] ? s + 1 : path;
+}
+
+static void print_header(bench_ctx *c) {
+    const pith_hparams *hp = &c->hp;
+    const pith_bench_weights *w = &c->w;
+    printf("model: %s (%s)\n", c->o->model, hp->arch);
+    printf("shape: dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d\n", hp->dim,
+           hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->ffn_dim, hp->n_vocab);
+    printf("weights: %s; %.1f MiB read per generated token; %.1f M layer matmul parameters + %.1f M output\n",
+           w->format, (double)w->size_bytes / (1 << 20), (double)w->layer_params / 1e6,
+           (double)w->output_params / 1e6);
+    printf("probes: %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
+           "pp ratio against the %s peak\n",
+           c->isa, BW_PASSES, c->o->bw_mib, w->quantized ? "int8 (maddubs+madd)" : "FP32 FMA");
+    printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
+    printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
+    printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
+    fflush(stdout);
+}
+
+static void print_row(bench_ctx *c, const test_result *r) {
+    char achieved[96];
+    if (!strcmp(r->kind, "tg"))
+        snprintf(achieved, sizeof achieved, "%.1f GB/s weights", r->achieved / 1e9);
+    else
+        snprintf(achieved, sizeof achieved, "%.0f of %.0f GOP/s %s", r->achieved / 1e9, r->peak / 1e9,
+                 !strcmp(r->ratio_kind, "int8_peak") ? "int8" : "FMA");
+    printf("| %s | %s | %.1f | %d | %s%d | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
+           base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), r->threads, r->kind,
+           r->n_tokens, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
+           r->bw_before / 1e9, r->bw_after / 1e9, achieved, r->achieved / r->peak, 100 * r->cpu_share);
+    fflush(stdout);
+}
+
+static int print_json(bench_ctx *c, const test_result *r) {
+    const bench_opts *o = c->o;
+    char test[32];
+    snprintf(test, sizeof test, "%s%d", r->kind, r->n_tokens);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return -1;
+    cJSON_AddStringToObject(j, "model", o->model);
+    cJSON_AddStringToObject(j, "arch", c->hp.arch);
+    cJSON_AddStringToObject(j, "format", c->w.format);
+    cJSON_AddNumberToObject(j, "size_bytes", (double)c->w.size_bytes);
+    cJSON_AddNumberToObject(j, "layer_params", (double)c->w.layer_params);
+    cJSON_AddNumberToObject(j, "output_params", (double)c->w.output_params);
+    cJSON_AddNumberToObject(j, "dim", c->hp.dim);
+    cJSON_AddNumberToObject(j, "n_layers", c->hp.n_layers);
+    cJSON_AddNumberToObject(j, "n_heads", c->hp.n_heads);
+    cJSON_AddNumberToObject(j, "n_kv_heads", c->hp.n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->hp.head_dim);
+    cJSON_AddNumberToObject(j, "ffn_dim", c->hp.ffn_dim);
+    cJSON_AddNumberToObject(j, "n_vocab", c->hp.n_vocab);
+    cJSON_AddNumberToObject(j, "threads", r->threads);
+    cJSON_AddStringToObject(j, "test", test);
+    cJSON_AddNumberToObject(j, "n_tokens", r->n_tokens);
+    if (!strcmp(r->kind, "pp")) cJSON_AddNumberToObject(j, "n_batch", o->batch);
+    cJSON_AddNumberToObject(j, "repetitions", r->n_samples);
+    cJSON_AddNumberToObject(j, "tokens_per_s", r->tps.mean);
+    cJSON_AddNumberToObject(j, "stddev", r->tps.stddev);
+    cJSON_AddNumberToObject(j, "median_tokens_per_s", r->tps.median);
+    cJSON_AddItemToObject(j, "samples_ts", cJSON_CreateDoubleArray(r->samples, r->n_samples));
+    cJSON_AddNumberToObject(j, "bandwidth_gbs", 0.5 * (r->bw_before + r->bw_after) / 1e9);
+    cJSON_AddNumberToObject(j, "bandwidth_before_gbs", r->bw_before / 1e9);
+    cJSON_AddNumberToObject(j, "bandwidth_after_gbs", r->bw_after / 1e9);
+    if (!strcmp(r->kind, "tg")) {
+        cJSON_AddNumberToObject(j, "achieved_gbs", r->achieved / 1e9);
+    } else {
+        cJSON_AddNumberToObject(j, "achieved_gops", r->achieved / 1e9);
+        cJSON_AddNumberToObject(j, "peak_gops", r->peak / 1e9);
+    }
+    cJSON_AddStringToObject(j, "ratio_kind", r->ratio_kind);
+    cJSON_AddNumberToObject(j, "ratio", r->achieved / r->peak);
+    cJSON_AddNumberToObject(j, "cpu_share", r->cpu_share);
+    cJSON_AddStringToObject(j, "probe_isa", c->isa);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) return -1;
+    puts(s);
+    fflush(stdout);
+    free(s);
+    return 0;
+}
+
+static int report(bench_ctx *c, const test_result *r, pith_err *err) {
+    if (c->o->json) return print_json(c, r) ? pith_errf(err, "out of memory writing JSON") : 0;
+    if (!c->header_done) {
+        print_header(c);
+        c->header_done = true;
+    }
+    print_row(c, r);
+    return 0;
+}
+
+static int compute_peak(pith_probe *p, bool quantized, double *ops, pith_err *err) {
+    return quantized ? pith_probe_int8_peak(p, PEAK_REPS, ops, err) : pith_probe_fma_peak(p, PEAK_REPS, ops, err);
+}
+
+/* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
+static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, int threads, double *samples,
+                    double *cpu_share, pith_err *err) {
+    double wall0 = pith_bench_now(), cpu0 = pith_bench_cpu_seconds();
+    for (int i = 0; i < o->reps; i++) {
+        double sec;
+        int rc = pp ? pith_bench_pp(run, o->n_prompt, o->batch, &sec, err) : pith_bench_tg(run, o->n_gen, &sec, err);
+        if (rc) return -1;
+        samples[i] = (pp ? o->n_prompt : o->n_gen) / (sec > 0 ? sec : 1e-9);
+    }
+    double wall = pith_bench_now() - wall0;
+    *cpu_share = (pith_bench_cpu_seconds() - cpu0) / ((wall > 0 ? wall : 1e-9) * threads);
+    return 0;
+}
+
+/* Returns 0, -1 on a runtime failure or -2 when the options do not suit the model (err says which). */
+static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err *err) {
+    const bench_opts *o = c->o;
+    int rc = -1;
+    pith_model *m = NULL;
+    pith_probe *probe = NULL;
+    pith_bench_runner *run = NULL;
+    double *samples = calloc((size_t)o->reps, sizeof *samples);
+    if (!samples) return pith_errf(err, "out of memory");
+    fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
+    pith_model_options mo = {.n_threads = threads};
+    if (pith_model_load(o->model, &mo, &m, err)) goto done;
+    c->hp = m->hp;
+    if (pith_bench_weights_of(m, &c->w, err)) goto done;
+    if (pith_probe_new(threads, (size_t)o->bw_mib << 20, force_scalar, &probe, err)) goto done;
+    c->isa = pith_probe_isa(probe);
+    int need = o->n_prompt > o->n_gen + 1 ? o->n_prompt : o->n_gen + 1;
+    if (need > m->hp.ctx_len) {
+        pith_errf(err, "-p %d / -n %d need %d positions but the model's context is %d", o->n_prompt, o->n_gen,
+                  need, m->hp.ctx_len);
+        rc = -2;
+        goto done;
+    }
+    if (pith_bench_runner_new(m, o->n_prompt, o->batch, o->n_gen, 0x5eed + (uint64_t)threads, &run, err)) goto done;
+    if (o->warmup) {
+        fprintf(stderr, "pith bench: warming up\n");
+        double sec;
+        if (o->n_prompt && pith_bench_pp(run, o->n_prompt < o->batch ? o->n_prompt : o->batch, o->batch, &sec, err)) goto done;
+        if (o->n_gen && pith_bench_tg(run, 1, &sec, err)) goto done;
+    }
+
+    double bw;
+    if (pith_probe_bandwidth(probe, BW_PASSES, &bw, err)) goto done;
+    if (o->n_prompt) {
+        fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
+        double peak0, peak1, bw1;
+        if (compute_peak(probe, c->w.quantized, &peak0, err)) goto done;
+        double share;
+        if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
+        if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
+        if (compute_peak(probe, c->w.quantized, &peak1, err)) goto done;
+        test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .threads = threads, .samples = samples,
+                         .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
+                         .peak = 0.5 * (peak0 + peak1),
+                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .cpu_share = share};
+        pith_bench_stats_of(samples, o->reps, &r.tps);
+        /* Every token runs every layer matmul; the output matrix runs once per forward pass. */
+        double passes = (o->n_prompt + o->batch - 1) / o->batch;
+        double ops_per_prompt = 2.0 * ((double)c->w.layer_params * o->n_prompt + (double)c->w.output_params * passes);
+        r.achieved = ops_per_prompt * r.tps.mean / o->n_prompt;
+        if (report(c, &r, err)) goto done;
+        bw = bw1;
+    }
+    if (o->n_gen) {
+        fprintf(stderr, "pith bench: tg%d x %d\n", o->n_gen, o->reps);
+        double bw1, share;
+        if (run_reps(run, o, false, threads, samples, &share, err)) goto done;
+        if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
+        test_result r = {.kind = "tg", .n_tokens = o->n_gen, .threads = threads, .samples = samples,
+                         .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
+                         .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
+        pith_bench_stats_of(samples, o->reps, &r.tps);
+        r.achieved = (double)c->w.size_bytes * r.tps.mean;
+        if (report(c, &r, err)) goto done;
+    }
+    rc = 0;
+done:
+    pith_bench_runner_free(run);
+    pith_probe_free(probe);
+    pith_model_free(m);
+    free(samples);
+    return rc;
+}
+
+int pith_cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    int pr = parse_bench_args(argc, argv, &o);
+    if (pr == 1) {
+        bench_usage(stdout);
+        return 0;
+    }
+    if (pr < 0) return PITH_EXIT_USAGE;
+    if (!o.model && !(o.model = cli_default_model())) {
+        fprintf(stderr, "pith bench: no model given (-m) and no default model installed next to the binary\n");
+        return PITH_EXIT_USAGE;
+    }
+    const char *fs = getenv("PITH_FORCE_SCALAR");
+    bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
+    bench_ctx c = {.o = &o};
+    pith_err err = {{0}};
+    for (int i = 0; i < o.n_thread_counts; i++) {
+        int rc = bench_threads(&c, o.threads[i], force_scalar, &err);
+        if (rc) {
+            fprintf(stderr, "pith bench: %s\n", err.msg);
+            return rc == -2 ? PITH_EXIT_USAGE : 1;
+        }
+    }
+    return 0;
+}
