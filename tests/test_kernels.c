@@ -159,6 +159,9 @@ static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, boo
     pith_matrix m = {.type = pith_wtype_of(t), .rows = rows, .cols = K, .data = w, .row_bytes = rb};
     pith_acts acts;
     pith_err err = {{0}};
+    /* the table's packed layout where it has one: whole groups of 8 rows packed, the rest as stored */
+    CHECKF(pith_matrix_pack(cpu, &m, &err) == 0, "%s", err.msg);
+    CHECK(m.packed_rows == (cpu->k->pack[m.type] ? rows / PITH_PACK_ROWS * PITH_PACK_ROWS : 0));
     CHECK(pith_cpu_reserve(cpu, n, K, &err) == 0);
     pith_acts_bind(cpu, &acts, x, n, K, ldx);
     CHECKF(pith_cpu_matmul(cpu, &m, &acts, y, ldy, accumulate, &err) == 0, "%s", err.msg);
@@ -194,6 +197,7 @@ static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, boo
     for (int tok = 0; tok < n; tok++)
         for (size_t r = rows; r < ldy; r++) touched += !(isnan(y[tok * ldy + r]) || y[tok * ldy + r] == y0[tok * ldy + r]);
     CHECK(touched == 0);
+    pith_matrix_free(&m);
     free(w);
     free(wf);
     free(x);
@@ -204,7 +208,7 @@ static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, boo
 }
 
 static void test_matmul(pith_cpu *cpu) {
-    static const int rows_list[] = {1, 3, 4, 5, 13, 33};
+    static const int rows_list[] = {1, 3, 4, 5, 8, 13, 33};
     static const int tokens_list[] = {1, 2, 3, 4, 5, 7, 9};
     for (int ti = 0; ti < N_TYPES; ti++) {
         pith_dtype t = all_types[ti];
@@ -215,7 +219,7 @@ static void test_matmul(pith_cpu *cpu) {
         const int *ks = be == 1 ? ks_float : be == 32 ? ks_q32 : ks_k;
         int nk = be == 1 ? 7 : be == 32 ? 4 : 2;
         for (int ki = 0; ki < nk; ki++)
-            for (int ri = 0; ri < 6; ri++)
+            for (int ri = 0; ri < 7; ri++)
                 for (int ni = 0; ni < 7; ni++) {
                     bool rbytes = (ri + ni) % 2 == 1;
                     matmul_case(cpu, t, rows_list[ri], ks[ki], tokens_list[ni], rbytes, (ri + ni + ki) % 3 == 0);
@@ -223,6 +227,7 @@ static void test_matmul(pith_cpu *cpu) {
     }
     /* A larger prefill-like shape, where token tiles and units matter. */
     matmul_case(cpu, PITH_Q8_0, 70, 1024, 300, false, false);
+    matmul_case(cpu, PITH_Q4_0, 70, 1024, 300, true, true);
     matmul_case(cpu, PITH_F16, 37, 200, 130, false, true);
 }
 

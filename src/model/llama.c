@@ -95,7 +95,17 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, int l, l
     return 0;
 }
 
+/* Weights in a layout that suits the kernel table, where it has one (see pith_matrix_pack). */
+static int pack_layer(pith_cpu *c, llama_layer *L, pith_err *err) {
+    pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        if (pith_matrix_pack(c, ms[i], err)) return -1;
+    return 0;
+}
+
 static void free_layer(llama_layer *L) {
+    pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) pith_matrix_free(ms[i]);
     free(L->attn_norm);
     free(L->ffn_norm);
     free(L->bq);
@@ -182,6 +192,8 @@ int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_
             rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &m->output, err);
     }
     for (int l = 0; !rc && l < hp->n_layers; l++) rc = load_layer(file, hp, l, &m->layers[l], err);
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = pack_layer(&m->cpu, &m->layers[l], err);
+    if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc) rc = init_rope(m, file, err);
     if (rc) {
         pith_err_prefix(err, "%s", path);
@@ -213,6 +225,7 @@ static void llama_destroy(pith_model *base) {
     if (m->layers)
         for (int l = 0; l < base->hp.n_layers; l++) free_layer(&m->layers[l]);
     free(m->layers);
+    pith_matrix_free(&m->output);
     free(m->out_norm);
     free(m->inv_freq);
     free_scratch(m);

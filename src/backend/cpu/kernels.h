@@ -9,7 +9,12 @@
  * W rows are `w_stride` bytes apart in the weight's own format. x rows are `x_stride` bytes apart in the
  * activation format the weight type asks for (pith_act_format): floats for F32/F16/BF16 weights,
  * q8a blocks for Q8_0/Q4_0, q8k blocks for Q4_K/Q6_K. K is the row length in elements (a multiple of
- * the weight's block size). With `accumulate` the tile adds to y instead of overwriting it. */
+ * the weight's block size). With `accumulate` the tile adds to y instead of overwriting it.
+ *
+ * Packed weights. A table may repack a weight type at load time into groups of PITH_PACK_ROWS rows
+ * (pack[type] != NULL); a group takes exactly PITH_PACK_ROWS row strides of bytes, laid out as the
+ * table's packed tile wants (see pack.c). The packed tile then computes all PITH_PACK_ROWS rows of the
+ * group for rn <= tile_rn tokens. Rows past the last whole group stay with the ordinary tile. */
 #ifndef PITH_CPU_KERNELS_H
 #define PITH_CPU_KERNELS_H
 
@@ -22,6 +27,7 @@
 
 #define PITH_TILE_MAX_RM 4
 #define PITH_TILE_MAX_RN 8
+#define PITH_PACK_ROWS 8
 
 typedef enum pith_act_format {
     PITH_ACT_F32,
@@ -32,6 +38,11 @@ typedef enum pith_act_format {
 
 typedef void (*pith_tile_fn)(int K, const uint8_t *w, size_t w_stride, int rm, const void *x,
                              size_t x_stride, int rn, float *y, size_t ldy, bool accumulate);
+
+/* Rearranges PITH_PACK_ROWS rows of K elements (w_stride bytes apart) into one packed group at dst. */
+typedef void (*pith_pack_fn)(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+typedef void (*pith_packed_tile_fn)(int K, const uint8_t *group, const void *x, size_t x_stride, int rn, float *y,
+                                    size_t ldy, bool accumulate);
 
 /* Dense weight types the kernels handle, in table order. */
 typedef enum pith_wtype {
@@ -49,6 +60,8 @@ typedef struct pith_cpu_kernels {
     const char *name;
     pith_tile_fn tile[PITH_W_N_TYPES];
     int tile_rn[PITH_W_N_TYPES]; /* largest rn the tile takes efficiently (<= PITH_TILE_MAX_RN) */
+    pith_pack_fn pack[PITH_W_N_TYPES];               /* NULL: the type stays in its file layout */
+    pith_packed_tile_fn tile_packed[PITH_W_N_TYPES];
 
     void (*quantize_q8a)(const float *x, pith_block_q8a *out, int n);
     void (*quantize_q8k)(const float *x, pith_block_q8k *out, int n);
@@ -72,6 +85,10 @@ const pith_cpu_kernels *pith_cpu_kernels_scalar(void);
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void);
 /* AVX2 when available, scalar otherwise, or scalar whenever force_scalar is set. */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
+
+/* Portable packers for the layouts the AVX2 packed tiles read (pack.c). */
+void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 
 /* -1 when the weight type has no kernel. */
 int pith_wtype_of(pith_dtype type);

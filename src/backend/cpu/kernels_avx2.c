@@ -162,6 +162,99 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
         }
 }
 
+/* ---- packed Q8_0 / Q4_0 groups (pack.c) against q8a activations ---- */
+
+/* Lane r of the result: the sum of all int32 lanes of v[r]. Half sums of 4 rows per 128-bit lane first,
+ * then the lanes' halves added. */
+INLINE __m256i reduce8_i32(const __m256i v[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* 8 rows x RN tokens. Per block column and token, the 8 rows' exact integer dot products come out as
+ * one vector, scaled by dw * dx and added to the token's accumulator with one FMA; each output's
+ * sequence of operations is the same for every RN (batches give the same bits as single steps).
+ * Q4_0 reduces its maddubs pairs in int16 before widening: a pair is at most 2 * 15 * 127 in size and a
+ * sum of 4 pairs (8 products) at most 15240, inside int16, and the -8 offset comes from the activation sums
+ * (8 dw s per block, s = dx * sum(x quants)). Q8_0 uses the sign trick and widens at once (a pair can
+ * reach 2 * 128 * 127). */
+INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
+                             bool accumulate, pith_wtype type, const int RN) {
+    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+        acc[t] = off[t] = _mm256_setzero_ps();
+    }
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++, g += cb) {
+        _mm_prefetch((const char *)g + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)g + 1088, _MM_HINT_T0);
+        if (type == PITH_W_Q8_0) {
+            _mm_prefetch((const char *)g + 1152, _MM_HINT_T0);
+            _mm_prefetch((const char *)g + 1216, _MM_HINT_T0);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        __m256i q[8];
+        if (type == PITH_W_Q4_0) {
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
+                q[2 * p] = _mm256_and_si256(raw, low);
+                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            }
+        } else {
+            UNROLL for (int r = 0; r < 8; r++) q[r] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * r));
+        }
+        UNROLL for (int t = 0; t < RN; t++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
+            __m256i dots;
+            if (type == PITH_W_Q4_0) {
+                __m256i h[4];
+                UNROLL for (int p = 0; p < 4; p++)
+                    h[p] = _mm256_hadd_epi16(_mm256_maddubs_epi16(q[2 * p], xq), _mm256_maddubs_epi16(q[2 * p + 1], xq));
+                __m256i a = _mm256_madd_epi16(_mm256_hadd_epi16(h[0], h[1]), ones); /* rows 0-3 per lane */
+                __m256i c = _mm256_madd_epi16(_mm256_hadd_epi16(h[2], h[3]), ones); /* rows 4-7 per lane */
+                dots = _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+            } else {
+                __m256i p32[8];
+                UNROLL for (int r = 0; r < 8; r++)
+                    p32[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q[r]), _mm256_sign_epi8(xq, q[r])), ones);
+                dots = reduce8_i32(p32);
+            }
+            __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
+            if (type == PITH_W_Q4_0) off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+        __m256 v = type == PITH_W_Q4_0 ? _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off[t], acc[t]) : acc[t];
+        float *yt = y + t * ldy;
+        if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
+        _mm256_storeu_ps(yt, v);
+    }
+}
+
+#define PACKED_ENTRY(NAME, TYPE)                                                                         \
+    static TGT void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
+                         bool accumulate) {                                                              \
+        for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
+            const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
+            float *yt = y + t * ldy;                                                                     \
+            switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
+            case 1: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;                 \
+            case 2: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;                 \
+            case 3: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;                 \
+            default: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;                \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+PACKED_ENTRY(tile_packed_q8_0, PITH_W_Q8_0)
+PACKED_ENTRY(tile_packed_q4_0, PITH_W_Q4_0)
+
 /* ---- K-quants against q8k activations ---- */
 
 /* One super-block of one weight row, unpacked once and then used for up to 4 tokens: 8 vectors of 32
@@ -539,6 +632,8 @@ static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
     .tile_rn = {6, 6, 6, 4, 4, 4, 4},
+    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8, [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+    .tile_packed = {[PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
     .quantize_q8a = quantize_q8a_avx2,
     .quantize_q8k = quantize_q8k_avx2,
     .scale = scale_avx2,

@@ -1,6 +1,7 @@
 #include "backend/cpu/matmul.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 
 /* Activation bytes per token tile: a quarter of a typical 1 MiB L2, leaving room for the weights. */
 #define TOKEN_TILE_BYTES (256 * 1024)
@@ -22,7 +23,51 @@ int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err)
     m->rows = (int)t->ne[1];
     m->data = t->data;
     m->row_bytes = rb;
+    m->packed = NULL;
+    m->packed_rows = 0;
     return 0;
+}
+
+typedef struct pack_job {
+    const pith_matrix *m;
+    pith_pack_fn pack;
+    size_t group_bytes;
+    int n_groups;
+    _Atomic int next;
+} pack_job;
+
+static void pack_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    pack_job *j = arg;
+    for (;;) {
+        int g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (g >= j->n_groups) break;
+        const pith_matrix *m = j->m;
+        j->pack(m->cols, m->data + (size_t)g * PITH_PACK_ROWS * m->row_bytes, m->row_bytes,
+                m->packed + (size_t)g * j->group_bytes);
+    }
+}
+
+int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err) {
+    pith_pack_fn pack = c->k->pack[m->type];
+    int n_groups = m->rows / PITH_PACK_ROWS;
+    if (!pack || m->packed || n_groups == 0) return 0;
+    size_t group_bytes = PITH_PACK_ROWS * m->row_bytes;
+    size_t total = (size_t)n_groups * group_bytes;
+    /* aligned_alloc wants a multiple of the alignment */
+    m->packed = aligned_alloc(64, (total + 63) / 64 * 64);
+    if (!m->packed) return pith_errf(err, "out of memory repacking a %d x %d matrix", m->rows, m->cols);
+    pack_job j = {.m = m, .pack = pack, .group_bytes = group_bytes, .n_groups = n_groups};
+    atomic_init(&j.next, 0);
+    pith_pool_run_sized(c->pool, pack_worker, &j, (double)total);
+    m->packed_rows = n_groups * PITH_PACK_ROWS;
+    return 0;
+}
+
+void pith_matrix_free(pith_matrix *m) {
+    free(m->packed);
+    m->packed = NULL;
+    m->packed_rows = 0;
 }
 
 void pith_acts_bind(pith_cpu *c, pith_acts *a, const float *x, int n, int k, size_t ldx) {
@@ -38,6 +83,7 @@ typedef struct mm_job {
     const pith_matrix *w;
     const pith_acts *a;
     pith_tile_fn tile;
+    pith_packed_tile_fn tile_packed;
     int rn;
     pith_act_format fmt;
     bool quantize;
@@ -82,7 +128,16 @@ static void mm_worker(void *arg, int ith, int nth) {
         int r1 = r0 + j->unit_rows < w->rows ? r0 + j->unit_rows : w->rows;
         for (int t0 = 0; t0 < n; t0 += j->token_tile) {
             int t1 = t0 + j->token_tile < n ? t0 + j->token_tile : n;
-            for (int r = r0; r < r1; r += PITH_TILE_MAX_RM) {
+            int r = r0;
+            for (; r + PITH_PACK_ROWS <= r1 && r + PITH_PACK_ROWS <= w->packed_rows; r += PITH_PACK_ROWS) {
+                const uint8_t *g = w->packed + (size_t)(r / PITH_PACK_ROWS) * PITH_PACK_ROWS * w->row_bytes;
+                for (int t = t0; t < t1; t += j->rn) {
+                    int rn = t1 - t < j->rn ? t1 - t : j->rn;
+                    j->tile_packed(w->cols, g, j->x + (size_t)t * j->xs, j->xs, rn, j->y + (size_t)t * j->ldy + r,
+                                   j->ldy, j->accumulate);
+                }
+            }
+            for (; r < r1; r += PITH_TILE_MAX_RM) {
                 int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
                 const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
                 for (int t = t0; t < t1; t += j->rn) {
@@ -101,6 +156,8 @@ int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, s
     if (a->n <= 0) return 0;
     mm_job j = {.c = c, .w = w, .a = a, .y = y, .ldy = ldy, .accumulate = accumulate};
     j.tile = c->k->tile[w->type];
+    j.tile_packed = c->k->tile_packed[w->type];
+    if (w->packed && !j.tile_packed) return pith_errf(err, "matmul: matrix packed for another kernel table");
     j.rn = c->k->tile_rn[w->type];
     j.fmt = pith_act_format_of(w->type);
     if (j.fmt == PITH_ACT_F32) {
@@ -116,12 +173,13 @@ int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, s
     }
     int tile = (int)(TOKEN_TILE_BYTES / j.xs);
     j.token_tile = tile < j.rn ? j.rn : tile / j.rn * j.rn;
-    /* About 8 units per thread balances a noisy machine; units stay whole row blocks. */
+    /* About 8 units per thread balances a noisy machine; units stay whole packed groups (which are
+     * whole row blocks too). */
     int nth = c->n_threads;
-    int blocks = (w->rows + PITH_TILE_MAX_RM - 1) / PITH_TILE_MAX_RM;
+    int blocks = (w->rows + PITH_PACK_ROWS - 1) / PITH_PACK_ROWS;
     int per_unit = blocks / (8 * nth);
     if (per_unit < 1) per_unit = 1;
-    j.unit_rows = per_unit * PITH_TILE_MAX_RM;
+    j.unit_rows = per_unit * PITH_PACK_ROWS;
     j.n_units = (w->rows + j.unit_rows - 1) / j.unit_rows;
     atomic_init(&j.next_unit, 0);
     atomic_init(&j.next_row, 0);

@@ -20,11 +20,21 @@ typedef struct pith_matrix {
     int cols;
     const uint8_t *data;
     size_t row_bytes;
+    /* Rows [0, packed_rows) repacked for the kernel table (pith_matrix_pack), PITH_PACK_ROWS rows per
+     * group of PITH_PACK_ROWS * row_bytes bytes; NULL when the table keeps the file layout. */
+    uint8_t *packed;
+    int packed_rows;
 } pith_matrix;
 
 /* Views a 2-D weight tensor (ne = {cols, rows}); fails when the type has no kernel, the shape is not
  * 2-D, cols is not a multiple of the block size, or the data is shorter than the shape says. */
 int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err);
+
+/* Repacks the whole groups of rows when c's kernel table has a packed layout for the type (otherwise
+ * does nothing). The packed copy is owned by m: release it with pith_matrix_free. Results are the same
+ * bits with or without packing only per table: packing is part of the kernel choice. */
+int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err);
+void pith_matrix_free(pith_matrix *m);
 
 typedef struct pith_acts {
     const float *x;

@@ -1,0 +1,46 @@
+/* Load-time repacking of Q4_0 and Q8_0 weights into groups of 8 rows, for the AVX2 packed tiles.
+ *
+ * In the file layout every row is a run of blocks (f16 scale, then quants), so a kernel reading one
+ * row's block must fetch its scale on its own, unpack Q4_0's nibbles across 128-bit lanes and finish
+ * each dot product with a horizontal sum. Grouped by 8 rows and block column, one vector load gives the
+ * 8 rows' scales, one byte mask gives a row's 32 quants in element order, and the 8 rows' sums reduce
+ * together into one vector of 8 outputs. A group takes exactly the bytes of its 8 rows (no float scales:
+ * decoding is bound by memory bandwidth, and every byte read costs).
+ *
+ * Group layout, per block column b (blocks of 32 elements), in order:
+ *   f16 d[8]                        the 8 rows' block scales, row order
+ *   Q4_0: uint8 q[4][32]            q[p][i] = n(2p, i) | n(2p + 1, i) << 4, where n(r, i) in 0..15 is the
+ *                                   nibble of element i of row r's block (as stored: value + 8)
+ *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored */
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * 8 * PITH_Q4_0_BYTES;
+        for (int r = 0; r < 8; r++) memcpy(col + 2 * r, w + r * w_stride + (size_t)b * PITH_Q4_0_BYTES, 2);
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *lo = w + (size_t)(2 * p) * w_stride + (size_t)b * PITH_Q4_0_BYTES + 2;
+            const uint8_t *hi = lo + w_stride;
+            for (int i = 0; i < 32; i++) {
+                int nl = i < 16 ? lo[i] & 15 : lo[i - 16] >> 4;
+                int nh = i < 16 ? hi[i] & 15 : hi[i - 16] >> 4;
+                col[16 + 32 * p + i] = (uint8_t)(nl | nh << 4);
+            }
+        }
+    }
+}
+
+void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * 8 * PITH_Q8_0_BYTES;
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            memcpy(col + 16 + 32 * r, blk + 2, 32);
+        }
+    }
+}
