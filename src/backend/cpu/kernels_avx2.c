@@ -162,6 +162,7 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
         }
 }
 
+#define PACKED_PREFETCH_BYTES 6144
 /* ---- packed Q8_0 / Q4_0 groups (pack.c) against q8a activations ---- */
 
 /* Lane r of the result: the sum of all int32 lanes of v[r]. Half sums of 4 rows per 128-bit lane first,
@@ -191,11 +192,14 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
     const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
-        _mm_prefetch((const char *)g + 1024, _MM_HINT_T0);
-        _mm_prefetch((const char *)g + 1088, _MM_HINT_T0);
+        /* A group is one long sequential stream; a software prefetch this far ahead (measured: 1 KiB
+         * loses a fifth of decode speed, 4-6 KiB is best) covers DRAM latency at full bandwidth. */
+        const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
         if (type == PITH_W_Q8_0) {
-            _mm_prefetch((const char *)g + 1152, _MM_HINT_T0);
-            _mm_prefetch((const char *)g + 1216, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+            _mm_prefetch(pf + 192, _MM_HINT_T0);
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8];
