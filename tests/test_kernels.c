@@ -370,9 +370,13 @@ int main(void) {
     test_pool(1);
     test_pool(3);
     test_dequantize();
-    const pith_cpu_kernels *tables[2] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2()};
+    const pith_cpu_kernels *tables[3] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2(),
+                                         pith_cpu_kernels_avx2_vnni()};
     if (!tables[1]) printf("note: no AVX2/FMA/F16C on this machine; testing the scalar kernels only\n");
-    for (int ti = 0; ti < 2; ti++) {
+    if (tables[1] && !tables[2]) printf("note: no AVX-VNNI on this machine; its packed tiles are not tested\n");
+    CHECK(pith_cpu_kernels_best(true) == tables[0]);
+    CHECK(pith_cpu_kernels_best(false) == (tables[2] ? tables[2] : tables[1] ? tables[1] : tables[0]));
+    for (int ti = 0; ti < 3; ti++) {
         if (!tables[ti]) continue;
         test_activation_quantizers(tables[ti]);
         test_vector_helpers(tables[ti]);
@@ -383,7 +387,7 @@ int main(void) {
                 CHECKF(0, "%s", err.msg);
                 continue;
             }
-            CHECK(cpu.k == tables[ti]);
+            cpu.k = tables[ti]; /* every table, not only the best one */
             test_matmul(&cpu);
             pith_cpu_free(&cpu);
         }

@@ -1,7 +1,9 @@
 #include "backend/cpu/kernels.h"
 
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
-    const pith_cpu_kernels *k = force_scalar ? NULL : pith_cpu_kernels_avx2();
+    if (force_scalar) return pith_cpu_kernels_scalar();
+    const pith_cpu_kernels *k = pith_cpu_kernels_avx2_vnni();
+    if (!k) k = pith_cpu_kernels_avx2();
     return k ? k : pith_cpu_kernels_scalar();
 }
 

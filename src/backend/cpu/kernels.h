@@ -83,12 +83,16 @@ typedef struct pith_cpu_kernels {
 const pith_cpu_kernels *pith_cpu_kernels_scalar(void);
 /* NULL when the processor lacks AVX2, FMA or F16C (or the build is not for x86-64). */
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void);
-/* AVX2 when available, scalar otherwise, or scalar whenever force_scalar is set. */
+/* The AVX2 table with AVX-VNNI packed integer tiles; NULL without AVX-VNNI. */
+const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void);
+/* AVX2 (with VNNI where the processor has it) when available, scalar otherwise, or scalar whenever
+ * force_scalar is set. */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
 /* Portable packers for the layouts the AVX2 packed tiles read (pack.c). */
 void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q8_0_x8_u(int K, const uint8_t *w, size_t w_stride, uint8_t *dst); /* quants + 128, unsigned */
 
 /* -1 when the weight type has no kernel. */
 int pith_wtype_of(pith_dtype type);

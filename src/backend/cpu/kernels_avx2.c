@@ -259,6 +259,80 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
 PACKED_ENTRY(tile_packed_q8_0, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_q4_0, PITH_W_Q4_0)
 
+/* The same with AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an
+ * int32 lane without an int16 step, so the offsets of unsigned weights (Q4_0 nibbles carry +8, Q8_0 is
+ * packed with +128: pith_pack_q8_0_x8_u) can be taken out in integers: each row's accumulation starts
+ * from -offset times the activations' 4-byte group sums, and every block's dot product comes out exact. */
+#define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define INLINEV static inline __attribute__((always_inline)) TGTV
+
+INLINEV void tile_packed_vnni_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
+                                   bool accumulate, pith_wtype type, const int RN) {
+    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    __m256 acc[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+        acc[t] = _mm256_setzero_ps();
+    }
+    const __m256i low = _mm256_set1_epi8(15), zero = _mm256_setzero_si256();
+    const __m256i offset = _mm256_set1_epi8(type == PITH_W_Q8_0 ? (char)128 : 8);
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++, g += cb) {
+        const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        if (type == PITH_W_Q8_0) {
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+            _mm_prefetch(pf + 192, _MM_HINT_T0);
+        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        __m256i q[8];
+        if (type == PITH_W_Q4_0) {
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
+                q[2 * p] = _mm256_and_si256(raw, low);
+                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            }
+        } else {
+            UNROLL for (int r = 0; r < 8; r++) q[r] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * r));
+        }
+        UNROLL for (int t = 0; t < RN; t++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
+            /* -offset * (sum of each 4 activations): |.| <= 4 * 128 * 127 */
+            __m256i start = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, offset, xq));
+            __m256i p32[8];
+            UNROLL for (int r = 0; r < 8; r++) p32[r] = _mm256_dpbusd_avx_epi32(start, q[r], xq);
+            __m256i dots = reduce8_i32(p32);
+            __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+        float *yt = y + t * ldy;
+        __m256 v = accumulate ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t]) : acc[t];
+        _mm256_storeu_ps(yt, v);
+    }
+}
+
+#define PACKED_VNNI_ENTRY(NAME, TYPE)                                                                    \
+    static TGTV void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
+                          bool accumulate) {                                                             \
+        for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
+            const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
+            float *yt = y + t * ldy;                                                                     \
+            switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
+            case 1: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;            \
+            case 2: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;            \
+            case 3: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;            \
+            default: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;           \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, PITH_W_Q8_0)
+PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, PITH_W_Q4_0)
+
 /* ---- K-quants against q8k activations ---- */
 
 /* One super-block of one weight row, unpacked once and then used for up to 4 tokens: 8 vectors of 32
@@ -632,20 +706,25 @@ static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p
     }
 }
 
+#define AVX2_COMMON                                                                                     \
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},                \
+    .tile_rn = {6, 6, 6, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
+    .scale = scale_avx2, .f16_to_f32 = f16_to_f32_avx2, .f32_to_f16 = f32_to_f16_avx2,                  \
+    .exp_shifted = exp_shifted_avx2, .silu_mul = silu_mul_avx2, .pv_accumulate = pv_accumulate_avx2
+
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
-    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {6, 6, 6, 4, 4, 4, 4},
+    AVX2_COMMON,
     .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8, [PITH_W_Q4_0] = pith_pack_q4_0_x8},
     .tile_packed = {[PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
-    .quantize_q8a = quantize_q8a_avx2,
-    .quantize_q8k = quantize_q8k_avx2,
-    .scale = scale_avx2,
-    .f16_to_f32 = f16_to_f32_avx2,
-    .f32_to_f16 = f32_to_f16_avx2,
-    .exp_shifted = exp_shifted_avx2,
-    .silu_mul = silu_mul_avx2,
-    .pv_accumulate = pv_accumulate_avx2,
+};
+
+/* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
+static const pith_cpu_kernels avx2_vnni_kernels = {
+    .name = "avx2-vnni",
+    AVX2_COMMON,
+    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_u, [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+    .tile_packed = {[PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
@@ -663,12 +742,25 @@ static bool has_avx2_fma_f16c(void) {
     return b & (1u << 5);
 }
 
+/* AVX-VNNI (the VEX form): CPUID leaf 7 sub-leaf 1, EAX bit 4. */
+static bool has_avx_vnni(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    return a & (1u << 4);
+}
+
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return has_avx2_fma_f16c() ? &avx2_kernels : NULL; }
+
+const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void) {
+    return has_avx2_fma_f16c() && has_avx_vnni() ? &avx2_vnni_kernels : NULL;
+}
 
 #else
 
 #include "backend/cpu/kernels.h"
 
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return NULL; }
+const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void) { return NULL; }
 
 #endif

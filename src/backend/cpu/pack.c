@@ -11,7 +11,8 @@
  *   f16 d[8]                        the 8 rows' block scales, row order
  *   Q4_0: uint8 q[4][32]            q[p][i] = n(2p, i) | n(2p + 1, i) << 4, where n(r, i) in 0..15 is the
  *                                   nibble of element i of row r's block (as stored: value + 8)
- *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored */
+ *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored (pith_pack_q8_0_x8), or as uint8 q + 128
+ *                                   (pith_pack_q8_0_x8_u, for unsigned-by-signed multipliers) */
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -33,14 +34,21 @@ void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
     }
 }
 
-void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+static void pack_q8_0(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, uint8_t flip) {
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++) {
         uint8_t *col = dst + (size_t)b * 8 * PITH_Q8_0_BYTES;
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
             memcpy(col + 2 * r, blk, 2);
-            memcpy(col + 16 + 32 * r, blk + 2, 32);
+            /* two's complement q xor 0x80 is q + 128 as an unsigned byte */
+            for (int i = 0; i < 32; i++) col[16 + 32 * r + i] = blk[2 + i] ^ flip;
         }
     }
+}
+
+void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) { pack_q8_0(K, w, w_stride, dst, 0); }
+
+void pith_pack_q8_0_x8_u(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    pack_q8_0(K, w, w_stride, dst, 0x80);
 }
