@@ -91,6 +91,7 @@ const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
 /* Portable packers for the layouts the AVX2 packed tiles read (pack.c). */
 void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8_u(int K, const uint8_t *w, size_t w_stride, uint8_t *dst); /* quants + 128, unsigned */
 

@@ -315,23 +315,73 @@ INLINEV void tile_packed_vnni_impl(int K, const uint8_t *g, const void *x, size_
     }
 }
 
-#define PACKED_VNNI_ENTRY(NAME, TYPE)                                                                    \
+/* Q4_0 in the lanes layout (pack.c): int32 lane r holds 4 consecutive quants of row r, so vpdpbusd
+ * against 4 activations broadcast to every lane accumulates all 8 rows at once, with no horizontal
+ * reduction. The -8 offset is taken out in floats through the activation sums, as in the AVX2 tile. */
+INLINEV void tile_lanes_q4_0_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
+                                  bool accumulate, pith_wtype type, const int RN) {
+    (void)type;
+    const size_t cb = 8 * PITH_Q4_0_BYTES;
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+        acc[t] = off[t] = _mm256_setzero_ps();
+    }
+    const __m256i low = _mm256_set1_epi8(15);
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++, g += cb) {
+        const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
+        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        __m256i q[8]; /* q[k]: elements 4k..4k+3 of every row */
+        UNROLL for (int v = 0; v < 4; v++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
+            q[v] = _mm256_and_si256(raw, low);
+            q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        }
+        UNROLL for (int t = 0; t < RN; t++) {
+            const int8_t *xq = xr[t][b].qs;
+            /* two independent chains, so the adds do not wait on each other's latency */
+            __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k += 2) {
+                int32_t x0, x1;
+                memcpy(&x0, xq + 4 * k, 4);
+                memcpy(&x1, xq + 4 * k + 4, 4);
+                d0 = _mm256_dpbusd_avx_epi32(d0, q[k], _mm256_set1_epi32(x0));
+                d1 = _mm256_dpbusd_avx_epi32(d1, q[k + 1], _mm256_set1_epi32(x1));
+            }
+            __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)), scale, acc[t]);
+            off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < RN; t++) {
+        __m256 v = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off[t], acc[t]);
+        float *yt = y + t * ldy;
+        if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
+        _mm256_storeu_ps(yt, v);
+    }
+}
+
+#define PACKED_VNNI_ENTRY(NAME, IMPL, TYPE)                                                                    \
     static TGTV void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
                           bool accumulate) {                                                             \
         for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
             const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
             float *yt = y + t * ldy;                                                                     \
             switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
-            case 1: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;            \
-            case 2: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;            \
-            case 3: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;            \
-            default: tile_packed_vnni_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;           \
+            case 1: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;            \
+            case 2: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;            \
+            case 3: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;            \
+            default: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;           \
             }                                                                                            \
         }                                                                                                \
     }
 
-PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, PITH_W_Q8_0)
-PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, PITH_W_Q4_0)
+PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, tile_packed_vnni_impl, PITH_W_Q8_0)
+PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, tile_lanes_q4_0_impl, PITH_W_Q4_0)
 
 /* ---- K-quants against q8k activations ---- */
 
@@ -723,7 +773,7 @@ static const pith_cpu_kernels avx2_kernels = {
 static const pith_cpu_kernels avx2_vnni_kernels = {
     .name = "avx2-vnni",
     AVX2_COMMON,
-    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_u, [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_u, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
     .tile_packed = {[PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
 };
 

@@ -11,6 +11,8 @@
  *   f16 d[8]                        the 8 rows' block scales, row order
  *   Q4_0: uint8 q[4][32]            q[p][i] = n(2p, i) | n(2p + 1, i) << 4, where n(r, i) in 0..15 is the
  *                                   nibble of element i of row r's block (as stored: value + 8)
+ *   Q4_0 lanes (pith_pack_q4_0_x8_lanes, for the AVX-VNNI tile, where int32 lane r accumulates row r):
+ *                                   uint8 q[4][8][4]: q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
  *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored (pith_pack_q8_0_x8), or as uint8 q + 128
  *                                   (pith_pack_q8_0_x8_u, for unsigned-by-signed multipliers) */
 #include <string.h>
@@ -30,6 +32,20 @@ void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
                 int nh = i < 16 ? hi[i] & 15 : hi[i - 16] >> 4;
                 col[16 + 32 * p + i] = (uint8_t)(nl | nh << 4);
             }
+        }
+    }
+}
+
+void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * 8 * PITH_Q4_0_BYTES;
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q4_0_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            /* stored byte i holds element i (low nibble) and element i + 16 (high nibble) */
+            for (int v = 0; v < 4; v++)
+                for (int j = 0; j < 4; j++) col[16 + 32 * v + 4 * r + j] = blk[2 + 4 * v + j];
         }
     }
 }
