@@ -89,11 +89,11 @@ const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void);
  * force_scalar is set. */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
-/* Portable packers for the layouts the AVX2 packed tiles read (pack.c). */
+/* Portable packers for the layouts the AVX2 (x8) and AVX-VNNI (x8_lanes) packed tiles read (pack.c). */
 void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
-void pith_pack_q8_0_x8_u(int K, const uint8_t *w, size_t w_stride, uint8_t *dst); /* quants + 128, unsigned */
 
 /* -1 when the weight type has no kernel. */
 int pith_wtype_of(pith_dtype type);

@@ -259,69 +259,18 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
 PACKED_ENTRY(tile_packed_q8_0, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_q4_0, PITH_W_Q4_0)
 
-/* The same with AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an
- * int32 lane without an int16 step, so the offsets of unsigned weights (Q4_0 nibbles carry +8, Q8_0 is
- * packed with +128: pith_pack_q8_0_x8_u) can be taken out in integers: each row's accumulation starts
- * from -offset times the activations' 4-byte group sums, and every block's dot product comes out exact. */
+/* AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an int32 lane
+ * without an int16 step (no saturation, no madd). */
 #define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define INLINEV static inline __attribute__((always_inline)) TGTV
 
-INLINEV void tile_packed_vnni_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
-                                   bool accumulate, pith_wtype type, const int RN) {
+/* Q4_0 and Q8_0 in the lanes layouts (pack.c): int32 lane r holds 4 consecutive quants of row r, so
+ * vpdpbusd against 4 activations broadcast to every lane accumulates all 8 rows at once, with no
+ * horizontal reduction. The unsigned quants' offset (Q4_0: +8, Q8_0: +128) is taken out in floats
+ * through the activation sums, as in the AVX2 Q4_0 tile: per block, dw (dx sum(n x) - offset s). */
+INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
+                             bool accumulate, pith_wtype type, const int RN) {
     const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
-    const pith_block_q8a *xr[IMPL_MAX_RN];
-    __m256 acc[IMPL_MAX_RN];
-    UNROLL for (int t = 0; t < RN; t++) {
-        xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
-        acc[t] = _mm256_setzero_ps();
-    }
-    const __m256i low = _mm256_set1_epi8(15), zero = _mm256_setzero_si256();
-    const __m256i offset = _mm256_set1_epi8(type == PITH_W_Q8_0 ? (char)128 : 8);
-    const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++, g += cb) {
-        const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
-        if (type == PITH_W_Q8_0) {
-            _mm_prefetch(pf + 128, _MM_HINT_T0);
-            _mm_prefetch(pf + 192, _MM_HINT_T0);
-        }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
-        __m256i q[8];
-        if (type == PITH_W_Q4_0) {
-            UNROLL for (int p = 0; p < 4; p++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
-                q[2 * p] = _mm256_and_si256(raw, low);
-                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            }
-        } else {
-            UNROLL for (int r = 0; r < 8; r++) q[r] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * r));
-        }
-        UNROLL for (int t = 0; t < RN; t++) {
-            __m256i xq = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
-            /* -offset * (sum of each 4 activations): |.| <= 4 * 128 * 127 */
-            __m256i start = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, offset, xq));
-            __m256i p32[8];
-            UNROLL for (int r = 0; r < 8; r++) p32[r] = _mm256_dpbusd_avx_epi32(start, q[r], xq);
-            __m256i dots = reduce8_i32(p32);
-            __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
-        }
-    }
-    UNROLL for (int t = 0; t < RN; t++) {
-        float *yt = y + t * ldy;
-        __m256 v = accumulate ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t]) : acc[t];
-        _mm256_storeu_ps(yt, v);
-    }
-}
-
-/* Q4_0 in the lanes layout (pack.c): int32 lane r holds 4 consecutive quants of row r, so vpdpbusd
- * against 4 activations broadcast to every lane accumulates all 8 rows at once, with no horizontal
- * reduction. The -8 offset is taken out in floats through the activation sums, as in the AVX2 tile. */
-INLINEV void tile_lanes_q4_0_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
-                                  bool accumulate, pith_wtype type, const int RN) {
-    (void)type;
-    const size_t cb = 8 * PITH_Q4_0_BYTES;
     const pith_block_q8a *xr[IMPL_MAX_RN];
     __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -334,12 +283,20 @@ INLINEV void tile_lanes_q4_0_impl(int K, const uint8_t *g, const void *x, size_t
         const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
         _mm_prefetch(pf, _MM_HINT_T0);
         _mm_prefetch(pf + 64, _MM_HINT_T0);
+        if (type == PITH_W_Q8_0) {
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+            _mm_prefetch(pf + 192, _MM_HINT_T0);
+        }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8]; /* q[k]: elements 4k..4k+3 of every row */
-        UNROLL for (int v = 0; v < 4; v++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
-            q[v] = _mm256_and_si256(raw, low);
-            q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+        if (type == PITH_W_Q4_0) {
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
+                q[v] = _mm256_and_si256(raw, low);
+                q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            }
+        } else {
+            UNROLL for (int v = 0; v < 8; v++) q[v] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
         }
         UNROLL for (int t = 0; t < RN; t++) {
             const int8_t *xq = xr[t][b].qs;
@@ -357,8 +314,9 @@ INLINEV void tile_lanes_q4_0_impl(int K, const uint8_t *g, const void *x, size_t
             off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
         }
     }
+    const __m256 offset = _mm256_set1_ps(type == PITH_W_Q8_0 ? 128.0f : 8.0f);
     UNROLL for (int t = 0; t < RN; t++) {
-        __m256 v = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off[t], acc[t]);
+        __m256 v = _mm256_fnmadd_ps(offset, off[t], acc[t]);
         float *yt = y + t * ldy;
         if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
         _mm256_storeu_ps(yt, v);
@@ -380,8 +338,8 @@ INLINEV void tile_lanes_q4_0_impl(int K, const uint8_t *g, const void *x, size_t
         }                                                                                                \
     }
 
-PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, tile_packed_vnni_impl, PITH_W_Q8_0)
-PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, tile_lanes_q4_0_impl, PITH_W_Q4_0)
+PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, tile_lanes_impl, PITH_W_Q8_0)
+PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, tile_lanes_impl, PITH_W_Q4_0)
 
 /* ---- K-quants against q8k activations ---- */
 
@@ -773,7 +731,7 @@ static const pith_cpu_kernels avx2_kernels = {
 static const pith_cpu_kernels avx2_vnni_kernels = {
     .name = "avx2-vnni",
     AVX2_COMMON,
-    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_u, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
+    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
     .tile_packed = {[PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
 };
 

@@ -1,4 +1,5 @@
-/* Load-time repacking of Q4_0 and Q8_0 weights into groups of 8 rows, for the AVX2 packed tiles.
+/* Load-time repacking of Q4_0 and Q8_0 weights into groups of 8 rows, for the AVX2 and AVX-VNNI packed
+ * tiles.
  *
  * In the file layout every row is a run of blocks (f16 scale, then quants), so a kernel reading one
  * row's block must fetch its scale on its own, unpack Q4_0's nibbles across 128-bit lanes and finish
@@ -11,10 +12,10 @@
  *   f16 d[8]                        the 8 rows' block scales, row order
  *   Q4_0: uint8 q[4][32]            q[p][i] = n(2p, i) | n(2p + 1, i) << 4, where n(r, i) in 0..15 is the
  *                                   nibble of element i of row r's block (as stored: value + 8)
- *   Q4_0 lanes (pith_pack_q4_0_x8_lanes, for the AVX-VNNI tile, where int32 lane r accumulates row r):
- *                                   uint8 q[4][8][4]: q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
- *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored (pith_pack_q8_0_x8), or as uint8 q + 128
- *                                   (pith_pack_q8_0_x8_u, for unsigned-by-signed multipliers) */
+ *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored
+ * The lanes layouts, for the AVX-VNNI tiles, put 4 consecutive quants of row r in int32 lane r:
+ *   Q4_0 lanes: uint8 q[4][8][4]    q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
+ *   Q8_0 lanes: uint8 q[8][8][4]    q[v][r][j] = quant(r, 4v + j) + 128 (xor 0x80: unsigned) */
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -50,21 +51,27 @@ void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *
     }
 }
 
-static void pack_q8_0(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, uint8_t flip) {
+void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++) {
         uint8_t *col = dst + (size_t)b * 8 * PITH_Q8_0_BYTES;
         for (int r = 0; r < 8; r++) {
             const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
             memcpy(col + 2 * r, blk, 2);
-            /* two's complement q xor 0x80 is q + 128 as an unsigned byte */
-            for (int i = 0; i < 32; i++) col[16 + 32 * r + i] = blk[2 + i] ^ flip;
+            for (int v = 0; v < 8; v++)
+                for (int j = 0; j < 4; j++) col[16 + 32 * v + 4 * r + j] = blk[2 + 4 * v + j] ^ 0x80;
         }
     }
 }
 
-void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) { pack_q8_0(K, w, w_stride, dst, 0); }
-
-void pith_pack_q8_0_x8_u(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
-    pack_q8_0(K, w, w_stride, dst, 0x80);
+void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * 8 * PITH_Q8_0_BYTES;
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            memcpy(col + 16 + 32 * r, blk + 2, 32);
+        }
+    }
 }
