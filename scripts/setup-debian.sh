@@ -12,7 +12,12 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config clang libclang-rt-14-dev \
     libcjson-dev libpcre2-dev libmicrohttpd-dev \
     python3 python3-numpy python3-torch python3-jinja2 python3-sentencepiece \
-    prometheus nodejs npm >/dev/null
+    prometheus >/dev/null
+# Node.js and npm: Debian's packages where the machine has none (some machines carry a Node.js build
+# that bundles npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 if [ -f package-lock.json ]; then
     npm ci --no-audit --no-fund --loglevel=error
 else

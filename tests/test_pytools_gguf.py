@@ -14,6 +14,7 @@ except ImportError:
     print("skip: numpy is not importable")
     sys.exit(77)
 
+sys.dont_write_bytecode = True   # keep the source tree clean (it may be read-only)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import pith_gguf as G  # noqa: E402
 

@@ -55,6 +55,38 @@ class Stories260K(unittest.TestCase):
         with open(os.path.join(REF, "stories260K_greedy_text.txt"), "rb") as f:
             self.assertEqual(r.stdout, f.read() + b"\n")
 
+    def test_continuation_keeps_leading_space(self):
+        # The reference text continues "...there was a little" with " girl": the first generated piece
+        # keeps its SentencePiece space after a non-empty prompt, both in run and in batch mode.
+        prompt = "Once upon a time, there was a little"
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", prompt, "-n", "5", "--temp", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith(b" girl named Lily"), r.stdout)
+        path = os.path.join(tmp_dir(), "stories260k-prompts.txt")
+        with open(path, "w") as f:
+            f.write(prompt + "\n")
+        r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-f", path, "--jsonl", "-n", "5", "--temp", "0"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b'"text":" girl named Lily', r.stdout)
+
+    def test_chat_turns_match_plain_generation(self):
+        # stories260K has no chat template, so --chat renders ChatML. The second reply must equal plain
+        # generation from the ChatML text of the whole conversation (earlier turns come from the prefix
+        # cache in chat mode, so this also checks the cache against a fresh computation).
+        base = ["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-n", "20", "--temp", "0"]
+        one = run_pith(base + ["--chat"], input=b"Hi\n")
+        self.assertEqual(one.returncode, 0, one.stderr)
+        reply1 = one.stdout[:-1].decode()
+        both = run_pith(base + ["--chat"], input=b"Hi\n\nTell me a story\n")
+        self.assertEqual(both.returncode, 0, both.stderr)
+        self.assertTrue(both.stdout.startswith(one.stdout), (one.stdout, both.stdout))
+        reply2 = both.stdout[len(one.stdout):]
+        chatml = ("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" + reply1 +
+                  "<|im_end|>\n<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n")
+        plain = run_pith(base + ["-p", chatml])
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertEqual(plain.stdout, reply2)
+
     def test_ignore_eos_generates_exactly_n(self):
         out = os.path.join(tmp_dir(), "stories260k-n7.bin")
         r = run_pith(["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-n", "7", "--temp", "0",

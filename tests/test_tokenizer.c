@@ -133,6 +133,34 @@ static void test_reference(const pith_tokenizer *t, const char *dir) {
     }
     acc_n += pith_detok_flush(&d, acc + acc_n, 16);
     CHECK(acc_n == text_n && memcmp(acc, text, text_n) == 0);
+
+    /* Continuing after a prompt: skip BOS + the first k ids (k: the first token from 5 on that starts
+     * with a space), then the rest streams out exactly as the text's remainder, leading space
+     * included; a prompt of BOS alone still drops it. */
+    int k = 5;
+    while (k < n_ref - 1) {
+        size_t len;
+        const char *s = pith_tokenizer_token_text(t, ref[k], &len);
+        if (len > 0 && s[0] == ' ') break;
+        k++;
+    }
+    int32_t prompt[201] = {1};
+    memcpy(prompt + 1, ref, (size_t)k * sizeof *ref);
+    char *head;
+    size_t head_n;
+    CHECK(pith_tokenizer_decode(t, ref, k, false, &head, &head_n, &err) == 0);
+    pith_detok_init(&d, t, false);
+    pith_detok_skip(&d, prompt, k + 1);
+    acc_n = 0;
+    for (int i = k; i < n_ref; i++) acc_n += pith_detok_push(&d, ref[i], acc + acc_n, 512);
+    acc_n += pith_detok_flush(&d, acc + acc_n, 16);
+    CHECK(head_n + acc_n == text_n && memcmp(head, text, head_n) == 0 && memcmp(acc, text + head_n, acc_n) == 0);
+    CHECK(acc_n > 0 && acc[0] == ' ');
+    free(head);
+    pith_detok_init(&d, t, false);
+    pith_detok_skip(&d, prompt, 1);
+    size_t got = pith_detok_push(&d, ref[0], chunk, sizeof chunk);
+    CHECK(got > 0 && chunk[0] != ' ' && memcmp(chunk, text, got) == 0);
     free(acc);
     free(text);
     free(ids_txt);
@@ -332,7 +360,7 @@ static void test_bad_files(const char *tmp) {
 int main(void) {
     test_bad_files(getenv("PITH_TEST_TMP"));
     const char *dir = check_shared_dir();
-    if (!dir) return CHECK_SKIP;
+    if (!dir) return check_failures_ ? check_summary("test_tokenizer") : CHECK_SKIP; /* the checks above need no assets */
     char path[4200];
     snprintf(path, sizeof path, "%s/models/stories260K/tok512.bin", dir);
     pith_tokenizer *t;

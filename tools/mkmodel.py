@@ -57,6 +57,9 @@ PRESETS = {
                            rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=64),
     "test-qwen2": dict(arch="qwen2", dim=128, layers=2, heads=4, kv_heads=2, ffn=352, vocab=512,
                        theta=1e6, ctx=512, eps=1e-6, tied=True),
+    # Every matrix row a multiple of 256, for the K-quants (Q4_K, Q6_K, Q4_K_M).
+    "test-qwen3-k": dict(arch="qwen3", dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
+                         vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True),
     "test-qwen3": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                        vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True),
 }

@@ -195,13 +195,14 @@ def rope(x, positions, theta, style, divisors):
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def quantize_activations_q8(x):
-    """Round each block of 32 values to int8 steps of max|x|/127, as engines do before integer dot
-    products with quantized weights. Only for estimating that error, never in the reference itself."""
+def quantize_activations_q8(x, block=32):
+    """Round each block of values (32 for Q8_0/Q4_0 kernels, 256 for K-quants) to int8 steps of
+    max|x|/127, as engines do before integer dot products with quantized weights. Only for estimating
+    that error, never in the reference itself."""
     shape = x.shape
-    if shape[-1] % 32:
+    if shape[-1] % block:
         return x
-    b = x.reshape(-1, 32)
+    b = x.reshape(-1, block)
     d = b.abs().amax(dim=1, keepdim=True) / 127
     q = torch.where(d > 0, torch.round(b / torch.where(d > 0, d, torch.ones_like(d))), torch.zeros_like(b))
     return (q * d).reshape(shape)
@@ -209,9 +210,11 @@ def quantize_activations_q8(x):
 
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
-    expected error only: act_q8 simulates 8-bit activation quantization before every matrix product,
-    kv_f16 rounds cached keys (after RoPE) and values to float16."""
-    aq = quantize_activations_q8 if act_q8 else (lambda t: t)
+    expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
+    quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
+    float16."""
+    block = 32 if act_q8 is True else int(act_q8)
+    aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
     if tok.min() < 0 or tok.max() >= m.n_vocab:
         raise ValueError("token id out of range")
@@ -260,8 +263,9 @@ def main(argv=None):
     ap.add_argument("--model", required=True, help="GGUF file or Hugging Face directory")
     ap.add_argument("--tokens", required=True, help="comma-separated token ids, e.g. 1,42,7")
     ap.add_argument("--out", help="write the logits as .npy (float64 [n_tokens, n_vocab])")
-    ap.add_argument("--simulate-act-q8", action="store_true",
-                    help="round matrix-product inputs to 8 bits per block of 32 (error estimation only)")
+    ap.add_argument("--simulate-act-q8", type=int, nargs="?", const=32, default=0, metavar="BLOCK",
+                    help="round matrix-product inputs to 8 bits per block of BLOCK values (default 32; "
+                         "256 for K-quant kernels); for error estimation only")
     ap.add_argument("--simulate-kv-f16", action="store_true",
                     help="round cached keys and values to float16 (error estimation only)")
     args = ap.parse_args(argv)

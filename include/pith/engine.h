@@ -41,7 +41,7 @@ typedef struct pith_engine_options {
     int max_num_seqs;        /* sequences in one batch; 0: 64 */
     int max_batch_tokens;    /* tokens in one batch (decode tokens + prompt chunks); 0: 2048 */
     int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped
-                                to what the pool can hold. */
+                                to the model's context length and to what the pool can hold. */
     int max_waiting;         /* requests queued beyond the running ones; 0: 4096 */
     bool no_prefix_cache;    /* disable prefix caching */
 } pith_engine_options;

@@ -74,6 +74,11 @@ void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special);
 size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap);
 /* Emits whatever is held back (incomplete UTF-8 becomes U+FFFD). */
 size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
+/* Consumes ids without emitting them: call it with the prompt before pushing generated ids, so the
+ * first generated token reads as a continuation (a SentencePiece " there" after "Once upon a time"
+ * keeps its space; after a prompt of only BOS/special tokens the leading space is still dropped).
+ * Bytes of a character the prompt leaves unfinished are discarded. */
+void pith_detok_skip(pith_detok *d, const int32_t *ids, int n);
 size_t pith_detok_max_piece(const pith_tokenizer *t);
 
 /* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */

@@ -20,6 +20,9 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 const char *cli_default_model(void);
 
 int pith_cmd_run(int argc, char **argv);
+int pith_cmd_serve(int argc, char **argv);
+int pith_cmd_tokenize(int argc, char **argv);
+int pith_cmd_tokbench(int argc, char **argv);
 int pith_cmd_bench(int argc, char **argv);
 
 #endif

@@ -3,9 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "cli/chat.h"
 #include "cli/cli.h"
 #include "cli/run_batch.h"
+#include "pith/assets.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
 #include "pith/tokenizer.h"
@@ -15,6 +18,8 @@ typedef struct run_opts {
     const char *tokenizer;
     const char *prompt;
     const char *logits_out;
+    const char *chat_template;
+    bool chat;
     int n_predict;
     int n_threads;
     bool ignore_eos;
@@ -35,7 +40,11 @@ static void run_usage(FILE *out) {
             "                          $PITH_DEFAULT_MODEL)\n"
             "      --tokenizer PATH    tokenizer file (llama2.c tokenizer.bin or GGUF); needed for llama2.c\n"
             "                          checkpoints, optional otherwise\n"
-            "  -p, --prompt TEXT       prompt (default \"\": the BOS token alone)\n"
+            "  -p, --prompt TEXT       prompt (default \"\": the BOS token alone); with --chat, the\n"
+            "                          system prompt\n"
+            "      --chat              interactive chat: each line of stdin is a user turn, rendered with\n"
+            "                          the model's chat template (ChatML when it has none)\n"
+            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
             "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS)\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
@@ -75,6 +84,10 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             VALUE(); o->tokenizer = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             VALUE(); o->prompt = v;
+        } else if (!strcmp(a, "--chat")) {
+            o->chat = true;
+        } else if (!strcmp(a, "--chat-template")) {
+            VALUE(); o->chat_template = v;
         } else if (!strcmp(a, "--logits-out")) {
             VALUE(); o->logits_out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -132,17 +145,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Loads the tokenizer the model needs: --tokenizer if given, else the model file's own. */
-static int load_tokenizer(const run_opts *o, const pith_model *m, pith_tokenizer **tok, pith_err *err) {
-    if (o->tokenizer) return pith_tokenizer_load(o->tokenizer, m->hp.n_vocab, tok, err);
-    const pith_gguf *g = pith_model_file_gguf(m->file);
-    if (g) return pith_tokenizer_from_gguf(g, tok, err);
-    const char *dir = pith_model_file_dir(m->file);
-    if (dir) return pith_tokenizer_load(dir, m->hp.n_vocab, tok, err);
-    return pith_errf(err, "%s: this model format carries no tokenizer; pass --tokenizer FILE",
-                     pith_model_file_path(m->file));
 }
 
 typedef struct generation {
@@ -235,6 +237,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
 
     pith_detok detok;
     pith_detok_init(&detok, tok, false);
+    pith_detok_skip(&detok, ids, n_prompt);
     char text[1024];
     int n_gen = 0;
     double t1 = now_s();
@@ -287,26 +290,34 @@ int pith_cmd_run(int argc, char **argv) {
         return PITH_EXIT_USAGE;
     }
 
+    if (o.chat && (o.batch.prompts_path || o.logits_out)) {
+        fprintf(stderr, "pith run: --chat cannot be combined with -f or --logits-out\n");
+        return PITH_EXIT_USAGE;
+    }
+
     pith_err err = {{0}};
-    pith_model *m = NULL;
-    pith_tokenizer *tok = NULL;
-    pith_model_options mo = {.n_threads = o.n_threads};
-    int rc = 1;
-    if (pith_model_load(o.model, &mo, &m, &err)) goto fail;
-    if (load_tokenizer(&o, m, &tok, &err)) goto fail;
-    if (pith_tokenizer_n_vocab(tok) > m->hp.n_vocab) {
-        pith_errf(&err, "the tokenizer has %d tokens but the model only %d", pith_tokenizer_n_vocab(tok), m->hp.n_vocab);
-        goto fail;
+    pith_assets a;
+    pith_assets_options ao = {
+        .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
+        .n_threads = o.n_threads,
+    };
+    if (pith_assets_load(&ao, &a, &err)) {
+        fprintf(stderr, "pith run: %s\n", err.msg);
+        return 1;
     }
-    if (o.batch.prompts_path) {
-        if (pith_run_batch(m, tok, &o.batch, &o.sp, o.n_predict, o.ignore_eos, stdout, &err)) goto fail;
-    } else if (generate(&o, m, tok, &err)) {
-        goto fail;
+    int rc = 0;
+    if (o.chat) {
+        cli_chat_opts co = {
+            .system_prompt = o.prompt, .bos_text = a.bos_text, .eos_text = a.eos_text, .sampling = o.sp,
+            .n_predict = o.n_predict, .engine = o.batch.engine, .interactive = isatty(STDIN_FILENO),
+        };
+        rc = cli_chat(a.model, a.tok, a.chat, &co, stdin, stdout, &err);
+    } else if (o.batch.prompts_path) {
+        rc = pith_run_batch(a.model, a.tok, &o.batch, &o.sp, o.n_predict, o.ignore_eos, stdout, &err);
+    } else {
+        rc = generate(&o, a.model, a.tok, &err);
     }
-    rc = 0;
-fail:
     if (rc) fprintf(stderr, "pith run: %s\n", err.msg);
-    pith_tokenizer_free(tok);
-    pith_model_free(m);
-    return rc;
+    pith_assets_free(&a);
+    return rc ? 1 : 0;
 }

@@ -36,6 +36,7 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
 
     int max_len = o.max_seq_len ? o.max_seq_len : m->hp.ctx_len;
+    if (m->hp.ctx_len > 0 && max_len > m->hp.ctx_len) max_len = m->hp.ctx_len; /* never past training */
     size_t block_bytes = pith_kv_block_bytes(m->hp.n_layers, m->kv_dim, o.block_size, o.kv_f32 ? PITH_F32 : PITH_F16);
     if (block_bytes == 0) return pith_errf(err, "the model has no KV cache dimensions");
     long long blocks = o.kv_blocks;
@@ -112,6 +113,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
     e->next_id = 1;
+    engine_publish_stats(e); /* the pool size and limits are readable before the first step */
     *out = e;
     return 0;
 }
@@ -191,8 +193,8 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
         rc = pith_errf(err, "the engine is shutting down");
     } else if (e->n_live - e->stats.running >= e->opt.max_waiting) {
         rc = pith_errf(err, "too many requests waiting (%d)", e->opt.max_waiting);
-    } else if ((e->n_live == e->cap_live && engine_grow_list(&e->live, &e->cap_live, e->n_live + 1)) ||
-               (e->n_incoming == e->cap_incoming && engine_grow_list(&e->incoming, &e->cap_incoming, e->n_incoming + 1))) {
+    } else if (engine_grow_list(&e->live, &e->cap_live, e->n_live + 1) ||
+               engine_grow_list(&e->incoming, &e->cap_incoming, e->n_incoming + 1)) {
         rc = pith_errf(err, "out of memory");
     }
     if (rc) {

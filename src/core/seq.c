@@ -54,6 +54,8 @@ int seq_create(const pith_request *r, int max_len, int block_size, const pith_to
     }
     if (tok) {
         pith_detok_init(&s->detok, tok, false);
+        /* The prompt's text decides whether the first generated piece keeps its leading space. */
+        pith_detok_skip(&s->detok, r->prompt, r->n_prompt);
         s->has_detok = true;
     }
     *out = s;

@@ -223,8 +223,11 @@ static void llama_destroy(pith_model *base) {
 
 /* ---------------- forward ---------------- */
 
+/* Grows the per-token scratch (contents need not survive) to at least n tokens, by half again at
+ * least, so a slowly growing batch size does not reallocate every step. */
 static int reserve(llama *m, int n, pith_err *err) {
     if (n <= m->cap) return 0;
+    if (m->cap < (1 << 28) && n < m->cap + m->cap / 2) n = m->cap + m->cap / 2;
     const pith_hparams *hp = &m->base.hp;
     free_scratch(m);
     size_t N = (size_t)n, kvd = (size_t)m->base.kv_dim;
@@ -392,19 +395,36 @@ static void swiglu_row(row_job *j, int t) {
     llama *m = j->m;
     int ffn = m->base.hp.ffn_dim;
     float *g = m->hb + (size_t)t * ffn, *u = m->hb2 + (size_t)t * ffn;
-    for (int i = 0; i < ffn; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    m->cpu.k->silu_mul(g, u, ffn);
 }
 
 static void out_norm_row(row_job *j, int t) {
     llama *m = j->m;
     int dim = m->base.hp.dim;
-    rmsnorm(m->xb + (size_t)t * dim, m->xb + (size_t)t * dim, m->out_norm, dim, m->base.hp.norm_eps);
+    rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, m->out_norm, dim, m->base.hp.norm_eps);
+}
+
+/* After the last layer's attention only the rows that want logits matter: moves their attention output
+ * and residual rows to the front (in batch order) and returns their count, so the rest of the layer and
+ * the output projection skip the others. */
+static int keep_logit_rows(llama *m, const pith_batch *b) {
+    int n = 0, dim = m->base.hp.dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (!b->want_logits[t]) continue;
+        if (n != t) {
+            memcpy(m->att + (size_t)n * m->q_dim, m->att + (size_t)t * m->q_dim, m->q_dim * sizeof(float));
+            memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
+        }
+        n++;
+    }
+    return n;
 }
 
 static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     const llama_layer *L = &m->layers[l];
-    const int n = b->n_tokens, dim = hp->dim, kvd = m->base.kv_dim, ffn = hp->ffn_dim;
+    const int dim = hp->dim, kvd = m->base.kv_dim, ffn = hp->ffn_dim;
+    int n = b->n_tokens;
     row_job j = {.m = m, .b = b, .kv = kv, .layer = l, .n = n};
     pith_acts a;
 
@@ -424,6 +444,7 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
         .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
     };
     pith_attention(&m->cpu, &m->attn, &aa);
+    if (l == hp->n_layers - 1 && (n = j.n = keep_logit_rows(m, b)) == 0) return 0;
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
     if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) return -1;
 
@@ -447,11 +468,8 @@ static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *
     for (int l = 0; l < hp->n_layers; l++)
         if (layer_forward(m, kv, b, l, err)) return -1;
 
-    /* gather the rows that want logits, then norm and project only those */
-    int n_out = 0;
-    for (int t = 0; t < b->n_tokens; t++)
-        if (b->want_logits[t])
-            memcpy(m->xb + (size_t)n_out++ * hp->dim, m->x + (size_t)t * hp->dim, hp->dim * sizeof(float));
+    /* the last layer left only the rows that want logits, in order */
+    int n_out = pith_batch_n_logits(b);
     if (n_out == 0) return 0;
     j.n = n_out;
     run_rows(m, &j, out_norm_row, hp->dim);

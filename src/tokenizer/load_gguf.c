@@ -39,6 +39,24 @@ static int load_merges(pith_tokenizer *t, const pith_gguf *g, pith_err *err) {
     return 0;
 }
 
+/* llama.cpp's per-model token attributes: Phi-3's special tokens swallow the whitespace after them
+ * (its tokenizer.json marks them rstrip), except <unk>, <s> and <|endoftext|>. */
+static void apply_model_quirks(pith_tokenizer *t, const pith_gguf *g) {
+    pith_str name;
+    if (!pith_gguf_get_str(g, "general.name", &name)) return;
+    char lower[128];
+    size_t n = name.len < sizeof lower - 1 ? (size_t)name.len : sizeof lower - 1;
+    for (size_t i = 0; i < n; i++) lower[i] = (char)(name.ptr[i] >= 'A' && name.ptr[i] <= 'Z' ? name.ptr[i] + 32 : name.ptr[i]);
+    lower[n] = '\0';
+    if (!strstr(lower, "phi-3") && !strstr(lower, "phi3")) return;
+    for (int i = 0; i < t->n_specials; i++) t->specials[i].rstrip = true;
+    static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        int32_t id = tok_lookup(t, keep[i], strlen(keep[i]));
+        if (id >= 0) tok_special_set_strip(t, id, false, false);
+    }
+}
+
 int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err *err) {
     *out = NULL;
     pith_str model;
@@ -109,7 +127,9 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
         read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
         t->strip_leading_space = t->add_space_prefix;
         static const char marker[] = "\xe2\x96\x81"; /* U+2581, SentencePiece's visible space */
-        if (tok_add_norm(t, TOK_NORM_REPLACE, " ", 1, marker, 3, err) != 0) goto fail;
+        memcpy(t->space_marker, marker, 3);
+    t->space_marker_len = 3;
+    if (tok_add_norm(t, TOK_NORM_REPLACE, " ", 1, marker, 3, err) != 0) goto fail;
         if (t->add_space_prefix && tok_add_norm(t, TOK_NORM_PREPEND, marker, 3, NULL, 0, err) != 0) goto fail;
     }
     pith_str tmpl;
@@ -121,6 +141,7 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
         }
     }
     if (tok_finalize(t, err) != 0) goto fail;
+    apply_model_quirks(t, g);
     int32_t eot = -1, eom = -1;
     read_id(g, "tokenizer.ggml.eot_token_id", n, &eot);
     read_id(g, "tokenizer.ggml.eom_token_id", n, &eom);

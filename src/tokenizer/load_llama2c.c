@@ -110,6 +110,8 @@ int tok_load_llama2c_data(const char *path, const unsigned char *d, size_t n, in
     t->add_space_prefix = true;
     t->strip_leading_space = true;
     t->no_special_matching = true;
+    memcpy(t->space_marker, " ", 1);
+    t->space_marker_len = 1;
     t->byte_fallback = true;
     if (tok_add_norm(t, TOK_NORM_PREPEND, " ", 1, NULL, 0, err) != 0) goto fail;
     if (tok_finalize(t, err) != 0) goto fail;

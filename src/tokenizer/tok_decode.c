@@ -173,6 +173,11 @@ size_t pith_detok_flush(pith_detok *d, char *out, size_t cap) {
     return k.pos;
 }
 
+void pith_detok_skip(pith_detok *d, const int32_t *ids, int n) {
+    for (int i = 0; ids && i < n; i++) pith_detok_push(d, ids[i], NULL, 0);
+    d->n_pending = 0;
+}
+
 size_t pith_detok_max_piece(const pith_tokenizer *t) {
     /* Worst case: every byte of the longest token (plus held bytes) turns into U+FFFD. */
     return 3 * (t->max_token_len + 4) + 1;

@@ -73,9 +73,13 @@ static int cache_grow(word_cache *c) {
     return 0;
 }
 
+static int merge_word(const pith_tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_ids *out) {
+    return t->model == TOK_MODEL_SPM ? tok_spm_encode(t, s, w, n, out) : tok_bpe_encode(t, s, w, n, out);
+}
+
 static int encode_word(const pith_tokenizer *t, tok_scratch *s, word_cache *c, const char *w, size_t n,
                        tok_ids *out) {
-    if (n > CACHE_MAX_WORD || c->full) return tok_bpe_encode(t, s, w, n, out);
+    if (n > CACHE_MAX_WORD || c->full) return merge_word(t, s, w, n, out);
     uint64_t h = tok_hash(w, n);
     cache_slot *slot = cache_find(c, w, n, h);
     if (slot && slot->used) {
@@ -84,7 +88,7 @@ static int encode_word(const pith_tokenizer *t, tok_scratch *s, word_cache *c, c
         return 0;
     }
     size_t before = out->n;
-    if (tok_bpe_encode(t, s, w, n, out) != 0) return -1;
+    if (merge_word(t, s, w, n, out) != 0) return -1;
     if (c->keys.n + n > CACHE_MAX_BYTES || c->vals.n + (out->n - before) > CACHE_MAX_BYTES / 4) {
         c->full = true;
         return 0;
@@ -111,6 +115,18 @@ static int encode_raw(const pith_tokenizer *t, tok_scratch *s, word_cache *c, co
     const char *norm;
     size_t norm_n;
     if (tok_normalize(t, s, text, n, &norm, &norm_n) != 0) return pith_errf(err, "tokenizer: out of memory");
+    if (t->split_words && (t->model == TOK_MODEL_SPM || t->n_pre == 0)) {
+        /* Words start at a marker that follows a non-marker (see split_words). */
+        const char *m = t->space_marker;
+        size_t ml = t->space_marker_len, start = 0;
+        for (size_t i = 1; i + ml <= norm_n; i++) {
+            if (memcmp(norm + i, m, ml) != 0 || (i >= ml && memcmp(norm + i - ml, m, ml) == 0)) continue;
+            if (encode_word(t, s, c, norm + start, i - start, out) != 0) return pith_errf(err, "tokenizer: out of memory");
+            start = i;
+        }
+        if (encode_word(t, s, c, norm + start, norm_n - start, out) != 0) return pith_errf(err, "tokenizer: out of memory");
+        return 0;
+    }
     if (t->model == TOK_MODEL_SPM) {
         if (tok_spm_encode(t, s, norm, norm_n, out) != 0) return pith_errf(err, "tokenizer: out of memory");
         return 0;

@@ -60,11 +60,9 @@ typedef enum tok_split_behavior {
 } tok_split_behavior;
 
 typedef enum tok_pre_kind {
-    TOK_PRE_SPLIT,         /* split each piece by regex `re` */
+    TOK_PRE_SPLIT,         /* split each piece by regex `re` (also Digits, WhitespaceSplit) */
     TOK_PRE_BYTELEVEL,     /* optional prefix space + optional GPT-2 regex split; marks byte-level */
     TOK_PRE_METASPACE,     /* ' ' -> replacement, optional prefix, optional split before it */
-    TOK_PRE_DIGITS,        /* isolate digits (individually or as runs) */
-    TOK_PRE_WHITESPACE_SPLIT,
 } tok_pre_kind;
 
 typedef struct tok_pre_step {
@@ -76,7 +74,7 @@ typedef struct tok_pre_step {
     char *repl;            /* Metaspace replacement (UTF-8) */
     size_t repl_len;
     int prepend_scheme;    /* Metaspace: 0 always, 1 first, 2 never */
-    bool split;            /* Metaspace: split before each replacement; Digits: individual digits */
+    bool split;            /* Metaspace: split before each replacement */
 } tok_pre_step;
 
 /* An added/special token matched whole in the raw text. */
@@ -114,7 +112,7 @@ struct pith_tokenizer {
     size_t arena_len, arena_cap;
     uint64_t *off;
     uint32_t *len;
-    float *scores;          /* SPM priorities; NULL for BPE */
+    float *scores;          /* SentencePiece merge priorities (0 for BPE vocabularies) */
     uint8_t *types;         /* TOK_* per token */
     bool *eog;              /* per token: ends generation */
     tok_strmap vocab;       /* text -> id (the last id wins on duplicate texts) */
@@ -128,8 +126,16 @@ struct pith_tokenizer {
     bool byte_fallback;       /* unknown chars become <0xNN> tokens (else unk) */
     bool ignore_merges;       /* BPE: a pre-token that is itself a token is emitted whole */
     bool fuse_unk;
-    bool spm_escape_spaces;   /* SPM: ' ' -> "▁" before merging */
     bool add_space_prefix;    /* SPM: one ' ' before each raw fragment */
+    /* The space marker of SentencePiece-style vocabularies ("▁", or ' ' in llama2.c files; for
+     * tokenizer.json, what a Replace normalizer turns ' ' into). Merge results are vocabulary tokens,
+     * so when no mergeable token holds the marker right after another character (and the marker is a
+     * token itself, so unknown runs cannot fuse across it), no merge can cross the start of a marker
+     * that follows a non-marker: text without a pre-tokenizer is then merged word by word there, and
+     * words are cached. split_words says whether tok_finalize found that to hold. */
+    char space_marker[4];
+    size_t space_marker_len;
+    bool split_words;
     bool strip_leading_space; /* decode: drop the first ' ' of the sequence */
     bool specials_leftmost;   /* HF: leftmost-longest special matching; else llama.cpp's order */
     bool no_special_matching; /* llama2.c files: special texts are never matched in input */
@@ -211,9 +217,11 @@ typedef struct tok_sym {
     int32_t id;            /* token id, -1 unknown, -2 not yet looked up (SPM) */
 } tok_sym;
 
+/* A candidate merge of symbol `left` with its right neighbour. key orders the heap (smaller first):
+ * the priority in the high 32 bits (rank, or the inverted score) and `left` in the low 32, so equal
+ * priorities resolve leftmost first. */
 typedef struct tok_bigram {
-    double prio;           /* higher first: SPM score, or -rank for BPE */
-    int32_t left, right;
+    uint64_t key;
     int32_t size;          /* left.n + right.n when pushed: a mismatch later means it is stale */
     int32_t result;
 } tok_bigram;

@@ -19,10 +19,17 @@ static int load_gguf_path(const char *path, pith_tokenizer **out, pith_err *err)
     return rc;
 }
 
-/* tokenizer.json: comes with the tokenizer issue's phase 2. */
+/* tokenizer.json, with tokenizer_config.json from the same directory when present. */
 static int load_json_path(const char *path, pith_tokenizer **out, pith_err *err) {
-    (void)out;
-    return pith_errf(err, "%s: tokenizer.json is not supported yet", path);
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path + 1) : 0;
+    char *config = malloc(dir_len + sizeof "tokenizer_config.json");
+    if (!config) return pith_errf(err, "out of memory");
+    memcpy(config, path, dir_len);
+    strcpy(config + dir_len, "tokenizer_config.json");
+    int rc = tok_load_hf_json(path, is_file(config) ? config : NULL, out, err);
+    free(config);
+    return rc;
 }
 
 static int load_dir(const char *dir, int n_vocab, pith_tokenizer **out, pith_err *err) {
@@ -61,7 +68,7 @@ int pith_tokenizer_load(const char *path, int n_vocab, pith_tokenizer **out, pit
     if (got >= 4) {
         uint32_t v = (uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24;
         if (v > 0 && v <= (1u << 20)) return pith_tokenizer_load_llama2c(path, n_vocab, out, err);
-        if (head[0] == 0x0A) return pith_errf(err, "%s: SentencePiece .model files are not supported yet", path);
+        if (head[0] == 0x0A) return tok_load_spm_model(path, out, err);
     }
     return pith_errf(err, "%s: not a GGUF file, tokenizer.json, SentencePiece model or llama2.c tokenizer", path);
 }

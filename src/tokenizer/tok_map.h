@@ -1,6 +1,6 @@
 /* Hash tables for the tokenizer: token text -> id, and (id, id) -> BPE merge.
  *
- * Both are open-addressing tables sized once (load factor <= 1/2) and read-only afterwards, so
+ * Both are open-addressing tables sized once (load factor <= 2/3) and read-only afterwards, so
  * lookups need no locking. The text map does not own the texts: it stores ids and resolves them
  * through a tok_texts view of the tokenizer's arena, which must not move while the map is used. */
 #ifndef PITH_TOK_MAP_H

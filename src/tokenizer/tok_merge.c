@@ -1,7 +1,7 @@
 /* The merge loop shared by SentencePiece BPE and byte-level/HF BPE.
  *
  * Symbols form a doubly linked chain over the text; candidate merges of adjacent symbols sit in a
- * binary heap ordered by priority (higher first) and then by left position (leftmost first), which is
+ * binary heap ordered by priority (best first) and then by left position (leftmost first), which is
  * the order SentencePiece, llama.cpp and Hugging Face all use. A merge invalidates heap entries lazily:
  * an entry whose symbols changed size since it was pushed is stale and skipped when popped. Each merge
  * removes a symbol and pushes at most two entries, so the whole loop is O(n log n). */
@@ -10,9 +10,47 @@
 
 #include "tokenizer/tok_internal.h"
 
-static bool heap_before(const tok_bigram *a, const tok_bigram *b) {
-    if (a->prio != b->prio) return a->prio > b->prio;
-    return a->left < b->left;
+static inline bool heap_before(const tok_bigram *a, const tok_bigram *b) { return a->key < b->key; }
+
+static inline int32_t bigram_left(const tok_bigram *bg) { return (int32_t)(uint32_t)bg->key; }
+
+/* Float scores as unsigned integers in the same order, inverted so the best score sorts first. */
+static inline uint64_t score_key(float score) {
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (uint64_t)(~u);
+}
+
+/* Restores the heap property over the whole array (Floyd): O(n) for the initial candidates. */
+static void heapify(tok_scratch *s) {
+    size_t n = s->heap_n;
+    for (size_t start = n / 2; start-- > 0;) {
+        tok_bigram v = s->heap[start];
+        size_t i = start;
+        for (;;) {
+            size_t c = 2 * i + 1;
+            if (c >= n) break;
+            if (c + 1 < n && heap_before(&s->heap[c + 1], &s->heap[c])) c++;
+            if (!heap_before(&s->heap[c], &v)) break;
+            s->heap[i] = s->heap[c];
+            i = c;
+        }
+        s->heap[i] = v;
+    }
+}
+
+/* Appends without ordering; heapify() must follow before any pop. */
+static int heap_append(tok_scratch *s, tok_bigram bg) {
+    if (s->heap_n == s->heap_cap) {
+        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
+        tok_bigram *h = realloc(s->heap, cap * sizeof *h);
+        if (!h) return -1;
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    s->heap[s->heap_n++] = bg;
+    return 0;
 }
 
 static int heap_push(tok_scratch *s, tok_bigram bg) {
@@ -68,28 +106,33 @@ static bool spm_mergeable(const pith_tokenizer *t, int32_t id) {
     return ty == TOK_NORMAL || ty == TOK_USER_DEFINED || ty == TOK_UNUSED;
 }
 
-static int spm_try_pair(const pith_tokenizer *t, tok_scratch *s, const char *text, int32_t l, int32_t r) {
+static int spm_try_pair(const pith_tokenizer *t, tok_scratch *s, const char *text, int32_t l, int32_t r,
+                        bool initial) {
     if (l < 0 || r < 0) return 0;
     const tok_sym *a = &s->syms[l], *b = &s->syms[r];
     int32_t size = a->n + b->n;
     int32_t id = tok_lookup(t, text + a->start, (size_t)size);
     if (id < 0 || !spm_mergeable(t, id)) return 0;
-    tok_bigram bg = {t->scores[id], l, r, size, id};
-    return heap_push(s, bg);
+    tok_bigram bg = {score_key(t->scores[id]) << 32 | (uint32_t)l, size, id};
+    return initial ? heap_append(s, bg) : heap_push(s, bg);
 }
 
-static void merge_pair(tok_scratch *s, const tok_bigram *bg) {
-    tok_sym *a = &s->syms[bg->left], *b = &s->syms[bg->right];
+/* A popped candidate still applies when its left symbol is alive and it and its current right
+ * neighbour have the sizes they had when it was pushed (symbols only ever grow, so any merge on
+ * either side since then changes the sum). */
+static int32_t bigram_live(const tok_scratch *s, const tok_bigram *bg) {
+    const tok_sym *a = &s->syms[bigram_left(bg)];
+    if (a->n == 0 || a->next < 0) return -1;
+    return a->n + s->syms[a->next].n == bg->size ? a->next : -1;
+}
+
+static void merge_pair(tok_scratch *s, int32_t left, int32_t right, int32_t result) {
+    tok_sym *a = &s->syms[left], *b = &s->syms[right];
     a->n += b->n;
-    a->id = bg->result;
+    a->id = result;
     b->n = 0;
     a->next = b->next;
-    if (b->next >= 0) s->syms[b->next].prev = bg->left;
-}
-
-static bool bigram_live(const tok_scratch *s, const tok_bigram *bg) {
-    const tok_sym *a = &s->syms[bg->left], *b = &s->syms[bg->right];
-    return a->n > 0 && b->n > 0 && a->next == bg->right && a->n + b->n == bg->size;
+    if (b->next >= 0) s->syms[b->next].prev = left;
 }
 
 /* Bytes that formed no token: <0xNN> pieces when the vocabulary has them all, else one unknown. */
@@ -124,14 +167,15 @@ int tok_spm_encode(const pith_tokenizer *t, tok_scratch *s, const char *text, si
     }
     s->heap_n = 0;
     for (int32_t i = 1; i < count; i++)
-        if (spm_try_pair(t, s, text, i - 1, i) != 0) return -1;
+        if (spm_try_pair(t, s, text, i - 1, i, true) != 0) return -1;
+    heapify(s);
     while (s->heap_n) {
         tok_bigram bg = heap_pop(s);
-        if (!bigram_live(s, &bg)) continue;
-        merge_pair(s, &bg);
-        int32_t l = bg.left;
-        if (spm_try_pair(t, s, text, s->syms[l].prev, l) != 0) return -1;
-        if (spm_try_pair(t, s, text, l, s->syms[l].next) != 0) return -1;
+        int32_t l = bigram_left(&bg), r = bigram_live(s, &bg);
+        if (r < 0) continue;
+        merge_pair(s, l, r, bg.result);
+        if (spm_try_pair(t, s, text, s->syms[l].prev, l, false) != 0) return -1;
+        if (spm_try_pair(t, s, text, l, s->syms[l].next, false) != 0) return -1;
     }
     for (int32_t i = 0; i != -1; i = s->syms[i].next) {
         tok_sym *sym = &s->syms[i];
@@ -146,14 +190,14 @@ int tok_spm_encode(const pith_tokenizer *t, tok_scratch *s, const char *text, si
     return 0;
 }
 
-static int bpe_try_pair(const pith_tokenizer *t, tok_scratch *s, int32_t l, int32_t r) {
+static int bpe_try_pair(const pith_tokenizer *t, tok_scratch *s, int32_t l, int32_t r, bool initial) {
     if (l < 0 || r < 0) return 0;
     const tok_sym *a = &s->syms[l], *b = &s->syms[r];
     if (a->id < 0 || b->id < 0) return 0;
     const tok_pairslot *m = tok_pairmap_find(&t->merges, a->id, b->id);
     if (!m) return 0;
-    tok_bigram bg = {-(double)m->rank, l, r, a->n + b->n, m->result};
-    return heap_push(s, bg);
+    tok_bigram bg = {(uint64_t)(uint32_t)m->rank << 32 | (uint32_t)l, a->n + b->n, m->result};
+    return initial ? heap_append(s, bg) : heap_push(s, bg);
 }
 
 static int add_sym(tok_scratch *s, int32_t *count, int32_t start, int32_t n, int32_t id) {
@@ -220,14 +264,15 @@ int tok_bpe_encode(const pith_tokenizer *t, tok_scratch *s, const char *w, size_
     int32_t count = bpe_init_symbols(t, s, w, n);
     s->heap_n = 0;
     for (int32_t i = 1; i < count; i++)
-        if (bpe_try_pair(t, s, i - 1, i) != 0) return -1;
+        if (bpe_try_pair(t, s, i - 1, i, true) != 0) return -1;
+    heapify(s);
     while (s->heap_n) {
         tok_bigram bg = heap_pop(s);
-        if (!bigram_live(s, &bg)) continue;
-        merge_pair(s, &bg);
-        int32_t l = bg.left;
-        if (bpe_try_pair(t, s, s->syms[l].prev, l) != 0) return -1;
-        if (bpe_try_pair(t, s, l, s->syms[l].next) != 0) return -1;
+        int32_t l = bigram_left(&bg), r = bigram_live(s, &bg);
+        if (r < 0) continue;
+        merge_pair(s, l, r, bg.result);
+        if (bpe_try_pair(t, s, s->syms[l].prev, l, false) != 0) return -1;
+        if (bpe_try_pair(t, s, l, s->syms[l].next, false) != 0) return -1;
     }
     for (int32_t i = 0; i != -1 && count > 0; i = s->syms[i].next) {
         int32_t id = s->syms[i].id;

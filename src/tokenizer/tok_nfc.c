@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_nfc_tables.h"
 
@@ -67,53 +68,6 @@ static uint32_t compose_pair(uint32_t a, uint32_t b) {
     return 0;
 }
 
-/* Decodes one UTF-8 sequence at p (strictly: no overlongs, no surrogates, max U+10FFFF). Returns its
- * length, or 0 when the bytes there are not a valid sequence. */
-static int utf8_decode(const unsigned char *p, size_t n, uint32_t *cp) {
-    unsigned char c = p[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int len;
-    uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, v = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, v = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, v = c & 0x07, min = 0x10000;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (p[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
-}
-
-static int utf8_encode(uint32_t cp, char *out) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 bool tok_nfc_maybe_changes(const char *text, size_t n) {
     const unsigned char *p = (const unsigned char *)text;
     size_t i = 0;
@@ -121,7 +75,7 @@ bool tok_nfc_maybe_changes(const char *text, size_t n) {
     while (i < n && p[i] < 0xCC) i++;
     while (i < n) {
         uint32_t cp;
-        int len = utf8_decode(p + i, n - i, &cp);
+        int len = pith_utf8_decode(p + i, n - i, &cp);
         if (len == 0) {
             i++;
             continue;
@@ -171,7 +125,7 @@ int tok_nfc(const char *text, size_t n, tok_buf *out) {
     const unsigned char *p = (const unsigned char *)text;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int len = utf8_decode(p + i, n - i, &cp);
+        int len = pith_utf8_decode(p + i, n - i, &cp);
         int rc = len ? decompose(cp, &b) : cp_push(&b, RAW_BYTE | p[i]);
         if (rc != 0) goto fail;
         i += len ? (size_t)len : 1;
@@ -214,7 +168,7 @@ int tok_nfc(const char *text, size_t n, tok_buf *out) {
     }
     for (size_t i = 0; i < b.n; i++) {
         char enc[4];
-        int len = (b.v[i] & RAW_BYTE) ? (enc[0] = (char)(b.v[i] & 0xFF), 1) : utf8_encode(b.v[i], enc);
+        int len = (b.v[i] & RAW_BYTE) ? (enc[0] = (char)(b.v[i] & 0xFF), 1) : pith_utf8_encode(b.v[i], enc);
         if (tok_buf_append(out, enc, (size_t)len) != 0) goto fail;
     }
     free(b.v);

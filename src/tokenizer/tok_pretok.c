@@ -74,11 +74,19 @@ static int pieces_push(tok_pieces *p, size_t off, size_t len, bool flag) {
 static int ensure_match(tok_scratch *s) {
     if (s->match_data) return 0;
     s->match_data = pcre2_match_data_create(1, NULL);
+    return s->match_data ? 0 : -1;
+}
+
+/* The JIT's default 32 KiB stack covers ordinary text; a match that needs more (long runs under a
+ * backtracking construct) retries once with a large private stack kept for the rest of the call. */
+static int match_once(tok_scratch *s, const pcre2_code *re, const char *subject, size_t n, size_t off) {
+    int rc = pcre2_match(re, (PCRE2_SPTR)subject, n, off, 0, s->match_data, s->match_ctx);
+    if (rc != PCRE2_ERROR_JIT_STACKLIMIT || s->jit_stack) return rc;
     s->match_ctx = pcre2_match_context_create(NULL);
-    s->jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-    if (!s->match_data || !s->match_ctx || !s->jit_stack) return -1;
+    s->jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+    if (!s->match_ctx || !s->jit_stack) return PCRE2_ERROR_NOMEMORY;
     pcre2_jit_stack_assign(s->match_ctx, NULL, s->jit_stack);
-    return 0;
+    return pcre2_match(re, (PCRE2_SPTR)subject, n, off, 0, s->match_data, s->match_ctx);
 }
 
 /* Collects the matches of re in subject[0..n) and the gaps between them into s->segs (at_origin is
@@ -88,7 +96,7 @@ static int find_segments(tok_scratch *s, const pcre2_code *re, const char *subje
     if (ensure_match(s) != 0) return -1;
     size_t off = 0, prev = 0;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)subject, n, off, 0, s->match_data, s->match_ctx);
+        int rc = match_once(s, re, subject, n, off);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) return -2;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->match_data);
@@ -231,8 +239,6 @@ int tok_pretokenize(const pith_tokenizer *t, tok_scratch *s, const char *text, s
         int rc = 0;
         switch (st->kind) {
         case TOK_PRE_SPLIT:
-        case TOK_PRE_DIGITS:
-        case TOK_PRE_WHITESPACE_SPLIT:
             rc = split_all(s, base, cur, st->re, NULL, 0, st->behavior, st->invert, next);
             break;
         case TOK_PRE_BYTELEVEL:

@@ -92,6 +92,23 @@ static bool is_eog_name(const char *s, size_t n) {
     return false;
 }
 
+/* Whether any mergeable token has the space marker right after a character that is not the marker. */
+static bool marker_inside_tokens(const pith_tokenizer *t) {
+    const char *m = t->space_marker;
+    size_t ml = t->space_marker_len;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        int ty = t->types[id];
+        if (ty != TOK_NORMAL && ty != TOK_USER_DEFINED && ty != TOK_UNUSED) continue;
+        const char *p = t->arena + t->off[id];
+        size_t n = t->len[id];
+        for (size_t i = 1; i + ml <= n; i++) {
+            if (memcmp(p + i, m, ml) != 0) continue;
+            if (i < ml || memcmp(p + i - ml, m, ml) != 0) return true;
+        }
+    }
+    return false;
+}
+
 int tok_finalize(pith_tokenizer *t, pith_err *err) {
     if (tok_strmap_init(&t->vocab, (size_t)t->n_vocab) != 0) return pith_errf(err, "tokenizer: out of memory");
     tok_texts tx = texts_of(t);
@@ -133,6 +150,8 @@ int tok_finalize(pith_tokenizer *t, pith_err *err) {
         }
     }
 
+    t->split_words = t->space_marker_len > 0 && tok_lookup(t, t->space_marker, t->space_marker_len) >= 0 &&
+                     !marker_inside_tokens(t);
     if (t->eos >= 0) t->eog[t->eos] = true;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int ty = t->types[id];

@@ -42,6 +42,7 @@ typedef struct attn_job {
     _Atomic int next;
 } attn_job;
 
+/* Converts rows j0..j0+n-1 of sequence seq (this KV head's part of each slot) to float rows of hd. */
 static void load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const void *cache, int seq, int j0,
                       int n, int kv_head, int hd, float *dst) {
     const int32_t *bt = a->block_tables + (size_t)seq * a->max_blocks;
@@ -54,52 +55,70 @@ static void load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const 
     }
 }
 
+/* y[t * ldy + r] (+)= W[r] . x[t] for rows x tokens, with the float matmul tiles. */
+static void small_matmul(const pith_cpu_kernels *k, const float *w, int w_ld, int rows, int K, const float *x,
+                         int x_ld, int n, float *y, int ldy, bool accumulate) {
+    const int rn = k->tile_rn[PITH_W_F32];
+    for (int r = 0; r < rows; r += PITH_TILE_MAX_RM) {
+        int rm = rows - r < PITH_TILE_MAX_RM ? rows - r : PITH_TILE_MAX_RM;
+        for (int t = 0; t < n; t += rn)
+            k->tile[PITH_W_F32](K, (const uint8_t *)(w + (size_t)r * w_ld), (size_t)w_ld * sizeof(float), rm,
+                                x + (size_t)t * x_ld, (size_t)x_ld * sizeof(float), n - t < rn ? n - t : rn,
+                                y + (size_t)t * ldy + r, (size_t)ldy, accumulate);
+    }
+}
+
+/* One run of tokens against one KV head. Per chunk of positions: scores = Q K^T for every query of the
+ * run and head of the group (one small matmul per token), online-softmax bookkeeping per query, then
+ * acc += P V for all of them at once. Masked positions get probability 0, so every query can use the
+ * whole chunk.
+ *
+ * A query's result must not depend on what else is in the batch (decode and prefill agree to the last
+ * bit): the chunks start at multiples of PITH_ATTN_CHUNK whatever the batch, each score is a dot product
+ * of fixed length, and P V sums over positions in order, so a longer chunk only appends exact zeros. */
 static void attend_item(const attn_job *j, int item, float *scratch) {
     const pith_attn_args *a = j->a;
     const pith_attn_shape *sh = &j->s->shape;
     const pith_cpu_kernels *k = j->c->k;
-    const int hd = sh->head_dim, group = sh->n_heads / sh->n_kv_heads;
+    const int hd = sh->head_dim, group = sh->n_heads / sh->n_kv_heads, C = PITH_ATTN_CHUNK;
     const int run = item / sh->n_kv_heads, kvh = item % sh->n_kv_heads;
     const int t0 = j->s->runs[2 * run], t1 = j->s->runs[2 * run + 1];
     const int seq = a->seq[t0], nq = (t1 - t0) * group;
 
-    float *kc = scratch, *vc = kc + (size_t)PITH_ATTN_CHUNK * hd;
-    float *scores = vc + (size_t)PITH_ATTN_CHUNK * hd;
-    float *mx = scores + (size_t)nq * PITH_ATTN_CHUNK, *sum = mx + nq, *acc = sum + nq;
+    float *kc = scratch, *vc = kc + (size_t)C * hd;
+    float *scores = vc + (size_t)C * hd;
+    float *mx = scores + (size_t)nq * C, *sum = mx + nq, *acc = sum + nq;
     int maxpos = 0;
     for (int t = t0; t < t1; t++) maxpos = a->positions[t] > maxpos ? a->positions[t] : maxpos;
     for (int i = 0; i < nq; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
     memset(acc, 0, (size_t)nq * hd * sizeof(float));
 
-    for (int j0 = 0; j0 <= maxpos; j0 += PITH_ATTN_CHUNK) {
-        int jn = maxpos + 1 - j0 < PITH_ATTN_CHUNK ? maxpos + 1 - j0 : PITH_ATTN_CHUNK;
+    for (int j0 = 0; j0 <= maxpos; j0 += C) {
+        int jn = maxpos + 1 - j0 < C ? maxpos + 1 - j0 : C;
         load_rows(k, a, a->k_cache, seq, j0, jn, kvh, hd, kc);
         load_rows(k, a, a->v_cache, seq, j0, jn, kvh, hd, vc);
+        for (int t = t0; t < t1; t++) {
+            const float *q = a->q + (size_t)t * a->q_ld + (size_t)kvh * group * hd;
+            small_matmul(k, kc, hd, jn, hd, q, hd, group, scores + (size_t)(t - t0) * group * C, C, false);
+        }
         for (int i = 0; i < nq; i++) {
-            int t = t0 + i / group, h = kvh * group + i % group;
-            int lim = a->positions[t] - j0 + 1;
-            if (lim <= 0) continue;
-            if (lim > jn) lim = jn;
-            const float *q = a->q + (size_t)t * a->q_ld + (size_t)h * hd;
-            float *s = scores + (size_t)i * PITH_ATTN_CHUNK;
+            int lim = a->positions[t0 + i / group] - j0 + 1;
+            lim = lim < 0 ? 0 : lim > jn ? jn : lim;
+            float *s = scores + (size_t)i * C;
+            k->scale(s, sh->scale, lim);
             float m = mx[i];
-            for (int jj = 0; jj < lim; jj++) {
-                s[jj] = k->dot(q, kc + (size_t)jj * hd, hd) * sh->scale;
-                m = s[jj] > m ? s[jj] : m;
-            }
-            float *ac = acc + (size_t)i * hd;
+            for (int jj = 0; jj < lim; jj++) m = s[jj] > m ? s[jj] : m;
             if (m > mx[i] && mx[i] != -INFINITY) {
-                float corr = expf(mx[i] - m);
+                float corr = mx[i];
+                k->exp_shifted(&corr, m, 1); /* exp(old max - new max) */
                 sum[i] *= corr;
-                k->scale(ac, corr, hd);
+                k->scale(acc + (size_t)i * hd, corr, hd);
             }
             mx[i] = m;
-            for (int jj = 0; jj < lim; jj++) {
-                float p = expf(s[jj] - m);
-                sum[i] += p;
-                k->axpy(ac, p, vc + (size_t)jj * hd, hd);
-            }
+            if (lim) sum[i] += k->exp_shifted(s, m, lim);
+            memset(s + lim, 0, (size_t)(jn - lim) * sizeof(float));
         }
+        k->pv_accumulate(acc, hd, scores, C, nq, vc, hd, jn, hd);
     }
     for (int i = 0; i < nq; i++) {
         int t = t0 + i / group, h = kvh * group + i % group;

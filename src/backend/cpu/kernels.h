@@ -21,7 +21,7 @@
 #include "pith/tensor.h"
 
 #define PITH_TILE_MAX_RM 4
-#define PITH_TILE_MAX_RN 4
+#define PITH_TILE_MAX_RN 8
 
 typedef enum pith_act_format {
     PITH_ACT_F32,
@@ -54,11 +54,17 @@ typedef struct pith_cpu_kernels {
     void (*quantize_q8k)(const float *x, pith_block_q8k *out, int n);
 
     /* Vector helpers for attention and the small ops. */
-    float (*dot)(const float *a, const float *b, int n);
-    void (*axpy)(float *y, float a, const float *x, int n);       /* y += a * x */
     void (*scale)(float *y, float a, int n);                      /* y *= a */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int n);
     void (*f32_to_f16)(const float *src, uint16_t *dst, int n);   /* round to nearest even */
+    /* s[i] = exp(s[i] - m) for scores s[i] <= m; returns their sum. Never slower on underflow. */
+    float (*exp_shifted)(float *s, float m, int n);
+    /* Attention's P V: acc[i * acc_ld + d] += sum_j p[i * p_ld + j] * v[j * v_ld + d] for i < nq, d < hd,
+     * j < jn, summing over j in order (so trailing zero probabilities change nothing). */
+    void (*pv_accumulate)(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                          int jn, int hd);
+    /* g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + exp(-v)) */
+    void (*silu_mul)(float *g, const float *u, int n);
 } pith_cpu_kernels;
 
 const pith_cpu_kernels *pith_cpu_kernels_scalar(void);

@@ -1,22 +1,30 @@
 /* AVX2 + FMA + F16C kernels. Every function carries the target attribute, so this file builds without
  * -m flags and only runs after pith_cpu_kernels_avx2() has checked the processor.
  *
- * Tiles are written once as always-inline templates over (RM, RN) and instantiated for the shapes the
- * matmul driver asks for: RM = 4 (or 1 for the last rows of a matrix), RN = 1..tile_rn. With constant
- * RM and RN the compiler keeps the RM x RN accumulators in registers.
+ * Tiles are written once as always-inline templates over (RM rows, RN tokens) and instantiated for the
+ * shapes the entry points pick (see TILE_ENTRY): with constant RM and RN the compiler keeps the
+ * accumulators in registers. Every (row, token) output is computed by the same sequence of operations
+ * whatever the tile shape, so results never depend on how a batch was split.
  *
  * Integer tiles (Q8_0, Q4_0 weights against q8a activations) use the sign trick: maddubs multiplies
  * unsigned by signed bytes, so feed it |w| and x with w's sign moved onto it; pairs of products
- * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. */
+ * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. K-quant tiles
+ * feed maddubs their unsigned quants directly and apply the offsets (mins, -32) through the activation
+ * block sums. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
+#include <math.h>
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
+/* RM x RN loops must unroll completely so the accumulators live in registers */
+#define UNROLL _Pragma("GCC unroll 16")
+/* the most tokens one tile instantiation takes */
+#define IMPL_MAX_RN 4
 
 INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -62,22 +70,22 @@ INLINE float load_w1(const uint8_t *w, int k, pith_wtype type) {
 
 INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                             size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
-    const float *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    const float *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const float *)((const uint8_t *)x + t * xs);
+    __m256 acc[PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
-        for (int r = 0; r < RM; r++) {
+        __m256 xv[IMPL_MAX_RN];
+        UNROLL for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + k);
+        UNROLL for (int r = 0; r < RM; r++) {
             __m256 wv = load_w8(w + r * ws, k, type);
-            for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
-    for (int r = 0; r < RM; r++) {
-        for (int t = 0; t < RN; t++) {
+    UNROLL for (int r = 0; r < RM; r++) {
+        UNROLL for (int t = 0; t < RN; t++) {
             float s = hsum(acc[r][t]);
             for (int kk = k; kk < K; kk++) s += load_w1(w + r * ws, kk, type) * xr[t][kk];
             store_out(&y[t * ldy + r], s, accumulate);
@@ -87,129 +95,222 @@ INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, s
 
 /* ---- Q8_0 / Q4_0 weights against q8a activations ---- */
 
+/* The 32 quants of a Q8_0 block (signed) or of a Q4_0 block (its unsigned nibbles, 0..15). */
 INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
     if (type == PITH_W_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
     __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
     __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(15));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_and_si256(v, _mm256_set1_epi8(15));
 }
 
+/* Q8_0: sum_b dw dx <w, x> with the sign trick. Q4_0: its nibbles n = w + 8 are unsigned already, so
+ * maddubs takes them as they are and the kernel subtracts 8 dw s (s = dx * sum(x quants), stored with
+ * the activations) per block; that saves the sign trick and the -8 on every (row, token) block. */
 INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,
                           size_t ldy, bool accumulate, pith_wtype type, const int RM, const int RN) {
     const size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
-    const pith_block_q8a *xr[PITH_TILE_MAX_RN];
-    for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[PITH_TILE_MAX_RM][PITH_TILE_MAX_RN];
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) acc[r][t] = _mm256_setzero_ps();
+    /* Even and odd blocks go to separate accumulators: a single row against a single token is one
+     * dependent chain of FMAs otherwise. Every shape does the same, so an output never depends on how
+     * many tokens shared its tile (a batch gives bit-identical results to single steps). */
+    __m256 acc[2][PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    float offset[PITH_TILE_MAX_RM][IMPL_MAX_RN];
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) {
+            acc[0][r][t] = acc[1][r][t] = _mm256_setzero_ps();
+            offset[r][t] = 0.0f;
+        }
     const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        __m256i xq[PITH_TILE_MAX_RN];
-        float dx[PITH_TILE_MAX_RN];
-        for (int t = 0; t < RN; t++) {
-            xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
-            dx[t] = xr[t][b].d;
-        }
-        for (int r = 0; r < RM; r++) {
-            const uint8_t *blk = w + r * ws + b * bb;
-            __m256i wq = unpack_q32(blk, type);
-            __m256i aw = _mm256_abs_epi8(wq);
-            float dw = f16_at(blk);
-            for (int t = 0; t < RN; t++) {
-                __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
-                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
+    for (int b = 0; b < nb; b += 2) {
+        UNROLL for (int h = 0; h < 2; h++) {
+            if (h == 1 && b + 1 == nb) break; /* odd block count */
+            __m256i xq[IMPL_MAX_RN];
+            float dx[IMPL_MAX_RN];
+            UNROLL for (int t = 0; t < RN; t++) {
+                xq[t] = _mm256_loadu_si256((const __m256i *)xr[t][b + h].qs);
+                dx[t] = xr[t][b + h].d;
+            }
+            UNROLL for (int r = 0; r < RM; r++) {
+                const uint8_t *blk = w + r * ws + (b + h) * bb;
+                /* the hardware prefetcher alone leaves gaps between short rows */
+                _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+                __m256i wq = unpack_q32(blk, type);
+                float dw = f16_at(blk);
+                if (type == PITH_W_Q8_0) {
+                    __m256i aw = _mm256_abs_epi8(wq);
+                    UNROLL for (int t = 0; t < RN; t++) {
+                        __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
+                        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                        acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                    }
+                } else {
+                    UNROLL for (int t = 0; t < RN; t++) {
+                        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq[t]), ones));
+                        acc[h][r][t] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * dx[t]), acc[h][r][t]);
+                        offset[r][t] += dw * xr[t][b + h].s;
+                    }
+                }
             }
         }
     }
-    for (int r = 0; r < RM; r++)
-        for (int t = 0; t < RN; t++) store_out(&y[t * ldy + r], hsum(acc[r][t]), accumulate);
+    UNROLL for (int r = 0; r < RM; r++)
+        UNROLL for (int t = 0; t < RN; t++) {
+            float v = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]));
+            store_out(&y[t * ldy + r], type == PITH_W_Q8_0 ? v : v - 8.0f * offset[r][t], accumulate);
+        }
 }
 
-/* ---- K-quants against q8k activations, one (row, token) at a time ---- */
+/* ---- K-quants against q8k activations ---- */
 
-/* Integer <u, x> weighted per sub-block, for Q4_K: sum_s scale_s * <q_s, x_s> (q_s unsigned nibbles). */
-INLINE float dot_q4_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
+/* One super-block of one weight row, unpacked once and then used for up to 4 tokens: 8 vectors of 32
+ * unsigned quants (in activation order), the int16 multipliers madd applies per 16-lane half (the
+ * sub-block scales), and what the offset term needs: Q4_K its 8 mins (int16), to weigh the sums of
+ * each sub-block's activations; Q6_K its 16 scales (int16), to weigh the activation bsums (its quants
+ * carry +32). */
+typedef struct kq_unpacked {
+    __m256i q[8];
+    __m256i scale[8];
+    __m128i mins;     /* Q4_K */
+    __m256i scales16; /* Q6_K */
+    float d, dmin;
+} kq_unpacked;
+
+/* Q4_K's 12 scale bytes hold eight 6-bit scales and eight 6-bit mins: bytes 0-3 keep scales 0-3 and
+ * bytes 4-7 mins 0-3 in their low 6 bits, their top 2 bits are the high bits of scales/mins 4-7, whose
+ * low 4 bits are the nibbles of bytes 8-11. Rearranged with 32-bit masks into 8 scale bytes, then 8 min
+ * bytes (the same values pith_q4k_scale_min gives one at a time). */
+INLINE void q4k_scales_mins(const uint8_t *packed, uint8_t out[16]) {
+    uint32_t a, b, c;
+    memcpy(&a, packed, 4);
+    memcpy(&b, packed + 4, 4);
+    memcpy(&c, packed + 8, 4);
+    uint32_t w[4] = {
+        a & 0x3f3f3f3fu,                                            /* scales 0-3 */
+        (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4),        /* scales 4-7 */
+        b & 0x3f3f3f3fu,                                            /* mins 0-3 */
+        ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4), /* mins 4-7 */
+    };
+    memcpy(out, w, 16);
+}
+
+INLINE void unpack_q4_k(const uint8_t *blk, kq_unpacked *u) {
     const __m256i low = _mm256_set1_epi8(15);
-    float sum = 0.0f;
-    for (int b = 0; b < nb; b++, blk += PITH_Q4_K_BYTES) {
-        const uint8_t *q = blk + 16;
-        __m256i dots = _mm256_setzero_si256();
-        int mins = 0;
-        for (int p = 0; p < 4; p++) {
-            int sc0, m0, sc1, m1;
-            pith_q4k_scale_min(blk + 4, 2 * p, &sc0, &m0);
-            pith_q4k_scale_min(blk + 4, 2 * p + 1, &sc1, &m1);
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
-            __m256i lo = _mm256_and_si256(raw, low);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p));
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 64 * p + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16((short)sc0));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16((short)sc1));
-            dots = _mm256_add_epi32(dots, _mm256_add_epi32(p0, p1));
-            mins += m0 * (xb[b].bsums[4 * p] + xb[b].bsums[4 * p + 1]) +
-                    m1 * (xb[b].bsums[4 * p + 2] + xb[b].bsums[4 * p + 3]);
-        }
-        sum += xb[b].d * (f16_at(blk) * (float)hsum_i32(dots) - f16_at(blk + 2) * (float)mins);
+    uint8_t sm[16];
+    q4k_scales_mins(blk + 4, sm);
+    __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm16)); /* scale s in int16 lane s */
+    u->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm16, 8));
+    for (int p = 0; p < 4; p++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * p));
+        u->q[2 * p] = _mm256_and_si256(raw, low);
+        u->q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
     }
-    return sum;
+    for (int g = 0; g < 8; g++) /* broadcast int16 lane g: bytes 2g, 2g+1 everywhere */
+        u->scale[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
+    u->d = f16_at(blk);
+    u->dmin = f16_at(blk + 2);
 }
 
-INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) {
-    const __m256i low = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
-    float sum = 0.0f;
-    for (int b = 0; b < nb; b++, blk += PITH_Q6_K_BYTES) {
-        const int8_t *sc = (const int8_t *)(blk + 192);
-        __m256i dots = _mm256_setzero_si256();
-        int offset = 0;
-        for (int h = 0; h < 2; h++) {
-            __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
-            __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-            __m256i v[4];
-            v[0] = _mm256_and_si256(qa, low);
-            v[1] = _mm256_and_si256(qb, low);
-            v[2] = _mm256_and_si256(_mm256_srli_epi16(qa, 4), low);
-            v[3] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
-            for (int g = 0; g < 4; g++) {
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), two);
-                __m256i u = _mm256_or_si256(v[g], _mm256_slli_epi16(hi, 4));
-                int s = h * 8 + 2 * g;
-                __m256i scale = _mm256_insertf128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[s])),
-                                                        _mm_set1_epi16(sc[s + 1]), 1);
-                __m256i xq = _mm256_loadu_si256((const __m256i *)(xb[b].qs + 16 * s));
-                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), scale));
-                offset += sc[s] * xb[b].bsums[s] + sc[s + 1] * xb[b].bsums[s + 1];
+INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
+    const __m256i low = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
+    __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
+    u->scales16 = _mm256_cvtepi8_epi16(sc8); /* scale s in int16 lane s */
+    for (int h = 0; h < 2; h++) {
+        __m256i qa = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+        __m256i qb = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        __m256i v[4];
+        v[0] = _mm256_and_si256(qa, low);
+        v[1] = _mm256_and_si256(qb, low);
+        v[2] = _mm256_and_si256(_mm256_srli_epi16(qa, 4), low);
+        v[3] = _mm256_and_si256(_mm256_srli_epi16(qb, 4), low);
+        /* this half's 8 scales in both 128-bit lanes, so each lane's byte shuffle can reach them */
+        __m256i sc = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(u->scales16, 1)
+                                                   : _mm256_castsi256_si128(u->scales16));
+        for (int g = 0; g < 4; g++) {
+            /* bit pair g of qh moved to bits 4-5 (16-bit shifts leak only into bits the mask drops) */
+            __m256i hi = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                       : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+            u->q[4 * h + g] = _mm256_or_si256(v[g], _mm256_and_si256(hi, bits45));
+            /* low lane: scale 2g of this half (first 16 quants), high lane: scale 2g + 1 */
+            __m128i lo_pick = _mm_set1_epi16((short)((4 * g + 1) << 8 | 4 * g));
+            __m128i hi_pick = _mm_set1_epi16((short)((4 * g + 3) << 8 | (4 * g + 2)));
+            u->scale[4 * h + g] =
+                _mm256_shuffle_epi8(sc, _mm256_insertf128_si256(_mm256_castsi128_si256(lo_pick), hi_pick, 1));
+        }
+    }
+    u->d = f16_at(blk + 208);
+    u->dmin = 0.0f;
+}
+
+/* One row against RN tokens. Per super-block and token: exact integer sums (maddubs pairs stay below
+ * 2 * 63 * 127, the scaled sums below 2^31), then Q4_K: d_x (d dots - dmin mins), Q6_K: d d_x (dots -
+ * 32 offset). Each (row, token) pair computes the same way whatever RN is. */
+INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, float *y, size_t ldy,
+                             bool accumulate, pith_wtype type, const int RN) {
+    const size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    const pith_block_q8k *xr[IMPL_MAX_RN];
+    float sum[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8k *)((const uint8_t *)x + t * xs);
+        sum[t] = 0.0f;
+    }
+    kq_unpacked u;
+    for (int b = 0; b < K / PITH_QK_K; b++) {
+        const uint8_t *blk = w + b * bb;
+        _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
+        if (type == PITH_W_Q4_K) unpack_q4_k(blk, &u);
+        else unpack_q6_k(blk, &u);
+        UNROLL for (int t = 0; t < RN; t++) {
+            const pith_block_q8k *xb = &xr[t][b];
+            __m256i dots = _mm256_setzero_si256();
+            UNROLL for (int g = 0; g < 8; g++) {
+                __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * g));
+                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[g], xq), u.scale[g]));
+            }
+            if (type == PITH_W_Q4_K) {
+                /* sums of each 32 activations (pairs of bsums) weighed by the mins */
+                __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                               _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
+                __m128i m = _mm_madd_epi16(u.mins, pairs);
+                m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+                m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+                sum[t] += xb->d * (u.d * (float)hsum_i32(dots) - u.dmin * (float)_mm_cvtsi128_si32(m));
+            } else {
+                int off = hsum_i32(_mm256_madd_epi16(u.scales16, _mm256_loadu_si256((const __m256i *)xb->bsums)));
+                sum[t] += u.d * xb->d * (float)(hsum_i32(dots) - 32 * off);
             }
         }
-        sum += f16_at(blk + 208) * xb[b].d * (float)(hsum_i32(dots) - 32 * offset);
     }
-    return sum;
+    UNROLL for (int t = 0; t < RN; t++) store_out(&y[t * ldy], sum[t], accumulate);
 }
 
 /* ---- instantiations ---- */
 
-#define TILE_ENTRY(NAME, IMPL, TYPE, MAXRN)                                                              \
+/* Tiles of 4 rows x QUAD_RN tokens (register blocking: each weight load serves QUAD_RN tokens) while
+ * that many tokens remain, then row by row for up to 4 tokens at a time. Row by row is what decode uses:
+ * the weights then stream from memory strictly sequentially, which the hardware prefetcher follows far
+ * better than four interleaved short rows. QUAD_RN 0: always row by row (the integer tiles amortize
+ * their per-row unpacking over 4 tokens that way and need no more registers). */
+#define TILE_ENTRY(NAME, IMPL, TYPE, QUAD_RN)                                                            \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
                          float *y, size_t ldy, bool accumulate) {                                       \
-        for (int t0 = 0; t0 < rn; t0 += MAXRN) {                                                        \
-            int n = rn - t0 < MAXRN ? rn - t0 : MAXRN;                                                  \
-            const void *xt = (const uint8_t *)x + t0 * xs;                                              \
-            float *yt = y + t0 * ldy;                                                                   \
-            if (rm == 4) {                                                                              \
-                switch (n) {                                                                            \
-                case 1: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 1); break;                 \
-                case 2: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 2 <= MAXRN ? 2 : 1); break; \
-                default: IMPL(K, w, ws, xt, xs, yt, ldy, accumulate, TYPE, 4, 3 <= MAXRN ? 3 : 1); break; \
-                }                                                                                       \
-            } else {                                                                                    \
-                for (int r = 0; r < rm; r++) {                                                          \
-                    for (int t = 0; t < n; t++)                                                         \
-                        IMPL(K, w + r * ws, ws, (const uint8_t *)xt + t * xs, xs, yt + t * ldy + r, ldy, \
-                             accumulate, TYPE, 1, 1);                                                   \
+        int t0 = 0;                                                                                     \
+        if (QUAD_RN && rm == PITH_TILE_MAX_RM)                                                          \
+            for (; rn - t0 >= QUAD_RN; t0 += QUAD_RN)                                                   \
+                IMPL(K, w, ws, (const uint8_t *)x + t0 * xs, xs, y + t0 * ldy, ldy, accumulate, TYPE,   \
+                     PITH_TILE_MAX_RM, QUAD_RN ? QUAD_RN : 1);                                          \
+        for (int r = 0; r < rm; r++) {                                                                  \
+            for (int t = t0; t < rn; t += IMPL_MAX_RN) {                                                \
+                const uint8_t *wr = w + r * ws, *xt = (const uint8_t *)x + t * xs;                      \
+                float *yt = y + t * ldy + r;                                                            \
+                switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                  \
+                case 1: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 1); break;                \
+                case 2: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 2); break;                \
+                case 3: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 3); break;                \
+                default: IMPL(K, wr, ws, xt, xs, yt, ldy, accumulate, TYPE, 1, 4); break;               \
                 }                                                                                       \
             }                                                                                           \
         }                                                                                               \
@@ -218,22 +319,29 @@ INLINE float dot_q6_k_row(int nb, const uint8_t *blk, const pith_block_q8k *xb) 
 TILE_ENTRY(tile_f32, tile_float_impl, PITH_W_F32, 3)
 TILE_ENTRY(tile_f16, tile_float_impl, PITH_W_F16, 3)
 TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
-TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 2)
-TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 2)
+TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 0)
+TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
-#define KQUANT_ENTRY(NAME, DOT)                                                             \
+/* K-quant tiles: row by row, up to 4 tokens per unpacked super-block. */
+#define KQUANT_ENTRY(NAME, TYPE)                                                                         \
     static TGT void NAME(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,  \
                          float *y, size_t ldy, bool accumulate) {                                       \
-        for (int r = 0; r < rm; r++)                                                                    \
-            for (int t = 0; t < rn; t++)                                                                \
-                store_out(&y[t * ldy + r],                                                              \
-                          DOT(K / PITH_QK_K, w + r * ws,                                                \
-                              (const pith_block_q8k *)((const uint8_t *)x + t * xs)),                   \
-                          accumulate);                                                                  \
+        for (int r = 0; r < rm; r++) {                                                                  \
+            for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                 \
+                const uint8_t *wr = w + r * ws, *xt = (const uint8_t *)x + t * xs;                      \
+                float *yt = y + t * ldy + r;                                                            \
+                switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                  \
+                case 1: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 1); break;           \
+                case 2: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 2); break;           \
+                case 3: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 3); break;           \
+                default: tile_kquant_impl(K, wr, xt, xs, yt, ldy, accumulate, TYPE, 4); break;          \
+                }                                                                                       \
+            }                                                                                           \
+        }                                                                                               \
     }
 
-KQUANT_ENTRY(tile_q4_k, dot_q4_k_row)
-KQUANT_ENTRY(tile_q6_k, dot_q6_k_row)
+KQUANT_ENTRY(tile_q4_k, PITH_W_Q4_K)
+KQUANT_ENTRY(tile_q6_k, PITH_W_Q6_K)
 
 /* ---- activation quantizers ---- */
 
@@ -264,7 +372,13 @@ INLINE float quantize32(const float *x, int8_t *q) {
 }
 
 static TGT void quantize_q8a_avx2(const float *x, pith_block_q8a *out, int n) {
-    for (int i = 0; i < n / PITH_QK; i++) out[i].d = quantize32(x + i * PITH_QK, out[i].qs);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int i = 0; i < n / PITH_QK; i++) {
+        out[i].d = quantize32(x + i * PITH_QK, out[i].qs);
+        __m256i q = _mm256_loadu_si256((const __m256i *)out[i].qs);
+        int sum = hsum_i32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16));
+        out[i].s = out[i].d * (float)sum;
+    }
 }
 
 static TGT void quantize_q8k_avx2(const float *x, pith_block_q8k *out, int n) {
@@ -297,27 +411,6 @@ static TGT void quantize_q8k_avx2(const float *x, pith_block_q8k *out, int n) {
 
 /* ---- vector helpers ---- */
 
-static TGT float dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static TGT void axpy_avx2(float *y, float a, const float *x, int n) {
-    __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
 static TGT void scale_avx2(float *y, float a, int n) {
     __m256 av = _mm256_set1_ps(a);
     int i = 0;
@@ -338,17 +431,122 @@ static TGT void f32_to_f16_avx2(const float *src, uint16_t *dst, int n) {
     for (; i < n; i++) dst[i] = pith_f32_to_f16(src[i]);
 }
 
+/* exp(x) for x in [-87, 88] (clamped): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
+ * degree 7 (truncation error below 6e-9 relative), times 2^n built in the exponent bits. ln2 is split
+ * in two parts so n * ln2 is exact enough for |n| <= 127. A few ulp, like expf. */
+INLINE __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static TGT float exp_shifted_avx2(float *s, float m, int n) {
+    __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mv));
+        _mm256_storeu_ps(s + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    if (i < n) { /* tail through a padded vector, so every element gets the same exp */
+        float tmp[8] = {0};
+        memcpy(tmp, s + i, (size_t)(n - i) * sizeof(float));
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        _mm256_storeu_ps(tmp, e);
+        for (int k = 0; k < n - i; k++) total += s[i + k] = tmp[k];
+    }
+    return total;
+}
+
+static TGT void silu_mul_avx2(float *g, const float *u, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(g + i);
+        __m256 d = _mm256_add_ps(one, exp8(_mm256_xor_ps(v, sign)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, d), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        float tmp[8] = {0};
+        tmp[0] = -g[i];
+        _mm256_storeu_ps(tmp, exp8(_mm256_loadu_ps(tmp)));
+        g[i] = g[i] / (1.0f + tmp[0]) * u[i];
+    }
+}
+
+/* NQ queries x NV vectors of 8 output lanes, accumulated over j in registers. */
+INLINE void pv_block(float *acc, int acc_ld, const float *p, int p_ld, const float *v, int v_ld, int jn, const int NQ,
+                     const int NV) {
+    __m256 a[4][2];
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_loadu_ps(acc + (size_t)i * acc_ld + 8 * u);
+    for (int j = 0; j < jn; j++) {
+        __m256 vv[2];
+        UNROLL for (int u = 0; u < NV; u++) vv[u] = _mm256_loadu_ps(v + (size_t)j * v_ld + 8 * u);
+        UNROLL for (int i = 0; i < NQ; i++) {
+            __m256 pb = _mm256_broadcast_ss(p + (size_t)i * p_ld + j);
+            UNROLL for (int u = 0; u < NV; u++) a[i][u] = _mm256_fmadd_ps(pb, vv[u], a[i][u]);
+        }
+    }
+    UNROLL for (int i = 0; i < NQ; i++)
+        UNROLL for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + (size_t)i * acc_ld + 8 * u, a[i][u]);
+}
+
+static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                                   int jn, int hd) {
+    for (int i = 0; i < nq; i += 4) {
+        int n = nq - i < 4 ? nq - i : 4;
+        float *ai = acc + (size_t)i * acc_ld;
+        const float *pi = p + (size_t)i * p_ld;
+        int d = 0;
+        for (; d + 16 <= hd; d += 16) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 2); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 2); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 2); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 2); break;
+            }
+        }
+        for (; d + 8 <= hd; d += 8) {
+            switch (n) {
+            case 1: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 1, 1); break;
+            case 2: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 2, 1); break;
+            case 3: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 3, 1); break;
+            default: pv_block(ai + d, acc_ld, pi, p_ld, v + d, v_ld, jn, 4, 1); break;
+            }
+        }
+        for (; d < hd; d++) /* head_dim not a multiple of 8: same order, one lane at a time */
+            for (int q = 0; q < n; q++)
+                for (int j = 0; j < jn; j++)
+                    ai[(size_t)q * acc_ld + d] = fmaf(pi[(size_t)q * p_ld + j], v[(size_t)j * v_ld + d], ai[(size_t)q * acc_ld + d]);
+    }
+}
+
 static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {3, 3, 3, 2, 2, 1, 1},
+    .tile_rn = {6, 6, 6, 4, 4, 4, 4},
     .quantize_q8a = quantize_q8a_avx2,
     .quantize_q8k = quantize_q8k_avx2,
-    .dot = dot_avx2,
-    .axpy = axpy_avx2,
     .scale = scale_avx2,
     .f16_to_f32 = f16_to_f32_avx2,
     .f32_to_f16 = f32_to_f16_avx2,
+    .exp_shifted = exp_shifted_avx2,
+    .silu_mul = silu_mul_avx2,
+    .pv_accumulate = pv_accumulate_avx2,
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be

@@ -154,16 +154,6 @@ static void tile_q6_k(int K, const uint8_t *w, size_t ws, int rm, const void *x,
     tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q6_K);
 }
 
-static float dot_scalar(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void axpy_scalar(float *y, float a, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 static void scale_scalar(float *y, float a, int n) {
     for (int i = 0; i < n; i++) y[i] *= a;
 }
@@ -176,17 +166,39 @@ static void f32_to_f16_scalar(const float *src, uint16_t *dst, int n) {
     for (int i = 0; i < n; i++) dst[i] = pith_f32_to_f16(src[i]);
 }
 
+/* expf's arguments are clamped so it never takes its (slow) underflow or overflow path: below -87
+ * the result is under FLT_MIN anyway, above 88 the silu quotient is 0 either way. */
+static float exp_shifted_scalar(float *s, float m, int n) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += s[i] = expf(fmaxf(s[i] - m, -87.0f));
+    return sum;
+}
+
+static void silu_mul_scalar(float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(fminf(-g[i], 88.0f))) * u[i];
+}
+
+static void pv_accumulate_scalar(float *acc, int acc_ld, const float *p, int p_ld, int nq, const float *v, int v_ld,
+                                 int jn, int hd) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < jn; j++) {
+            float a = p[(size_t)i * p_ld + j];
+            for (int d = 0; d < hd; d++) acc[(size_t)i * acc_ld + d] += a * v[(size_t)j * v_ld + d];
+        }
+}
+
 static const pith_cpu_kernels scalar_kernels = {
     .name = "scalar",
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
     .tile_rn = {1, 1, 1, 1, 1, 1, 1},
     .quantize_q8a = pith_quantize_q8a_scalar,
     .quantize_q8k = pith_quantize_q8k_scalar,
-    .dot = dot_scalar,
-    .axpy = axpy_scalar,
     .scale = scale_scalar,
     .f16_to_f32 = f16_to_f32_scalar,
     .f32_to_f16 = f32_to_f16_scalar,
+    .exp_shifted = exp_shifted_scalar,
+    .silu_mul = silu_mul_scalar,
+    .pv_accumulate = pv_accumulate_scalar,
 };
 
 const pith_cpu_kernels *pith_cpu_kernels_scalar(void) { return &scalar_kernels; }

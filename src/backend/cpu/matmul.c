@@ -126,6 +126,12 @@ int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, s
     atomic_init(&j.next_unit, 0);
     atomic_init(&j.next_row, 0);
     atomic_init(&j.rows_done, 0);
+    /* A few rows (decode) are quantized here, before any worker can join: then no participant ever
+     * waits on another for them, even one that the OS has descheduled. */
+    if (j.quantize && (double)a->n * a->k < PITH_POOL_MIN_WORK) {
+        quantize_rows(&j);
+        j.quantize = false;
+    }
     pith_pool_run_sized(c->pool, mm_worker, &j, (double)w->rows * w->cols * a->n);
     return 0;
 }

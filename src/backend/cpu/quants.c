@@ -92,7 +92,12 @@ static float quantize_block(const float *x, int8_t *q, int n) {
 }
 
 void pith_quantize_q8a_scalar(const float *x, pith_block_q8a *out, int n) {
-    for (int i = 0; i < n / PITH_QK; i++) out[i].d = quantize_block(x + i * PITH_QK, out[i].qs, PITH_QK);
+    for (int i = 0; i < n / PITH_QK; i++) {
+        out[i].d = quantize_block(x + i * PITH_QK, out[i].qs, PITH_QK);
+        int sum = 0;
+        for (int j = 0; j < PITH_QK; j++) sum += out[i].qs[j];
+        out[i].s = out[i].d * (float)sum;
+    }
 }
 
 void pith_quantize_q8k_scalar(const float *x, pith_block_q8k *out, int n) {

@@ -12,7 +12,8 @@
  *
  * Activation blocks are ours (in scratch memory, aligned): a row of activations quantized with one
  * float scale per block, d = max|x| / 127, q = round(x / d), so |x - d*q| <= d/2 per element.
- *   q8a: for Q8_0/Q4_0 weights, blocks of 32.
+ *   q8a: for Q8_0/Q4_0 weights, blocks of 32, with s = d * sum(q): Q4_0 kernels multiply the unsigned
+ *        nibbles directly and subtract 8 * s per block.
  *   q8k: for Q4_K/Q6_K weights, blocks of 256 with the sums of each 16 quants (bsums), which the
  *        kernels use to apply the K-quants' offsets (Q4_K mins, Q6_K's -32) once per 16 elements. */
 #ifndef PITH_CPU_QUANTS_H
@@ -34,6 +35,7 @@
 
 typedef struct pith_block_q8a {
     float d;
+    float s;
     int8_t qs[PITH_QK];
 } pith_block_q8a;
 

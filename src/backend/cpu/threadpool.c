@@ -37,10 +37,6 @@ struct pith_pool {
     _Atomic int done_sleepers;
 };
 
-typedef struct worker_start {
-    pith_pool *pool;
-} worker_start;
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -100,9 +96,7 @@ static int gen_changed(uint32_t v, uint32_t seen_gen) { return (v >> GEN_SHIFT) 
 static int reached(uint32_t v, uint32_t target) { return v == target; }
 
 static void *worker_main(void *p_) {
-    worker_start *ws = p_;
-    pith_pool *p = ws->pool;
-    free(ws);
+    pith_pool *p = p_;
     uint32_t seen = 0;
     for (;;) {
         uint32_t w = wait_word(&p->job, seen, gen_changed, &p->job_sleepers);
@@ -139,18 +133,11 @@ int pith_pool_create(int n_threads, pith_pool **out, pith_err *err) {
         return pith_errf(err, "out of memory creating a thread pool");
     }
     for (int i = 1; i < n_threads; i++) {
-        worker_start *ws = malloc(sizeof *ws);
-        int rc = ws ? 0 : -1;
-        if (ws) {
-            ws->pool = p;
-            rc = pthread_create(&p->threads[i], NULL, worker_main, ws);
-            if (rc) free(ws);
-        }
+        int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
         if (rc) {
             p->n = i; /* shut down the workers started so far */
             pith_pool_destroy(p);
-            return pith_errf(err, "cannot start worker thread %d of %d (%s)", i, n_threads,
-                             rc > 0 ? strerror(rc) : "out of memory");
+            return pith_errf(err, "cannot start worker thread %d of %d (%s)", i, n_threads, strerror(rc));
         }
     }
     *out = p;

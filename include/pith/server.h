@@ -1,0 +1,68 @@
+/* The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (plain JSON or Server-Sent
+ * Events), /v1/models, /health, /metrics, /tokenize, /detokenize. docs/api.md is the reference.
+ *
+ * Owns the listening socket, the HTTP connection threads (libmicrohttpd, one thread per connection,
+ * bounded), and once loaded the model, tokenizer, chat template and the engine with its thread.
+ *
+ * Lifecycle: pith_server_create starts listening at once and answers 503 "not ready" to generation
+ * requests (and to /health) until pith_server_load has finished; the caller may run the load on another
+ * thread. pith_server_drain stops accepting connections, lets requests in flight finish up to a
+ * deadline, cancels the rest and closes every connection; pith_server_free releases everything.
+ *
+ * Invariants:
+ *   - a client never sees internal details (paths, library messages): errors it gets are OpenAI-shaped
+ *     {"error": {"message", "type", "param", "code"}} with fixed wording; the details go to the log;
+ *   - a request whose client goes away is cancelled at once, which frees its KV blocks;
+ *   - API keys are compared in constant time (time depends on the length of the key presented only);
+ *   - the library prints nothing: log lines go to options.log. */
+#ifndef PITH_SERVER_H
+#define PITH_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pith/engine.h"
+#include "pith/status.h"
+
+typedef struct pith_server pith_server;
+
+/* Zero-initialised options are valid (except model_path) and mean the defaults given here. Strings are
+ * copied by pith_server_create. */
+typedef struct pith_server_options {
+    const char *model_path;         /* GGUF, Hugging Face directory or llama2.c checkpoint */
+    const char *tokenizer_path;     /* NULL: the model file's own tokenizer */
+    const char *chat_template_path; /* NULL: the model's template (GGUF tokenizer.chat_template, or
+                                       tokenizer_config.json / chat_template.jinja), else ChatML */
+    const char *model_name;         /* id in /v1/models and responses; NULL: the model file's base name
+                                       without its extension */
+    const char *host;               /* address to bind; NULL: 127.0.0.1 */
+    int port;                       /* 0: any free port (read it back with pith_server_port) */
+    const char *const *api_keys;    /* n_api_keys keys; none (and no key file): no authentication */
+    int n_api_keys;
+    const char *api_key_file;       /* more keys, one per line ('#' comments and blank lines skipped) */
+    size_t max_body_bytes;          /* largest request body; 0: 4 MiB */
+    int max_connections;            /* open connections at once; 0: 256 */
+    int idle_timeout_s;             /* a connection with no progress (reading a request or sending a
+                                       response) for this long is closed; 0: 60 */
+    int n_threads;                  /* model worker threads; 0: one per online CPU */
+    pith_engine_options engine;     /* see engine.h; engine.max_waiting bounds the queue (429 beyond) */
+    bool log_requests;              /* one log line per HTTP request */
+    void (*log)(void *user, const char *line); /* NULL: no logging */
+    void *log_user;
+} pith_server_options;
+
+/* Binds and starts answering (503 for generation until loaded). */
+int pith_server_create(const pith_server_options *opt, pith_server **out, pith_err *err);
+/* The bound TCP port. */
+int pith_server_port(const pith_server *s);
+/* Loads the model, tokenizer and chat template and starts the engine; the server is ready after it.
+ * May run on any one thread, once. */
+int pith_server_load(pith_server *s, pith_err *err);
+bool pith_server_ready(const pith_server *s);
+/* Stops accepting, waits up to deadline_s seconds for requests in flight to finish, cancels the rest
+ * and closes every connection. Idempotent. */
+void pith_server_drain(pith_server *s, double deadline_s);
+/* Drains with no deadline left (cancelling everything) if not drained, then frees everything. */
+void pith_server_free(pith_server *s);
+
+#endif

@@ -1,0 +1,27 @@
+/* `pith run --chat`: an interactive chat in the terminal.
+ *
+ * Each line read from `in` is one user turn (an empty line is ignored; end of input ends the chat).
+ * The conversation so far is rendered with the model's chat template and generated through the engine,
+ * so every turn reuses the previous turns' KV blocks from the prefix cache. The reply streams to `out`.
+ * With a system prompt (-p), it opens the conversation. */
+#ifndef PITH_CLI_CHAT_H
+#define PITH_CLI_CHAT_H
+
+#include <stdio.h>
+
+#include "pith/chat.h"
+#include "pith/engine.h"
+
+typedef struct cli_chat_opts {
+    const char *system_prompt;        /* NULL or "": none */
+    const char *bos_text, *eos_text;  /* the tokenizer's BOS/EOS text for the template; may be NULL */
+    pith_sampling_params sampling;
+    int n_predict;                    /* most tokens per reply */
+    pith_engine_options engine;
+    bool interactive;                 /* print a "> " prompt on stderr before each turn */
+} cli_chat_opts;
+
+int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template *tmpl, const cli_chat_opts *o,
+             FILE *in, FILE *out, pith_err *err);
+
+#endif

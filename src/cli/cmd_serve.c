@@ -1,0 +1,245 @@
+/* `pith serve`: the OpenAI-compatible HTTP server (pith/server.h) as a command. Listens at once, loads
+ * the model on a second thread (/health answers 503 until it is in), and drains on SIGTERM or SIGINT:
+ * stop accepting, let requests finish up to --drain-timeout, cancel the rest, exit 0. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "pith/server.h"
+
+#define MAX_KEYS 64
+
+typedef struct serve_opts {
+    pith_server_options srv;
+    const char *keys[MAX_KEYS];
+    double drain_timeout_s;
+} serve_opts;
+
+static void serve_usage(FILE *out) {
+    fprintf(out,
+            "usage: pith serve [-m MODEL] [options]\n"
+            "\n"
+            "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (streaming with\n"
+            "\"stream\": true), /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/api.md.\n"
+            "\n"
+            "  -m, --model PATH          GGUF file, Hugging Face directory or llama2.c .bin (default: the\n"
+            "                            model installed next to the binary, or $PITH_DEFAULT_MODEL)\n"
+            "      --tokenizer PATH      tokenizer file (needed for llama2.c checkpoints)\n"
+            "      --chat-template FILE  Jinja chat template overriding the model's (default: the model's,\n"
+            "                            else ChatML)\n"
+            "      --model-name NAME     model id clients use (default: the model file's base name)\n"
+            "      --host ADDR           address to listen on (default 127.0.0.1)\n"
+            "      --port N              TCP port, 0 = any free one (default 8080)\n"
+            "      --api-key KEY         require 'Authorization: Bearer KEY' (repeatable)\n"
+            "      --api-key-file FILE   accepted keys, one per line ('#' comments allowed)\n"
+            "  -t, --threads N           model worker threads (default: all online CPUs)\n"
+            "\n"
+            "engine:\n"
+            "      --max-num-seqs S      sequences per step (default 64)\n"
+            "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
+            "      --kv-blocks B         KV cache size in blocks (default: from --kv-mem)\n"
+            "      --kv-mem BYTES        KV cache size, e.g. 512M (default: enough for S full-length\n"
+            "                            sequences, at most 1G)\n"
+            "      --block-size N        tokens per KV block (default 16)\n"
+            "      --max-seq-len N       prompt + output limit per sequence (default: the model's)\n"
+            "      --kv-f32              keep K/V in F32 instead of F16\n"
+            "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n"
+            "      --max-queue N         requests waiting beyond the running ones before 429 (default 256)\n"
+            "\n"
+            "connections:\n"
+            "      --max-body BYTES      largest request body, e.g. 1M (default 4M); larger gets 413\n"
+            "      --max-connections N   open connections at once (default 256)\n"
+            "      --timeout SECONDS     close a connection idle (or stalled reading/writing) this long\n"
+            "                            (default 60)\n"
+            "      --drain-timeout SECS  on SIGTERM, how long running requests may take to finish before\n"
+            "                            they are cancelled (default 30)\n"
+            "      --quiet               no access log lines\n"
+            "  -h, --help                show this help\n");
+}
+
+static bool parse_size(const char *opt, const char *v, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10, end++;
+    else if (*end == 'M' || *end == 'm') shift = 20, end++;
+    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (errno || end == v || *end || v[0] == '-' || n == 0 || n > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "pith serve: %s: '%s' is not a size (bytes, or a number with K, M or G)\n", opt, v);
+        return false;
+    }
+    *out = (size_t)n << shift;
+    return true;
+}
+
+/* Returns 0 to continue, 1 for --help, -1 on a usage error (message printed). */
+static int parse_serve_args(int argc, char **argv, serve_opts *o) {
+    memset(o, 0, sizeof *o);
+    pith_server_options *s = &o->srv;
+    pith_engine_options *e = &s->engine;
+    s->port = 8080;
+    s->log_requests = true;
+    s->api_keys = o->keys;
+    e->max_waiting = 256;
+    o->drain_timeout_s = 30;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v;
+        long long iv;
+        double fv;
+#define VALUE() do { if (!(v = cli_value("serve", argc, argv, &i))) return -1; } while (0)
+#define INT_OPT(name, field, lo, hi)                                              \
+        else if (!strcmp(a, name)) {                                              \
+            VALUE();                                                              \
+            if (!cli_parse_int("serve", a, v, lo, hi, &iv)) return -1;            \
+            field = (int)iv;                                                      \
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            return 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            VALUE(); s->model_path = v;
+        } else if (!strcmp(a, "--tokenizer")) {
+            VALUE(); s->tokenizer_path = v;
+        } else if (!strcmp(a, "--chat-template")) {
+            VALUE(); s->chat_template_path = v;
+        } else if (!strcmp(a, "--model-name")) {
+            VALUE(); s->model_name = v;
+        } else if (!strcmp(a, "--host")) {
+            VALUE(); s->host = v;
+        } else if (!strcmp(a, "--api-key")) {
+            VALUE();
+            if (s->n_api_keys == MAX_KEYS) {
+                fprintf(stderr, "pith serve: at most %d --api-key options (use --api-key-file)\n", MAX_KEYS);
+                return -1;
+            }
+            o->keys[s->n_api_keys++] = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            VALUE(); s->api_key_file = v;
+        } else if (!strcmp(a, "--kv-f32")) {
+            e->kv_f32 = true;
+        } else if (!strcmp(a, "--no-prefix-cache")) {
+            e->no_prefix_cache = true;
+        } else if (!strcmp(a, "--quiet")) {
+            s->log_requests = false;
+        } else if (!strcmp(a, "--kv-mem")) {
+            VALUE(); if (!parse_size(a, v, &e->kv_mem_bytes)) return -1;
+        } else if (!strcmp(a, "--max-body")) {
+            VALUE(); if (!parse_size(a, v, &s->max_body_bytes)) return -1;
+        } else if (!strcmp(a, "--drain-timeout")) {
+            VALUE(); if (!cli_parse_float("serve", a, v, 0, 86400, &fv)) return -1;
+            o->drain_timeout_s = fv;
+        }
+        INT_OPT("--port", s->port, 0, 65535)
+        INT_OPT("-t", s->n_threads, 1, 1024)
+        INT_OPT("--threads", s->n_threads, 1, 1024)
+        INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
+        INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
+        INT_OPT("--block-size", e->block_size, 1, 4096)
+        INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
+        INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
+        INT_OPT("--max-queue", e->max_waiting, 1, 1 << 20)
+        INT_OPT("--max-connections", s->max_connections, 1, 65536)
+        INT_OPT("--timeout", s->idle_timeout_s, 1, 86400)
+        else {
+            fprintf(stderr, "pith serve: unknown option '%s' (try 'pith serve --help')\n", a);
+            return -1;
+        }
+#undef INT_OPT
+#undef VALUE
+    }
+    return 0;
+}
+
+static void log_line(void *user, const char *line) {
+    (void)user;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld pith serve: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, line);
+}
+
+typedef struct loader {
+    pith_server *srv;
+    atomic_int state; /* 0 loading, 1 loaded, -1 failed */
+    pith_err err;
+} loader;
+
+static void *load_thread(void *arg) {
+    loader *l = arg;
+    int rc = pith_server_load(l->srv, &l->err);
+    atomic_store(&l->state, rc ? -1 : 1);
+    return NULL;
+}
+
+int pith_cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    int pr = parse_serve_args(argc, argv, &o);
+    if (pr == 1) {
+        serve_usage(stdout);
+        return 0;
+    }
+    if (pr < 0) return PITH_EXIT_USAGE;
+    if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
+        fprintf(stderr, "pith serve: no model given (-m) and no default model installed next to the binary\n");
+        return PITH_EXIT_USAGE;
+    }
+    o.srv.log = log_line;
+
+    /* Every thread started from here on inherits the mask, so only sigtimedwait below sees them. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pith_err err = {{0}};
+    pith_server *srv;
+    if (pith_server_create(&o.srv, &srv, &err)) {
+        fprintf(stderr, "pith serve: %s\n", err.msg);
+        return 1;
+    }
+    char line[700];
+    const char *host = o.srv.host ? o.srv.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(line, sizeof line, "listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", pith_server_port(srv));
+    log_line(NULL, line);
+
+    loader l = {.srv = srv};
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, load_thread, &l)) {
+        fprintf(stderr, "pith serve: cannot start the loader thread\n");
+        pith_server_free(srv);
+        return 1;
+    }
+    int rc = 0, sig = 0;
+    for (;;) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        sig = sigtimedwait(&stop_signals, NULL, &tick);
+        if (sig > 0) break;
+        if (atomic_load(&l.state) < 0) {
+            snprintf(line, sizeof line, "cannot load the model: %s", l.err.msg);
+            log_line(NULL, line);
+            rc = 1;
+            break;
+        }
+    }
+    if (sig > 0) {
+        snprintf(line, sizeof line, "%s: draining (up to %g s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_timeout_s);
+        log_line(NULL, line);
+    }
+    pith_server_drain(srv, rc ? 0 : o.drain_timeout_s);
+    pthread_join(tid, NULL);
+    pith_server_free(srv);
+    if (rc == 0) log_line(NULL, "stopped");
+    return rc;
+}

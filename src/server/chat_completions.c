@@ -1,0 +1,161 @@
+/* POST /v1/chat/completions: messages rendered with the model's chat template (chat.h), then encoded
+ * with special tokens recognised. BOS is added when the tokenizer adds one, unless the template already
+ * wrote it (llama.cpp does the same), so the prompt never starts with two. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/buf.h"
+#include "server/generate.h"
+#include "server/handlers.h"
+
+#define MAX_MESSAGES 4096
+
+static int check_content(const cJSON *content, int i, api_error *err) {
+    if (!content || cJSON_IsNull(content) || cJSON_IsString(content)) return 0;
+    if (!cJSON_IsArray(content))
+        return api_errorf(err, 400, "invalid_type", "messages", "messages[%d].content must be a string or a list of parts", i);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return api_errorf(err, 400, "unsupported_content", "messages",
+                              "messages[%d]: only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", i);
+    }
+    return 0;
+}
+
+static int check_messages(const cJSON *msgs, api_error *err) {
+    if (!msgs || cJSON_IsNull(msgs)) return api_errorf(err, 400, "missing_parameter", "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return api_errorf(err, 400, "invalid_type", "messages", "'messages' must be a list");
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0) return api_errorf(err, 400, "invalid_value", "messages", "'messages' is empty");
+    if (n > MAX_MESSAGES) return api_errorf(err, 400, "invalid_value", "messages", "at most %d messages", MAX_MESSAGES);
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role) || !role->valuestring[0])
+            return api_errorf(err, 400, "invalid_value", "messages", "messages[%d] must be an object with a 'role'", i);
+        if (check_content(cJSON_GetObjectItemCaseSensitive(m, "content"), i, err)) return -1;
+        i++;
+    }
+    return 0;
+}
+
+/* A copy of the messages where each list of text parts becomes one string (parts joined by "\n", as
+ * vLLM does): most templates only know string content. */
+static cJSON *flatten_messages(const cJSON *msgs) {
+    cJSON *copy = cJSON_Duplicate(msgs, true);
+    cJSON *m;
+    cJSON_ArrayForEach(m, copy) {
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsArray(content)) continue;
+        buf text = {0};
+        const cJSON *part;
+        int i = 0;
+        cJSON_ArrayForEach(part, content) {
+            if (i++) buf_puts(&text, "\n");
+            buf_puts(&text, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
+        }
+        bool ok = !text.failed && cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(text.data ? text.data : ""));
+        buf_free(&text);
+        if (!ok) {
+            cJSON_Delete(copy);
+            return NULL;
+        }
+    }
+    return copy;
+}
+
+/* Template variables beyond messages: tools, and the extension chat_template_kwargs. */
+static cJSON *template_vars(const cJSON *body, api_error *err) {
+    cJSON *vars = cJSON_CreateObject();
+    if (!vars) return NULL;
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
+    if (cJSON_IsArray(tools)) cJSON_AddItemToObject(vars, "tools", cJSON_Duplicate(tools, true));
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw)) {
+            cJSON_Delete(vars);
+            api_errorf(err, 400, "invalid_type", "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            return NULL;
+        }
+        const cJSON *v;
+        cJSON_ArrayForEach(v, kw) {
+            if (!strcmp(v->string, "messages")) continue;
+            cJSON_DeleteItemFromObjectCaseSensitive(vars, v->string);
+            cJSON_AddItemToObject(vars, v->string, cJSON_Duplicate(v, true));
+        }
+    }
+    return vars;
+}
+
+/* Renders and encodes the conversation; on success *out holds the prompt. */
+int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    if (check_messages(msgs, err)) return -1;
+    bool add_gen = true;
+    const cJSON *ag = cJSON_GetObjectItemCaseSensitive(body, "add_generation_prompt");
+    if (cJSON_IsBool(ag)) add_gen = cJSON_IsTrue(ag);
+    else if (ag && !cJSON_IsNull(ag))
+        return api_errorf(err, 400, "invalid_type", "add_generation_prompt", "'add_generation_prompt' must be a boolean");
+    api_error verr = {0};
+    cJSON *vars = template_vars(body, &verr);
+    if (!vars) return verr.status ? (*err = verr, -1) : api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    cJSON *flat = flatten_messages(msgs);
+    if (!flat) {
+        cJSON_Delete(vars);
+        return api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    }
+    pith_chat_options opts = {
+        .add_generation_prompt = add_gen, .bos_token = srv->bos_text, .eos_token = srv->eos_text, .vars = vars,
+    };
+    char *text = NULL;
+    size_t len = 0;
+    pith_err why;
+    int rc = pith_chat_template_render(srv->chat, flat, &opts, &text, &len, &why);
+    cJSON_Delete(vars);
+    cJSON_Delete(flat);
+    if (rc) {
+        server_log(srv, "chat template: %s", why.msg);
+        return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template");
+    }
+    rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
+    free(text);
+    if (rc) {
+        server_log(srv, "tokenizer: %s", why.msg);
+        return api_errorf(err, 400, "invalid_value", "messages", "the messages could not be tokenized");
+    }
+    int bos = pith_tokenizer_bos(srv->tok);
+    if (out->n >= 2 && bos >= 0 && out->ids[0] == bos && out->ids[1] == bos) {
+        memmove(out->ids, out->ids + 1, (size_t)(out->n - 1) * sizeof *out->ids);
+        out->n--;
+    }
+    return 0;
+}
+
+enum MHD_Result handle_chat_completions(http_request *r) {
+    enum MHD_Result rc;
+    if (gen_refuse_unready(r, &rc)) return rc;
+    cJSON *body = gen_parse_body(r, &rc);
+    if (!body) return rc;
+    gen_params p;
+    gen_prompt *prompt = calloc(1, sizeof *prompt);
+    api_error e;
+    if (!prompt) {
+        api_errorf(&e, 500, "internal_error", NULL, "out of memory");
+        memset(&p, 0, sizeof p);
+    }
+    if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
+        chat_build_prompt(r->srv, body, prompt, &e)) {
+        gen_prompts_free(prompt, 1);
+        gen_params_free(&p);
+        cJSON_Delete(body);
+        return http_send_error(r, &e);
+    }
+    p.model = NULL;
+    cJSON_Delete(body);
+    return gen_run(r, GEN_CHAT, &p, prompt, 1);
+}

@@ -1,0 +1,162 @@
+#include "server/generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "server/format.h"
+#include "server/job.h"
+#include "server/stream.h"
+
+bool gen_refuse_unready(http_request *r, enum MHD_Result *rc) {
+    api_error e;
+    if (atomic_load(&r->srv->draining)) api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
+    else if (!atomic_load(&r->srv->ready)) api_errorf(&e, 503, "model_not_ready", NULL, "the model is still loading; retry shortly");
+    else return false;
+    *rc = http_send_error(r, &e);
+    return true;
+}
+
+cJSON *gen_parse_body(http_request *r, enum MHD_Result *rc) {
+    cJSON *body = r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
+    if (!body) {
+        api_error e;
+        api_errorf(&e, 400, "invalid_json", NULL, "the request body is not valid JSON");
+        *rc = http_send_error(r, &e);
+    }
+    return body;
+}
+
+int gen_check_model(pith_server *srv, const char *model, api_error *err) {
+    if (!model || !strcmp(model, srv->model_name)) return 0;
+    return api_errorf(err, 404, "model_not_found", "model", "the model '%.200s' does not exist; this server serves '%.100s'",
+                      model, srv->model_name);
+}
+
+void gen_prompts_free(gen_prompt *prompts, int n) {
+    for (int i = 0; prompts && i < n; i++) free(prompts[i].ids);
+    free(prompts);
+}
+
+static uint64_t random_seed(void) {
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    }
+    return s;
+}
+
+/* Length checks with OpenAI's wording; sets *max_tokens to what the engine gets. */
+static int check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
+                         api_error *err) {
+    int limit = srv->max_seq_len;
+    if (pr->n < 1) return api_errorf(err, 400, "invalid_value", kind == GEN_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if (pr->n >= limit)
+        return api_errorf(err, 400, "context_length_exceeded", kind == GEN_CHAT ? "messages" : "prompt",
+                          "this model's maximum context length is %d tokens, but the prompt has %d tokens", limit, pr->n);
+    int room = limit - pr->n;
+    if (p->max_tokens > 0) {
+        if (p->max_tokens > room)
+            return api_errorf(err, 400, "context_length_exceeded", "max_tokens",
+                              "this model's maximum context length is %d tokens; you requested %d tokens "
+                              "(%d in the prompt, %d for the completion)",
+                              limit, pr->n + p->max_tokens, pr->n, p->max_tokens);
+        *max_tokens = p->max_tokens;
+    } else {
+        /* OpenAI's default for completions is 16 tokens; chat runs until the context is full. */
+        *max_tokens = kind == GEN_COMPLETION ? (room < 16 ? room : 16) : room;
+    }
+    return 0;
+}
+
+static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_params *p) {
+    gen_output out;
+    api_error e;
+    if (out_init(&out, r->srv, kind, p, r->job->n_choices)) {
+        gen_params_free(p);
+        return MHD_NO;
+    }
+    bool failed = false;
+    for (;;) {
+        job_event *evs;
+        int n;
+        bool all_done, oom;
+        job_take(r->job, 50, &evs, &n, &all_done, &oom);
+        for (int i = 0; i < n; i++) failed |= out_apply(&out, &evs[i]) != 0;
+        job_events_free(evs, n);
+        failed |= oom;
+        if (all_done) break;
+        if (failed || http_client_gone(r)) {
+            job_cancel(r->job);
+            out_free(&out);
+            gen_params_free(p);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result rc;
+    bool cancelled = false, errored = false;
+    for (int i = 0; i < out.n_choices; i++) {
+        cancelled |= out.choices[i].finish == PITH_FINISH_CANCELLED;
+        errored |= out.choices[i].finish == PITH_FINISH_ERROR;
+    }
+    if (failed) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
+    else if (errored) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "the model failed while generating"), &e));
+    else if (cancelled) rc = http_send_error(r, (api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down"), &e));
+    else rc = http_send_json(r, 200, out_response(&out));
+    out_free(&out);
+    gen_params_free(p);
+    return rc;
+}
+
+enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_prompt *prompts, int n_prompts) {
+    pith_server *srv = r->srv;
+    api_error e;
+    enum MHD_Result rc;
+    int *max_tokens = calloc((size_t)n_prompts, sizeof *max_tokens);
+    if (!max_tokens) goto oom;
+    for (int i = 0; i < n_prompts; i++) {
+        if (check_lengths(srv, kind, p, &prompts[i], &max_tokens[i], &e)) {
+            rc = http_send_error(r, &e);
+            goto done;
+        }
+    }
+    int n_choices = n_prompts * p->n;
+    if (job_create(srv, n_choices, r->t_arrival, &r->job)) goto oom;
+    uint64_t seed = p->seed_given ? p->sampling.seed : random_seed();
+    for (int i = 0; i < n_choices; i++) {
+        const gen_prompt *pr = &prompts[i / p->n];
+        pith_request q = {
+            .prompt = pr->ids, .n_prompt = pr->n, .sampling = p->sampling, .max_tokens = max_tokens[i / p->n],
+            .stop_ids = p->stop_ids, .n_stop_ids = p->n_stop_ids, .stop = (const char *const *)p->stop,
+            .n_stop = p->n_stop, .ignore_eos = p->ignore_eos, .priority = p->priority, .cache_salt = p->cache_salt,
+            .logprobs = p->logprobs, .top_logprobs = p->logprobs ? p->top_logprobs : 0,
+        };
+        q.sampling.seed = seed + (uint64_t)i;
+        pith_err why;
+        int sr = job_submit(r->job, i, &q, &why);
+        if (sr == 0) continue;
+        job_cancel(r->job);
+        if (sr == PITH_SUBMIT_BUSY && atomic_load(&srv->draining))
+            api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
+        else if (sr == PITH_SUBMIT_BUSY)
+            api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
+        else
+            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
+        server_log(srv, "request refused by the engine: %s", why.msg);
+        rc = http_send_error(r, &e);
+        goto done;
+    }
+    gen_prompts_free(prompts, n_prompts);
+    free(max_tokens);
+    return p->stream ? stream_start(r, kind, p) : wait_and_answer(r, kind, p);
+oom:
+    rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
+done:
+    gen_prompts_free(prompts, n_prompts);
+    free(max_tokens);
+    gen_params_free(p);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* Running a generation request: checks shared by both endpoints, submitting one engine request per
+ * choice, then either streaming the events (stream.c) or waiting and answering with one JSON body. */
+#ifndef PITH_SERVER_GENERATE_H
+#define PITH_SERVER_GENERATE_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/http.h"
+#include "server/params.h"
+
+typedef struct gen_prompt {
+    int32_t *ids;   /* owned */
+    int n;
+} gen_prompt;
+
+/* Refuses with 503 while the model is loading or the server drains. Returns true when a response was
+ * queued (then *rc is what the handler returns). */
+bool gen_refuse_unready(http_request *r, enum MHD_Result *rc);
+/* Parses the body as JSON; on failure queues 400 and returns NULL (then *rc is set). */
+cJSON *gen_parse_body(http_request *r, enum MHD_Result *rc);
+/* 404 unless `model` is NULL or the served model's name. */
+int gen_check_model(pith_server *srv, const char *model, api_error *err);
+
+/* Runs the prompts (each n times) and answers. Takes ownership of the prompts' ids (frees them and the
+ * array) but not of p, which must stay valid until the request completes: the caller passes one that
+ * it allocated and hands over with it (freed with the request). */
+enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_prompt *prompts, int n_prompts);
+
+void gen_prompts_free(gen_prompt *prompts, int n);
+
+/* chat_completions.c: renders body.messages with the chat template and encodes it. */
+int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err);
+
+#endif

@@ -1,0 +1,234 @@
+#include "server/http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "server/handlers.h"
+#include "server/job.h"
+
+static const route routes[] = {
+    {"GET", "/health", false, handle_health},
+    {"GET", "/metrics", true, handle_metrics},
+    {"GET", "/v1/models", true, handle_models},
+    {"GET", "/v1/models/", true, handle_models},
+    {"POST", "/v1/completions", true, handle_completions},
+    {"POST", "/v1/chat/completions", true, handle_chat_completions},
+    {"POST", "/tokenize", true, handle_tokenize},
+    {"POST", "/detokenize", true, handle_detokenize},
+};
+#define N_ROUTES ((int)(sizeof routes / sizeof *routes))
+
+static bool path_matches(const route *rt, const char *url) {
+    size_t n = strlen(rt->path);
+    if (rt->path[n - 1] == '/') return strncmp(url, rt->path, n) == 0 && url[n] != 0;
+    return strcmp(url, rt->path) == 0;
+}
+
+/* The route for method + url; NULL with *path_known telling 405 from 404. */
+static const route *find_route(const char *method, const char *url, bool *path_known) {
+    *path_known = false;
+    for (int i = 0; i < N_ROUTES; i++) {
+        if (!path_matches(&routes[i], url)) continue;
+        *path_known = true;
+        if (!strcmp(routes[i].method, method)) return &routes[i];
+    }
+    return NULL;
+}
+
+const char *http_header(http_request *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+static enum MHD_Result queue(http_request *r, int status, struct MHD_Response *resp, const char *content_type) {
+    if (!resp) return MHD_NO;
+    if (content_type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    if (rc == MHD_YES) {
+        r->responded = true;
+        r->status = status;
+    }
+    return rc;
+}
+
+enum MHD_Result http_send_text(http_request *r, int status, const char *content_type, const char *data, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    return queue(r, status, resp, content_type);
+}
+
+enum MHD_Result http_send_json(http_request *r, int status, cJSON *body) {
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!text) {
+        server_log(r->srv, "out of memory formatting a response");
+        return MHD_NO;
+    }
+    size_t len = strlen(text);
+    /* cJSON allocates with malloc (no hooks are installed), so MHD may free() it. */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) free(text);
+    return queue(r, status, resp, "application/json");
+}
+
+enum MHD_Result http_send_error(http_request *r, const api_error *e) {
+    metrics_error(&r->srv->metrics, e->status);
+    return http_send_json(r, e->status, api_error_json(e));
+}
+
+enum MHD_Result http_send_stream(http_request *r, MHD_ContentReaderCallback reader) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, r->stream, NULL);
+    if (resp) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    }
+    return queue(r, 200, resp, "text/event-stream");
+}
+
+bool http_client_gone(http_request *r) {
+    if (atomic_load(&r->srv->stopping)) return true;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    char c;
+    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;   /* the next pipelined request: still there */
+    if (n == 0) return true;   /* orderly close */
+    return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+static enum MHD_Result reply_error(http_request *r, int status, const char *code, const char *fmt, const char *arg) {
+    api_error e;
+    api_errorf(&e, status, code, NULL, fmt, arg);
+    return http_send_error(r, &e);
+}
+
+/* Checks that need only the headers; returns true when a response was queued. */
+static bool early_checks(http_request *r, enum MHD_Result *rc) {
+    pith_server *srv = r->srv;
+    bool path_known;
+    r->route = find_route(r->method, r->url, &path_known);
+    if (!r->route) {
+        *rc = path_known ? reply_error(r, 405, "method_not_allowed", "method %s is not allowed here", r->method)
+                         : reply_error(r, 404, "not_found", "unknown route %s", r->url);
+        return true;
+    }
+    if (r->route->needs_key && !auth_check(&srv->keys, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION))) {
+        bool given = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
+        *rc = reply_error(r, 401, "invalid_api_key", "%s",
+                          given ? "incorrect API key provided" : "missing API key (send 'Authorization: Bearer KEY')");
+        return true;
+    }
+    const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || end == cl || n > srv->max_body) {
+            char limit[32];
+            snprintf(limit, sizeof limit, "%zu", srv->max_body);
+            *rc = reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
+            return true;
+        }
+    }
+    return false;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls) {
+    (void)version;
+    pith_server *srv = cls;
+    http_request *r = *req_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->srv = srv;
+        r->conn = conn;
+        r->method = method;
+        r->url = url;
+        r->t_arrival = server_now();
+        *req_cls = r;
+        enum MHD_Result rc;
+        if (early_checks(r, &rc)) return rc;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->responded) return MHD_YES; /* an early error is on its way; the rest is dropped */
+        if (r->too_large || n > srv->max_body - r->body_len) {
+            /* libmicrohttpd takes a response only once the body is in (or before it starts): drop the
+             * rest and answer 413 at the end, but close a sender that keeps going far beyond. */
+            r->too_large = true;
+            r->dropped += n;
+            free(r->body);
+            r->body = NULL;
+            r->body_len = r->body_cap = 0;
+            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+        }
+        if (r->body_len + n + 1 > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            while (cap < r->body_len + n + 1) cap *= 2;
+            char *b = realloc(r->body, cap);
+            if (!b) return MHD_NO;
+            r->body = b;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, upload_data, n);
+        r->body_len += n;
+        r->body[r->body_len] = 0;
+        return MHD_YES;
+    }
+    if (r->responded) return MHD_YES;
+    if (r->too_large) {
+        char limit[32];
+        snprintf(limit, sizeof limit, "%zu", srv->max_body);
+        return reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
+    }
+    return r->route->handler(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    pith_server *srv = cls;
+    http_request *r = *req_cls;
+    if (!r) return;
+    *req_cls = NULL;
+    if (r->job) {
+        job_cancel(r->job); /* no-op when everything finished */
+        job_release(r->job);
+    }
+    if (r->stream && r->stream_free) r->stream_free(r->stream);
+    if (srv->log_requests) {
+        static const char *const why[] = {"", " (error)", " (timeout)", " (shutdown)", " (read error)", " (client gone)"};
+        server_log(srv, "%s %s %d %.3fs%s", r->method, r->url, r->responded ? r->status : 0,
+                   server_now() - r->t_arrival, (unsigned)toe < 6 ? why[toe] : "");
+    }
+    free(r->body);
+    free(r);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    server_log(cls, "http: %s", line);
+}
+
+int http_start(pith_server *srv, pith_err *err) {
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
+                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv,
+                                MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->max_connections,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->idle_timeout_s,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                MHD_OPTION_END);
+    if (!srv->mhd) return pith_errf(err, "cannot start the HTTP server");
+    return 0;
+}

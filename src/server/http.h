@@ -1,0 +1,64 @@
+/* The HTTP layer over libmicrohttpd: one thread per connection (bounded), request bodies collected up
+ * to the size limit, routing, authentication, and the response helpers the handlers use.
+ *
+ * A handler runs on its connection's thread once the whole body is in, and must queue exactly one
+ * response (or return MHD_NO to drop the connection). It may block, e.g. waiting for a generation,
+ * but must give up when the client goes away (http_client_gone) or the server stops. Everything a
+ * request owns (its job, its stream) is released when libmicrohttpd reports the request complete. */
+#ifndef PITH_SERVER_HTTP_H
+#define PITH_SERVER_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+
+#include "server/api_error.h"
+#include "server/server_internal.h"
+
+struct job;
+
+typedef struct http_request {
+    pith_server *srv;
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *url;
+    const struct route *route;
+    char *body;                 /* NUL-terminated once complete */
+    size_t body_len, body_cap;
+    bool too_large;             /* the body went past the limit: the rest is dropped, 413 follows */
+    size_t dropped;
+    bool responded;
+    int status;                 /* of the queued response, for the access log */
+    double t_arrival;
+    struct job *job;            /* released when the request completes */
+    void *stream;               /* stream state (stream.c), freed when the request completes */
+    void (*stream_free)(void *);
+} http_request;
+
+typedef enum MHD_Result (*http_handler)(http_request *r);
+
+typedef struct route {
+    const char *method;
+    const char *path;           /* exact, or a prefix when it ends with '/' */
+    bool needs_key;             /* when keys are configured */
+    http_handler handler;
+} route;
+
+/* Starts the daemon on srv->listen_fd. */
+int http_start(pith_server *srv, pith_err *err);
+
+/* Response helpers; each returns what the handler should return. http_send_json takes `body`. */
+enum MHD_Result http_send_json(http_request *r, int status, cJSON *body);
+enum MHD_Result http_send_error(http_request *r, const api_error *e);
+enum MHD_Result http_send_text(http_request *r, int status, const char *content_type, const char *data, size_t len);
+/* Queues a 200 text/event-stream response read from `reader` (MHD content reader, cls = r->stream). */
+enum MHD_Result http_send_stream(http_request *r, MHD_ContentReaderCallback reader);
+
+const char *http_header(http_request *r, const char *name);
+/* True when the peer has closed its end (or the socket failed), or the server is stopping. */
+bool http_client_gone(http_request *r);
+
+#endif

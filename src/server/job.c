@@ -1,0 +1,201 @@
+#include "server/job.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int job_create(pith_server *srv, int n_choices, double t_arrival, job **out) {
+    *out = NULL;
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->choices = calloc((size_t)n_choices, sizeof *j->choices))) {
+        free(j);
+        return -1;
+    }
+    j->srv = srv;
+    j->refs = 1;
+    j->t_arrival = t_arrival;
+    j->n_choices = n_choices;
+    for (int i = 0; i < n_choices; i++) {
+        j->choices[i].job = j;
+        j->choices[i].index = i;
+    }
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    pthread_mutex_lock(&srv->jobs_lock);
+    j->next = srv->jobs;
+    if (srv->jobs) srv->jobs->prev = j;
+    srv->jobs = j;
+    srv->n_jobs++;
+    pthread_mutex_unlock(&srv->jobs_lock);
+    *out = j;
+    return 0;
+}
+
+static void job_destroy(job *j) {
+    job_events_free(j->events, j->n_events);
+    pthread_cond_destroy(&j->cond);
+    pthread_mutex_destroy(&j->lock);
+    free(j->choices);
+    free(j);
+}
+
+/* Drops one reference; the last one unlists and frees the job. */
+static void job_unref(job *j) {
+    pith_server *srv = j->srv;
+    pthread_mutex_lock(&srv->jobs_lock);
+    pthread_mutex_lock(&j->lock);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (last) {
+        if (j->prev) j->prev->next = j->next;
+        else srv->jobs = j->next;
+        if (j->next) j->next->prev = j->prev;
+        srv->n_jobs--;
+        pthread_cond_broadcast(&srv->jobs_changed);
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+    if (last) job_destroy(j);
+}
+
+static bool push_event(job *j, const pith_token_event *ev, int choice) {
+    if (j->n_events == j->cap_events) {
+        int cap = j->cap_events ? j->cap_events * 2 : 16;
+        job_event *e = realloc(j->events, (size_t)cap * sizeof *e);
+        if (!e) return false;
+        j->events = e;
+        j->cap_events = cap;
+    }
+    job_event *e = &j->events[j->n_events];
+    memset(e, 0, sizeof *e);
+    e->choice = choice;
+    e->final = ev->final;
+    e->token = ev->token;
+    if (ev->text_len > 0) {
+        if (!(e->text = malloc(ev->text_len + 1))) return false;
+        memcpy(e->text, ev->text, ev->text_len);
+        e->text[ev->text_len] = 0;
+        e->text_len = ev->text_len;
+    }
+    e->has_logprob = ev->has_logprob;
+    e->logprob = ev->logprob;
+    e->n_top = ev->n_top < 0 ? 0 : ev->n_top > JOB_MAX_TOP ? JOB_MAX_TOP : ev->n_top;
+    if (e->n_top) memcpy(e->top, ev->top, (size_t)e->n_top * sizeof *e->top);
+    e->finish = ev->finish_reason;
+    e->usage = ev->usage;
+    j->n_events++;
+    return true;
+}
+
+/* Engine thread. */
+static void on_token(const pith_token_event *ev, void *user) {
+    job_choice *c = user;
+    job *j = c->job;
+    double now = server_now();
+    pthread_mutex_lock(&j->lock);
+    if (!push_event(j, ev, c->index)) j->oom = true;
+    if (!ev->final) {
+        if (c->n_tokens++ == 0) c->t_first = now;
+        c->t_last = now;
+    } else {
+        c->done = true;
+        j->n_done++;
+    }
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    if (ev->final) {
+        if (ev->finish_reason == PITH_FINISH_ERROR)
+            server_log(j->srv, "request %llu failed in the model: %s", (unsigned long long)ev->request_id, ev->error);
+        double ttft = c->n_tokens > 0 ? c->t_first - j->t_arrival : -1;
+        double tpot = c->n_tokens > 1 ? (c->t_last - c->t_first) / (c->n_tokens - 1) : -1;
+        metrics_request_done(&j->srv->metrics, ev->finish_reason, ttft, tpot, now - j->t_arrival);
+        job_unref(j);
+    }
+}
+
+int job_submit(job *j, int i, const pith_request *r, pith_err *err) {
+    pith_request q = *r;
+    job_choice *c = &j->choices[i];
+    q.on_token = on_token;
+    q.user = c;
+    pthread_mutex_lock(&j->lock);
+    j->refs++; /* the final event may come before submit returns */
+    c->submitted = true;
+    pthread_mutex_unlock(&j->lock);
+    uint64_t id;
+    int rc = pith_engine_submit(j->srv->engine, &q, &id, err);
+    pthread_mutex_lock(&j->lock);
+    if (rc == 0) {
+        c->id = id;
+    } else {
+        c->submitted = false;
+        j->refs--; /* never the last: the HTTP side holds one */
+    }
+    pthread_mutex_unlock(&j->lock);
+    return rc;
+}
+
+void job_take(job *j, int timeout_ms, job_event **events, int *n, bool *all_done, bool *oom) {
+    pthread_mutex_lock(&j->lock);
+    int n_submitted = 0;
+    for (int i = 0; i < j->n_choices; i++) n_submitted += j->choices[i].submitted;
+    if (j->n_events == 0 && j->n_done < n_submitted && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+    }
+    *events = j->events;
+    *n = j->n_events;
+    j->events = NULL;
+    j->n_events = j->cap_events = 0;
+    *all_done = j->n_done >= n_submitted;
+    *oom = j->oom;
+    pthread_mutex_unlock(&j->lock);
+}
+
+void job_events_free(job_event *events, int n) {
+    for (int i = 0; i < n; i++) free(events[i].text);
+    free(events);
+}
+
+void job_cancel(job *j) {
+    uint64_t ids[64];
+    int at = 0;
+    /* Collect under the lock, cancel outside it (the engine may be calling back into this job). */
+    while (at < j->n_choices) {
+        int n = 0;
+        pthread_mutex_lock(&j->lock);
+        for (; at < j->n_choices && n < 64; at++)
+            if (j->choices[at].submitted && !j->choices[at].done && j->choices[at].id) ids[n++] = j->choices[at].id;
+        pthread_mutex_unlock(&j->lock);
+        for (int i = 0; i < n; i++) pith_engine_cancel(j->srv->engine, ids[i]);
+    }
+}
+
+void job_release(job *j) {
+    if (j) job_unref(j);
+}
+
+void jobs_cancel_all(pith_server *srv) {
+    /* Hold a reference on each job while cancelling, so none is freed under us. */
+    pthread_mutex_lock(&srv->jobs_lock);
+    int n = srv->n_jobs, k = 0;
+    job **list = n ? malloc((size_t)n * sizeof *list) : NULL;
+    for (job *j = srv->jobs; j && list; j = j->next) {
+        pthread_mutex_lock(&j->lock);
+        j->refs++;
+        pthread_mutex_unlock(&j->lock);
+        list[k++] = j;
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+    for (int i = 0; i < k; i++) {
+        job_cancel(list[i]);
+        job_unref(list[i]);
+    }
+    free(list);
+}

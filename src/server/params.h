@@ -1,0 +1,52 @@
+/* Generation parameters of /v1/completions and /v1/chat/completions: read from the JSON body, checked,
+ * and mapped to the engine's request fields. Defaults follow OpenAI (temperature 1, top_p 1, n 1;
+ * max_tokens 16 for completions, up to the context for chat). Unknown fields are ignored; fields Pith
+ * knows but does not implement (echo, suffix, best_of > 1, logit_bias, non-text response_format) are
+ * refused with 400 rather than silently ignored. */
+#ifndef PITH_SERVER_PARAMS_H
+#define PITH_SERVER_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "pith/sampler.h"
+#include "server/api_error.h"
+
+#define PARAMS_MAX_N 16         /* choices per prompt */
+#define PARAMS_MAX_STOP 16      /* stop strings */
+#define PARAMS_MAX_STOP_LEN 256 /* bytes per stop string */
+#define PARAMS_MAX_TOP_LOGPROBS 20
+
+typedef struct gen_params {
+    const char *model;         /* as requested (view into the body), NULL when absent */
+    bool stream;
+    bool include_usage;        /* stream_options.include_usage */
+    int n;
+    int max_tokens;            /* 0: not given */
+    pith_sampling_params sampling;
+    bool seed_given;
+    char **stop;               /* owned */
+    int n_stop;
+    int32_t *stop_ids;         /* owned; extension stop_token_ids */
+    int n_stop_ids;
+    bool logprobs;
+    int top_logprobs;
+    bool ignore_eos;           /* extension */
+    int priority;              /* extension: larger is more important */
+    char *cache_salt;          /* extension; owned, NULL when absent */
+} gen_params;
+
+typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT } gen_kind;
+
+/* Fills p from body (a JSON object). On failure fills err (400) and returns -1; p is freed either way
+ * by gen_params_free. */
+int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error *err);
+void gen_params_free(gen_params *p);
+
+/* Helpers shared by the request readers. A JSON number is an integer when it has no fractional part
+ * and fits in int64. */
+bool json_get_int(const cJSON *v, int64_t *out);
+
+#endif

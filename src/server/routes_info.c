@@ -1,0 +1,62 @@
+/* GET /health, /v1/models[/ID] and /metrics. */
+#include <string.h>
+
+#include "server/handlers.h"
+#include "server/metrics.h"
+
+enum MHD_Result handle_health(http_request *r) {
+    api_error e;
+    if (atomic_load(&r->srv->draining)) {
+        api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
+        return http_send_error(r, &e);
+    }
+    if (!atomic_load(&r->srv->ready)) {
+        api_errorf(&e, 503, "model_not_ready", NULL, "the model is still loading");
+        return http_send_error(r, &e);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    return http_send_json(r, 200, o);
+}
+
+static cJSON *model_json(pith_server *srv) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", srv->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)srv->created_unix);
+    cJSON_AddStringToObject(m, "owned_by", "pith");
+    if (atomic_load(&srv->ready)) cJSON_AddNumberToObject(m, "max_model_len", srv->max_seq_len);
+    return m;
+}
+
+enum MHD_Result handle_models(http_request *r) {
+    pith_server *srv = r->srv;
+    const char *prefix = "/v1/models/";
+    if (!strncmp(r->url, prefix, strlen(prefix))) {
+        const char *id = r->url + strlen(prefix);
+        if (strcmp(id, srv->model_name)) {
+            api_error e;
+            api_errorf(&e, 404, "model_not_found", "model", "the model '%.200s' does not exist", id);
+            return http_send_error(r, &e);
+        }
+        return http_send_json(r, 200, model_json(srv));
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, model_json(srv));
+    return http_send_json(r, 200, o);
+}
+
+enum MHD_Result handle_metrics(http_request *r) {
+    pith_server *srv = r->srv;
+    pith_engine_stats st;
+    bool have = atomic_load(&srv->ready);
+    if (have) pith_engine_get_stats(srv->engine, &st);
+    buf out = {0};
+    metrics_render(&srv->metrics, have ? &st : NULL, &out);
+    enum MHD_Result rc = out.failed ? MHD_NO
+                                    : http_send_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.data ? out.data : "", out.len);
+    buf_free(&out);
+    return rc;
+}

@@ -1,0 +1,234 @@
+/* pith_server lifecycle: bind, serve (503 until loaded), load, drain, free (see pith/server.h). */
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "pith/assets.h"
+#include "server/http.h"
+#include "server/job.h"
+#include "server/server_internal.h"
+
+void server_log(pith_server *s, const char *fmt, ...) {
+    if (!s->log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->log(s->log_user, line);
+}
+
+double server_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int dup_opt(char **dst, const char *src) {
+    *dst = NULL;
+    return src && !(*dst = strdup(src)) ? -1 : 0;
+}
+
+/* The model's id when none is given: the file's base name without its extension. */
+static char *default_model_name(const char *path) {
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--;
+    const char *base = path;
+    for (size_t i = 0; i < len; i++)
+        if (path[i] == '/') base = path + i + 1;
+    size_t n = (size_t)(path + len - base);
+    char *name = malloc(n + 1);
+    if (!name) return NULL;
+    memcpy(name, base, n);
+    name[n] = 0;
+    char *dot = strrchr(name, '.');
+    if (dot && dot != name) *dot = 0;
+    return name;
+}
+
+static int bind_listener(pith_server *s, pith_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    int gai = getaddrinfo(s->host, port, &hints, &res);
+    if (gai) return pith_errf(err, "cannot resolve %s: %s", s->host, gai_strerror(gai));
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            last_errno = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return pith_errf(err, "cannot listen on %s:%d: %s", s->host, s->port, strerror(last_errno));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    s->listen_fd = fd;
+    return 0;
+}
+
+int pith_server_create(const pith_server_options *o, pith_server **out, pith_err *err) {
+    *out = NULL;
+    if (!o->model_path || !*o->model_path) return pith_errf(err, "no model given");
+    if (o->port < 0 || o->port > 65535) return pith_errf(err, "port %d is out of range", o->port);
+    pith_server *s = calloc(1, sizeof *s);
+    if (!s) return pith_errf(err, "out of memory");
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->jobs_lock, NULL);
+    pthread_cond_init(&s->jobs_changed, NULL);
+    metrics_init(&s->metrics);
+    s->created_unix = (int64_t)time(NULL);
+    s->max_body = o->max_body_bytes ? o->max_body_bytes : (size_t)4 << 20;
+    s->max_connections = o->max_connections > 0 ? o->max_connections : 256;
+    s->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 60;
+    s->n_threads = o->n_threads;
+    s->engine_opt = o->engine;
+    s->log_requests = o->log_requests;
+    s->log = o->log;
+    s->log_user = o->log_user;
+    s->port = o->port;
+    if (dup_opt(&s->model_path, o->model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
+        dup_opt(&s->chat_template_path, o->chat_template_path) ||
+        dup_opt(&s->host, o->host ? o->host : "127.0.0.1") ||
+        (o->model_name ? dup_opt(&s->model_name, o->model_name) : !(s->model_name = default_model_name(o->model_path)))) {
+        pith_server_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    for (int i = 0; i < o->n_api_keys; i++) {
+        if (auth_add_key(&s->keys, o->api_keys[i], err)) {
+            pith_server_free(s);
+            return -1;
+        }
+    }
+    if (o->api_key_file && auth_add_key_file(&s->keys, o->api_key_file, err)) {
+        pith_server_free(s);
+        return -1;
+    }
+    if (bind_listener(s, err) || http_start(s, err)) {
+        pith_server_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+int pith_server_port(const pith_server *s) { return s->port; }
+
+bool pith_server_ready(const pith_server *s) { return atomic_load(&((pith_server *)s)->ready); }
+
+static void assets_log(void *ctx, const char *msg) { server_log(ctx, "%s", msg); }
+
+int pith_server_load(pith_server *s, pith_err *err) {
+    if (atomic_exchange(&s->load_claimed, true)) return pith_errf(err, "the model is already loaded");
+    double t0 = server_now();
+    pith_assets a;
+    pith_assets_options ao = {
+        .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
+        .chat_template_path = s->chat_template_path, .n_threads = s->n_threads,
+        .log = assets_log, .log_ctx = s,
+    };
+    if (pith_assets_load(&ao, &a, err)) return -1;
+    pith_engine *e = NULL;
+    if (pith_engine_create(a.model, a.tok, &s->engine_opt, &e, err) || pith_engine_start(e, err)) {
+        pith_err_prefix(err, "engine");
+        pith_engine_free(e);
+        pith_assets_free(&a);
+        return -1;
+    }
+    s->model = a.model;
+    s->tok = a.tok;
+    s->chat = a.chat;
+    s->bos_text = a.bos_text;
+    s->eos_text = a.eos_text;
+    s->engine = e;
+    s->max_seq_len = pith_engine_max_seq_len(e);
+    server_log(s, "model %s loaded in %.2f s: %d layers, vocabulary %d, %d tokens per sequence",
+               s->model_name, server_now() - t0, s->model->hp.n_layers, s->model->hp.n_vocab, s->max_seq_len);
+    atomic_store(&s->ready, true);
+    return 0;
+}
+
+/* Waits until no job is live or `until` (monotonic seconds) passes; returns the jobs left. */
+static int wait_jobs(pith_server *s, double until) {
+    pthread_mutex_lock(&s->jobs_lock);
+    while (s->n_jobs > 0) {
+        double left = until - server_now();
+        if (left <= 0) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double step = left < 0.1 ? left : 0.1;
+        ts.tv_nsec += (long)(step * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->jobs_changed, &s->jobs_lock, &ts);
+    }
+    int n = s->n_jobs;
+    pthread_mutex_unlock(&s->jobs_lock);
+    return n;
+}
+
+void pith_server_drain(pith_server *s, double deadline_s) {
+    if (s->drained) return;
+    s->drained = true;
+    atomic_store(&s->draining, true);
+    if (s->mhd) {
+        int fd = MHD_quiesce_daemon(s->mhd);
+        if (fd >= 0) close(fd);
+        s->listen_fd = -1;
+    }
+    double t0 = server_now();
+    int left = wait_jobs(s, t0 + (deadline_s > 0 ? deadline_s : 0));
+    if (left > 0) {
+        server_log(s, "drain: cancelling %d request(s) still running after %.1f s", left, server_now() - t0);
+        jobs_cancel_all(s);
+        /* Cancelled requests end at the engine's next step; give their responses a moment to go out
+         * (a client that does not read is cut off when the connections close below). */
+        wait_jobs(s, server_now() + 2.0);
+    }
+    atomic_store(&s->stopping, true);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+}
+
+void pith_server_free(pith_server *s) {
+    if (!s) return;
+    pith_server_drain(s, 0);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    /* Cancels what is left; the final events release the jobs. */
+    pith_engine_free(s->engine);
+    pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
+    pith_assets_free(&a);
+    auth_free(&s->keys);
+    metrics_destroy(&s->metrics);
+    pthread_cond_destroy(&s->jobs_changed);
+    pthread_mutex_destroy(&s->jobs_lock);
+    free(s->model_path);
+    free(s->tokenizer_path);
+    free(s->chat_template_path);
+    free(s->model_name);
+    free(s->host);
+    free(s);
+}

@@ -1,0 +1,72 @@
+/* The server's shared state, seen by its modules (HTTP layer, handlers, jobs). pith_server is opaque to
+ * library users (pith/server.h).
+ *
+ * Loading publishes the model, tokenizer, chat template and engine once, then sets `ready` (release);
+ * handlers read `ready` (acquire) before touching any of them, and they never change afterwards until
+ * pith_server_free, which runs after every connection is closed. */
+#ifndef PITH_SERVER_INTERNAL_H
+#define PITH_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pith/chat.h"
+#include "pith/engine.h"
+#include "pith/model.h"
+#include "pith/server.h"
+#include "pith/tokenizer.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+
+struct MHD_Daemon;
+struct job;
+
+struct pith_server {
+    /* configuration (strings owned) */
+    char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host;
+    size_t max_body;
+    int max_connections;
+    int idle_timeout_s;
+    int n_threads;
+    pith_engine_options engine_opt;
+    bool log_requests;
+    void (*log)(void *user, const char *line);
+    void *log_user;
+    auth_keys keys;
+    metrics metrics;
+    int64_t created_unix;
+
+    /* network */
+    int listen_fd;   /* -1 once handed back by quiesce and closed */
+    int port;
+    struct MHD_Daemon *mhd;
+
+    /* loaded once (see above) */
+    pith_model *model;
+    pith_tokenizer *tok;
+    pith_chat_template *chat;
+    char *bos_text, *eos_text;  /* for templates; NULL when the tokenizer has none */
+    pith_engine *engine;
+    int max_seq_len;
+    atomic_bool ready;
+    atomic_bool load_claimed;
+
+    atomic_bool draining;  /* no new generation requests */
+    atomic_bool stopping;  /* connections are closing: blocked handlers give up */
+    bool drained;
+
+    /* generation jobs in flight (job.c) */
+    pthread_mutex_t jobs_lock;
+    pthread_cond_t jobs_changed;
+    struct job *jobs;
+    int n_jobs;
+
+    atomic_uint_fast64_t serial; /* response ids */
+};
+
+void server_log(pith_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double server_now(void); /* monotonic seconds */
+
+#endif

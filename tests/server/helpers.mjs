@@ -1,0 +1,181 @@
+// Shared helpers for the `pith serve` tests: find the model, start a real server process on a free
+// loopback port (--port 0, the port is read back from its log), talk to it, stop it.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+export const PITH_BIN = process.env.PITH_BIN;
+
+// The model the tests run: stories260K from the shared assets, else the embedded default model.
+export function findModel() {
+  const shared = process.env.PITH_SHARED;
+  if (shared) {
+    const dir = path.join(shared, 'models', 'stories260K');
+    const bin = path.join(dir, 'stories260K.bin');
+    const tok = path.join(dir, 'tok512.bin');
+    if (existsSync(bin) && existsSync(tok)) return { args: ['-m', bin, '--tokenizer', tok], name: 'stories260K' };
+  }
+  const src = process.env.PITH_SOURCE_DIR;
+  const def = src && path.join(src, 'assets', 'default.gguf');
+  if (def && existsSync(def)) return { args: ['-m', def], name: 'default' };
+  return null;
+}
+
+// The OpenAI SDK from the repository's node_modules (PITH_NPM_DIR), or null.
+export async function loadOpenAI() {
+  const dir = process.env.PITH_NPM_DIR || process.env.PITH_SOURCE_DIR || process.cwd();
+  try {
+    const req = createRequire(path.join(dir, 'package.json'));
+    const mod = await import(pathToFileURL(req.resolve('openai')).href);
+    return mod.default || mod.OpenAI;
+  } catch {
+    return null;
+  }
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// The promise's value, or `fallback` after ms (the timer does not keep the process alive).
+export function within(promise, ms, fallback = 'timeout') {
+  let timer;
+  const t = new Promise((r) => {
+    timer = setTimeout(() => r(fallback), ms);
+  });
+  return Promise.race([promise, t]).finally(() => clearTimeout(timer));
+}
+
+// SIGTERM, wait (bounded), SIGKILL if it hangs; the exit status or 'timeout'.
+export async function stopServer(srv, ms = 10000) {
+  const code = await within(srv.stop(), ms);
+  srv.kill();
+  return code;
+}
+
+// Starts `pith serve` with the test model and extra arguments. Resolves once it listens (and, unless
+// waitReady is false, once /health says ready). The returned object's stop() sends SIGTERM and
+// resolves with the exit code; kill() is the last resort used by after() hooks.
+export async function startServer(extra = [], { waitReady = true, model = findModel() } = {}) {
+  const args = ['serve', ...model.args, '--port', '0', '-t', '1', ...extra];
+  const proc = spawn(PITH_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve(code ?? signal)));
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 15000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/[^\s:]+:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    proc.on('exit', () => {
+      clearTimeout(timer);
+      reject(new Error(`server exited early:\n${log}`));
+    });
+  });
+  const base = `http://127.0.0.1:${port}`;
+  const srv = {
+    proc,
+    port,
+    base,
+    exited,
+    log: () => log,
+    async stop(signal = 'SIGTERM') {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+      return exited;
+    },
+    kill() {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    },
+  };
+  if (waitReady) await waitHealthy(srv);
+  return srv;
+}
+
+export async function waitHealthy(srv, ms = 15000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    try {
+      const r = await fetch(`${srv.base}/health`);
+      if (r.status === 200) return;
+    } catch {}
+    if (Date.now() > until) throw new Error(`server not healthy in time:\n${srv.log()}`);
+    await sleep(20);
+  }
+}
+
+// JSON request with fetch; returns { status, body (parsed when JSON), text, headers }.
+export async function call(srv, method, route, { body, key, headers = {}, raw } = {}) {
+  const h = { ...headers };
+  if (key) h.authorization = `Bearer ${key}`;
+  let payload = raw;
+  if (body !== undefined) {
+    payload = JSON.stringify(body);
+    h['content-type'] = 'application/json';
+  }
+  const r = await fetch(srv.base + route, { method, headers: h, body: payload });
+  const text = await r.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  return { status: r.status, body: json, text, headers: r.headers };
+}
+
+// The value of one sample in a Prometheus text exposition (labels: exact label string, e.g.
+// 'finish_reason="stop"'), or undefined.
+export function metric(text, name, labels) {
+  const want = labels ? `${name}{${labels}}` : name;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const sp = line.lastIndexOf(' ');
+    if (sp > 0 && line.slice(0, sp) === want) return Number(line.slice(sp + 1));
+  }
+  return undefined;
+}
+
+// Checks the OpenAI error shape and returns the error object.
+export function errorShape(assert, res, status) {
+  assert.equal(res.status, status, `status of ${res.text}`);
+  assert.ok(res.body && typeof res.body.error === 'object', `error body: ${res.text}`);
+  const e = res.body.error;
+  assert.deepEqual(Object.keys(e).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(typeof e.message, 'string');
+  assert.ok(e.message.length > 0);
+  assert.equal(typeof e.type, 'string');
+  assert.ok(e.param === null || typeof e.param === 'string');
+  assert.ok(e.code === null || typeof e.code === 'string');
+  return e;
+}
+
+// Reads an SSE body fully: the parsed data events, and whether [DONE] came last.
+export async function readSSE(response) {
+  const text = await response.text();
+  const events = [];
+  let done = false;
+  for (const block of text.split('\n\n')) {
+    for (const line of block.split('\n')) {
+      if (!line.startsWith('data: ')) continue;
+      const data = line.slice(6);
+      if (data === '[DONE]') done = true;
+      else events.push(JSON.parse(data));
+    }
+  }
+  return { events, done, text };
+}
+
+// /metrics once no request runs or waits and no KV block is held (the engine publishes its gauges at the
+// end of each step, a moment after the last response went out). Fails after `ms`.
+export async function idleMetrics(srv, key, ms = 3000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const text = (await call(srv, 'GET', '/metrics', { key })).text;
+    if (metric(text, 'pith_requests_running') === 0 && metric(text, 'pith_requests_waiting') === 0 &&
+        metric(text, 'pith_kv_blocks_in_use') === 0) return text;
+    if (Date.now() > until) throw new Error(`the server is still busy:\n${text}`);
+    await sleep(10);
+  }
+}
