@@ -27,8 +27,9 @@ static void usage(FILE *out) {
             "\n"
             "Run 'pith COMMAND --help' for a command's options.\n"
             "Models: GGUF files, Hugging Face directories (config.json + *.safetensors), llama2.c .bin\n"
-            "checkpoints. Without -m, commands use the default model installed next to the binary\n"
-            "(pith-default.gguf) or named by $PITH_DEFAULT_MODEL.\n");
+            "checkpoints. Without -m, commands use the default model: $PITH_DEFAULT_MODEL if set, else\n"
+            "pith-default.gguf next to the binary (the build installs it from assets/default.gguf, a\n"
+            "3.4M-parameter Llama trained on the King James Bible; see docs/default-model.md).\n");
 }
 
 int main(int argc, char **argv) {
