@@ -193,13 +193,15 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         /* A group is one long sequential stream; a software prefetch this far ahead (measured: 1 KiB
-         * loses a fifth of decode speed, 4-6 KiB is best) covers DRAM latency at full bandwidth. */
+         * loses a fifth of decode speed, 4-6 KiB is best) covers DRAM latency at full bandwidth.
+         * Non-temporal: decode reads each weight once, and keeping the stream out of the outer caches
+         * measured 3-4 % faster than T0 or T1 with two threads. */
         const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf, _MM_HINT_NTA);
+        _mm_prefetch(pf + 64, _MM_HINT_NTA);
         if (type == PITH_W_Q8_0) {
-            _mm_prefetch(pf + 128, _MM_HINT_T0);
-            _mm_prefetch(pf + 192, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_NTA);
+            _mm_prefetch(pf + 192, _MM_HINT_NTA);
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8];
@@ -281,11 +283,11 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
+        _mm_prefetch(pf, _MM_HINT_NTA);
+        _mm_prefetch(pf + 64, _MM_HINT_NTA);
         if (type == PITH_W_Q8_0) {
-            _mm_prefetch(pf + 128, _MM_HINT_T0);
-            _mm_prefetch(pf + 192, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_NTA);
+            _mm_prefetch(pf + 192, _MM_HINT_NTA);
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8]; /* q[k]: elements 4k..4k+3 of every row */
