@@ -70,6 +70,14 @@ int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err) {
     atomic_init(&j.next, 0);
     pith_pool_run_sized(c->pool, pack_worker, &j, (double)total);
     m->packed_rows = n_groups * PITH_PACK_ROWS;
+#ifdef MADV_PAGEOUT
+    /* The kernels no longer read the packed rows in their file layout: let the kernel reclaim those
+     * pages (the whole pages inside them only), or the model would stay resident twice. Only a hint:
+     * the contents stay valid and come back if anything reads them (a tied embedding table does). */
+    uintptr_t page = 4096, lo = ((uintptr_t)m->data + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)m->data + total) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_PAGEOUT);
+#endif
     return 0;
 }
 
