@@ -5,9 +5,9 @@
  * so that matmuls reading the same input (Q, K and V; gate and up) quantize it only once.
  *
  * Each thread takes units of consecutive output rows from a shared counter (the machine is shared and
- * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows 4 at
- * a time, tokens tile_rn at a time, so in a prefill the weights stream from memory about once per
- * 256 KiB of activations and the activations stay cached. */
+ * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows 8 at
+ * a time (a packed group, or two 4-row tiles), tokens tile_rn at a time, so in a prefill the weights
+ * stream from memory about once per 256 KiB of activations and the activations stay cached. */
 #ifndef PITH_CPU_MATMUL_H
 #define PITH_CPU_MATMUL_H
 
