@@ -161,7 +161,8 @@ static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, boo
     pith_err err = {{0}};
     /* the table's packed layout where it has one: whole groups of 8 rows packed, the rest as stored */
     CHECKF(pith_matrix_pack(cpu, &m, &err) == 0, "%s", err.msg);
-    CHECK(m.packed_rows == (cpu->k->pack[m.type] ? rows / PITH_PACK_ROWS * PITH_PACK_ROWS : 0));
+    int gr = cpu->k->pack_rows;
+    CHECK(m.packed_rows == (cpu->k->pack[m.type] ? rows / gr * gr : 0));
     CHECK(pith_cpu_reserve(cpu, n, K, &err) == 0);
     pith_acts_bind(cpu, &acts, x, n, K, ldx);
     CHECKF(pith_cpu_matmul(cpu, &m, &acts, y, ldy, accumulate, &err) == 0, "%s", err.msg);
@@ -208,7 +209,7 @@ static void matmul_case(pith_cpu *cpu, pith_dtype t, int rows, int K, int n, boo
 }
 
 static void test_matmul(pith_cpu *cpu) {
-    static const int rows_list[] = {1, 3, 4, 5, 8, 13, 33};
+    static const int rows_list[] = {1, 3, 4, 5, 8, 21, 33};
     static const int tokens_list[] = {1, 2, 3, 4, 5, 7, 9};
     for (int ti = 0; ti < N_TYPES; ti++) {
         pith_dtype t = all_types[ti];
@@ -370,13 +371,15 @@ int main(void) {
     test_pool(1);
     test_pool(3);
     test_dequantize();
-    const pith_cpu_kernels *tables[3] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2(),
-                                         pith_cpu_kernels_avx2_vnni()};
+    const pith_cpu_kernels *tables[4] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2(),
+                                         pith_cpu_kernels_avx2_vnni(), pith_cpu_kernels_avx512_vnni()};
     if (!tables[1]) printf("note: no AVX2/FMA/F16C on this machine; testing the scalar kernels only\n");
     if (tables[1] && !tables[2]) printf("note: no AVX-VNNI on this machine; its packed tiles are not tested\n");
+    if (tables[1] && !tables[3]) printf("note: no AVX-512 VNNI on this machine; its packed tiles are not tested\n");
     CHECK(pith_cpu_kernels_best(true) == tables[0]);
-    CHECK(pith_cpu_kernels_best(false) == (tables[2] ? tables[2] : tables[1] ? tables[1] : tables[0]));
-    for (int ti = 0; ti < 3; ti++) {
+    const pith_cpu_kernels *best = tables[3] ? tables[3] : tables[2] ? tables[2] : tables[1] ? tables[1] : tables[0];
+    CHECK(pith_cpu_kernels_best(false) == best);
+    for (int ti = 0; ti < 4; ti++) {
         if (!tables[ti]) continue;
         test_activation_quantizers(tables[ti]);
         test_vector_helpers(tables[ti]);

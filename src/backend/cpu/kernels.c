@@ -2,7 +2,8 @@
 
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
     if (force_scalar) return pith_cpu_kernels_scalar();
-    const pith_cpu_kernels *k = pith_cpu_kernels_avx2_vnni();
+    const pith_cpu_kernels *k = pith_cpu_kernels_avx512_vnni();
+    if (!k) k = pith_cpu_kernels_avx2_vnni();
     if (!k) k = pith_cpu_kernels_avx2();
     return k ? k : pith_cpu_kernels_scalar();
 }

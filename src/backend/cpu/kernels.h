@@ -11,10 +11,11 @@
  * q8a blocks for Q8_0/Q4_0, q8k blocks for Q4_K/Q6_K. K is the row length in elements (a multiple of
  * the weight's block size). With `accumulate` the tile adds to y instead of overwriting it.
  *
- * Packed weights. A table may repack a weight type at load time into groups of PITH_PACK_ROWS rows
- * (pack[type] != NULL); a group takes exactly PITH_PACK_ROWS row strides of bytes, laid out as the
- * table's packed tile wants (see pack.c). The packed tile then computes all PITH_PACK_ROWS rows of the
- * group for rn <= tile_rn tokens. Rows past the last whole group stay with the ordinary tile. */
+ * Packed weights. A table may repack a weight type at load time into groups of pack_rows rows
+ * (pack[type] != NULL; pack_rows divides PITH_PACK_ROWS_MAX); a group takes exactly pack_rows row
+ * strides of bytes, laid out as the table's packed tile wants (see pack.c). The packed tile then
+ * computes all pack_rows rows of the group for rn <= tile_rn tokens. Rows past the last whole group
+ * stay with the ordinary tile. */
 #ifndef PITH_CPU_KERNELS_H
 #define PITH_CPU_KERNELS_H
 
@@ -27,7 +28,7 @@
 
 #define PITH_TILE_MAX_RM 4
 #define PITH_TILE_MAX_RN 8
-#define PITH_PACK_ROWS 8
+#define PITH_PACK_ROWS_MAX 16
 
 typedef enum pith_act_format {
     PITH_ACT_F32,
@@ -39,7 +40,7 @@ typedef enum pith_act_format {
 typedef void (*pith_tile_fn)(int K, const uint8_t *w, size_t w_stride, int rm, const void *x,
                              size_t x_stride, int rn, float *y, size_t ldy, bool accumulate);
 
-/* Rearranges PITH_PACK_ROWS rows of K elements (w_stride bytes apart) into one packed group at dst. */
+/* Rearranges pack_rows rows of K elements (w_stride bytes apart) into one packed group at dst. */
 typedef void (*pith_pack_fn)(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 typedef void (*pith_packed_tile_fn)(int K, const uint8_t *group, const void *x, size_t x_stride, int rn, float *y,
                                     size_t ldy, bool accumulate);
@@ -60,6 +61,7 @@ typedef struct pith_cpu_kernels {
     const char *name;
     pith_tile_fn tile[PITH_W_N_TYPES];
     int tile_rn[PITH_W_N_TYPES]; /* largest rn the tile takes efficiently (<= PITH_TILE_MAX_RN) */
+    int pack_rows;                                   /* rows per packed group */
     pith_pack_fn pack[PITH_W_N_TYPES];               /* NULL: the type stays in its file layout */
     pith_packed_tile_fn tile_packed[PITH_W_N_TYPES];
 
@@ -85,14 +87,20 @@ const pith_cpu_kernels *pith_cpu_kernels_scalar(void);
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void);
 /* The AVX2 table with AVX-VNNI packed integer tiles; NULL without AVX-VNNI. */
 const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void);
+/* The AVX2 table with AVX-512 VNNI packed integer tiles (16-row groups); NULL without AVX-512 F, BW, VL
+ * and VNNI enabled by the OS. */
+const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void);
 /* AVX2 (with VNNI where the processor has it) when available, scalar otherwise, or scalar whenever
  * force_scalar is set. */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
-/* Portable packers for the layouts the AVX2 (x8) and AVX-VNNI (x8_lanes) packed tiles read (pack.c). */
+/* Portable packers for the layouts the AVX2 (x8), AVX-VNNI (x8_lanes) and AVX-512 VNNI (x16_lanes)
+ * packed tiles read (pack.c). */
 void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q4_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_q8_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 
 /* -1 when the weight type has no kernel. */

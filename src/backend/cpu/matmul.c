@@ -27,7 +27,7 @@ int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err)
     m->data = t->data;
     m->row_bytes = rb;
     m->packed = NULL;
-    m->packed_rows = 0;
+    m->packed_rows = m->group_rows = 0;
     return 0;
 }
 
@@ -46,16 +46,18 @@ static void pack_worker(void *arg, int ith, int nth) {
         int g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (g >= j->n_groups) break;
         const pith_matrix *m = j->m;
-        j->pack(m->cols, m->data + (size_t)g * PITH_PACK_ROWS * m->row_bytes, m->row_bytes,
+        j->pack(m->cols, m->data + (size_t)g * m->group_rows * m->row_bytes, m->row_bytes,
                 m->packed + (size_t)g * j->group_bytes);
     }
 }
 
 int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err) {
     pith_pack_fn pack = c->k->pack[m->type];
-    int n_groups = m->rows / PITH_PACK_ROWS;
-    if (!pack || m->packed || n_groups == 0) return 0;
-    size_t group_bytes = PITH_PACK_ROWS * m->row_bytes;
+    int gr = c->k->pack_rows;
+    if (!pack || m->packed || gr <= 0 || m->rows / gr == 0) return 0;
+    int n_groups = m->rows / gr;
+    size_t group_bytes = (size_t)gr * m->row_bytes;
+    m->group_rows = gr;
     size_t total = (size_t)n_groups * group_bytes;
     /* Decode streams these bytes once per token: on 2 MiB pages the stream costs one TLB miss per
      * 2 MiB instead of per 4 KiB (aligned_alloc wants a multiple of the alignment). */
@@ -69,7 +71,7 @@ int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err) {
     pack_job j = {.m = m, .pack = pack, .group_bytes = group_bytes, .n_groups = n_groups};
     atomic_init(&j.next, 0);
     pith_pool_run_sized(c->pool, pack_worker, &j, (double)total);
-    m->packed_rows = n_groups * PITH_PACK_ROWS;
+    m->packed_rows = n_groups * gr;
 #ifdef MADV_PAGEOUT
     /* The kernels no longer read the packed rows in their file layout: let the kernel reclaim those
      * pages (the whole pages inside them only), or the model would stay resident twice. Only a hint:
@@ -84,7 +86,7 @@ int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err) {
 void pith_matrix_free(pith_matrix *m) {
     free(m->packed);
     m->packed = NULL;
-    m->packed_rows = 0;
+    m->packed_rows = m->group_rows = 0;
 }
 
 void pith_acts_bind(pith_cpu *c, pith_acts *a, const float *x, int n, int k, size_t ldx) {
@@ -146,8 +148,9 @@ static void mm_worker(void *arg, int ith, int nth) {
         for (int t0 = 0; t0 < n; t0 += j->token_tile) {
             int t1 = t0 + j->token_tile < n ? t0 + j->token_tile : n;
             int r = r0;
-            for (; r + PITH_PACK_ROWS <= r1 && r + PITH_PACK_ROWS <= w->packed_rows; r += PITH_PACK_ROWS) {
-                const uint8_t *g = w->packed + (size_t)(r / PITH_PACK_ROWS) * PITH_PACK_ROWS * w->row_bytes;
+            const int gr = w->group_rows;
+            for (; gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows; r += gr) {
+                const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
                 for (int t = t0; t < t1; t += j->rn) {
                     int rn = t1 - t < j->rn ? t1 - t : j->rn;
                     j->tile_packed(w->cols, g, j->x + (size_t)t * j->xs, j->xs, rn, j->y + (size_t)t * j->ldy + r,
@@ -194,10 +197,10 @@ int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, s
      * streams per unit prefetch better, fewer units straggle more); units stay whole packed groups
      * (which are whole row blocks too). */
     int nth = c->n_threads;
-    int blocks = (w->rows + PITH_PACK_ROWS - 1) / PITH_PACK_ROWS;
+    int blocks = (w->rows + PITH_PACK_ROWS_MAX - 1) / PITH_PACK_ROWS_MAX;
     int per_unit = blocks / (4 * nth);
     if (per_unit < 1) per_unit = 1;
-    j.unit_rows = per_unit * PITH_PACK_ROWS;
+    j.unit_rows = per_unit * PITH_PACK_ROWS_MAX;
     j.n_units = (w->rows + j.unit_rows - 1) / j.unit_rows;
     atomic_init(&j.next_unit, 0);
     atomic_init(&j.next_row, 0);

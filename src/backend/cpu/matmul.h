@@ -5,8 +5,8 @@
  * so that matmuls reading the same input (Q, K and V; gate and up) quantize it only once.
  *
  * Each thread takes units of consecutive output rows from a shared counter (the machine is shared and
- * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows 8 at
- * a time (a packed group, or two 4-row tiles), tokens tile_rn at a time, so in a prefill the weights
+ * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows a
+ * packed group (8 or 16) or 4 at a time, tokens tile_rn at a time, so in a prefill the weights
  * stream from memory about once per 256 KiB of activations and the activations stay cached. */
 #ifndef PITH_CPU_MATMUL_H
 #define PITH_CPU_MATMUL_H
@@ -20,10 +20,11 @@ typedef struct pith_matrix {
     int cols;
     const uint8_t *data;
     size_t row_bytes;
-    /* Rows [0, packed_rows) repacked for the kernel table (pith_matrix_pack), PITH_PACK_ROWS rows per
-     * group of PITH_PACK_ROWS * row_bytes bytes; NULL when the table keeps the file layout. */
+    /* Rows [0, packed_rows) repacked for the kernel table (pith_matrix_pack), group_rows rows per
+     * group of group_rows * row_bytes bytes; NULL when the table keeps the file layout. */
     uint8_t *packed;
     int packed_rows;
+    int group_rows;
 } pith_matrix;
 
 /* Views a 2-D weight tensor (ne = {cols, rows}); fails when the type has no kernel, the shape is not

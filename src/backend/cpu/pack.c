@@ -1,5 +1,5 @@
-/* Load-time repacking of Q4_0 and Q8_0 weights into groups of 8 rows, for the AVX2 and AVX-VNNI packed
- * tiles.
+/* Load-time repacking of Q4_0 and Q8_0 weights into groups of 8 rows (AVX2 and AVX-VNNI packed tiles)
+ * or 16 rows (AVX-512 VNNI).
  *
  * In the file layout every row is a run of blocks (f16 scale, then quants), so a kernel reading one
  * row's block must fetch its scale on its own, unpack Q4_0's nibbles across 128-bit lanes and finish
@@ -9,13 +9,13 @@
  * decoding is bound by memory bandwidth, and every byte read costs).
  *
  * Group layout, per block column b (blocks of 32 elements), in order:
- *   f16 d[8]                        the 8 rows' block scales, row order
+ *   f16 d[R]                        the R rows' block scales, row order (R = 8 or 16)
  *   Q4_0: uint8 q[4][32]            q[p][i] = n(2p, i) | n(2p + 1, i) << 4, where n(r, i) in 0..15 is the
  *                                   nibble of element i of row r's block (as stored: value + 8)
  *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored
- * The lanes layouts, for the AVX-VNNI tiles, put 4 consecutive quants of row r in int32 lane r:
- *   Q4_0 lanes: uint8 q[4][8][4]    q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
- *   Q8_0 lanes: uint8 q[8][8][4]    q[v][r][j] = quant(r, 4v + j) + 128 (xor 0x80: unsigned) */
+ * The lanes layouts, for the VNNI tiles, put 4 consecutive quants of row r in int32 lane r:
+ *   Q4_0 lanes: uint8 q[4][R][4]    q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
+ *   Q8_0 lanes: uint8 q[8][R][4]    q[v][r][j] = quant(r, 4v + j) + 128 (xor 0x80: unsigned) */
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -37,33 +37,6 @@ void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
     }
 }
 
-void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
-    const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        uint8_t *col = dst + (size_t)b * 8 * PITH_Q4_0_BYTES;
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q4_0_BYTES;
-            memcpy(col + 2 * r, blk, 2);
-            /* stored byte i holds element i (low nibble) and element i + 16 (high nibble) */
-            for (int v = 0; v < 4; v++)
-                for (int j = 0; j < 4; j++) col[16 + 32 * v + 4 * r + j] = blk[2 + 4 * v + j];
-        }
-    }
-}
-
-void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
-    const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        uint8_t *col = dst + (size_t)b * 8 * PITH_Q8_0_BYTES;
-        for (int r = 0; r < 8; r++) {
-            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
-            memcpy(col + 2 * r, blk, 2);
-            for (int v = 0; v < 8; v++)
-                for (int j = 0; j < 4; j++) col[16 + 32 * v + 4 * r + j] = blk[2 + 4 * v + j] ^ 0x80;
-        }
-    }
-}
-
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++) {
@@ -75,3 +48,36 @@ void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
         }
     }
 }
+
+/* The lanes layouts for R rows (8: AVX-VNNI, 16: AVX-512 VNNI). */
+static void pack_q4_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * R * PITH_Q4_0_BYTES;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q4_0_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            /* stored byte i holds element i (low nibble) and element i + 16 (high nibble) */
+            for (int v = 0; v < 4; v++)
+                for (int j = 0; j < 4; j++) col[2 * R + 4 * R * v + 4 * r + j] = blk[2 + 4 * v + j];
+        }
+    }
+}
+
+static void pack_q8_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R) {
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * R * PITH_Q8_0_BYTES;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q8_0_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            for (int v = 0; v < 8; v++)
+                for (int j = 0; j < 4; j++) col[2 * R + 4 * R * v + 4 * r + j] = blk[2 + 4 * v + j] ^ 0x80;
+        }
+    }
+}
+
+void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t ws, uint8_t *dst) { pack_q4_0_lanes(K, w, ws, dst, 8); }
+void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t ws, uint8_t *dst) { pack_q8_0_lanes(K, w, ws, dst, 8); }
+void pith_pack_q4_0_x16_lanes(int K, const uint8_t *w, size_t ws, uint8_t *dst) { pack_q4_0_lanes(K, w, ws, dst, 16); }
+void pith_pack_q8_0_x16_lanes(int K, const uint8_t *w, size_t ws, uint8_t *dst) { pack_q8_0_lanes(K, w, ws, dst, 16); }
