@@ -90,8 +90,8 @@ const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void);
 /* The AVX2 table with AVX-512 VNNI packed integer tiles (16-row groups); NULL without AVX-512 F, BW, VL
  * and VNNI enabled by the OS. */
 const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void);
-/* AVX2 (with VNNI where the processor has it) when available, scalar otherwise, or scalar whenever
- * force_scalar is set. */
+/* The first the processor has of AVX-512 VNNI, AVX-VNNI, AVX2 and scalar; scalar whenever force_scalar
+ * is set. */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
 /* Portable packers for the layouts the AVX2 (x8), AVX-VNNI (x8_lanes) and AVX-512 VNNI (x16_lanes)
