@@ -1,8 +1,9 @@
 /* The CPU kernel table: every inner loop that has a SIMD version, behind one set of function pointers.
  *
- * Two tables exist: scalar (portable C, any machine) and AVX2 (x86-64 with AVX2, FMA and F16C, compiled
- * with per-function target attributes so the build never needs -march flags). pith_cpu_kernels_best()
- * picks the AVX2 table at run time when the processor has it.
+ * Four tables exist: scalar (portable C, any machine), AVX2 (x86-64 with AVX2, FMA and F16C, compiled
+ * with per-function target attributes so the build never needs -march flags), and AVX2 with AVX-VNNI or
+ * with AVX-512 VNNI for the packed integer tiles. pith_cpu_kernels_best() picks the best the processor
+ * has at run time.
  *
  * Matmul tiles. A tile computes an rm x rn block of y = W x^T:
  *   y[t * ldy + r] (+)= sum_k W[r][k] * x[t][k]     for r < rm <= PITH_TILE_MAX_RM, t < rn <= tile_rn
