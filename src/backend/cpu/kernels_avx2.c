@@ -1,5 +1,6 @@
-/* AVX2 + FMA + F16C kernels. Every function carries the target attribute, so this file builds without
- * -m flags and only runs after pith_cpu_kernels_avx2() has checked the processor.
+/* AVX2 + FMA + F16C kernels, and the AVX-VNNI / AVX-512 VNNI packed integer tiles of the tables built on
+ * them. Every function carries its target attribute, so this file builds without -m flags, and each runs
+ * only after its table's constructor (pith_cpu_kernels_avx2 and friends) has checked the processor.
  *
  * Tiles are written once as always-inline templates over (RM rows, RN tokens) and instantiated for the
  * shapes the entry points pick (see TILE_ENTRY): with constant RM and RN the compiler keeps the
@@ -10,7 +11,7 @@
  * unsigned by signed bytes, so feed it |w| and x with w's sign moved onto it; pairs of products
  * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. K-quant tiles
  * feed maddubs their unsigned quants directly and apply the offsets (mins, -32) through the activation
- * block sums. */
+ * block sums. Packed tiles (Q8_0, Q4_0 repacked at load, pack.c) compute 8 or 16 rows at once. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
