@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,22 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo,
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10, end++;
+    else if (*end == 'M' || *end == 'm') shift = 20, end++;
+    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (errno || end == s || *end || s[0] == '-' || n == 0 || n > (SIZE_MAX >> shift)) {
+        fprintf(stderr, "pith %s: %s: '%s' is not a size (bytes, or a number with K, M or G)\n", cmd, opt, s);
+        return false;
+    }
+    *out = (size_t)n << shift;
     return true;
 }
 

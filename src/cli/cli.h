@@ -4,7 +4,11 @@
 #define PITH_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "pith/engine.h"
 
 #define PITH_EXIT_USAGE 2
 
@@ -12,12 +16,22 @@
  * false. */
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* A byte count: digits with an optional K, M or G suffix (powers of 1024), at least 1. */
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out);
 /* Returns argv[*i + 1] and advances *i, or prints "option needs a value" and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
 /* The model to use when -m is absent: $PITH_DEFAULT_MODEL, else pith-default.gguf next to the binary,
  * else NULL. The returned string is static storage. */
 const char *cli_default_model(void);
+
+/* The engine options shared by `run -f`, `run --chat` and `serve` (--max-num-seqs, --max-batch-tokens,
+ * --kv-blocks, --kv-mem, --block-size, --max-seq-len, --kv-f32, --no-prefix-cache). Looks at argv[*i]:
+ * stores an engine option (advancing *i past its value) and returns 1; returns 0 when it is not one,
+ * -1 on a bad value (message printed). */
+int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_options *e);
+/* Help lines for those options. */
+void cli_engine_usage(FILE *out);
 
 int pith_cmd_run(int argc, char **argv);
 int pith_cmd_serve(int argc, char **argv);

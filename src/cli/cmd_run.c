@@ -59,8 +59,7 @@ static void run_usage(FILE *out) {
             "      --logits-out FILE   write, for each generated token, the logits row it was chosen\n"
             "                          from: little-endian float32 [n_generated, n_vocab]\n"
             "  -h, --help              show this help\n"
-            "\n"
-            "Batch mode (all prompts at once through the engine's continuous batching):\n");
+            "\n");
     run_batch_usage(out);
 }
 

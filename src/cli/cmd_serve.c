@@ -41,16 +41,9 @@ static void serve_usage(FILE *out) {
             "      --api-key-file FILE   accepted keys, one per line ('#' comments allowed)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "\n"
-            "engine:\n"
-            "      --max-num-seqs S      sequences per step (default 64)\n"
-            "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
-            "      --kv-blocks B         KV cache size in blocks (default: from --kv-mem)\n"
-            "      --kv-mem BYTES        KV cache size, e.g. 512M (default: enough for S full-length\n"
-            "                            sequences, at most 1G)\n"
-            "      --block-size N        tokens per KV block (default 16)\n"
-            "      --max-seq-len N       prompt + output limit per sequence (default: the model's)\n"
-            "      --kv-f32              keep K/V in F32 instead of F16\n"
-            "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n"
+            "engine:\n");
+    cli_engine_usage(out);
+    fprintf(out,
             "      --max-queue N         requests waiting beyond the running ones before 429 (default 256)\n"
             "\n"
             "connections:\n"
@@ -62,22 +55,6 @@ static void serve_usage(FILE *out) {
             "                            they are cancelled (default 30)\n"
             "      --quiet               no access log lines\n"
             "  -h, --help                show this help\n");
-}
-
-static bool parse_size(const char *opt, const char *v, size_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    unsigned shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10, end++;
-    else if (*end == 'M' || *end == 'm') shift = 20, end++;
-    else if (*end == 'G' || *end == 'g') shift = 30, end++;
-    if (errno || end == v || *end || v[0] == '-' || n == 0 || n > (SIZE_MAX >> shift)) {
-        fprintf(stderr, "pith serve: %s: '%s' is not a size (bytes, or a number with K, M or G)\n", opt, v);
-        return false;
-    }
-    *out = (size_t)n << shift;
-    return true;
 }
 
 /* Returns 0 to continue, 1 for --help, -1 on a usage error (message printed). */
@@ -123,16 +100,10 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             o->keys[s->n_api_keys++] = v;
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
-        } else if (!strcmp(a, "--kv-f32")) {
-            e->kv_f32 = true;
-        } else if (!strcmp(a, "--no-prefix-cache")) {
-            e->no_prefix_cache = true;
         } else if (!strcmp(a, "--quiet")) {
             s->log_requests = false;
-        } else if (!strcmp(a, "--kv-mem")) {
-            VALUE(); if (!parse_size(a, v, &e->kv_mem_bytes)) return -1;
         } else if (!strcmp(a, "--max-body")) {
-            VALUE(); if (!parse_size(a, v, &s->max_body_bytes)) return -1;
+            VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_bytes)) return -1;
         } else if (!strcmp(a, "--drain-timeout")) {
             VALUE(); if (!cli_parse_float("serve", a, v, 0, 86400, &fv)) return -1;
             o->drain_timeout_s = fv;
@@ -140,17 +111,16 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         INT_OPT("--port", s->port, 0, 65535)
         INT_OPT("-t", s->n_threads, 1, 1024)
         INT_OPT("--threads", s->n_threads, 1, 1024)
-        INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
-        INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
-        INT_OPT("--block-size", e->block_size, 1, 4096)
-        INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
-        INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
         INT_OPT("--max-queue", e->max_waiting, 1, 1 << 20)
         INT_OPT("--max-connections", s->max_connections, 1, 65536)
         INT_OPT("--timeout", s->idle_timeout_s, 1, 86400)
         else {
-            fprintf(stderr, "pith serve: unknown option '%s' (try 'pith serve --help')\n", a);
-            return -1;
+            int r = cli_engine_arg("serve", argc, argv, &i, e);
+            if (r < 0) return -1;
+            if (r == 0) {
+                fprintf(stderr, "pith serve: unknown option '%s' (try 'pith serve --help')\n", a);
+                return -1;
+            }
         }
 #undef INT_OPT
 #undef VALUE

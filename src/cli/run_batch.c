@@ -12,19 +12,9 @@
 
 int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
     const char *a = argv[*i];
-    const char *v;
-    long long iv;
-    pith_engine_options *e = &o->engine;
-#define VALUE() do { if (!(v = cli_value("run", argc, argv, i))) return -1; } while (0)
-#define INT_OPT(name, field, lo, hi)                                             \
-    if (!strcmp(a, name)) {                                                      \
-        VALUE();                                                                 \
-        if (!cli_parse_int("run", a, v, lo, hi, &iv)) return -1;                 \
-        field = (int)iv;                                                         \
-        return 1;                                                                \
-    }
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-        VALUE();
+        const char *v = cli_value("run", argc, argv, i);
+        if (!v) return -1;
         o->prompts_path = v;
         return 1;
     }
@@ -32,56 +22,18 @@ int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
         o->jsonl = true;
         return 1;
     }
-    if (!strcmp(a, "--kv-f32")) {
-        e->kv_f32 = true;
-        return 1;
-    }
-    if (!strcmp(a, "--no-prefix-cache")) {
-        e->no_prefix_cache = true;
-        return 1;
-    }
-    INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
-    INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
-    INT_OPT("--block-size", e->block_size, 1, 4096)
-    INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
-    INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
-    if (!strcmp(a, "--kv-mem")) {
-        VALUE();
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(v, &end, 10);
-        unsigned shift = 0;
-        if (*end == 'K' || *end == 'k') shift = 10, end++;
-        else if (*end == 'M' || *end == 'm') shift = 20, end++;
-        else if (*end == 'G' || *end == 'g') shift = 30, end++;
-        if (errno || end == v || *end || v[0] == '-' || n == 0 || n > (SIZE_MAX >> shift)) {
-            fprintf(stderr, "pith run: --kv-mem: '%s' is not a size (bytes, or a number with K, M or G)\n", v);
-            return -1;
-        }
-        e->kv_mem_bytes = (size_t)n << shift;
-        return 1;
-    }
-#undef INT_OPT
-#undef VALUE
-    return 0;
+    return cli_engine_arg("run", argc, argv, i, &o->engine);
 }
 
 void run_batch_usage(FILE *out) {
     fprintf(out,
             "batch mode (all prompts at once, continuous batching):\n"
-            "  -f, --file PATH         one prompt per line; results in input order\n"
-            "      --jsonl             one JSON object per prompt: index, text, tokens, prompt_tokens,\n"
-            "                          cached_tokens, finish_reason (default: the texts, one per line)\n"
-            "      --max-num-seqs S    sequences per step (default 64)\n"
-            "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
-            "      --kv-blocks B       KV cache size in blocks (default: from --kv-mem)\n"
-            "      --kv-mem BYTES      KV cache size, e.g. 512M (default: enough for S full-length\n"
-            "                          sequences, at most 1G)\n"
-            "      --block-size N      tokens per KV block (default 16)\n"
-            "      --max-seq-len N     prompt + output limit per sequence (default: the model's)\n"
-            "      --kv-f32            keep K/V in F32 instead of F16\n"
-            "      --no-prefix-cache   do not reuse the K/V of shared prompt prefixes\n"
-            "  Prompt i samples with seed S + i, so equal lines still draw differently.\n");
+            "  -f, --file PATH           one prompt per line; results in input order\n"
+            "      --jsonl               one JSON object per prompt: index, text, tokens, prompt_tokens,\n"
+            "                            cached_tokens, finish_reason (default: the texts, one per line)\n"
+            "  Prompt i samples with seed S + i, so equal lines still draw differently.\n"
+            "engine (batch mode and --chat; --kv-f32 applies to every mode):\n");
+    cli_engine_usage(out);
 }
 
 typedef struct result {

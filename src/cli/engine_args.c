@@ -1,0 +1,51 @@
+/* Engine options, parsed the same way by every command that runs the engine. */
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_options *e) {
+    const char *a = argv[*i];
+    const char *v;
+    long long iv;
+#define VALUE() do { if (!(v = cli_value(cmd, argc, argv, i))) return -1; } while (0)
+#define INT_OPT(name, field, lo, hi)                                             \
+    if (!strcmp(a, name)) {                                                      \
+        VALUE();                                                                 \
+        if (!cli_parse_int(cmd, a, v, lo, hi, &iv)) return -1;                   \
+        field = (int)iv;                                                         \
+        return 1;                                                                \
+    }
+    if (!strcmp(a, "--kv-f32")) {
+        e->kv_f32 = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-prefix-cache")) {
+        e->no_prefix_cache = true;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-mem")) {
+        VALUE();
+        return cli_parse_size(cmd, a, v, &e->kv_mem_bytes) ? 1 : -1;
+    }
+    INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
+    INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
+    INT_OPT("--block-size", e->block_size, 1, 4096)
+    INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
+    INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
+#undef INT_OPT
+#undef VALUE
+    return 0;
+}
+
+void cli_engine_usage(FILE *out) {
+    fprintf(out,
+            "      --max-num-seqs S      sequences per step (default 64)\n"
+            "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
+            "      --kv-blocks B         KV cache size in blocks (default: from --kv-mem)\n"
+            "      --kv-mem BYTES        KV cache size, e.g. 512M (default: enough for S full-length\n"
+            "                            sequences, at most 1G)\n"
+            "      --block-size N        tokens per KV block (default 16)\n"
+            "      --max-seq-len N       prompt + output limit per sequence (default: the model's)\n"
+            "      --kv-f32              keep K/V in F32 instead of F16\n"
+            "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n");
+}
