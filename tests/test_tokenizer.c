@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "pith/tokenizer.h"
+#include "test_tokenizer_util.h"
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -32,31 +33,6 @@ static char *slurp(const char *path, size_t *n) {
     if (buf) buf[len] = '\0';
     *n = len;
     return buf;
-}
-
-/* Strict UTF-8 validity (no overlongs, surrogates or code points past U+10FFFF). */
-static bool valid_utf8(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
-        else return false;
-        if (i + len > n) return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += len;
-    }
-    return true;
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
@@ -280,12 +256,12 @@ static void test_detok_utf8(const pith_tokenizer *t) {
         d.at_start = false;
         for (size_t i = 0; i < in_n; i++) {
             size_t got = pith_detok_push(&d, b[in[i]], out, sizeof out);
-            if (!valid_utf8(out, got)) chunks_valid = false;
+            if (!tt_valid_utf8(out, got)) chunks_valid = false;
             memcpy(acc + acc_n, out, got);
             acc_n += got;
         }
         size_t got = pith_detok_flush(&d, out, sizeof out);
-        if (!valid_utf8(out, got)) chunks_valid = false;
+        if (!tt_valid_utf8(out, got)) chunks_valid = false;
         memcpy(acc + acc_n, out, got);
         acc_n += got;
         CHECK(chunks_valid);
@@ -306,7 +282,7 @@ static void test_robustness(const pith_tokenizer *t) {
         char *dec;
         size_t dec_n;
         CHECK(pith_tokenizer_decode(t, ids, n_ids, false, &dec, &dec_n, &err) == 0);
-        CHECK(valid_utf8(dec, dec_n));
+        CHECK(tt_valid_utf8(dec, dec_n));
         free(dec);
         free(ids);
         free(buf);
