@@ -244,23 +244,25 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
     }
 }
 
-#define PACKED_ENTRY(NAME, TYPE)                                                                         \
-    static TGT void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
-                         bool accumulate) {                                                              \
+/* The packed-tile entry points of every table: split the tokens into tiles of at most IMPL_MAX_RN and
+ * call the table's tile (ATTR: its target attribute, IMPL: its tile) with a compile-time tile width. */
+#define PACKED_ENTRY(NAME, ATTR, IMPL, TYPE)                                                             \
+    static ATTR void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
+                          bool accumulate) {                                                             \
         for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
             const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
             float *yt = y + t * ldy;                                                                     \
             switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
-            case 1: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;                 \
-            case 2: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;                 \
-            case 3: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;                 \
-            default: tile_packed_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;                \
+            case 1: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;                             \
+            case 2: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;                             \
+            case 3: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;                             \
+            default: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;                            \
             }                                                                                            \
         }                                                                                                \
     }
 
-PACKED_ENTRY(tile_packed_q8_0, PITH_W_Q8_0)
-PACKED_ENTRY(tile_packed_q4_0, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_q8_0, TGT, tile_packed_impl, PITH_W_Q8_0)
+PACKED_ENTRY(tile_packed_q4_0, TGT, tile_packed_impl, PITH_W_Q4_0)
 
 /* AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an int32 lane
  * without an int16 step (no saturation, no madd). */
@@ -326,23 +328,9 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
     }
 }
 
-#define PACKED_VNNI_ENTRY(NAME, IMPL, TYPE)                                                                    \
-    static TGTV void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
-                          bool accumulate) {                                                             \
-        for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
-            const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
-            float *yt = y + t * ldy;                                                                     \
-            switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
-            case 1: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;            \
-            case 2: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;            \
-            case 3: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;            \
-            default: IMPL(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;           \
-            }                                                                                            \
-        }                                                                                                \
-    }
 
-PACKED_VNNI_ENTRY(tile_packed_vnni_q8_0, tile_lanes_impl, PITH_W_Q8_0)
-PACKED_VNNI_ENTRY(tile_packed_vnni_q4_0, tile_lanes_impl, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_vnni_q8_0, TGTV, tile_lanes_impl, PITH_W_Q8_0)
+PACKED_ENTRY(tile_packed_vnni_q4_0, TGTV, tile_lanes_impl, PITH_W_Q4_0)
 
 /* AVX-512 VNNI: the lanes tile on 16 rows (16-row groups, pack.c), one zmm holding all 16 rows' int32
  * sums, so each instruction does twice the work of the AVX-VNNI tile. Same arithmetic per output. */
@@ -399,23 +387,9 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
     }
 }
 
-#define PACKED_ZMM_ENTRY(NAME, TYPE)                                                                     \
-    static TGTZ void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy, \
-                          bool accumulate) {                                                             \
-        for (int t = 0; t < rn; t += IMPL_MAX_RN) {                                                      \
-            const uint8_t *xt = (const uint8_t *)x + t * xs;                                             \
-            float *yt = y + t * ldy;                                                                     \
-            switch (rn - t < IMPL_MAX_RN ? rn - t : IMPL_MAX_RN) {                                       \
-            case 1: tile_lanes16_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 1); break;                \
-            case 2: tile_lanes16_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 2); break;                \
-            case 3: tile_lanes16_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 3); break;                \
-            default: tile_lanes16_impl(K, g, xt, xs, yt, ldy, accumulate, TYPE, 4); break;               \
-            }                                                                                            \
-        }                                                                                                \
-    }
 
-PACKED_ZMM_ENTRY(tile_packed_zmm_q8_0, PITH_W_Q8_0)
-PACKED_ZMM_ENTRY(tile_packed_zmm_q4_0, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_zmm_q8_0, TGTZ, tile_lanes16_impl, PITH_W_Q8_0)
+PACKED_ENTRY(tile_packed_zmm_q4_0, TGTZ, tile_lanes16_impl, PITH_W_Q4_0)
 
 /* ---- K-quants against q8k activations ---- */
 
