@@ -226,10 +226,60 @@ static void test_matmul(pith_cpu *cpu) {
                     matmul_case(cpu, t, rows_list[ri], ks[ki], tokens_list[ni], rbytes, (ri + ni + ki) % 3 == 0);
                 }
     }
+    /* Half-precision weights take any K: their packed tiles (kernels_half.c) have tails at K % 4
+     * (AVX-512) and K % 8 (AVX2) and split tokens into passes up to tile_rn and beyond it. */
+    static const int ks_half[] = {2, 3, 6, 258, 1031};
+    static const int tokens_half[] = {6, 8, 11, 12, 13, 25};
+    for (int ki = 0; ki < 5; ki++)
+        for (int ni = 0; ni < 6; ni++) {
+            matmul_case(cpu, PITH_F16, ni % 2 ? 16 : 40, ks_half[ki], tokens_half[ni], false, ni % 3 == 0);
+            matmul_case(cpu, PITH_BF16, ni % 2 ? 24 : 17, ks_half[ki], tokens_half[ni], false, ni % 3 == 1);
+        }
     /* A larger prefill-like shape, where token tiles and units matter. */
     matmul_case(cpu, PITH_Q8_0, 70, 1024, 300, false, false);
     matmul_case(cpu, PITH_Q4_0, 70, 1024, 300, true, true);
     matmul_case(cpu, PITH_F16, 37, 200, 130, false, true);
+    matmul_case(cpu, PITH_BF16, 70, 203, 40, false, false);
+}
+
+/* A batch gives the same bits as the same tokens one at a time: every tile computes an output the same
+ * way whatever the number of tokens it shares a call with (what lets batched serving reproduce single
+ * requests exactly). */
+static void test_batch_invariance(pith_cpu *cpu) {
+    enum { ROWS = 37, N = 13 };
+    static const int ks[] = {256, 96, 1031};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        pith_dtype t = all_types[ti];
+        int K = ks[block_elems(t) == 1 ? 2 : block_elems(t) == 32 ? 1 : 0];
+        size_t rb = pith_dtype_row_bytes(t, K);
+        uint8_t *w = malloc(rb * ROWS);
+        float *wf = malloc((size_t)K * sizeof *wf), *x = malloc((size_t)K * N * sizeof *x);
+        float *yb = malloc((size_t)ROWS * N * sizeof *yb), *y1 = malloc((size_t)ROWS * N * sizeof *y1);
+        for (int r = 0; r < ROWS; r++) {
+            for (int i = 0; i < K; i++) wf[i] = rnd_uniform(-1, 1);
+            ref_quantize(t, wf, K, w + r * rb);
+        }
+        for (int i = 0; i < K * N; i++) x[i] = rnd_uniform(-1, 1);
+        pith_matrix m = {.type = pith_wtype_of(t), .rows = ROWS, .cols = K, .data = w, .row_bytes = rb};
+        pith_acts acts;
+        pith_err err = {{0}};
+        CHECKF(pith_matrix_pack(cpu, &m, &err) == 0, "%s", err.msg);
+        CHECK(pith_cpu_reserve(cpu, N, K, &err) == 0);
+        pith_acts_bind(cpu, &acts, x, N, K, K);
+        CHECKF(pith_cpu_matmul(cpu, &m, &acts, yb, ROWS, false, &err) == 0, "%s", err.msg);
+        for (int tok = 0; tok < N; tok++) {
+            pith_acts_bind(cpu, &acts, x + (size_t)tok * K, 1, K, K);
+            CHECKF(pith_cpu_matmul(cpu, &m, &acts, y1 + (size_t)tok * ROWS, ROWS, false, &err) == 0, "%s", err.msg);
+        }
+        CHECKF(!memcmp(yb, y1, (size_t)ROWS * N * sizeof *yb), "%s %s: a batch of %d differs from single tokens",
+               cpu->k->name, pith_dtype_name(t), N);
+        pith_matrix_free(&m);
+        free(w);
+        free(wf);
+        free(x);
+        free(yb);
+        free(y1);
+    }
 }
 
 static void test_vector_helpers(const pith_cpu_kernels *k) {
@@ -392,6 +442,7 @@ int main(void) {
             }
             cpu.k = tables[ti]; /* every table, not only the best one */
             test_matmul(&cpu);
+            test_batch_invariance(&cpu);
             pith_cpu_free(&cpu);
         }
     }

@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_half.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
@@ -764,9 +765,11 @@ static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p
     }
 }
 
+/* F16 and BF16 take 12 tokens per call: their packed tiles (kernels_half.c) split them into passes that
+ * fit the registers (two of 6 on AVX-512, four of 3 on AVX2), and only the first reads memory. */
 #define AVX2_COMMON                                                                                     \
     .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},                \
-    .tile_rn = {6, 6, 6, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
+    .tile_rn = {6, 12, 12, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
     .scale = scale_avx2, .f16_to_f32 = f16_to_f32_avx2, .f32_to_f16 = f32_to_f16_avx2,                  \
     .exp_shifted = exp_shifted_avx2, .silu_mul = silu_mul_avx2, .pv_accumulate = pv_accumulate_avx2
 
@@ -774,8 +777,10 @@ static const pith_cpu_kernels avx2_kernels = {
     .name = "avx2",
     AVX2_COMMON,
     .pack_rows = 8,
-    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8, [PITH_W_Q4_0] = pith_pack_q4_0_x8},
-    .tile_packed = {[PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
+    .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8, [PITH_W_Q8_0] = pith_pack_q8_0_x8,
+             [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+    .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
+                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
 };
 
 /* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
@@ -783,8 +788,10 @@ static const pith_cpu_kernels avx2_vnni_kernels = {
     .name = "avx2-vnni",
     AVX2_COMMON,
     .pack_rows = 8,
-    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
-    .tile_packed = {[PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
+    .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8,
+             [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
+    .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
+                    [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
 };
 
 /* AVX2 with AVX-512 VNNI for the packed integer tiles, on 16-row groups. */
@@ -792,8 +799,10 @@ static const pith_cpu_kernels avx512_vnni_kernels = {
     .name = "avx512-vnni",
     AVX2_COMMON,
     .pack_rows = 16,
-    .pack = {[PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes},
-    .tile_packed = {[PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0},
+    .pack = {[PITH_W_F16] = pith_pack_half_x16, [PITH_W_BF16] = pith_pack_half_x16,
+             [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes},
+    .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x16, [PITH_W_BF16] = pith_tile_packed_bf16_x16,
+                    [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
