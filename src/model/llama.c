@@ -443,10 +443,9 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
 
     run_rows(m, &j, attn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
-    if (pith_cpu_matmul(&m->cpu, &L->wq, &a, m->q, m->q_dim, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->wk, &a, m->k, kvd, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->wv, &a, m->v, kvd, false, err))
-        return -1;
+    const pith_matmul_out qkv[] = {
+        {&L->wq, m->q, m->q_dim, false}, {&L->wk, m->k, kvd, false}, {&L->wv, m->v, kvd, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run_rows(m, &j, qkv_row, 4 * (m->q_dim + 2 * kvd));
 
     size_t layer_off = (size_t)l * kv->n_blocks * kv->block_size * kvd * (kv->type == PITH_F16 ? 2 : 4);
@@ -463,9 +462,8 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
 
     run_rows(m, &j, ffn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
-    if (pith_cpu_matmul(&m->cpu, &L->gate, &a, m->hb, ffn, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->up, &a, m->hb2, ffn, false, err))
-        return -1;
+    const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
     run_rows(m, &j, swiglu_row, 8 * ffn);
     pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
     return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
