@@ -393,14 +393,19 @@ static void qkv_row(row_job *j, int t) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
         rope(k + h * hd, cs, sn, hd, hp->rope_style);
     }
+    /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
     const pith_kv_cache *kv = j->kv;
-    size_t off = ((size_t)j->layer * kv->n_blocks * kv->block_size + (size_t)j->b->kv_slots[t]) * kvd;
-    if (kv->type == PITH_F16) {
-        m->cpu.k->f32_to_f16(k, (uint16_t *)kv->k + off, kvd);
-        m->cpu.k->f32_to_f16(v, (uint16_t *)kv->v + off, kvd);
-    } else {
-        memcpy((float *)kv->k + off, k, kvd * sizeof(float));
-        memcpy((float *)kv->v + off, v, kvd * sizeof(float));
+    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->kv_slots[t];
+    size_t block_off = ((size_t)j->layer * kv->n_blocks + slot / bs) * bs * kvd;
+    for (int h = 0; h < hp->n_kv_heads; h++) {
+        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
+        if (kv->type == PITH_F16) {
+            m->cpu.k->f32_to_f16(k + h * hd, (uint16_t *)kv->k + off, hd);
+            m->cpu.k->f32_to_f16(v + h * hd, (uint16_t *)kv->v + off, hd);
+        } else {
+            memcpy((float *)kv->k + off, k + h * hd, hd * sizeof(float));
+            memcpy((float *)kv->v + off, v + h * hd, hd * sizeof(float));
+        }
     }
 }
 
