@@ -1,5 +1,7 @@
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/split.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -10,8 +12,9 @@
 #define TOKEN_TILE_BYTES (256 * 1024)
 /* Weight bytes of one unit at most when the unit is read once per token tile (prefill). */
 #define UNIT_BYTES_MAX ((size_t)1 << 20)
-/* A unit claims 1 / (GUIDE_SHARE * threads) of the blocks left. */
-#define GUIDE_SHARE 2
+/* Weight bytes a thread claims at a time from its own range (split.h): big enough that claiming costs
+ * nothing, small enough that the threads finish within a few microseconds of each other. */
+#define UNIT_BYTES ((size_t)64 << 10)
 
 int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err) {
     int wt = pith_wtype_of(t->type);
@@ -124,12 +127,11 @@ typedef struct mm_job {
     mm_product p[PITH_MATMUL_MAX_OUTS];
     int n_products;
     int n_blocks;     /* over all products */
-    int max_unit;     /* blocks per unit at most */
+    pith_split split; /* of the blocks among the threads */
     /* Formats whose activation rows the workers still quantize (phase 1), and counters for it:
      * items are (format, row) pairs. */
     pith_act_format q_fmt[PITH_ACT_N_FORMATS];
     int n_q_fmt;
-    _Atomic int next_block;
     _Atomic int next_item;
     _Atomic int items_done;
 } mm_job;
@@ -152,31 +154,6 @@ static void quantize_rows(mm_job *j) {
         atomic_fetch_add(&j->items_done, 1);
     }
     pith_pool_wait_count(&j->items_done, items);
-}
-
-/* Claims the next unit of blocks, guided: a share of what is left, so the first units are long
- * sequential streams (which prefetch well) and the last ones short (the threads finish together).
- * A unit never crosses from one product into the next. Returns false when nothing is left. */
-static bool claim_unit(mm_job *j, int nth, int *b0, int *b1) {
-    int cur = atomic_load_explicit(&j->next_block, memory_order_relaxed);
-    for (;;) {
-        int left = j->n_blocks - cur;
-        if (left <= 0) return false;
-        int size = left / (GUIDE_SHARE * nth);
-        if (size < 1) size = 1;
-        if (size > j->max_unit) size = j->max_unit;
-        int end = cur + size;
-        for (int i = 0; i < j->n_products; i++) {
-            int e = i + 1 < j->n_products ? j->p[i + 1].block0 : j->n_blocks;
-            if (cur < e && end > e) end = e;
-        }
-        if (atomic_compare_exchange_weak_explicit(&j->next_block, &cur, end, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
-            *b0 = cur;
-            *b1 = end;
-            return true;
-        }
-    }
 }
 
 static void run_rows(const mm_product *p, int n, int r0, int r1) {
@@ -206,16 +183,21 @@ static void run_rows(const mm_product *p, int n, int r0, int r1) {
 }
 
 static void mm_worker(void *arg, int ith, int nth) {
-    (void)ith;
+    (void)nth;
     mm_job *j = arg;
     quantize_rows(j);
     int b0, b1;
-    while (claim_unit(j, nth, &b0, &b1)) {
-        int i = j->n_products - 1;
-        while (j->p[i].block0 > b0) i--;
-        const mm_product *p = &j->p[i];
-        int r0 = (b0 - p->block0) * PITH_PACK_ROWS_MAX, r1 = (b1 - p->block0) * PITH_PACK_ROWS_MAX;
-        run_rows(p, j->a->n, r0, r1 < p->w->rows ? r1 : p->w->rows);
+    while (pith_split_next(&j->split, ith, &b0, &b1)) {
+        /* a unit may span the end of one product and the start of the next */
+        for (int i = 0; i < j->n_products && b0 < b1; i++) {
+            const mm_product *p = &j->p[i];
+            int end = i + 1 < j->n_products ? j->p[i + 1].block0 : j->n_blocks;
+            if (b0 >= end) continue;
+            int e = b1 < end ? b1 : end;
+            int r1 = (e - p->block0) * PITH_PACK_ROWS_MAX;
+            run_rows(p, j->a->n, (b0 - p->block0) * PITH_PACK_ROWS_MAX, r1 < p->w->rows ? r1 : p->w->rows);
+            b0 = e;
+        }
     }
 }
 
@@ -246,7 +228,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
     if (n_outs < 1 || n_outs > PITH_MATMUL_MAX_OUTS)
         return pith_errf(err, "matmul: %d outputs (1 to %d allowed)", n_outs, PITH_MATMUL_MAX_OUTS);
     mm_job j = {.c = c, .a = a, .n_products = n_outs};
-    j.max_unit = INT32_MAX;
+    int unit = 0, max_unit = INT32_MAX;
     for (int i = 0; i < n_outs; i++) {
         mm_product *p = &j.p[i];
         if (prepare_product(c, a, &outs[i], p, err)) return -1;
@@ -255,10 +237,14 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
         /* In a prefill a unit's weights are read once per token tile: keep them cache-sized. */
         if (a->n > p->token_tile) {
             int cap = (int)(UNIT_BYTES_MAX / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
-            if (cap < j.max_unit) j.max_unit = cap < 1 ? 1 : cap;
+            if (cap < max_unit) max_unit = cap < 1 ? 1 : cap;
         }
+        if (i == 0) unit = (int)(UNIT_BYTES / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
     }
     if (a->n <= 0) return 0;
+    /* A prefill re-reads the activations once per unit: there, units as large as the cache allows. */
+    if (max_unit < INT32_MAX) unit = max_unit;
+    unit = unit < 1 ? 1 : unit > max_unit ? max_unit : unit;
     /* Quantize each activation format the products read once per binding. */
     for (int i = 0; i < n_outs; i++) {
         pith_act_format f = pith_act_format_of(j.p[i].w->type);
@@ -266,7 +252,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
         c->act_owner[f] = a->id;
         j.q_fmt[j.n_q_fmt++] = f;
     }
-    atomic_init(&j.next_block, 0);
+    pith_split_init(&j.split, j.n_blocks, c->n_threads, unit);
     atomic_init(&j.next_item, 0);
     atomic_init(&j.items_done, 0);
     /* A few rows (decode) are quantized here, before any worker can join: then no participant ever
