@@ -55,6 +55,20 @@ def expected_weights(path):
         r.close()
 
 
+def expected_peak_isa(table, main_type):
+    """The instructions of the pp peak: those of the tiles the kernel table runs the main weight type on.
+    Q8_0 and Q4_0 go through packed tiles (VNNI where the table has it), K-quants through maddubs, float
+    weights through AVX2 FMA; the scalar table through portable C."""
+    if table == "scalar":
+        return "scalar C"
+    if main_type in ("F32", "F16", "BF16"):
+        return "vfmadd231ps ymm"
+    if main_type in ("Q8_0", "Q4_0"):
+        return {"avx512-vnni": "vpdpbusd zmm (AVX-512 VNNI)", "avx2-vnni": "vpdpbusd ymm (AVX-VNNI)",
+                "avx2": "vpmaddubsw+vpmaddwd ymm"}[table]
+    return "vpmaddubsw+vpmaddwd ymm"
+
+
 class BenchCli(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -104,7 +118,7 @@ class BenchCli(unittest.TestCase):
             # Anything between a floppy disk and ten times the best memory system there is fails.
             self.assertTrue(0.05 < bw < 20000, o)
             self.assertAlmostEqual(bw, (o["bandwidth_before_gbs"] + o["bandwidth_after_gbs"]) / 2, delta=1e-9 * bw)
-            self.assertIn(o["probe_isa"], ("avx2", "scalar"))
+            self.assertIn(o["probe_isa"], ("avx512-vnni", "avx2-vnni", "avx2", "scalar"))
             # Process CPU time over wall time and threads: a share of the machine, so within (0, 1]
             # up to clock granularity.
             self.assertTrue(0 < o["cpu_share"] < 1.5, o)
@@ -118,6 +132,7 @@ class BenchCli(unittest.TestCase):
                 ops = 2.0 * (layer * n_prompt + output * passes) * tps / n_prompt
                 self.assertAlmostEqual(o["achieved_gops"], ops / 1e9, delta=1e-9 * ops)
                 self.assertTrue(o["peak_gops"] > 0)
+                self.assertEqual(o["peak_isa"], expected_peak_isa(o["probe_isa"], types[0]), o)
                 self.assertAlmostEqual(o["ratio"], ops / 1e9 / o["peak_gops"], delta=1e-9 * o["ratio"])
             # Achieving more than the measured limit by a wide margin would mean a wrong count (the
             # limits are noisy, and a tiny model's weights sit in cache, hence the slack).
@@ -126,6 +141,19 @@ class BenchCli(unittest.TestCase):
     def test_q8_two_thread_counts(self):
         objs = self.bench_json(self.q8, ["-t", "1,2"])
         self.check_objects(self.q8, objs, [1, 2])
+
+    def test_force_scalar(self):
+        old = os.environ.get("PITH_FORCE_SCALAR")
+        os.environ["PITH_FORCE_SCALAR"] = "1"
+        try:
+            objs = self.bench_json(self.q8, ["-t", "1", "-n", "0"])
+        finally:
+            if old is None:
+                del os.environ["PITH_FORCE_SCALAR"]
+            else:
+                os.environ["PITH_FORCE_SCALAR"] = old
+        self.check_objects(self.q8, objs, [1], tests=["pp16"])
+        self.assertEqual(objs[0]["probe_isa"], "scalar")
 
     def test_float_model_uses_fma_peak(self):
         objs = self.bench_json(self.f32, ["-t", "1", "-b", "5"])
@@ -146,6 +174,9 @@ class BenchCli(unittest.TestCase):
         self.assertIn("dim 128, layers 2, heads 4, kv heads 4, head dim 32, ffn 384, vocab 512", out)
         self.assertIn("weights: Q8_0", out)
         self.assertIn("| model | format |", out)
+        probes = [l for l in out.splitlines() if l.startswith("probes: kernels ")]
+        self.assertEqual(len(probes), 1, out)
+        self.assertIn("pp ratio against the int8 peak of ", probes[0])
         rows = [l for l in out.splitlines() if l.startswith("| bench-q8.gguf |")]
         self.assertEqual(len(rows), 2, out)
         self.assertIn("| pp16 |", rows[0])

@@ -150,6 +150,51 @@ static void test_prefix_cache_and_salt(void) {
     m->ops->destroy(m);
 }
 
+/* The stats a final event's receiver reads already count that request and its released blocks (so a
+ * client that reads /metrics right after its response sees them). */
+typedef struct stats_probe {
+    pith_engine *e;
+    int n_final;
+    pith_engine_stats at_final[4];
+} stats_probe;
+
+static void read_stats_at_final(const pith_token_event *ev, void *user) {
+    stats_probe *p = user;
+    if (ev->final && p->n_final < 4) pith_engine_get_stats(p->e, &p->at_final[p->n_final++]);
+}
+
+static void test_stats_before_final(void) {
+    pith_model *m = fake_model_new(V, 2, 0);
+    pith_engine *e = new_engine(m, (pith_engine_options){.block_size = 4, .kv_blocks = 64, .max_seq_len = 64});
+    int32_t p[9];
+    fill(p, 9, 7);
+    stats_probe a = {.e = e}, b = {.e = e};
+    out unused;
+    pith_request r = greedy(p, 9, 6, &unused);
+    r.on_token = read_stats_at_final;
+    r.user = &a;
+    pith_err err;
+    uint64_t id;
+    CHECK(pith_engine_submit(e, &r, &id, &err) == 0);
+    r.max_tokens = 2;
+    r.user = &b;
+    CHECK(pith_engine_submit(e, &r, &id, &err) == 0);
+    run_checked(e);
+    CHECK(a.n_final == 1 && b.n_final == 1);
+    /* b (2 tokens) ends first, while a still runs; then a ends and nothing is left */
+    CHECKF(b.at_final[0].requests_finished == 1 && b.at_final[0].running == 1,
+           "at b's final event: %llu finished, %d running", (unsigned long long)b.at_final[0].requests_finished,
+           b.at_final[0].running);
+    CHECKF(a.at_final[0].requests_finished == 2 && a.at_final[0].running == 0 && a.at_final[0].waiting == 0 &&
+               a.at_final[0].kv_blocks_used == 0,
+           "at a's final event: %llu finished, %d running, %d waiting, %d blocks used",
+           (unsigned long long)a.at_final[0].requests_finished, a.at_final[0].running, a.at_final[0].waiting,
+           a.at_final[0].kv_blocks_used);
+    CHECK(a.at_final[0].generation_tokens == 8);
+    pith_engine_free(e);
+    m->ops->destroy(m);
+}
+
 /* A finished sequence's blocks are evicted tail first: after pressure, its head is still cached. */
 static void test_tail_first_eviction(void) {
     pith_model *m = fake_model_new(V, 1, 0);
@@ -531,5 +576,6 @@ int main(void) {
     test_model_failure_and_free();
     test_thread();
     test_stop_strings();
+    test_stats_before_final();
     return check_summary("test_engine_api");
 }

@@ -529,6 +529,19 @@ int main(void) {
          .qk_norm = true, .tied = true, .half_rope = true, .wtype = PITH_BF16, .theta = 1000000, .threads = 1},
         {"llama GGUF Q8_0 (untied)", "llama", false, 64, 2, 4, 2, 16, 128, 64,
          .wtype = PITH_Q8_0, .theta = 10000, .threads = 2},
+        /* This case comes closest to its tolerance, through one rounding tie, not a kernel error. Measured
+         * (gcc 12, AVX-512 VNNI table): max 0.0434 of 0.0571, on every logit of position 0 and on no other
+         * position; with PITH_FORCE_SCALAR=1, 3.8e-6. At position 0 the input of blk.1's ffn_gate/ffn_up,
+         * column 57, sits at x * 127 / amax = -6.500012 in the float64 reference: 1.2e-5 of a step (about
+         * 2e-7) from a tie, which the reference rounds to -7. The SIMD Q4_0 tiles round differently in float32
+         * (the -8 offset comes out through the activation sums, kernels_avx2.c, and lanes are summed in
+         * another order): 3-4x the error of the scalar tile's exact per-block integer sums (rms 2-3e-8 against
+         * 8e-9 of sum |w x| for rows of 64 and 96), enough to land on the other side of the tie (-6); the
+         * scalar path lands on the reference's side. Rounding that one element the other way in the reference
+         * makes the SIMD run match to 4e-6 and the scalar run miss by 0.0434; the AVX2 table (whole 8-row
+         * groups for the 40 output rows) and the AVX-512 one (two 16-row groups and 8 rows through the plain
+         * tile) give the same 0.0434, and so does the AVX-512 table with Q4_0 unpacked. The step is that large
+         * because the tied Q4_0 embedding, whose entries reach 1 (logit scale 28.6), is the output matrix. */
         {"llama GGUF Q4_0 (tied, quantized embeddings)", "llama", false, 64, 2, 4, 4, 16, 96, 40,
          .tied = true, .wtype = PITH_Q4_0, .theta = 10000, .threads = 1},
         {"qwen2 GGUF Q4_K + Q6_K (bias)", "qwen2", false, 256, 1, 8, 2, 32, 256, 32,

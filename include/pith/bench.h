@@ -2,10 +2,13 @@
  *
  * Machine probes (pith_probe) measure, with a given number of threads, the three limits of CPU
  * inference: memory read bandwidth (decode reads every weight once per token), the FP32 FMA peak (prefill
- * with float weights) and the int8 dot-product peak (prefill with quantized weights: AVX2 maddubs + madd,
- * the instruction pair the quantized kernels use). Like the kernels, the probes pick AVX2 at run time
- * when the processor has it (pith_cpu_kernels_avx2() decides, so probes and kernels always agree) and
- * fall back to portable C. A probe is a best-of-N measurement: on a shared machine the best pass is the
+ * with float weights) and the int8 dot-product peak (prefill with quantized weights). The probes run the
+ * instructions of the CPU kernel table a model loaded in this process runs (the one
+ * pith_cpu_kernels_best picks, with the same force_scalar): AVX2 loads and FMA, and for int8 the
+ * instructions of the tile the weight type goes through, maddubs + madd for the AVX2 tiles, vpdpbusd on
+ * ymm (AVX-VNNI) or zmm (AVX-512 VNNI) for the packed Q8_0/Q4_0 tiles of the VNNI tables, portable C for
+ * the scalar table. So a model's achieved operations never exceed the peak for a reason as dull as a
+ * faster instruction. A probe is a best-of-N measurement: on a shared machine the best pass is the
  * closest estimate of what the hardware can give at that moment; call it right before and after the
  * run it qualifies, since other tenants move it by tens of percent.
  *
@@ -34,8 +37,12 @@ typedef struct pith_probe pith_probe;
 int pith_probe_new(int n_threads, size_t bw_bytes, bool force_scalar, pith_probe **out, pith_err *err);
 void pith_probe_free(pith_probe *p);
 
-/* "avx2" or "scalar": the loops the probes run. */
+/* The kernel table the probes mirror: "avx512-vnni", "avx2-vnni", "avx2" or "scalar". */
 const char *pith_probe_isa(const pith_probe *p);
+/* The instructions pith_probe_int8_peak times for weights of `type` (the ones its tiles run), and those
+ * of pith_probe_fma_peak, for reports: "vpdpbusd zmm (AVX-512 VNNI)", "vpmaddubsw+vpmaddwd ymm"... */
+const char *pith_probe_int8_isa(const pith_probe *p, pith_dtype type);
+const char *pith_probe_fma_isa(const pith_probe *p);
 int pith_probe_threads(const pith_probe *p);
 size_t pith_probe_bw_bytes(const pith_probe *p);
 
@@ -43,9 +50,10 @@ size_t pith_probe_bw_bytes(const pith_probe *p);
 int pith_probe_bandwidth(pith_probe *p, int passes, double *bytes_per_s, pith_err *err);
 /* FP32 operations per second (an FMA counts 2) of independent FMA chains on every thread; best of reps. */
 int pith_probe_fma_peak(pith_probe *p, int reps, double *flops, pith_err *err);
-/* int8 operations per second (a multiply-add of two int8 values counts 2) of independent
- * maddubs + madd + add chains on every thread; best of reps. */
-int pith_probe_int8_peak(pith_probe *p, int reps, double *ops, pith_err *err);
+/* int8 operations per second (a multiply-add of two int8 values counts 2, as for a model's matmuls) of
+ * independent chains of the int8 dot-product instructions the kernels run for weights of `type` (see
+ * pith_probe_int8_isa) on every thread; best of reps. */
+int pith_probe_int8_peak(pith_probe *p, pith_dtype type, int reps, double *ops, pith_err *err);
 
 /* ---- what a model reads and computes ---- */
 
@@ -55,7 +63,8 @@ typedef struct pith_bench_weights {
     uint64_t size_bytes;
     uint64_t layer_params;   /* elements of the layers' 2-D weights: the matmuls every token runs */
     uint64_t output_params;  /* elements of the output matrix: run once per logits row */
-    bool quantized;          /* the type holding most layer weight bytes is block-quantized */
+    pith_dtype type;         /* the type holding most layer weight bytes */
+    bool quantized;          /* that type is block-quantized */
     char format[64];         /* layer weight types by bytes, largest first, joined by '+': "Q4_K+Q6_K" */
 } pith_bench_weights;
 

@@ -5,9 +5,11 @@
  * block is the engine's business (the KV pool / prefix cache); the model reads and writes slots named
  * by the batch.
  *
- * Layout: for layer l, K of slot s is kv_dim consecutive elements at
- *   k + ((size_t)l * n_slots + s) * kv_dim   (in elements of `type`), and the same for V,
- * where kv_dim = n_kv_heads * head_dim and n_slots = n_blocks * block_size. */
+ * Layout: block b of layer l owns block_size * kv_dim consecutive elements (of `type`) at
+ *   k + ((size_t)l * n_blocks + b) * block_size * kv_dim, and the same for V,
+ * where kv_dim = n_kv_heads * head_dim. How a block orders its slots and heads is the model's choice
+ * (the Llama forward pass: head-major, [kv_head][slot in block][head_dim], so attention reads one
+ * head's rows of a block as one contiguous run). */
 #ifndef PITH_KV_H
 #define PITH_KV_H
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/kernels.h"
 #include "bench/probe_kernels.h"
 #include "pith/bench.h"
 
@@ -21,6 +22,7 @@
 
 struct pith_probe {
     int n_threads;
+    const pith_cpu_kernels *kt; /* the kernel table a model loaded with the same force_scalar runs */
     const pith_probe_kernels *k;
     uint8_t *buf;
     size_t bw_bytes;
@@ -43,6 +45,7 @@ typedef enum probe_kind { PROBE_READ, PROBE_FMA, PROBE_INT8 } probe_kind;
 typedef struct probe_job {
     const pith_probe *p;
     probe_kind kind;
+    const pith_probe_int8 *int8; /* PROBE_INT8: the loop */
     int reps;
     int64_t iters;
     _Atomic int gate; /* 0: wait, 1: go, -1: give up (not every thread could be started) */
@@ -78,7 +81,7 @@ static void run_once(const probe_job *j, probe_thread *t) {
         break;
     }
     case PROBE_INT8:
-        t->out.sink += (uint32_t)p->k->int8_loop(j->iters);
+        t->out.sink += j->int8->loop(j->iters);
         break;
     }
 }
@@ -148,6 +151,19 @@ done:
     return rc;
 }
 
+/* The probe table named like the kernel table the model runs; each exists exactly when its kernel table
+ * does. A kernel table without probes of its own (none today; the test checks) gets the best there are. */
+static const pith_probe_kernels *probe_kernels_for(const pith_cpu_kernels *kt) {
+    const pith_probe_kernels *all[] = {pith_probe_kernels_avx512_vnni(), pith_probe_kernels_avx2_vnni(),
+                                       pith_probe_kernels_avx2(), pith_probe_kernels_scalar()};
+    const size_t n = sizeof all / sizeof all[0];
+    for (size_t i = 0; i < n; i++)
+        if (all[i] && !strcmp(all[i]->name, kt->name)) return all[i];
+    for (size_t i = 0; i < n; i++)
+        if (all[i]) return all[i];
+    return pith_probe_kernels_scalar();
+}
+
 int pith_probe_new(int n_threads, size_t bw_bytes, bool force_scalar, pith_probe **out, pith_err *err) {
     *out = NULL;
     if (n_threads < 1 || n_threads > 4096) return pith_errf(err, "probe threads %d out of range [1, 4096]", n_threads);
@@ -159,8 +175,8 @@ int pith_probe_new(int n_threads, size_t bw_bytes, bool force_scalar, pith_probe
     if (!p) return pith_errf(err, "out of memory");
     p->n_threads = n_threads;
     p->bw_bytes = bw_bytes;
-    p->k = force_scalar ? NULL : pith_probe_kernels_avx2();
-    if (!p->k) p->k = pith_probe_kernels_scalar();
+    p->kt = pith_cpu_kernels_best(force_scalar);
+    p->k = probe_kernels_for(p->kt);
     p->buf = aligned_alloc(ALIGN, bw_bytes);
     if (!p->buf) {
         free(p);
@@ -180,6 +196,16 @@ void pith_probe_free(pith_probe *p) {
 }
 
 const char *pith_probe_isa(const pith_probe *p) { return p->k->name; }
+
+/* The packed loop for the types the kernel table repacks, whose packed tiles do nearly all their work
+ * (only rows past the last whole group stay in the file layout). */
+static const pith_probe_int8 *int8_for(const pith_probe *p, pith_dtype type) {
+    int wt = pith_wtype_of(type);
+    return wt >= 0 && p->kt->pack[wt] ? &p->k->int8_packed : &p->k->int8;
+}
+
+const char *pith_probe_int8_isa(const pith_probe *p, pith_dtype type) { return int8_for(p, type)->isa; }
+const char *pith_probe_fma_isa(const pith_probe *p) { return p->k->fma_isa; }
 int pith_probe_threads(const pith_probe *p) { return p->n_threads; }
 size_t pith_probe_bw_bytes(const pith_probe *p) { return p->bw_bytes; }
 
@@ -199,11 +225,11 @@ int pith_probe_bandwidth(pith_probe *p, int passes, double *bytes_per_s, pith_er
 
 /* Iterations that take about TARGET_SECONDS on one thread, from a short timed run (doubling until it
  * lasts long enough to time). */
-static int64_t calibrate(const pith_probe *p, probe_kind kind) {
+static int64_t calibrate(const pith_probe *p, probe_kind kind, const pith_probe_int8 *int8) {
     int64_t iters = 1024;
     for (;;) {
         double t0 = pith_bench_now();
-        volatile uint64_t sink = kind == PROBE_FMA ? (uint64_t)p->k->fma_loop(iters) : (uint64_t)p->k->int8_loop(iters);
+        volatile uint64_t sink = kind == PROBE_FMA ? (uint64_t)p->k->fma_loop(iters) : int8->loop(iters);
         (void)sink;
         double dt = pith_bench_now() - t0;
         if (dt >= TARGET_SECONDS / 10 || iters >= ((int64_t)1 << 40)) {
@@ -214,9 +240,10 @@ static int64_t calibrate(const pith_probe *p, probe_kind kind) {
     }
 }
 
-static int compute_peak(pith_probe *p, probe_kind kind, int reps, double ops_per_iter, double *ops, pith_err *err) {
+static int compute_peak(pith_probe *p, probe_kind kind, const pith_probe_int8 *int8, int reps, double ops_per_iter,
+                        double *ops, pith_err *err) {
     if (check_reps(reps, err)) return -1;
-    probe_job j = {.p = p, .kind = kind, .reps = reps, .iters = calibrate(p, kind)};
+    probe_job j = {.p = p, .kind = kind, .int8 = int8, .reps = reps, .iters = calibrate(p, kind, int8)};
     double t;
     if (run_job(&j, &t, err)) return -1;
     *ops = (double)j.iters * ops_per_iter * p->n_threads / t;
@@ -224,9 +251,10 @@ static int compute_peak(pith_probe *p, probe_kind kind, int reps, double ops_per
 }
 
 int pith_probe_fma_peak(pith_probe *p, int reps, double *flops, pith_err *err) {
-    return compute_peak(p, PROBE_FMA, reps, p->k->fma_ops_per_iter, flops, err);
+    return compute_peak(p, PROBE_FMA, NULL, reps, p->k->fma_ops_per_iter, flops, err);
 }
 
-int pith_probe_int8_peak(pith_probe *p, int reps, double *ops, pith_err *err) {
-    return compute_peak(p, PROBE_INT8, reps, p->k->int8_ops_per_iter, ops, err);
+int pith_probe_int8_peak(pith_probe *p, pith_dtype type, int reps, double *ops, pith_err *err) {
+    const pith_probe_int8 *int8 = int8_for(p, type);
+    return compute_peak(p, PROBE_INT8, int8, reps, int8->ops_per_iter, ops, err);
 }

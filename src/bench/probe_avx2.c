@@ -1,6 +1,7 @@
-/* AVX2 probe loops: 256-bit loads, FMA and maddubs + madd, the instructions the AVX2 kernels are made
- * of. Every function carries the target attribute, so the file builds without -m flags; the table is
- * offered only when the kernels' own CPUID check (pith_cpu_kernels_avx2) passes. */
+/* x86 probe loops for the AVX2, AVX2 + AVX-VNNI and AVX2 + AVX-512 VNNI kernel tables: 256-bit loads,
+ * FMA, maddubs + madd, and vpdpbusd on ymm or zmm, the instructions those kernels are made of. Every
+ * function carries its target attribute, so the file builds without -m flags; each table is offered
+ * only when the kernels' own CPUID check for the table of the same name passes. */
 #include "bench/probe_kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -64,6 +65,15 @@ TGT static float fma_avx2(int64_t iters) {
     return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
 }
 
+/* Sum of all int32 lanes of v, each taken modulo 2^32. */
+TGT static uint64_t lane_sum(__m256i v) {
+    uint32_t lanes[8];
+    _mm256_storeu_si256((__m256i *)lanes, v);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++) s += lanes[i];
+    return s;
+}
+
 /* One step of a quantized dot product on 32 byte pairs: maddubs (u8 x s8, adjacent pairs summed to
  * int16), madd with ones (pairs summed to int32), add to the accumulator. */
 #define INT8_STEP(a, acc)                                                                    \
@@ -74,12 +84,13 @@ TGT static float fma_avx2(int64_t iters) {
 
 /* Four chains: the loop-carried add has a one-cycle latency, so four keep two multiply units busy, and
  * 4 inputs + 4 accumulators + 2 constants fit the 16 ymm registers with room for temporaries (six
- * chains made GCC spill accumulators to the stack, which put a store-forwarding delay in every chain). */
+ * chains made GCC spill accumulators to the stack, which put a store-forwarding delay in every chain).
+ * Each chain has its own input: with one shared input the compiler would compute maddubs + madd once
+ * and add the result to every accumulator. */
 #define INT8_CHAINS 4
-TGT static int32_t int8_avx2(int64_t iters) {
-    const __m256i b = _mm256_set1_epi8(-3), ones = _mm256_set1_epi16(1);
-    __m256i a0 = _mm256_set1_epi8(1), a1 = _mm256_set1_epi8(2), a2 = _mm256_set1_epi8(3);
-    __m256i a3 = _mm256_set1_epi8(4);
+TGT static uint64_t int8_avx2(int64_t iters) {
+    const __m256i b = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+    __m256i a0 = b, a1 = b, a2 = b, a3 = b;
     __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
     for (int64_t i = 0; i < iters; i++) {
         INT8_STEP(a0, c0);
@@ -87,27 +98,111 @@ TGT static int32_t int8_avx2(int64_t iters) {
         INT8_STEP(a2, c2);
         INT8_STEP(a3, c3);
     }
-    __m256i s = _mm256_xor_si256(_mm256_xor_si256(c0, c1), _mm256_xor_si256(c2, c3));
-    int32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, s);
-    return lanes[0] ^ lanes[1] ^ lanes[2] ^ lanes[3] ^ lanes[4] ^ lanes[5] ^ lanes[6] ^ lanes[7];
+    return lane_sum(c0) + lane_sum(c1) + lane_sum(c2) + lane_sum(c3);
 }
+
+/* VNNI: one vpdpbusd does the multiply-adds of a maddubs + madd + add step (4 byte pairs summed into
+ * each int32 lane) and carries the accumulator through itself, so its latency (about 4-5 cycles) times
+ * the two units that run it is the number of chains in flight needed. Every chain reads the same
+ * inputs; the accumulators start opaque, or the compiler would see identical chains and run one. */
+#define CHAINS12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+#define CHAINS16(M) CHAINS12(M) M(12) M(13) M(14) M(15)
+
+/* AVX-VNNI (VEX encoding, ymm0-15 only): 12 chains + 2 inputs leave 2 registers spare. */
+#define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define VNNI_YMM_CHAINS 12
+TGTV static uint64_t int8_avx_vnni(int64_t iters) {
+    const __m256i b = _mm256_set1_epi8(1);
+    __m256i a = b;
+#define DECL(i) __m256i c##i = _mm256_setzero_si256(); OPAQUE(c##i);
+#define STEP(i) c##i = _mm256_dpbusd_avx_epi32(c##i, a, b);
+#define SUM(i) +lane_sum(c##i)
+    CHAINS12(DECL)
+    for (int64_t i = 0; i < iters; i++) {
+        OPAQUE(a);
+        CHAINS12(STEP)
+    }
+    return 0 CHAINS12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+/* AVX-512 VNNI on zmm (32 registers): 16 chains, as the AVX-512 packed tile's 16-row groups run. */
+#define TGTZ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define VNNI_ZMM_CHAINS 16
+/* "v": any of the 32 vector registers AVX-512 can name. */
+#define OPAQUE_Z(v) __asm__ volatile("" : "+v"(v))
+TGTZ static uint64_t lane_sum_zmm(__m512i v) {
+    uint32_t lanes[16];
+    _mm512_storeu_si512((void *)lanes, v);
+    uint64_t s = 0;
+    for (int i = 0; i < 16; i++) s += lanes[i];
+    return s;
+}
+
+TGTZ static uint64_t int8_avx512_vnni(int64_t iters) {
+    const __m512i b = _mm512_set1_epi8(1);
+    __m512i a = b;
+#define DECL(i) __m512i c##i = _mm512_setzero_si512(); OPAQUE_Z(c##i);
+#define STEP(i) c##i = _mm512_dpbusd_epi32(c##i, a, b);
+#define SUM(i) +lane_sum_zmm(c##i)
+    CHAINS16(DECL)
+    for (int64_t i = 0; i < iters; i++) {
+        OPAQUE_Z(a);
+        CHAINS16(STEP)
+    }
+    return 0 CHAINS16(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+/* Every table keeps the AVX2 loads and FMA: the kernel tables differ only in their packed integer
+ * tiles, and their float tiles are AVX2 (ymm FMA) in all three. */
+#define AVX2_COMMON                                                                                     \
+    .read_sum = read_sum_avx2, .fma_isa = "vfmadd231ps ymm", .fma_loop = fma_avx2,                      \
+    .fma_ops_per_iter = FMA_CHAINS * 8 * 2
+#define INT8_MADDUBS {"vpmaddubsw+vpmaddwd ymm", int8_avx2, INT8_CHAINS * 32 * 2}
 
 static const pith_probe_kernels avx2_probes = {
     .name = "avx2",
-    .read_sum = read_sum_avx2,
-    .fma_loop = fma_avx2,
-    .fma_ops_per_iter = FMA_CHAINS * 8 * 2,
-    .int8_loop = int8_avx2,
-    .int8_ops_per_iter = INT8_CHAINS * 32 * 2,
+    AVX2_COMMON,
+    .int8 = INT8_MADDUBS,
+    .int8_packed = INT8_MADDUBS,
 };
 
+static const pith_probe_kernels avx2_vnni_probes = {
+    .name = "avx2-vnni",
+    AVX2_COMMON,
+    .int8 = INT8_MADDUBS,
+    .int8_packed = {"vpdpbusd ymm (AVX-VNNI)", int8_avx_vnni, VNNI_YMM_CHAINS * 32 * 2},
+};
+
+static const pith_probe_kernels avx512_vnni_probes = {
+    .name = "avx512-vnni",
+    AVX2_COMMON,
+    .int8 = INT8_MADDUBS,
+    .int8_packed = {"vpdpbusd zmm (AVX-512 VNNI)", int8_avx512_vnni, VNNI_ZMM_CHAINS * 64 * 2},
+};
+
+/* The kernels' own CPUID checks decide, so a probe table exists exactly when its kernel table does. */
 const pith_probe_kernels *pith_probe_kernels_avx2(void) {
     return pith_cpu_kernels_avx2() ? &avx2_probes : NULL;
+}
+
+const pith_probe_kernels *pith_probe_kernels_avx2_vnni(void) {
+    return pith_cpu_kernels_avx2_vnni() ? &avx2_vnni_probes : NULL;
+}
+
+const pith_probe_kernels *pith_probe_kernels_avx512_vnni(void) {
+    return pith_cpu_kernels_avx512_vnni() ? &avx512_vnni_probes : NULL;
 }
 
 #else
 
 const pith_probe_kernels *pith_probe_kernels_avx2(void) { return NULL; }
+const pith_probe_kernels *pith_probe_kernels_avx2_vnni(void) { return NULL; }
+const pith_probe_kernels *pith_probe_kernels_avx512_vnni(void) { return NULL; }
 
 #endif

@@ -37,31 +37,36 @@ static float fma_scalar(int64_t iters) {
 }
 
 /* Four chains, each a pair of u8 x s8 products summed and accumulated, as maddubs + madd do per lane.
- * Unsigned accumulators: wrapping is intended and defined. */
-static int32_t int8_scalar(int64_t iters) {
+ * The inputs are all 1 but opaque, so every multiply is really done. Unsigned accumulators: wrapping is
+ * intended and defined. */
+static uint64_t int8_scalar(int64_t iters) {
     uint32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
-    int32_t a0 = 3, a1 = 5, a2 = 7, a3 = 11;
-    const int32_t b0 = -13, b1 = 17;
+    int32_t a0 = 1, a1 = 1, a2 = 1, a3 = 1, b0 = 1, b1 = 1;
     for (int64_t i = 0; i < iters; i++) {
         OPAQUE(a0);
         OPAQUE(a1);
         OPAQUE(a2);
         OPAQUE(a3);
+        OPAQUE(b0);
+        OPAQUE(b1);
         acc0 += (uint32_t)(a0 * b0 + a1 * b1);
         acc1 += (uint32_t)(a1 * b0 + a2 * b1);
         acc2 += (uint32_t)(a2 * b0 + a3 * b1);
         acc3 += (uint32_t)(a3 * b0 + a0 * b1);
     }
-    return (int32_t)(acc0 ^ acc1 ^ acc2 ^ acc3);
+    return (uint64_t)acc0 + acc1 + acc2 + acc3;
 }
+
+#define INT8_SCALAR {"scalar C", int8_scalar, 4 * 2 * 2}
 
 static const pith_probe_kernels scalar_probes = {
     .name = "scalar",
     .read_sum = read_sum_scalar,
+    .fma_isa = "scalar C",
     .fma_loop = fma_scalar,
     .fma_ops_per_iter = 8 * 2,
-    .int8_loop = int8_scalar,
-    .int8_ops_per_iter = 4 * 2 * 2,
+    .int8 = INT8_SCALAR,
+    .int8_packed = INT8_SCALAR,
 };
 
 const pith_probe_kernels *pith_probe_kernels_scalar(void) { return &scalar_probes; }

@@ -63,6 +63,7 @@ int pith_bench_weights_of(const pith_model *m, pith_bench_weights *w, pith_err *
         for (; j > 0 && tb[j - 1].bytes < x.bytes; j--) tb[j] = tb[j - 1];
         tb[j] = x;
     }
+    w->type = tb[0].type;
     w->quantized = is_quantized(tb[0].type);
     size_t len = 0;
     for (int i = 0; i < n_types; i++) {

@@ -5,7 +5,8 @@
  * weights in), then probe memory bandwidth and the compute peak right before and after each test and
  * relate the test to them: decode reads every weight once per token, so tg is measured against
  * bandwidth; prefill reuses each weight across the batch, so pp is measured against the int8 (quantized
- * weights) or FMA (float weights) peak. */
+ * weights) or FMA (float weights) peak, each timed with the instructions the model's kernels run for its
+ * main weight type (AVX-512 VNNI vpdpbusd for packed Q4_0 on such a machine, maddubs for Q4_K...). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,8 @@ static void bench_usage(FILE *out) {
             "measures the machine's memory read bandwidth and compute peak with the same threads, and\n"
             "reports the ratio: for tg, weight bytes read per second over bandwidth; for pp, operations\n"
             "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
-            "FP32 FMA peak (float weights).\n"
+            "FP32 FMA peak (float weights), each timed with the instructions the kernels run for the\n"
+            "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI).\n"
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
@@ -150,12 +152,14 @@ typedef struct test_result {
     double achieved;         /* pp: operations per second; tg: weight bytes per second */
     double peak;             /* pp: operations per second of the relevant peak; tg: bandwidth */
     const char *ratio_kind;  /* "bandwidth", "int8_peak" or "fma_peak" */
+    const char *peak_isa;    /* pp: the instructions the peak was timed with */
     double cpu_share;        /* CPU time / (wall time x threads) over the repetitions */
 } test_result;
 
 typedef struct bench_ctx {
     const bench_opts *o;
     const char *isa;
+    const char *peak_isa; /* the instructions of the pp peak for this model */
     pith_hparams hp;
     pith_bench_weights w;
     bool header_done;
@@ -176,9 +180,9 @@ static void print_header(bench_ctx *c) {
     printf("weights: %s; %.1f MiB read per generated token; %.1f M layer matmul parameters + %.1f M output\n",
            w->format, (double)w->size_bytes / (1 << 20), (double)w->layer_params / 1e6,
            (double)w->output_params / 1e6);
-    printf("probes: %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
-           "pp ratio against the %s peak\n",
-           c->isa, BW_PASSES, c->o->bw_mib, w->quantized ? "int8 (maddubs+madd)" : "FP32 FMA");
+    printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
+           "pp ratio against the %s peak of %s\n",
+           c->isa, BW_PASSES, c->o->bw_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
     printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
     printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
     printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
@@ -235,6 +239,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     } else {
         cJSON_AddNumberToObject(j, "achieved_gops", r->achieved / 1e9);
         cJSON_AddNumberToObject(j, "peak_gops", r->peak / 1e9);
+        cJSON_AddStringToObject(j, "peak_isa", r->peak_isa);
     }
     cJSON_AddStringToObject(j, "ratio_kind", r->ratio_kind);
     cJSON_AddNumberToObject(j, "ratio", r->achieved / r->peak);
@@ -259,8 +264,9 @@ static int report(bench_ctx *c, const test_result *r, pith_err *err) {
     return 0;
 }
 
-static int compute_peak(pith_probe *p, bool quantized, double *ops, pith_err *err) {
-    return quantized ? pith_probe_int8_peak(p, PEAK_REPS, ops, err) : pith_probe_fma_peak(p, PEAK_REPS, ops, err);
+static int compute_peak(pith_probe *p, const pith_bench_weights *w, double *ops, pith_err *err) {
+    return w->quantized ? pith_probe_int8_peak(p, w->type, PEAK_REPS, ops, err)
+                        : pith_probe_fma_peak(p, PEAK_REPS, ops, err);
 }
 
 /* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
@@ -294,6 +300,7 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
     if (pith_probe_new(threads, (size_t)o->bw_mib << 20, force_scalar, &probe, err)) goto done;
     c->isa = pith_probe_isa(probe);
+    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type) : pith_probe_fma_isa(probe);
     int need = o->n_prompt > o->n_gen + 1 ? o->n_prompt : o->n_gen + 1;
     if (need > m->hp.ctx_len) {
         pith_errf(err, "-p %d / -n %d need %d positions but the model's context is %d", o->n_prompt, o->n_gen,
@@ -314,15 +321,16 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     if (o->n_prompt) {
         fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
         double peak0, peak1, bw1;
-        if (compute_peak(probe, c->w.quantized, &peak0, err)) goto done;
+        if (compute_peak(probe, &c->w, &peak0, err)) goto done;
         double share;
         if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
         if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
-        if (compute_peak(probe, c->w.quantized, &peak1, err)) goto done;
+        if (compute_peak(probe, &c->w, &peak1, err)) goto done;
         test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .threads = threads, .samples = samples,
                          .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (peak0 + peak1),
-                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .cpu_share = share};
+                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .peak_isa = c->peak_isa,
+                         .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
         /* Every token runs every layer matmul; the output matrix runs once per forward pass. */
         double passes = (o->n_prompt + o->batch - 1) / o->batch;

@@ -11,7 +11,7 @@ static void emit(seq *s, const pith_token_event *ev) {
     if (s->on_token) s->on_token(ev, s->user);
 }
 
-/* Takes s off the live list (under the lock), counts it and frees it. */
+/* Takes s off the live list and counts it (under the lock); the caller frees it. */
 static void retire(pith_engine *e, seq *s) {
     pthread_mutex_lock(&e->lock);
     for (int i = 0; i < e->n_live; i++) {
@@ -25,7 +25,6 @@ static void retire(pith_engine *e, seq *s) {
     if (s->finish == PITH_FINISH_ERROR) e->stats.requests_failed++;
     if (s->cancel_requested) e->n_cancel_pending--;
     pthread_mutex_unlock(&e->lock);
-    seq_free(s);
 }
 
 void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_string, const char *error) {
@@ -43,8 +42,12 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
                   .cached_tokens = s->cached_tokens},
     };
-    emit(s, &ev);
+    /* Stats first: whoever learns from this event that the request is done (a client that then reads
+     * /metrics) sees it counted and its blocks released. */
     retire(e, s);
+    engine_publish_stats(e);
+    emit(s, &ev);
+    seq_free(s);
 }
 
 /* Moves submitted requests into the scheduler and collects cancelled ones; returns how many were

@@ -393,14 +393,19 @@ static void qkv_row(row_job *j, int t) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
         rope(k + h * hd, cs, sn, hd, hp->rope_style);
     }
+    /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
     const pith_kv_cache *kv = j->kv;
-    size_t off = ((size_t)j->layer * kv->n_blocks * kv->block_size + (size_t)j->b->kv_slots[t]) * kvd;
-    if (kv->type == PITH_F16) {
-        m->cpu.k->f32_to_f16(k, (uint16_t *)kv->k + off, kvd);
-        m->cpu.k->f32_to_f16(v, (uint16_t *)kv->v + off, kvd);
-    } else {
-        memcpy((float *)kv->k + off, k, kvd * sizeof(float));
-        memcpy((float *)kv->v + off, v, kvd * sizeof(float));
+    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->kv_slots[t];
+    size_t block_off = ((size_t)j->layer * kv->n_blocks + slot / bs) * bs * kvd;
+    for (int h = 0; h < hp->n_kv_heads; h++) {
+        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
+        if (kv->type == PITH_F16) {
+            m->cpu.k->f32_to_f16(k + h * hd, (uint16_t *)kv->k + off, hd);
+            m->cpu.k->f32_to_f16(v + h * hd, (uint16_t *)kv->v + off, hd);
+        } else {
+            memcpy((float *)kv->k + off, k + h * hd, hd * sizeof(float));
+            memcpy((float *)kv->v + off, v + h * hd, hd * sizeof(float));
+        }
     }
 }
 
@@ -443,10 +448,9 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
 
     run_rows(m, &j, attn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
-    if (pith_cpu_matmul(&m->cpu, &L->wq, &a, m->q, m->q_dim, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->wk, &a, m->k, kvd, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->wv, &a, m->v, kvd, false, err))
-        return -1;
+    const pith_matmul_out qkv[] = {
+        {&L->wq, m->q, m->q_dim, false}, {&L->wk, m->k, kvd, false}, {&L->wv, m->v, kvd, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run_rows(m, &j, qkv_row, 4 * (m->q_dim + 2 * kvd));
 
     size_t layer_off = (size_t)l * kv->n_blocks * kv->block_size * kvd * (kv->type == PITH_F16 ? 2 : 4);
@@ -463,9 +467,8 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
 
     run_rows(m, &j, ffn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
-    if (pith_cpu_matmul(&m->cpu, &L->gate, &a, m->hb, ffn, false, err) ||
-        pith_cpu_matmul(&m->cpu, &L->up, &a, m->hb2, ffn, false, err))
-        return -1;
+    const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
     run_rows(m, &j, swiglu_row, 8 * ffn);
     pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
     return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);

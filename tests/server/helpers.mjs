@@ -167,8 +167,8 @@ export async function readSSE(response) {
   return { events, done, text };
 }
 
-// /metrics once no request runs or waits and no KV block is held (the engine publishes its gauges at the
-// end of each step, a moment after the last response went out). Fails after `ms`.
+// /metrics once no request runs or waits and no KV block is held (a finished request is counted before
+// its response ends, but a disconnect is taken by the engine only at its next step). Fails after `ms`.
 export async function idleMetrics(srv, key, ms = 3000) {
   const until = Date.now() + ms;
   for (;;) {

@@ -42,16 +42,20 @@ typedef struct attn_job {
     _Atomic int next;
 } attn_job;
 
-/* Converts rows j0..j0+n-1 of sequence seq (this KV head's part of each slot) to float rows of hd. */
+/* Converts rows j0..j0+n-1 of sequence seq (this KV head's part of each slot) to float rows of hd. A
+ * block holds each head's rows contiguously (kv.h), so this is one conversion per block touched. */
 static void load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const void *cache, int seq, int j0,
                       int n, int kv_head, int hd, float *dst) {
     const int32_t *bt = a->block_tables + (size_t)seq * a->max_blocks;
-    for (int jj = 0; jj < n; jj++) {
-        int j = j0 + jj;
-        size_t slot = (size_t)bt[j / a->block_size] * a->block_size + j % a->block_size;
-        size_t off = slot * a->kv_dim + (size_t)kv_head * hd;
-        if (a->kv_type == PITH_F16) k->f16_to_f32((const uint16_t *)cache + off, dst + (size_t)jj * hd, hd);
-        else memcpy(dst + (size_t)jj * hd, (const float *)cache + off, hd * sizeof(float));
+    const size_t bs = (size_t)a->block_size;
+    for (int jj = 0; jj < n;) {
+        int j = j0 + jj, in_block = j % a->block_size;
+        int rows = a->block_size - in_block < n - jj ? a->block_size - in_block : n - jj;
+        size_t off = (size_t)bt[j / a->block_size] * bs * a->kv_dim + ((size_t)kv_head * bs + in_block) * hd;
+        size_t count = (size_t)rows * hd;
+        if (a->kv_type == PITH_F16) k->f16_to_f32((const uint16_t *)cache + off, dst + (size_t)jj * hd, (int)count);
+        else memcpy(dst + (size_t)jj * hd, (const float *)cache + off, count * sizeof(float));
+        jj += rows;
     }
 }
 

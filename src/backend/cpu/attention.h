@@ -1,7 +1,8 @@
 /* Causal attention over a paged KV cache, for one layer and every token of a batch.
  *
  * Each query token t (sequence s, position p) attends to positions 0..p of s, whose K/V sit in the
- * cache slots named by s's block table (batch.h). The cache rows must already hold this batch's own K/V.
+ * cache slots named by s's block table (batch.h), head-major inside each block (kv.h). The cache rows
+ * must already hold this batch's own K/V.
  *
  * Work is split into items of (run of up to PITH_ATTN_QTILE consecutive batch tokens of one sequence,
  * KV head): an item loads its sequence's K/V in chunks of PITH_ATTN_CHUNK positions (converting F16 to
@@ -30,7 +31,7 @@ typedef struct pith_attn_args {
     const int32_t *block_tables;
     int max_blocks;
     int block_size;
-    const void *k_cache; /* this layer's first slot */
+    const void *k_cache; /* this layer's first block: [block][kv_head][slot in block][head_dim] */
     const void *v_cache;
     pith_dtype kv_type;  /* PITH_F32 or PITH_F16 */
     int kv_dim;          /* elements per slot = n_kv_heads * head_dim */

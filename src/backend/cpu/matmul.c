@@ -1,5 +1,7 @@
 #include "backend/cpu/matmul.h"
 
+#include "backend/cpu/split.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -8,6 +10,11 @@
 
 /* Activation bytes per token tile: a quarter of a typical 1 MiB L2, leaving room for the weights. */
 #define TOKEN_TILE_BYTES (256 * 1024)
+/* Weight bytes of one unit at most when the unit is read once per token tile (prefill). */
+#define UNIT_BYTES_MAX ((size_t)1 << 20)
+/* Weight bytes a thread claims at a time from its own range (split.h): big enough that claiming costs
+ * nothing, small enough that the threads finish within a few microseconds of each other. */
+#define UNIT_BYTES ((size_t)64 << 10)
 
 int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err) {
     int wt = pith_wtype_of(t->type);
@@ -99,120 +106,170 @@ void pith_acts_bind(pith_cpu *c, pith_acts *a, const float *x, int n, int k, siz
     a->id = ++c->act_serial;
 }
 
-typedef struct mm_job {
-    pith_cpu *c;
+/* One output of a pith_cpu_matmul_many job, with what its tiles need precomputed. */
+typedef struct mm_product {
     const pith_matrix *w;
-    const pith_acts *a;
-    pith_tile_fn tile;
-    pith_packed_tile_fn tile_packed;
-    int rn;
-    pith_act_format fmt;
-    bool quantize;
-    const uint8_t *x;
-    size_t xs;
     float *y;
     size_t ldy;
     bool accumulate;
-    int unit_rows;
-    int n_units;
+    pith_tile_fn tile;
+    pith_packed_tile_fn tile_packed;
+    int rn;
+    const uint8_t *x; /* activations in this weight's format */
+    size_t xs;
     int token_tile;
-    _Atomic int next_unit;
-    _Atomic int next_row;   /* activation rows claimed for quantizing */
-    _Atomic int rows_done;  /* ... and finished */
+    int block0; /* first block (PITH_PACK_ROWS_MAX rows) of this product in the job's numbering */
+} mm_product;
+
+typedef struct mm_job {
+    pith_cpu *c;
+    const pith_acts *a;
+    mm_product p[PITH_MATMUL_MAX_OUTS];
+    int n_products;
+    int n_blocks;     /* over all products */
+    pith_split split; /* of the blocks among the threads */
+    /* Formats whose activation rows the workers still quantize (phase 1), and counters for it:
+     * items are (format, row) pairs. */
+    pith_act_format q_fmt[PITH_ACT_N_FORMATS];
+    int n_q_fmt;
+    _Atomic int next_item;
+    _Atomic int items_done;
 } mm_job;
+
+static void quantize_item(pith_cpu *c, const pith_acts *a, pith_act_format f, int t) {
+    const float *src = a->x + (size_t)t * a->ldx;
+    void *dst = (uint8_t *)c->act_buf[f] + (size_t)t * pith_act_row_bytes(f, a->k);
+    if (f == PITH_ACT_Q8A) c->k->quantize_q8a(src, dst, a->k);
+    else c->k->quantize_q8k(src, dst, a->k);
+}
 
 /* Phase 1: quantize the activation rows (claimed one by one), then wait for all of them. */
 static void quantize_rows(mm_job *j) {
-    const pith_acts *a = j->a;
+    const int n = j->a->n, items = j->n_q_fmt * n;
+    if (!items) return;
     for (;;) {
-        int t = atomic_fetch_add(&j->next_row, 1);
-        if (t >= a->n) break;
-        const float *src = a->x + (size_t)t * a->ldx;
-        void *dst = (uint8_t *)j->x + (size_t)t * j->xs;
-        if (j->fmt == PITH_ACT_Q8A) j->c->k->quantize_q8a(src, dst, a->k);
-        else j->c->k->quantize_q8k(src, dst, a->k);
-        atomic_fetch_add(&j->rows_done, 1);
+        int i = atomic_fetch_add(&j->next_item, 1);
+        if (i >= items) break;
+        quantize_item(j->c, j->a, j->q_fmt[i / n], i % n);
+        atomic_fetch_add(&j->items_done, 1);
     }
-    pith_pool_wait_count(&j->rows_done, a->n);
+    pith_pool_wait_count(&j->items_done, items);
 }
 
-static void mm_worker(void *arg, int ith, int nth) {
-    (void)ith, (void)nth;
-    mm_job *j = arg;
-    if (j->quantize) quantize_rows(j);
-    const pith_matrix *w = j->w;
-    const int n = j->a->n;
-    for (;;) {
-        int u = atomic_fetch_add_explicit(&j->next_unit, 1, memory_order_relaxed);
-        if (u >= j->n_units) break;
-        int r0 = u * j->unit_rows;
-        int r1 = r0 + j->unit_rows < w->rows ? r0 + j->unit_rows : w->rows;
-        for (int t0 = 0; t0 < n; t0 += j->token_tile) {
-            int t1 = t0 + j->token_tile < n ? t0 + j->token_tile : n;
-            int r = r0;
-            const int gr = w->group_rows;
-            for (; gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows; r += gr) {
-                const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
-                for (int t = t0; t < t1; t += j->rn) {
-                    int rn = t1 - t < j->rn ? t1 - t : j->rn;
-                    j->tile_packed(w->cols, g, j->x + (size_t)t * j->xs, j->xs, rn, j->y + (size_t)t * j->ldy + r,
-                                   j->ldy, j->accumulate);
-                }
+static void run_rows(const mm_product *p, int n, int r0, int r1) {
+    const pith_matrix *w = p->w;
+    for (int t0 = 0; t0 < n; t0 += p->token_tile) {
+        int t1 = t0 + p->token_tile < n ? t0 + p->token_tile : n;
+        int r = r0;
+        const int gr = w->group_rows;
+        for (; gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows; r += gr) {
+            const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
+            for (int t = t0; t < t1; t += p->rn) {
+                int rn = t1 - t < p->rn ? t1 - t : p->rn;
+                p->tile_packed(w->cols, g, p->x + (size_t)t * p->xs, p->xs, rn, p->y + (size_t)t * p->ldy + r, p->ldy,
+                               p->accumulate);
             }
-            for (; r < r1; r += PITH_TILE_MAX_RM) {
-                int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
-                const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
-                for (int t = t0; t < t1; t += j->rn) {
-                    int rn = t1 - t < j->rn ? t1 - t : j->rn;
-                    j->tile(w->cols, wr, w->row_bytes, rm, j->x + (size_t)t * j->xs, j->xs, rn,
-                            j->y + (size_t)t * j->ldy + r, j->ldy, j->accumulate);
-                }
+        }
+        for (; r < r1; r += PITH_TILE_MAX_RM) {
+            int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
+            const uint8_t *wr = w->data + (size_t)r * w->row_bytes;
+            for (int t = t0; t < t1; t += p->rn) {
+                int rn = t1 - t < p->rn ? t1 - t : p->rn;
+                p->tile(w->cols, wr, w->row_bytes, rm, p->x + (size_t)t * p->xs, p->xs, rn,
+                        p->y + (size_t)t * p->ldy + r, p->ldy, p->accumulate);
             }
         }
     }
 }
 
-int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, size_t ldy, bool accumulate,
-                    pith_err *err) {
-    if (a->k != w->cols) return pith_errf(err, "matmul: input has %d columns, weight %d", a->k, w->cols);
-    if (a->n <= 0) return 0;
-    mm_job j = {.c = c, .w = w, .a = a, .y = y, .ldy = ldy, .accumulate = accumulate};
-    j.tile = c->k->tile[w->type];
-    j.tile_packed = c->k->tile_packed[w->type];
-    if (w->packed && !j.tile_packed) return pith_errf(err, "matmul: matrix packed for another kernel table");
-    j.rn = c->k->tile_rn[w->type];
-    j.fmt = pith_act_format_of(w->type);
-    if (j.fmt == PITH_ACT_F32) {
-        j.x = (const uint8_t *)a->x;
-        j.xs = a->ldx * sizeof(float);
-    } else {
-        j.xs = pith_act_row_bytes(j.fmt, a->k);
-        if ((size_t)a->n * j.xs > c->act_cap[j.fmt])
-            return pith_errf(err, "matmul: activation scratch too small (%d x %d)", a->n, a->k);
-        j.x = c->act_buf[j.fmt];
-        j.quantize = c->act_owner[j.fmt] != a->id;
-        c->act_owner[j.fmt] = a->id;
+static void mm_worker(void *arg, int ith, int nth) {
+    (void)nth;
+    mm_job *j = arg;
+    quantize_rows(j);
+    int b0, b1;
+    while (pith_split_next(&j->split, ith, &b0, &b1)) {
+        /* a unit may span the end of one product and the start of the next */
+        for (int i = 0; i < j->n_products && b0 < b1; i++) {
+            const mm_product *p = &j->p[i];
+            int end = i + 1 < j->n_products ? j->p[i + 1].block0 : j->n_blocks;
+            if (b0 >= end) continue;
+            int e = b1 < end ? b1 : end;
+            int r1 = (e - p->block0) * PITH_PACK_ROWS_MAX;
+            run_rows(p, j->a->n, (b0 - p->block0) * PITH_PACK_ROWS_MAX, r1 < p->w->rows ? r1 : p->w->rows);
+            b0 = e;
+        }
     }
-    int tile = (int)(TOKEN_TILE_BYTES / j.xs);
-    j.token_tile = tile < j.rn ? j.rn : tile / j.rn * j.rn;
-    /* About 4 units per thread balances a noisy machine (measured against 2, 8 and 16: longer
-     * streams per unit prefetch better, fewer units straggle more); units stay whole packed groups
-     * (which are whole row blocks too). */
-    int nth = c->n_threads;
-    int blocks = (w->rows + PITH_PACK_ROWS_MAX - 1) / PITH_PACK_ROWS_MAX;
-    int per_unit = blocks / (4 * nth);
-    if (per_unit < 1) per_unit = 1;
-    j.unit_rows = per_unit * PITH_PACK_ROWS_MAX;
-    j.n_units = (w->rows + j.unit_rows - 1) / j.unit_rows;
-    atomic_init(&j.next_unit, 0);
-    atomic_init(&j.next_row, 0);
-    atomic_init(&j.rows_done, 0);
+}
+
+static int prepare_product(pith_cpu *c, const pith_acts *a, const pith_matmul_out *o, mm_product *p, pith_err *err) {
+    const pith_matrix *w = o->w;
+    if (a->k != w->cols) return pith_errf(err, "matmul: input has %d columns, weight %d", a->k, w->cols);
+    *p = (mm_product){.w = w, .y = o->y, .ldy = o->ldy, .accumulate = o->accumulate};
+    p->tile = c->k->tile[w->type];
+    p->tile_packed = c->k->tile_packed[w->type];
+    if (w->packed && !p->tile_packed) return pith_errf(err, "matmul: matrix packed for another kernel table");
+    p->rn = c->k->tile_rn[w->type];
+    pith_act_format f = pith_act_format_of(w->type);
+    if (f == PITH_ACT_F32) {
+        p->x = (const uint8_t *)a->x;
+        p->xs = a->ldx * sizeof(float);
+    } else {
+        p->xs = pith_act_row_bytes(f, a->k);
+        if ((size_t)a->n * p->xs > c->act_cap[f])
+            return pith_errf(err, "matmul: activation scratch too small (%d x %d)", a->n, a->k);
+        p->x = c->act_buf[f];
+    }
+    int tile = (int)(TOKEN_TILE_BYTES / p->xs);
+    p->token_tile = tile < p->rn ? p->rn : tile / p->rn * p->rn;
+    return 0;
+}
+
+int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs, pith_err *err) {
+    if (n_outs < 1 || n_outs > PITH_MATMUL_MAX_OUTS)
+        return pith_errf(err, "matmul: %d outputs (1 to %d allowed)", n_outs, PITH_MATMUL_MAX_OUTS);
+    mm_job j = {.c = c, .a = a, .n_products = n_outs};
+    int unit = 0, max_unit = INT32_MAX;
+    for (int i = 0; i < n_outs; i++) {
+        mm_product *p = &j.p[i];
+        if (prepare_product(c, a, &outs[i], p, err)) return -1;
+        p->block0 = j.n_blocks;
+        j.n_blocks += (p->w->rows + PITH_PACK_ROWS_MAX - 1) / PITH_PACK_ROWS_MAX;
+        /* In a prefill a unit's weights are read once per token tile: keep them cache-sized. */
+        if (a->n > p->token_tile) {
+            int cap = (int)(UNIT_BYTES_MAX / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
+            if (cap < max_unit) max_unit = cap < 1 ? 1 : cap;
+        }
+        if (i == 0) unit = (int)(UNIT_BYTES / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
+    }
+    if (a->n <= 0) return 0;
+    /* A prefill re-reads the activations once per unit: there, units as large as the cache allows. */
+    if (max_unit < INT32_MAX) unit = max_unit;
+    unit = unit < 1 ? 1 : unit > max_unit ? max_unit : unit;
+    /* Quantize each activation format the products read once per binding. */
+    for (int i = 0; i < n_outs; i++) {
+        pith_act_format f = pith_act_format_of(j.p[i].w->type);
+        if (f == PITH_ACT_F32 || c->act_owner[f] == a->id) continue;
+        c->act_owner[f] = a->id;
+        j.q_fmt[j.n_q_fmt++] = f;
+    }
+    pith_split_init(&j.split, j.n_blocks, c->n_threads, unit);
+    atomic_init(&j.next_item, 0);
+    atomic_init(&j.items_done, 0);
     /* A few rows (decode) are quantized here, before any worker can join: then no participant ever
      * waits on another for them, even one that the OS has descheduled. */
-    if (j.quantize && (double)a->n * a->k < PITH_POOL_MIN_WORK) {
-        quantize_rows(&j);
-        j.quantize = false;
+    if (j.n_q_fmt && (double)a->n * a->k * j.n_q_fmt < PITH_POOL_MIN_WORK) {
+        for (int f = 0; f < j.n_q_fmt; f++)
+            for (int t = 0; t < a->n; t++) quantize_item(c, a, j.q_fmt[f], t);
+        j.n_q_fmt = 0;
     }
-    pith_pool_run_sized(c->pool, mm_worker, &j, (double)w->rows * w->cols * a->n);
+    double work = 0;
+    for (int i = 0; i < n_outs; i++) work += (double)j.p[i].w->rows * a->k * a->n;
+    pith_pool_run_sized(c->pool, mm_worker, &j, work);
     return 0;
+}
+
+int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, size_t ldy, bool accumulate,
+                    pith_err *err) {
+    pith_matmul_out o = {.w = w, .y = y, .ldy = ldy, .accumulate = accumulate};
+    return pith_cpu_matmul_many(c, a, &o, 1, err);
 }

@@ -4,8 +4,8 @@
  * row_bytes apart in its own format. A pith_acts binds an input (n rows of k floats) to the context,
  * so that matmuls reading the same input (Q, K and V; gate and up) quantize it only once.
  *
- * Each thread takes units of consecutive output rows from a shared counter (the machine is shared and
- * noisy, so static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows a
+ * Each thread streams its own share of the output rows and steals from the others when it runs out
+ * (split.h: the machine is shared and noisy, so plain static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows a
  * packed group (8 or 16) or 4 at a time, tokens tile_rn at a time, so in a prefill the weights
  * stream from memory about once per 256 KiB of activations and the activations stay cached. */
 #ifndef PITH_CPU_MATMUL_H
@@ -46,6 +46,21 @@ typedef struct pith_acts {
 } pith_acts;
 
 void pith_acts_bind(pith_cpu *c, pith_acts *a, const float *x, int n, int k, size_t ldx);
+
+/* One product of a matmul job: y[t * ldy + r] (+)= sum_k W[r][k] x[t][k]. */
+typedef struct pith_matmul_out {
+    const pith_matrix *w;
+    float *y;
+    size_t ldy;
+    bool accumulate;
+} pith_matmul_out;
+
+#define PITH_MATMUL_MAX_OUTS 4
+
+/* Several products of the same input (Q, K and V; gate and up) in one pass of the pool: one
+ * wake-up and one final wait instead of one per matrix, and the units of all of them balance
+ * together. Same results as separate pith_cpu_matmul calls. */
+int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs, pith_err *err);
 
 /* y[t * ldy + r] (+)= sum_k W[r][k] x[t][k] for every token t < a->n and row r < w->rows. Fails only
  * when the shapes disagree or pith_cpu_reserve was not called for this size. */
