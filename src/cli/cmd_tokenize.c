@@ -1,5 +1,6 @@
 /* pith tokenize: text on stdin -> token ids on stdout, for checking tokenizers against references. */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@ static char *read_all(FILE *f, size_t *n) {
     while (buf) {
         len += fread(buf + len, 1, cap - len, f);
         if (len < cap) break;
-        char *nb = cap <= ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
+        char *nb = cap <= SIZE_MAX / 4 ? realloc(buf, cap * 2) : NULL;
         if (!nb) {
             free(buf);
             return NULL;

@@ -354,28 +354,41 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
         const int lines = type == PITH_W_Q8_0 ? 9 : 5; /* cb / 64, rounded up */
         UNROLL for (int l = 0; l < lines; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_NTA);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        __m512i q[8]; /* q[k]: elements 4k..4k+3 of every row */
+        /* q[k]: elements 4k..4k+3 of every row. Q4_0's high nibbles stay in place (16 x their value):
+         * masking alone is cheaper than shifting, and the low nibbles' sums are scaled by 16 to match,
+         * once per block. Exact in integers, and converting 16 N and scaling by s / 16 rounds exactly as
+         * converting N and scaling by s: the same bits as the plain form. */
+        __m512i q[8];
         if (type == PITH_W_Q4_0) {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m512i raw = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
                 q[v] = _mm512_and_si512(raw, low);
-                q[v + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+                q[v + 4] = _mm512_andnot_si512(low, raw);
             }
         } else {
             UNROLL for (int v = 0; v < 8; v++) q[v] = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
         }
         UNROLL for (int t = 0; t < RN; t++) {
             const int8_t *xq = xr[t][b].qs;
-            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-            UNROLL for (int k = 0; k < 8; k += 2) {
+            /* four chains of two (d[c]: q[2c] and q[2c + 1]): the block's sum is ready a few cycles
+             * after its loads, so one token's loop is not bound by vpdpbusd latency */
+            __m512i d[4];
+            UNROLL for (int c = 0; c < 4; c++) {
                 int32_t x0, x1;
-                memcpy(&x0, xq + 4 * k, 4);
-                memcpy(&x1, xq + 4 * k + 4, 4);
-                d0 = _mm512_dpbusd_epi32(d0, q[k], _mm512_set1_epi32(x0));
-                d1 = _mm512_dpbusd_epi32(d1, q[k + 1], _mm512_set1_epi32(x1));
+                memcpy(&x0, xq + 8 * c, 4);
+                memcpy(&x1, xq + 8 * c + 4, 4);
+                d[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[2 * c], _mm512_set1_epi32(x0));
+                d[c] = _mm512_dpbusd_epi32(d[c], q[2 * c + 1], _mm512_set1_epi32(x1));
             }
             __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xr[t][b].d));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), scale, acc[t]);
+            __m512i lo = _mm512_add_epi32(d[0], d[1]), hi = _mm512_add_epi32(d[2], d[3]), sum;
+            if (type == PITH_W_Q4_0) {
+                sum = _mm512_add_epi32(_mm512_slli_epi32(lo, 4), hi); /* 16 x the block's sum */
+                scale = _mm512_mul_ps(scale, _mm512_set1_ps(0.0625f));
+            } else {
+                sum = _mm512_add_epi32(lo, hi);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[t]);
             off[t] = _mm512_fmadd_ps(dw, _mm512_set1_ps(xr[t][b].s), off[t]);
         }
     }
@@ -855,22 +868,6 @@ const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void) {
 #include "backend/cpu/kernels.h"
 
 const pith_cpu_kernels *pith_cpu_kernels_avx2(void) { return NULL; }
-/* AVX-512 F (leaf 7 EBX bit 16), BW (30), VL (31), VNNI (ECX bit 11), and the OS saving opmask and
- * zmm state (XCR0 bits 5-7). */
-static bool has_avx512_vnni(void) {
-    unsigned a, b, c, d;
-    if (__get_cpuid_max(0, NULL) < 7) return false;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (!(b & (1u << 16)) || !(b & (1u << 30)) || !(b & (1u << 31)) || !(c & (1u << 11))) return false;
-    unsigned xcr0_lo, xcr0_hi;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    return (xcr0_lo & 0xe6) == 0xe6;
-}
-
-const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void) {
-    return has_avx2_fma_f16c() && has_avx512_vnni() ? &avx512_vnni_kernels : NULL;
-}
-
 const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void) { return NULL; }
 const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void) { return NULL; }
 
