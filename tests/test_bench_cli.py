@@ -119,6 +119,7 @@ class BenchCli(unittest.TestCase):
             self.assertTrue(0.05 < bw < 20000, o)
             self.assertAlmostEqual(bw, (o["bandwidth_before_gbs"] + o["bandwidth_after_gbs"]) / 2, delta=1e-9 * bw)
             self.assertIn(o["probe_isa"], ("avx512-vnni", "avx2-vnni", "avx2", "scalar"))
+            self.assertEqual(o["bandwidth_probe_mib"], 8)  # QUICK's --bw-mib
             # Process CPU time over wall time and threads: a share of the machine, so within (0, 1]
             # up to clock granularity.
             self.assertTrue(0 < o["cpu_share"] < 1.5, o)
@@ -166,6 +167,15 @@ class BenchCli(unittest.TestCase):
         self.assertEqual(objs[0]["format"], "Q4_K+Q6_K")
         objs = self.bench_json(self.mix, ["-t", "1", "-p", "0"])
         self.check_objects(self.mix, objs, [1], tests=["tg4"])
+
+    def test_probe_reads_model_size_by_default(self):
+        # Without --bw-mib the probe reads what a generated token reads, at least 256 MiB (the test
+        # models are tiny, so 256 here).
+        args = [a for a in QUICK if a not in ("--bw-mib", "8")]
+        r = run_pith(["bench", "-m", self.q8, "-t", "1", "-p", "0", "--json"] + args[2:])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        o = json.loads(r.stdout.decode().strip().splitlines()[-1])
+        self.assertEqual(o["bandwidth_probe_mib"], 256)
 
     def test_table(self):
         r = run_pith(["bench", "-m", self.q8, "-t", "1"] + QUICK)
