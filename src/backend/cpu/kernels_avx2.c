@@ -19,12 +19,11 @@
 #include <immintrin.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/unroll.h"
 #include "backend/cpu/kernels_half.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
-/* RM x RN loops must unroll completely so the accumulators live in registers */
-#define UNROLL _Pragma("GCC unroll 16")
 /* the most tokens one tile instantiation takes */
 #define IMPL_MAX_RN 4
 

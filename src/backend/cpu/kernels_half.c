@@ -32,14 +32,7 @@ void pith_pack_half_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) 
 
 #include <immintrin.h>
 
-/* Token and chain loops must unroll completely, so the accumulator arrays live in registers. Clang 14
- * takes "GCC unroll" as a count and leaves the short inner loops rolled, with accumulators in memory
- * (prefill measured 3x slower); "unroll(full)" is what it needs. */
-#if defined(__clang__)
-#define UNROLL _Pragma("clang loop unroll(full)")
-#else
-#define UNROLL _Pragma("GCC unroll 16")
-#endif
+#include "backend/cpu/unroll.h"
 #define CHAINS 4
 /* Prefetch distance in bytes of the group stream: far enough ahead to cover DRAM latency at full
  * bandwidth on one core (see tile_packed_impl in kernels_avx2.c for the measurements behind the same
