@@ -92,9 +92,10 @@ int main(void) {
     check_run(1000, 2, 2, 10, -1, ws);
     CHECK(ws[0].claims + ws[1].claims >= 100);
 
-    /* A thread that stalls after its first unit: the other finishes all the rest. */
+    /* A thread that stalls after its first unit (or before it, when the OS is slow to start it): the
+     * other finishes all the rest. */
     check_run(2000, 2, 2, 4, 1, ws);
-    CHECKF(ws[1].claims == 1, "the stalled thread made %d claims", ws[1].claims);
+    CHECKF(ws[1].claims <= 1, "the stalled thread made %d claims", ws[1].claims);
     CHECKF(ws[0].claims >= 2000 / 4 - 1, "the running thread made %d claims", ws[0].claims);
 
     /* Single thread: one contiguous stream, exactly ceil(items / unit) claims. */
