@@ -57,10 +57,13 @@ def expected_weights(path):
 
 def expected_peak_isa(table, main_type):
     """The instructions of the pp peak: those of the tiles the kernel table runs the main weight type on.
-    Q8_0 and Q4_0 go through packed tiles (VNNI where the table has it), K-quants through maddubs, float
-    weights through AVX2 FMA; the scalar table through portable C."""
+    Q8_0 and Q4_0 go through packed tiles (VNNI where the table has it), K-quants through maddubs; F16
+    and BF16 through packed tiles (zmm FMA on the AVX-512 table, ymm elsewhere), F32 through ymm FMA; the
+    scalar table through portable C."""
     if table == "scalar":
         return "scalar C"
+    if main_type in ("F16", "BF16") and table == "avx512-vnni":
+        return "vfmadd231ps zmm (AVX-512)"
     if main_type in ("F32", "F16", "BF16"):
         return "vfmadd231ps ymm"
     if main_type in ("Q8_0", "Q4_0"):
@@ -74,6 +77,7 @@ class BenchCli(unittest.TestCase):
     def setUpClass(cls):
         cls.q8 = make_model("q8", ["--preset", "test-llama", "--dtype", "Q8_0"])
         cls.f32 = make_model("f32", ["--preset", "test-qwen2", "--dtype", "F32"])
+        cls.f16 = make_model("f16", ["--preset", "test-llama", "--dtype", "F16"])
         # Rows of 256 so that the Q4_K_M mix really mixes Q4_K and Q6_K.
         cls.mix = make_model("mix", ["--arch", "llama", "--dim", "256", "--layers", "2", "--heads", "4",
                                      "--kv-heads", "2", "--ffn", "512", "--vocab", "512", "--dtype", "Q4_K_M"])
@@ -160,6 +164,12 @@ class BenchCli(unittest.TestCase):
         objs = self.bench_json(self.f32, ["-t", "1", "-b", "5"])
         self.check_objects(self.f32, objs, [1], quantized=False)
         self.assertEqual(objs[0]["n_batch"], 5)
+
+    def test_half_model_uses_packed_fma_peak(self):
+        # F16 weights are repacked at load: on the AVX-512 table their peak is zmm FMA, not F32's ymm.
+        objs = self.bench_json(self.f16, ["-t", "1", "-n", "0"])
+        self.check_objects(self.f16, objs, [1], tests=["pp16"], quantized=False)
+        self.assertEqual(objs[0]["format"], "F16")
 
     def test_mixed_types(self):
         objs = self.bench_json(self.mix, ["-t", "1", "-n", "0"])

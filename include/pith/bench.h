@@ -4,13 +4,14 @@
  * inference: memory read bandwidth (decode reads every weight once per token), the FP32 FMA peak (prefill
  * with float weights) and the int8 dot-product peak (prefill with quantized weights). The probes run the
  * instructions of the CPU kernel table a model loaded in this process runs (the one
- * pith_cpu_kernels_best picks, with the same force_scalar): AVX2 loads and FMA, and for int8 the
- * instructions of the tile the weight type goes through, maddubs + madd for the AVX2 tiles, vpdpbusd on
- * ymm (AVX-VNNI) or zmm (AVX-512 VNNI) for the packed Q8_0/Q4_0 tiles of the VNNI tables, portable C for
- * the scalar table. So a model's achieved operations never exceed the peak for a reason as dull as a
- * faster instruction. A probe is a best-of-N measurement: on a shared machine the best pass is the
- * closest estimate of what the hardware can give at that moment; call it right before and after the
- * run it qualifies, since other tenants move it by tens of percent.
+ * pith_cpu_kernels_best picks, with the same force_scalar), and the compute peaks those of the tile the
+ * weight type goes through: for float weights FMA on ymm, or on zmm for the packed F16/BF16 tiles of the
+ * AVX-512 table; for int8 maddubs + madd for the AVX2 tiles, vpdpbusd on ymm (AVX-VNNI) or zmm (AVX-512
+ * VNNI) for the packed Q8_0/Q4_0 tiles of the VNNI tables; portable C for the scalar table. So a model's
+ * achieved operations never exceed the peak for a reason as dull as a faster instruction. A probe is a
+ * best-of-N measurement: on a shared machine the best pass is the closest estimate of what the hardware
+ * can give at that moment; call it right before and after the run it qualifies, since other tenants
+ * move it by tens of percent.
  *
  * Model runs (pith_bench_runner) time prompt processing and text generation through the public model
  * API (model.h, batch.h, kv.h) with random token ids, one sequence, positions from 0, a private KV
@@ -39,17 +40,20 @@ void pith_probe_free(pith_probe *p);
 
 /* The kernel table the probes mirror: "avx512-vnni", "avx2-vnni", "avx2" or "scalar". */
 const char *pith_probe_isa(const pith_probe *p);
-/* The instructions pith_probe_int8_peak times for weights of `type` (the ones its tiles run), and those
- * of pith_probe_fma_peak, for reports: "vpdpbusd zmm (AVX-512 VNNI)", "vpmaddubsw+vpmaddwd ymm"... */
+/* The instructions pith_probe_int8_peak and pith_probe_fma_peak time for weights of `type` (the ones
+ * its tiles run), for reports: "vpdpbusd zmm (AVX-512 VNNI)", "vpmaddubsw+vpmaddwd ymm",
+ * "vfmadd231ps zmm (AVX-512)"... Any type is accepted: one the table does not repack (F32, K-quants, or
+ * an integer type asked for its FMA peak) gets the loop of the file-layout tiles. */
 const char *pith_probe_int8_isa(const pith_probe *p, pith_dtype type);
-const char *pith_probe_fma_isa(const pith_probe *p);
+const char *pith_probe_fma_isa(const pith_probe *p, pith_dtype type);
 int pith_probe_threads(const pith_probe *p);
 size_t pith_probe_bw_bytes(const pith_probe *p);
 
 /* Bytes per second read by all threads summing their share of the buffer; best of `passes` passes. */
 int pith_probe_bandwidth(pith_probe *p, int passes, double *bytes_per_s, pith_err *err);
-/* FP32 operations per second (an FMA counts 2) of independent FMA chains on every thread; best of reps. */
-int pith_probe_fma_peak(pith_probe *p, int reps, double *flops, pith_err *err);
+/* FP32 operations per second (an FMA counts 2 per lane) of independent chains of the FMA instructions the
+ * float tiles run for weights of `type` (see pith_probe_fma_isa) on every thread; best of reps. */
+int pith_probe_fma_peak(pith_probe *p, pith_dtype type, int reps, double *flops, pith_err *err);
 /* int8 operations per second (a multiply-add of two int8 values counts 2, as for a model's matmuls) of
  * independent chains of the int8 dot-product instructions the kernels run for weights of `type` (see
  * pith_probe_int8_isa) on every thread; best of reps. */

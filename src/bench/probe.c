@@ -40,12 +40,12 @@ double pith_bench_cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-typedef enum probe_kind { PROBE_READ, PROBE_FMA, PROBE_INT8 } probe_kind;
+typedef enum probe_kind { PROBE_READ, PROBE_COMPUTE } probe_kind;
 
 typedef struct probe_job {
     const pith_probe *p;
     probe_kind kind;
-    const pith_probe_int8 *int8; /* PROBE_INT8: the loop */
+    const pith_probe_loop *loop; /* PROBE_COMPUTE: the loop */
     int reps;
     int64_t iters;
     _Atomic int gate; /* 0: wait, 1: go, -1: give up (not every thread could be started) */
@@ -73,15 +73,8 @@ static void run_once(const probe_job *j, probe_thread *t) {
         t->out.sink += p->k->read_sum(p->buf + (size_t)t->ith * share, share);
         break;
     }
-    case PROBE_FMA: {
-        float f = p->k->fma_loop(j->iters);
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        t->out.sink += bits;
-        break;
-    }
-    case PROBE_INT8:
-        t->out.sink += j->int8->loop(j->iters);
+    case PROBE_COMPUTE:
+        t->out.sink += j->loop->loop(j->iters);
         break;
     }
 }
@@ -197,15 +190,25 @@ void pith_probe_free(pith_probe *p) {
 
 const char *pith_probe_isa(const pith_probe *p) { return p->k->name; }
 
-/* The packed loop for the types the kernel table repacks, whose packed tiles do nearly all their work
- * (only rows past the last whole group stay in the file layout). */
-static const pith_probe_int8 *int8_for(const pith_probe *p, pith_dtype type) {
+/* Whether the kernel table repacks weights of `type` at load time and they are float weights (float_tiles)
+ * or integer ones (!float_tiles): then the packed tiles of that kind do nearly all their work (only rows
+ * past the last whole group stay in the file layout), so the packed loop times them. A type of the other
+ * kind (F16 asked for its int8 peak) gets the file-layout loop, like a type the table does not repack. */
+static bool packed(const pith_probe *p, pith_dtype type, bool float_tiles) {
     int wt = pith_wtype_of(type);
-    return wt >= 0 && p->kt->pack[wt] ? &p->k->int8_packed : &p->k->int8;
+    return wt >= 0 && p->kt->pack[wt] != NULL && (pith_act_format_of((pith_wtype)wt) == PITH_ACT_F32) == float_tiles;
+}
+
+static const pith_probe_loop *int8_for(const pith_probe *p, pith_dtype type) {
+    return packed(p, type, false) ? &p->k->int8_packed : &p->k->int8;
+}
+
+static const pith_probe_loop *fma_for(const pith_probe *p, pith_dtype type) {
+    return packed(p, type, true) ? &p->k->fma_packed : &p->k->fma;
 }
 
 const char *pith_probe_int8_isa(const pith_probe *p, pith_dtype type) { return int8_for(p, type)->isa; }
-const char *pith_probe_fma_isa(const pith_probe *p) { return p->k->fma_isa; }
+const char *pith_probe_fma_isa(const pith_probe *p, pith_dtype type) { return fma_for(p, type)->isa; }
 int pith_probe_threads(const pith_probe *p) { return p->n_threads; }
 size_t pith_probe_bw_bytes(const pith_probe *p) { return p->bw_bytes; }
 
@@ -225,11 +228,11 @@ int pith_probe_bandwidth(pith_probe *p, int passes, double *bytes_per_s, pith_er
 
 /* Iterations that take about TARGET_SECONDS on one thread, from a short timed run (doubling until it
  * lasts long enough to time). */
-static int64_t calibrate(const pith_probe *p, probe_kind kind, const pith_probe_int8 *int8) {
+static int64_t calibrate(const pith_probe_loop *loop) {
     int64_t iters = 1024;
     for (;;) {
         double t0 = pith_bench_now();
-        volatile uint64_t sink = kind == PROBE_FMA ? (uint64_t)p->k->fma_loop(iters) : int8->loop(iters);
+        volatile uint64_t sink = loop->loop(iters);
         (void)sink;
         double dt = pith_bench_now() - t0;
         if (dt >= TARGET_SECONDS / 10 || iters >= ((int64_t)1 << 40)) {
@@ -240,21 +243,19 @@ static int64_t calibrate(const pith_probe *p, probe_kind kind, const pith_probe_
     }
 }
 
-static int compute_peak(pith_probe *p, probe_kind kind, const pith_probe_int8 *int8, int reps, double ops_per_iter,
-                        double *ops, pith_err *err) {
+static int compute_peak(pith_probe *p, const pith_probe_loop *loop, int reps, double *ops, pith_err *err) {
     if (check_reps(reps, err)) return -1;
-    probe_job j = {.p = p, .kind = kind, .int8 = int8, .reps = reps, .iters = calibrate(p, kind, int8)};
+    probe_job j = {.p = p, .kind = PROBE_COMPUTE, .loop = loop, .reps = reps, .iters = calibrate(loop)};
     double t;
     if (run_job(&j, &t, err)) return -1;
-    *ops = (double)j.iters * ops_per_iter * p->n_threads / t;
+    *ops = (double)j.iters * loop->ops_per_iter * p->n_threads / t;
     return 0;
 }
 
-int pith_probe_fma_peak(pith_probe *p, int reps, double *flops, pith_err *err) {
-    return compute_peak(p, PROBE_FMA, NULL, reps, p->k->fma_ops_per_iter, flops, err);
+int pith_probe_fma_peak(pith_probe *p, pith_dtype type, int reps, double *flops, pith_err *err) {
+    return compute_peak(p, fma_for(p, type), reps, flops, err);
 }
 
 int pith_probe_int8_peak(pith_probe *p, pith_dtype type, int reps, double *ops, pith_err *err) {
-    const pith_probe_int8 *int8 = int8_for(p, type);
-    return compute_peak(p, PROBE_INT8, int8, reps, int8->ops_per_iter, ops, err);
+    return compute_peak(p, int8_for(p, type), reps, ops, err);
 }

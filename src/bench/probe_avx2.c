@@ -1,5 +1,5 @@
 /* x86 probe loops for the AVX2, AVX2 + AVX-VNNI and AVX2 + AVX-512 VNNI kernel tables: 256-bit loads,
- * FMA, maddubs + madd, and vpdpbusd on ymm or zmm, the instructions those kernels are made of. Every
+ * FMA and vpdpbusd on ymm or zmm, maddubs + madd, the instructions those kernels are made of. Every
  * function carries its target attribute, so the file builds without -m flags; each table is offered
  * only when the kernels' own CPUID check for the table of the same name passes. */
 #include "bench/probe_kernels.h"
@@ -34,35 +34,39 @@ TGT static uint64_t read_sum_avx2(const void *buf, size_t bytes) {
     return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
-/* Twelve chains of x = x * a + c (converging to 1): FMA latency 4-5 cycles times 2 units needs at
- * least 10 in flight; 12 plus a, c leaves 2 of the 16 ymm registers spare. */
-#define FMA_CHAINS 12
-TGT static float fma_avx2(int64_t iters) {
-    const __m256 a = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(0.000001f);
-    __m256 x0 = _mm256_set1_ps(0.10f), x1 = _mm256_set1_ps(0.15f), x2 = _mm256_set1_ps(0.20f);
-    __m256 x3 = _mm256_set1_ps(0.25f), x4 = _mm256_set1_ps(0.30f), x5 = _mm256_set1_ps(0.35f);
-    __m256 x6 = _mm256_set1_ps(0.40f), x7 = _mm256_set1_ps(0.45f), x8 = _mm256_set1_ps(0.50f);
-    __m256 x9 = _mm256_set1_ps(0.55f), x10 = _mm256_set1_ps(0.60f), x11 = _mm256_set1_ps(0.65f);
-    for (int64_t i = 0; i < iters; i++) {
-        x0 = _mm256_fmadd_ps(x0, a, c);
-        x1 = _mm256_fmadd_ps(x1, a, c);
-        x2 = _mm256_fmadd_ps(x2, a, c);
-        x3 = _mm256_fmadd_ps(x3, a, c);
-        x4 = _mm256_fmadd_ps(x4, a, c);
-        x5 = _mm256_fmadd_ps(x5, a, c);
-        x6 = _mm256_fmadd_ps(x6, a, c);
-        x7 = _mm256_fmadd_ps(x7, a, c);
-        x8 = _mm256_fmadd_ps(x8, a, c);
-        x9 = _mm256_fmadd_ps(x9, a, c);
-        x10 = _mm256_fmadd_ps(x10, a, c);
-        x11 = _mm256_fmadd_ps(x11, a, c);
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
-                             _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11)));
+/* Chain macros: M(i) for each chain index i. */
+#define CHAINS8(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#define CHAINS12(M) CHAINS8(M) M(8) M(9) M(10) M(11)
+#define CHAINS16(M) CHAINS12(M) M(12) M(13) M(14) M(15)
+
+/* Sum of the lanes of v, each an integer-valued float in [0, 2^24]. */
+TGT static uint64_t lane_sum_ps(__m256 v) {
     float lanes[8];
-    _mm256_storeu_ps(lanes, s);
-    return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+    _mm256_storeu_ps(lanes, v);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++) s += (uint64_t)lanes[i];
+    return s;
+}
+
+/* Twelve chains of x = x * a + c: FMA latency 4-5 cycles times 2 units needs at least 10 in flight;
+ * 12 plus a, c leaves 2 of the 16 ymm registers spare. The chains start opaque, or the compiler would
+ * see identical chains and run one. */
+#define FMA_YMM_CHAINS 12
+TGT static uint64_t fma_avx2(int64_t iters) {
+    __m256 a = _mm256_set1_ps(1.0f), c = a;
+    OPAQUE(a);
+    OPAQUE(c);
+#define DECL(i) __m256 x##i = _mm256_setzero_ps(); OPAQUE(x##i);
+#define STEP(i) x##i = _mm256_fmadd_ps(x##i, a, c);
+#define SUM(i) +lane_sum_ps(x##i)
+    CHAINS12(DECL)
+    for (int64_t i = 0; i < iters; i++) {
+        CHAINS12(STEP)
+    }
+    return 0 CHAINS12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
 }
 
 /* Sum of all int32 lanes of v, each taken modulo 2^32. */
@@ -105,8 +109,6 @@ TGT static uint64_t int8_avx2(int64_t iters) {
  * each int32 lane) and carries the accumulator through itself, so its latency (about 4-5 cycles) times
  * the two units that run it is the number of chains in flight needed. Every chain reads the same
  * inputs; the accumulators start opaque, or the compiler would see identical chains and run one. */
-#define CHAINS12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
-#define CHAINS16(M) CHAINS12(M) M(12) M(13) M(14) M(15)
 
 /* AVX-VNNI (VEX encoding, ymm0-15 only): 12 chains + 2 inputs leave 2 registers spare. */
 #define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
@@ -158,31 +160,60 @@ TGTZ static uint64_t int8_avx512_vnni(int64_t iters) {
 #undef SUM
 }
 
-/* Every table keeps the AVX2 loads and FMA: the kernel tables differ only in their packed integer
- * tiles, and their float tiles are AVX2 (ymm FMA) in all three. */
-#define AVX2_COMMON                                                                                     \
-    .read_sum = read_sum_avx2, .fma_isa = "vfmadd231ps ymm", .fma_loop = fma_avx2,                      \
-    .fma_ops_per_iter = FMA_CHAINS * 8 * 2
+TGTZ static uint64_t lane_sum_zmm_ps(__m512 v) {
+    float lanes[16];
+    _mm512_storeu_ps(lanes, v);
+    uint64_t s = 0;
+    for (int i = 0; i < 16; i++) s += (uint64_t)lanes[i];
+    return s;
+}
+
+/* The FMA of the AVX-512 packed F16/BF16 tiles (vfmadd231ps zmm), in opaque chains as in the ymm loop.
+ * Latency 4 times 2 units asks for 8 in flight; measured on Zen 5 (1 thread): 8 chains 258-264, 12
+ * chains 269-274, 16 chains 264-273 GFLOP/s, so 12, which leaves most of the 32 registers unused. */
+#define FMA_ZMM_CHAINS 12
+TGTZ static uint64_t fma_avx512(int64_t iters) {
+    __m512 a = _mm512_set1_ps(1.0f), c = a;
+    OPAQUE_Z(a);
+    OPAQUE_Z(c);
+#define DECL(i) __m512 x##i = _mm512_setzero_ps(); OPAQUE_Z(x##i);
+#define STEP(i) x##i = _mm512_fmadd_ps(x##i, a, c);
+#define SUM(i) +lane_sum_zmm_ps(x##i)
+    CHAINS12(DECL)
+    for (int64_t i = 0; i < iters; i++) {
+        CHAINS12(STEP)
+    }
+    return 0 CHAINS12(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+/* Every table keeps the AVX2 loads and its file-layout tiles: the float tiles (ymm FMA) and the K-quant
+ * tiles (maddubs) are AVX2 in all three; the tables differ in their packed tiles. */
+#define FMA_YMM {"vfmadd231ps ymm", fma_avx2, FMA_YMM_CHAINS * 8 * 2}
 #define INT8_MADDUBS {"vpmaddubsw+vpmaddwd ymm", int8_avx2, INT8_CHAINS * 32 * 2}
+#define AVX2_COMMON .read_sum = read_sum_avx2, .fma = FMA_YMM, .int8 = INT8_MADDUBS
 
 static const pith_probe_kernels avx2_probes = {
     .name = "avx2",
     AVX2_COMMON,
-    .int8 = INT8_MADDUBS,
+    .fma_packed = FMA_YMM,
     .int8_packed = INT8_MADDUBS,
 };
 
+/* The packed F16/BF16 tiles of the AVX-VNNI table are the AVX2 table's (ymm). */
 static const pith_probe_kernels avx2_vnni_probes = {
     .name = "avx2-vnni",
     AVX2_COMMON,
-    .int8 = INT8_MADDUBS,
+    .fma_packed = FMA_YMM,
     .int8_packed = {"vpdpbusd ymm (AVX-VNNI)", int8_avx_vnni, VNNI_YMM_CHAINS * 32 * 2},
 };
 
 static const pith_probe_kernels avx512_vnni_probes = {
     .name = "avx512-vnni",
     AVX2_COMMON,
-    .int8 = INT8_MADDUBS,
+    .fma_packed = {"vfmadd231ps zmm (AVX-512)", fma_avx512, FMA_ZMM_CHAINS * 16 * 2},
     .int8_packed = {"vpdpbusd zmm (AVX-512 VNNI)", int8_avx512_vnni, VNNI_ZMM_CHAINS * 64 * 2},
 };
 

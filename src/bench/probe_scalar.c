@@ -19,10 +19,12 @@ static uint64_t read_sum_scalar(const void *buf, size_t bytes) {
     return s0 + s1 + s2 + s3;
 }
 
-/* Eight chains of x = x * a + c, which converges to 1 instead of overflowing. */
-static float fma_scalar(int64_t iters) {
-    const float a = 0.999999f, c = 0.000001f;
-    float x0 = 0.1f, x1 = 0.2f, x2 = 0.3f, x3 = 0.4f, x4 = 0.5f, x5 = 0.6f, x6 = 0.7f, x7 = 0.8f;
+/* Eight chains of x = x * a + c. The constants and starting points are read through volatile, so the
+ * compiler neither turns x * 1 + 1 into an add nor merges chains it would know to be equal. */
+static uint64_t fma_scalar(int64_t iters) {
+    volatile float one = 1.0f, zero = 0.0f;
+    const float a = one, c = one;
+    float x0 = zero, x1 = zero, x2 = zero, x3 = zero, x4 = zero, x5 = zero, x6 = zero, x7 = zero;
     for (int64_t i = 0; i < iters; i++) {
         x0 = x0 * a + c;
         x1 = x1 * a + c;
@@ -33,7 +35,9 @@ static float fma_scalar(int64_t iters) {
         x6 = x6 * a + c;
         x7 = x7 * a + c;
     }
-    return x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
+    /* each x an integer in [0, 2^24] */
+    return (uint64_t)x0 + (uint64_t)x1 + (uint64_t)x2 + (uint64_t)x3 + (uint64_t)x4 + (uint64_t)x5 +
+           (uint64_t)x6 + (uint64_t)x7;
 }
 
 /* Four chains, each a pair of u8 x s8 products summed and accumulated, as maddubs + madd do per lane.
@@ -57,14 +61,15 @@ static uint64_t int8_scalar(int64_t iters) {
     return (uint64_t)acc0 + acc1 + acc2 + acc3;
 }
 
+#define FMA_SCALAR {"scalar C", fma_scalar, 8 * 2}
 #define INT8_SCALAR {"scalar C", int8_scalar, 4 * 2 * 2}
 
+/* The scalar table packs nothing; its packed entries are there for completeness. */
 static const pith_probe_kernels scalar_probes = {
     .name = "scalar",
     .read_sum = read_sum_scalar,
-    .fma_isa = "scalar C",
-    .fma_loop = fma_scalar,
-    .fma_ops_per_iter = 8 * 2,
+    .fma = FMA_SCALAR,
+    .fma_packed = FMA_SCALAR,
     .int8 = INT8_SCALAR,
     .int8_packed = INT8_SCALAR,
 };

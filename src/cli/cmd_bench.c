@@ -6,7 +6,8 @@
  * relate the test to them: decode reads every weight once per token, so tg is measured against
  * bandwidth; prefill reuses each weight across the batch, so pp is measured against the int8 (quantized
  * weights) or FMA (float weights) peak, each timed with the instructions the model's kernels run for its
- * main weight type (AVX-512 VNNI vpdpbusd for packed Q4_0 on such a machine, maddubs for Q4_K...). */
+ * main weight type (AVX-512 VNNI vpdpbusd for packed Q4_0 on such a machine, maddubs for Q4_K, zmm FMA
+ * for packed F16 on the AVX-512 table, ymm FMA for F32...). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,8 @@ static void bench_usage(FILE *out) {
             "reports the ratio: for tg, weight bytes read per second over bandwidth; for pp, operations\n"
             "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
             "FP32 FMA peak (float weights), each timed with the instructions the kernels run for the\n"
-            "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI).\n"
+            "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI, zmm FMA\n"
+            "for F16/BF16 where it has AVX-512).\n"
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
@@ -279,7 +281,7 @@ static int report(bench_ctx *c, const test_result *r, pith_err *err) {
 
 static int compute_peak(pith_probe *p, const pith_bench_weights *w, double *ops, pith_err *err) {
     return w->quantized ? pith_probe_int8_peak(p, w->type, PEAK_REPS, ops, err)
-                        : pith_probe_fma_peak(p, PEAK_REPS, ops, err);
+                        : pith_probe_fma_peak(p, w->type, PEAK_REPS, ops, err);
 }
 
 /* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
@@ -314,7 +316,8 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     c->probe_mib = probe_mib(o, &c->w);
     if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
     c->isa = pith_probe_isa(probe);
-    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type) : pith_probe_fma_isa(probe);
+    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type)
+                                 : pith_probe_fma_isa(probe, c->w.type);
     int need = o->n_prompt > o->n_gen + 1 ? o->n_prompt : o->n_gen + 1;
     if (need > m->hp.ctx_len) {
         pith_errf(err, "-p %d / -n %d need %d positions but the model's context is %d", o->n_prompt, o->n_gen,
