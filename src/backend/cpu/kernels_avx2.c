@@ -209,6 +209,7 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         if (type == PITH_W_Q4_0) {
             UNROLL for (int p = 0; p < 4; p++) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
+                __asm__("" : "+x"(raw)); /* one load, not one per use */
                 q[2 * p] = _mm256_and_si256(raw, low);
                 q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
             }
@@ -297,6 +298,7 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         if (type == PITH_W_Q4_0) {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
+                __asm__("" : "+x"(raw)); /* one load, not one per use */
                 q[v] = _mm256_and_si256(raw, low);
                 q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
             }
@@ -355,12 +357,12 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         /* q[k]: elements 4k..4k+3 of every row. Q4_0's high nibbles stay in place (16 x their value):
          * masking alone is cheaper than shifting, and the low nibbles' sums are scaled by 16 to match,
-         * once per block. Exact in integers, and converting 16 N and scaling by s / 16 rounds exactly as
-         * converting N and scaling by s: the same bits as the plain form. */
+         * once per block, so the block sums come out 16 x too large, exactly (see the end). */
         __m512i q[8];
         if (type == PITH_W_Q4_0) {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m512i raw = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
+                __asm__("" : "+v"(raw)); /* one load, not one per use */
                 q[v] = _mm512_and_si512(raw, low);
                 q[v + 4] = _mm512_andnot_si512(low, raw);
             }
@@ -383,7 +385,6 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
             __m512i lo = _mm512_add_epi32(d[0], d[1]), hi = _mm512_add_epi32(d[2], d[3]), sum;
             if (type == PITH_W_Q4_0) {
                 sum = _mm512_add_epi32(_mm512_slli_epi32(lo, 4), hi); /* 16 x the block's sum */
-                scale = _mm512_mul_ps(scale, _mm512_set1_ps(0.0625f));
             } else {
                 sum = _mm512_add_epi32(lo, hi);
             }
@@ -391,9 +392,12 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
             off[t] = _mm512_fmadd_ps(dw, _mm512_set1_ps(xr[t][b].s), off[t]);
         }
     }
-    const __m512 offset = _mm512_set1_ps(type == PITH_W_Q8_0 ? 128.0f : 8.0f);
+    /* Q4_0's acc holds 16 x its sums (above): 16 (acc / 16 - 8 off) = acc - 128 off, then / 16, all
+     * exact powers of two, so the same bits as accumulating the plain sums. */
+    const __m512 offset = _mm512_set1_ps(128.0f);
     UNROLL for (int t = 0; t < RN; t++) {
         __m512 v = _mm512_fnmadd_ps(offset, off[t], acc[t]);
+        if (type == PITH_W_Q4_0) v = _mm512_mul_ps(v, _mm512_set1_ps(0.0625f));
         float *yt = y + t * ldy;
         if (accumulate) v = _mm512_add_ps(_mm512_loadu_ps(yt), v);
         _mm512_storeu_ps(yt, v);
