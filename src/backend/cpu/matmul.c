@@ -12,9 +12,9 @@
 #define TOKEN_TILE_BYTES (256 * 1024)
 /* Weight bytes of one unit at most when the unit is read once per token tile (prefill). */
 #define UNIT_BYTES_MAX ((size_t)1 << 20)
-/* Weight bytes a thread claims at a time from its own range (split.h): big enough that claiming costs
- * nothing, small enough that the threads finish within a few microseconds of each other. */
-#define UNIT_BYTES ((size_t)64 << 10)
+/* Weight bytes a thread claims at least from its own range (split.h: units shrink towards this as the
+ * range runs out): small enough that the threads finish within a microsecond or two of each other. */
+#define UNIT_BYTES ((size_t)32 << 10)
 
 int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err) {
     int wt = pith_wtype_of(t->type);
@@ -245,6 +245,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
     /* A prefill re-reads the activations once per unit: there, units as large as the cache allows. */
     if (max_unit < INT32_MAX) unit = max_unit;
     unit = unit < 1 ? 1 : unit > max_unit ? max_unit : unit;
+    if (max_unit == INT32_MAX) max_unit = j.n_blocks;
     /* Quantize each activation format the products read once per binding. */
     for (int i = 0; i < n_outs; i++) {
         pith_act_format f = pith_act_format_of(j.p[i].w->type);
@@ -252,7 +253,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
         c->act_owner[f] = a->id;
         j.q_fmt[j.n_q_fmt++] = f;
     }
-    pith_split_init(&j.split, j.n_blocks, c->n_threads, unit);
+    pith_split_init(&j.split, j.n_blocks, c->n_threads, unit, max_unit);
     atomic_init(&j.next_item, 0);
     atomic_init(&j.items_done, 0);
     /* A few rows (decode) are quantized here, before any worker can join: then no participant ever
