@@ -450,8 +450,7 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out qkv[] = {
         {&L->wq, m->q, m->q_dim, false}, {&L->wk, m->k, kvd, false}, {&L->wv, m->v, kvd, false}};
-    const pith_matmul_next after_qkv = {{&L->wo}, 1};
-    if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, &after_qkv, err)) return -1;
+    if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run_rows(m, &j, qkv_row, 4 * (m->q_dim + 2 * kvd));
 
     size_t layer_off = (size_t)l * kv->n_blocks * kv->block_size * kvd * (kv->type == PITH_F16 ? 2 : 4);
@@ -464,22 +463,15 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
     pith_attention(&m->cpu, &m->attn, &aa);
     if (l == hp->n_layers - 1 && (n = j.n = keep_logit_rows(m, b)) == 0) return 0;
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
-    const pith_matmul_out wo = {&L->wo, m->x, dim, true};
-    const pith_matmul_next after_wo = {{&L->gate, &L->up}, 2};
-    if (pith_cpu_matmul_many(&m->cpu, &a, &wo, 1, &after_wo, err)) return -1;
+    if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) return -1;
 
     run_rows(m, &j, ffn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
-    const pith_matmul_next after_gate_up = {{&L->down}, 1};
-    if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, &after_gate_up, err)) return -1;
+    if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
     run_rows(m, &j, swiglu_row, 8 * ffn);
     pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
-    const pith_matmul_out down = {&L->down, m->x, dim, true};
-    const llama_layer *N = l + 1 < hp->n_layers ? &m->layers[l + 1] : NULL;
-    const pith_matmul_next after_down = N ? (pith_matmul_next){{&N->wq, &N->wk, &N->wv}, 3}
-                                          : (pith_matmul_next){{&m->output}, 1};
-    return pith_cpu_matmul_many(&m->cpu, &a, &down, 1, &after_down, err);
+    return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
 }
 
 static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err) {
@@ -499,8 +491,5 @@ static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *
     run_rows(m, &j, out_norm_row, hp->dim);
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
-    const pith_matmul_out out = {&m->output, logits, hp->n_vocab, false};
-    const llama_layer *L0 = &m->layers[0]; /* the next step starts there */
-    const pith_matmul_next next_step = {{&L0->wq, &L0->wk, &L0->wv}, 3};
-    return pith_cpu_matmul_many(&m->cpu, &a, &out, 1, &next_step, err);
+    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
 }

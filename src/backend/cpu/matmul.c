@@ -12,9 +12,6 @@
 #define TOKEN_TILE_BYTES (256 * 1024)
 /* Weight bytes of one unit at most when the unit is read once per token tile (prefill). */
 #define UNIT_BYTES_MAX ((size_t)1 << 20)
-/* Weight bytes of the next job's share each thread prefetches when it runs out of work: about what one
- * thread streams during the gap between two matmuls, and well inside a 1 MiB L2. */
-#define PREFETCH_NEXT_BYTES ((size_t)192 << 10)
 /* Weight bytes a thread claims at least from its own range (split.h: units shrink towards this as the
  * range runs out): small enough that the threads finish within a microsecond or two of each other. */
 #define UNIT_BYTES ((size_t)32 << 10)
@@ -131,7 +128,6 @@ typedef struct mm_job {
     int n_products;
     int n_blocks;     /* over all products */
     pith_split split; /* of the blocks among the threads */
-    const pith_matmul_next *next;
     /* Formats whose activation rows the workers still quantize (phase 1), and counters for it:
      * items are (format, row) pairs. */
     pith_act_format q_fmt[PITH_ACT_N_FORMATS];
@@ -186,37 +182,6 @@ static void run_rows(const mm_product *p, int n, int r0, int r1) {
     }
 }
 
-/* Prefetches (into L2) the first PREFETCH_NEXT_BYTES of the blocks thread ith will start with in a job
- * over the matrices of `next` (split.h gives every thread the same share in every job). */
-static int blocks_of(const pith_matrix *w) { return (w->rows + PITH_PACK_ROWS_MAX - 1) / PITH_PACK_ROWS_MAX; }
-
-static void prefetch_next_share(const pith_matmul_next *next, int n_threads, int ith) {
-    int n_blocks = 0;
-    for (int i = 0; i < next->n; i++) n_blocks += blocks_of(next->w[i]);
-    int b0, b1;
-    pith_split_share(n_blocks, n_threads, ith, &b0, &b1);
-    size_t budget = PREFETCH_NEXT_BYTES;
-    int first = 0; /* the first block of matrix i */
-    for (int i = 0; i < next->n && b0 < b1 && budget > 0; i++) {
-        const pith_matrix *w = next->w[i];
-        int end = first + blocks_of(w);
-        if (b0 < end) {
-            int r0 = (b0 - first) * PITH_PACK_ROWS_MAX, r1 = ((b1 < end ? b1 : end) - first) * PITH_PACK_ROWS_MAX;
-            if (r1 > w->rows) r1 = w->rows;
-            /* the packed rows, or the file-layout rows after them: one run of memory either way */
-            const uint8_t *base = r0 < w->packed_rows ? w->packed : w->data;
-            if (r0 < w->packed_rows && r1 > w->packed_rows) r1 = w->packed_rows;
-            size_t bytes = (size_t)(r1 - r0) * w->row_bytes;
-            if (bytes > budget) bytes = budget;
-            const uint8_t *p = base + (size_t)r0 * w->row_bytes;
-            for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
-            budget -= bytes;
-            b0 = end;
-        }
-        first = end;
-    }
-}
-
 static void mm_worker(void *arg, int ith, int nth) {
     (void)nth;
     mm_job *j = arg;
@@ -234,7 +199,6 @@ static void mm_worker(void *arg, int ith, int nth) {
             b0 = e;
         }
     }
-    if (j->next) prefetch_next_share(j->next, j->c->n_threads, ith);
 }
 
 static int prepare_product(pith_cpu *c, const pith_acts *a, const pith_matmul_out *o, mm_product *p, pith_err *err) {
@@ -260,14 +224,10 @@ static int prepare_product(pith_cpu *c, const pith_acts *a, const pith_matmul_ou
     return 0;
 }
 
-int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs,
-                         const pith_matmul_next *next, pith_err *err) {
+int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs, pith_err *err) {
     if (n_outs < 1 || n_outs > PITH_MATMUL_MAX_OUTS)
         return pith_errf(err, "matmul: %d outputs (1 to %d allowed)", n_outs, PITH_MATMUL_MAX_OUTS);
-    if (next && (next->n < 0 || next->n > PITH_MATMUL_MAX_OUTS))
-        return pith_errf(err, "matmul: %d next matrices (0 to %d allowed)", next->n, PITH_MATMUL_MAX_OUTS);
-    /* Only decode leaves gaps worth filling: a prefill's job is long and its units cache-sized. */
-    mm_job j = {.c = c, .a = a, .n_products = n_outs, .next = next && a->n <= PITH_TILE_MAX_RN ? next : NULL};
+    mm_job j = {.c = c, .a = a, .n_products = n_outs};
     int unit = 0, max_unit = INT32_MAX;
     for (int i = 0; i < n_outs; i++) {
         mm_product *p = &j.p[i];
@@ -312,5 +272,5 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
 int pith_cpu_matmul(pith_cpu *c, const pith_matrix *w, pith_acts *a, float *y, size_t ldy, bool accumulate,
                     pith_err *err) {
     pith_matmul_out o = {.w = w, .y = y, .ldy = ldy, .accumulate = accumulate};
-    return pith_cpu_matmul_many(c, a, &o, 1, NULL, err);
+    return pith_cpu_matmul_many(c, a, &o, 1, err);
 }

@@ -57,19 +57,10 @@ typedef struct pith_matmul_out {
 
 #define PITH_MATMUL_MAX_OUTS 4
 
-/* The weights of the job that will follow this one (a hint, NULL for none): each thread, once out of
- * work, prefetches into its cache the start of its share of them, so that memory keeps streaming
- * through the wait at the end of this job and the small steps between the two (norms, attention). */
-typedef struct pith_matmul_next {
-    const pith_matrix *w[PITH_MATMUL_MAX_OUTS];
-    int n;
-} pith_matmul_next;
-
 /* Several products of the same input (Q, K and V; gate and up) in one pass of the pool: one
  * wake-up and one final wait instead of one per matrix, and the units of all of them balance
  * together. Same results as separate pith_cpu_matmul calls. */
-int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs,
-                         const pith_matmul_next *next, pith_err *err);
+int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs, int n_outs, pith_err *err);
 
 /* y[t * ldy + r] (+)= sum_k W[r][k] x[t][k] for every token t < a->n and row r < w->rows. Fails only
  * when the shapes disagree or pith_cpu_reserve was not called for this size. */

@@ -4,27 +4,14 @@ static uint64_t pack_range(uint32_t front, uint32_t back) { return (uint64_t)fro
 static uint32_t front_of(uint64_t v) { return (uint32_t)v; }
 static uint32_t back_of(uint64_t v) { return (uint32_t)(v >> 32); }
 
-static int n_ranges_of(int n_threads) {
-    return n_threads < 1 ? 1 : n_threads > PITH_SPLIT_MAX_RANGES ? PITH_SPLIT_MAX_RANGES : n_threads;
-}
-
-void pith_split_share(int n_items, int n_threads, int ith, int *begin, int *end) {
-    int n = n_ranges_of(n_threads);
-    if (ith < 0 || ith >= n) ith = n, n_items = 0;
-    *begin = (int)((int64_t)n_items * ith / n);
-    *end = (int)((int64_t)n_items * (ith + 1) / n);
-    if (!n_items) *begin = *end = 0;
-}
-
 void pith_split_init(pith_split *s, int n_items, int n_threads, int min_unit, int max_unit) {
-    int n = n_ranges_of(n_threads);
+    int n = n_threads < 1 ? 1 : n_threads > PITH_SPLIT_MAX_RANGES ? PITH_SPLIT_MAX_RANGES : n_threads;
     s->n_ranges = n;
     s->min_unit = min_unit < 1 ? 1 : min_unit;
     s->max_unit = max_unit < s->min_unit ? s->min_unit : max_unit;
     for (int i = 0; i < n; i++) {
-        int f, b;
-        pith_split_share(n_items, n, i, &f, &b);
-        atomic_init(&s->range[i].front_back, pack_range((uint32_t)f, (uint32_t)b));
+        uint32_t f = (uint32_t)((int64_t)n_items * i / n), b = (uint32_t)((int64_t)n_items * (i + 1) / n);
+        atomic_init(&s->range[i].front_back, pack_range(f, b));
     }
 }
 

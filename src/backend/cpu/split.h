@@ -34,10 +34,6 @@ typedef struct pith_split {
     int max_unit;
 } pith_split;
 
-/* The range [*begin, *end) that thread ith starts with when n_items are split among n_threads (empty
- * for a thread past the last range). */
-void pith_split_share(int n_items, int n_threads, int ith, int *begin, int *end);
-
 /* n_items >= 0 split into n_threads equal ranges; units of min_unit to max_unit items (both >= 1). */
 void pith_split_init(pith_split *s, int n_items, int n_threads, int min_unit, int max_unit);
 
