@@ -167,14 +167,15 @@ export async function readSSE(response) {
   return { events, done, text };
 }
 
-// /metrics once no request runs or waits and no KV block is held (a finished request is counted before
-// its response ends, but a disconnect is taken by the engine only at its next step). Fails after `ms`.
-export async function idleMetrics(srv, key, ms = 3000) {
+// /metrics once no request runs or waits, no KV block is held and `ready(text)` holds (a disconnect is
+// taken by the engine only at its next step, and the engine's gauges drop a moment before the server
+// counts the request's finish reason: pass `ready` to wait for a counter too). Fails after `ms`.
+export async function idleMetrics(srv, key, ms = 3000, ready = () => true) {
   const until = Date.now() + ms;
   for (;;) {
     const text = (await call(srv, 'GET', '/metrics', { key })).text;
     if (metric(text, 'pith_requests_running') === 0 && metric(text, 'pith_requests_waiting') === 0 &&
-        metric(text, 'pith_kv_blocks_in_use') === 0) return text;
+        metric(text, 'pith_kv_blocks_in_use') === 0 && ready(text)) return text;
     if (Date.now() > until) throw new Error(`the server is still busy:\n${text}`);
     await sleep(10);
   }
