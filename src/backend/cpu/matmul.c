@@ -228,7 +228,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
     if (n_outs < 1 || n_outs > PITH_MATMUL_MAX_OUTS)
         return pith_errf(err, "matmul: %d outputs (1 to %d allowed)", n_outs, PITH_MATMUL_MAX_OUTS);
     mm_job j = {.c = c, .a = a, .n_products = n_outs};
-    int unit = 0, max_unit = INT32_MAX;
+    int min_unit = 0, max_unit = INT32_MAX; /* in blocks */
     for (int i = 0; i < n_outs; i++) {
         mm_product *p = &j.p[i];
         if (prepare_product(c, a, &outs[i], p, err)) return -1;
@@ -239,12 +239,12 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
             int cap = (int)(UNIT_BYTES_MAX / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
             if (cap < max_unit) max_unit = cap < 1 ? 1 : cap;
         }
-        if (i == 0) unit = (int)(UNIT_BYTES / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
+        if (i == 0) min_unit = (int)(UNIT_BYTES / (PITH_PACK_ROWS_MAX * p->w->row_bytes));
     }
     if (a->n <= 0) return 0;
     /* A prefill re-reads the activations once per unit: there, units as large as the cache allows. */
-    if (max_unit < INT32_MAX) unit = max_unit;
-    unit = unit < 1 ? 1 : unit > max_unit ? max_unit : unit;
+    if (max_unit < INT32_MAX) min_unit = max_unit;
+    min_unit = min_unit < 1 ? 1 : min_unit > max_unit ? max_unit : min_unit;
     if (max_unit == INT32_MAX) max_unit = j.n_blocks;
     /* Quantize each activation format the products read once per binding. */
     for (int i = 0; i < n_outs; i++) {
@@ -253,7 +253,7 @@ int pith_cpu_matmul_many(pith_cpu *c, pith_acts *a, const pith_matmul_out *outs,
         c->act_owner[f] = a->id;
         j.q_fmt[j.n_q_fmt++] = f;
     }
-    pith_split_init(&j.split, j.n_blocks, c->n_threads, unit, max_unit);
+    pith_split_init(&j.split, j.n_blocks, c->n_threads, min_unit, max_unit);
     atomic_init(&j.next_item, 0);
     atomic_init(&j.items_done, 0);
     /* A few rows (decode) are quantized here, before any worker can join: then no participant ever
