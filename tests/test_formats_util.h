@@ -244,7 +244,7 @@ static inline uint64_t model_kvs(const mspec *m, buf *kv, const char *skip) {
     }
     if (m->rope_type) {
         gguf_kv_str(kv, AK("rope.scaling.type"), m->rope_type), n++;
-        gguf_kv_f32(kv, AK("rope.scaling.factor"), m->rope_factor), n++;
+        if (!SKIP("rope.scaling.factor")) gguf_kv_f32(kv, AK("rope.scaling.factor"), m->rope_factor), n++;
     }
     if (m->bos >= 0) gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", (uint32_t)m->bos), n++;
     if (m->eos >= 0) gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", (uint32_t)m->eos), n++;

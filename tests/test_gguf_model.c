@@ -125,16 +125,27 @@ static void test_qwen3_f16_vectors(void) {
     buf_free(&file);
 }
 
-/* Scaling kinds with factor 1 are the identity and open. */
-static void test_identity_rope_scaling(void) {
-    mspec m = base_llama;
-    m.rope_type = "yarn";
-    m.rope_factor = 1.0f;
-    pith_model_file *f;
-    pith_err err = {{0}};
-    int rc = open_model("m_rope1.gguf", &m, NULL, NULL, &f, &err, NULL);
-    CHECKF(rc == 0, "%s", err.msg);
-    if (!rc) pith_model_file_close(f);
+/* Scaling kinds with factor 1 are the identity and open; linear scaling stores its factor (1 as none, and
+ * an absent factor means 1, as in llama.cpp). */
+static void test_rope_scaling_opens(void) {
+    static const struct { const char *type; float factor; const char *skip; float want; } cases[] = {
+        {"yarn", 1.0f, NULL, 0.0f},   {"none", 4.0f, NULL, 0.0f},   {"linear", 1.0f, NULL, 0.0f},
+        {"linear", 2.5f, NULL, 2.5f}, {"linear", 0.25f, NULL, 0.25f}, {"linear", 3.0f, "rope.scaling.factor", 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mspec m = base_llama;
+        m.rope_type = cases[i].type;
+        m.rope_factor = cases[i].factor;
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_model("m_rope.gguf", &m, cases[i].skip, NULL, &f, &err, NULL);
+        CHECKF(rc == 0, "%s %g: %s", cases[i].type, cases[i].factor, err.msg);
+        if (rc) continue;
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECKF(hp->rope_linear_factor == cases[i].want && hp->rope_scale_factor == 0, "%s %g: linear factor %g",
+               cases[i].type, cases[i].factor, hp->rope_linear_factor);
+        pith_model_file_close(f);
+    }
 }
 
 static void test_other_arch_opens(void) {
@@ -206,9 +217,18 @@ static void test_errors(void) {
     m.n_layers = 0;
     expect_error("zero_layers", &m, NULL, NULL, "layer count is 0");
     m = base_llama;
-    m.rope_type = "linear";
+    m.rope_type = "yarn";
     m.rope_factor = 2.0f;
-    expect_error("rope_linear", &m, NULL, NULL, "RoPE scaling 'linear' (factor 2) is not supported");
+    expect_error("rope_yarn", &m, NULL, NULL, "RoPE scaling 'yarn' (factor 2) is not supported");
+    m.rope_type = "linear";
+    m.rope_factor = 0.0f;
+    expect_error("rope_linear_zero", &m, NULL, NULL, "linear RoPE scaling factor 0 is not a positive number");
+    m.rope_factor = -2.0f;
+    expect_error("rope_linear_negative", &m, NULL, NULL, "linear RoPE scaling factor -2 is not a positive number");
+    m.rope_factor = INFINITY;
+    expect_error("rope_linear_inf", &m, NULL, NULL, "linear RoPE scaling factor inf is not a positive number");
+    m.rope_factor = NAN;
+    expect_error("rope_linear_nan", &m, NULL, NULL, "is not a positive number");
     m = base_llama;
     m.ffn = 1 << 21;
     m.n_layers = 0;
@@ -239,7 +259,7 @@ int main(void) {
     test_qwen2_tied_vocab_from_embedding();
     test_qwen3_f16_vectors();
     test_other_arch_opens();
-    test_identity_rope_scaling();
+    test_rope_scaling_opens();
     test_errors();
     test_vocab_mismatch();
     return check_summary("test_gguf_model");

@@ -1,7 +1,7 @@
 """Pith's logits against an independent float64 torch reference, on random-weight models in real
 configurations, in GGUF (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, a Q4_K_M mix) and Hugging Face
 safetensors (F32, F16, BF16), with the KV cache in F32 and, once per configuration, in pith run's
-default F16.
+default F16; plus linear RoPE scaling (GGUF and safetensors, F32).
 
 For each case: tools/mkmodel.py writes a small model, `pith run` generates 24 tokens greedily from BOS
 writing every logits row it chose from, and tools/reference.py teacher-forces the same sequence
@@ -226,6 +226,37 @@ def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True):
     return worst
 
 
+LINEAR_FACTOR = 4.0
+
+
+def check_linear_scaling(pith, tmp, seed):
+    """Linear RoPE scaling (factor 4, so every frequency and each position's angle shrinks fourfold) in
+    GGUF metadata and in config.json. The reference must also tell the scaled model from the unscaled
+    one by far more than the tolerance, or the comparison could not catch a loader that drops it."""
+    cfg = mkmodel.build_config("test-llama", rope_scaling="linear", rope_factor=LINEAR_FACTOR)
+    for fmt in ("gguf", "safetensors"):
+        if fmt == "gguf":
+            model, tok = os.path.join(tmp, f"linear-{seed}.gguf"), None
+            mkmodel.write_gguf(cfg, model, "F32", seed=seed)
+        else:
+            model = os.path.join(tmp, f"linear-{seed}-st")
+            mkmodel.write_safetensors(cfg, model, "F32", seed=seed)
+            tok = os.path.join(model, "tokenizer.bin")
+        m = reference.Model(model)
+        if m.position_scale != 1 / LINEAR_FACTOR:
+            fail(f"linear {fmt}: the reference read position scale {m.position_scale}")
+        tokens = [mkmodel.BOS_ID] + list(np.random.default_rng(seed).integers(3, cfg.vocab, N_GEN - 1))
+        scaled = reference.forward(m, tokens).numpy()
+        m.position_scale = 1.0
+        unscaled = reference.forward(m, tokens).numpy()
+        moved = float(np.abs(scaled - unscaled).max())
+        print(f"linear {fmt}: scaling moves the reference logits by up to {moved:.2f}")
+        if moved < 100 * TOLERANCES["float"][0]:
+            fail(f"linear {fmt}: scaling changes the logits by only {moved:.2e}; the case would not test it")
+        compare(pith, tmp, f"test-llama {fmt} F32 linear x{LINEAR_FACTOR:g}", model, tok, cfg.vocab, "float")
+        seed += 1
+
+
 def main():
     pith = os.environ.get("PITH_BIN")
     if not pith or not os.access(pith, os.X_OK):
@@ -258,6 +289,7 @@ def main():
                 model, tok, n_vocab = make_model(tmp, preset, "gguf", dtype, seed)
                 compare(pith, tmp, f"{preset} gguf {dtype}", model, tok, n_vocab, tolerance_kind(dtype))
                 seed += 1
+        check_linear_scaling(pith, tmp, seed)
     print(f"{time.time() - t0:.1f} s")
     if failures:
         print(f"{len(failures)} failure(s)")

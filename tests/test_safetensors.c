@@ -311,11 +311,40 @@ static void test_qwen3(void) {
     buf_free(&file);
 }
 
+/* Linear rope scaling, spelt "type" (older configs) or "rope_type": the factor reaches the
+ * hyper-parameters, and a factor of 1 is stored as none. (Bad factors: test_safetensors_malformed.) */
+static void test_linear_rope(void) {
+    static const struct { const char *extra; float want; } cases[] = {
+        {", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}", 2.5f},
+        {", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 4}", 4.0f},
+        {", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 1.0}", 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *dir = model_dir("hf_linear");
+        stensor ts[64];
+        int nt;
+        uint64_t ds;
+        buf file = write_single(dir, &base, "LlamaForCausalLM", cases[i].extra, 0, ts, &nt, &ds);
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = pith_model_file_open(dir, &f, &err);
+        CHECKF(rc == 0, "%s: %s", cases[i].extra, err.msg);
+        if (!rc) {
+            const pith_hparams *hp = pith_model_file_hparams(f);
+            CHECKF(hp->rope_linear_factor == cases[i].want && hp->rope_scale_factor == 0, "%s: factor %g",
+                   cases[i].extra, hp->rope_linear_factor);
+            pith_model_file_close(f);
+        }
+        buf_free(&file);
+    }
+}
+
 int main(void) {
     test_parser_round_trip();
     test_llama_single();
     test_misaligned();
     test_qwen2_sharded();
     test_qwen3();
+    test_linear_rope();
     return check_summary("test_safetensors");
 }

@@ -169,6 +169,29 @@ static void test_hf_directory_errors(void) {
         {"cfg_yarn",
          "{\"model_type\": \"qwen2\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
          "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}", "'yarn' (factor 4) is not supported"},
+        {"cfg_longrope",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 2}}",
+         "'longrope' (factor 2) is not supported"},
+        {"cfg_linear_zero",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0}}",
+         "linear rope_scaling factor 0 is not a positive number"},
+        {"cfg_linear_negative",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"linear\", \"factor\": -2}}",
+         "linear rope_scaling factor -2 is not a positive number"},
+        {"cfg_linear_huge",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 1e300}}",
+         "linear rope_scaling factor inf is not a positive number"},
+        {"cfg_linear_no_factor",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"linear\"}}", "missing \"factor\""},
+        {"cfg_linear_string",
+         "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"linear\", \"factor\": \"2\"}}",
+         "\"factor\" is not a number"},
         {"cfg_llama3_partial",
          "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
          "\"num_attention_heads\": 2, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}}",

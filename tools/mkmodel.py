@@ -100,8 +100,10 @@ class Config:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
         if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch == "qwen3"):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's: no real model mixes them otherwise")
-        if self.rope_scaling not in (None, "llama3"):
-            raise ValueError("only llama3 rope scaling is supported")
+        if self.rope_scaling not in (None, "llama3", "linear"):
+            raise ValueError("rope scaling must be llama3, linear or none")
+        if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
+            raise ValueError("rope-factor must be a positive number")
 
     def as_dict(self):
         return {k: getattr(self, k) for k in DEFAULTS}
@@ -305,6 +307,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_u32("tokenizer.ggml.unknown_token_id", UNK_ID)
     w.add("tokenizer.ggml.add_bos_token", True, G.BOOL)
 
+    if cfg.rope_scaling == "linear":
+        w.add_str(f"{a}.rope.scaling.type", "linear")
+        w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
     if cfg.rope_scaling == "llama3":
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, _, shape, kind in tensor_specs(cfg):
@@ -353,6 +358,9 @@ def hf_config(cfg, dtype):
         c["rope_scaling"] = {"rope_type": "llama3", "factor": cfg.rope_factor,
                              "low_freq_factor": cfg.rope_low_freq, "high_freq_factor": cfg.rope_high_freq,
                              "original_max_position_embeddings": cfg.rope_orig_ctx}
+    elif cfg.rope_scaling == "linear":
+        # Older configs (Llama 2 / CodeLlama fine-tunes) spell the kind "type", not "rope_type".
+        c["rope_scaling"] = {"type": "linear", "factor": cfg.rope_factor}
     else:
         c["rope_scaling"] = None
     return c
@@ -427,8 +435,8 @@ def main(argv=None):
     ap.add_argument("--ctx", type=int, help="trained context length written to the metadata")
     ap.add_argument("--theta", type=float, help="RoPE base")
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon")
-    ap.add_argument("--rope-scaling", choices=["llama3", "none"])
-    ap.add_argument("--rope-factor", type=float)
+    ap.add_argument("--rope-scaling", choices=["llama3", "linear", "none"])
+    ap.add_argument("--rope-factor", type=float, help="llama3 or linear scaling factor (default 8)")
     ap.add_argument("--rope-low-freq", type=float)
     ap.add_argument("--rope-high-freq", type=float)
     ap.add_argument("--rope-orig-ctx", type=int)

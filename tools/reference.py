@@ -13,7 +13,10 @@ weights is float64 rounding.
 Model semantics follow the format: GGUF `llama` rotates adjacent pairs (x[2i], x[2i+1]); GGUF `qwen2` /
 `qwen3` and every Hugging Face file rotate halves (x[i], x[i + d/2]). Llama 3 rope scaling comes from the
 rope_freqs.weight tensor in GGUF (divisors of each frequency, as llama.cpp stores them) and from
-config.json's rope_scaling for Hugging Face. QKV biases and QK norms are used when the tensors exist.
+config.json's rope_scaling for Hugging Face. Linear rope scaling ({arch}.rope.scaling.type "linear" in GGUF,
+rope_scaling type "linear" in config.json) divides every position by its factor before the angles are
+taken (the original Hugging Face formulation; engines usually scale the frequencies instead, which is the
+same function). QKV biases and QK norms are used when the tensors exist.
 """
 
 import argparse
@@ -117,6 +120,9 @@ class Model:
         self.rope_divisors = None
         if "rope_freqs.weight" in self.names:
             self.rope_divisors = torch.tensor(r.tensor("rope_freqs.weight"), dtype=torch.float64)
+        self.position_scale = 1.0
+        if md.get(f"{a}.rope.scaling.type") == "linear":
+            self.position_scale = 1.0 / float(md.get(f"{a}.rope.scaling.factor", 1.0))
 
     def _open_hf(self, d):
         with open(os.path.join(d, "config.json")) as f:
@@ -152,6 +158,9 @@ class Model:
         rs = c.get("rope_scaling")
         if rs and rs.get("rope_type", rs.get("type")) == "llama3":
             self.rope_divisors = self._hf_llama3_divisors(rs, self.head_dim or self.dim // self.n_heads)
+        self.position_scale = 1.0
+        if rs and rs.get("rope_type", rs.get("type")) == "linear":
+            self.position_scale = 1.0 / float(rs["factor"])
 
     def _hf_llama3_divisors(self, rs, head_dim):
         """Hugging Face's formulation: scale the inverse frequencies by wavelength band."""
@@ -177,13 +186,13 @@ def rms_norm(x, weight, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rope(x, positions, theta, style, divisors):
-    """x: [T, heads, head_dim]."""
+def rope(x, positions, theta, style, divisors, position_scale=1.0):
+    """x: [T, heads, head_dim]. position_scale: 1/factor under linear scaling."""
     hd = x.shape[-1]
     freqs = theta ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2 / hd)
     if divisors is not None:
         freqs = freqs / divisors
-    ang = positions.to(torch.float64)[:, None] * freqs[None, :]          # [T, hd/2]
+    ang = (positions.to(torch.float64) * position_scale)[:, None] * freqs[None, :]          # [T, hd/2]
     cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
     if style == "adjacent":
         a, b = x[..., 0::2], x[..., 1::2]
@@ -237,8 +246,8 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         if m.has(p + "attn_q_norm.weight"):
             q = rms_norm(q, m.w(p + "attn_q_norm.weight"), m.eps)
             k = rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps)
-        q = rope(q, pos, m.theta, m.rope_style, m.rope_divisors)
-        k = rope(k, pos, m.theta, m.rope_style, m.rope_divisors)
+        q = rope(q, pos, m.theta, m.rope_style, m.rope_divisors, m.position_scale)
+        k = rope(k, pos, m.theta, m.rope_style, m.rope_divisors, m.position_scale)
         if kv_f16:
             k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
         group = H // KV

@@ -26,7 +26,8 @@
  *  - 1-D tensors (norms, biases, rope_freqs) are F32 (F16/BF16 ones are converted into owned copies);
  *  - every data pointer is aligned for its type (4 bytes for F32, 2 otherwise; misaligned safetensors
  *    data is copied);
- *  - RoPE scaling other than llama3's is refused unless it is the identity.
+ *  - RoPE scaling is none, llama3's or linear (never both; a linear factor is positive and finite); other
+ *    kinds are refused unless they are the identity.
  * Files of other architectures open with whatever hyper-parameters their metadata gives, unvalidated;
  * the model layer refuses them. Hugging Face tensors with no canonical name keep their own name; their
  * dtype must still be F32, F16 or BF16. Names are NUL-terminated and owned by the pith_model_file. */
@@ -68,6 +69,10 @@ typedef struct pith_hparams {
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_orig_ctx;
+    /* Linear rope scaling ("linear": positions divided by the factor, i.e. every frequency multiplied by
+     * 1/factor); 0 means none (a factor of 1 is stored as 0). Also applies on top of a GGUF
+     * rope_freqs.weight, as llama.cpp does; never set together with rope_scale_factor. */
+    float rope_linear_factor;
     bool has_qkv_bias;  /* qwen2 */
     bool has_qk_norm;   /* qwen3 */
     bool tied_embeddings;

@@ -1,5 +1,6 @@
 /* GGUF as a model file: hyper-parameters from "{arch}.*" metadata, tensors as stored (GGUF names are
  * already canonical). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,19 +61,28 @@ static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
     return 0;
 }
 
-/* RoPE scaling other than llama3's (carried by rope_freqs.weight) would silently change every logit, so
- * it is refused unless it is the identity (factor 1). */
-static int check_rope(keys *k, const char *arch) {
+/* RoPE scaling: llama3's comes as rope_freqs.weight; "linear" divides positions by rope.scaling.factor
+ * (absent: 1). Any other kind would silently change every logit, so it is refused unless it is the
+ * identity (factor 1). */
+static int read_rope_scaling(keys *k, const char *arch, pith_hparams *hp) {
     char key[96];
     pith_str type;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (!k->strict || !pith_gguf_get_str(k->g, key, &type) || pith_str_eq(type, "none")) return 0;
-    double factor = 1.0;
+    float factor = 1.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-    pith_gguf_get_f64(k->g, key, &factor);
-    if (factor == 1.0) return 0;
+    if (get_float(k, key, false, &factor)) return -1;
+    if (pith_str_eq(type, "linear")) {
+        /* 0 stands for none in pith_hparams, so a zero factor must be refused here, not stored. */
+        if (!(factor > 0 && isfinite(factor)))
+            return pith_errf(k->err, "%s: linear RoPE scaling factor %g is not a positive number", k->f->path,
+                             factor);
+        hp->rope_linear_factor = factor == 1.0f ? 0.0f : factor;
+        return 0;
+    }
+    if (factor == 1.0f) return 0;
     char shown[PITH_PRINTABLE_CAP];
-    return pith_errf(k->err, "%s: RoPE scaling '%s' (factor %g) is not supported", k->f->path,
+    return pith_errf(k->err, "%s: RoPE scaling '%s' (factor %g) is not supported (only linear)", k->f->path,
                      pith_printable(shown, sizeof shown, type.ptr, type.len), factor);
 }
 
@@ -102,7 +112,7 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
         get_float(&k, ARCH_KEY("attention.layer_norm_rms_epsilon"), true, &hp->norm_eps) ||
         get_float(&k, ARCH_KEY("rope.freq_base"), false, &hp->rope_theta) ||
         get_int(&k, "tokenizer.ggml.bos_token_id", false, &hp->bos_id) ||
-        get_int(&k, "tokenizer.ggml.eos_token_id", false, &hp->eos_id) || check_rope(&k, a))
+        get_int(&k, "tokenizer.ggml.eos_token_id", false, &hp->eos_id) || read_rope_scaling(&k, a, hp))
         return -1;
 #undef ARCH_KEY
     if (hp->n_kv_heads == -1) hp->n_kv_heads = hp->n_heads;

@@ -77,7 +77,7 @@ static int read_arch(cfg *c, pith_hparams *hp) {
                      pith_printable(shown, sizeof shown, name->valuestring, strlen(name->valuestring)));
 }
 
-/* Only llama3 frequency scaling is implemented. "dynamic" (NTK) changes nothing within the trained
+/* llama3 and linear frequency scaling are implemented. "dynamic" (NTK) changes nothing within the trained
  * context, and any kind with factor 1 is the identity; other kinds would silently change every logit. */
 static int read_rope_scaling(cfg *c, pith_hparams *hp) {
     const cJSON *rs = field(c->root, "rope_scaling");
@@ -97,12 +97,21 @@ static int read_rope_scaling(cfg *c, pith_hparams *hp) {
             return pith_errf(c->err, "%s: rope_scaling factor must be positive", c->path);
         return 0;
     }
+    if (!strcmp(t, "linear")) {
+        float factor;
+        if (json_float(c, rs, "factor", true, &factor)) return -1;
+        /* 0 stands for none in pith_hparams, so a zero factor must be refused here, not stored. */
+        if (!(factor > 0 && isfinite(factor)))
+            return pith_errf(c->err, "%s: linear rope_scaling factor %g is not a positive number", c->path, factor);
+        hp->rope_linear_factor = factor == 1.0f ? 0.0f : factor;
+        return 0;
+    }
     float factor = 1.0f;
     if (json_float(c, rs, "factor", false, &factor)) return -1;
     if (!strcmp(t, "default") || !strcmp(t, "dynamic") || factor == 1.0f) return 0;
     char shown[PITH_PRINTABLE_CAP];
-    return pith_errf(c->err, "%s: rope_scaling type '%s' (factor %g) is not supported (only llama3)", c->path,
-                     pith_printable(shown, sizeof shown, t, strlen(t)), factor);
+    return pith_errf(c->err, "%s: rope_scaling type '%s' (factor %g) is not supported (only llama3 and linear)",
+                     c->path, pith_printable(shown, sizeof shown, t, strlen(t)), factor);
 }
 
 static int parse(cfg *c, pith_hparams *hp, bool *tie) {

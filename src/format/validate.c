@@ -56,6 +56,12 @@ static int check_hparams(pith_model_file *f, pith_err *err) {
                              f->path, hp->rope_scale_factor, hp->rope_low_freq_factor, hp->rope_high_freq_factor,
                              hp->rope_orig_ctx);
     }
+    if (hp->rope_linear_factor != 0) {
+        if (!(hp->rope_linear_factor > 0 && isfinite(hp->rope_linear_factor)))
+            return pith_errf(err, "%s: invalid linear RoPE scaling factor %g", f->path, hp->rope_linear_factor);
+        if (hp->rope_scale_factor != 0)
+            return pith_errf(err, "%s: both linear and llama3 RoPE scaling are set", f->path);
+    }
     if (hp->bos_id < -1 || hp->bos_id >= hp->n_vocab)
         return pith_errf(err, "%s: BOS token id %d is outside the vocabulary (%d)", f->path, hp->bos_id, hp->n_vocab);
     if (hp->eos_id < -1 || hp->eos_id >= hp->n_vocab)

@@ -9,7 +9,8 @@
  *
  * RoPE frequencies: theta^(-2i/head_dim), divided by rope_freqs.weight when the file has it (llama.cpp's
  * way of storing Llama 3 scaling), else rescaled from the hyper-parameters (Hugging Face's "llama3"
- * rope_type), never both. Angles are computed in double per token, so long positions lose no precision. */
+ * rope_type), never both; then multiplied by 1/factor under linear scaling (positions divided by the
+ * factor). Angles are computed in double per token, so long positions lose no precision. */
 #include "model/llama.h"
 
 #include <math.h>
@@ -138,6 +139,7 @@ static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
                 freq = (1 - smooth) * freq / hp->rope_scale_factor + smooth * freq;
             }
         }
+        if (hp->rope_linear_factor > 0) freq /= hp->rope_linear_factor;
         m->inv_freq[i] = freq;
     }
     free(factors);
