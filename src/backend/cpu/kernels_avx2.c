@@ -18,6 +18,7 @@
 #include <math.h>
 #include <immintrin.h>
 
+#include "backend/cpu/half_load.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/unroll.h"
 #include "backend/cpu/kernels_half.h"
@@ -53,20 +54,16 @@ INLINE void store_out(float *y, float v, bool accumulate) { *y = accumulate ? *y
 
 INLINE __m256 load_w8(const uint8_t *w, int k, pith_wtype type) {
     if (type == PITH_W_F32) return _mm256_loadu_ps((const float *)(w + 4 * (size_t)k));
-    __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * (size_t)k));
-    if (type == PITH_W_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return pith_half8_to_f32(w + 2 * (size_t)k, type == PITH_W_BF16);
 }
 
 INLINE float load_w1(const uint8_t *w, int k, pith_wtype type) {
-    uint16_t h;
     if (type == PITH_W_F32) {
         float f;
         memcpy(&f, w + 4 * (size_t)k, 4);
         return f;
     }
-    memcpy(&h, w + 2 * (size_t)k, 2);
-    return type == PITH_W_F16 ? _cvtsh_ss(h) : pith_bf16_to_f32(h);
+    return pith_half1_to_f32(w + 2 * (size_t)k, type == PITH_W_BF16);
 }
 
 INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, size_t xs, float *y,

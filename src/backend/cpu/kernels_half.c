@@ -32,6 +32,7 @@ void pith_pack_half_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) 
 
 #include <immintrin.h>
 
+#include "backend/cpu/half_load.h"
 #include "backend/cpu/unroll.h"
 #define CHAINS 4
 /* Prefetch distance in bytes of the group stream: far enough ahead to cover DRAM latency at full
@@ -48,17 +49,6 @@ void pith_pack_half_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) 
  * register blocking of the unpacked AVX2 tile (3 multiply-adds per weight conversion). */
 #define YMM_MAX_RN 3
 
-INLINE __m256 load8(const uint8_t *p, bool bf16) {
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (!bf16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-INLINE float load1(const uint8_t *p, bool bf16) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return bf16 ? pith_bf16_to_f32(h) : _cvtsh_ss(h);
-}
 
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -85,7 +75,7 @@ INLINE void quad_impl(int K, const uint8_t *q, const uint8_t *x, size_t xs, floa
         __m256 xv[YMM_MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + 8 * b);
         UNROLL for (int r = 0; r < 4; r++) {
-            __m256 w = load8(qb + 16 * r, bf16);
+            __m256 w = pith_half8_to_f32(qb + 16 * r, bf16);
             UNROLL for (int t = 0; t < RN; t++) acc[r][t] = _mm256_fmadd_ps(w, xv[t], acc[r][t]);
         }
     }
@@ -94,7 +84,7 @@ INLINE void quad_impl(int K, const uint8_t *q, const uint8_t *x, size_t xs, floa
     UNROLL for (int r = 0; r < 4; r++)
         UNROLL for (int t = 0; t < RN; t++) {
             float s = hsum8(acc[r][t]);
-            for (int j = 0; j < rem; j++) s += load1(tail + 2 * (rem * r + j), bf16) * xr[t][8 * nb + j];
+            for (int j = 0; j < rem; j++) s += pith_half1_to_f32(tail + 2 * (rem * r + j), bf16) * xr[t][8 * nb + j];
             float *yt = y + t * ldy + r;
             *yt = accumulate ? *yt + s : s;
         }
