@@ -169,10 +169,10 @@ typedef struct bench_ctx {
     bool header_done;
 } bench_ctx;
 
-/* On a shared host, reading memory can be faster for a while than for long (measured on the 2-vCPU
- * test machine: 256 MiB at up to ~85 GB/s while 555 MiB or more stays near 65-70), so by default the
- * probe reads as many bytes as one generated token does: the ratio then compares decoding with
- * streaming the same amount of memory. */
+/* On a shared host, reading memory can be faster over short runs than over long ones (on the 2-vCPU
+ * test machine, in its fast state, a plain 2-thread read loop averaged 74-89 GB/s over 128 MiB and 62-66
+ * over 1200 MiB: docs/performance.md), so by default the probe reads as many bytes as one generated
+ * token does: the ratio then compares decoding with streaming the same amount of memory. */
 static long long probe_mib(const bench_opts *o, const pith_bench_weights *w) {
     if (o->bw_mib > 0) return o->bw_mib;
     long long mib = (long long)((w->size_bytes + (1u << 20) - 1) >> 20);
