@@ -5,9 +5,10 @@
  * so that matmuls reading the same input (Q, K and V; gate and up) quantize it only once.
  *
  * Each thread streams its own share of the output rows and steals from the others when it runs out
- * (split.h: the machine is shared and noisy, so plain static splits straggle); inside a unit it walks token tiles that fit in L2, weight rows a
- * packed group (8 or 16) or 4 at a time, tokens tile_rn at a time, so in a prefill the weights
- * stream from memory about once per 256 KiB of activations and the activations stay cached. */
+ * (split.h: the machine is shared and noisy, so plain static splits straggle); inside a unit it walks
+ * token tiles that fit in L2, weight rows a packed group (8 or 16) or 4 at a time, tokens tile_rn at a
+ * time, so in a prefill the weights stream from memory about once per 256 KiB of activations and the
+ * activations stay cached. */
 #ifndef PITH_CPU_MATMUL_H
 #define PITH_CPU_MATMUL_H
 
