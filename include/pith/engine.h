@@ -88,6 +88,10 @@ typedef struct pith_token_event {
     float logprob;
     int n_top;
     const pith_logprob *top;
+    /* When the request set return_logits: the logits row this token was sampled from, before sampling
+     * parameters changed it (pith_engine_n_vocab floats). NULL otherwise, and in the final event. Valid
+     * only during the callback. */
+    const float *logits;
     bool final;
     pith_finish_reason finish_reason; /* NONE unless final */
     pith_usage usage;                 /* meaningful in the final event */
@@ -112,6 +116,7 @@ typedef struct pith_request {
                                 give the same salt. */
     bool logprobs;           /* report the sampled token's logprob */
     int top_logprobs;        /* with logprobs: also the N most likely tokens (0..20) */
+    bool return_logits;      /* pass each token's raw logits row to the callback (numerical checks) */
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;
@@ -180,5 +185,7 @@ void pith_engine_stop(pith_engine *e);
 void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
 /* The longest sequence (prompt + generated tokens) a request may reach. */
 int pith_engine_max_seq_len(const pith_engine *e);
+/* Entries in a logits row (the model's vocabulary). */
+int pith_engine_n_vocab(const pith_engine *e);
 
 #endif

@@ -242,6 +242,7 @@ bool pith_engine_has_work(pith_engine *e) {
 }
 
 int pith_engine_max_seq_len(const pith_engine *e) { return e->opt.max_seq_len; }
+int pith_engine_n_vocab(const pith_engine *e) { return e->n_vocab; }
 
 void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out) {
     pthread_mutex_lock(&e->lock);

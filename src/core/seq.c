@@ -29,6 +29,7 @@ int seq_create(const pith_request *r, int max_len, int block_size, const pith_to
     s->ignore_eos = r->ignore_eos;
     s->logprobs = r->logprobs;
     s->top_logprobs = r->logprobs ? r->top_logprobs : 0;
+    s->return_logits = r->return_logits;
     s->on_token = r->on_token;
     s->user = r->user;
     s->salt = s->last_name = kv_pool_salt_hash(r->cache_salt);

@@ -55,6 +55,7 @@ typedef struct seq {
     bool ignore_eos;
     bool logprobs;
     int top_logprobs;
+    bool return_logits;
     pith_token_cb on_token;
     void *user;
 

@@ -141,7 +141,7 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
         engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
         return;
     }
-    if (s->logprobs) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
+    if (s->logprobs || s->return_logits) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
     int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
         sched_remove(&e->sc, s);
@@ -158,6 +158,7 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
         ev.n_top = s->top_logprobs < e->n_vocab ? s->top_logprobs : e->n_vocab;
         ev.top = top;
     }
+    if (s->return_logits) ev.logits = e->raw_row;
     pith_finish_reason why = PITH_FINISH_NONE;
     bool stop_string = false;
     if ((!s->ignore_eos && e->tok && pith_tokenizer_is_eog(e->tok, tok)) || seq_is_stop_id(s, tok)) {
