@@ -72,14 +72,26 @@ static void small_matmul(const pith_cpu_kernels *k, const float *w, int w_ld, in
     }
 }
 
+/* Lowest position a query at position p sees. */
+static inline int attn_lo(const pith_attn_args *a, int p) {
+    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+}
+
 /* One run of tokens against one KV head. Per chunk of positions: scores = Q K^T for every query of the
  * run and head of the group (one small matmul per token), online-softmax bookkeeping per query, then
- * acc += P V for all of them at once. Masked positions get probability 0, so every query can use the
- * whole chunk.
+ * acc += P V for all of them at once. Positions outside a query's [lo, p] get probability 0, so every
+ * query can use the whole chunk.
+ *
+ * The run starts at the chunk holding the lowest window start of its queries; rows of that chunk below
+ * it are never read from the cache (their blocks may be released, -1) but zeroed, so the matmul and
+ * P V see finite values there and multiply them by probability 0.
  *
  * A query's result must not depend on what else is in the batch (decode and prefill agree to the last
  * bit): the chunks start at multiples of PITH_ATTN_CHUNK whatever the batch, each score is a dot product
- * of fixed length, and P V sums over positions in order, so a longer chunk only appends exact zeros. */
+ * of fixed length, and P V sums over positions in order, so a longer chunk only appends exact zeros and
+ * an earlier start only prepends chunks that are fully masked for this query. A fully masked chunk
+ * leaves the running max and sum alone, and adds exact zeros to an accumulator that started at +0 and
+ * so is never -0: every bit stays as it was. */
 static void attend_item(const attn_job *j, int item, float *scratch) {
     const pith_attn_args *a = j->a;
     const pith_attn_shape *sh = &j->s->shape;
@@ -92,26 +104,49 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
     float *kc = scratch, *vc = kc + (size_t)C * hd;
     float *scores = vc + (size_t)C * hd;
     float *mx = scores + (size_t)nq * C, *sum = mx + nq, *acc = sum + nq;
-    int maxpos = 0;
-    for (int t = t0; t < t1; t++) maxpos = a->positions[t] > maxpos ? a->positions[t] : maxpos;
-    for (int i = 0; i < nq; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
+    int maxpos = 0, minlo = a->positions[t0];
+    for (int t = t0; t < t1; t++) {
+        int p = a->positions[t], lo = attn_lo(a, p);
+        maxpos = p > maxpos ? p : maxpos;
+        minlo = lo < minlo ? lo : minlo;
+    }
+    /* A sink is a logit of its own with value 0: starting the running max at it (exp(0) = 1 in the
+     * sum) keeps every later exponent <= 0, however large the sink. */
+    for (int i = 0; i < nq; i++) {
+        float sink = a->sinks ? a->sinks[kvh * group + i % group] : -INFINITY;
+        bool has = sink > -INFINITY; /* also false for NaN */
+        mx[i] = has ? sink : -INFINITY;
+        sum[i] = has ? 1.0f : 0.0f;
+    }
     memset(acc, 0, (size_t)nq * hd * sizeof(float));
 
-    for (int j0 = 0; j0 <= maxpos; j0 += C) {
+    for (int j0 = minlo / C * C; j0 <= maxpos; j0 += C) {
         int jn = maxpos + 1 - j0 < C ? maxpos + 1 - j0 : C;
-        load_rows(k, a, a->k_cache, seq, j0, jn, kvh, hd, kc);
-        load_rows(k, a, a->v_cache, seq, j0, jn, kvh, hd, vc);
+        int r0 = minlo > j0 ? minlo - j0 : 0; /* first row any query of the run sees */
+        if (r0) {
+            memset(kc, 0, (size_t)r0 * hd * sizeof(float));
+            memset(vc, 0, (size_t)r0 * hd * sizeof(float));
+        }
+        load_rows(k, a, a->k_cache, seq, j0 + r0, jn - r0, kvh, hd, kc + (size_t)r0 * hd);
+        load_rows(k, a, a->v_cache, seq, j0 + r0, jn - r0, kvh, hd, vc + (size_t)r0 * hd);
         for (int t = t0; t < t1; t++) {
             const float *q = a->q + (size_t)t * a->q_ld + (size_t)kvh * group * hd;
             small_matmul(k, kc, hd, jn, hd, q, hd, group, scores + (size_t)(t - t0) * group * C, C, false);
         }
         for (int i = 0; i < nq; i++) {
-            int lim = a->positions[t0 + i / group] - j0 + 1;
-            lim = lim < 0 ? 0 : lim > jn ? jn : lim;
+            int p = a->positions[t0 + i / group];
+            int first = attn_lo(a, p) - j0, lim = p - j0 + 1;
+            first = first < 0 ? 0 : first > jn ? jn : first;
+            lim = lim < first ? first : lim > jn ? jn : lim;
             float *s = scores + (size_t)i * C;
-            k->scale(s, sh->scale, lim);
+            memset(s, 0, (size_t)first * sizeof(float));
+            memset(s + lim, 0, (size_t)(jn - lim) * sizeof(float));
+            if (lim == first) continue; /* fully masked: max, sum and (below) accumulator unchanged */
+            float *sv = s + first;
+            const int nv = lim - first;
+            k->scale(sv, sh->scale, nv);
             float m = mx[i];
-            for (int jj = 0; jj < lim; jj++) m = s[jj] > m ? s[jj] : m;
+            for (int jj = 0; jj < nv; jj++) m = sv[jj] > m ? sv[jj] : m;
             if (m > mx[i] && mx[i] != -INFINITY) {
                 float corr = mx[i];
                 k->exp_shifted(&corr, m, 1); /* exp(old max - new max) */
@@ -119,8 +154,7 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
                 k->scale(acc + (size_t)i * hd, corr, hd);
             }
             mx[i] = m;
-            if (lim) sum[i] += k->exp_shifted(s, m, lim);
-            memset(s + lim, 0, (size_t)(jn - lim) * sizeof(float));
+            sum[i] += k->exp_shifted(sv, m, nv);
         }
         k->pv_accumulate(acc, hd, scores, C, nq, vc, hd, jn, hd);
     }
@@ -147,7 +181,10 @@ static void attn_worker(void *arg, int ith, int nth) {
 void pith_attention(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a) {
     int n_runs = 0;
     double work = 0;
-    for (int t = 0; t < a->n_tokens; t++) work += (double)(a->positions[t] + 1) * s->shape.n_heads * s->shape.head_dim;
+    for (int t = 0; t < a->n_tokens; t++) {
+        int p = a->positions[t];
+        work += (double)(p - attn_lo(a, p) + 1) * s->shape.n_heads * s->shape.head_dim;
+    }
     for (int t = 0; t < a->n_tokens;) {
         int e = t + 1;
         while (e < a->n_tokens && e - t < PITH_ATTN_QTILE && a->seq[e] == a->seq[t]) e++;

@@ -1,13 +1,25 @@
-/* Causal attention over a paged KV cache, for one layer and every token of a batch.
+/* Causal attention over a paged KV cache, for one layer and every token of a batch, optionally
+ * sliding-window and with attention sinks.
  *
- * Each query token t (sequence s, position p) attends to positions 0..p of s, whose K/V sit in the
- * cache slots named by s's block table (batch.h), head-major inside each block (kv.h). The cache rows
- * must already hold this batch's own K/V.
+ * Each query token t (sequence s, position p) attends to positions lo..p of s, where lo = 0 for full
+ * attention and lo = max(0, p - window + 1) with a window (position j is masked when p - j >= window,
+ * as in Hugging Face and llama.cpp). The K/V sit in the cache slots named by s's block table (batch.h),
+ * head-major inside each block (kv.h). The cache rows must already hold this batch's own K/V.
+ *
+ * With a window the engine may release blocks that every query of s has slid past, leaving -1 in the
+ * block table: attention never reads a block table entry whose block lies wholly below the lowest lo of
+ * the queries of s in the batch, and its work per token is O(window), not O(position).
+ *
+ * Sinks (GPT-OSS): head h has a learned logit sink[h] that joins the softmax's denominator but carries
+ * no value, p_j = exp(s_j) / (exp(sink[h]) + sum_k exp(s_k)), where s_j = scale * q.k_j and the sink is
+ * not scaled. Any finite sink is safe (a huge one gives outputs near 0, never inf or NaN).
  *
  * Work is split into items of (run of up to PITH_ATTN_QTILE consecutive batch tokens of one sequence,
  * KV head): an item loads its sequence's K/V in chunks of PITH_ATTN_CHUNK positions (converting F16 to
  * F32 once per chunk) and updates every query of the run and every query head sharing that KV head with
- * an online softmax, so a prefill reads each K/V row once per run instead of once per token and head. */
+ * an online softmax, so a prefill reads each K/V row once per run instead of once per token and head.
+ * Chunks wholly below every query's window are skipped. A query's output is bit-identical whatever else
+ * is in the batch (attend_item says why), windowed or not. */
 #ifndef PITH_CPU_ATTENTION_H
 #define PITH_CPU_ATTENTION_H
 
@@ -39,6 +51,8 @@ typedef struct pith_attn_args {
     size_t q_ld;
     float *out;          /* [n_tokens][out_ld], same head layout */
     size_t out_ld;
+    int window;          /* > 0: sliding window of this many positions (the query's own included); 0: full */
+    const float *sinks;  /* NULL or [n_heads] raw sink logits */
 } pith_attn_args;
 
 typedef struct pith_attn_scratch {
@@ -54,7 +68,9 @@ int pith_attn_scratch_init(pith_attn_scratch *s, const pith_attn_shape *shape, i
 int pith_attn_scratch_reserve(pith_attn_scratch *s, int n_tokens, pith_err *err);
 void pith_attn_scratch_free(pith_attn_scratch *s);
 
-/* The caller has checked the batch: positions >= 0 and every block table entry a query reads in range. */
+/* The caller has checked the batch: positions >= 0, and every block table entry of a block holding a
+ * position some query sees (lo..p) in range. Entries below the window of all of a sequence's queries
+ * may be anything, -1 included. */
 void pith_attention(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a);
 
 #endif
