@@ -110,8 +110,9 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
         maxpos = p > maxpos ? p : maxpos;
         minlo = lo < minlo ? lo : minlo;
     }
-    /* A sink is a logit of its own with value 0: starting the running max at it (exp(0) = 1 in the
-     * sum) keeps every later exponent <= 0, however large the sink. */
+    /* The sink is one more logit without a value: starting the running max at it and the sum at
+     * exp(sink - sink) = 1 keeps every exponent <= 0, so no sink however large can overflow. A NaN or
+     * -inf sink counts as none. */
     for (int i = 0; i < nq; i++) {
         float sink = a->sinks ? a->sinks[kvh * group + i % group] : -INFINITY;
         bool has = sink > -INFINITY; /* also false for NaN */
