@@ -206,11 +206,11 @@ static void test_tail_first_eviction(void) {
     pith_request r = greedy(a, 13, 1, &oa);
     submit(e, &r);
     run_checked(e);
-    CHECK(e->pool.n_cached == 3 && e->pool.n_free == 5);
+    CHECK(e->mem.g[0].pool.n_cached == 3 && e->mem.g[0].pool.n_free == 5);
     r = greedy(b, 24, 1, &ob); /* needs 6 blocks: 5 free and one eviction */
     submit(e, &r);
     run_checked(e);
-    CHECK(e->pool.evictions == 1);
+    CHECK(e->mem.g[0].pool.evictions == 1);
     r = greedy(a, 13, 1, &oa2);
     submit(e, &r);
     run_checked(e);
@@ -278,12 +278,12 @@ static void test_cancel_and_reject(void) {
     pith_err err;
     pith_engine_step(e, &err);
     pith_engine_step(e, &err);
-    CHECK(a.n == 2 && e->pool.n_used > 0);
+    CHECK(a.n == 2 && e->mem.g[0].pool.n_used > 0);
     CHECK(pith_engine_cancel(e, ida) == 0);
     CHECK(pith_engine_cancel(e, ida) == 0); /* still live until the next step */
     CHECK(pith_engine_cancel(e, 999) == -1);
     pith_engine_step(e, &err);
-    CHECK(a.n_final == 1 && a.why == PITH_FINISH_CANCELLED && a.n == 2 && e->pool.n_used == 0);
+    CHECK(a.n_final == 1 && a.why == PITH_FINISH_CANCELLED && a.n == 2 && e->mem.g[0].pool.n_used == 0);
     CHECK(pith_engine_cancel(e, ida) == -1);
     CHECK(engine_check(e, &err) == 0);
 
@@ -395,8 +395,7 @@ static void test_logprobs(void) {
     memcpy(all, p, sizeof p);
     for (int k = 0; k < o.n; k++) {
         /* Independent log-softmax of the fake logits. */
-        uint64_t h = 0;
-        for (int i = 0; i < 5 + k; i++) h = fake_hash_step(h, all[i]);
+        uint64_t h = fake_hash_for(fake_of(m), all, 5 + k);
         double mx = -1e30, sum = 0;
         for (int v = 0; v < V; v++) mx = fmax(mx, fake_logit(h, v));
         for (int v = 0; v < V; v++) sum += exp(fake_logit(h, v) - mx);
@@ -429,7 +428,7 @@ static void test_model_failure_and_free(void) {
     int fails = 0;
     while (pith_engine_has_work(e)) fails += pith_engine_step(e, &err) != 0;
     CHECK(fails == 1 && a.why == PITH_FINISH_ERROR && b.why == PITH_FINISH_ERROR && strstr(a.error, "planned"));
-    CHECK(a.n == 2 && e->pool.n_used == 0);
+    CHECK(a.n == 2 && e->mem.g[0].pool.n_used == 0);
     r.user = &c;
     submit(e, &r);
     run_checked(e);

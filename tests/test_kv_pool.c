@@ -21,8 +21,8 @@ static void check_ok(const kv_pool *p, const int *refs) {
 static void test_alloc_release(void) {
     kv_pool p;
     pith_err err;
-    CHECK(kv_pool_init(&p, 2, 8, 4, 5, PITH_F16, true, &err) == 0);
-    CHECK(p.cache.k != NULL && p.cache.n_blocks == 5 && p.cache.block_size == 4);
+    CHECK(kv_pool_init(&p, 4, 5, &err) == 0);
+    CHECK(p.n_blocks == 5 && p.block_size == 4 && p.n_free == 5);
     int got[5];
     for (int i = 0; i < 5; i++) {
         got[i] = kv_pool_alloc(&p);
@@ -49,15 +49,15 @@ static void test_alloc_release(void) {
     refs[0] = 1;
     CHECK(kv_pool_check(&p, refs, &err) == -1);
     kv_pool_free(&p);
-    CHECK(kv_pool_init(&p, 1, 1, 0, 4, PITH_F16, false, &err) == -1);
-    CHECK(kv_pool_init(&p, 1, 1, 4, 0, PITH_F16, false, &err) == -1);
+    CHECK(kv_pool_init(&p, 0, 4, &err) == -1);
+    CHECK(kv_pool_init(&p, 4, 0, &err) == -1);
 }
 
 static void test_names_and_eviction(void) {
     const int bs = 4;
     kv_pool p;
     pith_err err;
-    CHECK(kv_pool_init(&p, 1, 2, bs, 6, PITH_F32, false, &err) == 0);
+    CHECK(kv_pool_init(&p, bs, 6, &err) == 0);
     int32_t toks[3][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}};
     uint64_t salt = kv_pool_salt_hash(NULL);
     CHECK(salt == 0 && kv_pool_salt_hash("") == 0 && kv_pool_salt_hash("a") != 0);
@@ -126,7 +126,7 @@ static void test_random(void) {
         const int bs = 1 + (int)rnd(4), n_blocks = 1 + (int)rnd(40);
         kv_pool p;
         pith_err err;
-        CHECK(kv_pool_init(&p, 1, 1, bs, n_blocks, PITH_F16, false, &err) == 0);
+        CHECK(kv_pool_init(&p, bs, n_blocks, &err) == 0);
         int *refs = calloc((size_t)n_blocks, sizeof *refs);
         int *held = malloc(4096 * sizeof *held); /* references the test holds, as block ids */
         int n_held = 0;

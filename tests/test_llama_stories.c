@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "model_mem.h"
 #include "pith/batch.h"
 #include "pith/kv.h"
 #include "pith/model.h"
@@ -92,7 +93,7 @@ typedef struct seq_state {
 
 /* Runs one batch made of chunks of several sequences: seqs[i] advances by len[i] positions. Writes every
  * row's logits into out[seq][pos]. */
-static int run_chunks(pith_model *m, pith_kv_cache *kv, seq_state *seqs, const int *len, int n_seqs, int max_blocks,
+static int run_chunks(pith_model *m, int block_size, seq_state *seqs, const int *len, int n_seqs, int max_blocks,
                       int logit_stride, float **out) {
     int n = 0;
     for (int s = 0; s < n_seqs; s++) n += len[s];
@@ -101,24 +102,24 @@ static int run_chunks(pith_model *m, pith_kv_cache *kv, seq_state *seqs, const i
     uint8_t *want = malloc(n);
     float *logits = malloc((size_t)n * n_vocab * sizeof *logits);
     int i = 0;
-    /* interleave the sequences token by token: order within each sequence stays increasing */
-    int done[8] = {0};
-    while (i < n) {
-        for (int s = 0; s < n_seqs; s++) {
-            if (done[s] == len[s]) continue;
-            int p = seqs[s].next_pos + done[s]++;
+    /* the sequences one after the other (batch.h: each one's tokens contiguous), in reverse order so a
+     * sequence's index in the batch differs from its place */
+    for (int s = n_seqs - 1; s >= 0; s--) {
+        for (int d = 0; d < len[s]; d++) {
+            int p = seqs[s].next_pos + d;
             tok[i] = input_at(p);
             pos[i] = p;
             seq[i] = s;
-            slot[i] = seqs[s].table[p / kv->block_size] * kv->block_size + p % kv->block_size;
+            slot[i] = seqs[s].table[p / block_size] * block_size + p % block_size;
             want[i] = p % logit_stride == 0;
             i++;
         }
     }
     for (int s = 0; s < n_seqs; s++) memcpy(tables + s * max_blocks, seqs[s].table, max_blocks * sizeof *tables);
-    pith_batch b = {n, tok, pos, seq, slot, want, n_seqs, max_blocks, tables};
+    tm_batch b;
+    tm_batch_init(&b, m, n, tok, pos, seq, slot, want, n_seqs, max_blocks, tables);
     pith_err err;
-    int rc = pith_model_forward(m, kv, &b, logits, &err);
+    int rc = pith_model_forward(m, &b.b, logits, &err);
     if (rc) fprintf(stderr, "forward: %s\n", err.msg);
     for (int r = 0, t = 0; !rc && t < n; t++)
         if (want[t]) memcpy(out[seq[t]] + (size_t)pos[t] * n_vocab, logits + (size_t)r++ * n_vocab, n_vocab * sizeof *logits);
@@ -139,9 +140,8 @@ static float max_abs_diff(const float *a, const float *b, size_t n) {
 /* Step-by-step greedy decode; fills `steps` with the logits. */
 static void decode_steps(pith_model *m, pith_dtype kv_type, float *steps, const char *label) {
     const int bs = 16, n_blocks = (STEPS + bs - 1) / bs;
-    pith_kv_cache kv;
     pith_err err;
-    if (pith_kv_cache_init(&kv, m->hp.n_layers, m->kv_dim, bs, n_blocks, kv_type, &err)) {
+    if (tm_alloc(m, bs, n_blocks, 512, kv_type, &err)) {
         CHECKF(0, "%s", err.msg);
         return;
     }
@@ -153,9 +153,10 @@ static void decode_steps(pith_model *m, pith_dtype kv_type, float *steps, const 
     for (int p = 0; p < STEPS; p++) {
         int32_t pos = p, seq = 0, slot = table[p / bs] * bs + p % bs;
         uint8_t want = 1;
-        pith_batch b = {1, &token, &pos, &seq, &slot, &want, 1, n_blocks, table};
+        tm_batch b;
+        tm_batch_init(&b, m, 1, &token, &pos, &seq, &slot, &want, 1, n_blocks, table);
         float *lg = steps + (size_t)p * n_vocab;
-        if (pith_model_forward(m, &kv, &b, lg, &err)) {
+        if (pith_model_forward(m, &b.b, lg, &err)) {
             CHECKF(0, "%s step %d: %s", label, p, err.msg);
             break;
         }
@@ -178,7 +179,7 @@ static void decode_steps(pith_model *m, pith_dtype kv_type, float *steps, const 
            first_mismatch);
     CHECKF(worst <= tol, "%s: logits differ from the reference by %g (tolerance %g)", label, worst, tol);
     printf("%s: max |logit - reference| over %d steps = %.3g\n", label, CHECKED_STEPS, worst);
-    pith_kv_cache_free(&kv);
+    pith_model_mem_free(m);
 }
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -197,9 +198,8 @@ static void time_decode(pith_model *m, const char *label) {
     return;
 #endif
     const int bs = 16, n_blocks = (STEPS + bs - 1) / bs;
-    pith_kv_cache kv;
     pith_err err;
-    if (pith_kv_cache_init(&kv, m->hp.n_layers, m->kv_dim, bs, n_blocks, PITH_F32, &err)) return;
+    if (tm_alloc(m, bs, n_blocks, 512, PITH_F32, &err)) return;
     int32_t table[16];
     for (int i = 0; i < n_blocks; i++) table[i] = i;
     float *lg = malloc(n_vocab * sizeof *lg);
@@ -209,8 +209,9 @@ static void time_decode(pith_model *m, const char *label) {
         for (int p = 0; p < STEPS; p++) {
             int32_t token = input_at(p), pos = p, seq = 0, slot = p;
             uint8_t want = 1;
-            pith_batch b = {1, &token, &pos, &seq, &slot, &want, 1, n_blocks, table};
-            if (pith_model_forward(m, &kv, &b, lg, &err)) break;
+            tm_batch b;
+            tm_batch_init(&b, m, 1, &token, &pos, &seq, &slot, &want, 1, n_blocks, table);
+            if (pith_model_forward(m, &b.b, lg, &err)) break;
         }
         tps[r] = STEPS / (now_s() - t0);
     }
@@ -223,7 +224,7 @@ static void time_decode(pith_model *m, const char *label) {
             }
     printf("%s: decode %.0f tok/s (median of 5 x %d steps)\n", label, tps[2], STEPS);
     free(lg);
-    pith_kv_cache_free(&kv);
+    pith_model_mem_free(m);
 }
 
 static void shuffle(int32_t *v, int n, uint64_t *seed) {
@@ -241,9 +242,8 @@ static void shuffle(int32_t *v, int n, uint64_t *seed) {
 static void batched(pith_model *m, const float *steps, int bs, int n_seqs, const int (*schedule)[2], int n_batches,
                     int logit_stride, const char *label) {
     const int per_seq = (STEPS + bs - 1) / bs, n_blocks = per_seq * n_seqs + 3;
-    pith_kv_cache kv;
     pith_err err;
-    if (pith_kv_cache_init(&kv, m->hp.n_layers, m->kv_dim, bs, n_blocks, PITH_F32, &err)) {
+    if (tm_alloc(m, bs, n_blocks, 512, PITH_F32, &err)) {
         CHECKF(0, "%s", err.msg);
         return;
     }
@@ -259,7 +259,7 @@ static void batched(pith_model *m, const float *steps, int bs, int n_seqs, const
         out[s] = calloc((size_t)STEPS * n_vocab, sizeof(float));
     }
     int ok = 1;
-    for (int k = 0; k < n_batches && ok; k++) ok = run_chunks(m, &kv, seqs, schedule[k], n_seqs, per_seq, logit_stride, out) == 0;
+    for (int k = 0; k < n_batches && ok; k++) ok = run_chunks(m, bs, seqs, schedule[k], n_seqs, per_seq, logit_stride, out) == 0;
     CHECKF(ok, "%s: forward failed", label);
     for (int s = 0; s < n_seqs; s++) {
         CHECKF(seqs[s].next_pos == STEPS, "%s: schedule covers %d positions", label, seqs[s].next_pos);
@@ -273,45 +273,51 @@ static void batched(pith_model *m, const float *steps, int bs, int n_seqs, const
         free(out[s]);
     }
     free(pool);
-    pith_kv_cache_free(&kv);
+    pith_model_mem_free(m);
 }
 
 static void bad_batches(pith_model *m) {
-    pith_kv_cache kv;
     pith_err err;
-    if (pith_kv_cache_init(&kv, m->hp.n_layers, m->kv_dim, 4, 2, PITH_F32, &err)) return;
     float logits[512 * 2];
     int32_t table[2] = {1, 0};
     int32_t tok = 5, pos = 0, seq = 0, slot = 4;
     uint8_t want = 1;
-    pith_batch ok = {1, &tok, &pos, &seq, &slot, &want, 1, 2, table};
-    CHECK(pith_model_forward(m, &kv, &ok, logits, &err) == 0);
-    pith_batch b = ok;
+    tm_batch ok;
+    tm_batch_init(&ok, m, 1, &tok, &pos, &seq, &slot, &want, 1, 2, table);
+    CHECK(pith_model_forward(m, &ok.b, logits, &err) == -1); /* no memory allocated yet */
+    if (tm_alloc(m, 4, 2, 8, PITH_F32, &err)) return;
+    CHECK(pith_model_mem_alloc(m, &(pith_mem_layout){.block_size = 4, .n_groups = m->mem.n_groups}, &err) == -1);
+    CHECK(pith_model_forward(m, &ok.b, logits, &err) == 0);
+    tm_batch b = ok;
+    b.b.mem = b.mem;
     int32_t bad_tok = n_vocab;
-    b.tokens = &bad_tok;
-    CHECK(pith_model_forward(m, &kv, &b, logits, &err) == -1);
+    b.b.tokens = &bad_tok;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
     b = ok;
+    b.b.mem = b.mem;
     int32_t far = 8; /* block 2 of a 2-block table */
-    b.positions = &far;
-    CHECK(pith_model_forward(m, &kv, &b, logits, &err) == -1);
+    b.b.positions = &far;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
     b = ok;
+    b.b.mem = b.mem;
     int32_t wrong_slot = 0; /* position 0 lives in block 1 */
-    b.kv_slots = &wrong_slot;
-    CHECK(pith_model_forward(m, &kv, &b, logits, &err) == -1);
+    b.mem[0].slots = &wrong_slot;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
     b = ok;
+    b.b.mem = b.mem;
     int32_t bad_table[2] = {7, 0};
-    b.block_tables = bad_table;
-    CHECK(pith_model_forward(m, &kv, &b, logits, &err) == -1);
+    b.mem[0].block_tables = bad_table;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
     b = ok;
+    b.b.mem = b.mem;
     int32_t bad_seq = 1;
-    b.seq = &bad_seq;
-    CHECK(pith_model_forward(m, &kv, &b, logits, &err) == -1);
-    pith_kv_cache_free(&kv);
-    pith_kv_cache wrong;
-    if (pith_kv_cache_init(&wrong, m->hp.n_layers + 1, m->kv_dim, 4, 2, PITH_F32, &err) == 0) {
-        CHECK(pith_model_forward(m, &wrong, &ok, logits, &err) == -1);
-        pith_kv_cache_free(&wrong);
-    }
+    b.b.seq = &bad_seq;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
+    b = ok;
+    b.b.mem = b.mem;
+    b.b.n_groups = m->mem.n_groups + 1;
+    CHECK(pith_model_forward(m, &b.b, logits, &err) == -1);
+    pith_model_mem_free(m);
 }
 
 static void run_config(const char *dir, int threads, bool scalar) {
@@ -329,7 +335,8 @@ static void run_config(const char *dir, int threads, bool scalar) {
         return;
     }
     CHECK(m->hp.n_vocab == n_vocab);
-    CHECK(m->kv_dim == 32); /* 4 KV heads of 8 */
+    CHECK(m->mem.n_groups == 1 && m->mem.groups[0].kind == PITH_MEM_FULL && m->mem.groups[0].k_dim == 32 &&
+          m->mem.groups[0].v_dim == 32 && m->mem.groups[0].n_layers == 5); /* 4 KV heads of 8 */
     float *steps = malloc((size_t)STEPS * n_vocab * sizeof *steps);
     decode_steps(m, PITH_F32, steps, label);
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_mem.h"
 #include "pith/batch.h"
 #include "pith/kv.h"
 #include "pith/model.h"
@@ -407,9 +408,8 @@ static void ref_forward(const synth *m, const int *tok, int n, double *logits, c
 /* All SEQ tokens in batches of `chunk` tokens (chunk 1: decode steps); logits of every row. */
 static int engine_run(pith_model *pm, const int *tok, int chunk, float *logits) {
     const int bs = 8, n_blocks = (SEQ + bs - 1) / bs;
-    pith_kv_cache kv;
     pith_err err;
-    if (pith_kv_cache_init(&kv, pm->hp.n_layers, pm->kv_dim, bs, n_blocks, PITH_F32, &err)) return -1;
+    if (tm_alloc(pm, bs, n_blocks, SEQ, PITH_F32, &err)) return -1;
     int32_t table[8], tokens[SEQ], pos[SEQ], seq[SEQ], slot[SEQ];
     uint8_t want[SEQ];
     for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
@@ -421,11 +421,12 @@ static int engine_run(pith_model *pm, const int *tok, int chunk, float *logits) 
             tokens[i] = tok[p], pos[i] = p, seq[i] = 0, want[i] = 1;
             slot[i] = table[p / bs] * bs + p % bs;
         }
-        pith_batch b = {n, tokens, pos, seq, slot, want, 1, n_blocks, table};
-        rc = pith_model_forward(pm, &kv, &b, logits + (size_t)p0 * pm->hp.n_vocab, &err);
+        tm_batch b;
+        tm_batch_init(&b, pm, n, tokens, pos, seq, slot, want, 1, n_blocks, table);
+        rc = pith_model_forward(pm, &b.b, logits + (size_t)p0 * pm->hp.n_vocab, &err);
         if (rc) fprintf(stderr, "forward: %s\n", err.msg);
     }
-    pith_kv_cache_free(&kv);
+    pith_model_mem_free(pm);
     return rc;
 }
 
@@ -488,7 +489,7 @@ static void run_case(const spec *s, int idx) {
     if (pith_model_load(file, &opt, &pm, &err)) {
         CHECKF(0, "%s: load: %s", s->name, err.msg);
     } else {
-        CHECK(pm->hp.n_vocab == s->vocab && pm->kv_dim == s->n_kv_heads * s->head_dim);
+        CHECK(pm->hp.n_vocab == s->vocab && pm->mem.n_groups == 1 && pm->mem.groups[0].k_dim == s->n_kv_heads * s->head_dim);
         float *got[3];
         int chunks[3] = {SEQ, 1, 7};
         const char *how[3] = {"one prefill", "decode steps", "7-token chunks"};

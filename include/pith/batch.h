@@ -2,16 +2,29 @@
  *
  * A batch is a list of tokens from one or more sequences, in any mix of prefill chunks and decode steps.
  * The model never sees requests or sequences as objects: only these arrays. For each token the core says
- * where its K/V goes (kv_slot) and which sequence it belongs to; for each sequence, where its earlier K/V
- * lives (a block table into the paged KV cache, see kv.h).
+ * which sequence it belongs to and its position; for each memory group the model declared (memory.h),
+ * where each token's memory goes and where each sequence's earlier memory lives.
  *
  * Invariants the core guarantees (and the model may rely on):
- *   - tokens of one sequence appear in increasing position order;
- *   - a token at position p of sequence s attends to positions 0..p of s: positions below the first
- *     position of s in this batch are already in the cache, the rest are written by this batch;
- *   - block_tables[s * max_blocks + p / block_size] is the block holding position p, for every p the
- *     token attends to, and kv_slot[i] == block * block_size + position % block_size for its own slot;
- *   - no two tokens in a batch share a kv_slot.
+ *   - sequences are numbered 0..n_seqs-1 and each has at least one token in the batch; the tokens of
+ *     one sequence are contiguous and at consecutive positions, increasing;
+ *   - a token at position p of sequence s attends to positions 0..p of s (in a WINDOW group of window W:
+ *     to max(0, p - W + 1)..p): positions below the first position of s in this batch are already stored,
+ *     the rest are written by this batch, earlier tokens first;
+ *   - a position is the token's index in its sequence: position p is stored in block p / block_size,
+ *     slot p % block_size of that block, in every KV group;
+ *   - KV group g (mem[g]): block_tables[s * max_blocks + i] is the block of that group holding
+ *     positions [i * block_size, (i + 1) * block_size) of s, for every block a token of s attends to or
+ *     writes. Entries of blocks no token of s can see are -1 (a WINDOW group releases the blocks that
+ *     fell out of the window), as are entries at or past the blocks the sequence holds; slots[t] ==
+ *     block * block_size + p % block_size for token t at position p;
+ *   - no two tokens of a batch share a slot of a group; a block whose content was named in the prefix
+ *     cache (complete and shared) is never written again: tokens only write slots past the sequence's
+ *     stored positions;
+ *   - RECURRENT group g: state_slots[s] is s's state slot, which holds the state after positions
+ *     0..p-1, where p is s's first position in this batch; p == 0 means the state starts from zero
+ *     and the model must not read the slot's old contents;
+ *   - any set of tokens may ask for logits (want_logits), several per sequence included.
  *
  * Output: forward fills one row of n_vocab logits for each token with want_logits[i] != 0, in batch
  * order (row r belongs to the r-th such token). */
@@ -20,20 +33,35 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where one memory group's data is for this batch. KV groups use slots, block_tables and max_blocks;
+ * RECURRENT groups use state_slots. */
+typedef struct pith_batch_mem {
+    const int32_t *slots;        /* [n_tokens] slot this token's K/V is written to */
+    const int32_t *block_tables; /* [n_seqs * max_blocks] */
+    int max_blocks;              /* row stride of block_tables (>= 1) */
+    const int32_t *state_slots;  /* [n_seqs] */
+} pith_batch_mem;
+
 typedef struct pith_batch {
     int n_tokens;
     const int32_t *tokens;      /* [n_tokens] token ids */
     const int32_t *positions;   /* [n_tokens] position of each token within its sequence */
     const int32_t *seq;         /* [n_tokens] sequence index in 0..n_seqs-1 */
-    const int32_t *kv_slots;    /* [n_tokens] cache slot this token's K/V is written to */
     const uint8_t *want_logits; /* [n_tokens] nonzero: produce a logits row for this token */
-
     int n_seqs;
-    int max_blocks;             /* row stride of block_tables */
-    const int32_t *block_tables;/* [n_seqs * max_blocks] */
+    int n_groups;               /* the model's memory groups, in the order of its spec */
+    const pith_batch_mem *mem;  /* [n_groups] */
 } pith_batch;
 
 /* Number of tokens with want_logits set: the number of rows forward writes. */
 int pith_batch_n_logits(const pith_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

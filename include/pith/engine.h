@@ -1,8 +1,10 @@
 /* The engine: serves many generation requests at once over one model.
  *
- * Owns the requests (waiting, running, finishing), the paged KV pool with its prefix cache, the
- * scheduler and, after pith_engine_start, the thread that runs the step loop. It does not own the model
- * or the tokenizer: both must outlive the engine. Each step schedules one flat batch (batch.h) mixing
+ * Owns the requests (waiting, running, finishing), one pool per memory group the model declared
+ * (memory.h: paged KV blocks with a prefix cache, or state slots), the scheduler and, after
+ * pith_engine_start, the thread that runs the step loop. It does not own the model or the tokenizer:
+ * both must outlive the engine. It allocates the model's memory through the model (mem_alloc) at
+ * creation and releases it when freed, so one model serves one engine at a time. Each step schedules one flat batch (batch.h) mixing
  * the decode tokens of running sequences with prompt chunks of new ones, runs the model once, samples,
  * and reports tokens through each request's callback.
  *
@@ -33,11 +35,12 @@ typedef struct pith_engine pith_engine;
 
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
-    int block_size;          /* tokens per KV block; 0: 16 */
-    int kv_blocks;           /* KV pool size in blocks; 0: from kv_mem_bytes */
-    size_t kv_mem_bytes;     /* KV pool size in bytes when kv_blocks is 0; 0 as well: enough for
-                                max_num_seqs full-length sequences, at most 1 GiB */
-    bool kv_f32;             /* store K/V as F32 instead of F16 */
+    int block_size;          /* tokens per KV block, every group; 0: 16 */
+    int kv_blocks;           /* blocks of each FULL group's pool; a WINDOW group gets as many, or fewer
+                                when max_num_seqs windows need fewer (memory.h); 0: from kv_mem_bytes */
+    size_t kv_mem_bytes;     /* all groups' pools together, in bytes, when kv_blocks is 0; 0 as well:
+                                enough for max_num_seqs full-length sequences, at most 1 GiB */
+    bool kv_f32;             /* store K/V as F32 instead of the model's F16 */
     int max_num_seqs;        /* sequences in one batch; 0: 64 */
     int max_batch_tokens;    /* tokens in one batch (decode tokens + prompt chunks); 0: 2048 */
     int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped
@@ -127,13 +130,28 @@ enum {
     PITH_SUBMIT_BUSY = -2,    /* the waiting queue is full, or the engine is shutting down */
 };
 
+/* One memory group's pool (memory.h). */
+typedef struct pith_engine_mem_stats {
+    pith_mem_kind kind;
+    int window;              /* WINDOW groups */
+    int n_layers;
+    int units_total;         /* blocks (KV groups) or state slots (RECURRENT) */
+    int units_used;          /* referenced by at least one sequence */
+    int units_cached;        /* unreferenced but holding a reusable prefix (evictable) */
+    int units_free;
+    size_t unit_bytes;       /* one block of all the group's layers, K and V; or one state */
+} pith_engine_mem_stats;
+
 typedef struct pith_engine_stats {
-    int running;             /* sequences holding KV blocks */
+    int running;             /* sequences holding memory */
     int waiting;             /* accepted, not running (new, or preempted and waiting to recompute) */
-    int kv_blocks_total;
+    int kv_blocks_total;     /* the kv_blocks_* counts sum every KV group's pool */
     int kv_blocks_used;      /* referenced by at least one sequence */
     int kv_blocks_cached;    /* unreferenced but holding a reusable prefix (evictable) */
     int kv_blocks_free;
+    size_t mem_bytes;        /* every group's pool together */
+    int n_mem_groups;
+    pith_engine_mem_stats mem[PITH_MAX_MEM_GROUPS];
     int block_size;
     int max_num_seqs;
     int max_batch_tokens;

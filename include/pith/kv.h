@@ -1,38 +1,67 @@
-/* Paged KV cache storage.
+/* Host memory for a model's declared memory groups (memory.h): what a CPU model's mem_alloc allocates.
  *
- * Owns the K and V memory for every layer, cut into fixed-size blocks of block_size token slots. Slot s
- * is block s / block_size, offset s % block_size. This module only stores: which sequence owns which
- * block is the engine's business (the KV pool / prefix cache); the model reads and writes slots named
- * by the batch.
+ * One pith_kv_cache per group. A KV group (FULL, WINDOW) owns K and V for each of its layers, cut into
+ * n_blocks blocks of block_size token slots; slot s is block s / block_size, offset s % block_size.
+ * Layout: block b of the group's layer i (i indexes the group's layer list, not the model's layers) owns
+ * block_size * k_dim consecutive K elements (of `type`) at
+ *   k + ((size_t)i * n_blocks + b) * block_size * k_dim,
+ * and block_size * v_dim V elements at the same place in v with v_dim. How a block orders its slots and
+ * heads inside is the model's choice (the Llama forward pass: head-major, [kv_head][slot in
+ * block][head_dim], so attention reads one head's rows of a block as one contiguous run). A RECURRENT
+ * group owns n_slots states of state_bytes each, state slot j at state + j * state_bytes.
  *
- * Layout: block b of layer l owns block_size * kv_dim consecutive elements (of `type`) at
- *   k + ((size_t)l * n_blocks + b) * block_size * kv_dim, and the same for V,
- * where kv_dim = n_kv_heads * head_dim. How a block orders its slots and heads is the model's choice
- * (the Llama forward pass: head-major, [kv_head][slot in block][head_dim], so attention reads one
- * head's rows of a block as one contiguous run). */
+ * This module only stores: which sequence owns which block or slot is the engine's business. */
 #ifndef PITH_KV_H
 #define PITH_KV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "pith/memory.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_kv_cache {
+    pith_mem_kind kind;
     int n_layers;
-    int kv_dim;
+    int k_dim, v_dim;
     int block_size;
-    int n_blocks;
-    pith_dtype type; /* PITH_F16 (default) or PITH_F32 */
+    int n_blocks;      /* KV groups */
+    pith_dtype type;   /* PITH_F16 or PITH_F32 */
     void *k;
     void *v;
+    int n_slots;       /* RECURRENT */
+    size_t state_bytes;
+    uint8_t *state;
 } pith_kv_cache;
 
-/* Bytes needed for one block across all layers, K and V together. */
-size_t pith_kv_block_bytes(int n_layers, int kv_dim, int block_size, pith_dtype type);
+typedef struct pith_kv_host {
+    int n_groups;
+    pith_kv_cache groups[PITH_MAX_MEM_GROUPS];
+} pith_kv_host;
 
-int pith_kv_cache_init(pith_kv_cache *kv, int n_layers, int kv_dim, int block_size, int n_blocks,
-                       pith_dtype type, pith_err *err);
-void pith_kv_cache_free(pith_kv_cache *kv);
+/* Allocates every group of spec as the layout says (contents zeroed). On failure nothing is left
+ * allocated. */
+int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_mem_layout *layout, pith_err *err);
+void pith_kv_host_free(pith_kv_host *h);
+bool pith_kv_host_allocated(const pith_kv_host *h);
+/* Copies block src[i] to dst[i] in every layer of KV group g; ids are checked against the pool. */
+int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+
+/* Element offsets of layer i (within the group), block b, for K and V. */
+static inline size_t pith_kv_k_offset(const pith_kv_cache *c, int i, int b) {
+    return ((size_t)i * (size_t)c->n_blocks + (size_t)b) * (size_t)c->block_size * (size_t)c->k_dim;
+}
+static inline size_t pith_kv_v_offset(const pith_kv_cache *c, int i, int b) {
+    return ((size_t)i * (size_t)c->n_blocks + (size_t)b) * (size_t)c->block_size * (size_t)c->v_dim;
+}
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

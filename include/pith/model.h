@@ -1,30 +1,56 @@
-/* A model: something that turns a flat batch (batch.h) into logits, reading and writing a paged KV
- * cache (kv.h). This is the plug-in interface: a new architecture provides a builder that fills a
- * pith_model with its ops; the engine core only ever calls pith_model_forward.
+/* A model: something that turns a flat batch (batch.h) into logits, keeping its per-sequence memory in
+ * the groups it declared (memory.h). This is the plug-in interface: an architecture provides a builder
+ * (src/model/, listed in the registry) that fills a pith_model with its hyper-parameters, its memory
+ * spec and its ops. The engine core calls only these ops and never touches memory bytes itself.
  *
- * pith_model_load picks the builder from the file's architecture (llama, qwen2, qwen3 today). A model
- * owns its pith_model_file (mapped weights) and its worker threads. Forward is not reentrant: one
- * caller at a time per model. */
+ * Life cycle, driven by one engine at a time:
+ *   load -> prepare(limits) -> mem_alloc(layout) -> forward / copy_blocks ... -> mem_free -> ...
+ * prepare may be called again with other limits after mem_free (a new engine on the same model).
+ * mem_alloc fails while memory is allocated: one engine owns a model's memory at a time.
+ *
+ * pith_model_load picks the builder from the file's architecture. A model owns its pith_model_file
+ * (mapped weights) and its worker threads. No op is reentrant: one caller at a time per model. */
 #ifndef PITH_MODEL_H
 #define PITH_MODEL_H
 
 #include "pith/batch.h"
-#include "pith/kv.h"
+#include "pith/memory.h"
 #include "pith/modelfile.h"
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_model pith_model;
 
+/* The engine's limits, fixed for the engine's lifetime: no batch exceeds them. */
+typedef struct pith_model_limits {
+    int max_batch_tokens;   /* tokens in one batch */
+    int max_num_seqs;       /* sequences in one batch */
+    int max_seq_len;        /* positions of one sequence: 0..max_seq_len-1 */
+    int max_logits;         /* logits rows one batch may ask for */
+} pith_model_limits;
+
 typedef struct pith_model_ops {
+    /* Optional: size scratch buffers (or capture device graphs) for these limits. */
+    int (*prepare)(pith_model *m, const pith_model_limits *lim, pith_err *err);
+    /* Allocate the memory of every group in the layout (zeroed is not required). */
+    int (*mem_alloc)(pith_model *m, const pith_mem_layout *layout, pith_err *err);
+    /* Release it; safe when nothing is allocated. */
+    void (*mem_free)(pith_model *m);
+    /* KV group `group`: copy block src[i] to block dst[i] in every layer of the group (forking a
+     * sequence). Blocks are distinct and dst blocks are not read by the copy of another pair. */
+    int (*copy_blocks)(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
     /* Fill logits ([pith_batch_n_logits(b)] x n_vocab, row-major) for the batch. */
-    int (*forward)(pith_model *m, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err);
-    void (*destroy)(pith_model *m);
+    int (*forward)(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
+    void (*destroy)(pith_model *m); /* frees memory still allocated too */
 } pith_model_ops;
 
 struct pith_model {
     const pith_model_ops *ops;
     pith_hparams hp;        /* copied from the file; n_vocab etc. */
-    int kv_dim;             /* n_kv_heads * head_dim: what the KV cache must hold per layer */
+    pith_mem_spec mem;      /* declared by the builder; groups' layer lists point into impl */
     pith_model_file *file;  /* owned; NULL for models not backed by a file (tests) */
     void *impl;             /* architecture-specific state */
 };
@@ -34,7 +60,17 @@ typedef struct pith_model_options {
 } pith_model_options;
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err);
-int pith_model_forward(pith_model *m, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err);
 void pith_model_free(pith_model *m);
+
+/* The ops, checked: a NULL op where one is needed is an error, not a crash. */
+int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err);
+int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, pith_err *err);
+void pith_model_mem_free(pith_model *m);
+int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,7 +12,7 @@
 
 struct pith_bench_runner {
     pith_model *m;
-    pith_kv_cache kv;
+    bool mem;
     int max_prompt, max_batch, max_gen;
     int max_blocks;
     int32_t *block_table; /* [max_blocks] */
@@ -32,7 +32,7 @@ static int32_t random_token(pith_bench_runner *r) {
 
 void pith_bench_runner_free(pith_bench_runner *r) {
     if (!r) return;
-    pith_kv_cache_free(&r->kv);
+    if (r->mem) pith_model_mem_free(r->m);
     free(r->block_table);
     free(r->tokens);
     free(r->positions);
@@ -75,10 +75,14 @@ int pith_bench_runner_new(pith_model *m, int max_prompt, int max_batch, int max_
         return pith_errf(err, "out of memory");
     }
     for (int i = 0; i < r->max_blocks; i++) r->block_table[i] = i;
-    if (pith_kv_cache_init(&r->kv, m->hp.n_layers, m->kv_dim, BLOCK_SIZE, r->max_blocks, PITH_F16, err)) {
+    pith_mem_layout lay = {.block_size = BLOCK_SIZE, .n_groups = m->mem.n_groups};
+    for (int k = 0; k < lay.n_groups; k++) lay.n_blocks[k] = r->max_blocks, lay.type[k] = PITH_F16;
+    pith_model_limits lim = {.max_batch_tokens = r->max_batch, .max_num_seqs = 1, .max_seq_len = (int)need, .max_logits = 1};
+    if (pith_model_prepare(m, &lim, err) || pith_model_mem_alloc(m, &lay, err)) {
         pith_bench_runner_free(r);
         return -1;
     }
+    r->mem = true;
     *out = r;
     return 0;
 }
@@ -91,12 +95,14 @@ static int forward(pith_bench_runner *r, int start, int n, pith_err *err) {
         r->slots[i] = start + i;
         r->want[i] = i == n - 1;
     }
+    pith_batch_mem bm[PITH_MAX_MEM_GROUPS];
+    for (int k = 0; k < PITH_MAX_MEM_GROUPS; k++)
+        bm[k] = (pith_batch_mem){.slots = r->slots, .block_tables = r->block_table, .max_blocks = r->max_blocks, .state_slots = r->seq};
     pith_batch b = {
-        .n_tokens = n, .tokens = r->tokens, .positions = r->positions, .seq = r->seq,
-        .kv_slots = r->slots, .want_logits = r->want,
-        .n_seqs = 1, .max_blocks = r->max_blocks, .block_tables = r->block_table,
+        .n_tokens = n, .tokens = r->tokens, .positions = r->positions, .seq = r->seq, .want_logits = r->want,
+        .n_seqs = 1, .n_groups = r->m->mem.n_groups, .mem = bm,
     };
-    return pith_model_forward(r->m, &r->kv, &b, r->logits, err);
+    return pith_model_forward(r->m, &b, r->logits, err);
 }
 
 int pith_bench_pp(pith_bench_runner *r, int n, int batch, double *seconds, pith_err *err) {

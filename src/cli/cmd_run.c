@@ -148,7 +148,7 @@ static double now_s(void) {
 
 typedef struct generation {
     pith_model *model;
-    pith_kv_cache kv;
+    bool mem;
     int32_t *block_table;
     int max_blocks;
 } generation;
@@ -169,11 +169,14 @@ static int forward_span(generation *g, const int32_t *ids, int start, int n, flo
         slots[i] = start + i; /* block table is the identity: slot == position */
     }
     want[n - 1] = 1;
+    pith_batch_mem bm[PITH_MAX_MEM_GROUPS];
+    for (int k = 0; k < PITH_MAX_MEM_GROUPS; k++)
+        bm[k] = (pith_batch_mem){.slots = slots, .block_tables = g->block_table, .max_blocks = g->max_blocks, .state_slots = seq};
     pith_batch b = {
-        .n_tokens = n, .tokens = ids, .positions = pos, .seq = seq, .kv_slots = slots,
-        .want_logits = want, .n_seqs = 1, .max_blocks = g->max_blocks, .block_tables = g->block_table,
+        .n_tokens = n, .tokens = ids, .positions = pos, .seq = seq, .want_logits = want, .n_seqs = 1,
+        .n_groups = g->model->mem.n_groups, .mem = bm,
     };
-    rc = pith_model_forward(g->model, &g->kv, &b, logits, err);
+    rc = pith_model_forward(g->model, &b, logits, err);
 done:
     free(pos);
     free(seq);
@@ -223,7 +226,11 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
     }
     for (int i = 0; i < g.max_blocks; i++) g.block_table[i] = i;
     pith_dtype kv_type = o->batch.engine.kv_f32 ? PITH_F32 : PITH_F16;
-    if (pith_kv_cache_init(&g.kv, m->hp.n_layers, m->kv_dim, block_size, g.max_blocks, kv_type, err)) goto done;
+    pith_mem_layout lay = {.block_size = block_size, .n_groups = m->mem.n_groups};
+    for (int k = 0; k < lay.n_groups; k++) lay.n_blocks[k] = g.max_blocks, lay.type[k] = kv_type;
+    pith_model_limits lim = {.max_batch_tokens = n_total, .max_num_seqs = 1, .max_seq_len = n_total, .max_logits = 1};
+    if (pith_model_prepare(m, &lim, err) || pith_model_mem_alloc(m, &lay, err)) goto done;
+    g.mem = true;
     if (pith_sampler_new(&o->sp, m->hp.n_vocab, &sampler, err)) goto done;
     if (o->logits_out && !(logits_file = fopen(o->logits_out, "wb"))) {
         pith_errf(err, "cannot write %s", o->logits_out);
@@ -269,7 +276,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
 done:
     if (logits_file && fclose(logits_file) && rc == 0) rc = pith_errf(err, "writing %s failed", o->logits_out);
     pith_sampler_free(sampler);
-    pith_kv_cache_free(&g.kv);
+    if (g.mem) pith_model_mem_free(m);
     free(g.block_table);
     free(logits);
     free(ids);

@@ -24,6 +24,40 @@ const char *pith_finish_reason_str(pith_finish_reason r) {
     }
 }
 
+/* Blocks (or slots) of group g when every FULL group gets n blocks: a WINDOW group needs per sequence
+ * the blocks its window touches plus those of a prefill chunk, so max_num_seqs of them may need fewer
+ * than n; a RECURRENT group has one state slot per sequence that can run. */
+static long long group_units(const pith_engine_options *o, const pith_mem_group *g, long long n, long long per_seq_full) {
+    if (g->kind == PITH_MEM_FULL) return n;
+    if (g->kind == PITH_MEM_RECURRENT) return o->max_num_seqs;
+    long long bs = o->block_size;
+    long long per_seq = (g->window - 1 + bs - 1) / bs + 1 + (o->max_batch_tokens + bs - 1) / bs;
+    if (per_seq > per_seq_full) per_seq = per_seq_full;
+    long long want = per_seq * o->max_num_seqs;
+    return want < n ? want : n;
+}
+
+static double pool_bytes(const pith_engine_options *o, const pith_mem_spec *spec, const pith_mem_layout *lay,
+                         long long n, long long per_seq_full) {
+    double bytes = 0;
+    for (int g = 0; g < spec->n_groups; g++)
+        bytes += (double)group_units(o, &spec->groups[g], n, per_seq_full) *
+                 (double)pith_mem_unit_bytes(&spec->groups[g], lay->type[g], o->block_size);
+    return bytes;
+}
+
+/* The largest n in [1, 2^28] whose pools fit in `budget` bytes, or 0 when not even n = 1 does. */
+static long long fit_blocks(const pith_engine_options *o, const pith_mem_spec *spec, const pith_mem_layout *lay,
+                            double budget, long long per_seq_full) {
+    long long lo = 0, hi = 1 << 28;
+    while (lo < hi) {
+        long long mid = lo + (hi - lo + 1) / 2;
+        if (pool_bytes(o, spec, lay, mid, per_seq_full) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 static int resolve_options(pith_engine *e, const pith_model *m, const pith_engine_options *in, pith_err *err) {
     pith_engine_options o = in ? *in : (pith_engine_options){0};
     if (o.block_size == 0) o.block_size = 16;
@@ -35,27 +69,39 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
 
+    const pith_mem_spec *spec = &m->mem;
+    if (pith_mem_spec_check(spec, m->hp.n_layers, err)) return pith_err_prefix(err, "the model's memory spec");
+    pith_mem_layout *lay = &e->layout;
+    memset(lay, 0, sizeof *lay);
+    lay->block_size = o.block_size;
+    lay->n_groups = spec->n_groups;
+    bool has_full = false, has_kv = false;
+    for (int g = 0; g < spec->n_groups; g++) {
+        const pith_mem_group *mg = &spec->groups[g];
+        lay->type[g] = mg->kind != PITH_MEM_RECURRENT && o.kv_f32 ? PITH_F32 : mg->type;
+        has_full |= mg->kind == PITH_MEM_FULL;
+        has_kv |= mg->kind != PITH_MEM_RECURRENT;
+    }
+
     int max_len = o.max_seq_len ? o.max_seq_len : m->hp.ctx_len;
     if (m->hp.ctx_len > 0 && max_len > m->hp.ctx_len) max_len = m->hp.ctx_len; /* never past training */
-    size_t block_bytes = pith_kv_block_bytes(m->hp.n_layers, m->kv_dim, o.block_size, o.kv_f32 ? PITH_F32 : PITH_F16);
-    if (block_bytes == 0) return pith_errf(err, "the model has no KV cache dimensions");
+    long long per_seq_full = max_len > 0 ? (max_len + o.block_size - 1) / o.block_size : 1 << 20;
     long long blocks = o.kv_blocks;
-    if (blocks == 0) {
-        size_t bytes = o.kv_mem_bytes;
-        if (bytes == 0) {
-            long long per_seq = max_len > 0 ? (max_len + o.block_size - 1) / o.block_size : 1 << 20;
-            long long want = per_seq * o.max_num_seqs;
-            long long cap = (long long)(((size_t)1 << 30) / block_bytes);
-            blocks = want < cap ? want : cap;
-        } else {
-            blocks = (long long)(bytes / block_bytes);
-        }
-        if (blocks < 1) return pith_errf(err, "KV memory of %zu bytes holds no block of %zu bytes", bytes, block_bytes);
+    if (blocks == 0 && has_kv) {
+        double budget = o.kv_mem_bytes ? (double)o.kv_mem_bytes : (double)((size_t)1 << 30);
+        blocks = fit_blocks(&o, spec, lay, budget, per_seq_full);
+        if (!o.kv_mem_bytes && blocks > per_seq_full * o.max_num_seqs) blocks = per_seq_full * o.max_num_seqs;
+        if (blocks < 1)
+            return pith_errf(err, "KV memory of %.0f bytes holds no block of every group (%.0f bytes per block of "
+                             "each group)", budget, pool_bytes(&o, spec, lay, 1, per_seq_full));
     }
+    if (blocks < 1) blocks = 1;
     if (blocks > (1 << 28) || blocks * o.block_size > INT32_MAX)
         return pith_errf(err, "KV pool of %lld blocks is too large", blocks);
-    long long capacity = blocks * o.block_size;
-    if (max_len <= 0 || max_len > capacity) max_len = (int)capacity;
+    if (has_full && (max_len <= 0 || max_len > blocks * o.block_size)) max_len = (int)(blocks * o.block_size);
+    if (max_len <= 0) max_len = (int)(blocks * o.block_size);
+    per_seq_full = (max_len + o.block_size - 1) / o.block_size;
+    for (int g = 0; g < spec->n_groups; g++) lay->n_blocks[g] = (int)group_units(&o, &spec->groups[g], blocks, per_seq_full);
     o.kv_blocks = (int)blocks;
     o.max_seq_len = max_len;
     e->opt = o;
@@ -76,7 +122,7 @@ int engine_grow_list(seq ***list, int *cap, int need) {
 int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
                        pith_engine **out, pith_err *err) {
     *out = NULL;
-    if (!model || !model->ops || !model->ops->forward || model->hp.n_vocab <= 0)
+    if (!model || !model->ops || !model->ops->forward || !model->ops->mem_alloc || model->hp.n_vocab <= 0)
         return pith_errf(err, "engine: invalid model");
     pith_engine *e = calloc(1, sizeof *e);
     if (!e) return pith_errf(err, "out of memory");
@@ -91,24 +137,37 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
-    if (kv_pool_init(&e->pool, model->hp.n_layers, model->kv_dim, o->block_size, o->kv_blocks,
-                     o->kv_f32 ? PITH_F32 : PITH_F16, true, err) ||
-        sched_init(&e->sc, &e->pool, o->max_num_seqs, o->max_batch_tokens, !o->no_prefix_cache, err)) {
+    pith_model_limits lim = {.max_batch_tokens = o->max_batch_tokens, .max_num_seqs = o->max_num_seqs,
+                             .max_seq_len = o->max_seq_len, .max_logits = o->max_num_seqs};
+    if (pith_model_prepare(model, &lim, err) || pith_model_mem_alloc(model, &e->layout, err)) {
         pith_engine_free(e);
         return -1;
     }
-    size_t nt = (size_t)o->max_batch_tokens;
+    e->mem_allocated = true;
+    if (mem_init(&e->mem, &model->mem, &e->layout, !o->no_prefix_cache, err) ||
+        sched_init(&e->sc, &e->mem, o->max_num_seqs, o->max_batch_tokens, err)) {
+        pith_engine_free(e);
+        return -1;
+    }
+    size_t nt = (size_t)o->max_batch_tokens, ns = (size_t)o->max_num_seqs;
     e->b_tokens = malloc(nt * sizeof *e->b_tokens);
     e->b_positions = malloc(nt * sizeof *e->b_positions);
     e->b_seq = malloc(nt * sizeof *e->b_seq);
-    e->b_slots = malloc(nt * sizeof *e->b_slots);
     e->b_want = malloc(nt);
-    e->b_tables = malloc((size_t)o->max_num_seqs * (size_t)e->max_blocks_per_seq * sizeof *e->b_tables);
-    e->logits = malloc((size_t)o->max_num_seqs * (size_t)e->n_vocab * sizeof *e->logits);
+    bool ok = e->b_tokens && e->b_positions && e->b_seq && e->b_want;
+    for (int g = 0; g < e->mem.n_groups && ok; g++) {
+        if (e->mem.g[g].kind == PITH_MEM_RECURRENT) {
+            ok = (e->b_states[g] = malloc(ns * sizeof **e->b_states)) != NULL;
+        } else {
+            e->b_slots[g] = malloc(nt * sizeof **e->b_slots);
+            e->b_tables[g] = malloc(ns * (size_t)e->max_blocks_per_seq * sizeof **e->b_tables);
+            ok = e->b_slots[g] && e->b_tables[g];
+        }
+    }
+    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
-    e->step_seqs = malloc((size_t)o->max_num_seqs * sizeof *e->step_seqs);
-    if (!e->b_tokens || !e->b_positions || !e->b_seq || !e->b_slots || !e->b_want || !e->b_tables ||
-        !e->logits || !e->raw_row || !e->step_seqs) {
+    e->step_seqs = malloc(ns * sizeof *e->step_seqs);
+    if (!ok || !e->logits || !e->raw_row || !e->step_seqs) {
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
@@ -133,7 +192,8 @@ void pith_engine_free(pith_engine *e) {
         engine_finish(e, s, PITH_FINISH_CANCELLED, false, NULL);
     }
     sched_free(&e->sc);
-    kv_pool_free(&e->pool);
+    mem_free(&e->mem);
+    if (e->mem_allocated) pith_model_mem_free(e->model);
     free(e->incoming);
     free(e->intake);
     free(e->cancels);
@@ -141,9 +201,12 @@ void pith_engine_free(pith_engine *e) {
     free(e->b_tokens);
     free(e->b_positions);
     free(e->b_seq);
-    free(e->b_slots);
     free(e->b_want);
-    free(e->b_tables);
+    for (int g = 0; g < PITH_MAX_MEM_GROUPS; g++) {
+        free(e->b_slots[g]);
+        free(e->b_tables[g]);
+        free(e->b_states[g]);
+    }
     free(e->logits);
     free(e->raw_row);
     free(e->step_seqs);
@@ -185,7 +248,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     int room = e->opt.max_seq_len - r->n_prompt;
     int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
     seq *s;
-    if (seq_create(r, max_len, e->opt.block_size, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+    if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
 
     pthread_mutex_lock(&e->lock);
     int rc = 0;
@@ -256,10 +319,33 @@ void engine_publish_stats(pith_engine *e) {
     pthread_mutex_lock(&e->lock);
     st->running = e->sc.n_running;
     st->waiting = e->n_live - st->running;
-    st->kv_blocks_total = e->pool.n_blocks;
-    st->kv_blocks_used = e->pool.n_used;
-    st->kv_blocks_cached = e->pool.n_cached;
-    st->kv_blocks_free = e->pool.n_free;
+    st->kv_blocks_total = st->kv_blocks_used = st->kv_blocks_cached = st->kv_blocks_free = 0;
+    st->mem_bytes = 0;
+    st->n_mem_groups = e->mem.n_groups;
+    for (int g = 0; g < e->mem.n_groups; g++) {
+        const mem_group *mg = &e->mem.g[g];
+        pith_engine_mem_stats *ms = &st->mem[g];
+        ms->kind = mg->kind;
+        ms->window = mg->window;
+        ms->n_layers = e->model->mem.groups[g].n_layers;
+        ms->unit_bytes = mg->unit_bytes;
+        if (mg->kind == PITH_MEM_RECURRENT) {
+            ms->units_total = mg->n_slots;
+            ms->units_free = mg->n_free_slots;
+            ms->units_used = mg->n_slots - mg->n_free_slots;
+            ms->units_cached = 0;
+        } else {
+            ms->units_total = mg->pool.n_blocks;
+            ms->units_used = mg->pool.n_used;
+            ms->units_cached = mg->pool.n_cached;
+            ms->units_free = mg->pool.n_free;
+            st->kv_blocks_total += ms->units_total;
+            st->kv_blocks_used += ms->units_used;
+            st->kv_blocks_cached += ms->units_cached;
+            st->kv_blocks_free += ms->units_free;
+        }
+        st->mem_bytes += (size_t)ms->units_total * ms->unit_bytes;
+    }
     st->block_size = e->opt.block_size;
     st->max_num_seqs = e->opt.max_num_seqs;
     st->max_batch_tokens = e->opt.max_batch_tokens;

@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "core/kv_pool.h"
+#include "core/mem.h"
 #include "core/sched.h"
 #include "core/seq.h"
 #include "pith/engine.h"
@@ -20,15 +20,21 @@ struct pith_engine {
     int max_blocks_per_seq;
 
     /* Owned by the stepping thread. */
-    kv_pool pool;
+    mem mem;                   /* one pool per memory group of the model */
+    pith_mem_layout layout;
     sched sc;
     seq **intake;              /* incoming requests taken over for this step */
     int cap_intake;
     seq **cancels;             /* cancelled requests collected for this step */
     int cap_cancels;
     seq **step_seqs;           /* [max_num_seqs] copy of the batch, stable while sequences finish */
-    int32_t *b_tokens, *b_positions, *b_seq, *b_slots, *b_tables;
+    int32_t *b_tokens, *b_positions, *b_seq;
     uint8_t *b_want;
+    int32_t *b_slots[PITH_MAX_MEM_GROUPS];   /* [max_batch_tokens] per KV group */
+    int32_t *b_tables[PITH_MAX_MEM_GROUPS];  /* [max_num_seqs * max_blocks_per_seq] per KV group */
+    int32_t *b_states[PITH_MAX_MEM_GROUPS];  /* [max_num_seqs] per RECURRENT group */
+    pith_batch_mem b_mem[PITH_MAX_MEM_GROUPS];
+    bool mem_allocated;        /* the model's memory is ours and must be freed */
     float *logits;             /* [max_num_seqs * n_vocab] */
     float *raw_row;            /* [n_vocab] logits before sampling changed them (for logprobs) */
     uint64_t n_forwards;
@@ -63,8 +69,9 @@ void engine_publish_stats(pith_engine *e);
 /* Grows a list of sequence pointers (doubling). 0 or -1. */
 int engine_grow_list(seq ***list, int *cap, int need);
 
-/* Integrity check for tests: the pool's invariants, and every block's refcount equals the number of
- * running sequences holding it; waiting sequences hold nothing. Call between steps. 0 or -1. */
+/* Integrity check for tests: every group's pool invariants and what sequences hold (mem_check: every
+ * block's refcount equals the running sequences holding it, windows hold only what they need), per
+ * sequence bookkeeping, and waiting sequences hold nothing. Call between steps. 0 or -1. */
 int engine_check(pith_engine *e, pith_err *err);
 
 #endif

@@ -38,14 +38,12 @@ uint64_t kv_pool_salt_hash(const char *salt) {
     return h ? h : 1;
 }
 
-int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, int n_blocks, pith_dtype type,
-                 bool with_storage, pith_err *err) {
+int kv_pool_init(kv_pool *p, int block_size, int n_blocks, pith_err *err) {
     memset(p, 0, sizeof *p);
     if (block_size <= 0 || n_blocks <= 0 || block_size > (1 << 16) || n_blocks > (1 << 28))
         return pith_errf(err, "KV pool: bad size (%d blocks of %d tokens)", n_blocks, block_size);
     if ((size_t)n_blocks * (size_t)block_size > (size_t)INT32_MAX)
         return pith_errf(err, "KV pool: %d blocks of %d tokens exceed the slot index range", n_blocks, block_size);
-    if (with_storage && pith_kv_cache_init(&p->cache, n_layers, kv_dim, block_size, n_blocks, type, err)) return -1;
     p->n_blocks = n_blocks;
     p->block_size = block_size;
     p->n_buckets = 1;
@@ -71,7 +69,6 @@ int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, int n_blo
 
 void kv_pool_free(kv_pool *p) {
     if (!p) return;
-    pith_kv_cache_free(&p->cache);
     free(p->blocks);
     free(p->tokens);
     free(p->buckets);

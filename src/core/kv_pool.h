@@ -1,5 +1,6 @@
-/* KV pool: the block manager. Owns the paged KV storage (kv.h) and decides which block is free, which
- * is held by sequences and which holds a reusable prefix (the prefix cache).
+/* KV pool: the block manager of one memory group. Decides which block is free, which is held by
+ * sequences and which holds a reusable prefix (the prefix cache). It never sees the bytes: the model owns
+ * the storage (model.h, mem_alloc); a block here is only an id into it.
  *
  * Every block is in exactly one of three states:
  *   free   - ref == 0, unnamed, on the free stack;
@@ -18,7 +19,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "pith/kv.h"
 #include "pith/status.h"
 
 typedef struct kv_block {
@@ -33,7 +33,6 @@ typedef struct kv_block {
 } kv_block;
 
 typedef struct kv_pool {
-    pith_kv_cache cache;
     int n_blocks;
     int block_size;
     kv_block *blocks;
@@ -50,9 +49,7 @@ typedef struct kv_pool {
     uint64_t evictions;
 } kv_pool;
 
-/* with_storage false: bookkeeping only (tests of the block manager); cache stays zeroed. */
-int kv_pool_init(kv_pool *p, int n_layers, int kv_dim, int block_size, int n_blocks, pith_dtype type,
-                 bool with_storage, pith_err *err);
+int kv_pool_init(kv_pool *p, int block_size, int n_blocks, pith_err *err);
 void kv_pool_free(kv_pool *p);
 
 /* Blocks an allocation can get right now: free plus evictable cached ones. */

@@ -3,10 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sched_init(sched *sc, kv_pool *pool, int max_num_seqs, int max_batch_tokens, bool prefix_cache, pith_err *err) {
+int sched_init(sched *sc, mem *m, int max_num_seqs, int max_batch_tokens, pith_err *err) {
     memset(sc, 0, sizeof *sc);
-    sc->pool = pool;
-    sc->prefix_cache = prefix_cache;
+    sc->mem = m;
     sc->max_num_seqs = max_num_seqs;
     sc->max_batch_tokens = max_batch_tokens;
     sc->running = calloc((size_t)max_num_seqs, sizeof *sc->running);
@@ -65,15 +64,6 @@ int sched_add(sched *sc, seq *s) {
     return 0;
 }
 
-/* Tail first, so the prefix cache evicts a sequence's tail before its head. */
-static void release_blocks(sched *sc, seq *s) {
-    for (int i = s->n_blocks - 1; i >= 0; i--) kv_pool_release(sc->pool, s->blocks[i]);
-    s->n_blocks = 0;
-    s->n_computed = 0;
-    s->n_named = 0;
-    s->last_name = s->salt;
-}
-
 static void unschedule(sched *sc, seq *s) {
     if (remove_from(sc->batch, &sc->n_batch, s)) sc->n_batch_tokens -= s->n_sched;
     s->n_sched = 0;
@@ -83,119 +73,95 @@ void sched_remove(sched *sc, seq *s) {
     unschedule(sc, s);
     if (s->state == SEQ_RUNNING) remove_from(sc->running, &sc->n_running, s);
     else if (s->state == SEQ_WAITING) remove_from(sc->waiting, &sc->n_waiting, s);
-    release_blocks(sc, s);
+    mem_release(sc->mem, s);
     s->state = SEQ_DONE;
 }
 
 static void preempt(sched *sc, seq *s) {
     unschedule(sc, s);
     remove_from(sc->running, &sc->n_running, s);
-    release_blocks(sc, s);
+    mem_release(sc->mem, s);
     s->state = SEQ_WAITING;
     s->preempted_step = sc->step;
     insert_ordered(sc->waiting, &sc->n_waiting, s);
     sc->preemptions++;
 }
 
-static int blocks_for(const sched *sc, int n_tokens) {
-    return (n_tokens + sc->pool->block_size - 1) / sc->pool->block_size;
-}
-
-/* Reserves blocks for all of s's tokens, reusing cached full blocks of its prefix (never the block
- * holding the last token: that token must run to produce logits). Changes nothing when it fails. */
+/* Admits s when the memory manager can place it (see mem_admit). */
 static bool try_admit(sched *sc, seq *s) {
-    kv_pool *pool = sc->pool;
-    const int bs = pool->block_size;
-    const int need = blocks_for(sc, s->n_tokens);
-    int hits = 0, hits_unreferenced = 0;
-    uint64_t name = s->salt;
-    if (sc->prefix_cache) {
-        for (int i = 0; i < (s->n_tokens - 1) / bs; i++) {
-            const int32_t *toks = &s->tokens[(size_t)i * bs];
-            uint64_t next = kv_pool_chain_hash(name, toks, bs);
-            int b = kv_pool_lookup(pool, next, name, toks);
-            if (b < 0) break;
-            s->blocks[hits++] = b;
-            hits_unreferenced += pool->blocks[b].ref == 0;
-            name = next;
-        }
-    }
-    /* Taking an unreferenced hit removes it from what allocation could evict. */
-    if (need - hits > kv_pool_available(pool) - hits_unreferenced) return false;
-    for (int i = 0; i < hits; i++) kv_pool_acquire(pool, s->blocks[i]);
-    for (int i = hits; i < need; i++) {
-        int b = kv_pool_alloc(pool);
-        if (b < 0) { /* cannot happen after the check above; unwind exactly what was taken */
-            for (int j = i - 1; j >= 0; j--) kv_pool_release(pool, s->blocks[j]);
-            return false;
-        }
-        s->blocks[i] = b;
-    }
-    s->n_blocks = need;
-    s->n_computed = hits * bs;
-    s->n_named = hits;
-    s->last_name = name;
+    int hit;
+    if (!mem_admit(sc->mem, s, &hit)) return false;
     sc->cache_queries += (uint64_t)s->n_tokens;
-    sc->cache_hits += (uint64_t)hits * bs;
+    sc->cache_hits += (uint64_t)hit;
     if (!s->admitted_once) {
         s->admitted_once = true;
-        s->cached_tokens = hits * bs < s->n_prompt ? hits * bs : s->n_prompt;
+        s->cached_tokens = hit < s->n_prompt ? hit : s->n_prompt;
     }
     return true;
 }
 
-static void schedule_tokens(sched *sc, seq *s, int budget) {
-    int left = s->n_tokens - s->n_computed;
-    s->n_sched = left < budget ? left : budget;
+static void schedule_tokens(sched *sc, seq *s, int n) {
+    s->n_sched = n;
     sc->batch[sc->n_batch++] = s;
-    sc->n_batch_tokens += s->n_sched;
+    sc->n_batch_tokens += n;
 }
+
+/* Schedules up to `want` tokens of running sequence s, taking the memory they need; when not even one
+ * token fits, preempts the last running sequence (s itself included) and tries again. Returns false
+ * when s was preempted. */
+static bool reserve_and_schedule(sched *sc, seq *s, int want) {
+    for (;;) {
+        int end = mem_grow(sc->mem, s, s->n_computed + want);
+        if (end > s->n_computed) {
+            schedule_tokens(sc, s, end - s->n_computed);
+            return true;
+        }
+        seq *victim = sc->running[sc->n_running - 1];
+        preempt(sc, victim);
+        if (victim == s) return false;
+    }
+}
+
+static int budget_left(const sched *sc) { return sc->max_batch_tokens - sc->n_batch_tokens; }
 
 void sched_schedule(sched *sc) {
     sc->step++;
     sc->n_batch = 0;
     sc->n_batch_tokens = 0;
 
-    /* Decode tokens first, so a long prompt being prefilled never stalls generation. */
-    for (int i = 0; i < sc->n_running && sc->n_batch_tokens < sc->max_batch_tokens;) {
+    /* Decode tokens first, so a long prompt being prefilled never stalls generation. A victim of
+     * preemption is the last running sequence: after s in this loop, so not scheduled yet, or s. */
+    for (int i = 0; i < sc->n_running && budget_left(sc) > 0;) {
         seq *s = sc->running[i];
         if (s->n_tokens - s->n_computed != 1) {
             i++;
             continue;
         }
-        bool preempted_self = false;
-        while (s->n_blocks < blocks_for(sc, s->n_tokens)) {
-            int b = kv_pool_alloc(sc->pool);
-            if (b >= 0) {
-                s->blocks[s->n_blocks++] = b;
-                continue;
-            }
-            /* The victim sits after s in the running order, so it is not scheduled yet, or is s. */
-            seq *victim = sc->running[sc->n_running - 1];
-            preempt(sc, victim);
-            if (victim == s) {
-                preempted_self = true;
-                break;
-            }
-        }
-        if (preempted_self) continue; /* running[i] is now the next sequence */
-        schedule_tokens(sc, s, 1);
-        i++;
+        if (reserve_and_schedule(sc, s, 1)) i++; /* else running[i] is now the next sequence */
     }
-    /* Then prompt chunks of admitted sequences (their blocks were reserved at admission). */
-    for (int i = 0; i < sc->n_running && sc->n_batch_tokens < sc->max_batch_tokens; i++) {
+    /* Then prompt chunks of admitted sequences. A victim here may have been scheduled for decode above;
+     * preempt unschedules it. */
+    for (int i = 0; i < sc->n_running && budget_left(sc) > 0;) {
         seq *s = sc->running[i];
-        if (s->n_tokens - s->n_computed > 1) schedule_tokens(sc, s, sc->max_batch_tokens - sc->n_batch_tokens);
+        int left = s->n_tokens - s->n_computed;
+        if (left <= 1 || s->n_sched > 0) {
+            i++;
+            continue;
+        }
+        if (reserve_and_schedule(sc, s, left < budget_left(sc) ? left : budget_left(sc))) i++;
     }
 
-    while (sc->n_waiting > 0 && sc->n_batch_tokens < sc->max_batch_tokens) {
+    while (sc->n_waiting > 0 && budget_left(sc) > 0) {
         seq *w = sc->waiting[0];
-        if (w->preempted_step == sc->step) break; /* just lost its blocks: memory is short */
+        if (w->preempted_step == sc->step) break; /* just lost its memory: memory is short */
         if (sc->n_running < sc->max_num_seqs && try_admit(sc, w)) {
             remove_from(sc->waiting, &sc->n_waiting, w);
             w->state = SEQ_RUNNING;
             insert_ordered(sc->running, &sc->n_running, w);
-            schedule_tokens(sc, w, sc->max_batch_tokens - sc->n_batch_tokens);
+            /* Admission placed at least the first uncached token in every group; more where it can. */
+            int left = w->n_tokens - w->n_computed;
+            int end = mem_grow(sc->mem, w, w->n_computed + (left < budget_left(sc) ? left : budget_left(sc)));
+            schedule_tokens(sc, w, end - w->n_computed);
             continue;
         }
         seq *victim = sc->n_running > 0 ? sc->running[sc->n_running - 1] : NULL;
@@ -205,18 +171,10 @@ void sched_schedule(sched *sc) {
 }
 
 void sched_commit(sched *sc) {
-    const int bs = sc->pool->block_size;
     for (int i = 0; i < sc->n_batch; i++) {
         seq *s = sc->batch[i];
         s->n_computed += s->n_sched;
         s->n_sched = 0;
-        if (!sc->prefix_cache) continue;
-        while ((s->n_named + 1) * bs <= s->n_computed) {
-            const int32_t *toks = &s->tokens[(size_t)s->n_named * bs];
-            uint64_t name = kv_pool_chain_hash(s->last_name, toks, bs);
-            kv_pool_name(sc->pool, s->blocks[s->n_named], name, s->last_name, toks);
-            s->last_name = name;
-            s->n_named++;
-        }
+        mem_commit(sc->mem, s);
     }
 }

@@ -17,7 +17,7 @@ static int grow(void **buf, int *cap, int need, size_t size) {
     return 0;
 }
 
-int seq_create(const pith_request *r, int max_len, int block_size, const pith_tokenizer *tok,
+int seq_create(const pith_request *r, int max_len, int block_size, int n_groups, const pith_tokenizer *tok,
                seq **out, pith_err *err) {
     *out = NULL;
     seq *s = calloc(1, sizeof *s);
@@ -32,13 +32,18 @@ int seq_create(const pith_request *r, int max_len, int block_size, const pith_to
     s->return_logits = r->return_logits;
     s->on_token = r->on_token;
     s->user = r->user;
-    s->salt = s->last_name = kv_pool_salt_hash(r->cache_salt);
+    s->salt = kv_pool_salt_hash(r->cache_salt);
+    s->n_groups = n_groups;
     s->cap_blocks = (max_len + block_size - 1) / block_size;
+    for (int g = 0; g < PITH_MAX_MEM_GROUPS; g++) s->state_slot[g] = -1;
     int first_cap = r->n_prompt + 64 < max_len ? r->n_prompt + 64 : max_len;
     if (grow((void **)&s->tokens, &s->cap_tokens, first_cap, sizeof *s->tokens)) goto oom;
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
     s->n_tokens = r->n_prompt;
-    if (!(s->blocks = malloc((size_t)s->cap_blocks * sizeof *s->blocks))) goto oom;
+    size_t n_entries = (size_t)(n_groups > 0 ? n_groups : 1) * (size_t)s->cap_blocks;
+    if (!(s->blocks = malloc(n_entries * sizeof *s->blocks))) goto oom;
+    for (size_t i = 0; i < n_entries; i++) s->blocks[i] = -1;
+    if (!(s->names = malloc((size_t)s->cap_blocks * sizeof *s->names))) goto oom;
     if (r->n_stop_ids > 0) {
         if (!(s->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *s->stop_ids))) goto oom;
         memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
@@ -71,6 +76,7 @@ void seq_free(seq *s) {
     pith_sampler_free(s->sampler);
     free(s->tokens);
     free(s->blocks);
+    free(s->names);
     free(s->stop_ids);
     for (int i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->stop);

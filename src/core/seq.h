@@ -1,10 +1,14 @@
 /* A sequence: one request's state inside the engine, from submission to its final event.
  *
- * Tokens are prompt followed by generated ids. The first n_computed of them have their K/V in the
- * sequence's blocks (blocks[i] holds positions i*block_size ..), and the first n_named blocks are named
- * in the prefix cache, the last of them with chain hash last_name. A sequence that is not running holds
- * no blocks and has n_computed == 0; preemption returns it to that state, keeping its tokens so it can
- * recompute them (mostly from the prefix cache).
+ * Tokens are prompt followed by generated ids. The first n_computed of them are stored in the model's
+ * memory groups (memory.h). In KV group g the sequence holds exactly the block indices [lo[g], hi[g]):
+ * block index i covers positions i*block_size .. and blocks[g * cap_blocks + i] is the group's block
+ * id, -1 outside [lo, hi). A FULL group has lo == 0; a WINDOW group's lo is the first block the next
+ * token can see (its older blocks went back to the pool). A RECURRENT group holds one state slot. The
+ * chain hashes of the first n_hashed full blocks are in names; the first n_named blocks have been named
+ * in every group that held them when they completed. A sequence that is not running holds no memory
+ * and has n_computed == 0; preemption returns it to that state, keeping its tokens so it can recompute
+ * them (mostly from the prefix cache).
  *
  * Output text passes through `held`: text that could be the start of a stop string waits there until
  * the next token shows it is not. */
@@ -15,6 +19,7 @@
 #include <stdint.h>
 
 #include "pith/engine.h"
+#include "pith/memory.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
 
@@ -30,13 +35,16 @@ typedef struct seq {
     int n_prompt;
     int max_len;               /* n_tokens never exceeds this (prompt + max_tokens, capped) */
 
-    int *blocks;
-    int n_blocks;
-    int cap_blocks;
-    int n_computed;
+    int n_groups;
+    int cap_blocks;            /* block indices the sequence can reach: ceil(max_len / block_size) */
+    int *blocks;               /* [n_groups * cap_blocks], -1 where not held */
+    int lo[PITH_MAX_MEM_GROUPS], hi[PITH_MAX_MEM_GROUPS];
+    int state_slot[PITH_MAX_MEM_GROUPS]; /* RECURRENT groups: -1 when not held */
+    uint64_t *names;           /* [cap_blocks] */
+    int n_hashed;
     int n_named;
+    int n_computed;
     uint64_t salt;             /* parent name of block 0 */
-    uint64_t last_name;        /* name of block n_named - 1 (salt when n_named == 0) */
 
     int n_sched;               /* tokens scheduled in the current step */
     uint64_t preempted_step;   /* step of the last preemption (+1; 0: never) */
@@ -73,8 +81,10 @@ typedef struct seq {
 } seq;
 
 /* Copies the request. Validation of ranges happens in the engine before this. */
-int seq_create(const pith_request *r, int max_len, int block_size, const pith_tokenizer *tok,
+int seq_create(const pith_request *r, int max_len, int block_size, int n_groups, const pith_tokenizer *tok,
                seq **out, pith_err *err);
+/* Group g's block for index i (-1 when not held). */
+static inline int *seq_block(seq *s, int g, int i) { return &s->blocks[(size_t)g * s->cap_blocks + i]; }
 void seq_free(seq *s);
 
 int seq_append(seq *s, int32_t token);

@@ -83,13 +83,11 @@ static int take_in(pith_engine *e) {
     return n_cancel;
 }
 
-/* Lays the scheduled tokens out as one flat batch (batch.h); returns the token count. */
+/* Lays the scheduled tokens out as one flat batch (batch.h) with each memory group's slots and tables;
+ * returns the token count. */
 static int build_batch(pith_engine *e, pith_batch *b) {
     const sched *sc = &e->sc;
     const int bs = e->opt.block_size;
-    int stride = 1;
-    for (int i = 0; i < sc->n_batch; i++)
-        if (sc->batch[i]->n_blocks > stride) stride = sc->batch[i]->n_blocks;
     int n = 0;
     for (int i = 0; i < sc->n_batch; i++) {
         const seq *s = sc->batch[i];
@@ -98,16 +96,36 @@ static int build_batch(pith_engine *e, pith_batch *b) {
             e->b_tokens[n] = s->tokens[p];
             e->b_positions[n] = p;
             e->b_seq[n] = i;
-            e->b_slots[n] = s->blocks[p / bs] * bs + p % bs;
             e->b_want[n] = p == s->n_tokens - 1;
         }
-        int32_t *row = &e->b_tables[(size_t)i * stride];
-        for (int k = 0; k < stride; k++) row[k] = k < s->n_blocks ? s->blocks[k] : -1;
+    }
+    for (int g = 0; g < e->mem.n_groups; g++) {
+        pith_batch_mem *bm = &e->b_mem[g];
+        memset(bm, 0, sizeof *bm);
+        if (e->mem.g[g].kind == PITH_MEM_RECURRENT) {
+            for (int i = 0; i < sc->n_batch; i++) e->b_states[g][i] = sc->batch[i]->state_slot[g];
+            bm->state_slots = e->b_states[g];
+            continue;
+        }
+        int stride = 1;
+        for (int i = 0; i < sc->n_batch; i++)
+            if (sc->batch[i]->hi[g] > stride) stride = sc->batch[i]->hi[g];
+        for (int i = 0, t = 0; i < sc->n_batch; i++) {
+            seq *s = sc->batch[i];
+            int32_t *row = &e->b_tables[g][(size_t)i * stride];
+            for (int k = 0; k < stride; k++) row[k] = k < s->cap_blocks ? *seq_block(s, g, k) : -1;
+            for (int j = 0; j < s->n_sched; j++, t++) {
+                int p = s->n_computed + j;
+                e->b_slots[g][t] = *seq_block(s, g, p / bs) * bs + p % bs;
+            }
+        }
+        bm->slots = e->b_slots[g];
+        bm->block_tables = e->b_tables[g];
+        bm->max_blocks = stride;
     }
     *b = (pith_batch){
         .n_tokens = n, .tokens = e->b_tokens, .positions = e->b_positions, .seq = e->b_seq,
-        .kv_slots = e->b_slots, .want_logits = e->b_want, .n_seqs = sc->n_batch, .max_blocks = stride,
-        .block_tables = e->b_tables,
+        .want_logits = e->b_want, .n_seqs = sc->n_batch, .n_groups = e->mem.n_groups, .mem = e->b_mem,
     };
     return n;
 }
@@ -200,7 +218,7 @@ bool engine_step(pith_engine *e, pith_err *err) {
     int n_tokens = build_batch(e, &b);
     int n_seqs = sc->n_batch;
     memcpy(e->step_seqs, sc->batch, (size_t)n_seqs * sizeof *e->step_seqs);
-    int rc = e->model->ops->forward(e->model, &e->pool.cache, &b, e->logits, err);
+    int rc = pith_model_forward(e->model, &b, e->logits, err);
     e->n_forwards++;
     if (rc) {
         if (!err->msg[0]) pith_errf(err, "the model failed");
@@ -224,39 +242,22 @@ bool engine_step(pith_engine *e, pith_err *err) {
 }
 
 int engine_check(pith_engine *e, pith_err *err) {
-    const int bs = e->opt.block_size;
-    int *refs = calloc((size_t)e->pool.n_blocks, sizeof *refs);
-    if (!refs) return pith_errf(err, "engine check: out of memory");
-    int rc = -1;
     for (int i = 0; i < e->sc.n_running; i++) {
         const seq *s = e->sc.running[i];
-        if (s->state != SEQ_RUNNING || s->n_computed > s->n_tokens || s->n_blocks * bs < s->n_computed ||
-            s->n_blocks > s->cap_blocks || s->n_named * bs > s->n_computed || s->n_tokens > s->max_len) {
-            pith_errf(err, "running request %llu is inconsistent (tokens %d, computed %d, blocks %d, named %d)",
-                      (unsigned long long)s->id, s->n_tokens, s->n_computed, s->n_blocks, s->n_named);
-            goto done;
-        }
-        for (int k = 0; k < s->n_blocks; k++) {
-            if (s->blocks[k] < 0 || s->blocks[k] >= e->pool.n_blocks) {
-                pith_errf(err, "request %llu holds block %d", (unsigned long long)s->id, s->blocks[k]);
-                goto done;
-            }
-            refs[s->blocks[k]]++;
-        }
+        if (s->state != SEQ_RUNNING || s->n_computed > s->n_tokens || s->n_named * e->opt.block_size > s->n_computed ||
+            s->n_named > s->n_hashed || s->n_tokens > s->max_len)
+            return pith_errf(err, "running request %llu is inconsistent (tokens %d, computed %d, named %d, hashed %d)",
+                             (unsigned long long)s->id, s->n_tokens, s->n_computed, s->n_named, s->n_hashed);
     }
     for (int i = 0; i < e->sc.n_waiting; i++) {
-        const seq *s = e->sc.waiting[i];
-        if (s->state != SEQ_WAITING || s->n_blocks != 0 || s->n_computed != 0) {
-            pith_errf(err, "waiting request %llu holds blocks or computed tokens", (unsigned long long)s->id);
-            goto done;
-        }
+        seq *s = e->sc.waiting[i];
+        bool holds = s->n_computed != 0;
+        for (int g = 0; g < e->mem.n_groups; g++) holds |= s->lo[g] != 0 || s->hi[g] != 0 || s->state_slot[g] != -1;
+        for (int k = 0; k < s->n_groups * s->cap_blocks; k++) holds |= s->blocks[k] != -1;
+        if (s->state != SEQ_WAITING || holds)
+            return pith_errf(err, "waiting request %llu holds memory or computed tokens", (unsigned long long)s->id);
     }
-    if (e->sc.n_running > e->opt.max_num_seqs) {
-        pith_errf(err, "%d sequences running, limit %d", e->sc.n_running, e->opt.max_num_seqs);
-        goto done;
-    }
-    rc = kv_pool_check(&e->pool, refs, err);
-done:
-    free(refs);
-    return rc;
+    if (e->sc.n_running > e->opt.max_num_seqs)
+        return pith_errf(err, "%d sequences running, limit %d", e->sc.n_running, e->opt.max_num_seqs);
+    return mem_check(&e->mem, e->sc.running, e->sc.n_running, err);
 }

@@ -23,6 +23,8 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
+#include "model/batch_check.h"
+#include "pith/kv.h"
 
 typedef struct llama_layer {
     pith_matrix wq, wk, wv, wo, gate, up, down;
@@ -35,7 +37,12 @@ typedef struct llama {
     pith_model base;
     pith_cpu cpu;
     pith_attn_scratch attn;
-    int q_dim;
+    int q_dim, kv_dim;
+    /* memory: the declared groups (their layer lists live in group_layers) and where each layer is */
+    pith_kv_host kv;
+    int *group_layers;          /* [n_layers] */
+    int *layer_group;           /* [n_layers] */
+    int *layer_index;           /* [n_layers] index in its group's layer list */
     const pith_tensor *embd;
     size_t embd_row_bytes;
     float *out_norm;
@@ -49,6 +56,12 @@ typedef struct llama {
 } llama;
 
 /* ---------------- build ---------------- */
+
+/* The sliding window of layer l, 0 for full attention. */
+static int llama_layer_window(const pith_hparams *hp, int l) {
+    (void)hp, (void)l;
+    return 0;
+}
 
 static int load_vec(const pith_model_file *f, const char *name, int n, bool required, float **out, pith_err *err) {
     *out = NULL;
@@ -147,8 +160,47 @@ static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
 }
 
 static void llama_destroy(pith_model *base);
-static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err);
-static const pith_model_ops llama_ops = {llama_forward, llama_destroy};
+static int llama_prepare(pith_model *base, const pith_model_limits *lim, pith_err *err);
+static int llama_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err);
+static void llama_mem_free(pith_model *base);
+static int llama_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+static int llama_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err);
+static const pith_model_ops llama_ops = {
+    .prepare = llama_prepare, .mem_alloc = llama_mem_alloc, .mem_free = llama_mem_free,
+    .copy_blocks = llama_copy_blocks, .forward = llama_forward, .destroy = llama_destroy,
+};
+
+/* The memory this model keeps: K and V of every layer, one FULL group (a WINDOW group of the layers
+ * that use a sliding window, when the file gives one). */
+static int declare_memory(llama *m, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    int L = hp->n_layers;
+    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
+    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
+    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
+    pith_mem_spec *spec = &m->base.mem;
+    memset(spec, 0, sizeof *spec);
+    int n = 0;
+    for (int windowed = 0; windowed < 2; windowed++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            if ((llama_layer_window(hp, l) > 0) != (windowed == 1)) continue;
+            m->layer_group[l] = spec->n_groups;
+            m->layer_index[l] = n - first;
+            m->group_layers[n++] = l;
+        }
+        if (n == first) continue;
+        pith_mem_group *g = &spec->groups[spec->n_groups++];
+        g->kind = windowed ? PITH_MEM_WINDOW : PITH_MEM_FULL;
+        g->window = windowed ? llama_layer_window(hp, m->group_layers[first]) : 0;
+        g->n_layers = n - first;
+        g->layers = &m->group_layers[first];
+        g->type = PITH_F16;
+        g->k_dim = g->v_dim = m->kv_dim;
+    }
+    return pith_mem_spec_check(spec, L, err);
+}
 
 static int check_hparams(const pith_hparams *hp, pith_err *err) {
     const int big = 1 << 20;
@@ -170,7 +222,7 @@ int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_
     if (!m) return pith_errf(err, "out of memory");
     m->base.ops = &llama_ops;
     m->base.hp = *hp;
-    m->base.kv_dim = hp->n_kv_heads * hp->head_dim;
+    m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->base.impl = m;
     m->q_dim = hp->n_heads * hp->head_dim;
     const char *fs = getenv("PITH_FORCE_SCALAR");
@@ -197,6 +249,7 @@ int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_
     for (int l = 0; !rc && l < hp->n_layers; l++) rc = pack_layer(&m->cpu, &m->layers[l], err);
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc) rc = init_rope(m, file, err);
+    if (!rc) rc = declare_memory(m, err);
     if (rc) {
         pith_err_prefix(err, "%s", path);
         llama_destroy(&m->base);
@@ -224,6 +277,10 @@ static void free_scratch(llama *m) {
 
 static void llama_destroy(pith_model *base) {
     llama *m = base->impl;
+    pith_kv_host_free(&m->kv);
+    free(m->group_layers);
+    free(m->layer_group);
+    free(m->layer_index);
     if (m->layers)
         for (int l = 0; l < base->hp.n_layers; l++) free_layer(&m->layers[l]);
     free(m->layers);
@@ -245,7 +302,7 @@ static int reserve(llama *m, int n, pith_err *err) {
     if (m->cap < (1 << 28) && n < m->cap + m->cap / 2) n = m->cap + m->cap / 2;
     const pith_hparams *hp = &m->base.hp;
     free_scratch(m);
-    size_t N = (size_t)n, kvd = (size_t)m->base.kv_dim;
+    size_t N = (size_t)n, kvd = (size_t)m->kv_dim;
     m->x = malloc(N * hp->dim * sizeof(float));
     m->xb = malloc(N * hp->dim * sizeof(float));
     m->q = malloc(N * m->q_dim * sizeof(float));
@@ -270,35 +327,20 @@ static int reserve(llama *m, int n, pith_err *err) {
     return 0;
 }
 
-/* Everything the batch promises (batch.h) that a wrong caller could break in a way that reads or writes
- * out of bounds is checked here, before any work. */
-static int check_batch(const llama *m, const pith_kv_cache *kv, const pith_batch *b, pith_err *err) {
-    const pith_hparams *hp = &m->base.hp;
-    if (kv->n_layers != hp->n_layers || kv->kv_dim != m->base.kv_dim || (kv->type != PITH_F16 && kv->type != PITH_F32))
-        return pith_errf(err, "KV cache (%d layers x %d, %s) does not fit the model (%d layers x %d)", kv->n_layers,
-                         kv->kv_dim, pith_dtype_name(kv->type), hp->n_layers, m->base.kv_dim);
-    if (b->n_tokens < 0 || b->n_seqs < 0 || (b->n_tokens > 0 && (b->n_seqs < 1 || b->max_blocks < 1)))
-        return pith_errf(err, "batch: bad sizes (%d tokens, %d sequences, %d blocks per table)", b->n_tokens,
-                         b->n_seqs, b->max_blocks);
-    const int bs = kv->block_size;
-    const long long n_slots = (long long)kv->n_blocks * bs;
-    for (int i = 0; i < b->n_tokens; i++) {
-        int tok = b->tokens[i], pos = b->positions[i], s = b->seq[i], slot = b->kv_slots[i];
-        if (tok < 0 || tok >= hp->n_vocab) return pith_errf(err, "batch: token %d is outside the vocabulary", tok);
-        if (s < 0 || s >= b->n_seqs) return pith_errf(err, "batch: sequence index %d out of range", s);
-        if (pos < 0 || pos / bs >= b->max_blocks)
-            return pith_errf(err, "batch: position %d does not fit a block table of %d blocks", pos, b->max_blocks);
-        if (slot < 0 || slot >= n_slots) return pith_errf(err, "batch: KV slot %d out of range", slot);
-        /* every block this token attends to, its own included */
-        const int32_t *bt = b->block_tables + (size_t)s * b->max_blocks;
-        for (int blk = 0; blk <= pos / bs; blk++)
-            if (bt[blk] < 0 || bt[blk] >= kv->n_blocks)
-                return pith_errf(err, "batch: block table entry %d of sequence %d is %d (cache has %d blocks)", blk,
-                                 s, bt[blk], kv->n_blocks);
-        if ((long long)bt[pos / bs] * bs + pos % bs != slot)
-            return pith_errf(err, "batch: KV slot %d of token %d disagrees with its block table", slot, i);
-    }
-    return 0;
+static int llama_prepare(pith_model *base, const pith_model_limits *lim, pith_err *err) {
+    return reserve(base->impl, lim->max_batch_tokens, err);
+}
+
+static int llama_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
+    llama *m = base->impl;
+    if (pith_kv_host_allocated(&m->kv)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
+    return pith_kv_host_alloc(&m->kv, &base->mem, lay, err);
+}
+
+static void llama_mem_free(pith_model *base) { pith_kv_host_free(&((llama *)base->impl)->kv); }
+
+static int llama_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
+    return pith_kv_host_copy_blocks(&((llama *)base->impl)->kv, g, src, dst, n, err);
 }
 
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -322,7 +364,6 @@ static void rope(float *v, const float *cs, const float *sn, int hd, pith_rope_s
 typedef struct row_job {
     llama *m;
     const pith_batch *b;
-    const pith_kv_cache *kv;
     int layer;
     int n;
     void (*row)(struct row_job *j, int t);
@@ -380,7 +421,7 @@ static void qkv_row(row_job *j, int t) {
     llama *m = j->m;
     const pith_hparams *hp = &m->base.hp;
     const llama_layer *L = &m->layers[j->layer];
-    int hd = hp->head_dim, kvd = m->base.kv_dim, half = hd / 2;
+    int hd = hp->head_dim, kvd = m->kv_dim, half = hd / 2;
     float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * kvd, *v = m->v + (size_t)t * kvd;
     if (L->bq) {
         for (int i = 0; i < m->q_dim; i++) q[i] += L->bq[i];
@@ -396,9 +437,10 @@ static void qkv_row(row_job *j, int t) {
         rope(k + h * hd, cs, sn, hd, hp->rope_style);
     }
     /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
-    const pith_kv_cache *kv = j->kv;
-    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->kv_slots[t];
-    size_t block_off = ((size_t)j->layer * kv->n_blocks + slot / bs) * bs * kvd;
+    int g = m->layer_group[j->layer];
+    const pith_kv_cache *kv = &m->kv.groups[g];
+    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->mem[g].slots[t];
+    size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
     for (int h = 0; h < hp->n_kv_heads; h++) {
         size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
         if (kv->type == PITH_F16) {
@@ -440,12 +482,12 @@ static int keep_logit_rows(llama *m, const pith_batch *b) {
     return n;
 }
 
-static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l, pith_err *err) {
+static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     const llama_layer *L = &m->layers[l];
-    const int dim = hp->dim, kvd = m->base.kv_dim, ffn = hp->ffn_dim;
+    const int dim = hp->dim, kvd = m->kv_dim, ffn = hp->ffn_dim;
     int n = b->n_tokens;
-    row_job j = {.m = m, .b = b, .kv = kv, .layer = l, .n = n};
+    row_job j = {.m = m, .b = b, .layer = l, .n = n};
     pith_acts a;
 
     run_rows(m, &j, attn_norm_row, dim);
@@ -455,10 +497,12 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
     if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run_rows(m, &j, qkv_row, 4 * (m->q_dim + 2 * kvd));
 
-    size_t layer_off = (size_t)l * kv->n_blocks * kv->block_size * kvd * (kv->type == PITH_F16 ? 2 : 4);
+    const int g = m->layer_group[l];
+    const pith_kv_cache *kv = &m->kv.groups[g];
+    size_t layer_off = pith_kv_k_offset(kv, m->layer_index[l], 0) * (kv->type == PITH_F16 ? 2 : 4);
     pith_attn_args aa = {
-        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->block_tables,
-        .max_blocks = b->max_blocks, .block_size = kv->block_size,
+        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
+        .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
         .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
         .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
     };
@@ -476,15 +520,16 @@ static int layer_forward(llama *m, pith_kv_cache *kv, const pith_batch *b, int l
     return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
 }
 
-static int llama_forward(pith_model *base, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err) {
+static int llama_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     llama *m = base->impl;
     const pith_hparams *hp = &base->hp;
-    if (check_batch(m, kv, b, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (!pith_kv_host_allocated(&m->kv) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
+    if (pith_batch_check(b, &base->mem, &m->kv, hp->n_vocab, err) || reserve(m, b->n_tokens, err)) return -1;
     if (b->n_tokens == 0) return 0;
-    row_job j = {.m = m, .b = b, .kv = kv, .n = b->n_tokens};
+    row_job j = {.m = m, .b = b, .n = b->n_tokens};
     run_rows(m, &j, embed_row, hp->dim + 16 * hp->head_dim);
     for (int l = 0; l < hp->n_layers; l++)
-        if (layer_forward(m, kv, b, l, err)) return -1;
+        if (layer_forward(m, b, l, err)) return -1;
 
     /* the last layer left only the rows that want logits, in order */
     int n_out = pith_batch_n_logits(b);

@@ -21,8 +21,35 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     return rc;
 }
 
-int pith_model_forward(pith_model *m, pith_kv_cache *kv, const pith_batch *b, float *logits, pith_err *err) {
-    return m->ops->forward(m, kv, b, logits, err);
+int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err) {
+    if (lim->max_batch_tokens < 1 || lim->max_num_seqs < 1 || lim->max_seq_len < 1 || lim->max_logits < 1)
+        return pith_errf(err, "model limits must be positive");
+    return m->ops->prepare ? m->ops->prepare(m, lim, err) : 0;
+}
+
+int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, pith_err *err) {
+    if (!m->ops->mem_alloc) return pith_errf(err, "this model cannot allocate memory");
+    if (layout->n_groups != m->mem.n_groups)
+        return pith_errf(err, "memory layout of %d groups for a model that declared %d", layout->n_groups, m->mem.n_groups);
+    return m->ops->mem_alloc(m, layout, err);
+}
+
+void pith_model_mem_free(pith_model *m) {
+    if (m->ops->mem_free) m->ops->mem_free(m);
+}
+
+int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
+    if (!m->ops->copy_blocks) return pith_errf(err, "this model cannot copy memory blocks");
+    if (group < 0 || group >= m->mem.n_groups || m->mem.groups[group].kind == PITH_MEM_RECURRENT)
+        return pith_errf(err, "copy_blocks: group %d is not a KV group of this model", group);
+    if (n < 0) return pith_errf(err, "copy_blocks: negative count");
+    return n ? m->ops->copy_blocks(m, group, src, dst, n, err) : 0;
+}
+
+int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err) {
+    if (b->n_groups != m->mem.n_groups)
+        return pith_errf(err, "batch carries %d memory groups; the model declared %d", b->n_groups, m->mem.n_groups);
+    return m->ops->forward(m, b, logits, err);
 }
 
 void pith_model_free(pith_model *m) {
