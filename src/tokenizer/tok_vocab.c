@@ -83,7 +83,7 @@ static int cmp_special(const void *pa, const void *pb, void *ctx) {
 
 static bool is_eog_name(const char *s, size_t n) {
     static const char *const names[] = {
-        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<eos>", "<|endoftext|>",
         "<|end_of_text|>", "<EOT>", "_<EOT>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
         "<|return|>", "<|call|>",
     };
