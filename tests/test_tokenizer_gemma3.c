@@ -5,7 +5,9 @@
  *
  * Texts: the 1,500 War and Peace paragraphs, every distinct input of llama.cpp's vocabulary suites
  * (their ids are for other vocabularies and are not used), hand-written edge cases (whitespace runs,
- * newlines, tabs, unicode, emoji, special and added tokens) and seeded random mixes of those pieces.
+ * newlines, tabs, unicode, emoji, special and added tokens), long runs and a 200 KB stretch of the
+ * novel, the conversations of tests/chat rendered with the package's chat template, and seeded random
+ * mixes of pieces and of code points from every plane.
  * For each: ids equal the reference's encode(text, add_special_tokens=false) with
  * PITH_TOK_PARSE_SPECIAL, and its add_special_tokens=true ids (BOS) with PITH_TOK_ADD_BOS too; without
  * PARSE_SPECIAL, texts naming no special token encode the same and the others never yield one; decode
@@ -18,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pith/chat.h"
 #include "test_tokenizer_util.h"
 
 typedef struct cases {
@@ -86,7 +89,7 @@ static const char *const edge[] = {
     "3.14159 1,000,000 12345678901234567890", "2024-01-01T12:00:00Z", "$100 \xe2\x82\xac" "50 \xc2\xa5" "30",
     "https://example.com/path?q=1&r=2#frag", "user@example.com", "C:\\Windows\\System32",
     "{\"key\": [1, 2, {\"nested\": null}]}", "if (a && b || !c) { return a->b[0]; }", "!!!???...,,,;;;",
-    "'s 't 're 've 'm 'll 'd", "don't won't I'm you're", "ALL CAPS TEXT", "MiXeD CaSe", "a", "aa", "aaaaaaaaaaaaaaaa",
+    "<p> </p>", "x> </y", "a>  </b", "> </", "(> </)", "'s 't 're 've 'm 'll 'd", "don't won't I'm you're", "ALL CAPS TEXT", "MiXeD CaSe", "a", "aa", "aaaaaaaaaaaaaaaa",
 };
 
 /* Random texts stitched from pieces that stress splitting, merging and special-token matching. */
@@ -151,6 +154,46 @@ static void add_long(cases *c, const char *shared) {
         add_case(c, novel, cut);
         free(novel);
     }
+}
+
+/* The conversations of tests/chat/conversations.json rendered with the package's chat template (which
+ * test_chat_template checks against jinja2), with and without the generation prompt: whole prompts as
+ * the server builds them. Each render starts with the template's own "<bos>", and encoding it with
+ * PARSE_SPECIAL gives exactly one BOS id, as Hugging Face's apply_chat_template (add_special_tokens
+ * off) does. Returns the number rendered. */
+static int add_chats(cases *c, const pith_tokenizer *t, const char *src) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tests/chat/conversations.json", src);
+    size_t n;
+    char *text = tt_slurp(path, &n);
+    cJSON *convs = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    CHECKF(cJSON_IsArray(convs), "cannot read %s", path);
+    const char *tmpl = pith_tokenizer_chat_template(t);
+    int rendered = 0;
+    const cJSON *cv;
+    cJSON_ArrayForEach(cv, convs) {
+        for (int gen = 0; gen < 2 && tmpl; gen++) {
+            pith_chat_options o = {.add_generation_prompt = gen == 1, .bos_token = "<bos>", .eos_token = "<end_of_turn>",
+                                   .vars = cJSON_GetObjectItemCaseSensitive(cv, "vars")};
+            char *out = NULL;
+            size_t len = 0;
+            pith_err err = {{0}};
+            if (pith_chat_render_json(tmpl, cJSON_GetObjectItemCaseSensitive(cv, "messages"), &o, &out, &len, &err) == 0) {
+                rendered++;
+                int32_t *ids = NULL;
+                int k = 0;
+                CHECK(pith_tokenizer_encode(t, out, len, PITH_TOK_PARSE_SPECIAL, &ids, &k, &err) == 0);
+                CHECKF(k >= 1 && ids[0] == 2 && (k == 1 || ids[1] != 2), "render of %s: want one leading <bos>",
+                       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cv, "name")));
+                free(ids);
+                add_case(c, out, len);
+            }
+            free(out);
+        }
+    }
+    cJSON_Delete(convs);
+    return rendered;
 }
 
 static void add_random(cases *c, int count) {
@@ -281,6 +324,15 @@ int main(void) {
         return CHECK_SKIP;
     }
 
+    pith_tokenizer *t = NULL;
+    pith_err err = {{0}};
+    double t0 = tt_now();
+    if (pith_tokenizer_load(json, 0, &t, &err) != 0) {
+        fprintf(stderr, "load %s: %s\n", json, err.msg);
+        return 1;
+    }
+    printf("%s: loaded in %.2f s\n", json, tt_now() - t0);
+
     cases c = {0};
     char path[4400];
     snprintf(path, sizeof path, "%s/tokenizers/vectors/war-and-peace-1500.inp", shared);
@@ -302,26 +354,21 @@ int main(void) {
     size_t after_edge = c.n;
     add_long(&c, shared);
     size_t after_long = c.n;
+    int n_chats = add_chats(&c, t, src);
+    CHECKF(n_chats > 40, "only %d conversations rendered", n_chats);
+    size_t after_chats = c.n;
     add_random(&c, 600);
     add_random_codepoints(&c, 300);
     printf("%zu texts: %zu War and Peace paragraphs, %zu distinct llama.cpp suite inputs (%d suites), %zu edge "
-           "cases, %zu long texts, %zu random mixes\n",
+           "cases, %zu long texts, %zu chat-template renders, %zu random mixes\n",
            c.n, after_wp, after_llamacpp - after_wp, n_suites, after_edge - after_llamacpp, after_long - after_edge,
-           c.n - after_long);
+           after_chats - after_long, c.n - after_chats);
     CHECK(after_llamacpp - after_wp >= 40);
 
     bool skip = false;
     cJSON *ref = reference(src, tmp, &c, &skip);
     if (skip) return CHECK_SKIP;
 
-    pith_tokenizer *t = NULL;
-    pith_err err = {{0}};
-    double t0 = tt_now();
-    if (pith_tokenizer_load(json, 0, &t, &err) != 0) {
-        fprintf(stderr, "load %s: %s\n", json, err.msg);
-        return 1;
-    }
-    printf("%s: loaded in %.2f s\n", json, tt_now() - t0);
 
     int id_fail = 0, bos_fail = 0, plain_fail = 0, dec_fail = 0, rt_fail = 0, n_plain = 0, n_rt = 0;
     size_t n_tokens = 0;
