@@ -355,9 +355,11 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
     if (t->byte_level) t->decode = TOK_DECODE_BYTELEVEL;
     load_decoder(t, get(root, "decoder"));
     if (tok_finalize(t, err) != 0) return -1;
-    cJSON_ArrayForEach(item, added)
-        tok_special_set_strip(t, (int32_t)get(item, "id")->valuedouble, get_bool(item, "lstrip", false),
-                              get_bool(item, "rstrip", false));
+    /* (Only where set: the lookup is linear, and Gemma 3 has 6,415 added tokens, none stripping.) */
+    cJSON_ArrayForEach(item, added) {
+        bool lstrip = get_bool(item, "lstrip", false), rstrip = get_bool(item, "rstrip", false);
+        if (lstrip || rstrip) tok_special_set_strip(t, (int32_t)get(item, "id")->valuedouble, lstrip, rstrip);
+    }
     t->unk = lookup_cstr(t, get_str(model, "unk_token"));
     if (load_merges(t, get(model, "merges"), err) != 0) return -1;
 
