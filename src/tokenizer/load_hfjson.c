@@ -115,11 +115,35 @@ static int parse_behavior(const char *b, tok_split_behavior *out, pith_err *err)
 
 #define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 
-static int load_pre_tokenizer(pith_tokenizer *t, const cJSON *p, pith_err *err) {
+/* Whether the normalizer leaves no occurrence of the one-character literal lit: it has a plain
+ * Replace of exactly lit by text without lit, and every later step is a Replace or Prepend whose
+ * output cannot hold lit either (NFC could compose it). Gemma 3 replaces ' ' by '▁' and then splits on
+ * ' ', which can never match. */
+static bool normalizer_removes(const pith_tokenizer *t, const char *lit) {
+    size_t n = strlen(lit);
+    if (n == 0 || n != (size_t)tok_utf8_len((unsigned char)lit[0])) return false;
+    int from = -1;
+    for (int i = 0; i < t->n_norm; i++) {
+        const tok_norm_step *st = &t->norm[i];
+        if (st->kind == TOK_NORM_REPLACE && !st->re && st->a_len == n && memcmp(st->a, lit, n) == 0) from = i;
+    }
+    if (from < 0) return false;
+    for (int i = from; i < t->n_norm; i++) {
+        const tok_norm_step *st = &t->norm[i];
+        const char *out = st->kind == TOK_NORM_REPLACE ? st->b : st->kind == TOK_NORM_PREPEND ? st->a : NULL;
+        size_t out_n = st->kind == TOK_NORM_REPLACE ? st->b_len : st->a_len;
+        if (!out && st->kind != TOK_NORM_REPLACE) return false;
+        for (size_t k = 0; out && k + n <= out_n; k++)
+            if (memcmp(out + k, lit, n) == 0) return false;
+    }
+    return true;
+}
+
+static int load_pre_tokenizer(pith_tokenizer *t, const cJSON *p, bool top_level, pith_err *err) {
     if (!p || cJSON_IsNull(p)) return 0;
     if (type_is(p, "Sequence")) {
         const cJSON *item;
-        cJSON_ArrayForEach(item, get(p, "pretokenizers")) if (load_pre_tokenizer(t, item, err) != 0) return -1;
+        cJSON_ArrayForEach(item, get(p, "pretokenizers")) if (load_pre_tokenizer(t, item, false, err) != 0) return -1;
         return 0;
     }
     if (type_is(p, "Split")) {
@@ -128,6 +152,9 @@ static int load_pre_tokenizer(pith_tokenizer *t, const cJSON *p, pith_err *err) 
         if (!lit && !re) return pith_errf(err, "Split pre-tokenizer without a pattern");
         tok_split_behavior b = TOK_SPLIT_ISOLATED;
         if (parse_behavior(get_str(p, "behavior"), &b, err) != 0) return -1;
+        /* A split that cannot match leaves each text whole (not inverted: that would keep only matches).
+         * Dropped, the pipeline has no pre-tokenizer and can merge word by word (see split_words). */
+        if (top_level && lit && !get_bool(p, "invert", false) && normalizer_removes(t, lit)) return 0;
         char *esc = lit ? escape_literal(lit) : NULL;
         if (lit && !esc) return pith_errf(err, "out of memory");
         int rc = tok_add_pre_split(t, esc ? esc : re, strlen(esc ? esc : re), b, get_bool(p, "invert", false), err);
@@ -324,13 +351,15 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
             t->space_marker_len = st->b_len;
         }
     }
-    if (load_pre_tokenizer(t, get(root, "pre_tokenizer"), err) != 0) return -1;
+    if (load_pre_tokenizer(t, get(root, "pre_tokenizer"), true, err) != 0) return -1;
     if (t->byte_level) t->decode = TOK_DECODE_BYTELEVEL;
     load_decoder(t, get(root, "decoder"));
     if (tok_finalize(t, err) != 0) return -1;
-    cJSON_ArrayForEach(item, added)
-        tok_special_set_strip(t, (int32_t)get(item, "id")->valuedouble, get_bool(item, "lstrip", false),
-                              get_bool(item, "rstrip", false));
+    /* (Only where set: the lookup is linear, and Gemma 3 has 6,415 added tokens, none stripping.) */
+    cJSON_ArrayForEach(item, added) {
+        bool lstrip = get_bool(item, "lstrip", false), rstrip = get_bool(item, "rstrip", false);
+        if (lstrip || rstrip) tok_special_set_strip(t, (int32_t)get(item, "id")->valuedouble, lstrip, rstrip);
+    }
     t->unk = lookup_cstr(t, get_str(model, "unk_token"));
     if (load_merges(t, get(model, "merges"), err) != 0) return -1;
 

@@ -115,12 +115,15 @@ static int encode_raw(const pith_tokenizer *t, tok_scratch *s, word_cache *c, co
     const char *norm;
     size_t norm_n;
     if (tok_normalize(t, s, text, n, &norm, &norm_n) != 0) return pith_errf(err, "tokenizer: out of memory");
-    if (t->split_words && (t->model == TOK_MODEL_SPM || t->n_pre == 0)) {
-        /* Words start at a marker that follows a non-marker (see split_words). */
+    /* (ignore_merges looks the whole pre-token up, so BPE words must then stay whole.) */
+    if (t->split_words && (t->model == TOK_MODEL_SPM || (t->n_pre == 0 && !t->ignore_merges))) {
+        /* Words start at a marker that follows a non-marker, unless a token may hold the byte before it
+         * followed by the marker (see split_words). */
         const char *m = t->space_marker;
         size_t ml = t->space_marker_len, start = 0;
         for (size_t i = 1; i + ml <= norm_n; i++) {
             if (memcmp(norm + i, m, ml) != 0 || (i >= ml && memcmp(norm + i - ml, m, ml) == 0)) continue;
+            if (t->word_sticky[(unsigned char)norm[i - 1]]) continue;
             if (encode_word(t, s, c, norm + start, i - start, out) != 0) return pith_errf(err, "tokenizer: out of memory");
             start = i;
         }

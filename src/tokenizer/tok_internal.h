@@ -132,10 +132,14 @@ struct pith_tokenizer {
      * so when no mergeable token holds the marker right after another character (and the marker is a
      * token itself, so unknown runs cannot fuse across it), no merge can cross the start of a marker
      * that follows a non-marker: text without a pre-tokenizer is then merged word by word there, and
-     * words are cached. split_words says whether tok_finalize found that to hold. */
+     * words are cached. split_words says whether tok_finalize found that to hold. A few vocabularies
+     * have such tokens (Gemma 3: ">▁</"); word_sticky marks each byte that some token holds right before
+     * a marker that follows a non-marker, and words are never split after such a byte (a token can
+     * only cross a boundary whose preceding byte it holds there). */
     char space_marker[4];
     size_t space_marker_len;
     bool split_words;
+    bool word_sticky[256];
     bool strip_leading_space; /* decode: drop the first ' ' of the sequence */
     bool specials_leftmost;   /* HF: leftmost-longest special matching; else llama.cpp's order */
     bool no_special_matching; /* llama2.c files: special texts are never matched in input */

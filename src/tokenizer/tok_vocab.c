@@ -83,7 +83,7 @@ static int cmp_special(const void *pa, const void *pb, void *ctx) {
 
 static bool is_eog_name(const char *s, size_t n) {
     static const char *const names[] = {
-        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<eos>", "<|endoftext|>",
         "<|end_of_text|>", "<EOT>", "_<EOT>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
         "<|return|>", "<|call|>",
     };
@@ -92,10 +92,13 @@ static bool is_eog_name(const char *s, size_t n) {
     return false;
 }
 
-/* Whether any mergeable token has the space marker right after a character that is not the marker. */
-static bool marker_inside_tokens(const pith_tokenizer *t) {
+/* Marks in t->word_sticky the byte before each space marker that follows a non-marker inside a
+ * mergeable token; returns how many distinct bytes that marks. */
+static int mark_sticky_bytes(pith_tokenizer *t) {
     const char *m = t->space_marker;
     size_t ml = t->space_marker_len;
+    int n_sticky = 0;
+    memset(t->word_sticky, 0, sizeof t->word_sticky);
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int ty = t->types[id];
         if (ty != TOK_NORMAL && ty != TOK_USER_DEFINED && ty != TOK_UNUSED) continue;
@@ -103,10 +106,14 @@ static bool marker_inside_tokens(const pith_tokenizer *t) {
         size_t n = t->len[id];
         for (size_t i = 1; i + ml <= n; i++) {
             if (memcmp(p + i, m, ml) != 0) continue;
-            if (i < ml || memcmp(p + i - ml, m, ml) != 0) return true;
+            if (i < ml || memcmp(p + i - ml, m, ml) != 0) {
+                unsigned char b = (unsigned char)p[i - 1];
+                n_sticky += !t->word_sticky[b];
+                t->word_sticky[b] = true;
+            }
         }
     }
-    return false;
+    return n_sticky;
 }
 
 int tok_finalize(pith_tokenizer *t, pith_err *err) {
@@ -150,8 +157,9 @@ int tok_finalize(pith_tokenizer *t, pith_err *err) {
         }
     }
 
+    /* Splitting pays only while few bytes are sticky (no vocabulary seen so far has more than one). */
     t->split_words = t->space_marker_len > 0 && tok_lookup(t, t->space_marker, t->space_marker_len) >= 0 &&
-                     !marker_inside_tokens(t);
+                     mark_sticky_bytes(t) <= 8;
     if (t->eos >= 0) t->eog[t->eos] = true;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         int ty = t->types[id];
