@@ -300,15 +300,15 @@ static pith_model *fake_model_new_spec(int n_vocab, int ctx_len, const fake_grou
 }
 
 /* One FULL group of n_layers layers. */
-static pith_model *fake_model_new(int n_vocab, int n_layers, int ctx_len) {
+static inline pith_model *fake_model_new(int n_vocab, int n_layers, int ctx_len) {
     fake_group_def d = {PITH_MEM_FULL, 0, n_layers};
     return fake_model_new_spec(n_vocab, ctx_len, &d, 1, 0);
 }
 
-static fake_state *fake_of(pith_model *m) { return m->impl; }
+static inline fake_state *fake_of(pith_model *m) { return m->impl; }
 
 /* The greedy next token of a one-FULL-group fake model. */
-static int32_t fake_next(const int32_t *tokens, int n, int n_vocab) {
+static inline int32_t fake_next(const int32_t *tokens, int n, int n_vocab) {
     fake_state st = {.n_groups = 1, .defs = {{PITH_MEM_FULL, 0, 1}}};
     return fake_next_for(&st, tokens, n, n_vocab);
 }

@@ -1,4 +1,6 @@
-/* Randomized simulation of the engine over a fake model (engine_fake_model.h): thousands of steps with
+/* Randomized simulation of the engine over a fake model (engine_fake_model.h) that declares a random
+ * memory spec (one FULL group; FULL + WINDOW groups; WINDOW groups alone; FULL + WINDOW + RECURRENT;
+ * always with some layers that keep no memory at all): thousands of steps with
  * random arrivals, prompt lengths (sharing prefixes), output lengths, stop tokens, priorities,
  * cancellations (from outside and from inside callbacks), submissions from callbacks, pool sizes, block
  * sizes, batch limits and one planned model failure. After every step the engine's integrity check runs
@@ -121,7 +123,7 @@ static void submit_random(sim *S) {
 }
 
 /* The greedy continuation must match fake_next step by step. */
-static void verify(sim *S, int max_len, int *n_errors, int *n_cancelled) {
+static void verify(sim *S, const fake_state *fs, int max_len, int *n_errors, int *n_cancelled) {
     for (int i = 0; i < S->n_recs; i++) {
         rec *r = &S->recs[i];
         if (r->n_final == -1) {
@@ -134,7 +136,7 @@ static void verify(sim *S, int max_len, int *n_errors, int *n_cancelled) {
         memcpy(all, r->prompt, (size_t)r->n_prompt * sizeof *all);
         int match = 0;
         for (int k = 0; k < r->n_out; k++) {
-            if (r->out[k] != fake_next(all, r->n_prompt + k, S->n_vocab)) break;
+            if (r->out[k] != fake_next_for(fs, all, r->n_prompt + k, S->n_vocab)) break;
             all[r->n_prompt + k] = r->out[k];
             match++;
         }
@@ -157,7 +159,20 @@ static void verify(sim *S, int max_len, int *n_errors, int *n_cancelled) {
     }
 }
 
-static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *preemptions, uint64_t *hits) {
+/* A random memory spec: kind 0 one FULL group, 1 FULL + WINDOW, 2 WINDOW groups only, 3 FULL + WINDOW +
+ * RECURRENT. Returns the number of groups. */
+static int random_spec(sim *S, int kind, fake_group_def *d, int *n_free) {
+    int n = 0;
+    *n_free = (int)rnd(S, 3);
+    if (kind != 2) d[n++] = (fake_group_def){PITH_MEM_FULL, 0, 1 + (int)rnd(S, 3)};
+    if (kind >= 1) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 40), 1 + (int)rnd(S, 4)};
+    if (kind == 2) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 70), 1};
+    if (kind == 3) d[n++] = (fake_group_def){PITH_MEM_RECURRENT, 0, 1 + (int)rnd(S, 2)};
+    return n;
+}
+
+static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_kind, uint64_t *preemptions,
+                    uint64_t *hits) {
     sim S = {.rng = seed};
     static const int block_sizes[] = {1, 2, 3, 4, 8, 16};
     pith_engine_options o = {
@@ -171,8 +186,15 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
     /* From a pool that holds barely one long sequence to a roomy one. */
     int per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
     o.kv_blocks = rnd(&S, 3) == 0 ? per_seq * (2 + (int)rnd(&S, 8)) : (per_seq + 1) / 2 + (int)rnd(&S, (uint32_t)per_seq);
+    fake_group_def defs[4];
+    int n_free = 0, n_groups = random_spec(&S, spec_kind, defs, &n_free);
+    /* Window groups alone need at least one sequence's window (the engine refuses less: tested below). */
+    for (int g = 0; g < n_groups && spec_kind == 2; g++) {
+        int lone = (defs[g].window - 1 + o.block_size - 1) / o.block_size + 2;
+        if (o.kv_blocks < lone) o.kv_blocks = lone + (int)rnd(&S, 4);
+    }
     S.n_vocab = 16 + (int)rnd(&S, 300);
-    pith_model *m = fake_model_new(S.n_vocab, 1 + (int)rnd(&S, 3), rnd(&S, 2) ? 0 : 4096);
+    pith_model *m = fake_model_new_spec(S.n_vocab, rnd(&S, 2) ? 0 : 4096, defs, n_groups, n_free);
     fake_state *fs = fake_of(m);
     fs->max_batch_tokens = o.max_batch_tokens;
     fs->max_num_seqs = o.max_num_seqs;
@@ -181,7 +203,8 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
     CHECKF(pith_engine_create(m, NULL, &o, &S.e, &err) == 0, "%s", err.msg);
     if (!S.e) return;
     int max_len = pith_engine_max_seq_len(S.e);
-    CHECK(max_len <= o.max_seq_len && max_len <= o.kv_blocks * o.block_size && max_len > 0);
+    /* A FULL group caps the length at what its pool holds; WINDOW groups alone do not. */
+    CHECK(max_len <= o.max_seq_len && (spec_kind == 2 || max_len <= o.kv_blocks * o.block_size) && max_len > 0);
     S.cap_recs = 20000;
     S.recs = calloc((size_t)S.cap_recs, sizeof *S.recs);
     for (int b = 0; b < 4; b++)
@@ -213,7 +236,7 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
     CHECKF(fs->violations == 0, "seed %llu: %s", (unsigned long long)seed, fs->first_violation);
     CHECK(model_errors == (inject_failure && fs->calls >= (uint64_t)fs->fail_at_call));
     int n_errors = 0, n_cancelled = 0;
-    verify(&S, max_len, &n_errors, &n_cancelled);
+    verify(&S, fs, max_len, &n_errors, &n_cancelled);
     CHECK(inject_failure || n_errors == 0);
 
     pith_engine_stats st;
@@ -227,7 +250,15 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
         prompt += (uint64_t)S.recs[i].n_prompt;
     }
     CHECK(st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0);
-    CHECK(st.kv_blocks_free + st.kv_blocks_cached == st.kv_blocks_total && st.kv_blocks_total == o.kv_blocks);
+    CHECK(st.kv_blocks_free + st.kv_blocks_cached == st.kv_blocks_total && st.n_mem_groups == n_groups);
+    for (int g = 0; g < n_groups; g++) {
+        const pith_engine_mem_stats *ms = &st.mem[g];
+        CHECK(ms->kind == defs[g].kind && ms->n_layers == defs[g].n_layers && ms->units_used == 0);
+        if (ms->kind == PITH_MEM_FULL) CHECK(ms->units_total == o.kv_blocks);
+        if (ms->kind == PITH_MEM_WINDOW) CHECK(ms->units_total <= o.kv_blocks && ms->window == defs[g].window);
+        if (ms->kind == PITH_MEM_RECURRENT) CHECK(ms->units_total == o.max_num_seqs && ms->units_free == ms->units_total);
+    }
+    if (spec_kind == 3) CHECK(st.prefix_cache_hits == 0); /* no state snapshots yet: no hits */
     CHECK(st.requests_submitted == (uint64_t)accepted && st.requests_finished == (uint64_t)accepted);
     CHECK(st.requests_rejected == (uint64_t)(S.n_recs - accepted));
     CHECK(st.requests_cancelled == (uint64_t)n_cancelled && st.requests_failed == (uint64_t)n_errors);
@@ -237,9 +268,9 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
     if (o.no_prefix_cache) CHECK(st.prefix_cache_hits == 0);
     *preemptions += st.preemptions;
     *hits += st.prefix_cache_hits;
-    printf("seed %llu: bs %d, %d blocks, max_len %d, seqs %d, batch %d: %d requests (%d cancelled, %d failed), "
+    printf("seed %llu, spec %d (%d groups): bs %d, %d blocks, max_len %d, seqs %d, batch %d: %d requests (%d cancelled, %d failed), "
            "%d steps, %llu preemptions, %llu/%llu cached tokens, widest batch %d\n",
-           (unsigned long long)seed, o.block_size, o.kv_blocks, max_len, o.max_num_seqs, o.max_batch_tokens,
+           (unsigned long long)seed, spec_kind, n_groups, o.block_size, o.kv_blocks, max_len, o.max_num_seqs, o.max_batch_tokens,
            accepted, n_cancelled, n_errors, steps, (unsigned long long)st.preemptions,
            (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries, fs->max_seqs_seen);
     pith_engine_free(S.e);
@@ -249,10 +280,14 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, uint64_t *p
 }
 
 int main(void) {
-    uint64_t preemptions = 0, hits = 0;
-    for (uint64_t seed = 1; seed <= 12; seed++) run_sim(seed, 800, seed % 4 == 0, &preemptions, &hits);
-    /* Across the runs, small pools must have forced preemption and shared prefixes must have hit. */
-    CHECK(preemptions > 0);
-    CHECK(hits > 0);
+    /* Per spec kind: across its runs, small pools must have forced preemption and shared prefixes must
+     * have hit (through window groups too: a hit there holds only the window's blocks). */
+    for (int kind = 0; kind < 4; kind++) {
+        uint64_t preemptions = 0, hits = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++)
+            run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits);
+        CHECKF(preemptions > 0, "spec %d: no preemption", kind);
+        if (kind != 3) CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
+    }
     return check_summary("test_sched_sim");
 }

@@ -101,7 +101,16 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (has_full && (max_len <= 0 || max_len > blocks * o.block_size)) max_len = (int)(blocks * o.block_size);
     if (max_len <= 0) max_len = (int)(blocks * o.block_size);
     per_seq_full = (max_len + o.block_size - 1) / o.block_size;
-    for (int g = 0; g < spec->n_groups; g++) lay->n_blocks[g] = (int)group_units(&o, &spec->groups[g], blocks, per_seq_full);
+    for (int g = 0; g < spec->n_groups; g++) {
+        const pith_mem_group *mg = &spec->groups[g];
+        lay->n_blocks[g] = (int)group_units(&o, mg, blocks, per_seq_full);
+        /* One sequence alone must always progress: a window's blocks plus the block of its next token. */
+        long long lone = mg->kind == PITH_MEM_WINDOW ? (mg->window - 1 + o.block_size - 1) / o.block_size + 2 : 1;
+        if (lone > per_seq_full) lone = per_seq_full;
+        if (lay->n_blocks[g] < lone)
+            return pith_errf(err, "memory group %d (%s, window %d) gets %d blocks of %d tokens; one sequence needs %lld",
+                             g, pith_mem_kind_name(mg->kind), mg->window, lay->n_blocks[g], o.block_size, lone);
+    }
     o.kv_blocks = (int)blocks;
     o.max_seq_len = max_len;
     e->opt = o;

@@ -499,10 +499,12 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
 
     const int g = m->layer_group[l];
     const pith_kv_cache *kv = &m->kv.groups[g];
+    const pith_mem_group *mg = &m->base.mem.groups[g];
     size_t layer_off = pith_kv_k_offset(kv, m->layer_index[l], 0) * (kv->type == PITH_F16 ? 2 : 4);
     pith_attn_args aa = {
         .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
         .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
+        .window = mg->kind == PITH_MEM_WINDOW ? mg->window : 0,
         .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
         .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
     };
