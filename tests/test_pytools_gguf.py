@@ -253,6 +253,86 @@ def check_mkmodel(tmp):
         check(r.returncode == 2 and b"mkmodel:" in r.stderr, f"mkmodel refuses {bad}")
 
 
+class _F32Safetensors:
+    """Just enough of a safetensors reader (F32) for these checks, without torch."""
+
+    def __init__(self, path):
+        import json
+        self.blob = open(path, "rb").read()
+        (n,) = struct.unpack("<Q", self.blob[:8])
+        self.header, self.base = json.loads(self.blob[8:8 + n]), 8 + n
+
+    def tensor(self, name):
+        info = self.header[name]
+        b, e = info["data_offsets"]
+        return np.frombuffer(self.blob[self.base + b:self.base + e], dtype="<f4").reshape(info["shape"])
+
+
+def check_new_archs(tmp):
+    """What mkmodel writes for Mistral windows, SmolLM3 and Gemma 3: llama.cpp's GGUF keys and tensor
+    conventions, transformers' config.json fields, and refusals of what GGUF cannot express."""
+    import json
+    import mkmodel
+    cfg = mkmodel.build_config("test-gemma3-softcap")
+    g, d = os.path.join(tmp, "g3.gguf"), os.path.join(tmp, "g3-st")
+    mkmodel.write_gguf(cfg, g, "F32", seed=3)
+    mkmodel.write_safetensors(cfg, d, "F32", seed=3)
+    r = G.GGUFReader(g)
+    md = r.metadata
+    check(md["general.architecture"] == "gemma3" and md["gemma3.attention.sliding_window"] == 16 and
+          md["gemma3.attention.key_length"] == 96 and md["gemma3.rope.freq_base"] == 1e6 and
+          md["gemma3.rope.scaling.type"] == "linear" and md["gemma3.rope.scaling.factor"] == 8.0 and
+          md["gemma3.final_logit_softcapping"] == 2.0, "gemma3 GGUF metadata")
+    names = set(r.tensors)
+    check({"blk.0.post_attention_norm.weight", "blk.0.ffn_norm.weight", "blk.0.post_ffw_norm.weight",
+           "blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= names and "output.weight" not in names,
+          "gemma3 GGUF tensor names (llama.cpp's), tied output")
+    st = _F32Safetensors(os.path.join(d, "model.safetensors"))
+    for gname, hname in (("blk.2.post_ffw_norm.weight", "model.layers.2.post_feedforward_layernorm.weight"),
+                         ("output_norm.weight", "model.norm.weight"),
+                         ("blk.0.attn_q_norm.weight", "model.layers.0.self_attn.q_norm.weight")):
+        check(np.array_equal(r.tensor(gname), st.tensor(hname) + np.float32(1)), f"GGUF {gname} = HF + 1")
+    check(np.array_equal(r.tensor("blk.1.attn_q.weight"), st.tensor("model.layers.1.self_attn.q_proj.weight")),
+          "gemma3 GGUF Q is not permuted (rotate-half RoPE)")
+    r.close()
+    c = json.load(open(os.path.join(d, "config.json")))
+    check(c["model_type"] == "gemma3_text" and c["sliding_window_pattern"] == 6 and
+          c["layer_types"][5] == "full_attention" and c["layer_types"].count("full_attention") == 1 and
+          c["rope_local_base_freq"] == 10000.0 and c["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}
+          and c["query_pre_attn_scalar"] == 96 and c["final_logit_softcapping"] == 2.0, "gemma3 config.json")
+    cfg = mkmodel.build_config("test-smollm3")
+    g, d = os.path.join(tmp, "smol.gguf"), os.path.join(tmp, "smol-st")
+    mkmodel.write_gguf(cfg, g, "F32", seed=3)
+    mkmodel.write_safetensors(cfg, d, "F32", seed=3)
+    c = json.load(open(os.path.join(d, "config.json")))
+    check(c["no_rope_layers"] == [1, 1, 1, 0, 1] and c["architectures"] == ["SmolLM3ForCausalLM"],
+          "smollm3 config.json: no_rope_layers 0 on layer 3")
+    r = G.GGUFReader(g)
+    st = _F32Safetensors(os.path.join(d, "model.safetensors"))
+    q = st.tensor("model.layers.0.self_attn.k_proj.weight")
+    check(r.metadata["general.architecture"] == "smollm3" and
+          np.array_equal(r.tensor("blk.0.attn_k.weight"), mkmodel.permute_for_adjacent_rope(q, cfg.kv_heads)),
+          "smollm3 GGUF: K permuted as for llama")
+    r.close()
+    cfg = mkmodel.build_config("test-mistral-swa")
+    g, d = os.path.join(tmp, "mis.gguf"), os.path.join(tmp, "mis-st")
+    mkmodel.write_gguf(cfg, g, "F32", seed=3)
+    mkmodel.write_safetensors(cfg, d, "F32", seed=3)
+    r = G.GGUFReader(g)
+    c = json.load(open(os.path.join(d, "config.json")))
+    check(r.metadata["general.architecture"] == "llama" and r.metadata["llama.attention.sliding_window"] == 20
+          and c["architectures"] == ["MistralForCausalLM"] and c["sliding_window"] == 20, "mistral window keys")
+    r.close()
+    for preset, kw in (("test-gemma3-st", {}), ("test-smollm3", dict(no_rope_interval=2)),
+                       ("test-gemma3", dict(query_pre_attn_scalar=64.0)),
+                       ("test-gemma3", dict(rope_local_theta=5e4))):
+        try:
+            mkmodel.write_gguf(mkmodel.build_config(preset, **kw), os.path.join(tmp, "no.gguf"))
+            check(False, f"GGUF refuses {preset} {kw}")
+        except ValueError:
+            pass
+
+
 def main():
     rng = np.random.default_rng(1234)
     check_q8_0_q4_0(rng)
@@ -260,6 +340,7 @@ def main():
     with tempfile.TemporaryDirectory(dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_file(tmp, rng)
         check_mkmodel(tmp)
+        check_new_archs(tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write random-weight Llama-family models in real configurations, as GGUF or as Hugging Face safetensors.
+"""Write random-weight Llama-family, SmolLM3 and Gemma 3 models in real configurations, as GGUF or as Hugging Face safetensors.
 
     mkmodel.py --preset tinyllama --dtype Q8_0 --out /tmp/tinyllama-q8.gguf
     mkmodel.py --preset test-qwen3 --format safetensors --dtype BF16 --out /tmp/qwen3-st
@@ -15,6 +15,22 @@ projection keeps activations at unit scale whatever the width, attention scores 
 masking bug then shows in the logits instead of vanishing in a uniform softmax), and logits have a spread
 of about 1. Embeddings are N(0, 1) (N(0, 1/dim) when tied, since they are then also the output matrix),
 norm weights 1 + N(0, 0.1), biases N(0, 0.1).
+
+Sliding windows, layers without RoPE and Gemma 3 (from transformers' modeling_mistral.py, modeling_smollm3.py,
+modeling_gemma3.py / configuration_gemma3.py, and llama.cpp's convert_hf_to_gguf.py and llama-model.cpp for
+the GGUF side):
+- `test-mistral-swa`: llama with a sliding window on every layer (config.json MistralForCausalLM
+  "sliding_window"; GGUF `llama.attention.sliding_window`). A query at p sees keys [p - W + 1, p].
+- `test-smollm3`: config.json lists "no_rope_layers" (1 = the layer applies RoPE, 0 = it does not) and
+  "no_rope_layer_interval"; llama.cpp's GGUF has no key for it and hard-codes the interval 4 (layer i has
+  no RoPE when (i + 1) % 4 == 0), so the GGUF writer refuses any other layout. Q/K are permuted for GGUF
+  as for llama (llama.cpp converts SmolLM3 with its Llama converter).
+- `test-gemma3*`: Gemma 3 text. HF norm weights are stored as w (the norm multiplies by 1 + w); GGUF stores
+  w + 1, as llama.cpp's converter does for every tensor whose name ends in "norm.weight". llama.cpp's
+  GGUF cannot express three things config.json can: it hard-codes the layer pattern (every 6th layer
+  global), the local RoPE base (10000) and the query scale (1/sqrt(head_dim), except for the 62-layer
+  27B). The GGUF writer refuses a model whose values differ, so a GGUF file and a safetensors directory
+  of one preset mean the same function; `test-gemma3-st` (safetensors only) uses other values for them.
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
@@ -62,14 +78,56 @@ PRESETS = {
                          vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True),
     "test-qwen3": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                        vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True),
+    # A 20-token window on every layer: sequences of 72 tokens span more than three windows.
+    "test-mistral-swa": dict(arch="llama", hf_type="mistral", dim=128, layers=2, heads=4, kv_heads=2, ffn=384,
+                             vocab=512, theta=10000.0, ctx=512, eps=1e-5, sliding_window=20),
+    # Five layers with llama.cpp's fixed interval 4: layer 3 has no RoPE, layers 0-2 and 4 do.
+    "test-smollm3": dict(arch="smollm3", dim=128, layers=5, heads=4, kv_heads=2, ffn=384, vocab=512,
+                         theta=5e6, ctx=512, eps=1e-6, tied=True, no_rope_interval=4),
+    # Seven layers, pattern 6: layers 0-4 and 6 local (window 16), layer 5 global. head_dim 96 != 256 / 4,
+    # GQA 2:1, global base 1e6 with linear scaling x8, local base 1e4. hidden 256 so that the embedding
+    # scale sqrt(256) = 16 is exact in every dtype (transformers rounds it to the weights' dtype). The query
+    # scale is 1/sqrt(head_dim) because that is all llama.cpp's GGUF can say (see the module docstring).
+    "test-gemma3": dict(arch="gemma3", dim=256, layers=7, heads=4, kv_heads=2, head_dim=96, ffn=512, vocab=512,
+                        theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=16, swa_pattern=6,
+                        rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
+                        query_pre_attn_scalar=96),
+    # The same with final logit softcapping tanh(x / 2) * 2 (GGUF gemma3.final_logit_softcapping).
+    "test-gemma3-softcap": dict(arch="gemma3", dim=256, layers=7, heads=4, kv_heads=2, head_dim=96, ffn=512,
+                                vocab=512, theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=16,
+                                swa_pattern=6, rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
+                                query_pre_attn_scalar=96, final_softcap=2.0),
+    # Safetensors only: what GGUF cannot say. query_pre_attn_scalar 64 (= hidden / heads, not head_dim), an
+    # explicit layer_types list that is not pattern 6, local base 2e4, softcap 3, window 12.
+    "test-gemma3-st": dict(arch="gemma3", dim=256, layers=5, heads=4, kv_heads=2, head_dim=96, ffn=512,
+                           vocab=512, theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=12,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                        "sliding_attention", "full_attention"],
+                           rope_local_theta=20000.0, rope_scaling="linear", rope_factor=4.0,
+                           query_pre_attn_scalar=64, final_softcap=3.0),
+    # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
+    "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
+                      vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
+                      swa_pattern=6, rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
+                      query_pre_attn_scalar=256),
 }
 
 DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
-                rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192)
+                rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
+                hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
+                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-           "qwen3": ("Qwen3ForCausalLM", "qwen3")}
+           "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
+           "gemma3": ("Gemma3ForCausalLM", "gemma3_text")}
+# config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
+HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral")}
+# llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
+LLAMA_CPP_GEMMA3_PATTERN = 6
+LLAMA_CPP_GEMMA3_LOCAL_THETA = 10000.0
+# llama.cpp's SmolLM3: n_no_rope_layer_step = 4, no GGUF key.
+LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL = 4
 # general.file_type (llama_ftype) for the dominant weight type.
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18}
 BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
@@ -82,12 +140,43 @@ class Config:
         self.kv_heads = self.kv_heads or self.heads
         self.head_dim = self.head_dim or self.dim // self.heads
         self.ffn = self.ffn or 4 * self.dim
-        # Qwen2 always has QKV biases and Qwen3 always has QK norms; plain Llama has neither.
+        # Qwen2 always has QKV biases and Qwen3 and Gemma 3 always have QK norms; plain Llama has neither.
         if self.qkv_bias is None:
             self.qkv_bias = self.arch == "qwen2"
         if self.qk_norm is None:
-            self.qk_norm = self.arch == "qwen3"
+            self.qk_norm = self.arch in ("qwen3", "gemma3")
+        if self.arch == "gemma3":
+            # configuration_gemma3.py's defaults: pattern 6, local base 1e4, query_pre_attn_scalar 256 (the
+            # head_dim of every released model; here the model's own head_dim).
+            if self.layer_types is None and self.swa_pattern is None:
+                self.swa_pattern = LLAMA_CPP_GEMMA3_PATTERN
+            if self.rope_local_theta is None:
+                self.rope_local_theta = LLAMA_CPP_GEMMA3_LOCAL_THETA
+            if self.query_pre_attn_scalar is None:
+                self.query_pre_attn_scalar = self.head_dim
+        if self.arch == "smollm3" and self.no_rope_layers is None:
+            self.no_rope_interval = self.no_rope_interval or LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL
         self.validate()
+
+    def layer_kinds(self):
+        """Per layer "sliding_attention" or "full_attention", as transformers' layer_types."""
+        if self.arch == "gemma3" and self.sliding_window:
+            if self.layer_types is not None:
+                return list(self.layer_types)
+            # configuration_gemma3.py: layer i is global when (i + 1) % pattern == 0.
+            return ["sliding_attention" if (i + 1) % self.swa_pattern else "full_attention"
+                    for i in range(self.layers)]
+        if self.arch == "llama" and self.sliding_window:
+            return ["sliding_attention"] * self.layers     # Mistral: every layer
+        return ["full_attention"] * self.layers
+
+    def rope_layers(self):
+        """SmolLM3's no_rope_layers: 1 where the layer applies RoPE, 0 where it does not."""
+        if self.arch != "smollm3":
+            return [1] * self.layers
+        if self.no_rope_layers is not None:
+            return [int(bool(v)) for v in self.no_rope_layers]
+        return [int((i + 1) % self.no_rope_interval != 0) for i in range(self.layers)]
 
     def validate(self):
         if self.arch not in HF_ARCH:
@@ -98,12 +187,63 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch == "qwen3"):
-            raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's: no real model mixes them otherwise")
+        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3")):
+            raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
+                             "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear"):
             raise ValueError("rope scaling must be llama3, linear or none")
         if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
             raise ValueError("rope-factor must be a positive number")
+        if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
+            raise ValueError(f"no Hugging Face type {self.hf_type} for {self.arch}")
+        if self.sliding_window is not None:
+            if self.arch not in ("llama", "gemma3") or self.sliding_window < 1:
+                raise ValueError("sliding-window: a positive window, for llama (Mistral) or gemma3")
+            if self.arch == "llama" and self.hf_type != "mistral":
+                raise ValueError("a llama sliding window is Mistral's: use --hf-type mistral")
+        gemma_only = (self.swa_pattern, self.layer_types, self.rope_local_theta, self.query_pre_attn_scalar,
+                      self.final_softcap)
+        if self.arch != "gemma3" and any(v is not None for v in gemma_only):
+            raise ValueError("layer pattern, local RoPE base, query_pre_attn_scalar and softcap are Gemma 3's")
+        if self.arch == "gemma3":
+            if self.layer_types is not None and (len(self.layer_types) != self.layers or any(
+                    t not in ("sliding_attention", "full_attention") for t in self.layer_types)):
+                raise ValueError("layer_types: one sliding_attention or full_attention per layer")
+            if self.swa_pattern is not None and self.swa_pattern < 1:
+                raise ValueError("swa-pattern must be positive")
+            if self.rope_scaling == "llama3":
+                raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
+            if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
+                raise ValueError("query_pre_attn_scalar and final softcap must be positive")
+        if (self.no_rope_interval is not None or self.no_rope_layers is not None) and self.arch != "smollm3":
+            raise ValueError("layers without RoPE are SmolLM3's")
+        if self.arch == "smollm3":
+            if self.no_rope_layers is not None and len(self.no_rope_layers) != self.layers:
+                raise ValueError("no_rope_layers: one entry per layer")
+            if self.no_rope_layers is None and not self.no_rope_interval >= 1:
+                raise ValueError("no-rope-interval must be positive")
+
+    def gguf_refusal(self):
+        """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
+        if self.arch == "smollm3":
+            want = [int((i + 1) % LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL != 0) for i in range(self.layers)]
+            if self.rope_layers() != want:
+                return ("GGUF smollm3 has no key for the layers without RoPE: llama.cpp hard-codes every 4th "
+                        "layer")
+        if self.arch == "gemma3":
+            if self.sliding_window:
+                want = ["sliding_attention" if i % LLAMA_CPP_GEMMA3_PATTERN < LLAMA_CPP_GEMMA3_PATTERN - 1
+                        else "full_attention" for i in range(self.layers)]
+                if self.layer_kinds() != want:
+                    return "GGUF gemma3 has no layer pattern key: llama.cpp hard-codes every 6th layer global"
+                if self.rope_local_theta != LLAMA_CPP_GEMMA3_LOCAL_THETA:
+                    return "GGUF gemma3 has no local RoPE base key: llama.cpp hard-codes 10000"
+            # llama.cpp: 1/sqrt(head_dim), except the 27B (62 layers): 1/sqrt(hidden / heads).
+            qpas = self.dim // self.heads if self.layers == 62 else self.head_dim
+            if self.query_pre_attn_scalar != qpas:
+                return (f"GGUF gemma3 has no query scale key: llama.cpp derives 1/sqrt({qpas}), the model uses "
+                        f"1/sqrt({self.query_pre_attn_scalar:g})")
+        return None
 
     def as_dict(self):
         return {k: getattr(self, k) for k in DEFAULTS}
@@ -170,6 +310,8 @@ def write_tokenizer_bin(path, n_vocab):
 # Tensors: canonical (GGUF) name, Hugging Face name, numpy shape, initialisation.
 
 def tensor_specs(cfg):
+    if cfg.arch == "gemma3":
+        return gemma3_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -202,6 +344,37 @@ def tensor_specs(cfg):
     return specs
 
 
+def gemma3_tensor_specs(cfg):
+    """Gemma 3 text: GGUF names from llama.cpp's constants.py (MODEL_ARCH.GEMMA3) and tensor_mapping.py
+    (HF post_attention_layernorm is GGUF post_attention_norm here, pre_feedforward_layernorm is ffn_norm,
+    post_feedforward_layernorm is post_ffw_norm). Norms are "gemma_norm": the Hugging Face value w, which
+    the model uses as 1 + w; GGUF stores w + 1."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed")]   # scaled by sqrt(hidden) in the model: N(0, 1/hidden) gives unit inputs
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs += [
+            (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "gemma_norm"),
+            (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+            (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (cfg.head_dim,), "gemma_norm"),
+            (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "gemma_norm"),
+            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "gemma_norm"),
+            (b + "ffn_norm.weight", h + "pre_feedforward_layernorm.weight", (cfg.dim,), "gemma_norm"),
+            (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
+            (b + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", (cfg.dim,), "gemma_norm"),
+        ]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "gemma_norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -223,7 +396,7 @@ def random_chunks(seed, name, shape, kind):
             x *= np.float32(1.0 / math.sqrt(shape[1]))
         elif kind == "norm":
             x = np.float32(1) + np.float32(0.1) * x
-        elif kind == "bias":
+        elif kind == "bias" or kind == "gemma_norm":
             x *= np.float32(0.1)
         yield x
 
@@ -278,6 +451,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     dtype = dtype.upper()
     if dtype != "Q4_K_M":
         G.type_id(dtype)
+    refusal = cfg.gguf_refusal()
+    if refusal:
+        raise ValueError(refusal)
     w = G.GGUFWriter(path)
     a = cfg.arch
     w.add_str("general.architecture", a)
@@ -292,11 +468,15 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a == "qwen3":
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
-    if a == "llama":
+    if a in ("llama", "smollm3"):
         w.add_u32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if cfg.sliding_window:
+        w.add_u32(f"{a}.attention.sliding_window", cfg.sliding_window)
+    if cfg.final_softcap is not None:
+        w.add_f32(f"{a}.final_logit_softcapping", cfg.final_softcap)
     pieces, scores, types = vocabulary(cfg.vocab)
     w.add_str("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
@@ -315,11 +495,15 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     for gname, _, shape, kind in tensor_specs(cfg):
         # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
         ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 else "F32"
-        permute = a == "llama" and any(s in gname for s in ("attn_q.", "attn_k."))
+        # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
+        permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
+        elif kind == "gemma_norm":
+            # convert_hf_to_gguf.py (Gemma3Model.norm_shift): GGUF stores the norm as w + 1.
+            data = (lambda n=gname, s=shape, k=kind: (c + np.float32(1) for c in random_chunks(seed, n, s, k)))
         else:
             data = (lambda n=gname, s=shape, k=kind: random_chunks(seed, n, s, k))
         w.add_tensor(gname, shape, ttype, data)
@@ -342,7 +526,9 @@ def st_encode(x, dtype):
 
 
 def hf_config(cfg, dtype):
-    arch_cls, model_type = HF_ARCH[cfg.arch]
+    if cfg.arch == "gemma3":
+        return gemma3_hf_config(cfg, dtype)
+    arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
         "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
@@ -351,9 +537,16 @@ def hf_config(cfg, dtype):
         "tie_word_embeddings": bool(cfg.tied), "torch_dtype": TORCH_DTYPE[dtype], "hidden_act": "silu",
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
     }
-    if cfg.arch == "llama":
+    if cfg.arch == "llama" and cfg.hf_type != "mistral":
         c["attention_bias"] = False
         c["mlp_bias"] = False
+    if cfg.hf_type == "mistral":
+        c["sliding_window"] = cfg.sliding_window
+    if cfg.arch == "smollm3":
+        # configuration_smollm3.py: no_rope_layers[i] is 1 when layer i applies RoPE.
+        c.update(attention_bias=False, mlp_bias=False, no_rope_layers=cfg.rope_layers(),
+                 no_rope_layer_interval=cfg.no_rope_interval or LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL,
+                 use_sliding_window=False, sliding_window=None, layer_types=cfg.layer_kinds())
     if cfg.rope_scaling == "llama3":
         c["rope_scaling"] = {"rope_type": "llama3", "factor": cfg.rope_factor,
                              "low_freq_factor": cfg.rope_low_freq, "high_freq_factor": cfg.rope_high_freq,
@@ -363,6 +556,29 @@ def hf_config(cfg, dtype):
         c["rope_scaling"] = {"type": "linear", "factor": cfg.rope_factor}
     else:
         c["rope_scaling"] = None
+    return c
+
+
+def gemma3_hf_config(cfg, dtype):
+    """config.json as transformers writes a Gemma3TextConfig: the rope keys of Gemma 3's released configs
+    (rope_theta for global layers, rope_local_base_freq for local ones, rope_scaling for the global ones only)
+    and the layer pattern as layer_types, plus sliding_window_pattern when the model follows one."""
+    c = {
+        "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.eps,
+        "rope_theta": cfg.theta, "rope_local_base_freq": cfg.rope_local_theta, "vocab_size": cfg.vocab,
+        "max_position_embeddings": cfg.ctx, "tie_word_embeddings": bool(cfg.tied),
+        "torch_dtype": TORCH_DTYPE[dtype], "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": cfg.query_pre_attn_scalar, "sliding_window": cfg.sliding_window,
+        "final_logit_softcapping": cfg.final_softcap, "attn_logit_softcapping": None, "attention_bias": False,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+        "rope_scaling": ({"rope_type": "linear", "factor": cfg.rope_factor} if cfg.rope_scaling == "linear"
+                         else None),
+    }
+    if cfg.layer_types is None and cfg.swa_pattern is not None:
+        c["sliding_window_pattern"] = cfg.swa_pattern
+    c["layer_types"] = cfg.layer_kinds() if cfg.sliding_window else ["full_attention"] * cfg.layers
     return c
 
 
@@ -443,7 +659,16 @@ def main(argv=None):
     ap.add_argument("--tied", action="store_true", default=None, help="output shares the token embedding")
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
-    ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3)")
+    ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
+    ap.add_argument("--hf-type", choices=["mistral"], help="config.json type for a llama model (MistralForCausalLM)")
+    ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "
+                    "layer for llama (Mistral), the local layers for gemma3")
+    ap.add_argument("--swa-pattern", type=int, help="gemma3: every Nth layer is global (default 6)")
+    ap.add_argument("--rope-local-theta", type=float, help="gemma3: RoPE base of the local layers (default 1e4)")
+    ap.add_argument("--query-pre-attn-scalar", type=float, help="gemma3: scores scaled by its -1/2 power "
+                    "(default head-dim)")
+    ap.add_argument("--final-softcap", type=float, help="gemma3: logits become tanh(x / c) * c")
+    ap.add_argument("--no-rope-interval", type=int, help="smollm3: every Nth layer has no RoPE (default 4)")
     ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix; safetensors: F32 F16 BF16)")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
@@ -460,7 +685,10 @@ def main(argv=None):
                            qkv_bias=args.qkv_bias, qk_norm=args.qk_norm,
                            rope_factor=args.rope_factor, rope_low_freq=args.rope_low_freq,
                            rope_high_freq=args.rope_high_freq, rope_orig_ctx=args.rope_orig_ctx,
-                           rope_scaling=rope)
+                           rope_scaling=rope, hf_type=args.hf_type, sliding_window=args.sliding_window,
+                           swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
+                           query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
+                           no_rope_interval=args.no_rope_interval)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random")
