@@ -265,6 +265,14 @@ int pith_cmd_run(int argc, char **argv) {
         fprintf(stderr, "pith run: --chat cannot be combined with -f or --logits-out\n");
         return PITH_EXIT_USAGE;
     }
+    if (o.batch.prompts_path && o.logits_out) {
+        fprintf(stderr, "pith run: --logits-out is for a single prompt, not -f\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.batch.jsonl && !o.batch.prompts_path) {
+        fprintf(stderr, "pith run: --jsonl needs -f (batch mode)\n");
+        return PITH_EXIT_USAGE;
+    }
 
     pith_err err = {{0}};
     pith_assets a;
