@@ -133,8 +133,9 @@ class BenchCli(unittest.TestCase):
                 self.assertAlmostEqual(o["ratio"], size * tps / 1e9 / bw, delta=1e-9 * o["ratio"])
             else:
                 self.assertEqual(o["ratio_kind"], "int8_peak" if quantized else "fma_peak")
-                passes = -(-n_prompt // o["n_batch"])
-                ops = 2.0 * (layer * n_prompt + output * passes) * tps / n_prompt
+                # The engine asks for the last prompt token's logits alone, whatever the number of
+                # steps of n_batch tokens: the output matrix runs once per prompt.
+                ops = 2.0 * (layer * n_prompt + output) * tps / n_prompt
                 self.assertAlmostEqual(o["achieved_gops"], ops / 1e9, delta=1e-9 * ops)
                 self.assertTrue(o["peak_gops"] > 0)
                 self.assertEqual(o["peak_isa"], expected_peak_isa(o["probe_isa"], types[0]), o)
@@ -218,9 +219,18 @@ class BenchCli(unittest.TestCase):
         self.assert_usage_error(["-m", m, "-p", "abc"], b"not an integer")
         self.assert_usage_error(["-m", m, "-b", "0"], b"out of range")
         self.assert_usage_error(["-m", m, "-p", "0", "-n", "0"], b"nothing to measure")
-        # test-llama's context is 512 positions; generation needs one more than -n for the BOS.
+        # test-llama's context is 512 positions. pp needs one more than -p (the engine samples a token
+        # after the prompt); tg two more than -n (the BOS, and the last token sampled).
         self.assert_usage_error(["-m", m, "-p", "600", "-r", "1", "--bw-mib", "8"], b"context")
+        self.assert_usage_error(["-m", m, "-p", "512", "-n", "0", "-r", "1", "--bw-mib", "8"], b"context")
         self.assert_usage_error(["-m", m, "-p", "0", "-n", "512", "-r", "1", "--bw-mib", "8"], b"context")
+        self.assert_usage_error(["-m", m, "-p", "0", "-n", "511", "-r", "1", "--bw-mib", "8"], b"context")
+
+    def test_longest_fitting_tests(self):
+        # The longest pp and tg that fit test-llama's 512 positions, through the engine's length checks.
+        objs = self.bench_json(self.q8, ["-t", "1", "-p", "511", "-n", "510", "-b", "200", "--no-warmup"])
+        self.assertEqual([o["test"] for o in objs], ["pp511", "tg510"])
+        self.assertEqual(objs[0]["n_batch"], 200)
 
     def test_missing_model(self):
         r = run_pith(["bench", "-m", os.path.join(tmp_dir(), "no-such-model.gguf"), "-r", "1"])

@@ -13,7 +13,8 @@ class CliArgs(unittest.TestCase):
         r = run_pith(["run", "--help"])
         self.assertEqual(r.returncode, 0)
         for opt in [b"-m", b"--tokenizer", b"-p", b"-n", b"-t", b"--temp", b"--top-k", b"--top-p",
-                    b"--min-p", b"--seed", b"--ignore-eos", b"--logits-out"]:
+                    b"--min-p", b"--seed", b"--ignore-eos", b"--logits-out", b"--max-seq-len", b"--kv-blocks",
+                    b"--kv-mem", b"--block-size", b"--max-batch-tokens", b"--no-prefix-cache"]:
             self.assertIn(opt, r.stdout, opt)
 
     def assert_usage_error(self, args, needle):
@@ -32,6 +33,10 @@ class CliArgs(unittest.TestCase):
         self.assert_usage_error(["run", "-m", "x", "--temp", "nan"], b"not a number")
         self.assert_usage_error(["run", "-m", "x", "--top-p", "1.5"], b"out of range")
         self.assert_usage_error(["run", "-m", "x", "-t", "0"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--jsonl"], b"needs -f")
+        self.assert_usage_error(["run", "-m", "x", "-f", "p.txt", "--logits-out", "l.bin"], b"single prompt")
+        self.assert_usage_error(["run", "-m", "x", "--max-seq-len", "1"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--kv-mem", "12Q"], b"not a size")
 
     def test_missing_model_file(self):
         r = run_pith(["run", "-m", os.path.join(tmp_dir(), "does-not-exist.gguf"), "-n", "1"])

@@ -94,6 +94,35 @@ class Stories260K(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(os.path.getsize(out), 7 * 512 * 4)
 
+    def test_engine_options_apply_to_one_prompt(self):
+        # A single prompt runs through the engine: its options are not ignored.
+        base = ["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", "Once upon a time", "-n", "40", "--temp", "0",
+                "--ignore-eos"]
+        ref_logits = os.path.join(tmp_dir(), "stories260k-opts-ref.bin")
+        ref = run_pith(base + ["--logits-out", ref_logits])
+        self.assertEqual(ref.returncode, 0, ref.stderr)
+        self.assertNotIn(b"stopped", ref.stderr)
+        # Prompt chunks of 2 tokens and blocks of 4: the same tokens, the same logits within rounding.
+        chunked_logits = os.path.join(tmp_dir(), "stories260k-opts-chunked.bin")
+        chunked = run_pith(base + ["--max-batch-tokens", "2", "--block-size", "4", "--logits-out", chunked_logits])
+        self.assertEqual(chunked.returncode, 0, chunked.stderr)
+        self.assertEqual(chunked.stdout, ref.stdout)
+        a, b = np.fromfile(ref_logits, dtype="<f4"), np.fromfile(chunked_logits, dtype="<f4")
+        self.assertEqual(a.size, 40 * 512)
+        self.assertLess(np.abs(a - b).max(), 1e-3)
+        # The length limit: 5 prompt tokens (BOS included) + 15 generated, and stderr says why it stopped.
+        short_logits = os.path.join(tmp_dir(), "stories260k-opts-short.bin")
+        short = run_pith(base + ["--max-seq-len", "20", "--logits-out", short_logits])
+        self.assertEqual(short.returncode, 0, short.stderr)
+        self.assertIn(b"stopped after 15 of 40 tokens", short.stderr)
+        self.assertIn(b"generated 15 tokens", short.stderr)
+        self.assertEqual(os.path.getsize(short_logits), 15 * 512 * 4)
+        self.assertTrue(ref.stdout.startswith(short.stdout.rstrip(b"\n")), (ref.stdout, short.stdout))
+        # A KV pool too small for the prompt is a clear error, not a crash.
+        tiny = run_pith(base + ["--kv-blocks", "1", "--block-size", "4"])
+        self.assertEqual(tiny.returncode, 1, tiny.stderr)
+        self.assertIn(b"at most 4 tokens per sequence", tiny.stderr)
+
     def test_same_seed_same_text(self):
         args = ["run", "-m", MODEL, "--tokenizer", TOKENIZER, "-p", "Once upon a time", "-n", "60",
                 "--temp", "1.0", "--top-k", "0", "--top-p", "0.9", "--seed", "42"]

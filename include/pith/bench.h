@@ -13,9 +13,10 @@
  * can give at that moment; call it right before and after the run it qualifies, since other tenants
  * move it by tens of percent.
  *
- * Model runs (pith_bench_runner) time prompt processing and text generation through the public model
- * API (model.h, batch.h, kv.h) with random token ids, one sequence, positions from 0, a private KV
- * cache: the same work as llama.cpp's llama-bench "pp" and "tg" tests.
+ * Model runs (pith_bench_runner) time prompt processing and text generation through the engine
+ * (engine.h), the path `pith run` and the server take: one request at a time, random prompt token ids,
+ * greedy sampling, no prefix cache: the same work as llama.cpp's llama-bench "pp" and "tg" tests, plus
+ * what the engine adds to each step (scheduling, batch layout, sampling).
  *
  * Nothing here prints; every fallible function returns 0 / -1 and fills a pith_err. */
 #ifndef PITH_BENCH_H
@@ -78,17 +79,25 @@ int pith_bench_weights_of(const pith_model *m, pith_bench_weights *w, pith_err *
 
 typedef struct pith_bench_runner pith_bench_runner;
 
-/* Room for prompts of up to max_prompt tokens (in batches of up to max_batch) and for max_gen generated
- * tokens after a BOS. Fails when that does not fit the model's context. */
-int pith_bench_runner_new(pith_model *m, int max_prompt, int max_batch, int max_gen, uint64_t seed,
+/* Positions (prompt plus generated tokens) one sequence needs for prompts of up to max_prompt tokens
+ * and generations of up to max_gen: pp takes the prompt and the one token it samples (max_prompt + 1),
+ * tg a BOS, max_gen decoded tokens and the last one sampled (max_gen + 2); 0 for a test of 0 tokens. */
+int pith_bench_positions(int max_prompt, int max_gen);
+
+/* One engine over m (which must outlive the runner) for prompts of up to max_prompt tokens run in steps
+ * of up to `batch` tokens, and generations of up to max_gen tokens after a BOS; seed drives the random
+ * prompt ids. Fails when pith_bench_positions(max_prompt, max_gen) exceeds the model's context. */
+int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, uint64_t seed,
                           pith_bench_runner **out, pith_err *err);
 void pith_bench_runner_free(pith_bench_runner *r);
 
-/* One prompt of n random tokens from position 0, in forward passes of `batch` tokens (the last one
- * shorter); logits for the last token of each pass. *seconds: wall time of the whole prompt. */
-int pith_bench_pp(pith_bench_runner *r, int n, int batch, double *seconds, pith_err *err);
-/* Decodes the model's BOS (untimed) and then n random tokens one forward pass each, logits every time.
- * *seconds: wall time of the n passes. */
+/* One request whose prompt is n random token ids (1 <= n <= max_prompt), max_tokens 1: the engine runs
+ * it in chunks of the runner's batch size, logits for the last prompt token only. *seconds: wall time
+ * from the submission to the request's final event. */
+int pith_bench_pp(pith_bench_runner *r, int n, double *seconds, pith_err *err);
+/* One request whose prompt is the model's BOS and that generates n + 1 tokens (1 <= n <= max_gen),
+ * EOS ignored: the first token comes from the BOS (untimed), then n decode steps of one token each.
+ * *seconds: wall time from the first token event to the final event, i.e. of the n decode steps. */
 int pith_bench_tg(pith_bench_runner *r, int n, double *seconds, pith_err *err);
 
 /* ---- statistics ---- */

@@ -1,137 +1,164 @@
-/* Timed prompt processing and generation through the public model API.
+/* Timed prompt processing and generation through the engine (engine.h), the path `pith run` and the
+ * server take.
  *
- * One sequence whose block table is the identity (slot == position), in a KV cache of its own sized for
- * the longer of the two tests; each test starts again at position 0 and overwrites the slots it uses.
- * Token ids are random: speed does not depend on them, and no tokenizer is needed. */
+ * One engine per runner, for one sequence at a time: max_num_seqs 1, max_batch_tokens the pp batch, the
+ * prefix cache off (a repetition must compute its prompt again, never find it cached), and a KV pool of
+ * exactly the blocks the longer test needs. Prompt token ids are random: speed does not depend on them,
+ * and no tokenizer is needed. Sampling is greedy. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pith/bench.h"
+#include "pith/engine.h"
 
 #define BLOCK_SIZE 16
 
 struct pith_bench_runner {
-    pith_model *m;
-    bool mem;
-    int max_prompt, max_batch, max_gen;
-    int max_blocks;
-    int32_t *block_table; /* [max_blocks] */
-    int32_t *tokens, *positions, *seq, *slots; /* [max_batch] */
-    uint8_t *want;
-    float *logits; /* [n_vocab]: every pass asks for one row */
+    pith_engine *e;
+    int n_vocab;
+    int32_t bos;
+    int max_prompt, max_gen;
+    int32_t *prompt; /* [max_prompt] */
     uint64_t rng;
 };
 
-/* xorshift64*: a few random token ids per pass need nothing better. */
+/* What the callback saw of one request. */
+typedef struct bench_events {
+    int n_tokens;
+    double t_first;  /* first token event */
+    double t_final;  /* final event */
+    bool done;
+    pith_finish_reason why;
+    pith_usage usage;
+    char error[256];
+} bench_events;
+
+static void on_token(const pith_token_event *ev, void *user) {
+    bench_events *b = user;
+    double t = pith_bench_now();
+    if (!ev->final) {
+        if (b->n_tokens++ == 0) b->t_first = t;
+        return;
+    }
+    b->t_final = t;
+    b->done = true;
+    b->why = ev->finish_reason;
+    b->usage = ev->usage;
+    snprintf(b->error, sizeof b->error, "%s", ev->error);
+}
+
+/* xorshift64*: random prompt ids need nothing better. */
 static int32_t random_token(pith_bench_runner *r) {
     r->rng ^= r->rng >> 12;
     r->rng ^= r->rng << 25;
     r->rng ^= r->rng >> 27;
-    return (int32_t)((r->rng * 0x2545f4914f6cdd1dull >> 33) % (uint64_t)r->m->hp.n_vocab);
+    return (int32_t)((r->rng * 0x2545f4914f6cdd1dull >> 33) % (uint64_t)r->n_vocab);
 }
 
 void pith_bench_runner_free(pith_bench_runner *r) {
     if (!r) return;
-    if (r->mem) pith_model_mem_free(r->m);
-    free(r->block_table);
-    free(r->tokens);
-    free(r->positions);
-    free(r->seq);
-    free(r->slots);
-    free(r->want);
-    free(r->logits);
+    pith_engine_free(r->e);
+    free(r->prompt);
     free(r);
 }
 
-int pith_bench_runner_new(pith_model *m, int max_prompt, int max_batch, int max_gen, uint64_t seed,
+int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, uint64_t seed,
                           pith_bench_runner **out, pith_err *err) {
     *out = NULL;
-    if (max_prompt < 0 || max_gen < 0 || max_batch < 1)
-        return pith_errf(err, "bench: prompt %d, generation %d and batch %d must be >= 0, >= 0, >= 1",
-                         max_prompt, max_gen, max_batch);
-    /* Generation decodes a BOS first, so it needs one position more than it times. */
-    int64_t need = max_prompt > max_gen + 1 ? max_prompt : (int64_t)max_gen + 1;
+    if (max_prompt < 0 || max_gen < 0 || batch < 1 || max_prompt > (1 << 24) || max_gen > (1 << 24))
+        return pith_errf(err, "bench: prompt %d, generation %d and batch %d must be in 0..2^24, 0..2^24, >= 1",
+                         max_prompt, max_gen, batch);
+    int need = pith_bench_positions(max_prompt, max_gen);
     if (need > m->hp.ctx_len)
-        return pith_errf(err, "bench: %lld positions needed but the model's context is %d",
-                         (long long)need, m->hp.ctx_len);
+        return pith_errf(err, "bench: %d positions needed but the model's context is %d", need, m->hp.ctx_len);
     pith_bench_runner *r = calloc(1, sizeof *r);
     if (!r) return pith_errf(err, "out of memory");
-    r->m = m;
+    r->n_vocab = m->hp.n_vocab;
+    r->bos = m->hp.bos_id;
     r->max_prompt = max_prompt;
     r->max_gen = max_gen;
-    r->max_batch = max_batch < max_prompt ? max_batch : (max_prompt > 0 ? max_prompt : 1);
     r->rng = seed ? seed : 0x853c49e6748fea9bull;
-    r->max_blocks = (int)((need + BLOCK_SIZE - 1) / BLOCK_SIZE);
-    size_t nb = (size_t)r->max_batch;
-    r->block_table = malloc((size_t)r->max_blocks * sizeof *r->block_table);
-    r->tokens = malloc(nb * sizeof *r->tokens);
-    r->positions = malloc(nb * sizeof *r->positions);
-    r->seq = calloc(nb, sizeof *r->seq);
-    r->slots = malloc(nb * sizeof *r->slots);
-    r->want = calloc(nb, 1);
-    r->logits = malloc((size_t)m->hp.n_vocab * sizeof *r->logits);
-    if (!r->block_table || !r->tokens || !r->positions || !r->seq || !r->slots || !r->want || !r->logits) {
-        pith_bench_runner_free(r);
+    if (max_prompt > 0 && !(r->prompt = malloc((size_t)max_prompt * sizeof *r->prompt))) {
+        free(r);
         return pith_errf(err, "out of memory");
     }
-    for (int i = 0; i < r->max_blocks; i++) r->block_table[i] = i;
-    pith_mem_layout lay = {.block_size = BLOCK_SIZE, .n_groups = m->mem.n_groups};
-    for (int k = 0; k < lay.n_groups; k++) lay.n_blocks[k] = r->max_blocks, lay.type[k] = PITH_F16;
-    pith_model_limits lim = {.max_batch_tokens = r->max_batch, .max_num_seqs = 1, .max_seq_len = (int)need, .max_logits = 1};
-    if (pith_model_prepare(m, &lim, err) || pith_model_mem_alloc(m, &lay, err)) {
+    /* No batch larger than the prompt: the engine sizes its batch buffers by max_batch_tokens. */
+    int max_batch = batch < max_prompt ? batch : (max_prompt > 0 ? max_prompt : 1);
+    pith_engine_options eo = {
+        .block_size = BLOCK_SIZE,
+        .kv_blocks = (need + BLOCK_SIZE - 1) / BLOCK_SIZE,
+        .max_num_seqs = 1,
+        .max_batch_tokens = max_batch,
+        .max_seq_len = need,
+        .max_waiting = 1,
+        .no_prefix_cache = true,
+    };
+    if (pith_engine_create(m, NULL, &eo, &r->e, err)) {
+        pith_err_prefix(err, "bench");
         pith_bench_runner_free(r);
         return -1;
     }
-    r->mem = true;
+    if (pith_engine_max_seq_len(r->e) < need) {
+        pith_errf(err, "bench: %d positions needed but the engine holds %d per sequence", need,
+                  pith_engine_max_seq_len(r->e));
+        pith_bench_runner_free(r);
+        return -1;
+    }
     *out = r;
     return 0;
 }
 
-/* One forward pass of n tokens at positions start..start+n-1 (tokens already in r->tokens); logits for
- * the last. */
-static int forward(pith_bench_runner *r, int start, int n, pith_err *err) {
-    for (int i = 0; i < n; i++) {
-        r->positions[i] = start + i;
-        r->slots[i] = start + i;
-        r->want[i] = i == n - 1;
-    }
-    pith_batch_mem bm[PITH_MAX_MEM_GROUPS];
-    for (int k = 0; k < PITH_MAX_MEM_GROUPS; k++)
-        bm[k] = (pith_batch_mem){.slots = r->slots, .block_tables = r->block_table, .max_blocks = r->max_blocks, .state_slots = r->seq};
-    pith_batch b = {
-        .n_tokens = n, .tokens = r->tokens, .positions = r->positions, .seq = r->seq, .want_logits = r->want,
-        .n_seqs = 1, .n_groups = r->m->mem.n_groups, .mem = bm,
-    };
-    return pith_model_forward(r->m, &b, r->logits, err);
+int pith_bench_positions(int max_prompt, int max_gen) {
+    int pp = max_prompt > 0 ? max_prompt + 1 : 0;
+    int tg = max_gen > 0 ? max_gen + 2 : 0;
+    return pp > tg ? pp : tg;
 }
 
-int pith_bench_pp(pith_bench_runner *r, int n, int batch, double *seconds, pith_err *err) {
-    if (n < 1 || n > r->max_prompt) return pith_errf(err, "bench: prompt of %d tokens, room for 1..%d", n, r->max_prompt);
-    if (batch < 1) return pith_errf(err, "bench: batch %d must be >= 1", batch);
-    if (batch > r->max_batch) batch = r->max_batch;
-    double t = 0;
-    for (int start = 0; start < n; start += batch) {
-        int len = n - start < batch ? n - start : batch;
-        for (int i = 0; i < len; i++) r->tokens[i] = random_token(r);
-        /* Only the model's work is timed, not drawing the random ids. */
-        double t0 = pith_bench_now();
-        if (forward(r, start, len, err)) return -1;
-        t += pith_bench_now() - t0;
+/* Submits one greedy request (EOS ignored), runs the engine until it is done, and checks that it
+ * generated max_tokens tokens. *t_submit: the time of the submission. */
+static int run_request(pith_bench_runner *r, const int32_t *prompt, int n_prompt, int max_tokens,
+                       bench_events *b, double *t_submit, pith_err *err) {
+    memset(b, 0, sizeof *b);
+    pith_request q = {
+        .prompt = prompt, .n_prompt = n_prompt, .sampling = pith_sampling_defaults(), .max_tokens = max_tokens,
+        .ignore_eos = true, .on_token = on_token, .user = b,
+    };
+    q.sampling.temperature = 0;
+    *t_submit = pith_bench_now();
+    if (pith_engine_submit(r->e, &q, NULL, err) != 0) {
+        pith_err_prefix(err, "bench");
+        return -1;
     }
-    *seconds = t;
+    pith_err run_err = {{0}};
+    int rc = pith_engine_run(r->e, &run_err);
+    if (!b->done) return pith_errf(err, "bench: the engine finished without a final event");
+    if (b->why == PITH_FINISH_ERROR || rc)
+        return pith_errf(err, "bench: the model failed: %s", b->error[0] ? b->error : run_err.msg);
+    if (b->why != PITH_FINISH_LENGTH || b->n_tokens != max_tokens)
+        return pith_errf(err, "bench: the request ended (%s) after %d of %d tokens", pith_finish_reason_str(b->why),
+                         b->n_tokens, max_tokens);
+    return 0;
+}
+
+int pith_bench_pp(pith_bench_runner *r, int n, double *seconds, pith_err *err) {
+    if (n < 1 || n > r->max_prompt) return pith_errf(err, "bench: prompt of %d tokens, room for 1..%d", n, r->max_prompt);
+    /* Drawing the ids is not timed: only submit to the final event. */
+    for (int i = 0; i < n; i++) r->prompt[i] = random_token(r);
+    bench_events b;
+    double t0;
+    if (run_request(r, r->prompt, n, 1, &b, &t0, err)) return -1;
+    *seconds = b.t_final - t0;
     return 0;
 }
 
 int pith_bench_tg(pith_bench_runner *r, int n, double *seconds, pith_err *err) {
     if (n < 1 || n > r->max_gen) return pith_errf(err, "bench: generation of %d tokens, room for 1..%d", n, r->max_gen);
-    int bos = r->m->hp.bos_id;
-    r->tokens[0] = bos >= 0 && bos < r->m->hp.n_vocab ? bos : random_token(r);
-    if (forward(r, 0, 1, err)) return -1;
-    double t0 = pith_bench_now();
-    for (int pos = 1; pos <= n; pos++) {
-        r->tokens[0] = random_token(r);
-        if (forward(r, pos, 1, err)) return -1;
-    }
-    *seconds = pith_bench_now() - t0;
+    int32_t bos = r->bos >= 0 && r->bos < r->n_vocab ? r->bos : random_token(r);
+    bench_events b;
+    double t0;
+    /* The first token comes from the BOS prompt (untimed); the n decode steps after it are timed. */
+    if (run_request(r, &bos, 1, n + 1, &b, &t0, err)) return -1;
+    *seconds = b.t_final - b.t_first;
     return 0;
 }

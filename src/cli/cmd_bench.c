@@ -35,9 +35,10 @@ static void bench_usage(FILE *out) {
     fprintf(out,
             "usage: pith bench [-m MODEL] [options]\n"
             "\n"
-            "Measures prompt processing (pp: one prompt of -p random tokens, in forward passes of -b\n"
-            "tokens) and text generation (tg: -n tokens decoded one at a time after a BOS) in tokens per\n"
-            "second, mean and standard deviation over -r repetitions after a warm-up. Around each test it\n"
+            "Measures, through the engine that `pith run` and `pith serve` use, prompt processing (pp: one\n"
+            "request of -p random prompt tokens, computed in steps of up to -b tokens) and text generation\n"
+            "(tg: -n tokens decoded one step each after a BOS, greedy) in tokens per second, mean and\n"
+            "standard deviation over -r repetitions after a warm-up. Around each test it\n"
             "measures the machine's memory read bandwidth and compute peak with the same threads, and\n"
             "reports the ratio: for tg, weight bytes read per second over bandwidth; for pp, operations\n"
             "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
@@ -50,7 +51,7 @@ static void bench_usage(FILE *out) {
             "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"
             "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
             "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
-            "  -b, --batch-size N      tokens per forward pass in pp (default 512)\n"
+            "  -b, --batch-size N      tokens per engine step (forward pass) in pp (default 512)\n"
             "      --bw-mib N          MiB read by the bandwidth probe (default: the weight bytes a generated\n"
             "                          token reads, at least 256, so the probe streams what decoding\n"
             "                          streams; keep it far above the last-level cache)\n"
@@ -290,7 +291,7 @@ static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, int th
     double wall0 = pith_bench_now(), cpu0 = pith_bench_cpu_seconds();
     for (int i = 0; i < o->reps; i++) {
         double sec;
-        int rc = pp ? pith_bench_pp(run, o->n_prompt, o->batch, &sec, err) : pith_bench_tg(run, o->n_gen, &sec, err);
+        int rc = pp ? pith_bench_pp(run, o->n_prompt, &sec, err) : pith_bench_tg(run, o->n_gen, &sec, err);
         if (rc) return -1;
         samples[i] = (pp ? o->n_prompt : o->n_gen) / (sec > 0 ? sec : 1e-9);
     }
@@ -318,10 +319,11 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     c->isa = pith_probe_isa(probe);
     c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type)
                                  : pith_probe_fma_isa(probe, c->w.type);
-    int need = o->n_prompt > o->n_gen + 1 ? o->n_prompt : o->n_gen + 1;
+    int need = pith_bench_positions(o->n_prompt, o->n_gen);
     if (need > m->hp.ctx_len) {
-        pith_errf(err, "-p %d / -n %d need %d positions but the model's context is %d", o->n_prompt, o->n_gen,
-                  need, m->hp.ctx_len);
+        pith_errf(err, "-p %d / -n %d need %d positions (pp: the prompt and the token it samples; tg: a BOS, "
+                  "the decoded tokens and the last one sampled) but the model's context is %d",
+                  o->n_prompt, o->n_gen, need, m->hp.ctx_len);
         rc = -2;
         goto done;
     }
@@ -329,7 +331,7 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     if (o->warmup) {
         fprintf(stderr, "pith bench: warming up\n");
         double sec;
-        if (o->n_prompt && pith_bench_pp(run, o->n_prompt < o->batch ? o->n_prompt : o->batch, o->batch, &sec, err)) goto done;
+        if (o->n_prompt && pith_bench_pp(run, o->n_prompt < o->batch ? o->n_prompt : o->batch, &sec, err)) goto done;
         if (o->n_gen && pith_bench_tg(run, 1, &sec, err)) goto done;
     }
 
@@ -349,9 +351,9 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
                          .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .peak_isa = c->peak_isa,
                          .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
-        /* Every token runs every layer matmul; the output matrix runs once per forward pass. */
-        double passes = (o->n_prompt + o->batch - 1) / o->batch;
-        double ops_per_prompt = 2.0 * ((double)c->w.layer_params * o->n_prompt + (double)c->w.output_params * passes);
+        /* Every token runs every layer matmul; the output matrix runs once, for the last prompt token
+         * (the engine asks for no other logits row, whatever the number of steps). */
+        double ops_per_prompt = 2.0 * ((double)c->w.layer_params * o->n_prompt + (double)c->w.output_params);
         r.achieved = ops_per_prompt * r.tps.mean / o->n_prompt;
         if (report(c, &r, err)) goto done;
         bw = bw1;

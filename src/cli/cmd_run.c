@@ -1,4 +1,5 @@
-/* `pith run`: load a model, encode the prompt, generate with one sequence and stream the text. */
+/* `pith run`: load a model, encode the prompt, generate through the engine (one request) and stream the
+ * text; -f (run_batch.c) and --chat (chat.c) drive the same engine with many requests. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/run_batch.h"
 #include "pith/assets.h"
+#include "pith/engine.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
 #include "pith/tokenizer.h"
@@ -146,139 +148,102 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct generation {
-    pith_model *model;
-    bool mem;
-    int32_t *block_table;
-    int max_blocks;
-} generation;
+/* What the callback of the one request sees and does: streams text to stdout, writes logits rows. */
+typedef struct run_stream {
+    pith_engine *e;
+    FILE *logits_file;
+    size_t n_vocab;
+    int limit;               /* tokens to show: -n (the engine runs one more for -n 0, see generate) */
+    int n_tokens;            /* token events so far */
+    double t_first, t_final;
+    bool done, write_failed;
+    pith_finish_reason why;
+    pith_usage usage;
+    char error[256];
+} run_stream;
 
-/* Runs tokens [0, n) of `ids` (positions start..start+n-1) as one batch; logits of the last row. */
-static int forward_span(generation *g, const int32_t *ids, int start, int n, float *logits, pith_err *err) {
-    int32_t *pos = malloc((size_t)n * sizeof *pos);
-    int32_t *seq = calloc((size_t)n, sizeof *seq);
-    int32_t *slots = malloc((size_t)n * sizeof *slots);
-    uint8_t *want = calloc((size_t)n, 1);
-    int rc = -1;
-    if (!pos || !seq || !slots || !want) {
-        pith_errf(err, "out of memory");
-        goto done;
+static void on_run_token(const pith_token_event *ev, void *user) {
+    run_stream *s = user;
+    double t = now_s();
+    if (!ev->final) {
+        if (s->n_tokens++ == 0) s->t_first = t;
+        if (s->n_tokens > s->limit) return;
+        if (s->logits_file && !s->write_failed &&
+            (!ev->logits || fwrite(ev->logits, sizeof *ev->logits, s->n_vocab, s->logits_file) != s->n_vocab)) {
+            s->write_failed = true;
+            pith_engine_cancel(s->e, ev->request_id);
+        }
+    } else {
+        s->t_final = t;
+        s->done = true;
+        s->why = ev->finish_reason;
+        s->usage = ev->usage;
+        snprintf(s->error, sizeof s->error, "%s", ev->error);
+        if (s->limit == 0) return; /* -n 0: nothing generated, nothing to release */
     }
-    for (int i = 0; i < n; i++) {
-        pos[i] = start + i;
-        slots[i] = start + i; /* block table is the identity: slot == position */
+    if (ev->text_len > 0) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
     }
-    want[n - 1] = 1;
-    pith_batch_mem bm[PITH_MAX_MEM_GROUPS];
-    for (int k = 0; k < PITH_MAX_MEM_GROUPS; k++)
-        bm[k] = (pith_batch_mem){.slots = slots, .block_tables = g->block_table, .max_blocks = g->max_blocks, .state_slots = seq};
-    pith_batch b = {
-        .n_tokens = n, .tokens = ids, .positions = pos, .seq = seq, .want_logits = want, .n_seqs = 1,
-        .n_groups = g->model->mem.n_groups, .mem = bm,
-    };
-    rc = pith_model_forward(g->model, &b, logits, err);
-done:
-    free(pos);
-    free(seq);
-    free(slots);
-    free(want);
-    return rc;
 }
 
+/* One prompt through an engine made with the command's engine options: submit, step until the final
+ * event, stream the text as it comes. */
 static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_err *err) {
-    int rc = -1;
     int32_t *ids = NULL;
     int n_prompt = 0;
-    FILE *logits_file = NULL;
-    float *logits = NULL;
-    pith_sampler *sampler = NULL;
-    generation g = {.model = m};
-
     int flags = PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL;
-    int32_t *prompt_ids;
-    if (pith_tokenizer_encode(tok, o->prompt, strlen(o->prompt), flags, &prompt_ids, &n_prompt, err)) return -1;
+    if (pith_tokenizer_encode(tok, o->prompt, strlen(o->prompt), flags, &ids, &n_prompt, err)) return -1;
     if (n_prompt == 0) {
-        free(prompt_ids);
-        pith_errf(err, "the prompt encodes to no tokens and the tokenizer has no BOS token");
-        return -1;
+        free(ids);
+        return pith_errf(err, "the prompt encodes to no tokens and the tokenizer has no BOS token");
     }
-    const int n_ctx = m->hp.ctx_len;
-    if (n_prompt >= n_ctx) {
-        pith_errf(err, "the prompt is %d tokens; the model's context is %d", n_prompt, n_ctx);
-        free(prompt_ids);
-        return -1;
-    }
-    int n_total = n_prompt + o->n_predict;
-    if (n_total > n_ctx) n_total = n_ctx;
-    ids = realloc(prompt_ids, (size_t)(n_total + 1) * sizeof *ids);
-    if (!ids) {
-        free(prompt_ids);
-        return pith_errf(err, "out of memory");
-    }
-
-    const int block_size = 16;
-    g.max_blocks = (n_total + block_size - 1) / block_size;
-    g.block_table = malloc((size_t)g.max_blocks * sizeof *g.block_table);
-    logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
-    if (!g.block_table || !logits) {
-        pith_errf(err, "out of memory");
-        goto done;
-    }
-    for (int i = 0; i < g.max_blocks; i++) g.block_table[i] = i;
-    pith_dtype kv_type = o->batch.engine.kv_f32 ? PITH_F32 : PITH_F16;
-    pith_mem_layout lay = {.block_size = block_size, .n_groups = m->mem.n_groups};
-    for (int k = 0; k < lay.n_groups; k++) lay.n_blocks[k] = g.max_blocks, lay.type[k] = kv_type;
-    pith_model_limits lim = {.max_batch_tokens = n_total, .max_num_seqs = 1, .max_seq_len = n_total, .max_logits = 1};
-    if (pith_model_prepare(m, &lim, err) || pith_model_mem_alloc(m, &lay, err)) goto done;
-    g.mem = true;
-    if (pith_sampler_new(&o->sp, m->hp.n_vocab, &sampler, err)) goto done;
-    if (o->logits_out && !(logits_file = fopen(o->logits_out, "wb"))) {
+    pith_engine_options eo = o->batch.engine;
+    if (eo.max_num_seqs == 0) eo.max_num_seqs = 1; /* one sequence: a pool for one, unless told otherwise */
+    run_stream s = {.limit = o->n_predict};
+    int rc = -1;
+    if (pith_engine_create(m, tok, &eo, &s.e, err)) goto done;
+    s.n_vocab = (size_t)pith_engine_n_vocab(s.e);
+    if (o->logits_out && !(s.logits_file = fopen(o->logits_out, "wb"))) {
         pith_errf(err, "cannot write %s", o->logits_out);
         goto done;
     }
-
+    pith_request q = {
+        .prompt = ids, .n_prompt = n_prompt, .sampling = o->sp,
+        /* -n 0 still runs the prompt (and times it) and drops the one token the engine then samples:
+         * max_tokens 0 would mean "up to the length limit". */
+        .max_tokens = o->n_predict > 0 ? o->n_predict : 1,
+        .ignore_eos = o->ignore_eos, .return_logits = s.logits_file != NULL,
+        .on_token = on_run_token, .user = &s,
+    };
     double t0 = now_s();
-    if (forward_span(&g, ids, 0, n_prompt, logits, err)) goto done;
-    double t_prompt = now_s() - t0;
-
-    pith_detok detok;
-    pith_detok_init(&detok, tok, false);
-    pith_detok_skip(&detok, ids, n_prompt);
-    char text[1024];
-    int n_gen = 0;
-    double t1 = now_s();
-    for (int pos = n_prompt; n_gen < o->n_predict && pos < n_total; n_gen++, pos++) {
-        if (logits_file && fwrite(logits, sizeof *logits, (size_t)m->hp.n_vocab, logits_file) != (size_t)m->hp.n_vocab) {
-            pith_errf(err, "writing %s failed", o->logits_out);
-            goto done;
-        }
-        int32_t next = pith_sampler_sample(sampler, logits, ids, pos);
-        ids[pos] = next;
-        if (!o->ignore_eos && pith_tokenizer_is_eog(tok, next)) {
-            n_gen++;
-            break;
-        }
-        size_t len = pith_detok_push(&detok, next, text, sizeof text);
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
-        if (n_gen + 1 < o->n_predict && pos + 1 < n_total && forward_span(&g, &ids[pos], pos, 1, logits, err))
-            goto done;
-    }
-    size_t len = pith_detok_flush(&detok, text, sizeof text);
-    fwrite(text, 1, len, stdout);
+    if (pith_engine_submit(s.e, &q, NULL, err)) goto done;
+    pith_err run_err = {{0}};
+    int run_rc = pith_engine_run(s.e, &run_err);
     fputc('\n', stdout);
     fflush(stdout);
-    double t_gen = now_s() - t1;
+    if (s.write_failed) {
+        pith_errf(err, "writing %s failed", o->logits_out);
+        goto done;
+    }
+    if (!s.done || s.why == PITH_FINISH_ERROR || s.why == PITH_FINISH_CANCELLED || run_rc) {
+        pith_errf(err, "the model failed: %s", s.error[0] ? s.error : run_rc ? run_err.msg : "no final event");
+        goto done;
+    }
+    int n_gen = o->n_predict > 0 ? s.usage.completion_tokens : 0;
+    if (s.why == PITH_FINISH_LENGTH && n_gen < o->n_predict)
+        fprintf(stderr, "pith run: stopped after %d of %d tokens: the sequence is full (%d tokens, prompt and "
+                "output; see --max-seq-len, --kv-blocks, --kv-mem)\n", n_gen, o->n_predict,
+                pith_engine_max_seq_len(s.e));
+    double t_prompt = (s.n_tokens > 0 ? s.t_first : s.t_final) - t0;
+    double t_gen = n_gen > 0 ? s.t_final - s.t_first : 0;
     fprintf(stderr, "pith: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
             n_prompt, t_prompt, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
     rc = 0;
 done:
-    if (logits_file && fclose(logits_file) && rc == 0) rc = pith_errf(err, "writing %s failed", o->logits_out);
-    pith_sampler_free(sampler);
-    if (g.mem) pith_model_mem_free(m);
-    free(g.block_table);
-    free(logits);
+    pith_engine_free(s.e);
+    if (s.logits_file && fclose(s.logits_file) && rc == 0) rc = pith_errf(err, "writing %s failed", o->logits_out);
     free(ids);
     return rc;
 }
@@ -298,6 +263,14 @@ int pith_cmd_run(int argc, char **argv) {
 
     if (o.chat && (o.batch.prompts_path || o.logits_out)) {
         fprintf(stderr, "pith run: --chat cannot be combined with -f or --logits-out\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.batch.prompts_path && o.logits_out) {
+        fprintf(stderr, "pith run: --logits-out is for a single prompt, not -f\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.batch.jsonl && !o.batch.prompts_path) {
+        fprintf(stderr, "pith run: --jsonl needs -f (batch mode)\n");
         return PITH_EXIT_USAGE;
     }
 

@@ -32,8 +32,10 @@ void run_batch_usage(FILE *out) {
             "      --jsonl               one JSON object per prompt: index, text, tokens, prompt_tokens,\n"
             "                            cached_tokens, finish_reason (default: the texts, one per line)\n"
             "  Prompt i samples with seed S + i, so equal lines still draw differently.\n"
-            "engine (batch mode and --chat; --kv-f32 applies to every mode):\n");
+            "engine (every mode: a single prompt, -f and --chat all run through the engine):\n");
     cli_engine_usage(out);
+    fprintf(out, "  A single prompt runs with --max-num-seqs 1 unless told otherwise (a KV pool for one\n"
+                 "  sequence); it stops early, saying so on stderr, when it reaches --max-seq-len.\n");
 }
 
 typedef struct result {
