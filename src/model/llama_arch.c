@@ -76,9 +76,8 @@ static void every_layer(pith_hparams *hp) {
     for (int l = 0; l < hp->n_layers && l < PITH_MAX_LAYERS; l++) pith_layer_set(hp->layer_swa, l, true);
 }
 
-/* A window on the layers config.json's "layer_types" marks, or else on every layer. */
-static int hf_window(const pith_meta *m, pith_hparams *hp, bool (*default_layer)(const pith_meta *, int, int),
-                     int arg) {
+/* A window on the layers config.json's "layer_types" marks, or else on layers first_layer and up. */
+static int hf_window(const pith_meta *m, pith_hparams *hp, int first_layer) {
     if (pith_meta_int(m, "sliding_window", false, &hp->sliding_window)) return -1;
     if (hp->sliding_window <= 0) {
         hp->sliding_window = 0;
@@ -87,18 +86,8 @@ static int hf_window(const pith_meta *m, pith_hparams *hp, bool (*default_layer)
     bool found;
     if (pith_meta_layers(m, "layer_types", hp->n_layers, "sliding_attention", hp->layer_swa, &found)) return -1;
     for (int l = 0; !found && l < hp->n_layers && l < PITH_MAX_LAYERS; l++)
-        pith_layer_set(hp->layer_swa, l, default_layer(m, l, arg));
+        pith_layer_set(hp->layer_swa, l, l >= first_layer);
     return 0;
-}
-
-static bool always(const pith_meta *m, int l, int arg) {
-    (void)m, (void)l, (void)arg;
-    return true;
-}
-
-static bool from_layer(const pith_meta *m, int l, int first) {
-    (void)m;
-    return l >= first;
 }
 
 static int llama_read_gguf(const pith_meta *m, pith_hparams *hp) {
@@ -108,7 +97,7 @@ static int llama_read_gguf(const pith_meta *m, pith_hparams *hp) {
     return 0;
 }
 
-static int llama_read_hf(const pith_meta *m, pith_hparams *hp) { return hf_window(m, hp, always, 0); }
+static int llama_read_hf(const pith_meta *m, pith_hparams *hp) { return hf_window(m, hp, 0); }
 
 static int qwen_read_hf(const pith_meta *m, pith_hparams *hp) {
     bool use = false;
@@ -116,7 +105,7 @@ static int qwen_read_hf(const pith_meta *m, pith_hparams *hp) {
     if (pith_meta_bool(m, "use_sliding_window", &use)) return -1;
     if (!use) return 0;
     if (pith_meta_int(m, "max_window_layers", false, &first)) return -1;
-    return hf_window(m, hp, from_layer, first);
+    return hf_window(m, hp, first);
 }
 
 

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "format/printable.h"
 #include "model/arch.h"
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err) {
@@ -16,8 +17,9 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     if (arch && arch->build) {
         rc = arch->build(file, opt, out, err);
     } else {
-        char names[256];
-        rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: %s)", path, hp->arch,
+        char names[256], shown[PITH_PRINTABLE_CAP];
+        rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: %s)", path,
+                       pith_printable(shown, sizeof shown, hp->arch, strlen(hp->arch)),
                        pith_arch_names(names, sizeof names, false));
     }
     if (rc) pith_model_file_close(file);
