@@ -328,6 +328,123 @@ static void test_fuzz_model(void) {
     buf_free(&file);
 }
 
+/* ---- architecture metadata: the descriptors' keys, malformed ---- */
+
+static const mspec tiny_gemma = {
+    .arch = "gemma3", .dim = 8, .n_layers = 3, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .ffn = 16,
+    .vocab = 10, .ctx = 64, .tokens = true, .tied = true, .gemma = true, .wtype = 1, .ntype = 0, .bos = 1, .eos = 2,
+};
+
+/* tiny_gemma with its metadata plus `extra` (n_extra keys), written to mal_<label>.gguf. */
+static const char *gemma_file(const char *label, const buf *extra, uint64_t n_extra, buf *file) {
+    gtensor ts[64];
+    int nt = model_tensor_list(&tiny_gemma, ts);
+    buf kv = {0};
+    uint64_t n_kv = model_kvs(&tiny_gemma, &kv, NULL);
+    buf_put(&kv, extra->p, extra->n);
+    gguf_build(file, 3, &kv, n_kv + n_extra, ts, nt, 32, 9, NULL);
+    buf_free(&kv);
+    char name[128];
+    snprintf(name, sizeof name, "mal_%s.gguf", label);
+    const char *path = tmp_path(name);
+    CHECK(write_file(path, file->p, file->n) == 0);
+    return path;
+}
+
+static void put_bool_array(buf *kv, const char *key, const uint8_t *v, uint64_t n) {
+    put_gstr(kv, key);
+    put_u32(kv, 9);
+    put_u32(kv, 7);
+    put_u64(kv, n);
+    buf_put(kv, v, n);
+}
+
+static void test_arch_metadata_errors(void) {
+    static const uint8_t two[2] = {1, 0}, three[3] = {1, 1, 0};
+    for (int c = 0; c < 6; c++) {
+        buf kv = {0}, file = {0};
+        uint64_t n = 1;
+        const char *needle = NULL, *label = NULL;
+        switch (c) {
+        case 0:
+            gguf_kv_str(&kv, "gemma3.attention.sliding_window", "wide");
+            label = "gemma_window_type", needle = "metadata key gemma3.attention.sliding_window is not an integer";
+            break;
+        case 1:
+            gguf_kv_u32(&kv, "gemma3.attention.sliding_window", 16);
+            put_bool_array(&kv, "gemma3.attention.sliding_window_pattern", two, 2);
+            n = 2, label = "gemma_pattern_len", needle = "has 2 entries, expected one per layer (3)";
+            break;
+        case 2: {
+            gguf_kv_u32(&kv, "gemma3.attention.sliding_window", 16);
+            put_gstr(&kv, "gemma3.attention.sliding_window_pattern");
+            put_u32(&kv, 9);
+            put_u32(&kv, 6); /* F32 items */
+            put_u64(&kv, 3);
+            for (int i = 0; i < 3; i++) put_f32(&kv, 1.0f);
+            n = 2, label = "gemma_pattern_items", needle = "entry 0 is not a string, number or boolean";
+            break;
+        }
+        case 3:
+            gguf_kv_str(&kv, "gemma3.final_logit_softcapping", "30");
+            label = "gemma_softcap_type", needle = "final_logit_softcapping is not a number";
+            break;
+        case 4:
+            gguf_kv_f32(&kv, "gemma3.rope.freq_base_swa", -5.0f);
+            gguf_kv_u32(&kv, "gemma3.attention.sliding_window", 16);
+            n = 2, label = "gemma_local_base", needle = "sliding-window RoPE theta -5";
+            break;
+        default:
+            gguf_kv_u32(&kv, "gemma3.attention.sliding_window", -3 & 0x7fffffff);
+            put_bool_array(&kv, "gemma3.attention.sliding_window_pattern", three, 3);
+            n = 2, label = "gemma_window_range", needle = "sliding window is 2147483645";
+            break;
+        }
+        const char *path = gemma_file(label, &kv, n, &file);
+        model_fail(label, path, path, needle);
+        buf_free(&kv);
+        buf_free(&file);
+    }
+}
+
+/* Byte flips in the header of a Gemma 3 GGUF with every optional descriptor key present. */
+static void test_fuzz_gemma3(void) {
+    static const uint8_t pattern[3] = {1, 1, 0};
+    buf kv = {0}, file = {0};
+    gguf_kv_u32(&kv, "gemma3.attention.sliding_window", 16);
+    put_bool_array(&kv, "gemma3.attention.sliding_window_pattern", pattern, 3);
+    gguf_kv_f32(&kv, "gemma3.final_logit_softcapping", 30.0f);
+    gguf_kv_f32(&kv, "gemma3.rope.freq_base_swa", 10000.0f);
+    const char *path = gemma_file("fuzz_gemma3", &kv, 4, &file);
+    pith_model_file *f;
+    pith_err err = {{0}};
+    CHECKF(pith_model_file_open(path, &f, &err) == 0, "%s", err.msg);
+    if (f) {
+        CHECK(pith_layer_bit(pith_model_file_hparams(f)->layer_swa, 1) && pith_model_file_hparams(f)->sliding_window == 16);
+        pith_model_file_close(f);
+    }
+    uint64_t seed = 777, header = file.n / 2;
+    int opened = 0;
+    uint8_t *copy = malloc(file.n);
+    for (int it = 0; it < 600; it++) {
+        memcpy(copy, file.p, file.n);
+        for (int k = 0; k < 2; k++) copy[test_rng(&seed) % header] ^= (uint8_t)(1u << (test_rng(&seed) % 8));
+        if (write_file(path, copy, file.n)) break;
+        f = NULL;
+        if (pith_model_file_open(path, &f, &err)) {
+            if (!strstr(err.msg, path)) CHECKF(0, "gemma3 fuzz %d: %s", it, err.msg);
+            continue;
+        }
+        opened++;
+        touch_model(f);
+        pith_model_file_close(f);
+    }
+    printf("model fuzz (GGUF gemma3): %d of 600 opened\n", opened);
+    free(copy);
+    buf_free(&kv);
+    buf_free(&file);
+}
+
 /* ---- llama2.c and format detection ---- */
 
 static void l2c_fail(const char *label, const int32_t h[7], size_t extra_floats, const char *needle) {
@@ -397,6 +514,8 @@ int main(void) {
     test_truncations();
     test_fuzz();
     test_fuzz_model();
+    test_arch_metadata_errors();
+    test_fuzz_gemma3();
     test_llama2c_errors();
     printf("%d malformed inputs refused\n", n_refused);
     return check_summary("test_formats_malformed");

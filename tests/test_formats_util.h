@@ -161,6 +161,7 @@ typedef struct mspec {
     const char *arch;
     int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn, vocab, ctx;
     bool bias, qk_norm, tied, rope_freqs, tokens;
+    bool gemma;            /* Gemma 3's layer tensors (q/k norms, post-attention and post-FFN norms) */
     uint32_t wtype, ntype; /* GGML types of matrices and of vectors */
     int bos, eos;
     const char *rope_type; /* GGUF {arch}.rope.scaling.type, written with rope_factor when set */
@@ -194,6 +195,17 @@ static inline int model_tensor_list(const mspec *m, gtensor *ts) {
         LT("attn_k.weight", m->wtype, m->dim, kv);
         LT("attn_v.weight", m->wtype, m->dim, kv);
         LT("attn_output.weight", m->wtype, q, m->dim);
+        if (m->gemma) {
+            LT("attn_q_norm.weight", m->ntype, m->head_dim, 0);
+            LT("attn_k_norm.weight", m->ntype, m->head_dim, 0);
+            LT("post_attention_norm.weight", m->ntype, m->dim, 0);
+            LT("ffn_norm.weight", m->ntype, m->dim, 0);
+            LT("ffn_gate.weight", m->wtype, m->dim, m->ffn);
+            LT("ffn_up.weight", m->wtype, m->dim, m->ffn);
+            LT("ffn_down.weight", m->wtype, m->ffn, m->dim);
+            LT("post_ffw_norm.weight", m->ntype, m->dim, 0);
+            continue;
+        }
         if (m->bias) {
             LT("attn_q.bias", m->ntype, q, 0);
             LT("attn_k.bias", m->ntype, kv, 0);
@@ -331,6 +343,17 @@ static inline int model_st_list(const mspec *m, stensor *ts) {
         HT("self_attn.k_proj.weight", w, kv, m->dim);
         HT("self_attn.v_proj.weight", w, kv, m->dim);
         HT("self_attn.o_proj.weight", w, m->dim, q);
+        if (m->gemma) {
+            HT("self_attn.q_norm.weight", v, m->head_dim, 0);
+            HT("self_attn.k_norm.weight", v, m->head_dim, 0);
+            HT("post_attention_layernorm.weight", v, m->dim, 0);
+            HT("pre_feedforward_layernorm.weight", v, m->dim, 0);
+            HT("mlp.gate_proj.weight", w, m->ffn, m->dim);
+            HT("mlp.up_proj.weight", w, m->ffn, m->dim);
+            HT("mlp.down_proj.weight", w, m->dim, m->ffn);
+            HT("post_feedforward_layernorm.weight", v, m->dim, 0);
+            continue;
+        }
         if (m->bias) {
             HT("self_attn.q_proj.bias", v, q, 0);
             HT("self_attn.k_proj.bias", v, kv, 0);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "pith/model.h"
 #include "pith/modelfile.h"
 #include "test_formats_util.h"
 
@@ -254,6 +255,227 @@ static void test_vocab_mismatch(void) {
     buf_free(&file);
 }
 
+/* ---- architecture descriptors: Mistral's window, SmolLM3's NoPE layers, Gemma 3 ---- */
+
+typedef uint64_t (*extra_kvs_fn)(const mspec *m, buf *kv);
+
+/* Like open_model, with more metadata appended by `extra` (may be NULL). */
+static int open_extra(const char *name, const mspec *m, extra_kvs_fn extra, mutate_fn mutate, pith_model_file **out,
+                      pith_err *err) {
+    gtensor ts[4 + 14 * 8];
+    int nt = model_tensor_list(m, ts);
+    if (mutate) mutate(ts, &nt);
+    buf kv = {0}, file = {0};
+    uint64_t n_kv = model_kvs(m, &kv, NULL);
+    if (extra) n_kv += extra(m, &kv);
+    gguf_build(&file, 3, &kv, n_kv, ts, nt, 32, 7, NULL);
+    const char *path = tmp_path(name);
+    if (write_file(path, file.p, file.n)) abort();
+    buf_free(&kv);
+    buf_free(&file);
+    *out = NULL;
+    return pith_model_file_open(path, out, err);
+}
+
+static bool bits_are(const uint64_t *mask, int n_layers, const char *want) {
+    for (int l = 0; l < n_layers; l++)
+        if (pith_layer_bit(mask, l) != (want[l] == '1')) return false;
+    for (int l = n_layers; l < PITH_MAX_LAYERS; l++)
+        if (pith_layer_bit(mask, l)) return false;
+    return true;
+}
+
+static uint64_t kv_window32(const mspec *m, buf *kv) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", m->arch);
+    gguf_kv_u32(kv, key, 32);
+    return 1;
+}
+
+static void test_mistral_window(void) {
+    pith_model_file *f;
+    pith_err err = {{0}};
+    int rc = open_extra("m_mistral.gguf", &base_llama, kv_window32, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "llama") && hp->sliding_window == 32);
+        CHECK(bits_are(hp->layer_swa, 2, "11") && bits_are(hp->layer_no_rope, 2, "00"));
+        CHECK(pith_hparams_layer_swa(hp, 0) && pith_hparams_layer_swa(hp, 1) && !pith_hparams_layer_swa(hp, 2));
+        CHECK(hp->rope_theta_swa == 0 && hp->query_scale == 0 && hp->final_logit_softcap == 0);
+        pith_model_file_close(f);
+    }
+    rc = open_extra("m_nowindow.gguf", &base_llama, NULL, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(hp->sliding_window == 0 && bits_are(hp->layer_swa, 2, "00") && !pith_hparams_layer_swa(hp, 0));
+        pith_model_file_close(f);
+    }
+}
+
+/* llama.cpp has no key for SmolLM3's NoPE layers: every 4th layer (3, 7, ...) skips RoPE. */
+static void test_smollm3(void) {
+    mspec m = base_llama;
+    m.arch = "smollm3";
+    m.n_layers = 8;
+    pith_model_file *f;
+    pith_err err = {{0}};
+    int rc = open_extra("m_smollm3.gguf", &m, NULL, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "smollm3") && hp->rope_style == PITH_ROPE_ADJACENT && hp->n_layers == 8);
+        CHECK(bits_are(hp->layer_no_rope, 8, "00010001") && hp->sliding_window == 0);
+        CHECK(pith_hparams_layer_no_rope(hp, 3) && !pith_hparams_layer_no_rope(hp, 4));
+        pith_model_file_close(f);
+    }
+}
+
+static const mspec base_gemma = {
+    .arch = "gemma3", .dim = 64, .n_layers = 7, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .ffn = 96,
+    .vocab = 40, .ctx = 256, .tokens = true, .tied = true, .gemma = true, .wtype = 8, .ntype = 0, .bos = 1, .eos = 2,
+};
+
+static uint64_t kv_gemma_period3(const mspec *m, buf *kv) {
+    (void)m;
+    gguf_kv_u32(kv, "gemma3.attention.sliding_window", 16);
+    gguf_kv_u32(kv, "gemma3.attention.sliding_window_pattern", 3);
+    gguf_kv_f32(kv, "gemma3.final_logit_softcapping", 30.0f);
+    gguf_kv_f32(kv, "gemma3.attn_logit_softcapping", 50.0f);
+    gguf_kv_str(kv, "gemma3.rope.scaling.type", "linear");
+    gguf_kv_f32(kv, "gemma3.rope.scaling.factor", 8.0f);
+    return 6;
+}
+
+static uint64_t kv_gemma_bools(const mspec *m, buf *kv) {
+    (void)m;
+    gguf_kv_u32(kv, "gemma3.attention.sliding_window", 16);
+    put_gstr(kv, "gemma3.attention.sliding_window_pattern");
+    put_u32(kv, 9);
+    put_u32(kv, 7); /* BOOL */
+    put_u64(kv, 7);
+    static const uint8_t pattern[7] = {1, 0, 1, 0, 1, 1, 0};
+    buf_put(kv, pattern, sizeof pattern);
+    return 2;
+}
+
+static void test_gemma3(void) {
+    pith_model_file *f;
+    pith_err err = {{0}};
+    /* llama.cpp's defaults: pattern 6 (layer 5 global), local base 10000, scale 1/sqrt(head_dim). */
+    int rc = open_extra("m_gemma3.gguf", &base_gemma, kv_window32, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "gemma3") && hp->rope_style == PITH_ROPE_HALF);
+        CHECK(hp->sliding_window == 32 && bits_are(hp->layer_swa, 7, "1111101"));
+        CHECK(hp->rope_theta_swa == 10000.0f && hp->rope_theta == 500000.0f && hp->rope_linear_factor == 0);
+        CHECKF(fabsf(hp->query_scale - 1.0f / sqrtf(32.0f)) < 1e-7f, "%g", hp->query_scale);
+        CHECK(hp->final_logit_softcap == 0 && hp->attn_logit_softcap == 0 && bits_are(hp->layer_no_rope, 7, "0000000"));
+        CHECK(hp->tied_embeddings && hp->has_qk_norm && !hp->has_qkv_bias);
+        /* GGUF norms already hold w + 1: they are the file's bytes, untouched */
+        const pith_tensor *n = pith_model_file_tensor(f, "blk.6.post_ffw_norm.weight");
+        const pith_gguf *g = pith_model_file_gguf(f);
+        CHECK(n && n->type == PITH_F32 && n->ne[0] == 64 && n->data == pith_gguf_find_tensor(g, n->name)->data);
+        CHECK(pith_model_file_tensor(f, "blk.0.attn_q_norm.weight") && pith_model_file_tensor(f, "blk.3.post_attention_norm.weight"));
+        pith_model_file_close(f);
+    }
+    rc = open_extra("m_gemma3_p3.gguf", &base_gemma, kv_gemma_period3, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(hp->sliding_window == 16 && bits_are(hp->layer_swa, 7, "1101101"));
+        CHECK(hp->final_logit_softcap == 30.0f && hp->attn_logit_softcap == 50.0f && hp->rope_linear_factor == 8.0f);
+        pith_model_file_close(f);
+    }
+    rc = open_extra("m_gemma3_bools.gguf", &base_gemma, kv_gemma_bools, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(bits_are(pith_model_file_hparams(f)->layer_swa, 7, "1010110"));
+        pith_model_file_close(f);
+    }
+    /* no window key: full attention everywhere */
+    rc = open_extra("m_gemma3_full.gguf", &base_gemma, NULL, NULL, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(hp->sliding_window == 0 && !pith_hparams_layer_swa(hp, 0));
+        pith_model_file_close(f);
+    }
+}
+
+static void drop_post_ffw_norm(gtensor *ts, int *n) {
+    for (int i = 0; i < *n; i++) {
+        if (strcmp(ts[i].name, "blk.4.post_ffw_norm.weight")) continue;
+        memmove(&ts[i], &ts[i + 1], (size_t)(*n - i - 1) * sizeof *ts);
+        (*n)--;
+        return;
+    }
+}
+
+static void drop_layer2_q_bias(gtensor *ts, int *n) {
+    for (int i = 0; i < *n; i++) {
+        if (strcmp(ts[i].name, "blk.1.attn_q.bias")) continue;
+        memmove(&ts[i], &ts[i + 1], (size_t)(*n - i - 1) * sizeof *ts);
+        (*n)--;
+        return;
+    }
+}
+
+static uint64_t kv_bad_pattern(const mspec *m, buf *kv) {
+    (void)m;
+    gguf_kv_u32(kv, "gemma3.attention.sliding_window", 16);
+    gguf_kv_u32(kv, "gemma3.attention.sliding_window_pattern", 0);
+    return 2;
+}
+
+static uint64_t kv_bad_softcap(const mspec *m, buf *kv) {
+    (void)m;
+    gguf_kv_f32(kv, "gemma3.final_logit_softcapping", -1.0f);
+    return 1;
+}
+
+static void test_schema_errors(void) {
+    pith_model_file *f;
+    pith_err err = {{0}};
+    CHECK(open_extra("e_gemma_norm.gguf", &base_gemma, NULL, drop_post_ffw_norm, &f, &err) == -1 && f == NULL);
+    CHECKF(strstr(err.msg, "missing tensor 'blk.4.post_ffw_norm.weight'") != NULL, "%s", err.msg);
+    /* a llama-shaped file is not a Gemma 3 */
+    mspec m = base_llama;
+    m.arch = "gemma3";
+    CHECK(open_extra("e_gemma_llama.gguf", &m, NULL, NULL, &f, &err) == -1);
+    CHECKF(strstr(err.msg, "missing tensor 'blk.0.attn_q_norm.weight'") != NULL, "%s", err.msg);
+    /* all-or-none: layer 0's bias makes layer 1's required */
+    m = base_llama;
+    m.bias = true;
+    CHECK(open_extra("e_bias_gap.gguf", &m, NULL, drop_layer2_q_bias, &f, &err) == -1);
+    CHECKF(strstr(err.msg, "missing tensor 'blk.1.attn_q.bias' (layer 0 has one") != NULL, "%s", err.msg);
+    CHECK(open_extra("e_gemma_pattern.gguf", &base_gemma, kv_bad_pattern, NULL, &f, &err) == -1);
+    CHECKF(strstr(err.msg, "sliding_window_pattern is 0") != NULL, "%s", err.msg);
+    CHECK(open_extra("e_gemma_softcap.gguf", &base_gemma, kv_bad_softcap, NULL, &f, &err) == -1);
+    CHECKF(strstr(err.msg, "final logit soft-cap -1") != NULL, "%s", err.msg);
+}
+
+/* The model layer refuses what the registry does not list, and names what it does. */
+static void test_unknown_arch_load(void) {
+    mspec m = base_llama;
+    m.arch = "gpt2";
+    pith_model_file *f;
+    pith_err err = {{0}};
+    CHECK(open_extra("u_gpt2.gguf", &m, NULL, NULL, &f, &err) == 0);
+    pith_model_file_close(f);
+    pith_model *model = (pith_model *)1;
+    CHECK(pith_model_load(tmp_path("u_gpt2.gguf"), NULL, &model, &err) == -1 && model == NULL);
+    CHECKF(strstr(err.msg, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, smollm3, gemma3)"),
+           "%s", err.msg);
+    /* gemma3 loads and validates, but has no forward pass yet */
+    CHECK(open_extra("u_gemma3.gguf", &base_gemma, kv_window32, NULL, &f, &err) == 0);
+    pith_model_file_close(f);
+    CHECK(pith_model_load(tmp_path("u_gemma3.gguf"), NULL, &model, &err) == -1 && model == NULL);
+    CHECKF(strstr(err.msg, "not implemented yet") != NULL, "%s", err.msg);
+}
+
 int main(void) {
     test_llama();
     test_qwen2_tied_vocab_from_embedding();
@@ -262,5 +484,10 @@ int main(void) {
     test_rope_scaling_opens();
     test_errors();
     test_vocab_mismatch();
+    test_mistral_window();
+    test_smollm3();
+    test_gemma3();
+    test_schema_errors();
+    test_unknown_arch_load();
     return check_summary("test_gguf_model");
 }

@@ -339,6 +339,228 @@ static void test_linear_rope(void) {
     }
 }
 
+/* ---- architecture descriptors: Mistral's window, SmolLM3's NoPE layers, Gemma 3 ---- */
+
+static bool bits_are(const uint64_t *mask, int n_layers, const char *want) {
+    for (int l = 0; l < n_layers; l++)
+        if (pith_layer_bit(mask, l) != (want[l] == '1')) return false;
+    for (int l = n_layers; l < PITH_MAX_LAYERS; l++)
+        if (pith_layer_bit(mask, l)) return false;
+    return true;
+}
+
+/* Writes m under hf_arch with `extra` config members and opens it. */
+static int open_hf(const char *name, const mspec *m, const char *hf_arch, const char *extra, pith_model_file **f,
+                   pith_err *err, buf *file_out, uint64_t *ds_out) {
+    const char *dir = model_dir(name);
+    stensor ts[128];
+    int nt;
+    uint64_t ds;
+    buf file = write_single(dir, m, hf_arch, extra, 0, ts, &nt, &ds);
+    if (file_out) *file_out = file, *ds_out = ds;
+    else buf_free(&file);
+    *f = NULL;
+    return pith_model_file_open(dir, f, err);
+}
+
+static void test_mistral_window(void) {
+    static const struct { const char *extra; int want; } cases[] = {
+        {", \"sliding_window\": 64", 64},
+        {", \"sliding_window\": null", 0},
+        {"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_hf("hf_mistral", &base, "MistralForCausalLM", cases[i].extra, &f, &err, NULL, NULL);
+        CHECKF(rc == 0, "%s: %s", cases[i].extra, err.msg);
+        if (rc) continue;
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "llama") && hp->sliding_window == cases[i].want);
+        CHECK(bits_are(hp->layer_swa, 2, cases[i].want ? "11" : "00") || !cases[i].want);
+        CHECK(pith_hparams_layer_swa(hp, 1) == (cases[i].want > 0));
+        pith_model_file_close(f);
+    }
+}
+
+static void test_smollm3(void) {
+    static const struct { const char *extra, *no_rope, *swa; int window; } cases[] = {
+        {"", "0001", "0000", 0},
+        {", \"no_rope_layers\": [1, 1, 0, 1]", "0010", "0000", 0},
+        {", \"no_rope_layer_interval\": 2", "0101", "0000", 0},
+        {", \"no_rope_layer_interval\": 2, \"use_sliding_window\": true, \"sliding_window\": 16", "0101", "0101", 16},
+        {", \"use_sliding_window\": false, \"sliding_window\": 16", "0001", "0000", 0},
+        {", \"use_sliding_window\": true, \"sliding_window\": 16, \"layer_types\": [\"sliding_attention\", "
+         "\"full_attention\", \"full_attention\", \"full_attention\"]", "0001", "1000", 16},
+    };
+    mspec m = base;
+    m.n_layers = 4;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_hf("hf_smollm3", &m, "SmolLM3ForCausalLM", cases[i].extra, &f, &err, NULL, NULL);
+        CHECKF(rc == 0, "%s: %s", cases[i].extra, err.msg);
+        if (rc) continue;
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "smollm3") && hp->rope_style == PITH_ROPE_HALF);
+        CHECKF(bits_are(hp->layer_no_rope, 4, cases[i].no_rope), "%s", cases[i].extra);
+        CHECKF(hp->sliding_window == cases[i].window && (!hp->sliding_window || bits_are(hp->layer_swa, 4, cases[i].swa)),
+               "%s", cases[i].extra);
+        pith_model_file_close(f);
+    }
+}
+
+static const mspec base_gemma = {
+    .arch = "gemma3", .dim = 32, .n_layers = 7, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .ffn = 48,
+    .vocab = 50, .ctx = 512, .tied = true, .gemma = true, .wtype = 30, .ntype = 0, .bos = 2, .eos = 1,
+};
+
+/* Layer pattern from layer_types, from sliding_window_pattern, and by default; query scale, local base,
+ * soft-caps and rope scaling from the config; every norm of the schema shifted by one. */
+static void test_gemma3(void) {
+    static const struct { const char *extra, *swa; int window; } cases[] = {
+        {", \"sliding_window\": 8, \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+         "\"sliding_attention\", \"sliding_attention\", \"full_attention\", \"sliding_attention\", "
+         "\"full_attention\"]", "1011010", 8},
+        {", \"sliding_window\": 8, \"sliding_window_pattern\": 3", "1101101", 8},
+        {", \"sliding_window\": 8", "1111101", 8},
+        {"", "1111101", 4096},
+        {", \"sliding_window\": null, \"sliding_window_pattern\": 3", "0000000", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_hf("hf_gemma3", &base_gemma, "Gemma3ForCausalLM", cases[i].extra, &f, &err, NULL, NULL);
+        CHECKF(rc == 0, "%s: %s", cases[i].extra, err.msg);
+        if (rc) continue;
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECK(!strcmp(hp->arch, "gemma3") && hp->rope_style == PITH_ROPE_HALF);
+        CHECKF(hp->sliding_window == cases[i].window, "%s: window %d", cases[i].extra, hp->sliding_window);
+        CHECKF(!hp->sliding_window || bits_are(hp->layer_swa, 7, cases[i].swa), "%s", cases[i].extra);
+        CHECK(hp->rope_theta_swa == 10000.0f && fabsf(hp->query_scale - 1.0f / 16.0f) < 1e-8f);
+        CHECK(hp->final_logit_softcap == 0 && hp->attn_logit_softcap == 0 && hp->has_qk_norm);
+        pith_model_file_close(f);
+    }
+
+    const char *extra = ", \"sliding_window\": 8, \"query_pre_attn_scalar\": 64, \"rope_local_base_freq\": 20000.0, "
+                        "\"final_logit_softcapping\": 30.0, \"attn_logit_softcapping\": null, "
+                        "\"hidden_activation\": \"gelu_pytorch_tanh\", "
+                        "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}";
+    pith_model_file *f;
+    pith_err err = {{0}};
+    buf file;
+    uint64_t ds;
+    int rc = open_hf("hf_gemma3", &base_gemma, "Gemma3ForCausalLM", extra, &f, &err, &file, &ds);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc) return;
+    const pith_hparams *hp = pith_model_file_hparams(f);
+    CHECK(fabsf(hp->query_scale - 0.125f) < 1e-8f && hp->rope_theta_swa == 20000.0f && hp->rope_theta == 1e6f);
+    CHECK(hp->final_logit_softcap == 30.0f && hp->attn_logit_softcap == 0 && hp->rope_linear_factor == 8.0f);
+    CHECK(hp->tied_embeddings && pith_model_file_tensor(f, "output.weight") == NULL);
+    /* every norm is the file's F32 value + 1; matrices are the file's bytes */
+    stensor ts[128];
+    int nt = model_st_list(&base_gemma, ts);
+    uint64_t off = 0;
+    int norms = 0;
+    for (int i = 0; i < nt; i++) {
+        const uint8_t *bytes = file.p + ds + off;
+        off += st_bytes(&ts[i]);
+        const char *canon = NULL;
+        char name[96];
+        int l = -1;
+        if (!strcmp(ts[i].name, "model.norm.weight")) canon = "output_norm.weight";
+        static const struct { const char *hf, *canon; } per_layer[] = {
+            {"input_layernorm.weight", "attn_norm.weight"},
+            {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+            {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+            {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+            {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+            {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+        };
+        if (sscanf(ts[i].name, "model.layers.%d.", &l) == 1) {
+            const char *suffix = strchr(ts[i].name + 13, '.') + 1;
+            for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++)
+                if (!strcmp(suffix, per_layer[k].hf)) {
+                    snprintf(name, sizeof name, "blk.%d.%s", l, per_layer[k].canon);
+                    canon = name;
+                }
+        }
+        if (!canon) continue;
+        const pith_tensor *t = pith_model_file_tensor(f, canon);
+        CHECKF(t && t->type == PITH_F32, "%s", canon);
+        if (!t) continue;
+        bool shifted = true;
+        for (uint64_t e = 0; e < ts[i].shape[0]; e++) {
+            float raw;
+            memcpy(&raw, bytes + 4 * e, 4);
+            float got = ((const float *)t->data)[e];
+            if (!(got == raw + 1.0f || (isnan(got) && isnan(raw)))) shifted = false;
+        }
+        CHECKF(shifted, "%s is not shifted by one", canon);
+        norms++;
+    }
+    CHECK(norms == 1 + 6 * 7);
+    const pith_tensor *q = pith_model_file_tensor(f, "blk.2.attn_q.weight");
+    CHECK(q && q->type == PITH_BF16 && q->ne[0] == 32 && q->ne[1] == 64);
+    pith_model_file_close(f);
+    buf_free(&file);
+}
+
+static void test_arch_errors(void) {
+    static const struct { const char *label, *hf_arch, *extra, *needle; bool gemma; } cases[] = {
+        {"unknown", "GPT2LMHeadModel", "",
+         "unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, MistralForCausalLM, "
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, Gemma3ForCausalLM", false},
+        {"multimodal", "Gemma3ForConditionalGeneration", ", \"text_config\": {\"model_type\": \"gemma3_text\"}",
+         "multimodal Gemma 3", true},
+        {"activation", "Gemma3ForCausalLM", ", \"hidden_activation\": \"relu\"", "activation 'relu'", true},
+        {"qpas", "Gemma3ForCausalLM", ", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar", true},
+        {"pattern", "Gemma3ForCausalLM", ", \"sliding_window_pattern\": 0", "\"sliding_window_pattern\" is 0", true},
+        {"layer_types_len", "Gemma3ForCausalLM", ", \"layer_types\": [\"full_attention\"]",
+         "layer_types has 1 entries, expected one per layer (7)", true},
+        {"layer_types_kind", "Gemma3ForCausalLM", ", \"layer_types\": 3", "layer_types is not a list", true},
+        {"no_rope_len", "SmolLM3ForCausalLM", ", \"no_rope_layers\": [1, 0, 1]",
+         "no_rope_layers has 3 entries, expected one per layer (2)", false},
+        {"no_rope_item", "SmolLM3ForCausalLM", ", \"no_rope_layers\": [1, {}]",
+         "no_rope_layers entry 1 is not a string", false},
+        {"interval", "SmolLM3ForCausalLM", ", \"no_rope_layer_interval\": 0", "no_rope_layer_interval", false},
+        {"window_type", "MistralForCausalLM", ", \"sliding_window\": \"big\"", "\"sliding_window\" is not an integer",
+         false},
+        {"window_range", "MistralForCausalLM", ", \"sliding_window\": 1e12", "\"sliding_window\" is not an integer",
+         false},
+        {"rope_params", "Gemma3ForCausalLM",
+         ", \"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+         "rope_parameters.sliding_attention type 'yarn'", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_hf("hf_arch_err", cases[i].gemma ? &base_gemma : &base, cases[i].hf_arch, cases[i].extra, &f,
+                         &err, NULL, NULL);
+        CHECKF(rc == -1 && f == NULL, "%s: accepted", cases[i].label);
+        CHECKF(strstr(err.msg, cases[i].needle) != NULL, "%s: '%s' lacks '%s'", cases[i].label, err.msg,
+               cases[i].needle);
+        CHECKF(strstr(err.msg, "config.json") != NULL, "%s: %s", cases[i].label, err.msg);
+    }
+    /* a Gemma-only tensor missing: the HF name maps to it, the schema wants it */
+    const char *dir = model_dir("hf_gemma_missing");
+    char config[2048];
+    model_config(&base_gemma, "Gemma3ForCausalLM", "", config, sizeof config);
+    write_in(dir, "config.json", config, strlen(config));
+    stensor ts[128];
+    int nt = model_st_list(&base_gemma, ts);
+    for (int i = 0; i < nt; i++)
+        if (!strcmp(ts[i].name, "model.layers.3.pre_feedforward_layernorm.weight")) ts[i] = ts[--nt];
+    buf file = {0};
+    st_build(&file, ts, nt, 5, 0, NULL);
+    write_in(dir, "model.safetensors", file.p, file.n);
+    buf_free(&file);
+    pith_model_file *f;
+    pith_err err = {{0}};
+    CHECK(pith_model_file_open(dir, &f, &err) == -1);
+    CHECKF(strstr(err.msg, "missing tensor 'blk.3.ffn_norm.weight'") != NULL, "%s", err.msg);
+}
+
 int main(void) {
     test_parser_round_trip();
     test_llama_single();
@@ -346,5 +568,9 @@ int main(void) {
     test_qwen2_sharded();
     test_qwen3();
     test_linear_rope();
+    test_mistral_window();
+    test_smollm3();
+    test_gemma3();
+    test_arch_errors();
     return check_summary("test_safetensors");
 }

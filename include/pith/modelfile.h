@@ -5,36 +5,38 @@
  * index or config.json works too), and llama2.c checkpoints (.bin, legacy 7-int header, file size exactly
  * as the header implies). It maps the data read-only, checks every tensor's extent against its file,
  * reads the hyper-parameters from the format's metadata and exposes tensors under canonical GGUF-style
- * names:
+ * names (llama.cpp's: token_embd.weight, output_norm.weight, output.weight, blk.N.attn_q.weight, ...).
  *
- *   token_embd.weight  output_norm.weight  output.weight (absent when tied to the embedding)
- *   blk.N.attn_norm.weight  blk.N.attn_q.weight  blk.N.attn_k.weight  blk.N.attn_v.weight
- *   blk.N.attn_output.weight  blk.N.attn_q.bias  blk.N.attn_k.bias  blk.N.attn_v.bias (qwen2)
- *   blk.N.attn_q_norm.weight  blk.N.attn_k_norm.weight (qwen3)
- *   blk.N.ffn_norm.weight  blk.N.ffn_gate.weight  blk.N.ffn_up.weight  blk.N.ffn_down.weight
- *   rope_freqs.weight (GGUF Llama 3: head_dim/2 frequency divisors, optional)
+ * Which architectures exist, and everything particular to one (its GGUF and Hugging Face names, RoPE
+ * style, Hugging Face tensor names, tensor schema, metadata keys, checks), lives in its descriptor under
+ * src/model/ (see src/model/arch.h and docs/adding-an-architecture.md); the loaders here are generic.
  *
  * Weight matrices have ne = {in_features, out_features} (rows are output features) in every format.
  * Q and K weights are stored so that the file's rope_style applies as is (GGUF llama files are already
  * permuted for adjacent-pair rotation; Hugging Face files use rotate-half).
  *
- * After a successful open of a llama, qwen2 or qwen3 model, the forward pass may trust it:
- *  - hyper-parameters are sane (positive, bounded: widths <= 2^20, layers <= 4096, vocab <= 2^24;
- *    n_heads a multiple of n_kv_heads; head_dim even; token ids -1 or inside the vocabulary);
- *  - every tensor listed above that the model needs exists with exactly the expected shape (biases and
- *    q/k norms in every layer when layer 0 has them); tied_embeddings == (output.weight is absent);
- *  - 1-D tensors (norms, biases, rope_freqs) are F32 (F16/BF16 ones are converted into owned copies);
+ * After a successful open of a registered architecture, the forward pass may trust it:
+ *  - hyper-parameters are sane (positive, bounded: widths <= 2^20, layers <= PITH_MAX_LAYERS,
+ *    vocab <= 2^24; n_heads a multiple of n_kv_heads; head_dim even; token ids -1 or inside the
+ *    vocabulary; per-layer bits only below n_layers), plus the architecture's own checks;
+ *  - every tensor of the architecture's schema exists with exactly the expected shape (optional ones may
+ *    be absent; "all or none" ones are in every layer when layer 0 has them); tied_embeddings ==
+ *    (output.weight is absent);
+ *  - 1-D tensors of the schema (norms, biases, rope_freqs) are F32 (F16/BF16 ones are converted into
+ *    owned copies) and mean the same whatever the format (e.g. Gemma's norm weights are w + 1 in both);
  *  - every data pointer is aligned for its type (4 bytes for F32, 2 otherwise; misaligned safetensors
  *    data is copied);
  *  - RoPE scaling is none, llama3's or linear (never both; a linear factor is positive and finite); other
  *    kinds are refused unless they are the identity.
- * Files of other architectures open with whatever hyper-parameters their metadata gives, unvalidated;
- * the model layer refuses them. Hugging Face tensors with no canonical name keep their own name; their
- * dtype must still be F32, F16 or BF16. Names are NUL-terminated and owned by the pith_model_file. */
+ * GGUF files of unregistered architectures open with whatever hyper-parameters their metadata gives,
+ * unvalidated; the model layer refuses them. Hugging Face directories of unregistered architectures are
+ * refused. Hugging Face tensors with no canonical name keep their own name; their dtype must still be F32,
+ * F16 or BF16. Names are NUL-terminated and owned by the pith_model_file. */
 #ifndef PITH_MODELFILE_H
 #define PITH_MODELFILE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "pith/gguf.h"
 #include "pith/status.h"
@@ -51,8 +53,11 @@ typedef enum pith_rope_style {
     PITH_ROPE_HALF,     /* rotate (x[i], x[i + d/2]): GGUF qwen2/qwen3, Hugging Face */
 } pith_rope_style;
 
+/* The most layers a model may have (and the size of the per-layer bitmasks below). */
+#define PITH_MAX_LAYERS 4096
+
 typedef struct pith_hparams {
-    char arch[32];      /* "llama", "qwen2" or "qwen3" */
+    char arch[32];      /* the descriptor's name, as GGUF's general.architecture: "llama", "gemma3", ... */
     int n_vocab;
     int dim;            /* embedding width */
     int n_layers;
@@ -73,11 +78,45 @@ typedef struct pith_hparams {
      * 1/factor); 0 means none (a factor of 1 is stored as 0). Also applies on top of a GGUF
      * rope_freqs.weight, as llama.cpp does; never set together with rope_scale_factor. */
     float rope_linear_factor;
-    bool has_qkv_bias;  /* qwen2 */
-    bool has_qk_norm;   /* qwen3 */
+    /* Sliding-window attention: 0 = none. A layer whose layer_swa bit is set lets the token at position p
+     * attend to positions [p - sliding_window + 1, p] only (Hugging Face's and llama.cpp's convention);
+     * the other layers attend to the whole context. Mistral sets every layer's bit; Gemma 3 five of six. */
+    int sliding_window;
+    uint64_t layer_swa[PITH_MAX_LAYERS / 64];
+    /* Layers that apply no RoPE to Q and K at all (SmolLM3's NoPE layers). */
+    uint64_t layer_no_rope[PITH_MAX_LAYERS / 64];
+    /* RoPE base of the sliding-window layers, used without any scaling (no linear or llama3 factor, no
+     * rope_freqs.weight); 0 = those layers rotate exactly like the others. */
+    float rope_theta_swa;
+    /* Attention scores are q.k * query_scale; 0 means 1/sqrt(head_dim). */
+    float query_scale;
+    /* Soft-capping: x -> cap * tanh(x / cap), on the final logits and on the attention scores (after
+     * scaling); 0 = none. */
+    float final_logit_softcap;
+    float attn_logit_softcap;
+    bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
+    bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;
     int bos_id, eos_id; /* -1 when the file does not say */
 } pith_hparams;
+
+/* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written. */
+static inline bool pith_layer_bit(const uint64_t *mask, int layer) {
+    return layer >= 0 && layer < PITH_MAX_LAYERS && ((mask[layer / 64] >> (layer % 64)) & 1u);
+}
+static inline void pith_layer_set(uint64_t *mask, int layer, bool on) {
+    if (layer < 0 || layer >= PITH_MAX_LAYERS) return;
+    uint64_t bit = (uint64_t)1 << (layer % 64);
+    mask[layer / 64] = on ? mask[layer / 64] | bit : mask[layer / 64] & ~bit;
+}
+/* Does layer l use the sliding window? (false when sliding_window is 0) */
+static inline bool pith_hparams_layer_swa(const pith_hparams *hp, int l) {
+    return hp->sliding_window > 0 && pith_layer_bit(hp->layer_swa, l);
+}
+/* Does layer l skip RoPE? */
+static inline bool pith_hparams_layer_no_rope(const pith_hparams *hp, int l) {
+    return pith_layer_bit(hp->layer_no_rope, l);
+}
 
 typedef struct pith_model_file pith_model_file;
 

@@ -1,52 +1,12 @@
-/* GGUF as a model file: hyper-parameters from "{arch}.*" metadata, tensors as stored (GGUF names are
- * already canonical). */
+/* GGUF as a model file: the common hyper-parameters from "{arch}.*" metadata, the rest from the
+ * architecture's descriptor (model/arch.h), tensors as stored (GGUF names are already canonical). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
-
-typedef struct keys {
-    pith_model_file *f;
-    const pith_gguf *g;
-    bool strict; /* supported architecture: required keys must be present */
-    pith_err *err;
-} keys;
-
-/* Reads "{arch}.{suffix}" (or the key itself when suffix is NULL) as an int. Absent: *out keeps its
- * default, which is an error only when required and strict. */
-static int get_int(keys *k, const char *key, bool required, int *out) {
-    int64_t v;
-    if (!pith_gguf_find(k->g, key)) {
-        if (required && k->strict) return pith_errf(k->err, "%s: missing metadata key %s", k->f->path, key);
-        return 0;
-    }
-    if (!pith_gguf_get_i64(k->g, key, &v)) {
-        if (!k->strict) return 0;
-        return pith_errf(k->err, "%s: metadata key %s is not an integer", k->f->path, key);
-    }
-    if (v < -1 || v > INT32_MAX) {
-        if (!k->strict) return 0;
-        return pith_errf(k->err, "%s: metadata key %s = %lld is out of range", k->f->path, key, (long long)v);
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int get_float(keys *k, const char *key, bool required, float *out) {
-    double v;
-    if (!pith_gguf_find(k->g, key)) {
-        if (required && k->strict) return pith_errf(k->err, "%s: missing metadata key %s", k->f->path, key);
-        return 0;
-    }
-    if (!pith_gguf_get_f64(k->g, key, &v)) {
-        if (!k->strict) return 0;
-        return pith_errf(k->err, "%s: metadata key %s is not a number", k->f->path, key);
-    }
-    *out = (float)v;
-    return 0;
-}
+#include "model/arch.h"
 
 static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
     pith_str arch;
@@ -64,25 +24,23 @@ static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
 /* RoPE scaling: llama3's comes as rope_freqs.weight; "linear" divides positions by rope.scaling.factor
  * (absent: 1). Any other kind would silently change every logit, so it is refused unless it is the
  * identity (factor 1). */
-static int read_rope_scaling(keys *k, const char *arch, pith_hparams *hp) {
+static int read_rope_scaling(const pith_meta *m, pith_hparams *hp) {
     char key[96];
     pith_str type;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    if (!k->strict || !pith_gguf_get_str(k->g, key, &type) || pith_str_eq(type, "none")) return 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch);
+    if (m->lenient || !pith_gguf_get_str(m->gguf, key, &type) || pith_str_eq(type, "none")) return 0;
     float factor = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-    if (get_float(k, key, false, &factor)) return -1;
+    if (pith_meta_float(m, "rope.scaling.factor", false, &factor)) return -1;
     if (pith_str_eq(type, "linear")) {
         /* 0 stands for none in pith_hparams, so a zero factor must be refused here, not stored. */
         if (!(factor > 0 && isfinite(factor)))
-            return pith_errf(k->err, "%s: linear RoPE scaling factor %g is not a positive number", k->f->path,
-                             factor);
+            return pith_errf(m->err, "%s: linear RoPE scaling factor %g is not a positive number", m->path, factor);
         hp->rope_linear_factor = factor == 1.0f ? 0.0f : factor;
         return 0;
     }
     if (factor == 1.0f) return 0;
     char shown[PITH_PRINTABLE_CAP];
-    return pith_errf(k->err, "%s: RoPE scaling '%s' (factor %g) is not supported (only linear)", k->f->path,
+    return pith_errf(m->err, "%s: RoPE scaling '%s' (factor %g) is not supported (only linear)", m->path,
                      pith_printable(shown, sizeof shown, type.ptr, type.len), factor);
 }
 
@@ -91,38 +49,37 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     const pith_gguf *g = f->gguf;
     if (read_arch(f, g, err)) return -1;
     pith_hparams *hp = &f->hp;
-    const char *a = hp->arch;
-    keys k = {f, g, pith_arch_supported(a), err};
-    hp->rope_style = strcmp(a, "qwen2") && strcmp(a, "qwen3") ? PITH_ROPE_ADJACENT : PITH_ROPE_HALF;
+    const pith_arch *arch = pith_arch_find(hp->arch);
+    /* Unregistered architectures open leniently: their metadata stays readable, the model layer refuses. */
+    pith_meta m = {f->path, hp->arch, g, NULL, arch == NULL, err};
+    hp->rope_style = arch ? arch->rope_gguf : PITH_ROPE_ADJACENT;
     hp->rope_theta = 10000.0f;
     hp->n_kv_heads = -1;
     hp->head_dim = 0;
     int rope_dims = -1, value_dim = -1;
-    char key[96];
-#define ARCH_KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
-    if (get_int(&k, ARCH_KEY("context_length"), true, &hp->ctx_len) ||
-        get_int(&k, ARCH_KEY("embedding_length"), true, &hp->dim) ||
-        get_int(&k, ARCH_KEY("block_count"), true, &hp->n_layers) ||
-        get_int(&k, ARCH_KEY("feed_forward_length"), true, &hp->ffn_dim) ||
-        get_int(&k, ARCH_KEY("attention.head_count"), true, &hp->n_heads) ||
-        get_int(&k, ARCH_KEY("attention.head_count_kv"), false, &hp->n_kv_heads) ||
-        get_int(&k, ARCH_KEY("attention.key_length"), false, &hp->head_dim) ||
-        get_int(&k, ARCH_KEY("attention.value_length"), false, &value_dim) ||
-        get_int(&k, ARCH_KEY("rope.dimension_count"), false, &rope_dims) ||
-        get_float(&k, ARCH_KEY("attention.layer_norm_rms_epsilon"), true, &hp->norm_eps) ||
-        get_float(&k, ARCH_KEY("rope.freq_base"), false, &hp->rope_theta) ||
-        get_int(&k, "tokenizer.ggml.bos_token_id", false, &hp->bos_id) ||
-        get_int(&k, "tokenizer.ggml.eos_token_id", false, &hp->eos_id) || read_rope_scaling(&k, a, hp))
+    if (pith_meta_int(&m, "context_length", true, &hp->ctx_len) ||
+        pith_meta_int(&m, "embedding_length", true, &hp->dim) ||
+        pith_meta_int(&m, "block_count", true, &hp->n_layers) ||
+        pith_meta_int(&m, "feed_forward_length", true, &hp->ffn_dim) ||
+        pith_meta_int(&m, "attention.head_count", true, &hp->n_heads) ||
+        pith_meta_int(&m, "attention.head_count_kv", false, &hp->n_kv_heads) ||
+        pith_meta_int(&m, "attention.key_length", false, &hp->head_dim) ||
+        pith_meta_int(&m, "attention.value_length", false, &value_dim) ||
+        pith_meta_int(&m, "rope.dimension_count", false, &rope_dims) ||
+        pith_meta_float(&m, "attention.layer_norm_rms_epsilon", true, &hp->norm_eps) ||
+        pith_meta_float(&m, "rope.freq_base", false, &hp->rope_theta) ||
+        pith_meta_int(&m, "=tokenizer.ggml.bos_token_id", false, &hp->bos_id) ||
+        pith_meta_int(&m, "=tokenizer.ggml.eos_token_id", false, &hp->eos_id) || read_rope_scaling(&m, hp))
         return -1;
-#undef ARCH_KEY
     if (hp->n_kv_heads == -1) hp->n_kv_heads = hp->n_heads;
     if (hp->head_dim <= 0 && hp->n_heads > 0 && hp->dim % hp->n_heads == 0) hp->head_dim = hp->dim / hp->n_heads;
-    if (k.strict && value_dim != -1 && value_dim != hp->head_dim)
+    if (arch && value_dim != -1 && value_dim != hp->head_dim)
         return pith_errf(err, "%s: value head size %d differs from key head size %d (not supported)", f->path,
                          value_dim, hp->head_dim);
-    if (k.strict && rope_dims != -1 && rope_dims != hp->head_dim)
+    if (arch && rope_dims != -1 && rope_dims != hp->head_dim)
         return pith_errf(err, "%s: RoPE over %d of %d head dimensions (partial rotary) is not supported", f->path,
                          rope_dims, hp->head_dim);
+    if (arch && arch->read_gguf && arch->read_gguf(&m, hp)) return -1;
 
     for (int64_t i = 0; i < pith_gguf_n_tensors(g); i++)
         if (pith_mf_add_tensor(f, pith_gguf_tensor_at(g, i), 0, err)) return -1;

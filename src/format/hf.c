@@ -1,5 +1,6 @@
 /* Hugging Face checkpoints as model files: config.json for the hyper-parameters, model.safetensors or a
- * sharded model.safetensors.index.json for the tensors, renamed to canonical (GGUF-style) names. */
+ * sharded model.safetensors.index.json for the tensors, renamed to canonical (GGUF-style) names by the
+ * architecture descriptor's name map (model/arch.h). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,33 +14,12 @@
 
 #define MAX_INDEX_BYTES (64u << 20)
 
-/* Writes the canonical name of a Hugging Face tensor name into out; false when it has none (the tensor
- * then keeps its own name). */
-static bool canonical_name(const char *hf, char *out, size_t cap) {
-    static const struct { const char *hf, *name; } globals[] = {
-        {"model.embed_tokens.weight", "token_embd.weight"},
-        {"model.norm.weight", "output_norm.weight"},
-        {"lm_head.weight", "output.weight"},
-    };
-    static const struct { const char *hf, *name; } layer[] = {
-        {"input_layernorm.weight", "attn_norm.weight"},
-        {"self_attn.q_proj.weight", "attn_q.weight"},
-        {"self_attn.k_proj.weight", "attn_k.weight"},
-        {"self_attn.v_proj.weight", "attn_v.weight"},
-        {"self_attn.o_proj.weight", "attn_output.weight"},
-        {"self_attn.q_proj.bias", "attn_q.bias"},
-        {"self_attn.k_proj.bias", "attn_k.bias"},
-        {"self_attn.v_proj.bias", "attn_v.bias"},
-        {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-        {"post_attention_layernorm.weight", "ffn_norm.weight"},
-        {"mlp.gate_proj.weight", "ffn_gate.weight"},
-        {"mlp.up_proj.weight", "ffn_up.weight"},
-        {"mlp.down_proj.weight", "ffn_down.weight"},
-    };
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++) {
-        if (!strcmp(hf, globals[i].hf)) {
-            snprintf(out, cap, "%s", globals[i].name);
+/* Writes the canonical name of a Hugging Face tensor name, from the architecture's name map, into out;
+ * false when it has none (the tensor then keeps its own name). */
+static bool canonical_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
+    for (const pith_name_map *g = arch->hf_global; g && g->hf; g++) {
+        if (!strcmp(hf, g->hf)) {
+            snprintf(out, cap, "%s", g->name);
             return true;
         }
     }
@@ -51,9 +31,9 @@ static bool canonical_name(const char *hf, char *out, size_t cap) {
     for (; *p >= '0' && *p <= '9' && digits < 7; p++, digits++) layer_no = layer_no * 10 + (*p - '0');
     if (!digits || *p != '.' || (digits > 1 && hf[sizeof prefix - 1] == '0')) return false;
     p++;
-    for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++) {
-        if (!strcmp(p, layer[i].hf)) {
-            snprintf(out, cap, "blk.%ld.%s", layer_no, layer[i].name);
+    for (const pith_name_map *l = arch->hf_layer; l && l->hf; l++) {
+        if (!strcmp(p, l->hf)) {
+            snprintf(out, cap, "blk.%ld.%s", layer_no, l->name);
             return true;
         }
     }
@@ -157,6 +137,7 @@ static int read_index(const char *path, shard_map *s, pith_err *err) {
 
 typedef struct hf_ctx {
     pith_model_file *f;
+    const pith_arch *arch;
     bool tie;
     shard_map *index; /* NULL for a single file */
     pith_err *err;
@@ -177,7 +158,7 @@ static int load_shard(hf_ctx *c, const char *path, int shard) {
             int64_t e = pith_name_index_find(&c->index->names, t.name, strlen(t.name));
             if (e >= 0 && c->index->shard_of[e] == shard) c->index->found[e] = true;
         }
-        if (canonical_name(t.name, name, sizeof name)) t.name = name;
+        if (canonical_name(c->arch, t.name, name, sizeof name)) t.name = name;
         /* A tied checkpoint that still carries lm_head uses the embedding, like transformers does. */
         if (c->tie && !strcmp(t.name, "output.weight")) continue;
         rc = pith_mf_add_tensor(f, &t, 1, c->err);
@@ -253,8 +234,9 @@ int pith_load_hf(pith_model_file *f, pith_err *err) {
         pith_errf(err, "%s: out of memory", f->path);
         goto done;
     }
-    hf_ctx c = {f, false, NULL, err};
-    if (pith_hf_parse_config(config, &f->hp, &c.tie, err)) goto done;
+    hf_ctx c = {f, NULL, false, NULL, err};
+    if (pith_hf_parse_config(config, &f->hp, &c.arch, err)) goto done;
+    c.tie = f->hp.tied_embeddings;
     if (index ? load_sharded(&c, f->dir, index) : load_shard(&c, single, 0)) goto done;
     if (!f->hp.n_vocab) {
         const pith_tensor *embd = pith_mf_find(f, "token_embd.weight");

@@ -70,10 +70,6 @@ pith_tensor *pith_mf_find(pith_model_file *f, const char *name) {
     return NULL;
 }
 
-bool pith_arch_supported(const char *arch) {
-    return !strcmp(arch, "llama") || !strcmp(arch, "qwen2") || !strcmp(arch, "qwen3");
-}
-
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);

@@ -40,10 +40,8 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err);
 int pith_load_hf(pith_model_file *f, pith_err *err);
 int pith_load_llama2c(pith_model_file *f, pith_err *err);
 
-/* Checks hyper-parameters and tensors of supported architectures and normalises vectors to F32
- * (validate.c). */
+/* Checks hyper-parameters and tensors of registered architectures against their descriptors, normalises
+ * vectors to F32 and runs the descriptor's transforms (validate.c). */
 int pith_model_file_validate(pith_model_file *f, pith_err *err);
-
-bool pith_arch_supported(const char *arch);
 
 #endif

@@ -1,15 +1,17 @@
-/* Checks a loaded model file so the forward pass can trust it: sane hyper-parameters, every required
- * tensor present with the expected shape, 1-D tensors (norms, biases, rope factors) converted to F32, and
- * every tensor's data aligned for its element type. */
+/* Checks a loaded model file so the forward pass can trust it: sane hyper-parameters (generic checks,
+ * then the architecture's own), every tensor of the architecture's schema (model/arch.h) present with
+ * the expected shape, 1-D tensors (norms, biases, rope factors) converted to F32, the descriptor's
+ * load-time transforms, and every tensor's data aligned for its element type. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "format/modelfile_internal.h"
+#include "model/arch.h"
 
 #define MAX_WIDTH (1 << 20)
-#define MAX_LAYERS 4096
+#define MAX_LAYERS PITH_MAX_LAYERS
 #define MAX_VOCAB (1 << 24)
 #define MAX_CTX (1 << 28)
 
@@ -62,6 +64,19 @@ static int check_hparams(pith_model_file *f, pith_err *err) {
         if (hp->rope_scale_factor != 0)
             return pith_errf(err, "%s: both linear and llama3 RoPE scaling are set", f->path);
     }
+    if (check_range(f, "sliding window", hp->sliding_window, 0, MAX_CTX, err)) return -1;
+    for (int l = hp->n_layers; l < PITH_MAX_LAYERS; l++)
+        if (pith_layer_bit(hp->layer_swa, l) || pith_layer_bit(hp->layer_no_rope, l))
+            return pith_errf(err, "%s: per-layer flags name layer %d of %d", f->path, l, hp->n_layers);
+    const struct { const char *what; float v; } nonneg[] = {
+        {"sliding-window RoPE theta", hp->rope_theta_swa},
+        {"query scale", hp->query_scale},
+        {"final logit soft-cap", hp->final_logit_softcap},
+        {"attention logit soft-cap", hp->attn_logit_softcap},
+    };
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+        if (!(nonneg[i].v >= 0 && isfinite(nonneg[i].v)))
+            return pith_errf(err, "%s: %s %g is not a non-negative number", f->path, nonneg[i].what, nonneg[i].v);
     if (hp->bos_id < -1 || hp->bos_id >= hp->n_vocab)
         return pith_errf(err, "%s: BOS token id %d is outside the vocabulary (%d)", f->path, hp->bos_id, hp->n_vocab);
     if (hp->eos_id < -1 || hp->eos_id >= hp->n_vocab)
@@ -106,31 +121,62 @@ static int check_tensor(pith_model_file *f, const char *name, int64_t ne0, int64
     return ne1 ? 0 : to_f32(f, t, ne0, err);
 }
 
-static int check_layer(pith_model_file *f, int l, pith_err *err) {
-    const pith_hparams *hp = &f->hp;
-    int64_t dim = hp->dim, q = (int64_t)hp->n_heads * hp->head_dim, kv = (int64_t)hp->n_kv_heads * hp->head_dim;
-    int64_t ffn = hp->ffn_dim;
-    struct { const char *suffix; int64_t ne0, ne1; bool required; } want[] = {
-        {"attn_norm.weight", dim, 0, true},
-        {"attn_q.weight", dim, q, true},
-        {"attn_k.weight", dim, kv, true},
-        {"attn_v.weight", dim, kv, true},
-        {"attn_output.weight", q, dim, true},
-        {"attn_q.bias", q, 0, hp->has_qkv_bias},
-        {"attn_k.bias", kv, 0, hp->has_qkv_bias},
-        {"attn_v.bias", kv, 0, hp->has_qkv_bias},
-        {"attn_q_norm.weight", hp->head_dim, 0, hp->has_qk_norm},
-        {"attn_k_norm.weight", hp->head_dim, 0, hp->has_qk_norm},
-        {"ffn_norm.weight", dim, 0, true},
-        {"ffn_gate.weight", dim, ffn, true},
-        {"ffn_up.weight", dim, ffn, true},
-        {"ffn_down.weight", ffn, dim, true},
-    };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "blk.%d.%s", l, want[i].suffix);
-        if (check_tensor(f, name, want[i].ne0, want[i].ne1, want[i].required, err)) return -1;
+static int64_t dim_value(const pith_hparams *hp, pith_dim d) {
+    switch (d) {
+    case PITH_D_NONE: return 0;
+    case PITH_D_DIM: return hp->dim;
+    case PITH_D_FFN: return hp->ffn_dim;
+    case PITH_D_VOCAB: return hp->n_vocab;
+    case PITH_D_Q: return (int64_t)hp->n_heads * hp->head_dim;
+    case PITH_D_KV: return (int64_t)hp->n_kv_heads * hp->head_dim;
+    case PITH_D_HEAD: return hp->head_dim;
+    case PITH_D_HALF_HEAD: return hp->head_dim / 2;
     }
+    return -1;
+}
+
+static int check_spec(pith_model_file *f, const pith_tensor_spec *s, const char *name, bool required, pith_err *err) {
+    return check_tensor(f, name, dim_value(&f->hp, s->ne0), dim_value(&f->hp, s->ne1), required, err);
+}
+
+/* Per-layer tensors: required ones in every layer they apply to; all-or-none ones wherever the first
+ * layer they apply to has one. */
+static int check_layers(pith_model_file *f, const pith_tensor_spec *specs, pith_err *err) {
+    const pith_hparams *hp = &f->hp;
+    for (const pith_tensor_spec *s = specs; s && s->name; s++) {
+        int first = -1;
+        bool present = false;
+        for (int l = 0; l < hp->n_layers; l++) {
+            if (s->in_layer && !s->in_layer(hp, l)) continue;
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", l, s->name);
+            if (first < 0) {
+                first = l;
+                present = pith_mf_find(f, name) != NULL;
+            }
+            bool required = s->presence == PITH_REQUIRED || (s->presence == PITH_ALL_OR_NONE && present);
+            if (required && s->presence == PITH_ALL_OR_NONE && !pith_mf_find(f, name))
+                return pith_errf(err, "%s: missing tensor '%s' (layer %d has one, so every layer needs it)", f->path,
+                                 name, first);
+            if (check_spec(f, s, name, required, err)) return -1;
+        }
+    }
+    return 0;
+}
+
+int pith_mf_own_vector(pith_model_file *f, const char *name, float **data, int64_t *n, pith_err *err) {
+    *data = NULL;
+    *n = 0;
+    pith_tensor *t = pith_mf_find(f, name);
+    if (!t) return 0;
+    int64_t ne = pith_tensor_nelems(t);
+    if (to_f32(f, t, ne, err)) return -1;
+    float *copy = pith_mf_alloc(f, (size_t)ne * sizeof(float), err);
+    if (!copy) return -1;
+    memcpy(copy, t->data, (size_t)ne * sizeof(float));
+    t->data = copy;
+    *data = copy;
+    *n = ne;
     return 0;
 }
 
@@ -151,19 +197,15 @@ static int realign(pith_model_file *f, pith_err *err) {
 
 int pith_model_file_validate(pith_model_file *f, pith_err *err) {
     pith_hparams *hp = &f->hp;
-    hp->has_qkv_bias = pith_mf_find(f, "blk.0.attn_q.bias") != NULL;
-    hp->has_qk_norm = pith_mf_find(f, "blk.0.attn_q_norm.weight") != NULL;
     hp->tied_embeddings = pith_mf_find(f, "output.weight") == NULL;
     if (realign(f, err)) return -1;
-    /* Other architectures open (their metadata stays readable) and the model layer rejects them. */
-    if (!pith_arch_supported(hp->arch)) return 0;
+    /* Unregistered architectures open (their metadata stays readable) and the model layer rejects them. */
+    const pith_arch *arch = pith_arch_find(hp->arch);
+    if (!arch) return 0;
     if (check_hparams(f, err)) return -1;
-    if (check_tensor(f, "token_embd.weight", hp->dim, hp->n_vocab, true, err) ||
-        check_tensor(f, "output_norm.weight", hp->dim, 0, true, err) ||
-        check_tensor(f, "output.weight", hp->dim, hp->n_vocab, false, err) ||
-        check_tensor(f, "rope_freqs.weight", hp->head_dim / 2, 0, false, err))
-        return -1;
-    for (int l = 0; l < hp->n_layers; l++)
-        if (check_layer(f, l, err)) return -1;
-    return 0;
+    if (arch->check && arch->check(hp, f->path, err)) return -1;
+    for (const pith_tensor_spec *s = arch->global; s && s->name; s++)
+        if (check_spec(f, s, s->name, s->presence == PITH_REQUIRED, err)) return -1;
+    if (check_layers(f, arch->layer, err)) return -1;
+    return arch->finish ? arch->finish(f, hp, err) : 0;
 }

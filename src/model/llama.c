@@ -202,22 +202,11 @@ static int declare_memory(llama *m, pith_err *err) {
     return pith_mem_spec_check(spec, L, err);
 }
 
-static int check_hparams(const pith_hparams *hp, pith_err *err) {
-    const int big = 1 << 20;
-    if (hp->dim <= 0 || hp->dim > big || hp->n_layers <= 0 || hp->n_layers > 4096 || hp->n_heads <= 0 ||
-        hp->n_kv_heads <= 0 || hp->n_heads % hp->n_kv_heads || hp->head_dim <= 0 || hp->head_dim % 2 ||
-        (long long)hp->n_heads * hp->head_dim > big || hp->ffn_dim <= 0 || hp->ffn_dim > big || hp->n_vocab <= 0 ||
-        hp->n_vocab > (1 << 24) || !(hp->norm_eps > 0) || !(hp->rope_theta > 0))
-        return pith_errf(err, "unsupported hyper-parameters (dim %d, layers %d, heads %d/%d, head_dim %d, ffn %d, vocab %d)",
-                         hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->ffn_dim, hp->n_vocab);
-    return 0;
-}
-
 int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
     const char *path = pith_model_file_path(file);
-    if (check_hparams(hp, err)) return pith_err_prefix(err, "%s", path);
+    /* The hyper-parameters were checked when the file opened (validate.c and the descriptor). */
     llama *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
     m->base.ops = &llama_ops;

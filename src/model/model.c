@@ -2,7 +2,8 @@
 
 #include <string.h>
 
-#include "model/llama.h"
+#include "format/printable.h"
+#include "model/arch.h"
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
@@ -11,11 +12,15 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     const pith_hparams *hp = pith_model_file_hparams(file);
     pith_model_options defaults = {0};
     if (!opt) opt = &defaults;
+    const pith_arch *arch = pith_arch_find(hp->arch);
     int rc;
-    if (!strcmp(hp->arch, "llama") || !strcmp(hp->arch, "qwen2") || !strcmp(hp->arch, "qwen3")) {
-        rc = pith_llama_build(file, opt, out, err);
+    if (arch && arch->build) {
+        rc = arch->build(file, opt, out, err);
     } else {
-        rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: llama, qwen2, qwen3)", path, hp->arch);
+        char names[256], shown[PITH_PRINTABLE_CAP];
+        rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: %s)", path,
+                       pith_printable(shown, sizeof shown, hp->arch, strlen(hp->arch)),
+                       pith_arch_names(names, sizeof names, false));
     }
     if (rc) pith_model_file_close(file);
     return rc;
