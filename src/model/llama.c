@@ -1,16 +1,25 @@
-/* Llama-family forward pass (llama, qwen2, qwen3) over a flat batch and a paged KV cache.
+/* The decoder forward pass of the Llama family (llama, qwen2, qwen3, smollm3, Mistral) and of the
+ * architectures that only vary it (gemma3: see pith_decoder_variant), over a flat batch and the model's
+ * own memory groups.
  *
- * One step: embed every token; per layer, RMSNorm, Q/K/V projections for all tokens at once (optional
- * bias; qwen3 RMS-normalises each Q and K head), RoPE, K/V written to each token's cache slot, causal
- * attention through the block tables, output projection added to the residual, then RMSNorm and a SwiGLU
- * feed-forward likewise; finally the last norm and the vocabulary projection, only for the rows that
- * want logits. Every projection is one matmul over all tokens of the step, so weights stream from
- * memory once per step whatever the batch holds.
+ * One step: embed every token (times embed_scale); per layer, RMSNorm, Q/K/V projections for all tokens
+ * at once (optional bias; qwen3 and gemma3 RMS-normalise each Q and K head), RoPE (none in NoPE layers;
+ * window layers may use their own base), K/V written to each token's slot of the layer's memory group,
+ * causal attention through that group's block tables (a WINDOW group: the last W positions only), the
+ * output projection added to the residual (after a post-attention RMSNorm in gemma3), then RMSNorm and a
+ * gated feed-forward (SiLU, or GELU-tanh in gemma3; post-FFN RMSNorm in gemma3) likewise; finally the
+ * last norm and the vocabulary projection, only for the rows that want logits (soft-capped where the
+ * file says). Every projection is one matmul over all tokens of the step, so weights stream from memory
+ * once per step whatever the batch holds.
+ *
+ * Memory: one FULL group for the layers that attend to everything and one WINDOW group for the layers
+ * with a sliding window (memory.h), each holding K and V of n_kv_heads * head_dim per token.
  *
  * RoPE frequencies: theta^(-2i/head_dim), divided by rope_freqs.weight when the file has it (llama.cpp's
  * way of storing Llama 3 scaling), else rescaled from the hyper-parameters (Hugging Face's "llama3"
  * rope_type), never both; then multiplied by 1/factor under linear scaling (positions divided by the
- * factor). Angles are computed in double per token, so long positions lose no precision. */
+ * factor). Window layers with their own base (rope_theta_swa) use theta_swa^(-2i/head_dim) unscaled.
+ * Angles are computed in double per token, so long positions lose no precision. */
 #include "model/llama.h"
 
 #include <math.h>
@@ -30,11 +39,13 @@ typedef struct llama_layer {
     pith_matrix wq, wk, wv, wo, gate, up, down;
     float *attn_norm, *ffn_norm;
     float *bq, *bk, *bv;        /* qwen2, else NULL */
-    float *q_norm, *k_norm;     /* qwen3, else NULL */
+    float *q_norm, *k_norm;     /* qwen3, gemma3, else NULL */
+    float *post_attn_norm, *post_ffw_norm; /* gemma3 (variant post_norms), else NULL */
 } llama_layer;
 
 typedef struct llama {
     pith_model base;
+    pith_decoder_variant var;
     pith_cpu cpu;
     pith_attn_scratch attn;
     int q_dim, kv_dim;
@@ -49,18 +60,18 @@ typedef struct llama {
     pith_matrix output;
     llama_layer *layers;
     double *inv_freq;           /* [head_dim / 2] */
+    double *inv_freq_swa;       /* [head_dim / 2] for window layers with their own base, else NULL */
 
     /* scratch for up to cap tokens */
     int cap;
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin, *rope_cos_swa, *rope_sin_swa;
 } llama;
 
 /* ---------------- build ---------------- */
 
 /* The sliding window of layer l, 0 for full attention. */
 static int llama_layer_window(const pith_hparams *hp, int l) {
-    (void)hp, (void)l;
-    return 0;
+    return pith_hparams_layer_swa(hp, l) ? hp->sliding_window : 0;
 }
 
 static int load_vec(const pith_model_file *f, const char *name, int n, bool required, float **out, pith_err *err) {
@@ -86,7 +97,8 @@ static int load_mat(const pith_model_file *f, const char *name, int rows, int co
     return 0;
 }
 
-static int load_layer(const pith_model_file *f, const pith_hparams *hp, int l, llama_layer *L, pith_err *err) {
+static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pith_decoder_variant *var, int l,
+                      llama_layer *L, pith_err *err) {
     char n[96];
     int dim = hp->dim, qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim, ffn = hp->ffn_dim;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
@@ -103,7 +115,9 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, int l, l
         load_vec(f, NAME("attn_k.bias"), kvd, hp->has_qkv_bias, &L->bk, err) ||
         load_vec(f, NAME("attn_v.bias"), kvd, hp->has_qkv_bias, &L->bv, err) ||
         load_vec(f, NAME("attn_q_norm.weight"), hp->head_dim, hp->has_qk_norm, &L->q_norm, err) ||
-        load_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, hp->has_qk_norm, &L->k_norm, err))
+        load_vec(f, NAME("attn_k_norm.weight"), hp->head_dim, hp->has_qk_norm, &L->k_norm, err) ||
+        (var->post_norms && (load_vec(f, NAME("post_attention_norm.weight"), dim, true, &L->post_attn_norm, err) ||
+                             load_vec(f, NAME("post_ffw_norm.weight"), dim, true, &L->post_ffw_norm, err))))
         return pith_err_prefix(err, "layer %d", l);
 #undef NAME
     return 0;
@@ -127,6 +141,8 @@ static void free_layer(llama_layer *L) {
     free(L->bv);
     free(L->q_norm);
     free(L->k_norm);
+    free(L->post_attn_norm);
+    free(L->post_ffw_norm);
 }
 
 static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
@@ -156,6 +172,10 @@ static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
         m->inv_freq[i] = freq;
     }
     free(factors);
+    if (hp->rope_theta_swa > 0 && hp->sliding_window > 0) {
+        if (!(m->inv_freq_swa = malloc((size_t)half * sizeof *m->inv_freq_swa))) return pith_errf(err, "out of memory");
+        for (int i = 0; i < half; i++) m->inv_freq_swa[i] = pow((double)hp->rope_theta_swa, -2.0 * i / hp->head_dim);
+    }
     return 0;
 }
 
@@ -203,12 +223,21 @@ static int declare_memory(llama *m, pith_err *err) {
 }
 
 int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
+    const pith_decoder_variant plain = {0};
+    return pith_decoder_build(file, opt, &plain, out, err);
+}
+
+int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, const pith_decoder_variant *var,
+                       pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
     const char *path = pith_model_file_path(file);
     /* The hyper-parameters were checked when the file opened (validate.c and the descriptor). */
+    if (hp->attn_logit_softcap != 0)
+        return pith_errf(err, "%s: attention logit soft-capping is not supported", path);
     llama *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
+    m->var = *var;
     m->base.ops = &llama_ops;
     m->base.hp = *hp;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
@@ -216,7 +245,8 @@ int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_
     m->q_dim = hp->n_heads * hp->head_dim;
     const char *fs = getenv("PITH_FORCE_SCALAR");
     bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
-    pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
+    float scale = hp->query_scale > 0 ? hp->query_scale : (float)(1.0 / sqrt(hp->head_dim));
+    pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, scale};
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
@@ -234,7 +264,7 @@ int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_
         else
             rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &m->output, err);
     }
-    for (int l = 0; !rc && l < hp->n_layers; l++) rc = load_layer(file, hp, l, &m->layers[l], err);
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = load_layer(file, hp, var, l, &m->layers[l], err);
     for (int l = 0; !rc && l < hp->n_layers; l++) rc = pack_layer(&m->cpu, &m->layers[l], err);
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc) rc = init_rope(m, file, err);
@@ -260,7 +290,10 @@ static void free_scratch(llama *m) {
     free(m->hb2);
     free(m->rope_cos);
     free(m->rope_sin);
+    free(m->rope_cos_swa);
+    free(m->rope_sin_swa);
     m->x = m->xb = m->q = m->k = m->v = m->att = m->hb = m->hb2 = m->rope_cos = m->rope_sin = NULL;
+    m->rope_cos_swa = m->rope_sin_swa = NULL;
     m->cap = 0;
 }
 
@@ -276,6 +309,7 @@ static void llama_destroy(pith_model *base) {
     pith_matrix_free(&m->output);
     free(m->out_norm);
     free(m->inv_freq);
+    free(m->inv_freq_swa);
     free_scratch(m);
     pith_attn_scratch_free(&m->attn);
     if (m->cpu.pool) pith_cpu_free(&m->cpu);
@@ -302,7 +336,12 @@ static int reserve(llama *m, int n, pith_err *err) {
     m->hb2 = malloc(N * hp->ffn_dim * sizeof(float));
     m->rope_cos = malloc(N * (hp->head_dim / 2) * sizeof(float));
     m->rope_sin = malloc(N * (hp->head_dim / 2) * sizeof(float));
-    if (!m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 || !m->rope_cos || !m->rope_sin) {
+    if (m->inv_freq_swa) {
+        m->rope_cos_swa = malloc(N * (hp->head_dim / 2) * sizeof(float));
+        m->rope_sin_swa = malloc(N * (hp->head_dim / 2) * sizeof(float));
+    }
+    if (!m->x || !m->xb || !m->q || !m->k || !m->v || !m->att || !m->hb || !m->hb2 || !m->rope_cos || !m->rope_sin ||
+        (m->inv_freq_swa && (!m->rope_cos_swa || !m->rope_sin_swa))) {
         free_scratch(m);
         return pith_errf(err, "out of memory for a batch of %d tokens", n);
     }
@@ -384,12 +423,20 @@ static void embed_row(row_job *j, int t) {
     llama *m = j->m;
     int dim = m->base.hp.dim, half = m->base.hp.head_dim / 2;
     const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
-    pith_dequantize_row(m->embd->type, src, m->x + (size_t)t * dim, dim);
+    float *x = m->x + (size_t)t * dim;
+    pith_dequantize_row(m->embd->type, src, x, dim);
+    if (m->var.embed_scale != 0)
+        for (int i = 0; i < dim; i++) x[i] *= m->var.embed_scale;
     double pos = j->b->positions[t];
     for (int i = 0; i < half; i++) {
         double angle = pos * m->inv_freq[i];
         m->rope_cos[(size_t)t * half + i] = (float)cos(angle);
         m->rope_sin[(size_t)t * half + i] = (float)sin(angle);
+    }
+    for (int i = 0; m->inv_freq_swa && i < half; i++) {
+        double angle = pos * m->inv_freq_swa[i];
+        m->rope_cos_swa[(size_t)t * half + i] = (float)cos(angle);
+        m->rope_sin_swa[(size_t)t * half + i] = (float)sin(angle);
     }
 }
 
@@ -416,14 +463,17 @@ static void qkv_row(row_job *j, int t) {
         for (int i = 0; i < m->q_dim; i++) q[i] += L->bq[i];
         for (int i = 0; i < kvd; i++) k[i] += L->bk[i], v[i] += L->bv[i];
     }
-    const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
+    bool local = m->inv_freq_swa && pith_hparams_layer_swa(hp, j->layer);
+    const float *cs = (local ? m->rope_cos_swa : m->rope_cos) + (size_t)t * half;
+    const float *sn = (local ? m->rope_sin_swa : m->rope_sin) + (size_t)t * half;
+    bool use_rope = !pith_hparams_layer_no_rope(hp, j->layer);
     for (int h = 0; h < hp->n_heads; h++) {
         if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
-        rope(q + h * hd, cs, sn, hd, hp->rope_style);
+        if (use_rope) rope(q + h * hd, cs, sn, hd, hp->rope_style);
     }
     for (int h = 0; h < hp->n_kv_heads; h++) {
         if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-        rope(k + h * hd, cs, sn, hd, hp->rope_style);
+        if (use_rope) rope(k + h * hd, cs, sn, hd, hp->rope_style);
     }
     /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
     int g = m->layer_group[j->layer];
@@ -448,6 +498,28 @@ static void swiglu_row(row_job *j, int t) {
     float *g = m->hb + (size_t)t * ffn, *u = m->hb2 + (size_t)t * ffn;
     m->cpu.k->silu_mul(g, u, ffn);
 }
+
+/* GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) of the gate, times up. */
+static void geglu_row(row_job *j, int t) {
+    llama *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    float *g = m->hb + (size_t)t * ffn, *u = m->hb2 + (size_t)t * ffn;
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < ffn; i++) {
+        float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
+/* x += RMSNorm(xb) with the layer's post-attention or post-FFN norm (gemma3). */
+static void post_norm_add(llama *m, int t, const float *w) {
+    int dim = m->base.hp.dim;
+    float *x = m->x + (size_t)t * dim, *xb = m->xb + (size_t)t * dim;
+    rmsnorm(xb, xb, w, dim, m->base.hp.norm_eps);
+    for (int i = 0; i < dim; i++) x[i] += xb[i];
+}
+static void post_attn_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_attn_norm); }
+static void post_ffw_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_ffw_norm); }
 
 static void out_norm_row(row_job *j, int t) {
     llama *m = j->m;
@@ -500,15 +572,23 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
     pith_attention(&m->cpu, &m->attn, &aa);
     if (l == hp->n_layers - 1 && (n = j.n = keep_logit_rows(m, b)) == 0) return 0;
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
-    if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) return -1;
+    if (L->post_attn_norm) {
+        if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->xb, dim, false, err)) return -1;
+        run_rows(m, &j, post_attn_row, 2 * dim);
+    } else if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) {
+        return -1;
+    }
 
     run_rows(m, &j, ffn_norm_row, dim);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
     if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
-    run_rows(m, &j, swiglu_row, 8 * ffn);
+    run_rows(m, &j, m->var.gelu_tanh ? geglu_row : swiglu_row, 8 * ffn);
     pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
-    return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
+    if (!L->post_ffw_norm) return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
+    if (pith_cpu_matmul(&m->cpu, &L->down, &a, m->xb, dim, false, err)) return -1;
+    run_rows(m, &j, post_ffw_row, 2 * dim);
+    return 0;
 }
 
 static int llama_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
@@ -529,5 +609,10 @@ static int llama_forward(pith_model *base, const pith_batch *b, float *logits, p
     run_rows(m, &j, out_norm_row, hp->dim);
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
-    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+    if (pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err)) return -1;
+    if (hp->final_logit_softcap > 0) {
+        const float cap = hp->final_logit_softcap, inv = 1.0f / cap;
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);
+    }
+    return 0;
 }

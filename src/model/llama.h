@@ -1,10 +1,25 @@
-/* Llama-family forward pass (llama, qwen2, qwen3): builds a pith_model from a model file. */
+/* The Llama-family decoder (llama, qwen2, qwen3, smollm3, Mistral; see llama.c): builds a pith_model from
+ * a model file. Architectures that differ from it only in the ways pith_decoder_variant lists build
+ * through pith_decoder_build with their own variant (gemma3.c). */
 #ifndef PITH_MODEL_LLAMA_H
 #define PITH_MODEL_LLAMA_H
 
+#include <stdbool.h>
+
 #include "pith/model.h"
 
-/* Takes ownership of `file` on success (and on failure leaves it to the caller). */
+/* What a variant changes; zero everywhere is the Llama decoder. Everything else that varies (biases, QK
+ * norms, windows, NoPE layers, RoPE bases, query scale, logit soft-cap) comes from the hyper-parameters. */
+typedef struct pith_decoder_variant {
+    float embed_scale;  /* 0: none; else embeddings are multiplied by it (gemma3: sqrt(dim)) */
+    bool gelu_tanh;     /* gated FFN with GELU (tanh approximation) instead of SiLU */
+    bool post_norms;    /* RMSNorm of the attention and FFN outputs before the residual add
+                           (post_attention_norm, post_ffw_norm) */
+} pith_decoder_variant;
+
+/* Take ownership of `file` on success (and on failure leave it to the caller). */
 int pith_llama_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err);
+int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, const pith_decoder_variant *var,
+                       pith_model **out, pith_err *err);
 
 #endif
