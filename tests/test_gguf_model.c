@@ -469,11 +469,25 @@ static void test_unknown_arch_load(void) {
     CHECK(pith_model_load(tmp_path("u_gpt2.gguf"), NULL, &model, &err) == -1 && model == NULL);
     CHECKF(strstr(err.msg, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, smollm3, gemma3)"),
            "%s", err.msg);
-    /* gemma3 loads and validates, but has no forward pass yet */
+    /* gemma3 builds, and declares its memory: a WINDOW group of the local layers, a FULL group of the rest */
     CHECK(open_extra("u_gemma3.gguf", &base_gemma, kv_window32, NULL, &f, &err) == 0);
     pith_model_file_close(f);
-    CHECK(pith_model_load(tmp_path("u_gemma3.gguf"), NULL, &model, &err) == -1 && model == NULL);
-    CHECKF(strstr(err.msg, "not implemented yet") != NULL, "%s", err.msg);
+    CHECKF(pith_model_load(tmp_path("u_gemma3.gguf"), NULL, &model, &err) == 0, "%s", err.msg);
+    if (model) {
+        const pith_mem_spec *ms = &model->mem;
+        int in_window = 0;
+        for (int l = 0; l < model->hp.n_layers; l++) in_window += pith_hparams_layer_swa(&model->hp, l);
+        CHECK(ms->n_groups == (in_window == model->hp.n_layers ? 1 : 2));
+        for (int g = 0; g < ms->n_groups; g++) {
+            const pith_mem_group *mg = &ms->groups[g];
+            CHECK(mg->k_dim == model->hp.n_kv_heads * model->hp.head_dim && mg->v_dim == mg->k_dim);
+            if (mg->kind == PITH_MEM_WINDOW) CHECK(mg->window == 32 && mg->n_layers == in_window);
+            else CHECK(mg->kind == PITH_MEM_FULL && mg->n_layers == model->hp.n_layers - in_window);
+            for (int i = 0; i < mg->n_layers; i++)
+                CHECK(pith_hparams_layer_swa(&model->hp, mg->layers[i]) == (mg->kind == PITH_MEM_WINDOW));
+        }
+        pith_model_free(model);
+    }
 }
 
 int main(void) {
