@@ -41,10 +41,12 @@ void cli_engine_usage(FILE *out) {
     fprintf(out,
             "      --max-num-seqs S      sequences per step (default 64)\n"
             "      --max-batch-tokens T  tokens per step, decode and prompt chunks (default 2048)\n"
-            "      --kv-blocks B         KV cache size in blocks (default: from --kv-mem)\n"
-            "      --kv-mem BYTES        KV cache size, e.g. 512M (default: enough for S full-length\n"
-            "                            sequences, at most 1G)\n"
-            "      --block-size N        tokens per KV block (default 16)\n"
+            "      --kv-blocks B         blocks of each full-attention layer group's pool; sliding-\n"
+            "                            window groups get fewer when S windows need fewer (default:\n"
+            "                            from --kv-mem)\n"
+            "      --kv-mem BYTES        all memory groups together, e.g. 512M (default: enough for S\n"
+            "                            full-length sequences, at most 1G)\n"
+            "      --block-size N        tokens per KV block, every group (default 16)\n"
             "      --max-seq-len N       prompt + output limit per sequence (default: the model's)\n"
             "      --kv-f32              keep K/V in F32 instead of F16\n"
             "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n");
