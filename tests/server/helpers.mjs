@@ -8,20 +8,25 @@ import { pathToFileURL } from 'node:url';
 
 export const PITH_BIN = process.env.PITH_BIN;
 
-// The model the tests run: stories260K from the shared assets, else the embedded default model.
+// The model the tests run: stories260K from the shared assets, else the embedded default model. ctx is
+// its context length: tests that want long generations ask for at most LONG_TOKENS.
 export function findModel() {
   const shared = process.env.PITH_SHARED;
   if (shared) {
     const dir = path.join(shared, 'models', 'stories260K');
     const bin = path.join(dir, 'stories260K.bin');
     const tok = path.join(dir, 'tok512.bin');
-    if (existsSync(bin) && existsSync(tok)) return { args: ['-m', bin, '--tokenizer', tok], name: 'stories260K' };
+    if (existsSync(bin) && existsSync(tok)) return { args: ['-m', bin, '--tokenizer', tok], name: 'stories260K', ctx: 512 };
   }
   const src = process.env.PITH_SOURCE_DIR;
   const def = src && path.join(src, 'assets', 'default.gguf');
-  if (def && existsSync(def)) return { args: ['-m', def], name: 'default' };
+  if (def && existsSync(def)) return { args: ['-m', def], name: 'default', ctx: 256 };
   return null;
 }
+
+// A long generation that still fits the test model's context with a short prompt: 500 tokens on
+// stories260K (context 512), 240 on the default model (context 256).
+export const LONG_TOKENS = Math.min(500, (findModel()?.ctx ?? 256) - 16);
 
 // The OpenAI SDK from the repository's node_modules (PITH_NPM_DIR), or null.
 export async function loadOpenAI() {

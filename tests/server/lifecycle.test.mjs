@@ -6,7 +6,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { after, describe, test } from 'node:test';
 
-import { readSSE, sleep, startServer, stopServer, within } from './helpers.mjs';
+import { LONG_TOKENS, readSSE, sleep, startServer, stopServer, within } from './helpers.mjs';
 
 const T = { timeout: 30000 };
 const servers = [];
@@ -113,7 +113,7 @@ describe('SIGTERM', () => {
     const s = await serve([]);
     // Unread, the response (with 20 logprobs per token, megabytes) outgrows the socket buffers, so the
     // request stays in flight however fast the model is.
-    const n = 16, max = 300;
+    const n = 16, max = Math.min(300, LONG_TOKENS);
     const st = await pausedStream(s.port, {
       prompt: 'Once upon a time', n, max_tokens: max, temperature: 0, ignore_eos: true, stream: true,
       stream_options: { include_usage: true }, logprobs: 20,
@@ -137,7 +137,7 @@ describe('SIGTERM', () => {
     const r = await fetch(`${s.base}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: 'Once upon a time', n: 16, max_tokens: 500, temperature: 0, ignore_eos: true, stream: true }),
+      body: JSON.stringify({ prompt: 'Once upon a time', n: 16, max_tokens: LONG_TOKENS, temperature: 0, ignore_eos: true, stream: true }),
     });
     assert.equal(r.status, 200);
     const reader = r.body.getReader();

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { call, idleMetrics, loadOpenAI, metric, sleep, startServer, stopServer } from './helpers.mjs';
+import { call, idleMetrics, LONG_TOKENS, loadOpenAI, metric, sleep, startServer, stopServer } from './helpers.mjs';
 
 const T = { timeout: 30000 };
 let srv, client, model;
@@ -102,11 +102,12 @@ describe('completions', () => {
 
   test('usage counts every sampled token, stopping at EOS or not', T, async () => {
     // Long enough that this tiny story model ends its story (EOS) before max_tokens.
-    const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 400, temperature: 0, logprobs: 0 });
+    const max = Math.min(400, LONG_TOKENS);
+    const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: max, temperature: 0, logprobs: 0 });
     const lp = r.choices[0].logprobs;
     assert.equal(lp.tokens.length, r.usage.completion_tokens, 'one logprob entry per sampled token');
-    if (r.choices[0].finish_reason === 'stop') assert.ok(r.usage.completion_tokens < 400);
-    else assert.equal(r.usage.completion_tokens, 400);
+    if (r.choices[0].finish_reason === 'stop') assert.ok(r.usage.completion_tokens < max);
+    else assert.equal(r.usage.completion_tokens, max);
   });
 
   test('stop strings end the text before the match, streaming or not', T, async () => {
@@ -226,7 +227,7 @@ describe('load', () => {
     const before = await (await fetch(`${srv.base}/metrics`, { headers: { authorization: 'Bearer sk-test' } })).text();
     const ac = new AbortController();
     const stream = await client.completions.create(
-      { model, prompt: 'Once upon a time', max_tokens: 500, temperature: 0, ignore_eos: true, n: 4, stream: true },
+      { model, prompt: 'Once upon a time', max_tokens: LONG_TOKENS, temperature: 0, ignore_eos: true, n: 4, stream: true },
       { signal: ac.signal },
     );
     let chunks = 0;
@@ -256,7 +257,7 @@ describe('load', () => {
     const before = metric(await getMetrics(), 'pith_request_success_total', label);
     const ac = new AbortController();
     const pending = client.completions.create(
-      { model, prompt: 'Once upon a time', max_tokens: 500, temperature: 0, ignore_eos: true, n: 8 },
+      { model, prompt: 'Once upon a time', max_tokens: LONG_TOKENS, temperature: 0, ignore_eos: true, n: 8 },
       { signal: ac.signal },
     );
     pending.catch(() => {});
