@@ -89,7 +89,11 @@ static void test_metrics(void) {
     metrics_error(&m, 418); /* unknown: counted as 500 */
     pith_engine_stats st = {.running = 2, .waiting = 3, .kv_blocks_used = 7, .kv_blocks_cached = 5,
                             .kv_blocks_total = 64, .prefix_cache_hits = 11, .prompt_tokens = 100,
-                            .generation_tokens = 50, .preemptions = 1};
+                            .generation_tokens = 50, .preemptions = 1, .mem_bytes = 4096, .n_mem_groups = 2,
+                            .mem = {{.kind = PITH_MEM_WINDOW, .window = 8, .units_total = 20, .units_used = 3,
+                                     .units_cached = 2, .units_free = 15},
+                                    {.kind = PITH_MEM_FULL, .units_total = 44, .units_used = 4, .units_cached = 3,
+                                     .units_free = 37}}};
     buf out = {0};
     metrics_render(&m, &st, &out);
     CHECK(!out.failed && out.len > 0);
@@ -98,6 +102,10 @@ static void test_metrics(void) {
     CHECK(sample(t, "pith_requests_waiting") == 3);
     CHECK(sample(t, "pith_kv_blocks_in_use") == 7); /* cached blocks are not in use */
     CHECK(sample(t, "pith_kv_blocks_total") == 64);
+    CHECK(sample(t, "pith_memory_units{group=\"0\",kind=\"window\",window=\"8\",state=\"used\"}") == 3);
+    CHECK(sample(t, "pith_memory_units{group=\"0\",kind=\"window\",window=\"8\",state=\"free\"}") == 15);
+    CHECK(sample(t, "pith_memory_units{group=\"1\",kind=\"full\",window=\"0\",state=\"cached\"}") == 3);
+    CHECK(sample(t, "pith_memory_bytes") == 4096);
     CHECK(sample(t, "pith_prefix_cache_hit_tokens_total") == 11);
     CHECK(sample(t, "pith_prompt_tokens_total") == 100);
     CHECK(sample(t, "pith_generation_tokens_total") == 50);

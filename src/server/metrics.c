@@ -96,6 +96,19 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
     /* A constant, so a counter is lawful; Prometheus' linter refuses the _total suffix on a gauge. */
     counter(out, "pith_kv_blocks_total", "KV cache blocks in the pool (constant while the server runs).",
             (unsigned long long)(st->kv_blocks_total > 0 ? st->kv_blocks_total : 0));
+    /* One series per memory group and state: a window group's blocks behave unlike a full group's. */
+    header(out, "pith_memory_units", "gauge",
+           "Blocks (KV groups) or state slots (recurrent groups) of each memory group the model declared, by state.");
+    for (int g = 0; g < st->n_mem_groups && g < PITH_MAX_MEM_GROUPS; g++) {
+        const pith_engine_mem_stats *ms = &st->mem[g];
+        const char *states[3] = {"used", "cached", "free"};
+        const int counts[3] = {ms->units_used, ms->units_cached, ms->units_free};
+        for (int k = 0; k < 3; k++)
+            buf_printf(out, "pith_memory_units{group=\"%d\",kind=\"%s\",window=\"%d\",state=\"%s\"} %d\n", g,
+                       pith_mem_kind_name(ms->kind), ms->window, states[k], counts[k]);
+    }
+    gauge(out, "pith_memory_bytes", "Bytes of every memory group's pool together (constant while the server runs).",
+          (long long)st->mem_bytes);
     counter(out, "pith_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.",
             (unsigned long long)st->prefix_cache_hits);
     counter(out, "pith_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
