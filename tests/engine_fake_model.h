@@ -67,6 +67,7 @@ typedef struct fake_state {
     int layers[4096];         /* storage for the spec's layer lists */
     pith_kv_host mem;
     uint32_t *slot_stamp[FAKE_MAX_GROUPS]; /* per slot: the call number that last wrote it */
+    int max_held[FAKE_MAX_GROUPS]; /* most blocks one batch's tables named in a KV group (all sequences) */
     int prepared;             /* prepare calls */
     pith_model_limits limits;
 } fake_state;
@@ -174,6 +175,9 @@ static int fake_forward(pith_model *m, const pith_batch *b, float *logits, pith_
             continue;
         }
         const int bs = c->block_size, n_slots = c->n_blocks * bs;
+        int held = 0;
+        for (int k = 0; k < b->n_seqs * bm->max_blocks; k++) held += bm->block_tables[k] >= 0;
+        if (held > st->max_held[g]) st->max_held[g] = held;
         if (!st->slot_stamp[g]) st->slot_stamp[g] = calloc((size_t)n_slots, sizeof **st->slot_stamp);
         for (int i = 0; i < b->n_tokens; i++) {
             int s = b->seq[i], p = b->positions[i], slot = bm->slots[i];

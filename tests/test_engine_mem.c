@@ -119,7 +119,36 @@ static void test_gemma3_accounting(void) {
     CHECK(max_window_used <= N * ((W - 1 + bs - 1) / bs + 1 + 512 / bs));
     pith_engine_free(e);
 
-    /* The real shape: K and V of 4 heads of 256 per layer, F16. One 32k-token sequence. */
+    /* One 32k-token sequence through the same spec: the blocks each group holds once it decodes, and at
+     * most during prefill, priced at the real shape (K and V of 4 heads of 256 per layer, F16). */
+    const int T = 32768;
+    pith_engine_options o32 = {.block_size = bs, .max_num_seqs = 1, .max_batch_tokens = 2048, .max_seq_len = T + 8,
+                               .kv_f32 = true};
+    CHECKF(pith_engine_create(m, NULL, &o32, &e, &err) == 0, "%s", err.msg);
+    int32_t *big = malloc((size_t)T * sizeof *big);
+    fill(big, T, 9);
+    out r32 = {0};
+    pith_request rq = greedy(big, T - 1, 4, &r32);
+    CHECK(e && pith_engine_submit(e, &rq, NULL, &err) == 0);
+    int used_w = 0, used_f = 0;
+    fake_of(m)->max_held[0] = 0;
+    while (e && pith_engine_has_work(e)) {
+        step_checked(e);
+        pith_engine_stats s32;
+        pith_engine_get_stats(e, &s32);
+        if (e->sc.n_running == 1 && e->sc.running[0]->n_computed == T) {
+            used_w = s32.mem[0].units_used;
+            used_f = s32.mem[1].units_used;
+        }
+    }
+    CHECK(r32.n == 4 && matches(fake_of(m), big, T - 1, &r32));
+    CHECKF(used_w == window_blocks(T, W, bs) && used_f == T / bs, "at %d tokens: window %d, full %d blocks", T,
+           used_w, used_f);
+    /* During a 2048-token chunk the window group also holds the chunk's blocks. */
+    int peak_w = fake_of(m)->max_held[0];
+    CHECK(peak_w <= window_blocks(T, W, bs) + 2048 / bs + 1 && peak_w > window_blocks(T, W, bs));
+    pith_engine_free(e);
+    free(big);
     pith_mem_group real_w = {.kind = PITH_MEM_WINDOW, .window = W, .n_layers = 29, .type = PITH_F16,
                              .k_dim = 1024, .v_dim = 1024};
     pith_mem_group real_f = real_w;
@@ -127,13 +156,15 @@ static void test_gemma3_accounting(void) {
     real_f.n_layers = 5;
     pith_mem_group all = real_f;
     all.n_layers = 34;
-    const int T = 32768;
-    double wb = (double)pith_mem_unit_bytes(&real_w, PITH_F16, bs) * window_blocks(T, W, bs);
-    double fb = (double)pith_mem_unit_bytes(&real_f, PITH_F16, bs) * ((T + bs - 1) / bs);
-    double full_layout = (double)pith_mem_unit_bytes(&all, PITH_F16, bs) * ((T + bs - 1) / bs);
-    printf("Gemma 3 4B shape, one %d-token sequence, F16 K/V: window group %.1f MiB + full group %.1f MiB = "
-           "%.1f MiB (every layer full: %.1f MiB, %.2fx more)\n", T, wb / 1048576, fb / 1048576,
-           (wb + fb) / 1048576, full_layout / 1048576, full_layout / (wb + fb));
+    const double mib = 1048576;
+    double wb = (double)pith_mem_unit_bytes(&real_w, PITH_F16, bs) * used_w;
+    double fb = (double)pith_mem_unit_bytes(&real_f, PITH_F16, bs) * used_f;
+    double full_layout = (double)pith_mem_unit_bytes(&all, PITH_F16, bs) * used_f;
+    printf("Gemma 3 4B shape, one %d-token sequence, F16 K/V, as held by the engine: window group %d blocks = "
+           "%.1f MiB, full group %d blocks = %.1f MiB, total %.1f MiB; every layer full: %.1f MiB (%.2fx more); "
+           "window group at most %d blocks (%.1f MiB) during 2048-token prefill chunks\n", T, used_w, wb / mib,
+           used_f, fb / mib, (wb + fb) / mib, full_layout / mib, full_layout / (wb + fb), peak_w,
+           (double)pith_mem_unit_bytes(&real_w, PITH_F16, bs) * peak_w / mib);
     CHECK(full_layout / (wb + fb) > 5);
     free(prompts);
     m->ops->destroy(m);
