@@ -15,17 +15,15 @@ safetensors directory of the same seed, which uses rotate-half), and for the new
 against simpler formulations (a per-position loop transcription of Gemma 3, full attention for a window
 longer than the sequence, llama for a SmolLM3 without no-RoPE layers).
 
-Pith cannot run the new architectures yet: a case is skipped, with the reason printed, when `pith run`
-reports an unsupported or unimplemented architecture, or when Pith accepts a windowed model but attends
-to the whole context (its logits then match the reference without the window). The latter is allowed
-only while no windowed case passes: once one does, the others must too.
+The new architectures are also run from a prompt more than three windows long (77 tokens), prefilled
+in chunks of 7 tokens (--max-batch-tokens 7: a chunk boundary inside every window) and in one chunk, and
+the rows of the tokens generated after it are checked against the reference over [prompt, generated].
 
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch), PITH_SHARED (optional assets).
 Exit 77 (skip) when torch or numpy is missing."""
 
 import math
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -80,8 +78,11 @@ N_GEN_LONG = 72
 # float32(1 + w) while config.json's files give w: that rounding (2^-24 relative) alone moves the logits by
 # up to 5.8e-7 (checked: rounding 1 + w to float32 on the safetensors side too leaves 4e-14).
 CROSS_FORMAT_BOUND = {"test-gemma3": 3e-6, "test-gemma3-softcap": 3e-6}
-# pith run's messages for an architecture it does not run (yet): the new cases skip on these.
-UNSUPPORTED = re.compile(r"unsupported architecture|not (yet )?implemented|not supported", re.I)
+# The prompt of the prefill cases: 77 tokens with BOS in these models' vocabulary (more than three
+# windows of 20 and of 16), 12 tokens generated after it.
+PROMPT_TEXT = ("Once upon a time, in a quiet village by the sea, a small girl found a shell that sang "
+               "when the wind blew over it.")
+N_GEN_PROMPT = 12
 
 
 def tolerance_kind(dtype):
@@ -93,18 +94,11 @@ def tolerance_kind(dtype):
 
 
 failures = []
-skipped = []
-window_cases = {"passed": [], "ignored": []}
 
 
 def fail(msg):
     failures.append(msg)
     print("FAIL:", msg, flush=True)
-
-
-def skip(name, why):
-    skipped.append(name)
-    print(f"SKIP: {name}: {why}", flush=True)
 
 
 def check_reference_on_stories260k(tmp):
@@ -346,9 +340,9 @@ def check_new_references(tmp):
         fail(f"attention sinks: {err:.2e} from the loop, {err_none:.2e} from no sinks at -inf")
 
 
-def run_pith(pith, model, tokenizer, out, kv_f32, n_gen=N_GEN):
-    cmd = [pith, "run", "-m", model, "-p", "", "-n", str(n_gen), "--temp", "0", "--ignore-eos", "-t", "2",
-           "--logits-out", out]
+def run_pith(pith, model, tokenizer, out, kv_f32, n_gen=N_GEN, prompt="", extra=()):
+    cmd = [pith, "run", "-m", model, "-p", prompt, "-n", str(n_gen), "--temp", "0", "--ignore-eos", "-t", "2",
+           "--logits-out", out, *extra]
     if tokenizer:
         cmd += ["--tokenizer", tokenizer]
     if kv_f32:
@@ -375,18 +369,27 @@ def make_model(tmp, preset, fmt, dtype, seed):
     return model, tokenizer, cfg.vocab
 
 
-def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen=N_GEN, new_arch=False):
-    """Run pith on the model and check its logits rows against the reference. Returns the max error.
-    new_arch: skip (with the reason) where pith reports the architecture unsupported or ignores a window."""
+def tokenize(pith, model, tokenizer, text):
+    r = subprocess.run([pith, "tokenize", "-m", tokenizer or model], input=text.encode(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    if r.returncode != 0:
+        fail(f"pith tokenize {tokenizer or model}: {r.stderr.decode(errors='replace').strip()[-300:]}")
+        return None
+    return [int(t) for t in r.stdout.split()]
+
+
+def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen=N_GEN, prompt="", extra=()):
+    """Run pith on the model (from BOS, or from `prompt` with `extra` options) and check the logits rows of
+    the generated tokens against the reference. Returns the max error."""
     out = os.path.join(tmp, "logits.bin")
     if os.path.exists(out):
         os.remove(out)
-    err = run_pith(pith, model, tokenizer, out, kv_f32, n_gen)
+    prompt_ids = tokenize(pith, model, tokenizer, prompt) if prompt else [mkmodel.BOS_ID]
+    if prompt_ids is None:
+        return None
+    err = run_pith(pith, model, tokenizer, out, kv_f32, n_gen, prompt, extra)
     if err:
-        if new_arch and UNSUPPORTED.search(err):
-            skip(name, f"pith does not run it yet ({err.splitlines()[-1][:200]})")
-        else:
-            fail(f"{name}: pith run failed: {err}")
+        fail(f"{name}: pith run failed: {err}")
         return None
     raw = open(out, "rb").read()
     if len(raw) != n_gen * n_vocab * 4:
@@ -397,28 +400,15 @@ def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen
         fail(f"{name}: non-finite logits")
         return None
     chosen = got.argmax(axis=1)
-    tokens = [mkmodel.BOS_ID] + [int(t) for t in chosen[:-1]]
+    tokens = prompt_ids + [int(t) for t in chosen[:-1]]
+    rows = slice(len(prompt_ids) - 1, None)   # the rows the generated tokens were chosen from
     m = reference.Model(model)
-    exact = reference.forward(m, tokens).numpy()
+    exact = reference.forward(m, tokens).numpy()[rows]
     err_exact = np.abs(got - exact)
     tol, tol_mean, act_block = TOLERANCES[kind]
     info = ""
-    if new_arch and m.sliding_window is not None:
-        ref = reference.forward(m, tokens, kv_f16=(kind == "float-kv16")).numpy()
-        worst = float(np.abs(got - ref).max())
-        if worst > tol:
-            m.sliding_window = None
-            full = reference.forward(m, tokens, kv_f16=(kind == "float-kv16")).numpy()
-            m.sliding_window = reference.Model(model).sliding_window
-            if float(np.abs(got - full).max()) <= tol:
-                window_cases["ignored"].append(name)
-                skip(name, f"pith attends beyond the sliding window (not implemented yet): {worst:.2e} from "
-                           f"the windowed reference, {np.abs(got - full).max():.1e} from full attention")
-                return None
-        else:
-            window_cases["passed"].append(name)
     if kind == "float-kv16":
-        ref = reference.forward(m, tokens, kv_f16=True).numpy()
+        ref = reference.forward(m, tokens, kv_f16=True).numpy()[rows]
         if err_exact.max() > TOL_KV16_VS_EXACT:
             fail(f"{name}: max |error| vs the exact reference {err_exact.max():.2e} > {TOL_KV16_VS_EXACT}")
         info = f"  vs exact {err_exact.max():.1e}"
@@ -428,7 +418,7 @@ def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen
     if act_block:
         # For information only: distance to a reference that rounds activations as integer kernels do
         # (the scheme is the kernels' choice, so it is not asserted).
-        sim = reference.forward(m, tokens, act_q8=act_block).numpy()
+        sim = reference.forward(m, tokens, act_q8=act_block).numpy()[rows]
         info = f"  vs act-q8/{act_block} sim {np.abs(got - sim).max():.1e}"
     worst = float(err.max())
     row, col = np.unravel_index(int(err.argmax()), err.shape)
@@ -517,18 +507,16 @@ def main():
             fmts = ("safetensors",) if preset in NEW_ST_ONLY else ("gguf", "safetensors")
             for fmt in fmts:
                 model, tok, n_vocab = make_model(tmp, preset, fmt, "F32", seed)
-                compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG,
-                        new_arch=True)
+                compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG)
                 if fmt == "gguf":
                     compare(pith, tmp, f"{preset} {fmt} F32 kv-f16", model, tok, n_vocab, "float-kv16",
-                            kv_f32=False, n_gen=N_GEN_LONG, new_arch=True)
+                            kv_f32=False, n_gen=N_GEN_LONG)
+                # A prompt longer than three windows, prefilled 7 tokens at a time and in one chunk.
+                for chunk in (7, 2048):
+                    compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                            n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
-        if window_cases["passed"] and window_cases["ignored"]:
-            fail(f"pith honours the sliding window in {window_cases['passed']} but not in "
-                 f"{window_cases['ignored']}")
     print(f"{time.time() - t0:.1f} s")
-    if skipped:
-        print(f"{len(skipped)} case(s) skipped until pith runs them: " + ", ".join(skipped))
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
