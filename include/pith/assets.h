@@ -17,6 +17,10 @@
 #include "pith/status.h"
 #include "pith/tokenizer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_assets {
     pith_model *model;
     pith_tokenizer *tok;
@@ -36,5 +40,9 @@ typedef struct pith_assets_options {
 
 int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);
 void pith_assets_free(pith_assets *a);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -29,6 +29,10 @@
 #include "pith/model.h"
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- machine probes ---- */
 
 typedef struct pith_probe pith_probe;
@@ -115,5 +119,9 @@ double pith_bench_now(void);
  * wall time and the thread count, it says what share of the processors the run really got: on a
  * shared machine, less than 1 means other work took the rest (spin-waiting workers count as busy). */
 double pith_bench_cpu_seconds(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -27,6 +27,10 @@
 
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The ChatML template as Hugging Face transformers writes it: the fallback for models without one. */
 #define PITH_CHAT_TEMPLATE_CHATML                                                                        \
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "   \
@@ -74,5 +78,9 @@ int pith_chat_render(const char *tmpl, const pith_chat_message *msgs, int n, boo
 /* One-shot with a JSON messages array and full options. */
 int pith_chat_render_json(const char *tmpl, const cJSON *messages, const pith_chat_options *opts,
                           char **out, size_t *out_len, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -31,6 +31,10 @@
 #include "pith/status.h"
 #include "pith/tokenizer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_engine pith_engine;
 
 /* Zero-initialised options are valid and mean the defaults given here. */
@@ -205,5 +209,9 @@ void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
 int pith_engine_max_seq_len(const pith_engine *e);
 /* Entries in a logits row (the model's vocabulary). */
 int pith_engine_n_vocab(const pith_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -21,6 +21,10 @@
 #include "pith/status.h"
 #include "pith/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pith_gguf_type {
     PITH_GGUF_UINT8 = 0,
     PITH_GGUF_INT8 = 1,
@@ -83,5 +87,9 @@ int64_t pith_gguf_n_tensors(const pith_gguf *g);
 /* Tensor views carry NUL-terminated names (copied at open time) and data pointers inside the mapping. */
 const pith_tensor *pith_gguf_tensor_at(const pith_gguf *g, int64_t i);
 const pith_tensor *pith_gguf_find_tensor(const pith_gguf *g, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -42,6 +42,10 @@
 #include "pith/status.h"
 #include "pith/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pith_format {
     PITH_FORMAT_GGUF,
     PITH_FORMAT_SAFETENSORS,
@@ -135,5 +139,9 @@ int pith_model_file_n_tensors(const pith_model_file *f);
 const pith_tensor *pith_model_file_tensor_at(const pith_model_file *f, int i);
 /* NULL when absent. */
 const pith_tensor *pith_model_file_tensor(const pith_model_file *f, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,10 @@
 
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_sampling_params {
     float temperature;        /* 0: greedy */
     int top_k;                /* 0: off */
@@ -34,5 +38,9 @@ void pith_sampler_free(pith_sampler *s);
 /* Picks a token from logits[n_vocab] (modified in place: penalties and temperature are applied to it).
  * history: tokens the penalties look at (may be NULL when n_history is 0). */
 int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

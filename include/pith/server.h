@@ -24,6 +24,10 @@
 #include "pith/engine.h"
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_server pith_server;
 
 /* Zero-initialised options are valid (except model_path) and mean the defaults given here. Strings are
@@ -64,5 +68,9 @@ bool pith_server_ready(const pith_server *s);
 void pith_server_drain(pith_server *s, double deadline_s);
 /* Drains with no deadline left (cancelling everything) if not drained, then frees everything. */
 void pith_server_free(pith_server *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

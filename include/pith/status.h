@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_err {
     char msg[512];
 } pith_err;
@@ -18,5 +22,9 @@ int pith_errf(pith_err *err, const char *fmt, ...) __attribute__((format(printf,
 
 /* Prefixes an existing message: "prefix: old message". Returns -1. */
 int pith_err_prefix(pith_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pith_dtype {
     PITH_F32 = 0,
     PITH_F16 = 1,
@@ -52,5 +56,9 @@ float pith_f16_to_f32(uint16_t h);
 uint16_t pith_f32_to_f16(float f);
 float pith_bf16_to_f32(uint16_t h);
 uint16_t pith_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,10 @@
 #include "pith/gguf.h"
 #include "pith/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pith_tokenizer pith_tokenizer;
 
 /* llama2.c tokenizer file (tokenizer.bin / tok512.bin). n_vocab: how many entries to read (the model's
@@ -84,5 +88,9 @@ size_t pith_detok_max_piece(const pith_tokenizer *t);
 /* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */
 int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,
                           char **text, size_t *len, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
