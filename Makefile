@@ -2,14 +2,20 @@
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CC ?= cc
+PREFIX ?= /usr/local
 
-.PHONY: all test asan asan-test clang clean
+.PHONY: all test install asan asan-test clang clean
 all:
 	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 	$(CMAKE) --build build -j $(JOBS)
 
 test: all
 	cd build && ctest --output-on-failure -j $(JOBS)
+
+# Installs bin/pith, share/pith/pith-default.gguf, lib/libpith.a, include/pith/*.h and
+# lib/pkgconfig/pith.pc under PREFIX.
+install: all
+	$(CMAKE) --install build --prefix "$(PREFIX)"
 
 asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPITH_SANITIZE=ON >/dev/null

@@ -65,15 +65,44 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* Where the default model may lie, from the binary's own path: next to it (the build tree) and in
+ * ../share/pith (an installed binary: PREFIX/bin/pith finds PREFIX/share/pith/pith-default.gguf).
+ * False when the binary's path cannot be read. */
+static bool default_model_candidates(char next[static PATH_MAX + 32], char share[static PATH_MAX + 64]) {
+    char exe[PATH_MAX + 1];
+    ssize_t n = readlink("/proc/self/exe", exe, PATH_MAX);
+    if (n <= 0) return false;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return false;
+    *slash = 0; /* exe is now the binary's directory ("" for /) */
+    snprintf(next, PATH_MAX + 32, "%s/pith-default.gguf", exe);
+    char *up = strrchr(exe, '/');
+    if (up) *up = 0; /* its parent */
+    snprintf(share, PATH_MAX + 64, "%s/share/pith/pith-default.gguf", exe);
+    return true;
+}
+
 const char *cli_default_model(void) {
-    static char path[PATH_MAX + 32];
+    static char next[PATH_MAX + 32], share[PATH_MAX + 64];
     const char *env = getenv("PITH_DEFAULT_MODEL");
     if (env && *env) return env;
-    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
-    if (n <= 0) return NULL;
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "pith-default.gguf");
-    return access(path, R_OK) == 0 ? path : NULL;
+    if (!default_model_candidates(next, share)) return NULL;
+    if (access(next, R_OK) == 0) return next;
+    if (access(share, R_OK) == 0) return share;
+    return NULL;
+}
+
+void cli_no_default_model(const char *cmd) {
+    char next[PATH_MAX + 32], share[PATH_MAX + 64];
+    if (default_model_candidates(next, share))
+        fprintf(stderr,
+                "pith %s: no model given (-m) and no default model found: looked for %s and %s, and "
+                "$PITH_DEFAULT_MODEL is not set\n",
+                cmd, next, share);
+    else
+        fprintf(stderr,
+                "pith %s: no model given (-m) and no default model found: cannot read the binary's path "
+                "(/proc/self/exe) to look next to it or in ../share/pith, and $PITH_DEFAULT_MODEL is not set\n",
+                cmd);
 }

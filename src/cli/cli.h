@@ -21,9 +21,12 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out
 /* Returns argv[*i + 1] and advances *i, or prints "option needs a value" and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
-/* The model to use when -m is absent: $PITH_DEFAULT_MODEL, else pith-default.gguf next to the binary,
- * else NULL. The returned string is static storage. */
+/* The model to use when -m is absent: $PITH_DEFAULT_MODEL if set, else pith-default.gguf next to the
+ * binary (the build tree), else ../share/pith/pith-default.gguf relative to the binary's directory (an
+ * installed binary); NULL when neither file is readable. The returned string is static storage. */
 const char *cli_default_model(void);
+/* Prints the one-line error for a missing default model, naming every place that was looked in. */
+void cli_no_default_model(const char *cmd);
 
 /* The engine options shared by `run -f`, `run --chat` and `serve` (--max-num-seqs, --max-batch-tokens,
  * --kv-blocks, --kv-mem, --block-size, --max-seq-len, --kv-f32, --no-prefix-cache). Looks at argv[*i]:

@@ -388,7 +388,7 @@ int pith_cmd_bench(int argc, char **argv) {
     }
     if (pr < 0) return PITH_EXIT_USAGE;
     if (!o.model && !(o.model = cli_default_model())) {
-        fprintf(stderr, "pith bench: no model given (-m) and no default model installed next to the binary\n");
+        cli_no_default_model("bench");
         return PITH_EXIT_USAGE;
     }
     const char *fs = getenv("PITH_FORCE_SCALAR");

@@ -37,9 +37,9 @@ static void run_usage(FILE *out) {
             "Generates text from a prompt and streams it (not the prompt) to stdout; a timing line goes to\n"
             "stderr.\n"
             "\n"
-            "  -m, --model PATH        GGUF file, Hugging Face directory or llama2.c .bin (default: the\n"
-            "                          model installed next to the binary, pith-default.gguf, or\n"
-            "                          $PITH_DEFAULT_MODEL)\n"
+            "  -m, --model PATH        GGUF file, Hugging Face directory or llama2.c .bin (default:\n"
+            "                          $PITH_DEFAULT_MODEL, else pith-default.gguf next to the binary\n"
+            "                          or in ../share/pith)\n"
             "      --tokenizer PATH    tokenizer file (llama2.c tokenizer.bin or GGUF); needed for llama2.c\n"
             "                          checkpoints, optional otherwise\n"
             "  -p, --prompt TEXT       prompt (default \"\": the BOS token alone); with --chat, the\n"
@@ -257,7 +257,7 @@ int pith_cmd_run(int argc, char **argv) {
     }
     if (pr < 0) return PITH_EXIT_USAGE;
     if (!o.model && !(o.model = cli_default_model())) {
-        fprintf(stderr, "pith run: no model given (-m) and no default model installed next to the binary\n");
+        cli_no_default_model("run");
         return PITH_EXIT_USAGE;
     }
 

@@ -30,7 +30,7 @@ static void serve_usage(FILE *out) {
             "\"stream\": true), /tokenize, /detokenize; GET /v1/models, /health, /metrics. See docs/api.md.\n"
             "\n"
             "  -m, --model PATH          GGUF file, Hugging Face directory or llama2.c .bin (default: the\n"
-            "                            model installed next to the binary, or $PITH_DEFAULT_MODEL)\n"
+            "                            model, as for pith run)\n"
             "      --tokenizer PATH      tokenizer file (needed for llama2.c checkpoints)\n"
             "      --chat-template FILE  Jinja chat template overriding the model's (default: the model's,\n"
             "                            else ChatML)\n"
@@ -159,7 +159,7 @@ int pith_cmd_serve(int argc, char **argv) {
     }
     if (pr < 0) return PITH_EXIT_USAGE;
     if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
-        fprintf(stderr, "pith serve: no model given (-m) and no default model installed next to the binary\n");
+        cli_no_default_model("serve");
         return PITH_EXIT_USAGE;
     }
     o.srv.log = log_line;

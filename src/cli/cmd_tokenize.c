@@ -65,7 +65,7 @@ int pith_cmd_tokenize(int argc, char **argv) {
     }
     if (!model) model = cli_default_model();
     if (!model) {
-        fprintf(stderr, "pith tokenize: no tokenizer given (-m PATH) and no default model installed\n");
+        cli_no_default_model("tokenize");
         return PITH_EXIT_USAGE;
     }
     pith_err err = {{0}};

@@ -28,7 +28,8 @@ static void usage(FILE *out) {
             "Run 'pith COMMAND --help' for a command's options.\n"
             "Models: GGUF files, Hugging Face directories (config.json + *.safetensors), llama2.c .bin\n"
             "checkpoints. Without -m, commands use the default model: $PITH_DEFAULT_MODEL if set, else\n"
-            "pith-default.gguf next to the binary (the build installs it from assets/default.gguf, a\n"
+            "pith-default.gguf next to the binary, else ../share/pith/pith-default.gguf relative to it\n"
+            "(where 'make install' puts it; the build copies it from assets/default.gguf, a\n"
             "3.4M-parameter Llama trained on the King James Bible; see docs/default-model.md).\n");
 }
 
