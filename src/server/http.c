@@ -9,8 +9,10 @@
 
 #include "server/handlers.h"
 #include "server/job.h"
+#include "server/web.h"
 
 static const route routes[] = {
+    {"GET", "/", false, handle_web_page},
     {"GET", "/health", false, handle_health},
     {"GET", "/metrics", true, handle_metrics},
     {"GET", "/v1/models", true, handle_models},
@@ -24,7 +26,7 @@ static const route routes[] = {
 
 static bool path_matches(const route *rt, const char *url) {
     size_t n = strlen(rt->path);
-    if (rt->path[n - 1] == '/') return strncmp(url, rt->path, n) == 0 && url[n] != 0;
+    if (n > 1 && rt->path[n - 1] == '/') return strncmp(url, rt->path, n) == 0 && url[n] != 0;
     return strcmp(url, rt->path) == 0;
 }
 
