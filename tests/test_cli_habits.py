@@ -140,6 +140,17 @@ class Interrupt(unittest.TestCase):
         self.assertEqual(len({o["index"] for o in objs}), len(objs))
         self.assertIn(b"interrupted: %d of 40 results written" % len(objs), err)
 
+    def test_chat(self):
+        p = subprocess.Popen([pith_bin(), "run", "-m", MODEL, "-t", "1", "--chat", "-n", "-1", "--ignore-eos"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdin.write(b"hello\n")
+        p.stdin.flush()  # stdin stays open: only Ctrl-C ends this chat
+        out = p.stdout.read1(4096)
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertTrue(len(out + rest) > 1 and (out + rest).endswith(b"\n"))
+
     def test_second_sigint_exits_at_once(self):
         prompts = write("habits-int2.txt", "".join("And God said %d\n" % i for i in range(40)))
         p = subprocess.Popen([pith_bin(), "run", "-m", MODEL, "-t", "1", "-f", prompts, "-n", "250",

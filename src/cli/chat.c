@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
+
 typedef struct reply {
     FILE *out;
     char *text;     /* the whole reply, kept for the conversation */
@@ -84,12 +86,14 @@ static void drop_oldest_turn(cJSON *messages, int at) {
 /* Runs one reply through the engine. When the conversation no longer fits in the context (with room for
  * the reply: -n tokens, at most half the context), the oldest turns are dropped (the system prompt
  * stays) with a notice on stderr. Returns 0, 1 when even the newest turn alone does not fit (said on
- * stderr; the turn is removed and the chat goes on), or -1 with err. */
+ * stderr; the turn is removed and the chat goes on), 2 when interrupted (Ctrl-C: the reply is cut
+ * short), or -1 with err. */
 static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_template *tmpl,
                     const cli_chat_opts *o, cJSON *messages, reply *r, pith_err *err) {
     int ctx = pith_engine_max_seq_len(e);
     int room = o->n_predict > 0 && o->n_predict < ctx / 2 ? o->n_predict : ctx / 2;
     int dropped = 0;
+    uint64_t id = 0;
     for (;;) {
         int32_t *ids = NULL;
         int n_ids = 0;
@@ -101,7 +105,7 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
                 .prompt = ids, .n_prompt = n_ids, .sampling = o->sampling,
                 .max_tokens = o->n_predict < 0 ? 0 : o->n_predict, .on_token = on_token, .user = r,
             };
-            rc = pith_engine_submit(e, &req, NULL, &why);
+            rc = pith_engine_submit(e, &req, &id, &why);
         } else {
             snprintf(why.msg, sizeof why.msg, "the conversation (%d tokens) leaves less than %d of the %d-token context "
                      "for the reply", n_ids, room, ctx);
@@ -121,7 +125,17 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
     if (dropped)
         fprintf(stderr, "pith run: the conversation outgrew the %d-token context: dropped the oldest %d turn%s%s\n",
                 ctx, dropped, dropped == 1 ? "" : "s", oldest_droppable(messages) == 1 ? " (the system prompt stays)" : "");
-    if (pith_engine_run(e, err)) return -1;
+    bool interrupted = false;
+    int run_rc = 0;
+    while (pith_engine_has_work(e)) {
+        if (!interrupted && cli_interrupted()) {
+            interrupted = true;
+            pith_engine_cancel(e, id);
+        }
+        if (pith_engine_step(e, run_rc ? &(pith_err){{0}} : err)) run_rc = -1;
+    }
+    if (run_rc) return -1;
+    if (interrupted) return 2;
     if (r->out_failed) return pith_errf(err, "writing the output failed");
     if (r->finish == PITH_FINISH_ERROR) return pith_errf(err, "generation failed: %s", r->error);
     if (r->failed) return pith_errf(err, "out of memory");
@@ -150,6 +164,10 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
     for (int turn = 0;; turn++) {
         if (o->interactive) fputs("> ", stderr);
         ssize_t n = getline(&line, &line_cap, in);
+        if (n < 0 && cli_interrupted()) { /* Ctrl-C at the prompt */
+            rc = 130;
+            goto done;
+        }
         if (n < 0) break;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (n == 0) continue;
@@ -162,6 +180,13 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
         turn_opts.sampling.seed = o->sampling.seed + (uint64_t)turn;
         reply r = {.out = out};
         int trc = one_turn(e, tok, tmpl, &turn_opts, messages, &r, err);
+        if (trc == 2) { /* Ctrl-C: end the chat after what was written */
+            fputc('\n', out);
+            fflush(out);
+            free(r.text);
+            rc = 130;
+            goto done;
+        }
         if (trc == 1) {
             free(r.text);
             continue;

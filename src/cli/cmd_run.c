@@ -71,7 +71,8 @@ static void run_usage(FILE *out) {
             "  -h, --help              show this help\n"
             "\n"
             "Ctrl-C stops generation: what was generated so far and the timing line are still printed\n"
-            "(with -f, the results already finished); a second Ctrl-C exits at once. Exit status 130.\n"
+            "(with -f, the results already finished; with --chat, the reply so far, and the chat ends);\n"
+            "a second Ctrl-C exits at once. Exit status 130.\n"
             "Options that take a value also take the form --option=value.\n"
             "\n");
     run_batch_usage(out);
