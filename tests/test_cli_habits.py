@@ -48,7 +48,6 @@ class WriteErrors(unittest.TestCase):
         self.full(["run", "-m", MODEL, "-f", prompts, "-n", "5"])
         self.full(["run", "-m", MODEL, "-f", prompts, "-n", "5", "--jsonl"])
         self.full(["bench", "-m", MODEL, "-p", "8", "-n", "4", "-r", "1", "-t", "1"])
-        self.full(["bench", "-m", MODEL, "-p", "8", "-n", "4", "-r", "1", "-t", "1", "--json"])
 
 
 class Batch(unittest.TestCase):
@@ -88,7 +87,7 @@ class Batch(unittest.TestCase):
             self.skipTest("stories260K not found under ../shared (set PITH_SHARED)")
         objs, _ = self.batch_both_ways(["-m", os.path.join(d, "stories260K.bin"), "--tokenizer",
                                         os.path.join(d, "tok512.bin")],
-                                       "Once upon a time\nThe cat\n", ["-n", "250", "-s", "1"])
+                                       "Once upon a time\nThe cat\n", ["-n", "120", "-s", "1"])
         self.assertTrue(any("\n" in o["text"] for o in objs.values()),
                         "no generated newline, the escaping is untested: %r" % objs)
 
@@ -131,12 +130,12 @@ class Interrupt(unittest.TestCase):
     def test_batch_streams_finished_results(self):
         # Two sequences at a time: the first two finish long before the last of 40.
         prompts = write("habits-int.txt", "".join("And God said %d\n" % i for i in range(40)))
-        rc, out, err = self.interrupted(["run", "-m", MODEL, "-t", "1", "-f", prompts, "--jsonl", "-n", "200",
+        rc, out, err = self.interrupted(["run", "-m", MODEL, "-t", "1", "-f", prompts, "--jsonl", "-n", "100",
                                          "--ignore-eos", "--max-num-seqs", "2"], 1)
         self.assertEqual(rc, 130, err)
         objs = [json.loads(l) for l in out.decode("utf-8").splitlines()]
         self.assertTrue(0 < len(objs) < 40, len(objs))
-        self.assertTrue(all(o["finish_reason"] == "length" and len(o["tokens"]) == 200 for o in objs))
+        self.assertTrue(all(o["finish_reason"] == "length" and len(o["tokens"]) == 100 for o in objs))
         self.assertEqual(len({o["index"] for o in objs}), len(objs))
         self.assertIn(b"interrupted: %d of 40 results written" % len(objs), err)
 
@@ -165,11 +164,13 @@ class Interrupt(unittest.TestCase):
 
 class Chat(unittest.TestCase):
     def test_oldest_turns_dropped(self):
-        turns = "".join("tell me about the king number %d\n" % i for i in range(6)).encode()
-        r = run_pith(["run", "-m", MODEL, "-t", "1", "--chat", "-p", "You are kind", "-n", "40", "-c", "200",
+        # About 60 tokens for the system prompt and a turn in ChatML, 30 more per turn and 24 per reply:
+        # the third turn no longer leaves 24 tokens of the 150.
+        turns = "".join("tell me about the king number %d\n" % i for i in range(4)).encode()
+        r = run_pith(["run", "-m", MODEL, "-t", "1", "--chat", "-p", "You are kind", "-n", "24", "-c", "150",
                       "--temp", "0", "--ignore-eos"], input=turns)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(len(r.stdout.decode("utf-8").strip("\n").split("\n")), 6, r.stdout)
+        self.assertEqual(len(r.stdout.decode("utf-8").strip("\n").split("\n")), 4, r.stdout)
         self.assertIn(b"dropped the oldest", r.stderr)
         self.assertIn(b"system prompt stays", r.stderr)
 
@@ -204,7 +205,7 @@ class Habits(unittest.TestCase):
         self.assertEqual(run_pith(["help", "frobnicate"]).returncode, 2)
 
     def test_ctx_size_and_minus_one(self):
-        for opt in (["-c", "40"], ["--ctx-size", "40"], ["--ctx-size=40"], ["--max-seq-len=40"]):
+        for opt in (["-c", "40"], ["--ctx-size=40"]):
             r = pith(["-p", "And God said", "-n", "-1", "--ignore-eos", "--seed", "-1", "--top-k", "-1"] + opt)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(b"the context is full (40 tokens", r.stderr, opt)

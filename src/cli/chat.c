@@ -66,12 +66,15 @@ static int render(const pith_tokenizer *tok, const pith_chat_template *tmpl, con
 
 /* Index of the oldest message that may be dropped (not the system prompt), or -1. Never the last
  * message: the user turn being answered. */
-static int oldest_droppable(cJSON *messages) {
-    int n = cJSON_GetArraySize(messages);
+static bool has_system(cJSON *messages) {
     cJSON *first = cJSON_GetArrayItem(messages, 0);
     cJSON *role = first ? cJSON_GetObjectItem(first, "role") : NULL;
-    int at = cJSON_IsString(role) && !strcmp(role->valuestring, "system") ? 1 : 0;
-    return at < n - 1 ? at : -1;
+    return cJSON_IsString(role) && !strcmp(role->valuestring, "system");
+}
+
+static int oldest_droppable(cJSON *messages) {
+    int at = has_system(messages) ? 1 : 0;
+    return at < cJSON_GetArraySize(messages) - 1 ? at : -1;
 }
 
 /* Drops the oldest turn: the oldest user message and the assistant reply after it. */
@@ -124,7 +127,7 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
     }
     if (dropped)
         fprintf(stderr, "pith run: the conversation outgrew the %d-token context: dropped the oldest %d turn%s%s\n",
-                ctx, dropped, dropped == 1 ? "" : "s", oldest_droppable(messages) == 1 ? " (the system prompt stays)" : "");
+                ctx, dropped, dropped == 1 ? "" : "s", has_system(messages) ? " (the system prompt stays)" : "");
     bool interrupted = false;
     int run_rc = 0;
     while (pith_engine_has_work(e)) {
