@@ -47,8 +47,10 @@ static const command *find_command(const char *name) {
 }
 
 static int print_version(void) {
+#define PITH_STR2(x) #x
+#define PITH_STR(x) PITH_STR2(x)
 #if defined(__clang__)
-    const char *cc = "clang " __clang_version__;
+    const char *cc = "clang " PITH_STR(__clang_major__) "." PITH_STR(__clang_minor__) "." PITH_STR(__clang_patchlevel__);
 #elif defined(__GNUC__)
     const char *cc = "gcc " __VERSION__;
 #else
