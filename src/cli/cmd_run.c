@@ -73,7 +73,7 @@ static void run_usage(FILE *out) {
             "Ctrl-C stops generation: what was generated so far and the timing line are still printed\n"
             "(with -f, the results already finished; with --chat, the reply so far, and the chat ends);\n"
             "a second Ctrl-C exits at once. Exit status 130.\n"
-            "Options that take a value also take the form --option=value.\n"
+            "Long options that take a value also take the form --option=value.\n"
             "\n");
     run_batch_usage(out);
 }
