@@ -14,7 +14,8 @@ class CliArgs(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         for opt in [b"-m", b"--tokenizer", b"-p", b"-n", b"-t", b"--temp", b"--top-k", b"--top-p",
                     b"--min-p", b"--seed", b"--ignore-eos", b"--logits-out", b"--max-seq-len", b"--kv-blocks",
-                    b"--kv-mem", b"--block-size", b"--max-batch-tokens", b"--no-prefix-cache"]:
+                    b"--kv-mem", b"--block-size", b"--max-batch-tokens", b"--no-prefix-cache", b"--ctx-size", b"-c,",
+                    b"--file-prompt", b"--option=value"]:
             self.assertIn(opt, r.stdout, opt)
 
     def assert_usage_error(self, args, needle):
@@ -37,6 +38,13 @@ class CliArgs(unittest.TestCase):
         self.assert_usage_error(["run", "-m", "x", "-f", "p.txt", "--logits-out", "l.bin"], b"single prompt")
         self.assert_usage_error(["run", "-m", "x", "--max-seq-len", "1"], b"out of range")
         self.assert_usage_error(["run", "-m", "x", "--kv-mem", "12Q"], b"not a size")
+        self.assert_usage_error(["run", "-m", "x", "-c", "1"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--ctx-size=1"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "-n", "-2"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--seed", "-2"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--top-k=-2"], b"out of range")
+        self.assert_usage_error(["run", "-m", "x", "--n-predict="], b"not an integer")
+        self.assert_usage_error(["help", "frobnicate"], b"unknown command")
 
     def test_missing_model_file(self):
         r = run_pith(["run", "-m", os.path.join(tmp_dir(), "does-not-exist.gguf"), "-n", "1"])

@@ -1,5 +1,5 @@
-/* `pith run -f PROMPTS --jsonl` end to end with stories260K: one JSON object per line in input order with
- * the documented fields; greedy texts equal what single-sequence `pith run -p` prints for the same
+/* `pith run -f PROMPTS --jsonl` end to end with stories260K: one JSON object per prompt, written as each
+ * finishes (placed here by its index), with the documented fields; greedy texts equal what single-sequence `pith run -p` prints for the same
  * prompt; a repeated prompt run after the first is served from the prefix cache; a tiny pool preempts
  * and still gives the same tokens; a prompt too long for the pool gets an error object, not a failed
  * run; bad option values are usage errors. */
@@ -33,7 +33,7 @@ static int capture(const char *cmd, char **out) {
 static const char *prompts[] = {
     "Once upon a time",
     "The cat sat on the mat",
-    "",
+    "A little dog",
     "Lily and Tom went to the park to play with a big red ball",
     "Once upon a time",
 };
@@ -47,16 +47,24 @@ typedef struct line {
     bool has_error;
 } line;
 
-/* Parses JSONL output into lines[]; returns how many parsed. */
+/* Parses JSONL output into lines[], each at its index; returns how many parsed. */
 static int parse(char *out, line *lines, int max) {
     int n = 0;
     for (char *s = strtok(out, "\n"); s && n < max; s = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(s);
         CHECKF(o != NULL, "not JSON: %s", s);
         if (!o) continue;
-        line *l = &lines[n++];
+        cJSON *idx = cJSON_GetObjectItem(o, "index");
+        int at = cJSON_IsNumber(idx) ? idx->valueint : -1;
+        CHECKF(at >= 0 && at < max && lines[at].index < 0, "bad or repeated index in %s", s);
+        if (at < 0 || at >= max || lines[at].index >= 0) {
+            cJSON_Delete(o);
+            continue;
+        }
+        n++;
+        line *l = &lines[at];
         memset(l, 0, sizeof *l);
-        cJSON *idx = cJSON_GetObjectItem(o, "index"), *text = cJSON_GetObjectItem(o, "text"),
+        cJSON *text = cJSON_GetObjectItem(o, "text"),
               *toks = cJSON_GetObjectItem(o, "tokens"), *pt = cJSON_GetObjectItem(o, "prompt_tokens"),
               *ct = cJSON_GetObjectItem(o, "cached_tokens"), *fr = cJSON_GetObjectItem(o, "finish_reason");
         CHECK(cJSON_IsNumber(idx) && cJSON_IsString(text) && cJSON_IsArray(toks) && cJSON_IsNumber(pt) &&
@@ -79,6 +87,7 @@ static int run_batch(const char *file, const char *extra, line *lines, char *err
     snprintf(cmd, sizeof cmd, "'%s' run -m '%s' --tokenizer '%s' -f '%s' --jsonl -n %d --temp 0 --ignore-eos -t 2 %s 2>'%s'",
              bin, model, tokfile, file, GEN, extra, err_path);
     int rc = capture(cmd, &out);
+    for (int i = 0; i < 16; i++) lines[i].index = -1;
     *n_lines = out ? parse(out, lines, 16) : 0;
     free(out);
     return rc;
@@ -151,16 +160,18 @@ int main(void) {
         free(out);
     }
 
-    /* A prompt longer than the whole pool: an error object in its place, the others still run. */
+    /* A prompt longer than the whole pool, and an empty line: an error object in their place, the others
+     * still run. */
     f = fopen(file, "w");
     fprintf(f, "Once upon a time\n");
     for (int i = 0; i < 40; i++) fprintf(f, "the cat sat on the mat and ");
-    fprintf(f, "\nThe end\n");
+    fprintf(f, "\nThe end\n\n");
     fclose(f);
     static line rej[16];
-    CHECK(run_batch(file, "--kv-blocks 4", rej, errp, &n) == 0 && n == 3);
+    CHECK(run_batch(file, "--kv-blocks 4", rej, errp, &n) == 0 && n == 4);
     CHECK(rej[0].n_tokens == GEN && !rej[0].has_error && rej[2].n_tokens == GEN);
     CHECK(rej[1].has_error && !strcmp(rej[1].finish, "error") && rej[1].n_tokens == 0 && rej[1].index == 1);
+    CHECK(rej[3].has_error && !strcmp(rej[3].finish, "error") && rej[3].n_tokens == 0 && rej[3].index == 3);
 
     /* Usage errors. */
     char *out = NULL;

@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,4 +106,57 @@ void cli_no_default_model(const char *cmd) {
                 "pith %s: no model given (-m) and no default model found: cannot read the binary's path "
                 "(/proc/self/exe) to look next to it or in ../share/pith, and $PITH_DEFAULT_MODEL is not set\n",
                 cmd);
+}
+
+/* SIGINT: the first sets the flag (the command finishes what it can and reports), the handler is then
+ * reset, so a second Ctrl-C ends the process at once. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+void cli_sigint_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+bool cli_interrupted(void) {
+    return interrupted != 0;
+}
+
+int cli_read_file(const char *path, char **data, size_t *len, pith_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pith_errf(err, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) break;
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *b2 = realloc(buf, cap * 2 + 1);
+        if (!b2) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b2;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return pith_errf(err, "%s: out of memory", path);
+    if (bad) {
+        free(buf);
+        return pith_errf(err, "cannot read %s", path);
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
 }

@@ -3,20 +3,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
+
 typedef struct reply {
     FILE *out;
     char *text;     /* the whole reply, kept for the conversation */
     size_t len, cap;
-    bool failed;
+    bool failed, out_failed;
+    int n_tokens;
     pith_finish_reason finish;
     char error[256];
 } reply;
 
 static void on_token(const pith_token_event *ev, void *user) {
     reply *r = user;
+    if (!ev->final) r->n_tokens++;
     if (ev->text_len) {
-        fwrite(ev->text, 1, ev->text_len, r->out);
-        fflush(r->out);
+        if (fwrite(ev->text, 1, ev->text_len, r->out) != ev->text_len || fflush(r->out)) r->out_failed = true;
         if (r->len + ev->text_len + 1 > r->cap) {
             size_t cap = (r->cap ? r->cap * 2 : 256) + ev->text_len;
             char *t = realloc(r->text, cap);
@@ -46,9 +49,9 @@ static bool append_message(cJSON *messages, const char *role, const char *conten
     return cJSON_AddItemToArray(messages, msg);
 }
 
-/* Renders the conversation and runs one reply through the engine. */
-static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_template *tmpl,
-                    const cli_chat_opts *o, cJSON *messages, reply *r, pith_err *err) {
+/* Renders the conversation and encodes it. */
+static int render(const pith_tokenizer *tok, const pith_chat_template *tmpl, const cli_chat_opts *o,
+                  cJSON *messages, int32_t **ids, int *n_ids, pith_err *err) {
     pith_chat_options co = {.add_generation_prompt = true, .bos_token = o->bos_text, .eos_token = o->eos_text};
     char *prompt = NULL;
     size_t prompt_len = 0;
@@ -56,22 +59,92 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
     /* Templates usually write the BOS token themselves; add one only when they do not. */
     int flags = PITH_TOK_PARSE_SPECIAL;
     if (!o->bos_text || strncmp(prompt, o->bos_text, strlen(o->bos_text))) flags |= PITH_TOK_ADD_BOS;
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    int rc = pith_tokenizer_encode(tok, prompt, prompt_len, flags, &ids, &n_ids, err);
+    int rc = pith_tokenizer_encode(tok, prompt, prompt_len, flags, ids, n_ids, err);
     free(prompt);
-    if (rc) return -1;
-    pith_request req = {
-        .prompt = ids, .n_prompt = n_ids, .sampling = o->sampling, .max_tokens = o->n_predict,
-        .on_token = on_token, .user = r,
-    };
-    uint64_t id;
-    rc = pith_engine_submit(e, &req, &id, err);
-    free(ids);
-    if (rc) return -1;
-    if (pith_engine_run(e, err)) return -1;
+    return rc;
+}
+
+/* Index of the oldest message that may be dropped (not the system prompt), or -1. Never the last
+ * message: the user turn being answered. */
+static bool has_system(cJSON *messages) {
+    cJSON *first = cJSON_GetArrayItem(messages, 0);
+    cJSON *role = first ? cJSON_GetObjectItem(first, "role") : NULL;
+    return cJSON_IsString(role) && !strcmp(role->valuestring, "system");
+}
+
+static int oldest_droppable(cJSON *messages) {
+    int at = has_system(messages) ? 1 : 0;
+    return at < cJSON_GetArraySize(messages) - 1 ? at : -1;
+}
+
+/* Drops the oldest turn: the oldest user message and the assistant reply after it. */
+static void drop_oldest_turn(cJSON *messages, int at) {
+    cJSON_DeleteItemFromArray(messages, at);
+    cJSON *next = cJSON_GetArrayItem(messages, at);
+    cJSON *role = next ? cJSON_GetObjectItem(next, "role") : NULL;
+    if (at < cJSON_GetArraySize(messages) - 1 && cJSON_IsString(role) && !strcmp(role->valuestring, "assistant"))
+        cJSON_DeleteItemFromArray(messages, at);
+}
+
+/* Runs one reply through the engine. When the conversation no longer fits in the context (with room for
+ * the reply: -n tokens, at most half the context), the oldest turns are dropped (the system prompt
+ * stays) with a notice on stderr. Returns 0, 1 when even the newest turn alone does not fit (said on
+ * stderr; the turn is removed and the chat goes on), 2 when interrupted (Ctrl-C: the reply is cut
+ * short), or -1 with err. */
+static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_template *tmpl,
+                    const cli_chat_opts *o, cJSON *messages, reply *r, pith_err *err) {
+    int ctx = pith_engine_max_seq_len(e);
+    int room = o->n_predict > 0 && o->n_predict < ctx / 2 ? o->n_predict : ctx / 2;
+    int dropped = 0;
+    uint64_t id = 0;
+    for (;;) {
+        int32_t *ids = NULL;
+        int n_ids = 0;
+        if (render(tok, tmpl, o, messages, &ids, &n_ids, err)) return -1;
+        int rc = -1;
+        pith_err why = {{0}};
+        if (n_ids + room <= ctx) {
+            pith_request req = {
+                .prompt = ids, .n_prompt = n_ids, .sampling = o->sampling,
+                .max_tokens = o->n_predict < 0 ? 0 : o->n_predict, .on_token = on_token, .user = r,
+            };
+            rc = pith_engine_submit(e, &req, &id, &why);
+        } else {
+            snprintf(why.msg, sizeof why.msg, "the conversation (%d tokens) leaves less than %d of the %d-token context "
+                     "for the reply", n_ids, room, ctx);
+        }
+        free(ids);
+        if (rc == 0) break;
+        if (rc == PITH_SUBMIT_BUSY) return pith_errf(err, "%s", why.msg);
+        int at = oldest_droppable(messages);
+        if (at < 0) {
+            fprintf(stderr, "pith run: this turn does not fit in the context: %s; it is skipped\n", why.msg);
+            cJSON_DeleteItemFromArray(messages, cJSON_GetArraySize(messages) - 1);
+            return 1;
+        }
+        drop_oldest_turn(messages, at);
+        dropped++;
+    }
+    if (dropped)
+        fprintf(stderr, "pith run: the conversation outgrew the %d-token context: dropped the oldest %d turn%s%s\n",
+                ctx, dropped, dropped == 1 ? "" : "s", has_system(messages) ? " (the system prompt stays)" : "");
+    bool interrupted = false;
+    int run_rc = 0;
+    while (pith_engine_has_work(e)) {
+        if (!interrupted && cli_interrupted()) {
+            interrupted = true;
+            pith_engine_cancel(e, id);
+        }
+        if (pith_engine_step(e, run_rc ? &(pith_err){{0}} : err)) run_rc = -1;
+    }
+    if (run_rc) return -1;
+    if (interrupted) return 2;
+    if (r->out_failed) return pith_errf(err, "writing the output failed");
     if (r->finish == PITH_FINISH_ERROR) return pith_errf(err, "generation failed: %s", r->error);
     if (r->failed) return pith_errf(err, "out of memory");
+    if (r->finish == PITH_FINISH_LENGTH && (o->n_predict < 0 || r->n_tokens < o->n_predict))
+        fprintf(stderr, "pith run: the reply stopped after %d tokens: the context is full (%d tokens; see "
+                "-c/--max-seq-len)\n", r->n_tokens, ctx);
     return 0;
 }
 
@@ -94,6 +167,10 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
     for (int turn = 0;; turn++) {
         if (o->interactive) fputs("> ", stderr);
         ssize_t n = getline(&line, &line_cap, in);
+        if (n < 0 && cli_interrupted()) { /* Ctrl-C at the prompt */
+            rc = 130;
+            goto done;
+        }
         if (n < 0) break;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (n == 0) continue;
@@ -106,8 +183,18 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
         turn_opts.sampling.seed = o->sampling.seed + (uint64_t)turn;
         reply r = {.out = out};
         int trc = one_turn(e, tok, tmpl, &turn_opts, messages, &r, err);
-        fputc('\n', out);
-        fflush(out);
+        if (trc == 2) { /* Ctrl-C: end the chat after what was written */
+            fputc('\n', out);
+            fflush(out);
+            free(r.text);
+            rc = 130;
+            goto done;
+        }
+        if (trc == 1) {
+            free(r.text);
+            continue;
+        }
+        if (trc == 0 && (fputc('\n', out) == EOF || fflush(out))) trc = pith_errf(err, "writing the output failed");
         bool ok = trc == 0 && append_message(messages, "assistant", r.text ? r.text : "");
         free(r.text);
         if (!ok) {

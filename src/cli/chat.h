@@ -21,6 +21,9 @@ typedef struct cli_chat_opts {
     bool interactive;                 /* print a "> " prompt on stderr before each turn */
 } cli_chat_opts;
 
+/* Returns 0 at the end of input, 130 after Ctrl-C (cli_sigint_install: the reply so far stays
+ * written), or -1 with err. A conversation that outgrows the context loses its oldest turns (the system
+ * prompt stays), with a notice on stderr. */
 int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template *tmpl, const cli_chat_opts *o,
              FILE *in, FILE *out, pith_err *err);
 

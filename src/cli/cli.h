@@ -29,12 +29,20 @@ const char *cli_default_model(void);
 void cli_no_default_model(const char *cmd);
 
 /* The engine options shared by `run -f`, `run --chat` and `serve` (--max-num-seqs, --max-batch-tokens,
- * --kv-blocks, --kv-mem, --block-size, --max-seq-len, --kv-f32, --no-prefix-cache). Looks at argv[*i]:
+ * --kv-blocks, --kv-mem, --block-size, --max-seq-len (alias -c, --ctx-size), --kv-f32, --no-prefix-cache). Looks at argv[*i]:
  * stores an engine option (advancing *i past its value) and returns 1; returns 0 when it is not one,
  * -1 on a bad value (message printed). */
 int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_options *e);
 /* Help lines for those options. */
 void cli_engine_usage(FILE *out);
+
+/* Ctrl-C handling for commands that stop cleanly: after cli_sigint_install, the first SIGINT makes
+ * cli_interrupted() true and restores the default action, so a second one ends the process at once. */
+void cli_sigint_install(void);
+bool cli_interrupted(void);
+
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+int cli_read_file(const char *path, char **data, size_t *len, pith_err *err);
 
 int pith_cmd_run(int argc, char **argv);
 int pith_cmd_serve(int argc, char **argv);

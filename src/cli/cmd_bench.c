@@ -271,13 +271,16 @@ static int print_json(bench_ctx *c, const test_result *r) {
 }
 
 static int report(bench_ctx *c, const test_result *r, pith_err *err) {
-    if (c->o->json) return print_json(c, r) ? pith_errf(err, "out of memory writing JSON") : 0;
+    if (c->o->json) {
+        if (print_json(c, r)) return pith_errf(err, "out of memory writing JSON");
+        return ferror(stdout) ? pith_errf(err, "writing the output failed (stdout)") : 0;
+    }
     if (!c->header_done) {
         print_header(c);
         c->header_done = true;
     }
     print_row(c, r);
-    return 0;
+    return ferror(stdout) ? pith_errf(err, "writing the output failed (stdout)") : 0;
 }
 
 static int compute_peak(pith_probe *p, const pith_bench_weights *w, double *ops, pith_err *err) {

@@ -1,5 +1,6 @@
 /* `pith run`: load a model, encode the prompt, generate through the engine (one request) and stream the
  * text; -f (run_batch.c) and --chat (chat.c) drive the same engine with many requests. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@ typedef struct run_opts {
     const char *model;
     const char *tokenizer;
     const char *prompt;
+    const char *prompt_file;   /* --file-prompt */
+    char *prompt_buf;          /* its contents */
+    bool prompt_given;
     const char *logits_out;
     const char *chat_template;
     bool chat;
@@ -44,23 +48,32 @@ static void run_usage(FILE *out) {
             "                          checkpoints, optional otherwise\n"
             "  -p, --prompt TEXT       prompt (default \"\": the BOS token alone); with --chat, the\n"
             "                          system prompt\n"
+            "      --file-prompt FILE  read the prompt from FILE, newlines and all (llama.cpp's -f; here\n"
+            "                          -f is the batch file of one prompt per line)\n"
             "      --chat              interactive chat: each line of stdin is a user turn, rendered with\n"
             "                          the model's chat template (ChatML when it has none)\n"
             "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
-            "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS)\n"
+            "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS); -1: until\n"
+            "                          EOS or the context is full\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
-            "      --top-k K           keep the K most likely tokens, 0 = off (default 40)\n"
+            "      --top-k K           keep the K most likely tokens, 0 or -1 = off (default 40)\n"
             "      --top-p P           nucleus sampling, 1 = off (default 0.95)\n"
             "      --min-p P           drop tokens below P * p(best), 0 = off (default 0.05)\n"
             "      --repeat-penalty R  repetition penalty over prompt and output, 1 = off (default 1)\n"
             "      --presence-penalty F   OpenAI-style presence penalty (default 0)\n"
             "      --frequency-penalty F  OpenAI-style frequency penalty (default 0)\n"
-            "  -s, --seed S            random seed (default: from the clock); same seed, same text\n"
+            "  -s, --seed S            random seed, -1 = from the clock (the default); same seed, same\n"
+            "                          text\n"
             "      --ignore-eos        do not stop at EOS: generate exactly -n tokens\n"
             "      --logits-out FILE   write, for each generated token, the logits row it was chosen\n"
             "                          from: little-endian float32 [n_generated, n_vocab]\n"
             "  -h, --help              show this help\n"
+            "\n"
+            "Ctrl-C stops generation: what was generated so far and the timing line are still printed\n"
+            "(with -f, the results already finished; with --chat, the reply so far, and the chat ends);\n"
+            "a second Ctrl-C exits at once. Exit status 130.\n"
+            "Long options that take a value also take the form --option=value.\n"
             "\n");
     run_batch_usage(out);
 }
@@ -85,6 +98,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             VALUE(); o->tokenizer = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             VALUE(); o->prompt = v;
+            o->prompt_given = true;
+        } else if (!strcmp(a, "--file-prompt")) {
+            VALUE(); o->prompt_file = v;
         } else if (!strcmp(a, "--chat")) {
             o->chat = true;
         } else if (!strcmp(a, "--chat-template")) {
@@ -92,7 +108,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--logits-out")) {
             VALUE(); o->logits_out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            VALUE(); if (!cli_parse_int("run", a, v, 0, 1 << 24, &iv)) return -1;
+            VALUE(); if (!cli_parse_int("run", a, v, -1, 1 << 24, &iv)) return -1;
             o->n_predict = (int)iv;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE(); if (!cli_parse_int("run", a, v, 1, 1024, &iv)) return -1;
@@ -101,8 +117,8 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             VALUE(); if (!cli_parse_float("run", a, v, 0, 100, &fv)) return -1;
             o->sp.temperature = (float)fv;
         } else if (!strcmp(a, "--top-k")) {
-            VALUE(); if (!cli_parse_int("run", a, v, 0, 1 << 30, &iv)) return -1;
-            o->sp.top_k = (int)iv;
+            VALUE(); if (!cli_parse_int("run", a, v, -1, 1 << 30, &iv)) return -1;
+            o->sp.top_k = iv < 0 ? 0 : (int)iv;
         } else if (!strcmp(a, "--top-p")) {
             VALUE(); if (!cli_parse_float("run", a, v, 1e-9, 1, &fv)) return -1;
             o->sp.top_p = (float)fv;
@@ -119,9 +135,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             VALUE(); if (!cli_parse_float("run", a, v, -2, 2, &fv)) return -1;
             o->sp.frequency_penalty = (float)fv;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            VALUE(); if (!cli_parse_int("run", a, v, 0, INT64_MAX, &iv)) return -1;
+            VALUE(); if (!cli_parse_int("run", a, v, -1, INT64_MAX, &iv)) return -1;
             o->sp.seed = (uint64_t)iv;
-            o->seed_given = true;
+            o->seed_given = iv >= 0;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = true;
         } else {
@@ -156,7 +172,7 @@ typedef struct run_stream {
     int limit;               /* tokens to show: -n (the engine runs one more for -n 0, see generate) */
     int n_tokens;            /* token events so far */
     double t_first, t_final;
-    bool done, write_failed;
+    bool done, write_failed, out_failed;
     pith_finish_reason why;
     pith_usage usage;
     char error[256];
@@ -181,9 +197,10 @@ static void on_run_token(const pith_token_event *ev, void *user) {
         snprintf(s->error, sizeof s->error, "%s", ev->error);
         if (s->limit == 0) return; /* -n 0: nothing generated, nothing to release */
     }
-    if (ev->text_len > 0) {
-        fwrite(ev->text, 1, ev->text_len, stdout);
-        fflush(stdout);
+    if (ev->text_len > 0 && !s->out_failed &&
+        (fwrite(ev->text, 1, ev->text_len, stdout) != ev->text_len || fflush(stdout))) {
+        s->out_failed = true; /* stdout is gone (a full disk, a closed pipe): stop generating */
+        if (!ev->final) pith_engine_cancel(s->e, ev->request_id);
     }
 }
 
@@ -200,7 +217,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
     }
     pith_engine_options eo = o->batch.engine;
     if (eo.max_num_seqs == 0) eo.max_num_seqs = 1; /* one sequence: a pool for one, unless told otherwise */
-    run_stream s = {.limit = o->n_predict};
+    run_stream s = {.limit = o->n_predict < 0 ? INT_MAX : o->n_predict};
     int rc = -1;
     if (pith_engine_create(m, tok, &eo, &s.e, err)) goto done;
     s.n_vocab = (size_t)pith_engine_n_vocab(s.e);
@@ -212,35 +229,58 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
         .prompt = ids, .n_prompt = n_prompt, .sampling = o->sp,
         /* -n 0 still runs the prompt (and times it) and drops the one token the engine then samples:
          * max_tokens 0 would mean "up to the length limit". */
-        .max_tokens = o->n_predict > 0 ? o->n_predict : 1,
+        .max_tokens = o->n_predict > 0 ? o->n_predict : o->n_predict < 0 ? 0 : 1,
         .ignore_eos = o->ignore_eos, .return_logits = s.logits_file != NULL,
         .on_token = on_run_token, .user = &s,
     };
     double t0 = now_s();
-    if (pith_engine_submit(s.e, &q, NULL, err)) goto done;
+    uint64_t id;
+    if (pith_engine_submit(s.e, &q, &id, err)) goto done;
     pith_err run_err = {{0}};
-    int run_rc = pith_engine_run(s.e, &run_err);
-    fputc('\n', stdout);
-    fflush(stdout);
+    int run_rc = 0;
+    bool interrupted = false;
+    while (pith_engine_has_work(s.e)) {
+        if (!interrupted && cli_interrupted()) {
+            interrupted = true;
+            pith_engine_cancel(s.e, id);
+        }
+        pith_err step_err = {{0}};
+        if (pith_engine_step(s.e, &step_err) && !run_rc) {
+            run_rc = -1;
+            run_err = step_err;
+        }
+    }
+    if (!s.out_failed && (fputc('\n', stdout) == EOF || fflush(stdout))) s.out_failed = true;
+    if (s.out_failed) {
+        pith_errf(err, "writing the output failed (stdout)");
+        goto done;
+    }
     if (s.write_failed) {
         pith_errf(err, "writing %s failed", o->logits_out);
         goto done;
     }
-    if (!s.done || s.why == PITH_FINISH_ERROR || s.why == PITH_FINISH_CANCELLED || run_rc) {
+    if (!s.done || s.why == PITH_FINISH_ERROR || (s.why == PITH_FINISH_CANCELLED && !interrupted) || run_rc) {
         pith_errf(err, "the model failed: %s", s.error[0] ? s.error : run_rc ? run_err.msg : "no final event");
         goto done;
     }
-    int n_gen = o->n_predict > 0 ? s.usage.completion_tokens : 0;
-    if (s.why == PITH_FINISH_LENGTH && n_gen < o->n_predict)
-        fprintf(stderr, "pith run: stopped after %d of %d tokens: the sequence is full (%d tokens, prompt and "
-                "output; see --max-seq-len, --kv-blocks, --kv-mem)\n", n_gen, o->n_predict,
+    int n_gen = o->n_predict != 0 ? s.usage.completion_tokens : 0;
+    if (interrupted) {
+        n_gen = s.n_tokens < s.limit ? s.n_tokens : s.limit;
+        fprintf(stderr, "pith run: interrupted after %d tokens\n", n_gen);
+    } else if (s.why == PITH_FINISH_LENGTH && (n_gen < o->n_predict || o->n_predict < 0)) {
+        if (o->n_predict < 0)
+            fprintf(stderr, "pith run: stopped after %d tokens: the context is full", n_gen);
+        else
+            fprintf(stderr, "pith run: stopped after %d of %d tokens: the context is full", n_gen, o->n_predict);
+        fprintf(stderr, " (%d tokens, prompt and output; see -c/--max-seq-len, --kv-blocks, --kv-mem)\n",
                 pith_engine_max_seq_len(s.e));
+    }
     double t_prompt = (s.n_tokens > 0 ? s.t_first : s.t_final) - t0;
     double t_gen = n_gen > 0 ? s.t_final - s.t_first : 0;
     fprintf(stderr, "pith: prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
             n_prompt, t_prompt, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
             n_gen / (t_gen > 0 ? t_gen : 1e-9));
-    rc = 0;
+    rc = interrupted ? 130 : 0;
 done:
     pith_engine_free(s.e);
     if (s.logits_file && fclose(s.logits_file) && rc == 0) rc = pith_errf(err, "writing %s failed", o->logits_out);
@@ -269,12 +309,33 @@ int pith_cmd_run(int argc, char **argv) {
         fprintf(stderr, "pith run: --logits-out is for a single prompt, not -f\n");
         return PITH_EXIT_USAGE;
     }
+    if (o.batch.prompts_path && (o.prompt_given || o.prompt_file)) {
+        fprintf(stderr, "pith run: -p and --file-prompt give one prompt, -f a file of prompts: use one of them\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.prompt_given && o.prompt_file) {
+        fprintf(stderr, "pith run: -p and --file-prompt both give the prompt: use one of them\n");
+        return PITH_EXIT_USAGE;
+    }
     if (o.batch.jsonl && !o.batch.prompts_path) {
         fprintf(stderr, "pith run: --jsonl needs -f (batch mode)\n");
         return PITH_EXIT_USAGE;
     }
 
     pith_err err = {{0}};
+    if (o.prompt_file) {
+        size_t len;
+        if (cli_read_file(o.prompt_file, &o.prompt_buf, &len, &err)) {
+            fprintf(stderr, "pith run: %s\n", err.msg);
+            return 1;
+        }
+        if (strlen(o.prompt_buf) != len) {
+            fprintf(stderr, "pith run: %s holds a NUL byte\n", o.prompt_file);
+            free(o.prompt_buf);
+            return 1;
+        }
+        o.prompt = o.prompt_buf;
+    }
     pith_assets a;
     pith_assets_options ao = {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
@@ -282,8 +343,10 @@ int pith_cmd_run(int argc, char **argv) {
     };
     if (pith_assets_load(&ao, &a, &err)) {
         fprintf(stderr, "pith run: %s\n", err.msg);
+        free(o.prompt_buf);
         return 1;
     }
+    cli_sigint_install();
     int rc = 0;
     if (o.chat) {
         cli_chat_opts co = {
@@ -296,7 +359,8 @@ int pith_cmd_run(int argc, char **argv) {
     } else {
         rc = generate(&o, a.model, a.tok, &err);
     }
-    if (rc) fprintf(stderr, "pith run: %s\n", err.msg);
+    if (rc && rc != 130) fprintf(stderr, "pith run: %s\n", err.msg);
     pith_assets_free(&a);
-    return rc ? 1 : 0;
+    free(o.prompt_buf);
+    return rc == 130 ? 130 : rc ? 1 : 0;
 }

@@ -32,6 +32,8 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
     INT_OPT("--block-size", e->block_size, 1, 4096)
     INT_OPT("--max-batch-tokens", e->max_batch_tokens, 1, 1 << 24)
     INT_OPT("--max-seq-len", e->max_seq_len, 2, 1 << 30)
+    INT_OPT("-c", e->max_seq_len, 2, 1 << 30)          /* llama.cpp's name for the context size */
+    INT_OPT("--ctx-size", e->max_seq_len, 2, 1 << 30)
 #undef INT_OPT
 #undef VALUE
     return 0;
@@ -47,7 +49,9 @@ void cli_engine_usage(FILE *out) {
             "      --kv-mem BYTES        all memory groups together, e.g. 512M (default: enough for S\n"
             "                            full-length sequences, at most 1G)\n"
             "      --block-size N        tokens per KV block, every group (default 16)\n"
-            "      --max-seq-len N       prompt + output limit per sequence (default: the model's)\n"
+            "  -c, --ctx-size N, --max-seq-len N\n"
+            "                            prompt + output limit per sequence, the context size (default:\n"
+            "                            the model's)\n"
             "      --kv-f32              keep K/V in F32 instead of F16\n"
             "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n");
 }

@@ -10,6 +10,8 @@
 
 #include "cli/cli.h"
 
+typedef struct batch batch;
+
 int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
     const char *a = argv[*i];
     if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
@@ -28,9 +30,13 @@ int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
 void run_batch_usage(FILE *out) {
     fprintf(out,
             "batch mode (all prompts at once, continuous batching):\n"
-            "  -f, --file PATH           one prompt per line; results in input order\n"
-            "      --jsonl               one JSON object per prompt: index, text, tokens, prompt_tokens,\n"
-            "                            cached_tokens, finish_reason (default: the texts, one per line)\n"
+            "  -f, --file PATH           one prompt per line (not llama.cpp's -f: see --file-prompt); an\n"
+            "                            empty line is not run: it is reported as an error result\n"
+            "      --jsonl               one JSON object per prompt as each finishes (not in input order):\n"
+            "                            index (0-based line), text, tokens, prompt_tokens, cached_tokens,\n"
+            "                            finish_reason, and error for a prompt not run\n"
+            "  Without --jsonl: one line per prompt in input order, the text with backslash, newline and\n"
+            "  carriage return written as \\\\, \\n and \\r.\n"
             "  Prompt i samples with seed S + i, so equal lines still draw differently.\n"
             "engine (every mode: a single prompt, -f and --chat all run through the engine):\n");
     cli_engine_usage(out);
@@ -51,7 +57,23 @@ typedef struct result {
     char *error;
     bool done;
     bool oom;
+    bool printed;
+    uint64_t id;       /* engine request id, 0 when not submitted */
+    int index;
+    batch *b;
 } result;
+
+/* The batch: results, and the indexes of those finished but not yet printed. */
+struct batch {
+    result *res;
+    int *finished;
+    int n_finished;
+};
+
+static void finish(result *r) {
+    r->done = true;
+    r->b->finished[r->b->n_finished++] = r->index;
+}
 
 static void on_token(const pith_token_event *ev, void *user) {
     result *r = user;
@@ -71,7 +93,7 @@ static void on_token(const pith_token_event *ev, void *user) {
         r->text[r->n_text] = 0;
     }
     if (ev->final) {
-        r->done = true;
+        finish(r);
         r->why = ev->finish_reason;
         r->usage = ev->usage;
         if (ev->error[0]) r->error = strdup(ev->error);
@@ -90,40 +112,16 @@ static void on_token(const pith_token_event *ev, void *user) {
     r->tokens[r->n_tokens++] = ev->token;
 }
 
-static int read_file(const char *path, char **data, size_t *len, pith_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pith_errf(err, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        if (!buf) break;
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *b2 = realloc(buf, cap * 2 + 1);
-        if (!b2) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b2;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return pith_errf(err, "%s: out of memory", path);
-    if (bad) {
-        free(buf);
-        return pith_errf(err, "cannot read %s", path);
-    }
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
 static void print_result(FILE *out, bool jsonl, int index, const result *r) {
     if (!jsonl) {
-        fprintf(out, "%s\n", r->text ? r->text : "");
+        for (size_t i = 0; i < r->n_text; i++) {
+            char c = r->text[i];
+            if (c == '\\') fputs("\\\\", out);
+            else if (c == '\n') fputs("\\n", out);
+            else if (c == '\r') fputs("\\r", out);
+            else fputc(c, out);
+        }
+        fputc('\n', out);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -147,20 +145,41 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Prints what is ready: with --jsonl every finished result, otherwise the finished prefix in input order.
+ * Returns false when writing failed. */
+static bool flush_ready(FILE *out, const run_batch_opts *o, batch *b, int n_lines, int *next) {
+    if (o->jsonl) {
+        for (int k = 0; k < b->n_finished; k++) {
+            result *r = &b->res[b->finished[k]];
+            print_result(out, true, r->index, r);
+            r->printed = true;
+        }
+    } else {
+        while (*next < n_lines && b->res[*next].done) {
+            print_result(out, false, *next, &b->res[*next]);
+            b->res[(*next)++].printed = true;
+        }
+    }
+    b->n_finished = 0;
+    return fflush(out) == 0 && !ferror(out);
+}
+
 int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opts *o,
                    const pith_sampling_params *sp, int n_predict, bool ignore_eos, FILE *out, pith_err *err) {
     char *data = NULL;
     size_t len = 0;
-    if (read_file(o->prompts_path, &data, &len, err)) return -1;
+    if (cli_read_file(o->prompts_path, &data, &len, err)) return -1;
     /* Split into lines in place; a final newline does not start another prompt. */
     int n_lines = 0;
     for (size_t i = 0; i < len; i++) n_lines += data[i] == '\n';
     if (len > 0 && data[len - 1] != '\n') n_lines++;
     char **lines = calloc((size_t)n_lines + 1, sizeof *lines);
-    result *res = calloc((size_t)n_lines + 1, sizeof *res);
+    batch b = {.res = calloc((size_t)n_lines + 1, sizeof *b.res),
+               .finished = calloc((size_t)n_lines + 1, sizeof *b.finished)};
+    result *res = b.res;
     pith_engine *e = NULL;
     int rc = -1;
-    if (!lines || !res) {
+    if (!lines || !res || !b.finished) {
         pith_errf(err, "out of memory");
         goto done;
     }
@@ -171,13 +190,25 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         data[end] = 0;
         if (end > (size_t)at && data[end - 1] == '\r') data[end - 1] = 0;
         at = (int)end + 1;
+        res[i].index = i;
+        res[i].b = &b;
     }
     if (pith_engine_create(m, tok, &o->engine, &e, err)) goto done;
 
     double t0 = now_s();
-    int n_rejected = 0;
+    int n_rejected = 0, next = 0;
+    bool out_failed = false;
     for (int i = 0; i < n_lines; i++) {
         result *r = &res[i];
+        if (!lines[i][0]) { /* not run: BOS alone is rarely what an empty line meant */
+            r->why = PITH_FINISH_ERROR;
+            r->error = strdup("empty line: not run");
+            finish(r);
+            n_rejected++;
+            fprintf(stderr, "pith run: %s line %d is empty: not run (reported as an error result)\n",
+                    o->prompts_path, i + 1);
+            continue;
+        }
         int32_t *ids;
         if (pith_tokenizer_encode(tok, lines[i], strlen(lines[i]), PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL,
                                   &ids, &r->n_prompt, err)) {
@@ -185,36 +216,71 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
             goto done;
         }
         pith_request q = {
-            .prompt = ids, .n_prompt = r->n_prompt, .sampling = *sp, .max_tokens = n_predict,
+            .prompt = ids, .n_prompt = r->n_prompt, .sampling = *sp, .max_tokens = n_predict < 0 ? 0 : n_predict,
             .ignore_eos = ignore_eos, .on_token = on_token, .user = r,
         };
         q.sampling.seed = sp->seed + (uint64_t)i;
         pith_err why;
         if (n_predict == 0) { /* nothing to generate: the engine's 0 would mean "no limit" */
             r->why = PITH_FINISH_LENGTH;
-            r->done = true;
-        } else if (pith_engine_submit(e, &q, NULL, &why)) {
+            finish(r);
+        } else if (pith_engine_submit(e, &q, &r->id, &why)) {
             r->why = PITH_FINISH_ERROR;
             r->error = strdup(why.msg);
-            r->done = true;
+            finish(r);
             n_rejected++;
         }
         free(ids);
     }
+    int run_rc = 0;
     pith_err step_err = {{0}};
-    int run_rc = pith_engine_run(e, &step_err);
+    bool interrupted = false;
+    for (;;) {
+        if (!out_failed && !interrupted && !flush_ready(out, o, &b, n_lines, &next)) {
+            out_failed = true;
+            interrupted = true; /* stop the rest: nobody reads it */
+            for (int i = 0; i < n_lines; i++)
+                if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
+        }
+        if (!pith_engine_has_work(e)) break;
+        if (!interrupted && cli_interrupted()) {
+            interrupted = true;
+            for (int i = 0; i < n_lines; i++)
+                if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
+        }
+        pith_err se = {{0}};
+        if (pith_engine_step(e, &se) && !run_rc) {
+            run_rc = -1;
+            step_err = se;
+        }
+        if (interrupted) b.n_finished = 0; /* cancelled results are not written */
+    }
     double dt = now_s() - t0;
+    if (out_failed) {
+        pith_errf(err, "writing the output failed");
+        goto done;
+    }
 
     uint64_t generated = 0;
+    int n_written = 0, n_full = 0;
     for (int i = 0; i < n_lines; i++) {
         if (res[i].oom) {
             pith_errf(err, "out of memory collecting the output of line %d", i + 1);
             goto done;
         }
         generated += (uint64_t)res[i].n_tokens;
-        print_result(out, o->jsonl, i, &res[i]);
+        n_written += res[i].printed;
+        if (res[i].why == PITH_FINISH_LENGTH && n_predict != 0 && (n_predict < 0 || res[i].n_tokens < n_predict)) {
+            if (n_full++ < 8)
+                fprintf(stderr, "pith run: %s line %d stopped after %d tokens: the context is full (%d tokens, "
+                        "prompt and output; see -c/--max-seq-len, --kv-blocks, --kv-mem)\n", o->prompts_path, i + 1,
+                        res[i].n_tokens, pith_engine_max_seq_len(e));
+        }
     }
-    fflush(out);
+    if (n_full > 8) fprintf(stderr, "pith run: %d prompts in all stopped because the context was full\n", n_full);
+    if (interrupted)
+        fprintf(stderr, "pith run: interrupted: %d of %d results written%s\n", n_written, n_lines,
+                o->jsonl ? "" : " (the finished ones in input order up to the first unfinished)");
     pith_engine_stats st;
     pith_engine_get_stats(e, &st);
     fprintf(stderr,
@@ -224,7 +290,7 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
             (double)generated / (dt > 0 ? dt : 1e-9), (unsigned long long)st.steps,
             (unsigned long long)st.preemptions, (unsigned long long)st.prefix_cache_hits,
             (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size);
-    rc = 0;
+    rc = interrupted ? 130 : 0;
     if (run_rc) rc = pith_errf(err, "the model failed: %s", step_err.msg);
 done:
     pith_engine_free(e);
@@ -234,6 +300,7 @@ done:
         free(res[i].error);
     }
     free(res);
+    free(b.finished);
     free(lines);
     free(data);
     return rc;
