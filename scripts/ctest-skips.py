@@ -8,10 +8,10 @@ Testing/skips-junit.xml). Prints one line per test that did not run:
 
     skipped: NAME: REASON
 
-REASON is the first line of the test's output that starts with "SKIP", else the first line that
-mentions "skip", else its last non-empty line, else ctest's own reason (for example
-"SKIP_RETURN_CODE=77"). Prints nothing when no test was skipped. Exit status: 0, or 2 with a one-line
-message when the file is missing or unreadable; the Makefile keeps ctest's exit status either way.
+or "skipped: none". REASON is the first line of the test's output that starts with "SKIP", else
+the first line that mentions "skip", else its last non-empty line, else ctest's own reason (for
+example "SKIP_RETURN_CODE=77"). Exit status: 0, or 2 with a one-line message when the file is
+missing or unreadable; the Makefile keeps ctest's exit status either way.
 """
 import re
 import sys
@@ -50,10 +50,10 @@ def main(argv):
         out = case.find("system-out")
         why = reason(out.text if out is not None else "", sk.get("message") if sk is not None else "")
         skips.append((case.get("name", "?"), why))
-    if skips:
-        print(f"{len(skips)} test(s) skipped:")
-        for name, why in skips:
-            print(f"skipped: {name}: {why}")
+    if not skips:
+        print("skipped: none")
+    for name, why in skips:
+        print(f"skipped: {name}: {why}")
     return 0
 
 
