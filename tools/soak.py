@@ -441,6 +441,25 @@ class Soak:
                                   ("waiting", "pith_requests_waiting")):
                     self.metrics_max[key] = max(self.metrics_max[key], m.get(name, 0.0))
 
+    def check_error_counts(self):
+        """Every error reply the clients saw is in the server's pith_request_errors_total{code}, and no
+        other. The server may count a reply just after sending it: a mismatch is looked at again once."""
+        seen = {}
+        with self.stats.lock:
+            for k, v in self.stats.errors.items():
+                code = "413" if k == "413-reset" else "500" if k == "stream_error" else k
+                seen[code] = seen.get(code, 0) + v
+        for attempt in range(2):
+            served = {k.split('"')[1]: int(v) for k, v in self.final_metrics.items()
+                      if k.startswith("pith_request_errors_total{") and v}
+            if seen == served:
+                return
+            if attempt == 0:
+                time.sleep(1)
+                self.final_metrics = self.scrape()
+        self.failures.append(f"errors seen by the clients {seen} differ from the server's "
+                             f"pith_request_errors_total {served}")
+
     # ---------------------------------------------------------------- phases
     def sigterm_phase(self):
         """Starts a few long streams, sends SIGTERM once each has its first event, and checks that each
@@ -536,8 +555,8 @@ class Soak:
             if idle and not all(v == 0 for v in idle.values()):
                 self.failures.append(f"not idle after the load: {idle}")
             self.final_metrics = m if idle else {}
-            with self.stats.lock:
-                self.errors_at_idle = dict(self.stats.errors)
+            if idle:
+                self.check_error_counts()
         kib = vmrss_kib(self.proc.pid)
         if kib is not None:
             self.rss.append((time.time() - self.t0, kib))
@@ -583,17 +602,6 @@ class Soak:
         if totals.get("lost"):
             self.failures.insert(0, f"{totals['lost']} requests lost")
         fm = getattr(self, "final_metrics", {})
-        if fm:
-            # Every error the clients saw is in the server's pith_request_errors_total{code}, and no other.
-            seen = {}
-            for k, v in self.errors_at_idle.items():
-                code = "413" if k == "413-reset" else "500" if k == "stream_error" else k
-                seen[code] = seen.get(code, 0) + v
-            served = {k.split('"')[1]: int(v) for k, v in fm.items()
-                      if k.startswith("pith_request_errors_total{") and v}
-            if seen != served:
-                self.failures.append(f"errors seen by the clients {seen} differ from the server's "
-                                     f"pith_request_errors_total {served}")
         out = {
             "duration_s": a.duration, "concurrency": a.concurrency, "asan": a.asan,
             "server": {"kv_blocks": a.kv_blocks, "block_size": a.block_size, "max_seq_len": a.max_seq_len,
