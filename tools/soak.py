@@ -8,8 +8,8 @@ preempts), then CONCURRENCY client threads send, until DURATION seconds have pas
 streaming and non-streaming completions and chat completions (some with n = 2, some with
 ignore_eos), three completions on one keep-alive connection, streams the client cuts after a few
 events, non-streaming requests the client abandons (cancels), half-sent requests, oversize bodies
-(413), invalid JSON and out-of-range parameters (400), prompts over the context (400), unknown routes
-(404), wrong methods (405) and /metrics scrapes. At the end it waits for the server to go idle, starts
+with and without Content-Length (413), invalid JSON and out-of-range parameters (400), prompts over
+the context (400), unknown routes (404), wrong methods (405) and /metrics scrapes. At the end it waits for the server to go idle, starts
 a few long streams and sends SIGTERM while they run.
 
 It fails (exit 1, one line per failure) unless:
@@ -385,7 +385,18 @@ class Soak:
             elif kind == "metrics":
                 method, p = "GET", "/metrics"
             try:
-                status, data = self.request(method, p, body)
+                if kind == "oversize" and rng.random() < 0.5:  # the same, chunked (no Content-Length)
+                    data_ = body.encode()
+                    c = self.conn()
+                    try:
+                        c.request(method, p, body=(data_[i:i + 8192] for i in range(0, len(data_), 8192)),
+                                  headers={"Content-Type": "application/json"}, encode_chunked=True)
+                        r = c.getresponse()
+                        status, data = r.status, r.read()
+                    finally:
+                        c.close()
+                else:
+                    status, data = self.request(method, p, body)
             except (ConnectionResetError, BrokenPipeError) as e:
                 if kind == "oversize":
                     # The server may answer 413 and close before it has read the whole body; the client
