@@ -9,8 +9,8 @@ streaming and non-streaming completions and chat completions (some with n = 2, s
 ignore_eos), three completions on one keep-alive connection, streams the client cuts after a few
 events, non-streaming requests the client abandons (cancels), half-sent requests, oversize bodies
 with and without Content-Length (413), invalid JSON and out-of-range parameters (400), prompts over
-the context (400), unknown routes (404), wrong methods (405) and /metrics scrapes. At the end it waits for the server to go idle, starts
-a few long streams and sends SIGTERM while they run.
+the context (400), unknown routes (404), wrong methods (405) and /metrics scrapes. At the end it
+waits for the server to go idle, starts a few long streams and sends SIGTERM while they run.
 
 It fails (exit 1, one line per failure) unless:
   - no request is lost: each got a complete answer (a JSON body with every choice finished, or a stream
