@@ -65,6 +65,15 @@ describe('keep-alive after errors', () => {
       assert.equal(ok.status, 200, ok.body);
       assert.equal(JSON.parse(ok.body).object, 'text_completion');
     }
+    // A chunked body over --max-body (4K) is read and dropped, then refused with 413; the connection stays.
+    const chunk = 'x'.repeat(3000);
+    await c.send(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${KEY}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+      `${(3000).toString(16)}\r\n${chunk}\r\n${(3000).toString(16)}\r\n${chunk}\r\n0\r\n\r\n`);
+    const big = await c.next();
+    assert.equal(big?.status, 413);
+    assert.notEqual(big.headers.connection, 'close');
+    await c.send(post('/v1/completions'));
+    assert.equal((await c.next())?.status, 200);
     // Requests pipelined behind a rejected one are answered in order.
     await c.send(post('/v1/completions', { key: null }) + post('/v1/completions') + get('/health'));
     assert.deepEqual([(await c.next()).status, (await c.next()).status, (await c.next()).status], [401, 200, 200]);
