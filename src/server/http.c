@@ -255,8 +255,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     *req_cls = NULL;
     if (r->job) {
         /* Still running here only when the connection ended early: the client went away. */
-        if (job_cancel(r->job) > 0 && !r->gone && !atomic_load(&srv->stopping))
-            server_log(srv, "request %llu cancelled: client disconnected", (unsigned long long)r->id);
+        if (job_cancel(r->job) > 0 && !r->gone && !atomic_load(&srv->stopping)) {
+            bool timeout = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
+            server_log(srv, "request %llu cancelled: %s", (unsigned long long)r->id,
+                       timeout ? "the client stopped reading (--timeout)" : "client disconnected");
+            r->gone = !timeout;
+        }
         job_release(r->job);
     }
     quiet_drop = false;
@@ -264,7 +268,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (srv->log_requests) {
         static const char *const why[] = {"", " (error)", " (timeout)", " (shutdown)", " (read error)", " (client gone)"};
         server_log(srv, "%s %s %d %.3fs%s", r->method, r->url, r->responded ? r->status : 0,
-                   server_now() - r->t_arrival, (unsigned)toe < 6 ? why[toe] : "");
+                   server_now() - r->t_arrival, r->gone ? why[5] : (unsigned)toe < 6 ? why[toe] : "");
     }
     free(r->body);
     free(r);
