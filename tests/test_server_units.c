@@ -1,6 +1,6 @@
 /* Unit tests of the server's pieces that need no model: API key checks and key files, the metrics
- * exposition (histogram buckets cumulative, sums, every labelled series present), and the reading of
- * generation parameters (defaults, ranges, refusals). The HTTP behaviour as a whole is tested by
+ * exposition (histogram buckets cumulative, sums, every labelled series present), the reading of
+ * generation parameters (defaults, ranges, refusals), and CORS origin checks and matching. The HTTP behaviour as a whole is tested by
  * the Node tests in tests/server against a real server. */
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "check.h"
 #include "server/auth.h"
 #include "server/buf.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "server/params.h"
 
@@ -251,6 +252,40 @@ static void test_buf(void) {
     buf_free(&b);
 }
 
+static void test_cors(void) {
+    cors_origins c = {0};
+    pith_err err;
+    CHECK(!cors_enabled(&c));
+    CHECK(cors_allow_origin(&c, "http://a.example") == NULL); /* off: never a header */
+    CHECK(cors_add(&c, "http://a.example:5173", &err) == 0);
+    CHECK(cors_add(&c, "https://b.example", &err) == 0);
+    CHECK(cors_add(&c, "app-scheme+x://host", &err) == 0);
+    CHECK(cors_enabled(&c) && !c.any);
+    const char *o = "HTTP://A.example:5173";
+    CHECK(cors_allow_origin(&c, o) == o); /* echoes the request's own value; case ignored */
+    CHECK(cors_allow_origin(&c, "https://b.example") != NULL);
+    CHECK(cors_allow_origin(&c, "http://b.example") == NULL);   /* scheme differs */
+    CHECK(cors_allow_origin(&c, "http://a.example") == NULL);   /* port differs */
+    CHECK(cors_allow_origin(&c, "http://a.example:51730") == NULL);
+    CHECK(cors_allow_origin(&c, "https://b.example.evil") == NULL);
+    CHECK(cors_allow_origin(&c, "null") == NULL);
+    CHECK(cors_allow_origin(&c, "") == NULL);
+    CHECK(cors_allow_origin(&c, NULL) == NULL);
+    const char *bad[] = {"", "a.example", "http://", "://a.example", "http://a.example/", "http://a.example/x",
+                         "http://a b", "http://a.example?q", "http://u@a.example", "ht tp://a", "*.example"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(cors_add(&c, bad[i], &err) == -1);
+        CHECK(strstr(err.msg, "CORS origin") != NULL);
+    }
+    CHECK(cors_add(&c, NULL, &err) == -1);
+    CHECK(c.n == 3);
+    CHECK(cors_add(&c, "*", &err) == 0);
+    CHECK(c.any && !strcmp(cors_allow_origin(&c, "http://anything"), "*"));
+    CHECK(cors_allow_origin(&c, NULL) == NULL);
+    cors_free(&c);
+    CHECK(c.n == 0 && !c.any && !cors_enabled(&c));
+}
+
 int main(void) {
     const char *tmp = getenv("PITH_TEST_TMP");
     if (!tmp || !*tmp) tmp = ".";
@@ -258,5 +293,6 @@ int main(void) {
     test_metrics();
     test_params();
     test_buf();
+    test_cors();
     return check_summary("test_server_units");
 }

@@ -44,6 +44,9 @@ typedef struct pith_server_options {
     const char *const *api_keys;    /* n_api_keys keys; none (and no key file): no authentication */
     int n_api_keys;
     const char *api_key_file;       /* more keys, one per line ('#' comments and blank lines skipped) */
+    const char *const *cors_origins; /* n_cors_origins browser origins allowed (scheme://host[:port], or
+                                       "*"); none: no CORS headers at all */
+    int n_cors_origins;
     size_t max_body_bytes;          /* largest request body; 0: 4 MiB */
     int max_connections;            /* open connections at once; 0: 256 */
     int idle_timeout_s;             /* a connection with no progress (reading a request or sending a

@@ -15,10 +15,12 @@
 #include "pith/server.h"
 
 #define MAX_KEYS 64
+#define MAX_CORS 64
 
 typedef struct serve_opts {
     pith_server_options srv;
     const char *keys[MAX_KEYS];
+    const char *cors[MAX_CORS];
     double drain_timeout_s;
 } serve_opts;
 
@@ -27,8 +29,8 @@ static void serve_usage(FILE *out) {
             "usage: pith serve [-m MODEL] [options]\n"
             "\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (streaming with\n"
-            "\"stream\": true), /tokenize, /detokenize; GET /v1/models, /health, /metrics, and a chat page\n"
-            "for the browser at GET /. See docs/api.md.\n"
+            "\"stream\": true), /tokenize, /detokenize; GET (and HEAD) /v1/models, /health, /metrics, and a\n"
+            "chat page for the browser at GET /. See docs/api.md.\n"
             "\n"
             "  -m, --model PATH          GGUF file, Hugging Face directory or llama2.c .bin (default: the\n"
             "                            model, as for pith run)\n"
@@ -40,6 +42,9 @@ static void serve_usage(FILE *out) {
             "      --port N              TCP port, 0 = any free one (default 8080)\n"
             "      --api-key KEY         require 'Authorization: Bearer KEY' (repeatable)\n"
             "      --api-key-file FILE   accepted keys, one per line ('#' comments allowed)\n"
+            "      --cors-origin ORIGIN  let browser pages from ORIGIN (scheme://host[:port], or * for any)\n"
+            "                            call the API: CORS headers and preflight answers (repeatable;\n"
+            "                            default: no CORS headers)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "\n"
             "engine:\n");
@@ -66,6 +71,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     s->port = 8080;
     s->log_requests = true;
     s->api_keys = o->keys;
+    s->cors_origins = o->cors;
     e->max_waiting = 256;
     o->drain_timeout_s = 30;
     for (int i = 1; i < argc; i++) {
@@ -99,6 +105,13 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
                 return -1;
             }
             o->keys[s->n_api_keys++] = v;
+        } else if (!strcmp(a, "--cors-origin")) {
+            VALUE();
+            if (s->n_cors_origins == MAX_CORS) {
+                fprintf(stderr, "pith serve: at most %d --cors-origin options\n", MAX_CORS);
+                return -1;
+            }
+            o->cors[s->n_cors_origins++] = v;
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
         } else if (!strcmp(a, "--quiet")) {

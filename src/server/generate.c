@@ -90,9 +90,10 @@ static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_param
         failed |= oom;
         if (all_done) break;
         if (failed || http_client_gone(r)) {
-            job_cancel(r->job);
             out_free(&out);
             gen_params_free(p);
+            if (!failed) return http_client_cancelled(r);
+            job_cancel(r->job);
             return MHD_NO;
         }
     }

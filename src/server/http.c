@@ -30,16 +30,33 @@ static bool path_matches(const route *rt, const char *url) {
     return strcmp(url, rt->path) == 0;
 }
 
-/* The route for method + url; NULL with *path_known telling 405 from 404. */
-static const route *find_route(const char *method, const char *url, bool *path_known) {
+/* The route for method + url (HEAD is answered by the GET route, without the body); NULL with
+ * *path_known telling 405 from 404. `allow` gets the path's methods, e.g. "GET, HEAD, OPTIONS". */
+static const route *find_route(const char *method, const char *url, bool *path_known, char *allow, size_t cap) {
     *path_known = false;
+    const route *found = NULL;
+    const char *want = strcmp(method, "HEAD") ? method : "GET";
+    allow[0] = 0;
     for (int i = 0; i < N_ROUTES; i++) {
         if (!path_matches(&routes[i], url)) continue;
         *path_known = true;
-        if (!strcmp(routes[i].method, method)) return &routes[i];
+        const char *m = routes[i].method;
+        if (!strstr(allow, m)) {
+            size_t len = strlen(allow);
+            snprintf(allow + len, cap - len, "%s%s%s", len ? ", " : "", m, strcmp(m, "GET") ? "" : ", HEAD");
+        }
+        if (!found && !strcmp(m, want)) found = &routes[i];
     }
-    return NULL;
+    if (*path_known) {
+        size_t len = strlen(allow);
+        snprintf(allow + len, cap - len, ", OPTIONS");
+    }
+    return found;
 }
+
+/* Set on a connection's thread (one thread per connection) once its request was cancelled for a
+ * vanished client: libmicrohttpd's report of the dropped connection is then left out of the log. */
+static _Thread_local bool quiet_drop;
 
 const char *http_header(http_request *r, const char *name) {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
@@ -48,7 +65,19 @@ const char *http_header(http_request *r, const char *name) {
 static enum MHD_Result queue(http_request *r, int status, struct MHD_Response *resp, const char *content_type) {
     if (!resp) return MHD_NO;
     if (content_type) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    if (atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    const cors_origins *cors = &r->srv->cors;
+    if (cors_enabled(cors)) {
+        const char *allowed = cors_allow_origin(cors, http_header(r, "Origin"));
+        if (allowed) MHD_add_response_header(resp, "Access-Control-Allow-Origin", allowed);
+        if (!cors->any) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+        if (allowed && r->preflight) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", r->allow);
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "7200");
+        }
+    }
+    if (status == 405 || r->preflight) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->close || atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) {
@@ -102,27 +131,41 @@ bool http_client_gone(http_request *r) {
     return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
+enum MHD_Result http_client_cancelled(http_request *r) {
+    if (r->job) job_cancel(r->job);
+    quiet_drop = true;
+    if (!r->gone && !atomic_load(&r->srv->stopping))
+        server_log(r->srv, "request %llu cancelled: client disconnected", (unsigned long long)r->id);
+    r->gone = true;
+    return MHD_NO;
+}
+
 static enum MHD_Result reply_error(http_request *r, int status, const char *code, const char *fmt, const char *arg) {
     api_error e;
     api_errorf(&e, status, code, NULL, fmt, arg);
     return http_send_error(r, &e);
 }
 
-/* Checks that need only the headers; returns true when a response was queued. */
+/* Checks that need only the headers. An error is kept in r->early_error and answered once the body
+ * is in, since libmicrohttpd closes a connection whose response is queued before its body is read;
+ * only a body declared too large is refused at once (and the connection closed). Returns true when
+ * a response was queued. */
 static bool early_checks(http_request *r, enum MHD_Result *rc) {
     pith_server *srv = r->srv;
     bool path_known;
-    r->route = find_route(r->method, r->url, &path_known);
-    if (!r->route) {
-        *rc = path_known ? reply_error(r, 405, "method_not_allowed", "method %s is not allowed here", r->method)
-                         : reply_error(r, 404, "not_found", "unknown route %s", r->url);
-        return true;
-    }
-    if (r->route->needs_key && !auth_check(&srv->keys, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION))) {
+    r->route = find_route(r->method, r->url, &path_known, r->allow, sizeof r->allow);
+    api_error *e = &r->early_error;
+    if (!r->route && path_known && !strcmp(r->method, "OPTIONS")) {
+        r->preflight = true; /* CORS preflight or plain OPTIONS: no key needed */
+    } else if (!r->route) {
+        r->has_early = true;
+        if (path_known) api_errorf(e, 405, "method_not_allowed", NULL, "method %s is not allowed here", r->method);
+        else api_errorf(e, 404, "not_found", NULL, "unknown route %s", r->url);
+    } else if (r->route->needs_key && !auth_check(&srv->keys, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION))) {
         bool given = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
-        *rc = reply_error(r, 401, "invalid_api_key", "%s",
-                          given ? "incorrect API key provided" : "missing API key (send 'Authorization: Bearer KEY')");
-        return true;
+        r->has_early = true;
+        api_errorf(e, 401, "invalid_api_key", NULL, "%s",
+                   given ? "incorrect API key provided" : "missing API key (send 'Authorization: Bearer KEY')");
     }
     const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {
@@ -130,9 +173,14 @@ static bool early_checks(http_request *r, enum MHD_Result *rc) {
         errno = 0;
         unsigned long long n = strtoull(cl, &end, 10);
         if (errno || end == cl || n > srv->max_body) {
-            char limit[32];
-            snprintf(limit, sizeof limit, "%zu", srv->max_body);
-            *rc = reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
+            if (!r->has_early) {
+                char limit[32];
+                snprintf(limit, sizeof limit, "%zu", srv->max_body);
+                api_errorf(e, 413, "request_too_large", NULL, "the request body exceeds the limit of %s bytes", limit);
+            }
+            r->has_early = false;
+            r->close = true;
+            *rc = http_send_error(r, e);
             return true;
         }
     }
@@ -152,6 +200,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->method = method;
         r->url = url;
         r->t_arrival = server_now();
+        r->id = (uint64_t)atomic_fetch_add(&srv->n_requests, 1) + 1;
+        quiet_drop = false;
         *req_cls = r;
         enum MHD_Result rc;
         if (early_checks(r, &rc)) return rc;
@@ -161,6 +211,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (r->responded) return MHD_YES; /* an early error is on its way; the rest is dropped */
+        if (r->has_early || r->preflight) { /* answered at the end: drop the body, within bounds */
+            r->dropped += n;
+            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+        }
         if (r->too_large || n > srv->max_body - r->body_len) {
             /* libmicrohttpd takes a response only once the body is in (or before it starts): drop the
              * rest and answer 413 at the end, but close a sender that keeps going far beyond. */
@@ -185,6 +239,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
+    if (r->has_early) return http_send_error(r, &r->early_error);
+    if (r->preflight) return http_send_text(r, 204, NULL, "", 0);
     if (r->too_large) {
         char limit[32];
         snprintf(limit, sizeof limit, "%zu", srv->max_body);
@@ -200,14 +256,21 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r) return;
     *req_cls = NULL;
     if (r->job) {
-        job_cancel(r->job); /* no-op when everything finished */
+        /* Still running here only when the connection ended early: the client went away. */
+        if (job_cancel(r->job) > 0 && !r->gone && !atomic_load(&srv->stopping)) {
+            bool timeout = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
+            server_log(srv, "request %llu cancelled: %s", (unsigned long long)r->id,
+                       timeout ? "the client stopped reading (--timeout)" : "client disconnected");
+            r->gone = !timeout;
+        }
         job_release(r->job);
     }
+    quiet_drop = false;
     if (r->stream && r->stream_free) r->stream_free(r->stream);
     if (srv->log_requests) {
         static const char *const why[] = {"", " (error)", " (timeout)", " (shutdown)", " (read error)", " (client gone)"};
         server_log(srv, "%s %s %d %.3fs%s", r->method, r->url, r->responded ? r->status : 0,
-                   server_now() - r->t_arrival, (unsigned)toe < 6 ? why[toe] : "");
+                   server_now() - r->t_arrival, r->gone ? why[5] : (unsigned)toe < 6 ? why[toe] : "");
     }
     free(r->body);
     free(r);
@@ -218,6 +281,12 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    /* A client that went away is logged as a cancel (http_client_cancelled, on_completed), not as
+     * libmicrohttpd's report of the connection it then drops or could not write to. */
+    if (quiet_drop && (strstr(line, "Application reported internal error") || strstr(line, "Closing connection (application")))
+        return;
+    if (strstr(line, "Failed to send") && (strstr(line, "Broken pipe") || strstr(line, "Connection reset by peer")))
+        return;
     server_log(cls, "http: %s", line);
 }
 

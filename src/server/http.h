@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <cjson/cJSON.h>
@@ -26,6 +27,13 @@ typedef struct http_request {
     const char *method;
     const char *url;
     const struct route *route;
+    uint64_t id;                /* request number, for log lines */
+    bool gone;                  /* the client went away and the request was cancelled (logged) */
+    bool has_early;             /* early_error is answered once the body is in (keeps the connection) */
+    api_error early_error;
+    bool preflight;             /* an OPTIONS request: 204 once the body is in */
+    bool close;                 /* answer with Connection: close */
+    char allow[48];             /* the path's methods, for Allow and preflight replies */
     char *body;                 /* NUL-terminated once complete */
     size_t body_len, body_cap;
     bool too_large;             /* the body went past the limit: the rest is dropped, 413 follows */
@@ -60,5 +68,10 @@ enum MHD_Result http_send_stream(http_request *r, MHD_ContentReaderCallback read
 const char *http_header(http_request *r, const char *name);
 /* True when the peer has closed its end (or the socket failed), or the server is stopping. */
 bool http_client_gone(http_request *r);
+/* For a handler that stops because http_client_gone said so: cancels the request's job, logs
+ * "request N cancelled: client disconnected" (not when the server is stopping) and keeps
+ * libmicrohttpd's own "internal error" report of the dropped connection out of the log. Returns
+ * MHD_NO, which the handler (or content reader, after returning its error code) passes on. */
+enum MHD_Result http_client_cancelled(http_request *r);
 
 #endif

@@ -163,9 +163,9 @@ void job_events_free(job_event *events, int n) {
     free(events);
 }
 
-void job_cancel(job *j) {
+int job_cancel(job *j) {
     uint64_t ids[64];
-    int at = 0;
+    int at = 0, total = 0;
     /* Collect under the lock, cancel outside it (the engine may be calling back into this job). */
     while (at < j->n_choices) {
         int n = 0;
@@ -174,7 +174,9 @@ void job_cancel(job *j) {
             if (j->choices[at].submitted && !j->choices[at].done && j->choices[at].id) ids[n++] = j->choices[at].id;
         pthread_mutex_unlock(&j->lock);
         for (int i = 0; i < n; i++) pith_engine_cancel(j->srv->engine, ids[i]);
+        total += n;
     }
+    return total;
 }
 
 void job_release(job *j) {

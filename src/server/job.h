@@ -66,8 +66,9 @@ int job_submit(job *j, int i, const pith_request *r, pith_err *err);
  * job_events_free). *all_done: every submitted request has delivered its final event. */
 void job_take(job *j, int timeout_ms, job_event **events, int *n, bool *all_done, bool *oom);
 void job_events_free(job_event *events, int n);
-/* Cancels every submitted request that has not finished (their final events follow). */
-void job_cancel(job *j);
+/* Cancels every submitted request that has not finished (their final events follow); returns how many
+ * it cancelled (0: everything had finished). */
+int job_cancel(job *j);
 /* Drops the HTTP side's reference. */
 void job_release(job *j);
 

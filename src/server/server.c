@@ -125,6 +125,12 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return -1;
     }
+    for (int i = 0; i < o->n_cors_origins; i++) {
+        if (cors_add(&s->cors, o->cors_origins[i], err)) {
+            pith_server_free(s);
+            return -1;
+        }
+    }
     if (bind_listener(s, err) || http_start(s, err)) {
         pith_server_free(s);
         return -1;
@@ -222,6 +228,7 @@ void pith_server_free(pith_server *s) {
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
     auth_free(&s->keys);
+    cors_free(&s->cors);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);
     pthread_mutex_destroy(&s->jobs_lock);

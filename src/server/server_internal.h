@@ -18,6 +18,7 @@
 #include "pith/server.h"
 #include "pith/tokenizer.h"
 #include "server/auth.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 
 struct MHD_Daemon;
@@ -35,6 +36,7 @@ struct pith_server {
     void (*log)(void *user, const char *line);
     void *log_user;
     auth_keys keys;
+    cors_origins cors;
     metrics metrics;
     int64_t created_unix;
 
@@ -64,6 +66,7 @@ struct pith_server {
     int n_jobs;
 
     atomic_uint_fast64_t serial; /* response ids */
+    atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
 
 void server_log(pith_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -93,7 +93,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         if (http_client_gone(st->r)) {
-            job_cancel(st->job);
+            http_client_cancelled(st->r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (!st->opened) {

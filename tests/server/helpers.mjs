@@ -2,6 +2,7 @@
 // loopback port (--port 0, the port is read back from its log), talk to it, stop it.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import net from 'node:net';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -184,4 +185,60 @@ export async function idleMetrics(srv, key, ms = 3000, ready = () => true) {
     if (Date.now() > until) throw new Error(`the server is still busy:\n${text}`);
     await sleep(10);
   }
+}
+
+// One keep-alive TCP connection: send(text) writes raw bytes; next() resolves with the next response
+// ({ status, headers (lower-case names), body }) read off the connection, or null once the server has
+// closed it. HEAD replies and 204/304 carry no body whatever their Content-Length says.
+export function rawConnection(port) {
+  const sock = net.connect(port, '127.0.0.1');
+  let buf = Buffer.alloc(0);
+  let closed = false;
+  let wake = null;
+  const heads = [];
+  sock.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    wake?.();
+  });
+  sock.on('close', () => {
+    closed = true;
+    wake?.();
+  });
+  sock.on('error', () => {});
+  const ready = new Promise((r) => sock.once('connect', r));
+  const wait = () => new Promise((r) => { wake = () => { wake = null; r(); }; });
+  return {
+    sock,
+    get closed() { return closed; },
+    async send(text, { head = false } = {}) {
+      await ready;
+      heads.push(head);
+      sock.write(text);
+    },
+    async next() {
+      for (;;) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end >= 0) {
+          const lines = buf.subarray(0, end).toString().split('\r\n');
+          const status = Number(lines[0].split(' ')[1]);
+          const headers = {};
+          for (const l of lines.slice(1)) {
+            const c = l.indexOf(':');
+            headers[l.slice(0, c).trim().toLowerCase()] = l.slice(c + 1).trim();
+          }
+          const noBody = heads[0] || status === 204 || status === 304;
+          const len = noBody ? 0 : Number(headers['content-length'] ?? 0);
+          if (buf.length >= end + 4 + len) {
+            const body = buf.subarray(end + 4, end + 4 + len).toString();
+            buf = buf.subarray(end + 4 + len);
+            heads.shift();
+            return { status, headers, body };
+          }
+        }
+        if (closed) return null;
+        await wait();
+      }
+    },
+    close() { sock.destroy(); },
+  };
 }
