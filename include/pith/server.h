@@ -56,7 +56,11 @@ typedef struct pith_server_options {
     bool log_requests;              /* one log line per HTTP request */
     void (*log)(void *user, const char *line); /* NULL: no logging */
     void *log_user;
+    int log_level;                  /* PITH_LOG_*: lines up to this level; 0: PITH_LOG_INFO */
+    bool log_json;                  /* lines are JSON objects {ts, level, msg, fields...} (docs/api.md) */
 } pith_server_options;
+
+enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };
 
 /* Binds and starts answering (503 for generation until loaded). */
 int pith_server_create(const pith_server_options *opt, pith_server **out, pith_err *err);

@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "pith/server.h"
+#include "server/log.h"
 
 #define MAX_KEYS 64
 #define MAX_CORS 64
@@ -60,6 +61,12 @@ static void serve_usage(FILE *out) {
             "      --drain-timeout SECS  on SIGTERM, how long running requests may take to finish before\n"
             "                            they are cancelled (default 30)\n"
             "      --quiet               no access log lines\n"
+            "\n"
+            "logs (on stderr; see docs/api.md, Logs):\n"
+            "      --log-level LEVEL     error, warn, info or debug: the lines shown (default info: the\n"
+            "                            start-up summary, one access line per request, warnings, errors)\n"
+            "      --log-format FORMAT   text (default) or json: one JSON object per line with ts, level,\n"
+            "                            msg and the line's fields\n"
             "  -h, --help                show this help\n");
 }
 
@@ -114,6 +121,19 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             o->cors[s->n_cors_origins++] = v;
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
+        } else if (!strcmp(a, "--log-level")) {
+            VALUE();
+            if (!(s->log_level = log_parse_level(v))) {
+                fprintf(stderr, "pith serve: --log-level must be error, warn, info or debug, not '%s'\n", v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--log-format")) {
+            VALUE();
+            if (strcmp(v, "text") && strcmp(v, "json")) {
+                fprintf(stderr, "pith serve: --log-format must be text or json, not '%s'\n", v);
+                return -1;
+            }
+            s->log_json = !strcmp(v, "json");
         } else if (!strcmp(a, "--quiet")) {
             s->log_requests = false;
         } else if (!strcmp(a, "--max-body")) {
@@ -142,8 +162,12 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     return 0;
 }
 
+/* The sink: JSON lines carry their own time stamp; text lines get one here. */
 static void log_line(void *user, const char *line) {
-    (void)user;
+    if (user) { /* json */
+        fprintf(stderr, "%s\n", line);
+        return;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -177,6 +201,8 @@ int pith_cmd_serve(int argc, char **argv) {
         return PITH_EXIT_USAGE;
     }
     o.srv.log = log_line;
+    o.srv.log_user = o.srv.log_json ? (void *)"json" : NULL;
+    log_ctx lg = {.level = o.srv.log_level, .json = o.srv.log_json, .sink = log_line, .user = o.srv.log_user};
 
     /* Every thread started from here on inherits the mask, so only sigtimedwait below sees them. */
     sigset_t stop_signals;
@@ -196,7 +222,7 @@ int pith_cmd_serve(int argc, char **argv) {
     const char *host = o.srv.host ? o.srv.host : "127.0.0.1";
     bool v6 = strchr(host, ':') != NULL;
     snprintf(line, sizeof line, "listening on http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", pith_server_port(srv));
-    log_line(NULL, line);
+    log_emit(&lg, PITH_LOG_INFO, line, NULL);
 
     loader l = {.srv = srv};
     pthread_t tid;
@@ -212,18 +238,18 @@ int pith_cmd_serve(int argc, char **argv) {
         if (sig > 0) break;
         if (atomic_load(&l.state) < 0) {
             snprintf(line, sizeof line, "cannot load the model: %s", l.err.msg);
-            log_line(NULL, line);
+            log_emit(&lg, PITH_LOG_ERROR, line, NULL);
             rc = 1;
             break;
         }
     }
     if (sig > 0) {
         snprintf(line, sizeof line, "%s: draining (up to %g s)", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_timeout_s);
-        log_line(NULL, line);
+        log_emit(&lg, PITH_LOG_INFO, line, NULL);
     }
     pith_server_drain(srv, rc ? 0 : o.drain_timeout_s);
     pthread_join(tid, NULL);
     pith_server_free(srv);
-    if (rc == 0) log_line(NULL, "stopped");
+    if (rc == 0) log_emit(&lg, PITH_LOG_INFO, "stopped", NULL);
     return rc;
 }

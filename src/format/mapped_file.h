@@ -16,7 +16,8 @@ typedef struct pith_mapped_file {
     size_t size;
 } pith_mapped_file;
 
-/* Opens and maps `path`; errors name the path. Refuses directories, devices and FIFOs. */
+/* Opens and maps `path`; errors name the path. Refuses directories, devices and FIFOs. Every page is
+ * read in before it returns (a load's time then includes the disk reads). */
 int pith_map_file(const char *path, pith_mapped_file *out, pith_err *err);
 /* Safe on a zeroed struct; leaves it zeroed. */
 void pith_unmap_file(pith_mapped_file *m);

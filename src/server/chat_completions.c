@@ -119,13 +119,13 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
     cJSON_Delete(vars);
     cJSON_Delete(flat);
     if (rc) {
-        server_log(srv, "chat template: %s", why.msg);
+        server_log(srv, PITH_LOG_ERROR, "chat template: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template");
     }
     rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
     free(text);
     if (rc) {
-        server_log(srv, "tokenizer: %s", why.msg);
+        server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "messages", "the messages could not be tokenized");
     }
     int bos = pith_tokenizer_bos(srv->tok);

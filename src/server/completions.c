@@ -13,7 +13,7 @@ static int encode_text(pith_server *srv, const char *text, gen_prompt *out, api_
     pith_err why;
     if (pith_tokenizer_encode(srv->tok, text, strlen(text), PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids,
                               &out->n, &why)) {
-        server_log(srv, "tokenizer: %s", why.msg);
+        server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "prompt", "the prompt could not be tokenized");
     }
     return 0;

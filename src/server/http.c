@@ -96,7 +96,7 @@ enum MHD_Result http_send_json(http_request *r, int status, cJSON *body) {
     char *text = body ? cJSON_PrintUnformatted(body) : NULL;
     cJSON_Delete(body);
     if (!text) {
-        server_log(r->srv, "out of memory formatting a response");
+        server_log(r->srv, PITH_LOG_ERROR, "out of memory formatting a response");
         return MHD_NO;
     }
     size_t len = strlen(text);
@@ -135,7 +135,7 @@ enum MHD_Result http_client_cancelled(http_request *r) {
     if (r->job) job_cancel(r->job);
     quiet_drop = true;
     if (!r->gone && !atomic_load(&r->srv->stopping))
-        server_log(r->srv, "request %llu cancelled: client disconnected", (unsigned long long)r->id);
+        server_log(r->srv, PITH_LOG_INFO, "request %llu cancelled: client disconnected", (unsigned long long)r->id);
     r->gone = true;
     return MHD_NO;
 }
@@ -255,22 +255,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     http_request *r = *req_cls;
     if (!r) return;
     *req_cls = NULL;
+    int prompt_tokens = 0, completion_tokens = 0;
+    double t_first = 0;
+    bool generated = r->job != NULL;
     if (r->job) {
         /* Still running here only when the connection ended early: the client went away. */
         if (job_cancel(r->job) > 0 && !r->gone && !atomic_load(&srv->stopping)) {
             bool timeout = toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED;
-            server_log(srv, "request %llu cancelled: %s", (unsigned long long)r->id,
+            server_log(srv, PITH_LOG_INFO, "request %llu cancelled: %s", (unsigned long long)r->id,
                        timeout ? "the client stopped reading (--timeout)" : "client disconnected");
             r->gone = !timeout;
         }
+        job_totals(r->job, &prompt_tokens, &completion_tokens, &t_first);
         job_release(r->job);
     }
     quiet_drop = false;
     if (r->stream && r->stream_free) r->stream_free(r->stream);
-    if (srv->log_requests) {
-        static const char *const why[] = {"", " (error)", " (timeout)", " (shutdown)", " (read error)", " (client gone)"};
-        server_log(srv, "%s %s %d %.3fs%s", r->method, r->url, r->responded ? r->status : 0,
-                   server_now() - r->t_arrival, r->gone ? why[5] : (unsigned)toe < 6 ? why[toe] : "");
+    if (srv->log_requests && log_enabled(&srv->log, PITH_LOG_INFO)) {
+        static const char *const why[] = {NULL, "error", "timeout", "shutdown", "read error", "client gone"};
+        int status = r->responded ? r->status : 0;
+        char msg[200];
+        snprintf(msg, sizeof msg, "%.16s %.160s %d", r->method, r->url, status);
+        log_fields f = {0};
+        log_int(&f, "id", (long long)r->id);
+        log_str(&f, "method", r->method);
+        log_str(&f, "path", r->url);
+        log_int(&f, "status", status);
+        if (generated) {
+            log_int(&f, "prompt_tokens", prompt_tokens);
+            log_int(&f, "completion_tokens", completion_tokens);
+            if (t_first > 0) log_num(&f, "ttft_s", t_first - r->t_arrival);
+        }
+        log_num(&f, "total_s", server_now() - r->t_arrival);
+        log_str(&f, "ended", r->gone ? why[5] : (unsigned)toe < 6 ? why[toe] : "unknown");
+        log_emit(&srv->log, PITH_LOG_INFO, msg, &f);
     }
     free(r->body);
     free(r);
@@ -287,7 +305,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
         return;
     if (strstr(line, "Failed to send") && (strstr(line, "Broken pipe") || strstr(line, "Connection reset by peer")))
         return;
-    server_log(cls, "http: %s", line);
+    server_log(cls, PITH_LOG_WARN, "http: %s", line);
 }
 
 int http_start(pith_server *srv, pith_err *err) {

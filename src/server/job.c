@@ -97,6 +97,7 @@ static void on_token(const pith_token_event *ev, void *user) {
         if (c->n_tokens++ == 0) c->t_first = now;
         c->t_last = now;
     } else {
+        c->usage = ev->usage;
         c->done = true;
         j->n_done++;
     }
@@ -104,12 +105,25 @@ static void on_token(const pith_token_event *ev, void *user) {
     pthread_mutex_unlock(&j->lock);
     if (ev->final) {
         if (ev->finish_reason == PITH_FINISH_ERROR)
-            server_log(j->srv, "request %llu failed in the model: %s", (unsigned long long)ev->request_id, ev->error);
+            server_log(j->srv, PITH_LOG_ERROR, "request %llu failed in the model: %s", (unsigned long long)ev->request_id, ev->error);
         double ttft = c->n_tokens > 0 ? c->t_first - j->t_arrival : -1;
         double tpot = c->n_tokens > 1 ? (c->t_last - c->t_first) / (c->n_tokens - 1) : -1;
         metrics_request_done(&j->srv->metrics, ev->finish_reason, ttft, tpot, now - j->t_arrival);
         job_unref(j);
     }
+}
+
+void job_totals(job *j, int *prompt_tokens, int *completion_tokens, double *t_first) {
+    *prompt_tokens = *completion_tokens = 0;
+    *t_first = 0;
+    pthread_mutex_lock(&j->lock);
+    for (int i = 0; i < j->n_choices; i++) {
+        const job_choice *c = &j->choices[i];
+        *prompt_tokens += c->usage.prompt_tokens;
+        *completion_tokens += c->usage.completion_tokens;
+        if (c->n_tokens > 0 && (*t_first == 0 || c->t_first < *t_first)) *t_first = c->t_first;
+    }
+    pthread_mutex_unlock(&j->lock);
 }
 
 int job_submit(job *j, int i, const pith_request *r, pith_err *err) {

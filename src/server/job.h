@@ -41,6 +41,7 @@ typedef struct job_choice {
     bool done;
     int n_tokens;
     double t_first, t_last;
+    pith_usage usage;           /* from the final event */
 } job_choice;
 
 typedef struct job {
@@ -69,6 +70,9 @@ void job_events_free(job_event *events, int n);
 /* Cancels every submitted request that has not finished (their final events follow); returns how many
  * it cancelled (0: everything had finished). */
 int job_cancel(job *j);
+/* For the access log: prompt and completion tokens over the choices that finished, and the first
+ * token's time (monotonic seconds; 0: none yet). */
+void job_totals(job *j, int *prompt_tokens, int *completion_tokens, double *t_first);
 /* Drops the HTTP side's reference. */
 void job_release(job *j);
 

@@ -11,19 +11,21 @@
 
 #include <microhttpd.h>
 
+#include "backend/cpu/kernels.h"
 #include "pith/assets.h"
+#include "pith/bench.h"
 #include "server/http.h"
 #include "server/job.h"
 #include "server/server_internal.h"
 
-void server_log(pith_server *s, const char *fmt, ...) {
-    if (!s->log) return;
+void server_log(pith_server *s, int level, const char *fmt, ...) {
+    if (!log_enabled(&s->log, level)) return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    s->log(s->log_user, line);
+    log_emit(&s->log, level, line, NULL);
 }
 
 double server_now(void) {
@@ -105,8 +107,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->n_threads = o->n_threads;
     s->engine_opt = o->engine;
     s->log_requests = o->log_requests;
-    s->log = o->log;
-    s->log_user = o->log_user;
+    s->log = (log_ctx){.level = o->log_level, .json = o->log_json, .sink = o->log, .user = o->log_user};
     s->port = o->port;
     if (dup_opt(&s->model_path, o->model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
         dup_opt(&s->chat_template_path, o->chat_template_path) ||
@@ -143,7 +144,51 @@ int pith_server_port(const pith_server *s) { return s->port; }
 
 bool pith_server_ready(const pith_server *s) { return atomic_load(&((pith_server *)s)->ready); }
 
-static void assets_log(void *ctx, const char *msg) { server_log(ctx, "%s", msg); }
+static void assets_log(void *ctx, const char *msg) { server_log(ctx, PITH_LOG_INFO, "%s", msg); }
+
+/* The start-up summary: what was loaded, how it runs, its memory, where it listens. */
+static void log_summary(pith_server *s, double load_s) {
+    if (!log_enabled(&s->log, PITH_LOG_INFO)) return;
+    log_fields f = {0};
+    log_str(&f, "model", s->model_name);
+    log_str(&f, "path", s->model_path);
+    log_str(&f, "arch", s->model->hp.arch);
+    pith_bench_weights w;
+    pith_err why;
+    if (!pith_bench_weights_of(s->model, &w, &why)) log_str(&f, "weights", w.format);
+    log_int(&f, "layers", s->model->hp.n_layers);
+    log_int(&f, "vocab", s->model->hp.n_vocab);
+    log_int(&f, "max_seq_len", s->max_seq_len);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    log_int(&f, "threads", s->n_threads > 0 ? s->n_threads : cpus > 0 ? cpus : 1);
+    const char *fs = getenv("PITH_FORCE_SCALAR"); /* as the model's kernel choice (src/model/llama.c) */
+    log_str(&f, "kernels", pith_cpu_kernels_best(fs && *fs && strcmp(fs, "0") != 0)->name);
+    pith_engine_stats st;
+    pith_engine_get_stats(s->engine, &st);
+    log_int(&f, "mem_groups", st.n_mem_groups);
+    for (int g = 0; g < st.n_mem_groups && g < PITH_MAX_MEM_GROUPS; g++) {
+        const pith_engine_mem_stats *m = &st.mem[g];
+        char key[32], val[96];
+        snprintf(key, sizeof key, "mem%d", g);
+        if (m->kind == PITH_MEM_WINDOW)
+            snprintf(val, sizeof val, "%s(%d) %d layers %d blocks %zu bytes", pith_mem_kind_name(m->kind), m->window,
+                     m->n_layers, m->units_total, (size_t)m->units_total * m->unit_bytes);
+        else
+            snprintf(val, sizeof val, "%s %d layers %d %s %zu bytes", pith_mem_kind_name(m->kind), m->n_layers,
+                     m->units_total, m->kind == PITH_MEM_RECURRENT ? "states" : "blocks",
+                     (size_t)m->units_total * m->unit_bytes);
+        log_str(&f, key, val);
+    }
+    log_int(&f, "mem_bytes", (long long)st.mem_bytes);
+    char addr[300];
+    bool v6 = strchr(s->host, ':') != NULL;
+    snprintf(addr, sizeof addr, "http://%s%s%s:%d", v6 ? "[" : "", s->host, v6 ? "]" : "", s->port);
+    log_str(&f, "listen", addr);
+    log_num(&f, "load_s", load_s);
+    char msg[160];
+    snprintf(msg, sizeof msg, "model %.64s loaded in %.2f s (weights read in)", s->model_name, load_s);
+    log_emit(&s->log, PITH_LOG_INFO, msg, &f);
+}
 
 int pith_server_load(pith_server *s, pith_err *err) {
     if (atomic_exchange(&s->load_claimed, true)) return pith_errf(err, "the model is already loaded");
@@ -169,8 +214,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     s->eos_text = a.eos_text;
     s->engine = e;
     s->max_seq_len = pith_engine_max_seq_len(e);
-    server_log(s, "model %s loaded in %.2f s: %d layers, vocabulary %d, %d tokens per sequence",
-               s->model_name, server_now() - t0, s->model->hp.n_layers, s->model->hp.n_vocab, s->max_seq_len);
+    log_summary(s, server_now() - t0);
     atomic_store(&s->ready, true);
     return 0;
 }
@@ -208,7 +252,7 @@ void pith_server_drain(pith_server *s, double deadline_s) {
     double t0 = server_now();
     int left = wait_jobs(s, t0 + (deadline_s > 0 ? deadline_s : 0));
     if (left > 0) {
-        server_log(s, "drain: cancelling %d request(s) still running after %.1f s", left, server_now() - t0);
+        server_log(s, PITH_LOG_WARN, "drain: cancelling %d request(s) still running after %.1f s", left, server_now() - t0);
         jobs_cancel_all(s);
         /* Cancelled requests end at the engine's next step; give their responses a moment to go out
          * (a client that does not read is cut off when the connections close below). */

@@ -19,6 +19,7 @@
 #include "pith/tokenizer.h"
 #include "server/auth.h"
 #include "server/cors.h"
+#include "server/log.h"
 #include "server/metrics.h"
 
 struct MHD_Daemon;
@@ -33,8 +34,7 @@ struct pith_server {
     int n_threads;
     pith_engine_options engine_opt;
     bool log_requests;
-    void (*log)(void *user, const char *line);
-    void *log_user;
+    log_ctx log;
     auth_keys keys;
     cors_origins cors;
     metrics metrics;
@@ -69,7 +69,8 @@ struct pith_server {
     atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
 
-void server_log(pith_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A line at `level` (PITH_LOG_*) with only a message; log_emit(&s->log, ...) for lines with fields. */
+void server_log(pith_server *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double server_now(void); /* monotonic seconds */
 
 #endif

@@ -33,7 +33,7 @@ enum MHD_Result handle_tokenize(http_request *r) {
         int flags = PITH_TOK_PARSE_SPECIAL | (special && cJSON_IsFalse(special) ? 0 : PITH_TOK_ADD_BOS);
         pith_err why;
         if (pith_tokenizer_encode(srv->tok, prompt->valuestring, strlen(prompt->valuestring), flags, &p.ids, &p.n, &why)) {
-            server_log(srv, "tokenizer: %s", why.msg);
+            server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
             return fail(r, body, (api_errorf(&e, 400, "invalid_value", "prompt", "the prompt could not be tokenized"), &e));
         }
     } else {
@@ -77,7 +77,7 @@ enum MHD_Result handle_detokenize(http_request *r) {
     pith_err why;
     if (pith_tokenizer_decode(srv->tok, ids, k, false, &text, &len, &why)) {
         free(ids);
-        server_log(srv, "tokenizer: %s", why.msg);
+        server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
         return http_send_error(r, (api_errorf(&e, 400, "invalid_value", "tokens", "the tokens could not be decoded"), &e));
     }
     free(ids);
