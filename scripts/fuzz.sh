@@ -8,12 +8,13 @@
 # FUZZ_SECONDS (default 30; 0 replays only). New inputs go to build-fuzz/corpus/TARGET, never into the
 # source tree. A crash, leak, sanitizer report or timeout fails the script, and the input that caused it
 # is copied into tests/fuzz/corpus/TARGET/ (as crash-..., leak-..., timeout-...) so it is replayed from
-# then on: fix the bug, keep the input. FUZZ_JOBS (default 1) targets run at once.
+# then on: fix the bug, keep the input. tests/fuzz/TARGET.dict, where present, is the target's libFuzzer
+# dictionary. FUZZ_JOBS (default: the number of CPUs) targets run at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-FUZZ_JOBS=${FUZZ_JOBS:-1}
+FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 CC=${FUZZ_CC:-clang}
 out=build-fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
@@ -64,8 +65,10 @@ run_one() {
     if [ ${#files[@]} -gt 0 ] && ! "$out/fuzz_$t" "${opts[@]}" -artifact_prefix="$artifacts" "${files[@]}" >"$log" 2>&1; then
         status=1
     fi
+    local dict=()
+    [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
     if [ $status -eq 0 ] && [ "$FUZZ_SECONDS" -gt 0 ]; then
-        "$out/fuzz_$t" "${opts[@]}" -artifact_prefix="$artifacts" -max_total_time="$FUZZ_SECONDS" \
+        "$out/fuzz_$t" "${opts[@]}" "${dict[@]}" -artifact_prefix="$artifacts" -max_total_time="$FUZZ_SECONDS" \
             "$work" "$seeds" >>"$log" 2>&1 || status=1
     fi
     if [ $status -ne 0 ]; then
