@@ -13,6 +13,8 @@
 #ifndef PITH_MODEL_H
 #define PITH_MODEL_H
 
+#include <stdbool.h>
+
 #include "pith/batch.h"
 #include "pith/memory.h"
 #include "pith/modelfile.h"
@@ -53,6 +55,7 @@ struct pith_model {
     pith_mem_spec mem;      /* declared by the builder; groups' layer lists point into impl */
     pith_model_file *file;  /* owned; NULL for models not backed by a file (tests) */
     void *impl;             /* architecture-specific state */
+    bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
 };
 
 typedef struct pith_model_options {
