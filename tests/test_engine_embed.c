@@ -3,8 +3,9 @@
  *     whether or not the token also wants logits, and the logits are unchanged by asking for them;
  *   - the engine's MEAN, CLS and LAST vectors equal the pooling of those rows computed here in double
  *     (mean / first / last row, then L2-normalised), with the prompt cut into chunks of 7 tokens and
- *     mixed into batches with a generating request and with each other, and in a pool that holds two
- *     requests at a time (the recompute-after-preemption path is not forced here);
+ *     mixed into batches with a generating request and with each other, and in a pool small enough
+ *     that the growing generation preempts embedding requests mid-prompt (their recompute must not
+ *     count a position twice);
  *   - an embedding request gets one event, the final one: stop, prompt_tokens, completion_tokens 0;
  *   - bad pooling values and models without hidden states are refused at submit. */
 #include <math.h>
@@ -97,9 +98,10 @@ static void reference(pith_model *m, int r, double ref[3][1024]) {
     free(lg2);
 }
 
-/* N_REQ embedding requests (prompt r % 2 with pooling r % 3 + 1) and one generating request, through an
- * engine with these limits; checks every vector against ref. */
-static void run_engine(pith_model *m, double ref[2][3][1024], int kv_blocks, int max_batch_tokens, bool want_tight) {
+/* One generating request (gen_tokens tokens, submitted first) and N_REQ embedding requests (prompt r % 2
+ * with pooling r % 3 + 1), through an engine with these limits; checks every vector against ref. */
+static void run_engine(pith_model *m, double ref[2][3][1024], int kv_blocks, int max_batch_tokens, int gen_tokens,
+                       bool want_preempt) {
     pith_engine_options o = {.kv_blocks = kv_blocks, .block_size = 4, .max_batch_tokens = max_batch_tokens,
                              .max_num_seqs = 8, .kv_f32 = true, .max_seq_len = 32};
     pith_engine *e = NULL;
@@ -110,12 +112,13 @@ static void run_engine(pith_model *m, double ref[2][3][1024], int kv_blocks, int
     int32_t ids[N_REQ][N_PROMPT];
     got g[N_REQ + 1];
     memset(g, 0, sizeof g);
-    for (int r = 0; r <= N_REQ; r++) {
+    for (int k = 0; k <= N_REQ; k++) {
+        int r = (k + N_REQ) % (N_REQ + 1); /* the generating one (r == N_REQ) first */
         prompt_of(r % 2, ids[r % N_REQ], m->hp.n_vocab);
         pith_request q = {.prompt = ids[r % N_REQ], .n_prompt = N_PROMPT, .on_token = collect, .user = &g[r]};
         if (r < N_REQ) q.embed = (pith_embed_pooling)(r % 3 + 1);
         else {
-            q.max_tokens = 5;
+            q.max_tokens = gen_tokens;
             q.sampling = pith_sampling_defaults();
         }
         CHECKF(pith_engine_submit(e, &q, NULL, &err) == 0, "%s", err.msg);
@@ -123,7 +126,8 @@ static void run_engine(pith_model *m, double ref[2][3][1024], int kv_blocks, int
     CHECKF(pith_engine_run(e, &err) == 0, "%s", err.msg);
     pith_engine_stats st;
     pith_engine_get_stats(e, &st);
-    if (want_tight) CHECKF(st.requests_finished == N_REQ + 1, "finished %llu", (unsigned long long)st.requests_finished);
+    CHECKF(st.requests_finished == N_REQ + 1, "finished %llu", (unsigned long long)st.requests_finished);
+    if (want_preempt) CHECKF(st.preemptions > 0, "no preemption with %d blocks", kv_blocks);
     for (int r = 0; r < N_REQ; r++) {
         CHECK(g[r].n_events == 1 && g[r].n_final == 1 && g[r].why == PITH_FINISH_STOP);
         CHECK(g[r].usage.prompt_tokens == N_PROMPT && g[r].usage.completion_tokens == 0);
@@ -136,7 +140,7 @@ static void run_engine(pith_model *m, double ref[2][3][1024], int kv_blocks, int
         CHECKF(dmax < 2e-4, "request %d (pooling %d): off by %g", r, r % 3 + 1, dmax);
         CHECKF(fabs(ss - 1) < 1e-4, "request %d: |v|^2 = %g", r, ss);
     }
-    CHECK(g[N_REQ].n_final == 1 && g[N_REQ].usage.completion_tokens == 5 && g[N_REQ].n_emb == 0);
+    CHECK(g[N_REQ].n_final == 1 && g[N_REQ].usage.completion_tokens == gen_tokens && g[N_REQ].n_emb == 0);
     CHECKF(engine_check(e, &err) == 0, "%s", err.msg);
     pith_engine_free(e);
 }
@@ -163,9 +167,12 @@ int main(void) {
     reference(m, 1, ref[1]);
     pith_model_mem_free(m);
 
-    run_engine(m, ref, 0, 7, false);          /* roomy pool, prompts in chunks of 7 */
-    run_engine(m, ref, 0, 2048, false);       /* whole prompts in one batch */
-    run_engine(m, ref, 12, 7, true);          /* 12 blocks of 4: at most two requests at a time */
+    run_engine(m, ref, 0, 7, 5, false);       /* roomy pool, prompts in chunks of 7 */
+    run_engine(m, ref, 0, 2048, 5, false);    /* whole prompts in one batch */
+    /* 12 blocks of 4, chunks of 3: the generating request grows to 8 blocks while an embedding request
+     * holds 5, so embedding requests are preempted mid-prompt and recompute (from their own cached
+     * blocks: no position may be counted twice) */
+    run_engine(m, ref, 12, 3, 11, true);
 
     /* refusals */
     pith_engine *e = NULL;
