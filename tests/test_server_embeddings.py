@@ -129,6 +129,9 @@ def main():
             e = err.get("error", {})
             check(st == status and e.get("message") and (param is None or e.get("param") == param),
                   f"{body}: {st} {err}")
+        st, err = post(base, "/v1/embeddings", {"input": ["ok", [1] * 100]})
+        check(st == 400 and err["error"].get("code") == "context_length_exceeded" and "input 1" in err["error"]["message"],
+              f"too long: {st} {err}")
         st, _ = post(base, "/v1/embeddings", {"input": "still serving"})
         check(st == 200, "server unwell after the errors")
     finally:

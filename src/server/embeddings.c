@@ -79,7 +79,7 @@ static int model_pooling(pith_server *srv, api_error *err) {
         int64_t v;
         if (pith_gguf_get_i64(g, key, &v)) {
             if (v >= PITH_EMBED_MEAN && v <= PITH_EMBED_LAST) return (int)v;
-            return api_errorf(err, 400, "invalid_request_error", NULL,
+            return api_errorf(err, 400, "invalid_request", NULL,
                               "the model's pooling type %lld is not supported (mean, cls or last)", (long long)v);
         }
     }
@@ -206,7 +206,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
     if (cJSON_IsString(model) && gen_check_model(srv, model->valuestring, &e)) return fail(r, body, NULL, 0, &e);
     int dim = pith_engine_n_embd(srv->engine);
     if (dim <= 0)
-        return fail(r, body, NULL, 0, (api_errorf(&e, 400, "invalid_request_error", NULL, "this model cannot serve embeddings"), &e));
+        return fail(r, body, NULL, 0, (api_errorf(&e, 400, "invalid_request", NULL, "this model cannot serve embeddings"), &e));
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(body, "encoding_format");
     bool b64 = false;
     if (fmt && !cJSON_IsNull(fmt)) {
@@ -223,6 +223,11 @@ enum MHD_Result handle_embeddings(http_request *r) {
     gen_prompt *in = NULL;
     int n_in = 0;
     if (read_inputs(srv, cJSON_GetObjectItemCaseSensitive(body, "input"), &in, &n_in, &e)) return fail(r, body, in, n_in, &e);
+    for (int i = 0; i < n_in; i++)
+        if (in[i].n >= srv->max_seq_len)
+            return fail(r, body, in, n_in, (api_errorf(&e, 400, "context_length_exceeded", "input",
+                                                       "this model's maximum context length is %d tokens, but input %d has %d tokens",
+                                                       srv->max_seq_len, i, in[i].n), &e));
     cJSON_Delete(body);
 
     emb_wait *w = calloc(1, sizeof *w);
@@ -259,8 +264,13 @@ enum MHD_Result handle_embeddings(http_request *r) {
             pthread_mutex_lock(&w->lock);
             w->refs--;
             pthread_mutex_unlock(&w->lock);
-            if (src == PITH_SUBMIT_BUSY) api_errorf(&e, 503, "server_busy", NULL, "%s", why.msg);
-            else api_errorf(&e, 400, "invalid_value", "input", "input %d: %s", i, why.msg);
+            if (src == PITH_SUBMIT_BUSY && atomic_load(&srv->draining))
+                api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
+            else if (src == PITH_SUBMIT_BUSY)
+                api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
+            else
+                api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
+            server_log(srv, "request refused by the engine: %s", why.msg);
             break;
         }
         prompt_tokens += in[i].n;
@@ -303,7 +313,10 @@ enum MHD_Result handle_embeddings(http_request *r) {
         return http_client_cancelled(r);
     }
     if (n_sub < n_in || failed) {
-        if (n_sub == n_in) api_errorf(&e, 500, "internal_error", NULL, "embedding failed: %s", why);
+        if (n_sub == n_in) {
+            server_log(srv, "embedding request %llu failed: %s", (unsigned long long)r->id, why);
+            api_errorf(&e, 500, "internal_error", NULL, "the model failed during the request");
+        }
         pthread_mutex_lock(&w->lock);
         wait_unref_locked(w);
         return http_send_error(r, &e);
