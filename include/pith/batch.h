@@ -24,10 +24,14 @@
  *   - RECURRENT group g: state_slots[s] is s's state slot, which holds the state after positions
  *     0..p-1, where p is s's first position in this batch; p == 0 means the state starts from zero
  *     and the model must not read the slot's old contents;
- *   - any set of tokens may ask for logits (want_logits), several per sequence included.
+ *   - any set of tokens may ask for logits (want_logits), several per sequence included;
+ *   - want_hidden is NULL, or any set of tokens asks for their final hidden state (a token may want both);
+ *     it is non-NULL only for a model with has_hidden set (model.h).
  *
  * Output: forward fills one row of n_vocab logits for each token with want_logits[i] != 0, in batch
- * order (row r belongs to the r-th such token). */
+ * order (row r belongs to the r-th such token). When want_hidden is non-NULL it also fills hidden with
+ * one row of hp.dim floats for each token with want_hidden[i] != 0, in batch order: the output of the
+ * final norm for that token, the very row the vocabulary projection would multiply (embeddings). */
 #ifndef PITH_BATCH_H
 #define PITH_BATCH_H
 
@@ -52,6 +56,8 @@ typedef struct pith_batch {
     const int32_t *positions;   /* [n_tokens] position of each token within its sequence */
     const int32_t *seq;         /* [n_tokens] sequence index in 0..n_seqs-1 */
     const uint8_t *want_logits; /* [n_tokens] nonzero: produce a logits row for this token */
+    const uint8_t *want_hidden; /* [n_tokens] nonzero: produce a final hidden-state row; or NULL */
+    float *hidden;              /* output, [pith_batch_n_hidden(b) * hp.dim]; used when want_hidden is set */
     int n_seqs;
     int n_groups;               /* the model's memory groups, in the order of its spec */
     const pith_batch_mem *mem;  /* [n_groups] */
@@ -59,6 +65,8 @@ typedef struct pith_batch {
 
 /* Number of tokens with want_logits set: the number of rows forward writes. */
 int pith_batch_n_logits(const pith_batch *b);
+/* Number of tokens with want_hidden set (0 when it is NULL): the hidden rows forward writes. */
+int pith_batch_n_hidden(const pith_batch *b);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,9 @@
  * both must outlive the engine. It allocates the model's memory through the model (mem_alloc) at
  * creation and releases it when freed, so one model serves one engine at a time. Each step schedules one flat batch (batch.h) mixing
  * the decode tokens of running sequences with prompt chunks of new ones, runs the model once, samples,
- * and reports tokens through each request's callback.
+ * and reports tokens through each request's callback. Embedding requests (pith_request.embed) share the
+ * same batches: their prompt tokens ask the model for final hidden states instead of logits, and the
+ * engine pools them.
  *
  * Guarantees:
  *   - every accepted request gets exactly one final event (finish reason stop, length, cancelled or
@@ -103,9 +105,23 @@ typedef struct pith_token_event {
     pith_finish_reason finish_reason; /* NONE unless final */
     pith_usage usage;                 /* meaningful in the final event */
     const char *error;                /* for PITH_FINISH_ERROR: what failed; "" otherwise */
+    /* For an embedding request (pith_request.embed) that finished with PITH_FINISH_STOP: the pooled final
+     * hidden states, L2-normalised (unit length; all zeros only if the pooled vector was zero),
+     * n_embedding == pith_engine_n_embd floats. NULL and 0 otherwise. Valid only during the callback. */
+    const float *embedding;
+    int n_embedding;
 } pith_token_event;
 
 typedef void (*pith_token_cb)(const pith_token_event *ev, void *user);
+
+/* Embedding requests: how the final hidden states of the prompt's tokens become one vector. The values
+ * 1..3 are GGUF's `{arch}.pooling_type` (llama.cpp: 0 none, 1 mean, 2 cls, 3 last). */
+typedef enum pith_embed_pooling {
+    PITH_EMBED_OFF = 0,      /* not an embedding request: generate */
+    PITH_EMBED_MEAN = 1,     /* the mean over every prompt token */
+    PITH_EMBED_CLS = 2,      /* the first prompt token's */
+    PITH_EMBED_LAST = 3,     /* the last prompt token's (Qwen3-Embedding) */
+} pith_embed_pooling;
 
 /* A request. Everything pointed to is copied by pith_engine_submit. */
 typedef struct pith_request {
@@ -124,6 +140,12 @@ typedef struct pith_request {
     bool logprobs;           /* report the sampled token's logprob */
     int top_logprobs;        /* with logprobs: also the N most likely tokens (0..20) */
     bool return_logits;      /* pass each token's raw logits row to the callback (numerical checks) */
+    /* Not OFF: an embedding request. The engine computes the prompt only (no sampling, no token events;
+     * sampling, max_tokens, stop and logprobs fields are ignored) and the final event (stop, completion
+     * tokens 0) carries the pooled vector. Needs a model with has_hidden (model.h), else the submit is
+     * refused. MEAN and CLS requests never read other requests' cached prefixes (every position's hidden
+     * state is needed); LAST ones may. */
+    pith_embed_pooling embed;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;
@@ -209,6 +231,8 @@ void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
 int pith_engine_max_seq_len(const pith_engine *e);
 /* Entries in a logits row (the model's vocabulary). */
 int pith_engine_n_vocab(const pith_engine *e);
+/* Entries in an embedding (the model's width, hp.dim), or 0 when the model cannot serve embeddings. */
+int pith_engine_n_embd(const pith_engine *e);
 
 #ifdef __cplusplus
 }

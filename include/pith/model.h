@@ -13,6 +13,8 @@
 #ifndef PITH_MODEL_H
 #define PITH_MODEL_H
 
+#include <stdbool.h>
+
 #include "pith/batch.h"
 #include "pith/memory.h"
 #include "pith/modelfile.h"
@@ -42,7 +44,8 @@ typedef struct pith_model_ops {
     /* KV group `group`: copy block src[i] to block dst[i] in every layer of the group (forking a
      * sequence). Blocks are distinct and dst blocks are not read by the copy of another pair. */
     int (*copy_blocks)(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
-    /* Fill logits ([pith_batch_n_logits(b)] x n_vocab, row-major) for the batch. */
+    /* Fill logits ([pith_batch_n_logits(b)] x n_vocab, row-major) for the batch, and b->hidden when
+     * b->want_hidden is set (batch.h; only called so when has_hidden is set). */
     int (*forward)(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
     void (*destroy)(pith_model *m); /* frees memory still allocated too */
 } pith_model_ops;
@@ -53,6 +56,7 @@ struct pith_model {
     pith_mem_spec mem;      /* declared by the builder; groups' layer lists point into impl */
     pith_model_file *file;  /* owned; NULL for models not backed by a file (tests) */
     void *impl;             /* architecture-specific state */
+    bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
 };
 
 typedef struct pith_model_options {
@@ -67,6 +71,7 @@ int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *er
 int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, pith_err *err);
 void pith_model_mem_free(pith_model *m);
 int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+/* Refuses a batch with want_hidden for a model without has_hidden, or without a hidden buffer. */
 int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
 
 #ifdef __cplusplus

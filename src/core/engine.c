@@ -218,6 +218,9 @@ void pith_engine_free(pith_engine *e) {
     }
     free(e->logits);
     free(e->raw_row);
+    free(e->b_want_hidden);
+    free(e->hidden);
+    free(e->emb_out);
     free(e->step_seqs);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
@@ -232,7 +235,7 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
     if (r->n_prompt >= e->opt.max_seq_len)
         return pith_errf(err, "the prompt is %d tokens; this engine holds at most %d tokens per sequence, "
                          "prompt and output together", r->n_prompt, e->opt.max_seq_len);
-    if (pith_sampling_validate(&r->sampling, err)) return -1;
+    if (r->embed == PITH_EMBED_OFF && pith_sampling_validate(&r->sampling, err)) return -1; /* embed: unused */
     if (r->n_stop_ids < 0 || r->n_stop_ids > 1024 || (r->n_stop_ids > 0 && !r->stop_ids))
         return pith_errf(err, "stop token ids: between 0 and 1024 expected");
     if (r->n_stop < 0 || r->n_stop > 64 || (r->n_stop > 0 && !r->stop))
@@ -243,6 +246,10 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
     }
     if (r->top_logprobs < 0 || r->top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
+        return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
+    if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
+        return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;
 }
 
@@ -256,6 +263,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     }
     int room = e->opt.max_seq_len - r->n_prompt;
     int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
+    if (r->embed != PITH_EMBED_OFF) max_len = r->n_prompt;
     seq *s;
     if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
 
@@ -277,6 +285,8 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     }
     s->id = e->next_id++;
     s->arrival = s->id;
+    /* MEAN and CLS need every position computed: a salt of their own keeps other requests' prefixes out */
+    if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS) s->salt ^= 0x9e3779b97f4a7c15ull * s->id;
     e->live[e->n_live++] = s;
     e->incoming[e->n_incoming++] = s;
     e->stats.requests_submitted++;
@@ -315,6 +325,8 @@ bool pith_engine_has_work(pith_engine *e) {
 
 int pith_engine_max_seq_len(const pith_engine *e) { return e->opt.max_seq_len; }
 int pith_engine_n_vocab(const pith_engine *e) { return e->n_vocab; }
+
+int pith_engine_n_embd(const pith_engine *e) { return e->model->has_hidden ? e->model->hp.dim : 0; }
 
 void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out) {
     pthread_mutex_lock(&e->lock);

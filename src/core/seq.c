@@ -30,6 +30,7 @@ int seq_create(const pith_request *r, int max_len, int block_size, int n_groups,
     s->logprobs = r->logprobs;
     s->top_logprobs = r->logprobs ? r->top_logprobs : 0;
     s->return_logits = r->return_logits;
+    s->embed = r->embed;
     s->on_token = r->on_token;
     s->user = r->user;
     s->salt = kv_pool_salt_hash(r->cache_salt);
@@ -82,6 +83,7 @@ void seq_free(seq *s) {
     free(s->stop);
     free(s->held);
     free(s->released);
+    free(s->pool);
     free(s);
 }
 

@@ -64,6 +64,11 @@ typedef struct seq {
     bool logprobs;
     int top_logprobs;
     bool return_logits;
+    pith_embed_pooling embed;  /* OFF: generate; else compute the prompt only and pool (engine.h) */
+    double *pool;              /* embedding requests: [n_embd] sum (MEAN) or row (CLS, LAST) so far; NULL
+                                  until the first hidden row */
+    int n_pooled;              /* positions 0..n_pooled-1 are in pool (a recompute after preemption
+                                  skips them) */
     pith_token_cb on_token;
     void *user;
 

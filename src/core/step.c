@@ -42,6 +42,15 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
                   .cached_tokens = s->cached_tokens},
     };
+    if (s->embed != PITH_EMBED_OFF && why == PITH_FINISH_STOP && s->pool && e->emb_out) {
+        const int dim = e->model->hp.dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += s->pool[i] * s->pool[i];
+        double scale = ss > 0 ? 1.0 / sqrt(ss) : 0; /* the mean's 1/n cancels in the normalisation */
+        for (int i = 0; i < dim; i++) e->emb_out[i] = (float)(s->pool[i] * scale);
+        ev.embedding = e->emb_out;
+        ev.n_embedding = dim;
+    }
     /* Stats first: whoever learns from this event that the request is done (a client that then reads
      * /metrics) sees it counted and its blocks released. */
     retire(e, s);
@@ -96,7 +105,10 @@ static int build_batch(pith_engine *e, pith_batch *b) {
             e->b_tokens[n] = s->tokens[p];
             e->b_positions[n] = p;
             e->b_seq[n] = i;
-            e->b_want[n] = p == s->n_tokens - 1;
+            e->b_want[n] = s->embed == PITH_EMBED_OFF && p == s->n_tokens - 1;
+            if (e->b_want_hidden)
+                e->b_want_hidden[n] = s->embed == PITH_EMBED_MEAN || (s->embed == PITH_EMBED_CLS && p == 0) ||
+                                      (s->embed == PITH_EMBED_LAST && p == s->n_tokens - 1);
         }
     }
     for (int g = 0; g < e->mem.n_groups; g++) {
@@ -127,7 +139,61 @@ static int build_batch(pith_engine *e, pith_batch *b) {
         .n_tokens = n, .tokens = e->b_tokens, .positions = e->b_positions, .seq = e->b_seq,
         .want_logits = e->b_want, .n_seqs = sc->n_batch, .n_groups = e->mem.n_groups, .mem = e->b_mem,
     };
+    if (pith_batch_n_hidden(&(pith_batch){.n_tokens = n, .want_hidden = e->b_want_hidden}) > 0) {
+        b->want_hidden = e->b_want_hidden;
+        b->hidden = e->hidden;
+    }
     return n;
+}
+
+/* The hidden-state buffers, at the first batch holding an embedding request. 0 or -1. */
+static int embed_buffers(pith_engine *e, pith_err *err) {
+    const sched *sc = &e->sc;
+    bool any = false;
+    for (int i = 0; i < sc->n_batch; i++) any |= sc->batch[i]->embed != PITH_EMBED_OFF;
+    if (!any || e->b_want_hidden) return 0;
+    size_t nt = (size_t)e->opt.max_batch_tokens, dim = (size_t)e->model->hp.dim;
+    e->hidden = malloc(nt * dim * sizeof *e->hidden);
+    e->emb_out = malloc(dim * sizeof *e->emb_out);
+    e->b_want_hidden = malloc(nt);
+    if (e->hidden && e->emb_out && e->b_want_hidden) return 0;
+    free(e->hidden);
+    free(e->emb_out);
+    free(e->b_want_hidden);
+    e->hidden = e->emb_out = NULL;
+    e->b_want_hidden = NULL;
+    return pith_errf(err, "out of memory for the hidden states of embedding requests");
+}
+
+/* Adds this step's hidden rows to each embedding request's pool (before sched_commit: positions are
+ * n_computed + j). Returns 0, or -1 with err when a request would skip a position (a bug). */
+static int pool_hidden(pith_engine *e, const pith_batch *b, pith_err *err) {
+    if (!b->want_hidden) return 0;
+    const int dim = e->model->hp.dim;
+    const sched *sc = &e->sc;
+    int row = 0;
+    for (int i = 0, t = 0; i < sc->n_batch; i++) {
+        seq *s = sc->batch[i];
+        for (int j = 0; j < s->n_sched; j++, t++) {
+            if (!b->want_hidden[t]) continue;
+            const float *h = &b->hidden[(size_t)row++ * dim];
+            int p = s->n_computed + j;
+            if (!s->pool && !(s->pool = calloc((size_t)dim, sizeof *s->pool)))
+                return pith_errf(err, "out of memory for an embedding");
+            if (s->embed == PITH_EMBED_MEAN) {
+                if (p < s->n_pooled) continue; /* recomputed after a preemption: already counted */
+                if (p > s->n_pooled)
+                    return pith_errf(err, "embedding request %llu skipped position %d", (unsigned long long)s->id,
+                                     s->n_pooled);
+                for (int k = 0; k < dim; k++) s->pool[k] += h[k];
+                s->n_pooled++;
+            } else {
+                for (int k = 0; k < dim; k++) s->pool[k] = h[k];
+                s->n_pooled = p + 1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
@@ -215,11 +281,15 @@ bool engine_step(pith_engine *e, pith_err *err) {
     }
 
     pith_batch b;
-    int n_tokens = build_batch(e, &b);
     int n_seqs = sc->n_batch;
     memcpy(e->step_seqs, sc->batch, (size_t)n_seqs * sizeof *e->step_seqs);
-    int rc = pith_model_forward(e->model, &b, e->logits, err);
-    e->n_forwards++;
+    int rc = embed_buffers(e, err);
+    int n_tokens = build_batch(e, &b);
+    if (!rc) {
+        rc = pith_model_forward(e->model, &b, e->logits, err);
+        e->n_forwards++;
+    }
+    if (!rc) rc = pool_hidden(e, &b, err);
     if (rc) {
         if (!err->msg[0]) pith_errf(err, "the model failed");
         for (int i = 0; i < n_seqs; i++) {
@@ -235,6 +305,11 @@ bool engine_step(pith_engine *e, pith_err *err) {
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->step_seqs[i];
         if (s->n_computed < s->n_tokens) continue; /* a prompt chunk that is not the last */
+        if (s->embed != PITH_EMBED_OFF) {
+            sched_remove(sc, s);
+            engine_finish(e, s, PITH_FINISH_STOP, false, NULL);
+            continue;
+        }
         sample_and_report(e, s, &e->logits[(size_t)row++ * e->n_vocab]);
     }
     engine_publish_stats(e);

@@ -242,6 +242,7 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     m->base.hp = *hp;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->base.impl = m;
+    m->base.has_hidden = true;
     m->q_dim = hp->n_heads * hp->head_dim;
     const char *fs = getenv("PITH_FORCE_SCALAR");
     bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
@@ -527,13 +528,13 @@ static void out_norm_row(row_job *j, int t) {
     rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, m->out_norm, dim, m->base.hp.norm_eps);
 }
 
-/* After the last layer's attention only the rows that want logits matter: moves their attention output
+/* After the last layer's attention only the rows that want logits or hidden states matter: moves their attention output
  * and residual rows to the front (in batch order) and returns their count, so the rest of the layer and
  * the output projection skip the others. */
 static int keep_logit_rows(llama *m, const pith_batch *b) {
     int n = 0, dim = m->base.hp.dim;
     for (int t = 0; t < b->n_tokens; t++) {
-        if (!b->want_logits[t]) continue;
+        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
         if (n != t) {
             memcpy(m->att + (size_t)n * m->q_dim, m->att + (size_t)t * m->q_dim, m->q_dim * sizeof(float));
             memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
@@ -602,11 +603,23 @@ static int llama_forward(pith_model *base, const pith_batch *b, float *logits, p
     for (int l = 0; l < hp->n_layers; l++)
         if (layer_forward(m, b, l, err)) return -1;
 
-    /* the last layer left only the rows that want logits, in order */
-    int n_out = pith_batch_n_logits(b);
-    if (n_out == 0) return 0;
-    j.n = n_out;
+    /* the last layer left only the rows that want logits or hidden states, in order */
+    int n_kept = 0, n_out = 0, n_hid = 0;
+    for (int t = 0; t < b->n_tokens; t++) n_kept += b->want_logits[t] || (b->want_hidden && b->want_hidden[t]);
+    if (n_kept == 0) return 0;
+    j.n = n_kept;
     run_rows(m, &j, out_norm_row, hp->dim);
+    /* hidden rows out, then the logits rows to the front of xb (in order: r only moves down) */
+    for (int t = 0, r = 0; t < b->n_tokens; t++) {
+        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
+        if (!wl && !wh) continue;
+        const float *row = m->xb + (size_t)r++ * hp->dim;
+        if (wh) memcpy(b->hidden + (size_t)n_hid++ * hp->dim, row, (size_t)hp->dim * sizeof(float));
+        if (wl && m->xb + (size_t)n_out * hp->dim != row)
+            memmove(m->xb + (size_t)n_out * hp->dim, row, (size_t)hp->dim * sizeof(float));
+        n_out += wl;
+    }
+    if (n_out == 0) return 0;
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
     if (pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err)) return -1;

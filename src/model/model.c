@@ -54,6 +54,8 @@ int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const i
 int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err) {
     if (b->n_groups != m->mem.n_groups)
         return pith_errf(err, "batch carries %d memory groups; the model declared %d", b->n_groups, m->mem.n_groups);
+    if (b->want_hidden && (!m->has_hidden || !b->hidden))
+        return pith_errf(err, m->has_hidden ? "batch asks for hidden states without a buffer" : "this model cannot return hidden states");
     return m->ops->forward(m, b, logits, err);
 }
 
