@@ -121,7 +121,7 @@ static int encode_text(pith_server *srv, const char *text, gen_prompt *out, api_
     pith_err why;
     if (pith_tokenizer_encode(srv->tok, text, strlen(text), PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids,
                               &out->n, &why)) {
-        server_log(srv, "tokenizer: %s", why.msg);
+        server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "input", "the input could not be tokenized");
     }
     if (out->n == 0) return api_errorf(err, 400, "invalid_value", "input", "an input string gave no tokens");
@@ -270,7 +270,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
                 api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
             else
                 api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
-            server_log(srv, "request refused by the engine: %s", why.msg);
+            server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
             break;
         }
         prompt_tokens += in[i].n;
@@ -314,7 +314,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
     }
     if (n_sub < n_in || failed) {
         if (n_sub == n_in) {
-            server_log(srv, "embedding request %llu failed: %s", (unsigned long long)r->id, why);
+            server_log(srv, PITH_LOG_ERROR, "embedding request %llu failed: %s", (unsigned long long)r->id, why);
             api_errorf(&e, 500, "internal_error", NULL, "the model failed during the request");
         }
         pthread_mutex_lock(&w->lock);
