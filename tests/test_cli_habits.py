@@ -140,7 +140,7 @@ class Interrupt(unittest.TestCase):
         self.assertIn(b"interrupted: %d of 40 results written" % len(objs), err)
 
     def test_chat(self):
-        p = subprocess.Popen([pith_bin(), "run", "-m", MODEL, "-t", "1", "--chat", "-n", "-1", "--ignore-eos"],
+        p = subprocess.Popen([pith_bin(), "run", "-m", MODEL, "-t", "1", "--chat", "-n", "-1", "--ignore-eos", "--temp", "0"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         p.stdin.write(b"hello\n")
         p.stdin.flush()  # stdin stays open: only Ctrl-C ends this chat
@@ -182,7 +182,7 @@ class Chat(unittest.TestCase):
         self.assertEqual(r.stdout.count(b"\n"), 1)  # the second turn was answered
 
     def test_reply_cut_by_context_is_reported(self):
-        r = run_pith(["run", "-m", MODEL, "-t", "1", "--chat", "-n", "-1", "-c", "120", "--ignore-eos"],
+        r = run_pith(["run", "-m", MODEL, "-t", "1", "--chat", "-n", "-1", "-c", "120", "--ignore-eos", "--temp", "0"],
                      input=b"hello\n")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b"the reply stopped after", r.stderr)
