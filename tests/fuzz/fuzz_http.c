@@ -37,8 +37,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 /* Stand-ins for the HTTP layer (http.c) and the generation runner (generate.c). */
-void server_log(pith_server *s, const char *fmt, ...) {
+void server_log(pith_server *s, int level, const char *fmt, ...) {
     (void)s;
+    (void)level;
     (void)fmt;
 }
 enum MHD_Result http_send_json(http_request *r, int status, cJSON *body) {
