@@ -325,7 +325,7 @@ static void run_config(const char *dir, int threads, bool scalar) {
     snprintf(path, sizeof path, "%s/models/stories260K/stories260K.bin", dir);
     snprintf(label, sizeof label, "%d thread%s, %s", threads, threads > 1 ? "s" : "", scalar ? "scalar" : "best kernels");
     if (scalar) setenv("PITH_FORCE_SCALAR", "1", 1);
-    pith_model_options opt = {threads};
+    pith_model_options opt = {.n_threads = threads};
     pith_model *m;
     pith_err err;
     int rc = pith_model_load(path, &opt, &m, &err);

@@ -483,7 +483,7 @@ static void run_case(const spec *s, int idx) {
         CHECKF(d > 10 * tol, "%s: switching off %s changes the reference by only %g (tolerance %g)", s->name, what[k], d, tol);
     }
 
-    pith_model_options opt = {s->threads};
+    pith_model_options opt = {.n_threads = s->threads};
     pith_model *pm;
     pith_err err;
     if (pith_model_load(file, &opt, &pm, &err)) {

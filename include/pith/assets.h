@@ -36,6 +36,9 @@ typedef struct pith_assets_options {
     /* Notices worth a log line (the model has no usable chat template, ...); may be NULL. */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
+    /* Model loading progress (see pith_model_options); may be NULL. */
+    void (*progress)(void *user, double done);
+    void *progress_user;
 } pith_assets_options;
 
 int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);

@@ -61,6 +61,11 @@ struct pith_model {
 
 typedef struct pith_model_options {
     int n_threads;          /* 0: one per online CPU */
+    /* Called on the loading thread as the build reads and repacks the weights, with the share of that
+     * work done so far (non-decreasing, ending at 1); NULL: none. For progress bars: nothing in the
+     * library prints. */
+    void (*progress)(void *user, double done);
+    void *progress_user;
 } pith_model_options;
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "pith/bench.h"
 #include "pith/model.h"
 
@@ -313,8 +314,12 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     double *samples = calloc((size_t)o->reps, sizeof *samples);
     if (!samples) return pith_errf(err, "out of memory");
     fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
-    pith_model_options mo = {.n_threads = threads};
-    if (pith_model_load(o->model, &mo, &m, err)) goto done;
+    cli_progress bar;
+    cli_progress_start(&bar, "loading model");
+    pith_model_options mo = {.n_threads = threads, .progress = cli_progress_update, .progress_user = &bar};
+    int load_rc = pith_model_load(o->model, &mo, &m, err);
+    cli_progress_end(&bar);
+    if (load_rc) goto done;
     c->hp = m->hp;
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
     c->probe_mib = probe_mib(o, &c->w);

@@ -9,6 +9,7 @@
 
 #include "cli/chat.h"
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "cli/run_batch.h"
 #include "pith/assets.h"
 #include "pith/engine.h"
@@ -337,11 +338,15 @@ int pith_cmd_run(int argc, char **argv) {
         o.prompt = o.prompt_buf;
     }
     pith_assets a;
+    cli_progress bar;
+    cli_progress_start(&bar, "loading model");
     pith_assets_options ao = {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
-        .n_threads = o.n_threads,
+        .n_threads = o.n_threads, .progress = cli_progress_update, .progress_user = &bar,
     };
-    if (pith_assets_load(&ao, &a, &err)) {
+    int load_rc = pith_assets_load(&ao, &a, &err);
+    cli_progress_end(&bar);
+    if (load_rc) {
         fprintf(stderr, "pith run: %s\n", err.msg);
         free(o.prompt_buf);
         return 1;

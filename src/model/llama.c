@@ -265,8 +265,16 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
         else
             rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &m->output, err);
     }
-    for (int l = 0; !rc && l < hp->n_layers; l++) rc = load_layer(file, hp, var, l, &m->layers[l], err);
-    for (int l = 0; !rc && l < hp->n_layers; l++) rc = pack_layer(&m->cpu, &m->layers[l], err);
+    /* Progress: loading a layer (F16/BF16 vectors converted, pages read) and repacking it count one each. */
+    const double steps = 2.0 * hp->n_layers;
+    for (int l = 0; !rc && l < hp->n_layers; l++) {
+        rc = load_layer(file, hp, var, l, &m->layers[l], err);
+        if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (l + 1) / steps);
+    }
+    for (int l = 0; !rc && l < hp->n_layers; l++) {
+        rc = pack_layer(&m->cpu, &m->layers[l], err);
+        if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
+    }
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc) rc = init_rope(m, file, err);
     if (!rc) rc = declare_memory(m, err);
