@@ -160,10 +160,15 @@ static void verify(sim *S, const fake_state *fs, int max_len, int *n_errors, int
 }
 
 /* A random memory spec: kind 0 one FULL group, 1 FULL + WINDOW, 2 WINDOW groups only, 3 FULL + WINDOW +
- * RECURRENT. Returns the number of groups. */
+ * RECURRENT, 4 RECURRENT only (a pure state-space model: hits come from snapshots alone). Returns the
+ * number of groups. */
 static int random_spec(sim *S, int kind, fake_group_def *d, int *n_free) {
     int n = 0;
     *n_free = (int)rnd(S, 3);
+    if (kind == 4) {
+        d[n++] = (fake_group_def){PITH_MEM_RECURRENT, 0, 1 + (int)rnd(S, 2)};
+        return n;
+    }
     if (kind != 2) d[n++] = (fake_group_def){PITH_MEM_FULL, 0, 1 + (int)rnd(S, 3)};
     if (kind >= 1) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 40), 1 + (int)rnd(S, 4)};
     if (kind == 2) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 70), 1};
@@ -183,6 +188,12 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
         .no_prefix_cache = rnd(&S, 8) == 0,
         .max_seq_len = 24 + (int)rnd(&S, 200),
     };
+    /* State snapshots: from a pool of one (constant eviction) to a roomy one, or none; intervals from
+     * one block up, or none. */
+    uint32_t snap_kind = rnd(&S, 6);
+    o.snapshot_mem_bytes = snap_kind == 0 ? SIZE_MAX : snap_kind == 1 ? 0 : sizeof(fake_rstate) * (1 + rnd(&S, 24));
+    uint32_t iv = rnd(&S, 4);
+    o.snapshot_interval = iv == 0 ? -1 : iv == 1 ? 0 : o.block_size * (1 + (int)rnd(&S, 6));
     /* From a pool that holds barely one long sequence to a roomy one. */
     int per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
     o.kv_blocks = rnd(&S, 3) == 0 ? per_seq * (2 + (int)rnd(&S, 8)) : (per_seq + 1) / 2 + (int)rnd(&S, (uint32_t)per_seq);
@@ -204,7 +215,7 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
     if (!S.e) return;
     int max_len = pith_engine_max_seq_len(S.e);
     /* A FULL group caps the length at what its pool holds; WINDOW groups alone do not. */
-    CHECK(max_len <= o.max_seq_len && (spec_kind == 2 || max_len <= o.kv_blocks * o.block_size) && max_len > 0);
+    CHECK(max_len <= o.max_seq_len && (spec_kind == 2 || spec_kind == 4 || max_len <= o.kv_blocks * o.block_size) && max_len > 0);
     S.cap_recs = 20000;
     S.recs = calloc((size_t)S.cap_recs, sizeof *S.recs);
     for (int b = 0; b < 4; b++)
@@ -256,9 +267,14 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
         CHECK(ms->kind == defs[g].kind && ms->n_layers == defs[g].n_layers && ms->units_used == 0);
         if (ms->kind == PITH_MEM_FULL) CHECK(ms->units_total == o.kv_blocks);
         if (ms->kind == PITH_MEM_WINDOW) CHECK(ms->units_total <= o.kv_blocks && ms->window == defs[g].window);
-        if (ms->kind == PITH_MEM_RECURRENT) CHECK(ms->units_total == o.max_num_seqs && ms->units_free == ms->units_total);
+        if (ms->kind == PITH_MEM_RECURRENT) {
+            CHECK(ms->units_total == o.max_num_seqs + ms->snapshot_units);
+            CHECK(ms->units_free + ms->units_cached == ms->units_total && ms->units_cached <= ms->snapshot_units);
+            if (o.no_prefix_cache || o.snapshot_mem_bytes == SIZE_MAX) CHECK(ms->snapshot_units == 0);
+        }
     }
-    if (spec_kind == 3) CHECK(st.prefix_cache_hits == 0); /* no state snapshots yet: no hits */
+    /* Every hit on a model with state needs a snapshot at exactly its length. */
+    if (spec_kind >= 3) CHECK(st.state_restores <= st.state_snapshots && (st.prefix_cache_hits == 0) == (st.state_restores == 0));
     CHECK(st.requests_submitted == (uint64_t)accepted && st.requests_finished == (uint64_t)accepted);
     CHECK(st.requests_rejected == (uint64_t)(S.n_recs - accepted));
     CHECK(st.requests_cancelled == (uint64_t)n_cancelled && st.requests_failed == (uint64_t)n_errors);
@@ -282,12 +298,12 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
 int main(void) {
     /* Per spec kind: across its runs, small pools must have forced preemption and shared prefixes must
      * have hit (through window groups too: a hit there holds only the window's blocks). */
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         uint64_t preemptions = 0, hits = 0;
         for (uint64_t seed = 1; seed <= 8; seed++)
             run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits);
         CHECKF(preemptions > 0, "spec %d: no preemption", kind);
-        if (kind != 3) CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
+        CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
     }
     return check_summary("test_sched_sim");
 }

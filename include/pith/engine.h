@@ -52,7 +52,13 @@ typedef struct pith_engine_options {
     int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped
                                 to the model's context length and to what the pool can hold. */
     int max_waiting;         /* requests queued beyond the running ones; 0: 4096 */
-    bool no_prefix_cache;    /* disable prefix caching */
+    bool no_prefix_cache;    /* disable prefix caching (and state snapshots) */
+    /* RECURRENT groups (memory.h): state snapshots for prefix caching, beside the running sequences'
+     * slots and outside kv_mem_bytes. Bytes for snapshots of every RECURRENT group together; 0: room for
+     * two per sequence that can run, at most 1 GiB; SIZE_MAX: none (no prefix hits on such models). */
+    size_t snapshot_mem_bytes;
+    int snapshot_interval;   /* tokens between snapshots of a long prompt, rounded up to whole blocks;
+                                0: 1024; -1: only prompt ends, divergence points and decode (mem.h) */
 } pith_engine_options;
 
 typedef enum pith_finish_reason {
@@ -161,10 +167,12 @@ typedef struct pith_engine_mem_stats {
     pith_mem_kind kind;
     int window;              /* WINDOW groups */
     int n_layers;
-    int units_total;         /* blocks (KV groups) or state slots (RECURRENT) */
+    int units_total;         /* blocks (KV groups) or state slots (RECURRENT: running and snapshot) */
     int units_used;          /* referenced by at least one sequence */
-    int units_cached;        /* unreferenced but holding a reusable prefix (evictable) */
+    int units_cached;        /* unreferenced but holding a reusable prefix (evictable): RECURRENT
+                                groups' cached snapshots */
     int units_free;
+    int snapshot_units;      /* RECURRENT: of units_total, the snapshot slots */
     size_t unit_bytes;       /* one block of all the group's layers, K and V; or one state */
 } pith_engine_mem_stats;
 
@@ -188,6 +196,8 @@ typedef struct pith_engine_stats {
     uint64_t generation_tokens;     /* tokens sampled */
     uint64_t computed_tokens;       /* tokens run through the model (prefill, recompute and decode) */
     uint64_t preemptions;
+    uint64_t state_snapshots;       /* state snapshots taken (RECURRENT groups; one per point) */
+    uint64_t state_restores;        /* prefix hits served from a state snapshot */
     uint64_t steps;                 /* forward passes */
     uint64_t requests_submitted;
     uint64_t requests_rejected;

@@ -68,6 +68,9 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
+    if (o.snapshot_interval < -1) return pith_errf(err, "snapshot_interval must be -1, 0 or positive, not %d", o.snapshot_interval);
+    if (o.snapshot_interval == 0) o.snapshot_interval = 1024;
+    if (o.snapshot_interval > 0) o.snapshot_interval = (o.snapshot_interval + o.block_size - 1) / o.block_size * o.block_size;
 
     const pith_mem_spec *spec = &m->mem;
     if (pith_mem_spec_check(spec, m->hp.n_layers, err)) return pith_err_prefix(err, "the model's memory spec");
@@ -111,6 +114,23 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
             return pith_errf(err, "memory group %d (%s, window %d) gets %d blocks of %d tokens; one sequence needs %lld",
                              g, pith_mem_kind_name(mg->kind), mg->window, lay->n_blocks[g], o.block_size, lone);
     }
+    /* Snapshots: one slot in every RECURRENT group per snapshot point, from their own budget. */
+    double snap_bytes = 0;
+    for (int g = 0; g < spec->n_groups; g++)
+        if (spec->groups[g].kind == PITH_MEM_RECURRENT)
+            snap_bytes += (double)pith_mem_unit_bytes(&spec->groups[g], lay->type[g], o.block_size);
+    long long n_snaps = 0;
+    if (snap_bytes > 0 && !o.no_prefix_cache && o.snapshot_mem_bytes != SIZE_MAX) {
+        double budget = (double)o.snapshot_mem_bytes;
+        if (!o.snapshot_mem_bytes) {
+            budget = 2.0 * o.max_num_seqs * snap_bytes;
+            if (budget > (double)((size_t)1 << 30)) budget = (double)((size_t)1 << 30);
+        }
+        n_snaps = (long long)(budget / snap_bytes);
+        if (n_snaps > (1 << 20)) n_snaps = 1 << 20;
+    }
+    for (int g = 0; g < spec->n_groups; g++)
+        if (spec->groups[g].kind == PITH_MEM_RECURRENT) lay->n_blocks[g] += (int)n_snaps;
     o.kv_blocks = (int)blocks;
     o.max_seq_len = max_len;
     e->opt = o;
@@ -153,7 +173,9 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         return -1;
     }
     e->mem_allocated = true;
-    if (mem_init(&e->mem, &model->mem, &e->layout, !o->no_prefix_cache, err) ||
+    mem_config mc = {.prefix_cache = !o->no_prefix_cache, .n_state_slots = o->max_num_seqs,
+                     .snapshot_interval = o->snapshot_interval > 0 ? o->snapshot_interval : 0};
+    if (mem_init(&e->mem, &model->mem, &e->layout, &mc, err) ||
         sched_init(&e->sc, &e->mem, o->max_num_seqs, o->max_batch_tokens, err)) {
         pith_engine_free(e);
         return -1;
@@ -351,10 +373,11 @@ void engine_publish_stats(pith_engine *e) {
         ms->n_layers = e->model->mem.groups[g].n_layers;
         ms->unit_bytes = mg->unit_bytes;
         if (mg->kind == PITH_MEM_RECURRENT) {
-            ms->units_total = mg->n_slots;
-            ms->units_free = mg->n_free_slots;
-            ms->units_used = mg->n_slots - mg->n_free_slots;
-            ms->units_cached = 0;
+            ms->units_total = mg->n_slots + mg->n_snaps;
+            ms->units_free = mg->n_free_slots + mg->snaps.n_free;
+            ms->units_used = mg->n_slots - mg->n_free_slots + mg->snaps.n_used;
+            ms->units_cached = mg->snaps.n_cached;
+            ms->snapshot_units = mg->n_snaps;
         } else {
             ms->units_total = mg->pool.n_blocks;
             ms->units_used = mg->pool.n_used;
@@ -374,6 +397,8 @@ void engine_publish_stats(pith_engine *e) {
     st->prefix_cache_queries = e->sc.cache_queries;
     st->prefix_cache_hits = e->sc.cache_hits;
     st->preemptions = e->sc.preemptions;
+    st->state_snapshots = e->mem.snaps_taken;
+    st->state_restores = e->mem.snaps_restored;
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;

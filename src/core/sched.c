@@ -124,6 +124,12 @@ static bool reserve_and_schedule(sched *sc, seq *s, int want) {
 
 static int budget_left(const sched *sc) { return sc->max_batch_tokens - sc->n_batch_tokens; }
 
+/* Prompt tokens of s to schedule now: up to the budget and the next snapshot point (mem.h). */
+static int chunk_want(const sched *sc, const seq *s) {
+    int want = mem_chunk_end(sc->mem, s) - s->n_computed;
+    return want < budget_left(sc) ? want : budget_left(sc);
+}
+
 void sched_schedule(sched *sc) {
     sc->step++;
     sc->n_batch = 0;
@@ -148,7 +154,7 @@ void sched_schedule(sched *sc) {
             i++;
             continue;
         }
-        if (reserve_and_schedule(sc, s, left < budget_left(sc) ? left : budget_left(sc))) i++;
+        if (reserve_and_schedule(sc, s, chunk_want(sc, s))) i++;
     }
 
     while (sc->n_waiting > 0 && budget_left(sc) > 0) {
@@ -159,8 +165,7 @@ void sched_schedule(sched *sc) {
             w->state = SEQ_RUNNING;
             insert_ordered(sc->running, &sc->n_running, w);
             /* Admission placed at least the first uncached token in every group; more where it can. */
-            int left = w->n_tokens - w->n_computed;
-            int end = mem_grow(sc->mem, w, w->n_computed + (left < budget_left(sc) ? left : budget_left(sc)));
+            int end = mem_grow(sc->mem, w, w->n_computed + chunk_want(sc, w));
             schedule_tokens(sc, w, end - w->n_computed);
             continue;
         }

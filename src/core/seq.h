@@ -40,6 +40,8 @@ typedef struct seq {
     int *blocks;               /* [n_groups * cap_blocks], -1 where not held */
     int lo[PITH_MAX_MEM_GROUPS], hi[PITH_MAX_MEM_GROUPS];
     int state_slot[PITH_MAX_MEM_GROUPS]; /* RECURRENT groups: -1 when not held */
+    int snap_held[PITH_MAX_MEM_GROUPS];  /* RECURRENT groups: the decode snapshot held (mem.h), -1 none */
+    int snap_div;              /* snapshot point where this prompt left the cached ones (mem.h), 0 none */
     uint64_t *names;           /* [cap_blocks] */
     int n_hashed;
     int n_named;

@@ -217,6 +217,32 @@ static float logprobs(const float *row, int n_vocab, int32_t chosen, pith_logpro
     return row[chosen] - lse;
 }
 
+/* Runs the copies the memory manager queued (state snapshots taken or restored, mem.h). A copy that
+ * fails leaves a slot that does not hold what mem thinks it holds, so prefix caching stops for good
+ * (no lookup can return a wrong state) and the caller fails the batch. 0 or -1. */
+static int run_copies(pith_engine *e, pith_err *err) {
+    for (int g = 0; g < e->mem.n_groups; g++) {
+        const int32_t *src, *dst;
+        int n = mem_take_copies(&e->mem, g, &src, &dst);
+        if (n > 0 && pith_model_copy_blocks(e->model, g, src, dst, n, err)) {
+            e->mem.prefix_cache = e->mem.snapshots = false;
+            return pith_err_prefix(err, "state snapshot copy");
+        }
+    }
+    return 0;
+}
+
+/* Fails every sequence of this step's batch with err (the model or a copy failed). */
+static void fail_batch(pith_engine *e, int n_seqs, const pith_err *err) {
+    for (int i = 0; i < n_seqs; i++) {
+        seq *s = e->step_seqs[i];
+        if (s->state == SEQ_DONE) continue;
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_ERROR, false, err->msg[0] ? err->msg : "the model failed");
+    }
+    engine_publish_stats(e);
+}
+
 /* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds. */
 static void sample_and_report(pith_engine *e, seq *s, float *row) {
     pith_err err;
@@ -283,7 +309,8 @@ bool engine_step(pith_engine *e, pith_err *err) {
     pith_batch b;
     int n_seqs = sc->n_batch;
     memcpy(e->step_seqs, sc->batch, (size_t)n_seqs * sizeof *e->step_seqs);
-    int rc = embed_buffers(e, err);
+    int rc = run_copies(e, err); /* restores into the slots of sequences admitted with a hit */
+    if (!rc) rc = embed_buffers(e, err);
     int n_tokens = build_batch(e, &b);
     if (!rc) {
         rc = pith_model_forward(e->model, &b, e->logits, err);
@@ -291,16 +318,15 @@ bool engine_step(pith_engine *e, pith_err *err) {
     }
     if (!rc) rc = pool_hidden(e, &b, err);
     if (rc) {
-        if (!err->msg[0]) pith_errf(err, "the model failed");
-        for (int i = 0; i < n_seqs; i++) {
-            sched_remove(sc, e->step_seqs[i]);
-            engine_finish(e, e->step_seqs[i], PITH_FINISH_ERROR, false, err->msg);
-        }
-        engine_publish_stats(e);
+        fail_batch(e, n_seqs, err);
         return true;
     }
     e->n_computed_tokens += (uint64_t)n_tokens;
     sched_commit(sc);
+    if (run_copies(e, err)) { /* snapshots of the states just computed, before anything else runs */
+        fail_batch(e, n_seqs, err);
+        return true;
+    }
     int row = 0;
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->step_seqs[i];
@@ -327,7 +353,8 @@ int engine_check(pith_engine *e, pith_err *err) {
     for (int i = 0; i < e->sc.n_waiting; i++) {
         seq *s = e->sc.waiting[i];
         bool holds = s->n_computed != 0;
-        for (int g = 0; g < e->mem.n_groups; g++) holds |= s->lo[g] != 0 || s->hi[g] != 0 || s->state_slot[g] != -1;
+        for (int g = 0; g < e->mem.n_groups; g++)
+            holds |= s->lo[g] != 0 || s->hi[g] != 0 || s->state_slot[g] != -1 || s->snap_held[g] != -1;
         for (int k = 0; k < s->n_groups * s->cap_blocks; k++) holds |= s->blocks[k] != -1;
         if (s->state != SEQ_WAITING || holds)
             return pith_errf(err, "waiting request %llu holds memory or computed tokens", (unsigned long long)s->id);
