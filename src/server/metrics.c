@@ -113,6 +113,10 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
             (unsigned long long)st->prefix_cache_hits);
     counter(out, "pith_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
             (unsigned long long)st->prefix_cache_queries);
+    counter(out, "pith_state_snapshots_total", "Recurrent-state snapshots taken for the prefix cache.",
+            (unsigned long long)st->state_snapshots);
+    counter(out, "pith_state_restores_total", "Prefix cache hits resumed from a recurrent-state snapshot.",
+            (unsigned long long)st->state_restores);
     counter(out, "pith_prompt_tokens_total", "Prompt tokens of accepted requests.",
             (unsigned long long)st->prompt_tokens);
     counter(out, "pith_generation_tokens_total", "Tokens generated.", (unsigned long long)st->generation_tokens);
