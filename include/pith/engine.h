@@ -90,6 +90,7 @@ typedef struct pith_logprob {
 typedef struct pith_token_event {
     uint64_t request_id;
     void *user;              /* the request's user pointer */
+    int index;               /* which sibling of a request with n > 1 (0 otherwise) */
     int32_t token;           /* sampled id, or -1 in the final event */
     /* Text newly released for output (NUL-terminated, never NULL, possibly empty). Text that might be the
      * start of a stop string is held back until it is known not to be; a matched stop string and
@@ -152,6 +153,13 @@ typedef struct pith_request {
      * refused. MEAN and CLS requests never read other requests' cached prefixes (every position's hidden
      * state is needed); LAST ones may. */
     pith_embed_pooling embed;
+    /* Samples to draw from this prompt (0 or 1: one). The siblings share one prefill: the prompt is
+     * computed once, then each sibling forks from it (full blocks shared by reference, the partial last
+     * block and any recurrent state copied) and samples its own continuation from the same logits.
+     * Sibling i has request id (the id submit returns) + i, uses sampling seed + i, and reports events
+     * with index i, so sibling i's output is what this request alone with seed + i gives. Each sibling
+     * is a request of its own for cancel, events and stats. 1..1024; not with embed. */
+    int n;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;
@@ -198,6 +206,7 @@ typedef struct pith_engine_stats {
     uint64_t preemptions;
     uint64_t state_snapshots;       /* state snapshots taken (RECURRENT groups; one per point) */
     uint64_t state_restores;        /* prefix hits served from a state snapshot */
+    uint64_t forked_sequences;      /* siblings (pith_request.n) forked from a prompt computed once */
     uint64_t steps;                 /* forward passes */
     uint64_t requests_submitted;
     uint64_t requests_rejected;

@@ -197,8 +197,9 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     }
     e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
+    e->fork_row = malloc((size_t)e->n_vocab * sizeof *e->fork_row);
     e->step_seqs = malloc(ns * sizeof *e->step_seqs);
-    if (!ok || !e->logits || !e->raw_row || !e->step_seqs) {
+    if (!ok || !e->logits || !e->raw_row || !e->fork_row || !e->step_seqs) {
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
@@ -240,6 +241,7 @@ void pith_engine_free(pith_engine *e) {
     }
     free(e->logits);
     free(e->raw_row);
+    free(e->fork_row);
     free(e->b_want_hidden);
     free(e->hidden);
     free(e->emb_out);
@@ -270,6 +272,8 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
+    if (r->n < 0 || r->n > 1024) return pith_errf(err, "n must be in 1..1024, not %d", r->n);
+    if (r->n > 1 && r->embed != PITH_EMBED_OFF) return pith_errf(err, "an embedding request has one result (n must be 1)");
     if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;
@@ -286,33 +290,59 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     int room = e->opt.max_seq_len - r->n_prompt;
     int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
     if (r->embed != PITH_EMBED_OFF) max_len = r->n_prompt;
+    const int n = r->n > 1 ? r->n : 1;
     seq *s;
     if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+    if (n > 1 && !(s->forks = calloc((size_t)n - 1, sizeof *s->forks))) {
+        seq_free(s);
+        pith_errf(err, "out of memory");
+        return PITH_SUBMIT_INVALID;
+    }
+    for (int i = 1; i < n; i++) {
+        seq *c;
+        if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &c, err)) {
+            for (int k = 0; k < s->n_forks; k++) seq_free(s->forks[k]);
+            seq_free(s);
+            return PITH_SUBMIT_INVALID;
+        }
+        c->sampling.seed += (uint64_t)i;
+        c->sibling = i;
+        c->fork_parent = s;
+        s->forks[s->n_forks++] = c;
+    }
 
     pthread_mutex_lock(&e->lock);
     int rc = 0;
     if (e->shutting_down) {
         rc = pith_errf(err, "the engine is shutting down");
-    } else if (e->n_live - e->stats.running >= e->opt.max_waiting) {
+    } else if (e->n_live - e->stats.running + n > e->opt.max_waiting) {
         rc = pith_errf(err, "too many requests waiting (%d)", e->opt.max_waiting);
-    } else if (engine_grow_list(&e->live, &e->cap_live, e->n_live + 1) ||
+    } else if (engine_grow_list(&e->live, &e->cap_live, e->n_live + n) ||
                engine_grow_list(&e->incoming, &e->cap_incoming, e->n_incoming + 1)) {
         rc = pith_errf(err, "out of memory");
     }
     if (rc) {
         e->stats.requests_rejected++;
         pthread_mutex_unlock(&e->lock);
+        for (int k = 0; k < s->n_forks; k++) seq_free(s->forks[k]);
         seq_free(s);
         return PITH_SUBMIT_BUSY;
     }
-    s->id = e->next_id++;
+    s->id = e->next_id;
+    e->next_id += (uint64_t)n;
     s->arrival = s->id;
     /* MEAN and CLS need every position computed: a salt of their own keeps other requests' prefixes out */
     if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS) s->salt ^= 0x9e3779b97f4a7c15ull * s->id;
     e->live[e->n_live++] = s;
+    for (int k = 0; k < s->n_forks; k++) {
+        seq *c = s->forks[k];
+        c->id = c->arrival = s->id + (uint64_t)c->sibling;
+        c->state = SEQ_WAITING;
+        e->live[e->n_live++] = c; /* live (cancel, final events), in no queue until it forks */
+    }
     e->incoming[e->n_incoming++] = s;
-    e->stats.requests_submitted++;
-    e->stats.prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.requests_submitted += (uint64_t)n;
+    e->stats.prompt_tokens += (uint64_t)r->n_prompt * (uint64_t)n;
     e->stats.waiting = e->n_live - e->stats.running;
     if (id) *id = s->id;
     pthread_cond_signal(&e->wake);
@@ -399,6 +429,7 @@ void engine_publish_stats(pith_engine *e) {
     st->preemptions = e->sc.preemptions;
     st->state_snapshots = e->mem.snaps_taken;
     st->state_restores = e->mem.snaps_restored;
+    st->forked_sequences = e->n_forked;
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;

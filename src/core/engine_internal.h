@@ -37,6 +37,8 @@ struct pith_engine {
     bool mem_allocated;        /* the model's memory is ours and must be freed */
     float *logits;             /* [max_num_seqs * n_vocab] */
     float *raw_row;            /* [n_vocab] logits before sampling changed them (for logprobs) */
+    float *fork_row;           /* [n_vocab] a forked sibling's copy of the shared logits row */
+    uint64_t n_forked;         /* siblings forked from a computed prompt */
     uint8_t *b_want_hidden;    /* [max_batch_tokens], allocated at the first embedding request */
     float *hidden;             /* [max_batch_tokens * n_embd] final hidden rows, likewise */
     float *emb_out;            /* [n_embd] the normalised vector of a final event, likewise */

@@ -40,9 +40,19 @@ int mem_init(mem *m, const pith_mem_spec *spec, const pith_mem_layout *lay, cons
                 return pith_errf(err, "out of memory for %d state slots", g->cap_q);
             }
             all_snaps &= g->n_snaps > 0;
-        } else if (kv_pool_init(&g->pool, lay->block_size, lay->n_blocks[gi], err)) {
-            mem_free(m);
-            return pith_err_prefix(err, "memory group %d", gi);
+        } else {
+            if (kv_pool_init(&g->pool, lay->block_size, lay->n_blocks[gi], err)) {
+                mem_free(m);
+                return pith_err_prefix(err, "memory group %d", gi);
+            }
+            /* KV groups queue only a fork's partial block, and the engine runs each fork's copies at once */
+            g->cap_q = 1;
+            g->q_src = malloc(sizeof *g->q_src);
+            g->q_dst = malloc(sizeof *g->q_dst);
+            if (!g->q_src || !g->q_dst) {
+                mem_free(m);
+                return pith_errf(err, "out of memory");
+            }
         }
     }
     if (m->has_recurrent) {
@@ -203,6 +213,42 @@ bool mem_admit(mem *m, seq *s, int *hit) {
     s->n_computed = H;
     s->n_named = k;
     *hit = H;
+    return true;
+}
+
+bool mem_fork(mem *m, seq *parent, seq *child) {
+    const int bs = m->block_size, c = parent->n_computed, full = c / bs;
+    const bool partial = c % bs != 0;
+    for (int g = 0; g < m->n_groups; g++) {
+        mem_group *mg = &m->g[g];
+        if (!is_kv(mg) ? mg->n_free_slots < 1 : partial && kv_pool_available(&mg->pool) < 1) return false;
+    }
+    for (int g = 0; g < m->n_groups; g++) {
+        mem_group *mg = &m->g[g];
+        if (!is_kv(mg)) {
+            child->state_slot[g] = mg->free_slots[--mg->n_free_slots];
+            queue_copy(m, g, parent->state_slot[g], child->state_slot[g]);
+            continue;
+        }
+        int lo = parent->lo[g];
+        for (int i = lo; i < full; i++) {
+            int b = *seq_block(parent, g, i);
+            kv_pool_acquire(&mg->pool, b);
+            *seq_block(child, g, i) = b;
+        }
+        if (partial) {
+            int b = kv_pool_alloc(&mg->pool); /* cannot fail: checked */
+            queue_copy(m, g, *seq_block(parent, g, full), b);
+            *seq_block(child, g, full) = b;
+        }
+        child->lo[g] = lo;
+        child->hi[g] = full + partial;
+    }
+    memcpy(child->names, parent->names, (size_t)parent->n_hashed * sizeof *child->names);
+    child->n_hashed = parent->n_hashed;
+    child->n_named = parent->n_named;
+    child->n_computed = c;
+    child->snap_div = parent->snap_div;
     return true;
 }
 

@@ -99,6 +99,11 @@ int mem_grow(mem *m, seq *s, int upto);
 /* After n_computed advanced: names the blocks that completed, and releases the WINDOW blocks no later
  * token can see. */
 void mem_commit(mem *m, seq *s);
+/* Forks child (holding nothing, same tokens) from parent, whose first n_computed tokens are computed:
+ * full blocks shared by reference, the partial last block and every recurrent state copied (queued:
+ * run the copies before parent's next forward pass). Returns false, changing nothing, when a pool
+ * cannot supply the copies' blocks or slots. */
+bool mem_fork(mem *m, seq *parent, seq *child);
 /* Where the next chunk of s must end: the first snapshot point after n_computed, else n_tokens. */
 int mem_chunk_end(const mem *m, const seq *s);
 /* Hands over group g's queued copies (src[i] -> dst[i], slot ids for copy_blocks; dst distinct, never a

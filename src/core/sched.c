@@ -77,6 +77,15 @@ void sched_remove(sched *sc, seq *s) {
     s->state = SEQ_DONE;
 }
 
+bool sched_fork(sched *sc, seq *parent, seq *child) {
+    if (sc->n_running >= sc->max_num_seqs || !mem_fork(sc->mem, parent, child)) return false;
+    child->state = SEQ_RUNNING;
+    child->admitted_once = true;
+    child->cached_tokens = child->n_prompt; /* computed by its sibling: none of it by this one */
+    insert_ordered(sc->running, &sc->n_running, child);
+    return true;
+}
+
 static void preempt(sched *sc, seq *s) {
     unschedule(sc, s);
     remove_from(sc->running, &sc->n_running, s);

@@ -74,6 +74,7 @@ oom:
 
 void seq_free(seq *s) {
     if (!s) return;
+    free(s->forks);
     pith_sampler_free(s->sampler);
     free(s->tokens);
     free(s->blocks);

@@ -48,6 +48,14 @@ typedef struct seq {
     int n_computed;
     uint64_t salt;             /* parent name of block 0 */
 
+    /* Siblings of a request with n > 1 (engine.h): the first one computes the prompt; the others wait
+     * in its forks list, in no scheduler queue, until it does, then fork from its memory. A sibling
+     * whose first one ends before that becomes an ordinary waiting request. */
+    int sibling;               /* index among the siblings */
+    struct seq *fork_parent;   /* while waiting to fork */
+    struct seq **forks;        /* siblings waiting for this one's prompt */
+    int n_forks;
+
     int n_sched;               /* tokens scheduled in the current step */
     uint64_t preempted_step;   /* step of the last preemption (+1; 0: never) */
     bool admitted_once;

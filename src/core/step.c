@@ -27,7 +27,31 @@ static void retire(pith_engine *e, seq *s) {
     pthread_mutex_unlock(&e->lock);
 }
 
+/* s ends: a sibling waiting to fork from it no longer can, and waits like any request instead (its
+ * prompt is then mostly in the prefix cache); a waiting sibling that ends leaves its first one's list. */
+static void drop_fork_links(pith_engine *e, seq *s) {
+    if (s->fork_parent) {
+        seq *p = s->fork_parent;
+        for (int i = 0; i < p->n_forks; i++) {
+            if (p->forks[i] == s) {
+                memmove(&p->forks[i], &p->forks[i + 1], (size_t)(p->n_forks - i - 1) * sizeof *p->forks);
+                p->n_forks--;
+                break;
+            }
+        }
+        s->fork_parent = NULL;
+    }
+    int n = s->n_forks;
+    s->n_forks = 0;
+    for (int i = 0; i < n; i++) {
+        seq *c = s->forks[i];
+        c->fork_parent = NULL;
+        if (sched_add(&e->sc, c)) engine_finish(e, c, PITH_FINISH_ERROR, false, "out of memory");
+    }
+}
+
 void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_string, const char *error) {
+    drop_fork_links(e, s);
     s->finish = why;
     const char *text = "";
     int len = 0;
@@ -37,7 +61,7 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         seq_push_text(s, tail, (int)n, true, &text, &len);
     }
     pith_token_event ev = {
-        .request_id = s->id, .user = s->user, .token = -1, .text = text, .text_len = (size_t)len,
+        .request_id = s->id, .user = s->user, .index = s->sibling, .token = -1, .text = text, .text_len = (size_t)len,
         .final = true, .finish_reason = why, .error = error ? error : "",
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
                   .cached_tokens = s->cached_tokens},
@@ -260,7 +284,7 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
     }
     e->n_generated++;
 
-    pith_token_event ev = {.request_id = s->id, .user = s->user, .token = tok, .text = ""};
+    pith_token_event ev = {.request_id = s->id, .user = s->user, .index = s->sibling, .token = tok, .text = ""};
     pith_logprob top[PITH_ENGINE_MAX_TOP_LOGPROBS];
     if (s->logprobs) {
         ev.has_logprob = true;
@@ -286,6 +310,31 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
     if (why != PITH_FINISH_NONE) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, why, stop_string, NULL);
+    }
+}
+
+/* p's prompt is computed and row holds its logits: every sibling waiting for it forks from its memory
+ * and samples its first token from the same row, before p samples (and may end, releasing what they
+ * share). A sibling with no room waits like any request. */
+static void fork_siblings(pith_engine *e, seq *p, const float *row) {
+    int n = p->n_forks;
+    p->n_forks = 0;
+    for (int i = 0; i < n; i++) {
+        seq *c = p->forks[i];
+        c->fork_parent = NULL;
+        if (!sched_fork(&e->sc, p, c)) {
+            if (sched_add(&e->sc, c)) engine_finish(e, c, PITH_FINISH_ERROR, false, "out of memory");
+            continue;
+        }
+        pith_err err;
+        if (run_copies(e, &err)) {
+            sched_remove(&e->sc, c);
+            engine_finish(e, c, PITH_FINISH_ERROR, false, err.msg);
+            continue;
+        }
+        e->n_forked++;
+        memcpy(e->fork_row, row, (size_t)e->n_vocab * sizeof *row);
+        sample_and_report(e, c, e->fork_row);
     }
 }
 
@@ -336,7 +385,9 @@ bool engine_step(pith_engine *e, pith_err *err) {
             engine_finish(e, s, PITH_FINISH_STOP, false, NULL);
             continue;
         }
-        sample_and_report(e, s, &e->logits[(size_t)row++ * e->n_vocab]);
+        float *logits = &e->logits[(size_t)row++ * e->n_vocab];
+        if (s->n_forks > 0) fork_siblings(e, s, logits);
+        sample_and_report(e, s, logits);
     }
     engine_publish_stats(e);
     return true;
