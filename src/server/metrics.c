@@ -120,6 +120,10 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
     counter(out, "pith_prompt_tokens_total", "Prompt tokens of accepted requests.",
             (unsigned long long)st->prompt_tokens);
     counter(out, "pith_generation_tokens_total", "Tokens generated.", (unsigned long long)st->generation_tokens);
+    counter(out, "pith_computed_tokens_total", "Tokens run through the model (prefill, recompute and decode).",
+            (unsigned long long)st->computed_tokens);
+    counter(out, "pith_forked_sequences_total", "Samples of n > 1 requests forked from a prompt computed once.",
+            (unsigned long long)st->forked_sequences);
     counter(out, "pith_preemptions_total", "Requests preempted to free KV blocks (recomputed later).",
             (unsigned long long)st->preemptions);
 
