@@ -28,6 +28,7 @@ typedef struct rec {
     pith_finish_reason why;
     pith_usage usage;
     bool cancel_sent;
+    int sibling;          /* index among the n of its request */
 } rec;
 
 typedef struct sim {
@@ -50,7 +51,7 @@ static void submit_random(sim *S);
 
 static void on_token(const pith_token_event *ev, void *user) {
     sim *S = ((void **)user)[0];
-    rec *r = &S->recs[(intptr_t)((void **)user)[1]];
+    rec *r = &S->recs[(intptr_t)((void **)user)[1] + ev->index]; /* siblings (n > 1) follow their first */
     CHECK(ev->request_id == r->id);
     if (r->n_final) {
         r->events_after_final++;
@@ -81,8 +82,10 @@ static void on_token(const pith_token_event *ev, void *user) {
 static void *user_pairs[20000][2];
 
 static void submit_random(sim *S) {
-    if (S->n_recs >= 20000) return;
-    if (S->n_recs == S->cap_recs) return; /* recs never move: cap fixed per run */
+    /* Sometimes several samples of one prompt (pith_request.n): greedy, so each must equal the rest. */
+    int n_sib = rnd(S, 6) == 0 ? 2 + (int)rnd(S, 3) : 1;
+    if (S->n_recs + n_sib > 20000) return;
+    if (S->n_recs + n_sib > S->cap_recs) return; /* recs never move: cap fixed per run */
     int idx = S->n_recs;
     rec *r = &S->recs[idx];
     memset(r, 0, sizeof *r);
@@ -105,20 +108,30 @@ static void submit_random(sim *S) {
     pith_request q = {
         .prompt = r->prompt, .n_prompt = n, .sampling = pith_sampling_defaults(), .max_tokens = r->max_tokens,
         .stop_ids = &r->stop_id, .n_stop_ids = r->stop_id >= 0, .priority = r->priority,
-        .on_token = on_token, .user = user_pairs[idx],
+        .on_token = on_token, .user = user_pairs[idx], .n = n_sib,
     };
     q.sampling.temperature = 0;
+    for (int k = 1; k < n_sib; k++) {
+        rec *c = &S->recs[idx + k];
+        *c = *r;
+        c->prompt = malloc((size_t)n * sizeof *c->prompt);
+        memcpy(c->prompt, r->prompt, (size_t)n * sizeof *c->prompt);
+        c->sibling = k;
+    }
     pith_err err;
     uint64_t id;
     int rc = pith_engine_submit(S->e, &q, &id, &err);
-    S->n_recs++;
-    if (n >= max_len) {
-        CHECKF(rc == PITH_SUBMIT_INVALID, "prompt of %d tokens (limit %d) gave %d", n, max_len, rc);
-        r->n_final = -1; /* rejected: expects no events */
-        r->id = 0;
-    } else {
-        CHECKF(rc == 0, "submit failed: %s", err.msg);
-        r->id = id;
+    S->n_recs += n_sib;
+    for (int k = 0; k < n_sib; k++) {
+        rec *c = &S->recs[idx + k];
+        if (n >= max_len) {
+            CHECKF(rc == PITH_SUBMIT_INVALID, "prompt of %d tokens (limit %d) gave %d", n, max_len, rc);
+            c->n_final = -1; /* rejected: expects no events */
+            c->id = 0;
+        } else {
+            CHECKF(rc == 0, "submit failed: %s", err.msg);
+            c->id = id + (uint64_t)k;
+        }
     }
 }
 
@@ -154,7 +167,8 @@ static void verify(sim *S, const fake_state *fs, int max_len, int *n_errors, int
         default: CHECKF(0, "request %llu: finish reason %d", (unsigned long long)r->id, r->why);
         }
         CHECK(r->usage.prompt_tokens == r->n_prompt && r->usage.completion_tokens == r->n_out);
-        CHECK(r->usage.cached_tokens >= 0 && r->usage.cached_tokens < r->n_prompt);
+        /* a forked sibling computed none of its prompt */
+        CHECK(r->usage.cached_tokens >= 0 && (r->usage.cached_tokens < r->n_prompt || r->sibling > 0));
         free(all);
     }
 }
@@ -177,7 +191,7 @@ static int random_spec(sim *S, int kind, fake_group_def *d, int *n_free) {
 }
 
 static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_kind, uint64_t *preemptions,
-                    uint64_t *hits) {
+                    uint64_t *hits, uint64_t *forked) {
     sim S = {.rng = seed};
     static const int block_sizes[] = {1, 2, 3, 4, 8, 16};
     pith_engine_options o = {
@@ -285,10 +299,12 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
     *preemptions += st.preemptions;
     *hits += st.prefix_cache_hits;
     printf("seed %llu, spec %d (%d groups): bs %d, %d blocks, max_len %d, seqs %d, batch %d: %d requests (%d cancelled, %d failed), "
-           "%d steps, %llu preemptions, %llu/%llu cached tokens, widest batch %d\n",
+           "%d steps, %llu preemptions, %llu/%llu cached tokens, %llu forked, widest batch %d\n",
            (unsigned long long)seed, spec_kind, n_groups, o.block_size, o.kv_blocks, max_len, o.max_num_seqs, o.max_batch_tokens,
            accepted, n_cancelled, n_errors, steps, (unsigned long long)st.preemptions,
-           (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries, fs->max_seqs_seen);
+           (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries,
+           (unsigned long long)st.forked_sequences, fs->max_seqs_seen);
+    *forked += st.forked_sequences;
     pith_engine_free(S.e);
     for (int i = 0; i < S.n_recs; i++) free(S.recs[i].prompt);
     free(S.recs);
@@ -299,9 +315,10 @@ int main(void) {
     /* Per spec kind: across its runs, small pools must have forced preemption and shared prefixes must
      * have hit (through window groups too: a hit there holds only the window's blocks). */
     for (int kind = 0; kind < 5; kind++) {
-        uint64_t preemptions = 0, hits = 0;
+        uint64_t preemptions = 0, hits = 0, forked = 0;
         for (uint64_t seed = 1; seed <= 8; seed++)
-            run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits);
+            run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits, &forked);
+        CHECKF(forked > 0, "spec %d: no sibling forked", kind);
         CHECKF(preemptions > 0, "spec %d: no preemption", kind);
         CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
     }

@@ -283,7 +283,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     if (id) *id = 0;
     if (validate_request(e, r, err)) {
         pthread_mutex_lock(&e->lock);
-        e->stats.requests_rejected++;
+        e->stats.requests_rejected += r->n > 1 && r->n <= 1024 ? (uint64_t)r->n : 1; /* each sample counts */
         pthread_mutex_unlock(&e->lock);
         return PITH_SUBMIT_INVALID;
     }
@@ -322,7 +322,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
         rc = pith_errf(err, "out of memory");
     }
     if (rc) {
-        e->stats.requests_rejected++;
+        e->stats.requests_rejected += (uint64_t)n;
         pthread_mutex_unlock(&e->lock);
         for (int k = 0; k < s->n_forks; k++) seq_free(s->forks[k]);
         seq_free(s);
