@@ -39,6 +39,14 @@ extern "C" {
 
 typedef struct pith_engine pith_engine;
 
+/* Where speculative decoding gets its drafts. */
+typedef enum pith_spec_type {
+    PITH_SPEC_OFF = 0,
+    PITH_SPEC_NGRAM,         /* prompt lookup: what followed the latest earlier occurrence of the last
+                                few tokens, in the prompt and the output so far (model-free) */
+    PITH_SPEC_CUSTOM,        /* options.spec_draft (tests; a draft model) */
+} pith_spec_type;
+
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
     int block_size;          /* tokens per KV block, every group; 0: 16 */
@@ -59,6 +67,19 @@ typedef struct pith_engine_options {
     size_t snapshot_mem_bytes;
     int snapshot_interval;   /* tokens between snapshots of a long prompt, rounded up to whole blocks;
                                 0: 1024; -1: only prompt ends, divergence points and decode (mem.h) */
+    /* Speculative decoding (spec.h): a decoding sequence carries up to spec_max_draft proposed tokens,
+     * verified in one forward pass; the output is exactly what decoding one token at a time gives
+     * (greedy: the same tokens; sampled: the same distribution, and with the same seed the same draws
+     * when the logits are the same). Not on models with recurrent state yet (their state would have
+     * to roll back). */
+    pith_spec_type spec_type;
+    int spec_max_draft;      /* tokens per draft, 1..16; 0: 8 */
+    int spec_max_seqs;       /* drafts only while at most this many sequences decode (a large batch
+                                is compute-bound, and verification would cost more than it saves); 0: 4 */
+    /* PITH_SPEC_CUSTOM: proposes up to max tokens that follow tokens[0..n) into draft; returns how
+     * many (0: none). Called on the stepping thread; must not call the engine. */
+    int (*spec_draft)(void *user, uint64_t request_id, const int32_t *tokens, int n, int32_t *draft, int max);
+    void *spec_user;
 } pith_engine_options;
 
 typedef enum pith_finish_reason {
@@ -75,7 +96,10 @@ const char *pith_finish_reason_str(pith_finish_reason r);
 typedef struct pith_usage {
     int prompt_tokens;
     int completion_tokens;   /* tokens sampled, including a final EOS / stop token */
-    int cached_tokens;       /* prompt tokens served from the prefix cache at first admission */
+    int cached_tokens;       /* prompt tokens served from the prefix cache at first admission (a forked
+                                sibling of n > 1: all of them) */
+    int draft_tokens;        /* speculative decoding: tokens proposed for this request */
+    int accepted_tokens;     /* of those, accepted by verification */
 } pith_usage;
 
 typedef struct pith_logprob {
@@ -207,6 +231,9 @@ typedef struct pith_engine_stats {
     uint64_t state_snapshots;       /* state snapshots taken (RECURRENT groups; one per point) */
     uint64_t state_restores;        /* prefix hits served from a state snapshot */
     uint64_t forked_sequences;      /* siblings (pith_request.n) forked from a prompt computed once */
+    uint64_t spec_draft_tokens;     /* speculative decoding: tokens proposed */
+    uint64_t spec_accepted_tokens;  /* of those, accepted */
+    uint64_t spec_verify_steps;     /* sequence-steps that verified a draft */
     uint64_t steps;                 /* forward passes */
     uint64_t requests_submitted;
     uint64_t requests_rejected;

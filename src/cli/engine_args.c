@@ -35,6 +35,18 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
         return 1;
     }
     INT_OPT("--snapshot-interval", e->snapshot_interval, -1, 1 << 30)
+    if (!strcmp(a, "--spec-type")) {
+        VALUE();
+        if (!strcmp(v, "ngram")) e->spec_type = PITH_SPEC_NGRAM;
+        else if (!strcmp(v, "off")) e->spec_type = PITH_SPEC_OFF;
+        else {
+            fprintf(stderr, "pith %s: --spec-type must be ngram or off, not '%s'\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    INT_OPT("--spec-max-draft", e->spec_max_draft, 1, 16)
+    INT_OPT("--spec-max-seqs", e->spec_max_seqs, 1, 65536)
     INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
     INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
     INT_OPT("--block-size", e->block_size, 1, 4096)
@@ -66,5 +78,11 @@ void cli_engine_usage(FILE *out) {
             "                            prefix cache of those layers; 0: none (default: two per\n"
             "                            sequence, at most 1G)\n"
             "      --snapshot-interval N snapshot long prompts every N tokens (default 1024; -1: only\n"
-            "                            at prompt ends, divergence points and while decoding)\n");
+            "                            at prompt ends, divergence points and while decoding)\n"
+            "      --spec-type ngram|off speculative decoding from prompt lookup (the tokens that followed\n"
+            "                            the last few tokens earlier in the prompt and output); the output\n"
+            "                            is unchanged, only faster when drafts are accepted (default off;\n"
+            "                            not yet on models with recurrent state)\n"
+            "      --spec-max-draft N    tokens per draft (default 8, at most 16)\n"
+            "      --spec-max-seqs N     draft only while at most N sequences decode (default 4)\n");
 }

@@ -311,12 +311,13 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     fprintf(stderr,
             "pith: %d prompts (%d rejected), %llu prompt tokens, %llu generated in %.3f s (%.1f tok/s); "
             "%llu steps, %llu preemptions, prefix cache %llu of %llu tokens; KV %d blocks of %d; "
-            "%llu tokens computed, %llu forked samples\n",
+            "%llu tokens computed, %llu forked samples; %llu of %llu draft tokens accepted\n",
             n_lines, n_rejected, (unsigned long long)st.prompt_tokens, (unsigned long long)generated, dt,
             (double)generated / (dt > 0 ? dt : 1e-9), (unsigned long long)st.steps,
             (unsigned long long)st.preemptions, (unsigned long long)st.prefix_cache_hits,
             (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size,
-            (unsigned long long)st.computed_tokens, (unsigned long long)st.forked_sequences);
+            (unsigned long long)st.computed_tokens, (unsigned long long)st.forked_sequences,
+            (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens);
     rc = interrupted ? 130 : 0;
     if (run_rc) rc = pith_errf(err, "the model failed: %s", step_err.msg);
 done:

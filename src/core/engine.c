@@ -68,6 +68,12 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
+    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_CUSTOM) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
+    if (o.spec_type == PITH_SPEC_CUSTOM && !o.spec_draft) return pith_errf(err, "custom speculative decoding needs a draft function");
+    if (o.spec_max_draft == 0) o.spec_max_draft = 8;
+    if (o.spec_max_seqs == 0) o.spec_max_seqs = 4;
+    if (o.spec_max_draft < 1 || o.spec_max_draft > 16) return pith_errf(err, "spec_max_draft must be in 1..16, not %d", o.spec_max_draft);
+    if (o.spec_max_seqs < 1) return pith_errf(err, "spec_max_seqs must be positive, not %d", o.spec_max_seqs);
     if (o.snapshot_interval < -1) return pith_errf(err, "snapshot_interval must be -1, 0 or positive, not %d", o.snapshot_interval);
     if (o.snapshot_interval == 0) o.snapshot_interval = 1024;
     if (o.snapshot_interval > 0) o.snapshot_interval = (o.snapshot_interval + o.block_size - 1) / o.block_size * o.block_size;
@@ -166,8 +172,10 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
+    /* Logits rows: one per sequence, plus the drafts of the sequences that may speculate. */
+    e->max_logits = o->max_num_seqs + (o->spec_type != PITH_SPEC_OFF ? o->spec_max_seqs * o->spec_max_draft : 0);
     pith_model_limits lim = {.max_batch_tokens = o->max_batch_tokens, .max_num_seqs = o->max_num_seqs,
-                             .max_seq_len = o->max_seq_len, .max_logits = o->max_num_seqs};
+                             .max_seq_len = o->max_seq_len, .max_logits = e->max_logits};
     if (pith_model_prepare(model, &lim, err) || pith_model_mem_alloc(model, &e->layout, err)) {
         pith_engine_free(e);
         return -1;
@@ -195,7 +203,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
             ok = e->b_slots[g] && e->b_tables[g];
         }
     }
-    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof *e->logits);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
     e->fork_row = malloc((size_t)e->n_vocab * sizeof *e->fork_row);
     e->step_seqs = malloc(ns * sizeof *e->step_seqs);
@@ -430,6 +438,9 @@ void engine_publish_stats(pith_engine *e) {
     st->state_snapshots = e->mem.snaps_taken;
     st->state_restores = e->mem.snaps_restored;
     st->forked_sequences = e->n_forked;
+    st->spec_draft_tokens = e->spec_drafted;
+    st->spec_accepted_tokens = e->spec_accepted;
+    st->spec_verify_steps = e->spec_verifies;
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;

@@ -67,6 +67,7 @@ int sched_add(sched *sc, seq *s) {
 static void unschedule(sched *sc, seq *s) {
     if (remove_from(sc->batch, &sc->n_batch, s)) sc->n_batch_tokens -= s->n_sched;
     s->n_sched = 0;
+    s->n_draft = 0;
 }
 
 void sched_remove(sched *sc, seq *s) {
@@ -146,13 +147,23 @@ void sched_schedule(sched *sc) {
 
     /* Decode tokens first, so a long prompt being prefilled never stalls generation. A victim of
      * preemption is the last running sequence: after s in this loop, so not scheduled yet, or s. */
+    int decoders = 0;
+    for (int i = 0; i < sc->n_running; i++) decoders += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
     for (int i = 0; i < sc->n_running && budget_left(sc) > 0;) {
         seq *s = sc->running[i];
         if (s->n_tokens - s->n_computed != 1) {
             i++;
             continue;
         }
-        if (reserve_and_schedule(sc, s, 1)) i++; /* else running[i] is now the next sequence */
+        /* with a draft (spec.h), as much of it as the budget and the pool allow, leaving a token for
+         * every sequence still to decode */
+        decoders--;
+        int want = 1 + s->n_draft, spare = budget_left(sc) - decoders;
+        if (want > spare) want = spare > 1 ? spare : 1;
+        if (reserve_and_schedule(sc, s, want)) {
+            s->n_draft = s->n_sched - 1;
+            i++;
+        } /* else running[i] is now the next sequence */
     }
     /* Then prompt chunks of admitted sequences. A victim here may have been scheduled for decode above;
      * preempt unschedules it. */
@@ -187,8 +198,15 @@ void sched_schedule(sched *sc) {
 void sched_commit(sched *sc) {
     for (int i = 0; i < sc->n_batch; i++) {
         seq *s = sc->batch[i];
+        if (s->n_draft > 0) continue; /* verified first: sched_commit_seq as its tokens are accepted */
         s->n_computed += s->n_sched;
         s->n_sched = 0;
         mem_commit(sc->mem, s);
     }
+}
+
+void sched_commit_seq(sched *sc, seq *s, int n) {
+    s->n_computed += n;
+    s->n_sched = 0;
+    mem_commit(sc->mem, s);
 }

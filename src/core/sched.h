@@ -61,5 +61,8 @@ void sched_schedule(sched *sc);
 /* After the batch's forward pass succeeded: its tokens are computed; full blocks get their names and
  * window blocks out of sight are released. */
 void sched_commit(sched *sc);
+/* A sequence with a draft (spec.h) is left out of sched_commit: as verification accepts its tokens,
+ * this commits n more of them. */
+void sched_commit_seq(sched *sc, seq *s, int n);
 
 #endif

@@ -56,6 +56,14 @@ typedef struct seq {
     struct seq **forks;        /* siblings waiting for this one's prompt */
     int n_forks;
 
+    /* Speculative decoding (spec.h): this step's draft (scheduled after the last sampled token), the
+     * draft length policy, and the request's counts. */
+    int32_t draft[16];
+    int n_draft;
+    int spec_k, spec_tries, spec_cooldown;
+    float spec_rate;
+    int drafted, accepted;
+
     int n_sched;               /* tokens scheduled in the current step */
     uint64_t preempted_step;   /* step of the last preemption (+1; 0: never) */
     bool admitted_once;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
+#include "core/spec.h"
 
 static void emit(seq *s, const pith_token_event *ev) {
     if (s->on_token) s->on_token(ev, s->user);
@@ -64,7 +65,7 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         .request_id = s->id, .user = s->user, .index = s->sibling, .token = -1, .text = text, .text_len = (size_t)len,
         .final = true, .finish_reason = why, .error = error ? error : "",
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
-                  .cached_tokens = s->cached_tokens},
+                  .cached_tokens = s->cached_tokens, .draft_tokens = s->drafted, .accepted_tokens = s->accepted},
     };
     if (s->embed != PITH_EMBED_OFF && why == PITH_FINISH_STOP && s->pool && e->emb_out) {
         const int dim = e->model->hp.dim;
@@ -126,10 +127,11 @@ static int build_batch(pith_engine *e, pith_batch *b) {
         const seq *s = sc->batch[i];
         for (int j = 0; j < s->n_sched; j++, n++) {
             int p = s->n_computed + j;
-            e->b_tokens[n] = s->tokens[p];
+            /* a draft follows the last sampled token: n_sched == 1 + n_draft (sched.c) */
+            e->b_tokens[n] = s->n_draft > 0 && j > 0 ? s->draft[j - 1] : s->tokens[p];
             e->b_positions[n] = p;
             e->b_seq[n] = i;
-            e->b_want[n] = s->embed == PITH_EMBED_OFF && p == s->n_tokens - 1;
+            e->b_want[n] = s->embed == PITH_EMBED_OFF && (p == s->n_tokens - 1 || s->n_draft > 0);
             if (e->b_want_hidden)
                 e->b_want_hidden[n] = s->embed == PITH_EMBED_MEAN || (s->embed == PITH_EMBED_CLS && p == 0) ||
                                       (s->embed == PITH_EMBED_LAST && p == s->n_tokens - 1);
@@ -267,20 +269,21 @@ static void fail_batch(pith_engine *e, int n_seqs, const pith_err *err) {
     engine_publish_stats(e);
 }
 
-/* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds. */
-static void sample_and_report(pith_engine *e, seq *s, float *row) {
+/* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds.
+ * Returns false when s finished (and is freed). */
+static bool sample_and_report(pith_engine *e, seq *s, float *row) {
     pith_err err;
     if (!s->sampler && pith_sampler_new(&s->sampling, e->n_vocab, &s->sampler, &err)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
-        return;
+        return false;
     }
     if (s->logprobs || s->return_logits) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
     int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, tok < 0 || tok >= e->n_vocab ? "sampler failed" : "out of memory");
-        return;
+        return false;
     }
     e->n_generated++;
 
@@ -310,6 +313,49 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
     if (why != PITH_FINISH_NONE) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, why, stop_string, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* s ran its last sampled token and a draft of n_draft tokens, with a logits row for each (spec.h):
+ * commits and samples position by position, exactly as one-token steps would, while the sampled token
+ * is the draft's next one. */
+static void verify_draft(pith_engine *e, seq *s, float *rows) {
+    const int k = s->n_draft;
+    int32_t draft[PITH_SPEC_MAX_DRAFT];
+    memcpy(draft, s->draft, (size_t)k * sizeof *draft);
+    s->n_draft = 0;
+    s->drafted += k;
+    int accepted = 0;
+    for (int i = 0;; i++) {
+        sched_commit_seq(&e->sc, s, 1); /* position n_computed holds the token row i came from */
+        if (i > 0) accepted++, s->accepted++;
+        if (!sample_and_report(e, s, &rows[(size_t)i * e->n_vocab])) break; /* finished: freed */
+        if (i == k || s->tokens[s->n_tokens - 1] != draft[i]) {
+            spec_update(s, e->opt.spec_max_draft, k, accepted);
+            break;
+        }
+    }
+    e->spec_drafted += (uint64_t)k;
+    e->spec_accepted += (uint64_t)accepted;
+    e->spec_verifies++;
+}
+
+/* Drafts for the sequences that will decode this step (spec.h), before scheduling sizes their chunks. */
+static void plan_drafts(pith_engine *e) {
+    sched *sc = &e->sc;
+    if (e->opt.spec_type == PITH_SPEC_OFF || e->mem.has_recurrent) return;
+    int decoding = 0;
+    for (int i = 0; i < sc->n_running; i++) decoding += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
+    for (int i = 0; i < sc->n_running; i++) {
+        seq *s = sc->running[i];
+        s->n_draft = 0;
+        if (decoding > e->opt.spec_max_seqs || s->n_tokens - s->n_computed != 1 || s->embed != PITH_EMBED_OFF) continue;
+        int want = spec_want(s, e->opt.spec_max_draft);
+        int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
+        if (want > room) want = room;
+        s->n_draft = spec_propose(&e->opt, s, want);
     }
 }
 
@@ -342,6 +388,7 @@ bool engine_step(pith_engine *e, pith_err *err) {
     err->msg[0] = 0;
     bool progressed = take_in(e) > 0;
     sched *sc = &e->sc;
+    plan_drafts(e);
     sched_schedule(sc);
     if (sc->n_batch == 0) {
         if (sc->n_waiting > 0 && sc->n_running == 0) {
@@ -379,13 +426,19 @@ bool engine_step(pith_engine *e, pith_err *err) {
     int row = 0;
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->step_seqs[i];
+        float *logits = &e->logits[(size_t)row * e->n_vocab];
+        if (s->n_draft > 0) { /* not committed yet: verification commits what it accepts */
+            row += 1 + s->n_draft;
+            verify_draft(e, s, logits);
+            continue;
+        }
         if (s->n_computed < s->n_tokens) continue; /* a prompt chunk that is not the last */
         if (s->embed != PITH_EMBED_OFF) {
             sched_remove(sc, s);
             engine_finish(e, s, PITH_FINISH_STOP, false, NULL);
             continue;
         }
-        float *logits = &e->logits[(size_t)row++ * e->n_vocab];
+        row++;
         if (s->n_forks > 0) fork_siblings(e, s, logits);
         sample_and_report(e, s, logits);
     }

@@ -122,6 +122,10 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
     counter(out, "pith_generation_tokens_total", "Tokens generated.", (unsigned long long)st->generation_tokens);
     counter(out, "pith_computed_tokens_total", "Tokens run through the model (prefill, recompute and decode).",
             (unsigned long long)st->computed_tokens);
+    counter(out, "pith_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed.",
+            (unsigned long long)st->spec_draft_tokens);
+    counter(out, "pith_spec_accepted_tokens_total", "Speculative decoding: draft tokens accepted by verification.",
+            (unsigned long long)st->spec_accepted_tokens);
     counter(out, "pith_forked_sequences_total", "Samples of n > 1 requests forked from a prompt computed once.",
             (unsigned long long)st->forked_sequences);
     counter(out, "pith_preemptions_total", "Requests preempted to free KV blocks (recomputed later).",
