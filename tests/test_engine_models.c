@@ -283,6 +283,30 @@ static void test_stops(void) {
     free(p.ids);
 }
 
+/* Speculative decoding's draft source for the random models: the greedy continuation pass 0 found,
+ * with an error planted at a varying place, so drafts are accepted whole, in part or not at all. */
+typedef struct spec_oracle {
+    const int32_t (*ids)[36];
+    const out *expect;
+    int n;
+    uint64_t calls;
+} spec_oracle;
+
+static int oracle_draft(void *user, uint64_t id, const int32_t *tokens, int n, int32_t *draft, int max) {
+    spec_oracle *o = user;
+    o->calls++;
+    for (int i = 0; i < o->n; i++) {
+        int np = 36 - i;
+        if (n < np || memcmp(tokens, o->ids[i], (size_t)np * sizeof *tokens)) continue;
+        int have = n - np, k = 0;
+        int wrong = (int)((id * 7 + (uint64_t)n) % (uint64_t)(max + 2));
+        for (; k < max && have + k < o->expect[i].n; k++)
+            draft[k] = o->expect[i].toks[have + k] + (k == wrong ? 1 : 0);
+        return k;
+    }
+    return 0;
+}
+
 /* One random-weight model: N2 random prompts (in pairs sharing 20 tokens), no tokenizer. */
 static void test_random_model(const char *path) {
     pith_err err;
@@ -300,16 +324,28 @@ static void test_random_model(const char *path) {
             x = x * 1103515245u + 12345u;
             ids[i][k] = k < 20 && (i & 1) ? ids[i - 1][k] : (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
         }
-    static out res[4][N2];
+    enum { PASSES = 6 };
+    static out res[PASSES][N2];
     memset(res, 0, sizeof res);
     /* pass 0: each alone without cache, one prefill chunk; 1: all at once; 2: all at once in a pool of
-     * ~2 sequences; 3: each alone without cache, prefilled 5 tokens at a time */
+     * ~2 sequences; 3: each alone without cache, prefilled 5 tokens at a time; 4: each alone with
+     * speculative decoding (drafts from pass 0's output, with errors); 5: all at once with it, in a
+     * small pool */
     int per_seq = (LEN + GEN2 + 15) / 16;
-    int kv[4] = {64, 256, per_seq * 2, 64}, seqs[4] = {1, 8, 8, 1}, chunk[4] = {40, 40, 40, 5};
-    uint64_t preemptions = 0, hits = 0;
-    for (int pass = 0; pass < 4; pass++) {
+    int kv[PASSES] = {64, 256, per_seq * 2, 64, 64, per_seq * 3}, seqs[PASSES] = {1, 8, 8, 1, 1, 8};
+    int chunk[PASSES] = {40, 40, 40, 5, 40, 40};
+    uint64_t preemptions = 0, hits = 0, drafted = 0, accepted = 0;
+    spec_oracle orc = {.ids = (const int32_t (*)[36])ids, .expect = res[0], .n = N2};
+    for (int pass = 0; pass < PASSES; pass++) {
         pith_engine_options o = {.kv_blocks = kv[pass], .max_num_seqs = seqs[pass], .max_batch_tokens = chunk[pass],
-                                 .no_prefix_cache = pass == 0 || pass == 3};
+                                 .no_prefix_cache = pass == 0 || pass == 3 || pass == 4};
+        if (pass >= 4) {
+            o.spec_type = PITH_SPEC_CUSTOM;
+            o.spec_draft = oracle_draft;
+            o.spec_user = &orc;
+            o.spec_max_draft = 6;
+            o.spec_max_seqs = 8;
+        }
         pith_engine *e = NULL;
         if (pith_engine_create(m, NULL, &o, &e, &err)) {
             CHECKF(0, "%s", err.msg);
@@ -318,22 +354,26 @@ static void test_random_model(const char *path) {
         for (int i = 0; i < N2; i++) {
             pith_request r = greedy((prompt){ids[i], LEN - i}, GEN2, &res[pass][i]);
             submit(e, &r);
-            if (pass == 0 || pass == 3) run(e);
+            if (pass == 0 || pass == 3 || pass == 4) run(e);
         }
         run(e);
         pith_engine_stats st;
         pith_engine_get_stats(e, &st);
         if (pass == 2) preemptions = st.preemptions;
         if (pass == 1) hits = st.prefix_cache_hits;
+        if (pass >= 4) drafted += st.spec_draft_tokens, accepted += st.spec_accepted_tokens;
         pith_engine_free(e);
     }
     CHECKF(preemptions > 0, "%s: no preemption in a pool of %d blocks", path, per_seq * 2);
     CHECKF(hits > 0, "%s: no prefix cache hit", path);
-    for (int pass = 1; pass < 4; pass++)
+    CHECKF(accepted > 0 && accepted < drafted, "%s: %llu of %llu draft tokens accepted", path,
+           (unsigned long long)accepted, (unsigned long long)drafted);
+    for (int pass = 1; pass < PASSES; pass++)
         for (int i = 0; i < N2; i++)
             CHECKF(res[0][i].n == GEN2 && same_tokens(&res[0][i], &res[pass][i]), "%s: prompt %d differs in pass %d",
                    path, i, pass);
-    printf("%s: same tokens alone, batched and under %llu preemptions\n", path, (unsigned long long)preemptions);
+    printf("%s: same tokens alone, batched, under %llu preemptions and speculating (%llu of %llu draft tokens "
+           "accepted)\n", path, (unsigned long long)preemptions, (unsigned long long)accepted, (unsigned long long)drafted);
     pith_model_free(m);
 }
 
