@@ -206,6 +206,13 @@ static int fake_forward(pith_model *m, const pith_batch *b, float *logits, pith_
                 rs->hash = fake_hash_step(rs->hash, b->tokens[i]);
                 rs->count++;
                 h = fake_combine(h, g, rs->hash);
+                if (bm->checkpoints && bm->checkpoints[i] >= 0) { /* batch.h: the state right after token i */
+                    int ck = bm->checkpoints[i];
+                    if (!m->state_checkpoints || ck >= c->n_slots) FAKE_VIOLATION(st, "checkpoint slot %d", ck);
+                    for (int s2 = 0; s2 < b->n_seqs; s2++)
+                        if (bm->state_slots[s2] == ck) FAKE_VIOLATION(st, "checkpoint slot %d is a sequence's", ck);
+                    memcpy(c->state + (size_t)ck * c->state_bytes, rs, sizeof *rs);
+                }
                 continue;
             }
             if (!b->want_logits[i]) continue;
@@ -300,6 +307,7 @@ static pith_model *fake_model_new_spec(int n_vocab, int ctx_len, const fake_grou
         mg->state_bytes = sizeof(fake_rstate);
     }
     m->hp.n_layers = l + n_free_layers;
+    m->state_checkpoints = true; /* forward honours batch checkpoints */
     return m;
 }
 

@@ -24,6 +24,10 @@
  *   - RECURRENT group g: state_slots[s] is s's state slot, which holds the state after positions
  *     0..p-1, where p is s's first position in this batch; p == 0 means the state starts from zero
  *     and the model must not read the slot's old contents;
+ *   - RECURRENT group g, only for a model with state_checkpoints set (model.h): checkpoints is NULL,
+ *     or checkpoints[t] is -1 or a state slot (never another sequence's, never repeated) into which
+ *     the model copies the state of t's sequence right after token t (speculative decoding rolls the
+ *     state back to the last accepted token this way);
  *   - any set of tokens may ask for logits (want_logits), several per sequence included;
  *   - want_hidden is NULL, or any set of tokens asks for their final hidden state (a token may want both);
  *     it is non-NULL only for a model with has_hidden set (model.h).
@@ -48,6 +52,7 @@ typedef struct pith_batch_mem {
     const int32_t *block_tables; /* [n_seqs * max_blocks] */
     int max_blocks;              /* row stride of block_tables (>= 1) */
     const int32_t *state_slots;  /* [n_seqs] */
+    const int32_t *checkpoints;  /* [n_tokens] or NULL (RECURRENT, see above) */
 } pith_batch_mem;
 
 typedef struct pith_batch {

@@ -70,8 +70,8 @@ typedef struct pith_engine_options {
     /* Speculative decoding (spec.h): a decoding sequence carries up to spec_max_draft proposed tokens,
      * verified in one forward pass; the output is exactly what decoding one token at a time gives
      * (greedy: the same tokens; sampled: the same distribution, and with the same seed the same draws
-     * when the logits are the same). Not on models with recurrent state yet (their state would have
-     * to roll back). */
+     * when the logits are the same). A model with recurrent state speculates only if it takes state
+     * checkpoints (model.h: state_checkpoints), through which its state rolls back. */
     pith_spec_type spec_type;
     int spec_max_draft;      /* tokens per draft, 1..16; 0: 8 */
     int spec_max_seqs;       /* drafts only while at most this many sequences decode (a large batch

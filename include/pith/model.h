@@ -59,6 +59,8 @@ struct pith_model {
     pith_model_file *file;  /* owned; NULL for models not backed by a file (tests) */
     void *impl;             /* architecture-specific state */
     bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
+    bool state_checkpoints; /* forward honours RECURRENT checkpoints (batch.h): speculative decoding
+                               can roll its state back */
 };
 
 typedef struct pith_model_options {

@@ -82,7 +82,7 @@ void cli_engine_usage(FILE *out) {
             "      --spec-type ngram|off speculative decoding from prompt lookup (the tokens that followed\n"
             "                            the last few tokens earlier in the prompt and output); the output\n"
             "                            is unchanged, only faster when drafts are accepted (default off;\n"
-            "                            not yet on models with recurrent state)\n"
+            "                            models with recurrent state need state checkpoints)\n"
             "      --spec-max-draft N    tokens per draft (default 8, at most 16)\n"
             "      --spec-max-seqs N     draft only while at most N sequences decode (default 4)\n");
 }

@@ -135,8 +135,11 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
         n_snaps = (long long)(budget / snap_bytes);
         if (n_snaps > (1 << 20)) n_snaps = 1 << 20;
     }
+    /* Speculation on a model with state checkpoints: spare running slots for the checkpoints. */
+    int spares = o.spec_type != PITH_SPEC_OFF && m->state_checkpoints ? o.spec_max_seqs * o.spec_max_draft : 0;
     for (int g = 0; g < spec->n_groups; g++)
-        if (spec->groups[g].kind == PITH_MEM_RECURRENT) lay->n_blocks[g] += (int)n_snaps;
+        if (spec->groups[g].kind == PITH_MEM_RECURRENT) lay->n_blocks[g] += (int)n_snaps + spares;
+    e->state_spares = spares;
     o.kv_blocks = (int)blocks;
     o.max_seq_len = max_len;
     e->opt = o;
@@ -181,7 +184,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         return -1;
     }
     e->mem_allocated = true;
-    mem_config mc = {.prefix_cache = !o->no_prefix_cache, .n_state_slots = o->max_num_seqs,
+    mem_config mc = {.prefix_cache = !o->no_prefix_cache, .n_state_slots = o->max_num_seqs + e->state_spares,
                      .snapshot_interval = o->snapshot_interval > 0 ? o->snapshot_interval : 0};
     if (mem_init(&e->mem, &model->mem, &e->layout, &mc, err) ||
         sched_init(&e->sc, &e->mem, o->max_num_seqs, o->max_batch_tokens, err)) {
@@ -196,7 +199,9 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     bool ok = e->b_tokens && e->b_positions && e->b_seq && e->b_want;
     for (int g = 0; g < e->mem.n_groups && ok; g++) {
         if (e->mem.g[g].kind == PITH_MEM_RECURRENT) {
-            ok = (e->b_states[g] = malloc(ns * sizeof **e->b_states)) != NULL;
+            e->b_states[g] = malloc(ns * sizeof **e->b_states);
+            e->b_ckpt[g] = malloc(nt * sizeof **e->b_ckpt);
+            ok = e->b_states[g] && e->b_ckpt[g];
         } else {
             e->b_slots[g] = malloc(nt * sizeof **e->b_slots);
             e->b_tables[g] = malloc(ns * (size_t)e->max_blocks_per_seq * sizeof **e->b_tables);
@@ -246,6 +251,7 @@ void pith_engine_free(pith_engine *e) {
         free(e->b_slots[g]);
         free(e->b_tables[g]);
         free(e->b_states[g]);
+        free(e->b_ckpt[g]);
     }
     free(e->logits);
     free(e->raw_row);

@@ -19,6 +19,7 @@ struct pith_engine {
     int n_vocab;
     int max_blocks_per_seq;
     int max_logits;            /* logits rows one batch may ask for */
+    int state_spares;          /* RECURRENT groups: running slots beyond max_num_seqs, for checkpoints */
 
     /* Owned by the stepping thread. */
     mem mem;                   /* one pool per memory group of the model */
@@ -34,6 +35,7 @@ struct pith_engine {
     int32_t *b_slots[PITH_MAX_MEM_GROUPS];   /* [max_batch_tokens] per KV group */
     int32_t *b_tables[PITH_MAX_MEM_GROUPS];  /* [max_num_seqs * max_blocks_per_seq] per KV group */
     int32_t *b_states[PITH_MAX_MEM_GROUPS];  /* [max_num_seqs] per RECURRENT group */
+    int32_t *b_ckpt[PITH_MAX_MEM_GROUPS];    /* [max_batch_tokens] per RECURRENT group (batch.h) */
     pith_batch_mem b_mem[PITH_MAX_MEM_GROUPS];
     bool mem_allocated;        /* the model's memory is ours and must be freed */
     float *logits;             /* [max_num_seqs * n_vocab] */

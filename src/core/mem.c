@@ -252,6 +252,42 @@ bool mem_fork(mem *m, seq *parent, seq *child) {
     return true;
 }
 
+bool mem_take_checkpoints(mem *m, seq *s, int k) {
+    if (k <= 0 || k > 16 || s->n_ckpt) return false;
+    for (int g = 0; g < m->n_groups; g++)
+        if (m->g[g].kind == PITH_MEM_RECURRENT && m->g[g].n_free_slots < k) return false;
+    for (int g = 0; g < m->n_groups; g++) {
+        mem_group *mg = &m->g[g];
+        if (mg->kind != PITH_MEM_RECURRENT) continue;
+        for (int j = 0; j < k; j++) s->ckpt[g][j] = mg->free_slots[--mg->n_free_slots];
+    }
+    s->n_ckpt = k;
+    return true;
+}
+
+void mem_trim_checkpoints(mem *m, seq *s, int keep) {
+    if (keep < 0) keep = 0;
+    for (int g = 0; g < m->n_groups; g++) {
+        mem_group *mg = &m->g[g];
+        if (mg->kind != PITH_MEM_RECURRENT) continue;
+        for (int j = s->n_ckpt - 1; j >= keep; j--) mg->free_slots[mg->n_free_slots++] = s->ckpt[g][j];
+    }
+    if (keep < s->n_ckpt) s->n_ckpt = keep;
+}
+
+void mem_rollback(mem *m, seq *s, int accepted) {
+    if (accepted < s->n_ckpt) {
+        for (int g = 0; g < m->n_groups; g++) {
+            mem_group *mg = &m->g[g];
+            if (mg->kind != PITH_MEM_RECURRENT) continue;
+            int keep = s->ckpt[g][accepted];
+            s->ckpt[g][accepted] = s->state_slot[g];
+            s->state_slot[g] = keep;
+        }
+    }
+    mem_trim_checkpoints(m, s, 0);
+}
+
 int mem_grow(mem *m, seq *s, int upto) {
     const int bs = m->block_size;
     int reached = upto;
@@ -355,6 +391,7 @@ void mem_release(mem *m, seq *s) {
                 mg->free_slots[mg->n_free_slots++] = s->state_slot[g];
             }
             if (s->snap_held[g] >= 0) kv_pool_release(&mg->snaps, s->snap_held[g]);
+            for (int j = 0; j < s->n_ckpt; j++) mg->free_slots[mg->n_free_slots++] = s->ckpt[g][j];
             s->state_slot[g] = s->snap_held[g] = -1;
             continue;
         }
@@ -366,6 +403,7 @@ void mem_release(mem *m, seq *s) {
     }
     s->n_computed = 0;
     s->n_named = 0;
+    s->n_ckpt = 0;
 }
 
 /* Group g's snapshot pool: its own invariants, and each held snapshot is held by one running sequence. */
@@ -408,6 +446,9 @@ int mem_check(const mem *m, seq *const *running, int n_running, pith_err *err) {
                 if (slot < 0 || slot >= mg->n_slots || taken[slot]++)
                     rc = pith_errf(err, "group %d: request %llu holds state slot %d (bad or shared)", g,
                                    (unsigned long long)running[r]->id, slot);
+                else if (running[r]->n_ckpt)
+                    rc = pith_errf(err, "group %d: request %llu holds %d checkpoints between steps", g,
+                                   (unsigned long long)running[r]->id, running[r]->n_ckpt);
             }
             for (int i = 0; i < mg->n_slots && !rc; i++)
                 if (!taken[i]) rc = pith_errf(err, "group %d: state slot %d is lost", g, i);

@@ -63,7 +63,8 @@ typedef struct mem_group {
 
 typedef struct mem_config {
     bool prefix_cache;
-    int n_state_slots;     /* RECURRENT groups: running slots; the layout's n_blocks beyond are snapshots */
+    int n_state_slots;     /* RECURRENT groups: running slots (with speculation's spare checkpoint
+                              slots); the layout's n_blocks beyond are snapshots */
     int snapshot_interval; /* tokens between snapshots of a long prompt, a multiple of the block size; 0: none */
 } mem_config;
 
@@ -104,6 +105,16 @@ void mem_commit(mem *m, seq *s);
  * run the copies before parent's next forward pass). Returns false, changing nothing, when a pool
  * cannot supply the copies' blocks or slots. */
 bool mem_fork(mem *m, seq *parent, seq *child);
+/* Speculative decoding on models with state checkpoints (batch.h): takes k spare state slots in every
+ * RECURRENT group for the states after s's next k tokens (s->ckpt). false, taking none, when a group
+ * has not enough. */
+bool mem_take_checkpoints(mem *m, seq *s, int k);
+/* Gives back s's checkpoints from index keep on (keep < n_ckpt: fewer draft tokens were scheduled). */
+void mem_trim_checkpoints(mem *m, seq *s, int keep);
+/* After verification: accepted of s's n_ckpt draft tokens were accepted. When not all were, the state
+ * after the last accepted token is checkpoint `accepted` (the chunk's token `accepted`): it becomes s's
+ * slot and the old one goes back; every other checkpoint goes back too. */
+void mem_rollback(mem *m, seq *s, int accepted);
 /* Where the next chunk of s must end: the first snapshot point after n_computed, else n_tokens. */
 int mem_chunk_end(const mem *m, const seq *s);
 /* Hands over group g's queued copies (src[i] -> dst[i], slot ids for copy_blocks; dst distinct, never a

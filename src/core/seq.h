@@ -60,6 +60,9 @@ typedef struct seq {
      * draft length policy, and the request's counts. */
     int32_t draft[16];
     int n_draft;
+    int ckpt[PITH_MAX_MEM_GROUPS][16]; /* RECURRENT: state after each draft position (batch.h), held
+                                          from batch building to verification */
+    int n_ckpt;
     int spec_k, spec_tries, spec_cooldown;
     float spec_rate;
     int drafted, accepted;

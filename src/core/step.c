@@ -141,8 +141,17 @@ static int build_batch(pith_engine *e, pith_batch *b) {
         pith_batch_mem *bm = &e->b_mem[g];
         memset(bm, 0, sizeof *bm);
         if (e->mem.g[g].kind == PITH_MEM_RECURRENT) {
-            for (int i = 0; i < sc->n_batch; i++) e->b_states[g][i] = sc->batch[i]->state_slot[g];
+            bool any = false;
+            for (int i = 0, t = 0; i < sc->n_batch; i++) {
+                const seq *s = sc->batch[i];
+                e->b_states[g][i] = s->state_slot[g];
+                for (int j = 0; j < s->n_sched; j++, t++) {
+                    e->b_ckpt[g][t] = j < s->n_ckpt ? s->ckpt[g][j] : -1;
+                    any |= j < s->n_ckpt;
+                }
+            }
             bm->state_slots = e->b_states[g];
+            bm->checkpoints = any ? e->b_ckpt[g] : NULL;
             continue;
         }
         int stride = 1;
@@ -319,8 +328,9 @@ static bool sample_and_report(pith_engine *e, seq *s, float *row) {
 }
 
 /* s ran its last sampled token and a draft of n_draft tokens, with a logits row for each (spec.h):
- * commits and samples position by position, exactly as one-token steps would, while the sampled token
- * is the draft's next one. */
+ * samples row by row, exactly as one-token steps would, while the sampled token is the draft's next
+ * one; then keeps what was accepted (K/V past it is left to be overwritten; recurrent state rolls back
+ * to its checkpoint) and commits it. */
 static void verify_draft(pith_engine *e, seq *s, float *rows) {
     const int k = s->n_draft;
     int32_t draft[PITH_SPEC_MAX_DRAFT];
@@ -329,11 +339,13 @@ static void verify_draft(pith_engine *e, seq *s, float *rows) {
     s->drafted += k;
     int accepted = 0;
     for (int i = 0;; i++) {
-        sched_commit_seq(&e->sc, s, 1); /* position n_computed holds the token row i came from */
         if (i > 0) accepted++, s->accepted++;
         if (!sample_and_report(e, s, &rows[(size_t)i * e->n_vocab])) break; /* finished: freed */
         if (i == k || s->tokens[s->n_tokens - 1] != draft[i]) {
             spec_update(s, e->opt.spec_max_draft, k, accepted);
+            mem_rollback(&e->mem, s, accepted);
+            /* the last sampled token and the accepted ones are computed; the new sample is not */
+            sched_commit_seq(&e->sc, s, accepted + 1);
             break;
         }
     }
@@ -345,7 +357,8 @@ static void verify_draft(pith_engine *e, seq *s, float *rows) {
 /* Drafts for the sequences that will decode this step (spec.h), before scheduling sizes their chunks. */
 static void plan_drafts(pith_engine *e) {
     sched *sc = &e->sc;
-    if (e->opt.spec_type == PITH_SPEC_OFF || e->mem.has_recurrent) return;
+    /* state that cannot roll back cannot speculate */
+    if (e->opt.spec_type == PITH_SPEC_OFF || (e->mem.has_recurrent && !e->model->state_checkpoints)) return;
     int decoding = 0;
     for (int i = 0; i < sc->n_running; i++) decoding += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
     for (int i = 0; i < sc->n_running; i++) {
@@ -356,6 +369,17 @@ static void plan_drafts(pith_engine *e) {
         int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
         if (want > room) want = room;
         s->n_draft = spec_propose(&e->opt, s, want);
+        if (s->n_draft > 0 && e->mem.has_recurrent && !mem_take_checkpoints(&e->mem, s, s->n_draft)) s->n_draft = 0;
+    }
+}
+
+/* After scheduling: a draft the budget or the pool cut short keeps only the checkpoints it can use. */
+static void trim_drafts(pith_engine *e) {
+    sched *sc = &e->sc;
+    for (int i = 0; i < sc->n_running; i++) {
+        seq *s = sc->running[i];
+        if (s->n_sched == 0) s->n_draft = 0;
+        if (s->n_ckpt > s->n_draft) mem_trim_checkpoints(&e->mem, s, s->n_draft);
     }
 }
 
@@ -390,6 +414,7 @@ bool engine_step(pith_engine *e, pith_err *err) {
     sched *sc = &e->sc;
     plan_drafts(e);
     sched_schedule(sc);
+    trim_drafts(e);
     if (sc->n_batch == 0) {
         if (sc->n_waiting > 0 && sc->n_running == 0) {
             /* Cannot happen (a lone sequence always fits); never leave a request stranded if it does. */
