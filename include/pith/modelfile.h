@@ -102,6 +102,10 @@ typedef struct pith_hparams {
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;
     int bos_id, eos_id; /* -1 when the file does not say */
+    /* Hybrid models: layers whose token mixer is recurrent (a short convolution, Gated DeltaNet, Mamba)
+     * instead of attention, and the width of their causal convolution (LFM2's L_cache); 0: none. */
+    uint64_t layer_recurrent[PITH_MAX_LAYERS / 64];
+    int conv_kernel;
 } pith_hparams;
 
 /* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written. */
