@@ -105,6 +105,12 @@ PRESETS = {
                                         "sliding_attention", "full_attention"],
                            rope_local_theta=20000.0, rope_scaling="linear", rope_factor=4.0,
                            query_pre_attn_scalar=64, final_softcap=3.0),
+    # LFM2: short-convolution layers with attention at attn_layers (K = conv_kernel).
+    "test-lfm2": dict(arch="lfm2", dim=128, layers=6, heads=4, kv_heads=2, ffn=384, vocab=512, theta=1e6,
+                      ctx=4096, eps=1e-5, tied=True, attn_layers=[2, 5], conv_kernel=3),
+    # LFM2-1.2B's real shape (benchmarks): 16 layers, attention at 2, 5, 8, 10, 12, 14.
+    "lfm2-1.2b": dict(arch="lfm2", dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=65536, theta=1e6,
+                      ctx=128000, eps=1e-5, tied=True, attn_layers=[2, 5, 8, 10, 12, 14], conv_kernel=3),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -116,11 +122,12 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
-                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None)
+                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
+                attn_layers=None, conv_kernel=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
-           "gemma3": ("Gemma3ForCausalLM", "gemma3_text")}
+           "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral")}
 # llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
@@ -144,7 +151,11 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch == "qwen2"
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2")
+        if self.arch == "lfm2":
+            self.conv_kernel = self.conv_kernel or 3
+            if self.attn_layers is None:
+                self.attn_layers = [i for i in range(self.layers) if i % 3 == 2]
         if self.arch == "gemma3":
             # configuration_gemma3.py's defaults: pattern 6, local base 1e4, query_pre_attn_scalar 256 (the
             # head_dim of every released model; here the model's own head_dim).
@@ -187,7 +198,7 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3")):
+        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear"):
@@ -222,6 +233,14 @@ class Config:
                 raise ValueError("no_rope_layers: one entry per layer")
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
+
+        if (self.attn_layers is not None or self.conv_kernel is not None) and self.arch != "lfm2":
+            raise ValueError("attention layers among convolution layers and a convolution width are LFM2's")
+        if self.arch == "lfm2":
+            if any(not 0 <= i < self.layers for i in self.attn_layers) or not 2 <= self.conv_kernel <= 16:
+                raise ValueError("lfm2: attention layers inside the model, convolution width 2..16")
+            if self.ffn % 2 or self.rope_scaling:
+                raise ValueError("lfm2: an even ffn width (config.json writes it pre-adjusted), no RoPE scaling")
 
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
@@ -312,6 +331,8 @@ def write_tokenizer_bin(path, n_vocab):
 def tensor_specs(cfg):
     if cfg.arch == "gemma3":
         return gemma3_tensor_specs(cfg)
+    if cfg.arch == "lfm2":
+        return lfm2_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -373,6 +394,60 @@ def gemma3_tensor_specs(cfg):
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
     return specs
+
+
+def lfm2_tensor_specs(cfg):
+    """LFM2: GGUF names from llama.cpp's llama-arch.cpp (LLM_ARCH_LFM2: shortconv.conv / in_proj /
+    out_proj, token_embd_norm for the final norm), Hugging Face names from modeling_lfm2.py. The
+    convolution weight is (dim, K) here; Hugging Face stores it as (dim, 1, K), the same values."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs.append((b + "attn_norm.weight", h + "operator_norm.weight", (cfg.dim,), "norm"))
+        if i in cfg.attn_layers:
+            specs += [
+                (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+                (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_q_norm.weight", h + "self_attn.q_layernorm.weight", (cfg.head_dim,), "norm"),
+                (b + "attn_k_norm.weight", h + "self_attn.k_layernorm.weight", (cfg.head_dim,), "norm"),
+                (b + "attn_output.weight", h + "self_attn.out_proj.weight", (cfg.dim, q_dim), "matrix"),
+            ]
+        else:
+            specs += [
+                (b + "shortconv.in_proj.weight", h + "conv.in_proj.weight", (3 * cfg.dim, cfg.dim), "matrix"),
+                (b + "shortconv.conv.weight", h + "conv.conv.weight", (cfg.dim, cfg.conv_kernel), "matrix"),
+                (b + "shortconv.out_proj.weight", h + "conv.out_proj.weight", (cfg.dim, cfg.dim), "matrix"),
+            ]
+        specs += [
+            (b + "ffn_norm.weight", h + "ffn_norm.weight", (cfg.dim,), "norm"),
+            (b + "ffn_gate.weight", h + "feed_forward.w1.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_up.weight", h + "feed_forward.w3.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_down.weight", h + "feed_forward.w2.weight", (cfg.dim, cfg.ffn), "matrix"),
+        ]
+    specs.append(("token_embd_norm.weight", "model.embedding_norm.weight", (cfg.dim,), "norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def lfm2_hf_config(cfg, dtype):
+    """config.json as LFM2's released checkpoints write it: block_ff_dim with block_auto_adjust_ff_dim (the
+    width used is int(2 * ff / 3) rounded up to block_multiple_of: here chosen to give cfg.ffn back),
+    layer_types, conv_L_cache, norm_eps, tie_embedding."""
+    multiple = next(m for m in (256, 32, 2) if cfg.ffn % m == 0)
+    return {
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": cfg.dim,
+        "block_ff_dim": cfg.ffn * 3 // 2, "intermediate_size": cfg.ffn * 3 // 2, "block_auto_adjust_ff_dim": True,
+        "block_multiple_of": multiple, "block_ffn_dim_multiplier": 1.0, "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "norm_eps": cfg.eps,
+        "rope_theta": cfg.theta, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx,
+        "tie_embedding": bool(cfg.tied), "conv_L_cache": cfg.conv_kernel, "conv_bias": False,
+        "layer_types": ["full_attention" if i in cfg.attn_layers else "conv" for i in range(cfg.layers)],
+        "torch_dtype": TORCH_DTYPE[dtype], "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
 
 
 CHUNK_ELEMENTS = 1 << 22
@@ -464,7 +539,13 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_u32(f"{a}.block_count", cfg.layers)
     w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
-    w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
+    if a == "lfm2":
+        # llama.cpp: one KV head count per layer, 0 for a convolution layer; the convolution width.
+        w.add_array(f"{a}.attention.head_count_kv",
+                    [cfg.kv_heads if i in cfg.attn_layers else 0 for i in range(cfg.layers)], G.UINT32)
+        w.add_u32(f"{a}.shortconv.l_cache", cfg.conv_kernel)
+    else:
+        w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
@@ -494,7 +575,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, _, shape, kind in tensor_specs(cfg):
         # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
-        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 else "F32"
+        # The short convolution's weight too (llama.cpp keeps it F32: rows of K elements do not quantize).
+        conv = gname.endswith("shortconv.conv.weight")
+        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 and not conv else "F32"
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
@@ -528,6 +611,8 @@ def st_encode(x, dtype):
 def hf_config(cfg, dtype):
     if cfg.arch == "gemma3":
         return gemma3_hf_config(cfg, dtype)
+    if cfg.arch == "lfm2":
+        return lfm2_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
@@ -607,6 +692,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         header, off = {"__metadata__": {"format": "pt"}}, 0
         for _, hname, shape, _ in group:
             n = int(np.prod(shape)) * elem
+            if hname.endswith(".conv.conv.weight"):
+                shape = (shape[0], 1, shape[1])   # nn.Conv1d's (channels, 1, K)
             header[hname] = {"dtype": st_name, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
             weight_map[hname] = fname

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 forward pass (torch) for Llama-family, SmolLM3 and Gemma 3 models, to check Pith's logits.
+"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3 and LFM2 models, to check Pith's logits.
 
     reference.py --model MODEL.gguf --tokens 1,42,7 [--out logits.npy]
     reference.py --model HF_DIR --tokens 1,42,7
@@ -84,10 +84,26 @@ HF_LAYER_GEMMA3 = dict(HF_LAYER, **{
 })
 
 
+# LFM2 (modeling_lfm2.py), named as llama.cpp's LLM_ARCH_LFM2 names them (token_embd_norm for the final
+# norm, shortconv.* for the convolution layers).
+HF_TO_CANON_LFM2 = dict(HF_TO_CANON, **{"model.embedding_norm.weight": "token_embd_norm.weight"})
+HF_LAYER_LFM2 = {
+    "operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.out_proj.weight": "attn_output.weight",
+    "self_attn.q_layernorm.weight": "attn_q_norm.weight", "self_attn.k_layernorm.weight": "attn_k_norm.weight",
+    "conv.conv.weight": "shortconv.conv.weight", "conv.in_proj.weight": "shortconv.in_proj.weight",
+    "conv.out_proj.weight": "shortconv.out_proj.weight",
+    "feed_forward.w1.weight": "ffn_gate.weight", "feed_forward.w3.weight": "ffn_up.weight",
+    "feed_forward.w2.weight": "ffn_down.weight",
+}
+
+
 def hf_to_canonical(name, family="llama"):
-    if name in HF_TO_CANON:
-        return HF_TO_CANON[name]
-    layer = HF_LAYER_GEMMA3 if family == "gemma3" else HF_LAYER
+    glob = HF_TO_CANON_LFM2 if family == "lfm2" else HF_TO_CANON
+    if name in glob:
+        return glob[name]
+    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2}.get(family, HF_LAYER)
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
         return f"blk.{int(parts[2])}.{layer[parts[3]]}"
@@ -152,6 +168,8 @@ class Model:
         r = self._gguf = G.GGUFReader(path)
         md = r.metadata
         a = self.arch = md["general.architecture"]
+        if a == "lfm2":
+            return self._gguf_lfm2(r, md)
         if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
@@ -196,6 +214,8 @@ class Model:
     def _open_hf(self, d):
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
+        if c.get("model_type") == "lfm2":
+            return self._hf_lfm2(d, c)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
                  "gemma3_text": "gemma3"}
         if c.get("model_type") not in types:
@@ -289,6 +309,64 @@ class Model:
         self.embed_scale = float(scale.to(torch.float64))
         self.norm_offset = 1.0                                            # Gemma3RMSNorm: x * (1 + w)
 
+    # LFM2 (configuration_lfm2.py, modeling_lfm2.py; GGUF: llama.cpp's llama-model.cpp LLM_ARCH_LFM2).
+    def _lfm2_common(self):
+        self.family, self.rope_style, self.rope_divisors, self.position_scale = "lfm2", "half", None, 1.0
+
+    def _gguf_lfm2(self, r, md):
+        a = "lfm2"
+        self._lfm2_common()
+        self.dim = int(md[f"{a}.embedding_length"])
+        self.n_layers = int(md[f"{a}.block_count"])
+        self.n_heads = int(md[f"{a}.attention.head_count"])
+        kv = md.get(f"{a}.attention.head_count_kv", self.n_heads)
+        kv = [int(v) for v in kv] if isinstance(kv, (list, tuple, np.ndarray)) else [int(kv)] * self.n_layers
+        self.layer_types = ["conv" if v == 0 else "full_attention" for v in kv]   # head_count_kv 0: a conv layer
+        self.n_kv_heads = max(kv) or self.n_heads
+        self.head_dim = int(md.get(f"{a}.attention.key_length", 0))
+        self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
+        self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
+        self.conv_kernel = int(md[f"{a}.shortconv.l_cache"])
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
+
+    def _hf_lfm2(self, d, c):
+        self._lfm2_common()
+        self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv_heads = c.get("num_key_value_heads", self.n_heads)
+        self.head_dim = 0
+        self.eps = float(c.get("norm_eps", 1e-5))
+        self.theta = float(c.get("rope_theta", c.get("theta", 1e6)))
+        self.conv_kernel = int(c.get("conv_L_cache", 3))
+        if c.get("conv_bias"):
+            raise ValueError("LFM2 with convolution biases is not modelled")
+        n = self.n_layers
+        if c.get("layer_types"):
+            self.layer_types = list(c["layer_types"])
+        else:
+            idx = c.get("full_attn_idxs")
+            idx = range(n) if idx is None else idx
+            self.layer_types = ["full_attention" if i in idx else "conv" for i in range(n)]
+        files = ["model.safetensors"]
+        index = os.path.join(d, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        where = {}
+        for fn in files:
+            st = SafetensorsFile(os.path.join(d, fn))
+            for name in st.header:
+                canon = hf_to_canonical(name, "lfm2")
+                if canon:
+                    where[canon] = (st, name)
+        if c.get("tie_embedding", c.get("tie_word_embeddings", True)):
+            where.pop("output.weight", None)
+        self.names = set(where)
+        self._fetch = lambda canon: where[canon][0].tensor(where[canon][1])
+        self.n_vocab = c["vocab_size"]
+
     def _hf_llama3_divisors(self, rs, head_dim):
         """Hugging Face's formulation: scale the inverse frequencies by wavelength band."""
         inv = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
@@ -372,6 +450,50 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def lfm2_forward(m, tokens, aq, kv_f16):
+    """LFM2 (modeling_lfm2.py): per layer operator_norm, then GQA attention with RMS-normed Q and K heads
+    and rotate-half RoPE, or the gated short convolution out_proj(C * conv(B * x)), written in its
+    recurrent form (Lfm2ShortConv.slow_forward's decode path: a state of the last K - 1 inputs, rolled
+    one token at a time); then ffn_norm and the SwiGLU feed-forward (w2(silu(w1 x) * w3 x)); the final
+    norm (embedding_norm), a tied output unless lm_head exists."""
+    tok = torch.tensor(tokens, dtype=torch.long)
+    T, H, KV, hd, D, K = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim, m.dim, m.conv_kernel
+    pos = torch.arange(T)
+    x = m.w("token_embd.weight")[tok]
+    mask = causal_mask(T)
+    for i in range(m.n_layers):
+        p = f"blk.{i}."
+        h = aq(rms_norm(x, m.w(p + "attn_norm.weight"), m.eps))
+        if m.layer_types[i] == "conv":
+            B, C, xx = (h @ m.w(p + "shortconv.in_proj.weight").T).split(D, dim=-1)
+            bx = B * xx
+            w = m.w(p + "shortconv.conv.weight").reshape(D, K)
+            state = torch.zeros(K - 1, D, dtype=torch.float64)
+            conv = torch.empty(T, D, dtype=torch.float64)
+            for t in range(T):
+                window = torch.cat([state, bx[t:t + 1]], dim=0)          # [K, D], oldest first
+                conv[t] = (window * w.T).sum(dim=0)
+                state = window[1:]
+            o = aq(C * conv) @ m.w(p + "shortconv.out_proj.weight").T
+        else:
+            q = (h @ m.w(p + "attn_q.weight").T).view(T, H, hd)
+            k = (h @ m.w(p + "attn_k.weight").T).view(T, KV, hd)
+            v = (h @ m.w(p + "attn_v.weight").T).view(T, KV, hd)
+            q = rope(rms_norm(q, m.w(p + "attn_q_norm.weight"), m.eps), pos, m.theta, "half", None)
+            k = rope(rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps), pos, m.theta, "half", None)
+            if kv_f16:
+                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            o = aq(attention(q, k, v, mask, math.sqrt(hd)).reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
+        x = x + o
+        h = aq(rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps))
+        f = torch.nn.functional.silu(h @ m.w(p + "ffn_gate.weight").T) * (h @ m.w(p + "ffn_up.weight").T)
+        x = x + aq(f) @ m.w(p + "ffn_down.weight").T
+    x = rms_norm(x, m.w("token_embd_norm.weight"), m.eps)
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return aq(x) @ out.T
+
+
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
@@ -382,6 +504,8 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
     tok = torch.tensor(tokens, dtype=torch.long)
     if tok.min() < 0 or tok.max() >= m.n_vocab:
         raise ValueError("token id out of range")
+    if m.family == "lfm2":
+        return lfm2_forward(m, tokens, aq, kv_f16)
     T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
     gemma = m.family == "gemma3"
     pos = torch.arange(T)
