@@ -100,6 +100,7 @@ typedef struct gdn_case {
     float g_lo, g_hi;   /* log-decay range */
     bool chunked;
     int splits[4];      /* run lengths of successive calls (0: the rest) */
+    bool tiled;         /* value head h reads qk head h % n_qk_heads */
 } gdn_case;
 
 static void gdn_ref(const gdn_case *c, const float *q, const float *k, const float *v, const float *g,
@@ -109,7 +110,8 @@ static void gdn_ref(const gdn_case *c, const float *q, const float *k, const flo
     double *qn = malloc(dk * sizeof *qn), *kn = malloc(dk * sizeof *kn), *kv = malloc(dv * sizeof *kv);
     for (int t = 0; t < c->n_tokens; t++)
         for (int h = 0; h < H; h++) {
-            const float *qt = q + t * ldqk + (size_t)(h / ratio) * dk, *kt = k + t * ldqk + (size_t)(h / ratio) * dk;
+            int qh = c->tiled ? h % c->n_qk_heads : h / ratio;
+            const float *qt = q + t * ldqk + (size_t)qh * dk, *kt = k + t * ldqk + (size_t)qh * dk;
             double sq = 0, sk = 0;
             for (int d = 0; d < dk; d++) sq += (double)qt[d] * qt[d], sk += (double)kt[d] * kt[d];
             for (int d = 0; d < dk; d++) {
@@ -148,7 +150,7 @@ static void gdn_run(const gdn_case *c) {
     for (int p = 0; t0 < T; p++) {
         int n = p < 4 && c->splits[p] ? c->splits[p] : T - t0;
         if (n > T - t0) n = T - t0;
-        pith_gdn_args a = {n, H, c->n_qk_heads, dk, dv, q + t0 * ldqk, k + t0 * ldqk, ldqk,
+        pith_gdn_args a = {n, H, c->n_qk_heads, c->tiled, dk, dv, q + t0 * ldqk, k + t0 * ldqk, ldqk,
                            v + (size_t)t0 * H * dv, (size_t)H * dv, g + (size_t)t0 * H, beta + (size_t)t0 * H, (size_t)H,
                            1e-6f, S, out + (size_t)t0 * H * dv, (size_t)H * dv};
         for (int h = 0; h < H; h++) (c->chunked ? pith_gdn_chunked : pith_gdn_recurrent)(&a, h, scratch);
@@ -180,7 +182,7 @@ static void gdn_deterministic(void) {
     size_t ns = pith_gdn_scratch_floats(dk, dv);
     float *s1 = calloc(ns, sizeof *s1), *s2 = malloc(ns * sizeof *s2);
     for (size_t i = 0; i < ns; i++) s2[i] = NAN;
-    pith_gdn_args a = {T, H, H, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv};
+    pith_gdn_args a = {T, H, H, false, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv};
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s1);
     a.state = S2, a.out = o2;
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s2);
@@ -246,13 +248,14 @@ int main(void) {
 
     /* Gated DeltaNet: each case through both kernels */
     const gdn_case cases[] = {
-        {1, 1, 1, 4, 4, -1.5f, -0.001f, false, {0}},
-        {1, 3, 1, 16, 8, -1.5f, -0.001f, false, {0}},
-        {64, 2, 2, 16, 16, -1.5f, -0.001f, false, {0}},        /* exactly one chunk */
-        {65, 2, 1, 16, 8, -1.5f, -0.001f, false, {0}},         /* one-token tail */
-        {201, 4, 2, 32, 16, -1.5f, -0.001f, false, {70, 1, 63, 0}}, /* split runs, chunk tails */
-        {150, 1, 1, 64, 64, -0.0001f, 0.0f, false, {0}},       /* almost no decay: long memory */
-        {129, 2, 2, 128, 128, -0.2f, -0.0f, false, {128, 0}},  /* Qwen3.5's head size */
+        {1, 1, 1, 4, 4, -1.5f, -0.001f, false, {0}, false},
+        {1, 3, 1, 16, 8, -1.5f, -0.001f, false, {0}, false},
+        {64, 2, 2, 16, 16, -1.5f, -0.001f, false, {0}, false},        /* exactly one chunk */
+        {65, 2, 1, 16, 8, -1.5f, -0.001f, false, {0}, false},         /* one-token tail */
+        {201, 4, 2, 32, 16, -1.5f, -0.001f, false, {70, 1, 63, 0}, false}, /* split runs, chunk tails */
+        {70, 6, 2, 16, 8, -1.5f, -0.001f, false, {0}, true},     /* llama.cpp's tiled head order */
+        {150, 1, 1, 64, 64, -0.0001f, 0.0f, false, {0}, false},       /* almost no decay: long memory */
+        {129, 2, 2, 128, 128, -0.2f, -0.0f, false, {128, 0}, false},  /* Qwen3.5's head size */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gdn_case c = cases[i];

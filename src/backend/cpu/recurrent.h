@@ -42,7 +42,8 @@ void pith_conv1d(const pith_conv1d_args *a, int c0, int c1);
 
 /* ---- Gated DeltaNet (recurrent_gdn.c), as Qwen3-Next / Qwen3.5 define it ----
  *
- * Per value head h (its query/key head is h / (n_heads / n_qk_heads), as transformers' repeat_interleave),
+ * Per value head h (its query/key head is h / (n_heads / n_qk_heads), as transformers' repeat_interleave,
+ * or h % n_qk_heads with qk_tiled, as llama.cpp's ggml_repeat and its GGUF head order have it),
  * with q and k L2-normalised (x / sqrt(sum x^2 + eps)) and q scaled by 1/sqrt(dk), decay a = exp(g),
  * g <= 0, and beta in (0, 1), state S of dk x dv:
  *   S = a S;  delta = beta (v - S^T k);  S = S + k delta^T;  out = S^T q
@@ -58,6 +59,7 @@ typedef struct pith_gdn_args {
     int n_tokens;
     int n_heads;          /* value heads */
     int n_qk_heads;       /* divides n_heads */
+    bool qk_tiled;        /* value head h reads query/key head h % n_qk_heads (else h / ratio) */
     int dk, dv;
     const float *q, *k;   /* [t * ld_qk + head * dk + d] */
     size_t ld_qk;

@@ -35,7 +35,7 @@ static float dot(const float *a, const float *b, int n) {
 }
 
 void pith_gdn_recurrent(const pith_gdn_args *a, int h, float *scratch) {
-    const int dk = a->dk, dv = a->dv, qh = h / (a->n_heads / a->n_qk_heads);
+    const int dk = a->dk, dv = a->dv, qh = a->qk_tiled ? h % a->n_qk_heads : h / (a->n_heads / a->n_qk_heads);
     const float scale = 1.0f / sqrtf((float)dk);
     float *S = a->state + (size_t)h * dk * dv;
     float *qn = scratch, *kn = qn + dk, *kv = kn + dk;
@@ -66,7 +66,7 @@ void pith_gdn_recurrent(const pith_gdn_args *a, int h, float *scratch) {
 }
 
 void pith_gdn_chunked(const pith_gdn_args *a, int h, float *scratch) {
-    const int dk = a->dk, dv = a->dv, qh = h / (a->n_heads / a->n_qk_heads);
+    const int dk = a->dk, dv = a->dv, qh = a->qk_tiled ? h % a->n_qk_heads : h / (a->n_heads / a->n_qk_heads);
     const float scale = 1.0f / sqrtf((float)dk);
     float *S = a->state + (size_t)h * dk * dv;
     float *qn = scratch, *kn = qn + (size_t)C * dk, *W = kn + (size_t)C * dk, *U = W + (size_t)C * dk;
