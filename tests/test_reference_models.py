@@ -95,7 +95,7 @@ N_GEN_PROMPT = 12
 # tokens at a time and in one chunk, then 64 tokens generated; the recurrent state crosses every chunk
 # boundary. Tolerances as for the other float cases: the float64 reference computes the same function
 # (recurrent form, token by token) and only float32 arithmetic separates them.
-HYBRID_PRESETS = ["test-lfm2"]
+HYBRID_PRESETS = ["test-lfm2", "test-qwen35"]
 HYBRID_PROMPT = PROMPT_TEXT + " " + PROMPT_TEXT
 N_GEN_HYBRID = 64
 
