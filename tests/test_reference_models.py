@@ -63,6 +63,11 @@ TOLERANCES = {
     # input (B * x, then C * conv): over seeds 900-905 the max error was 0.21-0.32 and the mean 0.033-0.043,
     # while pith agreed with the act-q8 simulation to 1e-6 wherever no rounding boundary flipped.
     "q32-gated": (0.5, 0.06, 32),
+    # Q8_0 on Qwen3.5: the rounded projections feed sigmoid and SiLU gates, L2 norms and a recurrent state
+    # that every later token reads: over seeds 900-905 the max error was 0.53-1.26 and the mean 0.076-0.11
+    # (pith against the act-q8 simulation: 0.05-0.14, where rounding boundaries flip). A loose bound on a
+    # random model whose logits have a standard deviation of 1; the F32 cases carry the precision.
+    "q32-delta": (2.0, 0.15, 32),
     # Q4_K / Q6_K: the same per block of 256 (a larger block max, so a larger step).
     "qk": (0.4, 0.05, 256),
 }
@@ -271,8 +276,11 @@ def check_hybrid_references(tmp):
         mkmodel.write_safetensors(cfg, spath, "F32", seed=13, shards=2)
         err = float(np.abs(reference.forward(reference.Model(gpath), tokens).numpy() -
                            reference.forward(reference.Model(spath), tokens).numpy()).max())
-        print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e} (bound 1e-9)")
-        if err > 1e-9:
+        # Qwen3.5's GGUF stores norms as float32(1 + w) and ssm_a as float32(-exp(A_log)): that rounding alone
+        # moves the logits by 1.2e-5 (rounding them likewise on the safetensors side leaves 6e-7).
+        bound = 3e-5 if preset == "test-qwen35" else 1e-9
+        print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e} (bound {bound:g})")
+        if err > bound:
             fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
     m = reference.Model(os.path.join(tmp, "x-test-lfm2-st"))
     D, K, T = m.dim, m.conv_kernel, 40
@@ -575,7 +583,8 @@ def main():
                             n_gen=N_GEN_HYBRID, prompt=HYBRID_PROMPT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
             model, tok, n_vocab = make_model(tmp, preset, "gguf", "Q8_0", seed)
-            compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab, "q32-gated")
+            compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab,
+                    "q32-delta" if preset == "test-qwen35" else "q32-gated")
             seed += 1
     print(f"{time.time() - t0:.1f} s")
     if failures:
