@@ -136,6 +136,9 @@ static void gdn_ref(const gdn_case *c, const float *q, const float *k, const flo
     free(qn), free(kn), free(kv);
 }
 
+/* the portable loops of the recurrent kernel, or its AVX2 version where the CPU has one */
+static bool portable;
+
 static void gdn_run(const gdn_case *c) {
     int T = c->n_tokens, H = c->n_heads, dk = c->dk, dv = c->dv;
     size_t ldqk = (size_t)c->n_qk_heads * dk, nS = (size_t)H * dk * dv;
@@ -152,7 +155,7 @@ static void gdn_run(const gdn_case *c) {
         if (n > T - t0) n = T - t0;
         pith_gdn_args a = {n, H, c->n_qk_heads, c->tiled, dk, dv, q + t0 * ldqk, k + t0 * ldqk, ldqk,
                            v + (size_t)t0 * H * dv, (size_t)H * dv, g + (size_t)t0 * H, beta + (size_t)t0 * H, (size_t)H,
-                           1e-6f, S, out + (size_t)t0 * H * dv, (size_t)H * dv};
+                           1e-6f, S, out + (size_t)t0 * H * dv, (size_t)H * dv, portable};
         for (int h = 0; h < H; h++) (c->chunked ? pith_gdn_chunked : pith_gdn_recurrent)(&a, h, scratch);
         t0 += n;
     }
@@ -164,8 +167,9 @@ static void gdn_run(const gdn_case *c) {
     CHECKF(worst <= tol && sworst <= 1e-5 * (mS + 1.0),
            "gdn %s T=%d H=%d/%d dk=%d dv=%d: output error %g (tol %g), state error %g", c->chunked ? "chunked" : "recurrent",
            T, H, c->n_qk_heads, dk, dv, worst, tol, sworst);
-    printf("gdn %-9s T=%4d H=%d/%d dk=%3d dv=%3d g in [%g, %g]: max error %.2e of max |out| %.3f, state %.2e\n",
-           c->chunked ? "chunked" : "recurrent", T, H, c->n_qk_heads, dk, dv, c->g_lo, c->g_hi, worst, mref, sworst);
+    printf("gdn %-9s%s T=%4d H=%d/%d dk=%3d dv=%3d g in [%g, %g]: max error %.2e of max |out| %.3f, state %.2e\n",
+           c->chunked ? "chunked" : "recurrent", c->chunked ? "" : portable ? " (portable)" : " (simd)", T, H,
+           c->n_qk_heads, dk, dv, c->g_lo, c->g_hi, worst, mref, sworst);
     free(q), free(k), free(v), free(g), free(beta), free(S), free(out), free(Sr), free(ref), free(scratch);
 }
 
@@ -182,7 +186,7 @@ static void gdn_deterministic(void) {
     size_t ns = pith_gdn_scratch_floats(dk, dv);
     float *s1 = calloc(ns, sizeof *s1), *s2 = malloc(ns * sizeof *s2);
     for (size_t i = 0; i < ns; i++) s2[i] = NAN;
-    pith_gdn_args a = {T, H, H, false, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv};
+    pith_gdn_args a = {T, H, H, false, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv, false};
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s1);
     a.state = S2, a.out = o2;
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s2);
@@ -256,9 +260,13 @@ int main(void) {
         {70, 6, 2, 16, 8, -1.5f, -0.001f, false, {0}, true},     /* llama.cpp's tiled head order */
         {150, 1, 1, 64, 64, -0.0001f, 0.0f, false, {0}, false},       /* almost no decay: long memory */
         {129, 2, 2, 128, 128, -0.2f, -0.0f, false, {128, 0}, false},  /* Qwen3.5's head size */
+        {40, 3, 3, 16, 96, -1.0f, -0.01f, false, {1, 1, 0}, true},   /* three SIMD column blocks */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gdn_case c = cases[i];
+        portable = true;
+        gdn_run(&c);
+        portable = false;
         gdn_run(&c);
         c.chunked = true;
         gdn_run(&c);

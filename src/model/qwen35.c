@@ -7,8 +7,8 @@
  *     times sigmoid(gate), projected and added to the residual;
  *   Gated DeltaNet layers: the q/k/v projection through the causal convolution (SiLU) whose last K-1
  *     inputs are the sequence's carried state; beta = sigmoid(b), g = ssm_a * softplus(a + dt_bias); the
- *     delta rule per value head (recurrent.h: chunked for runs of PITH_QWEN35_CHUNKED tokens or more,
- *     token by token below), each head's output RMS-normed and gated by silu(z), projected and added;
+ *     delta rule per value head (recurrent.h, the recurrent form: see the note above delta_unit), each head's output
+ *     RMS-normed and gated by silu(z), projected and added;
  * then post_attention_norm and a SwiGLU feed-forward; finally output_norm and the vocabulary projection
  * for the rows that want logits or hidden states.
  *
@@ -32,8 +32,11 @@
 #include "model/batch_check.h"
 #include "pith/kv.h"
 
-/* Runs this long or longer go through the chunked delta rule. */
-#define PITH_QWEN35_CHUNKED 32
+/* Every run goes through the recurrent delta rule (recurrent.h), a prefill chunk too: its result is
+ * then the same bits however the scheduler cuts a prompt into chunks or batches it with others (the
+ * chunked WY form sums in another order, and one flipped rounding changes greedy tokens of a quantized
+ * model), and on AVX2 machines the recurrent kernel is also the faster of the two today (test_recurrent
+ * checks both against the float64 definition; a blocked SIMD chunked kernel would change this). */
 
 typedef struct q35_layer {
     bool delta;
@@ -50,7 +53,7 @@ typedef struct q35 {
     pith_attn_scratch attn;
     int q_dim, kv_dim, n_rot, K, key_dim, value_dim, conv_dim;
     size_t conv_floats, state_floats; /* per DeltaNet layer */
-    bool qk_tiled;
+    bool qk_tiled, portable;
     pith_kv_host mem;
     int *group_layers, *layer_group, *layer_index;
     const pith_tensor *embd;
@@ -202,6 +205,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF;
     const char *fs = getenv("PITH_FORCE_SCALAR");
     bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
+    m->portable = force_scalar;
     pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
@@ -492,10 +496,10 @@ static void delta_unit(job *j, int u, int ith) {
         .dk = hp->ssm_head_k_dim, .dv = hp->ssm_head_v_dim, .q = qkv, .k = qkv + m->key_dim, .ld_qk = (size_t)m->conv_dim,
         .v = qkv + 2 * m->key_dim, .ld_v = (size_t)m->conv_dim, .g = m->aa + (size_t)t0 * nv,
         .beta = m->bb + (size_t)t0 * nv, .ld_gb = (size_t)nv, .eps = 1e-6f, .state = S,
-        .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim,
+        .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim, .portable = m->portable,
     };
     float *scratch = m->gdn_scratch + (size_t)ith * m->gdn_scratch_floats;
-    (n >= PITH_QWEN35_CHUNKED ? pith_gdn_chunked : pith_gdn_recurrent)(&a, h, scratch);
+    pith_gdn_recurrent(&a, h, scratch);
 }
 
 static void gated_norm_row(job *j, int t, int ith) {

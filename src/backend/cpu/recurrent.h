@@ -51,7 +51,8 @@ void pith_conv1d(const pith_conv1d_args *a, int c0, int c1);
  * PITH_GDN_CHUNK tokens (the WY form: within a chunk the unit lower-triangular system
  * (I + strictly-lower(beta_i k_i.k_j exp(G_i - G_j))) U = beta V is solved by substitution, G the
  * cumulative log-decay), so a prefill costs matrix products instead of c state passes per chunk. Both
- * give the same result up to rounding (the chunked form sums in another order).
+ * give the same result up to rounding (the chunked form sums in another order). The recurrent form has
+ * an AVX2/FMA version (value widths that are multiples of 32), chosen at run time.
  * State layout: [n_heads][dk][dv], row d of head h at state + (h * dk + d) * dv. */
 #define PITH_GDN_CHUNK 64
 
@@ -72,6 +73,7 @@ typedef struct pith_gdn_args {
     float *state;         /* [n_heads][dk][dv] */
     float *out;           /* [t * ld_out + h * dv + e] */
     size_t ld_out;
+    bool portable;        /* the portable loops even where AVX2 exists (PITH_FORCE_SCALAR) */
 } pith_gdn_args;
 
 size_t pith_gdn_scratch_floats(int dk, int dv);
