@@ -1,3 +1,7 @@
+/* copy_blocks on the RECURRENT group copies whole state slots (snapshots and forks), at slot ids past
+ * max_num_seqs too: a prompt prefilled on state slot 9 of 12, its state copied to slot 11 and its KV
+ * blocks to others, gives the same next-token logits, bit for bit, from the copy as from the original;
+ * ids outside the pool are refused. Then: */
 /* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
  * convolutions; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
@@ -12,6 +16,7 @@
 
 #include "check.h"
 #include "core/engine_internal.h"
+#include "model_mem.h"
 #include "pith/engine.h"
 
 #define MAX_OUT 64
@@ -36,6 +41,48 @@ static void run(pith_engine *e) {
     }
 }
 
+static void test_state_copy(pith_model *m, const char *path) {
+    enum { BS = 16, NB = 12, P = 20 };
+    pith_err err;
+    if (tm_alloc(m, BS, NB, 64, PITH_F32, &err)) {
+        CHECKF(0, "%s: %s", path, err.msg);
+        return;
+    }
+    int rg = -1, kg = -1;
+    for (int g = 0; g < m->mem.n_groups; g++) {
+        if (m->mem.groups[g].kind == PITH_MEM_RECURRENT) rg = g;
+        else kg = g;
+    }
+    int32_t tok[P], pos[P], seq[P], slot[P], table[2] = {0, 1}, state[1] = {9};
+    uint8_t want[P] = {0};
+    for (int i = 0; i < P; i++) tok[i] = (i * 37 + 11) % m->hp.n_vocab, pos[i] = i, seq[i] = 0, slot[i] = i;
+    want[P - 1] = 1;
+    float *lg = malloc(3 * (size_t)m->hp.n_vocab * sizeof *lg);
+    tm_batch t;
+    tm_batch_init(&t, m, P, tok, pos, seq, slot, want, 1, 2, table);
+    for (int g = 0; g < m->mem.n_groups; g++) t.mem[g].state_slots = state;
+    CHECKF(pith_model_forward(m, &t.b, lg, &err) == 0, "%s", err.msg);
+    /* fork: state slot 9 -> 11, KV blocks 0, 1 -> 4, 5 */
+    int32_t ssrc[1] = {9}, sdst[1] = {11}, ksrc[2] = {0, 1}, kdst[2] = {4, 5}, bad[1] = {NB};
+    CHECKF(pith_model_copy_blocks(m, rg, ssrc, sdst, 1, &err) == 0, "%s", err.msg);
+    if (kg >= 0) CHECKF(pith_model_copy_blocks(m, kg, ksrc, kdst, 2, &err) == 0, "%s", err.msg);
+    CHECK(pith_model_copy_blocks(m, rg, ssrc, bad, 1, &err) != 0 && strstr(err.msg, "outside"));
+    /* the next token from the copy, then from the original */
+    int32_t ntok[1] = {7}, npos[1] = {P}, nseq[1] = {0}, nslot[1], copy_table[2] = {4, 5}, copy_state[1] = {11};
+    uint8_t nwant[1] = {1};
+    for (int k = 0; k < 2; k++) {
+        const int32_t *tb = k == 0 ? copy_table : table;
+        nslot[0] = tb[P / BS] * BS + P % BS;
+        tm_batch_init(&t, m, 1, ntok, npos, nseq, nslot, nwant, 1, 2, tb);
+        for (int g = 0; g < m->mem.n_groups; g++) t.mem[g].state_slots = k == 0 ? copy_state : state;
+        CHECKF(pith_model_forward(m, &t.b, lg + (size_t)(1 + k) * m->hp.n_vocab, &err) == 0, "%s", err.msg);
+    }
+    CHECKF(!memcmp(lg + m->hp.n_vocab, lg + 2 * (size_t)m->hp.n_vocab, (size_t)m->hp.n_vocab * sizeof *lg),
+           "%s: logits from the copied state differ from the original's", path);
+    free(lg);
+    pith_model_mem_free(m);
+}
+
 static void test_model(const char *path) {
     pith_err err;
     pith_model_options mo = {.n_threads = 2};
@@ -47,6 +94,7 @@ static void test_model(const char *path) {
     bool recurrent = false;
     for (int g = 0; g < m->mem.n_groups; g++) recurrent |= m->mem.groups[g].kind == PITH_MEM_RECURRENT;
     CHECKF(recurrent, "%s declares no recurrent group", path);
+    if (recurrent) test_state_copy(m, path);
     enum { N = 8, GEN = 40, LEN = 70 };
     static int32_t ids[N][LEN];
     uint32_t x = 4242;
