@@ -42,6 +42,85 @@ def run_pith(args, timeout=300, input=None):
                           timeout=timeout, input=input)
 
 
+class Server:
+    """`pith serve --port 0 ARGS` for a test: base URL, JSON posts, the log. Use as a context manager."""
+
+    def __init__(self, args, ready_timeout=30):
+        import re
+        import threading
+        import time
+        import urllib.request
+        self.log = []
+        self.proc = subprocess.Popen([pith_bin(), "serve", "--port", "0"] + list(args), stderr=subprocess.PIPE,
+                                     text=True)
+        found = threading.Event()
+
+        def reader():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                if "listening on" in line:
+                    found.set()
+            found.set()
+
+        self.reader = threading.Thread(target=reader, daemon=True)
+        self.reader.start()
+        found.wait(ready_timeout)
+        m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(self.log))
+        if not m:
+            self.proc.kill()
+            raise RuntimeError("server did not start: " + "".join(self.log))
+        self.base = "http://127.0.0.1:%s" % m.group(1)
+        until = time.time() + ready_timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > until:
+                self.close()
+                raise RuntimeError("server not ready: " + "".join(self.log))
+            time.sleep(0.02)
+
+    def post(self, route, body, timeout=120):
+        """(status, parsed JSON body)."""
+        import json
+        import urllib.error
+        import urllib.request
+        req = urllib.request.Request(self.base + route, data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    def metric(self, name):
+        """The value of an unlabelled metric in /metrics."""
+        import urllib.request
+        with urllib.request.urlopen(self.base + "/metrics", timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        raise KeyError(name)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def main():
     """unittest.main that exits 1 on failure and 0 on success (never 77 after running tests)."""
     prog = unittest.main(exit=False, verbosity=2)

@@ -258,14 +258,16 @@ static void test_sizing_and_refusals(void) {
     if (e) {
         pith_engine_stats st;
         pith_engine_get_stats(e, &st);
-        CHECK(st.n_mem_groups == 3 && st.mem_bytes <= budget);
+        /* State snapshots have a budget of their own (default: two per sequence), outside kv_mem_bytes. */
+        const size_t snap_bytes = (size_t)st.mem[2].snapshot_units * st.mem[2].unit_bytes;
+        CHECK(st.n_mem_groups == 3 && st.mem[2].snapshot_units == 2 * 4 && st.mem_bytes - snap_bytes <= budget);
         CHECK(st.mem[0].kind == PITH_MEM_FULL && st.mem[1].kind == PITH_MEM_WINDOW && st.mem[2].kind == PITH_MEM_RECURRENT);
         /* F16, k_dim 2 + v_dim 1: 8 slots x 2 layers x 3 x 2 bytes */
         CHECK(st.mem[0].unit_bytes == 96 && st.mem[1].unit_bytes == 192 && st.mem[2].unit_bytes == sizeof(fake_rstate));
         /* windows: 4 sequences x (ceil(31/8) + 1 + 64/8) blocks */
-        CHECK(st.mem[1].units_total == 4 * (4 + 1 + 8) && st.mem[2].units_total == 4);
+        CHECK(st.mem[1].units_total == 4 * (4 + 1 + 8) && st.mem[2].units_total == 4 + 8);
         /* what is left goes to the full group, and one more block would not fit */
-        CHECK(st.mem_bytes + 96 > budget && st.mem[0].units_total > 1000);
+        CHECK(st.mem_bytes - snap_bytes + 96 > budget && st.mem[0].units_total > 1000);
         CHECK(fake_of(m)->prepared == 1 && fake_of(m)->limits.max_batch_tokens == 64 &&
               fake_of(m)->limits.max_num_seqs == 4 && fake_of(m)->limits.max_seq_len == pith_engine_max_seq_len(e));
         /* The model's memory belongs to this engine: a second one is refused, and the first still works. */

@@ -28,6 +28,7 @@ typedef struct rec {
     pith_finish_reason why;
     pith_usage usage;
     bool cancel_sent;
+    int sibling;          /* index among the n of its request */
 } rec;
 
 typedef struct sim {
@@ -50,7 +51,7 @@ static void submit_random(sim *S);
 
 static void on_token(const pith_token_event *ev, void *user) {
     sim *S = ((void **)user)[0];
-    rec *r = &S->recs[(intptr_t)((void **)user)[1]];
+    rec *r = &S->recs[(intptr_t)((void **)user)[1] + ev->index]; /* siblings (n > 1) follow their first */
     CHECK(ev->request_id == r->id);
     if (r->n_final) {
         r->events_after_final++;
@@ -81,8 +82,10 @@ static void on_token(const pith_token_event *ev, void *user) {
 static void *user_pairs[20000][2];
 
 static void submit_random(sim *S) {
-    if (S->n_recs >= 20000) return;
-    if (S->n_recs == S->cap_recs) return; /* recs never move: cap fixed per run */
+    /* Sometimes several samples of one prompt (pith_request.n): greedy, so each must equal the rest. */
+    int n_sib = rnd(S, 6) == 0 ? 2 + (int)rnd(S, 3) : 1;
+    if (S->n_recs + n_sib > 20000) return;
+    if (S->n_recs + n_sib > S->cap_recs) return; /* recs never move: cap fixed per run */
     int idx = S->n_recs;
     rec *r = &S->recs[idx];
     memset(r, 0, sizeof *r);
@@ -105,20 +108,30 @@ static void submit_random(sim *S) {
     pith_request q = {
         .prompt = r->prompt, .n_prompt = n, .sampling = pith_sampling_defaults(), .max_tokens = r->max_tokens,
         .stop_ids = &r->stop_id, .n_stop_ids = r->stop_id >= 0, .priority = r->priority,
-        .on_token = on_token, .user = user_pairs[idx],
+        .on_token = on_token, .user = user_pairs[idx], .n = n_sib,
     };
     q.sampling.temperature = 0;
+    for (int k = 1; k < n_sib; k++) {
+        rec *c = &S->recs[idx + k];
+        *c = *r;
+        c->prompt = malloc((size_t)n * sizeof *c->prompt);
+        memcpy(c->prompt, r->prompt, (size_t)n * sizeof *c->prompt);
+        c->sibling = k;
+    }
     pith_err err;
     uint64_t id;
     int rc = pith_engine_submit(S->e, &q, &id, &err);
-    S->n_recs++;
-    if (n >= max_len) {
-        CHECKF(rc == PITH_SUBMIT_INVALID, "prompt of %d tokens (limit %d) gave %d", n, max_len, rc);
-        r->n_final = -1; /* rejected: expects no events */
-        r->id = 0;
-    } else {
-        CHECKF(rc == 0, "submit failed: %s", err.msg);
-        r->id = id;
+    S->n_recs += n_sib;
+    for (int k = 0; k < n_sib; k++) {
+        rec *c = &S->recs[idx + k];
+        if (n >= max_len) {
+            CHECKF(rc == PITH_SUBMIT_INVALID, "prompt of %d tokens (limit %d) gave %d", n, max_len, rc);
+            c->n_final = -1; /* rejected: expects no events */
+            c->id = 0;
+        } else {
+            CHECKF(rc == 0, "submit failed: %s", err.msg);
+            c->id = id + (uint64_t)k;
+        }
     }
 }
 
@@ -154,16 +167,22 @@ static void verify(sim *S, const fake_state *fs, int max_len, int *n_errors, int
         default: CHECKF(0, "request %llu: finish reason %d", (unsigned long long)r->id, r->why);
         }
         CHECK(r->usage.prompt_tokens == r->n_prompt && r->usage.completion_tokens == r->n_out);
-        CHECK(r->usage.cached_tokens >= 0 && r->usage.cached_tokens < r->n_prompt);
+        /* a forked sibling computed none of its prompt */
+        CHECK(r->usage.cached_tokens >= 0 && (r->usage.cached_tokens < r->n_prompt || r->sibling > 0));
         free(all);
     }
 }
 
 /* A random memory spec: kind 0 one FULL group, 1 FULL + WINDOW, 2 WINDOW groups only, 3 FULL + WINDOW +
- * RECURRENT. Returns the number of groups. */
+ * RECURRENT, 4 RECURRENT only (a pure state-space model: hits come from snapshots alone). Returns the
+ * number of groups. */
 static int random_spec(sim *S, int kind, fake_group_def *d, int *n_free) {
     int n = 0;
     *n_free = (int)rnd(S, 3);
+    if (kind == 4) {
+        d[n++] = (fake_group_def){PITH_MEM_RECURRENT, 0, 1 + (int)rnd(S, 2)};
+        return n;
+    }
     if (kind != 2) d[n++] = (fake_group_def){PITH_MEM_FULL, 0, 1 + (int)rnd(S, 3)};
     if (kind >= 1) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 40), 1 + (int)rnd(S, 4)};
     if (kind == 2) d[n++] = (fake_group_def){PITH_MEM_WINDOW, 1 + (int)rnd(S, 70), 1};
@@ -172,7 +191,7 @@ static int random_spec(sim *S, int kind, fake_group_def *d, int *n_free) {
 }
 
 static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_kind, uint64_t *preemptions,
-                    uint64_t *hits) {
+                    uint64_t *hits, uint64_t *forked) {
     sim S = {.rng = seed};
     static const int block_sizes[] = {1, 2, 3, 4, 8, 16};
     pith_engine_options o = {
@@ -183,6 +202,12 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
         .no_prefix_cache = rnd(&S, 8) == 0,
         .max_seq_len = 24 + (int)rnd(&S, 200),
     };
+    /* State snapshots: from a pool of one (constant eviction) to a roomy one, or none; intervals from
+     * one block up, or none. */
+    uint32_t snap_kind = rnd(&S, 6);
+    o.snapshot_mem_bytes = snap_kind == 0 ? SIZE_MAX : snap_kind == 1 ? 0 : sizeof(fake_rstate) * (1 + rnd(&S, 24));
+    uint32_t iv = rnd(&S, 4);
+    o.snapshot_interval = iv == 0 ? -1 : iv == 1 ? 0 : o.block_size * (1 + (int)rnd(&S, 6));
     /* From a pool that holds barely one long sequence to a roomy one. */
     int per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
     o.kv_blocks = rnd(&S, 3) == 0 ? per_seq * (2 + (int)rnd(&S, 8)) : (per_seq + 1) / 2 + (int)rnd(&S, (uint32_t)per_seq);
@@ -204,7 +229,7 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
     if (!S.e) return;
     int max_len = pith_engine_max_seq_len(S.e);
     /* A FULL group caps the length at what its pool holds; WINDOW groups alone do not. */
-    CHECK(max_len <= o.max_seq_len && (spec_kind == 2 || max_len <= o.kv_blocks * o.block_size) && max_len > 0);
+    CHECK(max_len <= o.max_seq_len && (spec_kind == 2 || spec_kind == 4 || max_len <= o.kv_blocks * o.block_size) && max_len > 0);
     S.cap_recs = 20000;
     S.recs = calloc((size_t)S.cap_recs, sizeof *S.recs);
     for (int b = 0; b < 4; b++)
@@ -256,9 +281,14 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
         CHECK(ms->kind == defs[g].kind && ms->n_layers == defs[g].n_layers && ms->units_used == 0);
         if (ms->kind == PITH_MEM_FULL) CHECK(ms->units_total == o.kv_blocks);
         if (ms->kind == PITH_MEM_WINDOW) CHECK(ms->units_total <= o.kv_blocks && ms->window == defs[g].window);
-        if (ms->kind == PITH_MEM_RECURRENT) CHECK(ms->units_total == o.max_num_seqs && ms->units_free == ms->units_total);
+        if (ms->kind == PITH_MEM_RECURRENT) {
+            CHECK(ms->units_total == o.max_num_seqs + ms->snapshot_units);
+            CHECK(ms->units_free + ms->units_cached == ms->units_total && ms->units_cached <= ms->snapshot_units);
+            if (o.no_prefix_cache || o.snapshot_mem_bytes == SIZE_MAX) CHECK(ms->snapshot_units == 0);
+        }
     }
-    if (spec_kind == 3) CHECK(st.prefix_cache_hits == 0); /* no state snapshots yet: no hits */
+    /* Every hit on a model with state needs a snapshot at exactly its length. */
+    if (spec_kind >= 3) CHECK(st.state_restores <= st.state_snapshots && (st.prefix_cache_hits == 0) == (st.state_restores == 0));
     CHECK(st.requests_submitted == (uint64_t)accepted && st.requests_finished == (uint64_t)accepted);
     CHECK(st.requests_rejected == (uint64_t)(S.n_recs - accepted));
     CHECK(st.requests_cancelled == (uint64_t)n_cancelled && st.requests_failed == (uint64_t)n_errors);
@@ -269,10 +299,12 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
     *preemptions += st.preemptions;
     *hits += st.prefix_cache_hits;
     printf("seed %llu, spec %d (%d groups): bs %d, %d blocks, max_len %d, seqs %d, batch %d: %d requests (%d cancelled, %d failed), "
-           "%d steps, %llu preemptions, %llu/%llu cached tokens, widest batch %d\n",
+           "%d steps, %llu preemptions, %llu/%llu cached tokens, %llu forked, widest batch %d\n",
            (unsigned long long)seed, spec_kind, n_groups, o.block_size, o.kv_blocks, max_len, o.max_num_seqs, o.max_batch_tokens,
            accepted, n_cancelled, n_errors, steps, (unsigned long long)st.preemptions,
-           (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries, fs->max_seqs_seen);
+           (unsigned long long)st.prefix_cache_hits, (unsigned long long)st.prefix_cache_queries,
+           (unsigned long long)st.forked_sequences, fs->max_seqs_seen);
+    *forked += st.forked_sequences;
     pith_engine_free(S.e);
     for (int i = 0; i < S.n_recs; i++) free(S.recs[i].prompt);
     free(S.recs);
@@ -282,12 +314,13 @@ static void run_sim(uint64_t seed, int n_steps, bool inject_failure, int spec_ki
 int main(void) {
     /* Per spec kind: across its runs, small pools must have forced preemption and shared prefixes must
      * have hit (through window groups too: a hit there holds only the window's blocks). */
-    for (int kind = 0; kind < 4; kind++) {
-        uint64_t preemptions = 0, hits = 0;
+    for (int kind = 0; kind < 5; kind++) {
+        uint64_t preemptions = 0, hits = 0, forked = 0;
         for (uint64_t seed = 1; seed <= 8; seed++)
-            run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits);
+            run_sim(seed * 4 + (uint64_t)kind, 600, seed % 4 == 0, kind, &preemptions, &hits, &forked);
+        CHECKF(forked > 0, "spec %d: no sibling forked", kind);
         CHECKF(preemptions > 0, "spec %d: no preemption", kind);
-        if (kind != 3) CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
+        CHECKF(hits > 0, "spec %d: no prefix cache hit", kind);
     }
     return check_summary("test_sched_sim");
 }

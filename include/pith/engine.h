@@ -39,6 +39,14 @@ extern "C" {
 
 typedef struct pith_engine pith_engine;
 
+/* Where speculative decoding gets its drafts. */
+typedef enum pith_spec_type {
+    PITH_SPEC_OFF = 0,
+    PITH_SPEC_NGRAM,         /* prompt lookup: what followed the latest earlier occurrence of the last
+                                few tokens, in the prompt and the output so far (model-free) */
+    PITH_SPEC_CUSTOM,        /* options.spec_draft (tests; a draft model) */
+} pith_spec_type;
+
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
     int block_size;          /* tokens per KV block, every group; 0: 16 */
@@ -52,7 +60,26 @@ typedef struct pith_engine_options {
     int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped
                                 to the model's context length and to what the pool can hold. */
     int max_waiting;         /* requests queued beyond the running ones; 0: 4096 */
-    bool no_prefix_cache;    /* disable prefix caching */
+    bool no_prefix_cache;    /* disable prefix caching (and state snapshots) */
+    /* RECURRENT groups (memory.h): state snapshots for prefix caching, beside the running sequences'
+     * slots and outside kv_mem_bytes. Bytes for snapshots of every RECURRENT group together; 0: room for
+     * two per sequence that can run, at most 1 GiB; SIZE_MAX: none (no prefix hits on such models). */
+    size_t snapshot_mem_bytes;
+    int snapshot_interval;   /* tokens between snapshots of a long prompt, rounded up to whole blocks;
+                                0: 1024; -1: only prompt ends, divergence points and decode (mem.h) */
+    /* Speculative decoding (spec.h): a decoding sequence carries up to spec_max_draft proposed tokens,
+     * verified in one forward pass; the output is exactly what decoding one token at a time gives
+     * (greedy: the same tokens; sampled: the same distribution, and with the same seed the same draws
+     * when the logits are the same). Not on models with recurrent state yet (their state would have
+     * to roll back). */
+    pith_spec_type spec_type;
+    int spec_max_draft;      /* tokens per draft, 1..16; 0: 8 */
+    int spec_max_seqs;       /* drafts only while at most this many sequences decode (a large batch
+                                is compute-bound, and verification would cost more than it saves); 0: 4 */
+    /* PITH_SPEC_CUSTOM: proposes up to max tokens that follow tokens[0..n) into draft; returns how
+     * many (0: none). Called on the stepping thread; must not call the engine. */
+    int (*spec_draft)(void *user, uint64_t request_id, const int32_t *tokens, int n, int32_t *draft, int max);
+    void *spec_user;
 } pith_engine_options;
 
 typedef enum pith_finish_reason {
@@ -69,7 +96,10 @@ const char *pith_finish_reason_str(pith_finish_reason r);
 typedef struct pith_usage {
     int prompt_tokens;
     int completion_tokens;   /* tokens sampled, including a final EOS / stop token */
-    int cached_tokens;       /* prompt tokens served from the prefix cache at first admission */
+    int cached_tokens;       /* prompt tokens served from the prefix cache at first admission (a forked
+                                sibling of n > 1: all of them) */
+    int draft_tokens;        /* speculative decoding: tokens proposed for this request */
+    int accepted_tokens;     /* of those, accepted by verification */
 } pith_usage;
 
 typedef struct pith_logprob {
@@ -84,6 +114,7 @@ typedef struct pith_logprob {
 typedef struct pith_token_event {
     uint64_t request_id;
     void *user;              /* the request's user pointer */
+    int index;               /* which sibling of a request with n > 1 (0 otherwise) */
     int32_t token;           /* sampled id, or -1 in the final event */
     /* Text newly released for output (NUL-terminated, never NULL, possibly empty). Text that might be the
      * start of a stop string is held back until it is known not to be; a matched stop string and
@@ -146,6 +177,13 @@ typedef struct pith_request {
      * refused. MEAN and CLS requests never read other requests' cached prefixes (every position's hidden
      * state is needed); LAST ones may. */
     pith_embed_pooling embed;
+    /* Samples to draw from this prompt (0 or 1: one). The siblings share one prefill: the prompt is
+     * computed once, then each sibling forks from it (full blocks shared by reference, the partial last
+     * block and any recurrent state copied) and samples its own continuation from the same logits.
+     * Sibling i has request id (the id submit returns) + i, uses sampling seed + i, and reports events
+     * with index i, so sibling i's output is what this request alone with seed + i gives. Each sibling
+     * is a request of its own for cancel, events and stats. 1..1024; not with embed. */
+    int n;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;
@@ -161,10 +199,12 @@ typedef struct pith_engine_mem_stats {
     pith_mem_kind kind;
     int window;              /* WINDOW groups */
     int n_layers;
-    int units_total;         /* blocks (KV groups) or state slots (RECURRENT) */
+    int units_total;         /* blocks (KV groups) or state slots (RECURRENT: running and snapshot) */
     int units_used;          /* referenced by at least one sequence */
-    int units_cached;        /* unreferenced but holding a reusable prefix (evictable) */
+    int units_cached;        /* unreferenced but holding a reusable prefix (evictable): RECURRENT
+                                groups' cached snapshots */
     int units_free;
+    int snapshot_units;      /* RECURRENT: of units_total, the snapshot slots */
     size_t unit_bytes;       /* one block of all the group's layers, K and V; or one state */
 } pith_engine_mem_stats;
 
@@ -188,6 +228,12 @@ typedef struct pith_engine_stats {
     uint64_t generation_tokens;     /* tokens sampled */
     uint64_t computed_tokens;       /* tokens run through the model (prefill, recompute and decode) */
     uint64_t preemptions;
+    uint64_t state_snapshots;       /* state snapshots taken (RECURRENT groups; one per point) */
+    uint64_t state_restores;        /* prefix hits served from a state snapshot */
+    uint64_t forked_sequences;      /* siblings (pith_request.n) forked from a prompt computed once */
+    uint64_t spec_draft_tokens;     /* speculative decoding: tokens proposed */
+    uint64_t spec_accepted_tokens;  /* of those, accepted */
+    uint64_t spec_verify_steps;     /* sequence-steps that verified a draft */
     uint64_t steps;                 /* forward passes */
     uint64_t requests_submitted;
     uint64_t requests_rejected;

@@ -49,7 +49,8 @@ typedef struct pith_kv_host {
 int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_mem_layout *layout, pith_err *err);
 void pith_kv_host_free(pith_kv_host *h);
 bool pith_kv_host_allocated(const pith_kv_host *h);
-/* Copies block src[i] to dst[i] in every layer of KV group g; ids are checked against the pool. */
+/* Copies block src[i] to dst[i] in every layer of KV group g, or state slot src[i] to dst[i] of RECURRENT
+ * group g (model.h: copy_blocks); ids are checked against the pool. */
 int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
 
 /* Element offsets of layer i (within the group), block b, for K and V. */

@@ -43,8 +43,8 @@ typedef struct pith_model_ops {
     void (*mem_free)(pith_model *m);
     /* KV group `group`: copy block src[i] to block dst[i] in every layer of the group (forking a
      * sequence). RECURRENT group: copy state slot src[i] to slot dst[i] (every layer's state: taking or
-     * restoring a snapshot, forking). Blocks (slots) are distinct and dst ones are not read by the copy
-     * of another pair. */
+     * restoring a snapshot, forking). dst ids are distinct and none is also a src (a src may repeat:
+     * one snapshot restored into several sequences). */
     int (*copy_blocks)(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
     /* Fill logits ([pith_batch_n_logits(b)] x n_vocab, row-major) for the batch, and b->hidden when
      * b->want_hidden is set (batch.h; only called so when has_hidden is set). */

@@ -1,4 +1,5 @@
 /* Engine options, parsed the same way by every command that runs the engine. */
+#include <stdint.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -27,6 +28,25 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
         VALUE();
         return cli_parse_size(cmd, a, v, &e->kv_mem_bytes) ? 1 : -1;
     }
+    if (!strcmp(a, "--snapshot-mem")) {
+        VALUE();
+        if (!cli_parse_size(cmd, a, v, &e->snapshot_mem_bytes)) return -1;
+        if (e->snapshot_mem_bytes == 0) e->snapshot_mem_bytes = SIZE_MAX; /* 0: none */
+        return 1;
+    }
+    INT_OPT("--snapshot-interval", e->snapshot_interval, -1, 1 << 30)
+    if (!strcmp(a, "--spec-type")) {
+        VALUE();
+        if (!strcmp(v, "ngram")) e->spec_type = PITH_SPEC_NGRAM;
+        else if (!strcmp(v, "off")) e->spec_type = PITH_SPEC_OFF;
+        else {
+            fprintf(stderr, "pith %s: --spec-type must be ngram or off, not '%s'\n", cmd, v);
+            return -1;
+        }
+        return 1;
+    }
+    INT_OPT("--spec-max-draft", e->spec_max_draft, 1, 16)
+    INT_OPT("--spec-max-seqs", e->spec_max_seqs, 1, 65536)
     INT_OPT("--max-num-seqs", e->max_num_seqs, 1, 65536)
     INT_OPT("--kv-blocks", e->kv_blocks, 1, 1 << 28)
     INT_OPT("--block-size", e->block_size, 1, 4096)
@@ -53,5 +73,16 @@ void cli_engine_usage(FILE *out) {
             "                            prompt + output limit per sequence, the context size (default:\n"
             "                            the model's)\n"
             "      --kv-f32              keep K/V in F32 instead of F16\n"
-            "      --no-prefix-cache     do not reuse the K/V of shared prompt prefixes\n");
+            "      --no-prefix-cache     do not reuse the K/V (or state) of shared prompt prefixes\n"
+            "      --snapshot-mem BYTES  models with recurrent state: memory for state snapshots, the\n"
+            "                            prefix cache of those layers; 0: none (default: two per\n"
+            "                            sequence, at most 1G)\n"
+            "      --snapshot-interval N snapshot long prompts every N tokens (default 1024; -1: only\n"
+            "                            at prompt ends, divergence points and while decoding)\n"
+            "      --spec-type ngram|off speculative decoding from prompt lookup (the tokens that followed\n"
+            "                            the last few tokens earlier in the prompt and output); the output\n"
+            "                            is unchanged, only faster when drafts are accepted (default off;\n"
+            "                            not yet on models with recurrent state)\n"
+            "      --spec-max-draft N    tokens per draft (default 8, at most 16)\n"
+            "      --spec-max-seqs N     draft only while at most N sequences decode (default 4)\n");
 }

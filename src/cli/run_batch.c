@@ -24,6 +24,13 @@ int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o) {
         o->jsonl = true;
         return 1;
     }
+    if (!strcmp(a, "--samples")) {
+        const char *v = cli_value("run", argc, argv, i);
+        long long n;
+        if (!v || !cli_parse_int("run", a, v, 1, 1024, &n)) return -1;
+        o->samples = (int)n;
+        return 1;
+    }
     return cli_engine_arg("run", argc, argv, i, &o->engine);
 }
 
@@ -35,9 +42,12 @@ void run_batch_usage(FILE *out) {
             "      --jsonl               one JSON object per prompt as each finishes (not in input order):\n"
             "                            index (0-based line), text, tokens, prompt_tokens, cached_tokens,\n"
             "                            finish_reason, and error for a prompt not run\n"
-            "  Without --jsonl: one line per prompt in input order, the text with backslash, newline and\n"
-            "  carriage return written as \\\\, \\n and \\r.\n"
-            "  Prompt i samples with seed S + i, so equal lines still draw differently.\n"
+            "      --samples N           sample each prompt N times; the N share one prefill (the prompt\n"
+            "                            is computed once); --jsonl adds \"sample\" (0-based), plain\n"
+            "                            output writes N lines per prompt\n"
+            "  Without --jsonl: one line per prompt (and sample) in input order, the text with\n"
+            "  backslash, newline and carriage return written as \\\\, \\n and \\r.\n"
+            "  Prompt i sample k draws with seed S + i * N + k, so equal lines still draw differently.\n"
             "engine (every mode: a single prompt, -f and --chat all run through the engine):\n");
     cli_engine_usage(out);
     fprintf(out, "  A single prompt runs with --max-num-seqs 1 unless told otherwise (a KV pool for one\n"
@@ -76,7 +86,7 @@ static void finish(result *r) {
 }
 
 static void on_token(const pith_token_event *ev, void *user) {
-    result *r = user;
+    result *r = (result *)user + ev->index; /* --samples: sibling k is the k-th result of its line */
     if (ev->text_len > 0) {
         if (r->n_text + ev->text_len + 1 > r->cap_text) {
             size_t cap = (r->cap_text ? r->cap_text * 2 : 256) + ev->text_len;
@@ -112,7 +122,7 @@ static void on_token(const pith_token_event *ev, void *user) {
     r->tokens[r->n_tokens++] = ev->token;
 }
 
-static void print_result(FILE *out, bool jsonl, int index, const result *r) {
+static void print_result(FILE *out, bool jsonl, int index, int sample, const result *r) {
     if (!jsonl) {
         for (size_t i = 0; i < r->n_text; i++) {
             char c = r->text[i];
@@ -126,6 +136,7 @@ static void print_result(FILE *out, bool jsonl, int index, const result *r) {
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", index);
+    if (sample >= 0) cJSON_AddNumberToObject(o, "sample", sample);
     cJSON_AddStringToObject(o, "text", r->text ? r->text : "");
     cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < r->n_tokens; i++) cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens[i]));
@@ -147,16 +158,17 @@ static double now_s(void) {
 
 /* Prints what is ready: with --jsonl every finished result, otherwise the finished prefix in input order.
  * Returns false when writing failed. */
-static bool flush_ready(FILE *out, const run_batch_opts *o, batch *b, int n_lines, int *next) {
+static bool flush_ready(FILE *out, const run_batch_opts *o, batch *b, int n_res, int *next) {
+    const int ns = o->samples > 1 ? o->samples : 1;
     if (o->jsonl) {
         for (int k = 0; k < b->n_finished; k++) {
             result *r = &b->res[b->finished[k]];
-            print_result(out, true, r->index, r);
+            print_result(out, true, r->index / ns, ns > 1 ? r->index % ns : -1, r);
             r->printed = true;
         }
     } else {
-        while (*next < n_lines && b->res[*next].done) {
-            print_result(out, false, *next, &b->res[*next]);
+        while (*next < n_res && b->res[*next].done) {
+            print_result(out, false, *next / ns, -1, &b->res[*next]);
             b->res[(*next)++].printed = true;
         }
     }
@@ -173,9 +185,10 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     int n_lines = 0;
     for (size_t i = 0; i < len; i++) n_lines += data[i] == '\n';
     if (len > 0 && data[len - 1] != '\n') n_lines++;
+    const int ns = o->samples > 1 ? o->samples : 1, n_res = n_lines * ns;
     char **lines = calloc((size_t)n_lines + 1, sizeof *lines);
-    batch b = {.res = calloc((size_t)n_lines + 1, sizeof *b.res),
-               .finished = calloc((size_t)n_lines + 1, sizeof *b.finished)};
+    batch b = {.res = calloc((size_t)n_res + 1, sizeof *b.res),
+               .finished = calloc((size_t)n_res + 1, sizeof *b.finished)};
     result *res = b.res;
     pith_engine *e = NULL;
     int rc = -1;
@@ -190,8 +203,10 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         data[end] = 0;
         if (end > (size_t)at && data[end - 1] == '\r') data[end - 1] = 0;
         at = (int)end + 1;
-        res[i].index = i;
-        res[i].b = &b;
+    }
+    for (int k = 0; k < n_res; k++) {
+        res[k].index = k;
+        res[k].b = &b;
     }
     if (pith_engine_create(m, tok, &o->engine, &e, err)) goto done;
 
@@ -199,11 +214,13 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     int n_rejected = 0, next = 0;
     bool out_failed = false;
     for (int i = 0; i < n_lines; i++) {
-        result *r = &res[i];
+        result *r = &res[i * ns]; /* and its other samples after it */
         if (!lines[i][0]) { /* not run: BOS alone is rarely what an empty line meant */
-            r->why = PITH_FINISH_ERROR;
-            r->error = strdup("empty line: not run");
-            finish(r);
+            for (int k = 0; k < ns; k++) {
+                r[k].why = PITH_FINISH_ERROR;
+                r[k].error = strdup("empty line: not run");
+                finish(&r[k]);
+            }
             n_rejected++;
             fprintf(stderr, "pith run: %s line %d is empty: not run (reported as an error result)\n",
                     o->prompts_path, i + 1);
@@ -217,18 +234,26 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         }
         pith_request q = {
             .prompt = ids, .n_prompt = r->n_prompt, .sampling = *sp, .max_tokens = n_predict < 0 ? 0 : n_predict,
-            .ignore_eos = ignore_eos, .on_token = on_token, .user = r,
+            .ignore_eos = ignore_eos, .on_token = on_token, .user = r, .n = ns,
         };
-        q.sampling.seed = sp->seed + (uint64_t)i;
+        q.sampling.seed = sp->seed + (uint64_t)i * (uint64_t)ns;
+        for (int k = 1; k < ns; k++) r[k].n_prompt = r->n_prompt;
         pith_err why;
+        uint64_t id = 0;
         if (n_predict == 0) { /* nothing to generate: the engine's 0 would mean "no limit" */
-            r->why = PITH_FINISH_LENGTH;
-            finish(r);
-        } else if (pith_engine_submit(e, &q, &r->id, &why)) {
-            r->why = PITH_FINISH_ERROR;
-            r->error = strdup(why.msg);
-            finish(r);
+            for (int k = 0; k < ns; k++) {
+                r[k].why = PITH_FINISH_LENGTH;
+                finish(&r[k]);
+            }
+        } else if (pith_engine_submit(e, &q, &id, &why)) {
+            for (int k = 0; k < ns; k++) {
+                r[k].why = PITH_FINISH_ERROR;
+                r[k].error = strdup(why.msg);
+                finish(&r[k]);
+            }
             n_rejected++;
+        } else {
+            for (int k = 0; k < ns; k++) r[k].id = id + (uint64_t)k;
         }
         free(ids);
     }
@@ -236,16 +261,16 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     pith_err step_err = {{0}};
     bool interrupted = false;
     for (;;) {
-        if (!out_failed && !interrupted && !flush_ready(out, o, &b, n_lines, &next)) {
+        if (!out_failed && !interrupted && !flush_ready(out, o, &b, n_res, &next)) {
             out_failed = true;
             interrupted = true; /* stop the rest: nobody reads it */
-            for (int i = 0; i < n_lines; i++)
+            for (int i = 0; i < n_res; i++)
                 if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
         }
         if (!pith_engine_has_work(e)) break;
         if (!interrupted && cli_interrupted()) {
             interrupted = true;
-            for (int i = 0; i < n_lines; i++)
+            for (int i = 0; i < n_res; i++)
                 if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
         }
         pith_err se = {{0}};
@@ -263,9 +288,9 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
 
     uint64_t generated = 0;
     int n_written = 0, n_full = 0;
-    for (int i = 0; i < n_lines; i++) {
+    for (int i = 0; i < n_res; i++) {
         if (res[i].oom) {
-            pith_errf(err, "out of memory collecting the output of line %d", i + 1);
+            pith_errf(err, "out of memory collecting the output of line %d", i / ns + 1);
             goto done;
         }
         generated += (uint64_t)res[i].n_tokens;
@@ -273,28 +298,31 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         if (res[i].why == PITH_FINISH_LENGTH && n_predict != 0 && (n_predict < 0 || res[i].n_tokens < n_predict)) {
             if (n_full++ < 8)
                 fprintf(stderr, "pith run: %s line %d stopped after %d tokens: the context is full (%d tokens, "
-                        "prompt and output; see -c/--max-seq-len, --kv-blocks, --kv-mem)\n", o->prompts_path, i + 1,
+                        "prompt and output; see -c/--max-seq-len, --kv-blocks, --kv-mem)\n", o->prompts_path, i / ns + 1,
                         res[i].n_tokens, pith_engine_max_seq_len(e));
         }
     }
     if (n_full > 8) fprintf(stderr, "pith run: %d prompts in all stopped because the context was full\n", n_full);
     if (interrupted)
-        fprintf(stderr, "pith run: interrupted: %d of %d results written%s\n", n_written, n_lines,
+        fprintf(stderr, "pith run: interrupted: %d of %d results written%s\n", n_written, n_res,
                 o->jsonl ? "" : " (the finished ones in input order up to the first unfinished)");
     pith_engine_stats st;
     pith_engine_get_stats(e, &st);
     fprintf(stderr,
             "pith: %d prompts (%d rejected), %llu prompt tokens, %llu generated in %.3f s (%.1f tok/s); "
-            "%llu steps, %llu preemptions, prefix cache %llu of %llu tokens; KV %d blocks of %d\n",
+            "%llu steps, %llu preemptions, prefix cache %llu of %llu tokens; KV %d blocks of %d; "
+            "%llu tokens computed, %llu forked samples; %llu of %llu draft tokens accepted\n",
             n_lines, n_rejected, (unsigned long long)st.prompt_tokens, (unsigned long long)generated, dt,
             (double)generated / (dt > 0 ? dt : 1e-9), (unsigned long long)st.steps,
             (unsigned long long)st.preemptions, (unsigned long long)st.prefix_cache_hits,
-            (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size);
+            (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size,
+            (unsigned long long)st.computed_tokens, (unsigned long long)st.forked_sequences,
+            (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens);
     rc = interrupted ? 130 : 0;
     if (run_rc) rc = pith_errf(err, "the model failed: %s", step_err.msg);
 done:
     pith_engine_free(e);
-    for (int i = 0; res && i < n_lines; i++) {
+    for (int i = 0; res && i < n_res; i++) {
         free(res[i].tokens);
         free(res[i].text);
         free(res[i].error);

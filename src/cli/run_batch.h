@@ -3,7 +3,8 @@
  * one engine at once and run with continuous batching. With --jsonl, one JSON object per prompt is
  * written as soon as it finishes (so not in input order; "index" is the 0-based line):
  *   {"index", "text", "tokens" (generated ids), "prompt_tokens", "cached_tokens", "finish_reason"}
- * (plus "error" for a prompt not run). Otherwise one line per prompt in input order, each written once it
+ * (plus "error" for a prompt not run, and "sample" with --samples N > 1: each prompt is then sampled N
+ * times, the N forked from one prefill, sample k of line i drawing with seed S + i * N + k). Otherwise one line per prompt in input order, each written once it
  * and all before it are done: the generated text with backslash, newline and carriage return escaped as
  * \\, \n and \r, so line i is always prompt i. Prompts that stop because the context is full say so
  * on stderr; engine statistics go to stderr. On Ctrl-C (cli_sigint_install) the live prompts are
@@ -27,6 +28,7 @@
 typedef struct run_batch_opts {
     const char *prompts_path;      /* -f, --file */
     bool jsonl;                    /* --jsonl */
+    int samples;                   /* --samples N: each prompt N times, forked from one prefill */
     pith_engine_options engine;    /* --max-num-seqs, --kv-blocks, --kv-mem, --block-size,
                                       --max-batch-tokens, --max-seq-len, --kv-f32, --no-prefix-cache */
 } run_batch_opts;
@@ -37,7 +39,7 @@ int run_batch_parse_arg(int argc, char **argv, int *i, run_batch_opts *o);
 /* Help lines for the options above. */
 void run_batch_usage(FILE *out);
 
-/* Runs the batch. sp: sampling for every prompt (prompt i uses seed sp->seed + i). n_predict: tokens
+/* Runs the batch. sp: sampling for every prompt (prompt i sample k uses seed sp->seed + i * N + k). n_predict: tokens
  * to generate per prompt, -1 for "until EOS or the context is full". Returns 0, 130 when interrupted
  * (what finished is written), or -1 with err (failed write, unreadable file, engine creation failure); a
  * prompt the engine rejects is reported in its own output line and does not fail the run. */

@@ -68,6 +68,15 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
+    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_CUSTOM) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
+    if (o.spec_type == PITH_SPEC_CUSTOM && !o.spec_draft) return pith_errf(err, "custom speculative decoding needs a draft function");
+    if (o.spec_max_draft == 0) o.spec_max_draft = 8;
+    if (o.spec_max_seqs == 0) o.spec_max_seqs = 4;
+    if (o.spec_max_draft < 1 || o.spec_max_draft > 16) return pith_errf(err, "spec_max_draft must be in 1..16, not %d", o.spec_max_draft);
+    if (o.spec_max_seqs < 1) return pith_errf(err, "spec_max_seqs must be positive, not %d", o.spec_max_seqs);
+    if (o.snapshot_interval < -1) return pith_errf(err, "snapshot_interval must be -1, 0 or positive, not %d", o.snapshot_interval);
+    if (o.snapshot_interval == 0) o.snapshot_interval = 1024;
+    if (o.snapshot_interval > 0) o.snapshot_interval = (o.snapshot_interval + o.block_size - 1) / o.block_size * o.block_size;
 
     const pith_mem_spec *spec = &m->mem;
     if (pith_mem_spec_check(spec, m->hp.n_layers, err)) return pith_err_prefix(err, "the model's memory spec");
@@ -111,6 +120,23 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
             return pith_errf(err, "memory group %d (%s, window %d) gets %d blocks of %d tokens; one sequence needs %lld",
                              g, pith_mem_kind_name(mg->kind), mg->window, lay->n_blocks[g], o.block_size, lone);
     }
+    /* Snapshots: one slot in every RECURRENT group per snapshot point, from their own budget. */
+    double snap_bytes = 0;
+    for (int g = 0; g < spec->n_groups; g++)
+        if (spec->groups[g].kind == PITH_MEM_RECURRENT)
+            snap_bytes += (double)pith_mem_unit_bytes(&spec->groups[g], lay->type[g], o.block_size);
+    long long n_snaps = 0;
+    if (snap_bytes > 0 && !o.no_prefix_cache && o.snapshot_mem_bytes != SIZE_MAX) {
+        double budget = (double)o.snapshot_mem_bytes;
+        if (!o.snapshot_mem_bytes) {
+            budget = 2.0 * o.max_num_seqs * snap_bytes;
+            if (budget > (double)((size_t)1 << 30)) budget = (double)((size_t)1 << 30);
+        }
+        n_snaps = (long long)(budget / snap_bytes);
+        if (n_snaps > (1 << 20)) n_snaps = 1 << 20;
+    }
+    for (int g = 0; g < spec->n_groups; g++)
+        if (spec->groups[g].kind == PITH_MEM_RECURRENT) lay->n_blocks[g] += (int)n_snaps;
     o.kv_blocks = (int)blocks;
     o.max_seq_len = max_len;
     e->opt = o;
@@ -146,14 +172,18 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
     e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
+    /* Logits rows: one per sequence, plus the drafts of the sequences that may speculate. */
+    e->max_logits = o->max_num_seqs + (o->spec_type != PITH_SPEC_OFF ? o->spec_max_seqs * o->spec_max_draft : 0);
     pith_model_limits lim = {.max_batch_tokens = o->max_batch_tokens, .max_num_seqs = o->max_num_seqs,
-                             .max_seq_len = o->max_seq_len, .max_logits = o->max_num_seqs};
+                             .max_seq_len = o->max_seq_len, .max_logits = e->max_logits};
     if (pith_model_prepare(model, &lim, err) || pith_model_mem_alloc(model, &e->layout, err)) {
         pith_engine_free(e);
         return -1;
     }
     e->mem_allocated = true;
-    if (mem_init(&e->mem, &model->mem, &e->layout, !o->no_prefix_cache, err) ||
+    mem_config mc = {.prefix_cache = !o->no_prefix_cache, .n_state_slots = o->max_num_seqs,
+                     .snapshot_interval = o->snapshot_interval > 0 ? o->snapshot_interval : 0};
+    if (mem_init(&e->mem, &model->mem, &e->layout, &mc, err) ||
         sched_init(&e->sc, &e->mem, o->max_num_seqs, o->max_batch_tokens, err)) {
         pith_engine_free(e);
         return -1;
@@ -173,10 +203,11 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
             ok = e->b_slots[g] && e->b_tables[g];
         }
     }
-    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof *e->logits);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
+    e->fork_row = malloc((size_t)e->n_vocab * sizeof *e->fork_row);
     e->step_seqs = malloc(ns * sizeof *e->step_seqs);
-    if (!ok || !e->logits || !e->raw_row || !e->step_seqs) {
+    if (!ok || !e->logits || !e->raw_row || !e->fork_row || !e->step_seqs) {
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
@@ -218,6 +249,7 @@ void pith_engine_free(pith_engine *e) {
     }
     free(e->logits);
     free(e->raw_row);
+    free(e->fork_row);
     free(e->b_want_hidden);
     free(e->hidden);
     free(e->emb_out);
@@ -248,6 +280,8 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
+    if (r->n < 0 || r->n > 1024) return pith_errf(err, "n must be in 1..1024, not %d", r->n);
+    if (r->n > 1 && r->embed != PITH_EMBED_OFF) return pith_errf(err, "an embedding request has one result (n must be 1)");
     if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;
@@ -257,40 +291,66 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     if (id) *id = 0;
     if (validate_request(e, r, err)) {
         pthread_mutex_lock(&e->lock);
-        e->stats.requests_rejected++;
+        e->stats.requests_rejected += r->n > 1 && r->n <= 1024 ? (uint64_t)r->n : 1; /* each sample counts */
         pthread_mutex_unlock(&e->lock);
         return PITH_SUBMIT_INVALID;
     }
     int room = e->opt.max_seq_len - r->n_prompt;
     int max_len = r->n_prompt + (r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room);
     if (r->embed != PITH_EMBED_OFF) max_len = r->n_prompt;
+    const int n = r->n > 1 ? r->n : 1;
     seq *s;
     if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+    if (n > 1 && !(s->forks = calloc((size_t)n - 1, sizeof *s->forks))) {
+        seq_free(s);
+        pith_errf(err, "out of memory");
+        return PITH_SUBMIT_INVALID;
+    }
+    for (int i = 1; i < n; i++) {
+        seq *c;
+        if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &c, err)) {
+            for (int k = 0; k < s->n_forks; k++) seq_free(s->forks[k]);
+            seq_free(s);
+            return PITH_SUBMIT_INVALID;
+        }
+        c->sampling.seed += (uint64_t)i;
+        c->sibling = i;
+        c->fork_parent = s;
+        s->forks[s->n_forks++] = c;
+    }
 
     pthread_mutex_lock(&e->lock);
     int rc = 0;
     if (e->shutting_down) {
         rc = pith_errf(err, "the engine is shutting down");
-    } else if (e->n_live - e->stats.running >= e->opt.max_waiting) {
+    } else if (e->n_live - e->stats.running + n > e->opt.max_waiting) {
         rc = pith_errf(err, "too many requests waiting (%d)", e->opt.max_waiting);
-    } else if (engine_grow_list(&e->live, &e->cap_live, e->n_live + 1) ||
+    } else if (engine_grow_list(&e->live, &e->cap_live, e->n_live + n) ||
                engine_grow_list(&e->incoming, &e->cap_incoming, e->n_incoming + 1)) {
         rc = pith_errf(err, "out of memory");
     }
     if (rc) {
-        e->stats.requests_rejected++;
+        e->stats.requests_rejected += (uint64_t)n;
         pthread_mutex_unlock(&e->lock);
+        for (int k = 0; k < s->n_forks; k++) seq_free(s->forks[k]);
         seq_free(s);
         return PITH_SUBMIT_BUSY;
     }
-    s->id = e->next_id++;
+    s->id = e->next_id;
+    e->next_id += (uint64_t)n;
     s->arrival = s->id;
     /* MEAN and CLS need every position computed: a salt of their own keeps other requests' prefixes out */
     if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS) s->salt ^= 0x9e3779b97f4a7c15ull * s->id;
     e->live[e->n_live++] = s;
+    for (int k = 0; k < s->n_forks; k++) {
+        seq *c = s->forks[k];
+        c->id = c->arrival = s->id + (uint64_t)c->sibling;
+        c->state = SEQ_WAITING;
+        e->live[e->n_live++] = c; /* live (cancel, final events), in no queue until it forks */
+    }
     e->incoming[e->n_incoming++] = s;
-    e->stats.requests_submitted++;
-    e->stats.prompt_tokens += (uint64_t)r->n_prompt;
+    e->stats.requests_submitted += (uint64_t)n;
+    e->stats.prompt_tokens += (uint64_t)r->n_prompt * (uint64_t)n;
     e->stats.waiting = e->n_live - e->stats.running;
     if (id) *id = s->id;
     pthread_cond_signal(&e->wake);
@@ -351,10 +411,11 @@ void engine_publish_stats(pith_engine *e) {
         ms->n_layers = e->model->mem.groups[g].n_layers;
         ms->unit_bytes = mg->unit_bytes;
         if (mg->kind == PITH_MEM_RECURRENT) {
-            ms->units_total = mg->n_slots;
-            ms->units_free = mg->n_free_slots;
-            ms->units_used = mg->n_slots - mg->n_free_slots;
-            ms->units_cached = 0;
+            ms->units_total = mg->n_slots + mg->n_snaps;
+            ms->units_free = mg->n_free_slots + mg->snaps.n_free;
+            ms->units_used = mg->n_slots - mg->n_free_slots + mg->snaps.n_used;
+            ms->units_cached = mg->snaps.n_cached;
+            ms->snapshot_units = mg->n_snaps;
         } else {
             ms->units_total = mg->pool.n_blocks;
             ms->units_used = mg->pool.n_used;
@@ -374,6 +435,12 @@ void engine_publish_stats(pith_engine *e) {
     st->prefix_cache_queries = e->sc.cache_queries;
     st->prefix_cache_hits = e->sc.cache_hits;
     st->preemptions = e->sc.preemptions;
+    st->state_snapshots = e->mem.snaps_taken;
+    st->state_restores = e->mem.snaps_restored;
+    st->forked_sequences = e->n_forked;
+    st->spec_draft_tokens = e->spec_drafted;
+    st->spec_accepted_tokens = e->spec_accepted;
+    st->spec_verify_steps = e->spec_verifies;
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;

@@ -18,6 +18,7 @@ struct pith_engine {
     pith_engine_options opt;   /* resolved: no zero "default" fields left */
     int n_vocab;
     int max_blocks_per_seq;
+    int max_logits;            /* logits rows one batch may ask for */
 
     /* Owned by the stepping thread. */
     mem mem;                   /* one pool per memory group of the model */
@@ -37,6 +38,9 @@ struct pith_engine {
     bool mem_allocated;        /* the model's memory is ours and must be freed */
     float *logits;             /* [max_num_seqs * n_vocab] */
     float *raw_row;            /* [n_vocab] logits before sampling changed them (for logprobs) */
+    float *fork_row;           /* [n_vocab] a forked sibling's copy of the shared logits row */
+    uint64_t n_forked;         /* siblings forked from a computed prompt */
+    uint64_t spec_drafted, spec_accepted, spec_verifies;
     uint8_t *b_want_hidden;    /* [max_batch_tokens], allocated at the first embedding request */
     float *hidden;             /* [max_batch_tokens * n_embd] final hidden rows, likewise */
     float *emb_out;            /* [n_embd] the normalised vector of a final event, likewise */

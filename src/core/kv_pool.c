@@ -99,6 +99,7 @@ static void lru_push_newest(kv_pool *p, int b) {
 }
 
 static void unname(kv_pool *p, int b) {
+    if (!p->blocks[b].named) return;
     kv_block *k = &p->blocks[b];
     int *link = &p->buckets[bucket_of(p, k->name)];
     while (*link != b) link = &p->blocks[*link].hash_next;
@@ -163,6 +164,10 @@ void kv_pool_name(kv_pool *p, int block, uint64_t name, uint64_t parent, const i
     int *head = &p->buckets[bucket_of(p, name)];
     k->hash_next = *head;
     *head = block;
+}
+
+void kv_pool_unname(kv_pool *p, int block) {
+    if (p->blocks[block].ref > 0) unname(p, block);
 }
 
 int kv_pool_check(const kv_pool *p, const int *expected_refs, pith_err *err) {

@@ -72,6 +72,9 @@ int kv_pool_lookup(const kv_pool *p, uint64_t name, uint64_t parent, const int32
  * named or another block has this name already (the content is then cached once). */
 void kv_pool_name(kv_pool *p, int block, uint64_t name, uint64_t parent, const int32_t *tokens);
 
+/* Takes the name off a used block (whose holder is about to overwrite its content). */
+void kv_pool_unname(kv_pool *p, int block);
+
 /* Checks the invariants above (counts, list membership, hash table). When expected_refs is not NULL
  * it must hold, for every block, the number of references the caller's sequences hold. Returns 0 or
  * -1 with err saying what is wrong. */

@@ -67,6 +67,7 @@ int sched_add(sched *sc, seq *s) {
 static void unschedule(sched *sc, seq *s) {
     if (remove_from(sc->batch, &sc->n_batch, s)) sc->n_batch_tokens -= s->n_sched;
     s->n_sched = 0;
+    s->n_draft = 0;
 }
 
 void sched_remove(sched *sc, seq *s) {
@@ -75,6 +76,15 @@ void sched_remove(sched *sc, seq *s) {
     else if (s->state == SEQ_WAITING) remove_from(sc->waiting, &sc->n_waiting, s);
     mem_release(sc->mem, s);
     s->state = SEQ_DONE;
+}
+
+bool sched_fork(sched *sc, seq *parent, seq *child) {
+    if (sc->n_running >= sc->max_num_seqs || !mem_fork(sc->mem, parent, child)) return false;
+    child->state = SEQ_RUNNING;
+    child->admitted_once = true;
+    child->cached_tokens = child->n_prompt; /* computed by its sibling: none of it by this one */
+    insert_ordered(sc->running, &sc->n_running, child);
+    return true;
 }
 
 static void preempt(sched *sc, seq *s) {
@@ -124,6 +134,12 @@ static bool reserve_and_schedule(sched *sc, seq *s, int want) {
 
 static int budget_left(const sched *sc) { return sc->max_batch_tokens - sc->n_batch_tokens; }
 
+/* Prompt tokens of s to schedule now: up to the budget and the next snapshot point (mem.h). */
+static int chunk_want(const sched *sc, const seq *s) {
+    int want = mem_chunk_end(sc->mem, s) - s->n_computed;
+    return want < budget_left(sc) ? want : budget_left(sc);
+}
+
 void sched_schedule(sched *sc) {
     sc->step++;
     sc->n_batch = 0;
@@ -131,13 +147,23 @@ void sched_schedule(sched *sc) {
 
     /* Decode tokens first, so a long prompt being prefilled never stalls generation. A victim of
      * preemption is the last running sequence: after s in this loop, so not scheduled yet, or s. */
+    int decoders = 0;
+    for (int i = 0; i < sc->n_running; i++) decoders += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
     for (int i = 0; i < sc->n_running && budget_left(sc) > 0;) {
         seq *s = sc->running[i];
         if (s->n_tokens - s->n_computed != 1) {
             i++;
             continue;
         }
-        if (reserve_and_schedule(sc, s, 1)) i++; /* else running[i] is now the next sequence */
+        /* with a draft (spec.h), as much of it as the budget and the pool allow, leaving a token for
+         * every sequence still to decode */
+        decoders--;
+        int want = 1 + s->n_draft, spare = budget_left(sc) - decoders;
+        if (want > spare) want = spare > 1 ? spare : 1;
+        if (reserve_and_schedule(sc, s, want)) {
+            s->n_draft = s->n_sched - 1;
+            i++;
+        } /* else running[i] is now the next sequence */
     }
     /* Then prompt chunks of admitted sequences. A victim here may have been scheduled for decode above;
      * preempt unschedules it. */
@@ -148,7 +174,7 @@ void sched_schedule(sched *sc) {
             i++;
             continue;
         }
-        if (reserve_and_schedule(sc, s, left < budget_left(sc) ? left : budget_left(sc))) i++;
+        if (reserve_and_schedule(sc, s, chunk_want(sc, s))) i++;
     }
 
     while (sc->n_waiting > 0 && budget_left(sc) > 0) {
@@ -159,8 +185,7 @@ void sched_schedule(sched *sc) {
             w->state = SEQ_RUNNING;
             insert_ordered(sc->running, &sc->n_running, w);
             /* Admission placed at least the first uncached token in every group; more where it can. */
-            int left = w->n_tokens - w->n_computed;
-            int end = mem_grow(sc->mem, w, w->n_computed + (left < budget_left(sc) ? left : budget_left(sc)));
+            int end = mem_grow(sc->mem, w, w->n_computed + chunk_want(sc, w));
             schedule_tokens(sc, w, end - w->n_computed);
             continue;
         }
@@ -173,8 +198,15 @@ void sched_schedule(sched *sc) {
 void sched_commit(sched *sc) {
     for (int i = 0; i < sc->n_batch; i++) {
         seq *s = sc->batch[i];
+        if (s->n_draft > 0) continue; /* verified first: sched_commit_seq as its tokens are accepted */
         s->n_computed += s->n_sched;
         s->n_sched = 0;
         mem_commit(sc->mem, s);
     }
+}
+
+void sched_commit_seq(sched *sc, seq *s, int n) {
+    s->n_computed += n;
+    s->n_sched = 0;
+    mem_commit(sc->mem, s);
 }

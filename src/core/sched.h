@@ -50,6 +50,9 @@ void sched_free(sched *sc);
 
 /* Queues a new sequence (state WAITING, no blocks). -1 when out of memory. */
 int sched_add(sched *sc, seq *s);
+/* Forks child from parent (mem_fork) and runs it at once: true when there was room (a running place
+ * and the memory), false otherwise (nothing changed). The caller runs the queued copies. */
+bool sched_fork(sched *sc, seq *parent, seq *child);
 /* Takes a sequence out of whichever queue holds it and frees its memory (finish, cancel, error). */
 void sched_remove(sched *sc, seq *s);
 
@@ -58,5 +61,8 @@ void sched_schedule(sched *sc);
 /* After the batch's forward pass succeeded: its tokens are computed; full blocks get their names and
  * window blocks out of sight are released. */
 void sched_commit(sched *sc);
+/* A sequence with a draft (spec.h) is left out of sched_commit: as verification accepts its tokens,
+ * this commits n more of them. */
+void sched_commit_seq(sched *sc, seq *s, int n);
 
 #endif

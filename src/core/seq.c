@@ -36,7 +36,7 @@ int seq_create(const pith_request *r, int max_len, int block_size, int n_groups,
     s->salt = kv_pool_salt_hash(r->cache_salt);
     s->n_groups = n_groups;
     s->cap_blocks = (max_len + block_size - 1) / block_size;
-    for (int g = 0; g < PITH_MAX_MEM_GROUPS; g++) s->state_slot[g] = -1;
+    for (int g = 0; g < PITH_MAX_MEM_GROUPS; g++) s->state_slot[g] = s->snap_held[g] = -1;
     int first_cap = r->n_prompt + 64 < max_len ? r->n_prompt + 64 : max_len;
     if (grow((void **)&s->tokens, &s->cap_tokens, first_cap, sizeof *s->tokens)) goto oom;
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
@@ -74,6 +74,7 @@ oom:
 
 void seq_free(seq *s) {
     if (!s) return;
+    free(s->forks);
     pith_sampler_free(s->sampler);
     free(s->tokens);
     free(s->blocks);

@@ -40,11 +40,29 @@ typedef struct seq {
     int *blocks;               /* [n_groups * cap_blocks], -1 where not held */
     int lo[PITH_MAX_MEM_GROUPS], hi[PITH_MAX_MEM_GROUPS];
     int state_slot[PITH_MAX_MEM_GROUPS]; /* RECURRENT groups: -1 when not held */
+    int snap_held[PITH_MAX_MEM_GROUPS];  /* RECURRENT groups: the decode snapshot held (mem.h), -1 none */
+    int snap_div;              /* snapshot point where this prompt left the cached ones (mem.h), 0 none */
     uint64_t *names;           /* [cap_blocks] */
     int n_hashed;
     int n_named;
     int n_computed;
     uint64_t salt;             /* parent name of block 0 */
+
+    /* Siblings of a request with n > 1 (engine.h): the first one computes the prompt; the others wait
+     * in its forks list, in no scheduler queue, until it does, then fork from its memory. A sibling
+     * whose first one ends before that becomes an ordinary waiting request. */
+    int sibling;               /* index among the siblings */
+    struct seq *fork_parent;   /* while waiting to fork */
+    struct seq **forks;        /* siblings waiting for this one's prompt */
+    int n_forks;
+
+    /* Speculative decoding (spec.h): this step's draft (scheduled after the last sampled token), the
+     * draft length policy, and the request's counts. */
+    int32_t draft[16];
+    int n_draft;
+    int spec_k, spec_tries, spec_cooldown;
+    float spec_rate;
+    int drafted, accepted;
 
     int n_sched;               /* tokens scheduled in the current step */
     uint64_t preempted_step;   /* step of the last preemption (+1; 0: never) */

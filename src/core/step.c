@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
+#include "core/spec.h"
 
 static void emit(seq *s, const pith_token_event *ev) {
     if (s->on_token) s->on_token(ev, s->user);
@@ -27,7 +28,31 @@ static void retire(pith_engine *e, seq *s) {
     pthread_mutex_unlock(&e->lock);
 }
 
+/* s ends: a sibling waiting to fork from it no longer can, and waits like any request instead (its
+ * prompt is then mostly in the prefix cache); a waiting sibling that ends leaves its first one's list. */
+static void drop_fork_links(pith_engine *e, seq *s) {
+    if (s->fork_parent) {
+        seq *p = s->fork_parent;
+        for (int i = 0; i < p->n_forks; i++) {
+            if (p->forks[i] == s) {
+                memmove(&p->forks[i], &p->forks[i + 1], (size_t)(p->n_forks - i - 1) * sizeof *p->forks);
+                p->n_forks--;
+                break;
+            }
+        }
+        s->fork_parent = NULL;
+    }
+    int n = s->n_forks;
+    s->n_forks = 0;
+    for (int i = 0; i < n; i++) {
+        seq *c = s->forks[i];
+        c->fork_parent = NULL;
+        if (sched_add(&e->sc, c)) engine_finish(e, c, PITH_FINISH_ERROR, false, "out of memory");
+    }
+}
+
 void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_string, const char *error) {
+    drop_fork_links(e, s);
     s->finish = why;
     const char *text = "";
     int len = 0;
@@ -37,10 +62,10 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         seq_push_text(s, tail, (int)n, true, &text, &len);
     }
     pith_token_event ev = {
-        .request_id = s->id, .user = s->user, .token = -1, .text = text, .text_len = (size_t)len,
+        .request_id = s->id, .user = s->user, .index = s->sibling, .token = -1, .text = text, .text_len = (size_t)len,
         .final = true, .finish_reason = why, .error = error ? error : "",
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
-                  .cached_tokens = s->cached_tokens},
+                  .cached_tokens = s->cached_tokens, .draft_tokens = s->drafted, .accepted_tokens = s->accepted},
     };
     if (s->embed != PITH_EMBED_OFF && why == PITH_FINISH_STOP && s->pool && e->emb_out) {
         const int dim = e->model->hp.dim;
@@ -102,10 +127,11 @@ static int build_batch(pith_engine *e, pith_batch *b) {
         const seq *s = sc->batch[i];
         for (int j = 0; j < s->n_sched; j++, n++) {
             int p = s->n_computed + j;
-            e->b_tokens[n] = s->tokens[p];
+            /* a draft follows the last sampled token: n_sched == 1 + n_draft (sched.c) */
+            e->b_tokens[n] = s->n_draft > 0 && j > 0 ? s->draft[j - 1] : s->tokens[p];
             e->b_positions[n] = p;
             e->b_seq[n] = i;
-            e->b_want[n] = s->embed == PITH_EMBED_OFF && p == s->n_tokens - 1;
+            e->b_want[n] = s->embed == PITH_EMBED_OFF && (p == s->n_tokens - 1 || s->n_draft > 0);
             if (e->b_want_hidden)
                 e->b_want_hidden[n] = s->embed == PITH_EMBED_MEAN || (s->embed == PITH_EMBED_CLS && p == 0) ||
                                       (s->embed == PITH_EMBED_LAST && p == s->n_tokens - 1);
@@ -217,24 +243,51 @@ static float logprobs(const float *row, int n_vocab, int32_t chosen, pith_logpro
     return row[chosen] - lse;
 }
 
-/* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds. */
-static void sample_and_report(pith_engine *e, seq *s, float *row) {
+/* Runs the copies the memory manager queued (state snapshots taken or restored, mem.h). A copy that
+ * fails leaves a slot that does not hold what mem thinks it holds, so prefix caching stops for good
+ * (no lookup can return a wrong state) and the caller fails the batch. 0 or -1. */
+static int run_copies(pith_engine *e, pith_err *err) {
+    for (int g = 0; g < e->mem.n_groups; g++) {
+        const int32_t *src, *dst;
+        int n = mem_take_copies(&e->mem, g, &src, &dst);
+        if (n > 0 && pith_model_copy_blocks(e->model, g, src, dst, n, err)) {
+            e->mem.prefix_cache = e->mem.snapshots = false;
+            return pith_err_prefix(err, "state snapshot copy");
+        }
+    }
+    return 0;
+}
+
+/* Fails every sequence of this step's batch with err (the model or a copy failed). */
+static void fail_batch(pith_engine *e, int n_seqs, const pith_err *err) {
+    for (int i = 0; i < n_seqs; i++) {
+        seq *s = e->step_seqs[i];
+        if (s->state == SEQ_DONE) continue;
+        sched_remove(&e->sc, s);
+        engine_finish(e, s, PITH_FINISH_ERROR, false, err->msg[0] ? err->msg : "the model failed");
+    }
+    engine_publish_stats(e);
+}
+
+/* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds.
+ * Returns false when s finished (and is freed). */
+static bool sample_and_report(pith_engine *e, seq *s, float *row) {
     pith_err err;
     if (!s->sampler && pith_sampler_new(&s->sampling, e->n_vocab, &s->sampler, &err)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
-        return;
+        return false;
     }
     if (s->logprobs || s->return_logits) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
     int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, tok < 0 || tok >= e->n_vocab ? "sampler failed" : "out of memory");
-        return;
+        return false;
     }
     e->n_generated++;
 
-    pith_token_event ev = {.request_id = s->id, .user = s->user, .token = tok, .text = ""};
+    pith_token_event ev = {.request_id = s->id, .user = s->user, .index = s->sibling, .token = tok, .text = ""};
     pith_logprob top[PITH_ENGINE_MAX_TOP_LOGPROBS];
     if (s->logprobs) {
         ev.has_logprob = true;
@@ -260,6 +313,74 @@ static void sample_and_report(pith_engine *e, seq *s, float *row) {
     if (why != PITH_FINISH_NONE) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, why, stop_string, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* s ran its last sampled token and a draft of n_draft tokens, with a logits row for each (spec.h):
+ * commits and samples position by position, exactly as one-token steps would, while the sampled token
+ * is the draft's next one. */
+static void verify_draft(pith_engine *e, seq *s, float *rows) {
+    const int k = s->n_draft;
+    int32_t draft[PITH_SPEC_MAX_DRAFT];
+    memcpy(draft, s->draft, (size_t)k * sizeof *draft);
+    s->n_draft = 0;
+    s->drafted += k;
+    int accepted = 0;
+    for (int i = 0;; i++) {
+        sched_commit_seq(&e->sc, s, 1); /* position n_computed holds the token row i came from */
+        if (i > 0) accepted++, s->accepted++;
+        if (!sample_and_report(e, s, &rows[(size_t)i * e->n_vocab])) break; /* finished: freed */
+        if (i == k || s->tokens[s->n_tokens - 1] != draft[i]) {
+            spec_update(s, e->opt.spec_max_draft, k, accepted);
+            break;
+        }
+    }
+    e->spec_drafted += (uint64_t)k;
+    e->spec_accepted += (uint64_t)accepted;
+    e->spec_verifies++;
+}
+
+/* Drafts for the sequences that will decode this step (spec.h), before scheduling sizes their chunks. */
+static void plan_drafts(pith_engine *e) {
+    sched *sc = &e->sc;
+    if (e->opt.spec_type == PITH_SPEC_OFF || e->mem.has_recurrent) return;
+    int decoding = 0;
+    for (int i = 0; i < sc->n_running; i++) decoding += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
+    for (int i = 0; i < sc->n_running; i++) {
+        seq *s = sc->running[i];
+        s->n_draft = 0;
+        if (decoding > e->opt.spec_max_seqs || s->n_tokens - s->n_computed != 1 || s->embed != PITH_EMBED_OFF) continue;
+        int want = spec_want(s, e->opt.spec_max_draft);
+        int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
+        if (want > room) want = room;
+        s->n_draft = spec_propose(&e->opt, s, want);
+    }
+}
+
+/* p's prompt is computed and row holds its logits: every sibling waiting for it forks from its memory
+ * and samples its first token from the same row, before p samples (and may end, releasing what they
+ * share). A sibling with no room waits like any request. */
+static void fork_siblings(pith_engine *e, seq *p, const float *row) {
+    int n = p->n_forks;
+    p->n_forks = 0;
+    for (int i = 0; i < n; i++) {
+        seq *c = p->forks[i];
+        c->fork_parent = NULL;
+        if (!sched_fork(&e->sc, p, c)) {
+            if (sched_add(&e->sc, c)) engine_finish(e, c, PITH_FINISH_ERROR, false, "out of memory");
+            continue;
+        }
+        pith_err err;
+        if (run_copies(e, &err)) {
+            sched_remove(&e->sc, c);
+            engine_finish(e, c, PITH_FINISH_ERROR, false, err.msg);
+            continue;
+        }
+        e->n_forked++;
+        memcpy(e->fork_row, row, (size_t)e->n_vocab * sizeof *row);
+        sample_and_report(e, c, e->fork_row);
     }
 }
 
@@ -267,6 +388,7 @@ bool engine_step(pith_engine *e, pith_err *err) {
     err->msg[0] = 0;
     bool progressed = take_in(e) > 0;
     sched *sc = &e->sc;
+    plan_drafts(e);
     sched_schedule(sc);
     if (sc->n_batch == 0) {
         if (sc->n_waiting > 0 && sc->n_running == 0) {
@@ -283,7 +405,8 @@ bool engine_step(pith_engine *e, pith_err *err) {
     pith_batch b;
     int n_seqs = sc->n_batch;
     memcpy(e->step_seqs, sc->batch, (size_t)n_seqs * sizeof *e->step_seqs);
-    int rc = embed_buffers(e, err);
+    int rc = run_copies(e, err); /* restores into the slots of sequences admitted with a hit */
+    if (!rc) rc = embed_buffers(e, err);
     int n_tokens = build_batch(e, &b);
     if (!rc) {
         rc = pith_model_forward(e->model, &b, e->logits, err);
@@ -291,26 +414,33 @@ bool engine_step(pith_engine *e, pith_err *err) {
     }
     if (!rc) rc = pool_hidden(e, &b, err);
     if (rc) {
-        if (!err->msg[0]) pith_errf(err, "the model failed");
-        for (int i = 0; i < n_seqs; i++) {
-            sched_remove(sc, e->step_seqs[i]);
-            engine_finish(e, e->step_seqs[i], PITH_FINISH_ERROR, false, err->msg);
-        }
-        engine_publish_stats(e);
+        fail_batch(e, n_seqs, err);
         return true;
     }
     e->n_computed_tokens += (uint64_t)n_tokens;
     sched_commit(sc);
+    if (run_copies(e, err)) { /* snapshots of the states just computed, before anything else runs */
+        fail_batch(e, n_seqs, err);
+        return true;
+    }
     int row = 0;
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->step_seqs[i];
+        float *logits = &e->logits[(size_t)row * e->n_vocab];
+        if (s->n_draft > 0) { /* not committed yet: verification commits what it accepts */
+            row += 1 + s->n_draft;
+            verify_draft(e, s, logits);
+            continue;
+        }
         if (s->n_computed < s->n_tokens) continue; /* a prompt chunk that is not the last */
         if (s->embed != PITH_EMBED_OFF) {
             sched_remove(sc, s);
             engine_finish(e, s, PITH_FINISH_STOP, false, NULL);
             continue;
         }
-        sample_and_report(e, s, &e->logits[(size_t)row++ * e->n_vocab]);
+        row++;
+        if (s->n_forks > 0) fork_siblings(e, s, logits);
+        sample_and_report(e, s, logits);
     }
     engine_publish_stats(e);
     return true;
@@ -327,7 +457,8 @@ int engine_check(pith_engine *e, pith_err *err) {
     for (int i = 0; i < e->sc.n_waiting; i++) {
         seq *s = e->sc.waiting[i];
         bool holds = s->n_computed != 0;
-        for (int g = 0; g < e->mem.n_groups; g++) holds |= s->lo[g] != 0 || s->hi[g] != 0 || s->state_slot[g] != -1;
+        for (int g = 0; g < e->mem.n_groups; g++)
+            holds |= s->lo[g] != 0 || s->hi[g] != 0 || s->state_slot[g] != -1 || s->snap_held[g] != -1;
         for (int k = 0; k < s->n_groups * s->cap_blocks; k++) holds |= s->blocks[k] != -1;
         if (s->state != SEQ_WAITING || holds)
             return pith_errf(err, "waiting request %llu holds memory or computed tokens", (unsigned long long)s->id);

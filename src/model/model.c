@@ -45,8 +45,8 @@ void pith_model_mem_free(pith_model *m) {
 
 int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
     if (!m->ops->copy_blocks) return pith_errf(err, "this model cannot copy memory blocks");
-    if (group < 0 || group >= m->mem.n_groups || m->mem.groups[group].kind == PITH_MEM_RECURRENT)
-        return pith_errf(err, "copy_blocks: group %d is not a KV group of this model", group);
+    if (group < 0 || group >= m->mem.n_groups)
+        return pith_errf(err, "copy_blocks: this model has no memory group %d", group);
     if (n < 0) return pith_errf(err, "copy_blocks: negative count");
     return n ? m->ops->copy_blocks(m, group, src, dst, n, err) : 0;
 }

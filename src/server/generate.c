@@ -127,10 +127,12 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
     int n_choices = n_prompts * p->n;
     if (job_create(srv, n_choices, r->t_arrival, &r->job)) goto oom;
     uint64_t seed = p->seed_given ? p->sampling.seed : random_seed();
-    for (int i = 0; i < n_choices; i++) {
+    /* One request per prompt: its n siblings share the prompt's prefill (engine.h), choice i * n + k. */
+    for (int i = 0; i < n_choices; i += p->n) {
         const gen_prompt *pr = &prompts[i / p->n];
         pith_request q = {
             .prompt = pr->ids, .n_prompt = pr->n, .sampling = p->sampling, .max_tokens = max_tokens[i / p->n],
+            .n = p->n,
             .stop_ids = p->stop_ids, .n_stop_ids = p->n_stop_ids, .stop = (const char *const *)p->stop,
             .n_stop = p->n_stop, .ignore_eos = p->ignore_eos, .priority = p->priority, .cache_salt = p->cache_salt,
             .logprobs = p->logprobs, .top_logprobs = p->logprobs ? p->top_logprobs : 0,

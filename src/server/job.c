@@ -88,7 +88,7 @@ static bool push_event(job *j, const pith_token_event *ev, int choice) {
 
 /* Engine thread. */
 static void on_token(const pith_token_event *ev, void *user) {
-    job_choice *c = user;
+    job_choice *c = (job_choice *)user + ev->index;
     job *j = c->job;
     double now = server_now();
     pthread_mutex_lock(&j->lock);
@@ -128,22 +128,22 @@ void job_totals(job *j, int *prompt_tokens, int *completion_tokens, double *t_fi
 
 int job_submit(job *j, int i, const pith_request *r, pith_err *err) {
     pith_request q = *r;
+    const int n = q.n > 1 ? q.n : 1;
     job_choice *c = &j->choices[i];
     q.on_token = on_token;
-    q.user = c;
+    q.user = c; /* sibling k's events (engine.h: index k) belong to choice i + k */
     pthread_mutex_lock(&j->lock);
-    j->refs++; /* the final event may come before submit returns */
-    c->submitted = true;
+    j->refs += n; /* final events may come before submit returns */
+    for (int k = 0; k < n; k++) c[k].submitted = true;
     pthread_mutex_unlock(&j->lock);
     uint64_t id;
     int rc = pith_engine_submit(j->srv->engine, &q, &id, err);
     pthread_mutex_lock(&j->lock);
-    if (rc == 0) {
-        c->id = id;
-    } else {
-        c->submitted = false;
-        j->refs--; /* never the last: the HTTP side holds one */
+    for (int k = 0; k < n; k++) {
+        if (rc == 0) c[k].id = id + (uint64_t)k;
+        else c[k].submitted = false;
     }
+    if (rc) j->refs -= n; /* never the last: the HTTP side holds one */
     pthread_mutex_unlock(&j->lock);
     return rc;
 }

@@ -61,7 +61,8 @@ typedef struct job {
 
 /* Creates and lists a job (one HTTP-side reference). */
 int job_create(pith_server *srv, int n_choices, double t_arrival, job **out);
-/* Submits choice i's request (on_token and user are set here). Returns pith_engine_submit's result. */
+/* Submits choice i's request (on_token and user are set here); with r->n > 1 its siblings are choices
+ * i + 1 .. i + n - 1. Returns pith_engine_submit's result. */
 int job_submit(job *j, int i, const pith_request *r, pith_err *err);
 /* Waits up to timeout_ms for events, then hands over every queued event (caller frees them with
  * job_events_free). *all_done: every submitted request has delivered its final event. */

@@ -113,9 +113,21 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
             (unsigned long long)st->prefix_cache_hits);
     counter(out, "pith_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
             (unsigned long long)st->prefix_cache_queries);
+    counter(out, "pith_state_snapshots_total", "Recurrent-state snapshots taken for the prefix cache.",
+            (unsigned long long)st->state_snapshots);
+    counter(out, "pith_state_restores_total", "Prefix cache hits resumed from a recurrent-state snapshot.",
+            (unsigned long long)st->state_restores);
     counter(out, "pith_prompt_tokens_total", "Prompt tokens of accepted requests.",
             (unsigned long long)st->prompt_tokens);
     counter(out, "pith_generation_tokens_total", "Tokens generated.", (unsigned long long)st->generation_tokens);
+    counter(out, "pith_computed_tokens_total", "Tokens run through the model (prefill, recompute and decode).",
+            (unsigned long long)st->computed_tokens);
+    counter(out, "pith_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed.",
+            (unsigned long long)st->spec_draft_tokens);
+    counter(out, "pith_spec_accepted_tokens_total", "Speculative decoding: draft tokens accepted by verification.",
+            (unsigned long long)st->spec_accepted_tokens);
+    counter(out, "pith_forked_sequences_total", "Samples of n > 1 requests forked from a prompt computed once.",
+            (unsigned long long)st->forked_sequences);
     counter(out, "pith_preemptions_total", "Requests preempted to free KV blocks (recomputed later).",
             (unsigned long long)st->preemptions);
 

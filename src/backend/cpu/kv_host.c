@@ -70,9 +70,16 @@ int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_me
 }
 
 int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    if (g < 0 || g >= h->n_groups || h->groups[g].kind == PITH_MEM_RECURRENT)
-        return pith_errf(err, "copy_blocks: group %d is not a KV group", g);
+    if (g < 0 || g >= h->n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
     pith_kv_cache *c = &h->groups[g];
+    if (c->kind == PITH_MEM_RECURRENT) {
+        for (int i = 0; i < n; i++)
+            if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
+                return pith_errf(err, "copy_blocks: state slot %d -> %d outside the %d slots", src[i], dst[i], c->n_slots);
+        for (int i = 0; i < n; i++)
+            if (src[i] != dst[i]) memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
+        return 0;
+    }
     size_t elem = c->type == PITH_F16 ? 2 : 4;
     for (int i = 0; i < n; i++) {
         if (src[i] < 0 || src[i] >= c->n_blocks || dst[i] < 0 || dst[i] >= c->n_blocks)
