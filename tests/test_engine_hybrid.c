@@ -7,8 +7,8 @@
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
- * recomputes), and with the prefix cache on (today the core serves no hits to a model with a RECURRENT
- * group; with state snapshots it may, and the tokens must still agree). Greedy tokens, not logits, are
+ * recomputes), and with the prefix cache on; and a chat's next turn (prompt, reply, more tokens) gives
+ * the same tokens served from a state snapshot as computed from scratch. Greedy tokens, not logits, are
  * compared: the batch composition changes nothing in a row's arithmetic except the chunked prefill's
  * summation order, far below the top-2 gaps of these models (the logits themselves are checked against
  * a float64 reference in test_reference_models.py). Integrity of the engine is checked after every step. */
@@ -109,7 +109,7 @@ static void test_model(const char *path) {
      * 3: alone in chunks of 5; 4: all at once with the prefix cache and chunks of 16 */
     int per_seq = (LEN + GEN + 15) / 16;
     int kv[5] = {64, 256, per_seq * 2, 64, 256}, seqs[5] = {1, 8, 8, 1, 8}, chunk[5] = {80, 80, 80, 5, 16};
-    uint64_t preemptions = 0;
+    uint64_t preemptions = 0, hits = 0;
     for (int pass = 0; pass < 5; pass++) {
         pith_engine_options o = {.kv_blocks = kv[pass], .max_num_seqs = seqs[pass], .max_batch_tokens = chunk[pass],
                                  .no_prefix_cache = pass != 4};
@@ -129,16 +129,55 @@ static void test_model(const char *path) {
         pith_engine_stats st;
         pith_engine_get_stats(e, &st);
         if (pass == 2) preemptions = st.preemptions;
+        if (pass == 4) hits = st.prefix_cache_hits;
         pith_engine_free(e);
     }
     CHECKF(preemptions > 0, "%s: no preemption in a pool of %d blocks", path, per_seq * 2);
+    /* A chat's next turn: each prompt alone, then the prompt, its reply and 9 more tokens, with the
+     * cache on (the second is served from the state snapshot at the end of the first prompt) and off. */
+    static int32_t turn[N][LEN + GEN + 9];
+    static out next[2][N];
+    memset(next, 0, sizeof next);
+    uint64_t restores = 0;
+    for (int cached = 0; cached < 2; cached++) {
+        pith_engine_options o = {.kv_blocks = 256, .max_num_seqs = 4, .max_batch_tokens = 64, .no_prefix_cache = !cached};
+        pith_engine *e = NULL;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            int n = LEN - i;
+            memcpy(turn[i], ids[i], (size_t)n * sizeof(int32_t));
+            memcpy(turn[i] + n, res[0][i].toks, GEN * sizeof(int32_t));
+            for (int k = 0; k < 9; k++) turn[i][n + GEN + k] = (int32_t)((i * 31 + k * 7 + 3) % m->hp.n_vocab);
+            out first = {0};
+            pith_request r = {.prompt = ids[i], .n_prompt = n, .sampling = pith_sampling_defaults(), .max_tokens = GEN,
+                              .ignore_eos = true, .on_token = collect, .user = &first};
+            r.sampling.temperature = 0;
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+            r.prompt = turn[i], r.n_prompt = n + GEN + 9, r.max_tokens = 16, r.user = &next[cached][i];
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+        }
+        pith_engine_stats st;
+        pith_engine_get_stats(e, &st);
+        if (cached) restores = st.state_restores;
+        pith_engine_free(e);
+    }
+    CHECKF(restores > 0, "%s: no prompt served from a state snapshot", path);
+    for (int i = 0; i < N; i++)
+        CHECKF(next[0][i].n == 16 && !memcmp(next[0][i].toks, next[1][i].toks, 16 * sizeof(int32_t)),
+               "%s: next turn %d differs with the cache", path, i);
     for (int pass = 1; pass < 5; pass++)
         for (int i = 0; i < N; i++)
             CHECKF(res[0][i].n == GEN && res[pass][i].n == GEN &&
                        !memcmp(res[0][i].toks, res[pass][i].toks, sizeof res[0][i].toks[0] * GEN),
                    "%s: prompt %d differs in pass %d", path, i, pass);
-    printf("%s: same tokens alone, in chunks of 5, batched, with the cache on and under %llu preemptions\n", path,
-           (unsigned long long)preemptions);
+    printf("%s: same tokens alone, in chunks of 5, batched, with the cache on (%llu hits) and under %llu preemptions;"
+           " next turns the same with %llu state restores\n",
+           path, (unsigned long long)hits, (unsigned long long)preemptions, (unsigned long long)restores);
     pith_model_free(m);
 }
 
