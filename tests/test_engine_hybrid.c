@@ -8,10 +8,10 @@
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
  * recomputes), and with the prefix cache on; and a chat's next turn (prompt, reply, more tokens) gives
- * the same tokens served from a state snapshot as computed from scratch. Greedy tokens, not logits, are
- * compared: the batch composition changes nothing in a row's arithmetic except the chunked prefill's
- * summation order, far below the top-2 gaps of these models (the logits themselves are checked against
- * a float64 reference in test_reference_models.py). Integrity of the engine is checked after every step. */
+ * the same tokens served from a state snapshot as computed from scratch. The tokens must agree exactly:
+ * no row's arithmetic depends on the batch (the convolutions and the delta rule run token by token
+ * however a prompt is chunked; the logits themselves are checked against a float64 reference in
+ * test_reference_models.py). Integrity of the engine is checked after every step. */
 #include <stdint.h>
 
 #include "check.h"
