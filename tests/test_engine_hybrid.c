@@ -95,7 +95,7 @@ static void test_model(const char *path) {
     for (int g = 0; g < m->mem.n_groups; g++) recurrent |= m->mem.groups[g].kind == PITH_MEM_RECURRENT;
     CHECKF(recurrent, "%s declares no recurrent group", path);
     if (recurrent) test_state_copy(m, path);
-    enum { N = 8, GEN = 40, LEN = 70 };
+    enum { N = 6, GEN = 24, LEN = 48 };
     static int32_t ids[N][LEN];
     uint32_t x = 4242;
     for (int i = 0; i < N; i++)
@@ -108,7 +108,7 @@ static void test_model(const char *path) {
     /* pass 0: alone, one chunk, no cache; 1: all at once; 2: all at once, a pool of ~2 sequences;
      * 3: alone in chunks of 5; 4: all at once with the prefix cache and chunks of 16 */
     int per_seq = (LEN + GEN + 15) / 16;
-    int kv[5] = {64, 256, per_seq * 2, 64, 256}, seqs[5] = {1, 8, 8, 1, 8}, chunk[5] = {80, 80, 80, 5, 16};
+    int kv[5] = {64, 256, per_seq * 2, 64, 256}, seqs[5] = {1, 8, 8, 1, 8}, chunk[5] = {64, 64, 64, 5, 16};
     uint64_t preemptions = 0, hits = 0;
     for (int pass = 0; pass < 5; pass++) {
         pith_engine_options o = {.kv_blocks = kv[pass], .max_num_seqs = seqs[pass], .max_batch_tokens = chunk[pass],
