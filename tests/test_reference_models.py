@@ -19,6 +19,9 @@ The new architectures are also run from a prompt more than three windows long (7
 in chunks of 7 tokens (--max-batch-tokens 7: a chunk boundary inside every window) and in one chunk, and
 the rows of the tokens generated after it are checked against the reference over [prompt, generated].
 
+The hybrid architectures (LFM2) get the same cases plus a prompt of more than two DeltaNet chunks (153
+tokens) prefilled in chunks of 7 and in one, then 64 generated tokens (HYBRID_PRESETS).
+
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch), PITH_SHARED (optional assets).
 Exit 77 (skip) when torch or numpy is missing."""
 
@@ -56,6 +59,15 @@ TOLERANCES = {
     "float-kv16": (1e-3, None, None),
     # Q8_0 / Q4_0: pith rounds activations to 8 bits per block of 32 for integer dot products.
     "q32": (0.3, 0.04, 32),
+    # Q8_0 on LFM2: the same rounding, but the short convolution multiplies two projections of the rounded
+    # input (B * x, then C * conv): over seeds 900-905 the max error was 0.21-0.32 and the mean 0.033-0.043,
+    # while pith agreed with the act-q8 simulation to 1e-6 wherever no rounding boundary flipped.
+    "q32-gated": (0.5, 0.06, 32),
+    # Q8_0 on Qwen3.5: the rounded projections feed sigmoid and SiLU gates, L2 norms and a recurrent state
+    # that every later token reads: over seeds 900-905 the max error was 0.53-1.26 and the mean 0.076-0.11
+    # (pith against the act-q8 simulation: 0.05-0.14, where rounding boundaries flip). A loose bound on a
+    # random model whose logits have a standard deviation of 1; the F32 cases carry the precision.
+    "q32-delta": (2.0, 0.15, 32),
     # Q4_K / Q6_K: the same per block of 256 (a larger block max, so a larger step).
     "qk": (0.4, 0.05, 256),
 }
@@ -83,6 +95,14 @@ CROSS_FORMAT_BOUND = {"test-gemma3": 3e-6, "test-gemma3-softcap": 3e-6}
 PROMPT_TEXT = ("Once upon a time, in a quiet village by the sea, a small girl found a shell that sang "
                "when the wind blew over it.")
 N_GEN_PROMPT = 12
+# Hybrid (recurrent) architectures: GGUF and safetensors F32, GGUF with the F16 cache and in Q8_0, and a
+# prompt of more than two DeltaNet chunks (64 tokens each; the text twice: 153 tokens) prefilled 7
+# tokens at a time and in one chunk, then 64 tokens generated; the recurrent state crosses every chunk
+# boundary. Tolerances as for the other float cases: the float64 reference computes the same function
+# (recurrent form, token by token) and only float32 arithmetic separates them.
+HYBRID_PRESETS = ["test-lfm2", "test-qwen35"]
+HYBRID_PROMPT = PROMPT_TEXT + " " + PROMPT_TEXT
+N_GEN_HYBRID = 64
 
 
 def tolerance_kind(dtype):
@@ -242,6 +262,39 @@ def moved(name, a, b):
     print(f"  {name}: moves the reference logits by up to {d:.2f}")
     if d < 100 * TOLERANCES["float"][0]:
         fail(f"{name} changes the logits by only {d:.2e}; the cases would not test it")
+
+
+def check_hybrid_references(tmp):
+    """The hybrid references: GGUF against safetensors of one seed, and LFM2's token-by-token convolution
+    against the convolution as transformers' prefill writes it (nn.Conv1d with K - 1 zeros of padding,
+    the first T outputs)."""
+    tokens = [1] + list(np.random.default_rng(10).integers(3, 512, N_GEN_LONG - 1))
+    for preset in HYBRID_PRESETS:
+        cfg = mkmodel.build_config(preset)
+        gpath, spath = os.path.join(tmp, f"x-{preset}.gguf"), os.path.join(tmp, f"x-{preset}-st")
+        mkmodel.write_gguf(cfg, gpath, "F32", seed=13)
+        mkmodel.write_safetensors(cfg, spath, "F32", seed=13, shards=2)
+        err = float(np.abs(reference.forward(reference.Model(gpath), tokens).numpy() -
+                           reference.forward(reference.Model(spath), tokens).numpy()).max())
+        # Qwen3.5's GGUF stores norms as float32(1 + w) and ssm_a as float32(-exp(A_log)): that rounding alone
+        # moves the logits by 1.2e-5 (rounding them likewise on the safetensors side leaves 6e-7).
+        bound = 3e-5 if preset == "test-qwen35" else 1e-9
+        print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e} (bound {bound:g})")
+        if err > bound:
+            fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+    m = reference.Model(os.path.join(tmp, "x-test-lfm2-st"))
+    D, K, T = m.dim, m.conv_kernel, 40
+    bx = torch.from_numpy(np.random.default_rng(3).standard_normal((T, D)))
+    w = m.w("blk.0.shortconv.conv.weight").reshape(D, 1, K)
+    full = torch.nn.functional.conv1d(bx.T[None], w, groups=D, padding=K - 1)[0, :, :T].T
+    state, loop = torch.zeros(K - 1, D, dtype=torch.float64), torch.empty(T, D, dtype=torch.float64)
+    for t in range(T):
+        window = torch.cat([state, bx[t:t + 1]], dim=0)
+        loop[t], state = (window * w.reshape(D, K).T).sum(dim=0), window[1:]
+    err = float((full - loop).abs().max())
+    print(f"lfm2: the recurrent convolution vs nn.Conv1d: {err:.1e}")
+    if err > 1e-12:
+        fail(f"lfm2: the reference's recurrent convolution differs from nn.Conv1d by {err:.2e}")
 
 
 def check_new_references(tmp):
@@ -516,6 +569,23 @@ def main():
                     compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
                             n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
+        check_hybrid_references(tmp)
+        seed = 900   # fixed, whatever the cases above number
+        for preset in HYBRID_PRESETS:
+            for fmt in ("gguf", "safetensors"):
+                model, tok, n_vocab = make_model(tmp, preset, fmt, "F32", seed)
+                compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG)
+                if fmt == "gguf":
+                    compare(pith, tmp, f"{preset} {fmt} F32 kv-f16", model, tok, n_vocab, "float-kv16",
+                            kv_f32=False, n_gen=N_GEN_LONG)
+                for chunk in (7, 2048):
+                    compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                            n_gen=N_GEN_HYBRID, prompt=HYBRID_PROMPT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
+            model, tok, n_vocab = make_model(tmp, preset, "gguf", "Q8_0", seed)
+            compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab,
+                    "q32-delta" if preset == "test-qwen35" else "q32-gated")
+            seed += 1
     print(f"{time.time() - t0:.1f} s")
     if failures:
         print(f"{len(failures)} failure(s)")

@@ -105,6 +105,22 @@ PRESETS = {
                                         "sliding_attention", "full_attention"],
                            rope_local_theta=20000.0, rope_scaling="linear", rope_factor=4.0,
                            query_pre_attn_scalar=64, final_softcap=3.0),
+    # LFM2: short-convolution layers with attention at attn_layers (K = conv_kernel).
+    "test-lfm2": dict(arch="lfm2", dim=128, layers=6, heads=4, kv_heads=2, ffn=384, vocab=512, theta=1e6,
+                      ctx=4096, eps=1e-5, tied=True, attn_layers=[2, 5], conv_kernel=3),
+    # LFM2-1.2B's real shape (benchmarks): 16 layers, attention at 2, 5, 8, 10, 12, 14.
+    "lfm2-1.2b": dict(arch="lfm2", dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=65536, theta=1e6,
+                      ctx=128000, eps=1e-5, tied=True, attn_layers=[2, 5, 8, 10, 12, 14], conv_kernel=3),
+    # Qwen3.5: three Gated DeltaNet layers, then one gated attention layer (full_attn_interval 4);
+    # partial RoPE (a quarter of each head), M-RoPE sections; twice as many value heads as key heads.
+    "test-qwen35": dict(arch="qwen35", dim=128, layers=8, heads=4, kv_heads=2, head_dim=64, ffn=384, vocab=512,
+                        theta=1e7, ctx=4096, eps=1e-6, tied=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=32,
+                        lin_v_dim=32, conv_kernel=4, partial_rotary=0.25, mrope_section=[3, 3, 2]),
+    # Qwen3.5-0.8B's real text shape (benchmarks).
+    "qwen3.5-0.8b": dict(arch="qwen35", dim=1024, layers=24, heads=8, kv_heads=2, head_dim=256, ffn=3584,
+                         vocab=248320, theta=1e7, ctx=262144, eps=1e-6, tied=True, lin_k_heads=16, lin_v_heads=16,
+                         lin_k_dim=128, lin_v_dim=128, conv_kernel=4, partial_rotary=0.25,
+                         mrope_section=[11, 11, 10]),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -116,11 +132,14 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
-                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None)
+                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
+                attn_layers=None, conv_kernel=None, lin_k_heads=None, lin_v_heads=None, lin_k_dim=None,
+                lin_v_dim=None, partial_rotary=None, mrope_section=None, full_attn_interval=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
-           "gemma3": ("Gemma3ForCausalLM", "gemma3_text")}
+           "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2"),
+           "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral")}
 # llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
@@ -144,7 +163,16 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch == "qwen2"
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35")
+        if self.arch == "qwen35":
+            self.conv_kernel = self.conv_kernel or 4
+            self.full_attn_interval = self.full_attn_interval or 4
+            self.partial_rotary = self.partial_rotary or 1.0
+            self.mrope_section = self.mrope_section or [0, 0, 0]
+        if self.arch == "lfm2":
+            self.conv_kernel = self.conv_kernel or 3
+            if self.attn_layers is None:
+                self.attn_layers = [i for i in range(self.layers) if i % 3 == 2]
         if self.arch == "gemma3":
             # configuration_gemma3.py's defaults: pattern 6, local base 1e4, query_pre_attn_scalar 256 (the
             # head_dim of every released model; here the model's own head_dim).
@@ -187,7 +215,7 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3")):
+        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear"):
@@ -222,6 +250,21 @@ class Config:
                 raise ValueError("no_rope_layers: one entry per layer")
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
+
+        if self.arch == "qwen35":
+            if any(v is None for v in (self.lin_k_heads, self.lin_v_heads, self.lin_k_dim, self.lin_v_dim)):
+                raise ValueError("qwen35: lin_k_heads, lin_v_heads, lin_k_dim and lin_v_dim are required")
+            if self.lin_v_heads % self.lin_k_heads or self.lin_k_dim != self.lin_v_dim or self.rope_scaling:
+                raise ValueError("qwen35: value heads a multiple of key heads, equal head widths, no RoPE scaling")
+            if int(self.head_dim * self.partial_rotary) % 2:
+                raise ValueError("qwen35: the rotated part of a head must be even")
+        elif (self.attn_layers is not None or self.conv_kernel is not None) and self.arch != "lfm2":
+            raise ValueError("attention layers among convolution layers and a convolution width are LFM2's")
+        if self.arch == "lfm2":
+            if any(not 0 <= i < self.layers for i in self.attn_layers) or not 2 <= self.conv_kernel <= 16:
+                raise ValueError("lfm2: attention layers inside the model, convolution width 2..16")
+            if self.ffn % 2 or self.rope_scaling:
+                raise ValueError("lfm2: an even ffn width (config.json writes it pre-adjusted), no RoPE scaling")
 
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
@@ -312,6 +355,10 @@ def write_tokenizer_bin(path, n_vocab):
 def tensor_specs(cfg):
     if cfg.arch == "gemma3":
         return gemma3_tensor_specs(cfg)
+    if cfg.arch == "lfm2":
+        return lfm2_tensor_specs(cfg)
+    if cfg.arch == "qwen35":
+        return qwen35_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -375,6 +422,160 @@ def gemma3_tensor_specs(cfg):
     return specs
 
 
+def lfm2_tensor_specs(cfg):
+    """LFM2: GGUF names from llama.cpp's llama-arch.cpp (LLM_ARCH_LFM2: shortconv.conv / in_proj /
+    out_proj, token_embd_norm for the final norm), Hugging Face names from modeling_lfm2.py. The
+    convolution weight is (dim, K) here; Hugging Face stores it as (dim, 1, K), the same values."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs.append((b + "attn_norm.weight", h + "operator_norm.weight", (cfg.dim,), "norm"))
+        if i in cfg.attn_layers:
+            specs += [
+                (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+                (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_q_norm.weight", h + "self_attn.q_layernorm.weight", (cfg.head_dim,), "norm"),
+                (b + "attn_k_norm.weight", h + "self_attn.k_layernorm.weight", (cfg.head_dim,), "norm"),
+                (b + "attn_output.weight", h + "self_attn.out_proj.weight", (cfg.dim, q_dim), "matrix"),
+            ]
+        else:
+            specs += [
+                (b + "shortconv.in_proj.weight", h + "conv.in_proj.weight", (3 * cfg.dim, cfg.dim), "matrix"),
+                (b + "shortconv.conv.weight", h + "conv.conv.weight", (cfg.dim, cfg.conv_kernel), "matrix"),
+                (b + "shortconv.out_proj.weight", h + "conv.out_proj.weight", (cfg.dim, cfg.dim), "matrix"),
+            ]
+        specs += [
+            (b + "ffn_norm.weight", h + "ffn_norm.weight", (cfg.dim,), "norm"),
+            (b + "ffn_gate.weight", h + "feed_forward.w1.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_up.weight", h + "feed_forward.w3.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_down.weight", h + "feed_forward.w2.weight", (cfg.dim, cfg.ffn), "matrix"),
+        ]
+    specs.append(("token_embd_norm.weight", "model.embedding_norm.weight", (cfg.dim,), "norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def lfm2_hf_config(cfg, dtype):
+    """config.json as LFM2's released checkpoints write it: block_ff_dim with block_auto_adjust_ff_dim (the
+    width used is int(2 * ff / 3) rounded up to block_multiple_of: here chosen to give cfg.ffn back),
+    layer_types, conv_L_cache, norm_eps, tie_embedding."""
+    multiple = next(m for m in (256, 32, 2) if cfg.ffn % m == 0)
+    return {
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": cfg.dim,
+        "block_ff_dim": cfg.ffn * 3 // 2, "intermediate_size": cfg.ffn * 3 // 2, "block_auto_adjust_ff_dim": True,
+        "block_multiple_of": multiple, "block_ffn_dim_multiplier": 1.0, "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "norm_eps": cfg.eps,
+        "rope_theta": cfg.theta, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx,
+        "tie_embedding": bool(cfg.tied), "conv_L_cache": cfg.conv_kernel, "conv_bias": False,
+        "layer_types": ["full_attention" if i in cfg.attn_layers else "conv" for i in range(cfg.layers)],
+        "torch_dtype": TORCH_DTYPE[dtype], "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
+
+
+def qwen35_layer_is_linear(cfg, i):
+    return (i + 1) % cfg.full_attn_interval != 0
+
+
+def qwen35_tensor_specs(cfg):
+    """Qwen3.5 (text): GGUF names from llama.cpp's llama-arch.cpp (LLM_ARCH_QWEN35: attn_qkv, attn_gate,
+    ssm_conv1d, ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out, post_attention_norm),
+    Hugging Face names from modeling_qwen3_5.py. Kinds: "znorm" is a zero-centred norm (the model uses
+    1 + w; GGUF stores w + 1), "alog" is A_log (GGUF stores -exp(A_log) as ssm_a). The convolution weight
+    is (channels, K) here and (channels, 1, K) in Hugging Face files."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    key_dim, value_dim = cfg.lin_k_heads * cfg.lin_k_dim, cfg.lin_v_heads * cfg.lin_v_dim
+    conv_dim, nv = 2 * key_dim + value_dim, cfg.lin_v_heads
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs.append((b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "znorm"))
+        if qwen35_layer_is_linear(cfg, i):
+            a = h + "linear_attn."
+            specs += [
+                (b + "attn_qkv.weight", a + "in_proj_qkv.weight", (conv_dim, cfg.dim), "matrix"),
+                (b + "attn_gate.weight", a + "in_proj_z.weight", (value_dim, cfg.dim), "matrix"),
+                (b + "ssm_beta.weight", a + "in_proj_b.weight", (nv, cfg.dim), "matrix"),
+                (b + "ssm_alpha.weight", a + "in_proj_a.weight", (nv, cfg.dim), "matrix"),
+                (b + "ssm_conv1d.weight", a + "conv1d.weight", (conv_dim, cfg.conv_kernel), "matrix"),
+                (b + "ssm_dt.bias", a + "dt_bias", (nv,), "bias"),
+                (b + "ssm_a", a + "A_log", (nv,), "alog"),
+                (b + "ssm_norm.weight", a + "norm.weight", (cfg.lin_v_dim,), "norm"),
+                (b + "ssm_out.weight", a + "out_proj.weight", (cfg.dim, value_dim), "matrix"),
+            ]
+        else:
+            specs += [
+                (b + "attn_q.weight", h + "self_attn.q_proj.weight", (2 * q_dim, cfg.dim), "matrix"),
+                (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (cfg.head_dim,), "znorm"),
+                (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "znorm"),
+                (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            ]
+        specs += [
+            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "znorm"),
+            (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
+        ]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "znorm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def qwen35_gguf_tensor(cfg, name, x):
+    """A Hugging Face tensor as llama.cpp's converter writes it for GGUF qwen35: zero-centred norms as
+    w + 1, A_log as -exp(A_log), and the value heads reordered from grouped (value head h reads key head
+    h // (value heads / key heads), transformers' repeat_interleave) to tiled order (value head h reads key
+    head h % key heads, ggml_repeat): tiled head j * K + k holds grouped head k * r + j."""
+    K, r = cfg.lin_k_heads, cfg.lin_v_heads // cfg.lin_k_heads
+    perm = np.array([(t % K) * r + t // K for t in range(cfg.lin_v_heads)])
+
+    def heads(a, axis, start, width):
+        idx = np.arange(a.shape[axis])
+        block = idx[start:start + cfg.lin_v_heads * width].reshape(cfg.lin_v_heads, width)[perm].reshape(-1)
+        idx[start:start + block.size] = block
+        return np.take(a, idx, axis=axis)
+
+    key_dim = cfg.lin_k_heads * cfg.lin_k_dim
+    if name.endswith(("attn_qkv.weight", "ssm_conv1d.weight")):
+        return heads(x, 0, 2 * key_dim, cfg.lin_v_dim)
+    if name.endswith("attn_gate.weight"):
+        return heads(x, 0, 0, cfg.lin_v_dim)
+    if name.endswith(("ssm_beta.weight", "ssm_alpha.weight", "ssm_dt.bias")):
+        return heads(x, 0, 0, 1)
+    if name.endswith("ssm_a"):
+        return heads(-np.exp(x), 0, 0, 1)
+    if name.endswith("ssm_out.weight"):
+        return heads(x, 1, 0, cfg.lin_v_dim)
+    return x
+
+
+def qwen35_hf_config(cfg, dtype):
+    """config.json as transformers writes a Qwen3_5TextConfig for Qwen3_5ForCausalLM."""
+    return {
+        "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.eps,
+        "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx, "tie_word_embeddings": bool(cfg.tied),
+        "layer_types": ["linear_attention" if qwen35_layer_is_linear(cfg, i) else "full_attention"
+                        for i in range(cfg.layers)],
+        "full_attention_interval": cfg.full_attn_interval, "linear_conv_kernel_dim": cfg.conv_kernel,
+        "linear_key_head_dim": cfg.lin_k_dim, "linear_value_head_dim": cfg.lin_v_dim,
+        "linear_num_key_heads": cfg.lin_k_heads, "linear_num_value_heads": cfg.lin_v_heads,
+        "attn_output_gate": True, "hidden_act": "silu", "torch_dtype": TORCH_DTYPE[dtype],
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.theta,
+                            "partial_rotary_factor": cfg.partial_rotary, "mrope_section": list(cfg.mrope_section),
+                            "mrope_interleaved": True},
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
+
+
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -396,8 +597,11 @@ def random_chunks(seed, name, shape, kind):
             x *= np.float32(1.0 / math.sqrt(shape[1]))
         elif kind == "norm":
             x = np.float32(1) + np.float32(0.1) * x
-        elif kind == "bias" or kind == "gemma_norm":
+        elif kind in ("bias", "gemma_norm", "znorm"):
             x *= np.float32(0.1)
+        elif kind == "alog":
+            # A = exp(A_log) around 0.14: decays of a few per cent per token, so the state remembers
+            x = np.float32(-2) + np.float32(0.5) * x
         yield x
 
 
@@ -464,11 +668,27 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_u32(f"{a}.block_count", cfg.layers)
     w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
-    w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
+    if a == "qwen35":
+        w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
+        w.add_u32(f"{a}.rope.dimension_count", int(cfg.head_dim * cfg.partial_rotary))
+        w.add_array(f"{a}.rope.dimension_sections", (list(cfg.mrope_section) + [0, 0, 0, 0])[:4], G.INT32)
+        w.add_u32(f"{a}.ssm.conv_kernel", cfg.conv_kernel)
+        w.add_u32(f"{a}.ssm.state_size", cfg.lin_k_dim)
+        w.add_u32(f"{a}.ssm.group_count", cfg.lin_k_heads)
+        w.add_u32(f"{a}.ssm.time_step_rank", cfg.lin_v_heads)
+        w.add_u32(f"{a}.ssm.inner_size", cfg.lin_v_heads * cfg.lin_v_dim)
+        w.add_u32(f"{a}.full_attention_interval", cfg.full_attn_interval)
+    elif a == "lfm2":
+        # llama.cpp: one KV head count per layer, 0 for a convolution layer; the convolution width.
+        w.add_array(f"{a}.attention.head_count_kv",
+                    [cfg.kv_heads if i in cfg.attn_layers else 0 for i in range(cfg.layers)], G.UINT32)
+        w.add_u32(f"{a}.shortconv.l_cache", cfg.conv_kernel)
+    else:
+        w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3"):
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
@@ -494,13 +714,19 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, _, shape, kind in tensor_specs(cfg):
         # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
-        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 else "F32"
+        # The short convolution's weight too (llama.cpp keeps it F32: rows of K elements do not quantize).
+        conv = gname.endswith(("shortconv.conv.weight", "ssm_conv1d.weight"))
+        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 and not conv else "F32"
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
+        elif a == "qwen35" and (kind in ("znorm", "alog") or "attn_qkv" in gname or "ssm_" in gname or
+                                "attn_gate" in gname):
+            data = (lambda n=gname, s=shape, k=kind: qwen35_gguf_tensor(
+                cfg, n, random_tensor(seed, n, s, k) + (np.float32(1) if k == "znorm" else np.float32(0))))
         elif kind == "gemma_norm":
             # convert_hf_to_gguf.py (Gemma3Model.norm_shift): GGUF stores the norm as w + 1.
             data = (lambda n=gname, s=shape, k=kind: (c + np.float32(1) for c in random_chunks(seed, n, s, k)))
@@ -528,6 +754,10 @@ def st_encode(x, dtype):
 def hf_config(cfg, dtype):
     if cfg.arch == "gemma3":
         return gemma3_hf_config(cfg, dtype)
+    if cfg.arch == "lfm2":
+        return lfm2_hf_config(cfg, dtype)
+    if cfg.arch == "qwen35":
+        return qwen35_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
@@ -607,6 +837,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         header, off = {"__metadata__": {"format": "pt"}}, 0
         for _, hname, shape, _ in group:
             n = int(np.prod(shape)) * elem
+            if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight")):
+                shape = (shape[0], 1, shape[1])   # nn.Conv1d's (channels, 1, K)
             header[hname] = {"dtype": st_name, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
             weight_map[hname] = fname

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 forward pass (torch) for Llama-family, SmolLM3 and Gemma 3 models, to check Pith's logits.
+"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3, LFM2 and Qwen3.5 models, to check Pith's logits.
 
     reference.py --model MODEL.gguf --tokens 1,42,7 [--out logits.npy]
     reference.py --model HF_DIR --tokens 1,42,7
@@ -84,10 +84,41 @@ HF_LAYER_GEMMA3 = dict(HF_LAYER, **{
 })
 
 
+# LFM2 (modeling_lfm2.py), named as llama.cpp's LLM_ARCH_LFM2 names them (token_embd_norm for the final
+# norm, shortconv.* for the convolution layers).
+HF_TO_CANON_LFM2 = dict(HF_TO_CANON, **{"model.embedding_norm.weight": "token_embd_norm.weight"})
+HF_LAYER_LFM2 = {
+    "operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.out_proj.weight": "attn_output.weight",
+    "self_attn.q_layernorm.weight": "attn_q_norm.weight", "self_attn.k_layernorm.weight": "attn_k_norm.weight",
+    "conv.conv.weight": "shortconv.conv.weight", "conv.in_proj.weight": "shortconv.in_proj.weight",
+    "conv.out_proj.weight": "shortconv.out_proj.weight",
+    "feed_forward.w1.weight": "ffn_gate.weight", "feed_forward.w3.weight": "ffn_up.weight",
+    "feed_forward.w2.weight": "ffn_down.weight",
+}
+
+# Qwen3.5 (modeling_qwen3_5.py), named as llama.cpp's LLM_ARCH_QWEN35 names them.
+HF_LAYER_QWEN35 = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_proj_z.weight": "attn_gate.weight",
+    "linear_attn.in_proj_b.weight": "ssm_beta.weight", "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
+    "linear_attn.conv1d.weight": "ssm_conv1d.weight", "linear_attn.dt_bias": "ssm_dt.bias",
+    "linear_attn.A_log": "ssm_a", "linear_attn.norm.weight": "ssm_norm.weight",
+    "linear_attn.out_proj.weight": "ssm_out.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
 def hf_to_canonical(name, family="llama"):
-    if name in HF_TO_CANON:
-        return HF_TO_CANON[name]
-    layer = HF_LAYER_GEMMA3 if family == "gemma3" else HF_LAYER
+    glob = HF_TO_CANON_LFM2 if family == "lfm2" else HF_TO_CANON
+    if name in glob:
+        return glob[name]
+    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2, "qwen35": HF_LAYER_QWEN35}.get(family, HF_LAYER)
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
         return f"blk.{int(parts[2])}.{layer[parts[3]]}"
@@ -152,6 +183,10 @@ class Model:
         r = self._gguf = G.GGUFReader(path)
         md = r.metadata
         a = self.arch = md["general.architecture"]
+        if a == "lfm2":
+            return self._gguf_lfm2(r, md)
+        if a == "qwen35":
+            return self._gguf_qwen35(r, md)
         if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
@@ -196,6 +231,10 @@ class Model:
     def _open_hf(self, d):
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
+        if c.get("model_type") == "lfm2":
+            return self._hf_lfm2(d, c)
+        if c.get("model_type") == "qwen3_5_text":
+            return self._hf_qwen35(d, c)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
                  "gemma3_text": "gemma3"}
         if c.get("model_type") not in types:
@@ -289,6 +328,122 @@ class Model:
         self.embed_scale = float(scale.to(torch.float64))
         self.norm_offset = 1.0                                            # Gemma3RMSNorm: x * (1 + w)
 
+    # LFM2 (configuration_lfm2.py, modeling_lfm2.py; GGUF: llama.cpp's llama-model.cpp LLM_ARCH_LFM2).
+    def _lfm2_common(self):
+        self.family, self.rope_style, self.rope_divisors, self.position_scale = "lfm2", "half", None, 1.0
+
+    def _gguf_lfm2(self, r, md):
+        a = "lfm2"
+        self._lfm2_common()
+        self.dim = int(md[f"{a}.embedding_length"])
+        self.n_layers = int(md[f"{a}.block_count"])
+        self.n_heads = int(md[f"{a}.attention.head_count"])
+        kv = md.get(f"{a}.attention.head_count_kv", self.n_heads)
+        kv = [int(v) for v in kv] if isinstance(kv, (list, tuple, np.ndarray)) else [int(kv)] * self.n_layers
+        self.layer_types = ["conv" if v == 0 else "full_attention" for v in kv]   # head_count_kv 0: a conv layer
+        self.n_kv_heads = max(kv) or self.n_heads
+        self.head_dim = int(md.get(f"{a}.attention.key_length", 0))
+        self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
+        self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
+        self.conv_kernel = int(md[f"{a}.shortconv.l_cache"])
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
+
+    def _hf_lfm2(self, d, c):
+        self._lfm2_common()
+        self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv_heads = c.get("num_key_value_heads", self.n_heads)
+        self.head_dim = 0
+        self.eps = float(c.get("norm_eps", 1e-5))
+        self.theta = float(c.get("rope_theta", c.get("theta", 1e6)))
+        self.conv_kernel = int(c.get("conv_L_cache", 3))
+        if c.get("conv_bias"):
+            raise ValueError("LFM2 with convolution biases is not modelled")
+        n = self.n_layers
+        if c.get("layer_types"):
+            self.layer_types = list(c["layer_types"])
+        else:
+            idx = c.get("full_attn_idxs")
+            idx = range(n) if idx is None else idx
+            self.layer_types = ["full_attention" if i in idx else "conv" for i in range(n)]
+        files = ["model.safetensors"]
+        index = os.path.join(d, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        where = {}
+        for fn in files:
+            st = SafetensorsFile(os.path.join(d, fn))
+            for name in st.header:
+                canon = hf_to_canonical(name, "lfm2")
+                if canon:
+                    where[canon] = (st, name)
+        if c.get("tie_embedding", c.get("tie_word_embeddings", True)):
+            where.pop("output.weight", None)
+        self.names = set(where)
+        self._fetch = lambda canon: where[canon][0].tensor(where[canon][1])
+        self.n_vocab = c["vocab_size"]
+
+    # Qwen3.5 (configuration_qwen3_5.py, modeling_qwen3_5.py / modeling_qwen3_next.py; GGUF: llama.cpp's
+    # src/models/qwen35.cpp and its converter, which stores norms as w + 1, A_log as -exp(A_log) and the
+    # value heads in tiled order).
+    def _gguf_qwen35(self, r, md):
+        a = "qwen35"
+        self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
+        self.dim = int(md[f"{a}.embedding_length"])
+        self.n_layers = int(md[f"{a}.block_count"])
+        self.n_heads = int(md[f"{a}.attention.head_count"])
+        self.n_kv_heads = int(md.get(f"{a}.attention.head_count_kv", self.n_heads))
+        self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
+        self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
+        self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
+        self.rope_dim = int(md.get(f"{a}.rope.dimension_count", self.head_dim))
+        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
+        self.lin_k_dim = self.lin_v_dim = int(md[f"{a}.ssm.state_size"])
+        self.lin_k_heads = int(md[f"{a}.ssm.group_count"])
+        self.lin_v_heads = int(md[f"{a}.ssm.time_step_rank"])
+        self.lin_v_dim = int(md[f"{a}.ssm.inner_size"]) // self.lin_v_heads
+        interval = int(md.get(f"{a}.full_attention_interval", 4))
+        self.layer_types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(self.n_layers)]
+        self.qk_tiled, self.norm_offset, self.a_is_log = True, 0.0, False
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
+
+    def _hf_qwen35(self, d, c):
+        self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
+        self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv_heads = c.get("num_key_value_heads", self.n_heads)
+        self.head_dim = c.get("head_dim") or self.dim // self.n_heads
+        self.eps = float(c.get("rms_norm_eps", 1e-6))
+        rp = c.get("rope_parameters") or {}
+        self.theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
+        self.rope_dim = int(self.head_dim * float(rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))))
+        self.conv_kernel = int(c.get("linear_conv_kernel_dim", 4))
+        self.lin_k_dim, self.lin_v_dim = int(c.get("linear_key_head_dim", 128)), int(c.get("linear_value_head_dim", 128))
+        self.lin_k_heads, self.lin_v_heads = int(c.get("linear_num_key_heads", 16)), int(c.get("linear_num_value_heads", 32))
+        interval = int(c.get("full_attention_interval", 4))
+        self.layer_types = c.get("layer_types") or ["linear_attention" if (i + 1) % interval else "full_attention"
+                                                     for i in range(self.n_layers)]
+        self.qk_tiled, self.norm_offset, self.a_is_log = False, 1.0, True     # Qwen3NextRMSNorm: x * (1 + w)
+        where = {}
+        index = os.path.join(d, "model.safetensors.index.json")
+        files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+        for fn in files:
+            st = SafetensorsFile(os.path.join(d, fn))
+            for name in st.header:
+                canon = hf_to_canonical(name, "qwen35")
+                if canon:
+                    where[canon] = (st, name)
+        if c.get("tie_word_embeddings", False):
+            where.pop("output.weight", None)
+        self.names = set(where)
+        self._fetch = lambda canon: where[canon][0].tensor(where[canon][1])
+        self.n_vocab = c["vocab_size"]
+
     def _hf_llama3_divisors(self, rs, head_dim):
         """Hugging Face's formulation: scale the inverse frequencies by wavelength band."""
         inv = 1.0 / (self.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
@@ -372,6 +527,135 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def lfm2_forward(m, tokens, aq, kv_f16):
+    """LFM2 (modeling_lfm2.py): per layer operator_norm, then GQA attention with RMS-normed Q and K heads
+    and rotate-half RoPE, or the gated short convolution out_proj(C * conv(B * x)), written in its
+    recurrent form (Lfm2ShortConv.slow_forward's decode path: a state of the last K - 1 inputs, rolled
+    one token at a time); then ffn_norm and the SwiGLU feed-forward (w2(silu(w1 x) * w3 x)); the final
+    norm (embedding_norm), a tied output unless lm_head exists."""
+    tok = torch.tensor(tokens, dtype=torch.long)
+    T, H, KV, hd, D, K = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim, m.dim, m.conv_kernel
+    pos = torch.arange(T)
+    x = m.w("token_embd.weight")[tok]
+    mask = causal_mask(T)
+    for i in range(m.n_layers):
+        p = f"blk.{i}."
+        h = aq(rms_norm(x, m.w(p + "attn_norm.weight"), m.eps))
+        if m.layer_types[i] == "conv":
+            B, C, xx = (h @ m.w(p + "shortconv.in_proj.weight").T).split(D, dim=-1)
+            bx = B * xx
+            w = m.w(p + "shortconv.conv.weight").reshape(D, K)
+            state = torch.zeros(K - 1, D, dtype=torch.float64)
+            conv = torch.empty(T, D, dtype=torch.float64)
+            for t in range(T):
+                window = torch.cat([state, bx[t:t + 1]], dim=0)          # [K, D], oldest first
+                conv[t] = (window * w.T).sum(dim=0)
+                state = window[1:]
+            o = aq(C * conv) @ m.w(p + "shortconv.out_proj.weight").T
+        else:
+            q = (h @ m.w(p + "attn_q.weight").T).view(T, H, hd)
+            k = (h @ m.w(p + "attn_k.weight").T).view(T, KV, hd)
+            v = (h @ m.w(p + "attn_v.weight").T).view(T, KV, hd)
+            q = rope(rms_norm(q, m.w(p + "attn_q_norm.weight"), m.eps), pos, m.theta, "half", None)
+            k = rope(rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps), pos, m.theta, "half", None)
+            if kv_f16:
+                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            o = aq(attention(q, k, v, mask, math.sqrt(hd)).reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
+        x = x + o
+        h = aq(rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps))
+        f = torch.nn.functional.silu(h @ m.w(p + "ffn_gate.weight").T) * (h @ m.w(p + "ffn_up.weight").T)
+        x = x + aq(f) @ m.w(p + "ffn_down.weight").T
+    x = rms_norm(x, m.w("token_embd_norm.weight"), m.eps)
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return aq(x) @ out.T
+
+
+def qwen35_delta_rule(q, k, v, g, beta, dk):
+    """torch_recurrent_gated_delta_rule of modeling_qwen3_next.py, one token at a time: q and k
+    L2-normalised (eps 1e-6), q scaled by dk^-1/2; per head S = S exp(g); delta = beta (v - S^T k);
+    S = S + k delta^T; out = S^T q. q, k: [T, H, dk] (already repeated to the value heads), v: [T, H, dv]."""
+    T, H, dv = v.shape
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dk)
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    S = torch.zeros(H, dk, dv, dtype=torch.float64)
+    out = torch.empty(T, H, dv, dtype=torch.float64)
+    for t in range(T):
+        S = S * torch.exp(g[t])[:, None, None]
+        kv = torch.einsum("hd,hde->he", k[t], S)
+        delta = (v[t] - kv) * beta[t][:, None]
+        S = S + torch.einsum("hd,he->hde", k[t], delta)
+        out[t] = torch.einsum("hd,hde->he", q[t], S)
+    return out
+
+
+def qwen35_forward(m, tokens, aq, kv_f16):
+    """Qwen3.5 text (modeling_qwen3_5.py): Qwen3NextRMSNorm (x * (1 + w)) before each mixer and before the
+    MLP; Gated DeltaNet layers: in_proj_qkv through a causal depthwise conv1d (kernel K, no bias, SiLU;
+    written here as the per-token window of its last K inputs), beta = sigmoid(in_proj_b x),
+    g = -exp(A_log) softplus(in_proj_a x + dt_bias), query/key heads repeat_interleave'd to the value
+    heads (GGUF: tiled, ggml_repeat), the recurrent delta rule, RMSNormGated (rms(x) w silu(z)) per head,
+    out_proj; attention layers: q_proj giving [query | gate] per head, q/k norms, rotate-half RoPE on the
+    first rope_dim dimensions (M-RoPE with every section at the text position is exactly this),
+    softmax(q k / sqrt(head_dim)), times sigmoid(gate), o_proj; then the SwiGLU MLP."""
+    tok = torch.tensor(tokens, dtype=torch.long)
+    T, H, KV, hd, D = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim, m.dim
+    NK, NV, dk, dv, K = m.lin_k_heads, m.lin_v_heads, m.lin_k_dim, m.lin_v_dim, m.conv_kernel
+    pos = torch.arange(T)
+    x = m.w("token_embd.weight")[tok]
+    mask = causal_mask(T)
+
+    def norm(t, name):
+        return rms_norm(t, m.w(name) + m.norm_offset, m.eps)
+
+    def rope_partial(t):
+        r = m.rope_dim
+        return torch.cat([rope(t[..., :r], pos, m.theta, "half", None), t[..., r:]], dim=-1)
+
+    for i in range(m.n_layers):
+        p = f"blk.{i}."
+        h = aq(norm(x, p + "attn_norm.weight"))
+        if m.layer_types[i] == "linear_attention":
+            mixed = h @ m.w(p + "attn_qkv.weight").T                              # [T, conv_dim]
+            C = mixed.shape[1]
+            w = m.w(p + "ssm_conv1d.weight").reshape(C, K)
+            padded = torch.cat([torch.zeros(K - 1, C, dtype=torch.float64), mixed], dim=0)
+            conv = torch.stack([(padded[t:t + K] * w.T).sum(0) for t in range(T)])
+            conv = torch.nn.functional.silu(conv)
+            q, k, v = conv.split([NK * dk, NK * dk, NV * dv], dim=-1)
+            q, k, v = q.reshape(T, NK, dk), k.reshape(T, NK, dk), v.reshape(T, NV, dv)
+            if m.qk_tiled:
+                q, k = q.repeat(1, NV // NK, 1), k.repeat(1, NV // NK, 1)
+            else:
+                q, k = q.repeat_interleave(NV // NK, dim=1), k.repeat_interleave(NV // NK, dim=1)
+            beta = torch.sigmoid(h @ m.w(p + "ssm_beta.weight").T)
+            A = -torch.exp(m.w(p + "ssm_a")) if m.a_is_log else m.w(p + "ssm_a")
+            g = A * torch.nn.functional.softplus(h @ m.w(p + "ssm_alpha.weight").T + m.w(p + "ssm_dt.bias"))
+            o = qwen35_delta_rule(q, k, v, g, beta, dk)                            # [T, NV, dv]
+            z = (h @ m.w(p + "attn_gate.weight").T).reshape(T, NV, dv)
+            o = rms_norm(o, m.w(p + "ssm_norm.weight"), m.eps) * torch.nn.functional.silu(z)
+            o = aq(o.reshape(T, NV * dv)) @ m.w(p + "ssm_out.weight").T
+        else:
+            qg = (h @ m.w(p + "attn_q.weight").T).view(T, H, 2 * hd)
+            q, gate = qg[..., :hd], qg[..., hd:]
+            k = (h @ m.w(p + "attn_k.weight").T).view(T, KV, hd)
+            v = (h @ m.w(p + "attn_v.weight").T).view(T, KV, hd)
+            q = rope_partial(norm(q, p + "attn_q_norm.weight"))
+            k = rope_partial(norm(k, p + "attn_k_norm.weight"))
+            if kv_f16:
+                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            o = attention(q, k, v, mask, math.sqrt(hd)) * torch.sigmoid(gate)
+            o = aq(o.reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
+        x = x + o
+        h = aq(norm(x, p + "post_attention_norm.weight"))
+        f = torch.nn.functional.silu(h @ m.w(p + "ffn_gate.weight").T) * (h @ m.w(p + "ffn_up.weight").T)
+        x = x + aq(f) @ m.w(p + "ffn_down.weight").T
+    x = norm(x, "output_norm.weight")
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return aq(x) @ out.T
+
+
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
@@ -382,6 +666,10 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
     tok = torch.tensor(tokens, dtype=torch.long)
     if tok.min() < 0 or tok.max() >= m.n_vocab:
         raise ValueError("token id out of range")
+    if m.family == "lfm2":
+        return lfm2_forward(m, tokens, aq, kv_f16)
+    if m.family == "qwen35":
+        return qwen35_forward(m, tokens, aq, kv_f16)
     T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
     gemma = m.family == "gemma3"
     pos = torch.arange(T)

@@ -102,6 +102,16 @@ typedef struct pith_hparams {
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;
     int bos_id, eos_id; /* -1 when the file does not say */
+    /* Hybrid models: layers whose token mixer is recurrent (a short convolution, Gated DeltaNet, Mamba)
+     * instead of attention, and the width of their causal convolution (LFM2's L_cache); 0: none. */
+    uint64_t layer_recurrent[PITH_MAX_LAYERS / 64];
+    int conv_kernel;
+    /* Gated DeltaNet layers (Qwen3.5): query/key heads, value heads (a multiple of them), head widths. */
+    int ssm_n_k_heads, ssm_n_v_heads, ssm_head_k_dim, ssm_head_v_dim;
+    /* Partial rotary: RoPE turns only the first rope_dim dimensions of each head (0: all of them), with
+     * M-RoPE sections (all zero: none; for text every section takes the token's position). */
+    int rope_dim;
+    int rope_sections[4];
 } pith_hparams;
 
 /* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written. */

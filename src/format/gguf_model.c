@@ -57,12 +57,17 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     hp->n_kv_heads = -1;
     hp->head_dim = 0;
     int rope_dims = -1, value_dim = -1;
+    /* Hybrid models (lfm2) give head_count_kv per layer (0: a recurrent layer): the descriptor reads it. */
+    char kv_key[96];
+    snprintf(kv_key, sizeof kv_key, "%s.attention.head_count_kv", hp->arch);
+    const pith_gguf_kv *kv_heads = pith_gguf_find(g, kv_key);
+    bool kv_per_layer = arch && kv_heads && kv_heads->type == PITH_GGUF_ARRAY;
     if (pith_meta_int(&m, "context_length", true, &hp->ctx_len) ||
         pith_meta_int(&m, "embedding_length", true, &hp->dim) ||
         pith_meta_int(&m, "block_count", true, &hp->n_layers) ||
         pith_meta_int(&m, "feed_forward_length", true, &hp->ffn_dim) ||
         pith_meta_int(&m, "attention.head_count", true, &hp->n_heads) ||
-        pith_meta_int(&m, "attention.head_count_kv", false, &hp->n_kv_heads) ||
+        (!kv_per_layer && pith_meta_int(&m, "attention.head_count_kv", false, &hp->n_kv_heads)) ||
         pith_meta_int(&m, "attention.key_length", false, &hp->head_dim) ||
         pith_meta_int(&m, "attention.value_length", false, &value_dim) ||
         pith_meta_int(&m, "rope.dimension_count", false, &rope_dims) ||
@@ -71,15 +76,16 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
         pith_meta_int(&m, "=tokenizer.ggml.bos_token_id", false, &hp->bos_id) ||
         pith_meta_int(&m, "=tokenizer.ggml.eos_token_id", false, &hp->eos_id) || read_rope_scaling(&m, hp))
         return -1;
-    if (hp->n_kv_heads == -1) hp->n_kv_heads = hp->n_heads;
+    if (hp->n_kv_heads == -1 && !kv_per_layer) hp->n_kv_heads = hp->n_heads;
     if (hp->head_dim <= 0 && hp->n_heads > 0 && hp->dim % hp->n_heads == 0) hp->head_dim = hp->dim / hp->n_heads;
     if (arch && value_dim != -1 && value_dim != hp->head_dim)
         return pith_errf(err, "%s: value head size %d differs from key head size %d (not supported)", f->path,
                          value_dim, hp->head_dim);
-    if (arch && rope_dims != -1 && rope_dims != hp->head_dim)
+    if (arch && arch->read_gguf && arch->read_gguf(&m, hp)) return -1;
+    /* partial rotary only where the descriptor took it (qwen35 sets rope_dim) */
+    if (arch && rope_dims != -1 && rope_dims != hp->head_dim && rope_dims != hp->rope_dim)
         return pith_errf(err, "%s: RoPE over %d of %d head dimensions (partial rotary) is not supported", f->path,
                          rope_dims, hp->head_dim);
-    if (arch && arch->read_gguf && arch->read_gguf(&m, hp)) return -1;
 
     for (int64_t i = 0; i < pith_gguf_n_tensors(g); i++)
         if (pith_mf_add_tensor(f, pith_gguf_tensor_at(g, i), 0, err)) return -1;

@@ -1,0 +1,633 @@
+/* The Qwen3.5 forward pass (see qwen35_arch.c), over a flat batch and the model's two memory groups.
+ *
+ * One step: embed every token; per layer, RMSNorm and then its token mixer:
+ *   attention layers: Q+gate, K and V projections; an RMS norm on each Q and K head; RoPE over halves of
+ *     the first rope_dim dimensions of each head (M-RoPE with every section at the token's position);
+ *     K/V into the token's slot of the FULL group; causal attention through the block tables; the output
+ *     times sigmoid(gate), projected and added to the residual;
+ *   Gated DeltaNet layers: the q/k/v projection through the causal convolution (SiLU) whose last K-1
+ *     inputs are the sequence's carried state; beta = sigmoid(b), g = ssm_a * softplus(a + dt_bias); the
+ *     delta rule per value head (recurrent.h, the recurrent form: see the note above delta_unit), each head's output
+ *     RMS-normed and gated by silu(z), projected and added;
+ * then post_attention_norm and a SwiGLU feed-forward; finally output_norm and the vocabulary projection
+ * for the rows that want logits or hidden states.
+ *
+ * Memory: a FULL group of the attention layers (K and V, F16) and a RECURRENT group of the DeltaNet
+ * layers: per sequence, for each DeltaNet layer i of the group in order, its convolution state
+ * ([K - 1][conv channels] floats, oldest first) followed by its delta-rule state ([value heads][key
+ * width][value width] floats), at float offset i * (both) of the slot. */
+#include "model/qwen35.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/quants.h"
+#include "backend/cpu/recurrent.h"
+#include "model/batch_check.h"
+#include "pith/kv.h"
+
+/* Every run goes through the recurrent delta rule (recurrent.h), a prefill chunk too: its result is
+ * then the same bits however the scheduler cuts a prompt into chunks or batches it with others (the
+ * chunked WY form sums in another order, and one flipped rounding changes greedy tokens of a quantized
+ * model), and on AVX2 machines the recurrent kernel is also the faster of the two today (test_recurrent
+ * checks both against the float64 definition; a blocked SIMD chunked kernel would change this). */
+
+typedef struct q35_layer {
+    bool delta;
+    pith_matrix wq, wk, wv, wo;           /* attention (wq: query and gate per head) */
+    pith_matrix wqkv, wz, wb, wa, wout;   /* DeltaNet */
+    pith_matrix gate, up, down;
+    float *attn_norm, *post_norm, *q_norm, *k_norm;
+    float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
+} q35_layer;
+
+typedef struct q35 {
+    pith_model base;
+    pith_cpu cpu;
+    pith_attn_scratch attn;
+    int q_dim, kv_dim, n_rot, K, key_dim, value_dim, conv_dim;
+    size_t conv_floats, state_floats; /* per DeltaNet layer */
+    bool qk_tiled, portable;
+    pith_kv_host mem;
+    int *group_layers, *layer_group, *layer_index;
+    const pith_tensor *embd;
+    size_t embd_row_bytes;
+    float *out_norm;
+    pith_matrix output;
+    q35_layer *layers;
+    int cap;
+    float *x, *xb, *q2, *q, *k, *v, *att, *qkv, *z, *bb, *aa, *hb, *hb2, *rope_cos, *rope_sin, *gdn_scratch;
+    size_t gdn_scratch_floats;
+    int *seq_start;
+} q35;
+
+/* ---------------- build ---------------- */
+
+static int load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
+    *out = NULL;
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    if (pith_tensor_nelems(t) != n || (t->type != PITH_F32 && t->type != PITH_F16 && t->type != PITH_BF16) ||
+        t->nbytes < pith_dtype_row_bytes(t->type, n))
+        return pith_errf(err, "tensor %s: expected %lld F32, F16 or BF16 elements", name, (long long)n);
+    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
+    pith_dequantize_row(t->type, t->data, *out, n);
+    return 0;
+}
+
+static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    if (pith_matrix_from_tensor(m, t, err)) return -1;
+    if (m->rows != rows || m->cols != cols)
+        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
+    return 0;
+}
+
+static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    q35_layer *L = &m->layers[l];
+    int dim = hp->dim, ffn = hp->ffn_dim, hd = hp->head_dim, nv = hp->ssm_n_v_heads;
+    char n[96];
+    L->delta = pith_layer_bit(hp->layer_recurrent, l);
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+    if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
+        load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err) ||
+        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))
+        return pith_err_prefix(err, "layer %d", l);
+    if (L->delta) {
+        const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
+        if (c && c->ne[0] != m->K)
+            return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, n, (long long)c->ne[0], m->K);
+        if (load_mat(f, NAME("attn_qkv.weight"), m->conv_dim, dim, &L->wqkv, err) ||
+            load_mat(f, NAME("attn_gate.weight"), m->value_dim, dim, &L->wz, err) ||
+            load_mat(f, NAME("ssm_beta.weight"), nv, dim, &L->wb, err) ||
+            load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
+            load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
+            load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
+            load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) || load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
+            load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
+            return pith_err_prefix(err, "layer %d", l);
+    } else if (load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
+               load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
+               load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
+               load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
+               load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
+               load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
+        return pith_err_prefix(err, "layer %d", l);
+    }
+#undef NAME
+    return 0;
+}
+
+static pith_matrix *layer_mat(q35_layer *L, int i) {
+    pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wqkv, &L->wz, &L->wb, &L->wa, &L->wout,
+                         &L->gate, &L->up, &L->down};
+    return i < (int)(sizeof ms / sizeof *ms) ? ms[i] : NULL;
+}
+
+static void free_layer(q35_layer *L) {
+    for (int i = 0; layer_mat(L, i); i++) pith_matrix_free(layer_mat(L, i));
+    float *vs[] = {L->attn_norm, L->post_norm, L->q_norm, L->k_norm, L->conv_w, L->dt_bias, L->ssm_a, L->ssm_norm};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
+}
+
+static void q35_destroy(pith_model *base);
+static int q35_prepare(pith_model *base, const pith_model_limits *lim, pith_err *err);
+static int q35_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err);
+static void q35_mem_free(pith_model *base);
+static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err);
+static const pith_model_ops q35_ops = {
+    .prepare = q35_prepare, .mem_alloc = q35_mem_alloc, .mem_free = q35_mem_free,
+    .copy_blocks = q35_copy_blocks, .forward = q35_forward, .destroy = q35_destroy,
+};
+
+static int declare_memory(q35 *m, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    int L = hp->n_layers, n = 0;
+    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
+    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
+    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
+    pith_mem_spec *spec = &m->base.mem;
+    memset(spec, 0, sizeof *spec);
+    for (int delta = 0; delta < 2; delta++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            if (m->layers[l].delta != (delta == 1)) continue;
+            m->layer_group[l] = spec->n_groups;
+            m->layer_index[l] = n - first;
+            m->group_layers[n++] = l;
+        }
+        if (n == first) continue;
+        pith_mem_group *g = &spec->groups[spec->n_groups++];
+        g->n_layers = n - first;
+        g->layers = &m->group_layers[first];
+        if (delta) {
+            g->kind = PITH_MEM_RECURRENT;
+            g->state_bytes = (size_t)g->n_layers * (m->conv_floats + m->state_floats) * sizeof(float);
+        } else {
+            g->kind = PITH_MEM_FULL;
+            g->type = PITH_F16;
+            g->k_dim = g->v_dim = m->kv_dim;
+        }
+    }
+    return pith_mem_spec_check(spec, L, err);
+}
+
+int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
+    *out = NULL;
+    const pith_hparams *hp = pith_model_file_hparams(file);
+    q35 *m = calloc(1, sizeof *m);
+    if (!m) return pith_errf(err, "out of memory");
+    m->base.ops = &q35_ops;
+    m->base.hp = *hp;
+    m->base.impl = m;
+    m->base.has_hidden = true;
+    m->q_dim = hp->n_heads * hp->head_dim;
+    m->kv_dim = hp->n_kv_heads * hp->head_dim;
+    m->n_rot = hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim;
+    m->K = hp->conv_kernel;
+    m->key_dim = hp->ssm_n_k_heads * hp->ssm_head_k_dim;
+    m->value_dim = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
+    m->conv_dim = 2 * m->key_dim + m->value_dim;
+    m->conv_floats = (size_t)(m->K - 1) * m->conv_dim;
+    m->state_floats = (size_t)hp->ssm_n_v_heads * hp->ssm_head_k_dim * hp->ssm_head_v_dim;
+    m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF;
+    const char *fs = getenv("PITH_FORCE_SCALAR");
+    bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
+    m->portable = force_scalar;
+    pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
+    m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
+    int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
+    if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
+    if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
+    if (!rc) {
+        m->embd = pith_model_file_tensor(file, "token_embd.weight");
+        pith_matrix em;
+        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        m->embd_row_bytes = em.row_bytes;
+    }
+    if (!rc) rc = load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
+    if (!rc)
+        rc = load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
+                      hp->n_vocab, hp->dim, &m->output, err);
+    const double steps = 2.0 * hp->n_layers;
+    for (int l = 0; !rc && l < hp->n_layers; l++) {
+        rc = load_layer(m, file, l, err);
+        if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (l + 1) / steps);
+    }
+    for (int l = 0; !rc && l < hp->n_layers; l++) {
+        for (int i = 0; !rc && layer_mat(&m->layers[l], i); i++)
+            if (layer_mat(&m->layers[l], i)->data) rc = pith_matrix_pack(&m->cpu, layer_mat(&m->layers[l], i), err);
+        if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
+    }
+    if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
+    if (!rc) rc = declare_memory(m, err);
+    if (rc) {
+        pith_err_prefix(err, "%s", pith_model_file_path(file));
+        q35_destroy(&m->base);
+        return -1;
+    }
+    m->base.file = file;
+    *out = &m->base;
+    return 0;
+}
+
+static void free_scratch(q35 *m) {
+    float **bufs[] = {&m->x, &m->xb, &m->q2, &m->q, &m->k, &m->v, &m->att, &m->qkv, &m->z, &m->bb, &m->aa,
+                      &m->hb, &m->hb2, &m->rope_cos, &m->rope_sin, &m->gdn_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]), *bufs[i] = NULL;
+    free(m->seq_start);
+    m->seq_start = NULL;
+    m->cap = 0;
+}
+
+static void q35_destroy(pith_model *base) {
+    q35 *m = base->impl;
+    pith_kv_host_free(&m->mem);
+    free(m->group_layers);
+    free(m->layer_group);
+    free(m->layer_index);
+    if (m->layers)
+        for (int l = 0; l < base->hp.n_layers; l++) free_layer(&m->layers[l]);
+    free(m->layers);
+    pith_matrix_free(&m->output);
+    free(m->out_norm);
+    free_scratch(m);
+    pith_attn_scratch_free(&m->attn);
+    if (m->cpu.pool) pith_cpu_free(&m->cpu);
+    free(m);
+}
+
+/* ---------------- memory ---------------- */
+
+static int reserve(q35 *m, int n, pith_err *err) {
+    if (n <= m->cap) return 0;
+    if (m->cap < (1 << 28) && n < m->cap + m->cap / 2) n = m->cap + m->cap / 2;
+    const pith_hparams *hp = &m->base.hp;
+    free_scratch(m);
+    size_t N = (size_t)n, dim = (size_t)hp->dim, half = (size_t)m->n_rot / 2, nv = (size_t)hp->ssm_n_v_heads;
+    size_t att = (size_t)(m->q_dim > m->value_dim ? m->q_dim : m->value_dim);
+    m->gdn_scratch_floats = pith_gdn_scratch_floats(hp->ssm_head_k_dim, hp->ssm_head_v_dim);
+    m->x = malloc(N * dim * sizeof(float));
+    m->xb = malloc(N * dim * sizeof(float));
+    m->q2 = malloc(N * 2 * m->q_dim * sizeof(float));
+    m->q = malloc(N * m->q_dim * sizeof(float));
+    m->k = malloc(N * m->kv_dim * sizeof(float));
+    m->v = malloc(N * m->kv_dim * sizeof(float));
+    m->att = malloc(N * att * sizeof(float));
+    m->qkv = malloc(N * m->conv_dim * sizeof(float));
+    m->z = malloc(N * m->value_dim * sizeof(float));
+    m->bb = malloc(N * nv * sizeof(float));
+    m->aa = malloc(N * nv * sizeof(float));
+    m->hb = malloc(N * hp->ffn_dim * sizeof(float));
+    m->hb2 = malloc(N * hp->ffn_dim * sizeof(float));
+    m->rope_cos = malloc((N * half + 1) * sizeof(float));
+    m->rope_sin = malloc((N * half + 1) * sizeof(float));
+    m->gdn_scratch = malloc((size_t)m->cpu.n_threads * m->gdn_scratch_floats * sizeof(float));
+    m->seq_start = malloc((N + 1) * sizeof(int));
+    if (!m->x || !m->xb || !m->q2 || !m->q || !m->k || !m->v || !m->att || !m->qkv || !m->z || !m->bb || !m->aa ||
+        !m->hb || !m->hb2 || !m->rope_cos || !m->rope_sin || !m->gdn_scratch || !m->seq_start) {
+        free_scratch(m);
+        return pith_errf(err, "out of memory for a batch of %d tokens", n);
+    }
+    int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
+    widest = widest > m->q_dim ? widest : m->q_dim;
+    widest = widest > m->value_dim ? widest : m->value_dim;
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+        free_scratch(m);
+        return -1;
+    }
+    m->cap = n;
+    return 0;
+}
+
+static int q35_prepare(pith_model *base, const pith_model_limits *lim, pith_err *err) {
+    return reserve(base->impl, lim->max_batch_tokens, err);
+}
+
+static int q35_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
+    q35 *m = base->impl;
+    if (pith_kv_host_allocated(&m->mem)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
+    return pith_kv_host_alloc(&m->mem, &base->mem, lay, err);
+}
+
+static void q35_mem_free(pith_model *base) { pith_kv_host_free(&((q35 *)base->impl)->mem); }
+
+static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
+    q35 *m = base->impl;
+    if (g < 0 || g >= m->mem.n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
+    pith_kv_cache *c = &m->mem.groups[g];
+    if (c->kind != PITH_MEM_RECURRENT) return pith_kv_host_copy_blocks(&m->mem, g, src, dst, n, err);
+    for (int i = 0; i < n; i++)
+        if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
+            return pith_errf(err, "copy_blocks: state slot %d -> %d outside the pool of %d", src[i], dst[i], c->n_slots);
+    for (int i = 0; i < n; i++)
+        if (src[i] != dst[i])
+            memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
+    return 0;
+}
+
+/* ---------------- forward ---------------- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+}
+
+typedef struct job {
+    q35 *m;
+    const pith_batch *b;
+    int layer, n;
+    const float *norm;
+    void (*row)(struct job *j, int t, int ith);
+    int chunk;
+    _Atomic int next;
+} job;
+
+static void job_worker(void *arg, int ith, int nth) {
+    (void)nth;
+    job *j = arg;
+    for (;;) {
+        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (t0 >= j->n) break;
+        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
+        for (int t = t0; t < t1; t++) j->row(j, t, ith);
+    }
+}
+
+static void run(q35 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
+    j->row = row;
+    j->n = n;
+    j->chunk = n / (4 * m->cpu.n_threads);
+    if (j->chunk < 1) j->chunk = 1;
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    pith_pool_run_sized(m->cpu.pool, job_worker, j, (double)n * width);
+}
+
+static void embed_row(job *j, int t, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    const pith_hparams *hp = &m->base.hp;
+    int dim = hp->dim, half = m->n_rot / 2;
+    const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
+    pith_dequantize_row(m->embd->type, src, m->x + (size_t)t * dim, dim);
+    /* text: every M-RoPE section at the token's position */
+    double p = j->b->positions[t], pos[4] = {p, p, p, p};
+    pith_rope_sections s = {{hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3]}, true};
+    pith_rope_angles(&s, pos, hp->rope_theta, m->n_rot, m->rope_cos + (size_t)t * half, m->rope_sin + (size_t)t * half);
+}
+
+static void norm_row(job *j, int t, int ith) {
+    (void)ith;
+    int dim = j->m->base.hp.dim;
+    rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Query out of [query | gate] per head, QK norms, partial RoPE, then K and V into the FULL group. */
+static void qkv_row(job *j, int t, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    const pith_hparams *hp = &m->base.hp;
+    const q35_layer *L = &m->layers[j->layer];
+    int hd = hp->head_dim, half = m->n_rot / 2;
+    float *q2 = m->q2 + (size_t)t * 2 * m->q_dim, *q = m->q + (size_t)t * m->q_dim;
+    float *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
+    const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
+    for (int h = 0; h < hp->n_heads; h++) {
+        rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
+        pith_rope_partial(q + h * hd, 1, hd, m->n_rot, cs, sn);
+    }
+    for (int h = 0; h < hp->n_kv_heads; h++) {
+        rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
+    }
+    int g = m->layer_group[j->layer];
+    const pith_kv_cache *kv = &m->mem.groups[g];
+    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->mem[g].slots[t];
+    size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
+    for (int h = 0; h < hp->n_kv_heads; h++) {
+        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
+        if (kv->type == PITH_F16) {
+            m->cpu.k->f32_to_f16(k + h * hd, (uint16_t *)kv->k + off, hd);
+            m->cpu.k->f32_to_f16(v + h * hd, (uint16_t *)kv->v + off, hd);
+        } else {
+            memcpy((float *)kv->k + off, k + h * hd, hd * sizeof(float));
+            memcpy((float *)kv->v + off, v + h * hd, hd * sizeof(float));
+        }
+    }
+}
+
+static void attn_gate_row(job *j, int t, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    int hd = m->base.hp.head_dim;
+    const float *q2 = m->q2 + (size_t)t * 2 * m->q_dim;
+    float *o = m->att + (size_t)t * m->q_dim;
+    for (int h = 0; h < m->base.hp.n_heads; h++)
+        for (int i = 0; i < hd; i++) o[h * hd + i] *= sigmoidf(q2[(size_t)h * 2 * hd + hd + i]);
+}
+
+static float *layer_state(q35 *m, const pith_batch *b, int layer, int s) {
+    int g = m->layer_group[layer];
+    const pith_kv_cache *c = &m->mem.groups[g];
+    return (float *)(c->state + (size_t)b->mem[g].state_slots[s] * c->state_bytes) +
+           (size_t)m->layer_index[layer] * (m->conv_floats + m->state_floats);
+}
+
+#define CONV_CHANNELS 256
+
+static void conv_unit(job *j, int u, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    const pith_batch *b = j->b;
+    int C = m->conv_dim, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS, K = m->K;
+    int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
+    int t0 = m->seq_start[s], n = m->seq_start[s + 1] - t0;
+    float *state = layer_state(m, b, j->layer, s);
+    if (b->positions[t0] == 0)
+        for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+    float *x = m->qkv + (size_t)t0 * C;
+    pith_conv1d_args a = {n, C, K, x, (size_t)C, m->layers[j->layer].conv_w, NULL, state, x, (size_t)C, true};
+    pith_conv1d(&a, c0, c1);
+}
+
+static void gates_row(job *j, int t, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    const q35_layer *L = &m->layers[j->layer];
+    int nv = m->base.hp.ssm_n_v_heads;
+    float *bb = m->bb + (size_t)t * nv, *aa = m->aa + (size_t)t * nv;
+    for (int h = 0; h < nv; h++) {
+        bb[h] = sigmoidf(bb[h]);
+        float x = aa[h] + L->dt_bias[h];
+        float sp = x > 20.0f ? x : log1pf(expf(x)); /* softplus, as torch's (threshold 20) */
+        aa[h] = L->ssm_a[h] * sp;
+    }
+}
+
+/* Unit u: sequence u / value heads, head u % value heads. */
+static void delta_unit(job *j, int u, int ith) {
+    q35 *m = j->m;
+    const pith_batch *b = j->b;
+    const pith_hparams *hp = &m->base.hp;
+    int nv = hp->ssm_n_v_heads, s = u / nv, h = u % nv;
+    int t0 = m->seq_start[s], n = m->seq_start[s + 1] - t0;
+    float *S = layer_state(m, b, j->layer, s) + m->conv_floats;
+    size_t per_head = (size_t)hp->ssm_head_k_dim * hp->ssm_head_v_dim;
+    if (b->positions[t0] == 0) memset(S + (size_t)h * per_head, 0, per_head * sizeof(float));
+    const float *qkv = m->qkv + (size_t)t0 * m->conv_dim;
+    pith_gdn_args a = {
+        .n_tokens = n, .n_heads = nv, .n_qk_heads = hp->ssm_n_k_heads, .qk_tiled = m->qk_tiled,
+        .dk = hp->ssm_head_k_dim, .dv = hp->ssm_head_v_dim, .q = qkv, .k = qkv + m->key_dim, .ld_qk = (size_t)m->conv_dim,
+        .v = qkv + 2 * m->key_dim, .ld_v = (size_t)m->conv_dim, .g = m->aa + (size_t)t0 * nv,
+        .beta = m->bb + (size_t)t0 * nv, .ld_gb = (size_t)nv, .eps = 1e-6f, .state = S,
+        .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim, .portable = m->portable,
+    };
+    float *scratch = m->gdn_scratch + (size_t)ith * m->gdn_scratch_floats;
+    pith_gdn_recurrent(&a, h, scratch);
+}
+
+static void gated_norm_row(job *j, int t, int ith) {
+    (void)ith;
+    q35 *m = j->m;
+    const pith_hparams *hp = &m->base.hp;
+    int hv = hp->ssm_head_v_dim;
+    float *o = m->att + (size_t)t * m->value_dim;
+    const float *z = m->z + (size_t)t * m->value_dim;
+    for (int h = 0; h < hp->ssm_n_v_heads; h++)
+        pith_gated_rmsnorm(o + h * hv, z + h * hv, m->layers[j->layer].ssm_norm, hv, hp->norm_eps);
+}
+
+static void swiglu_row(job *j, int t, int ith) {
+    (void)ith;
+    int ffn = j->m->base.hp.ffn_dim;
+    j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
+}
+
+static int keep_rows(q35 *m, const pith_batch *b) {
+    int n = 0, dim = m->base.hp.dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
+        if (n != t) memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
+        n++;
+    }
+    return n;
+}
+
+static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err *err) {
+    const q35_layer *L = &m->layers[l];
+    int n = b->n_tokens, dim = m->base.hp.dim;
+    pith_acts a;
+    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
+    const pith_matmul_out qkv[] = {
+        {&L->wq, m->q2, 2 * (size_t)m->q_dim, false}, {&L->wk, m->k, m->kv_dim, false}, {&L->wv, m->v, m->kv_dim, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
+    run(m, j, qkv_row, n, 4.0 * (m->q_dim + 2 * m->kv_dim));
+    const int g = m->layer_group[l];
+    const pith_kv_cache *kv = &m->mem.groups[g];
+    size_t layer_off = pith_kv_k_offset(kv, m->layer_index[l], 0) * (kv->type == PITH_F16 ? 2 : 4);
+    pith_attn_args aa = {
+        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
+        .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
+        .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
+        .kv_type = kv->type, .kv_dim = m->kv_dim, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
+    };
+    pith_attention(&m->cpu, &m->attn, &aa);
+    run(m, j, attn_gate_row, n, 8.0 * m->q_dim);
+    pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
+    return pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err);
+}
+
+static int delta_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    const q35_layer *L = &m->layers[l];
+    int n = b->n_tokens, dim = hp->dim, nv = hp->ssm_n_v_heads;
+    pith_acts a;
+    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
+    const pith_matmul_out proj[] = {{&L->wqkv, m->qkv, (size_t)m->conv_dim, false},
+                                    {&L->wz, m->z, (size_t)m->value_dim, false},
+                                    {&L->wb, m->bb, (size_t)nv, false},
+                                    {&L->wa, m->aa, (size_t)nv, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, proj, 4, err)) return -1;
+    int blocks = (m->conv_dim + CONV_CHANNELS - 1) / CONV_CHANNELS;
+    run(m, j, conv_unit, b->n_seqs * blocks, (double)n / b->n_seqs * CONV_CHANNELS * (m->K + 4));
+    run(m, j, gates_row, n, 32.0 * nv);
+    run(m, j, delta_unit, b->n_seqs * nv, (double)n / b->n_seqs * 4.0 * hp->ssm_head_k_dim * hp->ssm_head_v_dim);
+    run(m, j, gated_norm_row, n, 8.0 * m->value_dim);
+    pith_acts_bind(&m->cpu, &a, m->att, n, m->value_dim, m->value_dim);
+    return pith_cpu_matmul(&m->cpu, &L->wout, &a, m->x, dim, true, err);
+}
+
+static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    const q35_layer *L = &m->layers[l];
+    const int dim = hp->dim, ffn = hp->ffn_dim;
+    job j = {.m = m, .b = b, .layer = l, .norm = L->attn_norm};
+    run(m, &j, norm_row, b->n_tokens, dim);
+    if ((L->delta ? delta_layer : attention_layer)(m, b, l, &j, err)) return -1;
+    int n = b->n_tokens;
+    if (l == hp->n_layers - 1) n = keep_rows(m, b);
+    *n_rows = n;
+    if (n == 0) return 0;
+    j.norm = L->post_norm;
+    run(m, &j, norm_row, n, dim);
+    pith_acts a;
+    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
+    const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
+    if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
+    run(m, &j, swiglu_row, n, 8.0 * ffn);
+    pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
+    return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
+}
+
+static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
+    q35 *m = base->impl;
+    const pith_hparams *hp = &base->hp;
+    if (!pith_kv_host_allocated(&m->mem) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
+    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (b->n_tokens == 0) return 0;
+    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
+        m->seq_start[s] = t;
+        while (t < b->n_tokens && b->seq[t] == s) t++;
+    }
+    for (int s = 0; s < b->n_seqs; s++)
+        if (m->seq_start[s + 1] == m->seq_start[s])
+            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
+    job j = {.m = m, .b = b};
+    run(m, &j, embed_row, b->n_tokens, hp->dim + 16.0 * m->n_rot);
+    int n = b->n_tokens;
+    for (int l = 0; l < hp->n_layers; l++)
+        if (layer_forward(m, b, l, &n, err)) return -1;
+    if (n == 0) return 0;
+    j.norm = m->out_norm;
+    run(m, &j, norm_row, n, hp->dim);
+    int n_out = 0, n_hid = 0;
+    for (int t = 0, r = 0; t < b->n_tokens; t++) {
+        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
+        if (!wl && !wh) continue;
+        const float *row = m->xb + (size_t)r++ * hp->dim;
+        if (wh) memcpy(b->hidden + (size_t)n_hid++ * hp->dim, row, (size_t)hp->dim * sizeof(float));
+        if (wl && m->xb + (size_t)n_out * hp->dim != row)
+            memmove(m->xb + (size_t)n_out * hp->dim, row, (size_t)hp->dim * sizeof(float));
+        n_out += wl;
+    }
+    if (n_out == 0) return 0;
+    pith_acts a;
+    pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
+    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+}

@@ -1,0 +1,224 @@
+/* Qwen3.5 (dense, text): a decoder whose layers are Gated DeltaNet (linear attention) layers, with a
+ * gated full-attention layer every full_attention_interval-th layer (three DeltaNet layers, then one
+ * attention layer, repeated). See model/arch.h; the forward pass is qwen35.c, written from transformers'
+ * modeling_qwen3_5.py / modeling_qwen3_next.py and llama.cpp's src/models/qwen35.cpp.
+ *
+ * Attention layers: attn_q gives each head's query and its output gate side by side ({dim, 2 * heads *
+ * head_dim}, per head [query | gate]), RMS norms on each Q and K head, partial RoPE (halves, over the
+ * first rope_dim dimensions; M-RoPE sections, which for text are plain RoPE), the attention output times
+ * sigmoid(gate). DeltaNet layers: attn_qkv (queries, keys, values) through a causal depthwise convolution
+ * of width conv_kernel with SiLU, L2-normed q and k, beta = sigmoid(ssm_beta x), decay g = ssm_a *
+ * softplus(ssm_alpha x + ssm_dt.bias) with ssm_a = -exp(A_log), the delta rule, then an RMSNorm of each
+ * head gated by silu(attn_gate x) and ssm_out. Every layer: post_attention_norm and a SwiGLU FFN.
+ *
+ * Norms: Qwen3.5's RMSNorm multiplies by (1 + w) in Hugging Face checkpoints; GGUF stores w + 1 (llama.cpp's
+ * converter), so the Hugging Face load adds 1 to every norm except the DeltaNet's gated one (ssm_norm),
+ * and turns A_log into ssm_a = -exp(A_log), as the converter does.
+ *
+ * GGUF (arch "qwen35"): qwen35.ssm.conv_kernel, .ssm.state_size (the head width of q, k and v),
+ * .ssm.group_count (query/key heads), .ssm.time_step_rank (value heads), .ssm.inner_size (value width),
+ * .full_attention_interval (default 4), .rope.dimension_count (partial rotary), .rope.dimension_sections.
+ * llama.cpp repeats query/key heads by tiling (value head h reads query/key head h % groups; its converter
+ * reorders the value heads to match), Hugging Face by repeat_interleave (h / (value heads / groups)).
+ * config.json: "layer_types" ("linear_attention" / "full_attention") else "full_attention_interval";
+ * "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+ * "linear_num_value_heads"; RoPE from "rope_parameters" ("rope_theta", "partial_rotary_factor",
+ * "mrope_section") or the same keys at the top level. A checkpoint whose text model is nested under
+ * "text_config" (Qwen3_5ForConditionalGeneration) is not read. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/arch.h"
+#include "model/qwen35.h"
+
+static const pith_name_map hf_global[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+    {NULL, NULL},
+};
+
+static const pith_name_map hf_layer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight"},
+    {"linear_attn.in_proj_z.weight", "attn_gate.weight"},
+    {"linear_attn.in_proj_b.weight", "ssm_beta.weight"},
+    {"linear_attn.in_proj_a.weight", "ssm_alpha.weight"},
+    {"linear_attn.conv1d.weight", "ssm_conv1d.weight"},
+    {"linear_attn.dt_bias", "ssm_dt.bias"},
+    {"linear_attn.A_log", "ssm_a"},
+    {"linear_attn.norm.weight", "ssm_norm.weight"},
+    {"linear_attn.out_proj.weight", "ssm_out.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {NULL, NULL},
+};
+
+static bool attn_layer(const pith_hparams *hp, int l) { return !pith_layer_bit(hp->layer_recurrent, l); }
+
+static const pith_tensor_spec global[] = {
+    {"token_embd.weight", PITH_D_DIM, PITH_D_VOCAB, PITH_REQUIRED, NULL},
+    {"output_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
+    {"output.weight", PITH_D_DIM, PITH_D_VOCAB, PITH_OPTIONAL, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+/* attn_q ({dim, 2 Q}) and the DeltaNet tensors have no symbolic shape: qwen35.c checks them. */
+static const pith_tensor_spec layer[] = {
+    {"attn_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
+    {"post_attention_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
+    {"attn_k.weight", PITH_D_DIM, PITH_D_KV, PITH_REQUIRED, attn_layer},
+    {"attn_v.weight", PITH_D_DIM, PITH_D_KV, PITH_REQUIRED, attn_layer},
+    {"attn_output.weight", PITH_D_Q, PITH_D_DIM, PITH_REQUIRED, attn_layer},
+    {"attn_q_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, attn_layer},
+    {"attn_k_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, attn_layer},
+    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
+    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
+    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static void every_nth_attends(pith_hparams *hp, int interval) {
+    for (int l = 0; l < hp->n_layers && l < PITH_MAX_LAYERS; l++)
+        pith_layer_set(hp->layer_recurrent, l, (l + 1) % interval != 0);
+}
+
+static int qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
+    int interval = 4, inner = 0;
+    if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
+        pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
+        pith_meta_int(m, "ssm.group_count", true, &hp->ssm_n_k_heads) ||
+        pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "ssm.inner_size", true, &inner) ||
+        pith_meta_int(m, "full_attention_interval", false, &interval) ||
+        pith_meta_int(m, "rope.dimension_count", false, &hp->rope_dim))
+        return -1;
+    if (interval < 1) return pith_errf(m->err, "%s: full_attention_interval %d is not positive", m->path, interval);
+    if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
+        return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d value heads", m->path, inner,
+                         hp->ssm_n_v_heads);
+    hp->ssm_head_v_dim = inner / hp->ssm_n_v_heads;
+    every_nth_attends(hp, interval);
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
+    const pith_gguf_kv *kv = pith_gguf_find(m->gguf, key);
+    for (uint64_t i = 0; kv && kv->type == PITH_GGUF_ARRAY && i < kv->arr_n && i < 4; i++) {
+        int64_t v;
+        if (!pith_gguf_arr_i64(kv, i, &v) || v < 0 || v > 1 << 20)
+            return pith_errf(m->err, "%s: %s entry %d is not a section size", m->path, key, (int)i);
+        hp->rope_sections[i] = (int)v;
+    }
+    return 0;
+}
+
+static int qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
+    int interval = 4;
+    float partial = 1.0f;
+    bool found;
+    hp->conv_kernel = 4, hp->ssm_head_k_dim = 128, hp->ssm_head_v_dim = 128;
+    hp->ssm_n_k_heads = 16, hp->ssm_n_v_heads = 32;
+    if (pith_meta_int(m, "linear_conv_kernel_dim", false, &hp->conv_kernel) ||
+        pith_meta_int(m, "linear_key_head_dim", false, &hp->ssm_head_k_dim) ||
+        pith_meta_int(m, "linear_value_head_dim", false, &hp->ssm_head_v_dim) ||
+        pith_meta_int(m, "linear_num_key_heads", false, &hp->ssm_n_k_heads) ||
+        pith_meta_int(m, "linear_num_value_heads", false, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "full_attention_interval", false, &interval) ||
+        pith_meta_float(m, "partial_rotary_factor", false, &partial))
+        return -1;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, "rope_parameters");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp)) return pith_errf(m->err, "%s: \"rope_parameters\" is not an object", m->path);
+        pith_meta r = *m;
+        r.json = rp;
+        if (pith_meta_float(&r, "rope_theta", false, &hp->rope_theta) ||
+            pith_meta_float(&r, "partial_rotary_factor", false, &partial))
+            return -1;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "default")))
+            return pith_errf(m->err, "%s: rope_parameters.rope_type other than \"default\" is not supported", m->path);
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
+        int i = 0;
+        for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 4; j = j->next, i++) {
+            if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)
+                return pith_errf(m->err, "%s: \"mrope_section\" holds something other than section sizes", m->path);
+            hp->rope_sections[i] = (int)j->valuedouble;
+        }
+    }
+    if (!(partial > 0 && partial <= 1))
+        return pith_errf(m->err, "%s: partial_rotary_factor %g is not in (0, 1]", m->path, partial);
+    /* transformers: int(head_dim * partial_rotary_factor), head_dim defaulting to hidden / heads */
+    int hd = hp->head_dim > 0 ? hp->head_dim : hp->n_heads > 0 ? hp->dim / hp->n_heads : 0;
+    hp->rope_dim = (int)(hd * (double)partial);
+    if (interval < 1) return pith_errf(m->err, "%s: \"full_attention_interval\" is %d, expected a positive count", m->path, interval);
+    uint64_t attn[PITH_MAX_LAYERS / 64] = {0};
+    if (pith_meta_layers(m, "layer_types", hp->n_layers, "full_attention", attn, &found)) return -1;
+    if (!found) every_nth_attends(hp, interval);
+    else
+        for (int l = 0; l < hp->n_layers && l < PITH_MAX_LAYERS; l++) pith_layer_set(hp->layer_recurrent, l, !pith_layer_bit(attn, l));
+    return 0;
+}
+
+static int qwen35_check(const pith_hparams *hp, const char *path, pith_err *err) {
+    if (hp->rope_dim < 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
+        return pith_errf(err, "%s: RoPE over %d of %d head dimensions", path, hp->rope_dim, hp->head_dim);
+    if (hp->conv_kernel < 1 || hp->conv_kernel > 16)
+        return pith_errf(err, "%s: DeltaNet convolution width %d is not in 1..16", path, hp->conv_kernel);
+    const int w[] = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim};
+    for (int i = 0; i < 4; i++)
+        if (w[i] < 1 || w[i] > 1 << 14) return pith_errf(err, "%s: DeltaNet head count or width %d out of range", path, w[i]);
+    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
+        return pith_errf(err, "%s: %d DeltaNet value heads are not a multiple of %d key heads", path, hp->ssm_n_v_heads,
+                         hp->ssm_n_k_heads);
+    return 0;
+}
+
+/* Hugging Face: norms mean (1 + w) and A_log is stored; GGUF holds w + 1 and -exp(A_log). */
+static int qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
+    if (pith_model_file_format(f) != PITH_FORMAT_SAFETENSORS) return 0;
+    char name[96];
+    float *v;
+    int64_t n;
+    if (pith_mf_own_vector(f, "output_norm.weight", &v, &n, err)) return -1;
+    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+    for (int l = 0; l < hp->n_layers; l++) {
+        static const char *norms[] = {"attn_norm.weight", "post_attention_norm.weight", "attn_q_norm.weight",
+                                      "attn_k_norm.weight"};
+        for (int k = 0; k < 4; k++) {
+            snprintf(name, sizeof name, "blk.%d.%s", l, norms[k]);
+            if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
+            for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+        }
+        snprintf(name, sizeof name, "blk.%d.ssm_a", l);
+        if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
+        for (int64_t i = 0; i < n; i++) v[i] = -expf(v[i]);
+    }
+    return 0;
+}
+
+const pith_arch pith_arch_qwen35 = {
+    .name = "qwen35",
+    .hf_archs = (const char *const[]){"Qwen3_5ForCausalLM", NULL},
+    .hf_model_types = (const char *const[]){"qwen3_5_text", NULL},
+    .rope_gguf = PITH_ROPE_HALF,
+    .rope_hf = PITH_ROPE_HALF,
+    .hf_global = hf_global,
+    .hf_layer = hf_layer,
+    .global = global,
+    .layer = layer,
+    .read_gguf = qwen35_read_gguf,
+    .read_hf = qwen35_read_hf,
+    .check = qwen35_check,
+    .finish = qwen35_finish,
+    .build = pith_qwen35_build,
+};

@@ -1,0 +1,202 @@
+/* copy_blocks on the RECURRENT group copies whole state slots (snapshots and forks), at slot ids past
+ * max_num_seqs too: a prompt prefilled on state slot 9 of 12, its state copied to slot 11 and its KV
+ * blocks to others, gives the same next-token logits, bit for bit, from the copy as from the original;
+ * ids outside the pool are refused. Then: */
+/* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
+ * convolutions; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
+ * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
+ * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
+ * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
+ * recomputes), and with the prefix cache on; and a chat's next turn (prompt, reply, more tokens) gives
+ * the same tokens served from a state snapshot as computed from scratch. The tokens must agree exactly:
+ * no row's arithmetic depends on the batch (the convolutions and the delta rule run token by token
+ * however a prompt is chunked; the logits themselves are checked against a float64 reference in
+ * test_reference_models.py). Integrity of the engine is checked after every step. */
+#include <stdint.h>
+
+#include "check.h"
+#include "core/engine_internal.h"
+#include "model_mem.h"
+#include "pith/engine.h"
+
+#define MAX_OUT 64
+
+typedef struct out {
+    int32_t toks[MAX_OUT];
+    int n;
+} out;
+
+static void collect(const pith_token_event *ev, void *user) {
+    out *o = user;
+    if (!ev->final && o->n < MAX_OUT) o->toks[o->n++] = ev->token;
+}
+
+static void run(pith_engine *e) {
+    pith_err err;
+    while (pith_engine_has_work(e)) {
+        CHECKF(pith_engine_step(e, &err) == 0, "%s", err.msg);
+        int rc = engine_check(e, &err);
+        CHECKF(rc == 0, "%s", err.msg);
+        if (rc) break;
+    }
+}
+
+static void test_state_copy(pith_model *m, const char *path) {
+    enum { BS = 16, NB = 12, P = 20 };
+    pith_err err;
+    if (tm_alloc(m, BS, NB, 64, PITH_F32, &err)) {
+        CHECKF(0, "%s: %s", path, err.msg);
+        return;
+    }
+    int rg = -1, kg = -1;
+    for (int g = 0; g < m->mem.n_groups; g++) {
+        if (m->mem.groups[g].kind == PITH_MEM_RECURRENT) rg = g;
+        else kg = g;
+    }
+    int32_t tok[P], pos[P], seq[P], slot[P], table[2] = {0, 1}, state[1] = {9};
+    uint8_t want[P] = {0};
+    for (int i = 0; i < P; i++) tok[i] = (i * 37 + 11) % m->hp.n_vocab, pos[i] = i, seq[i] = 0, slot[i] = i;
+    want[P - 1] = 1;
+    float *lg = malloc(3 * (size_t)m->hp.n_vocab * sizeof *lg);
+    tm_batch t;
+    tm_batch_init(&t, m, P, tok, pos, seq, slot, want, 1, 2, table);
+    for (int g = 0; g < m->mem.n_groups; g++) t.mem[g].state_slots = state;
+    CHECKF(pith_model_forward(m, &t.b, lg, &err) == 0, "%s", err.msg);
+    /* fork: state slot 9 -> 11, KV blocks 0, 1 -> 4, 5 */
+    int32_t ssrc[1] = {9}, sdst[1] = {11}, ksrc[2] = {0, 1}, kdst[2] = {4, 5}, bad[1] = {NB};
+    CHECKF(pith_model_copy_blocks(m, rg, ssrc, sdst, 1, &err) == 0, "%s", err.msg);
+    if (kg >= 0) CHECKF(pith_model_copy_blocks(m, kg, ksrc, kdst, 2, &err) == 0, "%s", err.msg);
+    CHECK(pith_model_copy_blocks(m, rg, ssrc, bad, 1, &err) != 0 && strstr(err.msg, "outside"));
+    /* the next token from the copy, then from the original */
+    int32_t ntok[1] = {7}, npos[1] = {P}, nseq[1] = {0}, nslot[1], copy_table[2] = {4, 5}, copy_state[1] = {11};
+    uint8_t nwant[1] = {1};
+    for (int k = 0; k < 2; k++) {
+        const int32_t *tb = k == 0 ? copy_table : table;
+        nslot[0] = tb[P / BS] * BS + P % BS;
+        tm_batch_init(&t, m, 1, ntok, npos, nseq, nslot, nwant, 1, 2, tb);
+        for (int g = 0; g < m->mem.n_groups; g++) t.mem[g].state_slots = k == 0 ? copy_state : state;
+        CHECKF(pith_model_forward(m, &t.b, lg + (size_t)(1 + k) * m->hp.n_vocab, &err) == 0, "%s", err.msg);
+    }
+    CHECKF(!memcmp(lg + m->hp.n_vocab, lg + 2 * (size_t)m->hp.n_vocab, (size_t)m->hp.n_vocab * sizeof *lg),
+           "%s: logits from the copied state differ from the original's", path);
+    free(lg);
+    pith_model_mem_free(m);
+}
+
+static void test_model(const char *path) {
+    pith_err err;
+    pith_model_options mo = {.n_threads = 2};
+    pith_model *m;
+    if (pith_model_load(path, &mo, &m, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    bool recurrent = false;
+    for (int g = 0; g < m->mem.n_groups; g++) recurrent |= m->mem.groups[g].kind == PITH_MEM_RECURRENT;
+    CHECKF(recurrent, "%s declares no recurrent group", path);
+    if (recurrent) test_state_copy(m, path);
+    enum { N = 6, GEN = 24, LEN = 48 };
+    static int32_t ids[N][LEN];
+    uint32_t x = 4242;
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < LEN; k++) {
+            x = x * 1103515245u + 12345u;
+            ids[i][k] = k < 20 && (i & 1) ? ids[i - 1][k] : (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
+        }
+    static out res[5][N];
+    memset(res, 0, sizeof res);
+    /* pass 0: alone, one chunk, no cache; 1: all at once; 2: all at once, a pool of ~2 sequences;
+     * 3: alone in chunks of 5; 4: all at once with the prefix cache and chunks of 16 */
+    int per_seq = (LEN + GEN + 15) / 16;
+    int kv[5] = {64, 256, per_seq * 2, 64, 256}, seqs[5] = {1, 8, 8, 1, 8}, chunk[5] = {64, 64, 64, 5, 16};
+    uint64_t preemptions = 0, hits = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        pith_engine_options o = {.kv_blocks = kv[pass], .max_num_seqs = seqs[pass], .max_batch_tokens = chunk[pass],
+                                 .no_prefix_cache = pass != 4};
+        pith_engine *e = NULL;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            pith_request r = {.prompt = ids[i], .n_prompt = LEN - i, .sampling = pith_sampling_defaults(),
+                              .max_tokens = GEN, .ignore_eos = true, .on_token = collect, .user = &res[pass][i]};
+            r.sampling.temperature = 0;
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            if (pass == 0 || pass == 3) run(e);
+        }
+        run(e);
+        pith_engine_stats st;
+        pith_engine_get_stats(e, &st);
+        if (pass == 2) preemptions = st.preemptions;
+        if (pass == 4) hits = st.prefix_cache_hits;
+        pith_engine_free(e);
+    }
+    CHECKF(preemptions > 0, "%s: no preemption in a pool of %d blocks", path, per_seq * 2);
+    /* A chat's next turn: each prompt alone, then the prompt, its reply and 9 more tokens, with the
+     * cache on (the second is served from the state snapshot at the end of the first prompt) and off. */
+    static int32_t turn[N][LEN + GEN + 9];
+    static out next[2][N];
+    memset(next, 0, sizeof next);
+    uint64_t restores = 0;
+    for (int cached = 0; cached < 2; cached++) {
+        pith_engine_options o = {.kv_blocks = 256, .max_num_seqs = 4, .max_batch_tokens = 64, .no_prefix_cache = !cached};
+        pith_engine *e = NULL;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            int n = LEN - i;
+            memcpy(turn[i], ids[i], (size_t)n * sizeof(int32_t));
+            memcpy(turn[i] + n, res[0][i].toks, GEN * sizeof(int32_t));
+            for (int k = 0; k < 9; k++) turn[i][n + GEN + k] = (int32_t)((i * 31 + k * 7 + 3) % m->hp.n_vocab);
+            out first = {0};
+            pith_request r = {.prompt = ids[i], .n_prompt = n, .sampling = pith_sampling_defaults(), .max_tokens = GEN,
+                              .ignore_eos = true, .on_token = collect, .user = &first};
+            r.sampling.temperature = 0;
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+            r.prompt = turn[i], r.n_prompt = n + GEN + 9, r.max_tokens = 16, r.user = &next[cached][i];
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+        }
+        pith_engine_stats st;
+        pith_engine_get_stats(e, &st);
+        if (cached) restores = st.state_restores;
+        pith_engine_free(e);
+    }
+    CHECKF(restores > 0, "%s: no prompt served from a state snapshot", path);
+    for (int i = 0; i < N; i++)
+        CHECKF(next[0][i].n == 16 && !memcmp(next[0][i].toks, next[1][i].toks, 16 * sizeof(int32_t)),
+               "%s: next turn %d differs with the cache", path, i);
+    for (int pass = 1; pass < 5; pass++)
+        for (int i = 0; i < N; i++)
+            CHECKF(res[0][i].n == GEN && res[pass][i].n == GEN &&
+                       !memcmp(res[0][i].toks, res[pass][i].toks, sizeof res[0][i].toks[0] * GEN),
+                   "%s: prompt %d differs in pass %d", path, i, pass);
+    printf("%s: same tokens alone, in chunks of 5, batched, with the cache on (%llu hits) and under %llu preemptions;"
+           " next turns the same with %llu state restores\n",
+           path, (unsigned long long)hits, (unsigned long long)preemptions, (unsigned long long)restores);
+    pith_model_free(m);
+}
+
+int main(void) {
+    const char *src = getenv("PITH_SOURCE_DIR"), *tmp = getenv("PITH_TEST_TMP");
+    if (!src || !tmp) {
+        printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
+        return CHECK_SKIP;
+    }
+    static const char *presets[] = {"test-lfm2", "test-qwen35"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        char path[4200], cmd[9000];
+        snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype Q8_0 --seed 7 --out '%s' >/dev/null 2>&1",
+                 src, presets[i], path);
+        int rc = system(cmd);
+        CHECKF(rc == 0, "%s failed", cmd);
+        if (rc == 0) test_model(path);
+    }
+    return check_summary("test_engine_hybrid");
+}

@@ -1,0 +1,165 @@
+/* Loading the hybrid architectures (lfm2, qwen35) from GGUF and from Hugging Face directories, both
+ * written by tools/mkmodel.py from one seed: the hyper-parameters each descriptor reads agree across the
+ * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
+ * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
+ * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
+ * malformed config.json values are refused with a message naming the key. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "pith/modelfile.h"
+
+static const char *src, *tmp;
+
+static int sh(const char *fmt, const char *a, const char *b, const char *c) {
+    char cmd[12000];
+    snprintf(cmd, sizeof cmd, fmt, a, b, c);
+    return system(cmd);
+}
+
+static int mk(const char *preset, const char *out) {
+    return sh("/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --seed 5 --out '%s' >/dev/null 2>&1", src, preset, out);
+}
+
+/* Sets config.json's key (a JSON literal) in dir. */
+static int set_key(const char *dir, const char *key, const char *json) {
+    return sh("/usr/bin/python3 -c \"import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p)); "
+              "c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c,open(p,'w'))\" '%s' '%s' '%s'",
+              dir, key, json);
+}
+
+static void same_hparams(const pith_hparams *a, const pith_hparams *b, const char *what) {
+    CHECKF(!memcmp(a->layer_recurrent, b->layer_recurrent, sizeof a->layer_recurrent), "%s: recurrent layers", what);
+    CHECKF(a->conv_kernel == b->conv_kernel && a->ffn_dim == b->ffn_dim && a->n_kv_heads == b->n_kv_heads &&
+               a->head_dim == b->head_dim && a->tied_embeddings == b->tied_embeddings,
+           "%s: conv %d/%d ffn %d/%d kv %d/%d hd %d/%d", what, a->conv_kernel, b->conv_kernel, a->ffn_dim, b->ffn_dim,
+           a->n_kv_heads, b->n_kv_heads, a->head_dim, b->head_dim);
+    CHECKF(a->ssm_n_k_heads == b->ssm_n_k_heads && a->ssm_n_v_heads == b->ssm_n_v_heads &&
+               a->ssm_head_k_dim == b->ssm_head_k_dim && a->ssm_head_v_dim == b->ssm_head_v_dim &&
+               a->rope_dim == b->rope_dim && !memcmp(a->rope_sections, b->rope_sections, sizeof a->rope_sections) &&
+               fabsf(a->rope_theta - b->rope_theta) <= 1e-6f * a->rope_theta && a->norm_eps == b->norm_eps,
+           "%s: DeltaNet widths or RoPE differ", what);
+}
+
+static bool vec_equal(const pith_model_file *a, const pith_model_file *b, const char *name, double tol) {
+    const pith_tensor *x = pith_model_file_tensor(a, name), *y = pith_model_file_tensor(b, name);
+    if (!x || !y || x->type != PITH_F32 || y->type != PITH_F32 || pith_tensor_nelems(x) != pith_tensor_nelems(y)) return false;
+    for (int64_t i = 0; i < pith_tensor_nelems(x); i++)
+        if (fabs((double)((const float *)x->data)[i] - ((const float *)y->data)[i]) > tol) return false;
+    return true;
+}
+
+static void refused(const char *dir, const char *want) {
+    pith_model_file *f = NULL;
+    pith_err err = {0};
+    int rc = pith_model_file_open(dir, &f, &err);
+    CHECKF(rc != 0 && strstr(err.msg, want), "%s: want an error with '%s', got rc %d '%s'", dir, want, rc, err.msg);
+    if (!rc) pith_model_file_close(f);
+}
+
+static void test_lfm2(void) {
+    char g[4200], h[4200];
+    snprintf(g, sizeof g, "%s/hy-lfm2.gguf", tmp);
+    snprintf(h, sizeof h, "%s/hy-lfm2-st", tmp);
+    if (mk("test-lfm2", g) || mk("test-lfm2", h)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    pith_model_file *a = NULL, *b = NULL;
+    pith_err err;
+    CHECKF(pith_model_file_open(g, &a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(h, &b, &err) == 0, "%s", err.msg);
+    if (a && b) {
+        const pith_hparams *ha = pith_model_file_hparams(a), *hb = pith_model_file_hparams(b);
+        same_hparams(ha, hb, "lfm2 GGUF vs config.json");
+        /* test-lfm2: 6 layers, attention at 2 and 5, L_cache 3, ffn 384 (config.json: 576 adjusted) */
+        int rec = 0;
+        for (int l = 0; l < 6; l++) rec |= pith_layer_bit(ha->layer_recurrent, l) << l;
+        CHECKF(rec == 0x1b && ha->conv_kernel == 3 && ha->ffn_dim == 384 && ha->n_kv_heads == 2 && ha->tied_embeddings,
+               "lfm2: recurrent mask %#x conv %d ffn %d kv %d", rec, ha->conv_kernel, ha->ffn_dim, ha->n_kv_heads);
+        CHECK(vec_equal(a, b, "token_embd_norm.weight", 0));
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    /* malformed config.json values */
+    CHECK(set_key(h, "conv_bias", "true") == 0);
+    refused(h, "conv_bias");
+    CHECK(set_key(h, "conv_bias", "false") == 0 && set_key(h, "conv_L_cache", "1") == 0);
+    refused(h, "short convolution width 1");
+    CHECK(set_key(h, "conv_L_cache", "\"3\"") == 0);
+    refused(h, "conv_L_cache");
+    CHECK(set_key(h, "conv_L_cache", "3") == 0 && set_key(h, "layer_types", "[\"conv\"]") == 0);
+    refused(h, "layer_types");
+    CHECK(set_key(h, "layer_types", "null") == 0 && set_key(h, "full_attn_idxs", "[1, 9]") == 0);
+    refused(h, "full_attn_idxs");
+    /* full_attn_idxs alone: layers 2 and 5 attend, the rest convolve; the file's tensors agree */
+    CHECK(set_key(h, "full_attn_idxs", "[2, 5]") == 0);
+    pith_model_file *c = NULL;
+    CHECKF(pith_model_file_open(h, &c, &err) == 0, "full_attn_idxs: %s", err.msg);
+    pith_model_file_close(c);
+    /* every layer attends without either key: the convolution layers then miss their attention tensors */
+    CHECK(set_key(h, "full_attn_idxs", "null") == 0);
+    refused(h, "attn_q.weight");
+}
+
+static void test_qwen35(void) {
+    char g[4200], h[4200];
+    snprintf(g, sizeof g, "%s/hy-qwen35.gguf", tmp);
+    snprintf(h, sizeof h, "%s/hy-qwen35-st", tmp);
+    if (mk("test-qwen35", g) || mk("test-qwen35", h)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    pith_model_file *a = NULL, *b = NULL;
+    pith_err err;
+    CHECKF(pith_model_file_open(g, &a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(h, &b, &err) == 0, "%s", err.msg);
+    if (a && b) {
+        const pith_hparams *ha = pith_model_file_hparams(a), *hb = pith_model_file_hparams(b);
+        same_hparams(ha, hb, "qwen35 GGUF vs config.json");
+        int rec = 0;
+        for (int l = 0; l < 8; l++) rec |= pith_layer_bit(ha->layer_recurrent, l) << l;
+        CHECKF(rec == 0x77 && ha->conv_kernel == 4 && ha->ssm_n_k_heads == 2 && ha->ssm_n_v_heads == 4 &&
+                   ha->ssm_head_k_dim == 32 && ha->ssm_head_v_dim == 32 && ha->rope_dim == 16 &&
+                   ha->rope_sections[0] == 3 && ha->rope_sections[1] == 3 && ha->rope_sections[2] == 2,
+               "qwen35: recurrent mask %#x conv %d heads %d/%d widths %d/%d rope %d", rec, ha->conv_kernel,
+               ha->ssm_n_k_heads, ha->ssm_n_v_heads, ha->ssm_head_k_dim, ha->ssm_head_v_dim, ha->rope_dim);
+        /* the Hugging Face load makes norms 1 + w and A_log -exp(A_log), as GGUF stores them (float32
+         * rounding of the stored sum apart); ssm_a of layer 0 is in grouped head order in both (4 heads,
+         * 2 key heads: tiled order 0 2 1 3), so compare head 0 and 3, which do not move */
+        CHECK(vec_equal(a, b, "output_norm.weight", 1e-6) && vec_equal(a, b, "blk.3.attn_q_norm.weight", 1e-6) &&
+              vec_equal(a, b, "blk.0.post_attention_norm.weight", 1e-6));
+        const pith_tensor *sa = pith_model_file_tensor(a, "blk.0.ssm_a"), *sb = pith_model_file_tensor(b, "blk.0.ssm_a");
+        CHECK(sa && sb && sb->type == PITH_F32 && sa->type == PITH_F32);
+        if (sa && sb && sb->type == PITH_F32 && sa->type == PITH_F32) {
+            const float *x = sa->data, *y = sb->data;
+            CHECKF(fabsf(x[0] - y[0]) <= 1e-6f * fabsf(x[0]) && fabsf(x[3] - y[3]) <= 1e-6f * fabsf(x[3]) && y[0] < 0,
+                   "ssm_a: %g %g vs %g %g", x[0], x[3], y[0], y[3]);
+        }
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    CHECK(set_key(h, "linear_num_value_heads", "3") == 0);
+    refused(h, "not a multiple");
+    CHECK(set_key(h, "linear_num_value_heads", "4") == 0 && set_key(h, "rope_parameters", "{\"rope_type\": \"yarn\"}") == 0);
+    refused(h, "rope_type");
+    CHECK(set_key(h, "rope_parameters", "{\"partial_rotary_factor\": 0}") == 0);
+    refused(h, "partial_rotary_factor");
+    CHECK(set_key(h, "rope_parameters", "null") == 0 && set_key(h, "full_attention_interval", "0") == 0);
+    refused(h, "full_attention_interval");
+}
+
+int main(void) {
+    src = getenv("PITH_SOURCE_DIR"), tmp = getenv("PITH_TEST_TMP");
+    if (!src || !tmp) {
+        printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
+        return CHECK_SKIP;
+    }
+    test_lfm2();
+    test_qwen35();
+    return check_summary("test_hybrid_formats");
+}
