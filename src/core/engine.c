@@ -145,9 +145,10 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     const pith_engine_options *o = &e->opt;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
+    pthread_mutex_init(&e->admin_lock, NULL);
     e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
     pith_model_limits lim = {.max_batch_tokens = o->max_batch_tokens, .max_num_seqs = o->max_num_seqs,
-                             .max_seq_len = o->max_seq_len, .max_logits = o->max_num_seqs};
+                             .max_seq_len = o->max_seq_len, .max_logits = o->max_num_seqs + ENGINE_PROMPT_ROWS};
     if (pith_model_prepare(model, &lim, err) || pith_model_mem_alloc(model, &e->layout, err)) {
         pith_engine_free(e);
         return -1;
@@ -173,10 +174,12 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
             ok = e->b_slots[g] && e->b_tables[g];
         }
     }
-    e->logits = malloc(ns * (size_t)e->n_vocab * sizeof *e->logits);
+    e->logits = malloc((ns + ENGINE_PROMPT_ROWS) * (size_t)e->n_vocab * sizeof *e->logits);
+    e->b_row0 = malloc(ns * sizeof *e->b_row0);
+    e->b_nrows = malloc(ns * sizeof *e->b_nrows);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
     e->step_seqs = malloc(ns * sizeof *e->step_seqs);
-    if (!ok || !e->logits || !e->raw_row || !e->step_seqs) {
+    if (!ok || !e->logits || !e->raw_row || !e->step_seqs || !e->b_row0 || !e->b_nrows) {
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
@@ -202,7 +205,7 @@ void pith_engine_free(pith_engine *e) {
     }
     sched_free(&e->sc);
     mem_free(&e->mem);
-    if (e->mem_allocated) pith_model_mem_free(e->model);
+    if (e->mem_allocated && !e->asleep) pith_model_mem_free(e->model);
     free(e->incoming);
     free(e->intake);
     free(e->cancels);
@@ -217,6 +220,8 @@ void pith_engine_free(pith_engine *e) {
         free(e->b_states[g]);
     }
     free(e->logits);
+    free(e->b_row0);
+    free(e->b_nrows);
     free(e->raw_row);
     free(e->b_want_hidden);
     free(e->hidden);
@@ -224,6 +229,7 @@ void pith_engine_free(pith_engine *e) {
     free(e->step_seqs);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->admin_lock);
     free(e);
 }
 
@@ -246,6 +252,10 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
     }
     if (r->top_logprobs < 0 || r->top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->prompt_top_logprobs < 0 || r->prompt_top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
+        return pith_errf(err, "prompt_top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->logprobs_mode != PITH_LOGPROBS_RAW && r->logprobs_mode != PITH_LOGPROBS_PROCESSED)
+        return pith_errf(err, "logprobs mode %d is not raw (0) or processed (1)", (int)r->logprobs_mode);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
     if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
@@ -286,7 +296,8 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     s->id = e->next_id++;
     s->arrival = s->id;
     /* MEAN and CLS need every position computed: a salt of their own keeps other requests' prefixes out */
-    if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS) s->salt ^= 0x9e3779b97f4a7c15ull * s->id;
+    if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS || s->prompt_logprobs)
+        s->salt ^= 0x9e3779b97f4a7c15ull * s->id; /* prompt_logprobs likewise needs every position's row */
     e->live[e->n_live++] = s;
     e->incoming[e->n_incoming++] = s;
     e->stats.requests_submitted++;
@@ -377,6 +388,10 @@ void engine_publish_stats(pith_engine *e) {
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;
+    st->weight_generation = e->generation;
+    st->requests_restarted = e->n_restarted;
+    st->paused = e->hold;
+    st->asleep = e->asleep;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -385,7 +400,9 @@ static void *engine_thread(void *arg) {
     pith_engine *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stop_requested) {
-        if (e->n_live == 0) {
+        /* Idle: no work, or nothing that may run while paused (held requests wait for a resume). */
+        bool idle = e->n_live == 0 || (e->n_cancel_pending == 0 && (e->frozen || (e->hold && e->n_live == e->n_incoming)));
+        if (idle) {
             pthread_cond_wait(&e->wake, &e->lock);
             continue;
         }

@@ -11,6 +11,18 @@
 #include "pith/engine.h"
 
 #define PITH_ENGINE_MAX_TOP_LOGPROBS 20
+/* Logits rows a batch may ask for beyond one per sequence: prompt rows of prompt_logprobs requests
+ * (a longer prompt takes more steps). */
+#define ENGINE_PROMPT_ROWS 32
+
+/* What must not change when weights are swapped (engine_admin.c): kept at sleep, when the model may be
+ * freed before the wake. */
+typedef struct engine_shape {
+    pith_hparams hp;
+    pith_mem_spec mem;         /* layers pointers cleared; their lists are in layers_hash */
+    uint64_t layers_hash;
+    bool has_hidden;
+} engine_shape;
 
 struct pith_engine {
     pith_model *model;
@@ -35,7 +47,8 @@ struct pith_engine {
     int32_t *b_states[PITH_MAX_MEM_GROUPS];  /* [max_num_seqs] per RECURRENT group */
     pith_batch_mem b_mem[PITH_MAX_MEM_GROUPS];
     bool mem_allocated;        /* the model's memory is ours and must be freed */
-    float *logits;             /* [max_num_seqs * n_vocab] */
+    float *logits;             /* [(max_num_seqs + ENGINE_PROMPT_ROWS) * n_vocab] */
+    int *b_row0, *b_nrows;     /* [max_num_seqs] each batch sequence's first logits row and row count */
     float *raw_row;            /* [n_vocab] logits before sampling changed them (for logprobs) */
     uint8_t *b_want_hidden;    /* [max_batch_tokens], allocated at the first embedding request */
     float *hidden;             /* [max_batch_tokens * n_embd] final hidden rows, likewise */
@@ -61,6 +74,16 @@ struct pith_engine {
 
     pthread_t thread;
     bool thread_started;
+
+    /* Administration (engine_admin.c). admin_lock serialises admin calls; the flags are written under
+     * `lock` with the thread stopped (or by the caller that steps) and read by the stepping thread. */
+    pthread_mutex_t admin_lock;
+    bool hold;                 /* incoming requests stay on the incoming list (not admitted) */
+    bool frozen;               /* no steps beyond intake and cancellations */
+    bool asleep;               /* the KV memory is released */
+    uint64_t generation;       /* weight generation */
+    uint64_t n_restarted;
+    engine_shape shape;        /* the served model's, taken at sleep */
 };
 
 /* One step (see pith_engine_step). Returns true when it ran a batch or finished a request; fills err
@@ -71,6 +94,17 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
 void engine_publish_stats(pith_engine *e);
 /* Grows a list of sequence pointers (doubling). 0 or -1. */
 int engine_grow_list(seq ***list, int *cap, int need);
+
+/* logprobs.c: prompt rows and logprobs. */
+/* True when the token at position p of s asks for a logits row. */
+bool engine_wants_row(const seq *s, int p);
+/* Cuts the scheduled chunks of prompt_logprobs requests so the batch's rows fit the logits buffer. */
+void engine_fit_rows(pith_engine *e);
+/* After the forward pass, before sched_commit: the prompt events of batch sequence s (its rows start at
+ * rows), for the positions computed this step. */
+void engine_prompt_events(pith_engine *e, seq *s, const float *rows);
+/* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
+float engine_logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top);
 
 /* Integrity check for tests: every group's pool invariants and what sequences hold (mem_check: every
  * block's refcount equals the running sequences holding it, windows hold only what they need), per
