@@ -125,6 +125,7 @@ typedef struct pith_token_event {
      * prompt token, text is empty. */
     bool prompt;
     int prompt_index;
+    int prompt_rank;         /* the prompt token's rank in its distribution: 1 + tokens more likely */
     /* A restart event (pith_engine_swap_model with PITH_SWAP_RECOMPUTE): every token and prompt event
      * delivered so far for this request came from the old weights and is void; generation starts again
      * from the prompt, with the same seed. token is -1, text empty. */

@@ -77,6 +77,8 @@ void engine_prompt_events(pith_engine *e, seq *s, const float *rows) {
             .n_top = n_top, .top = top, .prompt = true, .prompt_index = p + 1, .weight_generation = e->generation,
         };
         ev.logprob = engine_logprobs(row, e->n_vocab, s->tokens[p + 1], top, n_top);
+        ev.prompt_rank = 1;
+        for (int v = 0; v < e->n_vocab; v++) ev.prompt_rank += row[v] > row[s->tokens[p + 1]];
         s->plp_next = p + 1;
         if (s->on_token) s->on_token(&ev, s->user);
     }

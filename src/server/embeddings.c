@@ -69,7 +69,16 @@ static void on_event(const pith_token_event *ev, void *user) {
 }
 
 /* The served model's pooling; -1 with err for one we cannot serve. */
+static int model_pooling_locked(pith_server *srv, api_error *err);
 static int model_pooling(pith_server *srv, api_error *err) {
+    pthread_rwlock_rdlock(&srv->model_lock); /* a reload or a sleep may change srv->model */
+    int rc = srv->model ? model_pooling_locked(srv, err)
+                        : api_errorf(err, 503, "asleep", NULL, "the server is asleep; retry after it wakes");
+    pthread_rwlock_unlock(&srv->model_lock);
+    return rc;
+}
+
+static int model_pooling_locked(pith_server *srv, api_error *err) {
     const pith_model_file *f = srv->model->file;
     const pith_gguf *g = f ? pith_model_file_gguf(f) : NULL;
     pith_str arch;
