@@ -3,6 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 
 #include "server/generate.h"
@@ -241,6 +244,9 @@ enum MHD_Result handle_admin_sleep(http_request *r) {
     pith_model *m = srv->model;
     set_model(srv, NULL);
     pith_model_free(m);
+#ifdef __GLIBC__
+    malloc_trim(0); /* freed heap pages back to the system, so RSS shows the release */
+#endif
     pthread_mutex_unlock(&srv->admin_lock);
     server_log(srv, PITH_LOG_INFO, "asleep: KV cache and weights released");
     cJSON *o = state_json(srv);
