@@ -274,7 +274,9 @@ int pith_engine_n_embd(const pith_engine *e);
  * they step the engine themselves where they must wait for requests). A callback must not call them.
  *
  * While paused, submitted requests are accepted and held (not admitted) until pith_engine_resume;
- * requests that had not started when the pause began are held too. */
+ * requests that had not started when the pause began are held too. Held requests are work
+ * (pith_engine_has_work), so pith_engine_run on a paused engine with held requests does not return:
+ * synchronous callers resume first. */
 typedef enum pith_pause_mode {
     PITH_PAUSE_KEEP = 0,     /* running requests stay where they are (KV kept, no steps) */
     PITH_PAUSE_DRAIN = 1,    /* running requests finish first (the call waits for them) */

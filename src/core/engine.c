@@ -138,6 +138,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     e->model = model;
     e->tok = tok;
     e->n_vocab = model->hp.n_vocab;
+    e->n_embd = model->has_hidden ? model->hp.dim : 0;
     if (resolve_options(e, model, opt, err)) {
         free(e);
         return -1;
@@ -258,7 +259,7 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
         return pith_errf(err, "logprobs mode %d is not raw (0) or processed (1)", (int)r->logprobs_mode);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
-    if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
+    if (r->embed != PITH_EMBED_OFF && !e->n_embd)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;
 }
@@ -337,7 +338,7 @@ bool pith_engine_has_work(pith_engine *e) {
 int pith_engine_max_seq_len(const pith_engine *e) { return e->opt.max_seq_len; }
 int pith_engine_n_vocab(const pith_engine *e) { return e->n_vocab; }
 
-int pith_engine_n_embd(const pith_engine *e) { return e->model->has_hidden ? e->model->hp.dim : 0; }
+int pith_engine_n_embd(const pith_engine *e) { return e->n_embd; }
 
 void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out) {
     pthread_mutex_lock(&e->lock);

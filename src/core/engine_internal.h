@@ -29,6 +29,8 @@ struct pith_engine {
     const pith_tokenizer *tok;
     pith_engine_options opt;   /* resolved: no zero "default" fields left */
     int n_vocab;
+    int n_embd;                /* hp.dim when the model has_hidden, else 0 (kept: the model may be freed
+                                  while the engine sleeps) */
     int max_blocks_per_seq;
 
     /* Owned by the stepping thread. */

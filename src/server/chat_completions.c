@@ -145,7 +145,7 @@ static int read_prompt_token_ids(pith_server *srv, const cJSON *body, gen_prompt
     int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
     if (n == 0) return api_errorf(err, 400, "invalid_value", "prompt_token_ids", "'prompt_token_ids' must be a non-empty list of token ids");
     if (!(out->ids = malloc((size_t)n * sizeof *out->ids))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
-    int n_vocab = pith_engine_n_vocab(srv->engine);
+    int n_vocab = server_n_vocab(srv);
     const cJSON *t;
     cJSON_ArrayForEach(t, v) {
         int64_t id;

@@ -87,6 +87,11 @@ struct pith_server {
 /* A line at `level` (PITH_LOG_*) with only a message; log_emit(&s->log, ...) for lines with fields. */
 void server_log(pith_server *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double server_now(void); /* monotonic seconds */
+/* The vocabulary size requests are checked against: the engine's (it outlives reloads and sleeps, which
+ * keep the shape), or the model's where there is no engine (tests' stand-in servers). */
+static inline int server_n_vocab(const pith_server *s) {
+    return s->engine ? pith_engine_n_vocab(s->engine) : s->model ? s->model->hp.n_vocab : 0;
+}
 /* The label of weight generation `gen` ("0" before any is known), copied into buf. */
 const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_t cap);
 
