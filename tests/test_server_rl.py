@@ -127,11 +127,13 @@ def serve(model, *extra):
 
 
 def stop(p):
+    """SIGTERM; the exit status (0 after a clean drain; a sanitizer build reports leaks through it)."""
     p.terminate()
     try:
-        p.wait(30)
+        return p.wait(60)
     except subprocess.TimeoutExpired:
         p.kill()
+        return "timeout"
 
 
 def rss_kb(pid):
@@ -337,7 +339,7 @@ def main():
     want_b = [greedy_ids(base_b, p) for p in PROMPTS]
     st, r = admin(base_b, "pause")
     check(st == 403 and r["error"]["code"] == "admin_disabled", f"no --admin-key: 403 ({st})")
-    stop(pb)
+    check(stop(pb) == 0, "the fresh server exits 0")
 
     p, base, log = serve(a_path, "--admin-key", KEY, "--weight-version", "a", "--kv-f32")
     try:
@@ -363,6 +365,16 @@ def main():
             reloads.append((mode, label, t, time.time(), r))
             print(f"reload {mode}: load {r.get('load_s', 0):.3f} s, admission paused {r.get('paused_s', 0):.3f} s, "
                   f"{r.get('restarted')} restarted, {r.get('aborted')} aborted")
+            if mode == "recompute" and st == 200:
+                # Let the restarted requests finish before the abort reload (a slow build may still be
+                # running them then, and they would be aborted).
+                until = time.time() + 120
+                while time.time() < until:
+                    with load.lock:
+                        done = sum(1 for rec in load.results if rec.get("restarted"))
+                    if done >= r.get("restarted", 0):
+                        break
+                    time.sleep(0.05)
             if mode == "drain":
                 got_b = [greedy_ids(base, q) for q in PROMPTS]
                 check(got_b == want_b, "after a drain reload, greedy outputs equal a fresh server's on the new weights")
@@ -431,7 +443,8 @@ def main():
         check('pith_weight_version_info{version="c"} 1' in metrics and "pith_weight_reloads_total 3" in metrics,
               "metrics export the version and the reloads")
     finally:
-        stop(p)
+        code = stop(p)
+    check(code == 0, f"the server exits 0 after SIGTERM (got {code})")
     if failures:
         print("server log tail:\n" + "".join(log[-20:]))
         print(f"{len(failures)} failure(s)")
