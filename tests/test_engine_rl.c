@@ -296,7 +296,8 @@ static void test_admin(void) {
 
     /* keep: nothing moves while paused; resume finishes everything as if never paused. */
     submit_batch(e, p, o, 0);
-    while (tokens_of(&o[0]) < 3) sleep_ms(1);
+    /* All three started (a request not yet admitted at the pause is held, and would not drain). */
+    while (tokens_of(&o[0]) < 1 || tokens_of(&o[1]) < 1 || tokens_of(&o[2]) < 1) sleep_ms(1);
     CHECK(pith_engine_pause(e, PITH_PAUSE_KEEP, 0, &err) == 0 && pith_engine_paused(e));
     submit_batch(e, p, o, 3); /* held */
     int before = tokens_of(&o[0]);
@@ -315,25 +316,9 @@ static void test_admin(void) {
         CHECK(o[k].gen_final == (k < 3 ? 0u : 1u));
     }
 
-    /* recompute: requests mid-generation restart on the new weights. */
-    submit_batch(e, p, o, 0);
-    while (tokens_of(&o[0]) < 3) sleep_ms(1);
     pith_model *old = NULL;
-    CHECK(pith_engine_pause(e, PITH_PAUSE_KEEP, 0, &err) == 0);
-    CHECK(pith_engine_swap_model(e, m, PITH_SWAP_RECOMPUTE, &old, &err) == 0 && old == m2);
-    CHECK(pith_engine_resume(e, &err) == 0);
-    wait_final(o, 3);
-    for (int k = 0; k < 3; k++) {
-        CHECKF(o[k].n == GEN && greedy_matches(p[k], LEN, &o[k]) && !o[k].mixed_gen, "recomputed request %d", k);
-        CHECK(o[k].gen_final == 2 && o[k].gen_last == 2);
-    }
-    CHECK(o[0].n_restart == 1);
-    /* A swap in drain mode with requests still running is refused. */
     submit_batch(e, p, o, 3);
-    while (tokens_of(&o[3]) < 1) sleep_ms(1);
     CHECK(pith_engine_pause(e, PITH_PAUSE_KEEP, 0, &err) == 0);
-    CHECK(pith_engine_swap_model(e, m2, PITH_SWAP_DRAIN, &old, &err) != 0 && old == NULL);
-
     /* sleep: memory released, requests kept; wake: they finish unchanged. */
     CHECK(pith_engine_sleep(e, &err) == 0 && pith_engine_asleep(e));
     pith_engine_stats st;
@@ -343,6 +328,7 @@ static void test_admin(void) {
     CHECK(pith_engine_wake(e, NULL, &err) == 0 && !pith_engine_asleep(e) && !pith_engine_paused(e));
     wait_final(o + 3, 3);
     for (int k = 3; k < NR; k++) CHECKF(o[k].n == GEN && greedy_matches(p[k], LEN, &o[k]), "request %d after sleep", k);
+    (void)old;
 
     /* abort: everything live is cancelled, then new requests are held until resumed. */
     submit_batch(e, p, o, 0);
@@ -358,7 +344,46 @@ static void test_admin(void) {
     m2->ops->destroy(m2);
 }
 
+/* Without the thread (deterministic: what runs is what this test steps): a swap in drain mode refused
+ * while requests run; in recompute mode they restart on the new weights, once, and finish as an uncached
+ * run would; a drain pause steps the engine itself. */
+static void test_admin_sync(void) {
+    pith_model *m = fake_model_new(V, 1, 0), *m2 = fake_model_new(V, 1, 0);
+    pith_err err;
+    pith_engine *e = NULL;
+    CHECKF(pith_engine_create(m, NULL, &(pith_engine_options){.block_size = 4, .kv_blocks = 512}, &e, &err) == 0, "%s", err.msg);
+    int32_t p[NR][LEN];
+    out o[NR];
+    submit_batch(e, p, o, 0);
+    for (int i = 0; i < 4; i++) pith_engine_step(e, &err);
+    CHECK(tokens_of(&o[0]) == 4 && tokens_of(&o[2]) == 4); /* the first step prefills and samples */
+    pith_model *old = NULL;
+    CHECK(pith_engine_swap_model(e, m2, PITH_SWAP_DRAIN, &old, &err) != 0 && strstr(err.msg, "pause")); /* not paused */
+    CHECK(pith_engine_pause(e, PITH_PAUSE_KEEP, 0, &err) == 0);
+    CHECK(pith_engine_swap_model(e, m2, PITH_SWAP_DRAIN, &old, &err) != 0 && old == NULL && strstr(err.msg, "running"));
+    CHECK(pith_engine_swap_model(e, m2, PITH_SWAP_RECOMPUTE, &old, &err) == 0 && old == m);
+    for (int k = 0; k < 3; k++) CHECK(o[k].n_restart == 1 && o[k].n == 0 && o[k].gen_last == 1);
+    pith_engine_stats st;
+    pith_engine_get_stats(e, &st);
+    CHECK(st.requests_restarted == 3 && st.weight_generation == 1 && st.paused);
+    CHECK(pith_engine_resume(e, &err) == 0);
+    run_checked(e);
+    for (int k = 0; k < 3; k++)
+        CHECKF(o[k].n == GEN && greedy_matches(p[k], LEN, &o[k]) && !o[k].mixed_gen && o[k].gen_final == 1 && o[k].n_restart == 1,
+               "recomputed request %d: %d tokens", k, o[k].n);
+    /* A drain pause with no thread steps the engine until the running requests are done. */
+    submit_batch(e, p, o, 3);
+    pith_engine_step(e, &err);
+    CHECK(pith_engine_pause(e, PITH_PAUSE_DRAIN, 0, &err) == 0);
+    CHECK(all_final(o + 3, 3) && o[3].n == GEN && greedy_matches(p[3], LEN, &o[3]));
+    CHECK(pith_engine_resume(e, &err) == 0);
+    pith_engine_free(e);
+    m->ops->destroy(m);
+    m2->ops->destroy(m2);
+}
+
 int main(void) {
+    test_admin_sync();
     test_prompt_logprobs();
     test_processed_logprobs();
     test_admin();
