@@ -438,6 +438,11 @@ def main():
         check(all(len(rec["versions"]) == 1 for rec in results if rec["status"] == 200), "one version each")
         st, r = admin(base, "abort")
         check(st == 200 and "aborted" in r, "abort answers")
+        with urllib.request.urlopen(base + "/v1/models", timeout=10) as mr:
+            models = json.loads(mr.read())
+        check(models["data"][0].get("weight_version") == "c", f"/v1/models names the served version: {models}")
+        st, emb = request(base, "/v1/embeddings", {"input": [PROMPTS[0]]})
+        check(st == 200 and emb.get("weight_version") == "c", f"embeddings carry the version: {st}")
         with urllib.request.urlopen(base + "/metrics", timeout=10) as mr:
             metrics = mr.read().decode()
         check('pith_weight_version_info{version="c"} 1' in metrics and "pith_weight_reloads_total 3" in metrics,

@@ -38,6 +38,7 @@ struct emb_wait {
     uint64_t *ids;      /* [n] engine ids; 0: not submitted */
     bool failed;
     char why[256];      /* the first failure */
+    uint64_t gen;       /* the latest weight generation an input was computed with */
 };
 
 static void wait_unref_locked(emb_wait *w) {
@@ -57,6 +58,7 @@ static void on_event(const pith_token_event *ev, void *user) {
     emb_slot *sl = user;
     emb_wait *w = sl->w;
     pthread_mutex_lock(&w->lock);
+    if (ev->weight_generation > w->gen) w->gen = ev->weight_generation;
     if (ev->finish_reason == PITH_FINISH_STOP && ev->embedding && ev->n_embedding == w->dim) {
         memcpy(w->vecs + (size_t)sl->index * w->dim, ev->embedding, (size_t)w->dim * sizeof(float));
     } else if (!w->failed) {
@@ -312,6 +314,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
         }
     }
     bool failed = w->failed;
+    uint64_t gen = w->gen;
     char why[256];
     snprintf(why, sizeof why, "%s", w->why);
     pthread_mutex_unlock(&w->lock);
@@ -351,6 +354,8 @@ enum MHD_Result handle_embeddings(http_request *r) {
         }
     }
     cJSON_AddStringToObject(o, "model", srv->model_name);
+    char version[160];
+    cJSON_AddStringToObject(o, "weight_version", server_weight_version(srv, gen, version, sizeof version));
     cJSON *usage = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens);

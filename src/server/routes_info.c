@@ -25,7 +25,12 @@ static cJSON *model_json(pith_server *srv) {
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)srv->created_unix);
     cJSON_AddStringToObject(m, "owned_by", "pith");
-    if (atomic_load(&srv->ready)) cJSON_AddNumberToObject(m, "max_model_len", srv->max_seq_len);
+    if (atomic_load(&srv->ready)) {
+        cJSON_AddNumberToObject(m, "max_model_len", srv->max_seq_len);
+        char version[160]; /* the weights served now (docs/rl.md) */
+        cJSON_AddStringToObject(m, "weight_version",
+                                server_weight_version(srv, pith_engine_weight_generation(srv->engine), version, sizeof version));
+    }
     return m;
 }
 
