@@ -180,7 +180,10 @@ int main(void) {
     int32_t ids[3] = {1, 2, 3};
     pith_request q = {.prompt = ids, .n_prompt = 3, .sampling = pith_sampling_defaults(), .embed = (pith_embed_pooling)4};
     CHECK(pith_engine_submit(e, &q, NULL, &err) == PITH_SUBMIT_INVALID && strstr(err.msg, "pooling"));
+    pith_engine_free(e);
+    /* The engine reads has_hidden at creation (it keeps it: a sleeping engine may outlive its model). */
     m->has_hidden = false;
+    CHECKF(pith_engine_create(m, NULL, NULL, &e, &err) == 0, "%s", err.msg);
     q.embed = PITH_EMBED_MEAN;
     CHECK(pith_engine_submit(e, &q, NULL, &err) == PITH_SUBMIT_INVALID && strstr(err.msg, "hidden states"));
     CHECK(pith_engine_n_embd(e) == 0);

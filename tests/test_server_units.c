@@ -78,6 +78,26 @@ static double sample(const char *text, const char *prefix) {
     return NAN;
 }
 
+/* The weights' series: the version as a label (escaped), reloads, the last reload's times, the engine's
+ * generation, restarts and pause / sleep states. */
+static void test_metrics_weights(void) {
+    metrics_weights w = {.version = "step\"7\\x", .reloads = 3, .last_pause_s = 0.25, .last_load_s = 1.5};
+    pith_engine_stats st = {.weight_generation = 3, .requests_restarted = 5, .paused = true};
+    buf out = {0};
+    metrics_render_weights(&w, &st, &out);
+    const char *t = out.data;
+    CHECK(!out.failed && t);
+    CHECK(sample(t, "pith_weight_version_info{version=\"step\\\"7\\\\x\"}") == 1);
+    CHECK(sample(t, "pith_weight_generation") == 3);
+    CHECK(sample(t, "pith_weight_reloads_total") == 3);
+    CHECK(sample(t, "pith_weight_reload_pause_seconds") == 0.25);
+    CHECK(sample(t, "pith_weight_reload_load_seconds") == 1.5);
+    CHECK(sample(t, "pith_requests_restarted_total") == 5);
+    CHECK(sample(t, "pith_admission_paused") == 1);
+    CHECK(sample(t, "pith_asleep") == 0);
+    buf_free(&out);
+}
+
 static void test_metrics(void) {
     metrics m;
     metrics_init(&m);
@@ -88,6 +108,7 @@ static void test_metrics(void) {
     metrics_error(&m, 429);
     metrics_error(&m, 429);
     metrics_error(&m, 418); /* unknown: counted as 500 */
+    metrics_error(&m, 403); /* admin endpoints without --admin-key */
     pith_engine_stats st = {.running = 2, .waiting = 3, .kv_blocks_used = 7, .kv_blocks_cached = 5,
                             .kv_blocks_total = 64, .prefix_cache_hits = 11, .prompt_tokens = 100,
                             .generation_tokens = 50, .preemptions = 1, .mem_bytes = 4096, .n_mem_groups = 2,
@@ -117,6 +138,8 @@ static void test_metrics(void) {
     CHECK(sample(t, "pith_request_errors_total{code=\"429\"}") == 2);
     CHECK(sample(t, "pith_request_errors_total{code=\"500\"}") == 1);
     CHECK(sample(t, "pith_request_errors_total{code=\"400\"}") == 0); /* present from the start */
+    CHECK(sample(t, "pith_request_errors_total{code=\"403\"}") == 1);
+    CHECK(sample(t, "pith_request_errors_total{code=\"504\"}") == 0);
     /* TTFT observations 0.003, 0.03, 0.5 (the cancelled request had no token). */
     CHECK(sample(t, "pith_time_to_first_token_seconds_count") == 3);
     CHECK(fabs(sample(t, "pith_time_to_first_token_seconds_sum") - 0.533) < 1e-9);
@@ -291,6 +314,7 @@ int main(void) {
     if (!tmp || !*tmp) tmp = ".";
     test_auth(tmp);
     test_metrics();
+    test_metrics_weights();
     test_params();
     test_buf();
     test_cors();

@@ -104,9 +104,18 @@ typedef struct pith_usage {
 
 typedef struct pith_logprob {
     int32_t token;
-    float logprob;           /* natural log of the model's probability (raw logits, before sampling
-                                parameters are applied) */
+    float logprob;           /* natural log of the token's probability: of the model's (raw logits,
+                                before sampling parameters are applied), or with PITH_LOGPROBS_PROCESSED
+                                of the distribution the sampler drew from (-INFINITY outside it) */
 } pith_logprob;
+
+/* Which distribution a request's logprobs describe. */
+typedef enum pith_logprobs_mode {
+    PITH_LOGPROBS_RAW = 0,       /* log-softmax of the model's logits */
+    PITH_LOGPROBS_PROCESSED = 1, /* the distribution sampled from: after penalties, temperature, top-k,
+                                    top-p and min-p, renormalised (sampler.h: pith_sampler_dist); greedy
+                                    requests: log-softmax of the penalised logits */
+} pith_logprobs_mode;
 
 /* One callback call. A token event has final == false and carries one sampled token; the final event
  * has final == true, token == -1, the finish reason and usage, and may carry text released at the end
@@ -141,6 +150,20 @@ typedef struct pith_token_event {
      * n_embedding == pith_engine_n_embd floats. NULL and 0 otherwise. Valid only during the callback. */
     const float *embedding;
     int n_embedding;
+    /* A prompt event (request.prompt_logprobs): not a sampled token but prompt token `prompt_index`
+     * (1..n_prompt-1, in order, before the first sampled token) with its raw logprob given the tokens
+     * before it in has_logprob/logprob and the most likely alternatives in n_top/top; `token` is that
+     * prompt token, text is empty. */
+    bool prompt;
+    int prompt_index;
+    int prompt_rank;         /* the prompt token's rank in its distribution: 1 + tokens more likely */
+    /* A restart event (pith_engine_swap_model with PITH_SWAP_RECOMPUTE): every token and prompt event
+     * delivered so far for this request came from the old weights and is void; generation starts again
+     * from the prompt, with the same seed. token is -1, text empty. */
+    bool restart;
+    /* The engine's weight generation this event was produced with: 0 at creation, +1 per
+     * pith_engine_swap_model. One request's events after its last restart all carry the same one. */
+    uint64_t weight_generation;
 } pith_token_event;
 
 typedef void (*pith_token_cb)(const pith_token_event *ev, void *user);
@@ -171,6 +194,12 @@ typedef struct pith_request {
     bool logprobs;           /* report the sampled token's logprob */
     int top_logprobs;        /* with logprobs: also the N most likely tokens (0..20) */
     bool return_logits;      /* pass each token's raw logits row to the callback (numerical checks) */
+    pith_logprobs_mode logprobs_mode; /* with logprobs: raw (default) or processed */
+    /* Report each prompt token's raw logprob given the tokens before it (prompt events, above), with the
+     * prompt_top_logprobs (0..20) most likely alternatives. Such a request never reads other requests'
+     * cached prefixes (each position's logits are needed). */
+    bool prompt_logprobs;
+    int prompt_top_logprobs;
     /* Not OFF: an embedding request. The engine computes the prompt only (no sampling, no token events;
      * sampling, max_tokens, stop and logprobs fields are ignored) and the final event (stop, completion
      * tokens 0) carries the pooled vector. Needs a model with has_hidden (model.h), else the submit is
@@ -240,6 +269,10 @@ typedef struct pith_engine_stats {
     uint64_t requests_finished;     /* all final events, whatever the reason */
     uint64_t requests_cancelled;
     uint64_t requests_failed;       /* finished with PITH_FINISH_ERROR */
+    uint64_t weight_generation;     /* pith_engine_weight_generation */
+    uint64_t requests_restarted;    /* restart events sent by swaps in recompute mode */
+    bool paused;                    /* admission paused (pith_engine_pause, or asleep) */
+    bool asleep;                    /* KV memory released (pith_engine_sleep) */
 } pith_engine_stats;
 
 /* tok may be NULL: then no text, no stop strings and no EOS detection beyond stop_ids (tests with fake
@@ -279,6 +312,58 @@ int pith_engine_max_seq_len(const pith_engine *e);
 int pith_engine_n_vocab(const pith_engine *e);
 /* Entries in an embedding (the model's width, hp.dim), or 0 when the model cannot serve embeddings. */
 int pith_engine_n_embd(const pith_engine *e);
+
+/* Administration (src/core/engine_admin.c): pausing, draining, swapping weights, sleeping. For a
+ * serving process that must change weights without restarting (RL rollouts: docs/rl.md). These calls
+ * are thread-safe and serialised among themselves; each returns once what it says is done. They work
+ * with the background thread (it is stopped around each change and restarted) and without it (then
+ * they step the engine themselves where they must wait for requests). A callback must not call them.
+ *
+ * While paused, submitted requests are accepted and held (not admitted) until pith_engine_resume;
+ * requests that had not started when the pause began are held too. Held requests are work
+ * (pith_engine_has_work), so pith_engine_run on a paused engine with held requests does not return:
+ * synchronous callers resume first. */
+typedef enum pith_pause_mode {
+    PITH_PAUSE_KEEP = 0,     /* running requests stay where they are (KV kept, no steps) */
+    PITH_PAUSE_DRAIN = 1,    /* running requests finish first (the call waits for them) */
+    PITH_PAUSE_ABORT = 2,    /* every request live at the call is cancelled (the call waits for their
+                                final events) */
+} pith_pause_mode;
+
+/* Pauses admission, handling running requests as `mode` says. Pausing a paused engine changes mode
+ * (KEEP to DRAIN waits for the drain). timeout_s > 0 bounds a drain's wait: -1 and err when requests
+ * are still running then (the engine stays paused, requests keep running). */
+int pith_engine_pause(pith_engine *e, pith_pause_mode mode, double timeout_s, pith_err *err);
+/* Resumes admission and stepping (no-op when not paused). -1 while asleep. */
+int pith_engine_resume(pith_engine *e, pith_err *err);
+bool pith_engine_paused(pith_engine *e);
+/* Cancels every live request (held ones too) and waits for their final events. Returns how many. */
+int pith_engine_abort_all(pith_engine *e);
+
+typedef enum pith_swap_mode {
+    PITH_SWAP_DRAIN = 0,     /* needs nothing running: call after pith_engine_pause(DRAIN) */
+    PITH_SWAP_RECOMPUTE = 1, /* running and preempted requests restart from their prompt on the new
+                                weights (a restart event each, then new tokens) */
+} pith_swap_mode;
+
+/* Replaces the model with `model` (same architecture, hyper-parameters and memory spec: refused
+ * otherwise), which the engine then uses; the old one is given back through *old (the caller frees it:
+ * nothing references it any more). The engine must be paused (pith_engine_pause, any mode); it stays
+ * paused. The prefix cache is flushed (its KV came from the old weights) and the weight generation
+ * (events, stats) increases by one. */
+int pith_engine_swap_model(pith_engine *e, pith_model *model, pith_swap_mode mode, pith_model **old, pith_err *err);
+/* Weight generation: 0 at creation, +1 per swap. */
+uint64_t pith_engine_weight_generation(pith_engine *e);
+/* Releases the KV memory (the model's mem_free: the pools' bytes) after preempting every running
+ * request (they recompute after waking, keeping their tokens). The engine must be paused; it stays
+ * paused and holds every request until pith_engine_wake. The model is not used while asleep: the
+ * caller may free it and wake the engine with another of the same shape. */
+int pith_engine_sleep(pith_engine *e, pith_err *err);
+/* Allocates the KV memory again and resumes. model: NULL for the model the engine slept with, or a
+ * replacement of the same shape holding the same weights (e.g. loaded again from the same file, after
+ * the caller freed the old one to give its memory back); the engine then no longer references the old. */
+int pith_engine_wake(pith_engine *e, pith_model *model, pith_err *err);
+bool pith_engine_asleep(pith_engine *e);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #ifndef PITH_SAMPLER_H
 #define PITH_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pith/status.h"
@@ -38,6 +39,20 @@ void pith_sampler_free(pith_sampler *s);
 /* Picks a token from logits[n_vocab] (modified in place: penalties and temperature are applied to it).
  * history: tokens the penalties look at (may be NULL when n_history is 0). */
 int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history);
+
+/* The processed distribution (logprobs_mode "processed_logprobs"): with recording on, each
+ * pith_sampler_sample keeps the distribution it drew from: the candidates left after top-k, top-p and
+ * min-p, with their probabilities from the softmax of the penalised logits over temperature,
+ * renormalised over those left. Greedy sampling (temperature 0) records the log-softmax of the
+ * penalised logits over the whole vocabulary (temperature 1, no truncation). Off by default (it costs a
+ * softmax per greedy step). */
+void pith_sampler_record(pith_sampler *s, bool on);
+/* After a recorded sample: the number of tokens with nonzero probability; entry i (0 <= i < that, most
+ * likely first, ties to the lower id) through *id and its natural-log probability through *logprob. */
+int pith_sampler_dist_size(const pith_sampler *s);
+void pith_sampler_dist_at(const pith_sampler *s, int i, int32_t *id, float *logprob);
+/* Natural-log probability of `id` in the recorded distribution; -INFINITY outside it. */
+float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (plain JSON or Server-Sent
- * Events), /v1/models, /health, /metrics, /tokenize, /detokenize. docs/api.md is the reference.
+ * Events), /v1/models, /health, /metrics, /tokenize, /detokenize, and the admin endpoints for RL
+ * rollouts (/v1/admin/...: hot weight reload, pause, sleep). docs/api.md is the reference.
  *
  * Owns the listening socket, the HTTP connection threads (libmicrohttpd, one thread per connection,
  * bounded), and once loaded the model, tokenizer, chat template and the engine with its thread.
@@ -58,6 +59,12 @@ typedef struct pith_server_options {
     void *log_user;
     int log_level;                  /* PITH_LOG_*: lines up to this level; 0: PITH_LOG_INFO */
     bool log_json;                  /* lines are JSON objects {ts, level, msg, fields...} (docs/api.md) */
+    /* Administration (/v1/admin/...: reload, pause, resume, sleep, wake, abort; docs/rl.md): keys of its
+     * own, given like api_keys; with none, every admin endpoint answers 403. */
+    const char *const *admin_keys;
+    int n_admin_keys;
+    const char *admin_key_file;
+    const char *weight_version;     /* label of the weights loaded at start; NULL: "0" */
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

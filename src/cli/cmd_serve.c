@@ -21,6 +21,7 @@
 typedef struct serve_opts {
     pith_server_options srv;
     const char *keys[MAX_KEYS];
+    const char *admin_keys[MAX_KEYS];
     const char *cors[MAX_CORS];
     double drain_timeout_s;
 } serve_opts;
@@ -43,6 +44,12 @@ static void serve_usage(FILE *out) {
             "      --port N              TCP port, 0 = any free one (default 8080)\n"
             "      --api-key KEY         require 'Authorization: Bearer KEY' (repeatable)\n"
             "      --api-key-file FILE   accepted keys, one per line ('#' comments allowed)\n"
+            "      --admin-key KEY       enable POST /v1/admin/* (reload weights, pause, resume, sleep,\n"
+            "                            wake, abort) for 'Authorization: Bearer KEY' (repeatable;\n"
+            "                            default: no admin endpoints, they answer 403; see docs/rl.md)\n"
+            "      --admin-key-file FILE admin keys, one per line\n"
+            "      --weight-version LABEL  version of the weights loaded at start, in every response's\n"
+            "                            weight_version and system_fingerprint (default 0)\n"
             "      --cors-origin ORIGIN  let browser pages from ORIGIN (scheme://host[:port], or * for any)\n"
             "                            call the API: CORS headers and preflight answers (repeatable;\n"
             "                            default: no CORS headers)\n"
@@ -78,6 +85,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     s->port = 8080;
     s->log_requests = true;
     s->api_keys = o->keys;
+    s->admin_keys = o->admin_keys;
     s->cors_origins = o->cors;
     e->max_waiting = 256;
     o->drain_timeout_s = 30;
@@ -121,6 +129,17 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             o->cors[s->n_cors_origins++] = v;
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
+        } else if (!strcmp(a, "--admin-key")) {
+            VALUE();
+            if (s->n_admin_keys == MAX_KEYS) {
+                fprintf(stderr, "pith serve: at most %d --admin-key options (use --admin-key-file)\n", MAX_KEYS);
+                return -1;
+            }
+            o->admin_keys[s->n_admin_keys++] = v;
+        } else if (!strcmp(a, "--admin-key-file")) {
+            VALUE(); s->admin_key_file = v;
+        } else if (!strcmp(a, "--weight-version")) {
+            VALUE(); s->weight_version = v;
         } else if (!strcmp(a, "--log-level")) {
             VALUE();
             if (!(s->log_level = log_parse_level(v))) {

@@ -167,6 +167,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     e->model = model;
     e->tok = tok;
     e->n_vocab = model->hp.n_vocab;
+    e->n_embd = model->has_hidden ? model->hp.dim : 0;
     if (resolve_options(e, model, opt, err)) {
         free(e);
         return -1;
@@ -174,9 +175,11 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
     const pith_engine_options *o = &e->opt;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->wake, NULL);
+    pthread_mutex_init(&e->admin_lock, NULL);
     e->max_blocks_per_seq = (o->max_seq_len + o->block_size - 1) / o->block_size;
-    /* Logits rows: one per sequence, plus the drafts of the sequences that may speculate. */
-    e->max_logits = o->max_num_seqs + (o->spec_type != PITH_SPEC_OFF ? o->spec_max_seqs * o->spec_max_draft : 0);
+    /* Logits rows: one per sequence, the prompt positions of prompt_logprobs requests, and the drafts
+     * of the sequences that may speculate. */
+    e->max_logits = o->max_num_seqs + ENGINE_PROMPT_ROWS + (o->spec_type != PITH_SPEC_OFF ? o->spec_max_seqs * o->spec_max_draft : 0);
     pith_model_limits lim = {.max_batch_tokens = o->max_batch_tokens, .max_num_seqs = o->max_num_seqs,
                              .max_seq_len = o->max_seq_len, .max_logits = e->max_logits};
     if (pith_model_prepare(model, &lim, err) || pith_model_mem_alloc(model, &e->layout, err)) {
@@ -209,10 +212,12 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         }
     }
     e->logits = malloc((size_t)e->max_logits * (size_t)e->n_vocab * sizeof *e->logits);
+    e->b_row0 = malloc(ns * sizeof *e->b_row0);
+    e->b_nrows = malloc(ns * sizeof *e->b_nrows);
     e->raw_row = malloc((size_t)e->n_vocab * sizeof *e->raw_row);
     e->fork_row = malloc((size_t)e->n_vocab * sizeof *e->fork_row);
     e->step_seqs = malloc(ns * sizeof *e->step_seqs);
-    if (!ok || !e->logits || !e->raw_row || !e->fork_row || !e->step_seqs) {
+    if (!ok || !e->logits || !e->raw_row || !e->fork_row || !e->step_seqs || !e->b_row0 || !e->b_nrows) {
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
@@ -238,7 +243,7 @@ void pith_engine_free(pith_engine *e) {
     }
     sched_free(&e->sc);
     mem_free(&e->mem);
-    if (e->mem_allocated) pith_model_mem_free(e->model);
+    if (e->mem_allocated && !e->asleep) pith_model_mem_free(e->model);
     free(e->incoming);
     free(e->intake);
     free(e->cancels);
@@ -254,6 +259,8 @@ void pith_engine_free(pith_engine *e) {
         free(e->b_ckpt[g]);
     }
     free(e->logits);
+    free(e->b_row0);
+    free(e->b_nrows);
     free(e->raw_row);
     free(e->fork_row);
     free(e->b_want_hidden);
@@ -262,6 +269,7 @@ void pith_engine_free(pith_engine *e) {
     free(e->step_seqs);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->admin_lock);
     free(e);
 }
 
@@ -284,11 +292,15 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
     }
     if (r->top_logprobs < 0 || r->top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->prompt_top_logprobs < 0 || r->prompt_top_logprobs > PITH_ENGINE_MAX_TOP_LOGPROBS)
+        return pith_errf(err, "prompt_top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
+    if (r->logprobs_mode != PITH_LOGPROBS_RAW && r->logprobs_mode != PITH_LOGPROBS_PROCESSED)
+        return pith_errf(err, "logprobs mode %d is not raw (0) or processed (1)", (int)r->logprobs_mode);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
     if (r->n < 0 || r->n > 1024) return pith_errf(err, "n must be in 1..1024, not %d", r->n);
     if (r->n > 1 && r->embed != PITH_EMBED_OFF) return pith_errf(err, "an embedding request has one result (n must be 1)");
-    if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
+    if (r->embed != PITH_EMBED_OFF && !e->n_embd)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;
 }
@@ -346,7 +358,8 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     e->next_id += (uint64_t)n;
     s->arrival = s->id;
     /* MEAN and CLS need every position computed: a salt of their own keeps other requests' prefixes out */
-    if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS) s->salt ^= 0x9e3779b97f4a7c15ull * s->id;
+    if (s->embed == PITH_EMBED_MEAN || s->embed == PITH_EMBED_CLS || s->prompt_logprobs)
+        s->salt ^= 0x9e3779b97f4a7c15ull * s->id; /* prompt_logprobs likewise needs every position's row */
     e->live[e->n_live++] = s;
     for (int k = 0; k < s->n_forks; k++) {
         seq *c = s->forks[k];
@@ -392,7 +405,7 @@ bool pith_engine_has_work(pith_engine *e) {
 int pith_engine_max_seq_len(const pith_engine *e) { return e->opt.max_seq_len; }
 int pith_engine_n_vocab(const pith_engine *e) { return e->n_vocab; }
 
-int pith_engine_n_embd(const pith_engine *e) { return e->model->has_hidden ? e->model->hp.dim : 0; }
+int pith_engine_n_embd(const pith_engine *e) { return e->n_embd; }
 
 void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out) {
     pthread_mutex_lock(&e->lock);
@@ -450,6 +463,10 @@ void engine_publish_stats(pith_engine *e) {
     st->steps = e->n_forwards;
     st->computed_tokens = e->n_computed_tokens;
     st->generation_tokens = e->n_generated;
+    st->weight_generation = e->generation;
+    st->requests_restarted = e->n_restarted;
+    st->paused = e->hold;
+    st->asleep = e->asleep;
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -458,7 +475,9 @@ static void *engine_thread(void *arg) {
     pith_engine *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stop_requested) {
-        if (e->n_live == 0) {
+        /* Idle: no work, or nothing that may run while paused (held requests wait for a resume). */
+        bool idle = e->n_live == 0 || (e->n_cancel_pending == 0 && (e->frozen || (e->hold && e->n_live == e->n_incoming)));
+        if (idle) {
             pthread_cond_wait(&e->wake, &e->lock);
             continue;
         }

@@ -11,12 +11,27 @@
 #include "pith/engine.h"
 
 #define PITH_ENGINE_MAX_TOP_LOGPROBS 20
+/* Logits rows a batch may ask for beyond one per sequence: prompt rows of prompt_logprobs requests
+ * (a longer prompt takes more steps). */
+#define ENGINE_PROMPT_ROWS 32
+
+/* What must not change when weights are swapped (engine_admin.c): kept at sleep, when the model may be
+ * freed before the wake. */
+typedef struct engine_shape {
+    pith_hparams hp;
+    pith_mem_spec mem;         /* layers pointers cleared; their lists are in layers_hash */
+    uint64_t layers_hash;
+    bool has_hidden;
+    bool state_checkpoints;    /* sizing counted spare state slots for them (speculation) */
+} engine_shape;
 
 struct pith_engine {
     pith_model *model;
     const pith_tokenizer *tok;
     pith_engine_options opt;   /* resolved: no zero "default" fields left */
     int n_vocab;
+    int n_embd;                /* hp.dim when the model has_hidden, else 0 (kept: the model may be freed
+                                  while the engine sleeps) */
     int max_blocks_per_seq;
     int max_logits;            /* logits rows one batch may ask for */
     int state_spares;          /* RECURRENT groups: running slots beyond max_num_seqs, for checkpoints */
@@ -38,7 +53,8 @@ struct pith_engine {
     int32_t *b_ckpt[PITH_MAX_MEM_GROUPS];    /* [max_batch_tokens] per RECURRENT group (batch.h) */
     pith_batch_mem b_mem[PITH_MAX_MEM_GROUPS];
     bool mem_allocated;        /* the model's memory is ours and must be freed */
-    float *logits;             /* [max_num_seqs * n_vocab] */
+    float *logits;             /* [(max_num_seqs + ENGINE_PROMPT_ROWS) * n_vocab] */
+    int *b_row0, *b_nrows;     /* [max_num_seqs] each batch sequence's first logits row and row count */
     float *raw_row;            /* [n_vocab] logits before sampling changed them (for logprobs) */
     float *fork_row;           /* [n_vocab] a forked sibling's copy of the shared logits row */
     uint64_t n_forked;         /* siblings forked from a computed prompt */
@@ -67,6 +83,16 @@ struct pith_engine {
 
     pthread_t thread;
     bool thread_started;
+
+    /* Administration (engine_admin.c). admin_lock serialises admin calls; the flags are written under
+     * `lock` with the thread stopped (or by the caller that steps) and read by the stepping thread. */
+    pthread_mutex_t admin_lock;
+    bool hold;                 /* incoming requests stay on the incoming list (not admitted) */
+    bool frozen;               /* no steps beyond intake and cancellations */
+    bool asleep;               /* the KV memory is released */
+    uint64_t generation;       /* weight generation */
+    uint64_t n_restarted;
+    engine_shape shape;        /* the served model's, taken at sleep */
 };
 
 /* One step (see pith_engine_step). Returns true when it ran a batch or finished a request; fills err
@@ -77,6 +103,17 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
 void engine_publish_stats(pith_engine *e);
 /* Grows a list of sequence pointers (doubling). 0 or -1. */
 int engine_grow_list(seq ***list, int *cap, int need);
+
+/* logprobs.c: prompt rows and logprobs. */
+/* True when the token at position p of s asks for a logits row. */
+bool engine_wants_row(const seq *s, int p);
+/* Cuts the scheduled chunks of prompt_logprobs requests so the batch's rows fit the logits buffer. */
+void engine_fit_rows(pith_engine *e);
+/* After the forward pass, before sched_commit: the prompt events of batch sequence s (its rows start at
+ * rows), for the positions computed this step. */
+void engine_prompt_events(pith_engine *e, seq *s, const float *rows);
+/* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
+float engine_logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top);
 
 /* Integrity check for tests: every group's pool invariants and what sequences hold (mem_check: every
  * block's refcount equals the running sequences holding it, windows hold only what they need), per

@@ -30,6 +30,9 @@ int seq_create(const pith_request *r, int max_len, int block_size, int n_groups,
     s->logprobs = r->logprobs;
     s->top_logprobs = r->logprobs ? r->top_logprobs : 0;
     s->return_logits = r->return_logits;
+    s->logprobs_mode = r->logprobs_mode;
+    s->prompt_logprobs = r->prompt_logprobs;
+    s->prompt_top_logprobs = r->prompt_logprobs ? r->prompt_top_logprobs : 0;
     s->embed = r->embed;
     s->on_token = r->on_token;
     s->user = r->user;

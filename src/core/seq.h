@@ -85,6 +85,10 @@ typedef struct seq {
     bool logprobs;
     int top_logprobs;
     bool return_logits;
+    pith_logprobs_mode logprobs_mode;
+    bool prompt_logprobs;      /* report prompt events (engine.h) */
+    int prompt_top_logprobs;
+    int plp_next;              /* prompt positions below this have had their row's event reported */
     pith_embed_pooling embed;  /* OFF: generate; else compute the prompt only and pool (engine.h) */
     double *pool;              /* embedding requests: [n_embd] sum (MEAN) or row (CLS, LAST) so far; NULL
                                   until the first hidden row */

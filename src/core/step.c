@@ -66,6 +66,7 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
         .final = true, .finish_reason = why, .error = error ? error : "",
         .usage = {.prompt_tokens = s->n_prompt, .completion_tokens = s->n_tokens - s->n_prompt,
                   .cached_tokens = s->cached_tokens, .draft_tokens = s->drafted, .accepted_tokens = s->accepted},
+        .weight_generation = e->generation,
     };
     if (s->embed != PITH_EMBED_OFF && why == PITH_FINISH_STOP && s->pool && e->emb_out) {
         const int dim = e->model->hp.dim;
@@ -89,12 +90,16 @@ void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_str
 static int take_in(pith_engine *e) {
     pthread_mutex_lock(&e->lock);
     seq **in = e->incoming;
-    int n_in = e->n_incoming, cap_in = e->cap_incoming;
-    e->incoming = e->intake;
-    e->cap_incoming = e->cap_intake;
-    e->n_incoming = 0;
-    e->intake = in;
-    e->cap_intake = cap_in;
+    int n_in = 0;
+    if (!e->hold) { /* held (paused): requests stay on the incoming list */
+        n_in = e->n_incoming;
+        int cap_in = e->cap_incoming;
+        e->incoming = e->intake;
+        e->cap_incoming = e->cap_intake;
+        e->n_incoming = 0;
+        e->intake = in;
+        e->cap_intake = cap_in;
+    }
     int n_cancel = 0;
     if (e->n_cancel_pending > 0 && engine_grow_list(&e->cancels, &e->cap_cancels, e->n_cancel_pending) == 0) {
         for (int i = 0; i < e->n_live; i++) {
@@ -102,6 +107,8 @@ static int take_in(pith_engine *e) {
             if (s->cancel_requested && s->finish == PITH_FINISH_NONE) {
                 s->finish = PITH_FINISH_CANCELLED; /* taken: not collected twice */
                 e->cancels[n_cancel++] = s;
+                for (int k = 0; k < e->n_incoming; k++) /* a held request leaves the incoming list */
+                    if (e->incoming[k] == s) e->incoming[k--] = e->incoming[--e->n_incoming];
             }
         }
     }
@@ -122,20 +129,23 @@ static int take_in(pith_engine *e) {
 static int build_batch(pith_engine *e, pith_batch *b) {
     const sched *sc = &e->sc;
     const int bs = e->opt.block_size;
-    int n = 0;
+    int n = 0, rows = 0;
     for (int i = 0; i < sc->n_batch; i++) {
         const seq *s = sc->batch[i];
+        e->b_row0[i] = rows;
         for (int j = 0; j < s->n_sched; j++, n++) {
             int p = s->n_computed + j;
             /* a draft follows the last sampled token: n_sched == 1 + n_draft (sched.c) */
             e->b_tokens[n] = s->n_draft > 0 && j > 0 ? s->draft[j - 1] : s->tokens[p];
             e->b_positions[n] = p;
             e->b_seq[n] = i;
-            e->b_want[n] = s->embed == PITH_EMBED_OFF && (p == s->n_tokens - 1 || s->n_draft > 0);
+            e->b_want[n] = engine_wants_row(s, p);
+            rows += e->b_want[n];
             if (e->b_want_hidden)
                 e->b_want_hidden[n] = s->embed == PITH_EMBED_MEAN || (s->embed == PITH_EMBED_CLS && p == 0) ||
                                       (s->embed == PITH_EMBED_LAST && p == s->n_tokens - 1);
         }
+        e->b_nrows[i] = rows - e->b_row0[i];
     }
     for (int g = 0; g < e->mem.n_groups; g++) {
         pith_batch_mem *bm = &e->b_mem[g];
@@ -231,27 +241,6 @@ static int pool_hidden(pith_engine *e, const pith_batch *b, pith_err *err) {
     return 0;
 }
 
-/* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
-static float logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n_vocab; i++) mx = row[i] > mx ? row[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
-    float lse = mx + (float)log(sum);
-    int have = 0;
-    for (int i = 0; i < n_vocab && n_top > 0; i++) {
-        if (have == n_top && row[i] <= top[have - 1].logprob) continue;
-        int k = have < n_top ? have++ : have - 1;
-        while (k > 0 && top[k - 1].logprob < row[i]) {
-            top[k] = top[k - 1];
-            k--;
-        }
-        top[k] = (pith_logprob){.token = i, .logprob = row[i]};
-    }
-    for (int i = 0; i < have; i++) top[i].logprob -= lse;
-    return row[chosen] - lse;
-}
-
 /* Runs the copies the memory manager queued (state snapshots taken or restored, mem.h). A copy that
  * fails leaves a slot that does not hold what mem thinks it holds, so prefix caching stops for good
  * (no lookup can return a wrong state) and the caller fails the batch. 0 or -1. */
@@ -288,6 +277,8 @@ static bool sample_and_report(pith_engine *e, seq *s, float *row) {
         return false;
     }
     if (s->logprobs || s->return_logits) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
+    bool processed = s->logprobs && s->logprobs_mode == PITH_LOGPROBS_PROCESSED;
+    if (processed) pith_sampler_record(s->sampler, true);
     int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
         sched_remove(&e->sc, s);
@@ -296,11 +287,19 @@ static bool sample_and_report(pith_engine *e, seq *s, float *row) {
     }
     e->n_generated++;
 
-    pith_token_event ev = {.request_id = s->id, .user = s->user, .index = s->sibling, .token = tok, .text = ""};
+    pith_token_event ev = {.request_id = s->id, .user = s->user, .index = s->sibling, .token = tok, .text = "",
+                           .weight_generation = e->generation};
     pith_logprob top[PITH_ENGINE_MAX_TOP_LOGPROBS];
-    if (s->logprobs) {
+    if (processed) {
         ev.has_logprob = true;
-        ev.logprob = logprobs(e->raw_row, e->n_vocab, tok, top, s->top_logprobs);
+        ev.logprob = pith_sampler_dist_logprob(s->sampler, tok);
+        int n_dist = pith_sampler_dist_size(s->sampler);
+        ev.n_top = s->top_logprobs < n_dist ? s->top_logprobs : n_dist;
+        for (int i = 0; i < ev.n_top; i++) pith_sampler_dist_at(s->sampler, i, &top[i].token, &top[i].logprob);
+        ev.top = top;
+    } else if (s->logprobs) {
+        ev.has_logprob = true;
+        ev.logprob = engine_logprobs(e->raw_row, e->n_vocab, tok, top, s->top_logprobs);
         ev.n_top = s->top_logprobs < e->n_vocab ? s->top_logprobs : e->n_vocab;
         ev.top = top;
     }
@@ -364,7 +363,10 @@ static void plan_drafts(pith_engine *e) {
     for (int i = 0; i < sc->n_running; i++) {
         seq *s = sc->running[i];
         s->n_draft = 0;
-        if (decoding > e->opt.spec_max_seqs || s->n_tokens - s->n_computed != 1 || s->embed != PITH_EMBED_OFF) continue;
+        /* (prompt_logprobs requests count their rows against a budget of their own: no drafts there) */
+        if (decoding > e->opt.spec_max_seqs || s->n_tokens - s->n_computed != 1 || s->embed != PITH_EMBED_OFF ||
+            s->prompt_logprobs)
+            continue;
         int want = spec_want(s, e->opt.spec_max_draft);
         int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
         if (want > room) want = room;
@@ -412,9 +414,14 @@ bool engine_step(pith_engine *e, pith_err *err) {
     err->msg[0] = 0;
     bool progressed = take_in(e) > 0;
     sched *sc = &e->sc;
+    if (e->frozen) { /* paused in place or asleep: nothing runs */
+        engine_publish_stats(e);
+        return progressed;
+    }
     plan_drafts(e);
     sched_schedule(sc);
     trim_drafts(e);
+    engine_fit_rows(e);
     if (sc->n_batch == 0) {
         if (sc->n_waiting > 0 && sc->n_running == 0) {
             /* Cannot happen (a lone sequence always fits); never leave a request stranded if it does. */
@@ -443,18 +450,17 @@ bool engine_step(pith_engine *e, pith_err *err) {
         return true;
     }
     e->n_computed_tokens += (uint64_t)n_tokens;
+    for (int i = 0; i < n_seqs; i++)
+        if (e->step_seqs[i]->prompt_logprobs) engine_prompt_events(e, e->step_seqs[i], &e->logits[(size_t)e->b_row0[i] * e->n_vocab]);
     sched_commit(sc);
     if (run_copies(e, err)) { /* snapshots of the states just computed, before anything else runs */
         fail_batch(e, n_seqs, err);
         return true;
     }
-    int row = 0;
     for (int i = 0; i < n_seqs; i++) {
         seq *s = e->step_seqs[i];
-        float *logits = &e->logits[(size_t)row * e->n_vocab];
         if (s->n_draft > 0) { /* not committed yet: verification commits what it accepts */
-            row += 1 + s->n_draft;
-            verify_draft(e, s, logits);
+            verify_draft(e, s, &e->logits[(size_t)e->b_row0[i] * e->n_vocab]);
             continue;
         }
         if (s->n_computed < s->n_tokens) continue; /* a prompt chunk that is not the last */
@@ -463,7 +469,8 @@ bool engine_step(pith_engine *e, pith_err *err) {
             engine_finish(e, s, PITH_FINISH_STOP, false, NULL);
             continue;
         }
-        row++;
+        int row = e->b_row0[i] + e->b_nrows[i] - 1; /* the last row: the sampling one */
+        float *logits = &e->logits[(size_t)row * e->n_vocab];
         if (s->n_forks > 0) fork_siblings(e, s, logits);
         sample_and_report(e, s, logits);
     }

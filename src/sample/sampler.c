@@ -18,6 +18,14 @@ struct pith_sampler {
     uint64_t rng[4];        /* xoshiro256** state */
     candidate *cand;        /* [n_vocab] scratch */
     uint32_t *counts;       /* [n_vocab] scratch for penalties */
+    /* The processed distribution of the last sample (pith_sampler_record): cand[0..n_dist) sorted best
+     * first, holding probabilities whose sum is dist_total; in greedy mode cand holds the penalised
+     * logits sorted, and dist_lse their log-sum-exp. */
+    bool record;
+    bool dist_greedy;
+    int n_dist;
+    double dist_total;
+    double dist_lse;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -141,6 +149,49 @@ static void partial_select(candidate *c, int n, int k) {
     }
 }
 
+/* Greedy's recorded distribution: log-softmax of the (penalised) logits, candidates sorted. */
+static void record_greedy(pith_sampler *s, const float *logits) {
+    candidate *c = s->cand;
+    int m = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_vocab; i++) {
+        if (isnan(logits[i])) continue;
+        c[m++] = (candidate){i, logits[i]};
+        if (logits[i] > mx) mx = logits[i];
+    }
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += exp((double)c[i].logit - mx);
+    qsort(c, (size_t)m, sizeof *c, cmp_desc);
+    s->dist_greedy = true;
+    s->n_dist = m;
+    s->dist_lse = mx + log(sum);
+}
+
+void pith_sampler_record(pith_sampler *s, bool on) {
+    s->record = on;
+    s->n_dist = 0;
+}
+
+int pith_sampler_dist_size(const pith_sampler *s) { return s->n_dist; }
+
+void pith_sampler_dist_at(const pith_sampler *s, int i, int32_t *id, float *logprob) {
+    const candidate *c = &s->cand[i];
+    *id = c->id;
+    *logprob = s->dist_greedy ? (float)(c->logit - s->dist_lse)
+               : c->logit > 0 ? (float)log(c->logit / s->dist_total) : -INFINITY;
+}
+
+float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id) {
+    for (int i = 0; i < s->n_dist; i++) {
+        if (s->cand[i].id != id) continue;
+        int32_t got;
+        float lp;
+        pith_sampler_dist_at(s, i, &got, &lp);
+        return lp;
+    }
+    return -INFINITY;
+}
+
 int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
     const pith_sampling_params *p = &s->p;
     int n = s->n_vocab;
@@ -150,6 +201,7 @@ int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *histo
         int32_t best = 0;
         for (int i = 1; i < n; i++)
             if (logits[i] > logits[best]) best = i;
+        if (s->record) record_greedy(s, logits);
         return best;
     }
 
@@ -195,6 +247,11 @@ int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *histo
 
     double total = 0.0;
     for (int i = 0; i < m; i++) total += c[i].logit;
+    if (s->record) {
+        s->dist_greedy = false;
+        s->n_dist = m;
+        s->dist_total = total;
+    }
     double r = rng_uniform(s->rng) * total, acc = 0.0;
     for (int i = 0; i < m; i++) {
         acc += c[i].logit;

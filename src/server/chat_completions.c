@@ -136,6 +136,27 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
     return 0;
 }
 
+/* vLLM's prompt_token_ids: the prompt as token ids, used as given instead of rendering messages (for
+ * trainers that tokenize themselves). 0 when absent (*used false), -1 with err when malformed. */
+static int read_prompt_token_ids(pith_server *srv, const cJSON *body, gen_prompt *out, bool *used, api_error *err) {
+    *used = false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "prompt_token_ids");
+    if (!v || cJSON_IsNull(v)) return 0;
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n == 0) return api_errorf(err, 400, "invalid_value", "prompt_token_ids", "'prompt_token_ids' must be a non-empty list of token ids");
+    if (!(out->ids = malloc((size_t)n * sizeof *out->ids))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    int n_vocab = server_n_vocab(srv);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, v) {
+        int64_t id;
+        if (!json_get_int(t, &id) || id < 0 || id >= n_vocab)
+            return api_errorf(err, 400, "invalid_value", "prompt_token_ids", "token ids must be integers in [0, %d)", n_vocab);
+        out->ids[out->n++] = (int32_t)id;
+    }
+    *used = true;
+    return 0;
+}
+
 enum MHD_Result handle_chat_completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -148,8 +169,10 @@ enum MHD_Result handle_chat_completions(http_request *r) {
         api_errorf(&e, 500, "internal_error", NULL, "out of memory");
         memset(&p, 0, sizeof p);
     }
+    bool ids_given = false;
     if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
-        chat_build_prompt(r->srv, body, prompt, &e)) {
+        read_prompt_token_ids(r->srv, body, prompt, &ids_given, &e) ||
+        (!ids_given && chat_build_prompt(r->srv, body, prompt, &e))) {
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
         cJSON_Delete(body);

@@ -23,7 +23,7 @@ static int read_ids(pith_server *srv, const cJSON *arr, gen_prompt *out, api_err
     int n = cJSON_GetArraySize(arr);
     if (n == 0) return api_errorf(err, 400, "invalid_value", "prompt", "a token prompt must hold at least one token");
     if (!(out->ids = malloc((size_t)n * sizeof *out->ids))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
-    int n_vocab = srv->model->hp.n_vocab;
+    int n_vocab = server_n_vocab(srv);
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
         int64_t id;

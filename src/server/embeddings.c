@@ -38,6 +38,7 @@ struct emb_wait {
     uint64_t *ids;      /* [n] engine ids; 0: not submitted */
     bool failed;
     char why[256];      /* the first failure */
+    uint64_t gen;       /* the latest weight generation an input was computed with */
 };
 
 static void wait_unref_locked(emb_wait *w) {
@@ -57,6 +58,7 @@ static void on_event(const pith_token_event *ev, void *user) {
     emb_slot *sl = user;
     emb_wait *w = sl->w;
     pthread_mutex_lock(&w->lock);
+    if (ev->weight_generation > w->gen) w->gen = ev->weight_generation;
     if (ev->finish_reason == PITH_FINISH_STOP && ev->embedding && ev->n_embedding == w->dim) {
         memcpy(w->vecs + (size_t)sl->index * w->dim, ev->embedding, (size_t)w->dim * sizeof(float));
     } else if (!w->failed) {
@@ -69,7 +71,16 @@ static void on_event(const pith_token_event *ev, void *user) {
 }
 
 /* The served model's pooling; -1 with err for one we cannot serve. */
+static int model_pooling_locked(pith_server *srv, api_error *err);
 static int model_pooling(pith_server *srv, api_error *err) {
+    pthread_rwlock_rdlock(&srv->model_lock); /* a reload or a sleep may change srv->model */
+    int rc = srv->model ? model_pooling_locked(srv, err)
+                        : api_errorf(err, 503, "asleep", NULL, "the server is asleep; retry after it wakes");
+    pthread_rwlock_unlock(&srv->model_lock);
+    return rc;
+}
+
+static int model_pooling_locked(pith_server *srv, api_error *err) {
     const pith_model_file *f = srv->model->file;
     const pith_gguf *g = f ? pith_model_file_gguf(f) : NULL;
     pith_str arch;
@@ -303,6 +314,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
         }
     }
     bool failed = w->failed;
+    uint64_t gen = w->gen;
     char why[256];
     snprintf(why, sizeof why, "%s", w->why);
     pthread_mutex_unlock(&w->lock);
@@ -342,6 +354,8 @@ enum MHD_Result handle_embeddings(http_request *r) {
         }
     }
     cJSON_AddStringToObject(o, "model", srv->model_name);
+    char version[160];
+    cJSON_AddStringToObject(o, "weight_version", server_weight_version(srv, gen, version, sizeof version));
     cJSON *usage = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens);

@@ -1,5 +1,7 @@
 #include "server/format.h"
 
+#include "server/format_rl.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,8 @@ void out_free(gen_output *o) {
     for (int i = 0; o->choices && i < o->n_choices; i++) {
         buf_free(&o->choices[i].text);
         cJSON_Delete(o->choices[i].logprobs);
+        cJSON_Delete(o->choices[i].prompt_lp);
+        free(o->choices[i].ids);
     }
     free(o->choices);
     o->choices = NULL;
@@ -64,7 +68,7 @@ static cJSON *chat_token_entry(const pith_tokenizer *t, int32_t id, float lp) {
     token_piece(t, id, text, &raw);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "token", text);
-    cJSON_AddNumberToObject(e, "logprob", lp);
+    cJSON_AddNumberToObject(e, "logprob", rl_logprob_value(lp));
     cJSON_AddItemToObject(e, "bytes", bytes_array(&raw));
     buf_free(&raw);
     return e;
@@ -89,11 +93,11 @@ static void add_logprob(gen_output *o, cJSON *lp, const job_event *ev, size_t of
     char text[1024];
     token_piece(t, ev->token, text, NULL);
     cJSON_AddItemToArray(array_field(lp, "tokens"), cJSON_CreateString(text));
-    cJSON_AddItemToArray(array_field(lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+    cJSON_AddItemToArray(array_field(lp, "token_logprobs"), cJSON_CreateNumber(rl_logprob_value(ev->logprob)));
     cJSON *top = o->p->top_logprobs > 0 ? cJSON_CreateObject() : cJSON_CreateNull();
     for (int i = 0; i < ev->n_top && i < o->p->top_logprobs; i++) {
         token_piece(t, ev->top[i].token, text, NULL);
-        if (!cJSON_GetObjectItemCaseSensitive(top, text)) cJSON_AddNumberToObject(top, text, ev->top[i].logprob);
+        if (!cJSON_GetObjectItemCaseSensitive(top, text)) cJSON_AddNumberToObject(top, text, rl_logprob_value(ev->top[i].logprob));
     }
     cJSON_AddItemToArray(array_field(lp, "top_logprobs"), top);
     cJSON_AddItemToArray(array_field(lp, "text_offset"), cJSON_CreateNumber((double)offset));
@@ -115,6 +119,8 @@ static cJSON *empty_logprobs(gen_kind kind) {
 
 int out_apply(gen_output *o, const job_event *ev) {
     out_choice *c = &o->choices[ev->choice];
+    int taken = rl_apply(o, c, ev);
+    if (taken) return taken < 0 ? -1 : 0;
     size_t offset = c->text.len;
     if (ev->text_len) buf_append(&c->text, ev->text, ev->text_len);
     if (ev->has_logprob && o->p->logprobs && ev->token >= 0) {
@@ -149,7 +155,7 @@ static cJSON *usage_json(const gen_output *o) {
     return u;
 }
 
-static cJSON *envelope(const gen_output *o, bool chunk) {
+static cJSON *envelope(gen_output *o, bool chunk, uint64_t gen) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "id", o->id);
     const char *object = o->kind == GEN_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
@@ -157,6 +163,7 @@ static cJSON *envelope(const gen_output *o, bool chunk) {
     cJSON_AddNumberToObject(r, "created", (double)o->created);
     cJSON_AddStringToObject(r, "model", o->srv->model_name);
     cJSON_AddNullToObject(r, "system_fingerprint");
+    rl_envelope(o, r, gen);
     return r;
 }
 
@@ -167,7 +174,7 @@ static void add_finish(cJSON *choice, pith_finish_reason why, bool final) {
 }
 
 cJSON *out_response(gen_output *o) {
-    cJSON *r = envelope(o, false);
+    cJSON *r = envelope(o, false, rl_response_gen(o));
     cJSON *choices = cJSON_AddArrayToObject(r, "choices");
     for (int i = 0; i < o->n_choices; i++) {
         out_choice *c = &o->choices[i];
@@ -191,14 +198,16 @@ cJSON *out_response(gen_output *o) {
             cJSON_AddNullToObject(ch, "logprobs");
         }
         add_finish(ch, c->finish, true);
+        rl_choice_fields(o, i, ch);
         cJSON_AddItemToArray(choices, ch);
     }
+    rl_response_fields(o, r);
     cJSON_AddItemToObject(r, "usage", usage_json(o));
     return r;
 }
 
-static cJSON *chunk_with_choice(gen_output *o, int index, cJSON **choice) {
-    cJSON *r = envelope(o, true);
+static cJSON *chunk_with_choice(gen_output *o, int index, cJSON **choice, uint64_t gen) {
+    cJSON *r = envelope(o, true, gen);
     cJSON *choices = cJSON_AddArrayToObject(r, "choices");
     *choice = cJSON_CreateObject();
     cJSON_AddNumberToObject(*choice, "index", index);
@@ -208,6 +217,9 @@ static cJSON *chunk_with_choice(gen_output *o, int index, cJSON **choice) {
 
 cJSON *out_chunk(gen_output *o, const job_event *ev, bool *oom) {
     out_choice *c = &o->choices[ev->choice];
+    bool consumed;
+    cJSON *special = rl_stream_event(o, ev, &consumed, oom);
+    if (consumed) return special;
     bool want_lp = ev->has_logprob && o->p->logprobs && ev->token >= 0;
     size_t offset = c->text_offset;
     c->text_offset += ev->text_len;
@@ -216,9 +228,9 @@ cJSON *out_chunk(gen_output *o, const job_event *ev, bool *oom) {
         c->finish = ev->finish;
         c->usage = ev->usage;
     }
-    if (!ev->final && !ev->text_len && !want_lp) return NULL;
+    if (!ev->final && !ev->text_len && !want_lp && !rl_wants_chunk(o, ev)) return NULL;
     cJSON *choice;
-    cJSON *r = chunk_with_choice(o, ev->choice, &choice);
+    cJSON *r = chunk_with_choice(o, ev->choice, &choice, ev->weight_generation);
     const char *text = ev->text ? ev->text : "";
     if (o->kind == GEN_CHAT) {
         cJSON *delta = cJSON_AddObjectToObject(choice, "delta");
@@ -234,13 +246,15 @@ cJSON *out_chunk(gen_output *o, const job_event *ev, bool *oom) {
         cJSON_AddNullToObject(choice, "logprobs");
     }
     add_finish(choice, ev->finish, ev->final);
+    rl_chunk_fields(o, ev, r, choice);
     if (!r || !choice) *oom = true;
     return r;
 }
 
-cJSON *out_role_chunk(gen_output *o, int index) {
+cJSON *out_role_chunk(gen_output *o, int index, uint64_t gen) {
     cJSON *choice;
-    cJSON *r = chunk_with_choice(o, index, &choice);
+    cJSON *r = chunk_with_choice(o, index, &choice, gen);
+    if (index == 0) rl_role_fields(o, r);
     cJSON *delta = cJSON_AddObjectToObject(choice, "delta");
     cJSON_AddStringToObject(delta, "role", "assistant");
     cJSON_AddStringToObject(delta, "content", "");
@@ -250,7 +264,7 @@ cJSON *out_role_chunk(gen_output *o, int index) {
 }
 
 cJSON *out_usage_chunk(gen_output *o) {
-    cJSON *r = envelope(o, true);
+    cJSON *r = envelope(o, true, rl_response_gen(o));
     cJSON_AddArrayToObject(r, "choices");
     cJSON_AddItemToObject(r, "usage", usage_json(o));
     return r;

@@ -21,6 +21,13 @@ typedef struct out_choice {
     bool done;
     pith_finish_reason finish;
     pith_usage usage;
+    /* format_rl.c: token ids, prompt logprobs, weight generation, restarts */
+    int32_t *ids;             /* output token ids (return_token_ids) */
+    int n_ids, cap_ids;
+    cJSON *prompt_lp;         /* prompt_logprobs so far ([null, {...}, ...]); streaming: not yet sent */
+    bool sent_prompt_ids;     /* streaming: prompt_token_ids went out */
+    uint64_t gen;             /* weight generation of the last event */
+    bool restarted;
 } out_choice;
 
 typedef struct gen_output {
@@ -44,8 +51,8 @@ cJSON *out_response(gen_output *o);
 /* Streaming. The chunk for one event (also recording finish and usage), or NULL when the event carries
  * nothing to send (no text, no logprobs, not final). Sets *oom on allocation failure. */
 cJSON *out_chunk(gen_output *o, const job_event *ev, bool *oom);
-/* Chat streams open each choice with a chunk carrying the assistant role. */
-cJSON *out_role_chunk(gen_output *o, int choice);
+/* Chat streams open each choice with a chunk carrying the assistant role (gen: its weight generation). */
+cJSON *out_role_chunk(gen_output *o, int choice, uint64_t gen);
 /* The final usage chunk (choices: []). */
 cJSON *out_usage_chunk(gen_output *o);
 

@@ -72,6 +72,24 @@ static int check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, c
     return 0;
 }
 
+void gen_cancelled_error(pith_server *srv, api_error *e) {
+    if (atomic_load(&srv->draining)) api_errorf(e, 503, "shutting_down", NULL, "the server is shutting down");
+    else api_errorf(e, 503, "aborted", NULL, "the request was aborted by the server's administrator");
+}
+
+/* Moves the prompts' ids into p for the response (return_token_ids, prompt_logprobs). 0 or -1. */
+static int keep_prompts(gen_params *p, gen_prompt *prompts, int n) {
+    if (!(p->prompt_ids = calloc((size_t)n, sizeof *p->prompt_ids)) || !(p->prompt_n = calloc((size_t)n, sizeof *p->prompt_n)))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        p->prompt_ids[i] = prompts[i].ids;
+        p->prompt_n[i] = prompts[i].n;
+        prompts[i].ids = NULL;
+    }
+    p->n_prompt_ids = n;
+    return 0;
+}
+
 static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_params *p) {
     gen_output out;
     api_error e;
@@ -105,7 +123,7 @@ static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_param
     }
     if (failed) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
     else if (errored) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "the model failed while generating"), &e));
-    else if (cancelled) rc = http_send_error(r, (api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down"), &e));
+    else if (cancelled) rc = http_send_error(r, (gen_cancelled_error(r->srv, &e), &e));
     else rc = http_send_json(r, 200, out_response(&out));
     out_free(&out);
     gen_params_free(p);
@@ -136,6 +154,10 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
             .stop_ids = p->stop_ids, .n_stop_ids = p->n_stop_ids, .stop = (const char *const *)p->stop,
             .n_stop = p->n_stop, .ignore_eos = p->ignore_eos, .priority = p->priority, .cache_salt = p->cache_salt,
             .logprobs = p->logprobs, .top_logprobs = p->logprobs ? p->top_logprobs : 0,
+            .logprobs_mode = p->processed_logprobs ? PITH_LOGPROBS_PROCESSED : PITH_LOGPROBS_RAW,
+            /* one choice per prompt computes them; the response shows them for all its choices */
+            .prompt_logprobs = p->prompt_logprobs >= 0 && i % p->n == 0,
+            .prompt_top_logprobs = p->prompt_logprobs > 0 ? p->prompt_logprobs : 0,
         };
         q.sampling.seed = seed + (uint64_t)i;
         pith_err why;
@@ -151,6 +173,10 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
         server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
         rc = http_send_error(r, &e);
         goto done;
+    }
+    if ((p->return_token_ids || p->prompt_logprobs >= 0) && keep_prompts(p, prompts, n_prompts)) {
+        job_cancel(r->job);
+        goto oom;
     }
     gen_prompts_free(prompts, n_prompts);
     free(max_tokens);

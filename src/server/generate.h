@@ -29,6 +29,8 @@ int gen_check_model(pith_server *srv, const char *model, api_error *err);
 enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_prompt *prompts, int n_prompts);
 
 void gen_prompts_free(gen_prompt *prompts, int n);
+/* The error for a choice cancelled by the server: shutting down (drain), or aborted by an admin. */
+void gen_cancelled_error(pith_server *srv, api_error *e);
 
 /* chat_completions.c: renders body.messages with the chat template and encodes it. */
 int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err);

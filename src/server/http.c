@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "server/admin.h"
 #include "server/handlers.h"
 #include "server/job.h"
 #include "server/web.h"
@@ -22,6 +23,13 @@ static const route routes[] = {
     {"POST", "/v1/embeddings", true, handle_embeddings},
     {"POST", "/tokenize", true, handle_tokenize},
     {"POST", "/detokenize", true, handle_detokenize},
+    /* admin keys of their own (admin.h), not the API keys */
+    {"POST", "/v1/admin/reload", false, handle_admin_reload},
+    {"POST", "/v1/admin/pause", false, handle_admin_pause},
+    {"POST", "/v1/admin/resume", false, handle_admin_resume},
+    {"POST", "/v1/admin/sleep", false, handle_admin_sleep},
+    {"POST", "/v1/admin/wake", false, handle_admin_wake},
+    {"POST", "/v1/admin/abort", false, handle_admin_abort},
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof *routes))
 

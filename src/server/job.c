@@ -82,6 +82,11 @@ static bool push_event(job *j, const pith_token_event *ev, int choice) {
     if (e->n_top) memcpy(e->top, ev->top, (size_t)e->n_top * sizeof *e->top);
     e->finish = ev->finish_reason;
     e->usage = ev->usage;
+    e->prompt = ev->prompt;
+    e->prompt_index = ev->prompt_index;
+    e->prompt_rank = ev->prompt_rank;
+    e->restart = ev->restart;
+    e->weight_generation = ev->weight_generation;
     j->n_events++;
     return true;
 }
@@ -93,7 +98,11 @@ static void on_token(const pith_token_event *ev, void *user) {
     double now = server_now();
     pthread_mutex_lock(&j->lock);
     if (!push_event(j, ev, c->index)) j->oom = true;
-    if (!ev->final) {
+    if (ev->restart) {
+        c->n_tokens = 0;
+    } else if (ev->prompt) {
+        /* not an output token */
+    } else if (!ev->final) {
         if (c->n_tokens++ == 0) c->t_first = now;
         c->t_last = now;
     } else {

@@ -31,6 +31,10 @@ typedef struct job_event {
     pith_logprob top[JOB_MAX_TOP];
     pith_finish_reason finish;  /* final events */
     pith_usage usage;
+    bool prompt;                /* a prompt logprob (engine.h), for prompt token prompt_index */
+    int prompt_index, prompt_rank;
+    bool restart;               /* the choice restarts from its prompt: drop what it produced */
+    uint64_t weight_generation;
 } job_event;
 
 typedef struct job_choice {

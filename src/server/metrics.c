@@ -11,7 +11,7 @@ static const double e2e_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                                     20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
 
 static const char *const success_labels[3] = {"stop", "length", "cancelled"};
-static const int error_codes[METRICS_N_ERROR_CODES] = {400, 401, 404, 405, 413, 429, 500, 503};
+static const int error_codes[METRICS_N_ERROR_CODES] = {400, 401, 403, 404, 405, 409, 413, 429, 500, 503, 504};
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
@@ -52,7 +52,7 @@ void metrics_request_done(metrics *m, pith_finish_reason why, double first_token
 }
 
 void metrics_error(metrics *m, int status) {
-    int slot = 6; /* 500 */
+    int slot = 8; /* 500 */
     for (int i = 0; i < METRICS_N_ERROR_CODES; i++)
         if (error_codes[i] == status) slot = i;
     pthread_mutex_lock(&m->lock);
@@ -146,4 +146,33 @@ void metrics_render(metrics *m, const pith_engine_stats *st, buf *out) {
                 "Mean seconds between output tokens after the first, per request.", &m->tpot);
     hist_render(out, "pith_e2e_request_latency_seconds", "Seconds from request arrival to its last token.", &m->e2e);
     pthread_mutex_unlock(&m->lock);
+}
+
+/* A label value with \, " and newline escaped (the exposition format's rules). */
+static void label_value(buf *out, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') buf_printf(out, "\\%c", *v);
+        else if (*v == '\n') buf_puts(out, "\\n");
+        else buf_printf(out, "%c", *v);
+    }
+}
+
+void metrics_render_weights(const metrics_weights *w, const pith_engine_stats *st, buf *out) {
+    pith_engine_stats zero = {0};
+    if (!st) st = &zero;
+    header(out, "pith_weight_version_info", "gauge", "The weights being served: 1, labelled with their version.");
+    buf_puts(out, "pith_weight_version_info{version=\"");
+    label_value(out, w->version ? w->version : "0");
+    buf_puts(out, "\"} 1\n");
+    gauge(out, "pith_weight_generation", "Weight swaps since the server started (the engine's weight generation).",
+          (long long)st->weight_generation);
+    counter(out, "pith_weight_reloads_total", "Hot weight reloads done (POST /v1/admin/reload).", (unsigned long long)w->reloads);
+    header(out, "pith_weight_reload_pause_seconds", "gauge", "Seconds admission was paused by the last reload.");
+    buf_printf(out, "pith_weight_reload_pause_seconds %.6f\n", w->last_pause_s);
+    header(out, "pith_weight_reload_load_seconds", "gauge", "Seconds the last reload took to read its weights.");
+    buf_printf(out, "pith_weight_reload_load_seconds %.6f\n", w->last_load_s);
+    counter(out, "pith_requests_restarted_total", "Requests restarted on new weights by reloads in recompute mode.",
+            (unsigned long long)st->requests_restarted);
+    gauge(out, "pith_admission_paused", "1 while admission is paused (/v1/admin/pause, a reload, or asleep).", st->paused);
+    gauge(out, "pith_asleep", "1 while asleep (/v1/admin/sleep): KV cache and weights released.", st->asleep);
 }

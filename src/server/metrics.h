@@ -24,7 +24,7 @@ typedef struct histogram {
 } histogram;
 
 /* HTTP statuses counted in pith_request_errors_total{code}. */
-#define METRICS_N_ERROR_CODES 8
+#define METRICS_N_ERROR_CODES 11
 
 typedef struct metrics {
     pthread_mutex_t lock;
@@ -49,5 +49,14 @@ void metrics_error(metrics *m, int status);
 /* Appends the exposition. st: engine snapshot, or NULL before the engine exists (gauges and engine
  * counters read 0). */
 void metrics_render(metrics *m, const pith_engine_stats *st, buf *out);
+
+/* The weights being served and the admin state (docs/rl.md): version label, reloads, the last
+ * reload's pause and load times. st may be NULL as above. */
+typedef struct metrics_weights {
+    const char *version;
+    uint64_t reloads;
+    double last_pause_s, last_load_s;
+} metrics_weights;
+void metrics_render_weights(const metrics_weights *w, const pith_engine_stats *st, buf *out);
 
 #endif

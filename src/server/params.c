@@ -122,6 +122,23 @@ static int parse_logprobs(const cJSON *body, gen_kind kind, gen_params *p, api_e
     return 0;
 }
 
+/* return_token_ids, prompt_logprobs and logprobs_mode (vLLM's names). */
+static int parse_rl(const cJSON *body, gen_params *p, api_error *err) {
+    if (get_bool(body, "return_token_ids", &p->return_token_ids, err)) return -1;
+    int64_t x = 0;
+    bool given;
+    if (get_int(body, "prompt_logprobs", 0, PARAMS_MAX_TOP_LOGPROBS, &x, &given, err)) return -1;
+    p->prompt_logprobs = given ? (int)x : -1;
+    const cJSON *mode = field(body, "logprobs_mode");
+    if (mode) {
+        if (!cJSON_IsString(mode) || (strcmp(mode->valuestring, "raw_logprobs") && strcmp(mode->valuestring, "processed_logprobs")))
+            return api_errorf(err, 400, "invalid_value", "logprobs_mode",
+                              "'logprobs_mode' must be \"raw_logprobs\" or \"processed_logprobs\"");
+        p->processed_logprobs = !strcmp(mode->valuestring, "processed_logprobs");
+    }
+    return 0;
+}
+
 /* Fields this server knows and does not implement: refusing beats silently ignoring them. */
 static int refuse_unsupported(const cJSON *body, api_error *err) {
     const cJSON *v;
@@ -148,6 +165,7 @@ static int refuse_unsupported(const cJSON *body, api_error *err) {
 int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error *err) {
     memset(p, 0, sizeof *p);
     p->n = 1;
+    p->prompt_logprobs = -1;
     p->sampling = (pith_sampling_params){
         .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f,
     };
@@ -199,7 +217,7 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
     if (p->seed_given) s->seed = (uint64_t)x;
 
     if (parse_stop(body, p, err) || parse_stop_ids(body, p, err) || parse_logprobs(body, kind, p, err)) return -1;
-    if (get_bool(body, "ignore_eos", &p->ignore_eos, err)) return -1;
+    if (get_bool(body, "ignore_eos", &p->ignore_eos, err) || parse_rl(body, p, err)) return -1;
     x = 0;
     if (get_int(body, "priority", -1000000, 1000000, &x, NULL, err)) return -1;
     p->priority = (int)x;
@@ -217,5 +235,8 @@ void gen_params_free(gen_params *p) {
     free(p->stop);
     free(p->stop_ids);
     free(p->cache_salt);
+    for (int i = 0; i < p->n_prompt_ids; i++) free(p->prompt_ids[i]);
+    free(p->prompt_ids);
+    free(p->prompt_n);
     memset(p, 0, sizeof *p);
 }

@@ -36,6 +36,15 @@ typedef struct gen_params {
     bool ignore_eos;           /* extension */
     int priority;              /* extension: larger is more important */
     char *cache_salt;          /* extension; owned, NULL when absent */
+    /* RL serving extensions (vLLM's names, docs/rl.md) */
+    bool return_token_ids;     /* prompt_token_ids on the response, token_ids on each choice */
+    int prompt_logprobs;       /* -1: off; else the alternatives per prompt token (0..20) */
+    bool processed_logprobs;   /* logprobs_mode "processed_logprobs" (default "raw_logprobs") */
+    /* The prompts' token ids, kept for the response when return_token_ids or prompt_logprobs asks for
+     * them (owned; set by gen_run). */
+    int32_t **prompt_ids;
+    int *prompt_n;
+    int n_prompt_ids;
 } gen_params;
 
 typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT } gen_kind;

@@ -25,7 +25,12 @@ static cJSON *model_json(pith_server *srv) {
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)srv->created_unix);
     cJSON_AddStringToObject(m, "owned_by", "pith");
-    if (atomic_load(&srv->ready)) cJSON_AddNumberToObject(m, "max_model_len", srv->max_seq_len);
+    if (atomic_load(&srv->ready)) {
+        cJSON_AddNumberToObject(m, "max_model_len", srv->max_seq_len);
+        char version[160]; /* the weights served now (docs/rl.md) */
+        cJSON_AddStringToObject(m, "weight_version",
+                                server_weight_version(srv, pith_engine_weight_generation(srv->engine), version, sizeof version));
+    }
     return m;
 }
 
@@ -55,6 +60,14 @@ enum MHD_Result handle_metrics(http_request *r) {
     if (have) pith_engine_get_stats(srv->engine, &st);
     buf out = {0};
     metrics_render(&srv->metrics, have ? &st : NULL, &out);
+    char version[160];
+    metrics_weights w = {.version = server_weight_version(srv, have ? st.weight_generation : 0, version, sizeof version)};
+    pthread_mutex_lock(&srv->versions_lock);
+    w.reloads = srv->reloads;
+    w.last_pause_s = srv->last_pause_s;
+    w.last_load_s = srv->last_load_s;
+    pthread_mutex_unlock(&srv->versions_lock);
+    metrics_render_weights(&w, have ? &st : NULL, &out);
     enum MHD_Result rc = out.failed ? MHD_NO
                                     : http_send_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", out.data ? out.data : "", out.len);
     buf_free(&out);

@@ -28,6 +28,13 @@ void server_log(pith_server *s, int level, const char *fmt, ...) {
     log_emit(&s->log, level, line, NULL);
 }
 
+const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_t cap) {
+    pthread_mutex_lock(&s->versions_lock);
+    snprintf(buf, cap, "%s", gen < (uint64_t)s->n_versions ? s->versions[gen] : "0");
+    pthread_mutex_unlock(&s->versions_lock);
+    return buf;
+}
+
 double server_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -99,6 +106,9 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->listen_fd = -1;
     pthread_mutex_init(&s->jobs_lock, NULL);
     pthread_cond_init(&s->jobs_changed, NULL);
+    pthread_rwlock_init(&s->model_lock, NULL);
+    pthread_mutex_init(&s->admin_lock, NULL);
+    pthread_mutex_init(&s->versions_lock, NULL);
     metrics_init(&s->metrics);
     s->created_unix = (int64_t)time(NULL);
     s->max_body = o->max_body_bytes ? o->max_body_bytes : (size_t)4 << 20;
@@ -126,6 +136,27 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return -1;
     }
+    for (int i = 0; i < o->n_admin_keys; i++) {
+        if (auth_add_key(&s->admin_keys, o->admin_keys[i], err)) {
+            pith_server_free(s);
+            return pith_err_prefix(err, "admin key");
+        }
+    }
+    if (o->admin_key_file && auth_add_key_file(&s->admin_keys, o->admin_key_file, err)) {
+        pith_server_free(s);
+        return pith_err_prefix(err, "admin key file");
+    }
+    const char *version = o->weight_version ? o->weight_version : "0";
+    if (strlen(version) > 128) {
+        pith_server_free(s);
+        return pith_errf(err, "the weight version label is longer than 128 bytes");
+    }
+    if (!(s->weights_path = strdup(o->model_path)) || !(s->versions = malloc(sizeof *s->versions)) ||
+        !(s->versions[0] = strdup(version))) {
+        pith_server_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    s->n_versions = 1;
     for (int i = 0; i < o->n_cors_origins; i++) {
         if (cors_add(&s->cors, o->cors_origins[i], err)) {
             pith_server_free(s);
@@ -272,6 +303,13 @@ void pith_server_free(pith_server *s) {
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
     auth_free(&s->keys);
+    auth_free(&s->admin_keys);
+    for (int i = 0; i < s->n_versions; i++) free(s->versions[i]);
+    free(s->versions);
+    free(s->weights_path);
+    pthread_rwlock_destroy(&s->model_lock);
+    pthread_mutex_destroy(&s->admin_lock);
+    pthread_mutex_destroy(&s->versions_lock);
     cors_free(&s->cors);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);

@@ -65,6 +65,21 @@ struct pith_server {
     struct job *jobs;
     int n_jobs;
 
+    /* Weights and administration (admin.c, admin_weights.c; docs/rl.md). srv->model changes at a
+     * reload and is NULL while asleep: a handler that reads it holds model_lock for reading (the
+     * engine has its own reference and needs no lock). */
+    pthread_rwlock_t model_lock;
+    char *weights_path;            /* where the weights served now came from */
+    auth_keys admin_keys;          /* none: every admin endpoint answers 403 */
+    pthread_mutex_t admin_lock;    /* one admin operation at a time */
+    bool admin_paused;             /* under admin_lock: /v1/admin/pause in effect (a reload keeps it) */
+    pthread_mutex_t versions_lock;
+    char **versions;               /* the label of each weight generation (append-only) */
+    int n_versions;
+    uint64_t reloads;              /* under versions_lock, as the two below */
+    double last_pause_s;           /* admission paused by the last reload */
+    double last_load_s;            /* reading the last reload's weights */
+
     atomic_uint_fast64_t serial; /* response ids */
     atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
@@ -72,5 +87,12 @@ struct pith_server {
 /* A line at `level` (PITH_LOG_*) with only a message; log_emit(&s->log, ...) for lines with fields. */
 void server_log(pith_server *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double server_now(void); /* monotonic seconds */
+/* The vocabulary size requests are checked against: the engine's (it outlives reloads and sleeps, which
+ * keep the shape), or the model's where there is no engine (tests' stand-in servers). */
+static inline int server_n_vocab(const pith_server *s) {
+    return s->engine ? pith_engine_n_vocab(s->engine) : s->model ? s->model->hp.n_vocab : 0;
+}
+/* The label of weight generation `gen` ("0" before any is known), copied into buf. */
+const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_t cap);
 
 #endif

@@ -1,5 +1,7 @@
 #include "server/stream.h"
 
+#include "server/generate.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +11,7 @@ typedef struct gen_stream {
     gen_params params;
     gen_output out;
     buf pending;
-    bool opened;     /* chat role chunks sent */
+    bool opened;     /* chat role chunks sent (with the first event) */
     bool ended;      /* nothing more to add after pending */
     double last_write;
     double heartbeat_s;
@@ -50,12 +52,22 @@ static void pump(gen_stream *st) {
     int n;
     bool all_done, oom;
     job_take(st->job, 50, &evs, &n, &all_done, &oom);
+    if (!st->opened && n > 0) {
+        /* The role chunks wait for the first event, so they carry the weight version the choices run
+         * with (a request held through a reload starts on the new weights). */
+        st->opened = true;
+        for (int i = 0; st->out.kind == GEN_CHAT && i < st->out.n_choices; i++)
+            put_json(st, out_role_chunk(&st->out, i, evs[0].weight_generation));
+    }
     for (int i = 0; i < n && !st->ended; i++) {
         const job_event *ev = &evs[i];
         if (ev->final && ev->finish != PITH_FINISH_STOP && ev->finish != PITH_FINISH_LENGTH) {
             job_cancel(st->job);
-            if (ev->finish == PITH_FINISH_CANCELLED)
-                put_error(st, 503, "shutting_down", "the server is shutting down");
+            if (ev->finish == PITH_FINISH_CANCELLED) {
+                api_error e;
+                gen_cancelled_error(st->r->srv, &e);
+                put_error(st, e.status, e.code, e.message);
+            }
             else
                 put_error(st, 500, "internal_error", "the model failed while generating");
             break;
@@ -95,11 +107,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         if (http_client_gone(st->r)) {
             http_client_cancelled(st->r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (!st->opened) {
-            st->opened = true;
-            for (int i = 0; st->out.kind == GEN_CHAT && i < st->out.n_choices; i++) put_json(st, out_role_chunk(&st->out, i));
-            continue;
         }
         pump(st);
         if (!st->pending.len && !st->ended && server_now() - st->last_write > st->heartbeat_s)

@@ -58,7 +58,7 @@ enum MHD_Result handle_detokenize(http_request *r) {
     api_error e;
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(body, "tokens");
     if (!cJSON_IsArray(toks)) return fail(r, body, (api_errorf(&e, 400, "missing_parameter", "tokens", "'tokens' (a list of token ids) is required"), &e));
-    int n = cJSON_GetArraySize(toks), n_vocab = srv->model->hp.n_vocab;
+    int n = cJSON_GetArraySize(toks), n_vocab = server_n_vocab(srv);
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
     if (!ids) return fail(r, body, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
     int k = 0;
