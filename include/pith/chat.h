@@ -90,6 +90,8 @@ typedef struct pith_chat_template pith_chat_template;
  * reported here, so a model's template can be checked when the model loads. */
 int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_err *err);
 void pith_chat_template_free(pith_chat_template *t);
+/* The text the template was compiled from (the ChatML fallback's when it was given none). */
+const char *pith_chat_template_source(const pith_chat_template *t);
 
 /* Renders with `messages`, a JSON array of objects (role, content: a string, null, absent, or a list of
  * parts such as {"type": "text", "text": ...}; any other keys such as tool_calls are visible too).

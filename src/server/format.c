@@ -1,4 +1,5 @@
 #include "server/format.h"
+#include "server/tools_out.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,10 @@ int out_init(gen_output *o, pith_server *srv, gen_kind kind, const gen_params *p
              (unsigned long long)srv->created_unix, serial);
     o->n_choices = n_choices;
     o->choices = calloc((size_t)n_choices, sizeof *o->choices);
+    if (o->choices && p->tools && kind == GEN_CHAT && !(o->tools = tools_out_new(p->tools, srv->tok, o->id, n_choices))) {
+        free(o->choices);
+        o->choices = NULL;
+    }
     return o->choices ? 0 : -1;
 }
 
@@ -34,6 +39,8 @@ void out_free(gen_output *o) {
     }
     free(o->choices);
     o->choices = NULL;
+    tools_out_free(o->tools);
+    o->tools = NULL;
 }
 
 /* A token's text as it reads in the middle of a sequence (SentencePiece's leading space kept, special
@@ -126,6 +133,7 @@ int out_apply(gen_output *o, const job_event *ev) {
         c->finish = ev->finish;
         c->usage = ev->usage;
     }
+    if (o->tools && tools_out_event(o->tools, ev)) return -1;
     return c->text.failed ? -1 : 0;
 }
 
@@ -191,6 +199,7 @@ cJSON *out_response(gen_output *o) {
             cJSON_AddNullToObject(ch, "logprobs");
         }
         add_finish(ch, c->finish, true);
+        if (o->tools) tools_out_fix_choice(o->tools, i, cJSON_GetObjectItemCaseSensitive(ch, "message"), ch);
         cJSON_AddItemToArray(choices, ch);
     }
     cJSON_AddItemToObject(r, "usage", usage_json(o));

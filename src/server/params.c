@@ -1,4 +1,5 @@
 #include "server/params.h"
+#include "server/tools.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -217,5 +218,6 @@ void gen_params_free(gen_params *p) {
     free(p->stop);
     free(p->stop_ids);
     free(p->cache_salt);
+    chat_tools_free(p->tools);
     memset(p, 0, sizeof *p);
 }

@@ -36,6 +36,7 @@ typedef struct gen_params {
     bool ignore_eos;           /* extension */
     int priority;              /* extension: larger is more important */
     char *cache_salt;          /* extension; owned, NULL when absent */
+    struct chat_tools *tools;  /* tools.h; owned, NULL when the output needs no parsing */
 } gen_params;
 
 typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT } gen_kind;

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/tools_out.h"
+
 typedef struct gen_stream {
     http_request *r;
     job *job;
@@ -36,6 +38,8 @@ static void put_json(gen_stream *st, cJSON *j) {
     cJSON_free(s);
 }
 
+static void put_json_cb(void *ctx, cJSON *j) { put_json(ctx, j); }
+
 static void put_error(gen_stream *st, int status, const char *code, const char *msg) {
     api_error e;
     api_errorf(&e, status, code, NULL, "%s", msg);
@@ -59,6 +63,10 @@ static void pump(gen_stream *st) {
             else
                 put_error(st, 500, "internal_error", "the model failed while generating");
             break;
+        }
+        if (st->out.tools) {
+            if (tools_out_chat_stream(&st->out, ev, put_json_cb, st)) oom = true;
+            continue;
         }
         bool chunk_oom = false;
         cJSON *chunk = out_chunk(&st->out, ev, &chunk_oom);
