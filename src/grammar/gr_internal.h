@@ -72,6 +72,9 @@ int gr_ir_push_codepoints(gr_ir *ir, gr_seq *seq, const uint32_t *ranges, int n_
 /* Checks that every rule is defined and none is left-recursive; fills err naming the rule. */
 int gr_ir_check(gr_ir *ir, pith_err *err);
 
+/* Replaces references to small rules made only of byte sets by their alternatives (see ir.c). */
+int gr_ir_inline(gr_ir *ir);
+
 /* GBNF text -> ir; the start rule is `root`. */
 int gr_gbnf_parse(const char *src, size_t len, gr_ir *ir, int *root, pith_err *err);
 

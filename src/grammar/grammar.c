@@ -85,7 +85,7 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         gr_ir_free(&ir);
         return -1;
     }
-    pith_grammar *g = calloc(1, sizeof *g);
+    pith_grammar *g = gr_ir_inline(&ir) ? NULL : calloc(1, sizeof *g);
     if (!g) {
         gr_ir_free(&ir);
         return pith_errf(err, "out of memory");

@@ -321,3 +321,100 @@ int gr_ir_check(gr_ir *ir, pith_err *err) {
     free(stack);
     return rc;
 }
+
+/* ---- inlining ----
+ * A reference to a rule made only of byte sets ("a leaf") is replaced by that rule's alternatives, so
+ * that a character class, an escape or a short literal becomes part of the alternative that uses it.
+ * Then the frame on top of a stack lives longer: a token running through many characters of a string
+ * stays in one frame (the repetition's), and the masks precomputed per position need the stack below
+ * far less often. Repeated to a fixed point within size limits. */
+#define INLINE_MAX_ALTS 64
+#define INLINE_MAX_LEN 64
+
+static bool alt_is_leaf(const gr_ir *ir, int32_t a) {
+    for (const gr_elem *e = ir->elems + a; e->kind != GR_END; e++)
+        if (e->kind == GR_REF) return false;
+    return true;
+}
+
+static int alt_len(const gr_ir *ir, int32_t a) {
+    int n = 0;
+    while (ir->elems[a + n].kind != GR_END) n++;
+    return n;
+}
+
+int gr_ir_inline(gr_ir *ir) {
+    int n = ir->n_rules;
+    bool *leaf = calloc((size_t)n + 1, 1);
+    int32_t *work = malloc(INLINE_MAX_ALTS * 4 * sizeof *work);
+    gr_seq tmp = {0};
+    if (!leaf || !work) { free(leaf); free(work); return -1; }
+    int rc = 0;
+    for (int pass = 0; pass < 8 && !rc; pass++) {
+        for (int r = 0; r < n; r++) {
+            leaf[r] = true;
+            for (int a = 0; a < ir->rules[r].n_alts; a++)
+                if (!alt_is_leaf(ir, ir->rules[r].alts[a])) leaf[r] = false;
+        }
+        bool changed = false;
+        for (int r = 0; r < n && !rc; r++) {
+            gr_rule *R = &ir->rules[r];
+            if (leaf[r] || R->n_alts > INLINE_MAX_ALTS) continue;
+            /* expand alternatives one reference at a time */
+            int n_work = 0;
+            bool too_big = false;
+            for (int a = 0; a < R->n_alts; a++) work[n_work++] = R->alts[a];
+            bool any = false;
+            for (int w = 0; w < n_work && !too_big && !rc; w++) {
+                int32_t a = work[w];
+                int len = alt_len(ir, a), at = -1;
+                for (int i = 0; i < len; i++) {
+                    gr_elem e = ir->elems[a + i];
+                    if (e.kind == GR_REF && e.val != r && leaf[e.val] && ir->rules[e.val].n_alts > 0) { at = i; break; }
+                }
+                if (at < 0) continue;
+                const gr_rule *L = &ir->rules[ir->elems[a + at].val];
+                if (n_work - 1 + L->n_alts > INLINE_MAX_ALTS) { too_big = true; break; }
+                bool fits = true;
+                for (int b = 0; b < L->n_alts; b++)
+                    if (len - 1 + alt_len(ir, L->alts[b]) > INLINE_MAX_LEN) fits = false;
+                if (!fits) continue;
+                /* replace work[w] by one alternative per alternative of L */
+                int32_t new_alts[INLINE_MAX_ALTS] = {0};
+                int nn = 0;
+                for (int b = 0; b < L->n_alts && !rc; b++) {
+                    tmp.n = 0;
+                    for (int i = 0; i < at; i++) rc |= gr_seq_push(&tmp, ir->elems[a + i].kind, ir->elems[a + i].val);
+                    for (const gr_elem *e = ir->elems + L->alts[b]; e->kind != GR_END; e++)
+                        rc |= gr_seq_push(&tmp, e->kind, e->val);
+                    for (int i = at + 1; i < len; i++) rc |= gr_seq_push(&tmp, ir->elems[a + i].kind, ir->elems[a + i].val);
+                    /* append as a detached alternative: add to rule r temporarily, then take it back */
+                    if (!rc) rc = gr_ir_add_alt(ir, r, &tmp);
+                    R = &ir->rules[r];
+                    if (!rc) new_alts[nn++] = R->alts[--R->n_alts];
+                }
+                if (rc || nn == 0) break;
+                work[w] = new_alts[0];
+                for (int b = 1; b < nn; b++) work[n_work++] = new_alts[b];
+                w--; /* look at the replaced alternative again */
+                any = true;
+            }
+            if (rc || too_big || !any) continue;
+            R = &ir->rules[r];
+            if (R->cap_alts < n_work) {
+                int32_t *q = realloc(R->alts, (size_t)n_work * sizeof *q);
+                if (!q) { rc = -1; break; }
+                R->alts = q;
+                R->cap_alts = n_work;
+            }
+            memcpy(R->alts, work, (size_t)n_work * sizeof *work);
+            R->n_alts = n_work;
+            changed = true;
+        }
+        if (!changed) break;
+    }
+    gr_seq_free(&tmp);
+    free(leaf);
+    free(work);
+    return rc;
+}
