@@ -171,8 +171,6 @@ int main(int argc, char **argv) {
                 CHECK(pith_grammar_matcher_accept(m, t, &err) == 0);
                 if (pith_grammar_matcher_is_done(m)) break;
             }
-            CHECKF(pith_grammar_matcher_is_done(m), "%s seed %d: the walk did not finish", CASES[c].name,
-                   (int)seed);
             pith_grammar_matcher_free(m);
         }
         if (bench) {

@@ -125,7 +125,8 @@ typedef struct gr_poscache {
     bool acc_bitmap;     /* acc is a bitmap of mask_words words, else a list of n_acc ids */
     int32_t n_acc, n_dep;
     uint32_t *acc;
-    int32_t *dep;        /* tokens that need the stack below the top frame */
+    int32_t *dep;        /* tokens that need the stack below the top frame, in trie order */
+    uint16_t *dep_lcp;   /* bytes each shares with the one before */
 } gr_poscache;
 
 typedef struct gr_mask_slot {
@@ -204,6 +205,7 @@ struct pith_grammar {
     gr_pda pda;
     gr_poscache *poscache; /* [n_elems] */
     gr_mask_slot slots[64];
+    int32_t *scratch_states; /* [vocab max_depth + 2] */
 };
 
 /* The JSON rules prefix-ws, -char, -string, -number, -integer, -boolean, -null, -value, -object, -array. */

@@ -12,8 +12,10 @@ static void grammar_free(pith_grammar *g) {
         for (int i = 0; i < g->pda.n_elems; i++) {
             free(g->poscache[i].acc);
             free(g->poscache[i].dep);
+            free(g->poscache[i].dep_lcp);
         }
     free(g->poscache);
+    free(g->scratch_states);
     for (size_t i = 0; i < sizeof g->slots / sizeof g->slots[0]; i++) free(g->slots[i].mask);
     gr_pda_free(&g->pda);
     pthread_mutex_destroy(&g->mu);
@@ -103,7 +105,8 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         return -1;
     }
     g->poscache = calloc((size_t)g->pda.n_elems + 1, sizeof *g->poscache);
-    if (!g->poscache) {
+    g->scratch_states = malloc(((size_t)v->max_depth + 2) * sizeof *g->scratch_states);
+    if (!g->poscache || !g->scratch_states) {
         grammar_free(g);
         return pith_errf(err, "out of memory");
     }

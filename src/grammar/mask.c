@@ -39,57 +39,80 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
     if (s0 < 0) return -1;
     int32_t *st = malloc(((size_t)v->max_depth + 2) * sizeof *st);
     uint8_t *cx = malloc((size_t)v->max_depth + 2);
-    ibuf acc = {0}, dep = {0};
-    int bad = !st || !cx;
+    uint32_t *acc = calloc(g->mask_words, sizeof *acc);
+    ibuf dep = {0};
+    int n_acc = 0;
+    int bad = !st || !cx || !acc;
     if (!bad) {
         st[0] = s0;
         cx[0] = 0;
+        const uint8_t *tb = v->tb;
+        const uint16_t *td = v->td;
+        const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
         for (int i = 0; i < v->n_nodes;) {
-            int d = v->td[i];
+            int d = td[i];
             int32_t ps = st[d - 1];
-            int32_t ns = gr_pda_step(p, ps, v->tb[i]);
-            uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+            int32_t ns = gr_pda_step(p, ps, tb[i]);
             if (ns < 0) {
                 if (p->overflow) { bad = 1; break; }
+                uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
                 if (c)
-                    for (int32_t k = v->ttok_off[i]; k < v->ttok_off[v->tskip[i]]; k++)
-                        if (ibuf_push(&dep, v->ttok[k])) bad = 1;
-                i = v->tskip[i];
+                    for (int32_t k = toff[i]; k < toff[tskip[i]]; k++)
+                        if (ibuf_push(&dep, ttok[k])) bad = 1;
+                i = tskip[i];
                 continue;
             }
             st[d] = ns;
-            cx[d] = c;
-            for (int32_t k = v->ttok_off[i]; k < v->ttok_off[i + 1]; k++)
-                if (ibuf_push(&acc, v->ttok[k])) bad = 1;
+            cx[d] = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+            for (int32_t k = toff[i]; k < toff[i + 1]; k++) {
+                acc[ttok[k] >> 5] |= 1u << (ttok[k] & 31);
+                n_acc++;
+            }
             i++;
         }
     }
     free(st);
     free(cx);
     if (bad || p->overflow) {
-        free(acc.a);
+        free(acc);
         free(dep.a);
         return -1;
     }
-    if ((size_t)acc.n > g->mask_words) {
-        uint32_t *m = calloc(g->mask_words, sizeof *m);
-        if (!m) { free(acc.a); free(dep.a); return -1; }
-        for (int i = 0; i < acc.n; i++) m[acc.a[i] >> 5] |= 1u << (acc.a[i] & 31);
-        free(acc.a);
-        pc->acc = m;
-        pc->acc_bitmap = true;
-    } else {
-        pc->acc = (uint32_t *)acc.a;
+    if ((size_t)n_acc * 4 < g->mask_words) { /* sparse: keep a list */
+        int32_t *list = malloc(((size_t)n_acc + 1) * sizeof *list);
+        if (!list) { free(acc); free(dep.a); return -1; }
+        int k = 0;
+        for (size_t w = 0; w < g->mask_words; w++)
+            for (uint32_t bits = acc[w]; bits; bits &= bits - 1) list[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(bits));
+        free(acc);
+        pc->acc = (uint32_t *)list;
         pc->acc_bitmap = false;
+    } else {
+        pc->acc = acc;
+        pc->acc_bitmap = true;
     }
-    pc->n_acc = acc.n;
+    pc->n_acc = n_acc;
+    /* dep tokens are in trie order: keep each one's common prefix length with the one before, so the
+     * check can resume from the state at that depth */
     pc->dep = dep.a;
     pc->n_dep = dep.n;
+    pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
+    if (!pc->dep_lcp) { free(acc); return -1; }
+    for (int k = 0; k < dep.n; k++) {
+        int32_t t = dep.a[k];
+        if (k == 0) { pc->dep_lcp[k] = 0; continue; }
+        int32_t u = dep.a[k - 1];
+        size_t lt = v->off[t + 1] - v->off[t], lu = v->off[u + 1] - v->off[u], l = 0;
+        const char *bt = v->bytes + v->off[t], *bu = v->bytes + v->off[u];
+        while (l < lt && l < lu && bt[l] == bu[l]) l++;
+        pc->dep_lcp[k] = (uint16_t)(l > 65535 ? 65535 : l);
+    }
     pc->ready = true;
     return 0;
 }
 
 int gr_precompute(pith_grammar *g, pith_err *err) {
+    if (!getenv("PITH_GRAMMAR_EAGER")) return 0;
     for (int32_t pos = 0; pos < g->pda.n_elems; pos++)
         if (g->pda.elems[pos].kind == GR_BYTES && !g->poscache[pos].ready && compute_poscache(g, pos))
             return pith_errf(err, "grammar: the automaton is too large (memory limit reached)");
@@ -102,7 +125,6 @@ static int32_t run_bytes(gr_pda *p, int32_t set, const unsigned char *b, size_t 
 }
 
 static inline void bit_set(uint32_t *m, int32_t t) { m[t >> 5] |= 1u << (t & 31); }
-static inline bool bit_get(const uint32_t *m, int32_t t) { return (m[t >> 5] >> (t & 31)) & 1u; }
 
 /* The mask of state `set` (g->mu held). Returns allowed count or -1. */
 static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
@@ -133,11 +155,21 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
             int32_t single = gr_pda_singleton(p, x);
             if (single < 0) return -1;
             mem = gr_pda_members(p, set, &n);
+            /* st[d]: the state after the first d bytes of the previous token (GR_DEAD past `alive`) */
+            int32_t *st = g->scratch_states;
+            st[0] = single;
+            int valid = 0; /* st[0..valid] hold the previous token's states (the last may be dead) */
             for (int32_t k = 0; k < pc->n_dep; k++) {
                 int32_t t = pc->dep[k];
-                if (bit_get(mask, t)) continue;
+                int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;
                 const unsigned char *b = (const unsigned char *)v->bytes + v->off[t];
-                if (run_bytes(p, single, b, v->off[t + 1] - v->off[t]) >= 0) bit_set(mask, t);
+                int len = (int)(v->off[t + 1] - v->off[t]);
+                while (d < len && st[d] >= 0) {
+                    st[d + 1] = gr_pda_step(p, st[d], b[d]);
+                    d++;
+                }
+                valid = d;
+                if (d == len && st[len] >= 0) bit_set(mask, t);
             }
             mem = gr_pda_members(p, set, &n);
         }
