@@ -149,6 +149,7 @@ enum MHD_Result handle_chat_completions(http_request *r) {
         memset(&p, 0, sizeof p);
     }
     if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
+        gen_params_compile(r->srv, &p, &e) ||
         chat_build_prompt(r->srv, body, prompt, &e)) {
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
