@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/grammar.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
 #include "pith/status.h"
@@ -146,6 +147,12 @@ typedef struct pith_request {
      * refused. MEAN and CLS requests never read other requests' cached prefixes (every position's hidden
      * state is needed); LAST ones may. */
     pith_embed_pooling embed;
+    /* NULL: unconstrained. Otherwise every sampled token must be allowed by this grammar (grammar.h):
+     * the engine retains it for the request's life and keeps one matcher for the sequence (a preempted
+     * sequence keeps its matcher); tokens it disallows are masked before penalties, temperature and
+     * the filters; where the grammar is complete and nothing may follow, the request finishes with
+     * stop. The grammar must be compiled for the engine tokenizer's vocabulary (same size). */
+    pith_grammar *grammar;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;

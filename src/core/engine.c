@@ -248,6 +248,9 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
         return pith_errf(err, "top_logprobs must be in 0..%d", PITH_ENGINE_MAX_TOP_LOGPROBS);
     if (r->embed != PITH_EMBED_OFF && (r->embed < PITH_EMBED_MEAN || r->embed > PITH_EMBED_LAST))
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
+    if (r->grammar && pith_grammar_vocab_size(pith_grammar_get_vocab(r->grammar)) != e->n_vocab)
+        return pith_errf(err, "the grammar was compiled for a vocabulary of %d tokens, the model has %d",
+                         pith_grammar_vocab_size(pith_grammar_get_vocab(r->grammar)), e->n_vocab);
     if (r->embed != PITH_EMBED_OFF && !e->model->has_hidden)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;

@@ -161,7 +161,8 @@ enum MHD_Result handle_chat_completions(http_request *r) {
         memset(&p, 0, sizeof p);
     }
     if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
-        tools_request(r->srv, body, &p.tools, &e) || chat_build_prompt_tools(r->srv, body, p.tools, prompt, &e)) {
+        tools_request(r->srv, body, &p.tools, &e) || tools_constrain(r->srv, &p, &e) ||
+        gen_params_compile(r->srv, &p, &e) || chat_build_prompt_tools(r->srv, body, p.tools, prompt, &e)) {
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
         cJSON_Delete(body);

@@ -134,6 +134,7 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
             .stop_ids = p->stop_ids, .n_stop_ids = p->n_stop_ids, .stop = (const char *const *)p->stop,
             .n_stop = p->n_stop, .ignore_eos = p->ignore_eos, .priority = p->priority, .cache_salt = p->cache_salt,
             .logprobs = p->logprobs, .top_logprobs = p->logprobs ? p->top_logprobs : 0,
+            .grammar = p->grammar,
         };
         q.sampling.seed = seed + (uint64_t)i;
         pith_err why;

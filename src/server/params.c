@@ -137,12 +137,6 @@ static int refuse_unsupported(const cJSON *body, api_error *err) {
     }
     if ((v = field(body, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
         return api_errorf(err, 400, "unsupported_parameter", "logit_bias", "'logit_bias' is not supported");
-    if ((v = field(body, "response_format"))) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return api_errorf(err, 400, "unsupported_parameter", "response_format",
-                              "only the 'text' response_format is supported");
-    }
     return 0;
 }
 
@@ -210,7 +204,7 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
             return api_errorf(err, 400, "invalid_value", "cache_salt", "'cache_salt' must be a string of 1 to 1024 bytes");
         if (!(p->cache_salt = strdup(salt->valuestring))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
-    return 0;
+    return structured_parse(body, p, err);
 }
 
 void gen_params_free(gen_params *p) {
@@ -219,5 +213,7 @@ void gen_params_free(gen_params *p) {
     free(p->stop_ids);
     free(p->cache_salt);
     chat_tools_free(p->tools);
+    free(p->grammar_src);
+    pith_grammar_release(p->grammar);
     memset(p, 0, sizeof *p);
 }

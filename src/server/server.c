@@ -269,6 +269,7 @@ void pith_server_free(pith_server *s) {
     if (s->listen_fd >= 0) close(s->listen_fd);
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
+    pith_grammar_vocab_free(s->grammar_vocab); /* after the engine: its requests held grammars of it */
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
     auth_free(&s->keys);

@@ -171,7 +171,7 @@ int tools_prepare_messages(cJSON *msgs, api_error *err) {
 }
 
 void tools_note_prompt(chat_tools *t, const char *prompt, size_t len) {
-    if (!t || !t->parse.think) return;
+    if (!t || !t->parse.think || t->constrained) return;
     while (len && (prompt[len - 1] == ' ' || prompt[len - 1] == '\n' || prompt[len - 1] == '\r' || prompt[len - 1] == '\t')) len--;
     static const char open[] = "<think>";
     size_t ol = sizeof open - 1;

@@ -24,6 +24,7 @@ typedef struct chat_tools {
     tool_choice choice;
     char named[TP_MAX_NAME + 1]; /* TOOL_CHOICE_NAMED: the function */
     cJSON *tools;                /* the request's tools (owned copy); NULL when none */
+    bool constrained;            /* decoding follows the tools' grammar (tools_grammar.c) */
 } chat_tools;
 
 /* The output format of the model's family, from its chat template (HERMES when it shows none of the
@@ -40,5 +41,11 @@ int tools_prepare_messages(cJSON *msgs, api_error *err);
 /* Looks at the rendered prompt: one that ends inside an open <think> starts the output in reasoning. */
 void tools_note_prompt(chat_tools *t, const char *prompt, size_t len);
 void chat_tools_free(chat_tools *t);
+
+/* tools_grammar.c: with tool_choice "required" or a named function, sets p's grammar source to the
+ * grammar of the call (compiled next by gen_params_compile). 400 when another constraint is given too
+ * or a parameters schema cannot be compiled. */
+struct gen_params;
+int tools_constrain(pith_server *srv, struct gen_params *p, api_error *err);
 
 #endif
