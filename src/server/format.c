@@ -1,4 +1,5 @@
 #include "server/format.h"
+#include "server/responses_out.h"
 #include "server/tools_out.h"
 
 #include <stdio.h>
@@ -21,11 +22,11 @@ int out_init(gen_output *o, pith_server *srv, gen_kind kind, const gen_params *p
     o->p = p;
     o->created = (long long)time(NULL);
     unsigned long long serial = (unsigned long long)atomic_fetch_add(&srv->serial, 1) + 1;
-    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", kind == GEN_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(o->id, sizeof o->id, "%s%llx%06llx", kind == GEN_CHAT ? "chatcmpl-" : kind == GEN_RESPONSES ? "resp_" : "cmpl-",
              (unsigned long long)srv->created_unix, serial);
     o->n_choices = n_choices;
     o->choices = calloc((size_t)n_choices, sizeof *o->choices);
-    if (o->choices && p->tools && kind == GEN_CHAT && !(o->tools = tools_out_new(p->tools, srv->tok, o->id, n_choices))) {
+    if (o->choices && p->tools && kind != GEN_COMPLETION && !(o->tools = tools_out_new(p->tools, srv->tok, o->id, n_choices))) {
         free(o->choices);
         o->choices = NULL;
     }
@@ -175,6 +176,7 @@ static void add_finish(cJSON *choice, pith_finish_reason why, bool final) {
 }
 
 cJSON *out_response(gen_output *o) {
+    if (o->kind == GEN_RESPONSES) return responses_object(o, NULL);
     cJSON *r = envelope(o, false);
     cJSON *choices = cJSON_AddArrayToObject(r, "choices");
     for (int i = 0; i < o->n_choices; i++) {

@@ -46,7 +46,7 @@ typedef struct gen_params {
     pith_grammar *grammar;     /* one reference, after gen_params_compile */
 } gen_params;
 
-typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT } gen_kind;
+typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT, GEN_RESPONSES } gen_kind; /* RESPONSES: /v1/responses, parsed as chat */
 
 /* Fills p from body (a JSON object). On failure fills err (400) and returns -1; p is freed either way
  * by gen_params_free. */

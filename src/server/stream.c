@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/responses_out.h"
 #include "server/tools_out.h"
 
 typedef struct gen_stream {
@@ -11,6 +12,7 @@ typedef struct gen_stream {
     gen_params params;
     gen_output out;
     buf pending;
+    resp_items *resp;  /* /v1/responses: its output items and event numbering */
     bool opened;     /* chat role chunks sent */
     bool ended;      /* nothing more to add after pending */
     double last_write;
@@ -22,6 +24,7 @@ static void stream_free(void *p) {
     out_free(&st->out);
     gen_params_free(&st->params);
     buf_free(&st->pending);
+    resp_items_free(st->resp);
     free(st);
 }
 
@@ -40,11 +43,24 @@ static void put_json(gen_stream *st, cJSON *j) {
 
 static void put_json_cb(void *ctx, cJSON *j) { put_json(ctx, j); }
 
+/* A Responses API event: `event: TYPE` then its data. */
+static void put_event(void *ctx, cJSON *j) {
+    gen_stream *st = ctx;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+    if (cJSON_IsString(type)) {
+        buf_puts(&st->pending, "event: ");
+        buf_puts(&st->pending, type->valuestring);
+        buf_puts(&st->pending, "\n");
+    }
+    put_json(st, j);
+}
+
 static void put_error(gen_stream *st, int status, const char *code, const char *msg) {
     api_error e;
     api_errorf(&e, status, code, NULL, "%s", msg);
     metrics_error(&st->r->srv->metrics, status);
-    put_json(st, api_error_json(&e));
+    if (st->resp) resp_stream_error(st->resp, code, msg, put_event, st);
+    else put_json(st, api_error_json(&e));
     st->ended = true;
 }
 
@@ -64,6 +80,10 @@ static void pump(gen_stream *st) {
                 put_error(st, 500, "internal_error", "the model failed while generating");
             break;
         }
+        if (st->resp) {
+            if (resp_stream_event(st->resp, ev, put_event, st)) oom = true;
+            continue;
+        }
         if (st->out.tools) {
             if (tools_out_chat_stream(&st->out, ev, put_json_cb, st)) oom = true;
             continue;
@@ -81,7 +101,10 @@ static void pump(gen_stream *st) {
         put_error(st, 500, "internal_error", "out of memory");
         return;
     }
-    if (all_done) {
+    if (all_done && st->resp) {
+        resp_stream_close(st->resp, put_event, st);
+        st->ended = true;
+    } else if (all_done) {
         if (st->params.include_usage) put_json(st, out_usage_chunk(&st->out));
         buf_puts(&st->pending, "data: [DONE]\n\n");
         st->ended = true;
@@ -106,6 +129,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
         }
         if (!st->opened) {
             st->opened = true;
+            if (st->resp) resp_stream_open(st->resp, put_event, st);
             for (int i = 0; st->out.kind == GEN_CHAT && i < st->out.n_choices; i++) put_json(st, out_role_chunk(&st->out, i));
             continue;
         }
@@ -127,7 +151,8 @@ enum MHD_Result stream_start(http_request *r, gen_kind kind, gen_params *p) {
     memset(p, 0, sizeof *p);
     st->last_write = server_now();
     st->heartbeat_s = r->srv->idle_timeout_s / 2.0 < 15 ? r->srv->idle_timeout_s / 2.0 : 15;
-    if (out_init(&st->out, r->srv, kind, &st->params, r->job->n_choices)) {
+    if (out_init(&st->out, r->srv, kind, &st->params, r->job->n_choices) ||
+        (kind == GEN_RESPONSES && !(st->resp = resp_items_new(&st->out)))) {
         stream_free(st);
         return MHD_NO;
     }

@@ -181,5 +181,6 @@ void tools_note_prompt(chat_tools *t, const char *prompt, size_t len) {
 void chat_tools_free(chat_tools *t) {
     if (!t) return;
     cJSON_Delete(t->tools);
+    cJSON_Delete(t->echo);
     free(t);
 }

@@ -25,6 +25,7 @@ typedef struct chat_tools {
     char named[TP_MAX_NAME + 1]; /* TOOL_CHOICE_NAMED: the function */
     cJSON *tools;                /* the request's tools (owned copy); NULL when none */
     bool constrained;            /* decoding follows the tools' grammar (tools_grammar.c) */
+    cJSON *echo;                 /* /v1/responses: the request fields its response object repeats */
 } chat_tools;
 
 /* The output format of the model's family, from its chat template (HERMES when it shows none of the

@@ -72,7 +72,8 @@ tools_out *tools_out_new(const chat_tools *cfg, const pith_tokenizer *tok, const
     t->tok = tok;
     t->n_choices = n_choices;
     /* The serial part of the response id (after the last '-'). */
-    const char *dash = strrchr(response_id, '-');
+    const char *dash = strrchr(response_id, '-'), *us = strrchr(response_id, '_');
+    if (!dash || (us && us > dash)) dash = us;
     snprintf(t->id_base, sizeof t->id_base, "%s", dash ? dash + 1 : response_id);
     t->ch = calloc((size_t)n_choices, sizeof *t->ch);
     if (!t->ch) {
