@@ -230,7 +230,7 @@ static void test_params(void) {
     REFUSED("{\"suffix\": \"x\"}", GEN_COMPLETION, "suffix");
     REFUSED("{\"best_of\": 2}", GEN_COMPLETION, "best_of");
     REFUSED("{\"logit_bias\": {\"5\": 1}}", GEN_COMPLETION, "logit_bias");
-    REFUSED("{\"response_format\": {\"type\": \"json_object\"}}", GEN_CHAT, "response_format");
+    REFUSED("{\"response_format\": {\"type\": \"xml\"}}", GEN_CHAT, "response_format");
     REFUSED("{\"model\": 3}", GEN_COMPLETION, "model");
     REFUSED("{\"user\": 3}", GEN_COMPLETION, "user");
     REFUSED("{\"priority\": 1e12}", GEN_COMPLETION, "priority");
