@@ -165,6 +165,12 @@ int main(void) {
                &(expect){"", "", 2, {"a", "b"}, {"{\"x\": 1}", "{}"}});
     check_case("mistral v11", &mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]b[ARGS]{}",
                &(expect){"", "", 2, {"get_weather", "b"}, {"{\"city\": \"Oslo\"}", "{}"}});
+    check_case("mistral v11, whitespace before the arguments", &mistral, "[TOOL_CALLS]f[ARGS]\n {\"a\": 1}",
+               &(expect){"", "", 1, {"f"}, {"{\"a\": 1}"}});
+    check_case("mistral empty name is content", &mistral, "[TOOL_CALLS][ARGS]{}", &(expect){"[TOOL_CALLS][ARGS]{}", "", 0, {0}, {0}});
+    check_case("mistral list that holds no call is content", &mistral, "[TOOL_CALLS] [1, 2]", &(expect){"[TOOL_CALLS] [1, 2]", "", 0, {0}, {0}});
+    check_case("mistral list with a broken first call is content", &mistral, "[TOOL_CALLS][{\"x\": 1}]",
+               &(expect){"[TOOL_CALLS][{\"x\": 1}]", "", 0, {0}, {0}});
     check_case("mistral text", &mistral, "No call [TOOL", &(expect){"No call [TOOL", "", 0, {0}, {0}});
 
     tp_config harmony = {.format = TP_FMT_HARMONY, .tools = true, .parallel = true};

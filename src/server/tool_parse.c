@@ -399,6 +399,10 @@ static bool call_val_mode(tp_parser *p, bool final) {
     int r = 1;
     while (i < p->hold.len && r == 1) {
         char c = p->hold.data[i];
+        if (!p->js.started && is_ws(c)) { /* whitespace before the value */
+            i++;
+            continue;
+        }
         r = jscan_feed(&p->js, c);
         if (r < 0) break;
         if (r >= 1) {
@@ -444,7 +448,9 @@ static bool mistral_start(tp_parser *p, bool final) {
     while (i < p->hold.len && is_ws(p->hold.data[i])) i++;
     if (i == p->hold.len && !final) return false;
     if (i < p->hold.len && p->hold.data[i] == '[') {
+        buf_append(&p->raw, p->hold.data, i + 1); /* "[TOOL_CALLS] [" stays in raw until a call is read */
         consume(p, i + 1);
+        p->arr_start = p->n_calls;
         p->mode = M_MISTRAL_ARR;
     } else {
         consume(p, i);
@@ -456,14 +462,28 @@ static bool mistral_start(tp_parser *p, bool final) {
 /* Inside [TOOL_CALLS][...]: objects separated by commas, up to "]". */
 static bool mistral_arr(tp_parser *p, bool final) {
     size_t i = 0;
-    while (i < p->hold.len && (is_ws(p->hold.data[i]) || p->hold.data[i] == ',')) i++;
+    bool first = p->n_calls == p->arr_start;
+    while (i < p->hold.len && (is_ws(p->hold.data[i]) || (!first && p->hold.data[i] == ','))) i++;
+    if (first) buf_append(&p->raw, p->hold.data, i);
     consume(p, i);
     if (!p->hold.len) {
-        if (final) p->mode = M_TEXT;
+        if (final && first) fall_back(p);
+        else if (final) p->mode = M_TEXT;
         return final;
     }
     if (p->hold.data[0] == '{') {
-        start_call(p, W_MISTRAL_ARR, "");
+        if (first) {
+            buf prefix = {0};
+            buf_append(&prefix, p->raw.data, p->raw.len);
+            start_call(p, W_MISTRAL_ARR, prefix.data ? prefix.data : "");
+            buf_free(&prefix);
+        } else {
+            start_call(p, W_MISTRAL_ARR, "");
+        }
+        return true;
+    }
+    if (first) { /* "[TOOL_CALLS][" not followed by a call object */
+        fall_back(p);
         return true;
     }
     if (p->hold.data[0] == ']') consume(p, 1);
@@ -476,11 +496,10 @@ static bool mistral_name(tp_parser *p, bool final) {
     const char *m[1] = {MISTRAL_ARGS};
     int which;
     size_t at = find_marker(&p->hold, m, 1, &which);
+    if (at > TP_MAX_NAME) at = SIZE_MAX; /* a name that long is not one, however the text was split */
     if (at == SIZE_MAX) {
-        if (p->hold.len <= TP_MAX_NAME && !final) return false;
-        buf_append(&p->raw, p->hold.data, p->hold.len);
-        consume(p, p->hold.len);
-        fall_back(p);
+        if (p->hold.len <= TP_MAX_NAME + strlen(MISTRAL_ARGS) && !final) return false;
+        fall_back(p); /* "[TOOL_CALLS]" is content; the text after it is read again as text */
         return true;
     }
     size_t n = at;
@@ -492,12 +511,11 @@ static bool mistral_name(tp_parser *p, bool final) {
     while (n && is_ws(p->hold.data[n - 1])) n--;
     p->name.len = 0;
     buf_append(&p->name, p->hold.data, n);
-    consume(p, at + strlen(MISTRAL_ARGS));
     if (!p->name.len) {
-        buf_puts(&p->raw, MISTRAL_ARGS);
         fall_back(p);
         return true;
     }
+    consume(p, at + strlen(MISTRAL_ARGS));
     p->wrap = W_MISTRAL_V11;
     begin_call(p);
     p->js = (tp_jscan){0};
@@ -531,8 +549,9 @@ static bool h_header(tp_parser *p, bool final) {
     const char *m[1] = {H_MESSAGE};
     int which;
     size_t at = find_marker(&p->hold, m, 1, &which);
+    if (at > MAX_HEADER) at = SIZE_MAX; /* however the text was split */
     if (at == SIZE_MAX) {
-        if (!final && p->hold.len <= MAX_HEADER) return false;
+        if (!final && p->hold.len <= MAX_HEADER + strlen(H_MESSAGE)) return false;
         p->cfg.format = TP_FMT_NONE; /* not harmony after all: everything is content */
         p->mode = M_TEXT;
         return true;

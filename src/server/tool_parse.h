@@ -68,6 +68,7 @@ typedef struct tp_parser {
     bool tentative;    /* a Llama reply that may turn out not to be a call */
     bool begun;        /* CALL_BEGIN sent for the current call */
     int n_calls;
+    int arr_start;     /* n_calls when a Mistral [TOOL_CALLS][ list opened */
     int wrap;          /* how the current call is framed (see tool_parse.c) */
     /* object scanner */
     int obj_state;
