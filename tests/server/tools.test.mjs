@@ -197,6 +197,14 @@ describe('reasoning', () => {
     }
     assert.equal(reasoning, m.reasoning_content);
     assert.equal(content, m.content);
+    // The Responses API returns it as a reasoning item, streamed as response.reasoning_text.delta.
+    const resp = await thinkClient.responses.create({ model, input: messages[0].content, max_output_tokens: 12, temperature: 0 });
+    assert.equal(resp.output[0].type, 'reasoning');
+    assert.equal(resp.output[0].content[0].text, m.reasoning_content);
+    const rs = thinkClient.responses.stream({ model, input: messages[0].content, max_output_tokens: 12, temperature: 0 });
+    let rtext = '';
+    for await (const e of rs) if (e.type === 'response.reasoning_text.delta') rtext += e.delta;
+    assert.equal(rtext, m.reasoning_content);
     // reasoning_format "none" returns the raw text as content.
     const raw = await thinkClient.chat.completions.create({ ...params, reasoning_format: 'none' });
     assert.equal(raw.choices[0].message.reasoning_content, undefined);
