@@ -8,10 +8,10 @@
 
 void gr_json_primitives(gr_buf *b, const char *p) {
     gr_buf_printf(b, "%s-ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n", p);
-    gr_buf_printf(b, "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n", p);
+    gr_buf_printf(b, "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) )\n", p);
     gr_buf_printf(b, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", p, p);
     gr_buf_printf(b, "%s-number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? "
-                     "( [eE] [-+]? [0-9]{1,3} )?\n", p);
+                     "( [eE] [-+]? [0-9]{1,2} )?\n", p);
     gr_buf_printf(b, "%s-integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n", p);
     gr_buf_printf(b, "%s-boolean ::= \"true\" | \"false\"\n", p);
     gr_buf_printf(b, "%s-null ::= \"null\"\n", p);
