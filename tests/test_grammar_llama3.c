@@ -18,6 +18,7 @@
 #include "check.h"
 #include "pith/grammar.h"
 #include "pith/tokenizer.h"
+#include "grammar/gr_internal.h"
 
 static bool find_json(char *out, size_t cap) {
     const char *dirs[] = {getenv("PITH_NPM_DIR"), getenv("PITH_SOURCE_DIR"), "."};
@@ -176,8 +177,10 @@ int main(int argc, char **argv) {
         if (bench) {
             qsort(times + first, (size_t)(n_times - first), sizeof *times, cmp_d);
             int k = n_times - first;
-            printf("%-12s %10.2f %8d %10.1f %10.1f %10.1f\n", CASES[c].name, t_compile / 1e3, k,
-                   times[first + k / 2], times[first + (int)(k * 0.99)], times[n_times - 1]);
+            printf("%-12s %10.2f %8d %10.1f %10.1f %10.1f   positions %llu, masks %llu (%llu cached), dep checks %llu\n",
+                   CASES[c].name, t_compile / 1e3, k, times[first + k / 2], times[first + (int)(k * 0.99)],
+                   times[n_times - 1], (unsigned long long)g->n_poscache, (unsigned long long)g->n_masks,
+                   (unsigned long long)g->n_mask_hits, (unsigned long long)g->n_dep_checks);
         }
         pith_grammar_release(g);
     }

@@ -242,7 +242,51 @@ int32_t gr_pda_singleton(gr_pda *p, int32_t node) {
     return intern_set(p, &node, 1);
 }
 
-int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos) { return intern_node(p, GR_NODE_CTX, pos); }
+static int32_t context_below(gr_pda *p, int32_t rule, int depth) {
+    if (rule < 0) return GR_NODE_CTX;
+    int32_t r = p->rule_ret[rule];
+    if (r == GR_RET_BOTTOM) return GR_NODE_ACCEPT;
+    if (r < 0 || depth <= 0) return GR_NODE_CTX;
+    int32_t below = context_below(p, p->owner[r], depth - 1);
+    return intern_node(p, below, r);
+}
+
+int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos, int depth) {
+    int32_t below = context_below(p, p->owner[pos], depth);
+    return below < 0 ? -1 : intern_node(p, below, pos);
+}
+
+static void add_ret(int32_t *cur, int32_t v, bool *changed) {
+    if (v == GR_RET_NONE || *cur == GR_RET_MANY || *cur == v) return;
+    *cur = *cur == GR_RET_NONE ? v : GR_RET_MANY;
+    *changed = true;
+}
+
+static int static_returns(gr_pda *p) {
+    p->owner = malloc(((size_t)p->n_elems + 1) * sizeof *p->owner);
+    p->rule_ret = malloc(((size_t)p->n_rules + 1) * sizeof *p->rule_ret);
+    if (!p->owner || !p->rule_ret) return -1;
+    for (int i = 0; i < p->n_elems; i++) p->owner[i] = -1;
+    for (int r = 0; r < p->n_rules; r++) {
+        p->rule_ret[r] = GR_RET_NONE;
+        for (int32_t a = p->rule_alt_off[r]; a < p->rule_alt_off[r + 1]; a++)
+            for (int32_t e = p->rule_alts[a]; e < p->n_elems; e++) {
+                p->owner[e] = r;
+                if (p->elems[e].kind == GR_END) break;
+            }
+    }
+    p->rule_ret[p->root] = GR_RET_BOTTOM;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t q = 0; q < p->n_elems; q++) {
+            if (p->elems[q].kind != GR_REF || p->owner[q] < 0) continue;
+            int32_t callee = p->elems[q].val;
+            int32_t v = p->elems[q + 1].kind != GR_END ? q + 1 : p->rule_ret[p->owner[q]];
+            add_ret(&p->rule_ret[callee], v, &changed);
+        }
+    }
+    return 0;
+}
 
 int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
     memset(p, 0, sizeof *p);
@@ -272,6 +316,10 @@ int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
         for (int a = 0; a < ir->rules[i].n_alts; a++) p->rule_alts[k++] = ir->rules[i].alts[a];
     }
     p->rule_alt_off[ir->n_rules] = (int32_t)k;
+    if (static_returns(p)) {
+        gr_pda_free(p);
+        return pith_errf(err, "out of memory");
+    }
     /* byte classes: refine the partition of the 256 bytes by every byte set */
     uint8_t bc[256] = {0};
     int n_bc = 1;
@@ -315,6 +363,8 @@ void gr_pda_free(gr_pda *p) {
     free(p->classes);
     free(p->rule_alt_off);
     free(p->rule_alts);
+    free(p->owner);
+    free(p->rule_ret);
     free(p->node_parent);
     free(p->node_pos);
     free(p->node_mark);
