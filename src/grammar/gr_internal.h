@@ -45,6 +45,9 @@ typedef struct gr_rule {
     int n_alts, cap_alts;
     bool defined;
     int line, col; /* first reference, for "undefined rule" errors */
+    /* x{m,n} of one byte set: rule k of the chain (k more may follow, this one included) is
+     * `x next | ""`; chain_first: the rule with k = 1 (chain_k 0: not a chain). Never inlined. */
+    int chain_first, chain_k;
 } gr_rule;
 
 typedef struct gr_ir {
@@ -151,6 +154,10 @@ typedef struct gr_pda {
      * GR_RET_MANY. owner: the rule each element belongs to (-1: an alternative inlining replaced). */
     int32_t *owner;
     int32_t *rule_ret;
+    /* poscache[alias[pos]] serves pos: positions of x{m,n} chains deeper than any token can reach
+     * share one (alias[pos] == pos otherwise); set by gr_pda_alias_chains */
+    int32_t *alias;
+    int32_t *rule_chain_first, *rule_chain_k;
     /* bytes that no class tells apart share a byte class */
     uint8_t bclass[256];
     uint8_t bclass_rep[256];
@@ -195,6 +202,10 @@ static inline int32_t gr_pda_step(gr_pda *p, int32_t set, uint8_t byte) {
     if (t && t[bc] != -2) return t[bc];
     return gr_pda_step_slow(p, set, bc);
 }
+/* Points the positions of deep x{m,n} chain rules at the one of the shallowest rule that no token of
+ * the vocabulary can tell apart from them (one more than the longest run of x's bytes a token begins
+ * with): their masks are equal, so one walk of the trie serves the whole chain. */
+int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v);
 /* The set holding just one stack. */
 int32_t gr_pda_singleton(gr_pda *p, int32_t node);
 /* The node for the frame at pos over what is statically known to lie below it (up to depth frames of

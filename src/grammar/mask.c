@@ -146,7 +146,7 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
     for (int i = 0; i < n; i++) {
         int32_t x = mem[i];
         if (x <= GR_NODE_CTX) continue;
-        int32_t pos = p->node_pos[x];
+        int32_t pos = p->alias[p->node_pos[x]];
         gr_poscache *pc = &g->poscache[pos];
         if (!pc->ready && compute_poscache(g, pos)) return -1;
         mem = gr_pda_members(p, set, &n); /* the pool may have moved */
