@@ -156,6 +156,21 @@ static void test_constructs(void) {
     REJECTS(g, "())");
     pith_grammar_release(g);
 
+    /* the shape of llama.cpp's grammars/json.gbnf: leading empty alternatives, multi-line rules */
+    g = compile(PITH_GRAMMAR_GBNF,
+                "root   ::= object\n"
+                "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n\n"
+                "object ::=\n  \"{\" ws (\n            string \":\" ws value\n"
+                "    (\",\" ws string \":\" ws value)*\n  )? \"}\" ws\n\n"
+                "array  ::=\n  \"[\" ws (\n            value\n    (\",\" ws value)*\n  )? \"]\" ws\n\n"
+                "string ::=\n  \"\\\"\" (\n    [^\"\\\\\\x7F\\x00-\\x1F] |\n"
+                "    \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) # escapes\n  )* \"\\\"\" ws\n\n"
+                "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n\n"
+                "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n");
+    ACCEPTS(g, "{\"a\": [1, 2.5, \"x\\u00e9\"], \"b\":{}}\n  ");
+    REJECTS(g, "{\"a\": tru}");
+    pith_grammar_release(g);
+
     g = compile(PITH_GRAMMAR_JSON, "");
     ACCEPTS(g, "{}");
     ACCEPTS(g, "{\"a\": [1, -2.5e+3, true, null, \"x\\n\\u00e9\"], \"b\": {}}");
@@ -168,6 +183,38 @@ static void test_constructs(void) {
     ACCEPTS(g, "yes");
     ACCEPTS(g, "maybe so");
     REJECTS(g, "maybe");
+    pith_grammar_release(g);
+}
+
+static void test_schema_and_regex(void) {
+    struct { const char *schema, *yes[4], *no[4]; } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-3,\"maximum\":12},\"b\":{\"type\":\"string\",\"maxLength\":2}},\"required\":[\"a\"],\"additionalProperties\":false}",
+         {"{\"a\":-3}", "{\"a\": 12, \"b\": \"xy\"}", "{ \"a\":0,\"b\":\"\"}"}, {"{\"a\":13}", "{\"b\":\"x\"}", "{\"a\":1,\"b\":\"xyz\"}", "{\"a\":1,\"c\":1}"}},
+        {"{\"type\":\"object\",\"properties\":{\"ab\":{\"type\":\"null\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+         {"{\"ab\":null,\"a\":true}", "{\"abc\":false}", "{}"}, {"{\"ab\":true}", "{\"x\":1}"}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,\"x\",null]},\"minItems\":1,\"maxItems\":2}",
+         {"[1]", "[\"x\", null]"}, {"[]", "[1,1,1]", "[2]"}},
+        {"{\"anyOf\":[{\"type\":\"string\",\"format\":\"date\"},{\"const\":{\"k\":[true]}}]}",
+         {"\"2024-02-28\"", "{\"k\":[true]}"}, {"\"2024-02-30\"", "\"2024-13-01\"", "{\"k\":[false]}"}},
+        {"{\"$ref\":\"#/$defs/n\",\"$defs\":{\"n\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":2}}}",
+         {"[]", "[[],[[]]]"}, {"[[],[],[]]", "[1]"}},
+        {"{\"type\":[\"number\",\"null\"],\"minimum\":2,\"maximum\":5}", {"2", "4.75", "5", "null"}, {"5.5", "1.9", "-3"}},
+        {"{\"type\":\"string\",\"pattern\":\"^a\\\\d{2}(x|\\\")?$\"}", {"\"a12\"", "\"a00x\"", "\"a99\\\"\""}, {"\"a1\"", "\"ba12\"", "\"a12y\""}},
+        {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"0123abcd-0000-1111-2222-333344445555\""}, {"\"0123abcd-0000-1111-2222\""}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pith_grammar *g = compile(PITH_GRAMMAR_JSON_SCHEMA, cases[i].schema);
+        CHECKF(g != NULL, "schema %d", (int)i);
+        if (!g) continue;
+        for (int k = 0; k < 4 && cases[i].yes[k]; k++) CHECKF(matches(g, cases[i].yes[k], strlen(cases[i].yes[k])), "schema %d should accept %s", (int)i, cases[i].yes[k]);
+        for (int k = 0; k < 4 && cases[i].no[k]; k++) CHECKF(!matches(g, cases[i].no[k], strlen(cases[i].no[k])), "schema %d should reject %s", (int)i, cases[i].no[k]);
+        pith_grammar_release(g);
+    }
+    pith_grammar *g = compile(PITH_GRAMMAR_REGEX, "(?:[a-c]+|\\d{2,3})[^\\s]?\\.?");
+    ACCEPTS(g, "abc");
+    ACCEPTS(g, "123x.");
+    REJECTS(g, "1");
+    REJECTS(g, "ab .");
     pith_grammar_release(g);
 }
 
@@ -195,6 +242,13 @@ static void test_errors(void) {
     expect_error(PITH_GRAMMAR_GBNF, "root ::= \"a\"\nroot ::= \"b\"", "defined twice");
     expect_error(PITH_GRAMMAR_GBNF, "root ::= \"\\q\"", "unknown escape");
     expect_error(PITH_GRAMMAR_GBNF, "root ::= \"a\" @", "unexpected character at line 1, column 14");
+    expect_error(PITH_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"uniqueItems\":true}}}",
+                 "keyword 'uniqueItems' is not supported at /properties/a");
+    expect_error(PITH_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0.5}", "number bounds");
+    expect_error(PITH_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#/$defs/x\"}", "points nowhere");
+    expect_error(PITH_GRAMMAR_JSON_SCHEMA, "false", "matches nothing");
+    expect_error(PITH_GRAMMAR_REGEX, "a\\1", "backreferences");
+    expect_error(PITH_GRAMMAR_REGEX, "a$b", "anchors");
     expect_error(PITH_GRAMMAR_CHOICE, "[1]", "choice 0 is not a string");
     expect_error(PITH_GRAMMAR_CHOICE, "[]", "non-empty JSON array");
 }
@@ -245,6 +299,7 @@ int main(void) {
     V = small_vocab(&NV, &END, &SPECIAL);
     if (!V) return 1;
     test_constructs();
+    test_schema_and_regex();
     test_errors();
     test_end();
     test_masks();

@@ -233,10 +233,15 @@ static int push_repeat(parser *ps, gr_seq *seq, gr_elem e, long min, long max) {
         if (bad || gr_seq_push(seq, GR_REF, r)) return oom(ps);
         return 0;
     }
-    int prev = -1;
+    int prev = -1, first = -1;
     for (long i = min; i < max; i++) {
         int r = gr_ir_anon_rule(ps->ir, "opt");
         if (r < 0) return oom(ps);
+        if (e.kind == GR_BYTES) {
+            if (first < 0) first = r;
+            ps->ir->rules[r].chain_first = first;
+            ps->ir->rules[r].chain_k = (int)(i - min + 1);
+        }
         gr_seq a = {0}, empty = {0};
         int bad = gr_seq_push(&a, e.kind, e.val) || (prev >= 0 && gr_seq_push(&a, GR_REF, prev)) ||
                   gr_ir_add_alt(ps->ir, r, &a) || gr_ir_add_alt(ps->ir, r, &empty);

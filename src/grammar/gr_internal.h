@@ -45,6 +45,9 @@ typedef struct gr_rule {
     int n_alts, cap_alts;
     bool defined;
     int line, col; /* first reference, for "undefined rule" errors */
+    /* x{m,n} of one byte set: rule k of the chain (k more may follow, this one included) is
+     * `x next | ""`; chain_first: the rule with k = 1 (chain_k 0: not a chain). Never inlined. */
+    int chain_first, chain_k;
 } gr_rule;
 
 typedef struct gr_ir {
@@ -119,6 +122,7 @@ struct pith_grammar_vocab {
 enum { GR_NODE_ACCEPT = 0, GR_NODE_CTX = 1 };
 enum { GR_SET_ACCEPT = 1, GR_SET_CTX = 2 };
 #define GR_DEAD (-1)
+enum { GR_RET_NONE = -1, GR_RET_MANY = -2, GR_RET_BOTTOM = -3 };
 
 typedef struct gr_poscache {
     bool ready;
@@ -144,6 +148,16 @@ typedef struct gr_pda {
     int32_t *rule_alts;
     int n_rules;
     int root;
+    /* static return contexts (xgrammar's context expansion): for each rule, where it returns to when
+     * that is the same everywhere it is used: GR_RET_BOTTOM (the root: the grammar ends), a position
+     * (the element after its only call site, or its callers' return when called last), else
+     * GR_RET_MANY. owner: the rule each element belongs to (-1: an alternative inlining replaced). */
+    int32_t *owner;
+    int32_t *rule_ret;
+    /* poscache[alias[pos]] serves pos: positions of x{m,n} chains deeper than any token can reach
+     * share one (alias[pos] == pos otherwise); set by gr_pda_alias_chains */
+    int32_t *alias;
+    int32_t *rule_chain_first, *rule_chain_k;
     /* bytes that no class tells apart share a byte class */
     uint8_t bclass[256];
     uint8_t bclass_rep[256];
@@ -188,10 +202,15 @@ static inline int32_t gr_pda_step(gr_pda *p, int32_t set, uint8_t byte) {
     if (t && t[bc] != -2) return t[bc];
     return gr_pda_step_slow(p, set, bc);
 }
+/* Points the positions of deep x{m,n} chain rules at the one of the shallowest rule that no token of
+ * the vocabulary can tell apart from them (one more than the longest run of x's bytes a token begins
+ * with): their masks are equal, so one walk of the trie serves the whole chain. */
+int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v);
 /* The set holding just one stack. */
 int32_t gr_pda_singleton(gr_pda *p, int32_t node);
-/* The node (GR_NODE_CTX, pos): the frame at pos over an unknown context. */
-int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos);
+/* The node for the frame at pos over what is statically known to lie below it (up to depth frames of
+ * the callers' return positions), then an unknown context (GR_NODE_CTX) or the empty stack. */
+int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos, int depth);
 static inline const int32_t *gr_pda_members(const gr_pda *p, int32_t set, int *n) {
     *n = p->set_len[set];
     return p->set_pool + p->set_off[set];
@@ -206,10 +225,14 @@ struct pith_grammar {
     gr_poscache *poscache; /* [n_elems] */
     gr_mask_slot slots[64];
     int32_t *scratch_states; /* [vocab max_depth + 2] */
+    /* counters (benchmarks): position masks computed, states masked, masks from the cache, dep checks */
+    uint64_t n_poscache, n_masks, n_mask_hits, n_dep_checks;
 };
 
 /* The JSON rules prefix-ws, -char, -string, -number, -integer, -boolean, -null, -value, -object, -array. */
 void gr_json_primitives(gr_buf *b, const char *prefix);
+/* The text with each use of PREFIX-ws replaced by its own copy of the whitespace group (json.c). */
+char *gr_json_inline_ws(const char *text, const char *prefix);
 
 /* Computes the adaptive mask of every byte position now (compile time). */
 int gr_precompute(pith_grammar *g, pith_err *err);

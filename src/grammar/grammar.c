@@ -104,6 +104,10 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         free(g);
         return -1;
     }
+    if (gr_pda_alias_chains(&g->pda, v)) {
+        grammar_free(g);
+        return pith_errf(err, "out of memory");
+    }
     g->poscache = calloc((size_t)g->pda.n_elems + 1, sizeof *g->poscache);
     g->scratch_states = malloc(((size_t)v->max_depth + 2) * sizeof *g->scratch_states);
     if (!g->poscache || !g->scratch_states) {

@@ -352,14 +352,14 @@ int gr_ir_inline(gr_ir *ir) {
     int rc = 0;
     for (int pass = 0; pass < 8 && !rc; pass++) {
         for (int r = 0; r < n; r++) {
-            leaf[r] = true;
+            leaf[r] = ir->rules[r].chain_k == 0;
             for (int a = 0; a < ir->rules[r].n_alts; a++)
                 if (!alt_is_leaf(ir, ir->rules[r].alts[a])) leaf[r] = false;
         }
         bool changed = false;
         for (int r = 0; r < n && !rc; r++) {
             gr_rule *R = &ir->rules[r];
-            if (leaf[r] || R->n_alts > INLINE_MAX_ALTS) continue;
+            if (leaf[r] || R->n_alts > INLINE_MAX_ALTS || R->chain_k) continue;
             /* expand alternatives one reference at a time */
             int n_work = 0;
             bool too_big = false;

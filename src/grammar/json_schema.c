@@ -749,6 +749,8 @@ int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char 
         free(c.out.p);
         return -1;
     }
-    *gbnf = c.out.p;
+    *gbnf = gr_json_inline_ws(c.out.p, root_name);
+    free(c.out.p);
+    if (!*gbnf) return pith_errf(err, "out of memory");
     return 0;
 }

@@ -35,7 +35,8 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
     gr_pda *p = &g->pda;
     const pith_grammar_vocab *v = g->vocab;
     gr_poscache *pc = &g->poscache[pos];
-    int32_t s0 = gr_pda_singleton(p, gr_pda_ctx_node(p, pos));
+    g->n_poscache++;
+    int32_t s0 = gr_pda_singleton(p, gr_pda_ctx_node(p, pos, 12));
     if (s0 < 0) return -1;
     int32_t *st = malloc(((size_t)v->max_depth + 2) * sizeof *st);
     uint8_t *cx = malloc((size_t)v->max_depth + 2);
@@ -131,7 +132,9 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
     gr_pda *p = &g->pda;
     const pith_grammar_vocab *v = g->vocab;
     gr_mask_slot *slot = &g->slots[(uint32_t)set % (sizeof g->slots / sizeof g->slots[0])];
+    g->n_masks++;
     if (slot->set == set && slot->mask) {
+        g->n_mask_hits++;
         memcpy(mask, slot->mask, g->mask_words * sizeof *mask);
         return slot->n_allowed;
     }
@@ -143,7 +146,7 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
     for (int i = 0; i < n; i++) {
         int32_t x = mem[i];
         if (x <= GR_NODE_CTX) continue;
-        int32_t pos = p->node_pos[x];
+        int32_t pos = p->alias[p->node_pos[x]];
         gr_poscache *pc = &g->poscache[pos];
         if (!pc->ready && compute_poscache(g, pos)) return -1;
         mem = gr_pda_members(p, set, &n); /* the pool may have moved */
@@ -159,6 +162,7 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
             int32_t *st = g->scratch_states;
             st[0] = single;
             int valid = 0; /* st[0..valid] hold the previous token's states (the last may be dead) */
+            g->n_dep_checks += (uint64_t)pc->n_dep;
             for (int32_t k = 0; k < pc->n_dep; k++) {
                 int32_t t = pc->dep[k];
                 int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;

@@ -242,7 +242,89 @@ int32_t gr_pda_singleton(gr_pda *p, int32_t node) {
     return intern_set(p, &node, 1);
 }
 
-int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos) { return intern_node(p, GR_NODE_CTX, pos); }
+static int32_t context_below(gr_pda *p, int32_t rule, int depth) {
+    if (rule < 0) return GR_NODE_CTX;
+    int32_t r = p->rule_ret[rule];
+    if (r == GR_RET_BOTTOM) return GR_NODE_ACCEPT;
+    if (r < 0 || depth <= 0) return GR_NODE_CTX;
+    int32_t below = context_below(p, p->owner[r], depth - 1);
+    return intern_node(p, below, r);
+}
+
+int32_t gr_pda_ctx_node(gr_pda *p, int32_t pos, int depth) {
+    int32_t below = context_below(p, p->owner[pos], depth);
+    return below < 0 ? -1 : intern_node(p, below, pos);
+}
+
+static void add_ret(int32_t *cur, int32_t v, bool *changed) {
+    if (v == GR_RET_NONE || *cur == GR_RET_MANY || *cur == v) return;
+    *cur = *cur == GR_RET_NONE ? v : GR_RET_MANY;
+    *changed = true;
+}
+
+int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v) {
+    p->alias = malloc(((size_t)p->n_elems + 1) * sizeof *p->alias);
+    if (!p->alias) return -1;
+    for (int i = 0; i < p->n_elems; i++) p->alias[i] = i;
+    int32_t seen_class[64];
+    int seen_run[64], n_seen = 0;
+    /* per chain: the longest leading run of its byte set in any token; rule of each depth */
+    for (int r = 0; r < p->n_rules; r++) {
+        if (p->rule_chain_k[r] != 1 || p->rule_alt_off[r + 1] - p->rule_alt_off[r] != 2) continue;
+        int32_t pos0 = p->rule_alts[p->rule_alt_off[r]];
+        if (p->elems[pos0].kind != GR_BYTES) continue;
+        const gr_bytes *c = &p->classes[p->elems[pos0].val];
+        int run_max = 0;
+        int32_t ci = p->elems[pos0].val;
+        bool known = false;
+        for (int i = 0; i < n_seen; i++)
+            if (seen_class[i] == ci) { run_max = seen_run[i]; known = true; }
+        for (int t = 0; !known && t < v->n_vocab; t++) {
+            if (v->kind[t] != PITH_GRAMMAR_TOKEN_NORMAL) continue;
+            const unsigned char *b = (const unsigned char *)v->bytes + v->off[t];
+            int len = (int)(v->off[t + 1] - v->off[t]), k = 0;
+            while (k < len && gr_bytes_has(c, b[k])) k++;
+            if (k > run_max) run_max = k;
+        }
+        if (!known && n_seen < 64) { seen_class[n_seen] = ci; seen_run[n_seen++] = run_max; }
+        int depth = run_max + 1; /* rules deeper than this behave as this one for every token */
+        int32_t target = -1;
+        for (int q = 0; q < p->n_rules; q++)
+            if (p->rule_chain_first[q] == r && p->rule_chain_k[q] == depth) target = p->rule_alts[p->rule_alt_off[q]];
+        if (target < 0) continue;
+        for (int q = 0; q < p->n_rules; q++)
+            if (p->rule_chain_first[q] == r && p->rule_chain_k[q] > depth &&
+                p->rule_alt_off[q + 1] - p->rule_alt_off[q] == 2)
+                p->alias[p->rule_alts[p->rule_alt_off[q]]] = target;
+    }
+    return 0;
+}
+
+static int static_returns(gr_pda *p) {
+    p->owner = malloc(((size_t)p->n_elems + 1) * sizeof *p->owner);
+    p->rule_ret = malloc(((size_t)p->n_rules + 1) * sizeof *p->rule_ret);
+    if (!p->owner || !p->rule_ret) return -1;
+    for (int i = 0; i < p->n_elems; i++) p->owner[i] = -1;
+    for (int r = 0; r < p->n_rules; r++) {
+        p->rule_ret[r] = GR_RET_NONE;
+        for (int32_t a = p->rule_alt_off[r]; a < p->rule_alt_off[r + 1]; a++)
+            for (int32_t e = p->rule_alts[a]; e < p->n_elems; e++) {
+                p->owner[e] = r;
+                if (p->elems[e].kind == GR_END) break;
+            }
+    }
+    p->rule_ret[p->root] = GR_RET_BOTTOM;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t q = 0; q < p->n_elems; q++) {
+            if (p->elems[q].kind != GR_REF || p->owner[q] < 0) continue;
+            int32_t callee = p->elems[q].val;
+            int32_t v = p->elems[q + 1].kind != GR_END ? q + 1 : p->rule_ret[p->owner[q]];
+            add_ret(&p->rule_ret[callee], v, &changed);
+        }
+    }
+    return 0;
+}
 
 int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
     memset(p, 0, sizeof *p);
@@ -272,6 +354,20 @@ int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
         for (int a = 0; a < ir->rules[i].n_alts; a++) p->rule_alts[k++] = ir->rules[i].alts[a];
     }
     p->rule_alt_off[ir->n_rules] = (int32_t)k;
+    p->rule_chain_first = malloc(((size_t)ir->n_rules + 1) * sizeof *p->rule_chain_first);
+    p->rule_chain_k = malloc(((size_t)ir->n_rules + 1) * sizeof *p->rule_chain_k);
+    if (!p->rule_chain_first || !p->rule_chain_k) {
+        gr_pda_free(p);
+        return pith_errf(err, "out of memory");
+    }
+    for (int i = 0; i < ir->n_rules; i++) {
+        p->rule_chain_first[i] = ir->rules[i].chain_k ? ir->rules[i].chain_first : -1;
+        p->rule_chain_k[i] = ir->rules[i].chain_k;
+    }
+    if (static_returns(p)) {
+        gr_pda_free(p);
+        return pith_errf(err, "out of memory");
+    }
     /* byte classes: refine the partition of the 256 bytes by every byte set */
     uint8_t bc[256] = {0};
     int n_bc = 1;
@@ -315,6 +411,11 @@ void gr_pda_free(gr_pda *p) {
     free(p->classes);
     free(p->rule_alt_off);
     free(p->rule_alts);
+    free(p->owner);
+    free(p->rule_ret);
+    free(p->alias);
+    free(p->rule_chain_first);
+    free(p->rule_chain_k);
     free(p->node_parent);
     free(p->node_pos);
     free(p->node_mark);

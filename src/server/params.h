@@ -57,6 +57,8 @@ void gen_params_free(gen_params *p);
 int gen_params_compile(pith_server *srv, gen_params *p, api_error *err);
 /* structured.c: reads response_format, grammar, json_schema, guided_*, structured_outputs. */
 int structured_parse(const cJSON *body, gen_params *p, api_error *err);
+/* Releases the compiled grammars kept for srv (before its vocabulary is freed). */
+void structured_cache_free(const pith_server *srv);
 
 /* Helpers shared by the request readers. A JSON number is an integer when it has no fractional part
  * and fits in int64. */

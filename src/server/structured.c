@@ -117,6 +117,37 @@ int structured_parse(const cJSON *body, gen_params *p, api_error *err) {
     return 0;
 }
 
+/* Compiled grammars are kept (the last GRAMMAR_CACHE by use, keyed by kind and source): a repeated
+ * schema skips compilation, and its automaton and per-position masks, learnt by earlier requests, are
+ * shared. Guarded by jobs_lock. */
+#define GRAMMAR_CACHE 16
+
+typedef struct cached_grammar {
+    pith_grammar_kind kind;
+    char *src;
+    pith_grammar *g;
+    uint64_t used;
+} cached_grammar;
+
+static cached_grammar cache[GRAMMAR_CACHE];
+static const pith_server *cache_owner;
+static uint64_t cache_clock;
+
+static void cache_clear(void) {
+    for (int i = 0; i < GRAMMAR_CACHE; i++) {
+        free(cache[i].src);
+        pith_grammar_release(cache[i].g);
+        memset(&cache[i], 0, sizeof cache[i]);
+    }
+}
+
+void structured_cache_free(const pith_server *srv) {
+    if (cache_owner == srv) {
+        cache_clear();
+        cache_owner = NULL;
+    }
+}
+
 int gen_params_compile(pith_server *srv, gen_params *p, api_error *err) {
     if (!p->grammar_src) return 0;
     pthread_mutex_lock(&srv->jobs_lock);
@@ -124,9 +155,35 @@ int gen_params_compile(pith_server *srv, gen_params *p, api_error *err) {
     int rc = 0;
     if (!srv->grammar_vocab) rc = pith_grammar_vocab_from_tokenizer(srv->tok, &srv->grammar_vocab, &e);
     const pith_grammar_vocab *v = srv->grammar_vocab;
+    if (!rc && cache_owner != srv) { /* one server per process in practice; another one starts afresh */
+        cache_clear();
+        cache_owner = srv;
+    }
+    for (int i = 0; !rc && i < GRAMMAR_CACHE; i++)
+        if (cache[i].g && cache[i].kind == p->grammar_kind && strcmp(cache[i].src, p->grammar_src) == 0) {
+            p->grammar = pith_grammar_retain(cache[i].g);
+            cache[i].used = ++cache_clock;
+            break;
+        }
     pthread_mutex_unlock(&srv->jobs_lock);
     if (rc) return api_errorf(err, 500, "internal_error", NULL, "structured output: %s", e.msg);
+    if (p->grammar) return 0;
     if (pith_grammar_compile(v, p->grammar_kind, p->grammar_src, strlen(p->grammar_src), &p->grammar, &e))
         return api_errorf(err, 400, "invalid_grammar", p->grammar_param, "'%s': %s", p->grammar_param, e.msg);
+    char *key = strdup(p->grammar_src);
+    if (!key) return 0;
+    pthread_mutex_lock(&srv->jobs_lock);
+    if (cache_owner == srv) {
+        int victim = 0;
+        for (int i = 1; i < GRAMMAR_CACHE; i++)
+            if (cache[i].used < cache[victim].used) victim = i;
+        free(cache[victim].src);
+        pith_grammar_release(cache[victim].g);
+        cache[victim] = (cached_grammar){.kind = p->grammar_kind, .src = key, .g = pith_grammar_retain(p->grammar),
+                                         .used = ++cache_clock};
+        key = NULL;
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+    free(key);
     return 0;
 }
