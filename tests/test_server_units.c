@@ -253,7 +253,12 @@ static void test_params(void) {
     REFUSED("{\"suffix\": \"x\"}", GEN_COMPLETION, "suffix");
     REFUSED("{\"best_of\": 2}", GEN_COMPLETION, "best_of");
     REFUSED("{\"logit_bias\": {\"5\": 1}}", GEN_COMPLETION, "logit_bias");
-    REFUSED("{\"response_format\": {\"type\": \"json_object\"}}", GEN_CHAT, "response_format");
+    REFUSED("{\"response_format\": {\"type\": \"xml\"}}", GEN_CHAT, "response_format");
+    REFUSED("{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}}", GEN_CHAT,
+            "response_format.json_schema.schema");
+    REFUSED("{\"grammar\": \"root ::= \\\"a\\\"\", \"guided_json\": {}}", GEN_COMPLETION, "guided_json");
+    REFUSED("{\"guided_regex\": 5}", GEN_COMPLETION, "guided_regex");
+    REFUSED("{\"structured_outputs\": {\"xml\": 1}}", GEN_COMPLETION, "structured_outputs");
     REFUSED("{\"model\": 3}", GEN_COMPLETION, "model");
     REFUSED("{\"user\": 3}", GEN_COMPLETION, "user");
     REFUSED("{\"priority\": 1e12}", GEN_COMPLETION, "priority");

@@ -31,11 +31,37 @@
 extern "C" {
 #endif
 
-/* The ChatML template as Hugging Face transformers writes it: the fallback for models without one. */
-#define PITH_CHAT_TEMPLATE_CHATML                                                                        \
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "   \
-    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}" \
-    "{% endif %}"
+/* The fallback for models without a template: ChatML as Hugging Face transformers writes it, extended in
+ * the Hermes / Qwen style for tools. Plain role/content conversations render exactly as HF's ChatML
+ * (`<|im_start|>ROLE\nCONTENT<|im_end|>\n`). With `tools`, a system message lists them inside
+ * <tools></tools> (any system message of the request first) and asks for
+ * `<tool_call>{"name": ..., "arguments": ...}</tool_call>`; an assistant message's tool_calls render in
+ * that form (arguments as given when a string, else as JSON); content null or absent renders as empty;
+ * a "tool" message renders its content inside <tool_response></tool_response>. */
+#define PITH_CHAT_TEMPLATE_CHATML                                                                          \
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"                                                      \
+    "{%- if messages and messages[0].role == 'system' and messages[0].content is string %}"              \
+    "{{- messages[0].content + '\\n\\n' }}{%- endif %}"                                                    \
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"            \
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"            \
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"                                \
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments " \
+    "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": " \
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}{%- endif %}"                                      \
+    "{%- for message in messages %}"                                                                     \
+    "{%- if not (tools and loop.first and message.role == 'system' and message.content is string) %}"    \
+    "{%- set content = message.content if message.content is string else '' %}"                          \
+    "{%- if message.role == 'tool' %}"                                                                   \
+    "{{- '<|im_start|>tool\\n<tool_response>\\n' + content + '\\n</tool_response><|im_end|>\\n' }}"       \
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + content }}"                                   \
+    "{%- if message.tool_calls is defined and message.tool_calls %}"                                     \
+    "{%- for tc in message.tool_calls %}{%- set f = tc.function if tc.function is defined else tc %}"    \
+    "{%- if content or not loop.first %}{{- '\\n' }}{%- endif %}"                                        \
+    "{{- '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' }}"                              \
+    "{%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}" \
+    "{{- '}\\n</tool_call>' }}{%- endfor %}{%- endif %}"                                                  \
+    "{{- '<|im_end|>\\n' }}{%- endif %}{%- endif %}{%- endfor %}"                                         \
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 
 typedef struct pith_chat_message {
     const char *role;
@@ -64,6 +90,8 @@ typedef struct pith_chat_template pith_chat_template;
  * reported here, so a model's template can be checked when the model loads. */
 int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_err *err);
 void pith_chat_template_free(pith_chat_template *t);
+/* The text the template was compiled from (the ChatML fallback's when it was given none). */
+const char *pith_chat_template_source(const pith_chat_template *t);
 
 /* Renders with `messages`, a JSON array of objects (role, content: a string, null, absent, or a list of
  * parts such as {"type": "text", "text": ...}; any other keys such as tool_calls are visible too).

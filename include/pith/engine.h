@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/grammar.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
 #include "pith/status.h"
@@ -213,6 +214,12 @@ typedef struct pith_request {
      * with index i, so sibling i's output is what this request alone with seed + i gives. Each sibling
      * is a request of its own for cancel, events and stats. 1..1024; not with embed. */
     int n;
+    /* NULL: unconstrained. Otherwise every sampled token must be allowed by this grammar (grammar.h):
+     * the engine retains it for the request's life and keeps one matcher for the sequence (a preempted
+     * sequence keeps its matcher); tokens it disallows are masked before penalties, temperature and
+     * the filters; where the grammar is complete and nothing may follow, the request finishes with
+     * stop. The grammar must be compiled for the engine tokenizer's vocabulary (same size). */
+    pith_grammar *grammar;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;

@@ -3,7 +3,8 @@
  * Order of operations (as llama.cpp and vLLM do): penalties (repetition, presence, frequency) over the
  * history the caller passes, then temperature 0 means greedy (argmax, ties to the lowest id); otherwise
  * top-k, temperature, softmax, top-p, min-p, and a draw from the seeded generator. Same seed and same
- * inputs give the same draws. A sampler is per sequence and not thread-safe. */
+ * inputs give the same draws. A constraint (pith_sampler_sample_constrained) masks disallowed tokens before
+ * all of it. A sampler is per sequence and not thread-safe. */
 #ifndef PITH_SAMPLER_H
 #define PITH_SAMPLER_H
 
@@ -53,6 +54,23 @@ int pith_sampler_dist_size(const pith_sampler *s);
 void pith_sampler_dist_at(const pith_sampler *s, int i, int32_t *id, float *logprob);
 /* Natural-log probability of `id` in the recorded distribution; -INFINITY outside it. */
 float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id);
+/* A constraint on the next token (structured output, grammar.h). fill writes the mask of allowed tokens
+ * (bit id % 32 of word id / 32; 1 = allowed) and returns how many are allowed, or -1 on failure; allows
+ * (may be NULL) answers for one token, cheaper than a whole mask. */
+typedef struct pith_token_constraint {
+    int (*fill)(void *ctx, uint32_t *mask);
+    bool (*allows)(void *ctx, int32_t token);
+    void *ctx;
+} pith_token_constraint;
+
+/* Sets the logits of the tokens the mask disallows to -inf. */
+void pith_sampler_apply_mask(float *logits, int n_vocab, const uint32_t *mask);
+/* pith_sampler_sample over the allowed tokens only: the mask applies before penalties, temperature and
+ * the filters, so they see only allowed tokens (a greedy sampler first checks the unconstrained best
+ * token with allows, and builds the mask only when it is disallowed). Returns -1 when the constraint
+ * allows no token or fails. c NULL: pith_sampler_sample. */
+int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const int32_t *history, int n_history,
+                                        const pith_token_constraint *c);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 struct pith_chat_template {
     jarena arena;
     jnode *root;
+    char *source;
 };
 
 enum { DEFAULT_DEPTH = 100 };
@@ -28,7 +29,10 @@ int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_
     if (!tmpl || !*tmpl) tmpl = PITH_CHAT_TEMPLATE_CHATML;
     size_t len = strlen(tmpl);
     pith_chat_template *t = calloc(1, sizeof *t);
-    if (!t) return pith_errf(err, "chat template: out of memory");
+    if (!t || !(t->source = strdup(tmpl))) {
+        free(t);
+        return pith_errf(err, "chat template: out of memory");
+    }
     /* Tokens and nodes take a few hundred bytes per template byte at worst. */
     size_t limit = (size_t)64 << 20;
     if (len < ((size_t)4 << 30) / 512 && len * 512 > limit) limit = len * 512;
@@ -46,8 +50,11 @@ int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_
 void pith_chat_template_free(pith_chat_template *t) {
     if (!t) return;
     jarena_free(&t->arena);
+    free(t->source);
     free(t);
 }
+
+const char *pith_chat_template_source(const pith_chat_template *t) { return t ? t->source : NULL; }
 
 static int set_var(jctx *c, jframe *f, const char *name, jv v) {
     return jframe_set(c, f, (jstr){name, strlen(name)}, v);

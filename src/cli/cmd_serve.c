@@ -30,9 +30,9 @@ static void serve_usage(FILE *out) {
     fprintf(out,
             "usage: pith serve [-m MODEL] [options]\n"
             "\n"
-            "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (streaming with\n"
-            "\"stream\": true), /v1/embeddings, /tokenize, /detokenize; GET (and HEAD) /v1/models, /health,\n"
-            "/metrics, and a chat page for the browser at GET /. See docs/api.md.\n"
+            "OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions, /v1/responses\n"
+            "(streaming with \"stream\": true), /v1/embeddings, /tokenize, /detokenize; GET (and HEAD)\n"
+            "/v1/models, /health, /metrics, and a chat page for the browser at GET /. See docs/api.md.\n"
             "\n"
             "  -m, --model PATH          GGUF file, Hugging Face directory or llama2.c .bin (default: the\n"
             "                            model, as for pith run)\n"

@@ -300,6 +300,9 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
         return pith_errf(err, "embedding pooling %d is not mean (1), cls (2) or last (3)", (int)r->embed);
     if (r->n < 0 || r->n > 1024) return pith_errf(err, "n must be in 1..1024, not %d", r->n);
     if (r->n > 1 && r->embed != PITH_EMBED_OFF) return pith_errf(err, "an embedding request has one result (n must be 1)");
+    if (r->grammar && pith_grammar_vocab_size(pith_grammar_get_vocab(r->grammar)) != e->n_vocab)
+        return pith_errf(err, "the grammar was compiled for a vocabulary of %d tokens, the model has %d",
+                         pith_grammar_vocab_size(pith_grammar_get_vocab(r->grammar)), e->n_vocab);
     if (r->embed != PITH_EMBED_OFF && !e->n_embd)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
     return 0;

@@ -62,6 +62,10 @@ int seq_create(const pith_request *r, int max_len, int block_size, int n_groups,
             if (len > s->max_stop_len) s->max_stop_len = len;
         }
     }
+    if (r->grammar && r->embed == PITH_EMBED_OFF && pith_grammar_matcher_new(r->grammar, &s->matcher, err)) {
+        seq_free(s);
+        return -1;
+    }
     if (tok) {
         pith_detok_init(&s->detok, tok, false);
         /* The prompt's text decides whether the first generated piece keeps its leading space. */
@@ -79,6 +83,7 @@ void seq_free(seq *s) {
     if (!s) return;
     free(s->forks);
     pith_sampler_free(s->sampler);
+    pith_grammar_matcher_free(s->matcher);
     free(s->tokens);
     free(s->blocks);
     free(s->names);

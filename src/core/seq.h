@@ -94,6 +94,7 @@ typedef struct seq {
                                   until the first hidden row */
     int n_pooled;              /* positions 0..n_pooled-1 are in pool (a recompute after preemption
                                   skips them) */
+    pith_grammar_matcher *matcher; /* structured output (request.grammar), or NULL; kept over preemption */
     pith_token_cb on_token;
     void *user;
 

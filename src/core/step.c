@@ -267,6 +267,13 @@ static void fail_batch(pith_engine *e, int n_seqs, const pith_err *err) {
     engine_publish_stats(e);
 }
 
+static int constraint_fill(void *ctx, uint32_t *mask) {
+    pith_err err;
+    return pith_grammar_matcher_fill_mask(ctx, mask, &err);
+}
+
+static bool constraint_allows(void *ctx, int32_t token) { return pith_grammar_matcher_allows(ctx, token); }
+
 /* Samples s's next token from its logits row, reports it, and finishes s when a stop condition holds.
  * Returns false when s finished (and is freed). */
 static bool sample_and_report(pith_engine *e, seq *s, float *row) {
@@ -279,7 +286,20 @@ static bool sample_and_report(pith_engine *e, seq *s, float *row) {
     if (s->logprobs || s->return_logits) memcpy(e->raw_row, row, (size_t)e->n_vocab * sizeof *row);
     bool processed = s->logprobs && s->logprobs_mode == PITH_LOGPROBS_PROCESSED;
     if (processed) pith_sampler_record(s->sampler, true);
-    int32_t tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
+    int32_t tok;
+    if (s->matcher) {
+        pith_token_constraint c = {.fill = constraint_fill, .allows = constraint_allows, .ctx = s->matcher};
+        tok = pith_sampler_sample_constrained(s->sampler, row, s->tokens, s->n_tokens, &c);
+        if (tok < 0 || pith_grammar_matcher_accept(s->matcher, tok, &err)) {
+            sched_remove(&e->sc, s);
+            engine_finish(e, s, PITH_FINISH_ERROR, false,
+                          tok < 0 ? "structured output: the grammar allows no token of this vocabulary here"
+                                  : err.msg);
+            return false;
+        }
+    } else {
+        tok = pith_sampler_sample(s->sampler, row, s->tokens, s->n_tokens);
+    }
     if (tok < 0 || tok >= e->n_vocab || seq_append(s, tok)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, tok < 0 || tok >= e->n_vocab ? "sampler failed" : "out of memory");
@@ -315,6 +335,10 @@ static bool sample_and_report(pith_engine *e, seq *s, float *row) {
         stop_string = seq_push_text(s, piece, (int)n, false, &ev.text, &len);
         ev.text_len = (size_t)len;
         if (stop_string) why = PITH_FINISH_STOP;
+    }
+    /* structured output: complete, and nothing may follow */
+    if (why == PITH_FINISH_NONE && s->matcher && pith_grammar_matcher_is_done(s->matcher)) {
+        why = PITH_FINISH_STOP; /* the final event releases any held-back text */
     }
     if (why == PITH_FINISH_NONE && s->n_tokens >= s->max_len) why = PITH_FINISH_LENGTH;
     emit(s, &ev);

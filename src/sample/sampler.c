@@ -1,6 +1,6 @@
 /* Sampling pipeline: penalties -> (greedy | top-k -> temperature -> softmax -> top-p -> min-p -> draw).
  * Candidates are kept as (id, logit) pairs; sorting happens only when a filter needs order, and only the
- * first top_k entries are ever sorted in full. */
+ * first top_k entries are ever sorted in full. A constraint (structured output) masks tokens to -inf first. */
 #include "pith/sampler.h"
 
 #include <math.h>
@@ -26,6 +26,7 @@ struct pith_sampler {
     int n_dist;
     double dist_total;
     double dist_lse;
+    uint32_t *mask;         /* [(n_vocab + 31) / 32] for constrained sampling, allocated on first use */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -99,6 +100,7 @@ void pith_sampler_free(pith_sampler *s) {
     if (!s) return;
     free(s->cand);
     free(s->counts);
+    free(s->mask);
     free(s);
 }
 
@@ -192,15 +194,21 @@ float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id) {
     return -INFINITY;
 }
 
-int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
+static int32_t argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* After penalties: greedy, or the filters and a draw. masked: only tokens with a finite logit (the
+ * mask set the others to -inf) are candidates; -1 when there is none. */
+static int32_t pick(pith_sampler *s, float *logits, bool masked) {
     const pith_sampling_params *p = &s->p;
     int n = s->n_vocab;
-    apply_penalties(s, logits, history, n_history);
-
     if (p->temperature == 0.0f) {
-        int32_t best = 0;
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[best]) best = i;
+        int32_t best = argmax(logits, n);
+        if (masked && logits[best] == -INFINITY) return -1;
         if (s->record) record_greedy(s, logits);
         return best;
     }
@@ -208,8 +216,8 @@ int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *histo
     candidate *c = s->cand;
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (!isnan(logits[i])) c[m++] = (candidate){i, logits[i]};
-    if (m == 0) return 0;
+        if (!isnan(logits[i]) && (!masked || logits[i] != -INFINITY)) c[m++] = (candidate){i, logits[i]};
+    if (m == 0) return masked ? -1 : 0;
     if (p->top_k > 0 && p->top_k < m) {
         partial_select(c, m, p->top_k);
         m = p->top_k;
@@ -258,4 +266,35 @@ int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *histo
         if (r < acc) return c[i].id;
     }
     return c[m - 1].id;
+}
+
+int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
+    apply_penalties(s, logits, history, n_history);
+    return pick(s, logits, false);
+}
+
+void pith_sampler_apply_mask(float *logits, int n_vocab, const uint32_t *mask) {
+    for (int w = 0; w * 32 < n_vocab; w++) {
+        uint32_t m = mask[w];
+        if (m == 0xffffffffu) continue;
+        int end = w * 32 + 32 < n_vocab ? w * 32 + 32 : n_vocab;
+        for (int i = w * 32; i < end; i++)
+            if (!((m >> (i & 31)) & 1u)) logits[i] = -INFINITY;
+    }
+}
+
+int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const int32_t *history, int n_history,
+                                        const pith_token_constraint *c) {
+    if (!c) return pith_sampler_sample(s, logits, history, n_history);
+    /* Masked tokens are -inf before and after the penalties (which scale or shift a logit), so the
+     * penalties may run first; greedy then tries the unconstrained best token before building a mask. */
+    apply_penalties(s, logits, history, n_history);
+    if (s->p.temperature == 0.0f && c->allows && !s->record) { /* recording needs the whole distribution */
+        int32_t best = argmax(logits, s->n_vocab);
+        if (c->allows(c->ctx, best)) return best;
+    }
+    if (!s->mask && !(s->mask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask))) return -1;
+    if (c->fill(c->ctx, s->mask) <= 0) return -1;
+    pith_sampler_apply_mask(logits, s->n_vocab, s->mask);
+    return pick(s, logits, true);
 }

@@ -7,6 +7,7 @@
 #include "server/buf.h"
 #include "server/generate.h"
 #include "server/handlers.h"
+#include "server/tools.h"
 
 #define MAX_MESSAGES 4096
 
@@ -91,8 +92,9 @@ static cJSON *template_vars(const cJSON *body, api_error *err) {
     return vars;
 }
 
-/* Renders and encodes the conversation; on success *out holds the prompt. */
-int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err) {
+/* Renders and encodes the conversation; on success *out holds the prompt. tools (may be NULL) learns
+ * how the prompt ends (an open <think>). */
+int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *tools, gen_prompt *out, api_error *err) {
     memset(out, 0, sizeof *out);
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     if (check_messages(msgs, err)) return -1;
@@ -109,6 +111,11 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
         cJSON_Delete(vars);
         return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
+    if (tools_prepare_messages(flat, err)) {
+        cJSON_Delete(vars);
+        cJSON_Delete(flat);
+        return -1;
+    }
     pith_chat_options opts = {
         .add_generation_prompt = add_gen, .bos_token = srv->bos_text, .eos_token = srv->eos_text, .vars = vars,
     };
@@ -122,6 +129,7 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
         server_log(srv, PITH_LOG_ERROR, "chat template: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template");
     }
+    tools_note_prompt(tools, text, len);
     rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
     free(text);
     if (rc) {
@@ -157,6 +165,10 @@ static int read_prompt_token_ids(pith_server *srv, const cJSON *body, gen_prompt
     return 0;
 }
 
+int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err) {
+    return chat_build_prompt_tools(srv, body, NULL, out, err);
+}
+
 enum MHD_Result handle_chat_completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -172,7 +184,9 @@ enum MHD_Result handle_chat_completions(http_request *r) {
     bool ids_given = false;
     if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
         read_prompt_token_ids(r->srv, body, prompt, &ids_given, &e) ||
-        (!ids_given && chat_build_prompt(r->srv, body, prompt, &e))) {
+        tools_request(r->srv, body, &p.tools, &e) || tools_constrain(r->srv, &p, &e) ||
+        gen_params_compile(r->srv, &p, &e) ||
+        (!ids_given && chat_build_prompt_tools(r->srv, body, p.tools, prompt, &e))) {
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
         cJSON_Delete(body);

@@ -77,6 +77,7 @@ enum MHD_Result handle_completions(http_request *r) {
     int n_prompts = 0;
     api_error e;
     if (gen_params_parse(body, GEN_COMPLETION, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
+        gen_params_compile(r->srv, &p, &e) ||
         read_prompts(r->srv, body, &prompts, &n_prompts, &e)) {
         gen_prompts_free(prompts, n_prompts);
         gen_params_free(&p);

@@ -1,4 +1,6 @@
 #include "server/format.h"
+#include "server/responses_out.h"
+#include "server/tools_out.h"
 
 #include "server/format_rl.h"
 
@@ -22,10 +24,14 @@ int out_init(gen_output *o, pith_server *srv, gen_kind kind, const gen_params *p
     o->p = p;
     o->created = (long long)time(NULL);
     unsigned long long serial = (unsigned long long)atomic_fetch_add(&srv->serial, 1) + 1;
-    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", kind == GEN_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(o->id, sizeof o->id, "%s%llx%06llx", kind == GEN_CHAT ? "chatcmpl-" : kind == GEN_RESPONSES ? "resp_" : "cmpl-",
              (unsigned long long)srv->created_unix, serial);
     o->n_choices = n_choices;
     o->choices = calloc((size_t)n_choices, sizeof *o->choices);
+    if (o->choices && p->tools && kind != GEN_COMPLETION && !(o->tools = tools_out_new(p->tools, srv->tok, o->id, n_choices))) {
+        free(o->choices);
+        o->choices = NULL;
+    }
     return o->choices ? 0 : -1;
 }
 
@@ -38,6 +44,8 @@ void out_free(gen_output *o) {
     }
     free(o->choices);
     o->choices = NULL;
+    tools_out_free(o->tools);
+    o->tools = NULL;
 }
 
 /* A token's text as it reads in the middle of a sequence (SentencePiece's leading space kept, special
@@ -132,6 +140,7 @@ int out_apply(gen_output *o, const job_event *ev) {
         c->finish = ev->finish;
         c->usage = ev->usage;
     }
+    if (o->tools && tools_out_event(o->tools, ev)) return -1;
     return c->text.failed ? -1 : 0;
 }
 
@@ -174,6 +183,7 @@ static void add_finish(cJSON *choice, pith_finish_reason why, bool final) {
 }
 
 cJSON *out_response(gen_output *o) {
+    if (o->kind == GEN_RESPONSES) return responses_object(o, NULL);
     cJSON *r = envelope(o, false, rl_response_gen(o));
     cJSON *choices = cJSON_AddArrayToObject(r, "choices");
     for (int i = 0; i < o->n_choices; i++) {
@@ -199,6 +209,7 @@ cJSON *out_response(gen_output *o) {
         }
         add_finish(ch, c->finish, true);
         rl_choice_fields(o, i, ch);
+        if (o->tools) tools_out_fix_choice(o->tools, i, cJSON_GetObjectItemCaseSensitive(ch, "message"), ch);
         cJSON_AddItemToArray(choices, ch);
     }
     rl_response_fields(o, r);

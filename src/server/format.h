@@ -38,6 +38,7 @@ typedef struct gen_output {
     long long created;
     int n_choices;
     out_choice *choices;
+    struct tools_out *tools;  /* tools_out.h: the output is parsed for tool calls and reasoning */
 } gen_output;
 
 int out_init(gen_output *o, pith_server *srv, gen_kind kind, const gen_params *p, int n_choices);

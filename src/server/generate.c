@@ -53,14 +53,15 @@ static uint64_t random_seed(void) {
 static int check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
                          api_error *err) {
     int limit = srv->max_seq_len;
-    if (pr->n < 1) return api_errorf(err, 400, "invalid_value", kind == GEN_CHAT ? "messages" : "prompt", "the prompt is empty");
+    const char *what = kind == GEN_CHAT ? "messages" : kind == GEN_RESPONSES ? "input" : "prompt";
+    if (pr->n < 1) return api_errorf(err, 400, "invalid_value", what, "the prompt is empty");
     if (pr->n >= limit)
-        return api_errorf(err, 400, "context_length_exceeded", kind == GEN_CHAT ? "messages" : "prompt",
+        return api_errorf(err, 400, "context_length_exceeded", what,
                           "this model's maximum context length is %d tokens, but the prompt has %d tokens", limit, pr->n);
     int room = limit - pr->n;
     if (p->max_tokens > 0) {
         if (p->max_tokens > room)
-            return api_errorf(err, 400, "context_length_exceeded", "max_tokens",
+            return api_errorf(err, 400, "context_length_exceeded", kind == GEN_RESPONSES ? "max_output_tokens" : "max_tokens",
                               "this model's maximum context length is %d tokens; you requested %d tokens "
                               "(%d in the prompt, %d for the completion)",
                               limit, pr->n + p->max_tokens, pr->n, p->max_tokens);
@@ -158,6 +159,7 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
             /* one choice per prompt computes them; the response shows them for all its choices */
             .prompt_logprobs = p->prompt_logprobs >= 0 && i % p->n == 0,
             .prompt_top_logprobs = p->prompt_logprobs > 0 ? p->prompt_logprobs : 0,
+            .grammar = p->grammar,
         };
         q.sampling.seed = seed + (uint64_t)i;
         pith_err why;

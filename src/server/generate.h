@@ -34,5 +34,7 @@ void gen_cancelled_error(pith_server *srv, api_error *e);
 
 /* chat_completions.c: renders body.messages with the chat template and encodes it. */
 int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err);
+struct chat_tools;
+int chat_build_prompt_tools(pith_server *srv, const cJSON *body, struct chat_tools *tools, gen_prompt *out, api_error *err);
 
 #endif

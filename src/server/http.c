@@ -20,6 +20,7 @@ static const route routes[] = {
     {"GET", "/v1/models/", true, handle_models},
     {"POST", "/v1/completions", true, handle_completions},
     {"POST", "/v1/chat/completions", true, handle_chat_completions},
+    {"POST", "/v1/responses", true, handle_responses},
     {"POST", "/v1/embeddings", true, handle_embeddings},
     {"POST", "/tokenize", true, handle_tokenize},
     {"POST", "/detokenize", true, handle_detokenize},

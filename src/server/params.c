@@ -1,4 +1,5 @@
 #include "server/params.h"
+#include "server/tools.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -153,12 +154,6 @@ static int refuse_unsupported(const cJSON *body, api_error *err) {
     }
     if ((v = field(body, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
         return api_errorf(err, 400, "unsupported_parameter", "logit_bias", "'logit_bias' is not supported");
-    if ((v = field(body, "response_format"))) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return api_errorf(err, 400, "unsupported_parameter", "response_format",
-                              "only the 'text' response_format is supported");
-    }
     return 0;
 }
 
@@ -227,7 +222,7 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
             return api_errorf(err, 400, "invalid_value", "cache_salt", "'cache_salt' must be a string of 1 to 1024 bytes");
         if (!(p->cache_salt = strdup(salt->valuestring))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
-    return 0;
+    return structured_parse(body, p, err);
 }
 
 void gen_params_free(gen_params *p) {
@@ -238,5 +233,8 @@ void gen_params_free(gen_params *p) {
     for (int i = 0; i < p->n_prompt_ids; i++) free(p->prompt_ids[i]);
     free(p->prompt_ids);
     free(p->prompt_n);
+    chat_tools_free(p->tools);
+    free(p->grammar_src);
+    pith_grammar_release(p->grammar);
     memset(p, 0, sizeof *p);
 }

@@ -1,8 +1,8 @@
 /* Generation parameters of /v1/completions and /v1/chat/completions: read from the JSON body, checked,
  * and mapped to the engine's request fields. Defaults follow OpenAI (temperature 1, top_p 1, n 1;
  * max_tokens 16 for completions, up to the context for chat). Unknown fields are ignored; fields Pith
- * knows but does not implement (echo, suffix, best_of > 1, logit_bias, non-text response_format) are
- * refused with 400 rather than silently ignored. */
+ * knows but does not implement (echo, suffix, best_of > 1, logit_bias) are refused with 400 rather than
+ * silently ignored. Structured output (response_format, grammar, guided_*...) is read by structured.c. */
 #ifndef PITH_SERVER_PARAMS_H
 #define PITH_SERVER_PARAMS_H
 
@@ -11,7 +11,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "pith/grammar.h"
 #include "pith/sampler.h"
+#include "pith/server.h"
 #include "server/api_error.h"
 
 #define PARAMS_MAX_N 16         /* choices per prompt */
@@ -45,14 +47,27 @@ typedef struct gen_params {
     int32_t **prompt_ids;
     int *prompt_n;
     int n_prompt_ids;
+    struct chat_tools *tools;  /* tools.h; owned, NULL when the output needs no parsing */
+    /* structured output (structured.c): what constrains the output, NULL grammar_src when nothing */
+    pith_grammar_kind grammar_kind;
+    char *grammar_src;         /* owned */
+    const char *grammar_param; /* the parameter it came from, for errors */
+    pith_grammar *grammar;     /* one reference, after gen_params_compile */
 } gen_params;
 
-typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT } gen_kind;
+typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT, GEN_RESPONSES } gen_kind; /* RESPONSES: /v1/responses, parsed as chat */
 
 /* Fills p from body (a JSON object). On failure fills err (400) and returns -1; p is freed either way
  * by gen_params_free. */
 int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error *err);
 void gen_params_free(gen_params *p);
+/* Compiles the structured-output constraint, if any, for the served vocabulary (400 naming the
+ * parameter and the problem when it does not compile). */
+int gen_params_compile(pith_server *srv, gen_params *p, api_error *err);
+/* structured.c: reads response_format, grammar, json_schema, guided_*, structured_outputs. */
+int structured_parse(const cJSON *body, gen_params *p, api_error *err);
+/* Releases the compiled grammars kept for srv (before its vocabulary is freed). */
+void structured_cache_free(const pith_server *srv);
 
 /* Helpers shared by the request readers. A JSON number is an integer when it has no fractional part
  * and fits in int64. */

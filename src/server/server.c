@@ -16,6 +16,7 @@
 #include "pith/bench.h"
 #include "server/http.h"
 #include "server/job.h"
+#include "server/params.h"
 #include "server/server_internal.h"
 
 void server_log(pith_server *s, int level, const char *fmt, ...) {
@@ -300,6 +301,8 @@ void pith_server_free(pith_server *s) {
     if (s->listen_fd >= 0) close(s->listen_fd);
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
+    structured_cache_free(s);                  /* after the engine: its requests held grammars too */
+    pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
     auth_free(&s->keys);

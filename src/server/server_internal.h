@@ -16,6 +16,7 @@
 #include "pith/engine.h"
 #include "pith/model.h"
 #include "pith/server.h"
+#include "pith/grammar.h"
 #include "pith/tokenizer.h"
 #include "server/auth.h"
 #include "server/cors.h"
@@ -51,6 +52,7 @@ struct pith_server {
     pith_chat_template *chat;
     char *bos_text, *eos_text;  /* for templates; NULL when the tokenizer has none */
     pith_engine *engine;
+    pith_grammar_vocab *grammar_vocab; /* structured output: built from tok at first use, under jobs_lock */
     int max_seq_len;
     atomic_bool ready;
     atomic_bool load_claimed;

@@ -5,12 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/responses_out.h"
+#include "server/tools_out.h"
+
 typedef struct gen_stream {
     http_request *r;
     job *job;
     gen_params params;
     gen_output out;
     buf pending;
+    resp_items *resp;  /* /v1/responses: its output items and event numbering */
+    bool resp_opened;  /* its opening events sent */
     bool opened;     /* chat role chunks sent (with the first event) */
     bool ended;      /* nothing more to add after pending */
     double last_write;
@@ -22,6 +27,7 @@ static void stream_free(void *p) {
     out_free(&st->out);
     gen_params_free(&st->params);
     buf_free(&st->pending);
+    resp_items_free(st->resp);
     free(st);
 }
 
@@ -38,11 +44,26 @@ static void put_json(gen_stream *st, cJSON *j) {
     cJSON_free(s);
 }
 
+static void put_json_cb(void *ctx, cJSON *j) { put_json(ctx, j); }
+
+/* A Responses API event: `event: TYPE` then its data. */
+static void put_event(void *ctx, cJSON *j) {
+    gen_stream *st = ctx;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+    if (cJSON_IsString(type)) {
+        buf_puts(&st->pending, "event: ");
+        buf_puts(&st->pending, type->valuestring);
+        buf_puts(&st->pending, "\n");
+    }
+    put_json(st, j);
+}
+
 static void put_error(gen_stream *st, int status, const char *code, const char *msg) {
     api_error e;
     api_errorf(&e, status, code, NULL, "%s", msg);
     metrics_error(&st->r->srv->metrics, status);
-    put_json(st, api_error_json(&e));
+    if (st->resp) resp_stream_error(st->resp, code, msg, put_event, st);
+    else put_json(st, api_error_json(&e));
     st->ended = true;
 }
 
@@ -72,6 +93,14 @@ static void pump(gen_stream *st) {
                 put_error(st, 500, "internal_error", "the model failed while generating");
             break;
         }
+        if (st->resp) {
+            if (resp_stream_event(st->resp, ev, put_event, st)) oom = true;
+            continue;
+        }
+        if (st->out.tools) {
+            if (tools_out_chat_stream(&st->out, ev, put_json_cb, st)) oom = true;
+            continue;
+        }
         bool chunk_oom = false;
         cJSON *chunk = out_chunk(&st->out, ev, &chunk_oom);
         if (chunk) put_json(st, chunk);
@@ -85,7 +114,10 @@ static void pump(gen_stream *st) {
         put_error(st, 500, "internal_error", "out of memory");
         return;
     }
-    if (all_done) {
+    if (all_done && st->resp) {
+        resp_stream_close(st->resp, put_event, st);
+        st->ended = true;
+    } else if (all_done) {
         if (st->params.include_usage) put_json(st, out_usage_chunk(&st->out));
         buf_puts(&st->pending, "data: [DONE]\n\n");
         st->ended = true;
@@ -108,6 +140,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             http_client_cancelled(st->r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        if (st->resp && !st->resp_opened) { /* response.created and in_progress at once */
+            st->resp_opened = true;
+            resp_stream_open(st->resp, put_event, st);
+            continue;
+        }
         pump(st);
         if (!st->pending.len && !st->ended && server_now() - st->last_write > st->heartbeat_s)
             buf_puts(&st->pending, ": keep-alive\n\n");
@@ -126,7 +163,8 @@ enum MHD_Result stream_start(http_request *r, gen_kind kind, gen_params *p) {
     memset(p, 0, sizeof *p);
     st->last_write = server_now();
     st->heartbeat_s = r->srv->idle_timeout_s / 2.0 < 15 ? r->srv->idle_timeout_s / 2.0 : 15;
-    if (out_init(&st->out, r->srv, kind, &st->params, r->job->n_choices)) {
+    if (out_init(&st->out, r->srv, kind, &st->params, r->job->n_choices) ||
+        (kind == GEN_RESPONSES && !(st->resp = resp_items_new(&st->out)))) {
         stream_free(st);
         return MHD_NO;
     }

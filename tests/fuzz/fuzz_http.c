@@ -83,13 +83,13 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const http_handler handlers[] = {handle_completions, handle_chat_completions, handle_tokenize,
-                                            handle_detokenize};
+                                            handle_detokenize, handle_responses};
     char *body = malloc(size);
     if (!body) return 0;
     memcpy(body, data + 1, size - 1);
     body[size - 1] = 0;
     http_request r = {.srv = &srv, .method = "POST", .url = "/", .body = body, .body_len = size - 1};
-    handlers[data[0] % 4](&r);
+    handlers[data[0] % 5](&r);
     if (!r.responded) abort(); /* a handler must queue exactly one response */
     free(body);
     return 0;

@@ -1,0 +1,113 @@
+/* Structured output: grammars that constrain which tokens may be sampled.
+ *
+ * A grammar (GBNF, a JSON Schema, a regular expression, or schema-free JSON) is compiled once against a
+ * vocabulary into a pith_grammar: a pushdown automaton over bytes (rules over byte ranges; the matcher's
+ * state is a set of stacks) plus, for every position of the automaton, a precomputed token mask for the
+ * tokens whose acceptance does not depend on what lies below the top of the stack (xgrammar's adaptive
+ * token masks). A matcher follows one sequence: it gives the mask of tokens allowed next (the
+ * precomputed masks of its stack tops, plus a check of each remaining, context-dependent token against
+ * the full stack) or checks one token alone (cheaper when the sampled token is usually allowed), and
+ * accepts the sampled token's bytes.
+ *
+ * Special tokens are never allowed, except the end-of-generation tokens (EOS, <|eot_id|>...) at a state
+ * where the grammar may end. A pith_grammar is reference counted and shared by any number of matchers
+ * (and engine requests); its lazily filled caches are guarded by a mutex, so matchers of one grammar may
+ * run on different threads. A matcher is per sequence and not thread-safe.
+ *
+ * Front ends (docs/api.md#structured-output lists what each supports): GBNF as llama.cpp's `grammar`
+ * parameter takes it, JSON Schema (OpenAI strict mode and common real-world schemas), a regular
+ * expression, schema-free JSON and a list of choices. Anything unsupported fails with an error that
+ * names it: a grammar never silently becomes unconstrained. */
+#ifndef PITH_GRAMMAR_H
+#define PITH_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pith/status.h"
+#include "pith/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- vocabulary: every token's bytes, built once per tokenizer and shared by its grammars ---- */
+typedef struct pith_grammar_vocab pith_grammar_vocab;
+
+enum {
+    PITH_GRAMMAR_TOKEN_NORMAL = 0,  /* its bytes are matched against the grammar */
+    PITH_GRAMMAR_TOKEN_SPECIAL = 1, /* never allowed */
+    PITH_GRAMMAR_TOKEN_END = 2,     /* ends generation: allowed only where the grammar may end */
+};
+
+/* The bytes each token decodes to (SentencePiece space markers and <0xNN> pieces, GPT-2 byte-level
+ * characters), special tokens from pith_tokenizer_is_special and end tokens from pith_tokenizer_is_eog. */
+int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_vocab **out, pith_err *err);
+/* From explicit byte strings (tests, other tokenizers): bytes[i] of lens[i] bytes, kinds[i] one of
+ * PITH_GRAMMAR_TOKEN_* (kinds may be NULL: all normal). Everything is copied. */
+int pith_grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *kinds,
+                           pith_grammar_vocab **out, pith_err *err);
+void pith_grammar_vocab_free(pith_grammar_vocab *v);
+int pith_grammar_vocab_size(const pith_grammar_vocab *v);
+
+/* ---- compiled grammars ---- */
+typedef struct pith_grammar pith_grammar;
+
+typedef enum pith_grammar_kind {
+    PITH_GRAMMAR_GBNF = 0,       /* llama.cpp GBNF; the start rule is `root` */
+    PITH_GRAMMAR_JSON_SCHEMA,    /* a JSON Schema document (text) */
+    PITH_GRAMMAR_REGEX,          /* a regular expression, matched whole */
+    PITH_GRAMMAR_JSON,           /* any JSON object (response_format json_object); source ignored */
+    PITH_GRAMMAR_CHOICE,         /* a JSON array of strings: the output is exactly one of them */
+} pith_grammar_kind;
+
+/* Compiles src (len bytes; need not be NUL-terminated) for vocabulary v, which must outlive the
+ * grammar. Fills err with one line naming the problem (a GBNF syntax error with its line and column,
+ * an unsupported JSON Schema keyword with its path, ...). *out holds one reference. */
+int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, const char *src, size_t len,
+                         pith_grammar **out, pith_err *err);
+pith_grammar *pith_grammar_retain(pith_grammar *g);
+void pith_grammar_release(pith_grammar *g);   /* frees at the last reference; NULL is fine */
+const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g);
+
+/* Text front ends: each writes GBNF (malloc'd, NUL-terminated, *gbnf) whose start rule is named
+ * `root_name` and whose other rules all begin with `root_name` followed by '-', so the output of several
+ * calls with different names can be concatenated into one grammar (a tool call wrapping the schema of
+ * its arguments, for example) with a hand-written `root` rule referring to them. */
+int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char *root_name, char **gbnf,
+                                     pith_err *err);
+int pith_grammar_regex_to_gbnf(const char *regex, size_t len, const char *root_name, char **gbnf,
+                               pith_err *err);
+/* Schema-free JSON: any value (object_only false) or any object. */
+int pith_grammar_json_to_gbnf(bool object_only, const char *root_name, char **gbnf, pith_err *err);
+
+/* ---- matchers: one per sequence ---- */
+typedef struct pith_grammar_matcher pith_grammar_matcher;
+
+int pith_grammar_matcher_new(pith_grammar *g, pith_grammar_matcher **out, pith_err *err);
+void pith_grammar_matcher_free(pith_grammar_matcher *m);
+/* Words of a mask: one bit per token, bit (id % 32) of word (id / 32); 1 = allowed. */
+size_t pith_grammar_mask_words(const pith_grammar *g);
+/* Writes the mask of tokens allowed next into mask[pith_grammar_mask_words]. Returns the number of
+ * tokens allowed, or -1 with err filled (the automaton outgrew its limits). */
+int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err);
+/* Whether one token is allowed next (no mask is built). */
+bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token);
+/* Advances over the token's bytes. Returns 0, or -1 with err filled when the token is not allowed (the
+ * matcher is then unchanged). An end token is accepted only where the grammar may end, and the matcher
+ * is then finished. */
+int pith_grammar_matcher_accept(pith_grammar_matcher *m, int32_t token, pith_err *err);
+/* Advances over raw bytes (tests, prefilled text); same contract as accept. */
+int pith_grammar_matcher_accept_bytes(pith_grammar_matcher *m, const char *bytes, size_t len, pith_err *err);
+/* The grammar may end here (an end token is allowed). */
+bool pith_grammar_matcher_can_end(const pith_grammar_matcher *m);
+/* The grammar has ended: an end token was accepted, or the input is complete and nothing else may
+ * follow (generation should stop). */
+bool pith_grammar_matcher_is_done(const pith_grammar_matcher *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,303 @@
+/* Token masks and matchers.
+ *
+ * For each byte-set position of the grammar, the trie of the vocabulary is walked once from the stack
+ * made of that position's frame alone over an unknown context (node 1). A token whose bytes all match
+ * without leaving the frame (or that leaves it exactly at its last byte) is accepted whatever lies
+ * below: it goes into the position's accepted set. A token that dies without ever leaving the frame is
+ * rejected whatever lies below. The others left the frame with bytes to go: whether they match depends
+ * on the stack below, so they are listed as context-dependent. A state's mask is then the union, over
+ * its stacks, of the accepted set of the stack's top position plus the context-dependent tokens that
+ * match from that very stack (checked byte by byte through the automaton's cached transitions). The
+ * last 64 masks are kept per grammar, keyed by state. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/gr_internal.h"
+
+typedef struct ibuf {
+    int32_t *a;
+    int n, cap;
+} ibuf;
+
+static int ibuf_push(ibuf *b, int32_t x) {
+    if (b->n == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 256;
+        int32_t *q = realloc(b->a, (size_t)cap * sizeof *q);
+        if (!q) return -1;
+        b->a = q;
+        b->cap = cap;
+    }
+    b->a[b->n++] = x;
+    return 0;
+}
+
+static int compute_poscache(pith_grammar *g, int32_t pos) {
+    gr_pda *p = &g->pda;
+    const pith_grammar_vocab *v = g->vocab;
+    gr_poscache *pc = &g->poscache[pos];
+    g->n_poscache++;
+    int32_t s0 = gr_pda_singleton(p, gr_pda_ctx_node(p, pos, 12));
+    if (s0 < 0) return -1;
+    int32_t *st = malloc(((size_t)v->max_depth + 2) * sizeof *st);
+    uint8_t *cx = malloc((size_t)v->max_depth + 2);
+    uint32_t *acc = calloc(g->mask_words, sizeof *acc);
+    ibuf dep = {0};
+    int n_acc = 0;
+    int bad = !st || !cx || !acc;
+    if (!bad) {
+        st[0] = s0;
+        cx[0] = 0;
+        const uint8_t *tb = v->tb;
+        const uint16_t *td = v->td;
+        const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
+        for (int i = 0; i < v->n_nodes;) {
+            int d = td[i];
+            int32_t ps = st[d - 1];
+            int32_t ns = gr_pda_step(p, ps, tb[i]);
+            if (ns < 0) {
+                if (p->overflow) { bad = 1; break; }
+                uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+                if (c)
+                    for (int32_t k = toff[i]; k < toff[tskip[i]]; k++)
+                        if (ibuf_push(&dep, ttok[k])) bad = 1;
+                i = tskip[i];
+                continue;
+            }
+            st[d] = ns;
+            cx[d] = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+            for (int32_t k = toff[i]; k < toff[i + 1]; k++) {
+                acc[ttok[k] >> 5] |= 1u << (ttok[k] & 31);
+                n_acc++;
+            }
+            i++;
+        }
+    }
+    free(st);
+    free(cx);
+    if (bad || p->overflow) {
+        free(acc);
+        free(dep.a);
+        return -1;
+    }
+    if ((size_t)n_acc * 4 < g->mask_words) { /* sparse: keep a list */
+        int32_t *list = malloc(((size_t)n_acc + 1) * sizeof *list);
+        if (!list) { free(acc); free(dep.a); return -1; }
+        int k = 0;
+        for (size_t w = 0; w < g->mask_words; w++)
+            for (uint32_t bits = acc[w]; bits; bits &= bits - 1) list[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(bits));
+        free(acc);
+        pc->acc = (uint32_t *)list;
+        pc->acc_bitmap = false;
+    } else {
+        pc->acc = acc;
+        pc->acc_bitmap = true;
+    }
+    pc->n_acc = n_acc;
+    /* dep tokens are in trie order: keep each one's common prefix length with the one before, so the
+     * check can resume from the state at that depth */
+    pc->dep = dep.a;
+    pc->n_dep = dep.n;
+    pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
+    if (!pc->dep_lcp) { free(acc); return -1; }
+    for (int k = 0; k < dep.n; k++) {
+        int32_t t = dep.a[k];
+        if (k == 0) { pc->dep_lcp[k] = 0; continue; }
+        int32_t u = dep.a[k - 1];
+        size_t lt = v->off[t + 1] - v->off[t], lu = v->off[u + 1] - v->off[u], l = 0;
+        const char *bt = v->bytes + v->off[t], *bu = v->bytes + v->off[u];
+        while (l < lt && l < lu && bt[l] == bu[l]) l++;
+        pc->dep_lcp[k] = (uint16_t)(l > 65535 ? 65535 : l);
+    }
+    pc->ready = true;
+    return 0;
+}
+
+int gr_precompute(pith_grammar *g, pith_err *err) {
+    if (!getenv("PITH_GRAMMAR_EAGER")) return 0;
+    for (int32_t pos = 0; pos < g->pda.n_elems; pos++)
+        if (g->pda.elems[pos].kind == GR_BYTES && !g->poscache[pos].ready && compute_poscache(g, pos))
+            return pith_errf(err, "grammar: the automaton is too large (memory limit reached)");
+    return 0;
+}
+
+static int32_t run_bytes(gr_pda *p, int32_t set, const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < n && set >= 0; i++) set = gr_pda_step(p, set, b[i]);
+    return set;
+}
+
+static inline void bit_set(uint32_t *m, int32_t t) { m[t >> 5] |= 1u << (t & 31); }
+
+/* The mask of state `set` (g->mu held). Returns allowed count or -1. */
+static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
+    gr_pda *p = &g->pda;
+    const pith_grammar_vocab *v = g->vocab;
+    gr_mask_slot *slot = &g->slots[(uint32_t)set % (sizeof g->slots / sizeof g->slots[0])];
+    g->n_masks++;
+    if (slot->set == set && slot->mask) {
+        g->n_mask_hits++;
+        memcpy(mask, slot->mask, g->mask_words * sizeof *mask);
+        return slot->n_allowed;
+    }
+    memset(mask, 0, g->mask_words * sizeof *mask);
+    if (p->set_flags[set] & GR_SET_ACCEPT)
+        for (int i = 0; i < v->n_end; i++) bit_set(mask, v->end_tokens[i]);
+    int n;
+    const int32_t *mem = gr_pda_members(p, set, &n);
+    for (int i = 0; i < n; i++) {
+        int32_t x = mem[i];
+        if (x <= GR_NODE_CTX) continue;
+        int32_t pos = p->alias[p->node_pos[x]];
+        gr_poscache *pc = &g->poscache[pos];
+        if (!pc->ready && compute_poscache(g, pos)) return -1;
+        mem = gr_pda_members(p, set, &n); /* the pool may have moved */
+        if (pc->acc_bitmap)
+            for (size_t w = 0; w < g->mask_words; w++) mask[w] |= pc->acc[w];
+        else
+            for (int32_t k = 0; k < pc->n_acc; k++) bit_set(mask, (int32_t)pc->acc[k]);
+        if (pc->n_dep) {
+            int32_t single = gr_pda_singleton(p, x);
+            if (single < 0) return -1;
+            mem = gr_pda_members(p, set, &n);
+            /* st[d]: the state after the first d bytes of the previous token (GR_DEAD past `alive`) */
+            int32_t *st = g->scratch_states;
+            st[0] = single;
+            int valid = 0; /* st[0..valid] hold the previous token's states (the last may be dead) */
+            g->n_dep_checks += (uint64_t)pc->n_dep;
+            for (int32_t k = 0; k < pc->n_dep; k++) {
+                int32_t t = pc->dep[k];
+                int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;
+                const unsigned char *b = (const unsigned char *)v->bytes + v->off[t];
+                int len = (int)(v->off[t + 1] - v->off[t]);
+                while (d < len && st[d] >= 0) {
+                    st[d + 1] = gr_pda_step(p, st[d], b[d]);
+                    d++;
+                }
+                valid = d;
+                if (d == len && st[len] >= 0) bit_set(mask, t);
+            }
+            mem = gr_pda_members(p, set, &n);
+        }
+        if (p->overflow) return -1;
+    }
+    int count = 0;
+    for (size_t w = 0; w < g->mask_words; w++) count += __builtin_popcount(mask[w]);
+    if (!slot->mask) slot->mask = malloc(g->mask_words * sizeof *slot->mask);
+    if (slot->mask) {
+        memcpy(slot->mask, mask, g->mask_words * sizeof *mask);
+        slot->set = set;
+        slot->n_allowed = count;
+    }
+    return count;
+}
+
+/* ---- matchers ---- */
+
+struct pith_grammar_matcher {
+    pith_grammar *g;
+    int32_t set;
+    bool done;
+};
+
+int pith_grammar_matcher_new(pith_grammar *g, pith_grammar_matcher **out, pith_err *err) {
+    *out = NULL;
+    if (!g) return pith_errf(err, "grammar matcher: no grammar");
+    pith_grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m) return pith_errf(err, "out of memory");
+    m->g = pith_grammar_retain(g);
+    m->set = g->pda.start_set;
+    *out = m;
+    return 0;
+}
+
+void pith_grammar_matcher_free(pith_grammar_matcher *m) {
+    if (!m) return;
+    pith_grammar_release(m->g);
+    free(m);
+}
+
+size_t pith_grammar_mask_words(const pith_grammar *g) { return g->mask_words; }
+
+static const char *TOO_LARGE = "grammar: the automaton outgrew its memory limit";
+
+int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err) {
+    pith_grammar *g = m->g;
+    if (m->done) {
+        memset(mask, 0, g->mask_words * sizeof *mask);
+        return 0;
+    }
+    pthread_mutex_lock(&g->mu);
+    int n = g->pda.overflow ? -1 : state_mask(g, m->set, mask);
+    pthread_mutex_unlock(&g->mu);
+    if (n < 0) return pith_errf(err, "%s", TOO_LARGE);
+    return n;
+}
+
+/* The state after token (g->mu held); GR_DEAD when not allowed. *ends: an end token. */
+static int32_t after_token(pith_grammar_matcher *m, int32_t token, bool *ends) {
+    pith_grammar *g = m->g;
+    const pith_grammar_vocab *v = g->vocab;
+    *ends = false;
+    if (m->done || token < 0 || token >= v->n_vocab) return GR_DEAD;
+    if (v->kind[token] == PITH_GRAMMAR_TOKEN_END) {
+        *ends = true;
+        return (g->pda.set_flags[m->set] & GR_SET_ACCEPT) ? m->set : GR_DEAD;
+    }
+    size_t len = v->off[token + 1] - v->off[token];
+    if (v->kind[token] != PITH_GRAMMAR_TOKEN_NORMAL || len == 0 || len > 4096) return GR_DEAD;
+    return run_bytes(&g->pda, m->set, (const unsigned char *)v->bytes + v->off[token], len);
+}
+
+bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token) {
+    bool ends;
+    pthread_mutex_lock(&m->g->mu);
+    int32_t s = after_token(m, token, &ends);
+    pthread_mutex_unlock(&m->g->mu);
+    return s >= 0;
+}
+
+int pith_grammar_matcher_accept(pith_grammar_matcher *m, int32_t token, pith_err *err) {
+    bool ends;
+    pthread_mutex_lock(&m->g->mu);
+    int32_t s = after_token(m, token, &ends);
+    bool over = m->g->pda.overflow;
+    pthread_mutex_unlock(&m->g->mu);
+    if (s < 0) {
+        if (over) return pith_errf(err, "%s", TOO_LARGE);
+        if (m->done) return pith_errf(err, "grammar: token %d after the grammar ended", (int)token);
+        return pith_errf(err, "grammar: token %d is not allowed here", (int)token);
+    }
+    m->set = s;
+    if (ends) m->done = true;
+    return 0;
+}
+
+int pith_grammar_matcher_accept_bytes(pith_grammar_matcher *m, const char *bytes, size_t len, pith_err *err) {
+    if (m->done) return pith_errf(err, "grammar: bytes after the grammar ended");
+    pthread_mutex_lock(&m->g->mu);
+    int32_t s = run_bytes(&m->g->pda, m->set, (const unsigned char *)bytes, len);
+    bool over = m->g->pda.overflow;
+    pthread_mutex_unlock(&m->g->mu);
+    if (s < 0) return pith_errf(err, "%s", over ? TOO_LARGE : "grammar: the bytes are not allowed here");
+    m->set = s;
+    return 0;
+}
+
+/* set_flags and set_len of an existing set never change, but the arrays may be reallocated by another
+ * matcher of the same grammar: read them under the lock. */
+bool pith_grammar_matcher_can_end(const pith_grammar_matcher *m) {
+    if (m->done) return false;
+    pthread_mutex_lock(&m->g->mu);
+    bool r = (m->g->pda.set_flags[m->set] & GR_SET_ACCEPT) != 0;
+    pthread_mutex_unlock(&m->g->mu);
+    return r;
+}
+
+bool pith_grammar_matcher_is_done(const pith_grammar_matcher *m) {
+    if (m->done) return true;
+    pthread_mutex_lock(&m->g->mu);
+    int n;
+    const int32_t *mem = gr_pda_members(&m->g->pda, m->set, &n);
+    bool r = n == 1 && mem[0] == GR_NODE_ACCEPT;
+    pthread_mutex_unlock(&m->g->mu);
+    return r;
+}
