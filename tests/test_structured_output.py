@@ -4,7 +4,7 @@ regular expressions and choice lists, sampled at temperature 1 with random seeds
 random walks through each grammar), through completions and chat, streamed and not, n = 1 and 2, with
 a KV pool small enough that sequences are preempted and recomputed.
 
-- 240 random JSON Schemas of growing depth (0..4: strings with lengths, formats and patterns, integers
+- 200 random JSON Schemas of growing depth (0..4: strings with lengths, formats and patterns, integers
   and numbers with bounds, enums, consts, nullable types, anyOf, nested objects with required and
   optional properties, arrays with item counts, $defs / $ref): every output parses and validates with
   an independent validator, npm ajv (Ajv2020 + ajv-formats); skipped with a reason when node or ajv is
@@ -435,12 +435,12 @@ def run():
     p, base, log = serve(model)
     try:
         rng = random.Random(1234)
-        schemas = make_schemas(240, 99)
+        schemas = make_schemas(200, 99)
         jobs = []
         for i, s in enumerate(schemas):
             route = "/v1/chat/completions" if i % 3 == 0 else "/v1/completions"
             body = {"max_tokens": 560, "temperature": 1.0, "seed": rng.randint(0, 1 << 30),
-                    "stream": i % 4 == 1, "n": 2 if i % 5 == 0 else 1}
+                    "stream": i % 4 == 1, "n": 2 if i % 10 == 0 else 1}
             if route.endswith("chat/completions"):
                 body["messages"] = [{"role": "user", "content": "json please %d" % i}]
             else:
@@ -457,6 +457,15 @@ def run():
                 body["json_schema"] = s
             jobs.append((route, body, s))
 
+        # first, eight long outputs at once (about 150 tokens each, 640 in the pool): some are preempted
+        # and recomputed with their matcher kept
+        long_schema = {"type": "array", "items": {"type": "string", "minLength": 20, "maxLength": 20},
+                       "minItems": 6, "maxItems": 6}
+        for k in range(8):
+            jobs.insert(0, ("/v1/completions", {"prompt": "Long %d:" % k, "max_tokens": 560, "temperature": 1.0,
+                                                "seed": 500 + k, "stream": k % 2 == 1, "n": 1,
+                                                "guided_json": long_schema}, long_schema))
+
         def one(job):
             route, body, s = job
             st, r = post(base, route, body)
@@ -471,7 +480,7 @@ def run():
                 fins.append(c["finish_reason"])
             return st, r, outs, fins
 
-        with ThreadPoolExecutor(6) as ex:
+        with ThreadPoolExecutor(8) as ex:
             results = list(ex.map(one, jobs))
         pairs = []
         n_outputs = 0
@@ -493,7 +502,7 @@ def run():
             m = re.search(r"^pith_preemptions_total (\d+)", mr.read().decode(), re.M)
         print("preemptions: %s" % (m.group(1) if m else "?"))
         check(m is not None and int(m.group(1)) > 0, "no sequence was preempted: the recompute path went untested")
-        check(n_outputs >= 240, "too few schema outputs")
+        check(n_outputs >= 200, "too few schema outputs")
         if have_ajv:
             path = os.path.join(TMP, "structured-pairs.json")
             with open(path, "w") as f:
@@ -504,7 +513,7 @@ def run():
             check(v.returncode == 0, "ajv: " + (v.stdout + v.stderr)[-3000:])
 
         # GBNF
-        grammars = FIXED_GBNF + [random_gbnf(random.Random(s)) for s in range(40)]
+        grammars = FIXED_GBNF + [random_gbnf(random.Random(s)) for s in range(24)]
         n_gbnf = 0
         for gi, g in enumerate(grammars):
             try:
@@ -512,7 +521,7 @@ def run():
             except Exception as e:  # the test's own parser must read every grammar it made
                 check(False, "test parser failed on %r: %s" % (g, e))
                 continue
-            for k in range(3):
+            for k in range(2):
                 body = {"prompt": "G%d" % gi, "max_tokens": 400, "temperature": 1.0, "seed": gi * 10 + k,
                         "grammar": g, "stream": k == 1}
                 st, r = post(base, "/v1/completions", body)
@@ -531,7 +540,7 @@ def run():
                 n_gbnf += 1
                 check(gbnf_accepts(rules, out), "GBNF output rejected by the independent parser: %r for %r" % (out, g))
         print("GBNF outputs checked: %d" % n_gbnf)
-        check(n_gbnf >= 60, "too few finished GBNF outputs (%d)" % n_gbnf)
+        check(n_gbnf >= 30, "too few finished GBNF outputs (%d)" % n_gbnf)
 
         # regex and choice
         for i, rx in enumerate(["[0-9]{3}-[a-z]{2,4}", "(ab|c)+d?", "\\d{1,2}(\\.\\d)?%", "[A-Z][a-z]{1,5}( [A-Z][a-z]{1,5})?"]):

@@ -129,8 +129,9 @@ typedef struct gr_poscache {
     bool acc_bitmap;     /* acc is a bitmap of mask_words words, else a list of n_acc ids */
     int32_t n_acc, n_dep;
     uint32_t *acc;
-    int32_t *dep;        /* tokens that need the stack below the top frame, in trie order */
-    uint16_t *dep_lcp;   /* bytes each shares with the one before */
+    /* roots (preorder trie nodes) of the subtrees whose tokens need the stack below the top frame */
+    int32_t *dep;
+    uint16_t *dep_lcp;   /* bytes each root's path shares with the one before */
 } gr_poscache;
 
 typedef struct gr_mask_slot {

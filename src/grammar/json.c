@@ -1,5 +1,5 @@
 /* Schema-free JSON as GBNF (response_format json_object), and the JSON primitives the JSON Schema
- * front end shares. Whitespace between tokens is bounded (one space, or a newline and up to 20 spaces
+ * front end shares. Whitespace between tokens is bounded (one space, or a newline and up to 16 spaces
  * or tabs) so that a model cannot fill its whole budget with it. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@ char *gr_json_inline_ws(const char *text, const char *prefix) {
 }
 
 void gr_json_primitives(gr_buf *b, const char *p) {
-    gr_buf_printf(b, "%s-ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n", p);
+    gr_buf_printf(b, "%s-ws ::= ( \" \" | \"\\n\" [ \\t]{0,16} )?\n", p);
     gr_buf_printf(b, "%s-char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) )\n", p);
     gr_buf_printf(b, "%s-string ::= \"\\\"\" %s-char* \"\\\"\"\n", p, p);
     gr_buf_printf(b, "%s-number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? "

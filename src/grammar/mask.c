@@ -57,9 +57,7 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
             if (ns < 0) {
                 if (p->overflow) { bad = 1; break; }
                 uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
-                if (c)
-                    for (int32_t k = toff[i]; k < toff[tskip[i]]; k++)
-                        if (ibuf_push(&dep, ttok[k])) bad = 1;
+                if (c && toff[i] < toff[tskip[i]] && ibuf_push(&dep, i)) bad = 1;
                 i = tskip[i];
                 continue;
             }
@@ -93,17 +91,16 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
         pc->acc_bitmap = true;
     }
     pc->n_acc = n_acc;
-    /* dep tokens are in trie order: keep each one's common prefix length with the one before, so the
-     * check can resume from the state at that depth */
+    /* dep holds the roots of the trie subtrees whose tokens depend on the context, in preorder; keep
+     * how many bytes each root's path shares with the one before, so the check resumes from there */
     pc->dep = dep.a;
     pc->n_dep = dep.n;
     pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
     if (!pc->dep_lcp) { free(acc); return -1; }
     for (int k = 0; k < dep.n; k++) {
-        int32_t t = dep.a[k];
         if (k == 0) { pc->dep_lcp[k] = 0; continue; }
-        int32_t u = dep.a[k - 1];
-        size_t lt = v->off[t + 1] - v->off[t], lu = v->off[u + 1] - v->off[u], l = 0;
+        int32_t t = v->ttok[v->ttok_off[dep.a[k]]], u = v->ttok[v->ttok_off[dep.a[k - 1]]];
+        size_t lt = v->td[dep.a[k]] - 1u, lu = v->td[dep.a[k - 1]] - 1u, l = 0;
         const char *bt = v->bytes + v->off[t], *bu = v->bytes + v->off[u];
         while (l < lt && l < lu && bt[l] == bu[l]) l++;
         pc->dep_lcp[k] = (uint16_t)(l > 65535 ? 65535 : l);
@@ -163,17 +160,30 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
             st[0] = single;
             int valid = 0; /* st[0..valid] hold the previous token's states (the last may be dead) */
             g->n_dep_checks += (uint64_t)pc->n_dep;
+            const uint8_t *tb = v->tb;
+            const uint16_t *td = v->td;
+            const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
             for (int32_t k = 0; k < pc->n_dep; k++) {
-                int32_t t = pc->dep[k];
+                int32_t root = pc->dep[k];
+                int D = td[root]; /* the root's depth: its path is D - 1 bytes, then its own byte */
                 int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;
-                const unsigned char *b = (const unsigned char *)v->bytes + v->off[t];
-                int len = (int)(v->off[t + 1] - v->off[t]);
-                while (d < len && st[d] >= 0) {
+                const unsigned char *b = (const unsigned char *)v->bytes + v->off[ttok[toff[root]]];
+                while (d < D - 1 && st[d] >= 0) {
                     st[d + 1] = gr_pda_step(p, st[d], b[d]);
                     d++;
                 }
                 valid = d;
-                if (d == len && st[len] >= 0) bit_set(mask, t);
+                if (d < D - 1 || st[D - 1] < 0) continue; /* the path itself dies from this stack */
+                /* walk the subtree from the real stack */
+                for (int j = root; j < tskip[root];) {
+                    int dj = td[j];
+                    int32_t ns = gr_pda_step(p, st[dj - 1], tb[j]);
+                    if (ns < 0) { j = tskip[j]; continue; }
+                    st[dj] = ns;
+                    for (int32_t q = toff[j]; q < toff[j + 1]; q++) bit_set(mask, ttok[q]);
+                    j++;
+                }
+                valid = D - 1; /* deeper entries now hold the subtree walk's states */
             }
             mem = gr_pda_members(p, set, &n);
         }

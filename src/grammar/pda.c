@@ -279,12 +279,14 @@ int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v) {
         bool known = false;
         for (int i = 0; i < n_seen; i++)
             if (seen_class[i] == ci) { run_max = seen_run[i]; known = true; }
-        for (int t = 0; !known && t < v->n_vocab; t++) {
-            if (v->kind[t] != PITH_GRAMMAR_TOKEN_NORMAL) continue;
-            const unsigned char *b = (const unsigned char *)v->bytes + v->off[t];
-            int len = (int)(v->off[t + 1] - v->off[t]), k = 0;
-            while (k < len && gr_bytes_has(c, b[k])) k++;
-            if (k > run_max) run_max = k;
+        /* the deepest trie node whose path is all in the set: a pruned walk */
+        for (int i = 0; !known && i < v->n_nodes;) {
+            if (gr_bytes_has(c, v->tb[i])) {
+                if (v->td[i] > run_max) run_max = v->td[i];
+                i++;
+            } else {
+                i = v->tskip[i];
+            }
         }
         if (!known && n_seen < 64) { seen_class[n_seen] = ci; seen_run[n_seen++] = run_max; }
         int depth = run_max + 1; /* rules deeper than this behave as this one for every token */
