@@ -57,6 +57,12 @@ typedef enum pith_rope_style {
     PITH_ROPE_HALF,     /* rotate (x[i], x[i + d/2]): GGUF qwen2/qwen3, Hugging Face */
 } pith_rope_style;
 
+/* How a mixture-of-experts router turns its logits into expert scores. */
+typedef enum pith_expert_gating {
+    PITH_GATING_SOFTMAX, /* over every expert (Mixtral, Qwen-MoE, GPT-OSS) */
+    PITH_GATING_SIGMOID, /* per expert (DeepSeek-V3-style routers) */
+} pith_expert_gating;
+
 /* The most layers a model may have (and the size of the per-layer bitmasks below). */
 #define PITH_MAX_LAYERS 4096
 
@@ -98,6 +104,17 @@ typedef struct pith_hparams {
      * scaling); 0 = none. */
     float final_logit_softcap;
     float attn_logit_softcap;
+    /* Mixture of experts; n_experts 0 means every layer has a dense FFN of ffn_dim. Otherwise every
+     * layer's FFN is routed (src/model/moe.h): a router scores the n_experts experts per token (softmax,
+     * or sigmoid for PITH_GATING_SIGMOID), the n_experts_used best are run (gated FFNs of
+     * expert_ffn_dim) and their outputs summed with their scores as weights, renormalised to sum to 1
+     * when expert_norm_topk; plus a shared expert of expert_shared_ffn_dim when that is not 0. */
+    int n_experts;
+    int n_experts_used;
+    int expert_ffn_dim;
+    int expert_shared_ffn_dim;
+    bool expert_norm_topk;
+    int expert_gating;  /* pith_expert_gating */
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;

@@ -33,6 +33,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "model/batch_check.h"
+#include "model/moe.h"
 #include "pith/kv.h"
 
 typedef struct llama_layer {
@@ -41,6 +42,7 @@ typedef struct llama_layer {
     float *bq, *bk, *bv;        /* qwen2, else NULL */
     float *q_norm, *k_norm;     /* qwen3, gemma3, else NULL */
     float *post_attn_norm, *post_ffw_norm; /* gemma3 (variant post_norms), else NULL */
+    pith_moe_layer *moe;        /* the FFN is a mixture of experts (hp.n_experts > 0), else NULL */
 } llama_layer;
 
 typedef struct llama {
@@ -65,6 +67,9 @@ typedef struct llama {
     /* scratch for up to cap tokens */
     int cap;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin, *rope_cos_swa, *rope_sin_swa;
+    pith_moe_scratch moe;
+    pith_moe_config moe_cfg;
+    bool moe_naive;             /* PITH_MOE_NAIVE=1: experts one by one (the benchmarks' baseline) */
 } llama;
 
 /* ---------------- build ---------------- */
@@ -102,15 +107,16 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pi
     char n[96];
     int dim = hp->dim, qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim, ffn = hp->ffn_dim;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+    bool dense = hp->n_experts == 0;
     if (load_vec(f, NAME("attn_norm.weight"), dim, true, &L->attn_norm, err) ||
         load_vec(f, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
         load_mat(f, NAME("attn_q.weight"), qd, dim, &L->wq, err) ||
         load_mat(f, NAME("attn_k.weight"), kvd, dim, &L->wk, err) ||
         load_mat(f, NAME("attn_v.weight"), kvd, dim, &L->wv, err) ||
         load_mat(f, NAME("attn_output.weight"), dim, qd, &L->wo, err) ||
-        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err) ||
+        (dense && (load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+                   load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+                   load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))) ||
         load_vec(f, NAME("attn_q.bias"), qd, hp->has_qkv_bias, &L->bq, err) ||
         load_vec(f, NAME("attn_k.bias"), kvd, hp->has_qkv_bias, &L->bk, err) ||
         load_vec(f, NAME("attn_v.bias"), kvd, hp->has_qkv_bias, &L->bv, err) ||
@@ -120,15 +126,19 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pi
                              load_vec(f, NAME("post_ffw_norm.weight"), dim, true, &L->post_ffw_norm, err))))
         return pith_err_prefix(err, "layer %d", l);
 #undef NAME
-    return 0;
+    if (dense) return 0;
+    pith_moe_config cfg;
+    pith_moe_config_of(hp, &cfg);
+    if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
+    return pith_moe_load(f, l, &cfg, var->hf_experts[0] ? var->hf_experts : NULL, L->moe, err);
 }
 
 /* Weights in a layout that suits the kernel table, where it has one (see pith_matrix_pack). */
 static int pack_layer(pith_cpu *c, llama_layer *L, pith_err *err) {
     pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        if (pith_matrix_pack(c, ms[i], err)) return -1;
-    return 0;
+        if (ms[i]->data && pith_matrix_pack(c, ms[i], err)) return -1;
+    return L->moe ? pith_moe_pack(c, L->moe, err) : 0;
 }
 
 static void free_layer(llama_layer *L) {
@@ -143,6 +153,8 @@ static void free_layer(llama_layer *L) {
     free(L->k_norm);
     free(L->post_attn_norm);
     free(L->post_ffw_norm);
+    if (L->moe) pith_moe_free(L->moe);
+    free(L->moe);
 }
 
 static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
@@ -235,9 +247,17 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     /* The hyper-parameters were checked when the file opened (validate.c and the descriptor). */
     if (hp->attn_logit_softcap != 0)
         return pith_errf(err, "%s: attention logit soft-capping is not supported", path);
+    pith_moe_config moe_cfg;
+    pith_moe_config_of(hp, &moe_cfg);
+    if (hp->n_experts > 0 && var->post_norms)
+        return pith_errf(err, "%s: experts with post-FFN norms are not supported", path);
+    if (hp->n_experts > 0 && pith_moe_config_check(&moe_cfg, path, err)) return -1;
     llama *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
     m->var = *var;
+    m->moe_cfg = moe_cfg;
+    const char *naive = getenv("PITH_MOE_NAIVE");
+    m->moe_naive = naive && *naive && strcmp(naive, "0") != 0;
     m->base.ops = &llama_ops;
     m->base.hp = *hp;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
@@ -320,6 +340,7 @@ static void llama_destroy(pith_model *base) {
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free_scratch(m);
+    pith_moe_scratch_free(&m->moe);
     pith_attn_scratch_free(&m->attn);
     if (m->cpu.pool) pith_cpu_free(&m->cpu);
     free(m);
@@ -356,7 +377,8 @@ static int reserve(llama *m, int n, pith_err *err) {
     }
     int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
     widest = widest > m->q_dim ? widest : m->q_dim;
-    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
+        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err))) {
         free_scratch(m);
         return -1;
     }
@@ -589,6 +611,7 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
     }
 
     run_rows(m, &j, ffn_norm_row, dim);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, m->moe_naive, err);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
     if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;

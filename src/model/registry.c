@@ -10,7 +10,9 @@
     X(qwen2)          \
     X(qwen3)          \
     X(smollm3)        \
-    X(gemma3)
+    X(gemma3)         \
+    X(qwen3moe)       \
+    X(mixtral)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)
