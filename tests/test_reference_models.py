@@ -83,6 +83,13 @@ CROSS_FORMAT_BOUND = {"test-gemma3": 3e-6, "test-gemma3-softcap": 3e-6}
 PROMPT_TEXT = ("Once upon a time, in a quiet village by the sea, a small girl found a shell that sang "
                "when the wind blew over it.")
 N_GEN_PROMPT = 12
+# Mixture of experts (Qwen3-MoE, Mixtral): GGUF (3-D expert tensors) in float and 32-block types,
+# safetensors (one tensor per expert) in F32 and BF16, and the prompt cases (a prefill puts many tokens on
+# each expert); test-qwen3moe-st (norm_topk_prob false) exists only as safetensors.
+MOE_PRESETS = ["test-qwen3moe", "test-mixtral"]
+MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0"]
+MOE_ST_TYPES = ["F32", "BF16"]
+MOE_ST_ONLY = ["test-qwen3moe-st"]
 
 
 def tolerance_kind(dtype):
@@ -242,6 +249,63 @@ def moved(name, a, b):
     print(f"  {name}: moves the reference logits by up to {d:.2f}")
     if d < 100 * TOLERANCES["float"][0]:
         fail(f"{name} changes the logits by only {d:.2e}; the cases would not test it")
+
+
+def moe_by_hand(m, layer, h):
+    """The sparse MoE block one token at a time in numpy, from modeling_qwen3_moe.py's definition: the
+    independent check of reference.moe_ffn."""
+    h = h.numpy()
+    router = m.w(f"blk.{layer}.ffn_gate_inp.weight").numpy()
+    experts = [[m.expert(layer, k, e).numpy() for k in ("gate", "up", "down")] for e in range(m.n_experts)]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        logits = router @ h[t]
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        top = sorted(range(m.n_experts), key=lambda e: -p[e])[:m.n_experts_used]
+        total = sum(p[e] for e in top)
+        for e in top:
+            g, u, d = experts[e]
+            a = g @ h[t]
+            out[t] += (p[e] / total if m.norm_topk else p[e]) * (d @ (a / (1 + np.exp(-a)) * (u @ h[t])))
+    return out
+
+
+def check_moe_references(tmp):
+    """The MoE reference: GGUF's 3-D expert tensors vs safetensors' per-expert ones of one seed, the
+    block against a per-token transcription, and renormalisation and routing moving the logits."""
+    tokens = [1] + list(np.random.default_rng(13).integers(3, 512, 30))
+    for preset in MOE_PRESETS:
+        cfg = mkmodel.build_config(preset)
+        gpath, spath = os.path.join(tmp, f"x-{preset}.gguf"), os.path.join(tmp, f"x-{preset}-st")
+        mkmodel.write_gguf(cfg, gpath, "F32", seed=14)
+        mkmodel.write_safetensors(cfg, spath, "F32", seed=14, shards=2)
+        mg, ms = reference.Model(gpath), reference.Model(spath)
+        if (mg.n_experts, mg.n_experts_used, ms.n_experts, ms.n_experts_used) != (cfg.experts, cfg.experts_used) * 2:
+            fail(f"{preset}: the reference read experts {mg.n_experts}/{mg.n_experts_used}, "
+                 f"{ms.n_experts}/{ms.n_experts_used}")
+        a = reference.forward(mg, tokens).numpy()
+        err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+        print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+        if err > 1e-6:
+            fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+        h = torch.tensor(np.random.default_rng(15).standard_normal((9, cfg.dim)))
+        for model in (mg, ms):
+            err = float(np.abs(reference.moe_ffn(model, 1, h, lambda t: t).numpy() - moe_by_hand(model, 1, h)).max())
+            print(f"{preset}: MoE block vs the per-token transcription: {err:.1e}")
+            if err > 1e-12:
+                fail(f"{preset}: the reference MoE block and its transcription differ by {err:.2e}")
+        mg.norm_topk = False
+        moved(f"{preset} renormalised weights", a, reference.forward(mg, tokens).numpy())
+        mg.norm_topk, mg.n_experts_used = True, 1
+        moved(f"{preset} top-{cfg.experts_used} vs top-1", a, reference.forward(mg, tokens).numpy())
+    ms = reference.Model(os.path.join(tmp, "x-test-qwen3moe-st"))
+    if not ms.norm_topk:
+        fail("test-qwen3moe: the reference read norm_topk_prob false")
+    d = os.path.join(tmp, "x-test-qwen3moe-st-nonorm")
+    mkmodel.write_safetensors(mkmodel.build_config("test-qwen3moe-st"), d, "F32", seed=16)
+    if reference.Model(d).norm_topk:
+        fail("test-qwen3moe-st: the reference read norm_topk_prob true")
 
 
 def check_new_references(tmp):
@@ -515,6 +579,19 @@ def main():
                 for chunk in (7, 2048):
                     compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
                             n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
+        check_moe_references(tmp)
+        for preset in MOE_PRESETS + MOE_ST_ONLY:
+            cases = [("safetensors", t) for t in MOE_ST_TYPES]
+            if preset not in MOE_ST_ONLY:
+                cases = [("gguf", t) for t in MOE_GGUF_TYPES] + cases
+            for fmt, dtype in cases:
+                model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
+                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, tolerance_kind(dtype))
+                if dtype == "F32":
+                    for chunk in (7, 2048):
+                        compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                                n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
     print(f"{time.time() - t0:.1f} s")
     if failures:

@@ -105,6 +105,22 @@ PRESETS = {
                                         "sliding_attention", "full_attention"],
                            rope_local_theta=20000.0, rope_scaling="linear", rope_factor=4.0,
                            query_pre_attn_scalar=64, final_softcap=3.0),
+    # Mixture of experts (see the module docstring). Expert widths are multiples of 32 (Q8_0 / Q4_0 rows).
+    "test-qwen3moe": dict(arch="qwen3moe", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                          vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, experts=8, experts_used=2,
+                          expert_ffn=64),
+    # Safetensors only (GGUF qwen3moe always renormalises): norm_topk_prob false, 3 of 6 experts.
+    "test-qwen3moe-st": dict(arch="qwen3moe", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                             vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, experts=6, experts_used=3,
+                             expert_ffn=64, norm_topk=False),
+    # Mixtral: a llama with 4 experts of width 96, 2 per token (GGUF arch llama, as llama.cpp converts it).
+    "test-mixtral": dict(arch="llama", hf_type="mixtral", dim=128, layers=2, heads=4, kv_heads=2, ffn=96,
+                         vocab=512, theta=1e6, ctx=512, eps=1e-5, experts=4, experts_used=2),
+    # Qwen3-30B-A3B's real shape (48 layers, 128 experts of 768, 8 per token; benchmarks: use --layers to
+    # write fewer layers, the full file is 32 GB in Q8_0).
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
+                          vocab=151936, theta=1e6, ctx=40960, eps=1e-6, experts=128, experts_used=8,
+                          expert_ffn=768),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -116,13 +132,21 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
-                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None)
+                query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
+                experts=0, experts_used=None, expert_ffn=None, norm_topk=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
-           "gemma3": ("Gemma3ForCausalLM", "gemma3_text")}
+           "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
-HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral")}
+HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
+            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral")}
+# Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
+# (modeling_qwen3_moe.py, modeling_mixtral.py).
+HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
+                           "mlp.experts.{e}.down_proj.weight"),
+              "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
+                          "block_sparse_moe.experts.{e}.w3.weight", "block_sparse_moe.experts.{e}.w2.weight")}
 # llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
 LLAMA_CPP_GEMMA3_PATTERN = 6
 LLAMA_CPP_GEMMA3_LOCAL_THETA = 10000.0
@@ -144,7 +168,12 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch == "qwen2"
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
+        if self.experts:
+            self.experts_used = self.experts_used or min(2, self.experts)
+            self.expert_ffn = self.expert_ffn or self.ffn
+            if self.norm_topk is None:
+                self.norm_topk = True
         if self.arch == "gemma3":
             # configuration_gemma3.py's defaults: pattern 6, local base 1e4, query_pre_attn_scalar 256 (the
             # head_dim of every released model; here the model's own head_dim).
@@ -187,7 +216,7 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3")):
+        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "qwen3moe")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear"):
@@ -215,6 +244,17 @@ class Config:
                 raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
             if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
                 raise ValueError("query_pre_attn_scalar and final softcap must be positive")
+        if self.arch == "qwen3moe" and not self.experts:
+            raise ValueError("qwen3moe needs --experts")
+        if self.experts:
+            if self.moe_family() is None:
+                raise ValueError("experts are Qwen3-MoE's (arch qwen3moe) or Mixtral's (llama --hf-type mixtral)")
+            if not 1 <= self.experts_used <= self.experts:
+                raise ValueError("experts-used must be within 1..experts")
+            if self.moe_family() == "mixtral" and (self.norm_topk is False or self.expert_ffn != self.ffn):
+                raise ValueError("Mixtral always renormalises and its experts are --ffn wide")
+        elif self.hf_type == "mixtral":
+            raise ValueError("Mixtral needs --experts")
         if (self.no_rope_interval is not None or self.no_rope_layers is not None) and self.arch != "smollm3":
             raise ValueError("layers without RoPE are SmolLM3's")
         if self.arch == "smollm3":
@@ -223,8 +263,18 @@ class Config:
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
 
+    def moe_family(self):
+        """"qwen3moe", "mixtral" or None (a dense model)."""
+        if not self.experts:
+            return None
+        if self.arch == "qwen3moe":
+            return "qwen3moe"
+        return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
+
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
+        if self.arch == "qwen3moe" and not self.norm_topk:
+            return "GGUF qwen3moe always renormalises the chosen experts' weights (llama.cpp hard-codes it)"
         if self.arch == "smollm3":
             want = [int((i + 1) % LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL != 0) for i in range(self.layers)]
             if self.rope_layers() != want:
@@ -334,6 +384,11 @@ def tensor_specs(cfg):
         specs += [
             (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
             (b + "ffn_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
+        ]
+        if cfg.experts:
+            specs += expert_specs(cfg, i)
+            continue
+        specs += [
             (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
@@ -342,6 +397,37 @@ def tensor_specs(cfg):
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
     return specs
+
+
+def expert_specs(cfg, i):
+    """Layer i's router (blk.i.ffn_gate_inp.weight) and one entry per expert and matrix, named as old GGUF
+    files name experts (blk.i.ffn_gate.E.weight); write_gguf stacks each kind into the 3-D
+    blk.i.ffn_{gate,up,down}_exps.weight llama.cpp writes. The router is N(0, 1): its logits then have a
+    spread of a few units, so routing is decided (no near-ties) and differs between tokens."""
+    b, h = f"blk.{i}.", f"model.layers.{i}."
+    router, gate, up, down = HF_EXPERTS[cfg.moe_family()]
+    specs = [(b + "ffn_gate_inp.weight", h + router, (cfg.experts, cfg.dim), "router")]
+    for kind, hf, shape in (("gate", gate, (cfg.expert_ffn, cfg.dim)), ("up", up, (cfg.expert_ffn, cfg.dim)),
+                            ("down", down, (cfg.dim, cfg.expert_ffn))):
+        specs += [(f"{b}ffn_{kind}.{e}.weight", h + hf.format(e=e), shape, "matrix") for e in range(cfg.experts)]
+    return specs
+
+
+def stack_experts(specs):
+    """GGUF's view of tensor_specs: per-expert entries of one layer and kind become one entry
+    (3-D name, [per-expert names], (experts, rows, cols), kind)."""
+    out, groups = [], {}
+    for gname, hname, shape, kind in specs:
+        parts = gname.split(".")
+        if len(parts) == 5 and parts[2] in ("ffn_gate", "ffn_up", "ffn_down") and parts[3].isdigit():
+            key = f"blk.{parts[1]}.{parts[2]}_exps.weight"
+            if key not in groups:
+                groups[key] = [key, [], shape, kind]
+                out.append(groups[key])
+            groups[key][1].append(gname)
+        else:
+            out.append((gname, hname, shape, kind))
+    return [(g[0], g[1], (len(g[1]),) + tuple(g[2]), g[3]) if isinstance(g, list) else g for g in out]
 
 
 def gemma3_tensor_specs(cfg):
@@ -394,6 +480,8 @@ def random_chunks(seed, name, shape, kind):
         x = rng.standard_normal((n,) + tuple(shape[1:]), dtype=np.float32)
         if kind == "matrix" or kind == "tied_embed":
             x *= np.float32(1.0 / math.sqrt(shape[1]))
+        elif kind == "router":
+            pass
         elif kind == "norm":
             x = np.float32(1) + np.float32(0.1) * x
         elif kind == "bias" or kind == "gemma_norm":
@@ -477,6 +565,12 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_u32(f"{a}.attention.sliding_window", cfg.sliding_window)
     if cfg.final_softcap is not None:
         w.add_f32(f"{a}.final_logit_softcapping", cfg.final_softcap)
+    if cfg.experts:
+        # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
+        w.add_u32(f"{a}.expert_count", cfg.experts)
+        w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
+        if a == "qwen3moe":
+            w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
     pieces, scores, types = vocabulary(cfg.vocab)
     w.add_str("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
@@ -492,9 +586,17 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
     if cfg.rope_scaling == "llama3":
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
-    for gname, _, shape, kind in tensor_specs(cfg):
-        # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
-        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 else "F32"
+    for gname, hname, shape, kind in stack_experts(tensor_specs(cfg)):
+        # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type; the
+        # router stays F32 (llama.cpp keeps ffn_gate_inp in F32 whatever the file type).
+        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) >= 2 else "F32"
+        if kind == "router":
+            ttype = "F32"
+        if len(shape) == 3:
+            data = (lambda names=hname, s=shape[1:], k=kind:
+                    (random_tensor(seed, n, s, k)[None] for n in names))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
@@ -547,6 +649,13 @@ def hf_config(cfg, dtype):
         c.update(attention_bias=False, mlp_bias=False, no_rope_layers=cfg.rope_layers(),
                  no_rope_layer_interval=cfg.no_rope_interval or LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL,
                  use_sliding_window=False, sliding_window=None, layer_types=cfg.layer_kinds())
+    if cfg.moe_family() == "qwen3moe":
+        c.update(num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used, moe_intermediate_size=cfg.expert_ffn,
+                 norm_topk_prob=bool(cfg.norm_topk), decoder_sparse_step=1, mlp_only_layers=[],
+                 use_sliding_window=False, sliding_window=None, attention_bias=False)
+    if cfg.moe_family() == "mixtral":
+        c.update(num_local_experts=cfg.experts, num_experts_per_tok=cfg.experts_used, sliding_window=None,
+                 router_aux_loss_coef=0.02, output_router_logits=False)
     if cfg.rope_scaling == "llama3":
         c["rope_scaling"] = {"rope_type": "llama3", "factor": cfg.rope_factor,
                              "low_freq_factor": cfg.rope_low_freq, "high_freq_factor": cfg.rope_high_freq,
@@ -660,7 +769,7 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
-    ap.add_argument("--hf-type", choices=["mistral"], help="config.json type for a llama model (MistralForCausalLM)")
+    ap.add_argument("--hf-type", choices=["mistral", "mixtral"], help="config.json type for a llama model (MistralForCausalLM)")
     ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "
                     "layer for llama (Mistral), the local layers for gemma3")
     ap.add_argument("--swa-pattern", type=int, help="gemma3: every Nth layer is global (default 6)")
@@ -669,6 +778,10 @@ def main(argv=None):
                     "(default head-dim)")
     ap.add_argument("--final-softcap", type=float, help="gemma3: logits become tanh(x / c) * c")
     ap.add_argument("--no-rope-interval", type=int, help="smollm3: every Nth layer has no RoPE (default 4)")
+    ap.add_argument("--experts", type=int, help="mixture of experts: experts per layer (qwen3moe; llama with "
+                    "--hf-type mixtral)")
+    ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
+    ap.add_argument("--expert-ffn", type=int, help="each expert's hidden width (qwen3moe; Mixtral's is --ffn)")
     ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix; safetensors: F32 F16 BF16)")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
@@ -688,7 +801,8 @@ def main(argv=None):
                            rope_scaling=rope, hf_type=args.hf_type, sliding_window=args.sliding_window,
                            swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
                            query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
-                           no_rope_interval=args.no_rope_interval)
+                           no_rope_interval=args.no_rope_interval, experts=args.experts,
+                           experts_used=args.experts_used, expert_ffn=args.expert_ffn)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random")

@@ -40,6 +40,13 @@ not copied; each part names what it follows):
   i % 6 == 5), local base 10000, query scale 1/sqrt(head_dim) (1/sqrt(hidden / heads) at 62 layers); the
   window is `gemma3.attention.sliding_window` (no window: every layer global), the softcap
   `gemma3.final_logit_softcapping`, linear scaling `gemma3.rope.scaling.*` (global layers only).
+- Mixture of experts (modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock, modeling_mixtral.py
+  MixtralSparseMoeBlock): router logits = h @ gate.T, softmax over all experts, the top k probabilities
+  (renormalised to sum 1 when norm_topk_prob; Mixtral always), each chosen expert's SwiGLU MLP of h weighted
+  by its probability and summed. GGUF (llama.cpp src/models/qwen3moe.cpp, llama.cpp's Mixtral as arch
+  llama with llama.expert_count): blk.N.ffn_gate_inp.weight and 3-D ffn_{gate,up,down}_exps.weight (or
+  one blk.N.ffn_{gate,up,down}.E.weight per expert); qwen3moe always renormalises (norm_w true), as does
+  llama.cpp's Mixtral; {arch}.expert_weights_norm overrides where present.
 - Attention sinks (modeling_gpt_oss.py eager_attention_forward): a learned logit per head joins the
   softmax denominator as one more column and is dropped after it (it has no value vector). attention()
   takes them as an option; forward() uses them when a layer has `attn_sinks.weight` (HF self_attn.sinks).
@@ -84,6 +91,11 @@ HF_LAYER_GEMMA3 = dict(HF_LAYER, **{
 })
 
 
+# Routers and experts (after "model.layers.N."): Qwen3-MoE's mlp.*, Mixtral's block_sparse_moe.*.
+HF_ROUTERS = {"mlp.gate.weight": "ffn_gate_inp.weight", "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
+HF_EXPERT_KINDS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
+
+
 def hf_to_canonical(name, family="llama"):
     if name in HF_TO_CANON:
         return HF_TO_CANON[name]
@@ -91,6 +103,13 @@ def hf_to_canonical(name, family="llama"):
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
         return f"blk.{int(parts[2])}.{layer[parts[3]]}"
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in HF_ROUTERS:
+        return f"blk.{int(parts[2])}.{HF_ROUTERS[parts[3]]}"
+    # mlp.experts.E.gate_proj.weight, block_sparse_moe.experts.E.w1.weight
+    rest = parts[3].split(".") if len(parts) == 4 else []
+    if (len(rest) == 5 and rest[0] in ("mlp", "block_sparse_moe") and rest[1] == "experts" and rest[2].isdigit()
+            and rest[3] in HF_EXPERT_KINDS and rest[4] == "weight"):
+        return f"blk.{int(parts[2])}.ffn_{HF_EXPERT_KINDS[rest[3]]}.{int(rest[2])}.weight"
     return None
 
 
@@ -138,6 +157,9 @@ class Model:
         self.final_softcap = None
         self.embed_scale = None         # None: embeddings unscaled
         self.norm_offset = 0.0          # RMSNorm multiplies by (norm_offset + w)
+        self.n_experts = 0              # mixture of experts: experts per layer (0: dense FFN)
+        self.n_experts_used = 0
+        self.norm_topk = True
         if os.path.isdir(path) or path.endswith(".safetensors"):
             self._open_hf(path if os.path.isdir(path) else os.path.dirname(path))
         else:
@@ -152,7 +174,7 @@ class Model:
         r = self._gguf = G.GGUFReader(path)
         md = r.metadata
         a = self.arch = md["general.architecture"]
-        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3"):
+        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
         self.n_layers = int(md[f"{a}.block_count"])
@@ -162,6 +184,9 @@ class Model:
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
         self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
         self.rope_style = "adjacent" if a in ("llama", "smollm3") else "half"
+        self.n_experts = int(md.get(f"{a}.expert_count", 0))
+        self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
+        self.norm_topk = bool(md.get(f"{a}.expert_weights_norm", True))
         self.names = set(r.tensors)
         self.n_vocab = r.tensors["token_embd.weight"][0][0]
         self._fetch = r.tensor
@@ -197,7 +222,7 @@ class Model:
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
-                 "gemma3_text": "gemma3"}
+                 "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama"}
         if c.get("model_type") not in types:
             raise ValueError(f"{d}: unsupported model_type {c.get('model_type')!r}")
         self.arch = types[c["model_type"]]
@@ -210,6 +235,14 @@ class Model:
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.theta = float(c.get("rope_theta", 10000.0))
         self.rope_style = "half"
+        if c["model_type"] == "qwen3_moe":
+            if c.get("mlp_only_layers") or c.get("decoder_sparse_step", 1) != 1:
+                raise ValueError("Qwen3-MoE dense layers are not modelled")
+            self.n_experts, self.n_experts_used = c["num_experts"], c["num_experts_per_tok"]
+            self.norm_topk = bool(c.get("norm_topk_prob", False))        # Qwen3MoeConfig's default
+        if c["model_type"] == "mixtral":
+            self.n_experts, self.n_experts_used = c["num_local_experts"], c["num_experts_per_tok"]
+            self.norm_topk = True                                       # MixtralSparseMoeBlock always
         index = os.path.join(d, "model.safetensors.index.json")
         if os.path.exists(index):
             with open(index) as f:
@@ -237,7 +270,7 @@ class Model:
         if rs and rs.get("rope_type", rs.get("type")) == "linear":
             self.position_scale = 1.0 / float(rs["factor"])
         n = self.n_layers
-        if c["model_type"] == "mistral" and c.get("sliding_window"):
+        if c["model_type"] in ("mistral", "mixtral") and c.get("sliding_window"):
             self.sliding_window, self.layer_types = int(c["sliding_window"]), ["sliding_attention"] * n
         if self.arch == "smollm3":
             flags = c.get("no_rope_layers") or [int((i + 1) % c.get("no_rope_layer_interval", 4) != 0)
@@ -304,6 +337,13 @@ class Model:
 
     def has(self, name):
         return name in self.names
+
+    def expert(self, layer, kind, e):
+        """Expert e's gate, up or down matrix of a layer: from GGUF's 3-D tensor or per-expert tensors."""
+        stacked = f"blk.{layer}.ffn_{kind}_exps.weight"
+        if stacked in self.names:
+            return torch.from_numpy(np.array(self._fetch(stacked)[e], dtype=np.float64))
+        return self.w(f"blk.{layer}.ffn_{kind}.{e}.weight")
 
     def w(self, name):
         return torch.from_numpy(np.array(self._fetch(name), dtype=np.float64))
@@ -372,6 +412,25 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def moe_ffn(m, layer, h, aq):
+    """The sparse MoE block of Qwen3-MoE / Mixtral (see the module docstring), for every token."""
+    router = m.w(f"blk.{layer}.ffn_gate_inp.weight")
+    probs = torch.softmax(aq(h) @ router.T, dim=-1)                     # [T, experts]
+    weights, chosen = torch.topk(probs, m.n_experts_used, dim=-1)
+    if m.norm_topk:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(m.n_experts):
+        rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if len(rows) == 0:
+            continue
+        x = aq(h[rows])
+        gate, up = x @ m.expert(layer, "gate", e).T, x @ m.expert(layer, "up", e).T
+        y = aq(torch.nn.functional.silu(gate) * up) @ m.expert(layer, "down", e).T
+        out.index_add_(0, rows, y * weights[rows, slot][:, None])
+    return out
+
+
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
@@ -434,6 +493,9 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
             o = norm(o, p + "post_attention_norm.weight")
         x = x + o
         h = norm(x, p + "ffn_norm.weight")
+        if m.n_experts:
+            x = x + moe_ffn(m, i, h, aq)
+            continue
         hq = aq(h)
         gate = hq @ m.w(p + "ffn_gate.weight").T
         up = hq @ m.w(p + "ffn_up.weight").T
