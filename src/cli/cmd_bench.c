@@ -196,6 +196,10 @@ static void print_header(bench_ctx *c) {
     printf("weights: %s; %.1f MiB read per generated token; %.1f M layer matmul parameters + %.1f M output\n",
            w->format, (double)w->size_bytes / (1 << 20), (double)w->layer_params / 1e6,
            (double)w->output_params / 1e6);
+    if (w->expert_bytes)
+        printf("experts: %d of %d per token: active bytes %.1f MiB of %.1f MiB (routed experts + dense weights)\n",
+               hp->n_experts_used, hp->n_experts, (double)w->size_bytes / (1 << 20),
+               (double)w->total_bytes / (1 << 20));
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
@@ -229,6 +233,12 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddStringToObject(j, "arch", c->hp.arch);
     cJSON_AddStringToObject(j, "format", c->w.format);
     cJSON_AddNumberToObject(j, "size_bytes", (double)c->w.size_bytes);
+    if (c->w.expert_bytes) {
+        cJSON_AddNumberToObject(j, "active_bytes", (double)c->w.size_bytes);
+        cJSON_AddNumberToObject(j, "total_bytes", (double)c->w.total_bytes);
+        cJSON_AddNumberToObject(j, "n_experts", c->hp.n_experts);
+        cJSON_AddNumberToObject(j, "n_experts_used", c->hp.n_experts_used);
+    }
     cJSON_AddNumberToObject(j, "layer_params", (double)c->w.layer_params);
     cJSON_AddNumberToObject(j, "output_params", (double)c->w.output_params);
     cJSON_AddNumberToObject(j, "dim", c->hp.dim);
