@@ -1,11 +1,13 @@
 #include "backend/cpu/kernels.h"
 
+#include "backend/cpu/mxfp4.h"
+
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
-    if (force_scalar) return pith_cpu_kernels_scalar();
+    if (force_scalar) return pith_kernels_with_mxfp4(pith_cpu_kernels_scalar());
     const pith_cpu_kernels *k = pith_cpu_kernels_avx512_vnni();
     if (!k) k = pith_cpu_kernels_avx2_vnni();
     if (!k) k = pith_cpu_kernels_avx2();
-    return k ? k : pith_cpu_kernels_scalar();
+    return pith_kernels_with_mxfp4(k ? k : pith_cpu_kernels_scalar());
 }
 
 int pith_wtype_of(pith_dtype type) {
@@ -17,13 +19,14 @@ int pith_wtype_of(pith_dtype type) {
     case PITH_Q4_0: return PITH_W_Q4_0;
     case PITH_Q4_K: return PITH_W_Q4_K;
     case PITH_Q6_K: return PITH_W_Q6_K;
+    case PITH_MXFP4: return PITH_W_MXFP4;
     }
     return -1;
 }
 
 pith_act_format pith_act_format_of(pith_wtype w) {
     switch (w) {
-    case PITH_W_Q8_0: case PITH_W_Q4_0: return PITH_ACT_Q8A;
+    case PITH_W_Q8_0: case PITH_W_Q4_0: case PITH_W_MXFP4: return PITH_ACT_Q8A;
     case PITH_W_Q4_K: case PITH_W_Q6_K: return PITH_ACT_Q8K;
     default: return PITH_ACT_F32;
     }
