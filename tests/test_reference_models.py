@@ -58,6 +58,11 @@ TOLERANCES = {
     "q32": (0.3, 0.04, 32),
     # Q4_K / Q6_K: the same per block of 256 (a larger block max, so a larger step).
     "qk": (0.4, 0.05, 256),
+    # Mixture of experts with Q8_0 / Q4_0 / MXFP4 weights: as q32, but the 8-bit rounding upstream can flip
+    # a router's choice where two experts' logits nearly tie, which moves that step's logits by up to
+    # about 0.5 on these models (0.52 the worst seen over five seeds of test-qwen3moe MXFP4; mean errors
+    # stay at 0.02): the mean is the real check.
+    "moe-q32": (0.6, 0.04, 32),
 }
 # With the F16 cache, the exact reference is this far at most (the cache rounding alone moves logits by
 # up to 3e-3 on these models).
@@ -87,13 +92,13 @@ N_GEN_PROMPT = 12
 # safetensors (one tensor per expert) in F32 and BF16, and the prompt cases (a prefill puts many tokens on
 # each expert); test-qwen3moe-st (norm_topk_prob false) exists only as safetensors.
 MOE_PRESETS = ["test-qwen3moe", "test-mixtral"]
-MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0"]
+MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0", "MXFP4"]
 MOE_ST_TYPES = ["F32", "BF16"]
 MOE_ST_ONLY = ["test-qwen3moe-st"]
 
 
 def tolerance_kind(dtype):
-    if dtype in ("Q8_0", "Q4_0"):
+    if dtype in ("Q8_0", "Q4_0", "MXFP4"):
         return "q32"
     if dtype.startswith(("Q4_K", "Q6_K")):
         return "qk"
@@ -587,7 +592,8 @@ def main():
                 cases = [("gguf", t) for t in MOE_GGUF_TYPES] + cases
             for fmt, dtype in cases:
                 model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
-                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, tolerance_kind(dtype))
+                kind = "moe-q32" if tolerance_kind(dtype) == "q32" else tolerance_kind(dtype)
+                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, kind)
                 if dtype == "F32":
                     for chunk in (7, 2048):
                         compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
