@@ -95,6 +95,9 @@ MOE_PRESETS = ["test-qwen3moe", "test-mixtral"]
 MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0", "MXFP4"]
 MOE_ST_TYPES = ["F32", "BF16"]
 MOE_ST_ONLY = ["test-qwen3moe-st"]
+# YaRN (qwen3 x4 over an original context of 64): GGUF and safetensors, and truncate false (safetensors).
+YARN_PRESETS = ["test-qwen3-yarn"]
+YARN_ST_ONLY = ["test-qwen3-yarn-st"]
 
 
 def tolerance_kind(dtype):
@@ -274,6 +277,42 @@ def moe_by_hand(m, layer, h):
             a = g @ h[t]
             out[t] += (p[e] / total if m.norm_topk else p[e]) * (d @ (a / (1 + np.exp(-a)) * (u @ h[t])))
     return out
+
+
+def check_yarn_reference(tmp):
+    """The reference's YaRN: frequency i is the unscaled one below the ramp and divided by the factor
+    above it; a factor of 1 (and attention factor 1) is plain RoPE; truncation and the factor move the
+    logits; GGUF and safetensors of one seed agree."""
+    y = dict(factor=4.0, orig=64, beta_fast=32.0, beta_slow=1.0, mscale=1.0, truncate=True)
+    inv, _ = reference.yarn_freqs(1e6, 64, y)
+    base = 1e6 ** (-torch.arange(0, 32, dtype=torch.float64) * 2 / 64)
+    low = math.floor(64 * math.log(64 / (32 * 2 * math.pi)) / (2 * math.log(1e6)))
+    high = math.ceil(64 * math.log(64 / (1 * 2 * math.pi)) / (2 * math.log(1e6)))
+    ok = (torch.allclose(inv[:max(low, 0) + 1], base[:max(low, 0) + 1], rtol=1e-15, atol=0) and
+          torch.allclose(inv[high:], base[high:] / 4, rtol=1e-15, atol=0))
+    one, _ = reference.yarn_freqs(1e6, 64, dict(y, factor=1.0))
+    print(f"yarn: ramp {low}..{high}; below it unscaled, above it / 4: {ok}; factor 1 is plain RoPE: "
+          f"{bool(torch.allclose(one, base, rtol=1e-15, atol=0))}")
+    if not ok or not torch.allclose(one, base, rtol=1e-15, atol=0):
+        fail("yarn: the reference frequencies are not the extrapolated / interpolated ones outside the ramp")
+    tokens = [1] + list(np.random.default_rng(17).integers(3, 512, 70))
+    cfg = mkmodel.build_config("test-qwen3-yarn")
+    gpath, spath = os.path.join(tmp, "yarn.gguf"), os.path.join(tmp, "yarn-st")
+    mkmodel.write_gguf(cfg, gpath, "F32", seed=18)
+    mkmodel.write_safetensors(cfg, spath, "F32", seed=18)
+    mg, ms = reference.Model(gpath), reference.Model(spath)
+    if not mg.yarn or not ms.yarn or abs(mg.yarn["mscale"] - (1 + 0.1 * math.log(4))) > 1e-6:
+        fail(f"yarn: the reference read {mg.yarn} / {ms.yarn}")
+    a = reference.forward(mg, tokens).numpy()
+    err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+    print(f"yarn: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+    if err > 1e-6:
+        fail(f"yarn: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+    keep = mg.yarn
+    mg.yarn = None
+    moved("yarn x4", a, reference.forward(mg, tokens).numpy())
+    mg.yarn = dict(keep, truncate=False)
+    moved("yarn truncate", a, reference.forward(mg, tokens).numpy())
 
 
 def check_moe_references(tmp):
@@ -584,6 +623,12 @@ def main():
                 for chunk in (7, 2048):
                     compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
                             n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
+        check_yarn_reference(tmp)
+        for preset in YARN_PRESETS + YARN_ST_ONLY:
+            for fmt in (("safetensors",) if preset in YARN_ST_ONLY else ("gguf", "safetensors")):
+                model, tok, n_vocab = make_model(tmp, preset, fmt, "F32", seed)
+                compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG)
                 seed += 1
         check_moe_references(tmp)
         for preset in MOE_PRESETS + MOE_ST_ONLY:

@@ -105,6 +105,14 @@ PRESETS = {
                                         "sliding_attention", "full_attention"],
                            rope_local_theta=20000.0, rope_scaling="linear", rope_factor=4.0,
                            query_pre_attn_scalar=64, final_softcap=3.0),
+    # YaRN x4 over an original context of 64 (so the ramp covers dimensions within a few dozen positions).
+    "test-qwen3-yarn": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                            vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
+                            rope_factor=4.0, rope_orig_ctx=64),
+    # Safetensors only: GPT-OSS's "truncate": false (GGUF cannot say it).
+    "test-qwen3-yarn-st": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                               vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
+                               rope_factor=4.0, rope_orig_ctx=64, yarn_truncate=False),
     # Mixture of experts (see the module docstring). Expert widths are multiples of 32 (Q8_0 / Q4_0 rows).
     "test-qwen3moe": dict(arch="qwen3moe", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                           vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, experts=8, experts_used=2,
@@ -133,7 +141,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
                 query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
-                experts=0, experts_used=None, expert_ffn=None, norm_topk=None)
+                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -220,8 +228,8 @@ class Config:
         if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "qwen3moe")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
-        if self.rope_scaling not in (None, "llama3", "linear"):
-            raise ValueError("rope scaling must be llama3, linear or none")
+        if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
+            raise ValueError("rope scaling must be llama3, linear, yarn or none")
         if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
             raise ValueError("rope-factor must be a positive number")
         if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
@@ -274,6 +282,8 @@ class Config:
 
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
+        if self.rope_scaling == "yarn" and self.yarn_truncate is False:
+            return "GGUF YaRN always truncates the correction dimensions (llama.cpp has no key for it)"
         if self.arch == "qwen3moe" and not self.norm_topk:
             return "GGUF qwen3moe always renormalises the chosen experts' weights (llama.cpp hard-codes it)"
         if self.arch == "smollm3":
@@ -590,6 +600,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     if cfg.rope_scaling == "linear":
         w.add_str(f"{a}.rope.scaling.type", "linear")
         w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
+    if cfg.rope_scaling == "yarn":
+        # llama.cpp's keys; its YaRN always truncates the correction dimensions (no key for it).
+        w.add_str(f"{a}.rope.scaling.type", "yarn")
+        w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
+        w.add_u32(f"{a}.rope.scaling.original_context_length", cfg.rope_orig_ctx)
     if cfg.rope_scaling == "llama3":
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, hname, shape, kind in stack_experts(tensor_specs(cfg)):
@@ -669,6 +684,11 @@ def hf_config(cfg, dtype):
     elif cfg.rope_scaling == "linear":
         # Older configs (Llama 2 / CodeLlama fine-tunes) spell the kind "type", not "rope_type".
         c["rope_scaling"] = {"type": "linear", "factor": cfg.rope_factor}
+    elif cfg.rope_scaling == "yarn":
+        c["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
+                             "original_max_position_embeddings": cfg.rope_orig_ctx}
+        if cfg.yarn_truncate is False:
+            c["rope_scaling"]["truncate"] = False
     else:
         c["rope_scaling"] = None
     return c
@@ -766,7 +786,7 @@ def main(argv=None):
     ap.add_argument("--ctx", type=int, help="trained context length written to the metadata")
     ap.add_argument("--theta", type=float, help="RoPE base")
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon")
-    ap.add_argument("--rope-scaling", choices=["llama3", "linear", "none"])
+    ap.add_argument("--rope-scaling", choices=["llama3", "linear", "yarn", "none"])
     ap.add_argument("--rope-factor", type=float, help="llama3 or linear scaling factor (default 8)")
     ap.add_argument("--rope-low-freq", type=float)
     ap.add_argument("--rope-high-freq", type=float)

@@ -16,7 +16,11 @@ rope_freqs.weight tensor in GGUF (divisors of each frequency, as llama.cpp store
 config.json's rope_scaling for Hugging Face. Linear rope scaling ({arch}.rope.scaling.type "linear" in GGUF,
 rope_scaling type "linear" in config.json) divides every position by its factor before the angles are
 taken (the original Hugging Face formulation; engines usually scale the frequencies instead, which is the
-same function). QKV biases and QK norms are used when the tensors exist.
+same function). YaRN (transformers' modeling_rope_utils._compute_yarn_parameters; GGUF: llama.cpp's keys
+rope.scaling.factor / original_context_length / yarn_beta_fast / yarn_beta_slow / attn_factor, always
+with truncated correction dimensions as ggml_rope_yarn_corr_dims) blends each frequency between its
+extrapolated and interpolated (divided by the factor) values along a linear ramp and multiplies cos and
+sin by the attention factor. QKV biases and QK norms are used when the tensors exist.
 
 Sliding windows, layers without RoPE, Gemma 3 and attention sinks, written from the published code (read,
 not copied; each part names what it follows):
@@ -157,6 +161,7 @@ class Model:
         self.final_softcap = None
         self.embed_scale = None         # None: embeddings unscaled
         self.norm_offset = 0.0          # RMSNorm multiplies by (norm_offset + w)
+        self.yarn = None                # YaRN parameters (factor, orig, beta_fast, beta_slow, mscale, truncate)
         self.n_experts = 0              # mixture of experts: experts per layer (0: dense FFN)
         self.n_experts_used = 0
         self.norm_topk = True
@@ -196,6 +201,13 @@ class Model:
         self.position_scale = 1.0
         if md.get(f"{a}.rope.scaling.type") == "linear":
             self.position_scale = 1.0 / float(md.get(f"{a}.rope.scaling.factor", 1.0))
+        if md.get(f"{a}.rope.scaling.type") == "yarn":
+            f = float(md[f"{a}.rope.scaling.factor"])
+            self.yarn = dict(factor=f, orig=int(md[f"{a}.rope.scaling.original_context_length"]),
+                             beta_fast=float(md.get(f"{a}.rope.scaling.yarn_beta_fast", 32.0)),
+                             beta_slow=float(md.get(f"{a}.rope.scaling.yarn_beta_slow", 1.0)), truncate=True,
+                             mscale=float(md.get(f"{a}.rope.scaling.attn_factor", 1.0)) *
+                             (1 + 0.1 * math.log(f) if f > 1 else 1.0))
         window = int(md.get(f"{a}.attention.sliding_window", 0))
         if a == "llama" and window:
             # Mistral-style: the window applies to every layer.
@@ -269,6 +281,19 @@ class Model:
         self.position_scale = 1.0
         if rs and rs.get("rope_type", rs.get("type")) == "linear":
             self.position_scale = 1.0 / float(rs["factor"])
+        if rs and rs.get("rope_type", rs.get("type")) == "yarn":
+            orig = rs.get("original_max_position_embeddings") or c.get("max_position_embeddings")
+            f = rs.get("factor") or c["max_position_embeddings"] / orig
+
+            def get_mscale(scale, ms=1.0):
+                return 0.1 * ms * math.log(scale) + 1.0 if scale > 1 else 1.0
+            mscale = rs.get("attention_factor")
+            if mscale is None:
+                mscale = (get_mscale(f, rs["mscale"]) / get_mscale(f, rs["mscale_all_dim"])
+                          if rs.get("mscale") and rs.get("mscale_all_dim") else get_mscale(f))
+            self.yarn = dict(factor=float(f), orig=int(orig), beta_fast=float(rs.get("beta_fast") or 32),
+                             beta_slow=float(rs.get("beta_slow") or 1), mscale=float(mscale),
+                             truncate=bool(rs.get("truncate", True)))
         n = self.n_layers
         if c["model_type"] in ("mistral", "mixtral") and c.get("sliding_window"):
             self.sliding_window, self.layer_types = int(c["sliding_window"]), ["sliding_attention"] * n
@@ -353,14 +378,34 @@ def rms_norm(x, weight, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rope(x, positions, theta, style, divisors, position_scale=1.0):
-    """x: [T, heads, head_dim]. position_scale: 1/factor under linear scaling."""
+def yarn_freqs(theta, hd, y):
+    """transformers' _compute_yarn_parameters, in float64: the inverse frequencies and the attention factor."""
+    def corr_dim(rot):
+        return hd * math.log(y["orig"] / (rot * 2 * math.pi)) / (2 * math.log(theta))
+    low, high = corr_dim(y["beta_fast"]), corr_dim(y["beta_slow"])
+    if y["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, hd - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(hd // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    pos_freqs = theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    inv = (1 / (y["factor"] * pos_freqs)) * (1 - extrapolation) + (1 / pos_freqs) * extrapolation
+    return inv, y["mscale"]
+
+
+def rope(x, positions, theta, style, divisors, position_scale=1.0, yarn=None):
+    """x: [T, heads, head_dim]. position_scale: 1/factor under linear scaling; yarn: YaRN's parameters."""
     hd = x.shape[-1]
     freqs = theta ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2 / hd)
     if divisors is not None:
         freqs = freqs / divisors
+    mscale = 1.0
+    if yarn is not None:
+        freqs, mscale = yarn_freqs(theta, hd, yarn)
     ang = (positions.to(torch.float64) * position_scale)[:, None] * freqs[None, :]          # [T, hd/2]
-    cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+    cos, sin = torch.cos(ang)[:, None, :] * mscale, torch.sin(ang)[:, None, :] * mscale
     if style == "adjacent":
         a, b = x[..., 0::2], x[..., 1::2]
         out = torch.empty_like(x)
@@ -479,8 +524,9 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
                 theta, divisors, pscale = m.rope_local_theta, None, 1.0
             else:
                 theta, divisors, pscale = m.theta, m.rope_divisors, m.position_scale
-            q = rope(q, pos, theta, m.rope_style, divisors, pscale)
-            k = rope(k, pos, theta, m.rope_style, divisors, pscale)
+            yarn = None if (sliding and m.rope_local_theta is not None) else m.yarn
+            q = rope(q, pos, theta, m.rope_style, divisors, pscale, yarn)
+            k = rope(k, pos, theta, m.rope_style, divisors, pscale, yarn)
         if kv_f16:
             k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
         group = H // KV

@@ -26,7 +26,7 @@
  *    owned copies) and mean the same whatever the format (e.g. Gemma's norm weights are w + 1 in both);
  *  - every data pointer is aligned for its type (4 bytes for F32, 2 otherwise; misaligned safetensors
  *    data is copied);
- *  - RoPE scaling is none, llama3's or linear (never both; a linear factor is positive and finite); other
+ *  - RoPE scaling is none, llama3's, linear or YaRN (at most one; factors positive and finite); other
  *    kinds are refused unless they are the identity.
  * GGUF files of unregistered architectures open with whatever hyper-parameters their metadata gives,
  * unvalidated; the model layer refuses them. Hugging Face directories of unregistered architectures are
@@ -88,6 +88,18 @@ typedef struct pith_hparams {
      * 1/factor); 0 means none (a factor of 1 is stored as 0). Also applies on top of a GGUF
      * rope_freqs.weight, as llama.cpp does; never set together with rope_scale_factor. */
     float rope_linear_factor;
+    /* YaRN scaling ("yarn"); rope_yarn_factor 0 means none (never set with the two above). Frequency i
+     * blends theta^(-2i/d) (extrapolated) and that divided by the factor (interpolated): the ramp is
+     * 0 (extrapolate) for i below `low` and 1 (interpolate) above `high`, linear between, where low and
+     * high are the dimensions whose frequency turns beta_fast and beta_slow times over rope_orig_ctx
+     * positions, d ln(orig / (2 pi beta)) / (2 ln theta) (rounded down and up when rope_yarn_truncate),
+     * clamped to [0, d - 1]. cos and sin are multiplied by rope_yarn_mscale, so every score by its square
+     * (Hugging Face's attention_factor; by default 1 + 0.1 ln factor). */
+    float rope_yarn_factor;
+    float rope_yarn_beta_fast;
+    float rope_yarn_beta_slow;
+    float rope_yarn_mscale;
+    bool rope_yarn_truncate;
     /* Sliding-window attention: 0 = none. A layer whose layer_swa bit is set lets the token at position p
      * attend to positions [p - sliding_window + 1, p] only (Hugging Face's and llama.cpp's convention);
      * the other layers attend to the whole context. Mistral sets every layer's bit; Gemma 3 five of six. */

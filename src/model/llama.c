@@ -18,7 +18,8 @@
  * RoPE frequencies: theta^(-2i/head_dim), divided by rope_freqs.weight when the file has it (llama.cpp's
  * way of storing Llama 3 scaling), else rescaled from the hyper-parameters (Hugging Face's "llama3"
  * rope_type), never both; then multiplied by 1/factor under linear scaling (positions divided by the
- * factor). Window layers with their own base (rope_theta_swa) use theta_swa^(-2i/head_dim) unscaled.
+ * factor), or blended by YaRN with cos and sin times its attention factor (see pith_hparams). Window
+ * layers with their own base (rope_theta_swa) use theta_swa^(-2i/head_dim) unscaled.
  * Angles are computed in double per token, so long positions lose no precision. */
 #include "model/llama.h"
 
@@ -63,6 +64,7 @@ typedef struct llama {
     llama_layer *layers;
     double *inv_freq;           /* [head_dim / 2] */
     double *inv_freq_swa;       /* [head_dim / 2] for window layers with their own base, else NULL */
+    float rope_mscale;          /* cos and sin times this (YaRN's attention factor; else 1) */
 
     /* scratch for up to cap tokens */
     int cap;
@@ -157,6 +159,26 @@ static void free_layer(llama_layer *L) {
     free(L->moe);
 }
 
+/* YaRN (see pith_hparams): the dimension whose frequency turns `rotations` times over the original
+ * context, then the blend of extrapolated and interpolated frequencies across the ramp. */
+static double yarn_dim(const pith_hparams *hp, double rotations) {
+    return hp->head_dim * log(hp->rope_orig_ctx / (rotations * 2 * M_PI)) / (2 * log((double)hp->rope_theta));
+}
+
+static void yarn_frequencies(const pith_hparams *hp, double *inv_freq) {
+    double lo = yarn_dim(hp, hp->rope_yarn_beta_fast), hi = yarn_dim(hp, hp->rope_yarn_beta_slow);
+    if (hp->rope_yarn_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < hp->head_dim - 1 ? hi : hp->head_dim - 1;
+    if (hi == lo) hi += 0.001;
+    for (int i = 0; i < hp->head_dim / 2; i++) {
+        double extra = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim), inter = extra / hp->rope_yarn_factor;
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp; /* 0: extrapolate, 1: interpolate */
+        inv_freq[i] = inter * ramp + extra * (1 - ramp);
+    }
+}
+
 static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     int half = hp->head_dim / 2;
@@ -184,6 +206,8 @@ static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
         m->inv_freq[i] = freq;
     }
     free(factors);
+    m->rope_mscale = 1.0f;
+    if (hp->rope_yarn_factor > 0) yarn_frequencies(hp, m->inv_freq), m->rope_mscale = hp->rope_yarn_mscale;
     if (hp->rope_theta_swa > 0 && hp->sliding_window > 0) {
         if (!(m->inv_freq_swa = malloc((size_t)half * sizeof *m->inv_freq_swa))) return pith_errf(err, "out of memory");
         for (int i = 0; i < half; i++) m->inv_freq_swa[i] = pow((double)hp->rope_theta_swa, -2.0 * i / hp->head_dim);
@@ -458,11 +482,11 @@ static void embed_row(row_job *j, int t) {
     pith_dequantize_row(m->embd->type, src, x, dim);
     if (m->var.embed_scale != 0)
         for (int i = 0; i < dim; i++) x[i] *= m->var.embed_scale;
-    double pos = j->b->positions[t];
+    double pos = j->b->positions[t], ms = m->rope_mscale;
     for (int i = 0; i < half; i++) {
         double angle = pos * m->inv_freq[i];
-        m->rope_cos[(size_t)t * half + i] = (float)cos(angle);
-        m->rope_sin[(size_t)t * half + i] = (float)sin(angle);
+        m->rope_cos[(size_t)t * half + i] = (float)(cos(angle) * ms);
+        m->rope_sin[(size_t)t * half + i] = (float)(sin(angle) * ms);
     }
     for (int i = 0; m->inv_freq_swa && i < half; i++) {
         double angle = pos * m->inv_freq_swa[i];
