@@ -125,6 +125,31 @@ def main():
             rewrite_gguf(good, bad, **kw)
             expect_refusal(pith, name, bad, needle)
 
+        gcfg = mkmodel.build_config("test-gpt-oss")
+        gg = os.path.join(tmp, "gptoss.gguf")
+        mkmodel.write_gguf(gcfg, gg, "F32", seed=5)
+        for name, kw, needle in [
+            ("gpt-oss: missing sinks", dict(drop={"blk.2.attn_sinks.weight"}), "blk.2.attn_sinks.weight"),
+            ("gpt-oss: missing expert bias", dict(drop={"blk.0.ffn_up_exps.bias"}), None),
+            ("gpt-oss: bad window period", dict(meta={"gpt-oss.attention.sliding_window_pattern": (G.UINT32, 0)}),
+             "sliding_window_pattern 0"),
+        ]:
+            bad = os.path.join(tmp, "bad.gguf")
+            rewrite_gguf(gg, bad, **kw)
+            if needle:
+                expect_refusal(pith, name, bad, needle)
+            else:   # expert biases are optional (a GPT-OSS-like model without them is well defined)
+                r = run(pith, bad)
+                if r.returncode:
+                    fail(f"{name}: {r.stderr.decode(errors='replace')[-300:]}")
+        gst = os.path.join(tmp, "gptoss-st")
+        mkmodel.write_safetensors(gcfg, gst, "F32", seed=6)
+        c = json.load(open(os.path.join(gst, "config.json")))
+        c["intermediate_size"] = 32
+        json.dump(c, open(os.path.join(gst, "config.json"), "w"))
+        expect_refusal(pith, "gpt-oss safetensors: fused experts of another width", gst,
+                       "mlp.experts.gate_up_proj: expected", "--tokenizer", os.path.join(gst, "tokenizer.bin"))
+
         st = os.path.join(tmp, "st")
         mkmodel.write_safetensors(mkmodel.build_config("test-mixtral"), st, "F32", seed=4)
         tok = os.path.join(st, "tokenizer.bin")

@@ -60,9 +60,9 @@ TOLERANCES = {
     "qk": (0.4, 0.05, 256),
     # Mixture of experts with Q8_0 / Q4_0 / MXFP4 weights: as q32, but the 8-bit rounding upstream can flip
     # a router's choice where two experts' logits nearly tie, which moves that step's logits by up to
-    # about 0.5 on these models (0.52 the worst seen over five seeds of test-qwen3moe MXFP4; mean errors
-    # stay at 0.02): the mean is the real check.
-    "moe-q32": (0.6, 0.04, 32),
+    # about 0.7 on these models (0.52 the worst seen over five seeds of test-qwen3moe MXFP4, 0.68 on
+    # test-gpt-oss MXFP4 over 72 steps; mean errors stay at 0.02): the mean is the real check.
+    "moe-q32": (1.0, 0.04, 32),
 }
 # With the F16 cache, the exact reference is this far at most (the cache rounding alone moves logits by
 # up to 3e-3 on these models).
@@ -95,6 +95,11 @@ MOE_PRESETS = ["test-qwen3moe", "test-mixtral"]
 MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0", "MXFP4"]
 MOE_ST_TYPES = ["F32", "BF16"]
 MOE_ST_ONLY = ["test-qwen3moe-st"]
+# GPT-OSS: GGUF F32 and MXFP4 experts, safetensors (fused experts) F32 and BF16, 72 tokens (four windows
+# of 16) and the prompt cases; test-gpt-oss-st (clamp 1.5, truncate false, a layer list) as safetensors.
+GPTOSS_PRESETS = ["test-gpt-oss"]
+GPTOSS_GGUF_TYPES = ["F32", "MXFP4"]
+GPTOSS_ST_ONLY = ["test-gpt-oss-st"]
 # YaRN (qwen3 x4 over an original context of 64): GGUF and safetensors, and truncate false (safetensors).
 YARN_PRESETS = ["test-qwen3-yarn"]
 YARN_ST_ONLY = ["test-qwen3-yarn-st"]
@@ -313,6 +318,70 @@ def check_yarn_reference(tmp):
     moved("yarn x4", a, reference.forward(mg, tokens).numpy())
     mg.yarn = dict(keep, truncate=False)
     moved("yarn truncate", a, reference.forward(mg, tokens).numpy())
+
+
+def gptoss_moe_by_hand(m, layer, h):
+    """GPT-OSS's MoE block one token at a time in numpy, from modeling_gpt_oss.py's definition."""
+    p = f"blk.{layer}."
+    h = h.numpy()
+    wr, br = m.w(p + "ffn_gate_inp.weight").numpy(), m.w(p + "ffn_gate_inp.bias").numpy()
+    fused = m.has(p + "experts.gate_up_proj")
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        logits = wr @ h[t] + br
+        top = sorted(range(m.n_experts), key=lambda e: -logits[e])[:m.n_experts_used]
+        w = np.exp(np.array([logits[e] for e in top]) - max(logits[e] for e in top))
+        w /= w.sum()
+        for wj, e in zip(w, top):
+            if fused:
+                gu = h[t] @ m.w(p + "experts.gate_up_proj").numpy()[e] + m.w(p + "experts.gate_up_proj_bias").numpy()[e]
+                g, u = gu[0::2], gu[1::2]
+            else:
+                g = m.expert(layer, "gate", e).numpy() @ h[t] + m.w(p + "ffn_gate_exps.bias").numpy()[e]
+                u = m.expert(layer, "up", e).numpy() @ h[t] + m.w(p + "ffn_up_exps.bias").numpy()[e]
+            g, u = np.minimum(g, m.swiglu_limit), np.clip(u, -m.swiglu_limit, m.swiglu_limit)
+            z = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            if fused:
+                y = z @ m.w(p + "experts.down_proj").numpy()[e] + m.w(p + "experts.down_proj_bias").numpy()[e]
+            else:
+                y = m.expert(layer, "down", e).numpy() @ z + m.w(p + "ffn_down_exps.bias").numpy()[e]
+            out[t] += wj * y
+    return out
+
+
+def check_gptoss_references(tmp):
+    """The GPT-OSS reference: GGUF (llama.cpp's separate experts) vs safetensors (transformers' fused,
+    interleaved ones) of one seed, the MoE block against a per-token transcription, and each feature
+    (sinks, output bias, clamp, windows) moving the logits."""
+    tokens = [1] + list(np.random.default_rng(19).integers(3, 512, N_GEN_LONG - 1))
+    cfg = mkmodel.build_config("test-gpt-oss")
+    gpath, spath = os.path.join(tmp, "x-gptoss.gguf"), os.path.join(tmp, "x-gptoss-st")
+    mkmodel.write_gguf(cfg, gpath, "F32", seed=20)
+    mkmodel.write_safetensors(cfg, spath, "F32", seed=20, shards=2)
+    mg, ms = reference.Model(gpath), reference.Model(spath)
+    if mg.layer_types != ms.layer_types or mg.layer_types[:2] != ["sliding_attention", "full_attention"]:
+        fail(f"gpt-oss: the reference read layer types {mg.layer_types} / {ms.layer_types}")
+    a = reference.forward(mg, tokens).numpy()
+    err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+    print(f"gpt-oss: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+    if err > 1e-6:
+        fail(f"gpt-oss: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+    h = torch.tensor(np.random.default_rng(21).standard_normal((9, cfg.dim)) * 3)
+    for model in (mg, ms):
+        err = float(np.abs(reference.gptoss_moe_ffn(model, 2, h, lambda t: t).numpy() -
+                           gptoss_moe_by_hand(model, 2, h)).max())
+        print(f"gpt-oss: MoE block vs the per-token transcription: {err:.1e}")
+        if err > 1e-12:
+            fail(f"gpt-oss: the reference MoE block and its transcription differ by {err:.2e}")
+    for what, change in (("gpt-oss clamp 7 -> 0.5", lambda m: setattr(m, "swiglu_limit", 0.5)),
+                         ("gpt-oss windows", lambda m: setattr(m, "sliding_window", None))):
+        m = reference.Model(gpath)
+        change(m)
+        moved(what, a, reference.forward(m, tokens).numpy())
+    for what, name in (("gpt-oss sinks", "attn_sinks.weight"), ("gpt-oss output bias", "attn_output.bias")):
+        m = reference.Model(gpath)
+        m.names = {n for n in m.names if not n.endswith(name)}
+        moved(what, a, reference.forward(m, tokens).numpy())
 
 
 def check_moe_references(tmp):
@@ -631,6 +700,20 @@ def main():
                 compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG)
                 seed += 1
         check_moe_references(tmp)
+        check_gptoss_references(tmp)
+        for preset in GPTOSS_PRESETS + GPTOSS_ST_ONLY:
+            cases = [("safetensors", t) for t in MOE_ST_TYPES]
+            if preset not in GPTOSS_ST_ONLY:
+                cases = [("gguf", t) for t in GPTOSS_GGUF_TYPES] + cases
+            for fmt, dtype in cases:
+                model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
+                kind = "moe-q32" if tolerance_kind(dtype) == "q32" else tolerance_kind(dtype)
+                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, kind, n_gen=N_GEN_LONG)
+                if dtype == "F32":
+                    for chunk in (7, 2048):
+                        compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                                n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
         for preset in MOE_PRESETS + MOE_ST_ONLY:
             cases = [("safetensors", t) for t in MOE_ST_TYPES]
             if preset not in MOE_ST_ONLY:

@@ -129,6 +129,22 @@ PRESETS = {
     "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
                           vocab=151936, theta=1e6, ctx=40960, eps=1e-6, experts=128, experts_used=8,
                           expert_ffn=768),
+    # GPT-OSS: windows of 16 on layers 0 and 2 (of 4), YaRN x8 over an original context of 64, 4 experts of
+    # width 64, 2 per token, biases everywhere, attention sinks, swiglu_limit 7 (the clamp bites: gate and up
+    # values reach +-7 with these weights only in the tails, so a smaller limit is tested too:
+    # test-gpt-oss-st, safetensors only, limit 1.5 and an explicit layer_types).
+    "test-gpt-oss": dict(arch="gpt-oss", dim=128, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=64, vocab=512,
+                         theta=150000.0, ctx=1024, eps=1e-5, sliding_window=16, rope_scaling="yarn", rope_factor=8.0,
+                         rope_orig_ctx=64, experts=4, experts_used=2),
+    "test-gpt-oss-st": dict(arch="gpt-oss", dim=128, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=64,
+                            vocab=512, theta=150000.0, ctx=1024, eps=1e-5, sliding_window=12, rope_scaling="yarn",
+                            rope_factor=8.0, rope_orig_ctx=64, yarn_truncate=False, experts=4, experts_used=3,
+                            swiglu_limit=1.5, layer_types=["full_attention", "sliding_attention",
+                                                           "sliding_attention"]),
+    # GPT-OSS-20B's real shape (24 layers, 32 experts of 2880, 4 per token; MXFP4 experts: --dtype MXFP4).
+    "gpt-oss-20b": dict(arch="gpt-oss", dim=2880, layers=24, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                        vocab=201088, theta=150000.0, ctx=131072, eps=1e-5, sliding_window=128, rope_scaling="yarn",
+                        rope_factor=32.0, rope_orig_ctx=4096, experts=32, experts_used=4),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -141,11 +157,12 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
                 query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
-                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None)
+                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
-           "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe")}
+           "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+           "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral")}
@@ -175,9 +192,12 @@ class Config:
         self.ffn = self.ffn or 4 * self.dim
         # Qwen2 always has QKV biases and Qwen3 and Gemma 3 always have QK norms; plain Llama has neither.
         if self.qkv_bias is None:
-            self.qkv_bias = self.arch == "qwen2"
+            self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
             self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
+        if self.arch == "gpt-oss":
+            self.swiglu_limit = self.swiglu_limit if self.swiglu_limit is not None else 7.0
+            self.expert_ffn = self.ffn
         if self.experts:
             self.experts_used = self.experts_used or min(2, self.experts)
             self.expert_ffn = self.expert_ffn or self.ffn
@@ -206,6 +226,11 @@ class Config:
                     for i in range(self.layers)]
         if self.arch == "llama" and self.sliding_window:
             return ["sliding_attention"] * self.layers     # Mistral: every layer
+        if self.arch == "gpt-oss" and self.sliding_window:
+            if self.layer_types is not None:
+                return list(self.layer_types)
+            # configuration_gpt_oss.py and llama.cpp (swa pattern 2): even layers windowed
+            return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.layers)]
         return ["full_attention"] * self.layers
 
     def rope_layers(self):
@@ -225,7 +250,7 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "qwen3moe")):
+        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in ("qwen3", "gemma3", "qwen3moe")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
@@ -235,12 +260,12 @@ class Config:
         if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
             raise ValueError(f"no Hugging Face type {self.hf_type} for {self.arch}")
         if self.sliding_window is not None:
-            if self.arch not in ("llama", "gemma3") or self.sliding_window < 1:
-                raise ValueError("sliding-window: a positive window, for llama (Mistral) or gemma3")
+            if self.arch not in ("llama", "gemma3", "gpt-oss") or self.sliding_window < 1:
+                raise ValueError("sliding-window: a positive window, for llama (Mistral), gemma3 or gpt-oss")
             if self.arch == "llama" and self.hf_type != "mistral":
                 raise ValueError("a llama sliding window is Mistral's: use --hf-type mistral")
-        gemma_only = (self.swa_pattern, self.layer_types, self.rope_local_theta, self.query_pre_attn_scalar,
-                      self.final_softcap)
+        gemma_only = (self.swa_pattern, self.layer_types if self.arch != "gpt-oss" else None, self.rope_local_theta,
+                      self.query_pre_attn_scalar, self.final_softcap)
         if self.arch != "gemma3" and any(v is not None for v in gemma_only):
             raise ValueError("layer pattern, local RoPE base, query_pre_attn_scalar and softcap are Gemma 3's")
         if self.arch == "gemma3":
@@ -253,8 +278,8 @@ class Config:
                 raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
             if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
                 raise ValueError("query_pre_attn_scalar and final softcap must be positive")
-        if self.arch == "qwen3moe" and not self.experts:
-            raise ValueError("qwen3moe needs --experts")
+        if self.arch in ("qwen3moe", "gpt-oss") and not self.experts:
+            raise ValueError(f"{self.arch} needs --experts")
         if self.experts:
             if self.moe_family() is None:
                 raise ValueError("experts are Qwen3-MoE's (arch qwen3moe) or Mixtral's (llama --hf-type mixtral)")
@@ -273,17 +298,23 @@ class Config:
                 raise ValueError("no-rope-interval must be positive")
 
     def moe_family(self):
-        """"qwen3moe", "mixtral" or None (a dense model)."""
+        """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
         if not self.experts:
             return None
-        if self.arch == "qwen3moe":
-            return "qwen3moe"
+        if self.arch in ("qwen3moe", "gpt-oss"):
+            return self.arch
         return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
 
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
         if self.rope_scaling == "yarn" and self.yarn_truncate is False:
             return "GGUF YaRN always truncates the correction dimensions (llama.cpp has no key for it)"
+        if self.arch == "gpt-oss":
+            if self.swiglu_limit != 7.0:
+                return "GGUF gpt-oss has no swiglu_limit key: llama.cpp fixes it at 7"
+            if self.sliding_window and self.layer_kinds() != [
+                    "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.layers)]:
+                return "GGUF gpt-oss windows layers by a period (here 2), not by a list"
         if self.arch == "qwen3moe" and not self.norm_topk:
             return "GGUF qwen3moe always renormalises the chosen experts' weights (llama.cpp hard-codes it)"
         if self.arch == "smollm3":
@@ -373,6 +404,8 @@ def write_tokenizer_bin(path, n_vocab):
 def tensor_specs(cfg):
     if cfg.arch == "gemma3":
         return gemma3_tensor_specs(cfg)
+    if cfg.arch == "gpt-oss":
+        return gptoss_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -424,6 +457,89 @@ def expert_specs(cfg, i):
     return specs
 
 
+def gptoss_tensor_specs(cfg):
+    """GPT-OSS: GGUF names from llama.cpp (LLM_ARCH_OPENAI_MOE: post_attention_norm is the FFN pre-norm,
+    attn_sinks, ffn_*_exps with biases), Hugging Face names from modeling_gpt_oss.py. Experts are listed
+    per expert (blk.i.ffn_gate.E.weight / .bias); write_gguf stacks them into llama.cpp's 3-D (and 2-D bias)
+    tensors, write_safetensors fuses them the way transformers stores them (hf_fused): gate_up_proj
+    [experts, dim, 2 ffn] with gate in the even columns and up in the odd ones, down_proj [experts, ffn, dim],
+    applied as x @ W. Sinks are N(0, 1)."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim), "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs += [
+            (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "norm"),
+            (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+            (b + "attn_q.bias", h + "self_attn.q_proj.bias", (q_dim,), "bias"),
+            (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_k.bias", h + "self_attn.k_proj.bias", (kv_dim,), "bias"),
+            (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_v.bias", h + "self_attn.v_proj.bias", (kv_dim,), "bias"),
+            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            (b + "attn_output.bias", h + "self_attn.o_proj.bias", (cfg.dim,), "bias"),
+            (b + "attn_sinks.weight", h + "self_attn.sinks", (cfg.heads,), "sink"),
+            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
+            (b + "ffn_gate_inp.weight", h + "mlp.router.weight", (cfg.experts, cfg.dim), "router"),
+            (b + "ffn_gate_inp.bias", h + "mlp.router.bias", (cfg.experts,), "bias"),
+        ]
+        for kind, shape in (("gate", (cfg.ffn, cfg.dim)), ("up", (cfg.ffn, cfg.dim)), ("down", (cfg.dim, cfg.ffn))):
+            specs += [(f"{b}ffn_{kind}.{e}.weight", None, shape, "matrix") for e in range(cfg.experts)]
+            specs += [(f"{b}ffn_{kind}.{e}.bias", None, shape[:1], "bias") for e in range(cfg.experts)]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "norm"))
+    specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def hf_fused(specs, cfg):
+    """write_safetensors' view of GPT-OSS's per-expert entries: one fused tensor per layer and kind
+    (names: a tuple of the per-expert canonical names; kinds fused_*, see hf_chunks)."""
+    out, layers = [], {}
+    for gname, hname, shape, kind in specs:
+        parts = gname.split(".")
+        if not (len(parts) == 5 and parts[3].isdigit()):
+            out.append((gname, hname, shape, kind))
+            continue
+        i, what, part = int(parts[1]), parts[2][4:], parts[4]   # what: gate/up/down, part: weight/bias
+        d = layers.setdefault(i, {})
+        d.setdefault((what, part), []).append(gname)
+        if what == "down" and part == "bias" and len(d[(what, part)]) == cfg.experts:
+            h, E, F = f"model.layers.{i}.mlp.experts.", cfg.experts, cfg.ffn
+            out += [((tuple(d[("gate", "weight")]), tuple(d[("up", "weight")])), h + "gate_up_proj",
+                     (E, cfg.dim, 2 * F), "fused_gate_up"),
+                    ((tuple(d[("gate", "bias")]), tuple(d[("up", "bias")])), h + "gate_up_proj_bias", (E, 2 * F),
+                     "fused_gate_up_bias"),
+                    (tuple(d[("down", "weight")]), h + "down_proj", (E, F, cfg.dim), "fused_down"),
+                    (tuple(d[("down", "bias")]), h + "down_proj_bias", (E, cfg.dim), "fused_down_bias")]
+    return out
+
+
+def hf_chunks(seed, gname, shape, kind):
+    """Row blocks of a safetensors tensor: random_chunks, or a fused GPT-OSS expert tensor built from the
+    per-expert values (so both formats of one seed hold the same numbers)."""
+    if kind == "fused_gate_up":
+        for g, u in zip(*gname):
+            rows, cols = shape[2] // 2, shape[1]
+            w = np.empty((cols, 2 * rows), dtype=np.float32)
+            w[:, 0::2] = random_tensor(seed, g, (rows, cols), "matrix").T
+            w[:, 1::2] = random_tensor(seed, u, (rows, cols), "matrix").T
+            yield w[None]
+    elif kind == "fused_gate_up_bias":
+        for g, u in zip(*gname):
+            b = np.empty(shape[1], dtype=np.float32)
+            b[0::2] = random_tensor(seed, g, (shape[1] // 2,), "bias")
+            b[1::2] = random_tensor(seed, u, (shape[1] // 2,), "bias")
+            yield b[None]
+    elif kind == "fused_down":
+        for d in gname:
+            yield np.ascontiguousarray(random_tensor(seed, d, (shape[2], shape[1]), "matrix").T)[None]
+    elif kind == "fused_down_bias":
+        for d in gname:
+            yield random_tensor(seed, d, (shape[1],), "bias")[None]
+    else:
+        yield from random_chunks(seed, gname, shape, kind)
+
+
 def stack_experts(specs):
     """GGUF's view of tensor_specs: per-expert entries of one layer and kind become one entry
     (3-D name, [per-expert names], (experts, rows, cols), kind)."""
@@ -431,7 +547,7 @@ def stack_experts(specs):
     for gname, hname, shape, kind in specs:
         parts = gname.split(".")
         if len(parts) == 5 and parts[2] in ("ffn_gate", "ffn_up", "ffn_down") and parts[3].isdigit():
-            key = f"blk.{parts[1]}.{parts[2]}_exps.weight"
+            key = f"blk.{parts[1]}.{parts[2]}_exps.{parts[4]}"
             if key not in groups:
                 groups[key] = [key, [], shape, kind]
                 out.append(groups[key])
@@ -572,20 +688,22 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3"):
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen3moe", "gpt-oss"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
         w.add_u32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.sliding_window:
         w.add_u32(f"{a}.attention.sliding_window", cfg.sliding_window)
+    if a == "gpt-oss" and cfg.sliding_window:
+        w.add_u32(f"{a}.attention.sliding_window_pattern", 2)
     if cfg.final_softcap is not None:
         w.add_f32(f"{a}.final_logit_softcapping", cfg.final_softcap)
     if cfg.experts:
         # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
         w.add_u32(f"{a}.expert_count", cfg.experts)
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
-        if a == "qwen3moe":
+        if a in ("qwen3moe", "gpt-oss"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
     pieces, scores, types = vocabulary(cfg.vocab)
     w.add_str("tokenizer.ggml.model", "llama")
@@ -613,10 +731,10 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) >= 2 else "F32"
         if kind == "router":
             ttype = "F32"
-        if len(shape) == 3:
+        if isinstance(hname, list):   # stacked experts: 3-D weights, 2-D biases (F32)
             data = (lambda names=hname, s=shape[1:], k=kind:
                     (random_tensor(seed, n, s, k)[None] for n in names))
-            w.add_tensor(gname, shape, ttype, data)
+            w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
@@ -651,6 +769,8 @@ def st_encode(x, dtype):
 def hf_config(cfg, dtype):
     if cfg.arch == "gemma3":
         return gemma3_hf_config(cfg, dtype)
+    if cfg.arch == "gpt-oss":
+        return gptoss_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
@@ -694,6 +814,26 @@ def hf_config(cfg, dtype):
     return c
 
 
+def gptoss_hf_config(cfg, dtype):
+    """config.json as configuration_gpt_oss.py writes it (the released models' keys)."""
+    rs = {"rope_type": "yarn", "factor": cfg.rope_factor, "beta_fast": 32.0, "beta_slow": 1.0,
+          "original_max_position_embeddings": cfg.rope_orig_ctx}
+    if cfg.yarn_truncate is False:
+        rs["truncate"] = False
+    return {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.eps,
+        "rope_theta": cfg.theta, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx,
+        "tie_word_embeddings": False, "torch_dtype": TORCH_DTYPE[dtype], "hidden_act": "silu",
+        "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.experts_used, "experts_per_token": cfg.experts_used,
+        "sliding_window": cfg.sliding_window, "layer_types": cfg.layer_kinds() if cfg.sliding_window else
+        ["full_attention"] * cfg.layers, "swiglu_limit": cfg.swiglu_limit, "attention_bias": True,
+        "rope_scaling": rs if cfg.rope_scaling == "yarn" else None, "router_aux_loss_coef": 0.9,
+        "output_router_logits": False, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
+
+
 def gemma3_hf_config(cfg, dtype):
     """config.json as transformers writes a Gemma3TextConfig: the rope keys of Gemma 3's released configs
     (rope_theta for global layers, rope_local_base_freq for local ones, rope_scaling for the global ones only)
@@ -723,6 +863,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         raise ValueError(f"safetensors supports F32, F16 and BF16, not {dtype}")
     os.makedirs(out_dir, exist_ok=True)
     specs = tensor_specs(cfg)
+    if cfg.arch == "gpt-oss":
+        specs = hf_fused(specs, cfg)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
     sizes = [int(np.prod(s)) * elem for _, _, s, _ in specs]
@@ -750,7 +892,7 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         with open(os.path.join(out_dir, fname), "wb") as f:
             f.write(struct.pack("<Q", len(hjson)) + hjson)
             for gname, _, shape, kind in group:
-                for chunk in random_chunks(seed, gname, shape, kind):
+                for chunk in hf_chunks(seed, gname, shape, kind):
                     f.write(st_encode(chunk, dtype))
     if len(groups) > 1:
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:

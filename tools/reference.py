@@ -51,6 +51,14 @@ not copied; each part names what it follows):
   llama with llama.expert_count): blk.N.ffn_gate_inp.weight and 3-D ffn_{gate,up,down}_exps.weight (or
   one blk.N.ffn_{gate,up,down}.E.weight per expert); qwen3moe always renormalises (norm_w true), as does
   llama.cpp's Mixtral; {arch}.expert_weights_norm overrides where present.
+- GPT-OSS (modeling_gpt_oss.py, configuration_gpt_oss.py): Q/K/V/O biases, sinks, "layer_types" windows
+  (default: even layers sliding), YaRN, the FFN's pre-norm post_attention_layernorm, and the MoE block
+  GptOssTopKRouter + GptOssExperts: logits = h @ W.T + b, the top k logits softmaxed among themselves,
+  expert e: gate_up = x @ gate_up_proj[e] + bias (gate the even columns, up the odd ones),
+  gate = min(gate, limit), up = clamp(up, -limit, limit), glu = gate * sigmoid(1.702 gate),
+  ((up + 1) * glu) @ down_proj[e] + bias. GGUF (llama.cpp LLM_ARCH_OPENAI_MOE "gpt-oss"):
+  post_attention_norm, attn_sinks, separate ffn_gate_exps / ffn_up_exps (x @ W.T) with 2-D biases,
+  sliding_window_pattern (default 2: layer i windowed when i % 2 == 0), swiglu limit 7.
 - Attention sinks (modeling_gpt_oss.py eager_attention_forward): a learned logit per head joins the
   softmax denominator as one more column and is dropped after it (it has no value vector). attention()
   takes them as an option; forward() uses them when a layer has `attn_sinks.weight` (HF self_attn.sinks).
@@ -86,7 +94,15 @@ HF_LAYER = {
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     "self_attn.sinks": "attn_sinks.weight",
+    "self_attn.o_proj.bias": "attn_output.bias",
 }
+# GPT-OSS: the FFN pre-norm and the router; the fused experts keep their own names (blk.N.experts.*).
+HF_LAYER_GPTOSS = dict(HF_LAYER, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias",
+    "mlp.experts.gate_up_proj": "experts.gate_up_proj", "mlp.experts.gate_up_proj_bias": "experts.gate_up_proj_bias",
+    "mlp.experts.down_proj": "experts.down_proj", "mlp.experts.down_proj_bias": "experts.down_proj_bias",
+})
 # Gemma 3's four norms per block, named as llama.cpp's tensor_mapping.py maps them for MODEL_ARCH.GEMMA3.
 HF_LAYER_GEMMA3 = dict(HF_LAYER, **{
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -103,7 +119,7 @@ HF_EXPERT_KINDS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w
 def hf_to_canonical(name, family="llama"):
     if name in HF_TO_CANON:
         return HF_TO_CANON[name]
-    layer = HF_LAYER_GEMMA3 if family == "gemma3" else HF_LAYER
+    layer = HF_LAYER_GEMMA3 if family == "gemma3" else HF_LAYER_GPTOSS if family == "gpt-oss" else HF_LAYER
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
         return f"blk.{int(parts[2])}.{layer[parts[3]]}"
@@ -165,6 +181,7 @@ class Model:
         self.n_experts = 0              # mixture of experts: experts per layer (0: dense FFN)
         self.n_experts_used = 0
         self.norm_topk = True
+        self.swiglu_limit = None        # GPT-OSS's clamped SwiGLU
         if os.path.isdir(path) or path.endswith(".safetensors"):
             self._open_hf(path if os.path.isdir(path) else os.path.dirname(path))
         else:
@@ -179,7 +196,7 @@ class Model:
         r = self._gguf = G.GGUFReader(path)
         md = r.metadata
         a = self.arch = md["general.architecture"]
-        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe"):
+        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe", "gpt-oss"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
         self.n_layers = int(md[f"{a}.block_count"])
@@ -212,6 +229,13 @@ class Model:
         if a == "llama" and window:
             # Mistral-style: the window applies to every layer.
             self.sliding_window, self.layer_types = window, ["sliding_attention"] * self.n_layers
+        if a == "gpt-oss":
+            self.family, self.swiglu_limit = "gpt-oss", 7.0
+            period = int(md.get(f"{a}.attention.sliding_window_pattern", 2))
+            if window:
+                self.sliding_window = window
+                self.layer_types = ["sliding_attention" if i % period < period - 1 else "full_attention"
+                                    for i in range(self.n_layers)]
         if a == "smollm3":
             # llama.cpp: n_no_rope_layer_step = 4, use_rope = (il + 1) % 4 != 0.
             self.no_rope_layers = {i for i in range(self.n_layers) if (i + 1) % 4 == 0}
@@ -234,11 +258,11 @@ class Model:
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
-                 "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama"}
+                 "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama", "gpt_oss": "gpt-oss"}
         if c.get("model_type") not in types:
             raise ValueError(f"{d}: unsupported model_type {c.get('model_type')!r}")
         self.arch = types[c["model_type"]]
-        self.family = "gemma3" if self.arch == "gemma3" else "llama"
+        self.family = self.arch if self.arch in ("gemma3", "gpt-oss") else "llama"
         self.dim = c["hidden_size"]
         self.n_layers = c["num_hidden_layers"]
         self.n_heads = c["num_attention_heads"]
@@ -255,6 +279,13 @@ class Model:
         if c["model_type"] == "mixtral":
             self.n_experts, self.n_experts_used = c["num_local_experts"], c["num_experts_per_tok"]
             self.norm_topk = True                                       # MixtralSparseMoeBlock always
+        if c["model_type"] == "gpt_oss":
+            self.n_experts, self.n_experts_used = c["num_local_experts"], c["num_experts_per_tok"]
+            self.swiglu_limit = float(c.get("swiglu_limit", 7.0))
+            if c.get("sliding_window"):
+                self.sliding_window = int(c["sliding_window"])
+                self.layer_types = c.get("layer_types") or [
+                    "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.n_layers)]
         index = os.path.join(d, "model.safetensors.index.json")
         if os.path.exists(index):
             with open(index) as f:
@@ -457,6 +488,38 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def gptoss_moe_ffn(m, layer, h, aq):
+    """GPT-OSS's MoE block (see the module docstring), from either format's expert layout."""
+    p = f"blk.{layer}."
+    logits = aq(h) @ m.w(p + "ffn_gate_inp.weight").T + m.w(p + "ffn_gate_inp.bias")
+    top, chosen = torch.topk(logits, m.n_experts_used, dim=-1)
+    weights = torch.softmax(top, dim=-1)
+    fused = m.has(p + "experts.gate_up_proj")
+    if fused:
+        gu_w, gu_b = m.w(p + "experts.gate_up_proj"), m.w(p + "experts.gate_up_proj_bias")
+        d_w, d_b = m.w(p + "experts.down_proj"), m.w(p + "experts.down_proj_bias")
+    else:
+        gb, ub, db = (m.w(p + f"ffn_{k}_exps.bias") for k in ("gate", "up", "down"))
+    limit, out = m.swiglu_limit, torch.zeros_like(h)
+    for e in range(m.n_experts):
+        rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if len(rows) == 0:
+            continue
+        x = aq(h[rows])
+        if fused:
+            gate_up = x @ gu_w[e] + gu_b[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        else:
+            gate = x @ m.expert(layer, "gate", e).T + gb[e]
+            up = x @ m.expert(layer, "up", e).T + ub[e]
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        z = aq((up + 1) * gate * torch.sigmoid(gate * 1.702))
+        y = (z @ d_w[e] + d_b[e]) if fused else (z @ m.expert(layer, "down", e).T + db[e])
+        out.index_add_(0, rows, y * weights[rows, slot][:, None])
+    return out
+
+
 def moe_ffn(m, layer, h, aq):
     """The sparse MoE block of Qwen3-MoE / Mixtral (see the module docstring), for every token."""
     router = m.w(f"blk.{layer}.ffn_gate_inp.weight")
@@ -535,9 +598,14 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         sinks = m.w(p + "attn_sinks.weight") if m.has(p + "attn_sinks.weight") else None
         o = attention(q, k, v, masks[window], denominator, sinks).reshape(T, H * hd)
         o = aq(o) @ m.w(p + "attn_output.weight").T
+        if m.has(p + "attn_output.bias"):
+            o = o + m.w(p + "attn_output.bias")
         if gemma:
             o = norm(o, p + "post_attention_norm.weight")
         x = x + o
+        if m.family == "gpt-oss":
+            x = x + gptoss_moe_ffn(m, i, norm(x, p + "post_attention_norm.weight"), aq)
+            continue
         h = norm(x, p + "ffn_norm.weight")
         if m.n_experts:
             x = x + moe_ffn(m, i, h, aq)

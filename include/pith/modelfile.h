@@ -127,6 +127,9 @@ typedef struct pith_hparams {
     int expert_shared_ffn_dim;
     bool expert_norm_topk;
     int expert_gating;  /* pith_expert_gating */
+    /* GPT-OSS's clamped SwiGLU in the experts when > 0: g = min(g, limit), u = clamp(u, -limit, limit),
+     * (u + 1) * g * sigmoid(1.702 g); 0: silu(g) * u. */
+    float expert_swiglu_limit;
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;

@@ -141,6 +141,7 @@ static int64_t dim_value(const pith_hparams *hp, pith_dim d) {
     case PITH_D_KV: return (int64_t)hp->n_kv_heads * hp->head_dim;
     case PITH_D_HEAD: return hp->head_dim;
     case PITH_D_HALF_HEAD: return hp->head_dim / 2;
+    case PITH_D_HEADS: return hp->n_heads;
     }
     return -1;
 }

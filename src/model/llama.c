@@ -40,7 +40,9 @@
 typedef struct llama_layer {
     pith_matrix wq, wk, wv, wo, gate, up, down;
     float *attn_norm, *ffn_norm;
-    float *bq, *bk, *bv;        /* qwen2, else NULL */
+    float *bq, *bk, *bv;        /* qwen2, gpt-oss, else NULL */
+    float *bo;                  /* attn_output.bias (gpt-oss), else NULL */
+    float *sinks;               /* attn_sinks.weight [n_heads] (gpt-oss), else NULL */
     float *q_norm, *k_norm;     /* qwen3, gemma3, else NULL */
     float *post_attn_norm, *post_ffw_norm; /* gemma3 (variant post_norms), else NULL */
     pith_moe_layer *moe;        /* the FFN is a mixture of experts (hp.n_experts > 0), else NULL */
@@ -111,7 +113,9 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pi
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
     bool dense = hp->n_experts == 0;
     if (load_vec(f, NAME("attn_norm.weight"), dim, true, &L->attn_norm, err) ||
-        load_vec(f, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
+        load_vec(f, NAME(var->ffn_norm ? var->ffn_norm : "ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
+        load_vec(f, NAME("attn_output.bias"), dim, false, &L->bo, err) ||
+        load_vec(f, NAME("attn_sinks.weight"), hp->n_heads, false, &L->sinks, err) ||
         load_mat(f, NAME("attn_q.weight"), qd, dim, &L->wq, err) ||
         load_mat(f, NAME("attn_k.weight"), kvd, dim, &L->wk, err) ||
         load_mat(f, NAME("attn_v.weight"), kvd, dim, &L->wv, err) ||
@@ -151,6 +155,8 @@ static void free_layer(llama_layer *L) {
     free(L->bq);
     free(L->bk);
     free(L->bv);
+    free(L->bo);
+    free(L->sinks);
     free(L->q_norm);
     free(L->k_norm);
     free(L->post_attn_norm);
@@ -576,6 +582,14 @@ static void post_norm_add(llama *m, int t, const float *w) {
 static void post_attn_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_attn_norm); }
 static void post_ffw_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_ffw_norm); }
 
+static void out_bias_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim;
+    const float *bo = m->layers[j->layer].bo;
+    float *y = (m->layers[j->layer].post_attn_norm ? m->xb : m->x) + (size_t)t * dim;
+    for (int i = 0; i < dim; i++) y[i] += bo[i];
+}
+
 static void out_norm_row(row_job *j, int t) {
     llama *m = j->m;
     int dim = m->base.hp.dim;
@@ -623,15 +637,19 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
         .window = mg->kind == PITH_MEM_WINDOW ? mg->window : 0,
         .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
         .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
+        .sinks = L->sinks,
     };
     pith_attention(&m->cpu, &m->attn, &aa);
     if (l == hp->n_layers - 1 && (n = j.n = keep_logit_rows(m, b)) == 0) return 0;
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
     if (L->post_attn_norm) {
         if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->xb, dim, false, err)) return -1;
+        if (L->bo) run_rows(m, &j, out_bias_row, dim);
         run_rows(m, &j, post_attn_row, 2 * dim);
     } else if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) {
         return -1;
+    } else if (L->bo) {
+        run_rows(m, &j, out_bias_row, dim);
     }
 
     run_rows(m, &j, ffn_norm_row, dim);

@@ -18,6 +18,9 @@ typedef struct pith_decoder_variant {
     /* Mixture of experts (hp.n_experts > 0, model/moe.h): the Hugging Face names of each expert's gate,
      * up and down matrices after "model.layers.N.", %d for the expert (all NULL: GGUF names only). */
     const char *hf_experts[3];
+    /* The FFN's pre-norm, after "blk.N." (NULL: "ffn_norm.weight"; GPT-OSS's GGUF says
+     * "post_attention_norm.weight"). */
+    const char *ffn_norm;
 } pith_decoder_variant;
 
 /* Take ownership of `file` on success (and on failure leave it to the caller). */

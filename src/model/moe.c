@@ -20,6 +20,11 @@ void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
     cfg->gating = hp->expert_gating == PITH_GATING_SIGMOID ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
     cfg->norm_topk = hp->expert_norm_topk;
     cfg->act = PITH_MOE_SILU;
+    if (hp->expert_swiglu_limit > 0) {
+        cfg->act = PITH_MOE_SWIGLU_CLAMP;
+        cfg->clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
+        cfg->clamp_limit = hp->expert_swiglu_limit;
+    }
 }
 
 int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *err) {

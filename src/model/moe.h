@@ -51,6 +51,7 @@ typedef struct pith_moe_layer {
     bool has_shared;
     pith_matrix sh_gate, sh_up, sh_down;
     float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
+    void *owned;                        /* experts rearranged at load (GPT-OSS Hugging Face), or NULL */
 } pith_moe_layer;
 
 /* Per-batch scratch, grown by pith_moe_reserve (the forward pass never allocates). */
@@ -76,7 +77,9 @@ int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err
  * the gate, up and down names after "model.layers.l." with %d for the expert; NULL: none). Router
  * blk.l.ffn_gate_inp.weight (optional bias ffn_gate_inp.bias), selection bias exp_probs_b.bias, expert
  * biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its gate
- * ffn_gate_inp_shexp.weight. Each expert is a view of the file's bytes; pith_moe_pack repacks them. */
+ * ffn_gate_inp_shexp.weight; else GPT-OSS's Hugging Face mlp.experts.gate_up_proj ([experts][dim][2 ffn],
+ * gate and up interleaved, x @ W) and down_proj ([experts][ffn][dim]) with their biases, rearranged into
+ * owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err);
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err);

@@ -75,6 +75,70 @@ static int load_experts(const pith_model_file *f, int l, const char *kind, const
     return 0;
 }
 
+/* GPT-OSS's Hugging Face experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], so gate
+ * row i is column 2i of W_e and up row i column 2i + 1; down row o is column o of down_proj[e]. Copied
+ * as stored (F32, F16 or BF16), one buffer for the layer. */
+static bool fused_hf_present(const pith_model_file *f, int l) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    return pith_model_file_tensor(f, name) != NULL;
+}
+
+static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pith_err *err) {
+    const int E = L->cfg.n_experts, dim = L->cfg.dim, F = L->cfg.ffn;
+    char gu_name[96], d_name[96], n[112];
+    snprintf(gu_name, sizeof gu_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(d_name, sizeof d_name, "model.layers.%d.mlp.experts.down_proj", l);
+    const pith_tensor *gu = pith_model_file_tensor(f, gu_name), *d = pith_model_file_tensor(f, d_name);
+    if (!d) return pith_errf(err, "missing tensor %s", d_name);
+    if (gu->ne[0] != 2 * F || gu->ne[1] != dim || gu->ne[2] != E || gu->ne[3] != 1)
+        return pith_errf(err, "tensor %s: expected [%d, %d, %d] (experts, dim, 2 x ffn)", gu_name, E, dim, 2 * F);
+    if (d->ne[0] != dim || d->ne[1] != F || d->ne[2] != E || d->ne[3] != 1)
+        return pith_errf(err, "tensor %s: expected [%d, %d, %d] (experts, ffn, dim)", d_name, E, F, dim);
+    if (gu->type != d->type || (gu->type != PITH_F32 && gu->type != PITH_F16 && gu->type != PITH_BF16))
+        return pith_errf(err, "tensor %s: type %s (F32, F16 or BF16 expected)", gu_name, pith_dtype_name(gu->type));
+    size_t es = gu->type == PITH_F32 ? 4 : 2, per = (size_t)F * dim; /* elements of one expert matrix */
+    if (gu->nbytes < 2 * per * E * es || d->nbytes < per * E * es)
+        return pith_errf(err, "tensor %s: data is shorter than its shape", gu_name);
+    uint8_t *buf = malloc(3 * per * E * es);
+    if (!(L->owned = buf)) return pith_errf(err, "out of memory rearranging the experts of layer %d", l);
+    pith_matrix *kinds[3] = {L->gate, L->up, L->down};
+    for (int e = 0; e < E; e++) {
+        const uint8_t *w = (const uint8_t *)gu->data + (size_t)e * 2 * per * es;
+        const uint8_t *wd = (const uint8_t *)d->data + (size_t)e * per * es;
+        uint8_t *g = buf + (size_t)(3 * e) * per * es, *u = g + per * es, *dn = u + per * es;
+        for (int i = 0; i < F; i++)
+            for (int k = 0; k < dim; k++) {
+                memcpy(g + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i) * es, es);
+                memcpy(u + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i + 1) * es, es);
+            }
+        for (int o = 0; o < dim; o++)
+            for (int i = 0; i < F; i++) memcpy(dn + ((size_t)o * F + i) * es, wd + ((size_t)i * dim + o) * es, es);
+        const uint8_t *srcs[3] = {g, u, dn};
+        for (int k = 0; k < 3; k++) {
+            pith_tensor t = {.name = gu_name, .type = gu->type, .n_dims = 2,
+                             .ne = {k == 2 ? F : dim, k == 2 ? dim : F, 1, 1}, .data = srcs[k], .nbytes = per * es};
+            if (pith_matrix_from_tensor(&kinds[k][e], &t, err)) return -1;
+        }
+    }
+    /* biases: gate_up_proj_bias [experts][2 ffn] interleaved, down_proj_bias [experts][dim] */
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+    float *gub;
+    if (load_vec(f, n, (int64_t)E * 2 * F, false, &gub, err)) return -1;
+    if (gub) {
+        L->gate_bias = malloc((size_t)E * F * sizeof(float));
+        L->up_bias = malloc((size_t)E * F * sizeof(float));
+        if (!L->gate_bias || !L->up_bias) {
+            free(gub);
+            return pith_errf(err, "out of memory");
+        }
+        for (int i = 0; i < E * F; i++) L->gate_bias[i] = gub[2 * i], L->up_bias[i] = gub[2 * i + 1];
+        free(gub);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_bias", l);
+    return load_vec(f, n, (int64_t)E * dim, false, &L->down_bias, err);
+}
+
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err) {
     memset(L, 0, sizeof *L);
@@ -88,8 +152,16 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
     bool found = false;
     if (load_mat(f, NAME("ffn_gate_inp.weight"), E, dim, true, &L->router, NULL, err) ||
         load_vec(f, NAME("ffn_gate_inp.bias"), E, false, &L->router_bias, err) ||
-        load_vec(f, NAME("exp_probs_b.bias"), E, false, &L->select_bias, err) ||
-        load_experts(f, l, "gate", hf_experts ? hf[0] : NULL, E, ffn, dim, &L->gate, err) ||
+        load_vec(f, NAME("exp_probs_b.bias"), E, false, &L->select_bias, err))
+        return pith_err_prefix(err, "layer %d", l);
+    if (!pith_model_file_tensor(f, NAME("ffn_gate_exps.weight")) && fused_hf_present(f, l)) {
+        L->gate = calloc((size_t)E, sizeof *L->gate);
+        L->up = calloc((size_t)E, sizeof *L->up);
+        L->down = calloc((size_t)E, sizeof *L->down);
+        if (!L->gate || !L->up || !L->down) return pith_errf(err, "out of memory");
+        return load_fused_hf(f, l, L, err) ? pith_err_prefix(err, "layer %d", l) : 0;
+    }
+    if (load_experts(f, l, "gate", hf_experts ? hf[0] : NULL, E, ffn, dim, &L->gate, err) ||
         load_experts(f, l, "up", hf_experts ? hf[1] : NULL, E, ffn, dim, &L->up, err) ||
         load_experts(f, l, "down", hf_experts ? hf[2] : NULL, E, dim, ffn, &L->down, err) ||
         load_vec(f, NAME("ffn_gate_exps.bias"), (int64_t)E * ffn, false, &L->gate_bias, err) ||
@@ -135,5 +207,6 @@ void pith_moe_free(pith_moe_layer *L) {
     free(L->up_bias);
     free(L->down_bias);
     free(L->sh_gate_inp);
+    free(L->owned);
     memset(L, 0, sizeof *L);
 }

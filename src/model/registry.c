@@ -12,7 +12,8 @@
     X(smollm3)        \
     X(gemma3)         \
     X(qwen3moe)       \
-    X(mixtral)
+    X(mixtral)        \
+    X(gpt_oss)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)
