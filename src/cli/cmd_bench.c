@@ -45,7 +45,9 @@ static void bench_usage(FILE *out) {
             "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
             "FP32 FMA peak (float weights), each timed with the instructions the kernels run for the\n"
             "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI, zmm FMA\n"
-            "for F16/BF16 where it has AVX-512).\n"
+            "for F16/BF16 where it has AVX-512). For a mixture of experts the bytes and parameters are\n"
+            "the active ones: the dense weights plus the routed share (experts used / experts) of the\n"
+            "expert tensors.\n"
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
@@ -60,7 +62,9 @@ static void bench_usage(FILE *out) {
             "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"
             "\n"
-            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n");
+            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n"
+            "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
+            "expert products).\n");
 }
 
 static bool parse_threads(const char *s, bench_opts *o) {
