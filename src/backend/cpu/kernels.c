@@ -1,13 +1,11 @@
 #include "backend/cpu/kernels.h"
 
-#include "backend/cpu/mxfp4.h"
-
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
-    if (force_scalar) return pith_kernels_with_mxfp4(pith_cpu_kernels_scalar());
+    if (force_scalar) return pith_cpu_kernels_scalar();
     const pith_cpu_kernels *k = pith_cpu_kernels_avx512_vnni();
     if (!k) k = pith_cpu_kernels_avx2_vnni();
     if (!k) k = pith_cpu_kernels_avx2();
-    return pith_kernels_with_mxfp4(k ? k : pith_cpu_kernels_scalar());
+    return k ? k : pith_cpu_kernels_scalar();
 }
 
 int pith_wtype_of(pith_dtype type) {
