@@ -215,8 +215,9 @@ def quantize_mxfp4(x):
         exp = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2, -127)
     e = np.clip(exp + 127, 0, 254).astype(np.int64)
     scaled = x / np.ldexp(1.0, (e - 127))[:, None]
-    # nearest of the 8 magnitudes, then the sign; argmin takes the first (smaller) on ties
-    mag = np.argmin(np.abs(np.abs(scaled)[..., None] - E2M1[None, None, :8]), axis=-1)
+    # nearest of the 8 magnitudes (a value exactly between two takes the smaller), then the sign
+    mids = (E2M1[:7] + E2M1[1:8]) / 2
+    mag = np.searchsorted(mids, np.abs(scaled), side="left")
     code = (mag | np.where((scaled < 0) & (mag > 0), 8, 0)).astype(np.uint8)
     out = np.empty((x.shape[0], 17), dtype=np.uint8)
     out[:, 0] = e.astype(np.uint8)
