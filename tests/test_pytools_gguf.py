@@ -145,6 +145,29 @@ def check_k_quants(rng):
         check(worst < 1.5, f"{G.type_name(t)} error {worst:.2f} quant steps")
 
 
+def check_mxfp4(rng):
+    """MXFP4: decoding against the E2M1 bit definition, values the format holds exactly round-trip, the
+    OCP scale choice (2^(floor(log2 amax) - 2)) and saturation at 6 times the scale."""
+    def e2m1(code):
+        s, e, m = code >> 3 & 1, code >> 1 & 3, code & 1
+        v = 0.5 * m if e == 0 else (1 + 0.5 * m) * 2.0 ** (e - 1)
+        return -v if s else v
+    raw = bytes([130] + [(j % 16) | ((15 - j % 16) << 4) for j in range(16)])
+    got = G.dequantize(raw, "MXFP4", 32)
+    want = [e2m1(j % 16) * 2.0 ** 3 for j in range(16)] + [e2m1(15 - j % 16) * 2.0 ** 3 for j in range(16)]
+    check(list(got) == want, "MXFP4 decode: low nibbles are values 0..15, high nibbles 16..31, scale 2^(e-127)")
+    exact = np.array([e2m1(int(c)) * 0.25 for c in rng.integers(0, 16, 32 * 8)], dtype=np.float32)
+    exact[::32] = 1.5   # amax 1.5: scale 2^(0 - 2)
+    back = G.dequantize(G.encode(exact, "MXFP4"), "MXFP4", exact.size)
+    check(np.array_equal(back, exact), "MXFP4: values on the grid round-trip exactly")
+    block = np.zeros(32, dtype=np.float32)
+    block[0], block[1] = 7.9, 0.3   # amax 7.9: scale 2^0 ... 4 -> 2^(2 - 2) = 1, 7.9 saturates to 6
+    b = G.encode(block, "MXFP4")
+    check(b[0] == 127 and G.dequantize(b, "MXFP4", 32)[0] == 6.0 and G.dequantize(b, "MXFP4", 32)[1] == 0.5,
+          "MXFP4: OCP scale choice and saturation")
+    check(G.encode(np.zeros(32, np.float32), "MXFP4")[0] == 0, "MXFP4: a zero block has e = 0")
+
+
 def check_file(tmp, rng):
     path = os.path.join(tmp, "all.gguf")
     w = G.GGUFWriter(path)
@@ -337,6 +360,7 @@ def main():
     rng = np.random.default_rng(1234)
     check_q8_0_q4_0(rng)
     check_k_quants(rng)
+    check_mxfp4(rng)
     with tempfile.TemporaryDirectory(dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_file(tmp, rng)
         check_mkmodel(tmp)

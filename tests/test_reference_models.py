@@ -70,6 +70,11 @@ TOLERANCES = {
     "q32-delta": (2.0, 0.15, 32),
     # Q4_K / Q6_K: the same per block of 256 (a larger block max, so a larger step).
     "qk": (0.4, 0.05, 256),
+    # Mixture of experts with Q8_0 / Q4_0 / MXFP4 weights: as q32, but the 8-bit rounding upstream can flip
+    # a router's choice where two experts' logits nearly tie, which moves that step's logits by up to
+    # about 0.7 on these models (0.52 the worst seen over five seeds of test-qwen3moe MXFP4, 0.68 on
+    # test-gpt-oss MXFP4 over 72 steps; mean errors stay at 0.02): the mean is the real check.
+    "moe-q32": (1.0, 0.04, 32),
 }
 # With the F16 cache, the exact reference is this far at most (the cache rounding alone moves logits by
 # up to 3e-3 on these models).
@@ -103,10 +108,25 @@ N_GEN_PROMPT = 12
 HYBRID_PRESETS = ["test-lfm2", "test-qwen35"]
 HYBRID_PROMPT = PROMPT_TEXT + " " + PROMPT_TEXT
 N_GEN_HYBRID = 64
+# Mixture of experts (Qwen3-MoE, Mixtral): GGUF (3-D expert tensors) in float and 32-block types,
+# safetensors (one tensor per expert) in F32 and BF16, and the prompt cases (a prefill puts many tokens on
+# each expert); test-qwen3moe-st (norm_topk_prob false) exists only as safetensors.
+MOE_PRESETS = ["test-qwen3moe", "test-mixtral"]
+MOE_GGUF_TYPES = ["F32", "Q8_0", "Q4_0", "MXFP4"]
+MOE_ST_TYPES = ["F32", "BF16"]
+MOE_ST_ONLY = ["test-qwen3moe-st"]
+# GPT-OSS: GGUF F32 and MXFP4 experts, safetensors (fused experts) F32 and BF16, 72 tokens (four windows
+# of 16) and the prompt cases; test-gpt-oss-st (clamp 1.5, truncate false, a layer list) as safetensors.
+GPTOSS_PRESETS = ["test-gpt-oss"]
+GPTOSS_GGUF_TYPES = ["F32", "MXFP4"]
+GPTOSS_ST_ONLY = ["test-gpt-oss-st"]
+# YaRN (qwen3 x4 over an original context of 64): GGUF and safetensors, and truncate false (safetensors).
+YARN_PRESETS = ["test-qwen3-yarn"]
+YARN_ST_ONLY = ["test-qwen3-yarn-st"]
 
 
 def tolerance_kind(dtype):
-    if dtype in ("Q8_0", "Q4_0"):
+    if dtype in ("Q8_0", "Q4_0", "MXFP4"):
         return "q32"
     if dtype.startswith(("Q4_K", "Q6_K")):
         return "qk"
@@ -295,6 +315,161 @@ def check_hybrid_references(tmp):
     print(f"lfm2: the recurrent convolution vs nn.Conv1d: {err:.1e}")
     if err > 1e-12:
         fail(f"lfm2: the reference's recurrent convolution differs from nn.Conv1d by {err:.2e}")
+def moe_by_hand(m, layer, h):
+    """The sparse MoE block one token at a time in numpy, from modeling_qwen3_moe.py's definition: the
+    independent check of reference.moe_ffn."""
+    h = h.numpy()
+    router = m.w(f"blk.{layer}.ffn_gate_inp.weight").numpy()
+    experts = [[m.expert(layer, k, e).numpy() for k in ("gate", "up", "down")] for e in range(m.n_experts)]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        logits = router @ h[t]
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        top = sorted(range(m.n_experts), key=lambda e: -p[e])[:m.n_experts_used]
+        total = sum(p[e] for e in top)
+        for e in top:
+            g, u, d = experts[e]
+            a = g @ h[t]
+            out[t] += (p[e] / total if m.norm_topk else p[e]) * (d @ (a / (1 + np.exp(-a)) * (u @ h[t])))
+    return out
+
+
+def check_yarn_reference(tmp):
+    """The reference's YaRN: frequency i is the unscaled one below the ramp and divided by the factor
+    above it; a factor of 1 (and attention factor 1) is plain RoPE; truncation and the factor move the
+    logits; GGUF and safetensors of one seed agree."""
+    y = dict(factor=4.0, orig=64, beta_fast=32.0, beta_slow=1.0, mscale=1.0, truncate=True)
+    inv, _ = reference.yarn_freqs(1e6, 64, y)
+    base = 1e6 ** (-torch.arange(0, 32, dtype=torch.float64) * 2 / 64)
+    low = math.floor(64 * math.log(64 / (32 * 2 * math.pi)) / (2 * math.log(1e6)))
+    high = math.ceil(64 * math.log(64 / (1 * 2 * math.pi)) / (2 * math.log(1e6)))
+    ok = (torch.allclose(inv[:max(low, 0) + 1], base[:max(low, 0) + 1], rtol=1e-15, atol=0) and
+          torch.allclose(inv[high:], base[high:] / 4, rtol=1e-15, atol=0))
+    one, _ = reference.yarn_freqs(1e6, 64, dict(y, factor=1.0))
+    print(f"yarn: ramp {low}..{high}; below it unscaled, above it / 4: {ok}; factor 1 is plain RoPE: "
+          f"{bool(torch.allclose(one, base, rtol=1e-15, atol=0))}")
+    if not ok or not torch.allclose(one, base, rtol=1e-15, atol=0):
+        fail("yarn: the reference frequencies are not the extrapolated / interpolated ones outside the ramp")
+    tokens = [1] + list(np.random.default_rng(17).integers(3, 512, 70))
+    cfg = mkmodel.build_config("test-qwen3-yarn")
+    gpath, spath = os.path.join(tmp, "yarn.gguf"), os.path.join(tmp, "yarn-st")
+    mkmodel.write_gguf(cfg, gpath, "F32", seed=18)
+    mkmodel.write_safetensors(cfg, spath, "F32", seed=18)
+    mg, ms = reference.Model(gpath), reference.Model(spath)
+    if not mg.yarn or not ms.yarn or abs(mg.yarn["mscale"] - (1 + 0.1 * math.log(4))) > 1e-6:
+        fail(f"yarn: the reference read {mg.yarn} / {ms.yarn}")
+    a = reference.forward(mg, tokens).numpy()
+    err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+    print(f"yarn: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+    if err > 1e-6:
+        fail(f"yarn: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+    keep = mg.yarn
+    mg.yarn = None
+    moved("yarn x4", a, reference.forward(mg, tokens).numpy())
+    mg.yarn = dict(keep, truncate=False)
+    moved("yarn truncate", a, reference.forward(mg, tokens).numpy())
+
+
+def gptoss_moe_by_hand(m, layer, h):
+    """GPT-OSS's MoE block one token at a time in numpy, from modeling_gpt_oss.py's definition."""
+    p = f"blk.{layer}."
+    h = h.numpy()
+    wr, br = m.w(p + "ffn_gate_inp.weight").numpy(), m.w(p + "ffn_gate_inp.bias").numpy()
+    fused = m.has(p + "experts.gate_up_proj")
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        logits = wr @ h[t] + br
+        top = sorted(range(m.n_experts), key=lambda e: -logits[e])[:m.n_experts_used]
+        w = np.exp(np.array([logits[e] for e in top]) - max(logits[e] for e in top))
+        w /= w.sum()
+        for wj, e in zip(w, top):
+            if fused:
+                gu = h[t] @ m.w(p + "experts.gate_up_proj").numpy()[e] + m.w(p + "experts.gate_up_proj_bias").numpy()[e]
+                g, u = gu[0::2], gu[1::2]
+            else:
+                g = m.expert(layer, "gate", e).numpy() @ h[t] + m.w(p + "ffn_gate_exps.bias").numpy()[e]
+                u = m.expert(layer, "up", e).numpy() @ h[t] + m.w(p + "ffn_up_exps.bias").numpy()[e]
+            g, u = np.minimum(g, m.swiglu_limit), np.clip(u, -m.swiglu_limit, m.swiglu_limit)
+            z = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            if fused:
+                y = z @ m.w(p + "experts.down_proj").numpy()[e] + m.w(p + "experts.down_proj_bias").numpy()[e]
+            else:
+                y = m.expert(layer, "down", e).numpy() @ z + m.w(p + "ffn_down_exps.bias").numpy()[e]
+            out[t] += wj * y
+    return out
+
+
+def check_gptoss_references(tmp):
+    """The GPT-OSS reference: GGUF (llama.cpp's separate experts) vs safetensors (transformers' fused,
+    interleaved ones) of one seed, the MoE block against a per-token transcription, and each feature
+    (sinks, output bias, clamp, windows) moving the logits."""
+    tokens = [1] + list(np.random.default_rng(19).integers(3, 512, N_GEN_LONG - 1))
+    cfg = mkmodel.build_config("test-gpt-oss")
+    gpath, spath = os.path.join(tmp, "x-gptoss.gguf"), os.path.join(tmp, "x-gptoss-st")
+    mkmodel.write_gguf(cfg, gpath, "F32", seed=20)
+    mkmodel.write_safetensors(cfg, spath, "F32", seed=20, shards=2)
+    mg, ms = reference.Model(gpath), reference.Model(spath)
+    if mg.layer_types != ms.layer_types or mg.layer_types[:2] != ["sliding_attention", "full_attention"]:
+        fail(f"gpt-oss: the reference read layer types {mg.layer_types} / {ms.layer_types}")
+    a = reference.forward(mg, tokens).numpy()
+    err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+    print(f"gpt-oss: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+    if err > 1e-6:
+        fail(f"gpt-oss: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+    h = torch.tensor(np.random.default_rng(21).standard_normal((9, cfg.dim)) * 3)
+    for model in (mg, ms):
+        err = float(np.abs(reference.gptoss_moe_ffn(model, 2, h, lambda t: t).numpy() -
+                           gptoss_moe_by_hand(model, 2, h)).max())
+        print(f"gpt-oss: MoE block vs the per-token transcription: {err:.1e}")
+        if err > 1e-12:
+            fail(f"gpt-oss: the reference MoE block and its transcription differ by {err:.2e}")
+    for what, change in (("gpt-oss clamp 7 -> 0.5", lambda m: setattr(m, "swiglu_limit", 0.5)),
+                         ("gpt-oss windows", lambda m: setattr(m, "sliding_window", None))):
+        m = reference.Model(gpath)
+        change(m)
+        moved(what, a, reference.forward(m, tokens).numpy())
+    for what, name in (("gpt-oss sinks", "attn_sinks.weight"), ("gpt-oss output bias", "attn_output.bias")):
+        m = reference.Model(gpath)
+        m.names = {n for n in m.names if not n.endswith(name)}
+        moved(what, a, reference.forward(m, tokens).numpy())
+
+
+def check_moe_references(tmp):
+    """The MoE reference: GGUF's 3-D expert tensors vs safetensors' per-expert ones of one seed, the
+    block against a per-token transcription, and renormalisation and routing moving the logits."""
+    tokens = [1] + list(np.random.default_rng(13).integers(3, 512, 30))
+    for preset in MOE_PRESETS:
+        cfg = mkmodel.build_config(preset)
+        gpath, spath = os.path.join(tmp, f"x-{preset}.gguf"), os.path.join(tmp, f"x-{preset}-st")
+        mkmodel.write_gguf(cfg, gpath, "F32", seed=14)
+        mkmodel.write_safetensors(cfg, spath, "F32", seed=14, shards=2)
+        mg, ms = reference.Model(gpath), reference.Model(spath)
+        if (mg.n_experts, mg.n_experts_used, ms.n_experts, ms.n_experts_used) != (cfg.experts, cfg.experts_used) * 2:
+            fail(f"{preset}: the reference read experts {mg.n_experts}/{mg.n_experts_used}, "
+                 f"{ms.n_experts}/{ms.n_experts_used}")
+        a = reference.forward(mg, tokens).numpy()
+        err = float(np.abs(a - reference.forward(ms, tokens).numpy()).max())
+        print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e}")
+        if err > 1e-6:
+            fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+        h = torch.tensor(np.random.default_rng(15).standard_normal((9, cfg.dim)))
+        for model in (mg, ms):
+            err = float(np.abs(reference.moe_ffn(model, 1, h, lambda t: t).numpy() - moe_by_hand(model, 1, h)).max())
+            print(f"{preset}: MoE block vs the per-token transcription: {err:.1e}")
+            if err > 1e-12:
+                fail(f"{preset}: the reference MoE block and its transcription differ by {err:.2e}")
+        mg.norm_topk = False
+        moved(f"{preset} renormalised weights", a, reference.forward(mg, tokens).numpy())
+        mg.norm_topk, mg.n_experts_used = True, 1
+        moved(f"{preset} top-{cfg.experts_used} vs top-1", a, reference.forward(mg, tokens).numpy())
+    ms = reference.Model(os.path.join(tmp, "x-test-qwen3moe-st"))
+    if not ms.norm_topk:
+        fail("test-qwen3moe: the reference read norm_topk_prob false")
+    d = os.path.join(tmp, "x-test-qwen3moe-st-nonorm")
+    mkmodel.write_safetensors(mkmodel.build_config("test-qwen3moe-st"), d, "F32", seed=16)
+    if reference.Model(d).norm_topk:
+        fail("test-qwen3moe-st: the reference read norm_topk_prob true")
 
 
 def check_new_references(tmp):
@@ -586,6 +761,40 @@ def main():
             compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab,
                     "q32-delta" if preset == "test-qwen35" else "q32-gated")
             seed += 1
+        check_yarn_reference(tmp)
+        for preset in YARN_PRESETS + YARN_ST_ONLY:
+            for fmt in (("safetensors",) if preset in YARN_ST_ONLY else ("gguf", "safetensors")):
+                model, tok, n_vocab = make_model(tmp, preset, fmt, "F32", seed)
+                compare(pith, tmp, f"{preset} {fmt} F32", model, tok, n_vocab, "float", n_gen=N_GEN_LONG)
+                seed += 1
+        check_moe_references(tmp)
+        check_gptoss_references(tmp)
+        for preset in GPTOSS_PRESETS + GPTOSS_ST_ONLY:
+            cases = [("safetensors", t) for t in MOE_ST_TYPES]
+            if preset not in GPTOSS_ST_ONLY:
+                cases = [("gguf", t) for t in GPTOSS_GGUF_TYPES] + cases
+            for fmt, dtype in cases:
+                model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
+                kind = "moe-q32" if tolerance_kind(dtype) == "q32" else tolerance_kind(dtype)
+                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, kind, n_gen=N_GEN_LONG)
+                if dtype == "F32":
+                    for chunk in (7, 2048):
+                        compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                                n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
+        for preset in MOE_PRESETS + MOE_ST_ONLY:
+            cases = [("safetensors", t) for t in MOE_ST_TYPES]
+            if preset not in MOE_ST_ONLY:
+                cases = [("gguf", t) for t in MOE_GGUF_TYPES] + cases
+            for fmt, dtype in cases:
+                model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
+                kind = "moe-q32" if tolerance_kind(dtype) == "q32" else tolerance_kind(dtype)
+                compare(pith, tmp, f"{preset} {fmt} {dtype}", model, tok, n_vocab, kind)
+                if dtype == "F32":
+                    for chunk in (7, 2048):
+                        compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
+                                n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
+                seed += 1
     print(f"{time.time() - t0:.1f} s")
     if failures:
         print(f"{len(failures)} failure(s)")

@@ -168,7 +168,7 @@ static void test_hf_directory_errors(void) {
          "\"num_attention_heads\": 3}", "embedding width 8 is not divisible by the head count 3"},
         {"cfg_yarn",
          "{\"model_type\": \"qwen2\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
-         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4}}", "'yarn' (factor 4) is not supported"},
+         "\"num_attention_heads\": 2, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": -4}}", "yarn rope_scaling factor -4 is not a positive number"},
         {"cfg_longrope",
          "{\"model_type\": \"llama\", \"hidden_size\": 8, \"intermediate_size\": 16, \"num_hidden_layers\": 1, "
          "\"num_attention_heads\": 2, \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 2}}",

@@ -121,6 +121,46 @@ PRESETS = {
                          vocab=248320, theta=1e7, ctx=262144, eps=1e-6, tied=True, lin_k_heads=16, lin_v_heads=16,
                          lin_k_dim=128, lin_v_dim=128, conv_kernel=4, partial_rotary=0.25,
                          mrope_section=[11, 11, 10]),
+    # YaRN x4 over an original context of 64 (so the ramp covers dimensions within a few dozen positions).
+    "test-qwen3-yarn": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                            vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
+                            rope_factor=4.0, rope_orig_ctx=64),
+    # Safetensors only: GPT-OSS's "truncate": false (GGUF cannot say it).
+    "test-qwen3-yarn-st": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                               vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
+                               rope_factor=4.0, rope_orig_ctx=64, yarn_truncate=False),
+    # Mixture of experts (see the module docstring). Expert widths are multiples of 32 (Q8_0 / Q4_0 rows).
+    "test-qwen3moe": dict(arch="qwen3moe", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                          vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, experts=8, experts_used=2,
+                          expert_ffn=64),
+    # Safetensors only (GGUF qwen3moe always renormalises): norm_topk_prob false, 3 of 6 experts.
+    "test-qwen3moe-st": dict(arch="qwen3moe", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
+                             vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, experts=6, experts_used=3,
+                             expert_ffn=64, norm_topk=False),
+    # Mixtral: a llama with 4 experts of width 96, 2 per token (GGUF arch llama, as llama.cpp converts it).
+    "test-mixtral": dict(arch="llama", hf_type="mixtral", dim=128, layers=2, heads=4, kv_heads=2, ffn=96,
+                         vocab=512, theta=1e6, ctx=512, eps=1e-5, experts=4, experts_used=2),
+    # Qwen3-30B-A3B's real shape (48 layers, 128 experts of 768, 8 per token; benchmarks: use --layers to
+    # write fewer layers, the full file is 32 GB in Q8_0).
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
+                          vocab=151936, theta=1e6, ctx=40960, eps=1e-6, experts=128, experts_used=8,
+                          expert_ffn=768),
+    # GPT-OSS: windows of 16 on layers 0 and 2 (of 4), YaRN x8 over an original context of 64, 4 experts of
+    # width 64, 2 per token, biases everywhere, attention sinks, swiglu_limit 7 (the clamp bites: gate and up
+    # values reach +-7 with these weights only in the tails, so a smaller limit is tested too:
+    # test-gpt-oss-st, safetensors only, limit 1.5 and an explicit layer_types).
+    "test-gpt-oss": dict(arch="gpt-oss", dim=128, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=64, vocab=512,
+                         theta=150000.0, ctx=1024, eps=1e-5, sliding_window=16, rope_scaling="yarn", rope_factor=8.0,
+                         rope_orig_ctx=64, experts=4, experts_used=2),
+    "test-gpt-oss-st": dict(arch="gpt-oss", dim=128, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=64,
+                            vocab=512, theta=150000.0, ctx=1024, eps=1e-5, sliding_window=12, rope_scaling="yarn",
+                            rope_factor=8.0, rope_orig_ctx=64, yarn_truncate=False, experts=4, experts_used=3,
+                            swiglu_limit=1.5, layer_types=["full_attention", "sliding_attention",
+                                                           "sliding_attention"]),
+    # GPT-OSS-20B's real shape (24 layers, 32 experts of 2880, 4 per token; MXFP4 experts: --dtype MXFP4).
+    "gpt-oss-20b": dict(arch="gpt-oss", dim=2880, layers=24, heads=64, kv_heads=8, head_dim=64, ffn=2880,
+                        vocab=201088, theta=150000.0, ctx=131072, eps=1e-5, sliding_window=128, rope_scaling="yarn",
+                        rope_factor=32.0, rope_orig_ctx=4096, experts=32, experts_used=4),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -134,21 +174,31 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
                 query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
                 attn_layers=None, conv_kernel=None, lin_k_heads=None, lin_v_heads=None, lin_k_dim=None,
-                lin_v_dim=None, partial_rotary=None, mrope_section=None, full_attn_interval=None)
+                lin_v_dim=None, partial_rotary=None, mrope_section=None, full_attn_interval=None,
+                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
            "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2"),
-           "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text")}
+           "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
+           "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
-HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral")}
+HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
+            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral")}
+# Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
+# (modeling_qwen3_moe.py, modeling_mixtral.py).
+HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
+                           "mlp.experts.{e}.down_proj.weight"),
+              "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
+                          "block_sparse_moe.experts.{e}.w3.weight", "block_sparse_moe.experts.{e}.w2.weight")}
 # llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
 LLAMA_CPP_GEMMA3_PATTERN = 6
 LLAMA_CPP_GEMMA3_LOCAL_THETA = 10000.0
 # llama.cpp's SmolLM3: n_no_rope_layer_step = 4, no GGUF key.
 LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL = 4
 # general.file_type (llama_ftype) for the dominant weight type.
-FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18}
+FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18,
+             "MXFP4": 38}
 BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
 
 
@@ -161,9 +211,9 @@ class Config:
         self.ffn = self.ffn or 4 * self.dim
         # Qwen2 always has QKV biases and Qwen3 and Gemma 3 always have QK norms; plain Llama has neither.
         if self.qkv_bias is None:
-            self.qkv_bias = self.arch == "qwen2"
+            self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen3moe")
         if self.arch == "qwen35":
             self.conv_kernel = self.conv_kernel or 4
             self.full_attn_interval = self.full_attn_interval or 4
@@ -173,6 +223,14 @@ class Config:
             self.conv_kernel = self.conv_kernel or 3
             if self.attn_layers is None:
                 self.attn_layers = [i for i in range(self.layers) if i % 3 == 2]
+        if self.arch == "gpt-oss":
+            self.swiglu_limit = self.swiglu_limit if self.swiglu_limit is not None else 7.0
+            self.expert_ffn = self.ffn
+        if self.experts:
+            self.experts_used = self.experts_used or min(2, self.experts)
+            self.expert_ffn = self.expert_ffn or self.ffn
+            if self.norm_topk is None:
+                self.norm_topk = True
         if self.arch == "gemma3":
             # configuration_gemma3.py's defaults: pattern 6, local base 1e4, query_pre_attn_scalar 256 (the
             # head_dim of every released model; here the model's own head_dim).
@@ -196,6 +254,11 @@ class Config:
                     for i in range(self.layers)]
         if self.arch == "llama" and self.sliding_window:
             return ["sliding_attention"] * self.layers     # Mistral: every layer
+        if self.arch == "gpt-oss" and self.sliding_window:
+            if self.layer_types is not None:
+                return list(self.layer_types)
+            # configuration_gpt_oss.py and llama.cpp (swa pattern 2): even layers windowed
+            return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.layers)]
         return ["full_attention"] * self.layers
 
     def rope_layers(self):
@@ -215,22 +278,22 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch == "qwen2") or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35")):
+        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen3moe")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
-        if self.rope_scaling not in (None, "llama3", "linear"):
-            raise ValueError("rope scaling must be llama3, linear or none")
+        if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
+            raise ValueError("rope scaling must be llama3, linear, yarn or none")
         if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
             raise ValueError("rope-factor must be a positive number")
         if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
             raise ValueError(f"no Hugging Face type {self.hf_type} for {self.arch}")
         if self.sliding_window is not None:
-            if self.arch not in ("llama", "gemma3") or self.sliding_window < 1:
-                raise ValueError("sliding-window: a positive window, for llama (Mistral) or gemma3")
+            if self.arch not in ("llama", "gemma3", "gpt-oss") or self.sliding_window < 1:
+                raise ValueError("sliding-window: a positive window, for llama (Mistral), gemma3 or gpt-oss")
             if self.arch == "llama" and self.hf_type != "mistral":
                 raise ValueError("a llama sliding window is Mistral's: use --hf-type mistral")
-        gemma_only = (self.swa_pattern, self.layer_types, self.rope_local_theta, self.query_pre_attn_scalar,
-                      self.final_softcap)
+        gemma_only = (self.swa_pattern, self.layer_types if self.arch != "gpt-oss" else None, self.rope_local_theta,
+                      self.query_pre_attn_scalar, self.final_softcap)
         if self.arch != "gemma3" and any(v is not None for v in gemma_only):
             raise ValueError("layer pattern, local RoPE base, query_pre_attn_scalar and softcap are Gemma 3's")
         if self.arch == "gemma3":
@@ -243,6 +306,17 @@ class Config:
                 raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
             if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
                 raise ValueError("query_pre_attn_scalar and final softcap must be positive")
+        if self.arch in ("qwen3moe", "gpt-oss") and not self.experts:
+            raise ValueError(f"{self.arch} needs --experts")
+        if self.experts:
+            if self.moe_family() is None:
+                raise ValueError("experts are Qwen3-MoE's (arch qwen3moe) or Mixtral's (llama --hf-type mixtral)")
+            if not 1 <= self.experts_used <= self.experts:
+                raise ValueError("experts-used must be within 1..experts")
+            if self.moe_family() == "mixtral" and (self.norm_topk is False or self.expert_ffn != self.ffn):
+                raise ValueError("Mixtral always renormalises and its experts are --ffn wide")
+        elif self.hf_type == "mixtral":
+            raise ValueError("Mixtral needs --experts")
         if (self.no_rope_interval is not None or self.no_rope_layers is not None) and self.arch != "smollm3":
             raise ValueError("layers without RoPE are SmolLM3's")
         if self.arch == "smollm3":
@@ -266,8 +340,26 @@ class Config:
             if self.ffn % 2 or self.rope_scaling:
                 raise ValueError("lfm2: an even ffn width (config.json writes it pre-adjusted), no RoPE scaling")
 
+    def moe_family(self):
+        """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
+        if not self.experts:
+            return None
+        if self.arch in ("qwen3moe", "gpt-oss"):
+            return self.arch
+        return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
+
     def gguf_refusal(self):
         """Why llama.cpp's GGUF conventions cannot express this model (None when they can)."""
+        if self.rope_scaling == "yarn" and self.yarn_truncate is False:
+            return "GGUF YaRN always truncates the correction dimensions (llama.cpp has no key for it)"
+        if self.arch == "gpt-oss":
+            if self.swiglu_limit != 7.0:
+                return "GGUF gpt-oss has no swiglu_limit key: llama.cpp fixes it at 7"
+            if self.sliding_window and self.layer_kinds() != [
+                    "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.layers)]:
+                return "GGUF gpt-oss windows layers by a period (here 2), not by a list"
+        if self.arch == "qwen3moe" and not self.norm_topk:
+            return "GGUF qwen3moe always renormalises the chosen experts' weights (llama.cpp hard-codes it)"
         if self.arch == "smollm3":
             want = [int((i + 1) % LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL != 0) for i in range(self.layers)]
             if self.rope_layers() != want:
@@ -359,6 +451,8 @@ def tensor_specs(cfg):
         return lfm2_tensor_specs(cfg)
     if cfg.arch == "qwen35":
         return qwen35_tensor_specs(cfg)
+    if cfg.arch == "gpt-oss":
+        return gptoss_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -381,6 +475,11 @@ def tensor_specs(cfg):
         specs += [
             (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
             (b + "ffn_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
+        ]
+        if cfg.experts:
+            specs += expert_specs(cfg, i)
+            continue
+        specs += [
             (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
@@ -389,6 +488,120 @@ def tensor_specs(cfg):
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
     return specs
+
+
+def expert_specs(cfg, i):
+    """Layer i's router (blk.i.ffn_gate_inp.weight) and one entry per expert and matrix, named as old GGUF
+    files name experts (blk.i.ffn_gate.E.weight); write_gguf stacks each kind into the 3-D
+    blk.i.ffn_{gate,up,down}_exps.weight llama.cpp writes. The router is N(0, 1): its logits then have a
+    spread of a few units, so routing is decided (no near-ties) and differs between tokens."""
+    b, h = f"blk.{i}.", f"model.layers.{i}."
+    router, gate, up, down = HF_EXPERTS[cfg.moe_family()]
+    specs = [(b + "ffn_gate_inp.weight", h + router, (cfg.experts, cfg.dim), "router")]
+    for kind, hf, shape in (("gate", gate, (cfg.expert_ffn, cfg.dim)), ("up", up, (cfg.expert_ffn, cfg.dim)),
+                            ("down", down, (cfg.dim, cfg.expert_ffn))):
+        specs += [(f"{b}ffn_{kind}.{e}.weight", h + hf.format(e=e), shape, "matrix") for e in range(cfg.experts)]
+    return specs
+
+
+def gptoss_tensor_specs(cfg):
+    """GPT-OSS: GGUF names from llama.cpp (LLM_ARCH_OPENAI_MOE: post_attention_norm is the FFN pre-norm,
+    attn_sinks, ffn_*_exps with biases), Hugging Face names from modeling_gpt_oss.py. Experts are listed
+    per expert (blk.i.ffn_gate.E.weight / .bias); write_gguf stacks them into llama.cpp's 3-D (and 2-D bias)
+    tensors, write_safetensors fuses them the way transformers stores them (hf_fused): gate_up_proj
+    [experts, dim, 2 ffn] with gate in the even columns and up in the odd ones, down_proj [experts, ffn, dim],
+    applied as x @ W. Sinks are N(0, 1)."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim), "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs += [
+            (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "norm"),
+            (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+            (b + "attn_q.bias", h + "self_attn.q_proj.bias", (q_dim,), "bias"),
+            (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_k.bias", h + "self_attn.k_proj.bias", (kv_dim,), "bias"),
+            (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_v.bias", h + "self_attn.v_proj.bias", (kv_dim,), "bias"),
+            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            (b + "attn_output.bias", h + "self_attn.o_proj.bias", (cfg.dim,), "bias"),
+            (b + "attn_sinks.weight", h + "self_attn.sinks", (cfg.heads,), "sink"),
+            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
+            (b + "ffn_gate_inp.weight", h + "mlp.router.weight", (cfg.experts, cfg.dim), "router"),
+            (b + "ffn_gate_inp.bias", h + "mlp.router.bias", (cfg.experts,), "bias"),
+        ]
+        for kind, shape in (("gate", (cfg.ffn, cfg.dim)), ("up", (cfg.ffn, cfg.dim)), ("down", (cfg.dim, cfg.ffn))):
+            specs += [(f"{b}ffn_{kind}.{e}.weight", None, shape, "matrix") for e in range(cfg.experts)]
+            specs += [(f"{b}ffn_{kind}.{e}.bias", None, shape[:1], "bias") for e in range(cfg.experts)]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "norm"))
+    specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def hf_fused(specs, cfg):
+    """write_safetensors' view of GPT-OSS's per-expert entries: one fused tensor per layer and kind
+    (names: a tuple of the per-expert canonical names; kinds fused_*, see hf_chunks)."""
+    out, layers = [], {}
+    for gname, hname, shape, kind in specs:
+        parts = gname.split(".")
+        if not (len(parts) == 5 and parts[3].isdigit()):
+            out.append((gname, hname, shape, kind))
+            continue
+        i, what, part = int(parts[1]), parts[2][4:], parts[4]   # what: gate/up/down, part: weight/bias
+        d = layers.setdefault(i, {})
+        d.setdefault((what, part), []).append(gname)
+        if what == "down" and part == "bias" and len(d[(what, part)]) == cfg.experts:
+            h, E, F = f"model.layers.{i}.mlp.experts.", cfg.experts, cfg.ffn
+            out += [((tuple(d[("gate", "weight")]), tuple(d[("up", "weight")])), h + "gate_up_proj",
+                     (E, cfg.dim, 2 * F), "fused_gate_up"),
+                    ((tuple(d[("gate", "bias")]), tuple(d[("up", "bias")])), h + "gate_up_proj_bias", (E, 2 * F),
+                     "fused_gate_up_bias"),
+                    (tuple(d[("down", "weight")]), h + "down_proj", (E, F, cfg.dim), "fused_down"),
+                    (tuple(d[("down", "bias")]), h + "down_proj_bias", (E, cfg.dim), "fused_down_bias")]
+    return out
+
+
+def hf_chunks(seed, gname, shape, kind):
+    """Row blocks of a safetensors tensor: random_chunks, or a fused GPT-OSS expert tensor built from the
+    per-expert values (so both formats of one seed hold the same numbers)."""
+    if kind == "fused_gate_up":
+        for g, u in zip(*gname):
+            rows, cols = shape[2] // 2, shape[1]
+            w = np.empty((cols, 2 * rows), dtype=np.float32)
+            w[:, 0::2] = random_tensor(seed, g, (rows, cols), "matrix").T
+            w[:, 1::2] = random_tensor(seed, u, (rows, cols), "matrix").T
+            yield w[None]
+    elif kind == "fused_gate_up_bias":
+        for g, u in zip(*gname):
+            b = np.empty(shape[1], dtype=np.float32)
+            b[0::2] = random_tensor(seed, g, (shape[1] // 2,), "bias")
+            b[1::2] = random_tensor(seed, u, (shape[1] // 2,), "bias")
+            yield b[None]
+    elif kind == "fused_down":
+        for d in gname:
+            yield np.ascontiguousarray(random_tensor(seed, d, (shape[2], shape[1]), "matrix").T)[None]
+    elif kind == "fused_down_bias":
+        for d in gname:
+            yield random_tensor(seed, d, (shape[1],), "bias")[None]
+    else:
+        yield from random_chunks(seed, gname, shape, kind)
+
+
+def stack_experts(specs):
+    """GGUF's view of tensor_specs: per-expert entries of one layer and kind become one entry
+    (3-D name, [per-expert names], (experts, rows, cols), kind)."""
+    out, groups = [], {}
+    for gname, hname, shape, kind in specs:
+        parts = gname.split(".")
+        if len(parts) == 5 and parts[2] in ("ffn_gate", "ffn_up", "ffn_down") and parts[3].isdigit():
+            key = f"blk.{parts[1]}.{parts[2]}_exps.{parts[4]}"
+            if key not in groups:
+                groups[key] = [key, [], shape, kind]
+                out.append(groups[key])
+            groups[key][1].append(gname)
+        else:
+            out.append((gname, hname, shape, kind))
+    return [(g[0], g[1], (len(g[1]),) + tuple(g[2]), g[3]) if isinstance(g, list) else g for g in out]
 
 
 def gemma3_tensor_specs(cfg):
@@ -595,6 +808,8 @@ def random_chunks(seed, name, shape, kind):
         x = rng.standard_normal((n,) + tuple(shape[1:]), dtype=np.float32)
         if kind == "matrix" or kind == "tied_embed":
             x *= np.float32(1.0 / math.sqrt(shape[1]))
+        elif kind == "router":
+            pass
         elif kind == "norm":
             x = np.float32(1) + np.float32(0.1) * x
         elif kind in ("bias", "gemma_norm", "znorm"):
@@ -639,6 +854,9 @@ def matrix_type(cfg, dtype, name, shape):
     and for attn_v / ffn_down in the first and last eighth of the layers and every third one between,
     Q4_K elsewhere. K-quant blocks span 256 values: rows of other lengths fall back to Q8_0 (llama.cpp
     picks Q5_0 / Q8_0 there; Pith has no Q5_0)."""
+    if dtype == "MXFP4":
+        # llama.cpp's MXFP4_MOE: the experts in MXFP4, the other matrices here Q8_0.
+        return "MXFP4" if name.endswith("_exps.weight") else "Q8_0"
     if dtype != "Q4_K_M":
         return dtype
     t = "Q4_K"
@@ -655,6 +873,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     dtype = dtype.upper()
     if dtype != "Q4_K_M":
         G.type_id(dtype)
+    if dtype == "MXFP4" and not cfg.experts:
+        raise ValueError("MXFP4 is for expert tensors: the model has none")
     refusal = cfg.gguf_refusal()
     if refusal:
         raise ValueError(refusal)
@@ -688,15 +908,23 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35"):
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen3moe", "gpt-oss"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
         w.add_u32(f"{a}.rope.dimension_count", cfg.head_dim)
     if cfg.sliding_window:
         w.add_u32(f"{a}.attention.sliding_window", cfg.sliding_window)
+    if a == "gpt-oss" and cfg.sliding_window:
+        w.add_u32(f"{a}.attention.sliding_window_pattern", 2)
     if cfg.final_softcap is not None:
         w.add_f32(f"{a}.final_logit_softcapping", cfg.final_softcap)
+    if cfg.experts:
+        # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
+        w.add_u32(f"{a}.expert_count", cfg.experts)
+        w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
+        if a in ("qwen3moe", "gpt-oss"):
+            w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
     pieces, scores, types = vocabulary(cfg.vocab)
     w.add_str("tokenizer.ggml.model", "llama")
     w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
@@ -710,13 +938,26 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     if cfg.rope_scaling == "linear":
         w.add_str(f"{a}.rope.scaling.type", "linear")
         w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
+    if cfg.rope_scaling == "yarn":
+        # llama.cpp's keys; its YaRN always truncates the correction dimensions (no key for it).
+        w.add_str(f"{a}.rope.scaling.type", "yarn")
+        w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
+        w.add_u32(f"{a}.rope.scaling.original_context_length", cfg.rope_orig_ctx)
     if cfg.rope_scaling == "llama3":
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
-    for gname, _, shape, kind in tensor_specs(cfg):
-        # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type.
-        # The short convolution's weight too (llama.cpp keeps it F32: rows of K elements do not quantize).
+    for gname, hname, shape, kind in stack_experts(tensor_specs(cfg)):
+        # Like llama.cpp: 1-D tensors (norms, biases) stay F32, matrices take the requested type; the
+        # router stays F32 (llama.cpp keeps ffn_gate_inp in F32 whatever the file type), and so does the
+        # short convolution's weight (rows of K elements do not quantize).
         conv = gname.endswith(("shortconv.conv.weight", "ssm_conv1d.weight"))
-        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) == 2 and not conv else "F32"
+        ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) >= 2 and not conv else "F32"
+        if kind == "router":
+            ttype = "F32"
+        if isinstance(hname, list):   # stacked experts: 3-D weights, 2-D biases (F32)
+            data = (lambda names=hname, s=shape[1:], k=kind:
+                    (random_tensor(seed, n, s, k)[None] for n in names))
+            w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
+            continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if permute:
@@ -758,6 +999,8 @@ def hf_config(cfg, dtype):
         return lfm2_hf_config(cfg, dtype)
     if cfg.arch == "qwen35":
         return qwen35_hf_config(cfg, dtype)
+    if cfg.arch == "gpt-oss":
+        return gptoss_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
@@ -777,6 +1020,13 @@ def hf_config(cfg, dtype):
         c.update(attention_bias=False, mlp_bias=False, no_rope_layers=cfg.rope_layers(),
                  no_rope_layer_interval=cfg.no_rope_interval or LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL,
                  use_sliding_window=False, sliding_window=None, layer_types=cfg.layer_kinds())
+    if cfg.moe_family() == "qwen3moe":
+        c.update(num_experts=cfg.experts, num_experts_per_tok=cfg.experts_used, moe_intermediate_size=cfg.expert_ffn,
+                 norm_topk_prob=bool(cfg.norm_topk), decoder_sparse_step=1, mlp_only_layers=[],
+                 use_sliding_window=False, sliding_window=None, attention_bias=False)
+    if cfg.moe_family() == "mixtral":
+        c.update(num_local_experts=cfg.experts, num_experts_per_tok=cfg.experts_used, sliding_window=None,
+                 router_aux_loss_coef=0.02, output_router_logits=False)
     if cfg.rope_scaling == "llama3":
         c["rope_scaling"] = {"rope_type": "llama3", "factor": cfg.rope_factor,
                              "low_freq_factor": cfg.rope_low_freq, "high_freq_factor": cfg.rope_high_freq,
@@ -784,9 +1034,34 @@ def hf_config(cfg, dtype):
     elif cfg.rope_scaling == "linear":
         # Older configs (Llama 2 / CodeLlama fine-tunes) spell the kind "type", not "rope_type".
         c["rope_scaling"] = {"type": "linear", "factor": cfg.rope_factor}
+    elif cfg.rope_scaling == "yarn":
+        c["rope_scaling"] = {"rope_type": "yarn", "factor": cfg.rope_factor,
+                             "original_max_position_embeddings": cfg.rope_orig_ctx}
+        if cfg.yarn_truncate is False:
+            c["rope_scaling"]["truncate"] = False
     else:
         c["rope_scaling"] = None
     return c
+
+
+def gptoss_hf_config(cfg, dtype):
+    """config.json as configuration_gpt_oss.py writes it (the released models' keys)."""
+    rs = {"rope_type": "yarn", "factor": cfg.rope_factor, "beta_fast": 32.0, "beta_slow": 1.0,
+          "original_max_position_embeddings": cfg.rope_orig_ctx}
+    if cfg.yarn_truncate is False:
+        rs["truncate"] = False
+    return {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "rms_norm_eps": cfg.eps,
+        "rope_theta": cfg.theta, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx,
+        "tie_word_embeddings": False, "torch_dtype": TORCH_DTYPE[dtype], "hidden_act": "silu",
+        "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.experts_used, "experts_per_token": cfg.experts_used,
+        "sliding_window": cfg.sliding_window, "layer_types": cfg.layer_kinds() if cfg.sliding_window else
+        ["full_attention"] * cfg.layers, "swiglu_limit": cfg.swiglu_limit, "attention_bias": True,
+        "rope_scaling": rs if cfg.rope_scaling == "yarn" else None, "router_aux_loss_coef": 0.9,
+        "output_router_logits": False, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
 
 
 def gemma3_hf_config(cfg, dtype):
@@ -818,6 +1093,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         raise ValueError(f"safetensors supports F32, F16 and BF16, not {dtype}")
     os.makedirs(out_dir, exist_ok=True)
     specs = tensor_specs(cfg)
+    if cfg.arch == "gpt-oss":
+        specs = hf_fused(specs, cfg)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
     sizes = [int(np.prod(s)) * elem for _, _, s, _ in specs]
@@ -847,7 +1124,7 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         with open(os.path.join(out_dir, fname), "wb") as f:
             f.write(struct.pack("<Q", len(hjson)) + hjson)
             for gname, _, shape, kind in group:
-                for chunk in random_chunks(seed, gname, shape, kind):
+                for chunk in hf_chunks(seed, gname, shape, kind):
                     f.write(st_encode(chunk, dtype))
     if len(groups) > 1:
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
@@ -883,7 +1160,7 @@ def main(argv=None):
     ap.add_argument("--ctx", type=int, help="trained context length written to the metadata")
     ap.add_argument("--theta", type=float, help="RoPE base")
     ap.add_argument("--eps", type=float, help="RMSNorm epsilon")
-    ap.add_argument("--rope-scaling", choices=["llama3", "linear", "none"])
+    ap.add_argument("--rope-scaling", choices=["llama3", "linear", "yarn", "none"])
     ap.add_argument("--rope-factor", type=float, help="llama3 or linear scaling factor (default 8)")
     ap.add_argument("--rope-low-freq", type=float)
     ap.add_argument("--rope-high-freq", type=float)
@@ -892,7 +1169,7 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
-    ap.add_argument("--hf-type", choices=["mistral"], help="config.json type for a llama model (MistralForCausalLM)")
+    ap.add_argument("--hf-type", choices=["mistral", "mixtral"], help="config.json type for a llama model (MistralForCausalLM)")
     ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "
                     "layer for llama (Mistral), the local layers for gemma3")
     ap.add_argument("--swa-pattern", type=int, help="gemma3: every Nth layer is global (default 6)")
@@ -901,7 +1178,12 @@ def main(argv=None):
                     "(default head-dim)")
     ap.add_argument("--final-softcap", type=float, help="gemma3: logits become tanh(x / c) * c")
     ap.add_argument("--no-rope-interval", type=int, help="smollm3: every Nth layer has no RoPE (default 4)")
-    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix; safetensors: F32 F16 BF16)")
+    ap.add_argument("--experts", type=int, help="mixture of experts: experts per layer (qwen3moe; llama with "
+                    "--hf-type mixtral)")
+    ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
+    ap.add_argument("--expert-ffn", type=int, help="each expert's hidden width (qwen3moe; Mixtral's is --ffn)")
+    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix), "
+                    "MXFP4 (experts MXFP4, other matrices Q8_0); safetensors: F32 F16 BF16")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
     ap.add_argument("--shards", type=int, default=1, help="safetensors files (index written when > 1)")
@@ -920,7 +1202,8 @@ def main(argv=None):
                            rope_scaling=rope, hf_type=args.hf_type, sliding_window=args.sliding_window,
                            swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
                            query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
-                           no_rope_interval=args.no_rope_interval)
+                           no_rope_interval=args.no_rope_interval, experts=args.experts,
+                           experts_used=args.experts_used, expert_ffn=args.expert_ffn)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random")

@@ -12,6 +12,8 @@ Conventions
                                   values 0..15 of the block, high nibbles values 16..31
     Q4_K (144 bytes / 256 values): f16 d, f16 dmin, u8 scales[12] (8 six-bit scales and mins), u8 qs[128]
     Q6_K (210 bytes / 256 values): u8 ql[128], u8 qh[64], int8 scales[16], f16 d
+    MXFP4 (17 bytes / 32 values): u8 e (E8M0), u8 qs[16] of 4-bit E2M1 codes (low nibbles values 0..15,
+                                  high nibbles 16..31); x = E2M1(code) * 2^(e - 127)
   Q8_0 and Q4_0 quantize exactly as GGML's reference quantizers (same rounding), so a file written here
   matches one converted by llama.cpp from the same float32 weights. Q4_K and Q6_K use simpler (plain
   min/max) quantizers than llama.cpp's search-based ones: the blocks are valid, only slightly less accurate.
@@ -42,11 +44,12 @@ _SCALAR_NP = {
 }
 
 # Tensor types (GGML ids).
-F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16 = 0, 1, 2, 8, 12, 14, 30
-TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q6_K": Q6_K, "BF16": BF16}
+F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 8, 12, 14, 30, 39
+TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q6_K": Q6_K, "BF16": BF16,
+              "MXFP4": MXFP4}
 # type -> (values per block, bytes per block)
 BLOCK = {F32: (1, 4), F16: (1, 2), BF16: (1, 2), Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144),
-         Q6_K: (256, 210)}
+         Q6_K: (256, 210), MXFP4: (32, 17)}
 
 
 def type_id(t):
@@ -198,6 +201,30 @@ def quantize_q6_k(x):
     return out.tobytes()
 
 
+# E2M1 codes 0..15 as values (sign bit 3): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives.
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float64)
+
+
+def quantize_mxfp4(x):
+    """MXFP4 per the OCP Microscaling spec: the shared scale 2^(floor(log2(amax)) - 2) (E2M1's largest
+    exponent is 2), each value the nearest E2M1 code of x / scale (saturating at +-6; ties to the smaller
+    magnitude). A zero block gets e = 0."""
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32).astype(np.float64)
+    amax = np.max(np.abs(x), axis=1)
+    with np.errstate(divide="ignore"):
+        exp = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - 2, -127)
+    e = np.clip(exp + 127, 0, 254).astype(np.int64)
+    scaled = x / np.ldexp(1.0, (e - 127))[:, None]
+    # nearest of the 8 magnitudes (a value exactly between two takes the smaller), then the sign
+    mids = (E2M1[:7] + E2M1[1:8]) / 2
+    mag = np.searchsorted(mids, np.abs(scaled), side="left")
+    code = (mag | np.where((scaled < 0) & (mag > 0), 8, 0)).astype(np.uint8)
+    out = np.empty((x.shape[0], 17), dtype=np.uint8)
+    out[:, 0] = e.astype(np.uint8)
+    out[:, 1:] = code[:, :16] | (code[:, 16:] << 4)
+    return out.tobytes()
+
+
 def encode(x, t):
     """float array -> the bytes GGUF stores for tensor type t."""
     t = type_id(t)
@@ -207,7 +234,8 @@ def encode(x, t):
         return np.ascontiguousarray(x, dtype=np.float32).astype("<f2").tobytes()
     if t == BF16:
         return f32_to_bf16_bits(x).astype("<u2").tobytes()
-    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q6_K: quantize_q6_k}[t](x)
+    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q6_K: quantize_q6_k,
+            MXFP4: quantize_mxfp4}[t](x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -232,6 +260,11 @@ def dequantize(buf, t, n):
         qs = b[:, 2:]
         q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float32) - 8
         return (d * q).reshape(-1)
+    if t == MXFP4:
+        b = raw.reshape(-1, 17)
+        d = np.ldexp(np.float32(1), b[:, 0].astype(np.int32) - 127).astype(np.float32)
+        q = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
+        return (E2M1.astype(np.float32)[q] * d[:, None]).reshape(-1)
     if t == Q4_K:
         b = raw.reshape(-1, 144)
         d = b[:, 0:2].copy().view("<f2").astype(np.float32)

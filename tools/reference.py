@@ -16,7 +16,11 @@ rope_freqs.weight tensor in GGUF (divisors of each frequency, as llama.cpp store
 config.json's rope_scaling for Hugging Face. Linear rope scaling ({arch}.rope.scaling.type "linear" in GGUF,
 rope_scaling type "linear" in config.json) divides every position by its factor before the angles are
 taken (the original Hugging Face formulation; engines usually scale the frequencies instead, which is the
-same function). QKV biases and QK norms are used when the tensors exist.
+same function). YaRN (transformers' modeling_rope_utils._compute_yarn_parameters; GGUF: llama.cpp's keys
+rope.scaling.factor / original_context_length / yarn_beta_fast / yarn_beta_slow / attn_factor, always
+with truncated correction dimensions as ggml_rope_yarn_corr_dims) blends each frequency between its
+extrapolated and interpolated (divided by the factor) values along a linear ramp and multiplies cos and
+sin by the attention factor. QKV biases and QK norms are used when the tensors exist.
 
 Sliding windows, layers without RoPE, Gemma 3 and attention sinks, written from the published code (read,
 not copied; each part names what it follows):
@@ -40,6 +44,21 @@ not copied; each part names what it follows):
   i % 6 == 5), local base 10000, query scale 1/sqrt(head_dim) (1/sqrt(hidden / heads) at 62 layers); the
   window is `gemma3.attention.sliding_window` (no window: every layer global), the softcap
   `gemma3.final_logit_softcapping`, linear scaling `gemma3.rope.scaling.*` (global layers only).
+- Mixture of experts (modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock, modeling_mixtral.py
+  MixtralSparseMoeBlock): router logits = h @ gate.T, softmax over all experts, the top k probabilities
+  (renormalised to sum 1 when norm_topk_prob; Mixtral always), each chosen expert's SwiGLU MLP of h weighted
+  by its probability and summed. GGUF (llama.cpp src/models/qwen3moe.cpp, llama.cpp's Mixtral as arch
+  llama with llama.expert_count): blk.N.ffn_gate_inp.weight and 3-D ffn_{gate,up,down}_exps.weight (or
+  one blk.N.ffn_{gate,up,down}.E.weight per expert); qwen3moe always renormalises (norm_w true), as does
+  llama.cpp's Mixtral; {arch}.expert_weights_norm overrides where present.
+- GPT-OSS (modeling_gpt_oss.py, configuration_gpt_oss.py): Q/K/V/O biases, sinks, "layer_types" windows
+  (default: even layers sliding), YaRN, the FFN's pre-norm post_attention_layernorm, and the MoE block
+  GptOssTopKRouter + GptOssExperts: logits = h @ W.T + b, the top k logits softmaxed among themselves,
+  expert e: gate_up = x @ gate_up_proj[e] + bias (gate the even columns, up the odd ones),
+  gate = min(gate, limit), up = clamp(up, -limit, limit), glu = gate * sigmoid(1.702 gate),
+  ((up + 1) * glu) @ down_proj[e] + bias. GGUF (llama.cpp LLM_ARCH_OPENAI_MOE "gpt-oss"):
+  post_attention_norm, attn_sinks, separate ffn_gate_exps / ffn_up_exps (x @ W.T) with 2-D biases,
+  sliding_window_pattern (default 2: layer i windowed when i % 2 == 0), swiglu limit 7.
 - Attention sinks (modeling_gpt_oss.py eager_attention_forward): a learned logit per head joins the
   softmax denominator as one more column and is dropped after it (it has no value vector). attention()
   takes them as an option; forward() uses them when a layer has `attn_sinks.weight` (HF self_attn.sinks).
@@ -75,7 +94,15 @@ HF_LAYER = {
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     "self_attn.sinks": "attn_sinks.weight",
+    "self_attn.o_proj.bias": "attn_output.bias",
 }
+# GPT-OSS: the FFN pre-norm and the router; the fused experts keep their own names (blk.N.experts.*).
+HF_LAYER_GPTOSS = dict(HF_LAYER, **{
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "mlp.router.weight": "ffn_gate_inp.weight", "mlp.router.bias": "ffn_gate_inp.bias",
+    "mlp.experts.gate_up_proj": "experts.gate_up_proj", "mlp.experts.gate_up_proj_bias": "experts.gate_up_proj_bias",
+    "mlp.experts.down_proj": "experts.down_proj", "mlp.experts.down_proj_bias": "experts.down_proj_bias",
+})
 # Gemma 3's four norms per block, named as llama.cpp's tensor_mapping.py maps them for MODEL_ARCH.GEMMA3.
 HF_LAYER_GEMMA3 = dict(HF_LAYER, **{
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -114,14 +141,27 @@ HF_LAYER_QWEN35 = {
 }
 
 
+# Routers and experts (after "model.layers.N."): Qwen3-MoE's mlp.*, Mixtral's block_sparse_moe.*.
+HF_ROUTERS = {"mlp.gate.weight": "ffn_gate_inp.weight", "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
+HF_EXPERT_KINDS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
+
+
 def hf_to_canonical(name, family="llama"):
     glob = HF_TO_CANON_LFM2 if family == "lfm2" else HF_TO_CANON
     if name in glob:
         return glob[name]
-    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2, "qwen35": HF_LAYER_QWEN35}.get(family, HF_LAYER)
+    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2, "qwen35": HF_LAYER_QWEN35,
+             "gpt-oss": HF_LAYER_GPTOSS}.get(family, HF_LAYER)
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
         return f"blk.{int(parts[2])}.{layer[parts[3]]}"
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in HF_ROUTERS:
+        return f"blk.{int(parts[2])}.{HF_ROUTERS[parts[3]]}"
+    # mlp.experts.E.gate_proj.weight, block_sparse_moe.experts.E.w1.weight
+    rest = parts[3].split(".") if len(parts) == 4 else []
+    if (len(rest) == 5 and rest[0] in ("mlp", "block_sparse_moe") and rest[1] == "experts" and rest[2].isdigit()
+            and rest[3] in HF_EXPERT_KINDS and rest[4] == "weight"):
+        return f"blk.{int(parts[2])}.ffn_{HF_EXPERT_KINDS[rest[3]]}.{int(rest[2])}.weight"
     return None
 
 
@@ -169,6 +209,11 @@ class Model:
         self.final_softcap = None
         self.embed_scale = None         # None: embeddings unscaled
         self.norm_offset = 0.0          # RMSNorm multiplies by (norm_offset + w)
+        self.yarn = None                # YaRN parameters (factor, orig, beta_fast, beta_slow, mscale, truncate)
+        self.n_experts = 0              # mixture of experts: experts per layer (0: dense FFN)
+        self.n_experts_used = 0
+        self.norm_topk = True
+        self.swiglu_limit = None        # GPT-OSS's clamped SwiGLU
         if os.path.isdir(path) or path.endswith(".safetensors"):
             self._open_hf(path if os.path.isdir(path) else os.path.dirname(path))
         else:
@@ -187,7 +232,7 @@ class Model:
             return self._gguf_lfm2(r, md)
         if a == "qwen35":
             return self._gguf_qwen35(r, md)
-        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3"):
+        if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe", "gpt-oss"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
         self.n_layers = int(md[f"{a}.block_count"])
@@ -197,6 +242,9 @@ class Model:
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
         self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
         self.rope_style = "adjacent" if a in ("llama", "smollm3") else "half"
+        self.n_experts = int(md.get(f"{a}.expert_count", 0))
+        self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
+        self.norm_topk = bool(md.get(f"{a}.expert_weights_norm", True))
         self.names = set(r.tensors)
         self.n_vocab = r.tensors["token_embd.weight"][0][0]
         self._fetch = r.tensor
@@ -206,10 +254,24 @@ class Model:
         self.position_scale = 1.0
         if md.get(f"{a}.rope.scaling.type") == "linear":
             self.position_scale = 1.0 / float(md.get(f"{a}.rope.scaling.factor", 1.0))
+        if md.get(f"{a}.rope.scaling.type") == "yarn":
+            f = float(md[f"{a}.rope.scaling.factor"])
+            self.yarn = dict(factor=f, orig=int(md[f"{a}.rope.scaling.original_context_length"]),
+                             beta_fast=float(md.get(f"{a}.rope.scaling.yarn_beta_fast", 32.0)),
+                             beta_slow=float(md.get(f"{a}.rope.scaling.yarn_beta_slow", 1.0)), truncate=True,
+                             mscale=float(md.get(f"{a}.rope.scaling.attn_factor", 1.0)) *
+                             (1 + 0.1 * math.log(f) if f > 1 else 1.0))
         window = int(md.get(f"{a}.attention.sliding_window", 0))
         if a == "llama" and window:
             # Mistral-style: the window applies to every layer.
             self.sliding_window, self.layer_types = window, ["sliding_attention"] * self.n_layers
+        if a == "gpt-oss":
+            self.family, self.swiglu_limit = "gpt-oss", 7.0
+            period = int(md.get(f"{a}.attention.sliding_window_pattern", 2))
+            if window:
+                self.sliding_window = window
+                self.layer_types = ["sliding_attention" if i % period < period - 1 else "full_attention"
+                                    for i in range(self.n_layers)]
         if a == "smollm3":
             # llama.cpp: n_no_rope_layer_step = 4, use_rope = (il + 1) % 4 != 0.
             self.no_rope_layers = {i for i in range(self.n_layers) if (i + 1) % 4 == 0}
@@ -236,11 +298,11 @@ class Model:
         if c.get("model_type") == "qwen3_5_text":
             return self._hf_qwen35(d, c)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
-                 "gemma3_text": "gemma3"}
+                 "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama", "gpt_oss": "gpt-oss"}
         if c.get("model_type") not in types:
             raise ValueError(f"{d}: unsupported model_type {c.get('model_type')!r}")
         self.arch = types[c["model_type"]]
-        self.family = "gemma3" if self.arch == "gemma3" else "llama"
+        self.family = self.arch if self.arch in ("gemma3", "gpt-oss") else "llama"
         self.dim = c["hidden_size"]
         self.n_layers = c["num_hidden_layers"]
         self.n_heads = c["num_attention_heads"]
@@ -249,6 +311,21 @@ class Model:
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.theta = float(c.get("rope_theta", 10000.0))
         self.rope_style = "half"
+        if c["model_type"] == "qwen3_moe":
+            if c.get("mlp_only_layers") or c.get("decoder_sparse_step", 1) != 1:
+                raise ValueError("Qwen3-MoE dense layers are not modelled")
+            self.n_experts, self.n_experts_used = c["num_experts"], c["num_experts_per_tok"]
+            self.norm_topk = bool(c.get("norm_topk_prob", False))        # Qwen3MoeConfig's default
+        if c["model_type"] == "mixtral":
+            self.n_experts, self.n_experts_used = c["num_local_experts"], c["num_experts_per_tok"]
+            self.norm_topk = True                                       # MixtralSparseMoeBlock always
+        if c["model_type"] == "gpt_oss":
+            self.n_experts, self.n_experts_used = c["num_local_experts"], c["num_experts_per_tok"]
+            self.swiglu_limit = float(c.get("swiglu_limit", 7.0))
+            if c.get("sliding_window"):
+                self.sliding_window = int(c["sliding_window"])
+                self.layer_types = c.get("layer_types") or [
+                    "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.n_layers)]
         index = os.path.join(d, "model.safetensors.index.json")
         if os.path.exists(index):
             with open(index) as f:
@@ -275,8 +352,21 @@ class Model:
         self.position_scale = 1.0
         if rs and rs.get("rope_type", rs.get("type")) == "linear":
             self.position_scale = 1.0 / float(rs["factor"])
+        if rs and rs.get("rope_type", rs.get("type")) == "yarn":
+            orig = rs.get("original_max_position_embeddings") or c.get("max_position_embeddings")
+            f = rs.get("factor") or c["max_position_embeddings"] / orig
+
+            def get_mscale(scale, ms=1.0):
+                return 0.1 * ms * math.log(scale) + 1.0 if scale > 1 else 1.0
+            mscale = rs.get("attention_factor")
+            if mscale is None:
+                mscale = (get_mscale(f, rs["mscale"]) / get_mscale(f, rs["mscale_all_dim"])
+                          if rs.get("mscale") and rs.get("mscale_all_dim") else get_mscale(f))
+            self.yarn = dict(factor=float(f), orig=int(orig), beta_fast=float(rs.get("beta_fast") or 32),
+                             beta_slow=float(rs.get("beta_slow") or 1), mscale=float(mscale),
+                             truncate=bool(rs.get("truncate", True)))
         n = self.n_layers
-        if c["model_type"] == "mistral" and c.get("sliding_window"):
+        if c["model_type"] in ("mistral", "mixtral") and c.get("sliding_window"):
             self.sliding_window, self.layer_types = int(c["sliding_window"]), ["sliding_attention"] * n
         if self.arch == "smollm3":
             flags = c.get("no_rope_layers") or [int((i + 1) % c.get("no_rope_layer_interval", 4) != 0)
@@ -460,6 +550,13 @@ class Model:
     def has(self, name):
         return name in self.names
 
+    def expert(self, layer, kind, e):
+        """Expert e's gate, up or down matrix of a layer: from GGUF's 3-D tensor or per-expert tensors."""
+        stacked = f"blk.{layer}.ffn_{kind}_exps.weight"
+        if stacked in self.names:
+            return torch.from_numpy(np.array(self._fetch(stacked)[e], dtype=np.float64))
+        return self.w(f"blk.{layer}.ffn_{kind}.{e}.weight")
+
     def w(self, name):
         return torch.from_numpy(np.array(self._fetch(name), dtype=np.float64))
 
@@ -468,14 +565,34 @@ def rms_norm(x, weight, eps):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rope(x, positions, theta, style, divisors, position_scale=1.0):
-    """x: [T, heads, head_dim]. position_scale: 1/factor under linear scaling."""
+def yarn_freqs(theta, hd, y):
+    """transformers' _compute_yarn_parameters, in float64: the inverse frequencies and the attention factor."""
+    def corr_dim(rot):
+        return hd * math.log(y["orig"] / (rot * 2 * math.pi)) / (2 * math.log(theta))
+    low, high = corr_dim(y["beta_fast"]), corr_dim(y["beta_slow"])
+    if y["truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, hd - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(hd // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    pos_freqs = theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    inv = (1 / (y["factor"] * pos_freqs)) * (1 - extrapolation) + (1 / pos_freqs) * extrapolation
+    return inv, y["mscale"]
+
+
+def rope(x, positions, theta, style, divisors, position_scale=1.0, yarn=None):
+    """x: [T, heads, head_dim]. position_scale: 1/factor under linear scaling; yarn: YaRN's parameters."""
     hd = x.shape[-1]
     freqs = theta ** (-torch.arange(0, hd // 2, dtype=torch.float64) * 2 / hd)
     if divisors is not None:
         freqs = freqs / divisors
+    mscale = 1.0
+    if yarn is not None:
+        freqs, mscale = yarn_freqs(theta, hd, yarn)
     ang = (positions.to(torch.float64) * position_scale)[:, None] * freqs[None, :]          # [T, hd/2]
-    cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+    cos, sin = torch.cos(ang)[:, None, :] * mscale, torch.sin(ang)[:, None, :] * mscale
     if style == "adjacent":
         a, b = x[..., 0::2], x[..., 1::2]
         out = torch.empty_like(x)
@@ -654,6 +771,55 @@ def qwen35_forward(m, tokens, aq, kv_f16):
     x = norm(x, "output_norm.weight")
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
     return aq(x) @ out.T
+def gptoss_moe_ffn(m, layer, h, aq):
+    """GPT-OSS's MoE block (see the module docstring), from either format's expert layout."""
+    p = f"blk.{layer}."
+    logits = aq(h) @ m.w(p + "ffn_gate_inp.weight").T + m.w(p + "ffn_gate_inp.bias")
+    top, chosen = torch.topk(logits, m.n_experts_used, dim=-1)
+    weights = torch.softmax(top, dim=-1)
+    fused = m.has(p + "experts.gate_up_proj")
+    if fused:
+        gu_w, gu_b = m.w(p + "experts.gate_up_proj"), m.w(p + "experts.gate_up_proj_bias")
+        d_w, d_b = m.w(p + "experts.down_proj"), m.w(p + "experts.down_proj_bias")
+    else:
+        gb, ub, db = (m.w(p + f"ffn_{k}_exps.bias") for k in ("gate", "up", "down"))
+    limit, out = m.swiglu_limit, torch.zeros_like(h)
+    for e in range(m.n_experts):
+        rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if len(rows) == 0:
+            continue
+        x = aq(h[rows])
+        if fused:
+            gate_up = x @ gu_w[e] + gu_b[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        else:
+            gate = x @ m.expert(layer, "gate", e).T + gb[e]
+            up = x @ m.expert(layer, "up", e).T + ub[e]
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        z = aq((up + 1) * gate * torch.sigmoid(gate * 1.702))
+        y = (z @ d_w[e] + d_b[e]) if fused else (z @ m.expert(layer, "down", e).T + db[e])
+        out.index_add_(0, rows, y * weights[rows, slot][:, None])
+    return out
+
+
+def moe_ffn(m, layer, h, aq):
+    """The sparse MoE block of Qwen3-MoE / Mixtral (see the module docstring), for every token."""
+    router = m.w(f"blk.{layer}.ffn_gate_inp.weight")
+    probs = torch.softmax(aq(h) @ router.T, dim=-1)                     # [T, experts]
+    weights, chosen = torch.topk(probs, m.n_experts_used, dim=-1)
+    if m.norm_topk:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(m.n_experts):
+        rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if len(rows) == 0:
+            continue
+        x = aq(h[rows])
+        gate, up = x @ m.expert(layer, "gate", e).T, x @ m.expert(layer, "up", e).T
+        y = aq(torch.nn.functional.silu(gate) * up) @ m.expert(layer, "down", e).T
+        out.index_add_(0, rows, y * weights[rows, slot][:, None])
+    return out
 
 
 def forward(m, tokens, act_q8=False, kv_f16=False):
@@ -708,8 +874,9 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
                 theta, divisors, pscale = m.rope_local_theta, None, 1.0
             else:
                 theta, divisors, pscale = m.theta, m.rope_divisors, m.position_scale
-            q = rope(q, pos, theta, m.rope_style, divisors, pscale)
-            k = rope(k, pos, theta, m.rope_style, divisors, pscale)
+            yarn = None if (sliding and m.rope_local_theta is not None) else m.yarn
+            q = rope(q, pos, theta, m.rope_style, divisors, pscale, yarn)
+            k = rope(k, pos, theta, m.rope_style, divisors, pscale, yarn)
         if kv_f16:
             k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
         group = H // KV
@@ -718,10 +885,18 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         sinks = m.w(p + "attn_sinks.weight") if m.has(p + "attn_sinks.weight") else None
         o = attention(q, k, v, masks[window], denominator, sinks).reshape(T, H * hd)
         o = aq(o) @ m.w(p + "attn_output.weight").T
+        if m.has(p + "attn_output.bias"):
+            o = o + m.w(p + "attn_output.bias")
         if gemma:
             o = norm(o, p + "post_attention_norm.weight")
         x = x + o
+        if m.family == "gpt-oss":
+            x = x + gptoss_moe_ffn(m, i, norm(x, p + "post_attention_norm.weight"), aq)
+            continue
         h = norm(x, p + "ffn_norm.weight")
+        if m.n_experts:
+            x = x + moe_ffn(m, i, h, aq)
+            continue
         hq = aq(h)
         gate = hq @ m.w(p + "ffn_gate.weight").T
         up = hq @ m.w(p + "ffn_up.weight").T

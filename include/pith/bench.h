@@ -68,9 +68,14 @@ int pith_probe_int8_peak(pith_probe *p, pith_dtype type, int reps, double *ops, 
 
 typedef struct pith_bench_weights {
     /* Weight bytes one generated token reads: every 2-D weight of every layer (blk.*), the output
-     * matrix (the token embedding when tied), and one embedding row. Norms and biases are left out. */
+     * matrix (the token embedding when tied), and one embedding row. Norms and biases are left out.
+     * Mixture of experts: the active bytes, i.e. expert tensors count n_experts_used / n_experts of
+     * their bytes (what a token routed to that many experts reads). */
     uint64_t size_bytes;
-    uint64_t layer_params;   /* elements of the layers' 2-D weights: the matmuls every token runs */
+    uint64_t total_bytes;    /* the same with every expert counted whole (= size_bytes without experts) */
+    uint64_t expert_bytes;   /* all the expert tensors' bytes (0 without experts) */
+    uint64_t layer_params;   /* elements of the layers' 2-D weights: the matmuls every token runs (MoE:
+                                the routed share of the experts') */
     uint64_t output_params;  /* elements of the output matrix: run once per logits row */
     pith_dtype type;         /* the type holding most layer weight bytes */
     bool quantized;          /* that type is block-quantized */

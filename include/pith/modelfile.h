@@ -26,7 +26,7 @@
  *    owned copies) and mean the same whatever the format (e.g. Gemma's norm weights are w + 1 in both);
  *  - every data pointer is aligned for its type (4 bytes for F32, 2 otherwise; misaligned safetensors
  *    data is copied);
- *  - RoPE scaling is none, llama3's or linear (never both; a linear factor is positive and finite); other
+ *  - RoPE scaling is none, llama3's, linear or YaRN (at most one; factors positive and finite); other
  *    kinds are refused unless they are the identity.
  * GGUF files of unregistered architectures open with whatever hyper-parameters their metadata gives,
  * unvalidated; the model layer refuses them. Hugging Face directories of unregistered architectures are
@@ -57,6 +57,12 @@ typedef enum pith_rope_style {
     PITH_ROPE_HALF,     /* rotate (x[i], x[i + d/2]): GGUF qwen2/qwen3, Hugging Face */
 } pith_rope_style;
 
+/* How a mixture-of-experts router turns its logits into expert scores. */
+typedef enum pith_expert_gating {
+    PITH_GATING_SOFTMAX, /* over every expert (Mixtral, Qwen-MoE, GPT-OSS) */
+    PITH_GATING_SIGMOID, /* per expert (DeepSeek-V3-style routers) */
+} pith_expert_gating;
+
 /* The most layers a model may have (and the size of the per-layer bitmasks below). */
 #define PITH_MAX_LAYERS 4096
 
@@ -82,6 +88,18 @@ typedef struct pith_hparams {
      * 1/factor); 0 means none (a factor of 1 is stored as 0). Also applies on top of a GGUF
      * rope_freqs.weight, as llama.cpp does; never set together with rope_scale_factor. */
     float rope_linear_factor;
+    /* YaRN scaling ("yarn"); rope_yarn_factor 0 means none (never set with the two above). Frequency i
+     * blends theta^(-2i/d) (extrapolated) and that divided by the factor (interpolated): the ramp is
+     * 0 (extrapolate) for i below `low` and 1 (interpolate) above `high`, linear between, where low and
+     * high are the dimensions whose frequency turns beta_fast and beta_slow times over rope_orig_ctx
+     * positions, d ln(orig / (2 pi beta)) / (2 ln theta) (rounded down and up when rope_yarn_truncate),
+     * clamped to [0, d - 1]. cos and sin are multiplied by rope_yarn_mscale, so every score by its square
+     * (Hugging Face's attention_factor; by default 1 + 0.1 ln factor). */
+    float rope_yarn_factor;
+    float rope_yarn_beta_fast;
+    float rope_yarn_beta_slow;
+    float rope_yarn_mscale;
+    bool rope_yarn_truncate;
     /* Sliding-window attention: 0 = none. A layer whose layer_swa bit is set lets the token at position p
      * attend to positions [p - sliding_window + 1, p] only (Hugging Face's and llama.cpp's convention);
      * the other layers attend to the whole context. Mistral sets every layer's bit; Gemma 3 five of six. */
@@ -98,6 +116,20 @@ typedef struct pith_hparams {
      * scaling); 0 = none. */
     float final_logit_softcap;
     float attn_logit_softcap;
+    /* Mixture of experts; n_experts 0 means every layer has a dense FFN of ffn_dim. Otherwise every
+     * layer's FFN is routed (src/model/moe.h): a router scores the n_experts experts per token (softmax,
+     * or sigmoid for PITH_GATING_SIGMOID), the n_experts_used best are run (gated FFNs of
+     * expert_ffn_dim) and their outputs summed with their scores as weights, renormalised to sum to 1
+     * when expert_norm_topk; plus a shared expert of expert_shared_ffn_dim when that is not 0. */
+    int n_experts;
+    int n_experts_used;
+    int expert_ffn_dim;
+    int expert_shared_ffn_dim;
+    bool expert_norm_topk;
+    int expert_gating;  /* pith_expert_gating */
+    /* GPT-OSS's clamped SwiGLU in the experts when > 0: g = min(g, limit), u = clamp(u, -limit, limit),
+     * (u + 1) * g * sigmoid(1.702 g); 0: silu(g) * u. */
+    float expert_swiglu_limit;
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;

@@ -45,7 +45,9 @@ static void bench_usage(FILE *out) {
             "per second (2 x matmul parameters x tokens) over the int8 peak (quantized weights) or the\n"
             "FP32 FMA peak (float weights), each timed with the instructions the kernels run for the\n"
             "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI, zmm FMA\n"
-            "for F16/BF16 where it has AVX-512).\n"
+            "for F16/BF16 where it has AVX-512). For a mixture of experts the bytes and parameters are\n"
+            "the active ones: the dense weights plus the routed share (experts used / experts) of the\n"
+            "expert tensors.\n"
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
@@ -60,7 +62,9 @@ static void bench_usage(FILE *out) {
             "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"
             "\n"
-            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n");
+            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n"
+            "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
+            "expert products).\n");
 }
 
 static bool parse_threads(const char *s, bench_opts *o) {
@@ -196,6 +200,10 @@ static void print_header(bench_ctx *c) {
     printf("weights: %s; %.1f MiB read per generated token; %.1f M layer matmul parameters + %.1f M output\n",
            w->format, (double)w->size_bytes / (1 << 20), (double)w->layer_params / 1e6,
            (double)w->output_params / 1e6);
+    if (w->expert_bytes)
+        printf("experts: %d of %d per token: active bytes %.1f MiB of %.1f MiB (routed experts + dense weights)\n",
+               hp->n_experts_used, hp->n_experts, (double)w->size_bytes / (1 << 20),
+               (double)w->total_bytes / (1 << 20));
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
@@ -229,6 +237,12 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddStringToObject(j, "arch", c->hp.arch);
     cJSON_AddStringToObject(j, "format", c->w.format);
     cJSON_AddNumberToObject(j, "size_bytes", (double)c->w.size_bytes);
+    if (c->w.expert_bytes) {
+        cJSON_AddNumberToObject(j, "active_bytes", (double)c->w.size_bytes);
+        cJSON_AddNumberToObject(j, "total_bytes", (double)c->w.total_bytes);
+        cJSON_AddNumberToObject(j, "n_experts", c->hp.n_experts);
+        cJSON_AddNumberToObject(j, "n_experts_used", c->hp.n_experts_used);
+    }
     cJSON_AddNumberToObject(j, "layer_params", (double)c->w.layer_params);
     cJSON_AddNumberToObject(j, "output_params", (double)c->w.output_params);
     cJSON_AddNumberToObject(j, "dim", c->hp.dim);

@@ -22,8 +22,10 @@ static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
 }
 
 /* RoPE scaling: llama3's comes as rope_freqs.weight; "linear" divides positions by rope.scaling.factor
- * (absent: 1). Any other kind would silently change every logit, so it is refused unless it is the
- * identity (factor 1). */
+ * (absent: 1); "yarn" (llama.cpp's keys: rope.scaling.factor, original_context_length, yarn_beta_fast
+ * (default 32), yarn_beta_slow (1), attn_factor (1)) as llama.cpp computes it: truncated correction
+ * dimensions, cos/sin times attn_factor * (1 + 0.1 ln factor). Any other kind would silently change
+ * every logit, so it is refused unless it is the identity (factor 1). */
 static int read_rope_scaling(const pith_meta *m, pith_hparams *hp) {
     char key[96];
     pith_str type;
@@ -38,9 +40,23 @@ static int read_rope_scaling(const pith_meta *m, pith_hparams *hp) {
         hp->rope_linear_factor = factor == 1.0f ? 0.0f : factor;
         return 0;
     }
+    if (pith_str_eq(type, "yarn") && factor != 1.0f) {
+        float attn = 1.0f;
+        hp->rope_yarn_factor = factor;
+        hp->rope_yarn_beta_fast = 32.0f;
+        hp->rope_yarn_beta_slow = 1.0f;
+        hp->rope_yarn_truncate = true;
+        if (pith_meta_int(m, "rope.scaling.original_context_length", true, &hp->rope_orig_ctx) ||
+            pith_meta_float(m, "rope.scaling.yarn_beta_fast", false, &hp->rope_yarn_beta_fast) ||
+            pith_meta_float(m, "rope.scaling.yarn_beta_slow", false, &hp->rope_yarn_beta_slow) ||
+            pith_meta_float(m, "rope.scaling.attn_factor", false, &attn))
+            return -1;
+        hp->rope_yarn_mscale = attn * (factor > 1.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
+        return 0;
+    }
     if (factor == 1.0f) return 0;
     char shown[PITH_PRINTABLE_CAP];
-    return pith_errf(m->err, "%s: RoPE scaling '%s' (factor %g) is not supported (only linear)", m->path,
+    return pith_errf(m->err, "%s: RoPE scaling '%s' (factor %g) is not supported (only linear and yarn)", m->path,
                      pith_printable(shown, sizeof shown, type.ptr, type.len), factor);
 }
 

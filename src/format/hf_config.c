@@ -46,7 +46,10 @@ static int find_arch(const pith_meta *m, const pith_arch **out) {
                      pith_printable(shown, sizeof shown, what, strlen(what)), pith_arch_names(names, sizeof names, true));
 }
 
-/* llama3 and linear frequency scaling are implemented. "dynamic" (NTK) changes nothing within the trained
+/* llama3, linear and yarn frequency scaling are implemented (yarn as transformers' _compute_yarn_parameters:
+ * factor, else max_position_embeddings / original_max_position_embeddings; original_max_position_embeddings,
+ * else max_position_embeddings; beta_fast 32, beta_slow 1; attention_factor, else from mscale and
+ * mscale_all_dim when both are given, else 1 + 0.1 ln factor; truncate, default true). "dynamic" (NTK) changes nothing within the trained
  * context, and any kind with factor 1 is the identity; other kinds would silently change every logit. */
 static int read_rope_scaling(const pith_meta *c, pith_hparams *hp) {
     const cJSON *rs = field(c->json, "rope_scaling");
@@ -77,11 +80,38 @@ static int read_rope_scaling(const pith_meta *c, pith_hparams *hp) {
         hp->rope_linear_factor = factor == 1.0f ? 0.0f : factor;
         return 0;
     }
+    if (!strcmp(t, "yarn")) {
+        float factor = 0, attn = 0, ms = 0, ms_all = 0;
+        hp->rope_orig_ctx = hp->ctx_len;
+        hp->rope_yarn_beta_fast = 32.0f;
+        hp->rope_yarn_beta_slow = 1.0f;
+        hp->rope_yarn_truncate = true;
+        if (pith_meta_int(&m, "original_max_position_embeddings", false, &hp->rope_orig_ctx) ||
+            pith_meta_float(&m, "factor", false, &factor) ||
+            pith_meta_float(&m, "beta_fast", false, &hp->rope_yarn_beta_fast) ||
+            pith_meta_float(&m, "beta_slow", false, &hp->rope_yarn_beta_slow) ||
+            pith_meta_float(&m, "attention_factor", false, &attn) || pith_meta_float(&m, "mscale", false, &ms) ||
+            pith_meta_float(&m, "mscale_all_dim", false, &ms_all) ||
+            pith_meta_bool(&m, "truncate", &hp->rope_yarn_truncate))
+            return -1;
+        if (factor == 0 && hp->rope_orig_ctx > 0) factor = (float)hp->ctx_len / (float)hp->rope_orig_ctx;
+        if (!(factor > 0 && isfinite(factor)))
+            return pith_errf(c->err, "%s: yarn rope_scaling factor %g is not a positive number", c->path, factor);
+        if (attn == 0) {
+            double f = factor, a = f > 1 ? 0.1 * log(f) + 1 : 1;
+            if (ms != 0 && ms_all != 0)
+                a = (f > 1 ? 0.1 * ms * log(f) + 1 : 1) / (f > 1 ? 0.1 * ms_all * log(f) + 1 : 1);
+            attn = (float)a;
+        }
+        hp->rope_yarn_factor = factor;
+        hp->rope_yarn_mscale = attn;
+        return 0;
+    }
     float factor = 1.0f;
     if (pith_meta_float(&m, "factor", false, &factor)) return -1;
     if (!strcmp(t, "default") || !strcmp(t, "dynamic") || factor == 1.0f) return 0;
     char shown[PITH_PRINTABLE_CAP];
-    return pith_errf(c->err, "%s: rope_scaling type '%s' (factor %g) is not supported (only llama3 and linear)",
+    return pith_errf(c->err, "%s: rope_scaling type '%s' (factor %g) is not supported (only llama3, linear and yarn)",
                      c->path, pith_printable(shown, sizeof shown, t, strlen(t)), factor);
 }
 

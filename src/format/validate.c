@@ -64,6 +64,16 @@ static int check_hparams(pith_model_file *f, pith_err *err) {
         if (hp->rope_scale_factor != 0)
             return pith_errf(err, "%s: both linear and llama3 RoPE scaling are set", f->path);
     }
+    if (hp->rope_yarn_factor != 0) {
+        if (!(hp->rope_yarn_factor > 0 && isfinite(hp->rope_yarn_factor) && hp->rope_orig_ctx > 0 &&
+              hp->rope_yarn_beta_fast > 0 && isfinite(hp->rope_yarn_beta_fast) && hp->rope_yarn_beta_slow > 0 &&
+              isfinite(hp->rope_yarn_beta_slow) && hp->rope_yarn_mscale > 0 && isfinite(hp->rope_yarn_mscale)))
+            return pith_errf(err, "%s: invalid yarn RoPE scaling (factor %g, original context %d, beta %g/%g, "
+                                  "attention factor %g)", f->path, hp->rope_yarn_factor, hp->rope_orig_ctx,
+                             hp->rope_yarn_beta_fast, hp->rope_yarn_beta_slow, hp->rope_yarn_mscale);
+        if (hp->rope_scale_factor != 0 || hp->rope_linear_factor != 0)
+            return pith_errf(err, "%s: yarn and another RoPE scaling are both set", f->path);
+    }
     if (check_range(f, "sliding window", hp->sliding_window, 0, MAX_CTX, err)) return -1;
     for (int l = hp->n_layers; l < PITH_MAX_LAYERS; l++)
         if (pith_layer_bit(hp->layer_swa, l) || pith_layer_bit(hp->layer_no_rope, l) ||
@@ -132,6 +142,7 @@ static int64_t dim_value(const pith_hparams *hp, pith_dim d) {
     case PITH_D_KV: return (int64_t)hp->n_kv_heads * hp->head_dim;
     case PITH_D_HEAD: return hp->head_dim;
     case PITH_D_HALF_HEAD: return hp->head_dim / 2;
+    case PITH_D_HEADS: return hp->n_heads;
     }
     return -1;
 }

@@ -68,6 +68,7 @@ typedef enum pith_dim {
     PITH_D_KV,        /* n_kv_heads * head_dim */
     PITH_D_HEAD,      /* head_dim */
     PITH_D_HALF_HEAD, /* head_dim / 2 */
+    PITH_D_HEADS,     /* n_heads (GPT-OSS's attention sinks) */
 } pith_dim;
 
 typedef enum pith_presence {

@@ -18,7 +18,8 @@
  * RoPE frequencies: theta^(-2i/head_dim), divided by rope_freqs.weight when the file has it (llama.cpp's
  * way of storing Llama 3 scaling), else rescaled from the hyper-parameters (Hugging Face's "llama3"
  * rope_type), never both; then multiplied by 1/factor under linear scaling (positions divided by the
- * factor). Window layers with their own base (rope_theta_swa) use theta_swa^(-2i/head_dim) unscaled.
+ * factor), or blended by YaRN with cos and sin times its attention factor (see pith_hparams). Window
+ * layers with their own base (rope_theta_swa) use theta_swa^(-2i/head_dim) unscaled.
  * Angles are computed in double per token, so long positions lose no precision. */
 #include "model/llama.h"
 
@@ -33,14 +34,18 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "model/batch_check.h"
+#include "model/moe.h"
 #include "pith/kv.h"
 
 typedef struct llama_layer {
     pith_matrix wq, wk, wv, wo, gate, up, down;
     float *attn_norm, *ffn_norm;
-    float *bq, *bk, *bv;        /* qwen2, else NULL */
+    float *bq, *bk, *bv;        /* qwen2, gpt-oss, else NULL */
+    float *bo;                  /* attn_output.bias (gpt-oss), else NULL */
+    float *sinks;               /* attn_sinks.weight [n_heads] (gpt-oss), else NULL */
     float *q_norm, *k_norm;     /* qwen3, gemma3, else NULL */
     float *post_attn_norm, *post_ffw_norm; /* gemma3 (variant post_norms), else NULL */
+    pith_moe_layer *moe;        /* the FFN is a mixture of experts (hp.n_experts > 0), else NULL */
 } llama_layer;
 
 typedef struct llama {
@@ -61,10 +66,14 @@ typedef struct llama {
     llama_layer *layers;
     double *inv_freq;           /* [head_dim / 2] */
     double *inv_freq_swa;       /* [head_dim / 2] for window layers with their own base, else NULL */
+    float rope_mscale;          /* cos and sin times this (YaRN's attention factor; else 1) */
 
     /* scratch for up to cap tokens */
     int cap;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin, *rope_cos_swa, *rope_sin_swa;
+    pith_moe_scratch moe;
+    pith_moe_config moe_cfg;
+    bool moe_naive;             /* PITH_MOE_NAIVE=1: experts one by one (the benchmarks' baseline) */
 } llama;
 
 /* ---------------- build ---------------- */
@@ -102,15 +111,18 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pi
     char n[96];
     int dim = hp->dim, qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim, ffn = hp->ffn_dim;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+    bool dense = hp->n_experts == 0;
     if (load_vec(f, NAME("attn_norm.weight"), dim, true, &L->attn_norm, err) ||
-        load_vec(f, NAME("ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
+        load_vec(f, NAME(var->ffn_norm ? var->ffn_norm : "ffn_norm.weight"), dim, true, &L->ffn_norm, err) ||
+        load_vec(f, NAME("attn_output.bias"), dim, false, &L->bo, err) ||
+        load_vec(f, NAME("attn_sinks.weight"), hp->n_heads, false, &L->sinks, err) ||
         load_mat(f, NAME("attn_q.weight"), qd, dim, &L->wq, err) ||
         load_mat(f, NAME("attn_k.weight"), kvd, dim, &L->wk, err) ||
         load_mat(f, NAME("attn_v.weight"), kvd, dim, &L->wv, err) ||
         load_mat(f, NAME("attn_output.weight"), dim, qd, &L->wo, err) ||
-        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err) ||
+        (dense && (load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+                   load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+                   load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))) ||
         load_vec(f, NAME("attn_q.bias"), qd, hp->has_qkv_bias, &L->bq, err) ||
         load_vec(f, NAME("attn_k.bias"), kvd, hp->has_qkv_bias, &L->bk, err) ||
         load_vec(f, NAME("attn_v.bias"), kvd, hp->has_qkv_bias, &L->bv, err) ||
@@ -120,15 +132,19 @@ static int load_layer(const pith_model_file *f, const pith_hparams *hp, const pi
                              load_vec(f, NAME("post_ffw_norm.weight"), dim, true, &L->post_ffw_norm, err))))
         return pith_err_prefix(err, "layer %d", l);
 #undef NAME
-    return 0;
+    if (dense) return 0;
+    pith_moe_config cfg;
+    pith_moe_config_of(hp, &cfg);
+    if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
+    return pith_moe_load(f, l, &cfg, var->hf_experts[0] ? var->hf_experts : NULL, L->moe, err);
 }
 
 /* Weights in a layout that suits the kernel table, where it has one (see pith_matrix_pack). */
 static int pack_layer(pith_cpu *c, llama_layer *L, pith_err *err) {
     pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        if (pith_matrix_pack(c, ms[i], err)) return -1;
-    return 0;
+        if (ms[i]->data && pith_matrix_pack(c, ms[i], err)) return -1;
+    return L->moe ? pith_moe_pack(c, L->moe, err) : 0;
 }
 
 static void free_layer(llama_layer *L) {
@@ -139,10 +155,34 @@ static void free_layer(llama_layer *L) {
     free(L->bq);
     free(L->bk);
     free(L->bv);
+    free(L->bo);
+    free(L->sinks);
     free(L->q_norm);
     free(L->k_norm);
     free(L->post_attn_norm);
     free(L->post_ffw_norm);
+    if (L->moe) pith_moe_free(L->moe);
+    free(L->moe);
+}
+
+/* YaRN (see pith_hparams): the dimension whose frequency turns `rotations` times over the original
+ * context, then the blend of extrapolated and interpolated frequencies across the ramp. */
+static double yarn_dim(const pith_hparams *hp, double rotations) {
+    return hp->head_dim * log(hp->rope_orig_ctx / (rotations * 2 * M_PI)) / (2 * log((double)hp->rope_theta));
+}
+
+static void yarn_frequencies(const pith_hparams *hp, double *inv_freq) {
+    double lo = yarn_dim(hp, hp->rope_yarn_beta_fast), hi = yarn_dim(hp, hp->rope_yarn_beta_slow);
+    if (hp->rope_yarn_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0 ? lo : 0;
+    hi = hi < hp->head_dim - 1 ? hi : hp->head_dim - 1;
+    if (hi == lo) hi += 0.001;
+    for (int i = 0; i < hp->head_dim / 2; i++) {
+        double extra = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim), inter = extra / hp->rope_yarn_factor;
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp; /* 0: extrapolate, 1: interpolate */
+        inv_freq[i] = inter * ramp + extra * (1 - ramp);
+    }
 }
 
 static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
@@ -172,6 +212,8 @@ static int init_rope(llama *m, const pith_model_file *f, pith_err *err) {
         m->inv_freq[i] = freq;
     }
     free(factors);
+    m->rope_mscale = 1.0f;
+    if (hp->rope_yarn_factor > 0) yarn_frequencies(hp, m->inv_freq), m->rope_mscale = hp->rope_yarn_mscale;
     if (hp->rope_theta_swa > 0 && hp->sliding_window > 0) {
         if (!(m->inv_freq_swa = malloc((size_t)half * sizeof *m->inv_freq_swa))) return pith_errf(err, "out of memory");
         for (int i = 0; i < half; i++) m->inv_freq_swa[i] = pow((double)hp->rope_theta_swa, -2.0 * i / hp->head_dim);
@@ -235,9 +277,17 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     /* The hyper-parameters were checked when the file opened (validate.c and the descriptor). */
     if (hp->attn_logit_softcap != 0)
         return pith_errf(err, "%s: attention logit soft-capping is not supported", path);
+    pith_moe_config moe_cfg;
+    pith_moe_config_of(hp, &moe_cfg);
+    if (hp->n_experts > 0 && var->post_norms)
+        return pith_errf(err, "%s: experts with post-FFN norms are not supported", path);
+    if (hp->n_experts > 0 && pith_moe_config_check(&moe_cfg, path, err)) return -1;
     llama *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
     m->var = *var;
+    m->moe_cfg = moe_cfg;
+    const char *naive = getenv("PITH_MOE_NAIVE");
+    m->moe_naive = naive && *naive && strcmp(naive, "0") != 0;
     m->base.ops = &llama_ops;
     m->base.hp = *hp;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
@@ -320,6 +370,7 @@ static void llama_destroy(pith_model *base) {
     free(m->inv_freq);
     free(m->inv_freq_swa);
     free_scratch(m);
+    pith_moe_scratch_free(&m->moe);
     pith_attn_scratch_free(&m->attn);
     if (m->cpu.pool) pith_cpu_free(&m->cpu);
     free(m);
@@ -356,7 +407,8 @@ static int reserve(llama *m, int n, pith_err *err) {
     }
     int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
     widest = widest > m->q_dim ? widest : m->q_dim;
-    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
+        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err))) {
         free_scratch(m);
         return -1;
     }
@@ -436,11 +488,11 @@ static void embed_row(row_job *j, int t) {
     pith_dequantize_row(m->embd->type, src, x, dim);
     if (m->var.embed_scale != 0)
         for (int i = 0; i < dim; i++) x[i] *= m->var.embed_scale;
-    double pos = j->b->positions[t];
+    double pos = j->b->positions[t], ms = m->rope_mscale;
     for (int i = 0; i < half; i++) {
         double angle = pos * m->inv_freq[i];
-        m->rope_cos[(size_t)t * half + i] = (float)cos(angle);
-        m->rope_sin[(size_t)t * half + i] = (float)sin(angle);
+        m->rope_cos[(size_t)t * half + i] = (float)(cos(angle) * ms);
+        m->rope_sin[(size_t)t * half + i] = (float)(sin(angle) * ms);
     }
     for (int i = 0; m->inv_freq_swa && i < half; i++) {
         double angle = pos * m->inv_freq_swa[i];
@@ -530,6 +582,14 @@ static void post_norm_add(llama *m, int t, const float *w) {
 static void post_attn_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_attn_norm); }
 static void post_ffw_row(row_job *j, int t) { post_norm_add(j->m, t, j->m->layers[j->layer].post_ffw_norm); }
 
+static void out_bias_row(row_job *j, int t) {
+    llama *m = j->m;
+    int dim = m->base.hp.dim;
+    const float *bo = m->layers[j->layer].bo;
+    float *y = (m->layers[j->layer].post_attn_norm ? m->xb : m->x) + (size_t)t * dim;
+    for (int i = 0; i < dim; i++) y[i] += bo[i];
+}
+
 static void out_norm_row(row_job *j, int t) {
     llama *m = j->m;
     int dim = m->base.hp.dim;
@@ -577,18 +637,23 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
         .window = mg->kind == PITH_MEM_WINDOW ? mg->window : 0,
         .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
         .kv_type = kv->type, .kv_dim = kvd, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
+        .sinks = L->sinks,
     };
     pith_attention(&m->cpu, &m->attn, &aa);
     if (l == hp->n_layers - 1 && (n = j.n = keep_logit_rows(m, b)) == 0) return 0;
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
     if (L->post_attn_norm) {
         if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->xb, dim, false, err)) return -1;
+        if (L->bo) run_rows(m, &j, out_bias_row, dim);
         run_rows(m, &j, post_attn_row, 2 * dim);
     } else if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) {
         return -1;
+    } else if (L->bo) {
+        run_rows(m, &j, out_bias_row, dim);
     }
 
     run_rows(m, &j, ffn_norm_row, dim);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, m->moe_naive, err);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
     if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;

@@ -15,6 +15,12 @@ typedef struct pith_decoder_variant {
     bool gelu_tanh;     /* gated FFN with GELU (tanh approximation) instead of SiLU */
     bool post_norms;    /* RMSNorm of the attention and FFN outputs before the residual add
                            (post_attention_norm, post_ffw_norm) */
+    /* Mixture of experts (hp.n_experts > 0, model/moe.h): the Hugging Face names of each expert's gate,
+     * up and down matrices after "model.layers.N.", %d for the expert (all NULL: GGUF names only). */
+    const char *hf_experts[3];
+    /* The FFN's pre-norm, after "blk.N." (NULL: "ffn_norm.weight"; GPT-OSS's GGUF says
+     * "post_attention_norm.weight"). */
+    const char *ffn_norm;
 } pith_decoder_variant;
 
 /* Take ownership of `file` on success (and on failure leave it to the caller). */

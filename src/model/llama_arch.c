@@ -12,6 +12,7 @@
 #include "model/llama_arch.h"
 
 #include "model/llama.h"
+#include "model/moe_arch.h"
 
 const pith_name_map pith_llama_hf_global[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
@@ -35,6 +36,8 @@ const pith_name_map pith_llama_hf_layer[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},              /* the router: Qwen-MoE, */
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}, /* Mixtral */
     {NULL, NULL},
 };
 
@@ -58,9 +61,10 @@ const pith_tensor_spec pith_llama_layer[] = {
     {"attn_q_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_ALL_OR_NONE, NULL},
     {"attn_k_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_ALL_OR_NONE, NULL},
     {"ffn_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
-    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, NULL},
+    /* with experts (Mixtral, Qwen-MoE) the FFN's tensors are checked by model/moe_load.c */
+    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, pith_moe_dense_layer},
+    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, pith_moe_dense_layer},
+    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, pith_moe_dense_layer},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -90,14 +94,21 @@ static int hf_window(const pith_meta *m, pith_hparams *hp, int first_layer) {
     return 0;
 }
 
+/* GGUF llama with llama.expert_count is Mixtral (llama.cpp converts it as llama; weights renormalised). */
 static int llama_read_gguf(const pith_meta *m, pith_hparams *hp) {
-    if (pith_meta_int(m, "attention.sliding_window", false, &hp->sliding_window)) return -1;
+    if (pith_meta_int(m, "attention.sliding_window", false, &hp->sliding_window) ||
+        pith_moe_read_gguf(m, hp, true))
+        return -1;
     if (hp->sliding_window > 0) every_layer(hp);
     else hp->sliding_window = 0;
     return 0;
 }
 
 static int llama_read_hf(const pith_meta *m, pith_hparams *hp) { return hf_window(m, hp, 0); }
+
+static int llama_check(const pith_hparams *hp, const char *path, pith_err *err) {
+    return pith_moe_check_hparams(hp, false, path, err);
+}
 
 static int qwen_read_hf(const pith_meta *m, pith_hparams *hp) {
     bool use = false;
@@ -121,6 +132,7 @@ const pith_arch pith_arch_llama = {
     .layer = pith_llama_layer,
     .read_gguf = llama_read_gguf,
     .read_hf = llama_read_hf,
+    .check = llama_check,
     .finish = pith_llama_finish,
     .build = pith_llama_build,
 };

@@ -12,7 +12,10 @@
     X(smollm3)        \
     X(gemma3)         \
     X(lfm2)           \
-    X(qwen35)
+    X(qwen35)         \
+    X(qwen3moe)       \
+    X(mixtral)        \
+    X(gpt_oss)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

@@ -6,6 +6,7 @@ bool pith_dtype_valid(uint32_t type) {
     switch (type) {
     case PITH_F32: case PITH_F16: case PITH_Q4_0: case PITH_Q8_0:
     case PITH_Q4_K: case PITH_Q6_K: case PITH_BF16:
+    case PITH_MXFP4:
         return true;
     default:
         return false;
@@ -21,13 +22,14 @@ const char *pith_dtype_name(pith_dtype type) {
     case PITH_Q4_K: return "Q4_K";
     case PITH_Q6_K: return "Q6_K";
     case PITH_BF16: return "BF16";
+    case PITH_MXFP4: return "MXFP4";
     }
     return "?";
 }
 
 int64_t pith_dtype_block_elems(pith_dtype type) {
     switch (type) {
-    case PITH_Q4_0: case PITH_Q8_0: return 32;
+    case PITH_Q4_0: case PITH_Q8_0: case PITH_MXFP4: return 32;
     case PITH_Q4_K: case PITH_Q6_K: return 256;
     default: return 1;
     }
@@ -41,6 +43,7 @@ size_t pith_dtype_block_bytes(pith_dtype type) {
     case PITH_Q8_0: return 2 + 32;
     case PITH_Q4_K: return 2 + 2 + 12 + 128;
     case PITH_Q6_K: return 128 + 64 + 16 + 2;
+    case PITH_MXFP4: return 1 + 16;
     }
     return 0;
 }

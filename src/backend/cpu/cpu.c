@@ -1,5 +1,7 @@
 #include "backend/cpu/cpu.h"
 
+#include "backend/cpu/mxfp4.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +9,8 @@ int pith_cpu_init(pith_cpu *c, int n_threads, bool force_scalar, pith_err *err) 
     memset(c, 0, sizeof *c);
     if (pith_pool_create(n_threads, &c->pool, err)) return -1;
     c->n_threads = pith_pool_size(c->pool);
-    c->k = pith_cpu_kernels_best(force_scalar);
+    /* the best table, with the MXFP4 tile that lives outside the tables (mxfp4.h) */
+    c->k = pith_kernels_with_mxfp4(pith_cpu_kernels_best(force_scalar));
     return 0;
 }
 

@@ -55,6 +55,7 @@ typedef enum pith_wtype {
     PITH_W_Q4_0,
     PITH_W_Q4_K,
     PITH_W_Q6_K,
+    PITH_W_MXFP4, /* its tiles live in mxfp4.c; pith_cpu_init adds them to its table (pith_kernels_with_mxfp4) */
     PITH_W_N_TYPES,
 } pith_wtype;
 

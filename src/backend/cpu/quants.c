@@ -1,5 +1,7 @@
 #include "backend/cpu/quants.h"
 
+#include "backend/cpu/mxfp4.h"
+
 #include <math.h>
 
 static void dequant_q8_0(const uint8_t *b, float *y, int64_t nb) {
@@ -78,6 +80,7 @@ void pith_dequantize_row(pith_dtype type, const void *src, float *dst, int64_t n
     case PITH_Q4_0: dequant_q4_0(b, dst, n / PITH_QK); break;
     case PITH_Q4_K: dequant_q4_k(b, dst, n / PITH_QK_K); break;
     case PITH_Q6_K: dequant_q6_k(b, dst, n / PITH_QK_K); break;
+    case PITH_MXFP4: pith_dequant_mxfp4(b, dst, n / PITH_QK); break;
     }
 }
 

@@ -1,0 +1,300 @@
+/* The mixture-of-experts feed-forward block: routing, grouping by expert, grouped products, combine
+ * (see moe.h). */
+#include "model/moe.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/grouped.h"
+
+void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->dim = hp->dim;
+    cfg->n_experts = hp->n_experts;
+    cfg->top_k = hp->n_experts_used;
+    cfg->ffn = hp->expert_ffn_dim > 0 ? hp->expert_ffn_dim : hp->ffn_dim;
+    cfg->shared_ffn = hp->expert_shared_ffn_dim;
+    cfg->gating = hp->expert_gating == PITH_GATING_SIGMOID ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
+    cfg->norm_topk = hp->expert_norm_topk;
+    cfg->act = PITH_MOE_SILU;
+    if (hp->expert_swiglu_limit > 0) {
+        cfg->act = PITH_MOE_SWIGLU_CLAMP;
+        cfg->clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
+        cfg->clamp_limit = hp->expert_swiglu_limit;
+    }
+}
+
+int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *err) {
+    if (c->n_experts < 1 || c->n_experts > PITH_GROUPED_MAX_GROUPS)
+        return pith_errf(err, "%s: expert count %d, expected 1..%d", path, c->n_experts, PITH_GROUPED_MAX_GROUPS);
+    if (c->top_k < 1 || c->top_k > c->n_experts)
+        return pith_errf(err, "%s: %d experts used per token, expected 1..%d", path, c->top_k, c->n_experts);
+    if (c->ffn < 1 || c->ffn > (1 << 20) || c->shared_ffn < 0 || c->shared_ffn > (1 << 20))
+        return pith_errf(err, "%s: expert feed-forward width %d (shared %d) out of range", path, c->ffn, c->shared_ffn);
+    return 0;
+}
+
+int pith_moe_reserve(pith_cpu *c, const pith_moe_config *cfg, pith_moe_scratch *s, int n, pith_err *err) {
+    if (n <= s->cap) return 0;
+    pith_moe_scratch_free(s);
+    size_t N = (size_t)n, K = (size_t)cfg->top_k, E = (size_t)cfg->n_experts, sh = (size_t)cfg->shared_ffn;
+    s->logits = malloc(N * E * sizeof(float));
+    s->sel = malloc(N * K * sizeof(int));
+    s->wt = malloc(N * K * sizeof(float));
+    s->pos = malloc(N * K * sizeof(int));
+    s->offsets = malloc((E + 1) * sizeof(int));
+    s->cursor = malloc((E + 1) * sizeof(int));
+    s->xg = malloc(N * K * cfg->dim * sizeof(float));
+    s->yg = malloc(N * K * cfg->dim * sizeof(float));
+    s->hg = malloc(N * K * cfg->ffn * sizeof(float));
+    s->hu = malloc(N * K * cfg->ffn * sizeof(float));
+    if (sh) {
+        s->sg = malloc(N * sh * sizeof(float));
+        s->su = malloc(N * sh * sizeof(float));
+        s->sgate = malloc(N * sizeof(float));
+    }
+    if (!s->logits || !s->sel || !s->wt || !s->pos || !s->offsets || !s->cursor || !s->xg || !s->yg || !s->hg ||
+        !s->hu || (sh && (!s->sg || !s->su || !s->sgate))) {
+        pith_moe_scratch_free(s);
+        return pith_errf(err, "out of memory for the experts of a batch of %d tokens", n);
+    }
+    int widest = cfg->dim > cfg->ffn ? cfg->dim : cfg->ffn;
+    widest = widest > cfg->shared_ffn ? widest : cfg->shared_ffn;
+    if (pith_cpu_reserve(c, n * cfg->top_k, widest, err)) {
+        pith_moe_scratch_free(s);
+        return -1;
+    }
+    s->cap = n;
+    return 0;
+}
+
+void pith_moe_scratch_free(pith_moe_scratch *s) {
+    free(s->logits);
+    free(s->sel);
+    free(s->wt);
+    free(s->pos);
+    free(s->offsets);
+    free(s->cursor);
+    free(s->xg);
+    free(s->yg);
+    free(s->hg);
+    free(s->hu);
+    free(s->sg);
+    free(s->su);
+    free(s->sgate);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- routing ---- */
+
+void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, float *wt) {
+    const pith_moe_config *c = &L->cfg;
+    const int E = c->n_experts, K = c->top_k;
+    for (int t = 0; t < n; t++) {
+        float *sc = logits + (size_t)t * E; /* becomes the scores */
+        int *s = sel + (size_t)t * K;
+        float *w = wt + (size_t)t * K;
+        if (L->router_bias)
+            for (int e = 0; e < E; e++) sc[e] += L->router_bias[e];
+        if (c->gating == PITH_GATING_SOFTMAX) {
+            float mx = sc[0];
+            for (int e = 1; e < E; e++) mx = sc[e] > mx ? sc[e] : mx;
+            double sum = 0;
+            for (int e = 0; e < E; e++) sum += exp((double)sc[e] - mx);
+            for (int e = 0; e < E; e++) sc[e] = (float)(exp((double)sc[e] - mx) / sum);
+        } else {
+            for (int e = 0; e < E; e++) sc[e] = (float)(1.0 / (1.0 + exp(-(double)sc[e])));
+        }
+        double chosen = 0;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            float best_key = 0;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
+                if (taken) continue;
+                float key = sc[e] + (L->select_bias ? L->select_bias[e] : 0.0f);
+                if (best < 0 || key > best_key) best = e, best_key = key;
+            }
+            s[j] = best;
+            w[j] = sc[best];
+            chosen += sc[best];
+        }
+        if (c->norm_topk && chosen > 0)
+            for (int j = 0; j < K; j++) w[j] = (float)(w[j] / chosen);
+    }
+}
+
+/* Counting sort of the (token, rank) pairs by expert; gathers the input rows in that order. */
+static void group_rows(const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n) {
+    const int E = L->cfg.n_experts, K = L->cfg.top_k, dim = L->cfg.dim;
+    memset(s->cursor, 0, (size_t)(E + 1) * sizeof(int));
+    for (int i = 0; i < n * K; i++) s->cursor[s->sel[i]]++;
+    s->offsets[0] = 0;
+    for (int e = 0; e < E; e++) s->offsets[e + 1] = s->offsets[e] + s->cursor[e];
+    memcpy(s->cursor, s->offsets, (size_t)E * sizeof(int));
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < K; j++) {
+            int r = s->cursor[s->sel[t * K + j]]++;
+            s->pos[t * K + j] = r;
+            memcpy(s->xg + (size_t)r * dim, x + (size_t)t * ldx, (size_t)dim * sizeof(float));
+        }
+}
+
+/* ---- per-row work across the pool ---- */
+
+typedef struct moe_rows {
+    const pith_moe_layer *L;
+    pith_moe_scratch *s;
+    float *y;
+    size_t ldy;
+    int n;
+    int chunk;
+    void (*row)(struct moe_rows *j, int r);
+    _Atomic int next;
+} moe_rows;
+
+static void rows_worker(void *arg, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_rows *j = arg;
+    for (;;) {
+        int r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (r0 >= j->n) break;
+        int r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
+        for (int r = r0; r < r1; r++) j->row(j, r);
+    }
+}
+
+static void run_rows(pith_cpu *c, moe_rows *j, void (*row)(moe_rows *j, int r), int n, int width) {
+    j->row = row;
+    j->n = n;
+    j->chunk = n / (4 * c->n_threads);
+    if (j->chunk < 1) j->chunk = 1;
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    pith_pool_run_sized(c->pool, rows_worker, j, (double)n * width);
+}
+
+/* The expert of gathered row r (offsets are sorted). */
+static int expert_of(const pith_moe_scratch *s, int E, int r) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (s->offsets[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static void act_row(moe_rows *j, int r) {
+    const pith_moe_layer *L = j->L;
+    const int ffn = L->cfg.ffn;
+    float *g = j->s->hg + (size_t)r * ffn, *u = j->s->hu + (size_t)r * ffn;
+    if (L->gate_bias || L->up_bias) {
+        int e = expert_of(j->s, L->cfg.n_experts, r);
+        const float *bg = L->gate_bias ? L->gate_bias + (size_t)e * ffn : NULL;
+        const float *bu = L->up_bias ? L->up_bias + (size_t)e * ffn : NULL;
+        for (int i = 0; i < ffn; i++) {
+            if (bg) g[i] += bg[i];
+            if (bu) u[i] += bu[i];
+        }
+    }
+    if (L->cfg.act == PITH_MOE_SILU) {
+        for (int i = 0; i < ffn; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        return;
+    }
+    const float lim = L->cfg.clamp_limit, alpha = L->cfg.clamp_alpha;
+    for (int i = 0; i < ffn; i++) {
+        float gv = g[i] < lim ? g[i] : lim;
+        float uv = u[i] < -lim ? -lim : u[i] > lim ? lim : u[i];
+        g[i] = (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
+    }
+}
+
+/* y[t] += sum over ranks j of w_j * (expert row + down bias), in rank order. */
+static void combine_row(moe_rows *j, int t) {
+    const pith_moe_layer *L = j->L;
+    const pith_moe_scratch *s = j->s;
+    const int K = L->cfg.top_k, dim = L->cfg.dim;
+    float *y = j->y + (size_t)t * j->ldy;
+    for (int k = 0; k < K; k++) {
+        float w = s->wt[t * K + k];
+        const float *row = s->yg + (size_t)s->pos[t * K + k] * dim;
+        const float *bd = L->down_bias ? L->down_bias + (size_t)s->sel[t * K + k] * dim : NULL;
+        if (bd)
+            for (int i = 0; i < dim; i++) y[i] += w * (row[i] + bd[i]);
+        else
+            for (int i = 0; i < dim; i++) y[i] += w * row[i];
+    }
+}
+
+/* The shared expert's hidden row: silu(g) * u, times its gate's sigmoid. */
+static void shared_row(moe_rows *j, int t) {
+    const pith_moe_layer *L = j->L;
+    const int sh = L->cfg.shared_ffn;
+    float *g = j->s->sg + (size_t)t * sh, *u = j->s->su + (size_t)t * sh;
+    float gate = L->sh_gate_inp ? 1.0f / (1.0f + expf(-j->s->sgate[t])) : 1.0f;
+    for (int i = 0; i < sh; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i] * gate;
+}
+
+static int experts_naive(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, pith_err *err) {
+    const int dim = L->cfg.dim, ffn = L->cfg.ffn;
+    for (int e = 0; e < L->cfg.n_experts; e++) {
+        int r0 = s->offsets[e], cnt = s->offsets[e + 1] - r0;
+        if (!cnt) continue;
+        pith_acts a;
+        pith_acts_bind(c, &a, s->xg + (size_t)r0 * dim, cnt, dim, dim);
+        const pith_matmul_out gu[] = {{&L->gate[e], s->hg + (size_t)r0 * ffn, ffn, false},
+                                      {&L->up[e], s->hu + (size_t)r0 * ffn, ffn, false}};
+        if (pith_cpu_matmul_many(c, &a, gu, 2, err)) return -1;
+        moe_rows j = {.L = L, .s = s};
+        /* rows r0.. of this expert: act_row finds the expert from the row index */
+        for (int r = r0; r < r0 + cnt; r++) act_row(&j, r);
+        pith_acts_bind(c, &a, s->hg + (size_t)r0 * ffn, cnt, ffn, ffn);
+        if (pith_cpu_matmul(c, &L->down[e], &a, s->yg + (size_t)r0 * dim, dim, false, err)) return -1;
+    }
+    return 0;
+}
+
+int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
+                     float *y, size_t ldy, bool naive, pith_err *err) {
+    const pith_moe_config *cfg = &L->cfg;
+    if (n <= 0) return 0;
+    if (n > s->cap) return pith_errf(err, "moe: scratch holds %d tokens, the batch has %d", s->cap, n);
+    const int dim = cfg->dim, ffn = cfg->ffn, K = cfg->top_k, E = cfg->n_experts;
+    pith_acts a;
+    pith_acts_bind(c, &a, x, n, dim, ldx);
+    if (pith_cpu_matmul(c, &L->router, &a, s->logits, E, false, err)) return -1;
+    if (L->has_shared) {
+        const int sh = cfg->shared_ffn;
+        const pith_matmul_out gu[] = {{&L->sh_gate, s->sg, sh, false}, {&L->sh_up, s->su, sh, false}};
+        if (pith_cpu_matmul_many(c, &a, gu, 2, err)) return -1;
+        for (int t = 0; t < n && L->sh_gate_inp; t++) {
+            double d = 0;
+            const float *xt = x + (size_t)t * ldx;
+            for (int i = 0; i < dim; i++) d += (double)xt[i] * L->sh_gate_inp[i];
+            s->sgate[t] = (float)d;
+        }
+    }
+    pith_moe_route(L, s->logits, n, s->sel, s->wt);
+    group_rows(L, s, x, ldx, n);
+    moe_rows j = {.L = L, .s = s, .y = y, .ldy = ldy};
+    if (naive) {
+        if (experts_naive(c, L, s, err)) return -1;
+    } else {
+        const pith_grouped_out gu[] = {{L->gate, s->hg, ffn}, {L->up, s->hu, ffn}};
+        if (pith_cpu_matmul_grouped(c, s->xg, dim, dim, s->offsets, E, gu, 2, err)) return -1;
+        run_rows(c, &j, act_row, n * K, 8 * ffn);
+        const pith_grouped_out d = {L->down, s->yg, dim};
+        if (pith_cpu_matmul_grouped(c, s->hg, ffn, ffn, s->offsets, E, &d, 1, err)) return -1;
+    }
+    run_rows(c, &j, combine_row, n, 2 * K * dim);
+    if (L->has_shared) {
+        run_rows(c, &j, shared_row, n, 8 * cfg->shared_ffn);
+        pith_acts_bind(c, &a, s->sg, n, cfg->shared_ffn, cfg->shared_ffn);
+        if (pith_cpu_matmul(c, &L->sh_down, &a, y, ldy, true, err)) return -1;
+    }
+    return 0;
+}

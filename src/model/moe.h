@@ -1,0 +1,100 @@
+/* The mixture-of-experts feed-forward block, for any decoder (llama.c calls it in place of its dense FFN).
+ *
+ * Per token x (the FFN's normed input):
+ *   logits = R x (+ router bias)                                  R: n_experts x dim
+ *   scores = softmax(logits) over all experts, or sigmoid(logits) per expert (gating)
+ *   chosen = the top_k experts by score (+ selection bias, exp_probs_b, where the file has one; ties go
+ *            to the lower index), in order of that rank
+ *   w_j    = score of chosen j, divided by the sum over the chosen when norm_topk
+ *   y      = sum_j w_j * down_e(act(gate_e x + bg_e, up_e x + bu_e)) + bd_e        (e = chosen j)
+ *          + [sigmoid(s . x) *] down_s(silu(gate_s x) * up_s x)     with a shared expert (and its gate)
+ * act is silu(g) * u, or GPT-OSS's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
+ * (u' + 1) * g' * sigmoid(alpha * g').
+ *
+ * The batch: tokens are grouped by expert with a counting sort (within an expert in batch order), the
+ * gathered rows of all experts go through one grouped matrix product for gate and up together and one
+ * for down (backend/cpu/grouped.h), and each token sums its experts' rows in rank order. Every row is
+ * computed as it would be alone, so a token's output does not depend on the rest of the batch. */
+#ifndef PITH_MODEL_MOE_H
+#define PITH_MODEL_MOE_H
+
+#include <stdbool.h>
+
+#include "backend/cpu/matmul.h"
+#include "pith/modelfile.h"
+
+typedef enum pith_moe_act {
+    PITH_MOE_SILU,         /* silu(g) * u */
+    PITH_MOE_SWIGLU_CLAMP, /* GPT-OSS: clamped, (u + 1) * g * sigmoid(alpha * g) */
+} pith_moe_act;
+
+typedef struct pith_moe_config {
+    int dim;
+    int n_experts;
+    int top_k;
+    int ffn;        /* each expert's hidden width */
+    int shared_ffn; /* 0: no shared expert */
+    pith_expert_gating gating;
+    bool norm_topk;
+    pith_moe_act act;
+    float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
+} pith_moe_config;
+
+typedef struct pith_moe_layer {
+    pith_moe_config cfg;
+    pith_matrix router;                 /* n_experts x dim */
+    float *router_bias;                 /* [n_experts] added to the logits, or NULL */
+    float *select_bias;                 /* [n_experts] added to the scores for choosing only, or NULL */
+    pith_matrix *gate, *up, *down;      /* [n_experts] each: ffn x dim, ffn x dim, dim x ffn */
+    float *gate_bias, *up_bias;         /* [n_experts * ffn], or NULL */
+    float *down_bias;                   /* [n_experts * dim], or NULL */
+    bool has_shared;
+    pith_matrix sh_gate, sh_up, sh_down;
+    float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
+    void *owned;                        /* experts rearranged at load (GPT-OSS Hugging Face), or NULL */
+} pith_moe_layer;
+
+/* Per-batch scratch, grown by pith_moe_reserve (the forward pass never allocates). */
+typedef struct pith_moe_scratch {
+    int cap;                /* tokens */
+    float *logits;          /* [cap * n_experts] */
+    int *sel;               /* [cap * top_k] expert of each (token, rank) */
+    float *wt;              /* [cap * top_k] its weight */
+    int *pos;               /* [cap * top_k] its row among the gathered rows */
+    int *offsets, *cursor;  /* [n_experts + 1] */
+    float *xg, *yg;         /* [cap * top_k * dim] gathered inputs and expert outputs */
+    float *hg, *hu;         /* [cap * top_k * ffn] */
+    float *sg, *su, *sgate; /* shared expert: [cap * shared_ffn] x 2, [cap] */
+} pith_moe_scratch;
+
+/* The configuration from the hyper-parameters (softmax or sigmoid gating, top-k, widths). */
+void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg);
+/* Checks what the forward pass relies on: 1 <= top_k <= n_experts <= PITH_GROUPED_MAX_GROUPS, widths. */
+int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err *err);
+
+/* Layer l's expert tensors from the file: GGUF's 3-D blk.l.ffn_{gate,up,down}_exps.weight, else
+ * per-expert 2-D blk.l.ffn_{gate,up,down}.E.weight, else per-expert Hugging Face names (hf_experts:
+ * the gate, up and down names after "model.layers.l." with %d for the expert; NULL: none). Router
+ * blk.l.ffn_gate_inp.weight (optional bias ffn_gate_inp.bias), selection bias exp_probs_b.bias, expert
+ * biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its gate
+ * ffn_gate_inp_shexp.weight; else GPT-OSS's Hugging Face mlp.experts.gate_up_proj ([experts][dim][2 ffn],
+ * gate and up interleaved, x @ W) and down_proj ([experts][ffn][dim]) with their biases, rearranged into
+ * owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
+int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
+                  pith_moe_layer *L, pith_err *err);
+int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err);
+void pith_moe_free(pith_moe_layer *L);
+
+int pith_moe_reserve(pith_cpu *c, const pith_moe_config *cfg, pith_moe_scratch *s, int n, pith_err *err);
+void pith_moe_scratch_free(pith_moe_scratch *s);
+
+/* y[t * ldy + i] += moe(x[t])[i] for t < n; x rows of dim floats, ldx apart. naive: expert by expert
+ * (three pool jobs each), the baseline of the benchmarks; same results. */
+int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
+                     float *y, size_t ldy, bool naive, pith_err *err);
+
+/* Routing alone (also for tests): sel/wt [n * top_k] from logits [n * n_experts], which it overwrites
+ * with the scores. */
+void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, float *wt);
+
+#endif

@@ -1,0 +1,42 @@
+/* Mixture-of-experts metadata (see moe_arch.h). Key names are llama.cpp's (src/llama-arch.cpp:
+ * LLM_KV_EXPERT_*). */
+#include "model/moe_arch.h"
+
+#include "backend/cpu/grouped.h"
+
+int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) {
+    int gating = 0;
+    hp->expert_norm_topk = norm_default;
+    if (pith_meta_int(m, "expert_count", false, &hp->n_experts) ||
+        pith_meta_int(m, "expert_used_count", false, &hp->n_experts_used) ||
+        pith_meta_int(m, "expert_feed_forward_length", false, &hp->expert_ffn_dim) ||
+        pith_meta_int(m, "expert_shared_feed_forward_length", false, &hp->expert_shared_ffn_dim) ||
+        pith_meta_bool(m, "expert_weights_norm", &hp->expert_norm_topk) ||
+        pith_meta_int(m, "expert_gating_func", false, &gating))
+        return -1;
+    if (gating < 0 || gating > 2)
+        return pith_errf(m->err, "%s: %s.expert_gating_func %d is not supported (softmax 1, sigmoid 2)", m->path,
+                         m->arch, gating);
+    hp->expert_gating = gating == 2 ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
+    if (hp->n_experts > 0 && hp->expert_ffn_dim <= 0) hp->expert_ffn_dim = hp->ffn_dim;
+    return 0;
+}
+
+int pith_moe_check_hparams(const pith_hparams *hp, bool required, const char *path, pith_err *err) {
+    if (hp->n_experts == 0 && !required) return 0;
+    if (hp->n_experts < 1 || hp->n_experts > PITH_GROUPED_MAX_GROUPS)
+        return pith_errf(err, "%s: expert count %d, expected 1..%d", path, hp->n_experts, PITH_GROUPED_MAX_GROUPS);
+    if (hp->n_experts_used < 1 || hp->n_experts_used > hp->n_experts)
+        return pith_errf(err, "%s: %d experts used per token, expected 1..%d", path, hp->n_experts_used,
+                         hp->n_experts);
+    if (hp->expert_ffn_dim < 1 || hp->expert_ffn_dim > (1 << 20) || hp->expert_shared_ffn_dim < 0 ||
+        hp->expert_shared_ffn_dim > (1 << 20))
+        return pith_errf(err, "%s: expert feed-forward width %d (shared %d) out of range", path, hp->expert_ffn_dim,
+                         hp->expert_shared_ffn_dim);
+    return 0;
+}
+
+bool pith_moe_dense_layer(const pith_hparams *hp, int l) {
+    (void)l;
+    return hp->n_experts == 0;
+}

@@ -1,0 +1,212 @@
+/* Loading a mixture-of-experts block from a model file (see moe.h): every expert a pith_matrix view of
+ * the file's bytes, from a 3-D GGUF tensor (ne = {cols, rows, n_experts}: expert e's rows start
+ * e * rows * row_bytes in) or from one 2-D tensor per expert (older GGUF files, Hugging Face
+ * checkpoints), so nothing is copied until pith_moe_pack repacks for the kernels. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/quants.h"
+#include "model/moe.h"
+
+/* A vector of n elements (ne[0] == n, any element type), as owned floats; absent is NULL. */
+static int load_vec(const pith_model_file *f, const char *name, int64_t n, bool required, float **out, pith_err *err) {
+    *out = NULL;
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return required ? pith_errf(err, "missing tensor %s", name) : 0;
+    if (pith_tensor_nelems(t) != n || !pith_dtype_valid(t->type))
+        return pith_errf(err, "tensor %s: expected %lld elements", name, (long long)n);
+    int64_t row = t->ne[0];
+    size_t rb = pith_dtype_row_bytes(t->type, row);
+    if (!rb || t->nbytes / rb < (size_t)(n / row)) return pith_errf(err, "tensor %s: bad type or size", name);
+    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
+    for (int64_t r = 0; r < n / row; r++)
+        pith_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, *out + r * row, row);
+    return 0;
+}
+
+static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, bool required, pith_matrix *m,
+                    bool *found, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (found) *found = t != NULL;
+    if (!t) return required ? pith_errf(err, "missing tensor %s", name) : 0;
+    if (pith_matrix_from_tensor(m, t, err)) return -1;
+    if (m->rows != rows || m->cols != cols)
+        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
+    return 0;
+}
+
+/* The n_experts matrices of one kind: the 3-D tensor, else per-expert 2-D tensors named by gguf_fmt or
+ * hf_fmt (layer and expert numbers). */
+static int load_experts(const pith_model_file *f, int l, const char *kind, const char *hf_fmt, int E, int rows,
+                        int cols, pith_matrix **out, pith_err *err) {
+    char name[160];
+    pith_matrix *ms = calloc((size_t)E, sizeof *ms);
+    if (!(*out = ms)) return pith_errf(err, "out of memory");
+    snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", l, kind);
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (t) {
+        if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != E || t->ne[3] != 1)
+            return pith_errf(err, "tensor %s: shape [%lld, %lld, %lld, %lld], expected [%d, %d, %d]", name,
+                             (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], cols,
+                             rows, E);
+        /* view expert 0 as a 2-D matrix to check type and size, then step through the others */
+        pith_tensor first = *t;
+        first.ne[2] = 1;
+        if (pith_matrix_from_tensor(&ms[0], &first, err)) return -1;
+        size_t stride = (size_t)rows * ms[0].row_bytes;
+        if (t->nbytes / stride < (size_t)E) return pith_errf(err, "tensor %s: data is shorter than its shape", name);
+        for (int e = 1; e < E; e++) {
+            ms[e] = ms[0];
+            ms[e].data = ms[0].data + (size_t)e * stride;
+        }
+        return 0;
+    }
+    for (int e = 0; e < E; e++) {
+        snprintf(name, sizeof name, "blk.%d.ffn_%s.%d.weight", l, kind, e);
+        if (!pith_model_file_tensor(f, name) && hf_fmt) snprintf(name, sizeof name, hf_fmt, l, e);
+        if (!pith_model_file_tensor(f, name)) {
+            snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", l, kind);
+            return pith_errf(err, "missing tensor %s (or one tensor per expert)", name);
+        }
+        if (load_mat(f, name, rows, cols, true, &ms[e], NULL, err)) return -1;
+        if (ms[e].type != ms[0].type) return pith_errf(err, "tensor %s: experts of different types", name);
+    }
+    return 0;
+}
+
+/* GPT-OSS's Hugging Face experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], so gate
+ * row i is column 2i of W_e and up row i column 2i + 1; down row o is column o of down_proj[e]. Copied
+ * as stored (F32, F16 or BF16), one buffer for the layer. */
+static bool fused_hf_present(const pith_model_file *f, int l) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    return pith_model_file_tensor(f, name) != NULL;
+}
+
+static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pith_err *err) {
+    const int E = L->cfg.n_experts, dim = L->cfg.dim, F = L->cfg.ffn;
+    char gu_name[96], d_name[96], n[112];
+    snprintf(gu_name, sizeof gu_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(d_name, sizeof d_name, "model.layers.%d.mlp.experts.down_proj", l);
+    const pith_tensor *gu = pith_model_file_tensor(f, gu_name), *d = pith_model_file_tensor(f, d_name);
+    if (!d) return pith_errf(err, "missing tensor %s", d_name);
+    if (gu->ne[0] != 2 * F || gu->ne[1] != dim || gu->ne[2] != E || gu->ne[3] != 1)
+        return pith_errf(err, "tensor %s: expected [%d, %d, %d] (experts, dim, 2 x ffn)", gu_name, E, dim, 2 * F);
+    if (d->ne[0] != dim || d->ne[1] != F || d->ne[2] != E || d->ne[3] != 1)
+        return pith_errf(err, "tensor %s: expected [%d, %d, %d] (experts, ffn, dim)", d_name, E, F, dim);
+    if (gu->type != d->type || (gu->type != PITH_F32 && gu->type != PITH_F16 && gu->type != PITH_BF16))
+        return pith_errf(err, "tensor %s: type %s (F32, F16 or BF16 expected)", gu_name, pith_dtype_name(gu->type));
+    size_t es = gu->type == PITH_F32 ? 4 : 2, per = (size_t)F * dim; /* elements of one expert matrix */
+    if (gu->nbytes < 2 * per * E * es || d->nbytes < per * E * es)
+        return pith_errf(err, "tensor %s: data is shorter than its shape", gu_name);
+    uint8_t *buf = malloc(3 * per * E * es);
+    if (!(L->owned = buf)) return pith_errf(err, "out of memory rearranging the experts of layer %d", l);
+    pith_matrix *kinds[3] = {L->gate, L->up, L->down};
+    for (int e = 0; e < E; e++) {
+        const uint8_t *w = (const uint8_t *)gu->data + (size_t)e * 2 * per * es;
+        const uint8_t *wd = (const uint8_t *)d->data + (size_t)e * per * es;
+        uint8_t *g = buf + (size_t)(3 * e) * per * es, *u = g + per * es, *dn = u + per * es;
+        for (int i = 0; i < F; i++)
+            for (int k = 0; k < dim; k++) {
+                memcpy(g + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i) * es, es);
+                memcpy(u + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i + 1) * es, es);
+            }
+        for (int o = 0; o < dim; o++)
+            for (int i = 0; i < F; i++) memcpy(dn + ((size_t)o * F + i) * es, wd + ((size_t)i * dim + o) * es, es);
+        const uint8_t *srcs[3] = {g, u, dn};
+        for (int k = 0; k < 3; k++) {
+            pith_tensor t = {.name = gu_name, .type = gu->type, .n_dims = 2,
+                             .ne = {k == 2 ? F : dim, k == 2 ? dim : F, 1, 1}, .data = srcs[k], .nbytes = per * es};
+            if (pith_matrix_from_tensor(&kinds[k][e], &t, err)) return -1;
+        }
+    }
+    /* biases: gate_up_proj_bias [experts][2 ffn] interleaved, down_proj_bias [experts][dim] */
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+    float *gub;
+    if (load_vec(f, n, (int64_t)E * 2 * F, false, &gub, err)) return -1;
+    if (gub) {
+        L->gate_bias = malloc((size_t)E * F * sizeof(float));
+        L->up_bias = malloc((size_t)E * F * sizeof(float));
+        if (!L->gate_bias || !L->up_bias) {
+            free(gub);
+            return pith_errf(err, "out of memory");
+        }
+        for (int i = 0; i < E * F; i++) L->gate_bias[i] = gub[2 * i], L->up_bias[i] = gub[2 * i + 1];
+        free(gub);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_bias", l);
+    return load_vec(f, n, (int64_t)E * dim, false, &L->down_bias, err);
+}
+
+int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
+                  pith_moe_layer *L, pith_err *err) {
+    memset(L, 0, sizeof *L);
+    L->cfg = *cfg;
+    const int E = cfg->n_experts, dim = cfg->dim, ffn = cfg->ffn, sh = cfg->shared_ffn;
+    char n[96];
+    char hf[3][160];
+    for (int i = 0; i < 3; i++)
+        if (hf_experts) snprintf(hf[i], sizeof hf[i], "model.layers.%%d.%s", hf_experts[i]);
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+    bool found = false;
+    if (load_mat(f, NAME("ffn_gate_inp.weight"), E, dim, true, &L->router, NULL, err) ||
+        load_vec(f, NAME("ffn_gate_inp.bias"), E, false, &L->router_bias, err) ||
+        load_vec(f, NAME("exp_probs_b.bias"), E, false, &L->select_bias, err))
+        return pith_err_prefix(err, "layer %d", l);
+    if (!pith_model_file_tensor(f, NAME("ffn_gate_exps.weight")) && fused_hf_present(f, l)) {
+        L->gate = calloc((size_t)E, sizeof *L->gate);
+        L->up = calloc((size_t)E, sizeof *L->up);
+        L->down = calloc((size_t)E, sizeof *L->down);
+        if (!L->gate || !L->up || !L->down) return pith_errf(err, "out of memory");
+        return load_fused_hf(f, l, L, err) ? pith_err_prefix(err, "layer %d", l) : 0;
+    }
+    if (load_experts(f, l, "gate", hf_experts ? hf[0] : NULL, E, ffn, dim, &L->gate, err) ||
+        load_experts(f, l, "up", hf_experts ? hf[1] : NULL, E, ffn, dim, &L->up, err) ||
+        load_experts(f, l, "down", hf_experts ? hf[2] : NULL, E, dim, ffn, &L->down, err) ||
+        load_vec(f, NAME("ffn_gate_exps.bias"), (int64_t)E * ffn, false, &L->gate_bias, err) ||
+        load_vec(f, NAME("ffn_up_exps.bias"), (int64_t)E * ffn, false, &L->up_bias, err) ||
+        load_vec(f, NAME("ffn_down_exps.bias"), (int64_t)E * dim, false, &L->down_bias, err) ||
+        load_mat(f, NAME("ffn_gate_shexp.weight"), sh, dim, sh > 0, &L->sh_gate, &found, err))
+        return pith_err_prefix(err, "layer %d", l);
+    if (found && sh == 0) return pith_errf(err, "layer %d: a shared expert, but no shared expert width", l);
+    L->has_shared = found;
+    if (found && (load_mat(f, NAME("ffn_up_shexp.weight"), sh, dim, true, &L->sh_up, NULL, err) ||
+                  load_mat(f, NAME("ffn_down_shexp.weight"), dim, sh, true, &L->sh_down, NULL, err) ||
+                  load_vec(f, NAME("ffn_gate_inp_shexp.weight"), dim, false, &L->sh_gate_inp, err)))
+        return pith_err_prefix(err, "layer %d", l);
+#undef NAME
+    return 0;
+}
+
+int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err) {
+    if (pith_matrix_pack(c, &L->router, err)) return -1;
+    for (int e = 0; e < L->cfg.n_experts; e++)
+        if (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
+            pith_matrix_pack(c, &L->down[e], err))
+            return -1;
+    if (L->has_shared && (pith_matrix_pack(c, &L->sh_gate, err) || pith_matrix_pack(c, &L->sh_up, err) ||
+                          pith_matrix_pack(c, &L->sh_down, err)))
+        return -1;
+    return 0;
+}
+
+void pith_moe_free(pith_moe_layer *L) {
+    pith_matrix_free(&L->router);
+    pith_matrix *kinds[] = {L->gate, L->up, L->down};
+    for (int k = 0; k < 3; k++) {
+        for (int e = 0; kinds[k] && e < L->cfg.n_experts; e++) pith_matrix_free(&kinds[k][e]);
+        free(kinds[k]);
+    }
+    pith_matrix_free(&L->sh_gate);
+    pith_matrix_free(&L->sh_up);
+    pith_matrix_free(&L->sh_down);
+    free(L->router_bias);
+    free(L->select_bias);
+    free(L->gate_bias);
+    free(L->up_bias);
+    free(L->down_bias);
+    free(L->sh_gate_inp);
+    free(L->owned);
+    memset(L, 0, sizeof *L);
+}

@@ -1,0 +1,160 @@
+/* MXFP4 (GGUF type 39) against its definition: each code decoded from its E2M1 bits (sign, two exponent
+ * bits, one mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6), each scale as 2^(e - 127) from the E8M0 byte,
+ * element j of a block in the low nibble of byte j and element j + 16 in its high nibble (llama.cpp's
+ * block_mxfp4: one scale byte, then 16 bytes). Then the scalar and AVX2 tiles against the double sum of
+ * the dequantized weights times the q8a activations they are given (the same function exactly, up to
+ * float rounding: 1e-5 of the sum of |w x|), and a whole matmul against the dequantized F32 weights
+ * with float activations, where the 8-bit activation rounding bounds the difference by
+ * sum_j |w_j| * d_j / 2 (d_j: the activation block's step). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/mxfp4.h"
+#include "backend/cpu/quants.h"
+#include "check.h"
+#include "quant_ref.h"
+
+static double e2m1(int code) {
+    int s = code >> 3 & 1, e = code >> 1 & 3, m = code & 1;
+    double v = e == 0 ? 0.5 * m : (1.0 + 0.5 * m) * ldexp(1.0, e - 1);
+    return s ? -v : v;
+}
+
+static double def_elem(const uint8_t *row, int i) {
+    const uint8_t *b = row + (size_t)(i / 32) * 17;
+    int j = i % 32, code = j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4;
+    return e2m1(code) * ldexp(1.0, (int)b[0] - 127);
+}
+
+static void random_mxfp4(uint8_t *row, int K, int e_lo, int e_hi) {
+    for (int b = 0; b < K / 32; b++) {
+        row[b * 17] = (uint8_t)(e_lo + (int)(rnd_u64() % (uint64_t)(e_hi - e_lo + 1)));
+        for (int j = 1; j < 17; j++) row[b * 17 + j] = (uint8_t)rnd_u64();
+    }
+}
+
+static void test_definition(void) {
+    CHECK(pith_dtype_valid(39) && pith_dtype_block_elems(PITH_MXFP4) == 32 && pith_dtype_block_bytes(PITH_MXFP4) == 17);
+    CHECK(strcmp(pith_dtype_name(PITH_MXFP4), "MXFP4") == 0);
+    CHECK(pith_dtype_row_bytes(PITH_MXFP4, 2880) == 90 * 17 && pith_dtype_row_bytes(PITH_MXFP4, 33) == 0);
+    for (int e = 0; e < 255; e++) CHECKF(pith_mxfp4_scale((uint8_t)e) == (float)ldexp(0.5, e - 127), "scale %d", e);
+    for (int c = 0; c < 16; c++) CHECKF(pith_mxfp4_values[c] == 2 * e2m1(c), "code %d", c);
+    /* every code at every position, scales from the denormal ends to the largest */
+    const int K = 32 * 16;
+    uint8_t row[16 * 17];
+    float out[32 * 16];
+    for (int b = 0; b < 16; b++) {
+        static const uint8_t es[16] = {0, 1, 2, 100, 120, 126, 127, 128, 129, 130, 135, 140, 200, 250, 253, 254};
+        row[b * 17] = es[b];
+        for (int j = 0; j < 16; j++) row[b * 17 + 1 + j] = (uint8_t)((j + b) % 16 | ((j + 3 * b + 5) % 16) << 4);
+    }
+    pith_dequantize_row(PITH_MXFP4, row, out, K);
+    int bad = 0;
+    /* as floats: 6 * 2^127 and up overflow to infinity in any float decoder */
+    for (int i = 0; i < K; i++) bad += out[i] != (float)def_elem(row, i);
+    CHECKF(bad == 0, "%d of %d dequantized values differ from the definition", bad, K);
+}
+
+typedef void (*tile_fn)(int, const uint8_t *, size_t, int, const void *, size_t, int, float *, size_t, bool);
+
+static void test_tile(const char *name, tile_fn tile) {
+    const int Ks[] = {32, 96, 2880};
+    double worst = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+        int K = Ks[ki], nb = K / 32;
+        size_t ws = (size_t)nb * 17 + 5; /* rows not packed back to back */
+        uint8_t *w = malloc(4 * ws);
+        pith_block_q8a *x = malloc((size_t)9 * nb * sizeof *x);
+        float *xf = malloc((size_t)K * sizeof(float));
+        for (int r = 0; r < 4; r++) random_mxfp4(w + r * ws, K, 118, 130);
+        for (int t = 0; t < 9; t++) {
+            for (int i = 0; i < K; i++) xf[i] = rnd_uniform(-2.0f, 2.0f);
+            pith_quantize_q8a_scalar(xf, x + (size_t)t * nb, K);
+        }
+        for (int rm = 1; rm <= 4; rm++)
+            for (int rn = 1; rn <= 9; rn++)
+                for (int acc = 0; acc < 2; acc++) {
+                    float y[9 * 4];
+                    for (int i = 0; i < 36; i++) y[i] = 0.25f * i;
+                    tile(K, w, ws, rm, x, (size_t)nb * sizeof *x, rn, y, 4, acc);
+                    for (int r = 0; r < rm; r++)
+                        for (int t = 0; t < rn; t++) {
+                            double s = 0, mag = 0;
+                            for (int i = 0; i < K; i++) {
+                                const pith_block_q8a *xb = &x[(size_t)t * nb + i / 32];
+                                double v = def_elem(w + r * ws, i) * xb->d * xb->qs[i % 32];
+                                s += v, mag += fabs(v);
+                            }
+                            if (acc) s += 0.25 * (t * 4 + r);
+                            double err = fabs(y[t * 4 + r] - s) / (mag + 1e-30);
+                            worst = err > worst ? err : worst;
+                        }
+                }
+        free(w), free(x), free(xf);
+    }
+    CHECKF(worst < 1e-5, "%s: relative error %.2e", name, worst);
+    printf("%s tile: worst relative error %.1e\n", name, worst);
+}
+
+/* pith_cpu_matmul over an MXFP4 tensor against the dequantized F32 weights and float activations. */
+static void test_matmul(bool scalar) {
+    pith_cpu cpu;
+    pith_err err = {0};
+    CHECK(pith_cpu_init(&cpu, 2, scalar, &err) == 0);
+    const int K = 2880, rows = 67, n = 13, nb = K / 32;
+    uint8_t *data = malloc((size_t)rows * nb * 17);
+    for (int r = 0; r < rows; r++) random_mxfp4(data + (size_t)r * nb * 17, K, 115, 128);
+    pith_tensor t = {.name = "w", .type = PITH_MXFP4, .n_dims = 2, .ne = {K, rows, 1, 1}, .data = data,
+                     .nbytes = (size_t)rows * nb * 17};
+    pith_matrix m;
+    CHECK(pith_matrix_from_tensor(&m, &t, &err) == 0);
+    CHECK(pith_matrix_pack(&cpu, &m, &err) == 0);
+    float *x = malloc((size_t)n * K * sizeof(float)), *y = malloc((size_t)n * rows * sizeof(float));
+    float *wf = malloc((size_t)rows * K * sizeof(float));
+    pith_dequantize_row(PITH_MXFP4, data, wf, (int64_t)rows * K);
+    for (int i = 0; i < n * K; i++) x[i] = rnd_uniform(-1.0f, 1.0f) * (i % 7 == 0 ? 4.0f : 1.0f);
+    CHECK(pith_cpu_reserve(&cpu, n, K, &err) == 0);
+    pith_acts a;
+    pith_acts_bind(&cpu, &a, x, n, K, K);
+    CHECK(pith_cpu_matmul(&cpu, &m, &a, y, rows, false, &err) == 0);
+    int over = 0;
+    double worst = 0;
+    for (int tk = 0; tk < n; tk++)
+        for (int r = 0; r < rows; r++) {
+            double s = 0, bound = 0;
+            for (int b = 0; b < nb; b++) {
+                double amax = 0, wsum = 0;
+                for (int j = 0; j < 32; j++) {
+                    int i = b * 32 + j;
+                    s += (double)wf[(size_t)r * K + i] * x[(size_t)tk * K + i];
+                    amax = fmax(amax, fabs(x[(size_t)tk * K + i]));
+                    wsum += fabs(wf[(size_t)r * K + i]);
+                }
+                bound += wsum * amax / 127 / 2 * 1.0001 + 1e-6 * wsum * amax;
+            }
+            double e = fabs(y[(size_t)tk * rows + r] - s);
+            over += e > bound;
+            worst = fmax(worst, e / bound);
+        }
+    CHECKF(over == 0, "%s: %d products beyond the activation-rounding bound", cpu.k->name, over);
+    printf("%s matmul vs dequantized F32: worst error %.2f of the activation-rounding bound\n", cpu.k->name, worst);
+    free(data), free(x), free(y), free(wf);
+    pith_matrix_free(&m);
+    pith_cpu_free(&cpu);
+}
+
+int main(void) {
+    test_definition();
+    test_tile("scalar", pith_tile_mxfp4_scalar);
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) test_tile("avx2", pith_tile_mxfp4_avx2);
+    else printf("avx2 tile not tested: the processor lacks AVX2 or FMA\n");
+#endif
+    test_matmul(false);
+    test_matmul(true);
+    return check_summary("test_mxfp4");
+}
