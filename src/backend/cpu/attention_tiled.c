@@ -34,6 +34,7 @@
 #include <string.h>
 
 #define L 16
+#define UNROLL _Pragma("GCC unroll 16")
 #define C PITH_ATTN_CHUNK
 #define SEG PITH_ATTN_SEGMENT
 
@@ -100,55 +101,55 @@ static inline TZ __m512 exp16(__m512 x) {
     static inline TZ void score_##NB##x##KR(const float *qt, int nb, int b, const float *kc, int hd, int jj, \
                                             float *st) {                                                    \
         __m512 acc[NB][KR];                                                                                 \
-        for (int x = 0; x < NB; x++)                                                                        \
-            for (int k = 0; k < KR; k++) acc[x][k] = _mm512_setzero_ps();                                   \
+        UNROLL for (int x = 0; x < NB; x++)                                                                        \
+            UNROLL for (int k = 0; k < KR; k++) acc[x][k] = _mm512_setzero_ps();                                   \
         const float *kr = kc + (size_t)jj * hd;                                                             \
         for (int d = 0; d < hd; d++) {                                                                      \
             __m512 q[NB];                                                                                   \
-            for (int x = 0; x < NB; x++) q[x] = _mm512_loadu_ps(qt + ((size_t)d * nb + b + x) * L);         \
-            for (int k = 0; k < KR; k++) {                                                                  \
+            UNROLL for (int x = 0; x < NB; x++) q[x] = _mm512_loadu_ps(qt + ((size_t)d * nb + b + x) * L);         \
+            UNROLL for (int k = 0; k < KR; k++) {                                                                  \
                 __m512 kk = _mm512_set1_ps(kr[(size_t)k * hd + d]);                                         \
-                for (int x = 0; x < NB; x++) acc[x][k] = _mm512_fmadd_ps(kk, q[x], acc[x][k]);              \
+                UNROLL for (int x = 0; x < NB; x++) acc[x][k] = _mm512_fmadd_ps(kk, q[x], acc[x][k]);              \
             }                                                                                               \
         }                                                                                                   \
-        for (int x = 0; x < NB; x++)                                                                        \
-            for (int k = 0; k < KR; k++) _mm512_storeu_ps(st + ((size_t)(b + x) * C + jj + k) * L, acc[x][k]); \
+        UNROLL for (int x = 0; x < NB; x++)                                                                        \
+            UNROLL for (int k = 0; k < KR; k++) _mm512_storeu_ps(st + ((size_t)(b + x) * C + jj + k) * L, acc[x][k]); \
     }
-SCORE_TILE(4, 6)
-SCORE_TILE(2, 6)
-SCORE_TILE(1, 6)
+SCORE_TILE(4, 4)
+SCORE_TILE(2, 8)
+SCORE_TILE(1, 8)
 SCORE_TILE(4, 1)
 SCORE_TILE(2, 1)
 SCORE_TILE(1, 1)
 
-#define SCORE_ROWS(NB)                                                                                      \
+#define SCORE_ROWS(NB, KR)                                                                                  \
     static TZ void score_rows_##NB(const float *qt, int nb, int b, const float *kc, int hd, int jn, float *st) { \
         int jj = 0;                                                                                         \
-        for (; jj + 6 <= jn; jj += 6) score_##NB##x6(qt, nb, b, kc, hd, jj, st);                            \
+        for (; jj + KR <= jn; jj += KR) score_##NB##x##KR(qt, nb, b, kc, hd, jj, st);                       \
         for (; jj < jn; jj++) score_##NB##x1(qt, nb, b, kc, hd, jj, st);                                    \
     }
-SCORE_ROWS(4)
-SCORE_ROWS(2)
-SCORE_ROWS(1)
+SCORE_ROWS(4, 4)
+SCORE_ROWS(2, 8)
+SCORE_ROWS(1, 8)
 
 /* o[b + x][d0 + dd][lane] += sum_j v[j][d0 + dd] * p[b + x][j][lane], j in order. */
 #define PV_TILE(NB, DR)                                                                                     \
     static inline TZ void pv_##NB##x##DR(float *o, int hd, int b, const float *pt, const float *vc, int d0,  \
                                          int jn) {                                                          \
         __m512 acc[NB][DR];                                                                                 \
-        for (int x = 0; x < NB; x++)                                                                        \
-            for (int k = 0; k < DR; k++) acc[x][k] = _mm512_loadu_ps(o + ((size_t)(b + x) * hd + d0 + k) * L); \
+        UNROLL for (int x = 0; x < NB; x++)                                                                        \
+            UNROLL for (int k = 0; k < DR; k++) acc[x][k] = _mm512_loadu_ps(o + ((size_t)(b + x) * hd + d0 + k) * L); \
         for (int j = 0; j < jn; j++) {                                                                      \
             __m512 p[NB];                                                                                   \
-            for (int x = 0; x < NB; x++) p[x] = _mm512_loadu_ps(pt + ((size_t)(b + x) * C + j) * L);        \
+            UNROLL for (int x = 0; x < NB; x++) p[x] = _mm512_loadu_ps(pt + ((size_t)(b + x) * C + j) * L);        \
             const float *vr = vc + (size_t)j * hd + d0;                                                     \
-            for (int k = 0; k < DR; k++) {                                                                  \
+            UNROLL for (int k = 0; k < DR; k++) {                                                                  \
                 __m512 vv = _mm512_set1_ps(vr[k]);                                                          \
-                for (int x = 0; x < NB; x++) acc[x][k] = _mm512_fmadd_ps(vv, p[x], acc[x][k]);              \
+                UNROLL for (int x = 0; x < NB; x++) acc[x][k] = _mm512_fmadd_ps(vv, p[x], acc[x][k]);              \
             }                                                                                               \
         }                                                                                                   \
-        for (int x = 0; x < NB; x++)                                                                        \
-            for (int k = 0; k < DR; k++) _mm512_storeu_ps(o + ((size_t)(b + x) * hd + d0 + k) * L, acc[x][k]); \
+        UNROLL for (int x = 0; x < NB; x++)                                                                        \
+            UNROLL for (int k = 0; k < DR; k++) _mm512_storeu_ps(o + ((size_t)(b + x) * hd + d0 + k) * L, acc[x][k]); \
     }
 PV_TILE(2, 12)
 PV_TILE(2, 4)
@@ -258,11 +259,17 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
         for (b = 0; b < nb; b++) {
             __m512i lo = _mm512_loadu_si512(x->lo + (size_t)b * L), p = _mm512_loadu_si512(x->p + (size_t)b * L);
             float *st = x->st + (size_t)b * C * L;
+            /* every lane sees every row of the chunk (the bulk of a long prefill): no masks */
+            const bool all = _mm512_reduce_max_epi32(lo) <= j0 && _mm512_reduce_min_epi32(p) >= j0 + jn - 1;
             __m512 mx = _mm512_set1_ps(-INFINITY);
-            for (int jj = 0; jj < jn; jj++) {
-                __m512i pos = _mm512_set1_epi32(j0 + jj);
-                __mmask16 vis = _mm512_cmple_epi32_mask(lo, pos) & _mm512_cmple_epi32_mask(pos, p);
-                mx = _mm512_mask_max_ps(mx, vis, mx, _mm512_loadu_ps(st + (size_t)jj * L));
+            if (all) {
+                for (int jj = 0; jj < jn; jj++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(st + (size_t)jj * L));
+            } else {
+                for (int jj = 0; jj < jn; jj++) {
+                    __m512i pos = _mm512_set1_epi32(j0 + jj);
+                    __mmask16 vis = _mm512_cmple_epi32_mask(lo, pos) & _mm512_cmple_epi32_mask(pos, p);
+                    mx = _mm512_mask_max_ps(mx, vis, mx, _mm512_loadu_ps(st + (size_t)jj * L));
+                }
             }
             __m512 mo = _mm512_loadu_ps(m + (size_t)b * L), mn = _mm512_max_ps(mo, mx);
             __mmask16 grow = _mm512_cmp_ps_mask(mn, mo, _CMP_GT_OQ) &
@@ -277,8 +284,11 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
             _mm512_storeu_ps(m + (size_t)b * L, mn);
             __m512 sum = _mm512_setzero_ps();
             for (int jj = 0; jj < jn; jj++) {
-                __m512i pos = _mm512_set1_epi32(j0 + jj);
-                __mmask16 vis = _mm512_cmple_epi32_mask(lo, pos) & _mm512_cmple_epi32_mask(pos, p);
+                __mmask16 vis = 0xffff;
+                if (!all) {
+                    __m512i pos = _mm512_set1_epi32(j0 + jj);
+                    vis = _mm512_cmple_epi32_mask(lo, pos) & _mm512_cmple_epi32_mask(pos, p);
+                }
                 __m512 e = _mm512_maskz_mov_ps(vis, exp16(_mm512_sub_ps(_mm512_loadu_ps(st + (size_t)jj * L), mn)));
                 _mm512_storeu_ps(st + (size_t)jj * L, e);
                 sum = _mm512_add_ps(sum, e);
