@@ -2,6 +2,7 @@
 #include "backend/cpu/kv_rows.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -70,8 +71,12 @@ void pith_kv_load_f32(const pith_cpu_kernels *k, pith_dtype t, const void *base,
 static void q8_0_store(const float *x, uint8_t *dst, size_t n) {
     for (size_t b = 0; b < n / PITH_QK; b++, x += PITH_QK, dst += PITH_Q8_0_BYTES) {
         float amax = 0;
-        for (int i = 0; i < PITH_QK; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        bool finite = true;
+        for (int i = 0; i < PITH_QK; i++) {
+            finite &= isfinite(x[i]) != 0;
+            amax = fmaxf(amax, fabsf(x[i]));
+        }
+        float d = finite ? amax / 127.0f : NAN, id = finite && d != 0 ? 1.0f / d : 0.0f; /* NaN: a NaN block */
         uint16_t h = pith_f32_to_f16(d);
         memcpy(dst, &h, 2);
         int8_t *q = (int8_t *)(dst + 2);
