@@ -372,11 +372,26 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def round_kv(t, kind):
+    """Cached K or V [T, heads, head_dim] as a KV cache of `kind` holds it (see forward)."""
+    if kind is True or kind == "f16":
+        return t.to(torch.float16).to(torch.float64)
+    if kind == "bf16":
+        return t.to(torch.float32).to(torch.bfloat16).to(torch.float64)
+    if kind == "q8_0":  # GGML's Q8_0: d = max|x| / 127 (stored as float16), q = round(x / d)
+        b = t.to(torch.float32).reshape(*t.shape[:-1], -1, 32)
+        d = b.abs().amax(dim=-1, keepdim=True) / 127
+        q = torch.where(d > 0, b * (1 / d), torch.zeros_like(b))
+        q = torch.sign(q) * torch.floor(q.abs() + 0.5)  # roundf: halves away from zero
+        return (d.to(torch.float16).to(torch.float64) * q.to(torch.float64)).reshape(t.shape)
+    raise ValueError(f"unknown KV kind {kind}")
+
+
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
     quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
-    float16."""
+    float16 (True or "f16"), bfloat16 ("bf16") or Q8_0 blocks of 32 along the head dimension ("q8_0")."""
     block = 32 if act_q8 is True else int(act_q8)
     aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -423,7 +438,7 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
             q = rope(q, pos, theta, m.rope_style, divisors, pscale)
             k = rope(k, pos, theta, m.rope_style, divisors, pscale)
         if kv_f16:
-            k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
         group = H // KV
         k = k.repeat_interleave(group, dim=1)                          # query head j reads kv head j // group
         v = v.repeat_interleave(group, dim=1)

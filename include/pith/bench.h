@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/engine.h"
 #include "pith/model.h"
 #include "pith/status.h"
 
@@ -92,10 +93,11 @@ int pith_bench_positions(int max_prompt, int max_gen);
  * of up to `batch` tokens, and generations of up to max_gen tokens, both after `depth` tokens already in
  * the cache (llama-bench's --n-depth; 0: none, and tg starts from a BOS). A depth > 0 is computed here
  * once (a BOS and random ids, untimed) and served by the prefix cache to every test after it; each test
- * checks that it was. seed drives the random prompt ids. Fails when depth +
+ * checks that it was. kv_type: the K/V cache type (engine.h; 0: the model's). seed drives the random
+ * prompt ids. Fails when depth +
  * pith_bench_positions(max_prompt, max_gen) exceeds the model's context. */
-int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, int depth, uint64_t seed,
-                          pith_bench_runner **out, pith_err *err);
+int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, int depth, pith_kv_type kv_type,
+                          uint64_t seed, pith_bench_runner **out, pith_err *err);
 void pith_bench_runner_free(pith_bench_runner *r);
 
 /* One request whose prompt is the depth prefix and n random token ids (1 <= n <= max_prompt), max_tokens

@@ -75,8 +75,8 @@ void pith_bench_runner_free(pith_bench_runner *r) {
 static int run_request(pith_bench_runner *r, const int32_t *prompt, int n_prompt, int max_tokens,
                        bench_events *b, double *t_submit, pith_err *err);
 
-int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, int depth, uint64_t seed,
-                          pith_bench_runner **out, pith_err *err) {
+int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, int depth, pith_kv_type kv_type,
+                          uint64_t seed, pith_bench_runner **out, pith_err *err) {
     *out = NULL;
     if (max_prompt < 0 || max_gen < 0 || batch < 1 || depth < 0 || max_prompt > (1 << 24) ||
         max_gen > (1 << 24) || depth > (1 << 24))
@@ -112,6 +112,7 @@ int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen,
         .max_seq_len = need + depth,
         .max_waiting = 1,
         .no_prefix_cache = depth == 0,
+        .kv_type = kv_type,
     };
     if (pith_engine_create(m, NULL, &eo, &r->e, err)) {
         pith_err_prefix(err, "bench");

@@ -32,6 +32,7 @@ typedef struct bench_opts {
     int n_depths;
     int n_prompt, n_gen, reps, batch;
     long long bw_mib;
+    pith_kv_type kv_type;
     bool json, warmup;
 } bench_opts;
 
@@ -60,6 +61,7 @@ static void bench_usage(FILE *out) {
             "                          0,4096 (default 0): the prefix is computed once, untimed, and the\n"
             "                          prefix cache serves it to every repetition, so pp and tg attend to\n"
             "                          that many more positions (llama-bench's --n-depth)\n"
+"      --kv-type T         K/V cache type: f16 (the model's, default), bf16, q8_0 or f32\n"
             "      --bw-mib N          MiB read by the bandwidth probe (default: the weight bytes a generated\n"
             "                          token reads, at least 256, so the probe streams what decoding\n"
             "                          streams; keep it far above the last-level cache)\n"
@@ -137,6 +139,14 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--bw-mib")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 1, 1 << 16, &iv)) return -1;
             o->bw_mib = iv;
+        } else if (!strcmp(a, "--kv-type")) {
+            VALUE();
+            int t = pith_kv_type_parse(v);
+            if (t < 0) {
+                fprintf(stderr, "pith bench: --kv-type: '%s' is not one of f16, bf16, q8_0, f32\n", v);
+                return -1;
+            }
+            o->kv_type = (pith_kv_type)t;
         } else if (!strcmp(a, "--no-warmup")) {
             o->warmup = false;
         } else if (!strcmp(a, "--json")) {
@@ -215,6 +225,7 @@ static void print_header(bench_ctx *c) {
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
+    printf("kv cache: %s\n", c->o->kv_type ? pith_kv_type_name(c->o->kv_type) : "f16");
     printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
     printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
     printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
@@ -260,6 +271,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "n_tokens", r->n_tokens);
     cJSON_AddNumberToObject(j, "depth", r->depth);
+    cJSON_AddStringToObject(j, "kv_type", o->kv_type ? pith_kv_type_name(o->kv_type) : "f16");
     if (!strcmp(r->kind, "pp")) cJSON_AddNumberToObject(j, "n_batch", o->batch);
     cJSON_AddNumberToObject(j, "repetitions", r->n_samples);
     cJSON_AddNumberToObject(j, "tokens_per_s", r->tps.mean);
@@ -330,7 +342,8 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
     int rc = -1;
     pith_bench_runner *run = NULL;
     if (depth) fprintf(stderr, "pith bench: filling the cache to depth %d\n", depth);
-    if (pith_bench_runner_new(m, o->n_prompt, o->batch, o->n_gen, depth, 0x5eed + (uint64_t)threads, &run, err))
+    if (pith_bench_runner_new(m, o->n_prompt, o->batch, o->n_gen, depth, o->kv_type, 0x5eed + (uint64_t)threads, &run,
+                              err))
         goto done;
     if (o->warmup) {
         fprintf(stderr, "pith bench: warming up\n");
