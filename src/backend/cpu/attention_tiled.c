@@ -259,8 +259,11 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
         for (b = 0; b < nb; b++) {
             __m512i lo = _mm512_loadu_si512(x->lo + (size_t)b * L), p = _mm512_loadu_si512(x->p + (size_t)b * L);
             float *st = x->st + (size_t)b * C * L;
-            /* every lane sees every row of the chunk (the bulk of a long prefill): no masks */
-            const bool all = _mm512_reduce_max_epi32(lo) <= j0 && _mm512_reduce_min_epi32(p) >= j0 + jn - 1;
+            /* every real lane sees every row of the chunk (the bulk of a long prefill or decode): no masks.
+             * Padding lanes then compute throwaway values that reach no other lane and no output. */
+            const int real = x->nq - b * L < L ? x->nq - b * L : L;
+            const __mmask16 lanes = (__mmask16)((1u << real) - 1);
+            const bool all = _mm512_mask_reduce_max_epi32(lanes, lo) <= j0 && _mm512_mask_reduce_min_epi32(lanes, p) >= j0 + jn - 1;
             __m512 mx = _mm512_set1_ps(-INFINITY);
             if (all) {
                 for (int jj = 0; jj < jn; jj++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(st + (size_t)jj * L));
