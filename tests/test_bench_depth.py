@@ -1,4 +1,4 @@
-"""`pith bench -d` (llama-bench's --n-depth): pp and tg after N tokens already in the cache. Checks the
+"""`pith bench -d` (llama-bench's --n-depth) and `--kv-type`: pp and tg after N tokens already in the cache. Checks the
 order of the tests, the `depth` field of the JSON and the table's "@ dN" names, that odd depths (not a
 multiple of the block size) work, and that bad depths are usage errors. The runner itself fails a test
 whose prompt was not served the depth prefix by the cache (usage.cached_tokens), so a 0 exit means each
@@ -60,6 +60,32 @@ class BenchDepth(unittest.TestCase):
             r = run_pith(["bench", "-m", self.m] + QUICK + args)
             self.assertEqual(r.returncode, 2, (args, r.stderr))
             self.assertIn(needle, r.stderr, (args, r.stderr))
+
+    def test_kv_type(self):
+        r = run_pith(["bench", "-m", self.m, "--json", "--kv-type", "q8_0", "-d", "64"] + QUICK, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        objs = [json.loads(l) for l in r.stdout.decode().splitlines() if l.strip()]
+        self.assertEqual([o["kv_type"] for o in objs], ["q8_0", "q8_0"])
+        for kv in ("f16", "bf16", "q8_0", "f32"):
+            r = run_pith(["run", "-m", self.m, "-p", "", "-n", "4", "--temp", "0", "--ignore-eos", "--kv-type", kv])
+            self.assertEqual(r.returncode, 0, (kv, r.stderr))
+        for cmd in (["bench", "-m", self.m], ["run", "-m", self.m]):
+            r = run_pith(cmd + ["--kv-type", "q4_0"])
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(b"not one of f16, bf16, q8_0, f32", r.stderr)
+
+    def test_q8_0_needs_whole_blocks(self):
+        # head dim 48: a head's row is not whole blocks of 32, so the Q8_0 cache is refused with a reason
+        path = os.path.join(tmp_dir(), "kv-hd48.gguf")
+        if not os.path.exists(path):
+            mkmodel.main(["--arch", "llama", "--dim", "96", "--layers", "1", "--heads", "2", "--kv-heads", "2",
+                          "--ffn", "128", "--vocab", "300", "--dtype", "F32", "--format", "gguf", "--out", path + ".tmp"])
+            os.replace(path + ".tmp", path)
+        r = run_pith(["run", "-m", path, "-p", "", "-n", "2", "--kv-type", "q8_0"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"multiple of 32", r.stderr)
+        r = run_pith(["run", "-m", path, "-p", "", "-n", "2", "--kv-type", "bf16"])
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_help(self):
         r = run_pith(["bench", "--help"])

@@ -28,7 +28,7 @@ typedef struct run_batch_opts {
     const char *prompts_path;      /* -f, --file */
     bool jsonl;                    /* --jsonl */
     pith_engine_options engine;    /* --max-num-seqs, --kv-blocks, --kv-mem, --block-size,
-                                      --max-batch-tokens, --max-seq-len, --kv-f32, --no-prefix-cache */
+                                      --max-batch-tokens, --max-seq-len, --kv-type, --kv-f32, --no-prefix-cache */
 } run_batch_opts;
 
 /* Looks at argv[*i]: when it is a batch-mode option, stores it (advancing *i past its value) and
