@@ -344,10 +344,8 @@ static void run_unit(const tiled_job *j, int unit, float *scratch) {
     item_ctx x;
     item_prepare(j, item, scratch, &x);
     if (seg >= 0) {
-        const int hd = s->shape.head_dim;
         float *part = s->partials + (size_t)s->part_of[unit] * attn_tiled_partial_floats(&s->shape);
         segment(j, &x, seg, part, part + L, part + 2 * L);
-        (void)hd;
         return;
     }
     total_init(j, &x, x.M, x.T, x.A);
@@ -393,8 +391,7 @@ static void merge_worker(void *arg, int ith, int nth) {
 
 void attn_tiled_run(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a, int n_runs, double work) {
     const pith_attn_shape *sh = &s->shape;
-    const int n_items = n_runs * sh->n_kv_heads, group = sh->n_heads / sh->n_kv_heads, C_ = C;
-    (void)C_;
+    const int n_items = n_runs * sh->n_kv_heads, group = sh->n_heads / sh->n_kv_heads;
     /* Split the long one-block items when there are too few items to keep every thread busy. */
     bool want_split = n_items < 4 * c->n_threads;
     int n_units = 0, n_parts = 0;
