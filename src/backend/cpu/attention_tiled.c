@@ -46,8 +46,8 @@ static int max_blocks(const pith_attn_shape *sh) {
 
 size_t attn_tiled_thread_floats(const pith_attn_shape *sh) {
     size_t hd = (size_t)sh->head_dim, nbm = (size_t)max_blocks(sh);
-    /* kc, vc; qt; st; m, l, M, T, lo, p; o, A */
-    return 2 * round16((size_t)C * hd) + nbm * L * hd + nbm * L * C + 6 * nbm * L + 2 * nbm * L * hd;
+    /* kc, vc; qt; st; m, l, M, T, lo, p; o, A; orow */
+    return 2 * round16((size_t)C * hd) + nbm * L * hd + nbm * L * C + 6 * nbm * L + 2 * nbm * L * hd + (size_t)L * hd;
 }
 
 size_t attn_tiled_partial_floats(const pith_attn_shape *sh) { return (size_t)L * ((size_t)sh->head_dim + 2); }
@@ -63,6 +63,7 @@ bool attn_tiled_available(const pith_cpu *c) { return strcmp(c->k->name, "avx512
 typedef struct item_ctx {
     int t0, t1, seq, kvh, nq, nb, minlo, maxpos;
     float *kc, *vc, *qt, *st, *m, *l, *M, *T, *o, *A;
+    float *orow; /* one lane block's accumulator query-major, [lane][hd] (pv_rows) */
     int32_t *lo, *p;
 } item_ctx;
 
@@ -168,6 +169,36 @@ PV_TILE(1, 1)
 PV_DIMS(2)
 PV_DIMS(1)
 
+/* P V for a single lane block, query-major: orow[i][d] += sum_j v[j][d] * p[j][i] for 8 queries i0..i0+7
+ * and 32 dimensions at a time, with V rows loaded as vectors (all 16 lanes busy) and each p broadcast.
+ * Every element gets the same FMAs in the same order as pv_dims_1 gives it (v * p + acc, j ascending),
+ * so the two layouts agree to the bit. */
+static TZ void pv_rows(float *orow, int hd, int nq, const float *pt, const float *vc, int jn) {
+    for (int i0 = 0; i0 < nq; i0 += 8)
+        for (int d0 = 0; d0 < hd; d0 += 32) {
+            int w0 = hd - d0 < 16 ? hd - d0 : 16, w1 = hd - d0 - 16 < 0 ? 0 : hd - d0 - 16 < 16 ? hd - d0 - 16 : 16;
+            __mmask16 m0 = (__mmask16)((1u << w0) - 1), m1 = (__mmask16)((1u << w1) - 1);
+            __m512 acc[8][2];
+            UNROLL for (int i = 0; i < 8; i++) {
+                acc[i][0] = _mm512_maskz_loadu_ps(m0, orow + (size_t)(i0 + i) * hd + d0);
+                acc[i][1] = _mm512_maskz_loadu_ps(m1, orow + (size_t)(i0 + i) * hd + d0 + 16);
+            }
+            for (int j = 0; j < jn; j++) {
+                const float *vr = vc + (size_t)j * hd + d0;
+                __m512 v0 = _mm512_maskz_loadu_ps(m0, vr), v1 = _mm512_maskz_loadu_ps(m1, vr + 16);
+                UNROLL for (int i = 0; i < 8; i++) {
+                    __m512 pp = _mm512_set1_ps(pt[(size_t)j * L + i0 + i]);
+                    acc[i][0] = _mm512_fmadd_ps(v0, pp, acc[i][0]);
+                    acc[i][1] = _mm512_fmadd_ps(v1, pp, acc[i][1]);
+                }
+            }
+            UNROLL for (int i = 0; i < 8; i++) {
+                _mm512_mask_storeu_ps(orow + (size_t)(i0 + i) * hd + d0, m0, acc[i][0]);
+                _mm512_mask_storeu_ps(orow + (size_t)(i0 + i) * hd + d0 + 16, m1, acc[i][1]);
+            }
+        }
+}
+
 /* Sets up item `item`: its token range, lanes (position, window start; padding lanes see nothing) and
  * the transposed, scaled queries. */
 static TZ void item_prepare(const tiled_job *j, int item, float *scratch, item_ctx *x) {
@@ -193,7 +224,8 @@ static TZ void item_prepare(const tiled_job *j, int item, float *scratch, item_c
     x->lo = (int32_t *)f, f += (size_t)nbm * L;
     x->p = (int32_t *)f, f += (size_t)nbm * L;
     x->o = f, f += (size_t)nbm * L * hd;
-    x->A = f;
+    x->A = f, f += (size_t)nbm * L * hd;
+    x->orow = f;
     x->maxpos = 0;
     x->minlo = INT_MAX;
     for (int i = 0; i < x->nb * L; i++) {
@@ -240,7 +272,9 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
     const pith_cpu_kernels *k = j->c->k;
     const int hd = j->s->shape.head_dim, nb = x->nb;
     for (int i = 0; i < nb * L; i++) m[i] = -INFINITY, l[i] = 0.0f;
-    memset(o, 0, sizeof(float) * (size_t)nb * L * hd);
+    /* one lane block (a decode run): accumulate query-major in orow, transposed into o at the end */
+    const bool rows = nb == 1;
+    memset(rows ? x->orow : o, 0, sizeof(float) * (size_t)nb * L * hd);
     int start = seg * SEG, first = x->minlo / C * C;
     int j0 = start > first ? start : first, end = (seg + 1) * SEG - 1 < x->maxpos ? (seg + 1) * SEG - 1 : x->maxpos;
     for (; j0 <= end; j0 += C) {
@@ -280,9 +314,16 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
             if (grow) {
                 __m512 corr = _mm512_mask_blend_ps(grow, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(mo, mn)));
                 _mm512_storeu_ps(l + (size_t)b * L, _mm512_mul_ps(_mm512_loadu_ps(l + (size_t)b * L), corr));
-                float *ob = o + (size_t)b * hd * L;
-                for (int d = 0; d < hd; d++)
-                    _mm512_storeu_ps(ob + (size_t)d * L, _mm512_mul_ps(_mm512_loadu_ps(ob + (size_t)d * L), corr));
+                if (rows) {
+                    float cs[L];
+                    _mm512_storeu_ps(cs, corr);
+                    for (int i = 0; i < L; i++)
+                        for (int d = 0; d < hd; d++) x->orow[(size_t)i * hd + d] *= cs[i];
+                } else {
+                    float *ob = o + (size_t)b * hd * L;
+                    for (int d = 0; d < hd; d++)
+                        _mm512_storeu_ps(ob + (size_t)d * L, _mm512_mul_ps(_mm512_loadu_ps(ob + (size_t)d * L), corr));
+                }
             }
             _mm512_storeu_ps(m + (size_t)b * L, mn);
             __m512 sum = _mm512_setzero_ps();
@@ -298,9 +339,16 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
             }
             _mm512_storeu_ps(l + (size_t)b * L, _mm512_add_ps(_mm512_loadu_ps(l + (size_t)b * L), sum));
         }
+        if (rows) {
+            pv_rows(x->orow, hd, x->nq, x->st, x->vc, jn);
+            continue;
+        }
         for (b = 0; b + 2 <= nb; b += 2) pv_dims_2(o, hd, b, x->st, x->vc, jn);
         for (; b < nb; b++) pv_dims_1(o, hd, b, x->st, x->vc, jn);
     }
+    if (rows)
+        for (int i = 0; i < L; i++)
+            for (int d = 0; d < hd; d++) o[(size_t)d * L + i] = x->orow[(size_t)i * hd + d];
 }
 
 /* Merges one segment's partial (m, l, o) of lane block b into the total (M, T, A). */
