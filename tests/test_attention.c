@@ -10,17 +10,20 @@
  * into NaN and fails the comparison (ASan builds see the same reads as NaN, not as overflows).
  *
  * Tolerance, per output element, with u = 2^-24, N = positions the query sees (lo..p), nch = chunks
- * they span, S = max |score| (or |sink|), and the score error
+ * they span, nseg = segments of PITH_ATTN_SEGMENT they span (the tiled path merges one partial softmax
+ * per segment: two more exps and a multiply-add each, counted like a chunk's rescale), S = max |score|
+ * (or |sink|), and the score error
  *   delta = max_j [(hd + 8) u scale sum_d |q_d k_jd| + u |s_j|]
  * (a float dot product of hd terms in any order, plus the scale's rounding): each weight exp(s_j - m)
  * is off by at most delta + 4 u S (rounding of s - m and of the running-max differences) + 8 u per exp
  * and per rescale (the exp kernels' accuracy, test_kernels), the float sums over N positive terms by
  * (N + nch) u, the final 1/sum and product by 2u; a relative weight error e moves a convex combination
  * by at most 2e sum_j p_j |v_jd|. Together:
- *   |out - ref| <= 2 * [2 delta + (2N + 20 nch + 8S + 40) u] * sum_j p_j |v_jd| + 1e-30,
+ *   |out - ref| <= 2 * [2 delta + (2N + 20 nch + 20 nseg + 8S + 40) u] * sum_j p_j |v_jd| + 1e-30,
  * twice the first-order bound for the second-order terms; the 1e-30 covers the exp kernels clamping
- * their argument at -87 (weights of 1.6e-38 instead of ~0 under a huge sink). The F16 cache is read
- * by both sides through the exact F16 -> F32 conversion, so it adds no error. A wrong mask by one
+ * their argument at -87 (weights of 1.6e-38 instead of ~0 under a huge sink). The cache (F32, F16,
+ * BF16 or Q8_0) is read by both sides through the same exact conversion to float, so its type adds no
+ * error here: what rounding to it costs is measured on whole models (docs/performance.md). A wrong mask by one
  * position moves an output by about 1/N relative, far above this bound (about 1e-4 at N = 400). */
 #include <math.h>
 #include <stdint.h>
@@ -30,6 +33,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/kv_rows.h"
 #include "check.h"
 #include "pith/tensor.h"
 
@@ -62,8 +66,9 @@ typedef struct world {
     int end[4];   /* positions 0..end-1 of each sequence are in the cache */
     int minlo[4]; /* lowest window start of the sequence's queries in the batch */
     int32_t *positions, *seq, *bt;
-    void *kbuf, *vbuf;            /* guard block + n_blocks blocks */
+    void *kbuf, *vbuf;            /* guard block + n_blocks blocks, in the KV type */
     const void *k_cache, *v_cache; /* first real block */
+    float *kref, *vref;           /* the same, as float (the type's exact dequantization) */
     float *q, *out, *out1, *sinks;
     size_t q_ld, out_ld;
     int released; /* block table entries set to -1 */
@@ -71,15 +76,8 @@ typedef struct world {
 
 static int lo_of(int window, int p) { return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0; }
 
-static size_t elem_size(pith_dtype t) { return t == PITH_F16 ? 2 : 4; }
-
-static void put(void *buf, pith_dtype t, size_t i, float v) {
-    if (t == PITH_F16) ((uint16_t *)buf)[i] = pith_f32_to_f16(v);
-    else ((float *)buf)[i] = v;
-}
-
-static double get(const void *buf, pith_dtype t, size_t i) {
-    return t == PITH_F16 ? (double)pith_f16_to_f32(((const uint16_t *)buf)[i]) : (double)((const float *)buf)[i];
+static const char *type_name(pith_dtype t) {
+    return t == PITH_F16 ? "f16" : t == PITH_BF16 ? "bf16" : t == PITH_Q8_0 ? "q8_0" : "f32";
 }
 
 /* Element d of kv head h at position j of sequence s, as an index into the block-0-based cache. */
@@ -131,19 +129,19 @@ static void build(world *w, const attn_case *c, int maxlen) {
     }
     free(ids);
 
-    size_t block_elems = (size_t)bs * w->kv_dim, es = elem_size(c->kv_type);
+    /* values as float first (NaN rows are whole head rows, so whole Q8_0 blocks), then stored in the KV
+     * type, then read back: the reference sees exactly what attention reads */
+    size_t block_elems = (size_t)bs * w->kv_dim;
     size_t total = (size_t)(w->n_blocks + 1) * block_elems;
-    w->kbuf = malloc(total * es);
-    w->vbuf = malloc(total * es);
+    w->kref = malloc(total * sizeof(float));
+    w->vref = malloc(total * sizeof(float));
     for (size_t i = 0; i < total; i++) {
         /* guard block: NaN */
         bool guard = i < block_elems;
-        put(w->kbuf, c->kv_type, i, guard ? NAN : rnd_f(-1, 1));
-        put(w->vbuf, c->kv_type, i, guard ? NAN : rnd_f(-1, 1));
+        w->kref[i] = guard ? NAN : rnd_f(-1, 1);
+        w->vref[i] = guard ? NAN : rnd_f(-1, 1);
     }
-    w->k_cache = (const uint8_t *)w->kbuf + block_elems * es;
-    w->v_cache = (const uint8_t *)w->vbuf + block_elems * es;
-    void *kc = (uint8_t *)w->kbuf + block_elems * es, *vc = (uint8_t *)w->vbuf + block_elems * es;
+    float *kc = w->kref + block_elems, *vc = w->vref + block_elems;
     for (int s = 0; s < 4; s++) {
         int nb = (w->end[s] + bs - 1) / bs;
         /* rows no query may read: below the sequence's lowest window start, and past its end */
@@ -151,12 +149,26 @@ static void build(world *w, const attn_case *c, int maxlen) {
             if (j >= w->minlo[s] && j < w->end[s]) continue;
             for (int h = 0; h < c->n_kv_heads; h++)
                 for (int d = 0; d < c->hd; d++) {
-                    put(kc, c->kv_type, kv_index(w, s, j, h, d), NAN);
-                    put(vc, c->kv_type, kv_index(w, s, j, h, d), NAN);
+                    kc[kv_index(w, s, j, h, d)] = NAN;
+                    vc[kv_index(w, s, j, h, d)] = NAN;
                 }
         }
         for (int b = 0; (b + 1) * bs <= w->minlo[s]; b++) w->bt[s * w->max_blocks + b] = -1, w->released++;
     }
+    const pith_cpu_kernels *sk = pith_cpu_kernels_scalar();
+    size_t bytes = pith_kv_bytes(c->kv_type, total);
+    w->kbuf = malloc(bytes);
+    w->vbuf = malloc(bytes);
+    pith_kv_store_f32(sk, c->kv_type, w->kref, w->kbuf, 0, total);
+    pith_kv_store_f32(sk, c->kv_type, w->vref, w->vbuf, 0, total);
+    pith_kv_load_f32(sk, c->kv_type, w->kbuf, 0, w->kref, total);
+    pith_kv_load_f32(sk, c->kv_type, w->vbuf, 0, w->vref, total);
+    w->k_cache = (const uint8_t *)w->kbuf + pith_kv_bytes(c->kv_type, block_elems);
+    w->v_cache = (const uint8_t *)w->vbuf + pith_kv_bytes(c->kv_type, block_elems);
+    kc = w->kref + block_elems;
+    vc = w->vref + block_elems;
+    w->kref = kc; /* block-0-based, like k_cache (destroy frees from the guard) */
+    w->vref = vc;
 
     int qd = c->n_heads * c->hd;
     w->q_ld = (size_t)qd + 5;
@@ -184,6 +196,9 @@ static void destroy(world *w) {
     free(w->bt);
     free(w->kbuf);
     free(w->vbuf);
+    size_t guard = (size_t)w->c.block_size * w->kv_dim;
+    free(w->kref - guard);
+    free(w->vref - guard);
     free(w->q);
     free(w->out);
     free(w->out1);
@@ -209,7 +224,7 @@ static double compare_reference(const world *w, float scale, int *bad) {
     double worst = 0;
     for (int t = 0; t < w->n_tokens; t++) {
         int s = w->seq[t], p = w->positions[t], lo = lo_of(c->window, p), N = p - lo + 1;
-        int nch = p / C - lo / C + 1;
+        int nch = p / C - lo / C + 1, nseg = p / PITH_ATTN_SEGMENT - lo / PITH_ATTN_SEGMENT + 1;
         for (int h = 0; h < c->n_heads; h++) {
             const float *q = w->q + (size_t)t * w->q_ld + (size_t)h * c->hd;
             int kvh = h / group;
@@ -217,7 +232,7 @@ static double compare_reference(const world *w, float scale, int *bad) {
             for (int j = lo; j <= p; j++) {
                 double dot = 0, mag = 0;
                 for (int d = 0; d < c->hd; d++) {
-                    double kv = get(w->k_cache, c->kv_type, kv_index(w, s, j, kvh, d));
+                    double kv = w->kref[kv_index(w, s, j, kvh, d)];
                     dot += q[d] * kv;
                     mag += fabs(q[d] * kv);
                 }
@@ -233,12 +248,12 @@ static double compare_reference(const world *w, float scale, int *bad) {
             }
             double den = w->sinks ? exp(sink - m) : 0;
             for (int j = 0; j < N; j++) den += wt[j] = exp(sc[j] - m);
-            double rel = 2 * (2 * delta + (2.0 * N + 20.0 * nch + 8 * S + 40) * U);
+            double rel = 2 * (2 * delta + (2.0 * N + 20.0 * nch + 20.0 * nseg + 8 * S + 40) * U);
             const float *o = w->out + (size_t)t * w->out_ld + (size_t)h * c->hd;
             for (int d = 0; d < c->hd; d++) {
                 double ref = 0, mass = 0;
                 for (int j = lo; j <= p; j++) {
-                    double v = get(w->v_cache, c->kv_type, kv_index(w, s, j, kvh, d));
+                    double v = w->vref[kv_index(w, s, j, kvh, d)];
                     ref += wt[j - lo] * v;
                     mass += wt[j - lo] * fabs(v);
                 }
@@ -257,6 +272,13 @@ static double compare_reference(const world *w, float scale, int *bad) {
     return worst;
 }
 
+static bool attn_split_expected(const pith_cpu *one, const attn_case *c, int maxlen) {
+    bool tiled = !strcmp(one->k->name, "avx512-vnni");
+    int lo = lo_of(c->window, maxlen - 1);
+    return tiled && one->n_threads == 1 && c->n_kv_heads < 4 && c->n_heads / c->n_kv_heads <= 16 &&
+           (maxlen - 1) / PITH_ATTN_SEGMENT > lo / PITH_ATTN_CHUNK * PITH_ATTN_CHUNK / PITH_ATTN_SEGMENT;
+}
+
 static int run_case(pith_cpu *cpu_batch, pith_cpu *cpu_one, const attn_case *c, int maxlen, double *worst_all) {
     world w;
     build(&w, c, maxlen);
@@ -271,7 +293,7 @@ static int run_case(pith_cpu *cpu_batch, pith_cpu *cpu_one, const attn_case *c, 
     }
     char what[160];
     snprintf(what, sizeof what, "%s: heads %d/%d hd %d %s bs %d window %d sinks %d", cpu_batch->k->name,
-             c->n_heads, c->n_kv_heads, c->hd, c->kv_type == PITH_F16 ? "f16" : "f32", c->block_size, c->window,
+             c->n_heads, c->n_kv_heads, c->hd, type_name(c->kv_type), c->block_size, c->window,
              c->sink_mode);
     pith_attn_args a = args_of(&w, c->window);
     pith_attention(cpu_batch, &sb, &a);
@@ -290,7 +312,7 @@ static int run_case(pith_cpu *cpu_batch, pith_cpu *cpu_one, const attn_case *c, 
 
     /* every token alone, as a one-token decode batch of its own sequence, on another thread count:
      * bit-identical to its row of the batch */
-    int differ = 0;
+    int differ = 0, far_split = -1;
     for (int t = 0; t < w.n_tokens; t++) {
         int32_t zero = 0;
         pith_attn_args d = a;
@@ -302,8 +324,15 @@ static int run_case(pith_cpu *cpu_batch, pith_cpu *cpu_one, const attn_case *c, 
         d.out = w.out1;
         pith_attention(cpu_one, &s1, &d);
         differ += memcmp(w.out1, w.out + (size_t)t * w.out_ld, sizeof(float) * qd) != 0;
+        if (w.seq[t] == 1) far_split = s1.n_split;
     }
     CHECKF(differ == 0, "%s: %d tokens differ between the batch and a decode of their own", what, differ);
+    /* The last decode alone (position maxlen - 1, one item per KV head on one thread) is split into
+     * segments on the tiled path whenever it spans several: the comparison above then checked the
+     * split-K merge against the unsplit batch, to the bit. */
+    if (attn_split_expected(cpu_one, c, maxlen))
+        CHECKF(far_split == c->n_kv_heads, "%s: the long decode was split for %d of %d KV heads", what, far_split,
+               c->n_kv_heads);
 
     /* a window no query outgrows is full attention, to the bit */
     if (c->window > maxlen) {
@@ -359,7 +388,14 @@ int main(void) {
     static const int windows[] = {0, 1, 5, 64, 100, 1000};
     static const int lens[] = {260, 200, 200, 232, 340, 400}; /* >= 3 windows + the runs' 40 */
     static const int block_sizes[] = {16, 48, 128};
-    const pith_dtype types[2] = {PITH_F32, PITH_F16};
+    const pith_dtype types[4] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0};
+    /* Long contexts: several thousand positions, many chunks and segments, TinyLlama's GQA ratio (8),
+     * an odd one (3, head dim 96) and one query head per KV head, each KV type, windows and sinks. */
+    static const attn_case longs[] = {
+        {16, 2, 64, PITH_F16, 16, 0, 0},      {6, 2, 96, PITH_Q8_0, 16, 1000, 1},
+        {8, 1, 64, PITH_BF16, 48, 0, 2},      {3, 3, 40, PITH_F32, 16, 700, 1},
+    };
+    static const int long_lens[] = {3000, 3100, 2600, 2500}; /* >= 3 windows + 40 */
     for (int scalar = 1; scalar >= 0; scalar--) {
         pith_cpu cpu2, cpu1;
         pith_err err;
@@ -374,11 +410,13 @@ int main(void) {
         int n = 0;
         for (int wi = 0; wi < 6; wi++)
             for (int bi = 0; bi < 3; bi++)
-                for (int ti = 0; ti < 2; ti++, n++) {
-                    const int *hh = heads[(n + n / 6) % 4];
-                    attn_case c = {hh[0], hh[1], hh[2], types[ti], block_sizes[bi], windows[wi], (n + n / 12) % 3};
+                for (int ti = 0; ti < 4; ti++, n++) {
+                    const int *hh = heads[(n + n / 12) % 4];
+                    int hd = types[ti] == PITH_Q8_0 && hh[2] % 32 ? 32 : hh[2]; /* Q8_0: whole blocks */
+                    attn_case c = {hh[0], hh[1], hd, types[ti], block_sizes[bi], windows[wi], (n + n / 24) % 3};
                     run_case(&cpu2, &cpu1, &c, lens[wi], &worst);
                 }
+        for (int i = 0; i < (int)(sizeof longs / sizeof longs[0]); i++, n++) run_case(&cpu2, &cpu1, &longs[i], long_lens[i], &worst);
         printf("%s: %d cases, worst error %.3g of the bound\n", cpu2.k->name, n, worst);
         pith_cpu_free(&cpu2);
         pith_cpu_free(&cpu1);

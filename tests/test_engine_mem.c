@@ -298,8 +298,8 @@ static void test_sizing_and_refusals(void) {
     m->mem.groups[1].layers = m->mem.groups[0].layers; /* a layer in two groups */
     CHECK(pith_engine_create(m, NULL, NULL, &e, &err) == -1 && strstr(err.msg, "already in group") != NULL);
     m->mem.groups[1].layers = &fake_of(m)->layers[2];
-    m->mem.groups[0].type = PITH_Q8_0;
-    CHECK(pith_engine_create(m, NULL, NULL, &e, &err) == -1 && strstr(err.msg, "F16 or F32") != NULL);
+    m->mem.groups[0].type = PITH_Q4_0;
+    CHECK(pith_engine_create(m, NULL, NULL, &e, &err) == -1 && strstr(err.msg, "F32, F16, BF16 or Q8_0") != NULL);
     m->mem.groups[0].type = PITH_F16;
     CHECK(pith_engine_create(m, NULL, &o, &e, &err) == 0);
     pith_engine_free(e);

@@ -676,7 +676,7 @@ def lfm2_forward(m, tokens, aq, kv_f16):
             q = rope(rms_norm(q, m.w(p + "attn_q_norm.weight"), m.eps), pos, m.theta, "half", None)
             k = rope(rms_norm(k, m.w(p + "attn_k_norm.weight"), m.eps), pos, m.theta, "half", None)
             if kv_f16:
-                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+                k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
             k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
             o = aq(attention(q, k, v, mask, math.sqrt(hd)).reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
         x = x + o
@@ -760,7 +760,7 @@ def qwen35_forward(m, tokens, aq, kv_f16):
             q = rope_partial(norm(q, p + "attn_q_norm.weight"))
             k = rope_partial(norm(k, p + "attn_k_norm.weight"))
             if kv_f16:
-                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+                k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
             k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
             o = attention(q, k, v, mask, math.sqrt(hd)) * torch.sigmoid(gate)
             o = aq(o.reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
@@ -771,6 +771,8 @@ def qwen35_forward(m, tokens, aq, kv_f16):
     x = norm(x, "output_norm.weight")
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
     return aq(x) @ out.T
+
+
 def gptoss_moe_ffn(m, layer, h, aq):
     """GPT-OSS's MoE block (see the module docstring), from either format's expert layout."""
     p = f"blk.{layer}."
@@ -822,11 +824,26 @@ def moe_ffn(m, layer, h, aq):
     return out
 
 
+def round_kv(t, kind):
+    """Cached K or V [T, heads, head_dim] as a KV cache of `kind` holds it (see forward)."""
+    if kind is True or kind == "f16":
+        return t.to(torch.float16).to(torch.float64)
+    if kind == "bf16":
+        return t.to(torch.float32).to(torch.bfloat16).to(torch.float64)
+    if kind == "q8_0":  # GGML's Q8_0: d = max|x| / 127 (stored as float16), q = round(x / d)
+        b = t.to(torch.float32).reshape(*t.shape[:-1], -1, 32)
+        d = b.abs().amax(dim=-1, keepdim=True) / 127
+        q = torch.where(d > 0, b * (1 / d), torch.zeros_like(b))
+        q = torch.sign(q) * torch.floor(q.abs() + 0.5)  # roundf: halves away from zero
+        return (d.to(torch.float16).to(torch.float64) * q.to(torch.float64)).reshape(t.shape)
+    raise ValueError(f"unknown KV kind {kind}")
+
+
 def forward(m, tokens, act_q8=False, kv_f16=False):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
     quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
-    float16."""
+    float16 (True or "f16"), bfloat16 ("bf16") or Q8_0 blocks of 32 along the head dimension ("q8_0")."""
     block = 32 if act_q8 is True else int(act_q8)
     aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -878,7 +895,7 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
             q = rope(q, pos, theta, m.rope_style, divisors, pscale, yarn)
             k = rope(k, pos, theta, m.rope_style, divisors, pscale, yarn)
         if kv_f16:
-            k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
         group = H // KV
         k = k.repeat_interleave(group, dim=1)                          # query head j reads kv head j // group
         v = v.repeat_interleave(group, dim=1)

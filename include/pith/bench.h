@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/engine.h"
 #include "pith/model.h"
 #include "pith/status.h"
 
@@ -94,18 +95,23 @@ typedef struct pith_bench_runner pith_bench_runner;
 int pith_bench_positions(int max_prompt, int max_gen);
 
 /* One engine over m (which must outlive the runner) for prompts of up to max_prompt tokens run in steps
- * of up to `batch` tokens, and generations of up to max_gen tokens after a BOS; seed drives the random
- * prompt ids. Fails when pith_bench_positions(max_prompt, max_gen) exceeds the model's context. */
-int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, uint64_t seed,
-                          pith_bench_runner **out, pith_err *err);
+ * of up to `batch` tokens, and generations of up to max_gen tokens, both after `depth` tokens already in
+ * the cache (llama-bench's --n-depth; 0: none, and tg starts from a BOS). A depth > 0 is computed here
+ * once (a BOS and random ids, untimed) and served by the prefix cache to every test after it; each test
+ * checks that it was. kv_type: the K/V cache type (engine.h; 0: the model's). seed drives the random
+ * prompt ids. Fails when depth +
+ * pith_bench_positions(max_prompt, max_gen) exceeds the model's context. */
+int pith_bench_runner_new(pith_model *m, int max_prompt, int batch, int max_gen, int depth, pith_kv_type kv_type,
+                          uint64_t seed, pith_bench_runner **out, pith_err *err);
 void pith_bench_runner_free(pith_bench_runner *r);
 
-/* One request whose prompt is n random token ids (1 <= n <= max_prompt), max_tokens 1: the engine runs
- * it in chunks of the runner's batch size, logits for the last prompt token only. *seconds: wall time
- * from the submission to the request's final event. */
+/* One request whose prompt is the depth prefix and n random token ids (1 <= n <= max_prompt), max_tokens
+ * 1: the engine runs the n tokens in chunks of the runner's batch size, logits for the last prompt token
+ * only. *seconds: wall time from the submission to the request's final event. */
 int pith_bench_pp(pith_bench_runner *r, int n, double *seconds, pith_err *err);
-/* One request whose prompt is the model's BOS and that generates n + 1 tokens (1 <= n <= max_gen),
- * EOS ignored: the first token comes from the BOS (untimed), then n decode steps of one token each.
+/* One request whose prompt is the model's BOS (at depth D > 0: the prefix and one random id) and that
+ * generates n + 1 tokens (1 <= n <= max_gen), EOS ignored: the first token comes from the prompt
+ * (untimed), then n decode steps of one token each, at positions D + 1 .. D + n.
  * *seconds: wall time from the first token event to the final event, i.e. of the n decode steps. */
 int pith_bench_tg(pith_bench_runner *r, int n, double *seconds, pith_err *err);
 

@@ -48,6 +48,21 @@ typedef enum pith_spec_type {
     PITH_SPEC_CUSTOM,        /* options.spec_draft (tests; a draft model) */
 } pith_spec_type;
 
+/* Element type of the K/V cache (kv.h). Q8_0 holds blocks of 32 along the head dimension (half the
+ * bytes of F16; it needs head dimensions that are multiples of 32); BF16 keeps F32's range with 8
+ * significant bits; F16 has 11. docs/performance.md has the accuracy each costs. */
+typedef enum pith_kv_type {
+    PITH_KV_DEFAULT = 0,     /* the model's (F16 for every model Pith runs) */
+    PITH_KV_F32,
+    PITH_KV_F16,
+    PITH_KV_BF16,
+    PITH_KV_Q8_0,
+} pith_kv_type;
+
+/* "f32", "f16", "bf16", "q8_0" (and "default"); pith_kv_type_parse: the inverse, -1 for none. */
+const char *pith_kv_type_name(pith_kv_type t);
+int pith_kv_type_parse(const char *s);
+
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
     int block_size;          /* tokens per KV block, every group; 0: 16 */
@@ -55,7 +70,8 @@ typedef struct pith_engine_options {
                                 when max_num_seqs windows need fewer (memory.h); 0: from kv_mem_bytes */
     size_t kv_mem_bytes;     /* all groups' pools together, in bytes, when kv_blocks is 0; 0 as well:
                                 enough for max_num_seqs full-length sequences, at most 1 GiB */
-    bool kv_f32;             /* store K/V as F32 instead of the model's F16 */
+    bool kv_f32;             /* store K/V as F32 instead of the model's F16: kv_type F32 */
+    pith_kv_type kv_type;    /* K/V element type; 0: the model's (or F32 with kv_f32) */
     int max_num_seqs;        /* sequences in one batch; 0: 64 */
     int max_batch_tokens;    /* tokens in one batch (decode tokens + prompt chunks); 0: 2048 */
     int max_seq_len;         /* prompt + generated tokens; 0: the model's context length. Always capped

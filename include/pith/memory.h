@@ -50,7 +50,8 @@ typedef struct pith_mem_group {
     int window;            /* WINDOW: positions a token sees, itself included (>= 1) */
     int n_layers;          /* layers whose memory this group holds (>= 1) */
     const int *layers;     /* [n_layers] the model's layer indices, increasing; owned by the model */
-    pith_dtype type;       /* FULL, WINDOW: K/V element type, PITH_F16 or PITH_F32 */
+    pith_dtype type;       /* FULL, WINDOW: K/V element type the model asks for: PITH_F16, PITH_F32,
+                              PITH_BF16 or PITH_Q8_0 (kv.h; the engine may override it: kv_type) */
     int k_dim, v_dim;      /* FULL, WINDOW: K and V elements per token per layer (may differ) */
     size_t state_bytes;    /* RECURRENT: bytes of state per sequence, the group's layers together */
 } pith_mem_group;
@@ -66,12 +67,13 @@ typedef struct pith_mem_layout {
     int n_groups;                        /* == the spec's */
     int n_blocks[PITH_MAX_MEM_GROUPS];   /* FULL, WINDOW: blocks in the group's pool; RECURRENT: state
                                             slots (one per sequence that can run at once) */
-    pith_dtype type[PITH_MAX_MEM_GROUPS];/* KV element type as resolved (the engine may widen F16 to F32
-                                            on request: kv_f32) */
+    pith_dtype type[PITH_MAX_MEM_GROUPS];/* KV element type as resolved (the group's, or the engine's
+                                            kv_type on request) */
 } pith_mem_layout;
 
 /* Bytes of one block of a KV group (K and V, all its layers), or of one state slot of a RECURRENT
- * group; 0 for a bad group. type overrides g->type for KV groups. */
+ * group; 0 for a bad group. type overrides g->type for KV groups: F32, F16, BF16, or Q8_0 (34 bytes
+ * per 32 elements; 0 unless both widths are multiples of 32). */
 size_t pith_mem_unit_bytes(const pith_mem_group *g, pith_dtype type, int block_size);
 
 /* Checks a spec against a model of n_layers layers: kinds, windows, widths, types, layers in range and

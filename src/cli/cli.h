@@ -29,7 +29,7 @@ const char *cli_default_model(void);
 void cli_no_default_model(const char *cmd);
 
 /* The engine options shared by `run -f`, `run --chat` and `serve` (--max-num-seqs, --max-batch-tokens,
- * --kv-blocks, --kv-mem, --block-size, --max-seq-len (alias -c, --ctx-size), --kv-f32, --no-prefix-cache). Looks at argv[*i]:
+ * --kv-blocks, --kv-mem, --block-size, --max-seq-len (alias -c, --ctx-size), --kv-type, --kv-f32, --no-prefix-cache). Looks at argv[*i]:
  * stores an engine option (advancing *i past its value) and returns 1; returns 0 when it is not one,
  * -1 on a bad value (message printed). */
 int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_options *e);

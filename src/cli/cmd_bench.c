@@ -20,6 +20,7 @@
 #include "pith/model.h"
 
 #define MAX_THREAD_COUNTS 16
+#define MAX_DEPTHS 16
 #define BW_PASSES 10
 #define PEAK_REPS 5
 
@@ -27,8 +28,11 @@ typedef struct bench_opts {
     const char *model;
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
+    int depths[MAX_DEPTHS];
+    int n_depths;
     int n_prompt, n_gen, reps, batch;
     long long bw_mib;
+    pith_kv_type kv_type;
     bool json, warmup;
 } bench_opts;
 
@@ -55,6 +59,11 @@ static void bench_usage(FILE *out) {
             "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
             "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
             "  -b, --batch-size N      tokens per engine step (forward pass) in pp (default 512)\n"
+            "  -d, --n-depth LIST      tokens already in the cache before each test, comma-separated, e.g.\n"
+            "                          0,4096 (default 0): the prefix is computed once, untimed, and the\n"
+            "                          prefix cache serves it to every repetition, so pp and tg attend to\n"
+            "                          that many more positions (llama-bench's --n-depth)\n"
+"      --kv-type T         K/V cache type: f16 (the model's, default), bf16, q8_0 or f32\n"
             "      --bw-mib N          MiB read by the bandwidth probe (default: the weight bytes a generated\n"
             "                          token reads, at least 256, so the probe streams what decoding\n"
             "                          streams; keep it far above the last-level cache)\n"
@@ -67,26 +76,28 @@ static void bench_usage(FILE *out) {
             "expert products).\n");
 }
 
-static bool parse_threads(const char *s, bench_opts *o) {
-    o->n_thread_counts = 0;
+/* A comma-separated list of at most max integers in lo..hi for option opt (what: "thread counts"). */
+static bool parse_list(const char *opt, const char *what, const char *s, long long lo, long long hi, int max,
+                       int *out, int *n) {
+    *n = 0;
     char buf[256];
     if (strlen(s) >= sizeof buf) {
-        fprintf(stderr, "pith bench: -t: list too long\n");
+        fprintf(stderr, "pith bench: %s: list too long\n", opt);
         return false;
     }
     strcpy(buf, s);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->n_thread_counts == MAX_THREAD_COUNTS) {
-            fprintf(stderr, "pith bench: -t: at most %d thread counts\n", MAX_THREAD_COUNTS);
+        if (*n == max) {
+            fprintf(stderr, "pith bench: %s: at most %d %s\n", opt, max, what);
             return false;
         }
         long long v;
-        if (!cli_parse_int("bench", "-t", tok, 1, 1024, &v)) return false;
-        o->threads[o->n_thread_counts++] = (int)v;
+        if (!cli_parse_int("bench", opt, tok, lo, hi, &v)) return false;
+        out[(*n)++] = (int)v;
     }
-    if (o->n_thread_counts == 0 || s[strlen(s) - 1] == ',' || s[0] == ',' || strstr(s, ",,")) {
-        fprintf(stderr, "pith bench: -t: '%s' is not a comma-separated list of thread counts\n", s);
+    if (*n == 0 || s[strlen(s) - 1] == ',' || s[0] == ',' || strstr(s, ",,")) {
+        fprintf(stderr, "pith bench: %s: '%s' is not a comma-separated list of %s\n", opt, s, what);
         return false;
     }
     return true;
@@ -111,7 +122,12 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            VALUE(); if (!parse_threads(v, o)) return -1;
+            VALUE();
+            if (!parse_list("-t", "thread counts", v, 1, 1024, MAX_THREAD_COUNTS, o->threads, &o->n_thread_counts))
+                return -1;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            VALUE();
+            if (!parse_list("-d", "depths", v, 0, 1 << 24, MAX_DEPTHS, o->depths, &o->n_depths)) return -1;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 0, 1 << 20, &iv)) return -1;
             o->n_prompt = (int)iv;
@@ -127,6 +143,14 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--bw-mib")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 1, 1 << 16, &iv)) return -1;
             o->bw_mib = iv;
+        } else if (!strcmp(a, "--kv-type")) {
+            VALUE();
+            int t = pith_kv_type_parse(v);
+            if (t < 0) {
+                fprintf(stderr, "pith bench: --kv-type: '%s' is not one of f16, bf16, q8_0, f32\n", v);
+                return -1;
+            }
+            o->kv_type = (pith_kv_type)t;
         } else if (!strcmp(a, "--no-warmup")) {
             o->warmup = false;
         } else if (!strcmp(a, "--json")) {
@@ -141,6 +165,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         fprintf(stderr, "pith bench: -p 0 and -n 0 leave nothing to measure\n");
         return -1;
     }
+    if (o->n_depths == 0) o->n_depths = 1; /* depth 0 */
     if (o->n_thread_counts == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o->threads[0] = n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
@@ -153,6 +178,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
 typedef struct test_result {
     const char *kind;        /* "pp" or "tg" */
     int n_tokens;
+    int depth;               /* tokens in the cache before the test */
     int threads;
     pith_bench_stats tps;    /* tokens per second over the repetitions */
     const double *samples;
@@ -207,6 +233,7 @@ static void print_header(bench_ctx *c) {
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
+    printf("kv cache: %s\n", c->o->kv_type ? pith_kv_type_name(c->o->kv_type) : "f16");
     printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
     printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
     printf("|---|---|---:|---:|---|---:|---:|---|---:|---:|\n");
@@ -220,9 +247,11 @@ static void print_row(bench_ctx *c, const test_result *r) {
     else
         snprintf(achieved, sizeof achieved, "%.0f of %.0f GOP/s %s", r->achieved / 1e9, r->peak / 1e9,
                  !strcmp(r->ratio_kind, "int8_peak") ? "int8" : "FMA");
-    printf("| %s | %s | %.1f | %d | %s%d | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
-           base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), r->threads, r->kind,
-           r->n_tokens, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
+    char test[48];
+    if (r->depth) snprintf(test, sizeof test, "%s%d @ d%d", r->kind, r->n_tokens, r->depth);
+    else snprintf(test, sizeof test, "%s%d", r->kind, r->n_tokens);
+    printf("| %s | %s | %.1f | %d | %s | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
+           base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), r->threads, test, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
            r->bw_before / 1e9, r->bw_after / 1e9, achieved, r->achieved / r->peak, 100 * r->cpu_share);
     fflush(stdout);
 }
@@ -255,6 +284,8 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddNumberToObject(j, "threads", r->threads);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "n_tokens", r->n_tokens);
+    cJSON_AddNumberToObject(j, "depth", r->depth);
+    cJSON_AddStringToObject(j, "kv_type", o->kv_type ? pith_kv_type_name(o->kv_type) : "f16");
     if (!strcmp(r->kind, "pp")) cJSON_AddNumberToObject(j, "n_batch", o->batch);
     cJSON_AddNumberToObject(j, "repetitions", r->n_samples);
     cJSON_AddNumberToObject(j, "tokens_per_s", r->tps.mean);
@@ -318,38 +349,16 @@ static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, int th
     return 0;
 }
 
-/* Returns 0, -1 on a runtime failure or -2 when the options do not suit the model (err says which). */
-static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err *err) {
+/* The tests of one thread count at one depth, on a loaded model and probe. */
+static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threads, int depth, double *samples,
+                       pith_err *err) {
     const bench_opts *o = c->o;
     int rc = -1;
-    pith_model *m = NULL;
-    pith_probe *probe = NULL;
     pith_bench_runner *run = NULL;
-    double *samples = calloc((size_t)o->reps, sizeof *samples);
-    if (!samples) return pith_errf(err, "out of memory");
-    fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
-    cli_progress bar;
-    cli_progress_start(&bar, "loading model");
-    pith_model_options mo = {.n_threads = threads, .progress = cli_progress_update, .progress_user = &bar};
-    int load_rc = pith_model_load(o->model, &mo, &m, err);
-    cli_progress_end(&bar);
-    if (load_rc) goto done;
-    c->hp = m->hp;
-    if (pith_bench_weights_of(m, &c->w, err)) goto done;
-    c->probe_mib = probe_mib(o, &c->w);
-    if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
-    c->isa = pith_probe_isa(probe);
-    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type)
-                                 : pith_probe_fma_isa(probe, c->w.type);
-    int need = pith_bench_positions(o->n_prompt, o->n_gen);
-    if (need > m->hp.ctx_len) {
-        pith_errf(err, "-p %d / -n %d need %d positions (pp: the prompt and the token it samples; tg: a BOS, "
-                  "the decoded tokens and the last one sampled) but the model's context is %d",
-                  o->n_prompt, o->n_gen, need, m->hp.ctx_len);
-        rc = -2;
+    if (depth) fprintf(stderr, "pith bench: filling the cache to depth %d\n", depth);
+    if (pith_bench_runner_new(m, o->n_prompt, o->batch, o->n_gen, depth, o->kv_type, 0x5eed + (uint64_t)threads, &run,
+                              err))
         goto done;
-    }
-    if (pith_bench_runner_new(m, o->n_prompt, o->batch, o->n_gen, 0x5eed + (uint64_t)threads, &run, err)) goto done;
     if (o->warmup) {
         fprintf(stderr, "pith bench: warming up\n");
         double sec;
@@ -367,14 +376,15 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
         if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
         if (compute_peak(probe, &c->w, &peak1, err)) goto done;
-        test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .threads = threads, .samples = samples,
-                         .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
+        test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .depth = depth, .threads = threads,
+                         .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (peak0 + peak1),
                          .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .peak_isa = c->peak_isa,
                          .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
         /* Every token runs every layer matmul; the output matrix runs once, for the last prompt token
-         * (the engine asks for no other logits row, whatever the number of steps). */
+         * (the engine asks for no other logits row, whatever the number of steps). Attention is not
+         * counted, at any depth. */
         double ops_per_prompt = 2.0 * ((double)c->w.layer_params * o->n_prompt + (double)c->w.output_params);
         r.achieved = ops_per_prompt * r.tps.mean / o->n_prompt;
         if (report(c, &r, err)) goto done;
@@ -385,16 +395,55 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         double bw1, share;
         if (run_reps(run, o, false, threads, samples, &share, err)) goto done;
         if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
-        test_result r = {.kind = "tg", .n_tokens = o->n_gen, .threads = threads, .samples = samples,
-                         .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
+        test_result r = {.kind = "tg", .n_tokens = o->n_gen, .depth = depth, .threads = threads,
+                         .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
+        /* weight bytes only: the K/V a token reads at depth is not counted */
         r.achieved = (double)c->w.size_bytes * r.tps.mean;
         if (report(c, &r, err)) goto done;
     }
     rc = 0;
 done:
     pith_bench_runner_free(run);
+    return rc;
+}
+
+/* Returns 0, -1 on a runtime failure or -2 when the options do not suit the model (err says which). */
+static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err *err) {
+    const bench_opts *o = c->o;
+    int rc = -1;
+    pith_model *m = NULL;
+    pith_probe *probe = NULL;
+    double *samples = calloc((size_t)o->reps, sizeof *samples);
+    if (!samples) return pith_errf(err, "out of memory");
+    fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
+    cli_progress bar;
+    cli_progress_start(&bar, "loading model");
+    pith_model_options mo = {.n_threads = threads, .progress = cli_progress_update, .progress_user = &bar};
+    int load_rc = pith_model_load(o->model, &mo, &m, err);
+    cli_progress_end(&bar);
+    if (load_rc) goto done;
+    c->hp = m->hp;
+    if (pith_bench_weights_of(m, &c->w, err)) goto done;
+    c->probe_mib = probe_mib(o, &c->w);
+    int need = pith_bench_positions(o->n_prompt, o->n_gen), max_depth = 0;
+    for (int i = 0; i < o->n_depths; i++) max_depth = o->depths[i] > max_depth ? o->depths[i] : max_depth;
+    if ((long long)need + max_depth > m->hp.ctx_len) {
+        pith_errf(err, "-p %d / -n %d need %d positions (pp: the prompt and the token it samples; tg: a BOS, "
+                  "the decoded tokens and the last one sampled)%s but the model's context is %d",
+                  o->n_prompt, o->n_gen, need + max_depth, max_depth ? ", with -d's depth," : "", m->hp.ctx_len);
+        rc = -2;
+        goto done;
+    }
+    if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
+    c->isa = pith_probe_isa(probe);
+    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type)
+                                 : pith_probe_fma_isa(probe, c->w.type);
+    for (int i = 0; i < o->n_depths; i++)
+        if (bench_depth(c, m, probe, threads, o->depths[i], samples, err)) goto done;
+    rc = 0;
+done:
     pith_probe_free(probe);
     pith_model_free(m);
     free(samples);

@@ -16,8 +16,18 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
         field = (int)iv;                                                         \
         return 1;                                                                \
     }
-    if (!strcmp(a, "--kv-f32")) {
-        e->kv_f32 = true;
+    if (!strcmp(a, "--kv-f32")) { /* the older spelling of --kv-type f32 */
+        e->kv_type = PITH_KV_F32;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-type")) {
+        VALUE();
+        int t = pith_kv_type_parse(v);
+        if (t < 0) {
+            fprintf(stderr, "pith %s: --kv-type: '%s' is not one of f16, bf16, q8_0, f32\n", cmd, v);
+            return -1;
+        }
+        e->kv_type = (pith_kv_type)t;
         return 1;
     }
     if (!strcmp(a, "--no-prefix-cache")) {
@@ -72,7 +82,9 @@ void cli_engine_usage(FILE *out) {
             "  -c, --ctx-size N, --max-seq-len N\n"
             "                            prompt + output limit per sequence, the context size (default:\n"
             "                            the model's)\n"
-            "      --kv-f32              keep K/V in F32 instead of F16\n"
+            "      --kv-type T           K/V cache type: f16 (default), bf16, q8_0 (half of f16's\n"
+            "                            bytes; head dims that are multiples of 32) or f32\n"
+            "      --kv-f32              the same as --kv-type f32\n"
             "      --no-prefix-cache     do not reuse the K/V (or state) of shared prompt prefixes\n"
             "      --snapshot-mem BYTES  models with recurrent state: memory for state snapshots, the\n"
             "                            prefix cache of those layers; 0: none (default: two per\n"

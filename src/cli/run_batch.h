@@ -30,7 +30,7 @@ typedef struct run_batch_opts {
     bool jsonl;                    /* --jsonl */
     int samples;                   /* --samples N: each prompt N times, forked from one prefill */
     pith_engine_options engine;    /* --max-num-seqs, --kv-blocks, --kv-mem, --block-size,
-                                      --max-batch-tokens, --max-seq-len, --kv-f32, --no-prefix-cache */
+                                      --max-batch-tokens, --max-seq-len, --kv-type, --kv-f32, --no-prefix-cache */
 } run_batch_opts;
 
 /* Looks at argv[*i]: when it is a batch-mode option, stores it (advancing *i past its value) and

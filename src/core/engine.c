@@ -85,9 +85,16 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     lay->block_size = o.block_size;
     lay->n_groups = spec->n_groups;
     bool has_full = false, has_kv = false;
+    if ((unsigned)o.kv_type > PITH_KV_Q8_0 || (o.kv_f32 && o.kv_type && o.kv_type != PITH_KV_F32))
+        return pith_errf(err, "kv_type %d %s", (int)o.kv_type, o.kv_f32 ? "contradicts kv_f32" : "is unknown");
+    static const pith_dtype kv_dtype[] = {PITH_F16, PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0};
+    pith_kv_type kvt = o.kv_f32 ? PITH_KV_F32 : o.kv_type;
     for (int g = 0; g < spec->n_groups; g++) {
         const pith_mem_group *mg = &spec->groups[g];
-        lay->type[g] = mg->kind != PITH_MEM_RECURRENT && o.kv_f32 ? PITH_F32 : mg->type;
+        lay->type[g] = mg->kind != PITH_MEM_RECURRENT && kvt ? kv_dtype[kvt] : mg->type;
+        if (mg->kind != PITH_MEM_RECURRENT && !pith_mem_unit_bytes(mg, lay->type[g], o.block_size))
+            return pith_errf(err, "memory group %d: K/V width %d/%d cannot be held as %s", g, mg->k_dim, mg->v_dim,
+                             pith_dtype_name(lay->type[g]));
         has_full |= mg->kind == PITH_MEM_FULL;
         has_kv |= mg->kind != PITH_MEM_RECURRENT;
     }

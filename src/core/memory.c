@@ -3,6 +3,8 @@
 
 #include <stdint.h>
 
+#include "pith/kv.h"
+
 const char *pith_mem_kind_name(pith_mem_kind k) {
     switch (k) {
     case PITH_MEM_FULL: return "full";
@@ -12,12 +14,15 @@ const char *pith_mem_kind_name(pith_mem_kind k) {
     return "?";
 }
 
+static bool kv_type_ok(pith_dtype t) { return pith_kv_bytes(t, 32) != 0; }
+
 size_t pith_mem_unit_bytes(const pith_mem_group *g, pith_dtype type, int block_size) {
     if (g->n_layers <= 0) return 0;
     if (g->kind == PITH_MEM_RECURRENT) return g->state_bytes;
-    if (block_size <= 0 || g->k_dim < 0 || g->v_dim < 0 || (type != PITH_F16 && type != PITH_F32)) return 0;
-    size_t elem = type == PITH_F16 ? 2 : 4;
-    return (size_t)g->n_layers * (size_t)block_size * ((size_t)g->k_dim + (size_t)g->v_dim) * elem;
+    if (block_size <= 0 || g->k_dim < 0 || g->v_dim < 0 || !kv_type_ok(type)) return 0;
+    if (type == PITH_Q8_0 && (g->k_dim % 32 || g->v_dim % 32)) return 0;
+    size_t row = pith_kv_bytes(type, (size_t)g->k_dim) + pith_kv_bytes(type, (size_t)g->v_dim);
+    return (size_t)g->n_layers * (size_t)block_size * row;
 }
 
 int pith_mem_spec_check(const pith_mem_spec *s, int n_layers, pith_err *err) {
@@ -46,8 +51,9 @@ int pith_mem_spec_check(const pith_mem_spec *s, int n_layers, pith_err *err) {
         }
         if (g->kind == PITH_MEM_WINDOW && g->window < 1)
             return pith_errf(err, "memory group %d: window of %d tokens", gi, g->window);
-        if (g->type != PITH_F16 && g->type != PITH_F32)
-            return pith_errf(err, "memory group %d: KV type must be F16 or F32, not %s", gi, pith_dtype_name(g->type));
+        if (!kv_type_ok(g->type))
+            return pith_errf(err, "memory group %d: KV type must be F32, F16, BF16 or Q8_0, not %s", gi,
+                             pith_dtype_name(g->type));
         if (g->k_dim < 0 || g->v_dim < 0 || g->k_dim + g->v_dim < 1 || g->k_dim > (1 << 20) || g->v_dim > (1 << 20))
             return pith_errf(err, "memory group %d: K width %d, V width %d", gi, g->k_dim, g->v_dim);
     }

@@ -31,6 +31,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "model/batch_check.h"
@@ -423,6 +424,9 @@ static int llama_prepare(pith_model *base, const pith_model_limits *lim, pith_er
 static int llama_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
     llama *m = base->impl;
     if (pith_kv_host_allocated(&m->kv)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
+    for (int g = 0; g < lay->n_groups; g++) /* a head's row of a slot must be whole Q8_0 blocks */
+        if (lay->type[g] == PITH_Q8_0 && base->hp.head_dim % 32)
+            return pith_errf(err, "a Q8_0 KV cache needs a head dimension that is a multiple of 32, not %d", base->hp.head_dim);
     return pith_kv_host_alloc(&m->kv, &base->mem, lay, err);
 }
 
@@ -543,13 +547,8 @@ static void qkv_row(row_job *j, int t) {
     size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
     for (int h = 0; h < hp->n_kv_heads; h++) {
         size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
-        if (kv->type == PITH_F16) {
-            m->cpu.k->f32_to_f16(k + h * hd, (uint16_t *)kv->k + off, hd);
-            m->cpu.k->f32_to_f16(v + h * hd, (uint16_t *)kv->v + off, hd);
-        } else {
-            memcpy((float *)kv->k + off, k + h * hd, hd * sizeof(float));
-            memcpy((float *)kv->v + off, v + h * hd, hd * sizeof(float));
-        }
+        pith_kv_store_f32(m->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
+        pith_kv_store_f32(m->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
     }
 }
 
@@ -630,7 +629,7 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
     const int g = m->layer_group[l];
     const pith_kv_cache *kv = &m->kv.groups[g];
     const pith_mem_group *mg = &m->base.mem.groups[g];
-    size_t layer_off = pith_kv_k_offset(kv, m->layer_index[l], 0) * (kv->type == PITH_F16 ? 2 : 4);
+    size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, m->layer_index[l], 0));
     pith_attn_args aa = {
         .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
         .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,

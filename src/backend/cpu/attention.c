@@ -1,5 +1,8 @@
 #include "backend/cpu/attention.h"
 
+#include "backend/cpu/attention_internal.h"
+#include "backend/cpu/kv_rows.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,7 +17,15 @@ int pith_attn_scratch_init(pith_attn_scratch *s, const pith_attn_shape *shape, i
     /* K and V chunks, then per query: scores, running max, running sum, accumulator */
     s->per_thread_floats = 2 * PITH_ATTN_CHUNK * hd + nq * (PITH_ATTN_CHUNK + 2 + hd);
     s->per_thread = malloc(s->per_thread_floats * sizeof(float) * (size_t)n_threads);
-    if (!s->per_thread) return pith_errf(err, "out of memory for attention scratch");
+    s->tiled_floats = attn_tiled_thread_floats(shape);
+    size_t tb = (s->tiled_floats * sizeof(float) * (size_t)n_threads + 63) / 64 * 64;
+    size_t pb = (attn_tiled_partial_floats(shape) * sizeof(float) * PITH_ATTN_MAX_PARTIALS + 63) / 64 * 64;
+    s->tiled = aligned_alloc(64, tb);
+    s->partials = aligned_alloc(64, pb);
+    if (!s->per_thread || !s->tiled || !s->partials) {
+        pith_attn_scratch_free(s);
+        return pith_errf(err, "out of memory for attention scratch");
+    }
     return 0;
 }
 
@@ -24,12 +35,27 @@ int pith_attn_scratch_reserve(pith_attn_scratch *s, int n_tokens, pith_err *err)
     if (!r) return pith_errf(err, "out of memory for attention scratch");
     s->runs = r;
     s->cap = n_tokens;
+    /* units: every item, plus a segment unit per partial */
+    int units = n_tokens * s->shape.n_kv_heads + PITH_ATTN_MAX_PARTIALS;
+    int *u = realloc(s->units, 2 * sizeof(int) * (size_t)units);
+    if (u) s->units = u;
+    int *po = u ? realloc(s->part_of, sizeof(int) * (size_t)units) : NULL;
+    if (po) s->part_of = po;
+    int *sf = po ? realloc(s->split_first, sizeof(int) * (size_t)units) : NULL;
+    if (!sf) return pith_errf(err, "out of memory for attention scratch");
+    s->split_first = sf;
+    s->units_cap = units;
     return 0;
 }
 
 void pith_attn_scratch_free(pith_attn_scratch *s) {
     free(s->per_thread);
     free(s->runs);
+    free(s->tiled);
+    free(s->partials);
+    free(s->units);
+    free(s->part_of);
+    free(s->split_first);
     memset(s, 0, sizeof *s);
 }
 
@@ -42,10 +68,8 @@ typedef struct attn_job {
     _Atomic int next;
 } attn_job;
 
-/* Converts rows j0..j0+n-1 of sequence seq (this KV head's part of each slot) to float rows of hd. A
- * block holds each head's rows contiguously (kv.h), so this is one conversion per block touched. */
-static void load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const void *cache, int seq, int j0,
-                      int n, int kv_head, int hd, float *dst) {
+void attn_load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const void *cache, int seq, int j0, int n,
+                    int kv_head, int hd, float *dst) {
     const int32_t *bt = a->block_tables + (size_t)seq * a->max_blocks;
     const size_t bs = (size_t)a->block_size;
     for (int jj = 0; jj < n;) {
@@ -53,8 +77,7 @@ static void load_rows(const pith_cpu_kernels *k, const pith_attn_args *a, const 
         int rows = a->block_size - in_block < n - jj ? a->block_size - in_block : n - jj;
         size_t off = (size_t)bt[j / a->block_size] * bs * a->kv_dim + ((size_t)kv_head * bs + in_block) * hd;
         size_t count = (size_t)rows * hd;
-        if (a->kv_type == PITH_F16) k->f16_to_f32((const uint16_t *)cache + off, dst + (size_t)jj * hd, (int)count);
-        else memcpy(dst + (size_t)jj * hd, (const float *)cache + off, count * sizeof(float));
+        pith_kv_load_f32(k, a->kv_type, cache, off, dst + (size_t)jj * hd, count);
         jj += rows;
     }
 }
@@ -70,11 +93,6 @@ static void small_matmul(const pith_cpu_kernels *k, const float *w, int w_ld, in
                                 x + (size_t)t * x_ld, (size_t)x_ld * sizeof(float), n - t < rn ? n - t : rn,
                                 y + (size_t)t * ldy + r, (size_t)ldy, accumulate);
     }
-}
-
-/* Lowest position a query at position p sees. */
-static inline int attn_lo(const pith_attn_args *a, int p) {
-    return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
 }
 
 /* One run of tokens against one KV head. Per chunk of positions: scores = Q K^T for every query of the
@@ -128,8 +146,8 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
             memset(kc, 0, (size_t)r0 * hd * sizeof(float));
             memset(vc, 0, (size_t)r0 * hd * sizeof(float));
         }
-        load_rows(k, a, a->k_cache, seq, j0 + r0, jn - r0, kvh, hd, kc + (size_t)r0 * hd);
-        load_rows(k, a, a->v_cache, seq, j0 + r0, jn - r0, kvh, hd, vc + (size_t)r0 * hd);
+        attn_load_rows(k, a, a->k_cache, seq, j0 + r0, jn - r0, kvh, hd, kc + (size_t)r0 * hd);
+        attn_load_rows(k, a, a->v_cache, seq, j0 + r0, jn - r0, kvh, hd, vc + (size_t)r0 * hd);
         for (int t = t0; t < t1; t++) {
             const float *q = a->q + (size_t)t * a->q_ld + (size_t)kvh * group * hd;
             small_matmul(k, kc, hd, jn, hd, q, hd, group, scores + (size_t)(t - t0) * group * C, C, false);
@@ -193,6 +211,10 @@ void pith_attention(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a) 
         s->runs[2 * n_runs + 1] = e;
         n_runs++;
         t = e;
+    }
+    if (attn_tiled_available(c)) {
+        attn_tiled_run(c, s, a, n_runs, work);
+        return;
     }
     attn_job j = {.c = c, .s = s, .a = a, .n_runs = n_runs, .n_items = n_runs * s->shape.n_kv_heads};
     atomic_init(&j.next, 0);

@@ -15,11 +15,15 @@
  * not scaled. Any finite sink is safe (a huge one gives outputs near 0, never inf or NaN).
  *
  * Work is split into items of (run of up to PITH_ATTN_QTILE consecutive batch tokens of one sequence,
- * KV head): an item loads its sequence's K/V in chunks of PITH_ATTN_CHUNK positions (converting F16 to
- * F32 once per chunk) and updates every query of the run and every query head sharing that KV head with
- * an online softmax, so a prefill reads each K/V row once per run instead of once per token and head.
- * Chunks wholly below every query's window are skipped. A query's output is bit-identical whatever else
- * is in the batch (attend_item says why), windowed or not. */
+ * KV head): an item loads its sequence's K/V in chunks of PITH_ATTN_CHUNK positions (converting the KV
+ * type to F32 once per chunk) and updates every query of the run and every query head sharing that KV
+ * head with an online softmax, so a prefill reads each K/V row once per run instead of once per token
+ * and head. Chunks wholly below every query's window are skipped. Two paths: with the avx512-vnni
+ * kernel table, the tiled one (attention_tiled.c: queries along vector lanes, register tiles, segments
+ * of PITH_ATTN_SEGMENT positions merged as partial softmaxes, and a decode at depth split across
+ * threads by segment); otherwise the portable one (attention.c, on the kernel table's tiles). On
+ * either, a query's output is bit-identical whatever else is in the batch and whatever the thread
+ * count (attend_item and attention_tiled.c say why), windowed or not. */
 #ifndef PITH_CPU_ATTENTION_H
 #define PITH_CPU_ATTENTION_H
 
@@ -28,6 +32,8 @@
 
 #define PITH_ATTN_QTILE 16
 #define PITH_ATTN_CHUNK 64
+#define PITH_ATTN_SEGMENT 256       /* split-K unit of the tiled path, a multiple of the chunk */
+#define PITH_ATTN_MAX_PARTIALS 512  /* segment partials one batch may split into (tiled path) */
 
 typedef struct pith_attn_shape {
     int n_heads;
@@ -45,7 +51,7 @@ typedef struct pith_attn_args {
     int block_size;
     const void *k_cache; /* this layer's first block: [block][kv_head][slot in block][head_dim] */
     const void *v_cache;
-    pith_dtype kv_type;  /* PITH_F32 or PITH_F16 */
+    pith_dtype kv_type;  /* PITH_F32, PITH_F16, PITH_BF16 or PITH_Q8_0 (kv.h) */
     int kv_dim;          /* elements per slot = n_kv_heads * head_dim */
     const float *q;      /* [n_tokens][q_ld]: head h at q + h * head_dim */
     size_t q_ld;
@@ -62,6 +68,15 @@ typedef struct pith_attn_scratch {
     size_t per_thread_floats;
     int *runs;             /* [2 * cap] token ranges */
     int cap;
+    /* tiled path */
+    float *tiled;          /* n_threads * tiled_floats, 64-byte aligned */
+    size_t tiled_floats;
+    float *partials;       /* PITH_ATTN_MAX_PARTIALS segment partials */
+    int *units;            /* [2 * units_cap] (item, segment or -1 for the whole item) */
+    int *part_of;          /* [units_cap] partial of a segment unit */
+    int *split_first;      /* [units_cap] first unit of each split item */
+    int n_split;
+    int units_cap;
 } pith_attn_scratch;
 
 int pith_attn_scratch_init(pith_attn_scratch *s, const pith_attn_shape *shape, int n_threads, pith_err *err);

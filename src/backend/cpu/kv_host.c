@@ -53,13 +53,20 @@ int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_me
         c->block_size = lay->block_size;
         c->n_blocks = lay->n_blocks[g];
         c->type = lay->type[g];
-        if (c->type != PITH_F16 && c->type != PITH_F32) {
+        if (!pith_kv_bytes(c->type, 32)) {
             pith_kv_host_free(h);
-            return pith_errf(err, "KV cache type must be F16 or F32, not %s", pith_dtype_name(lay->type[g]));
+            return pith_errf(err, "KV cache type must be F32, F16, BF16 or Q8_0, not %s", pith_dtype_name(lay->type[g]));
         }
-        size_t elem = c->type == PITH_F16 ? 2 : 4, slots = (size_t)c->n_blocks * (size_t)c->block_size;
-        c->k = alloc_zeroed(slots, (size_t)c->n_layers, (size_t)(c->k_dim ? c->k_dim : 1), elem, &overflow);
-        c->v = alloc_zeroed(slots, (size_t)c->n_layers, (size_t)(c->v_dim ? c->v_dim : 1), elem, &overflow);
+        if (c->type == PITH_Q8_0 && (c->k_dim % 32 || c->v_dim % 32)) {
+            pith_kv_host_free(h);
+            return pith_errf(err, "memory group %d: a Q8_0 KV cache needs K and V widths that are multiples of 32, "
+                             "not %d and %d", g, c->k_dim, c->v_dim);
+        }
+        size_t slots = (size_t)c->n_blocks * (size_t)c->block_size;
+        size_t krow = pith_kv_bytes(c->type, (size_t)(c->k_dim ? c->k_dim : 32));
+        size_t vrow = pith_kv_bytes(c->type, (size_t)(c->v_dim ? c->v_dim : 32));
+        c->k = alloc_zeroed(slots, (size_t)c->n_layers, krow, 1, &overflow);
+        c->v = alloc_zeroed(slots, (size_t)c->n_layers, vrow, 1, &overflow);
         if (!c->k || !c->v) goto oom;
         continue;
     oom:
@@ -80,18 +87,18 @@ int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const i
             if (src[i] != dst[i]) memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
         return 0;
     }
-    size_t elem = c->type == PITH_F16 ? 2 : 4;
     for (int i = 0; i < n; i++) {
         if (src[i] < 0 || src[i] >= c->n_blocks || dst[i] < 0 || dst[i] >= c->n_blocks)
             return pith_errf(err, "copy_blocks: block %d -> %d outside the pool of %d", src[i], dst[i], c->n_blocks);
     }
     for (int i = 0; i < n; i++) {
         for (int l = 0; l < c->n_layers; l++) {
-            size_t kb = (size_t)c->block_size * c->k_dim * elem, vb = (size_t)c->block_size * c->v_dim * elem;
-            memcpy((uint8_t *)c->k + pith_kv_k_offset(c, l, dst[i]) * elem,
-                   (uint8_t *)c->k + pith_kv_k_offset(c, l, src[i]) * elem, kb);
-            memcpy((uint8_t *)c->v + pith_kv_v_offset(c, l, dst[i]) * elem,
-                   (uint8_t *)c->v + pith_kv_v_offset(c, l, src[i]) * elem, vb);
+            size_t kb = pith_kv_bytes(c->type, (size_t)c->block_size * c->k_dim);
+            size_t vb = pith_kv_bytes(c->type, (size_t)c->block_size * c->v_dim);
+            memcpy((uint8_t *)c->k + pith_kv_bytes(c->type, pith_kv_k_offset(c, l, dst[i])),
+                   (uint8_t *)c->k + pith_kv_bytes(c->type, pith_kv_k_offset(c, l, src[i])), kb);
+            memcpy((uint8_t *)c->v + pith_kv_bytes(c->type, pith_kv_v_offset(c, l, dst[i])),
+                   (uint8_t *)c->v + pith_kv_bytes(c->type, pith_kv_v_offset(c, l, src[i])), vb);
         }
     }
     return 0;
