@@ -29,7 +29,7 @@ except ImportError as e:  # numpy or torch missing
     skip("cannot import the reference tools (the float64 reference needs numpy and torch): %s" % e)
 
 N_GEN = 48
-PRESETS = ["test-llama-gqa", "test-qwen3", "test-mistral-swa"]
+PRESETS = ["test-llama-gqa", "test-qwen3", "test-mistral-swa", "test-lfm2", "test-qwen35"]  # hybrids: their attention layers
 # kind: (max |error| vs the reference rounding likewise, max |error| vs the exact reference)
 TOLERANCES = {"f32": (1e-4, 1e-4), "f16": (1e-3, 1.5e-2), "bf16": (8e-3, 1e-1), "q8_0": (1.6e-2, 4e-1)}
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/kv_rows.h"
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul.h"
@@ -422,13 +423,8 @@ static void qkv_row(job *j, int t, int ith) {
     size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
     for (int h = 0; h < hp->n_kv_heads; h++) {
         size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
-        if (kv->type == PITH_F16) {
-            m->cpu.k->f32_to_f16(k + h * hd, (uint16_t *)kv->k + off, hd);
-            m->cpu.k->f32_to_f16(v + h * hd, (uint16_t *)kv->v + off, hd);
-        } else {
-            memcpy((float *)kv->k + off, k + h * hd, hd * sizeof(float));
-            memcpy((float *)kv->v + off, v + h * hd, hd * sizeof(float));
-        }
+        pith_kv_store_f32(m->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
+        pith_kv_store_f32(m->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
     }
 }
 
@@ -540,7 +536,7 @@ static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err 
     run(m, j, qkv_row, n, 4.0 * (m->q_dim + 2 * m->kv_dim));
     const int g = m->layer_group[l];
     const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t layer_off = pith_kv_k_offset(kv, m->layer_index[l], 0) * (kv->type == PITH_F16 ? 2 : 4);
+    size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, m->layer_index[l], 0));
     pith_attn_args aa = {
         .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
         .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
