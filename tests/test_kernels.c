@@ -235,7 +235,19 @@ static void test_matmul(pith_cpu *cpu) {
             matmul_case(cpu, PITH_F16, ni % 2 ? 16 : 40, ks_half[ki], tokens_half[ni], false, ni % 3 == 0);
             matmul_case(cpu, PITH_BF16, ni % 2 ? 24 : 17, ks_half[ki], tokens_half[ni], false, ni % 3 == 1);
         }
+    /* K-quants around the 16-row packed groups: one group, a group and a row, rows short of a group
+     * boundary, three groups; token counts around the 4-token passes. */
+    static const int rows_k[] = {16, 17, 31, 48};
+    static const int tokens_k[] = {1, 4, 5, 8, 13};
+    static const pith_dtype kquants[] = {PITH_Q4_K, PITH_Q6_K};
+    for (int ti = 0; ti < 2; ti++)
+        for (int ri = 0; ri < 4; ri++)
+            for (int ni = 0; ni < 5; ni++)
+                matmul_case(cpu, kquants[ti], rows_k[ri], ri % 2 ? 512 : 256, tokens_k[ni], (ri + ni) % 2 == 0,
+                            (ri + ni) % 3 == 1);
     /* A larger prefill-like shape, where token tiles and units matter. */
+    matmul_case(cpu, PITH_Q4_K, 70, 1024, 300, true, false);
+    matmul_case(cpu, PITH_Q6_K, 40, 768, 130, false, true);
     matmul_case(cpu, PITH_Q8_0, 70, 1024, 300, false, false);
     matmul_case(cpu, PITH_Q4_0, 70, 1024, 300, true, true);
     matmul_case(cpu, PITH_F16, 37, 200, 130, false, true);

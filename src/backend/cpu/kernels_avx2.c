@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/unroll.h"
 #include "backend/cpu/kernels_half.h"
+#include "backend/cpu/kernels_kquant.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
@@ -813,9 +814,11 @@ static const pith_cpu_kernels avx512_vnni_kernels = {
     AVX2_COMMON,
     .pack_rows = 16,
     .pack = {[PITH_W_F16] = pith_pack_half_x16, [PITH_W_BF16] = pith_pack_half_x16,
-             [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes},
+             [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes,
+             [PITH_W_Q4_K] = pith_pack_q4_k_x16, [PITH_W_Q6_K] = pith_pack_q6_k_x16},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x16, [PITH_W_BF16] = pith_tile_packed_bf16_x16,
-                    [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x16, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x16},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be
