@@ -86,6 +86,19 @@ static inline double ref_elem(pith_dtype t, const uint8_t *row, int i, double *m
         *mag = fabs(pos) + fabs(neg);
         break;
     }
+    case PITH_Q5_K: {
+        /* Q4_K's fields, then qh[32]: bit s of qh[l] is the fifth bit of element 32 s + l */
+        int sc, m;
+        q4k_sm(b + 4, e / 32, &sc, &m);
+        int within = e % 64;
+        int byte = b[48 + (e / 64) * 32 + within % 32];
+        int nib = within < 32 ? byte & 15 : byte >> 4;
+        int q = nib + 16 * ((b[16 + e % 32] >> (e / 32)) & 1);
+        double pos = get_f16(b) * sc * q, neg = get_f16(b + 2) * m;
+        v = pos - neg;
+        *mag = fabs(pos) + fabs(neg);
+        break;
+    }
     case PITH_Q6_K: {
         int half = e / 128, w = e % 128, g = w / 32, l = w % 32;
         int byte = b[half * 64 + l + (g & 1) * 32];
@@ -140,8 +153,12 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
             }
             break;
         }
-        case PITH_Q4_K: {
-            /* x ~ d*sc*q - dmin*m per sub-block of 32, with m >= 0 the negated sub-block minimum */
+        case PITH_Q4_K:
+        case PITH_Q5_K: {
+            /* x ~ d*sc*q - dmin*m per sub-block of 32, with m >= 0 the negated sub-block minimum;
+             * q in 0..15 (Q4_K) or 0..31 (Q5_K, whose fifth bits go to qh[32] before the nibbles) */
+            const int qmax = t == PITH_Q5_K ? 31 : 15;
+            uint8_t *q = o + (t == PITH_Q5_K ? 48 : 16);
             double scale[8], minv[8], smax = 0, mmax = 0;
             for (int s = 0; s < 8; s++) {
                 double lo = 0, hi = 0;
@@ -149,7 +166,7 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
                     lo = fmin(lo, xb[s * 32 + i]);
                     hi = fmax(hi, xb[s * 32 + i]);
                 }
-                scale[s] = (hi - lo) / 15;
+                scale[s] = (hi - lo) / qmax;
                 minv[s] = -lo;
                 smax = fmax(smax, scale[s]);
                 mmax = fmax(mmax, minv[s]);
@@ -168,14 +185,15 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
                 S[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
                 S[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
             }
-            uint8_t *q = o + 16;
             memset(q, 0, 128);
+            if (t == PITH_Q5_K) memset(o + 16, 0, 32);
             for (int i = 0; i < 256; i++) {
                 int s = i / 32;
                 double step = d * sc[s];
-                int v = step ? clampi(iround((xb[i] + dmin * m[s]) / step), 0, 15) : 0;
+                int v = step ? clampi(iround((xb[i] + dmin * m[s]) / step), 0, qmax) : 0;
                 int within = i % 64;
-                q[(i / 64) * 32 + within % 32] |= (uint8_t)(within < 32 ? v : v << 4);
+                q[(i / 64) * 32 + within % 32] |= (uint8_t)(within < 32 ? (v & 15) : (v & 15) << 4);
+                if (v & 16) o[16 + i % 32] |= (uint8_t)(1 << s);
             }
             break;
         }
@@ -215,6 +233,7 @@ static inline void random_blocks(pith_dtype t, int n, uint8_t *out) {
         switch (t) {
         case PITH_Q8_0: case PITH_Q4_0: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
         case PITH_Q4_K:
+        case PITH_Q5_K:
             put_f16(o, rnd_uniform(0.0f, 0.01f));
             put_f16(o + 2, rnd_uniform(0.0f, 0.01f));
             break;

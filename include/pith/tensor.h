@@ -24,6 +24,7 @@ typedef enum pith_dtype {
     PITH_Q4_0 = 2,
     PITH_Q8_0 = 8,
     PITH_Q4_K = 12,
+    PITH_Q5_K = 13,
     PITH_Q6_K = 14,
     PITH_BF16 = 30,
 } pith_dtype;
@@ -42,7 +43,7 @@ typedef struct pith_tensor {
 /* True when `type` is one of the element types above (and thus supported somewhere). */
 bool pith_dtype_valid(uint32_t type);
 const char *pith_dtype_name(pith_dtype type);
-/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for K-quants). */
+/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for K-quants: Q4_K, Q5_K, Q6_K). */
 int64_t pith_dtype_block_elems(pith_dtype type);
 /* Bytes per block. */
 size_t pith_dtype_block_bytes(pith_dtype type);

@@ -457,6 +457,31 @@ INLINE void unpack_q4_k(const uint8_t *blk, kq_unpacked *u) {
     u->dmin = f16_at(blk + 2);
 }
 
+/* Q5_K: Q4_K's nibbles with bit s of qh[l] as the fifth bit of element l of sub-block s (quants up
+ * to 31: maddubs pairs stay below 2 * 31 * 127). */
+INLINE void unpack_q5_k(const uint8_t *blk, kq_unpacked *u) {
+    const __m256i low = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(16);
+    uint8_t sm[16];
+    q4k_scales_mins(blk + 4, sm);
+    __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm16));
+    u->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm16, 8));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+    for (int p = 0; p < 4; p++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 48 + 32 * p));
+        /* bits 2p and 2p + 1 of qh moved to bit 0, then to bit 4 (16-bit shifts: the bits that cross into
+         * the other byte are the ones the mask drops) */
+        __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), 4), bit4);
+        __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), 4), bit4);
+        u->q[2 * p] = _mm256_or_si256(_mm256_and_si256(raw, low), h0);
+        u->q[2 * p + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), h1);
+    }
+    for (int g = 0; g < 8; g++)
+        u->scale[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
+    u->d = f16_at(blk);
+    u->dmin = f16_at(blk + 2);
+}
+
 INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
     const __m256i low = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
     __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
@@ -494,7 +519,7 @@ INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
  * 32 offset). Each (row, token) pair computes the same way whatever RN is. */
 INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
-    const size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    const size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : type == PITH_W_Q5_K ? PITH_Q5_K_BYTES : PITH_Q6_K_BYTES;
     const pith_block_q8k *xr[IMPL_MAX_RN];
     float sum[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -506,6 +531,7 @@ INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, 
         const uint8_t *blk = w + b * bb;
         _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
         if (type == PITH_W_Q4_K) unpack_q4_k(blk, &u);
+        else if (type == PITH_W_Q5_K) unpack_q5_k(blk, &u);
         else unpack_q6_k(blk, &u);
         UNROLL for (int t = 0; t < RN; t++) {
             const pith_block_q8k *xb = &xr[t][b];
@@ -514,7 +540,7 @@ INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, 
                 __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * g));
                 dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[g], xq), u.scale[g]));
             }
-            if (type == PITH_W_Q4_K) {
+            if (type != PITH_W_Q6_K) {
                 /* sums of each 32 activations (pairs of bsums) weighed by the mins */
                 __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
                                                _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
@@ -586,6 +612,7 @@ TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
 KQUANT_ENTRY(tile_q4_k, PITH_W_Q4_K)
 KQUANT_ENTRY(tile_q6_k, PITH_W_Q6_K)
+KQUANT_ENTRY(tile_q5_k, PITH_W_Q5_K)
 
 /* ---- activation quantizers ---- */
 
@@ -782,8 +809,8 @@ static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p
 /* F16 and BF16 take 12 tokens per call: their packed tiles (kernels_half.c) split them into passes that
  * fit the registers (two of 6 on AVX-512, four of 3 on AVX2), and only the first reads memory. */
 #define AVX2_COMMON                                                                                     \
-    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},                \
-    .tile_rn = {6, 12, 12, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k},     \
+    .tile_rn = {6, 12, 12, 4, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
     .scale = scale_avx2, .f16_to_f32 = f16_to_f32_avx2, .f32_to_f16 = f32_to_f16_avx2,                  \
     .exp_shifted = exp_shifted_avx2, .silu_mul = silu_mul_avx2, .pv_accumulate = pv_accumulate_avx2
 
@@ -815,10 +842,11 @@ static const pith_cpu_kernels avx512_vnni_kernels = {
     .pack_rows = 16,
     .pack = {[PITH_W_F16] = pith_pack_half_x16, [PITH_W_BF16] = pith_pack_half_x16,
              [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes,
-             [PITH_W_Q4_K] = pith_pack_q4_k_x16, [PITH_W_Q6_K] = pith_pack_q6_k_x16},
+             [PITH_W_Q4_K] = pith_pack_q4_k_x16, [PITH_W_Q6_K] = pith_pack_q6_k_x16, [PITH_W_Q5_K] = pith_pack_q5_k_x16},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x16, [PITH_W_BF16] = pith_tile_packed_bf16_x16,
                     [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0,
-                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x16, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x16},
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x16, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x16,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x16},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be

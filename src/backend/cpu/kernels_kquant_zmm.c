@@ -1,4 +1,4 @@
-/* AVX-512 VNNI packed tiles for Q4_K and Q6_K: 16 rows (one group, layout in pack_kquant.c) against up
+/* AVX-512 VNNI packed tiles for Q4_K, Q5_K and Q6_K: 16 rows (one group, layout in pack_kquant.c) against up
  * to 4 tokens of q8k activations per pass, every weight vector loaded and unpacked once per pass.
  *
  * Int32 lane r of every vector is row r. Per sub-block, vpdpbusd of the unsigned quants with 4
@@ -37,14 +37,17 @@ INLINEZ void store16(float *y, __m512 v, bool accumulate) {
     _mm512_storeu_ps(y, v);
 }
 
-/* Q4_K: x = d sc q - dmin m per sub-block of 32. Per super-block and token, with the high nibbles kept
- * in place (16 q: a mask instead of a shift) and the even sub-blocks' scales shifted by 4 to match:
+/* Q4_K (Q5 false): x = d sc q - dmin m per sub-block of 32. Per super-block and token, with the high
+ * nibbles kept in place (16 q: a mask instead of a shift) and the even sub-blocks' scales shifted by 4 to
+ * match:
  *   I = sum_s 16 sc_s <q_s, x_s>   |I| <= 16 * 63 * 8 * 32 * 15 * 127 < 2^29
  *   M = sum_s m_s sum(x_s)         |M| <= 8 * 63 * 32 * 127
  *   y += d_x (d / 16 I - dmin M)
- * The /16 is exact, so the result is the same as with plain sums. */
-INLINEZ void q4_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
-                       const int RN) {
+ * The /16 is exact, so the result is the same as with plain sums.
+ * Q5_K (Q5 true): the same with 5-bit quants (nibble | qh bit << 4, so no 16 q trick: plain I, d),
+ * |I| <= 63 * 8 * 32 * 31 * 127. */
+INLINEZ void q45_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
+                        const bool Q5, const int RN) {
     const pith_block_q8k *xr[MAX_RN];
     __m512 acc[MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -52,15 +55,18 @@ INLINEZ void q4_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
         acc[t] = _mm512_setzero_ps();
     }
     const __m512i low = _mm512_set1_epi8(15), six = _mm512_set1_epi8(63), top2 = _mm512_set1_epi8(0x30);
-    const __m512i byte0 = _mm512_set1_epi32(0xff), byte0x16 = _mm512_set1_epi32(0xff0);
+    const __m512i byte0 = _mm512_set1_epi32(0xff), byte0x16 = _mm512_set1_epi32(0xff0), bit4 = _mm512_set1_epi8(16);
+    const size_t cb = 16 * (Q5 ? PITH_Q5_K_BYTES : PITH_Q4_K_BYTES);
+    const int qoff = Q5 ? 768 : 256; /* the nibbles, after Q5_K's qh */
     /* int16 pairs (byte 0, byte 1) and (byte 2, byte 3) of every dword, zero-extended */
     const __m512i pick01 = _mm512_broadcast_i32x4(
         _mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
     const __m512i pick23 = _mm512_broadcast_i32x4(
         _mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
     const int nb = K / PITH_QK_K;
-    for (int b = 0; b < nb; b++, g += 16 * PITH_Q4_K_BYTES) {
-        __m512 d16 = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g)), _mm512_set1_ps(0.0625f));
+    for (int b = 0; b < nb; b++, g += cb) {
+        __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        if (!Q5) d16 = _mm512_mul_ps(d16, _mm512_set1_ps(0.0625f));
         __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
         __m512i A = _mm512_loadu_si512((const void *)(g + 64));
         __m512i B = _mm512_loadu_si512((const void *)(g + 128));
@@ -75,22 +81,34 @@ INLINEZ void q4_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
         UNROLL for (int s = 0; s < 8; s++) {
             __m512i v = s < 4 ? sc03 : sc47;
             int k = s % 4;
-            sc[s] = s % 2 == 0 ? _mm512_and_si512(k ? _mm512_srli_epi32(v, 8 * k - 4) : _mm512_slli_epi32(v, 4), byte0x16)
+            sc[s] = Q5 ? _mm512_and_si512(k ? _mm512_srli_epi32(v, 8 * k) : v, byte0)
+                  : s % 2 == 0 ? _mm512_and_si512(k ? _mm512_srli_epi32(v, 8 * k - 4) : _mm512_slli_epi32(v, 4), byte0x16)
                                : _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), byte0);
         }
         __m512i iacc[MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-            prefetch_lines(g + PREFETCH_BYTES + 576 * c, 9);
+            if (Q5) prefetch_lines(g + PREFETCH_BYTES + 704 * c, 11);
+            else prefetch_lines(g + PREFETCH_BYTES + 576 * c, 9);
             __m512i slo[MAX_RN], shi[MAX_RN];
             UNROLL for (int t = 0; t < RN; t++) slo[t] = shi[t] = _mm512_setzero_si512();
             UNROLL for (int half = 0; half < 2; half++) {
                 __m512i lo[4], hi[4];
                 UNROLL for (int v = 0; v < 4; v++) {
-                    __m512i raw = _mm512_loadu_si512((const void *)(g + 256 + 64 * (8 * c + 4 * half + v)));
+                    __m512i raw = _mm512_loadu_si512((const void *)(g + qoff + 64 * (8 * c + 4 * half + v)));
                     __asm__("" : "+v"(raw)); /* one load, not one per use */
-                    lo[v] = _mm512_and_si512(raw, low);
-                    hi[v] = _mm512_andnot_si512(low, raw);
+                    if (Q5) {
+                        /* bits 2c and 2c + 1 of qh moved to bit 4 of each byte (by at most 4 places:
+                         * the bits 32-bit shifts carry across bytes never land on bit 4) */
+                        __m512i qh = _mm512_loadu_si512((const void *)(g + 256 + 64 * (4 * half + v)));
+                        __m512i h0 = c < 2 ? _mm512_slli_epi32(qh, 4 - 2 * c) : _mm512_srli_epi32(qh, 2 * c - 4);
+                        __m512i h1 = c < 2 ? _mm512_slli_epi32(qh, 3 - 2 * c) : _mm512_srli_epi32(qh, 2 * c - 3);
+                        lo[v] = _mm512_ternarylogic_epi32(_mm512_and_si512(raw, low), h0, bit4, 0xf8);
+                        hi[v] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(raw, 4), low), h1, bit4, 0xf8);
+                    } else {
+                        lo[v] = _mm512_and_si512(raw, low);
+                        hi[v] = _mm512_andnot_si512(low, raw);
+                    }
                 }
                 UNROLL for (int t = 0; t < RN; t++) {
                     const int8_t *xq = xr[t][b].qs + 64 * c + 16 * half;
@@ -200,6 +218,16 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
     UNROLL for (int t = 0; t < RN; t++) store16(y + t * ldy, acc[t], accumulate);
 }
 
+INLINEZ void q4_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
+                       const int RN) {
+    q45_k_impl(K, g, x, xs, y, ldy, accumulate, false, RN);
+}
+
+INLINEZ void q5_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
+                       const int RN) {
+    q45_k_impl(K, g, x, xs, y, ldy, accumulate, true, RN);
+}
+
 #define ENTRY(NAME, IMPL)                                                                                   \
     TGTZ void NAME(int K, const uint8_t *g, const void *x, size_t xs, int rn, float *y, size_t ldy,         \
                    bool accumulate) {                                                                       \
@@ -216,6 +244,7 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
     }
 
 ENTRY(pith_tile_packed_q4_k_x16, q4_k_impl)
+ENTRY(pith_tile_packed_q5_k_x16, q5_k_impl)
 ENTRY(pith_tile_packed_q6_k_x16, q6_k_impl)
 
 #else

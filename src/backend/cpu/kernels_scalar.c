@@ -105,6 +105,22 @@ static float dot_q4_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
     return xb->d * (pith_load_f16(blk) * (float)dots - pith_load_f16(blk + 2) * (float)mins);
 }
 
+/* Q5_K: as Q4_K, the quants carrying a fifth bit (bit s of qh[l] for element l of sub-block s). */
+static float dot_q5_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
+    const uint8_t *scales = blk + 4, *qh = blk + 16, *q = blk + 48;
+    int dots = 0, mins = 0;
+    for (int s = 0; s < 8; s++) {
+        int sc, m;
+        pith_q4k_scale_min(scales, s, &sc, &m);
+        const uint8_t *qs = q + (s / 2) * 32;
+        int shift = (s & 1) * 4, isum = 0;
+        for (int l = 0; l < 32; l++) isum += (((qs[l] >> shift) & 15) | ((qh[l] >> s) & 1) << 4) * xb->qs[s * 32 + l];
+        dots += sc * isum;
+        mins += m * (xb->bsums[2 * s] + xb->bsums[2 * s + 1]);
+    }
+    return xb->d * (pith_load_f16(blk) * (float)dots - pith_load_f16(blk + 2) * (float)mins);
+}
+
 /* One Q6_K super-block against one q8k block: d * d_x * sum_s scale_s * (<u_s, x_s> - 32 sum(x_s)),
  * with u the unsigned 6-bit quants. */
 static float dot_q6_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
@@ -130,7 +146,7 @@ static float dot_q6_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
 
 static void tile_kquant(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                         float *y, size_t ldy, bool accumulate, pith_wtype type) {
-    size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : type == PITH_W_Q5_K ? PITH_Q5_K_BYTES : PITH_Q6_K_BYTES;
     int nb = K / PITH_QK_K;
     for (int r = 0; r < rm; r++) {
         for (int t = 0; t < rn; t++) {
@@ -138,7 +154,9 @@ static void tile_kquant(int K, const uint8_t *w, size_t ws, int rm, const void *
             const uint8_t *blk = w + r * ws;
             float sum = 0.0f;
             for (int b = 0; b < nb; b++, blk += bb)
-                sum += type == PITH_W_Q4_K ? dot_q4_k_block(blk, &xb[b]) : dot_q6_k_block(blk, &xb[b]);
+                sum += type == PITH_W_Q4_K   ? dot_q4_k_block(blk, &xb[b])
+                       : type == PITH_W_Q5_K ? dot_q5_k_block(blk, &xb[b])
+                                             : dot_q6_k_block(blk, &xb[b]);
             store(&y[t * ldy + r], sum, accumulate);
         }
     }
@@ -152,6 +170,11 @@ static void tile_q4_k(int K, const uint8_t *w, size_t ws, int rm, const void *x,
 static void tile_q6_k(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                       float *y, size_t ldy, bool accumulate) {
     tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q6_K);
+}
+
+static void tile_q5_k(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
+                      float *y, size_t ldy, bool accumulate) {
+    tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q5_K);
 }
 
 static void scale_scalar(float *y, float a, int n) {
@@ -189,8 +212,8 @@ static void pv_accumulate_scalar(float *acc, int acc_ld, const float *p, int p_l
 
 static const pith_cpu_kernels scalar_kernels = {
     .name = "scalar",
-    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {1, 1, 1, 1, 1, 1, 1},
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k},
+    .tile_rn = {1, 1, 1, 1, 1, 1, 1, 1},
     .quantize_q8a = pith_quantize_q8a_scalar,
     .quantize_q8k = pith_quantize_q8k_scalar,
     .scale = scale_scalar,

@@ -1,4 +1,4 @@
-/* Load-time repacking of Q4_K and Q6_K weights into 16-row groups for the AVX-512 VNNI packed tiles
+/* Load-time repacking of Q4_K, Q5_K and Q6_K weights into 16-row groups for the AVX-512 VNNI packed tiles
  * (kernels_kquant_zmm.c).
  *
  * In the file layout each row's super-block (256 elements) carries its scales packed in 6-bit fields
@@ -16,6 +16,12 @@
  *   u32 A[16], B[16], C[16]           row r's 12 scale bytes: bytes 0-3 in A[r], 4-7 in B[r], 8-11 in C[r]
  *   u8 q[4][8][16][4]                 q[c][v][r][j] = stored byte 32 c + 4 v + j of row r: low nibble is
  *                                     element 64 c + 4 v + j, high nibble element 64 c + 32 + 4 v + j
+ * Q5_K group, per block column b (16 x 176 = 2816 bytes): Q4_K's, with the fifth bits between the
+ * scales and the nibbles:
+ *   f16 d[16], f16 dmin[16], u32 A[16], B[16], C[16]
+ *   u8 qh[8][16][4]                   qh[v][r][j] = row r's qh byte 4 v + j: bit s is the fifth bit of
+ *                                     element 32 s + 4 v + j
+ *   u8 q[4][8][16][4]                 as Q4_K's
  * Q6_K group, per block column b (16 x 210 = 3360 bytes):
  *   f16 d[16]
  *   i8 sc[4][16][4]                   sc[p][r][j] = row r's scale 4 p + j (sub-blocks of 16)
@@ -41,6 +47,23 @@ void pith_pack_q4_k_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) 
             for (int c = 0; c < 4; c++)
                 for (int v = 0; v < 8; v++)
                     memcpy(col + 256 + 64 * (8 * c + v) + 4 * r, blk + 16 + 32 * c + 4 * v, 4);
+        }
+    }
+}
+
+void pith_pack_q5_k_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK_K;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * R * PITH_Q5_K_BYTES;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q5_K_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            memcpy(col + 32 + 2 * r, blk + 2, 2);
+            for (int p = 0; p < 3; p++) memcpy(col + 64 + 64 * p + 4 * r, blk + 4 + 4 * p, 4);
+            for (int v = 0; v < 8; v++) memcpy(col + 256 + 64 * v + 4 * r, blk + 16 + 4 * v, 4);
+            for (int c = 0; c < 4; c++)
+                for (int v = 0; v < 8; v++)
+                    memcpy(col + 768 + 64 * (8 * c + v) + 4 * r, blk + 48 + 32 * c + 4 * v, 4);
         }
     }
 }

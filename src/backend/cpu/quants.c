@@ -36,6 +36,21 @@ static void dequant_q4_k(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+static void dequant_q5_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += PITH_Q5_K_BYTES) {
+        float d = pith_load_f16(b), dmin = pith_load_f16(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *q = b + 48;
+        /* as Q4_K, with bit s of qh[l] adding 16 to element l of sub-block s */
+        for (int s = 0; s < 8; s += 2, q += 32) {
+            int sc0, m0, sc1, m1;
+            pith_q4k_scale_min(scales, s, &sc0, &m0);
+            pith_q4k_scale_min(scales, s + 1, &sc1, &m1);
+            for (int l = 0; l < 32; l++) *y++ = d * sc0 * ((q[l] & 15) | ((qh[l] >> s) & 1) << 4) - dmin * m0;
+            for (int l = 0; l < 32; l++) *y++ = d * sc1 * ((q[l] >> 4) | ((qh[l] >> (s + 1)) & 1) << 4) - dmin * m1;
+        }
+    }
+}
+
 static void dequant_q6_k(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += PITH_Q6_K_BYTES) {
         const uint8_t *ql = b, *qh = b + 128;
@@ -77,6 +92,7 @@ void pith_dequantize_row(pith_dtype type, const void *src, float *dst, int64_t n
     case PITH_Q8_0: dequant_q8_0(b, dst, n / PITH_QK); break;
     case PITH_Q4_0: dequant_q4_0(b, dst, n / PITH_QK); break;
     case PITH_Q4_K: dequant_q4_k(b, dst, n / PITH_QK_K); break;
+    case PITH_Q5_K: dequant_q5_k(b, dst, n / PITH_QK_K); break;
     case PITH_Q6_K: dequant_q6_k(b, dst, n / PITH_QK_K); break;
     }
 }

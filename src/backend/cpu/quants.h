@@ -7,6 +7,8 @@
  *   Q4_0: f16 d, uint8 nibbles[16]               x[j] = d * ((n[j] & 15) - 8), x[j+16] = d * ((n[j] >> 4) - 8)
  *   Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of 32, 128 bytes of
  *         nibbles                                x = d * scale_s * q - dmin * min_s
+ *   Q5_K: as Q4_K with 32 bytes qh between the scales and the nibbles: q = nibble + 16 * bit, bit s of
+ *         qh[l] the fifth bit of element l of sub-block s (q in 0..31)
  *   Q6_K: 128 bytes low nibbles, 64 bytes high 2-bit pairs, int8 scales[16] (sub-blocks of 16), f16 d
  *                                                x = d * scale_s * (q - 32)
  *
@@ -14,7 +16,7 @@
  * float scale per block, d = max|x| / 127, q = round(x / d), so |x - d*q| <= d/2 per element.
  *   q8a: for Q8_0/Q4_0 weights, blocks of 32, with s = d * sum(q): Q4_0 kernels multiply the unsigned
  *        nibbles directly and subtract 8 * s per block.
- *   q8k: for Q4_K/Q6_K weights, blocks of 256 with the sums of each 16 quants (bsums), which the
+ *   q8k: for Q4_K/Q5_K/Q6_K weights, blocks of 256 with the sums of each 16 quants (bsums), which the
  *        kernels use to apply the K-quants' offsets (Q4_K mins, Q6_K's -32) once per 16 elements. */
 #ifndef PITH_CPU_QUANTS_H
 #define PITH_CPU_QUANTS_H
@@ -31,6 +33,7 @@
 #define PITH_Q8_0_BYTES 34
 #define PITH_Q4_0_BYTES 18
 #define PITH_Q4_K_BYTES 144
+#define PITH_Q5_K_BYTES 176
 #define PITH_Q6_K_BYTES 210
 
 typedef struct pith_block_q8a {
