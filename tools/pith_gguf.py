@@ -11,9 +11,11 @@ Conventions
     Q4_0 (18 bytes / 32 values): f16 d, u8 qs[16];                x = d * (nibble - 8); low nibbles hold
                                   values 0..15 of the block, high nibbles values 16..31
     Q4_K (144 bytes / 256 values): f16 d, f16 dmin, u8 scales[12] (8 six-bit scales and mins), u8 qs[128]
+    Q5_K (176 bytes / 256 values): as Q4_K with u8 qh[32] between the scales and qs: bit s of qh[l] is
+                                  the fifth bit of value l of sub-block s (q in 0..31)
     Q6_K (210 bytes / 256 values): u8 ql[128], u8 qh[64], int8 scales[16], f16 d
   Q8_0 and Q4_0 quantize exactly as GGML's reference quantizers (same rounding), so a file written here
-  matches one converted by llama.cpp from the same float32 weights. Q4_K and Q6_K use simpler (plain
+  matches one converted by llama.cpp from the same float32 weights. Q4_K, Q5_K and Q6_K use simpler (plain
   min/max) quantizers than llama.cpp's search-based ones: the blocks are valid, only slightly less accurate.
 
 Writing is streaming: add_tensor takes an array or a callable producing it, and write() pulls each
@@ -42,11 +44,12 @@ _SCALAR_NP = {
 }
 
 # Tensor types (GGML ids).
-F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16 = 0, 1, 2, 8, 12, 14, 30
-TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q6_K": Q6_K, "BF16": BF16}
+F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 8, 12, 13, 14, 30
+TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K,
+              "BF16": BF16}
 # type -> (values per block, bytes per block)
 BLOCK = {F32: (1, 4), F16: (1, 2), BF16: (1, 2), Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144),
-         Q6_K: (256, 210)}
+         Q5_K: (256, 176), Q6_K: (256, 210)}
 
 
 def type_id(t):
@@ -132,12 +135,14 @@ def quantize_q4_0(x):
     return out.tobytes()
 
 
-def quantize_q4_k(x):
+def quantize_q4_k(x, bits=4):
+    """Q4_K, or with bits=5 Q5_K (the same fields, 31 levels, and qh[32] for the fifth bits)."""
+    qmax = (1 << bits) - 1
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 8, 32).astype(np.float64)
     nb = x.shape[0]
-    lo = np.minimum(x.min(axis=2), 0.0)                    # x = scale * q - min, q in 0..15, min >= 0
+    lo = np.minimum(x.min(axis=2), 0.0)                    # x = scale * q - min, q in 0..qmax, min >= 0
     hi = np.maximum(x.max(axis=2), 0.0)
-    sub_scale = (hi - lo) / 15.0
+    sub_scale = (hi - lo) / qmax
     sub_min = -lo
     d = (sub_scale.max(axis=1) / 63.0).astype(np.float16)
     dmin = (sub_min.max(axis=1) / 63.0).astype(np.float16)
@@ -151,7 +156,11 @@ def quantize_q4_k(x):
     offs = dmin64[:, None] * mn
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(step[:, :, None] > 0, _round_half_away((x + offs[:, :, None]) / step[:, :, None]), 0)
-    q = np.clip(q, 0, 15).astype(np.uint8).reshape(nb, 256)
+    q = np.clip(q, 0, qmax).astype(np.uint8).reshape(nb, 256)
+    qh = np.zeros((nb, 32), dtype=np.uint8)
+    for s in range(8):                                    # Q5_K: bit s of qh[l] = bit 4 of value 32 s + l
+        qh |= ((q[:, 32 * s:32 * s + 32] >> 4) & 1) << s
+    q &= 0xF
 
     scales = np.zeros((nb, 12), dtype=np.uint8)
     scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
@@ -160,12 +169,19 @@ def quantize_q4_k(x):
     qs = np.empty((nb, 128), dtype=np.uint8)
     for c in range(4):   # 64 values per chunk: sub-block 2c in the low nibbles, 2c+1 in the high ones
         qs[:, 32 * c:32 * c + 32] = q[:, 64 * c:64 * c + 32] | (q[:, 64 * c + 32:64 * c + 64] << 4)
-    out = np.empty((nb, 144), dtype=np.uint8)
+    head = 16 + (32 if bits == 5 else 0)
+    out = np.empty((nb, head + 128), dtype=np.uint8)
     out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
     out[:, 2:4] = dmin.astype("<f2").view(np.uint8).reshape(-1, 2)
     out[:, 4:16] = scales
-    out[:, 16:] = qs
+    if bits == 5:
+        out[:, 16:48] = qh
+    out[:, head:] = qs
     return out.tobytes()
+
+
+def quantize_q5_k(x):
+    return quantize_q4_k(x, bits=5)
 
 
 def quantize_q6_k(x):
@@ -207,7 +223,8 @@ def encode(x, t):
         return np.ascontiguousarray(x, dtype=np.float32).astype("<f2").tobytes()
     if t == BF16:
         return f32_to_bf16_bits(x).astype("<u2").tobytes()
-    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q6_K: quantize_q6_k}[t](x)
+    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q5_K: quantize_q5_k,
+            Q6_K: quantize_q6_k}[t](x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -232,8 +249,8 @@ def dequantize(buf, t, n):
         qs = b[:, 2:]
         q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float32) - 8
         return (d * q).reshape(-1)
-    if t == Q4_K:
-        b = raw.reshape(-1, 144)
+    if t in (Q4_K, Q5_K):
+        b = raw.reshape(-1, BLOCK[t][1])
         d = b[:, 0:2].copy().view("<f2").astype(np.float32)
         dmin = b[:, 2:4].copy().view("<f2").astype(np.float32)
         s = b[:, 4:16]
@@ -243,11 +260,14 @@ def dequantize(buf, t, n):
         mn[:, 0:4] = s[:, 4:8] & 63
         sc[:, 4:8] = (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)
         mn[:, 4:8] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
-        qs = b[:, 16:]
+        qs = b[:, 16:] if t == Q4_K else b[:, 48:]
         q = np.empty((b.shape[0], 8, 32), dtype=np.float32)
         for c in range(4):
             q[:, 2 * c] = qs[:, 32 * c:32 * c + 32] & 0xF
             q[:, 2 * c + 1] = qs[:, 32 * c:32 * c + 32] >> 4
+        if t == Q5_K:
+            for s in range(8):
+                q[:, s] += 16 * ((b[:, 16:48] >> s) & 1)
         y = (d * sc.astype(np.float32))[:, :, None] * q - (dmin * mn.astype(np.float32))[:, :, None]
         return y.reshape(-1)
     if t == Q6_K:
