@@ -29,6 +29,25 @@ static inline double get_f16(const uint8_t *p) {
     return pith_f16_to_f32(h);
 }
 
+/* GGML's kvalues_iq4nl: the values IQ4_NL and IQ4_XS nibbles stand for. */
+static const int ref_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_XS sub-block j's scale: 6 bits, low 4 in nibble j of scales_l[4], high 2 in bits 2j of scales_h,
+ * stored with +32. */
+static inline int ref_iq4xs_scale(const uint8_t *b, int j) {
+    int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 15;
+    int hi = ((b[2] | b[3] << 8) >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* index of the nearest table value to v */
+static inline int ref_iq4_nearest(double v) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabs(v - ref_iq4[k]) < fabs(v - ref_iq4[best])) best = k;
+    return best;
+}
+
 /* ---------- reference formats: element i of a row, and "magnitude" terms for the error bounds ---------- */
 
 static inline size_t block_bytes(pith_dtype t) { return pith_dtype_block_bytes(t); }
@@ -84,6 +103,22 @@ static inline double ref_elem(pith_dtype t, const uint8_t *row, int i, double *m
         double pos = get_f16(b) * sc * nib, neg = get_f16(b + 2) * m;
         v = pos - neg;
         *mag = fabs(pos) + fabs(neg);
+        break;
+    }
+    case PITH_IQ4_NL: {
+        /* f16 d, 16 bytes: byte j holds element j (low nibble) and j + 16 (high) */
+        int byte = b[2 + e % 16];
+        v = get_f16(b) * ref_iq4[e < 16 ? byte & 15 : byte >> 4];
+        /* kernels may multiply the value + 128 and the -128 separately */
+        *mag = fabs(get_f16(b)) * (ref_iq4[e < 16 ? byte & 15 : byte >> 4] + 256);
+        break;
+    }
+    case PITH_IQ4_XS: {
+        /* f16 d, u16 scales_h, u8 scales_l[4], then 16 bytes per sub-block of 32 laid out as IQ4_NL's */
+        int s = e / 32, w = e % 32;
+        int byte = b[8 + 16 * s + w % 16];
+        v = get_f16(b) * ref_iq4xs_scale(b, s) * ref_iq4[w < 16 ? byte & 15 : byte >> 4];
+        *mag = fabs(get_f16(b) * ref_iq4xs_scale(b, s)) * (ref_iq4[w < 16 ? byte & 15 : byte >> 4] + 256);
         break;
     }
     case PITH_Q5_K: {
@@ -197,6 +232,47 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
             }
             break;
         }
+        case PITH_IQ4_NL: {
+            /* the element of largest magnitude maps onto -127, the table's end */
+            double big = 0;
+            for (int i = 0; i < 32; i++)
+                if (fabs(xb[i]) > fabs(big)) big = xb[i];
+            put_f16(o, (float)(-big / 127));
+            double d = get_f16(o);
+            memset(o + 2, 0, 16);
+            for (int i = 0; i < 32; i++) {
+                int k = d ? ref_iq4_nearest(xb[i] / d) : 8;
+                o[2 + i % 16] |= (uint8_t)(i < 16 ? k : k << 4);
+            }
+            break;
+        }
+        case PITH_IQ4_XS: {
+            double dl[8], dmax = 0;
+            for (int s = 0; s < 8; s++) {
+                double big = 0;
+                for (int i = 0; i < 32; i++)
+                    if (fabs(xb[32 * s + i]) > fabs(big)) big = xb[32 * s + i];
+                dl[s] = -big / 127;
+                dmax = fmax(dmax, fabs(dl[s]));
+            }
+            put_f16(o, (float)(dmax / 31));
+            double d = get_f16(o);
+            memset(o + 2, 0, 134);
+            for (int s = 0; s < 8; s++) {
+                int sc = d ? clampi(iround(dl[s] / d), -32, 31) : 0;
+                int ls = sc + 32;
+                o[4 + s / 2] |= (uint8_t)((ls & 15) << (4 * (s % 2)));
+                int hb = (ls >> 4) << (2 * s);
+                o[2] |= (uint8_t)(hb & 255);
+                o[3] |= (uint8_t)(hb >> 8);
+                double step = d * sc;
+                for (int i = 0; i < 32; i++) {
+                    int k = step ? ref_iq4_nearest(xb[32 * s + i] / step) : 8;
+                    o[8 + 16 * s + i % 16] |= (uint8_t)(i < 16 ? k : k << 4);
+                }
+            }
+            break;
+        }
         case PITH_Q6_K: {
             double scale[16], smax = 0;
             for (int s = 0; s < 16; s++) {
@@ -231,7 +307,8 @@ static inline void random_blocks(pith_dtype t, int n, uint8_t *out) {
     for (int b = 0; b < nb; b++) {
         uint8_t *o = out + (size_t)b * block_bytes(t);
         switch (t) {
-        case PITH_Q8_0: case PITH_Q4_0: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
+        case PITH_Q8_0: case PITH_Q4_0: case PITH_IQ4_NL: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
+        case PITH_IQ4_XS: put_f16(o, rnd_uniform(-0.002f, 0.002f)); break;
         case PITH_Q4_K:
         case PITH_Q5_K:
             put_f16(o, rnd_uniform(0.0f, 0.01f));

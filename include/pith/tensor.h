@@ -26,6 +26,8 @@ typedef enum pith_dtype {
     PITH_Q4_K = 12,
     PITH_Q5_K = 13,
     PITH_Q6_K = 14,
+    PITH_IQ4_NL = 20,
+    PITH_IQ4_XS = 23,
     PITH_BF16 = 30,
 } pith_dtype;
 
@@ -43,7 +45,7 @@ typedef struct pith_tensor {
 /* True when `type` is one of the element types above (and thus supported somewhere). */
 bool pith_dtype_valid(uint32_t type);
 const char *pith_dtype_name(pith_dtype type);
-/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for K-quants: Q4_K, Q5_K, Q6_K). */
+/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/IQ4_NL, 256 for Q4_K, Q5_K, Q6_K, IQ4_XS). */
 int64_t pith_dtype_block_elems(pith_dtype type);
 /* Bytes per block. */
 size_t pith_dtype_block_bytes(pith_dtype type);

@@ -5,7 +5,7 @@
 bool pith_dtype_valid(uint32_t type) {
     switch (type) {
     case PITH_F32: case PITH_F16: case PITH_Q4_0: case PITH_Q8_0:
-    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: case PITH_BF16:
+    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: case PITH_IQ4_NL: case PITH_IQ4_XS: case PITH_BF16:
         return true;
     default:
         return false;
@@ -21,6 +21,8 @@ const char *pith_dtype_name(pith_dtype type) {
     case PITH_Q4_K: return "Q4_K";
     case PITH_Q5_K: return "Q5_K";
     case PITH_Q6_K: return "Q6_K";
+    case PITH_IQ4_NL: return "IQ4_NL";
+    case PITH_IQ4_XS: return "IQ4_XS";
     case PITH_BF16: return "BF16";
     }
     return "?";
@@ -28,8 +30,8 @@ const char *pith_dtype_name(pith_dtype type) {
 
 int64_t pith_dtype_block_elems(pith_dtype type) {
     switch (type) {
-    case PITH_Q4_0: case PITH_Q8_0: return 32;
-    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: return 256;
+    case PITH_Q4_0: case PITH_Q8_0: case PITH_IQ4_NL: return 32;
+    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: case PITH_IQ4_XS: return 256;
     default: return 1;
     }
 }
@@ -43,6 +45,8 @@ size_t pith_dtype_block_bytes(pith_dtype type) {
     case PITH_Q4_K: return 2 + 2 + 12 + 128;
     case PITH_Q5_K: return 2 + 2 + 12 + 32 + 128;
     case PITH_Q6_K: return 128 + 64 + 16 + 2;
+    case PITH_IQ4_NL: return 2 + 16;
+    case PITH_IQ4_XS: return 2 + 2 + 4 + 128;
     }
     return 0;
 }

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI packed tiles for Q4_K, Q5_K and Q6_K: 16 rows (one group, layout in pack_kquant.c) against up
+/* AVX-512 VNNI packed tiles for Q4_K, Q5_K, Q6_K and IQ4_XS: 16 rows (one group, layout in pack_kquant.c) against up
  * to 4 tokens of q8k activations per pass, every weight vector loaded and unpacked once per pass.
  *
  * Int32 lane r of every vector is row r. Per sub-block, vpdpbusd of the unsigned quants with 4
@@ -218,6 +218,73 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
     UNROLL for (int t = 0; t < RN; t++) store16(y + t * ldy, acc[t], accumulate);
 }
 
+/* IQ4_XS: x = d (ls - 32) V[n] per sub-block of 32. The table lookup gives V + 128 (unsigned, for
+ * vpdpbusd), whose excess comes out through the activation sums:
+ *   I = sum_s sc_s <V_s + 128, x_s>   |I| <= 8 * 32 * 32 * 241 * 127 < 2^28  (sc_s = ls_s - 32)
+ *   O = sum_s sc_s sum(x_s)           |O| <= 8 * 32 * 32 * 127
+ *   y += d d_x (I - 128 O)            exact in int32 */
+INLINEZ void iq4_xs_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
+                         const int RN) {
+    const pith_block_q8k *xr[MAX_RN];
+    __m512 acc[MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8k *)((const uint8_t *)x + t * xs);
+        acc[t] = _mm512_setzero_ps();
+    }
+    const __m512i low = _mm512_set1_epi8(15), three = _mm512_set1_epi32(3), nib = _mm512_set1_epi32(15);
+    const __m512i table = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pith_iq4_values)),
+                                           _mm512_set1_epi8((char)0x80));
+    const int nb = K / PITH_QK_K;
+    for (int b = 0; b < nb; b++, g += 16 * PITH_IQ4_XS_BYTES) {
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512i H = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(g + 32)));
+        __m512i L = _mm512_loadu_si512((const void *)(g + 64));
+        __m512i sc[8];
+        UNROLL for (int s = 0; s < 8; s++) {
+            __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(L, 4 * s), nib);
+            __m512i hi2 = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 2 * s), three), 4);
+            sc[s] = _mm512_sub_epi32(_mm512_or_si512(lo4, hi2), _mm512_set1_epi32(32));
+        }
+        /* the scales as int16 pairs (2k, 2k + 1), for the offset term */
+        __m512i scp[4];
+        UNROLL for (int k = 0; k < 4; k++)
+            scp[k] = _mm512_or_si512(_mm512_and_si512(sc[2 * k], _mm512_set1_epi32(0xffff)),
+                                     _mm512_slli_epi32(sc[2 * k + 1], 16));
+        __m512i iacc[MAX_RN];
+        UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm512_setzero_si512();
+        UNROLL for (int s = 0; s < 8; s++) {
+            prefetch_lines(g + PREFETCH_BYTES + 272 * s, 5);
+            __m512i lo[4], hi[4];
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m512i raw = _mm512_loadu_si512((const void *)(g + 128 + 64 * (4 * s + v)));
+                __asm__("" : "+v"(raw)); /* one load, not one per use */
+                lo[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low));
+                hi[v] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low));
+            }
+            UNROLL for (int t = 0; t < RN; t++) {
+                const int8_t *xq = xr[t][b].qs + 32 * s;
+                __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+                UNROLL for (int v = 0; v < 4; v++) {
+                    c0 = _mm512_dpbusd_epi32(c0, lo[v], bcast4(xq + 4 * v));
+                    c1 = _mm512_dpbusd_epi32(c1, hi[v], bcast4(xq + 16 + 4 * v));
+                }
+                iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_add_epi32(c0, c1), sc[s]));
+            }
+        }
+        UNROLL for (int t = 0; t < RN; t++) {
+            const pith_block_q8k *xb = &xr[t][b];
+            int32_t p[4]; /* sums of each 32 activations, as int16 pairs (2k, 2k + 1) */
+            _mm_storeu_si128((__m128i *)p, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
+                                                         _mm_loadu_si128((const __m128i *)(xb->bsums + 8))));
+            __m512i o = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 4; k++) o = _mm512_dpwssd_epi32(o, scp[k], _mm512_set1_epi32(p[k]));
+            __m512i tot = _mm512_sub_epi32(iacc[t], _mm512_slli_epi32(o, 7));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(d, _mm512_set1_ps(xb->d)), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < RN; t++) store16(y + t * ldy, acc[t], accumulate);
+}
+
 INLINEZ void q4_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy, bool accumulate,
                        const int RN) {
     q45_k_impl(K, g, x, xs, y, ldy, accumulate, false, RN);
@@ -246,6 +313,7 @@ INLINEZ void q5_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
 ENTRY(pith_tile_packed_q4_k_x16, q4_k_impl)
 ENTRY(pith_tile_packed_q5_k_x16, q5_k_impl)
 ENTRY(pith_tile_packed_q6_k_x16, q6_k_impl)
+ENTRY(pith_tile_packed_iq4_xs_x16, iq4_xs_impl)
 
 #else
 /* ISO C forbids an empty translation unit. */

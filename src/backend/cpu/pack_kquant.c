@@ -1,4 +1,4 @@
-/* Load-time repacking of Q4_K, Q5_K and Q6_K weights into 16-row groups for the AVX-512 VNNI packed tiles
+/* Load-time repacking of Q4_K, Q5_K, Q6_K and IQ4_XS weights into 16-row groups for the AVX-512 VNNI packed tiles
  * (kernels_kquant_zmm.c).
  *
  * In the file layout each row's super-block (256 elements) carries its scales packed in 6-bit fields
@@ -22,6 +22,10 @@
  *   u8 qh[8][16][4]                   qh[v][r][j] = row r's qh byte 4 v + j: bit s is the fifth bit of
  *                                     element 32 s + 4 v + j
  *   u8 q[4][8][16][4]                 as Q4_K's
+ * IQ4_XS group, per block column b (16 x 136 = 2176 bytes):
+ *   f16 d[16], u16 scales_h[16], u32 scales_l[16]
+ *   u8 q[8][4][16][4]                 q[s][v][r][j] = row r's byte 16 s + 4 v + j of nibbles: low nibble is
+ *                                     element 32 s + 4 v + j, high nibble element 32 s + 16 + 4 v + j
  * Q6_K group, per block column b (16 x 210 = 3360 bytes):
  *   f16 d[16]
  *   i8 sc[4][16][4]                   sc[p][r][j] = row r's scale 4 p + j (sub-blocks of 16)
@@ -64,6 +68,21 @@ void pith_pack_q5_k_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) 
             for (int c = 0; c < 4; c++)
                 for (int v = 0; v < 8; v++)
                     memcpy(col + 768 + 64 * (8 * c + v) + 4 * r, blk + 48 + 32 * c + 4 * v, 4);
+        }
+    }
+}
+
+void pith_pack_iq4_xs_x16(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    const int nb = K / PITH_QK_K;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * R * PITH_IQ4_XS_BYTES;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_IQ4_XS_BYTES;
+            memcpy(col + 2 * r, blk, 2);
+            memcpy(col + 32 + 2 * r, blk + 2, 2);
+            memcpy(col + 64 + 4 * r, blk + 4, 4);
+            for (int s = 0; s < 8; s++)
+                for (int v = 0; v < 4; v++) memcpy(col + 128 + 64 * (4 * s + v) + 4 * r, blk + 8 + 16 * s + 4 * v, 4);
         }
     }
 }
