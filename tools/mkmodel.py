@@ -130,7 +130,7 @@ LLAMA_CPP_GEMMA3_LOCAL_THETA = 10000.0
 LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL = 4
 # general.file_type (llama_ftype) for the dominant weight type.
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18,
-             "Q5_K_M": 17, "Q5_K": 17}
+             "Q5_K_M": 17, "Q5_K": 17, "IQ4_NL": 25, "IQ4_XS": 30}
 # The llama.cpp-like mixes: the main K-quant type of each (Q6_K where llama.cpp gives more bits).
 KQUANT_MIXES = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K"}
 BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
@@ -439,7 +439,8 @@ def matrix_type(cfg, dtype, name, shape):
     Q4_K (Q5_K) elsewhere. K-quant blocks span 256 values: rows of other lengths fall back to Q8_0 (llama.cpp
     picks Q5_0 / Q8_0 there; Pith has no Q5_0)."""
     if dtype not in KQUANT_MIXES:
-        return dtype
+        # 256-element blocks need rows of a multiple of 256 (as the mixes below)
+        return "Q8_0" if dtype == "IQ4_XS" and shape[-1] % 256 else dtype
     t = KQUANT_MIXES[dtype]
     if name == "output.weight" or (cfg.tied and name == "token_embd.weight"):
         t = "Q6_K"
@@ -672,7 +673,7 @@ def main(argv=None):
                     "(default head-dim)")
     ap.add_argument("--final-softcap", type=float, help="gemma3: logits become tanh(x / c) * c")
     ap.add_argument("--no-rope-interval", type=int, help="smollm3: every Nth layer has no RoPE (default 4)")
-    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M (llama.cpp-like mixes; safetensors: F32 F16 BF16)")
+    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q4_K_M Q5_K_M (llama.cpp-like mixes; safetensors: F32 F16 BF16)")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
     ap.add_argument("--shards", type=int, default=1, help="safetensors files (index written when > 1)")

@@ -14,8 +14,12 @@ Conventions
     Q5_K (176 bytes / 256 values): as Q4_K with u8 qh[32] between the scales and qs: bit s of qh[l] is
                                   the fifth bit of value l of sub-block s (q in 0..31)
     Q6_K (210 bytes / 256 values): u8 ql[128], u8 qh[64], int8 scales[16], f16 d
+    IQ4_NL (18 bytes / 32 values): f16 d, u8 qs[16] (nibbles as Q4_0's); x = d * IQ4_VALUES[nibble]
+    IQ4_XS (136 bytes / 256 values): f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]: 8 sub-blocks of 32,
+                                  ls = nibble s of scales_l | bit pair s of scales_h << 4, 16 bytes of
+                                  nibbles each (as IQ4_NL's); x = d * (ls - 32) * IQ4_VALUES[nibble]
   Q8_0 and Q4_0 quantize exactly as GGML's reference quantizers (same rounding), so a file written here
-  matches one converted by llama.cpp from the same float32 weights. Q4_K, Q5_K and Q6_K use simpler (plain
+  matches one converted by llama.cpp from the same float32 weights. Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS use simpler (plain
   min/max) quantizers than llama.cpp's search-based ones: the blocks are valid, only slightly less accurate.
 
 Writing is streaming: add_tensor takes an array or a callable producing it, and write() pulls each
@@ -44,12 +48,14 @@ _SCALAR_NP = {
 }
 
 # Tensor types (GGML ids).
-F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16 = 0, 1, 2, 8, 12, 13, 14, 30
+F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16 = 0, 1, 2, 8, 12, 13, 14, 20, 23, 30
 TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K,
-              "BF16": BF16}
+              "IQ4_NL": IQ4_NL, "IQ4_XS": IQ4_XS, "BF16": BF16}
+# GGML's kvalues_iq4nl: the non-linear grid IQ4_NL and IQ4_XS nibbles index.
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 # type -> (values per block, bytes per block)
 BLOCK = {F32: (1, 4), F16: (1, 2), BF16: (1, 2), Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144),
-         Q5_K: (256, 176), Q6_K: (256, 210)}
+         Q5_K: (256, 176), Q6_K: (256, 210), IQ4_NL: (32, 18), IQ4_XS: (256, 136)}
 
 
 def type_id(t):
@@ -184,6 +190,59 @@ def quantize_q5_k(x):
     return quantize_q4_k(x, bits=5)
 
 
+def _iq4_indices(v):
+    """Index of the nearest IQ4_VALUES entry to each of v (float64)."""
+    return np.abs(v[..., None] - IQ4_VALUES.astype(np.float64)).argmin(axis=-1).astype(np.uint8)
+
+
+def _iq4_scale(x):
+    """Per group (last axis): d mapping the element of largest magnitude onto -127, the grid's end."""
+    big = np.take_along_axis(x, np.abs(x).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    return -big / 127.0
+
+
+def _iq4_nibbles(q):
+    """Indices of 32 values per group -> 16 bytes: byte j holds value j (low nibble) and j + 16 (high)."""
+    return q[..., :16] | (q[..., 16:] << 4)
+
+
+def quantize_iq4_nl(x):
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32).astype(np.float64)
+    d = _iq4_scale(x).astype(np.float16)
+    d64 = d.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d64[:, None] != 0, _iq4_indices(x / d64[:, None]), 8)
+    out = np.empty((x.shape[0], 18), dtype=np.uint8)
+    out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = _iq4_nibbles(q.astype(np.uint8))
+    return out.tobytes()
+
+
+def quantize_iq4_xs(x):
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 8, 32).astype(np.float64)
+    nb = x.shape[0]
+    dl = _iq4_scale(x)                                     # wanted per sub-block scale (signed)
+    d = (np.abs(dl).max(axis=1) / 31.0).astype(np.float16)
+    d64 = d.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d64[:, None] > 0, np.round(dl / d64[:, None]), 0)
+    sc = np.clip(sc, -32, 31).astype(np.int64)
+    step = d64[:, None] * sc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step[:, :, None] != 0, _iq4_indices(x / step[:, :, None]), 8).astype(np.uint8)
+    ls = (sc + 32).astype(np.uint32)
+    scales_h = np.zeros(nb, dtype=np.uint32)
+    for s in range(8):
+        scales_h |= (ls[:, s] >> 4) << (2 * s)
+    scales_l = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)
+    out = np.empty((nb, 136), dtype=np.uint8)
+    out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = scales_h.astype("<u2").view(np.uint8).reshape(-1, 2)
+    out[:, 4:8] = scales_l
+    out[:, 8:] = _iq4_nibbles(q).reshape(nb, 128)
+    return out.tobytes()
+
+
 def quantize_q6_k(x):
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 16, 16).astype(np.float64)
     nb = x.shape[0]
@@ -224,7 +283,7 @@ def encode(x, t):
     if t == BF16:
         return f32_to_bf16_bits(x).astype("<u2").tobytes()
     return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q5_K: quantize_q5_k,
-            Q6_K: quantize_q6_k}[t](x)
+            Q6_K: quantize_q6_k, IQ4_NL: quantize_iq4_nl, IQ4_XS: quantize_iq4_xs}[t](x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -285,6 +344,23 @@ def dequantize(buf, t, n):
             q[:, base + 64:base + 96] = (l0 >> 4) | (((h >> 4) & 3) << 4)
             q[:, base + 96:base + 128] = (l1 >> 4) | (((h >> 6) & 3) << 4)
         y = (d * sc)[:, :, None] * (q - 32).astype(np.float32).reshape(-1, 16, 16)
+        return y.reshape(-1)
+    if t == IQ4_NL:
+        b = raw.reshape(-1, 18)
+        d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+        qs = b[:, 2:]
+        q = IQ4_VALUES[np.concatenate([qs & 0xF, qs >> 4], axis=1)].astype(np.float32)
+        return (d * q).reshape(-1)
+    if t == IQ4_XS:
+        b = raw.reshape(-1, 136)
+        d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+        h = b[:, 2:4].copy().view("<u2").astype(np.int32)[:, 0]
+        ls = np.empty((b.shape[0], 8), dtype=np.int32)
+        for s in range(8):
+            ls[:, s] = ((b[:, 4 + s // 2] >> (4 * (s % 2))) & 15) | (((h >> (2 * s)) & 3) << 4)
+        qs = b[:, 8:].reshape(-1, 8, 16)
+        q = IQ4_VALUES[np.concatenate([qs & 0xF, qs >> 4], axis=2)].astype(np.float32)
+        y = (d * (ls - 32).astype(np.float32))[:, :, None] * q
         return y.reshape(-1)
     raise ValueError(f"cannot dequantize {type_name(t)}")
 
