@@ -90,8 +90,13 @@ INLINEZ void q45_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float
         UNROLL for (int c = 0; c < 4; c++) {
             if (Q5) prefetch_lines(g + PREFETCH_BYTES + 704 * c, 11);
             else prefetch_lines(g + PREFETCH_BYTES + 576 * c, 9);
-            __m512i slo[MAX_RN], shi[MAX_RN];
-            UNROLL for (int t = 0; t < RN; t++) slo[t] = shi[t] = _mm512_setzero_si512();
+            /* One token (decode) gets 4 chains per sum, so it is not bound by vpdpbusd latency; more
+             * tokens have enough independent chains. Integer sums: the same result either way. */
+            enum { CH = 4 };
+            const int ch = RN == 1 ? CH : 1;
+            __m512i slo[MAX_RN][CH], shi[MAX_RN][CH];
+            UNROLL for (int t = 0; t < RN; t++)
+                UNROLL for (int i = 0; i < ch; i++) slo[t][i] = shi[t][i] = _mm512_setzero_si512();
             UNROLL for (int half = 0; half < 2; half++) {
                 __m512i lo[4], hi[4];
                 UNROLL for (int v = 0; v < 4; v++) {
@@ -113,14 +118,20 @@ INLINEZ void q45_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float
                 UNROLL for (int t = 0; t < RN; t++) {
                     const int8_t *xq = xr[t][b].qs + 64 * c + 16 * half;
                     UNROLL for (int v = 0; v < 4; v++) {
-                        slo[t] = _mm512_dpbusd_epi32(slo[t], lo[v], bcast4(xq + 4 * v));
-                        shi[t] = _mm512_dpbusd_epi32(shi[t], hi[v], bcast4(xq + 32 + 4 * v));
+                        slo[t][v % ch] = _mm512_dpbusd_epi32(slo[t][v % ch], lo[v], bcast4(xq + 4 * v));
+                        shi[t][v % ch] = _mm512_dpbusd_epi32(shi[t][v % ch], hi[v], bcast4(xq + 32 + 4 * v));
                     }
                 }
             }
-            UNROLL for (int t = 0; t < RN; t++)
-                iacc[t] = _mm512_add_epi32(iacc[t], _mm512_add_epi32(_mm512_mullo_epi32(slo[t], sc[2 * c]),
-                                                                     _mm512_mullo_epi32(shi[t], sc[2 * c + 1])));
+            UNROLL for (int t = 0; t < RN; t++) {
+                __m512i l = slo[t][0], h = shi[t][0];
+                if (ch == CH) {
+                    l = _mm512_add_epi32(_mm512_add_epi32(l, slo[t][1]), _mm512_add_epi32(slo[t][2], slo[t][3]));
+                    h = _mm512_add_epi32(_mm512_add_epi32(h, shi[t][1]), _mm512_add_epi32(shi[t][2], shi[t][3]));
+                }
+                iacc[t] = _mm512_add_epi32(iacc[t], _mm512_add_epi32(_mm512_mullo_epi32(l, sc[2 * c]),
+                                                                     _mm512_mullo_epi32(h, sc[2 * c + 1])));
+            }
         }
         __m512i m01 = _mm512_shuffle_epi8(m03, pick01), m23 = _mm512_shuffle_epi8(m03, pick23);
         __m512i m45 = _mm512_shuffle_epi8(m47, pick01), m67 = _mm512_shuffle_epi8(m47, pick23);
@@ -263,12 +274,17 @@ INLINEZ void iq4_xs_impl(int K, const uint8_t *g, const void *x, size_t xs, floa
             }
             UNROLL for (int t = 0; t < RN; t++) {
                 const int8_t *xq = xr[t][b].qs + 32 * s;
-                __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+                /* 4 chains for one token (decode), 2 otherwise: integer sums, the same result */
+                __m512i c[4];
+                const int ch = RN == 1 ? 2 : 1;
+                UNROLL for (int i = 0; i < 2 * ch; i++) c[i] = _mm512_setzero_si512();
                 UNROLL for (int v = 0; v < 4; v++) {
-                    c0 = _mm512_dpbusd_epi32(c0, lo[v], bcast4(xq + 4 * v));
-                    c1 = _mm512_dpbusd_epi32(c1, hi[v], bcast4(xq + 16 + 4 * v));
+                    c[v % ch] = _mm512_dpbusd_epi32(c[v % ch], lo[v], bcast4(xq + 4 * v));
+                    c[ch + v % ch] = _mm512_dpbusd_epi32(c[ch + v % ch], hi[v], bcast4(xq + 16 + 4 * v));
                 }
-                iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_add_epi32(c0, c1), sc[s]));
+                __m512i sum = _mm512_add_epi32(c[0], c[ch]);
+                if (ch == 2) sum = _mm512_add_epi32(sum, _mm512_add_epi32(c[1], c[3]));
+                iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(sum, sc[s]));
             }
         }
         UNROLL for (int t = 0; t < RN; t++) {
