@@ -91,7 +91,8 @@ static void test_probes(void) {
     measure(false, 1, &best);
     const pith_cpu_kernels *kt = pith_cpu_kernels_best(false);
 #ifdef __OPTIMIZE__
-    if (strstr(kt->name, "vnni"))
+    /* (where the table packs Q4_K too, as the AVX-512 VNNI one does, both peaks time the same loop) */
+    if (strstr(kt->name, "vnni") && !kt->pack[PITH_W_Q4_K])
         CHECKF(best.int8_q4_0 >= best.int8_q4_k, "%s: VNNI peak %.1f below the maddubs peak %.1f GOP/s", kt->name,
                best.int8_q4_0 / 1e9, best.int8_q4_k / 1e9);
     if (!strcmp(kt->name, "avx512-vnni"))
