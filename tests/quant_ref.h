@@ -29,6 +29,25 @@ static inline double get_f16(const uint8_t *p) {
     return pith_f16_to_f32(h);
 }
 
+/* GGML's kvalues_iq4nl: the values IQ4_NL and IQ4_XS nibbles stand for. */
+static const int ref_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_XS sub-block j's scale: 6 bits, low 4 in nibble j of scales_l[4], high 2 in bits 2j of scales_h,
+ * stored with +32. */
+static inline int ref_iq4xs_scale(const uint8_t *b, int j) {
+    int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 15;
+    int hi = ((b[2] | b[3] << 8) >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* index of the nearest table value to v */
+static inline int ref_iq4_nearest(double v) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabs(v - ref_iq4[k]) < fabs(v - ref_iq4[best])) best = k;
+    return best;
+}
+
 /* ---------- reference formats: element i of a row, and "magnitude" terms for the error bounds ---------- */
 
 static inline size_t block_bytes(pith_dtype t) { return pith_dtype_block_bytes(t); }
@@ -82,6 +101,35 @@ static inline double ref_elem(pith_dtype t, const uint8_t *row, int i, double *m
         int byte = b[16 + (e / 64) * 32 + within % 32];
         int nib = within < 32 ? byte & 15 : byte >> 4;
         double pos = get_f16(b) * sc * nib, neg = get_f16(b + 2) * m;
+        v = pos - neg;
+        *mag = fabs(pos) + fabs(neg);
+        break;
+    }
+    case PITH_IQ4_NL: {
+        /* f16 d, 16 bytes: byte j holds element j (low nibble) and j + 16 (high) */
+        int byte = b[2 + e % 16];
+        v = get_f16(b) * ref_iq4[e < 16 ? byte & 15 : byte >> 4];
+        /* kernels may multiply the value + 128 and the -128 separately */
+        *mag = fabs(get_f16(b)) * (ref_iq4[e < 16 ? byte & 15 : byte >> 4] + 256);
+        break;
+    }
+    case PITH_IQ4_XS: {
+        /* f16 d, u16 scales_h, u8 scales_l[4], then 16 bytes per sub-block of 32 laid out as IQ4_NL's */
+        int s = e / 32, w = e % 32;
+        int byte = b[8 + 16 * s + w % 16];
+        v = get_f16(b) * ref_iq4xs_scale(b, s) * ref_iq4[w < 16 ? byte & 15 : byte >> 4];
+        *mag = fabs(get_f16(b) * ref_iq4xs_scale(b, s)) * (ref_iq4[w < 16 ? byte & 15 : byte >> 4] + 256);
+        break;
+    }
+    case PITH_Q5_K: {
+        /* Q4_K's fields, then qh[32]: bit s of qh[l] is the fifth bit of element 32 s + l */
+        int sc, m;
+        q4k_sm(b + 4, e / 32, &sc, &m);
+        int within = e % 64;
+        int byte = b[48 + (e / 64) * 32 + within % 32];
+        int nib = within < 32 ? byte & 15 : byte >> 4;
+        int q = nib + 16 * ((b[16 + e % 32] >> (e / 32)) & 1);
+        double pos = get_f16(b) * sc * q, neg = get_f16(b + 2) * m;
         v = pos - neg;
         *mag = fabs(pos) + fabs(neg);
         break;
@@ -140,8 +188,12 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
             }
             break;
         }
-        case PITH_Q4_K: {
-            /* x ~ d*sc*q - dmin*m per sub-block of 32, with m >= 0 the negated sub-block minimum */
+        case PITH_Q4_K:
+        case PITH_Q5_K: {
+            /* x ~ d*sc*q - dmin*m per sub-block of 32, with m >= 0 the negated sub-block minimum;
+             * q in 0..15 (Q4_K) or 0..31 (Q5_K, whose fifth bits go to qh[32] before the nibbles) */
+            const int qmax = t == PITH_Q5_K ? 31 : 15;
+            uint8_t *q = o + (t == PITH_Q5_K ? 48 : 16);
             double scale[8], minv[8], smax = 0, mmax = 0;
             for (int s = 0; s < 8; s++) {
                 double lo = 0, hi = 0;
@@ -149,7 +201,7 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
                     lo = fmin(lo, xb[s * 32 + i]);
                     hi = fmax(hi, xb[s * 32 + i]);
                 }
-                scale[s] = (hi - lo) / 15;
+                scale[s] = (hi - lo) / qmax;
                 minv[s] = -lo;
                 smax = fmax(smax, scale[s]);
                 mmax = fmax(mmax, minv[s]);
@@ -168,14 +220,56 @@ static inline void ref_quantize(pith_dtype t, const float *x, int n, uint8_t *ou
                 S[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
                 S[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
             }
-            uint8_t *q = o + 16;
             memset(q, 0, 128);
+            if (t == PITH_Q5_K) memset(o + 16, 0, 32);
             for (int i = 0; i < 256; i++) {
                 int s = i / 32;
                 double step = d * sc[s];
-                int v = step ? clampi(iround((xb[i] + dmin * m[s]) / step), 0, 15) : 0;
+                int v = step ? clampi(iround((xb[i] + dmin * m[s]) / step), 0, qmax) : 0;
                 int within = i % 64;
-                q[(i / 64) * 32 + within % 32] |= (uint8_t)(within < 32 ? v : v << 4);
+                q[(i / 64) * 32 + within % 32] |= (uint8_t)(within < 32 ? (v & 15) : (v & 15) << 4);
+                if (v & 16) o[16 + i % 32] |= (uint8_t)(1 << s);
+            }
+            break;
+        }
+        case PITH_IQ4_NL: {
+            /* the element of largest magnitude maps onto -127, the table's end */
+            double big = 0;
+            for (int i = 0; i < 32; i++)
+                if (fabs(xb[i]) > fabs(big)) big = xb[i];
+            put_f16(o, (float)(-big / 127));
+            double d = get_f16(o);
+            memset(o + 2, 0, 16);
+            for (int i = 0; i < 32; i++) {
+                int k = d ? ref_iq4_nearest(xb[i] / d) : 8;
+                o[2 + i % 16] |= (uint8_t)(i < 16 ? k : k << 4);
+            }
+            break;
+        }
+        case PITH_IQ4_XS: {
+            double dl[8], dmax = 0;
+            for (int s = 0; s < 8; s++) {
+                double big = 0;
+                for (int i = 0; i < 32; i++)
+                    if (fabs(xb[32 * s + i]) > fabs(big)) big = xb[32 * s + i];
+                dl[s] = -big / 127;
+                dmax = fmax(dmax, fabs(dl[s]));
+            }
+            put_f16(o, (float)(dmax / 31));
+            double d = get_f16(o);
+            memset(o + 2, 0, 134);
+            for (int s = 0; s < 8; s++) {
+                int sc = d ? clampi(iround(dl[s] / d), -32, 31) : 0;
+                int ls = sc + 32;
+                o[4 + s / 2] |= (uint8_t)((ls & 15) << (4 * (s % 2)));
+                int hb = (ls >> 4) << (2 * s);
+                o[2] |= (uint8_t)(hb & 255);
+                o[3] |= (uint8_t)(hb >> 8);
+                double step = d * sc;
+                for (int i = 0; i < 32; i++) {
+                    int k = step ? ref_iq4_nearest(xb[32 * s + i] / step) : 8;
+                    o[8 + 16 * s + i % 16] |= (uint8_t)(i < 16 ? k : k << 4);
+                }
             }
             break;
         }
@@ -213,8 +307,10 @@ static inline void random_blocks(pith_dtype t, int n, uint8_t *out) {
     for (int b = 0; b < nb; b++) {
         uint8_t *o = out + (size_t)b * block_bytes(t);
         switch (t) {
-        case PITH_Q8_0: case PITH_Q4_0: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
+        case PITH_Q8_0: case PITH_Q4_0: case PITH_IQ4_NL: put_f16(o, rnd_uniform(-0.05f, 0.05f)); break;
+        case PITH_IQ4_XS: put_f16(o, rnd_uniform(-0.002f, 0.002f)); break;
         case PITH_Q4_K:
+        case PITH_Q5_K:
             put_f16(o, rnd_uniform(0.0f, 0.01f));
             put_f16(o + 2, rnd_uniform(0.0f, 0.01f));
             break;

@@ -57,7 +57,8 @@ def expected_weights(path):
 
 def expected_peak_isa(table, main_type):
     """The instructions of the pp peak: those of the tiles the kernel table runs the main weight type on.
-    Q8_0 and Q4_0 go through packed tiles (VNNI where the table has it), K-quants through maddubs; F16
+    Q8_0 and Q4_0 go through packed tiles (VNNI where the table has it), K-quants and IQ4 through the
+    AVX-512 VNNI table's packed tiles and elsewhere through maddubs; F16
     and BF16 through packed tiles (zmm FMA on the AVX-512 table, ymm elsewhere), F32 through ymm FMA; the
     scalar table through portable C."""
     if table == "scalar":
@@ -69,6 +70,8 @@ def expected_peak_isa(table, main_type):
     if main_type in ("Q8_0", "Q4_0"):
         return {"avx512-vnni": "vpdpbusd zmm (AVX-512 VNNI)", "avx2-vnni": "vpdpbusd ymm (AVX-VNNI)",
                 "avx2": "vpmaddubsw+vpmaddwd ymm"}[table]
+    if table == "avx512-vnni":
+        return "vpdpbusd zmm (AVX-512 VNNI)"
     return "vpmaddubsw+vpmaddwd ymm"
 
 

@@ -1,5 +1,5 @@
 """Pith's logits against an independent float64 torch reference, on random-weight models in real
-configurations, in GGUF (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, a Q4_K_M mix) and Hugging Face
+configurations, in GGUF (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, Q4_K_M and Q5_K_M mixes) and Hugging Face
 safetensors (F32, F16, BF16), with the KV cache in F32 and, once per configuration, in pith run's
 default F16; plus linear RoPE scaling (GGUF and safetensors, F32); plus sliding-window Mistral, SmolLM3
 (layers without RoPE) and Gemma 3 (GGUF and safetensors, F32 and one F16-cache case each, 72 generated
@@ -57,7 +57,7 @@ TOLERANCES = {
     # Float weights, pith run's default F16 cache, against the reference rounding the cache likewise
     # (rounding-boundary cases differ by one f16 step).
     "float-kv16": (1e-3, None, None),
-    # Q8_0 / Q4_0: pith rounds activations to 8 bits per block of 32 for integer dot products.
+    # Q8_0 / Q4_0 / IQ4_NL: pith rounds activations to 8 bits per block of 32 for integer dot products.
     "q32": (0.3, 0.04, 32),
     # Q8_0 on LFM2: the same rounding, but the short convolution multiplies two projections of the rounded
     # input (B * x, then C * conv): over seeds 900-905 the max error was 0.21-0.32 and the mean 0.033-0.043,
@@ -68,7 +68,7 @@ TOLERANCES = {
     # (pith against the act-q8 simulation: 0.05-0.14, where rounding boundaries flip). A loose bound on a
     # random model whose logits have a standard deviation of 1; the F32 cases carry the precision.
     "q32-delta": (2.0, 0.15, 32),
-    # Q4_K / Q6_K: the same per block of 256 (a larger block max, so a larger step).
+    # Q4_K / Q5_K / Q6_K / IQ4_XS: the same per block of 256 (a larger block max, so a larger step).
     "qk": (0.4, 0.05, 256),
     # Mixture of experts with Q8_0 / Q4_0 / MXFP4 weights: as q32, but the 8-bit rounding upstream can flip
     # a router's choice where two experts' logits nearly tie, which moves that step's logits by up to
@@ -85,7 +85,7 @@ GGUF_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0"]
 ST_TYPES = ["F32", "F16", "BF16"]
 # K-quant blocks span 256 values: only presets whose matrix rows are multiples of 256.
 KQUANT_PRESETS = ["test-llama-gqa", "test-qwen3-k"]
-KQUANT_TYPES = ["Q4_K", "Q6_K", "Q4_K_M"]
+KQUANT_TYPES = ["Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "IQ4_NL", "IQ4_XS"]
 # Windows, no-RoPE layers and Gemma 3: GGUF and safetensors F32 (+ GGUF F32 with the F16 cache), 72 tokens
 # generated, more than three windows of every windowed preset (20 for Mistral, 16 for Gemma 3).
 NEW_PRESETS = ["test-mistral-swa", "test-smollm3", "test-gemma3", "test-gemma3-softcap"]
@@ -126,9 +126,9 @@ YARN_ST_ONLY = ["test-qwen3-yarn-st"]
 
 
 def tolerance_kind(dtype):
-    if dtype in ("Q8_0", "Q4_0", "MXFP4"):
+    if dtype in ("Q8_0", "Q4_0", "IQ4_NL", "MXFP4"):
         return "q32"
-    if dtype.startswith(("Q4_K", "Q6_K")):
+    if dtype.startswith(("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")):
         return "qk"
     return "float"
 

@@ -198,7 +198,9 @@ LLAMA_CPP_GEMMA3_LOCAL_THETA = 10000.0
 LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL = 4
 # general.file_type (llama_ftype) for the dominant weight type.
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "Q4_K_M": 15, "Q4_K": 15, "Q6_K": 18,
-             "MXFP4": 38}
+             "MXFP4": 38, "Q5_K_M": 17, "Q5_K": 17, "IQ4_NL": 25, "IQ4_XS": 30}
+# The llama.cpp-like mixes: the main K-quant type of each (Q6_K where llama.cpp gives more bits).
+KQUANT_MIXES = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K"}
 BOS_ID, EOS_ID, UNK_ID = 1, 2, 0
 
 
@@ -850,16 +852,17 @@ def llama3_rope_factors(cfg):
 # GGUF.
 
 def matrix_type(cfg, dtype, name, shape):
-    """Tensor type of a weight matrix. Q4_K_M mixes types like llama.cpp's Q4_K_M: Q6_K for the output
+    """Tensor type of a weight matrix. Q4_K_M and Q5_K_M mix types like llama.cpp's: Q6_K for the output
     and for attn_v / ffn_down in the first and last eighth of the layers and every third one between,
-    Q4_K elsewhere. K-quant blocks span 256 values: rows of other lengths fall back to Q8_0 (llama.cpp
+    Q4_K (Q5_K) elsewhere. K-quant blocks span 256 values: rows of other lengths fall back to Q8_0 (llama.cpp
     picks Q5_0 / Q8_0 there; Pith has no Q5_0)."""
     if dtype == "MXFP4":
         # llama.cpp's MXFP4_MOE: the experts in MXFP4, the other matrices here Q8_0.
         return "MXFP4" if name.endswith("_exps.weight") else "Q8_0"
-    if dtype != "Q4_K_M":
-        return dtype
-    t = "Q4_K"
+    if dtype not in KQUANT_MIXES:
+        # 256-element blocks need rows of a multiple of 256 (as the mixes below)
+        return "Q8_0" if dtype == "IQ4_XS" and shape[-1] % 256 else dtype
+    t = KQUANT_MIXES[dtype]
     if name == "output.weight" or (cfg.tied and name == "token_embd.weight"):
         t = "Q6_K"
     elif name.endswith(("attn_v.weight", "ffn_down.weight")):
@@ -871,7 +874,7 @@ def matrix_type(cfg, dtype, name, shape):
 
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
     dtype = dtype.upper()
-    if dtype != "Q4_K_M":
+    if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
     if dtype == "MXFP4" and not cfg.experts:
         raise ValueError("MXFP4 is for expert tensors: the model has none")
@@ -1182,8 +1185,8 @@ def main(argv=None):
                     "--hf-type mixtral)")
     ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
     ap.add_argument("--expert-ffn", type=int, help="each expert's hidden width (qwen3moe; Mixtral's is --ffn)")
-    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K Q4_K_M (a llama.cpp-like mix), "
-                    "MXFP4 (experts MXFP4, other matrices Q8_0); safetensors: F32 F16 BF16")
+    ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q4_K_M Q5_K_M "
+                    "(llama.cpp-like mixes), MXFP4 (experts MXFP4, other matrices Q8_0); safetensors: F32 F16 BF16")
     ap.add_argument("--format", choices=["gguf", "safetensors"], default=None,
                     help="default: gguf, or safetensors when --out does not end in .gguf")
     ap.add_argument("--shards", type=int, default=1, help="safetensors files (index written when > 1)")

@@ -11,11 +11,17 @@ Conventions
     Q4_0 (18 bytes / 32 values): f16 d, u8 qs[16];                x = d * (nibble - 8); low nibbles hold
                                   values 0..15 of the block, high nibbles values 16..31
     Q4_K (144 bytes / 256 values): f16 d, f16 dmin, u8 scales[12] (8 six-bit scales and mins), u8 qs[128]
+    Q5_K (176 bytes / 256 values): as Q4_K with u8 qh[32] between the scales and qs: bit s of qh[l] is
+                                  the fifth bit of value l of sub-block s (q in 0..31)
     Q6_K (210 bytes / 256 values): u8 ql[128], u8 qh[64], int8 scales[16], f16 d
     MXFP4 (17 bytes / 32 values): u8 e (E8M0), u8 qs[16] of 4-bit E2M1 codes (low nibbles values 0..15,
                                   high nibbles 16..31); x = E2M1(code) * 2^(e - 127)
+    IQ4_NL (18 bytes / 32 values): f16 d, u8 qs[16] (nibbles as Q4_0's); x = d * IQ4_VALUES[nibble]
+    IQ4_XS (136 bytes / 256 values): f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]: 8 sub-blocks of 32,
+                                  ls = nibble s of scales_l | bit pair s of scales_h << 4, 16 bytes of
+                                  nibbles each (as IQ4_NL's); x = d * (ls - 32) * IQ4_VALUES[nibble]
   Q8_0 and Q4_0 quantize exactly as GGML's reference quantizers (same rounding), so a file written here
-  matches one converted by llama.cpp from the same float32 weights. Q4_K and Q6_K use simpler (plain
+  matches one converted by llama.cpp from the same float32 weights. Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS use simpler (plain
   min/max) quantizers than llama.cpp's search-based ones: the blocks are valid, only slightly less accurate.
 
 Writing is streaming: add_tensor takes an array or a callable producing it, and write() pulls each
@@ -44,12 +50,14 @@ _SCALAR_NP = {
 }
 
 # Tensor types (GGML ids).
-F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, BF16, MXFP4 = 0, 1, 2, 8, 12, 14, 30, 39
-TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q6_K": Q6_K, "BF16": BF16,
-              "MXFP4": MXFP4}
+F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4 = 0, 1, 2, 8, 12, 13, 14, 20, 23, 30, 39
+TYPE_NAMES = {"F32": F32, "F16": F16, "Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K,
+              "IQ4_NL": IQ4_NL, "IQ4_XS": IQ4_XS, "BF16": BF16, "MXFP4": MXFP4}
+# GGML's kvalues_iq4nl: the non-linear grid IQ4_NL and IQ4_XS nibbles index.
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 # type -> (values per block, bytes per block)
 BLOCK = {F32: (1, 4), F16: (1, 2), BF16: (1, 2), Q8_0: (32, 34), Q4_0: (32, 18), Q4_K: (256, 144),
-         Q6_K: (256, 210), MXFP4: (32, 17)}
+         Q5_K: (256, 176), Q6_K: (256, 210), IQ4_NL: (32, 18), IQ4_XS: (256, 136), MXFP4: (32, 17)}
 
 
 def type_id(t):
@@ -135,12 +143,14 @@ def quantize_q4_0(x):
     return out.tobytes()
 
 
-def quantize_q4_k(x):
+def quantize_q4_k(x, bits=4):
+    """Q4_K, or with bits=5 Q5_K (the same fields, 31 levels, and qh[32] for the fifth bits)."""
+    qmax = (1 << bits) - 1
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 8, 32).astype(np.float64)
     nb = x.shape[0]
-    lo = np.minimum(x.min(axis=2), 0.0)                    # x = scale * q - min, q in 0..15, min >= 0
+    lo = np.minimum(x.min(axis=2), 0.0)                    # x = scale * q - min, q in 0..qmax, min >= 0
     hi = np.maximum(x.max(axis=2), 0.0)
-    sub_scale = (hi - lo) / 15.0
+    sub_scale = (hi - lo) / qmax
     sub_min = -lo
     d = (sub_scale.max(axis=1) / 63.0).astype(np.float16)
     dmin = (sub_min.max(axis=1) / 63.0).astype(np.float16)
@@ -154,7 +164,11 @@ def quantize_q4_k(x):
     offs = dmin64[:, None] * mn
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(step[:, :, None] > 0, _round_half_away((x + offs[:, :, None]) / step[:, :, None]), 0)
-    q = np.clip(q, 0, 15).astype(np.uint8).reshape(nb, 256)
+    q = np.clip(q, 0, qmax).astype(np.uint8).reshape(nb, 256)
+    qh = np.zeros((nb, 32), dtype=np.uint8)
+    for s in range(8):                                    # Q5_K: bit s of qh[l] = bit 4 of value 32 s + l
+        qh |= ((q[:, 32 * s:32 * s + 32] >> 4) & 1) << s
+    q &= 0xF
 
     scales = np.zeros((nb, 12), dtype=np.uint8)
     scales[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
@@ -163,11 +177,71 @@ def quantize_q4_k(x):
     qs = np.empty((nb, 128), dtype=np.uint8)
     for c in range(4):   # 64 values per chunk: sub-block 2c in the low nibbles, 2c+1 in the high ones
         qs[:, 32 * c:32 * c + 32] = q[:, 64 * c:64 * c + 32] | (q[:, 64 * c + 32:64 * c + 64] << 4)
-    out = np.empty((nb, 144), dtype=np.uint8)
+    head = 16 + (32 if bits == 5 else 0)
+    out = np.empty((nb, head + 128), dtype=np.uint8)
     out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
     out[:, 2:4] = dmin.astype("<f2").view(np.uint8).reshape(-1, 2)
     out[:, 4:16] = scales
-    out[:, 16:] = qs
+    if bits == 5:
+        out[:, 16:48] = qh
+    out[:, head:] = qs
+    return out.tobytes()
+
+
+def quantize_q5_k(x):
+    return quantize_q4_k(x, bits=5)
+
+
+def _iq4_indices(v):
+    """Index of the nearest IQ4_VALUES entry to each of v (float64)."""
+    return np.abs(v[..., None] - IQ4_VALUES.astype(np.float64)).argmin(axis=-1).astype(np.uint8)
+
+
+def _iq4_scale(x):
+    """Per group (last axis): d mapping the element of largest magnitude onto -127, the grid's end."""
+    big = np.take_along_axis(x, np.abs(x).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    return -big / 127.0
+
+
+def _iq4_nibbles(q):
+    """Indices of 32 values per group -> 16 bytes: byte j holds value j (low nibble) and j + 16 (high)."""
+    return q[..., :16] | (q[..., 16:] << 4)
+
+
+def quantize_iq4_nl(x):
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 32).astype(np.float64)
+    d = _iq4_scale(x).astype(np.float16)
+    d64 = d.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d64[:, None] != 0, _iq4_indices(x / d64[:, None]), 8)
+    out = np.empty((x.shape[0], 18), dtype=np.uint8)
+    out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = _iq4_nibbles(q.astype(np.uint8))
+    return out.tobytes()
+
+
+def quantize_iq4_xs(x):
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, 8, 32).astype(np.float64)
+    nb = x.shape[0]
+    dl = _iq4_scale(x)                                     # wanted per sub-block scale (signed)
+    d = (np.abs(dl).max(axis=1) / 31.0).astype(np.float16)
+    d64 = d.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d64[:, None] > 0, np.round(dl / d64[:, None]), 0)
+    sc = np.clip(sc, -32, 31).astype(np.int64)
+    step = d64[:, None] * sc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step[:, :, None] != 0, _iq4_indices(x / step[:, :, None]), 8).astype(np.uint8)
+    ls = (sc + 32).astype(np.uint32)
+    scales_h = np.zeros(nb, dtype=np.uint32)
+    for s in range(8):
+        scales_h |= (ls[:, s] >> 4) << (2 * s)
+    scales_l = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)
+    out = np.empty((nb, 136), dtype=np.uint8)
+    out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = scales_h.astype("<u2").view(np.uint8).reshape(-1, 2)
+    out[:, 4:8] = scales_l
+    out[:, 8:] = _iq4_nibbles(q).reshape(nb, 128)
     return out.tobytes()
 
 
@@ -234,8 +308,8 @@ def encode(x, t):
         return np.ascontiguousarray(x, dtype=np.float32).astype("<f2").tobytes()
     if t == BF16:
         return f32_to_bf16_bits(x).astype("<u2").tobytes()
-    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q6_K: quantize_q6_k,
-            MXFP4: quantize_mxfp4}[t](x)
+    return {Q8_0: quantize_q8_0, Q4_0: quantize_q4_0, Q4_K: quantize_q4_k, Q5_K: quantize_q5_k,
+            Q6_K: quantize_q6_k, IQ4_NL: quantize_iq4_nl, IQ4_XS: quantize_iq4_xs, MXFP4: quantize_mxfp4}[t](x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -265,8 +339,8 @@ def dequantize(buf, t, n):
         d = np.ldexp(np.float32(1), b[:, 0].astype(np.int32) - 127).astype(np.float32)
         q = np.concatenate([b[:, 1:] & 0xF, b[:, 1:] >> 4], axis=1)
         return (E2M1.astype(np.float32)[q] * d[:, None]).reshape(-1)
-    if t == Q4_K:
-        b = raw.reshape(-1, 144)
+    if t in (Q4_K, Q5_K):
+        b = raw.reshape(-1, BLOCK[t][1])
         d = b[:, 0:2].copy().view("<f2").astype(np.float32)
         dmin = b[:, 2:4].copy().view("<f2").astype(np.float32)
         s = b[:, 4:16]
@@ -276,11 +350,14 @@ def dequantize(buf, t, n):
         mn[:, 0:4] = s[:, 4:8] & 63
         sc[:, 4:8] = (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)
         mn[:, 4:8] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
-        qs = b[:, 16:]
+        qs = b[:, 16:] if t == Q4_K else b[:, 48:]
         q = np.empty((b.shape[0], 8, 32), dtype=np.float32)
         for c in range(4):
             q[:, 2 * c] = qs[:, 32 * c:32 * c + 32] & 0xF
             q[:, 2 * c + 1] = qs[:, 32 * c:32 * c + 32] >> 4
+        if t == Q5_K:
+            for s in range(8):
+                q[:, s] += 16 * ((b[:, 16:48] >> s) & 1)
         y = (d * sc.astype(np.float32))[:, :, None] * q - (dmin * mn.astype(np.float32))[:, :, None]
         return y.reshape(-1)
     if t == Q6_K:
@@ -298,6 +375,23 @@ def dequantize(buf, t, n):
             q[:, base + 64:base + 96] = (l0 >> 4) | (((h >> 4) & 3) << 4)
             q[:, base + 96:base + 128] = (l1 >> 4) | (((h >> 6) & 3) << 4)
         y = (d * sc)[:, :, None] * (q - 32).astype(np.float32).reshape(-1, 16, 16)
+        return y.reshape(-1)
+    if t == IQ4_NL:
+        b = raw.reshape(-1, 18)
+        d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+        qs = b[:, 2:]
+        q = IQ4_VALUES[np.concatenate([qs & 0xF, qs >> 4], axis=1)].astype(np.float32)
+        return (d * q).reshape(-1)
+    if t == IQ4_XS:
+        b = raw.reshape(-1, 136)
+        d = b[:, 0:2].copy().view("<f2").astype(np.float32)
+        h = b[:, 2:4].copy().view("<u2").astype(np.int32)[:, 0]
+        ls = np.empty((b.shape[0], 8), dtype=np.int32)
+        for s in range(8):
+            ls[:, s] = ((b[:, 4 + s // 2] >> (4 * (s % 2))) & 15) | (((h >> (2 * s)) & 3) << 4)
+        qs = b[:, 8:].reshape(-1, 8, 16)
+        q = IQ4_VALUES[np.concatenate([qs & 0xF, qs >> 4], axis=2)].astype(np.float32)
+        y = (d * (ls - 32).astype(np.float32))[:, :, None] * q
         return y.reshape(-1)
     raise ValueError(f"cannot dequantize {type_name(t)}")
 

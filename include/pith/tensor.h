@@ -24,7 +24,10 @@ typedef enum pith_dtype {
     PITH_Q4_0 = 2,
     PITH_Q8_0 = 8,
     PITH_Q4_K = 12,
+    PITH_Q5_K = 13,
     PITH_Q6_K = 14,
+    PITH_IQ4_NL = 20,
+    PITH_IQ4_XS = 23,
     PITH_BF16 = 30,
     PITH_MXFP4 = 39, /* blocks of 32 E2M1 values with one E8M0 scale (backend/cpu/mxfp4.h) */
 } pith_dtype;
@@ -43,7 +46,7 @@ typedef struct pith_tensor {
 /* True when `type` is one of the element types above (and thus supported somewhere). */
 bool pith_dtype_valid(uint32_t type);
 const char *pith_dtype_name(pith_dtype type);
-/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/MXFP4, 256 for K-quants). */
+/* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/IQ4_NL/MXFP4, 256 for Q4_K, Q5_K, Q6_K, IQ4_XS). */
 int64_t pith_dtype_block_elems(pith_dtype type);
 /* Bytes per block. */
 size_t pith_dtype_block_bytes(pith_dtype type);

@@ -6,7 +6,7 @@
  * relate the test to them: decode reads every weight once per token, so tg is measured against
  * bandwidth; prefill reuses each weight across the batch, so pp is measured against the int8 (quantized
  * weights) or FMA (float weights) peak, each timed with the instructions the model's kernels run for its
- * main weight type (AVX-512 VNNI vpdpbusd for packed Q4_0 on such a machine, maddubs for Q4_K, zmm FMA
+ * main weight type (AVX-512 VNNI vpdpbusd for packed Q4_0 and Q4_K on such a machine, maddubs for Q4_K on AVX2, zmm FMA
  * for packed F16 on the AVX-512 table, ymm FMA for F32...). */
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -195,7 +195,7 @@ static int parse_tensor_info(reader *r, int64_t i, pith_tensor *t, pith_str *nam
     if (read_u32(r, &type, what) || read_u64(r, offset, what)) return -1;
     if (!pith_dtype_valid(type))
         return pith_errf(r->err, "%s: tensor '%s' has unsupported type %u (%s); supported: F32, F16, BF16, Q8_0, "
-                         "Q4_0, Q4_K, Q6_K", r->path, shown, type, ggml_type_name(type));
+                         "Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS", r->path, shown, type, ggml_type_name(type));
     t->type = (pith_dtype)type;
     int64_t nel = pith_tensor_nelems(t);
     if (nel < 0)

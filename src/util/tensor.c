@@ -5,7 +5,7 @@
 bool pith_dtype_valid(uint32_t type) {
     switch (type) {
     case PITH_F32: case PITH_F16: case PITH_Q4_0: case PITH_Q8_0:
-    case PITH_Q4_K: case PITH_Q6_K: case PITH_BF16:
+    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: case PITH_IQ4_NL: case PITH_IQ4_XS: case PITH_BF16:
     case PITH_MXFP4:
         return true;
     default:
@@ -20,7 +20,10 @@ const char *pith_dtype_name(pith_dtype type) {
     case PITH_Q4_0: return "Q4_0";
     case PITH_Q8_0: return "Q8_0";
     case PITH_Q4_K: return "Q4_K";
+    case PITH_Q5_K: return "Q5_K";
     case PITH_Q6_K: return "Q6_K";
+    case PITH_IQ4_NL: return "IQ4_NL";
+    case PITH_IQ4_XS: return "IQ4_XS";
     case PITH_BF16: return "BF16";
     case PITH_MXFP4: return "MXFP4";
     }
@@ -29,8 +32,8 @@ const char *pith_dtype_name(pith_dtype type) {
 
 int64_t pith_dtype_block_elems(pith_dtype type) {
     switch (type) {
-    case PITH_Q4_0: case PITH_Q8_0: case PITH_MXFP4: return 32;
-    case PITH_Q4_K: case PITH_Q6_K: return 256;
+    case PITH_Q4_0: case PITH_Q8_0: case PITH_IQ4_NL: case PITH_MXFP4: return 32;
+    case PITH_Q4_K: case PITH_Q5_K: case PITH_Q6_K: case PITH_IQ4_XS: return 256;
     default: return 1;
     }
 }
@@ -42,7 +45,10 @@ size_t pith_dtype_block_bytes(pith_dtype type) {
     case PITH_Q4_0: return 2 + 16;
     case PITH_Q8_0: return 2 + 32;
     case PITH_Q4_K: return 2 + 2 + 12 + 128;
+    case PITH_Q5_K: return 2 + 2 + 12 + 32 + 128;
     case PITH_Q6_K: return 128 + 64 + 16 + 2;
+    case PITH_IQ4_NL: return 2 + 16;
+    case PITH_IQ4_XS: return 2 + 2 + 4 + 128;
     case PITH_MXFP4: return 1 + 16;
     }
     return 0;

@@ -16,7 +16,10 @@ int pith_wtype_of(pith_dtype type) {
     case PITH_Q8_0: return PITH_W_Q8_0;
     case PITH_Q4_0: return PITH_W_Q4_0;
     case PITH_Q4_K: return PITH_W_Q4_K;
+    case PITH_Q5_K: return PITH_W_Q5_K;
     case PITH_Q6_K: return PITH_W_Q6_K;
+    case PITH_IQ4_NL: return PITH_W_IQ4_NL;
+    case PITH_IQ4_XS: return PITH_W_IQ4_XS;
     case PITH_MXFP4: return PITH_W_MXFP4;
     }
     return -1;
@@ -24,8 +27,8 @@ int pith_wtype_of(pith_dtype type) {
 
 pith_act_format pith_act_format_of(pith_wtype w) {
     switch (w) {
-    case PITH_W_Q8_0: case PITH_W_Q4_0: case PITH_W_MXFP4: return PITH_ACT_Q8A;
-    case PITH_W_Q4_K: case PITH_W_Q6_K: return PITH_ACT_Q8K;
+    case PITH_W_Q8_0: case PITH_W_Q4_0: case PITH_W_IQ4_NL: case PITH_W_MXFP4: return PITH_ACT_Q8A;
+    case PITH_W_Q4_K: case PITH_W_Q5_K: case PITH_W_Q6_K: case PITH_W_IQ4_XS: return PITH_ACT_Q8K;
     default: return PITH_ACT_F32;
     }
 }

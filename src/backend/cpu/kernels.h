@@ -9,7 +9,7 @@
  *   y[t * ldy + r] (+)= sum_k W[r][k] * x[t][k]     for r < rm <= PITH_TILE_MAX_RM, t < rn <= tile_rn
  * W rows are `w_stride` bytes apart in the weight's own format. x rows are `x_stride` bytes apart in the
  * activation format the weight type asks for (pith_act_format): floats for F32/F16/BF16 weights,
- * q8a blocks for Q8_0/Q4_0, q8k blocks for Q4_K/Q6_K. K is the row length in elements (a multiple of
+ * q8a blocks for Q8_0/Q4_0/IQ4_NL, q8k blocks for Q4_K/Q5_K/Q6_K/IQ4_XS. K is the row length in elements (a multiple of
  * the weight's block size). With `accumulate` the tile adds to y instead of overwriting it.
  *
  * Packed weights. A table may repack a weight type at load time into groups of pack_rows rows
@@ -55,6 +55,9 @@ typedef enum pith_wtype {
     PITH_W_Q4_0,
     PITH_W_Q4_K,
     PITH_W_Q6_K,
+    PITH_W_Q5_K,
+    PITH_W_IQ4_NL,
+    PITH_W_IQ4_XS,
     PITH_W_MXFP4, /* its tiles live in mxfp4.c; pith_cpu_init adds them to its table (pith_kernels_with_mxfp4) */
     PITH_W_N_TYPES,
 } pith_wtype;

@@ -22,6 +22,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/unroll.h"
 #include "backend/cpu/kernels_half.h"
+#include "backend/cpu/kernels_kquant.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
@@ -93,12 +94,23 @@ INLINE void tile_float_impl(int K, const uint8_t *w, size_t ws, const void *x, s
 
 /* ---- Q8_0 / Q4_0 weights against q8a activations ---- */
 
-/* The 32 quants of a Q8_0 block (signed) or of a Q4_0 block (its unsigned nibbles, 0..15). */
-INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
-    if (type == PITH_W_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + 2));
+/* 16 bytes of nibbles (low nibbles elements 0-15, high ones 16-31) as 32 bytes in element order. */
+INLINE __m256i nibbles32(const uint8_t *p) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
     __m256i v = _mm256_insertf128_si256(_mm256_castsi128_si256(raw), _mm_srli_epi16(raw, 4), 1);
     return _mm256_and_si256(v, _mm256_set1_epi8(15));
+}
+
+/* IQ4_NL / IQ4_XS: nibbles to their signed values (pith_iq4_values), a byte shuffle per 128-bit lane. */
+INLINE __m256i iq4_lookup(__m256i nibbles) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pith_iq4_values)), nibbles);
+}
+
+/* The 32 quants of a Q8_0 or IQ4_NL block (signed) or of a Q4_0 block (its unsigned nibbles, 0..15). */
+INLINE __m256i unpack_q32(const uint8_t *blk, pith_wtype type) {
+    if (type == PITH_W_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (type == PITH_W_IQ4_NL) return iq4_lookup(nibbles32(blk + 2));
+    return nibbles32(blk + 2);
 }
 
 /* Q8_0: sum_b dw dx <w, x> with the sign trick. Q4_0: its nibbles n = w + 8 are unsigned already, so
@@ -136,7 +148,7 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
                 _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
                 __m256i wq = unpack_q32(blk, type);
                 float dw = f16_at(blk);
-                if (type == PITH_W_Q8_0) {
+                if (type != PITH_W_Q4_0) { /* signed quants: Q8_0, IQ4_NL */
                     __m256i aw = _mm256_abs_epi8(wq);
                     UNROLL for (int t = 0; t < RN; t++) {
                         __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wq));
@@ -156,7 +168,7 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
     UNROLL for (int r = 0; r < RM; r++)
         UNROLL for (int t = 0; t < RN; t++) {
             float v = hsum(_mm256_add_ps(acc[0][r][t], acc[1][r][t]));
-            store_out(&y[t * ldy + r], type == PITH_W_Q8_0 ? v : v - 8.0f * offset[r][t], accumulate);
+            store_out(&y[t * ldy + r], type != PITH_W_Q4_0 ? v : v - 8.0f * offset[r][t], accumulate);
         }
 }
 
@@ -346,10 +358,13 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
         acc[t] = off[t] = _mm512_setzero_ps();
     }
     const __m512i low = _mm512_set1_epi8(15);
+    /* IQ4_NL: its values + 128 (unsigned for vpdpbusd; the offset comes out like Q8_0's) */
+    const __m512i iq4 = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pith_iq4_values)),
+                                         _mm512_set1_epi8((char)0x80));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const char *pf = (const char *)g + 2 * PACKED_PREFETCH_BYTES;
-        const int lines = type == PITH_W_Q8_0 ? 9 : 5; /* cb / 64, rounded up */
+        const int lines = type == PITH_W_Q8_0 ? 9 : 5; /* cb / 64, rounded up (IQ4_NL: Q4_0's size) */
         UNROLL for (int l = 0; l < lines; l++) _mm_prefetch(pf + 64 * l, _MM_HINT_NTA);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         /* q[k]: elements 4k..4k+3 of every row. Q4_0's high nibbles stay in place (16 x their value):
@@ -362,6 +377,13 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
                 __asm__("" : "+v"(raw)); /* one load, not one per use */
                 q[v] = _mm512_and_si512(raw, low);
                 q[v + 4] = _mm512_andnot_si512(low, raw);
+            }
+        } else if (type == PITH_W_IQ4_NL) {
+            UNROLL for (int v = 0; v < 4; v++) {
+                __m512i raw = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
+                __asm__("" : "+v"(raw));
+                q[v] = _mm512_shuffle_epi8(iq4, _mm512_and_si512(raw, low));
+                q[v + 4] = _mm512_shuffle_epi8(iq4, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low));
             }
         } else {
             UNROLL for (int v = 0; v < 8; v++) q[v] = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
@@ -404,6 +426,7 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
 
 PACKED_ENTRY(tile_packed_zmm_q8_0, TGTZ, tile_lanes16_impl, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_zmm_q4_0, TGTZ, tile_lanes16_impl, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_zmm_iq4_nl, TGTZ, tile_lanes16_impl, PITH_W_IQ4_NL)
 
 /* ---- K-quants against q8k activations ---- */
 
@@ -456,6 +479,41 @@ INLINE void unpack_q4_k(const uint8_t *blk, kq_unpacked *u) {
     u->dmin = f16_at(blk + 2);
 }
 
+/* Q5_K: Q4_K's nibbles with bit s of qh[l] as the fifth bit of element l of sub-block s (quants up
+ * to 31: maddubs pairs stay below 2 * 31 * 127). */
+INLINE void unpack_q5_k(const uint8_t *blk, kq_unpacked *u) {
+    const __m256i low = _mm256_set1_epi8(15), bit4 = _mm256_set1_epi8(16);
+    uint8_t sm[16];
+    q4k_scales_mins(blk + 4, sm);
+    __m128i sm16 = _mm_loadu_si128((const __m128i *)sm);
+    __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm16));
+    u->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm16, 8));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+    for (int p = 0; p < 4; p++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 48 + 32 * p));
+        /* bits 2p and 2p + 1 of qh moved to bit 0, then to bit 4 (16-bit shifts: the bits that cross into
+         * the other byte are the ones the mask drops) */
+        __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), 4), bit4);
+        __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p + 1)), 4), bit4);
+        u->q[2 * p] = _mm256_or_si256(_mm256_and_si256(raw, low), h0);
+        u->q[2 * p + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), h1);
+    }
+    for (int g = 0; g < 8; g++)
+        u->scale[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((2 * g + 1) << 8 | 2 * g)));
+    u->d = f16_at(blk);
+    u->dmin = f16_at(blk + 2);
+}
+
+/* IQ4_XS: each sub-block's 32 values (signed, from the table) and its scale ls - 32. */
+INLINE void unpack_iq4_xs(const uint8_t *blk, kq_unpacked *u) {
+    for (int g = 0; g < 8; g++) {
+        u->q[g] = iq4_lookup(nibbles32(blk + 8 + 16 * g));
+        u->scale[g] = _mm256_set1_epi16((short)pith_iq4xs_scale(blk, g));
+    }
+    u->d = f16_at(blk);
+    u->dmin = 0.0f;
+}
+
 INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
     const __m256i low = _mm256_set1_epi8(15), bits45 = _mm256_set1_epi8(0x30);
     __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
@@ -493,7 +551,10 @@ INLINE void unpack_q6_k(const uint8_t *blk, kq_unpacked *u) {
  * 32 offset). Each (row, token) pair computes the same way whatever RN is. */
 INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
-    const size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    const size_t bb = type == PITH_W_Q4_K   ? PITH_Q4_K_BYTES
+                    : type == PITH_W_Q5_K   ? PITH_Q5_K_BYTES
+                    : type == PITH_W_IQ4_XS ? PITH_IQ4_XS_BYTES
+                                            : PITH_Q6_K_BYTES;
     const pith_block_q8k *xr[IMPL_MAX_RN];
     float sum[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -505,15 +566,23 @@ INLINE void tile_kquant_impl(int K, const uint8_t *w, const void *x, size_t xs, 
         const uint8_t *blk = w + b * bb;
         _mm_prefetch((const char *)blk + 512, _MM_HINT_T0);
         if (type == PITH_W_Q4_K) unpack_q4_k(blk, &u);
+        else if (type == PITH_W_Q5_K) unpack_q5_k(blk, &u);
+        else if (type == PITH_W_IQ4_XS) unpack_iq4_xs(blk, &u);
         else unpack_q6_k(blk, &u);
         UNROLL for (int t = 0; t < RN; t++) {
             const pith_block_q8k *xb = &xr[t][b];
             __m256i dots = _mm256_setzero_si256();
             UNROLL for (int g = 0; g < 8; g++) {
                 __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * g));
-                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[g], xq), u.scale[g]));
+                /* IQ4_XS's values are signed: the sign trick (pairs below 2 * 127 * 127) */
+                __m256i p16 = type == PITH_W_IQ4_XS
+                                  ? _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[g]), _mm256_sign_epi8(xq, u.q[g]))
+                                  : _mm256_maddubs_epi16(u.q[g], xq);
+                dots = _mm256_add_epi32(dots, _mm256_madd_epi16(p16, u.scale[g]));
             }
-            if (type == PITH_W_Q4_K) {
+            if (type == PITH_W_IQ4_XS) {
+                sum[t] += u.d * xb->d * (float)hsum_i32(dots);
+            } else if (type != PITH_W_Q6_K) {
                 /* sums of each 32 activations (pairs of bsums) weighed by the mins */
                 __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)xb->bsums),
                                                _mm_loadu_si128((const __m128i *)(xb->bsums + 8)));
@@ -564,6 +633,7 @@ TILE_ENTRY(tile_f16, tile_float_impl, PITH_W_F16, 3)
 TILE_ENTRY(tile_bf16, tile_float_impl, PITH_W_BF16, 3)
 TILE_ENTRY(tile_q8_0, tile_q32_impl, PITH_W_Q8_0, 0)
 TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
+TILE_ENTRY(tile_iq4_nl, tile_q32_impl, PITH_W_IQ4_NL, 0)
 
 /* K-quant tiles: row by row, up to 4 tokens per unpacked super-block. */
 #define KQUANT_ENTRY(NAME, TYPE)                                                                         \
@@ -585,6 +655,8 @@ TILE_ENTRY(tile_q4_0, tile_q32_impl, PITH_W_Q4_0, 0)
 
 KQUANT_ENTRY(tile_q4_k, PITH_W_Q4_K)
 KQUANT_ENTRY(tile_q6_k, PITH_W_Q6_K)
+KQUANT_ENTRY(tile_q5_k, PITH_W_Q5_K)
+KQUANT_ENTRY(tile_iq4_xs, PITH_W_IQ4_XS)
 
 /* ---- activation quantizers ---- */
 
@@ -781,8 +853,9 @@ static TGT void pv_accumulate_avx2(float *acc, int acc_ld, const float *p, int p
 /* F16 and BF16 take 12 tokens per call: their packed tiles (kernels_half.c) split them into passes that
  * fit the registers (two of 6 on AVX-512, four of 3 on AVX2), and only the first reads memory. */
 #define AVX2_COMMON                                                                                     \
-    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},                \
-    .tile_rn = {6, 12, 12, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k,       \
+             tile_iq4_nl, tile_iq4_xs},                                                                  \
+    .tile_rn = {6, 12, 12, 4, 4, 4, 4, 4, 4, 4}, .quantize_q8a = quantize_q8a_avx2, .quantize_q8k = quantize_q8k_avx2, \
     .scale = scale_avx2, .f16_to_f32 = f16_to_f32_avx2, .f32_to_f16 = f32_to_f16_avx2,                  \
     .exp_shifted = exp_shifted_avx2, .silu_mul = silu_mul_avx2, .pv_accumulate = pv_accumulate_avx2
 
@@ -813,9 +886,15 @@ static const pith_cpu_kernels avx512_vnni_kernels = {
     AVX2_COMMON,
     .pack_rows = 16,
     .pack = {[PITH_W_F16] = pith_pack_half_x16, [PITH_W_BF16] = pith_pack_half_x16,
-             [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes},
+             [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes,
+             [PITH_W_Q4_K] = pith_pack_q4_k_x16, [PITH_W_Q6_K] = pith_pack_q6_k_x16, [PITH_W_Q5_K] = pith_pack_q5_k_x16,
+             /* IQ4_NL blocks have Q4_0's bytes: the same packer */
+             [PITH_W_IQ4_NL] = pith_pack_q4_0_x16_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x16},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x16, [PITH_W_BF16] = pith_tile_packed_bf16_x16,
-                    [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x16, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x16,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x16, [PITH_W_IQ4_NL] = tile_packed_zmm_iq4_nl,
+                    [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x16},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be

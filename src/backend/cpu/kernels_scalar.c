@@ -45,10 +45,15 @@ FLOAT_TILE(tile_f32, PITH_W_F32)
 FLOAT_TILE(tile_f16, PITH_W_F16)
 FLOAT_TILE(tile_bf16, PITH_W_BF16)
 
-/* The 32 signed quants of a Q8_0 or Q4_0 weight block. */
+/* The 32 signed quants of a Q8_0, Q4_0 or IQ4_NL weight block. */
 static void unpack_q32(const uint8_t *blk, int8_t q[PITH_QK], pith_wtype type) {
     if (type == PITH_W_Q8_0) {
         memcpy(q, blk + 2, PITH_QK);
+    } else if (type == PITH_W_IQ4_NL) {
+        for (int j = 0; j < PITH_QK / 2; j++) {
+            q[j] = pith_iq4_values[blk[2 + j] & 15];
+            q[j + PITH_QK / 2] = pith_iq4_values[blk[2 + j] >> 4];
+        }
     } else {
         for (int j = 0; j < PITH_QK / 2; j++) {
             q[j] = (int8_t)((blk[2 + j] & 15) - 8);
@@ -59,7 +64,7 @@ static void unpack_q32(const uint8_t *blk, int8_t q[PITH_QK], pith_wtype type) {
 
 static void tile_q32(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                      float *y, size_t ldy, bool accumulate, pith_wtype type) {
-    size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES;
+    size_t bb = type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES; /* IQ4_NL: as Q4_0 */
     int nb = K / PITH_QK;
     for (int r = 0; r < rm; r++) {
         for (int t = 0; t < rn; t++) {
@@ -83,6 +88,11 @@ static void tile_q8_0(int K, const uint8_t *w, size_t ws, int rm, const void *x,
     tile_q32(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q8_0);
 }
 
+static void tile_iq4_nl(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
+                        float *y, size_t ldy, bool accumulate) {
+    tile_q32(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_IQ4_NL);
+}
+
 static void tile_q4_0(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                       float *y, size_t ldy, bool accumulate) {
     tile_q32(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q4_0);
@@ -103,6 +113,35 @@ static float dot_q4_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
         mins += m * (xb->bsums[2 * s] + xb->bsums[2 * s + 1]);
     }
     return xb->d * (pith_load_f16(blk) * (float)dots - pith_load_f16(blk + 2) * (float)mins);
+}
+
+/* Q5_K: as Q4_K, the quants carrying a fifth bit (bit s of qh[l] for element l of sub-block s). */
+static float dot_q5_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
+    const uint8_t *scales = blk + 4, *qh = blk + 16, *q = blk + 48;
+    int dots = 0, mins = 0;
+    for (int s = 0; s < 8; s++) {
+        int sc, m;
+        pith_q4k_scale_min(scales, s, &sc, &m);
+        const uint8_t *qs = q + (s / 2) * 32;
+        int shift = (s & 1) * 4, isum = 0;
+        for (int l = 0; l < 32; l++) isum += (((qs[l] >> shift) & 15) | ((qh[l] >> s) & 1) << 4) * xb->qs[s * 32 + l];
+        dots += sc * isum;
+        mins += m * (xb->bsums[2 * s] + xb->bsums[2 * s + 1]);
+    }
+    return xb->d * (pith_load_f16(blk) * (float)dots - pith_load_f16(blk + 2) * (float)mins);
+}
+
+/* IQ4_XS: d_x * d * sum_s (ls_s - 32) <V[n_s], x_s>. */
+static float dot_iq4_xs_block(const uint8_t *blk, const pith_block_q8k *xb) {
+    int total = 0;
+    for (int s = 0; s < 8; s++) {
+        const uint8_t *q = blk + 8 + 16 * s;
+        int isum = 0;
+        for (int j = 0; j < 16; j++)
+            isum += pith_iq4_values[q[j] & 15] * xb->qs[32 * s + j] + pith_iq4_values[q[j] >> 4] * xb->qs[32 * s + 16 + j];
+        total += pith_iq4xs_scale(blk, s) * isum;
+    }
+    return xb->d * pith_load_f16(blk) * (float)total;
 }
 
 /* One Q6_K super-block against one q8k block: d * d_x * sum_s scale_s * (<u_s, x_s> - 32 sum(x_s)),
@@ -130,7 +169,10 @@ static float dot_q6_k_block(const uint8_t *blk, const pith_block_q8k *xb) {
 
 static void tile_kquant(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                         float *y, size_t ldy, bool accumulate, pith_wtype type) {
-    size_t bb = type == PITH_W_Q4_K ? PITH_Q4_K_BYTES : PITH_Q6_K_BYTES;
+    size_t bb = type == PITH_W_Q4_K   ? PITH_Q4_K_BYTES
+              : type == PITH_W_Q5_K   ? PITH_Q5_K_BYTES
+              : type == PITH_W_IQ4_XS ? PITH_IQ4_XS_BYTES
+                                      : PITH_Q6_K_BYTES;
     int nb = K / PITH_QK_K;
     for (int r = 0; r < rm; r++) {
         for (int t = 0; t < rn; t++) {
@@ -138,7 +180,10 @@ static void tile_kquant(int K, const uint8_t *w, size_t ws, int rm, const void *
             const uint8_t *blk = w + r * ws;
             float sum = 0.0f;
             for (int b = 0; b < nb; b++, blk += bb)
-                sum += type == PITH_W_Q4_K ? dot_q4_k_block(blk, &xb[b]) : dot_q6_k_block(blk, &xb[b]);
+                sum += type == PITH_W_Q4_K   ? dot_q4_k_block(blk, &xb[b])
+                       : type == PITH_W_Q5_K ? dot_q5_k_block(blk, &xb[b])
+                       : type == PITH_W_IQ4_XS ? dot_iq4_xs_block(blk, &xb[b])
+                                             : dot_q6_k_block(blk, &xb[b]);
             store(&y[t * ldy + r], sum, accumulate);
         }
     }
@@ -152,6 +197,16 @@ static void tile_q4_k(int K, const uint8_t *w, size_t ws, int rm, const void *x,
 static void tile_q6_k(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
                       float *y, size_t ldy, bool accumulate) {
     tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q6_K);
+}
+
+static void tile_q5_k(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
+                      float *y, size_t ldy, bool accumulate) {
+    tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_Q5_K);
+}
+
+static void tile_iq4_xs(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn,
+                        float *y, size_t ldy, bool accumulate) {
+    tile_kquant(K, w, ws, rm, x, xs, rn, y, ldy, accumulate, PITH_W_IQ4_XS);
 }
 
 static void scale_scalar(float *y, float a, int n) {
@@ -189,8 +244,9 @@ static void pv_accumulate_scalar(float *acc, int acc_ld, const float *p, int p_l
 
 static const pith_cpu_kernels scalar_kernels = {
     .name = "scalar",
-    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k},
-    .tile_rn = {1, 1, 1, 1, 1, 1, 1},
+    .tile = {tile_f32, tile_f16, tile_bf16, tile_q8_0, tile_q4_0, tile_q4_k, tile_q6_k, tile_q5_k, tile_iq4_nl,
+             tile_iq4_xs},
+    .tile_rn = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
     .quantize_q8a = pith_quantize_q8a_scalar,
     .quantize_q8k = pith_quantize_q8k_scalar,
     .scale = scale_scalar,

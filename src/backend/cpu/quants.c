@@ -23,6 +23,32 @@ static void dequant_q4_0(const uint8_t *b, float *y, int64_t nb) {
     }
 }
 
+const int8_t pith_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void dequant_iq4_nl(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += PITH_IQ4_NL_BYTES, y += PITH_QK) {
+        float d = pith_load_f16(b);
+        for (int j = 0; j < PITH_QK / 2; j++) {
+            y[j] = d * pith_iq4_values[b[2 + j] & 15];
+            y[j + PITH_QK / 2] = d * pith_iq4_values[b[2 + j] >> 4];
+        }
+    }
+}
+
+static void dequant_iq4_xs(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += PITH_IQ4_XS_BYTES) {
+        float d = pith_load_f16(b);
+        for (int s = 0; s < 8; s++, y += 32) {
+            float dl = d * (float)pith_iq4xs_scale(b, s);
+            const uint8_t *q = b + 8 + 16 * s;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * pith_iq4_values[q[j] & 15];
+                y[j + 16] = dl * pith_iq4_values[q[j] >> 4];
+            }
+        }
+    }
+}
+
 static void dequant_q4_k(const uint8_t *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b += PITH_Q4_K_BYTES) {
         float d = pith_load_f16(b), dmin = pith_load_f16(b + 2);
@@ -34,6 +60,21 @@ static void dequant_q4_k(const uint8_t *b, float *y, int64_t nb) {
             pith_q4k_scale_min(scales, s + 1, &sc1, &m1);
             for (int l = 0; l < 32; l++) *y++ = d * sc0 * (q[l] & 15) - dmin * m0;
             for (int l = 0; l < 32; l++) *y++ = d * sc1 * (q[l] >> 4) - dmin * m1;
+        }
+    }
+}
+
+static void dequant_q5_k(const uint8_t *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b += PITH_Q5_K_BYTES) {
+        float d = pith_load_f16(b), dmin = pith_load_f16(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *q = b + 48;
+        /* as Q4_K, with bit s of qh[l] adding 16 to element l of sub-block s */
+        for (int s = 0; s < 8; s += 2, q += 32) {
+            int sc0, m0, sc1, m1;
+            pith_q4k_scale_min(scales, s, &sc0, &m0);
+            pith_q4k_scale_min(scales, s + 1, &sc1, &m1);
+            for (int l = 0; l < 32; l++) *y++ = d * sc0 * ((q[l] & 15) | ((qh[l] >> s) & 1) << 4) - dmin * m0;
+            for (int l = 0; l < 32; l++) *y++ = d * sc1 * ((q[l] >> 4) | ((qh[l] >> (s + 1)) & 1) << 4) - dmin * m1;
         }
     }
 }
@@ -79,7 +120,10 @@ void pith_dequantize_row(pith_dtype type, const void *src, float *dst, int64_t n
     case PITH_Q8_0: dequant_q8_0(b, dst, n / PITH_QK); break;
     case PITH_Q4_0: dequant_q4_0(b, dst, n / PITH_QK); break;
     case PITH_Q4_K: dequant_q4_k(b, dst, n / PITH_QK_K); break;
+    case PITH_Q5_K: dequant_q5_k(b, dst, n / PITH_QK_K); break;
     case PITH_Q6_K: dequant_q6_k(b, dst, n / PITH_QK_K); break;
+    case PITH_IQ4_NL: dequant_iq4_nl(b, dst, n / PITH_QK); break;
+    case PITH_IQ4_XS: dequant_iq4_xs(b, dst, n / PITH_QK_K); break;
     case PITH_MXFP4: pith_dequant_mxfp4(b, dst, n / PITH_QK); break;
     }
 }
