@@ -426,7 +426,11 @@ def main():
         size_kb = sum(os.path.getsize(os.path.join(b_st, f)) for f in os.listdir(b_st) if f.endswith(".safetensors")) // 1024
         print(f"sleep: RSS {rss_awake} kB awake, {rss_asleep} kB asleep (weights file {size_kb} kB)")
         check(st == 200 and r["asleep"], f"sleep: {r}")
-        check(rss_asleep < rss_awake - size_kb // 2, "RSS falls while asleep by at least half the weights")
+        if os.environ.get("ASAN_OPTIONS") is not None:
+            # ASan keeps freed memory in its quarantine and allocator caches: RSS says nothing there
+            print("sleep: RSS check not made under AddressSanitizer (freed memory stays in its quarantine)")
+        else:
+            check(rss_asleep < rss_awake - size_kb // 2, "RSS falls while asleep by at least half the weights")
         st, r = admin(base, "wake")
         check(st == 200 and not r["asleep"] and r["paused"], f"wake keeps the pause: {r}")
         st, r = admin(base, "resume")
