@@ -32,27 +32,19 @@ int mem_init(mem *m, const pith_mem_spec *spec, const pith_mem_layout *lay, cons
                 mem_free(m);
                 return pith_err_prefix(err, "memory group %d snapshots", gi);
             }
-            g->cap_q = lay->n_blocks[gi];
-            g->q_src = malloc((size_t)g->cap_q * sizeof *g->q_src);
-            g->q_dst = malloc((size_t)g->cap_q * sizeof *g->q_dst);
-            if (!g->q_src || !g->q_dst) {
-                mem_free(m);
-                return pith_errf(err, "out of memory for %d state slots", g->cap_q);
-            }
             all_snaps &= g->n_snaps > 0;
-        } else {
-            if (kv_pool_init(&g->pool, lay->block_size, lay->n_blocks[gi], err)) {
-                mem_free(m);
-                return pith_err_prefix(err, "memory group %d", gi);
-            }
-            /* KV groups queue only a fork's partial block, and the engine runs each fork's copies at once */
-            g->cap_q = 1;
-            g->q_src = malloc(sizeof *g->q_src);
-            g->q_dst = malloc(sizeof *g->q_dst);
-            if (!g->q_src || !g->q_dst) {
-                mem_free(m);
-                return pith_errf(err, "out of memory");
-            }
+        } else if (kv_pool_init(&g->pool, lay->block_size, lay->n_blocks[gi], err)) {
+            mem_free(m);
+            return pith_err_prefix(err, "memory group %d", gi);
+        }
+        /* The copy queue: dst ids are distinct, so a RECURRENT group queues at most its slots; a KV group
+         * queues only a fork's partial block, and the engine runs each fork's copies at once. */
+        g->cap_q = sg->kind == PITH_MEM_RECURRENT ? lay->n_blocks[gi] : 1;
+        g->q_src = malloc((size_t)g->cap_q * sizeof *g->q_src);
+        g->q_dst = malloc((size_t)g->cap_q * sizeof *g->q_dst);
+        if (!g->q_src || !g->q_dst) {
+            mem_free(m);
+            return pith_errf(err, "memory group %d: out of memory for its copy queue", gi);
         }
     }
     if (m->has_recurrent) {
