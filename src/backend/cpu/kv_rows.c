@@ -47,13 +47,44 @@ static TZ void q8_0_load_avx512(const uint8_t *src, float *dst, size_t n) {
         _mm512_storeu_ps(dst + b * PITH_QK + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
     }
 }
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+static bool has_avx2(const pith_cpu_kernels *k) { return strcmp(k->name, "scalar") != 0; }
+
+static T2 void bf16_load_avx2(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+    bf16_load_scalar(src + i, dst + i, n - i);
+}
+
+static T2 void q8_0_load_avx2(const uint8_t *src, float *dst, size_t n) {
+    for (size_t b = 0; b < n / PITH_QK; b++, src += PITH_Q8_0_BYTES) {
+        uint16_t h;
+        memcpy(&h, src, 2);
+        __m256 d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+        for (int i = 0; i < PITH_QK; i += 8) {
+            __m128i q = _mm_loadl_epi64((const __m128i *)(src + 2 + i));
+            _mm256_storeu_ps(dst + b * PITH_QK + (size_t)i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+        }
+    }
+}
 #else
 static bool has_avx512(const pith_cpu_kernels *k) {
     (void)k;
     return false;
 }
+static bool has_avx2(const pith_cpu_kernels *k) {
+    (void)k;
+    return false;
+}
 #define bf16_load_avx512 bf16_load_scalar
 #define q8_0_load_avx512 q8_0_load_scalar
+#define bf16_load_avx2 bf16_load_scalar
+#define q8_0_load_avx2 q8_0_load_scalar
 #endif
 
 void pith_kv_load_f32(const pith_cpu_kernels *k, pith_dtype t, const void *base, size_t off, float *dst, size_t n) {
@@ -62,10 +93,12 @@ void pith_kv_load_f32(const pith_cpu_kernels *k, pith_dtype t, const void *base,
     case PITH_F16: k->f16_to_f32((const uint16_t *)p, dst, (int)n); return;
     case PITH_BF16:
         if (has_avx512(k)) bf16_load_avx512((const uint16_t *)p, dst, n);
+        else if (has_avx2(k)) bf16_load_avx2((const uint16_t *)p, dst, n);
         else bf16_load_scalar((const uint16_t *)p, dst, n);
         return;
     case PITH_Q8_0:
         if (has_avx512(k)) q8_0_load_avx512(p, dst, n);
+        else if (has_avx2(k)) q8_0_load_avx2(p, dst, n);
         else q8_0_load_scalar(p, dst, n);
         return;
     default: memcpy(dst, p, n * sizeof(float)); return;
