@@ -7,24 +7,13 @@ width and refused otherwise; and the errors (bad encoding_format, missing or emp
 of range, an input longer than the context, an unknown model) as 4xx with the parameter named."""
 
 import base64
-import json
 import math
-import os
-import re
-import signal
 import struct
-import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 
-SKIP = 77
-PITH = os.environ.get("PITH_BIN")
-if not PITH or not os.path.exists(PITH):
-    print("SKIP: PITH_BIN does not name the pith binary")
-    sys.exit(SKIP)
+from pithtest import Server, pith_bin
+
+pith_bin()  # skips with a reason when ctest did not name the binary
 
 failures = []
 
@@ -35,54 +24,17 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def post(base, route, body):
-    req = urllib.request.Request(base + route, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def serve():
-    p = subprocess.Popen([PITH, "serve", "--port", "0", "-t", "1", "-c", "64"], stderr=subprocess.PIPE, text=True)
-    log, found = [], threading.Event()
-
-    def reader():
-        for line in p.stderr:
-            log.append(line)
-            if "listening on" in line:
-                found.set()
-        found.set()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    found.wait(20)
-    m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(log))
-    if not m:
-        p.kill()
-        raise RuntimeError("server did not start: " + "".join(log))
-    base = f"http://127.0.0.1:{m.group(1)}"
-    until = time.time() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if time.time() > until:
-            raise RuntimeError("server not ready: " + "".join(log))
-        time.sleep(0.02)
-    return p, base, log, t
-
-
 def close(a, b, tol=1e-4):
     return len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) < tol
 
 
 def main():
-    p, base, log, t = serve()
+    server = Server(["-t", "1", "-c", "64"])
+    base = server.base
+
+    def post(_base, route, body):
+        return server.post(route, body, timeout=30)
+
     try:
         st, one = post(base, "/v1/embeddings", {"input": "And God said"})
         check(st == 200, f"string input: {st} {one}")
@@ -135,14 +87,8 @@ def main():
         st, _ = post(base, "/v1/embeddings", {"input": "still serving"})
         check(st == 200, "server unwell after the errors")
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        t.join(5)
-    check(p.returncode == 0, f"exit status {p.returncode}: {''.join(log)[-2000:]}")
+        code = server.close()
+    check(code == 0, f"exit status {code}: {''.join(server.log)[-2000:]}")
     print("failures:", len(failures))
     return 1 if failures else 0
 

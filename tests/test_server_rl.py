@@ -23,8 +23,6 @@ Needs /usr/bin/python3 with numpy and torch (skips otherwise)."""
 import json
 import math
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,11 +30,9 @@ import time
 import urllib.error
 import urllib.request
 
-SKIP = 77
-PITH = os.environ.get("PITH_BIN")
-if not PITH or not os.path.exists(PITH):
-    print("SKIP: PITH_BIN does not name the pith binary")
-    sys.exit(SKIP)
+from pithtest import SKIP, Server, pith_bin
+
+pith_bin()  # skips with a reason when ctest did not name the binary
 try:
     import numpy as np
     import torch  # noqa: F401
@@ -94,46 +90,7 @@ def stream(base, route, body, timeout=60):
 
 
 def serve(model, *extra):
-    p = subprocess.Popen([PITH, "serve", "-m", model, "--port", "0", "-t", "1", "--max-num-seqs", "8", "--quiet", *extra],
-                         stderr=subprocess.PIPE, text=True)
-    log, found = [], threading.Event()
-
-    def reader():
-        for line in p.stderr:
-            log.append(line)
-            if "listening on" in line:
-                found.set()
-        found.set()
-
-    threading.Thread(target=reader, daemon=True).start()
-    found.wait(30)
-    m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(log))
-    if not m:
-        p.kill()
-        raise RuntimeError("server did not start: " + "".join(log))
-    base = f"http://127.0.0.1:{m.group(1)}"
-    until = time.time() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if time.time() > until:
-            raise RuntimeError("server not ready: " + "".join(log))
-        time.sleep(0.02)
-    return p, base, log
-
-
-def stop(p):
-    """SIGTERM; the exit status (0 after a clean drain; a sanitizer build reports leaks through it)."""
-    p.terminate()
-    try:
-        return p.wait(60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        return "timeout"
+    return Server(["-m", model, "-t", "1", "--max-num-seqs", "8", "--quiet", *extra])
 
 
 def rss_kb(pid):
@@ -335,13 +292,15 @@ def main():
     mkmodel.write_gguf(mkmodel.build_config("test-llama", vocab=2048), other, "F32", seed=4)
 
     # Fresh servers for the reference outputs (the B one also shows admin disabled without a key).
-    pb, base_b, _ = serve(b_path)
+    pb = serve(b_path)
+    base_b = pb.base
     want_b = [greedy_ids(base_b, p) for p in PROMPTS]
     st, r = admin(base_b, "pause")
     check(st == 403 and r["error"]["code"] == "admin_disabled", f"no --admin-key: 403 ({st})")
-    check(stop(pb) == 0, "the fresh server exits 0")
+    check(pb.close() == 0, "the fresh server exits 0")
 
-    p, base, log = serve(a_path, "--admin-key", KEY, "--weight-version", "a", "--kv-f32")
+    p = serve(a_path, "--admin-key", KEY, "--weight-version", "a", "--kv-f32")
+    base = p.base
     try:
         want_a = [greedy_ids(base, q) for q in PROMPTS]
         check(want_a != want_b, "the two seeds give different greedy outputs")
@@ -452,10 +411,10 @@ def main():
         check('pith_weight_version_info{version="c"} 1' in metrics and "pith_weight_reloads_total 3" in metrics,
               "metrics export the version and the reloads")
     finally:
-        code = stop(p)
+        code = p.close()
     check(code == 0, f"the server exits 0 after SIGTERM (got {code})")
     if failures:
-        print("server log tail:\n" + "".join(log[-20:]))
+        print("server log tail:\n" + "".join(p.log[-20:]))
         print(f"{len(failures)} failure(s)")
         return 1
     print("all checks passed")
