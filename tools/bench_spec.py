@@ -3,7 +3,7 @@
 speculative mode.
 
     tools/bench_spec.py [--model assets/default.gguf] [--spec-type ngram|draft] [--draft-model M]
-                        [-n 128] [-t 2] [--reps 3]
+                        [-n 64] [-t 2] [--reps 3]
 
 Three prompt sets: "copy" (a passage, then its opening again: the continuation mostly copies it),
 "list" (text with a repeated structure), and "fresh" (ordinary story openings: little to look up).
@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--spec-type", default="ngram", choices=["ngram", "draft"])
     ap.add_argument("--draft-model", help="the draft model (--spec-type draft)")
     ap.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
-    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
