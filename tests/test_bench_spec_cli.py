@@ -3,11 +3,12 @@ few tokens. Checks the JSON (one object per prompt and a total, every field pres
 speed-up is the ratio of the rates, accepted <= drafted, the total sums the prompts), that the default
 model drafting for itself is accepted nearly always (greedy: >= 90 % over 24 tokens) and takes fewer
 forward passes, that prompt lookup drafts on a repetitive prompt, that the table prints the header and
-a row per prompt, and that bad arguments exit with status 2 and a draft of another vocabulary with 1.
+a row per prompt, that `pith run -md` gives the tokens it gives without, and that bad arguments exit with status 2 and a draft of another vocabulary with 1.
 Timings are only checked to be positive and finite: this is not a timed test."""
 import json
 import math
 import os
+import re
 import sys
 import unittest
 
@@ -98,6 +99,24 @@ class BenchSpec(unittest.TestCase):
         self.assertIn("shape: dim 128, layers 2", out)
         rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| prompt")]
         self.assertEqual([row.split("|")[1].strip() for row in rows], ["1", "2", "all"])
+
+    def test_run_draft_model(self):
+        """`pith run -f --jsonl` with -md: the same tokens, and the stats line counts the drafts."""
+        def run(extra):
+            r = run_pith(["run", "-m", DEFAULT, "-f", self.prompts, "--jsonl", "-n", "24", "--temp", "0",
+                          "--ignore-eos", "-t", "1"] + extra)
+            self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+            return [json.loads(line)["tokens"] for line in r.stdout.decode().splitlines()], r.stderr.decode()
+        base, _ = run([])
+        got, err = run(["-md", DEFAULT])
+        self.assertEqual(got, base)
+        m = re.search(r"(\d+) of (\d+) draft tokens accepted", err)
+        self.assertTrue(m, err)
+        self.assertGreaterEqual(int(m.group(1)), 0.9 * int(m.group(2)))
+        self.assertGreater(int(m.group(2)), 0)
+        r = run_pith(["run", "-m", DEFAULT, "--spec-type", "draft", "-p", "x", "-n", "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("draft model", r.stderr.decode())
 
     def test_errors(self):
         cases = [["--spec-type", "draft", "-f", self.prompts],           # no draft model
