@@ -1,19 +1,21 @@
 #!/usr/bin/python3
-"""Speculative decoding (prompt lookup) against plain decoding at batch 1.
+"""Speculative decoding against plain decoding at batch 1, on three prompt sets, through `pith bench`'s
+speculative mode.
 
-    tools/bench_spec.py [--model assets/default.gguf] [-n 128] [-t 2] [--reps 3]
+    tools/bench_spec.py [--model assets/default.gguf] [--spec-type ngram|draft] [--draft-model M]
+                        [-n 64] [-t 2] [--reps 3]
 
 Three prompt sets: "copy" (a passage, then its opening again: the continuation mostly copies it),
 "list" (text with a repeated structure), and "fresh" (ordinary story openings: little to look up).
-Each prompt runs alone (`pith run -f ONE_LINE --jsonl`, greedy, --ignore-eos, -n tokens) with
---spec-type off and ngram, alternating, best of --reps; checks that both give the same tokens; and
-prints tokens/s, the speed-up, the acceptance (accepted / drafted draft tokens) and forward passes per
-token from the stats line pith prints on stderr.
+Each set goes to `pith bench --spec-type T -f SET --json` (each prompt alone, greedy, EOS ignored, -n
+tokens, plain and speculative alternating --reps times; pith checks that both give the same tokens),
+and this prints one row per prompt: decode tokens/s both ways (mean over the repetitions), the speed-up,
+the acceptance (accepted / drafted draft tokens), the target's forward passes per generated token, and
+the cpu column (CPU time / (wall x threads): below 100 % other work shared the cores).
 """
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,49 +35,45 @@ SETS = {
 }
 
 
-def run(pith, model, text, n, threads, spec, workdir):
-    path = os.path.join(workdir, "prompt.txt")
-    with open(path, "w") as f:
-        f.write(text + "\n")
-    cmd = [pith, "run", "-m", model, "-f", path, "--jsonl", "-n", str(n), "--temp", "0", "--ignore-eos",
-           "-t", str(threads), "--spec-type", spec]
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    tokens = json.loads(r.stdout.splitlines()[0])["tokens"]
-    m = re.search(r"generated in ([\d.]+) s .*?(\d+) steps.*?(\d+) of (\d+) draft tokens accepted", r.stderr)
-    if not m:
-        sys.exit("no stats line in: " + r.stderr)
-    return tokens, len(tokens) / float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))
+def bench(pith, model, spec, draft, path, n, threads, reps):
+    cmd = [pith, "bench", "-m", model, "--spec-type", spec, "-f", path, "-n", str(n), "-t", str(threads),
+           "-r", str(reps), "--json"]
+    if draft:
+        cmd += ["--draft-model", draft]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(" ".join(cmd) + ": " + r.stderr.strip().splitlines()[-1])
+    return [json.loads(line) for line in r.stdout.splitlines()]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "assets", "default.gguf"))
     ap.add_argument("--pith", default=os.path.join(ROOT, "build", "pith"))
-    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--spec-type", default="ngram", choices=["ngram", "draft"])
+    ap.add_argument("--draft-model", help="the draft model (--spec-type draft)")
+    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
+    ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
-    print(f"model {os.path.basename(a.model)}, batch 1, greedy, {a.n} tokens per prompt, {a.t} threads, best of {a.reps}")
-    print("| set | prompt | off tok/s | ngram tok/s | speed-up | accepted/drafted | passes per token |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if a.spec_type == "draft" and not a.draft_model:
+        ap.error("--spec-type draft needs --draft-model")
+    draft = a.draft_model if a.spec_type == "draft" else None
+    print(f"model {os.path.basename(a.model)}, {a.spec_type}" + (f" {os.path.basename(draft)}" if draft else "") +
+          f", batch 1, greedy, {a.n} tokens per prompt, {a.t} threads, mean of {a.reps}")
+    print("| set | prompt | plain tok/s | spec tok/s | speed-up | accepted/drafted | passes per token | cpu plain/spec |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as wd:
-        for name, prompts in SETS.items():
-            for i, text in enumerate(prompts):
-                best = {"off": 0.0, "ngram": 0.0}
-                info = None
-                for _ in range(a.reps):
-                    for spec in ("off", "ngram"):
-                        toks, rate, steps, acc, drafted = run(a.pith, a.model, text, a.n, a.t, spec, wd)
-                        if spec == "off":
-                            ref = toks
-                        elif toks != ref:
-                            sys.exit(f"{name} {i}: speculation changed the output")
-                        else:
-                            info = (steps, acc, drafted)
-                        best[spec] = max(best[spec], rate)
-                steps, acc, drafted = info
-                print(f"| {name} | {i} | {best['off']:.1f} | {best['ngram']:.1f} | {best['ngram'] / best['off']:.2f}x | "
-                      f"{acc}/{drafted} | {steps / a.n:.2f} |")
+        for name in a.sets.split(","):
+            path = os.path.join(wd, name + ".txt")
+            with open(path, "w") as f:
+                f.write("\n".join(SETS[name]) + "\n")
+            for o in bench(a.pith, a.model, a.spec_type, draft, path, a.n, a.t, a.reps):
+                which = o.get("prompt_index", "all")
+                print(f"| {name} | {which} | {o['tokens_per_s']:.1f} | {o['spec_tokens_per_s']:.1f} | {o['speedup']:.2f}x | "
+                      f"{o['accepted_tokens']}/{o['draft_tokens']} | {o['spec_passes_per_token']:.2f} | "
+                      f"{100 * o['cpu_share']:.0f}/{100 * o['spec_cpu_share']:.0f} % |", flush=True)
 
 
 if __name__ == "__main__":

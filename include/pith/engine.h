@@ -45,7 +45,9 @@ typedef enum pith_spec_type {
     PITH_SPEC_OFF = 0,
     PITH_SPEC_NGRAM,         /* prompt lookup: what followed the latest earlier occurrence of the last
                                 few tokens, in the prompt and the output so far (model-free) */
-    PITH_SPEC_CUSTOM,        /* options.spec_draft (tests; a draft model) */
+    PITH_SPEC_CUSTOM,        /* options.spec_draft (tests, other sources) */
+    PITH_SPEC_DRAFT,         /* a draft model of the target's vocabulary proposes greedily (options
+                                draft_model or draft_model_path; src/core/spec_model.h) */
 } pith_spec_type;
 
 /* Element type of the K/V cache (kv.h). Q8_0 holds blocks of 32 along the head dimension (half the
@@ -97,6 +99,16 @@ typedef struct pith_engine_options {
      * many (0: none). Called on the stepping thread; must not call the engine. */
     int (*spec_draft)(void *user, uint64_t request_id, const int32_t *tokens, int n, int32_t *draft, int max);
     void *spec_user;
+    /* PITH_SPEC_DRAFT: the draft model, any architecture Pith loads, with the target's vocabulary (the
+     * same size and, where both files carry a tokenizer, the same tokens: refused otherwise). It runs in
+     * an engine of its own inside this one, with memory of its own sized for spec_max_seqs sequences
+     * (kv_mem_bytes and the other options above are the target's only). draft_model: loaded by the
+     * caller, who frees it after the engine (its memory is the engine's while the engine lives); or,
+     * when NULL, draft_model_path, loaded by the engine with draft_threads worker threads (0: one per
+     * online CPU) and freed with it. */
+    pith_model *draft_model;
+    const char *draft_model_path;
+    int draft_threads;
 } pith_engine_options;
 
 typedef enum pith_finish_reason {

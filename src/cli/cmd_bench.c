@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/bench_spec.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "pith/bench.h"
@@ -34,11 +35,17 @@ typedef struct bench_opts {
     long long bw_mib;
     pith_kv_type kv_type;
     bool json, warmup;
+    /* the speculative mode (bench_spec.h) */
+    pith_spec_type spec_type;
+    const char *draft_model, *prompts_file;
+    int spec_max_draft;
+    bool reps_given, n_gen_given;
 } bench_opts;
 
 static void bench_usage(FILE *out) {
     fprintf(out,
             "usage: pith bench [-m MODEL] [options]\n"
+            "       pith bench [-m MODEL] --spec-type ngram|draft [-md DRAFT] -f PROMPTS [options]\n"
             "\n"
             "Measures, through the engine that `pith run` and `pith serve` use, prompt processing (pp: one\n"
             "request of -p random prompt tokens, computed in steps of up to -b tokens) and text generation\n"
@@ -68,6 +75,16 @@ static void bench_usage(FILE *out) {
             "                          token reads, at least 256, so the probe streams what decoding\n"
             "                          streams; keep it far above the last-level cache)\n"
             "      --no-warmup         skip the warm-up\n"
+            "\n"
+            "Speculative mode: runs each prompt of -f (one per line) alone, greedy, -n tokens with EOS ignored,\n"
+            "without and with speculative decoding, alternating, -r times each (default 1 here); checks the\n"
+            "tokens are identical, and prints decode tokens/s both ways, the speed-up, drafted and accepted\n"
+            "tokens, the acceptance and the target's forward passes per generated token, per prompt and in\n"
+            "total, with the bandwidth probe before and after:\n"
+            "      --spec-type ngram|draft  prompt lookup, or a draft model (-md)\n"
+            "  -md, --draft-model PATH   the draft model (same vocabulary as -m; implies --spec-type draft)\n"
+            "  -f, --file PATH         the prompts, one per line\n"
+            "      --spec-max-draft N  tokens per draft (default 8, at most 16)\n"
             "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"
             "\n"
@@ -134,9 +151,11 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 0, 1 << 20, &iv)) return -1;
             o->n_gen = (int)iv;
+            o->n_gen_given = true;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 1, 1000, &iv)) return -1;
             o->reps = (int)iv;
+            o->reps_given = true;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 1, 1 << 20, &iv)) return -1;
             o->batch = (int)iv;
@@ -151,6 +170,23 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
                 return -1;
             }
             o->kv_type = (pith_kv_type)t;
+        } else if (!strcmp(a, "--spec-type")) {
+            VALUE();
+            if (!strcmp(v, "ngram")) o->spec_type = PITH_SPEC_NGRAM;
+            else if (!strcmp(v, "draft")) o->spec_type = PITH_SPEC_DRAFT;
+            else if (!strcmp(v, "off")) o->spec_type = PITH_SPEC_OFF;
+            else {
+                fprintf(stderr, "pith bench: --spec-type must be ngram, draft or off, not '%s'\n", v);
+                return -1;
+            }
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--draft-model")) {
+            VALUE(); o->draft_model = v;
+            if (o->spec_type == PITH_SPEC_OFF) o->spec_type = PITH_SPEC_DRAFT;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            VALUE(); o->prompts_file = v;
+        } else if (!strcmp(a, "--spec-max-draft")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 1, 16, &iv)) return -1;
+            o->spec_max_draft = (int)iv;
         } else if (!strcmp(a, "--no-warmup")) {
             o->warmup = false;
         } else if (!strcmp(a, "--json")) {
@@ -160,6 +196,21 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
             return -1;
         }
 #undef VALUE
+    }
+    if (o->spec_type != PITH_SPEC_OFF || o->prompts_file) {
+        if (o->spec_type == PITH_SPEC_OFF || !o->prompts_file) {
+            fprintf(stderr, "pith bench: the speculative mode needs both --spec-type ngram|draft and -f PROMPTS\n");
+            return -1;
+        }
+        if (o->spec_type == PITH_SPEC_DRAFT && !o->draft_model) {
+            fprintf(stderr, "pith bench: --spec-type draft needs --draft-model PATH\n");
+            return -1;
+        }
+        if (o->n_gen_given && o->n_gen < 2) {
+            fprintf(stderr, "pith bench: the speculative mode needs -n of at least 2\n");
+            return -1;
+        }
+        if (!o->reps_given) o->reps = 1;
     }
     if (o->n_prompt == 0 && o->n_gen == 0) {
         fprintf(stderr, "pith bench: -p 0 and -n 0 leave nothing to measure\n");
@@ -466,6 +517,16 @@ int pith_cmd_bench(int argc, char **argv) {
     bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
     bench_ctx c = {.o = &o};
     pith_err err = {{0}};
+    if (o.spec_type != PITH_SPEC_OFF) {
+        bench_spec_opts so = {.model = o.model, .draft_model = o.draft_model, .prompts_file = o.prompts_file,
+                              .spec_type = o.spec_type, .threads = o.threads, .n_thread_counts = o.n_thread_counts,
+                              .n_gen = o.n_gen, .reps = o.reps, .spec_max_draft = o.spec_max_draft,
+                              .bw_mib = o.bw_mib, .kv_type = o.kv_type, .json = o.json, .warmup = o.warmup,
+                              .force_scalar = force_scalar};
+        int rc = cli_bench_spec(&so, &err);
+        if (rc) fprintf(stderr, "pith bench: %s\n", err.msg);
+        return rc == -2 ? PITH_EXIT_USAGE : rc ? 1 : 0;
+    }
     for (int i = 0; i < o.n_thread_counts; i++) {
         int rc = bench_threads(&c, o.threads[i], force_scalar, &err);
         if (rc) {

@@ -48,11 +48,18 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
     if (!strcmp(a, "--spec-type")) {
         VALUE();
         if (!strcmp(v, "ngram")) e->spec_type = PITH_SPEC_NGRAM;
+        else if (!strcmp(v, "draft")) e->spec_type = PITH_SPEC_DRAFT;
         else if (!strcmp(v, "off")) e->spec_type = PITH_SPEC_OFF;
         else {
-            fprintf(stderr, "pith %s: --spec-type must be ngram or off, not '%s'\n", cmd, v);
+            fprintf(stderr, "pith %s: --spec-type must be ngram, draft or off, not '%s'\n", cmd, v);
             return -1;
         }
+        return 1;
+    }
+    if (!strcmp(a, "--draft-model") || !strcmp(a, "-md")) { /* -md: llama.cpp's spelling */
+        VALUE();
+        e->draft_model_path = v;
+        if (e->spec_type == PITH_SPEC_OFF) e->spec_type = PITH_SPEC_DRAFT;
         return 1;
     }
     INT_OPT("--spec-max-draft", e->spec_max_draft, 1, 16)
@@ -91,10 +98,14 @@ void cli_engine_usage(FILE *out) {
             "                            sequence, at most 1G)\n"
             "      --snapshot-interval N snapshot long prompts every N tokens (default 1024; -1: only\n"
             "                            at prompt ends, divergence points and while decoding)\n"
-            "      --spec-type ngram|off speculative decoding from prompt lookup (the tokens that followed\n"
-            "                            the last few tokens earlier in the prompt and output); the output\n"
-            "                            is unchanged, only faster when drafts are accepted (default off;\n"
-            "                            models with recurrent state need state checkpoints)\n"
+            "      --spec-type ngram|draft|off\n"
+            "                            speculative decoding: drafts from prompt lookup (ngram: the tokens\n"
+            "                            that followed the last few tokens earlier in the prompt and output)\n"
+            "                            or from a draft model (draft); the output is unchanged, only faster\n"
+            "                            when drafts are accepted (default off; models with recurrent state\n"
+            "                            need state checkpoints)\n"
+            "  -md, --draft-model PATH   the draft model for --spec-type draft (implies it): a smaller model\n"
+            "                            with the same vocabulary, run greedily with the same threads\n"
             "      --spec-max-draft N    tokens per draft (default 8, at most 16)\n"
             "      --spec-max-seqs N     draft only while at most N sequences decode (default 4)\n");
 }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "core/engine_internal.h"
+#include "core/spec_model.h"
 
 const char *pith_finish_reason_str(pith_finish_reason r) {
     switch (r) {
@@ -68,8 +69,11 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
-    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_CUSTOM) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
+    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_DRAFT) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
     if (o.spec_type == PITH_SPEC_CUSTOM && !o.spec_draft) return pith_errf(err, "custom speculative decoding needs a draft function");
+    if (o.spec_type == PITH_SPEC_DRAFT && !o.draft_model && !(o.draft_model_path && *o.draft_model_path))
+        return pith_errf(err, "speculative decoding with a draft model needs the draft model (draft_model or draft_model_path)");
+    if (o.spec_type == PITH_SPEC_DRAFT && o.draft_model == m) return pith_errf(err, "the draft model must be another model than the target (load the file twice to draft with the same weights)");
     if (o.spec_max_draft == 0) o.spec_max_draft = 8;
     if (o.spec_max_seqs == 0) o.spec_max_seqs = 4;
     if (o.spec_max_draft < 1 || o.spec_max_draft > 16) return pith_errf(err, "spec_max_draft must be in 1..16, not %d", o.spec_max_draft);
@@ -164,6 +168,18 @@ int engine_grow_list(seq ***list, int *cap, int need) {
     return 0;
 }
 
+/* The draft model's engine (PITH_SPEC_DRAFT), for up to spec_max_seqs sequences as long as ours. */
+static int draft_create(pith_engine *e, pith_err *err) {
+    const pith_engine_options *o = &e->opt;
+    pith_model *dm = o->draft_model;
+    if (!dm) {
+        pith_model_options mo = {.n_threads = o->draft_threads};
+        if (pith_model_load(o->draft_model_path, &mo, &dm, err)) return pith_err_prefix(err, "the draft model");
+    }
+    int n = o->spec_max_seqs < o->max_num_seqs ? o->spec_max_seqs : o->max_num_seqs;
+    return spec_model_create(dm, !o->draft_model, e->model, e->tok, n, o->max_seq_len, &e->draft, err);
+}
+
 int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
                        pith_engine **out, pith_err *err) {
     *out = NULL;
@@ -228,6 +244,11 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
+    if (o->spec_type == PITH_SPEC_DRAFT && draft_create(e, err)) {
+        pith_engine_free(e);
+        return -1;
+    }
+    e->opt.draft_model_path = NULL; /* the caller's string: used only here */
     e->next_id = 1;
     engine_publish_stats(e); /* the pool size and limits are readable before the first step */
     *out = e;
@@ -248,6 +269,7 @@ void pith_engine_free(pith_engine *e) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_CANCELLED, false, NULL);
     }
+    spec_model_free(e->draft);
     sched_free(&e->sc);
     mem_free(&e->mem);
     if (e->mem_allocated && !e->asleep) pith_model_mem_free(e->model);

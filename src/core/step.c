@@ -7,6 +7,7 @@
 
 #include "core/engine_internal.h"
 #include "core/spec.h"
+#include "core/spec_model.h"
 
 static void emit(seq *s, const pith_token_event *ev) {
     if (s->on_token) s->on_token(ev, s->user);
@@ -394,7 +395,18 @@ static void plan_drafts(pith_engine *e) {
         int want = spec_want(s, e->opt.spec_max_draft);
         int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
         if (want > room) want = room;
+        if (e->draft) { /* queued: the draft model runs them together below */
+            if (want > PITH_SPEC_MAX_DRAFT) want = PITH_SPEC_MAX_DRAFT;
+            if (want > 0) spec_model_add(e->draft, s->tokens, s->n_tokens, s->draft, want, &s->n_draft);
+            continue;
+        }
         s->n_draft = spec_propose(&e->opt, s, want);
+        if (s->n_draft > 0 && e->mem.has_recurrent && !mem_take_checkpoints(&e->mem, s, s->n_draft)) s->n_draft = 0;
+    }
+    if (!e->draft) return;
+    spec_model_run(e->draft);
+    for (int i = 0; i < sc->n_running; i++) {
+        seq *s = sc->running[i];
         if (s->n_draft > 0 && e->mem.has_recurrent && !mem_take_checkpoints(&e->mem, s, s->n_draft)) s->n_draft = 0;
     }
 }

@@ -117,6 +117,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 60;
     s->n_threads = o->n_threads;
     s->engine_opt = o->engine;
+    if (!s->engine_opt.draft_threads) s->engine_opt.draft_threads = o->n_threads; /* a draft model's threads */
     s->log_requests = o->log_requests;
     s->log = (log_ctx){.level = o->log_level, .json = o->log_json, .sink = o->log, .user = o->log_user};
     s->port = o->port;
