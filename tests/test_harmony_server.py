@@ -56,9 +56,15 @@ CALL = 'root ::= "<|channel|>commentary to=functions.get_weather <|constrain|>js
 
 
 def model_path():
+    """The model file, written again only when its inputs are newer (writing takes seconds)."""
     path = os.path.join(pithtest.tmp_dir(), "harmony-gpt-oss.gguf")
+    inputs = [TOKENIZER, TEMPLATE, mkmodel.__file__, os.path.join(os.path.dirname(mkmodel.__file__), "pith_gguf.py")]
+    if os.path.exists(path) and os.path.getmtime(path) > max(os.path.getmtime(p) for p in inputs):
+        return path
     cfg = mkmodel.build_config("test-gpt-oss", layers=2, dim=64, heads=2, kv_heads=1, head_dim=32, vocab=200019)
-    mkmodel.write_gguf(cfg, path, "Q8_0", seed=1, name="harmony", tokenizer_json=TOKENIZER, chat_template=TEMPLATE)
+    mkmodel.write_gguf(cfg, path + ".part", "Q8_0", seed=1, name="harmony", tokenizer_json=TOKENIZER,
+                       chat_template=TEMPLATE)
+    os.replace(path + ".part", path)
     return path
 
 

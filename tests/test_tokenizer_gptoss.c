@@ -15,10 +15,12 @@
  * ids (no BOS: the post-processor is ByteLevel only) with PITH_TOK_ADD_BOS; decode equals the
  * reference's decode with and without skipping special tokens, and decode(encode(text)) == text.
  * Then the configuration: <|return|> and <|call|> end generation, <|end|> does not (a harmony reply
- * goes on after its analysis message's <|end|>).
+ * goes on after its analysis message's <|end|>), not even when generation_config.json lists it.
  * Skips (77) when node, python3 with numpy, or the package is missing. */
 #include <cjson/cJSON.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_tokenizer_util.h"
 
@@ -328,6 +330,29 @@ int main(void) {
         check_config(t, "tokenizer.json");
         tt_robustness(t, "gptoss");
     }
+
+    /* A generation_config.json naming <|end|> among its eos_token_id (as a converter might) does not
+     * make it end generation; its other ids do. */
+    char dir[4300], file[4400];
+    snprintf(dir, sizeof dir, "%s/gptoss-gencfg", tmp);
+    mkdir(dir, 0755);
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    remove(file);
+    CHECK(symlink(json, file) == 0);
+    snprintf(file, sizeof file, "%s/generation_config.json", dir);
+    FILE *gf = fopen(file, "w");
+    if (gf) {
+        fputs("{\"eos_token_id\": [200007, 200018]}", gf);
+        fclose(gf);
+    }
+    pith_tokenizer *gc = NULL;
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    CHECKF(pith_tokenizer_load(file, 0, &gc, &err) == 0, "load %s: %s", file, err.msg);
+    if (gc) {
+        CHECK(!pith_tokenizer_is_eog(gc, 200007) && pith_tokenizer_is_eog(gc, 200018));
+        CHECK(pith_tokenizer_is_eog(gc, 200012)); /* the names still count */
+    }
+    pith_tokenizer_free(gc);
 
     /* The same vocabulary as GGUF metadata, written by tools/mkmodel.py. */
     char gguf[4300], cmd[13000];

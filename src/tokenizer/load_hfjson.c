@@ -405,7 +405,10 @@ int tok_load_hf_json(const char *json_path, const char *config_path, pith_tokeni
     }
     pith_tokenizer *t = NULL;
     int rc = build(&t, root, cfg, err);
-    if (rc == 0) load_generation_config(t, json_path);
+    if (rc == 0) {
+        load_generation_config(t, json_path);
+        tok_harmony_eog(t);
+    }
     cJSON_Delete(root);
     cJSON_Delete(cfg);
     if (rc != 0) {
