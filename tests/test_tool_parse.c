@@ -184,6 +184,13 @@ int main(void) {
                "<|channel|>final<|message|>Checking.<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>",
                &(expect){"Checking.", "", 1, {"f"}, {"{}"}});
     check_case("not harmony after all", &harmony, "plain words", &(expect){"plain words", "", 0, {0}, {0}});
+    check_case("harmony: a later header cut short shows nothing", &harmony,
+               "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>comm",
+               &(expect){"", "hm", 0, {0}, {0}});
+    tp_config harmony_none = {.format = TP_FMT_HARMONY, .tools = false, .parallel = true};
+    check_case("harmony with tool_choice none: a call is content", &harmony_none,
+               "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}<|call|>",
+               &(expect){"{\"a\": 1}", "", 0, {0}, {0}});
 
     printf("%d cases, each whole, split at every byte and byte by byte\n", n_cases);
     return check_summary("test_tool_parse");

@@ -185,8 +185,61 @@ static void test_grammar(void) {
     gen_params_free(&p);
 }
 
+/* GPT-OSS's real template is harmony; its output is always parsed (channels), with tool_choice "none"
+ * without calls; reasoning_effort is read and checked; the history fix-ups for its template. */
+static void test_harmony(void) {
+    pith_server srv;
+    CHECK(with_template(&srv, "gpt-oss.jinja") == 0);
+    CHECK(tools_format_of(&srv) == TP_FMT_HARMONY);
+    chat_tools *t = NULL;
+    CHECK(request(&srv, "", false, &t, NULL) == 0);
+    CHECK(t && t->parse.format == TP_FMT_HARMONY && !t->parse.tools);
+    chat_tools_free(t);
+    t = NULL;
+    CHECK(request(&srv, "\"tool_choice\": \"none\"", true, &t, NULL) == 0);
+    CHECK(t && t->parse.format == TP_FMT_HARMONY && !t->parse.tools && t->choice == TOOL_CHOICE_NONE);
+    chat_tools_free(t);
+    t = NULL;
+    CHECK(request(&srv, "", true, &t, NULL) == 0);
+    CHECK(t && t->parse.format == TP_FMT_HARMONY && t->parse.tools);
+    chat_tools_free(t);
+    pith_chat_template_free(srv.chat);
+
+    static const struct {
+        const char *body, *want; /* want NULL: absent; "400": refused */
+    } efforts[] = {{"{}", NULL}, {"{\"reasoning_effort\": null}", NULL}, {"{\"reasoning_effort\": \"low\"}", "low"},
+                   {"{\"reasoning_effort\": \"medium\"}", "medium"}, {"{\"reasoning_effort\": \"high\"}", "high"},
+                   {"{\"reasoning_effort\": \"HIGH\"}", "400"}, {"{\"reasoning_effort\": \"minimal\"}", "400"},
+                   {"{\"reasoning_effort\": 1}", "400"}, {"{\"reasoning_effort\": {}}", "400"}};
+    for (size_t i = 0; i < sizeof efforts / sizeof *efforts; i++) {
+        cJSON *b = cJSON_Parse(efforts[i].body);
+        api_error e = {0};
+        const char *got = "unset";
+        int rc = params_reasoning_effort(b, &got, &e);
+        if (efforts[i].want && !strcmp(efforts[i].want, "400"))
+            CHECKF(rc && e.status == 400 && !strcmp(e.param, "reasoning_effort"), "%s", efforts[i].body);
+        else
+            CHECKF(!rc && (efforts[i].want ? got && !strcmp(got, efforts[i].want) : got == NULL), "%s", efforts[i].body);
+        cJSON_Delete(b);
+    }
+
+    cJSON *msgs = cJSON_Parse("[{\"role\": \"user\", \"content\": null},"
+                              " {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"r1\", \"tool_calls\": []},"
+                              " {\"role\": \"assistant\", \"content\": \"x\", \"reasoning\": \"r2\"},"
+                              " {\"role\": \"assistant\", \"thinking\": \"own\", \"reasoning_content\": \"r3\"}]");
+    tools_prepare_harmony(msgs);
+    const cJSON *m0 = cJSON_GetArrayItem(msgs, 0), *m1 = cJSON_GetArrayItem(msgs, 1), *m2 = cJSON_GetArrayItem(msgs, 2),
+                *m3 = cJSON_GetArrayItem(msgs, 3);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(m0, "content"))); /* only assistant messages change */
+    CHECK(!cJSON_GetObjectItem(m1, "content") && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m1, "thinking")), "r1"));
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m2, "thinking")), "r2"));
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m3, "thinking")), "own"));
+    cJSON_Delete(msgs);
+}
+
 int main(void) {
     test_formats();
+    test_harmony();
     test_choice();
     test_grammar();
     return check_summary("test_tools_request");

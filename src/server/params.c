@@ -172,6 +172,8 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
     const cJSON *user = field(body, "user");
     if (user && !cJSON_IsString(user)) return api_errorf(err, 400, "invalid_type", "user", "'user' must be a string");
     if (refuse_unsupported(body, err)) return -1;
+    const char *effort;
+    if (kind != GEN_COMPLETION && params_reasoning_effort(body, &effort, err)) return -1;
 
     if (get_bool(body, "stream", &p->stream, err)) return -1;
     const cJSON *so = field(body, "stream_options");
@@ -223,6 +225,16 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
         if (!(p->cache_salt = strdup(salt->valuestring))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
     return structured_parse(body, p, err);
+}
+
+int params_reasoning_effort(const cJSON *body, const char **out, api_error *err) {
+    *out = NULL;
+    const cJSON *v = field(body, "reasoning_effort");
+    if (!v) return 0;
+    static const char *const ok[] = {"low", "medium", "high"};
+    for (size_t i = 0; cJSON_IsString(v) && i < sizeof ok / sizeof *ok; i++)
+        if (!strcmp(v->valuestring, ok[i])) return (*out = ok[i]), 0;
+    return api_errorf(err, 400, "invalid_value", "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
 }
 
 void gen_params_free(gen_params *p) {

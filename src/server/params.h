@@ -69,6 +69,11 @@ int structured_parse(const cJSON *body, gen_params *p, api_error *err);
 /* Releases the compiled grammars kept for srv (before its vocabulary is freed). */
 void structured_cache_free(const pith_server *srv);
 
+/* reasoning_effort (OpenAI's chat field; the Responses API's reasoning.effort maps onto it): NULL when
+ * absent or null, else "low", "medium" or "high" (the values harmony's system message knows); anything
+ * else is a 400 naming the parameter. The chat template sees it as the variable reasoning_effort. */
+int params_reasoning_effort(const cJSON *body, const char **out, api_error *err);
+
 /* Helpers shared by the request readers. A JSON number is an integer when it has no fractional part
  * and fits in int64. */
 bool json_get_int(const cJSON *v, int64_t *out);

@@ -212,6 +212,12 @@ static cJSON *chat_body(const cJSON *req, api_error *err) {
     if (tools && map_tools(tools, body, err)) goto fail;
     const cJSON *text = field(req, "text");
     if (text && map_text(text, body, err)) goto fail;
+    const cJSON *reasoning = field(req, "reasoning");
+    if (reasoning && !cJSON_IsObject(reasoning)) {
+        api_errorf(err, 400, "invalid_type", "reasoning", "'reasoning' must be an object");
+        goto fail;
+    }
+    copy(reasoning, "effort", body, "reasoning_effort");
     copy(req, "model", body, "model");
     copy(req, "tool_choice", body, "tool_choice");
     copy(req, "parallel_tool_calls", body, "parallel_tool_calls");
@@ -223,7 +229,7 @@ static cJSON *chat_body(const cJSON *req, api_error *err) {
     /* Extensions shared with chat. */
     static const char *const ext[] = {"seed", "top_k", "min_p", "stop", "reasoning_format", "chat_template_kwargs",
                                       "repetition_penalty", "presence_penalty", "frequency_penalty", "ignore_eos",
-                                      "priority", "cache_salt"};
+                                      "priority", "cache_salt", "grammar"};
     for (size_t k = 0; k < sizeof ext / sizeof *ext; k++) copy(req, ext[k], body, ext[k]);
     return body;
 fail:
@@ -235,7 +241,7 @@ fail:
 static cJSON *echo_fields(const cJSON *req) {
     cJSON *e = cJSON_CreateObject();
     static const char *const keys[] = {"instructions", "max_output_tokens", "parallel_tool_calls", "temperature", "top_p",
-                                       "tool_choice", "tools", "text", "metadata", "user"};
+                                       "tool_choice", "tools", "text", "metadata", "user", "reasoning"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) copy(req, keys[k], e, keys[k]);
     return e;
 }
@@ -267,6 +273,7 @@ enum MHD_Result handle_responses(http_request *r) {
         if (!strcmp(e.param, "messages")) snprintf(e.param, sizeof e.param, "input");
         else if (!strcmp(e.param, "max_completion_tokens") || !strcmp(e.param, "max_tokens")) snprintf(e.param, sizeof e.param, "max_output_tokens");
         else if (!strncmp(e.param, "response_format", 15)) snprintf(e.param, sizeof e.param, "text.format");
+        else if (!strcmp(e.param, "reasoning_effort")) snprintf(e.param, sizeof e.param, "reasoning.effort");
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
         cJSON_Delete(body);

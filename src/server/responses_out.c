@@ -236,7 +236,7 @@ static cJSON *response_json(gen_output *o, bool done, cJSON *output) {
     echo(r, e, "parallel_tool_calls", cJSON_CreateTrue());
     cJSON_AddNullToObject(r, "previous_response_id");
     cJSON *reasoning = cJSON_AddObjectToObject(r, "reasoning");
-    cJSON_AddNullToObject(reasoning, "effort");
+    echo(reasoning, cJSON_GetObjectItemCaseSensitive(e, "reasoning"), "effort", cJSON_CreateNull());
     cJSON_AddNullToObject(reasoning, "summary");
     cJSON_AddFalseToObject(r, "store");
     echo(r, e, "temperature", cJSON_CreateNumber(1));

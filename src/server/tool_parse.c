@@ -552,6 +552,10 @@ static bool h_header(tp_parser *p, bool final) {
     if (at > MAX_HEADER) at = SIZE_MAX; /* however the text was split */
     if (at == SIZE_MAX) {
         if (!final && p->hold.len <= MAX_HEADER + strlen(H_MESSAGE)) return false;
+        if (p->h_seen && final && p->hold.len <= MAX_HEADER + strlen(H_MESSAGE)) {
+            consume(p, p->hold.len); /* a later message's header cut short (max_tokens): no text of it */
+            return false;
+        }
         p->cfg.format = TP_FMT_NONE; /* not harmony after all: everything is content */
         p->mode = M_TEXT;
         return true;
@@ -573,6 +577,7 @@ static bool h_header(tp_parser *p, bool final) {
     buf_free(&channel);
     buf_free(&to);
     consume(p, at + strlen(H_MESSAGE));
+    p->h_seen = true;
     p->strip_ws = p->h_route != R_CALL;
     p->mode = M_H_BODY;
     return true;

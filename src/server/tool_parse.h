@@ -78,6 +78,7 @@ typedef struct tp_parser {
     int vkey;          /* which key's value is being read */
     /* harmony */
     int h_route;
+    bool h_seen;       /* a message header was read: the output is harmony */
     bool failed;       /* out of memory */
 } tp_parser;
 

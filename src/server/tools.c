@@ -7,7 +7,8 @@
 tp_format tools_format_of(const pith_server *srv) {
     const char *t = srv->chat ? pith_chat_template_source(srv->chat) : NULL;
     if (!t) return TP_FMT_HERMES;
-    if (strstr(t, "<|channel|>") && strstr(t, "to=functions")) return TP_FMT_HARMONY;
+    /* GPT-OSS's template writes "to=" and "functions." + name apart, so the channel markers name it. */
+    if (strstr(t, "<|channel|>") && strstr(t, "<|message|>") && strstr(t, "<|start|>")) return TP_FMT_HARMONY;
     if (strstr(t, "[TOOL_CALLS]")) return TP_FMT_MISTRAL;
     if (strstr(t, "<|python_tag|>") || strstr(t, "ipython")) return TP_FMT_LLAMA3;
     return TP_FMT_HERMES;
@@ -168,6 +169,20 @@ int tools_prepare_messages(cJSON *msgs, api_error *err) {
         i++;
     }
     return 0;
+}
+
+void tools_prepare_harmony(cJSON *msgs) {
+    cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant")) continue;
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (content && cJSON_IsNull(content)) cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
+        if (cJSON_GetObjectItemCaseSensitive(m, "thinking")) continue;
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (!cJSON_IsString(r)) r = cJSON_GetObjectItemCaseSensitive(m, "reasoning");
+        if (cJSON_IsString(r)) cJSON_AddStringToObject(m, "thinking", r->valuestring);
+    }
 }
 
 void tools_note_prompt(chat_tools *t, const char *prompt, size_t len) {

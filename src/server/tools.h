@@ -41,6 +41,11 @@ int tools_request(const pith_server *srv, const cJSON *body, chat_tools **out, a
 int tools_prepare_messages(cJSON *msgs, api_error *err);
 /* Looks at the rendered prompt: one that ends inside an open <think> starts the output in reasoning. */
 void tools_note_prompt(chat_tools *t, const char *prompt, size_t len);
+/* For a harmony template (GPT-OSS), in the copy it renders: an assistant message's reasoning, as this
+ * server returns it (reasoning_content, or vLLM's reasoning) and no `thinking` of its own, becomes
+ * `thinking`, the field the template reads; a null content beside tool_calls is left out (the template
+ * cannot test a null for "<|channel|>", and OpenAI clients send one with every tool call). */
+void tools_prepare_harmony(cJSON *msgs);
 void chat_tools_free(chat_tools *t);
 
 /* tools_grammar.c: with tool_choice "required" or a named function, sets p's grammar source to the

@@ -147,6 +147,7 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
     read_id(g, "tokenizer.ggml.eom_token_id", n, &eom);
     if (eot >= 0) t->eog[eot] = true;
     if (eom >= 0) t->eog[eom] = true;
+    tok_harmony_eog(t);
     if (bpe && load_merges(t, g, err) != 0) goto fail;
     *out = t;
     return 0;

@@ -372,10 +372,14 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
     if (t->unk < 0) t->unk = lookup_cstr(t, token_name(get(cfg, "unk_token")));
     if (t->eos >= 0) t->eog[t->eos] = true;
     /* add_bos_token when the config says; else the post-processor's template; else a BOS distinct from
-     * EOS is added (Llama 3's published tokenizer.json names <|begin_of_text|> only in its config). */
+     * EOS is added (Llama 3's published tokenizer.json names <|begin_of_text|> only in its config), except
+     * in a harmony vocabulary (GPT-OSS: its config names <|startoftext|>, but a harmony prompt starts
+     * with <|start|> and Hugging Face adds nothing). */
     const cJSON *add_bos = get(cfg, "add_bos_token"), *add_eos = get(cfg, "add_eos_token");
+    bool harmony = lookup_cstr(t, "<|start|>") >= 0 && lookup_cstr(t, "<|channel|>") >= 0 &&
+                   lookup_cstr(t, "<|message|>") >= 0;
     if (cJSON_IsBool(add_bos)) t->add_bos = cJSON_IsTrue(add_bos);
-    else if (!bos_set) t->add_bos = t->bos >= 0 && t->bos != t->eos;
+    else if (!bos_set) t->add_bos = t->bos >= 0 && t->bos != t->eos && !harmony;
     if (cJSON_IsBool(add_eos)) t->add_eos = cJSON_IsTrue(add_eos);
 
     const cJSON *tmpl = get(cfg, "chat_template");
@@ -401,7 +405,10 @@ int tok_load_hf_json(const char *json_path, const char *config_path, pith_tokeni
     }
     pith_tokenizer *t = NULL;
     int rc = build(&t, root, cfg, err);
-    if (rc == 0) load_generation_config(t, json_path);
+    if (rc == 0) {
+        load_generation_config(t, json_path);
+        tok_harmony_eog(t);
+    }
     cJSON_Delete(root);
     cJSON_Delete(cfg);
     if (rc != 0) {

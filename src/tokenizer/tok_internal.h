@@ -170,6 +170,11 @@ int tok_set_token(pith_tokenizer *t, int32_t id, const char *text, size_t len, f
 /* Builds the lookup tables that depend on the whole vocabulary (text map, byte tokens, specials,
  * end-of-generation set). Call once after every token, id and flag is set; merges come after. */
 int tok_finalize(pith_tokenizer *t, pith_err *err);
+/* Harmony (GPT-OSS): <|end|> closes one message and the reply goes on (analysis, then final); the reply
+ * ends at <|return|> or <|call|>. So where both exist <|end|> is not end-of-generation, whatever marked
+ * it (its name, a GGUF eot_token_id, generation_config.json); llama.cpp does the same. Phi-3's <|end|>
+ * (no <|return|>) still ends generation. Called last by each loader. */
+void tok_harmony_eog(pith_tokenizer *t);
 /* Sizes the merge table for n merges; then tok_add_merge for each, best (lowest rank) first. */
 int tok_reserve_merges(pith_tokenizer *t, size_t n, pith_err *err);
 /* Adds the merge (a, b) with the given rank; a merge whose parts or result are not tokens is ignored

@@ -295,10 +295,20 @@ int tok_add_pre_split(pith_tokenizer *t, const char *pattern, size_t len, tok_sp
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 #define RE_LLAMA3 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* o200k (GPT-4o, GPT-OSS's o200k_harmony, Llama 4): words split at case changes (an upper-case run
+ * then lower-case letters, combining marks counted as both), the contraction glued to its word, digits
+ * in groups of 1-3, punctuation keeping a trailing run of newlines and slashes. PCRE2 runs the
+ * tokenizer.json pattern as it is. */
+#define RE_O200K_WORD_LOWER "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+#define RE_O200K_WORD_UPPER "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+#define RE_O200K_CONTRACTION "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+#define RE_O200K RE_O200K_WORD_LOWER RE_O200K_CONTRACTION "|" RE_O200K_WORD_UPPER RE_O200K_CONTRACTION \
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_QWEN2 RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 static const char *const PRE_LLAMA3[] = {RE_LLAMA3, NULL};
 static const char *const PRE_QWEN2[] = {RE_QWEN2, NULL};
+static const char *const PRE_O200K[] = {RE_O200K, NULL};
 static const char *const PRE_GPT2[] = {RE_GPT2, NULL};
 static const char *const PRE_STARCODER[] = {"\\p{N}", RE_GPT2, NULL};
 static const char *const PRE_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]", NULL};
@@ -354,6 +364,8 @@ static const pre_entry PRE_TABLE[] = {
     {"deepseek-r1-qwen", PRE_QWEN2, false},
     {"stablelm2", PRE_QWEN2, false},
     {"megrez", PRE_QWEN2, false},
+    {"gpt-4o", PRE_O200K, false}, /* GPT-OSS's o200k_harmony too, as llama.cpp's converter names it */
+    {"llama4", PRE_O200K, false},
 };
 
 int tok_set_gguf_pretokenizer(pith_tokenizer *t, const char *pre, size_t pre_len, pith_err *err) {

@@ -166,7 +166,14 @@ int tok_finalize(pith_tokenizer *t, pith_err *err) {
         if ((ty == TOK_CONTROL || ty == TOK_USER_DEFINED) && is_eog_name(t->arena + t->off[id], t->len[id]))
             t->eog[id] = true;
     }
+    tok_harmony_eog(t);
     return 0;
+}
+
+void tok_harmony_eog(pith_tokenizer *t) {
+    int32_t end = tok_lookup(t, "<|end|>", 7);
+    if (end >= 0 && end != t->eos && tok_lookup(t, "<|return|>", 10) >= 0 && tok_lookup(t, "<|call|>", 8) >= 0)
+        t->eog[end] = false;
 }
 
 int tok_reserve_merges(pith_tokenizer *t, size_t n, pith_err *err) {
