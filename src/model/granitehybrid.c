@@ -7,7 +7,8 @@
  *     block tables, the output projection;
  *   Mamba2 layers: ssm_in into [z | xBC | dt]; xBC through the causal convolution (its bias, SiLU) whose
  *     last K-1 inputs are the sequence's carried state; the SSD scan per head (recurrent.h) from the
- *     carried SSM state; y * silu(z), RMS-normed; ssm_out;
+ *     carried SSM state; y * silu(z), RMS-normed (per B/C group as llama.cpp does for GGUF files, over the
+ *     whole width as transformers does for Hugging Face ones); ssm_out;
  * the mixer's output times residual_scale added to the residual; then RMSNorm and the shared SwiGLU MLP
  * (plus the routed experts when the model has them), times residual_scale, added; finally output_norm
  * and the vocabulary projection (tied unless output.weight exists) divided by logit_scale, only for the
@@ -58,6 +59,7 @@ typedef struct gh {
     pith_cpu cpu;
     pith_attn_scratch attn;
     int q_dim, kv_dim, K, H, G, P, N, inner, conv_dim, proj_dim, ffn;
+    int norm_group; /* elements per RMS group of the gated norm */
     size_t conv_floats, ssm_floats; /* per Mamba2 layer */
     bool rope, adjacent, portable;
     float emb_scale, res_scale, logit_div;
@@ -296,6 +298,9 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     m->conv_dim = m->inner + 2 * m->G * m->N;
     m->proj_dim = m->inner + m->conv_dim + m->H;
     m->ffn = hp->ffn_dim;
+    /* llama.cpp normalises per B/C group (as Mamba2's own code does), transformers' Granite code over the
+     * whole width: the same when n_groups is 1, as in every Granite 4.0-H */
+    m->norm_group = pith_model_file_format(file) == PITH_FORMAT_GGUF ? m->inner / m->G : m->inner;
     m->conv_floats = (size_t)(m->K > 1 ? m->K - 1 : 0) * m->conv_dim;
     m->ssm_floats = (size_t)m->H * m->P * m->N;
     m->rope = false;
@@ -623,12 +628,12 @@ static void ssd_unit(job *j, int u) {
     }
 }
 
-/* y * silu(z), RMS-normed over the inner width, times the residual scale (ssm_out's input). */
+/* y * silu(z), RMS-normed (per group in GGUF files, over the inner width in Hugging Face ones), times the residual scale (ssm_out's input). */
 static void gated_norm_row(job *j, int t) {
     gh *m = j->m;
     float *y = m->att + (size_t)t * m->inner;
-    pith_gated_rmsnorm_grouped(y, m->proj + (size_t)t * m->proj_dim, m->layers[j->layer].ssm_norm, m->inner, m->inner,
-                               m->base.hp.norm_eps);
+    pith_gated_rmsnorm_grouped(y, m->proj + (size_t)t * m->proj_dim, m->layers[j->layer].ssm_norm, m->inner,
+                               m->norm_group, m->base.hp.norm_eps);
     if (m->res_scale != 1.0f)
         for (int i = 0; i < m->inner; i++) y[i] *= m->res_scale;
 }

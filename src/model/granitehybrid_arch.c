@@ -12,8 +12,9 @@
  * head_dim): ssm_in gives [z (inner) | xBC (inner + 2 groups d_state) | dt (heads)]; xBC through the
  * causal depthwise convolution (ssm_conv1d, width conv_kernel, with its bias) and SiLU into x, B, C;
  * the SSD scan (backend/cpu/recurrent.h) with ssm_dt.bias, ssm_a = -exp(A_log) and the skip ssm_d;
- * y * silu(z), RMS-normed with ssm_norm (over the whole inner width as transformers' Granite code does,
- * which is llama.cpp's per-group norm when n_groups is 1, as in every Granite 4.0-H), then ssm_out.
+ * y * silu(z), RMS-normed with ssm_norm (per B/C group in GGUF files, as llama.cpp and Mamba2's own code
+ * do; over the whole inner width in Hugging Face ones, as transformers' Granite code does: the same
+ * function when n_groups is 1, as in every Granite 4.0-H), then ssm_out.
  * The hyper-parameters live in the ssm_* fields of pith_hparams (see modelfile.h).
  *
  * GGUF (arch "granitehybrid"): attention.head_count_kv is one count per layer, 0 for a Mamba2 layer;
