@@ -187,7 +187,7 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    static const char *presets[] = {"test-lfm2", "test-qwen35"};
+    static const char *presets[] = {"test-lfm2", "test-qwen35", "test-granitehybrid", "test-granitehybrid-moe"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);
