@@ -148,7 +148,7 @@ int main(void) {
     static const int tail[] = {65, 0};
     ssd_case("one token, one head", 1, 1, 1, 4, 8, true, false, false, NULL);
     ssd_case("one token, carried state", 1, 3, 1, 5, 12, true, true, false, NULL);
-    ssd_case("chunk tail", 70, 2, 1, 8, 16, true, true, false, NULL);
+    ssd_case("chunk tail, odd head width", 70, 2, 1, 7, 16, true, true, false, NULL);
     ssd_case("three chunks, groups", 2 * PITH_SSD_CHUNK + 9, 4, 2, 8, 24, true, false, false, NULL);
     ssd_case("split runs, no D", 140, 4, 4, 6, 13, false, true, false, thirds);
     ssd_case("granite-like head, slow decay", 2 * PITH_SSD_CHUNK + 1, 2, 1, 64, 128, true, true, true, tail);

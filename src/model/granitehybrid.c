@@ -159,7 +159,10 @@ static int load_moe(gh *m, const pith_model_file *f, int l, gh_layer *L, pith_er
     char n[96];
     if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
     snprintf(n, sizeof n, "blk.%d.ffn_gate_up_exps.weight", l);
-    if (!pith_model_file_tensor(f, n)) return pith_moe_load(f, l, &m->moe_cfg, NULL, L->moe, err);
+    if (!pith_model_file_tensor(f, n)) {
+        if (pith_moe_load(f, l, &m->moe_cfg, NULL, L->moe, err)) return -1;
+        return L->moe->has_shared ? 0 : pith_errf(err, "layer %d: missing tensor blk.%d.ffn_gate_shexp.weight (the shared MLP)", l, l);
+    }
     /* Hugging Face: the experts viewed from the fused tensors, the shared MLP as the shared expert */
     pith_moe_layer *M = L->moe;
     const int E = m->moe_cfg.n_experts, F = m->moe_cfg.ffn, dim = m->base.hp.dim;
@@ -300,7 +303,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     m->ffn = hp->ffn_dim;
     /* llama.cpp normalises per B/C group (as Mamba2's own code does), transformers' Granite code over the
      * whole width: the same when n_groups is 1, as in every Granite 4.0-H */
-    m->norm_group = pith_model_file_format(file) == PITH_FORMAT_GGUF ? m->inner / m->G : m->inner;
+    m->norm_group = pith_model_file_format(file) == PITH_FORMAT_GGUF && m->G > 0 ? m->inner / m->G : m->inner;
     m->conv_floats = (size_t)(m->K > 1 ? m->K - 1 : 0) * m->conv_dim;
     m->ssm_floats = (size_t)m->H * m->P * m->N;
     m->rope = false;
@@ -402,9 +405,9 @@ static int reserve(gh *m, int n, pith_err *err) {
     size_t att = (size_t)(m->q_dim > m->inner ? m->q_dim : m->inner);
     m->x = malloc(N * dim * sizeof(float));
     m->xb = malloc(N * dim * sizeof(float));
-    m->q = malloc(N * m->q_dim * sizeof(float) + 1);
-    m->k = malloc(N * m->kv_dim * sizeof(float) + 1);
-    m->v = malloc(N * m->kv_dim * sizeof(float) + 1);
+    m->q = malloc(N * m->q_dim * sizeof(float));
+    m->k = malloc(N * m->kv_dim * sizeof(float));
+    m->v = malloc(N * m->kv_dim * sizeof(float));
     m->att = malloc(N * att * sizeof(float));
     m->proj = malloc(N * m->proj_dim * sizeof(float));
     m->hb = malloc(N * 2 * m->ffn * sizeof(float));

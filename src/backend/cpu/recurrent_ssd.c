@@ -64,29 +64,55 @@ TGT static float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* The same step, 8 state entries at a time (N a multiple of 8), two accumulators per row. */
+/* The same step, 8 state entries at a time (N a multiple of 8): two state rows per pass share each load
+ * of B and C, each row with its own two accumulators. */
 TGT static void step_avx2(float *S, const float *x, const float *B, const float *C, float decay, float dt, float d,
                           float *y, int P, int N) {
     const __m256 vd = _mm256_set1_ps(decay);
-    for (int p = 0; p < P; p++) {
-        float *row = S + (size_t)p * N;
-        const __m256 vs = _mm256_set1_ps(dt * x[p]);
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int p = 0;
+    for (; p + 2 <= P; p += 2) {
+        float *r0 = S + (size_t)p * N, *r1 = r0 + N;
+        const __m256 s0 = _mm256_set1_ps(dt * x[p]), s1 = _mm256_set1_ps(dt * x[p + 1]);
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
         int n = 0;
         for (; n + 16 <= N; n += 16) {
-            __m256 r0 = _mm256_fmadd_ps(vs, _mm256_loadu_ps(B + n), _mm256_mul_ps(vd, _mm256_loadu_ps(row + n)));
-            __m256 r1 = _mm256_fmadd_ps(vs, _mm256_loadu_ps(B + n + 8), _mm256_mul_ps(vd, _mm256_loadu_ps(row + n + 8)));
-            _mm256_storeu_ps(row + n, r0);
-            _mm256_storeu_ps(row + n + 8, r1);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(C + n), r0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(C + n + 8), r1, a1);
+            const __m256 B0 = _mm256_loadu_ps(B + n), B1 = _mm256_loadu_ps(B + n + 8);
+            const __m256 C0 = _mm256_loadu_ps(C + n), C1 = _mm256_loadu_ps(C + n + 8);
+            __m256 u0 = _mm256_fmadd_ps(s0, B0, _mm256_mul_ps(vd, _mm256_loadu_ps(r0 + n)));
+            __m256 u1 = _mm256_fmadd_ps(s0, B1, _mm256_mul_ps(vd, _mm256_loadu_ps(r0 + n + 8)));
+            __m256 v0 = _mm256_fmadd_ps(s1, B0, _mm256_mul_ps(vd, _mm256_loadu_ps(r1 + n)));
+            __m256 v1 = _mm256_fmadd_ps(s1, B1, _mm256_mul_ps(vd, _mm256_loadu_ps(r1 + n + 8)));
+            _mm256_storeu_ps(r0 + n, u0);
+            _mm256_storeu_ps(r0 + n + 8, u1);
+            _mm256_storeu_ps(r1 + n, v0);
+            _mm256_storeu_ps(r1 + n + 8, v1);
+            a0 = _mm256_fmadd_ps(C0, u0, a0);
+            a1 = _mm256_fmadd_ps(C1, u1, a1);
+            b0 = _mm256_fmadd_ps(C0, v0, b0);
+            b1 = _mm256_fmadd_ps(C1, v1, b1);
         }
         for (; n < N; n += 8) {
+            const __m256 B0 = _mm256_loadu_ps(B + n), C0 = _mm256_loadu_ps(C + n);
+            __m256 u0 = _mm256_fmadd_ps(s0, B0, _mm256_mul_ps(vd, _mm256_loadu_ps(r0 + n)));
+            __m256 v0 = _mm256_fmadd_ps(s1, B0, _mm256_mul_ps(vd, _mm256_loadu_ps(r1 + n)));
+            _mm256_storeu_ps(r0 + n, u0);
+            _mm256_storeu_ps(r1 + n, v0);
+            a0 = _mm256_fmadd_ps(C0, u0, a0);
+            b0 = _mm256_fmadd_ps(C0, v0, b0);
+        }
+        y[p] = hsum(_mm256_add_ps(a0, a1)) + d * x[p];
+        y[p + 1] = hsum(_mm256_add_ps(b0, b1)) + d * x[p + 1];
+    }
+    for (; p < P; p++) {
+        float *row = S + (size_t)p * N;
+        const __m256 vs = _mm256_set1_ps(dt * x[p]);
+        __m256 a0 = _mm256_setzero_ps();
+        for (int n = 0; n < N; n += 8) {
             __m256 r0 = _mm256_fmadd_ps(vs, _mm256_loadu_ps(B + n), _mm256_mul_ps(vd, _mm256_loadu_ps(row + n)));
             _mm256_storeu_ps(row + n, r0);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(C + n), r0, a0);
         }
-        y[p] = hsum(_mm256_add_ps(a0, a1)) + d * x[p];
+        y[p] = hsum(a0) + d * x[p];
     }
 }
 #endif
