@@ -788,6 +788,8 @@ def main():
                             n_gen=N_GEN_HYBRID, prompt=HYBRID_PROMPT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
             model, tok, n_vocab = make_model(tmp, preset, "gguf", "Q8_0", seed)
+            # Granite 4.0-H in Q8_0 (seed 950, 24 tokens): max 0.093 / mean 0.016 dense, 0.076 / 0.010 with
+            # experts, inside q32 and moe-q32 (a router can flip on the rounded input, as for Qwen3-MoE).
             q8 = {"test-qwen35": "q32-delta", "test-lfm2": "q32-gated", "test-granitehybrid": "q32"}
             compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab, q8.get(preset, "moe-q32"))
             seed += 1
