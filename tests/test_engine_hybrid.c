@@ -3,7 +3,8 @@
  * blocks to others, gives the same next-token logits, bit for bit, from the copy as from the original;
  * ids outside the pool are refused. Then: */
 /* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
- * convolutions; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
+ * convolutions, Qwen3.5's DeltaNet, Granite 4.0-H's Mamba2 dense and with experts; written by
+ * tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
