@@ -1,9 +1,10 @@
-/* Loading the hybrid architectures (lfm2, qwen35) from GGUF and from Hugging Face directories, both
+/* Loading the hybrid architectures (lfm2, qwen35, granitehybrid) from GGUF and from Hugging Face directories, both
  * written by tools/mkmodel.py from one seed: the hyper-parameters each descriptor reads agree across the
  * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
- * malformed config.json values are refused with a message naming the key. */
+ * malformed config.json values are refused with a message naming the key. Granite 4.0-H: the Mamba2
+ * widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "pith/model.h"
 #include "pith/modelfile.h"
 
 static const char *src, *tmp;
@@ -153,6 +155,86 @@ static void test_qwen35(void) {
     refused(h, "full_attention_interval");
 }
 
+static void granite_pair(const char *preset, pith_model_file **a, pith_model_file **b, char *h, size_t cap) {
+    char g[4200];
+    pith_err err;
+    snprintf(g, sizeof g, "%s/hy-%s.gguf", tmp, preset);
+    snprintf(h, cap, "%s/hy-%s-st", tmp, preset);
+    *a = *b = NULL;
+    if (mk(preset, g) || mk(preset, h)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    CHECKF(pith_model_file_open(g, a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(h, b, &err) == 0, "%s", err.msg);
+    if (!*a || !*b) return;
+    const pith_hparams *ha = pith_model_file_hparams(*a), *hb = pith_model_file_hparams(*b);
+    same_hparams(ha, hb, preset);
+    CHECKF(ha->embedding_scale == hb->embedding_scale && ha->residual_scale == hb->residual_scale &&
+               ha->query_scale == hb->query_scale && ha->logit_scale == hb->logit_scale &&
+               !memcmp(ha->layer_no_rope, hb->layer_no_rope, sizeof ha->layer_no_rope) &&
+               ha->n_experts == hb->n_experts && ha->n_experts_used == hb->n_experts_used &&
+               (!ha->n_experts || (ha->expert_ffn_dim == hb->expert_ffn_dim &&
+                                   ha->expert_shared_ffn_dim == hb->expert_shared_ffn_dim)),
+           "%s: multipliers (%g %g %g %g vs %g %g %g %g), RoPE layers or experts differ", preset, ha->embedding_scale,
+           ha->residual_scale, ha->query_scale, ha->logit_scale, hb->embedding_scale, hb->residual_scale,
+           hb->query_scale, hb->logit_scale);
+    /* the Hugging Face load turns A_log into ssm_a = -exp(A_log), as GGUF stores it */
+    CHECK(vec_equal(*a, *b, "blk.0.ssm_a", 1e-6) && vec_equal(*a, *b, "blk.0.ssm_d", 0));
+}
+
+static void test_granitehybrid(void) {
+    char h[4200];
+    pith_model_file *a, *b;
+    granite_pair("test-granitehybrid", &a, &b, h, sizeof h);
+    if (a && b) {
+        const pith_hparams *hp = pith_model_file_hparams(a);
+        /* 6 layers, attention at 2 and 5; 8 Mamba heads of 32, 2 groups of state 16; no RoPE */
+        int rec = 0;
+        for (int l = 0; l < 6; l++) rec |= pith_layer_bit(hp->layer_recurrent, l) << l;
+        CHECKF(rec == 0x1b && hp->conv_kernel == 4 && hp->ssm_n_v_heads == 8 && hp->ssm_n_k_heads == 2 &&
+                   hp->ssm_head_k_dim == 16 && hp->ssm_head_v_dim == 32 && hp->ffn_dim == 256 && hp->n_experts == 0 &&
+                   pith_layer_bit(hp->layer_no_rope, 2) && hp->embedding_scale == 4.0f && hp->residual_scale == 0.5f &&
+                   hp->query_scale == 0.125f && hp->logit_scale == 2.0f,
+               "granitehybrid: mask %#x conv %d heads %d groups %d state %d head %d ffn %d", rec, hp->conv_kernel,
+               hp->ssm_n_v_heads, hp->ssm_n_k_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim, hp->ffn_dim);
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    granite_pair("test-granitehybrid-moe", &a, &b, h, sizeof h);
+    if (a) {
+        const pith_hparams *hp = pith_model_file_hparams(a);
+        CHECKF(hp->n_experts == 4 && hp->n_experts_used == 2 && hp->expert_ffn_dim == 64 && hp->ffn_dim == 128 &&
+                   !pith_layer_bit(hp->layer_no_rope, 1),
+               "granitehybrid-moe: experts %d/%d width %d shared %d", hp->n_experts, hp->n_experts_used,
+               hp->expert_ffn_dim, hp->ffn_dim);
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    /* malformed config.json values (on the MoE directory) */
+    CHECK(set_key(h, "mamba_proj_bias", "true") == 0);
+    refused(h, "mamba_proj_bias");
+    CHECK(set_key(h, "mamba_proj_bias", "false") == 0 && set_key(h, "mamba_d_head", "48") == 0);
+    refused(h, "inner width");
+    CHECK(set_key(h, "mamba_d_head", "\"big\"") == 0);
+    refused(h, "mamba_d_head");
+    CHECK(set_key(h, "mamba_d_head", "\"auto\"") == 0 && set_key(h, "mamba_n_heads", "3") == 0);
+    refused(h, "Mamba heads");
+    CHECK(set_key(h, "mamba_n_heads", "4") == 0 && set_key(h, "position_embedding_type", "\"alibi\"") == 0);
+    refused(h, "position_embedding_type");
+    CHECK(set_key(h, "position_embedding_type", "\"rope\"") == 0 && set_key(h, "layer_types", "[\"mamba\"]") == 0);
+    refused(h, "layer_types");
+    /* every layer Mamba2 without layer_types: the attention layers then miss their Mamba2 tensors (the
+     * model's build checks those) */
+    CHECK(set_key(h, "layer_types", "null") == 0);
+    pith_model *m = NULL;
+    pith_err err = {0};
+    pith_model_options mo = {.n_threads = 1};
+    int rc = pith_model_load(h, &mo, &m, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "ssm_in.weight"), "want a missing ssm_in.weight, got rc %d '%s'", rc, err.msg);
+    if (!rc) pith_model_free(m);
+}
+
 int main(void) {
     src = getenv("PITH_SOURCE_DIR"), tmp = getenv("PITH_TEST_TMP");
     if (!src || !tmp) {
@@ -161,5 +243,6 @@ int main(void) {
     }
     test_lfm2();
     test_qwen35();
+    test_granitehybrid();
     return check_summary("test_hybrid_formats");
 }

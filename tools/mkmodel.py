@@ -125,6 +125,25 @@ PRESETS = {
                          vocab=248320, theta=1e7, ctx=262144, eps=1e-6, tied=True, lin_k_heads=16, lin_v_heads=16,
                          lin_k_dim=128, lin_v_dim=128, conv_kernel=4, partial_rotary=0.25,
                          mrope_section=[11, 11, 10]),
+    # Granite 4.0-H (granitehybrid): Mamba2 layers with attention at attn_layers; 8 Mamba heads of 32 in
+    # 2 B/C groups of state 16 (inner 2 dim), no RoPE (Granite 4.0-H's "nope"), Granite's multipliers.
+    "test-granitehybrid": dict(arch="granitehybrid", dim=128, layers=6, heads=4, kv_heads=2, ffn=256, vocab=512,
+                               theta=1e4, ctx=4096, eps=1e-5, tied=True, attn_layers=[2, 5], conv_kernel=4,
+                               mamba_heads=8, mamba_groups=2, mamba_state=16, mamba_head_dim=32, emb_mult=4.0,
+                               res_mult=0.5, attn_mult=0.125, logits_scaling=2.0),
+    # Its MoE variant: 4 experts of 64, 2 per token, next to the shared MLP; RoPE on ("rope").
+    "test-granitehybrid-moe": dict(arch="granitehybrid", dim=128, layers=4, heads=4, kv_heads=2, ffn=128,
+                                   vocab=512, theta=1e4, ctx=4096, eps=1e-5, tied=True, attn_layers=[1, 3],
+                                   conv_kernel=4, mamba_heads=4, mamba_groups=1, mamba_state=32,
+                                   mamba_head_dim=64, emb_mult=4.0, res_mult=0.5, attn_mult=0.125,
+                                   logits_scaling=2.0, granite_rope=True, experts=4, experts_used=2, expert_ffn=64),
+    # Granite-4.0-H-1B-like shape (benchmarks): 40 layers, 4 of them attention, 48 Mamba heads of 64 with a
+    # state of 128, a 4096-wide shared MLP, a 100k vocabulary, Granite 4.0's multipliers.
+    "granite-4.0-h-1b": dict(arch="granitehybrid", dim=1536, layers=40, heads=12, kv_heads=4, head_dim=128,
+                             ffn=4096, vocab=100352, theta=1e4, ctx=131072, eps=1e-5, tied=True,
+                             attn_layers=[9, 19, 29, 39], conv_kernel=4, mamba_heads=48, mamba_groups=1,
+                             mamba_state=128, mamba_head_dim=64, emb_mult=12.0, res_mult=0.22,
+                             attn_mult=0.0078125, logits_scaling=6.0),
     # YaRN x4 over an original context of 64 (so the ramp covers dimensions within a few dozen positions).
     "test-qwen3-yarn": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                             vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
@@ -179,12 +198,15 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 query_pre_attn_scalar=None, final_softcap=None, no_rope_interval=None, no_rope_layers=None,
                 attn_layers=None, conv_kernel=None, lin_k_heads=None, lin_v_heads=None, lin_k_dim=None,
                 lin_v_dim=None, partial_rotary=None, mrope_section=None, full_attn_interval=None,
-                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None)
+                experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
+                mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
+                emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
            "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2"),
            "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
+           "granitehybrid": ("GraniteMoeHybridForCausalLM", "granitemoehybrid"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
@@ -229,6 +251,8 @@ class Config:
             self.conv_kernel = self.conv_kernel or 3
             if self.attn_layers is None:
                 self.attn_layers = [i for i in range(self.layers) if i % 3 == 2]
+        if self.arch == "granitehybrid":
+            granite_defaults(self)
         if self.arch == "gpt-oss":
             self.swiglu_limit = self.swiglu_limit if self.swiglu_limit is not None else 7.0
             self.expert_ffn = self.ffn
@@ -338,7 +362,8 @@ class Config:
                 raise ValueError("qwen35: value heads a multiple of key heads, equal head widths, no RoPE scaling")
             if int(self.head_dim * self.partial_rotary) % 2:
                 raise ValueError("qwen35: the rotated part of a head must be even")
-        elif (self.attn_layers is not None or self.conv_kernel is not None) and self.arch != "lfm2":
+        elif (self.attn_layers is not None or self.conv_kernel is not None) and self.arch not in ("lfm2",
+                                                                                               "granitehybrid"):
             raise ValueError("attention layers among convolution layers and a convolution width are LFM2's")
         if self.arch == "lfm2":
             if any(not 0 <= i < self.layers for i in self.attn_layers) or not 2 <= self.conv_kernel <= 16:
@@ -350,7 +375,7 @@ class Config:
         """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
         if not self.experts:
             return None
-        if self.arch in ("qwen3moe", "gpt-oss"):
+        if self.arch in ("qwen3moe", "gpt-oss", "granitehybrid"):
             return self.arch
         return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
 
@@ -545,6 +570,8 @@ def tensor_specs(cfg):
         return qwen35_tensor_specs(cfg)
     if cfg.arch == "gpt-oss":
         return gptoss_tensor_specs(cfg)
+    if cfg.arch == "granitehybrid":
+        return granite_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -675,6 +702,8 @@ def hf_chunks(seed, gname, shape, kind):
     elif kind == "fused_down_bias":
         for d in gname:
             yield random_tensor(seed, d, (shape[1],), "bias")[None]
+    elif kind in ("gh_cat", "gh_exp_in", "gh_exp_out"):
+        yield from granite_hf_chunks(seed, gname, shape, kind)
     else:
         yield from random_chunks(seed, gname, shape, kind)
 
@@ -881,6 +910,185 @@ def qwen35_hf_config(cfg, dtype):
     }
 
 
+def granite_defaults(cfg):
+    """Granite 4.0-H's defaults (configuration_granitemoehybrid.py): Mamba2 inner width 2 * dim, convolution
+    4, one B/C group; every layer Mamba2 unless attn_layers says otherwise; no RoPE; multipliers 1."""
+    cfg.conv_kernel = cfg.conv_kernel or 4
+    cfg.attn_layers = list(cfg.attn_layers or [])
+    cfg.mamba_groups = cfg.mamba_groups or 1
+    cfg.mamba_state = cfg.mamba_state or 64
+    cfg.mamba_heads = cfg.mamba_heads or max(1, 2 * cfg.dim // 64)
+    cfg.mamba_head_dim = cfg.mamba_head_dim or 2 * cfg.dim // cfg.mamba_heads
+    cfg.granite_rope = bool(cfg.granite_rope)
+    for k in ("emb_mult", "res_mult", "attn_mult", "logits_scaling"):
+        if getattr(cfg, k) is None:
+            setattr(cfg, k, 1.0)
+    inner = cfg.mamba_heads * cfg.mamba_head_dim
+    if inner % cfg.dim or cfg.mamba_heads % cfg.mamba_groups or not 1 <= cfg.conv_kernel <= 16:
+        raise ValueError("granitehybrid: the Mamba2 width a multiple of dim (mamba_expand), heads a multiple of "
+                         "groups, convolution width 1..16")
+    if any(not 0 <= i < cfg.layers for i in cfg.attn_layers) or cfg.rope_scaling:
+        raise ValueError("granitehybrid: attention layers inside the model, no RoPE scaling")
+
+
+def granite_mamba_dims(cfg):
+    """(inner, conv channels, in_proj rows): in_proj gives [z | x B C | dt] (modeling_granitemoehybrid.py)."""
+    inner = cfg.mamba_heads * cfg.mamba_head_dim
+    conv = inner + 2 * cfg.mamba_groups * cfg.mamba_state
+    return inner, conv, inner + conv + cfg.mamba_heads
+
+
+def granite_tensor_specs(cfg):
+    """Granite 4.0-H: GGUF names from llama.cpp (LLM_ARCH_GRANITE_HYBRID: ssm_in, ssm_conv1d (+ bias),
+    ssm_dt.bias, ssm_a, ssm_d, ssm_norm, ssm_out; ffn_{gate,up,down} for the dense shared MLP, _shexp with
+    experts, ffn_gate_inp and the experts), Hugging Face names from modeling_granitemoehybrid.py
+    (granite_hf_specs fuses the shared MLP's gate and up, and the experts, as its checkpoints store them).
+    Kinds: "alog" is A_log (GGUF stores -exp(A_log) as ssm_a), D and the gated norm are "norm" (near 1)."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    inner, conv, proj = granite_mamba_dims(cfg)
+    H = cfg.mamba_heads
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs.append((b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "norm"))
+        if i in cfg.attn_layers:
+            specs += [
+                (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+                (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            ]
+        else:
+            a = h + "mamba."
+            specs += [
+                (b + "ssm_in.weight", a + "in_proj.weight", (proj, cfg.dim), "matrix"),
+                (b + "ssm_conv1d.weight", a + "conv1d.weight", (conv, cfg.conv_kernel), "matrix"),
+                (b + "ssm_conv1d.bias", a + "conv1d.bias", (conv,), "bias"),
+                (b + "ssm_dt.bias", a + "dt_bias", (H,), "bias"),
+                (b + "ssm_a", a + "A_log", (H,), "alog"),
+                (b + "ssm_d", a + "D", (H,), "norm"),
+                (b + "ssm_norm.weight", a + "norm.weight", (inner,), "norm"),
+                (b + "ssm_out.weight", a + "out_proj.weight", (cfg.dim, inner), "matrix"),
+            ]
+        specs.append((b + "ffn_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"))
+        sh = "_shexp" if cfg.experts else ""
+        specs += [(f"{b}ffn_gate{sh}.weight", None, (cfg.ffn, cfg.dim), "matrix"),
+                  (f"{b}ffn_up{sh}.weight", None, (cfg.ffn, cfg.dim), "matrix"),
+                  (f"{b}ffn_down{sh}.weight", h + "shared_mlp.output_linear.weight", (cfg.dim, cfg.ffn), "matrix")]
+        if cfg.experts:
+            specs.append((b + "ffn_gate_inp.weight", h + "block_sparse_moe.router.layer.weight",
+                          (cfg.experts, cfg.dim), "router"))
+            for kind, shape in (("gate", (cfg.expert_ffn, cfg.dim)), ("up", (cfg.expert_ffn, cfg.dim)),
+                                ("down", (cfg.dim, cfg.expert_ffn))):
+                specs += [(f"{b}ffn_{kind}.{e}.weight", None, shape, "matrix") for e in range(cfg.experts)]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def granite_hf_specs(specs, cfg):
+    """write_safetensors' view of granite_tensor_specs: shared_mlp.input_linear ([gate | up] rows) from the
+    ffn_gate / ffn_up pair, block_sparse_moe.input_linear ([experts][gate | up][dim]) and output_linear
+    ([experts][dim][ffn]) from the per-expert entries (names: tuples of canonical names, see
+    granite_hf_chunks)."""
+    out, pend = [], {}
+    for gname, hname, shape, kind in specs:
+        parts = gname.split(".")
+        h = f"model.layers.{parts[1]}." if parts[0] == "blk" else ""
+        per_expert = len(parts) == 5 and parts[3].isdigit()
+        if hname is not None:
+            out.append((gname, hname, shape, kind))
+        elif not per_expert and parts[2] in ("ffn_gate", "ffn_gate_shexp"):
+            pend["gate"] = gname
+        elif not per_expert and parts[2] in ("ffn_up", "ffn_up_shexp"):
+            out.append(((pend.pop("gate"), gname), h + "shared_mlp.input_linear.weight", (2 * shape[0], shape[1]),
+                        "gh_cat"))
+        else:   # blk.i.ffn_{gate,up,down}.E.weight
+            pend.setdefault(parts[2], []).append(gname)
+            if parts[2] == "ffn_down" and len(pend["ffn_down"]) == cfg.experts:
+                E, F = cfg.experts, cfg.expert_ffn
+                out.append((tuple(zip(pend.pop("ffn_gate"), pend.pop("ffn_up"))),
+                            h + "block_sparse_moe.input_linear.weight", (E, 2 * F, cfg.dim), "gh_exp_in"))
+                out.append((tuple(pend.pop("ffn_down")), h + "block_sparse_moe.output_linear.weight",
+                            (E, cfg.dim, F), "gh_exp_out"))
+    return out
+
+
+def granite_hf_chunks(seed, gname, shape, kind):
+    """Row blocks of the fused Granite tensors, from the same per-matrix values as the GGUF file."""
+    if kind == "gh_cat":
+        rows = shape[0] // 2
+        for n in gname:
+            yield from random_chunks(seed, n, (rows, shape[1]), "matrix")
+    elif kind == "gh_exp_in":
+        F = shape[1] // 2
+        for g, u in gname:
+            yield np.concatenate([random_tensor(seed, g, (F, shape[2]), "matrix"),
+                                  random_tensor(seed, u, (F, shape[2]), "matrix")])[None]
+    else:
+        for d in gname:
+            yield random_tensor(seed, d, (shape[1], shape[2]), "matrix")[None]
+
+
+def granite_gguf_shape(cfg, name, shape):
+    """llama.cpp's shapes (numpy order): ssm_a and ssm_d {1, heads}, ssm_norm {inner / groups, groups}."""
+    if name.endswith("ssm_norm.weight"):
+        return (cfg.mamba_groups, shape[0] // cfg.mamba_groups)
+    return (shape[0], 1)
+
+
+def granite_gguf_vector(cfg, name, x, shape):
+    """A Mamba2 vector as llama.cpp's converter writes it: A_log as -exp(A_log), reshaped."""
+    if name.endswith("ssm_a"):
+        x = -np.exp(x)
+    return x.reshape(shape)
+
+
+def granite_gguf_metadata(cfg, w):
+    """llama.cpp's keys (convert_hf_to_gguf.py GraniteHybridModel, GraniteModel): one KV head count per layer,
+    0 for a Mamba2 layer; the ssm.* keys (time_step_rank is the head count); the multipliers; RoPE only
+    when rope.scaling.finetuned is true."""
+    a = "granitehybrid"
+    inner, _, _ = granite_mamba_dims(cfg)
+    w.add_array(f"{a}.attention.head_count_kv",
+                [cfg.kv_heads if i in cfg.attn_layers else 0 for i in range(cfg.layers)], G.UINT32)
+    w.add_u32(f"{a}.ssm.conv_kernel", cfg.conv_kernel)
+    w.add_u32(f"{a}.ssm.state_size", cfg.mamba_state)
+    w.add_u32(f"{a}.ssm.group_count", cfg.mamba_groups)
+    w.add_u32(f"{a}.ssm.inner_size", inner)
+    w.add_u32(f"{a}.ssm.time_step_rank", cfg.mamba_heads)
+    w.add_f32(f"{a}.embedding_scale", cfg.emb_mult)
+    w.add_f32(f"{a}.residual_scale", cfg.res_mult)
+    w.add_f32(f"{a}.attention.scale", cfg.attn_mult)
+    w.add_f32(f"{a}.logit_scale", cfg.logits_scaling)
+    w.add(f"{a}.rope.scaling.finetuned", bool(cfg.granite_rope), G.BOOL)
+    w.add_u32(f"{a}.expert_shared_feed_forward_length", cfg.ffn)
+    w.add_u32(f"{a}.rope.dimension_count", cfg.head_dim)
+
+
+def granite_hf_config(cfg, dtype):
+    """config.json as transformers writes a GraniteMoeHybridConfig."""
+    inner, _, _ = granite_mamba_dims(cfg)
+    return {
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.expert_ffn if cfg.experts else cfg.ffn, "shared_intermediate_size": cfg.ffn,
+        "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim, "rms_norm_eps": cfg.eps, "rope_theta": cfg.theta, "rope_scaling": None,
+        "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx, "tie_word_embeddings": bool(cfg.tied),
+        "layer_types": ["attention" if i in cfg.attn_layers else "mamba" for i in range(cfg.layers)],
+        "mamba_n_heads": cfg.mamba_heads, "mamba_n_groups": cfg.mamba_groups, "mamba_d_state": cfg.mamba_state,
+        "mamba_d_head": cfg.mamba_head_dim, "mamba_d_conv": cfg.conv_kernel, "mamba_expand": inner // cfg.dim,
+        "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False,
+        "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.experts_used or 0,
+        "embedding_multiplier": cfg.emb_mult, "residual_multiplier": cfg.res_mult,
+        "attention_multiplier": cfg.attn_mult, "logits_scaling": cfg.logits_scaling,
+        "position_embedding_type": "rope" if cfg.granite_rope else "nope", "attention_bias": False,
+        "hidden_act": "silu", "torch_dtype": TORCH_DTYPE[dtype], "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
+
+
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -991,6 +1199,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         w.add_u32(f"{a}.ssm.time_step_rank", cfg.lin_v_heads)
         w.add_u32(f"{a}.ssm.inner_size", cfg.lin_v_heads * cfg.lin_v_dim)
         w.add_u32(f"{a}.full_attention_interval", cfg.full_attn_interval)
+    elif a == "granitehybrid":
+        granite_gguf_metadata(cfg, w)
     elif a == "lfm2":
         # llama.cpp: one KV head count per layer, 0 for a convolution layer; the convolution width.
         w.add_array(f"{a}.attention.head_count_kv",
@@ -1016,7 +1226,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
         w.add_u32(f"{a}.expert_count", cfg.experts)
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
-        if a in ("qwen3moe", "gpt-oss"):
+        if a in ("qwen3moe", "gpt-oss", "granitehybrid"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
     if tokenizer_json:
         add_hf_bpe_vocabulary(w, tokenizer_json, cfg.vocab, chat_template)
@@ -1058,8 +1268,12 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
-        permute = a in ("llama", "smollm3") and any(s in gname for s in ("attn_q.", "attn_k."))
-        if permute:
+        permute = a in ("llama", "smollm3", "granitehybrid") and any(s in gname for s in ("attn_q.", "attn_k."))
+        if a == "granitehybrid" and gname.endswith(("ssm_a", "ssm_d", "ssm_norm.weight")):
+            shape, ttype = granite_gguf_shape(cfg, gname, shape), "F32"
+            data = (lambda n=gname, s=shape, k=kind, h=hname: granite_gguf_vector(cfg, n, random_tensor(seed, n, (
+                int(np.prod(s)),), k), s))
+        elif permute:
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
@@ -1098,6 +1312,8 @@ def hf_config(cfg, dtype):
         return lfm2_hf_config(cfg, dtype)
     if cfg.arch == "qwen35":
         return qwen35_hf_config(cfg, dtype)
+    if cfg.arch == "granitehybrid":
+        return granite_hf_config(cfg, dtype)
     if cfg.arch == "gpt-oss":
         return gptoss_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
@@ -1194,6 +1410,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
     specs = tensor_specs(cfg)
     if cfg.arch == "gpt-oss":
         specs = hf_fused(specs, cfg)
+    if cfg.arch == "granitehybrid":
+        specs = granite_hf_specs(specs, cfg)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
     sizes = [int(np.prod(s)) * elem for _, _, s, _ in specs]
@@ -1213,7 +1431,7 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         header, off = {"__metadata__": {"format": "pt"}}, 0
         for _, hname, shape, _ in group:
             n = int(np.prod(shape)) * elem
-            if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight")):
+            if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight", "mamba.conv1d.weight")):
                 shape = (shape[0], 1, shape[1])   # nn.Conv1d's (channels, 1, K)
             header[hname] = {"dtype": st_name, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n

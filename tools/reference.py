@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3, LFM2 and Qwen3.5 models, to check Pith's logits.
+"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3, LFM2, Qwen3.5 and Granite 4.0-H models, to check Pith's logits.
 
     reference.py --model MODEL.gguf --tokens 1,42,7 [--out logits.npy]
     reference.py --model HF_DIR --tokens 1,42,7
@@ -140,6 +140,20 @@ HF_LAYER_QWEN35 = {
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 
+# Granite 4.0-H (modeling_granitemoehybrid.py), named as llama.cpp's LLM_ARCH_GRANITE_HYBRID names them;
+# the fused shared_mlp.input_linear and block_sparse_moe.input_linear keep their [gate | up] layout.
+HF_LAYER_GRANITE = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "mamba.in_proj.weight": "ssm_in.weight", "mamba.conv1d.weight": "ssm_conv1d.weight",
+    "mamba.conv1d.bias": "ssm_conv1d.bias", "mamba.dt_bias": "ssm_dt.bias", "mamba.A_log": "ssm_a",
+    "mamba.D": "ssm_d", "mamba.norm.weight": "ssm_norm.weight", "mamba.out_proj.weight": "ssm_out.weight",
+    "shared_mlp.input_linear.weight": "ffn_gate_up.weight", "shared_mlp.output_linear.weight": "ffn_down.weight",
+    "block_sparse_moe.router.layer.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.input_linear.weight": "ffn_gate_up_exps.weight",
+    "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight",
+}
 
 # Routers and experts (after "model.layers.N."): Qwen3-MoE's mlp.*, Mixtral's block_sparse_moe.*.
 HF_ROUTERS = {"mlp.gate.weight": "ffn_gate_inp.weight", "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
@@ -150,7 +164,7 @@ def hf_to_canonical(name, family="llama"):
     glob = HF_TO_CANON_LFM2 if family == "lfm2" else HF_TO_CANON
     if name in glob:
         return glob[name]
-    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2, "qwen35": HF_LAYER_QWEN35,
+    layer = {"gemma3": HF_LAYER_GEMMA3, "lfm2": HF_LAYER_LFM2, "qwen35": HF_LAYER_QWEN35, "granite": HF_LAYER_GRANITE,
              "gpt-oss": HF_LAYER_GPTOSS}.get(family, HF_LAYER)
     parts = name.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in layer:
@@ -232,6 +246,8 @@ class Model:
             return self._gguf_lfm2(r, md)
         if a == "qwen35":
             return self._gguf_qwen35(r, md)
+        if a == "granitehybrid":
+            return self._gguf_granite(r, md)
         if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe", "gpt-oss"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
@@ -297,6 +313,8 @@ class Model:
             return self._hf_lfm2(d, c)
         if c.get("model_type") == "qwen3_5_text":
             return self._hf_qwen35(d, c)
+        if c.get("model_type") == "granitemoehybrid":
+            return self._hf_granite(d, c)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
                  "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama", "gpt_oss": "gpt-oss"}
         if c.get("model_type") not in types:
@@ -526,6 +544,79 @@ class Model:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
                 canon = hf_to_canonical(name, "qwen35")
+                if canon:
+                    where[canon] = (st, name)
+        if c.get("tie_word_embeddings", False):
+            where.pop("output.weight", None)
+        self.names = set(where)
+        self._fetch = lambda canon: where[canon][0].tensor(where[canon][1])
+        self.n_vocab = c["vocab_size"]
+
+    # Granite 4.0-H (configuration_granitemoehybrid.py, modeling_granitemoehybrid.py; GGUF: llama.cpp's
+    # src/models/granite-hybrid.cpp, its Mamba2 layer and convert_hf_to_gguf.py GraniteHybridModel, which
+    # stores -exp(A_log) as ssm_a, splits the fused shared MLP and experts, permutes Q/K for adjacent-pair
+    # RoPE, and marks RoPE by rope.scaling.finetuned).
+    def _gguf_granite(self, r, md):
+        a = "granitehybrid"
+        self.family, self.rope_divisors, self.position_scale = "granite", None, 1.0
+        self.rope_style = "adjacent"
+        self.dim = int(md[f"{a}.embedding_length"])
+        self.n_layers = int(md[f"{a}.block_count"])
+        self.n_heads = int(md[f"{a}.attention.head_count"])
+        kv = md.get(f"{a}.attention.head_count_kv", self.n_heads)
+        kv = [int(v) for v in kv] if isinstance(kv, (list, tuple, np.ndarray)) else [int(kv)] * self.n_layers
+        self.layer_types = ["mamba" if v == 0 else "attention" for v in kv]
+        self.n_kv_heads = max(kv) or self.n_heads
+        self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
+        self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
+        self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
+        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
+        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
+        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
+        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
+        self.g_emb = float(md.get(f"{a}.embedding_scale", 0.0)) or 1.0
+        self.g_res = float(md.get(f"{a}.residual_scale", 0.0)) or 1.0
+        self.g_att = float(md.get(f"{a}.attention.scale", 0.0)) or 1.0 / math.sqrt(self.head_dim)
+        self.g_logit = float(md.get(f"{a}.logit_scale", 0.0)) or 1.0
+        self.g_rope = bool(md.get(f"{a}.rope.scaling.finetuned", False))
+        self.n_experts = int(md.get(f"{a}.expert_count", 0))
+        self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
+        self.a_is_log, self.norm_per_group = False, True   # llama.cpp: RMS norm per group of d_inner / n_group
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
+
+    def _hf_granite(self, d, c):
+        self.family, self.rope_divisors, self.position_scale = "granite", None, 1.0
+        self.rope_style = "half"
+        self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv_heads = c.get("num_key_value_heads") or self.n_heads
+        self.head_dim = c.get("head_dim") or self.dim // self.n_heads
+        self.eps = float(c.get("rms_norm_eps", 1e-6))
+        self.theta = float(c.get("rope_theta", 10000.0))
+        self.layer_types = c.get("layer_types") or ["mamba"] * self.n_layers
+        self.conv_kernel = int(c.get("mamba_d_conv", 4))
+        self.d_state, self.n_groups = int(c.get("mamba_d_state", 256)), int(c.get("mamba_n_groups", 1))
+        self.m_heads = int(c.get("mamba_n_heads", 128))
+        inner = int(c.get("mamba_expand", 2)) * self.dim
+        dh = c.get("mamba_d_head", "auto")
+        self.m_head_dim = inner // self.m_heads if dh == "auto" else int(dh)
+        self.g_emb = float(c.get("embedding_multiplier", 1.0))
+        self.g_res = float(c.get("residual_multiplier", 1.0))
+        self.g_att = float(c.get("attention_multiplier", 1.0))
+        self.g_logit = float(c.get("logits_scaling", 1.0))
+        self.g_rope = c.get("position_embedding_type") == "rope"
+        self.n_experts = int(c.get("num_local_experts", 8))
+        self.n_experts_used = int(c.get("num_experts_per_tok", 2))
+        self.a_is_log, self.norm_per_group = True, False   # GraniteMoeHybridRMSNormGated: one norm over d_inner
+        where = {}
+        index = os.path.join(d, "model.safetensors.index.json")
+        files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+        for fn in files:
+            st = SafetensorsFile(os.path.join(d, fn))
+            for name in st.header:
+                canon = hf_to_canonical(name, "granite")
                 if canon:
                     where[canon] = (st, name)
         if c.get("tie_word_embeddings", False):
@@ -824,6 +915,100 @@ def moe_ffn(m, layer, h, aq):
     return out
 
 
+def granite_mamba2(m, p, h):
+    """GraniteMoeHybridMambaLayer (transformers' torch_forward) in its recurrent form, the one its decode
+    path uses for every token: in_proj into [z | xBC | dt]; xBC through the causal depthwise conv1d (with
+    bias, SiLU) written as the window of its last K inputs; per token and head, dt = softplus(dt + dt_bias),
+    S = exp(dt A) S + dt x B^T with A = -exp(A_log) and B, C of the head's group (repeat_interleave),
+    y = S C + D x; then y * silu(z), RMS-normed (over d_inner, or per group for GGUF as llama.cpp does),
+    times the norm weight, out_proj."""
+    T, H, P, N, G, K = h.shape[0], m.m_heads, m.m_head_dim, m.d_state, m.n_groups, m.conv_kernel
+    inner = H * P
+    proj = h @ m.w(p + "ssm_in.weight").T
+    z, xbc, dt = proj[:, :inner], proj[:, inner:2 * inner + 2 * G * N], proj[:, 2 * inner + 2 * G * N:]
+    C_ = xbc.shape[1]
+    w = m.w(p + "ssm_conv1d.weight").reshape(C_, K)
+    padded = torch.cat([torch.zeros(K - 1, C_, dtype=torch.float64), xbc], dim=0)
+    conv = torch.stack([(padded[t:t + K] * w.T).sum(0) for t in range(T)]) + m.w(p + "ssm_conv1d.bias")
+    conv = torch.nn.functional.silu(conv)
+    xs = conv[:, :inner].reshape(T, H, P)
+    B = conv[:, inner:inner + G * N].reshape(T, G, N).repeat_interleave(H // G, dim=1)
+    C = conv[:, inner + G * N:].reshape(T, G, N).repeat_interleave(H // G, dim=1)
+    A = -torch.exp(m.w(p + "ssm_a").reshape(H)) if m.a_is_log else m.w(p + "ssm_a").reshape(H)
+    D = m.w(p + "ssm_d").reshape(H)
+    dt = torch.nn.functional.softplus(dt + m.w(p + "ssm_dt.bias"))
+    S = torch.zeros(H, P, N, dtype=torch.float64)
+    y = torch.zeros(T, H, P, dtype=torch.float64)
+    for t in range(T):
+        S = S * torch.exp(dt[t] * A)[:, None, None] + (dt[t][:, None] * xs[t])[:, :, None] * B[t][:, None, :]
+        y[t] = torch.einsum("hpn,hn->hp", S, C[t]) + D[:, None] * xs[t]
+    y = y.reshape(T, inner) * torch.nn.functional.silu(z)
+    groups = G if m.norm_per_group else 1
+    y = rms_norm(y.reshape(T, groups, inner // groups), torch.ones(inner // groups, dtype=torch.float64), m.eps)
+    y = y.reshape(T, inner) * m.w(p + "ssm_norm.weight").reshape(inner)
+    return y @ m.w(p + "ssm_out.weight").T
+
+
+def granite_forward(m, tokens, aq, kv_f16):
+    """Granite 4.0-H (GraniteMoeHybridModel / DecoderLayer): embeddings times embedding_multiplier; per
+    layer input_layernorm, Mamba2 (granite_mamba2) or GQA attention (RoPE only for "rope", scores times
+    attention_multiplier), residual + out * residual_multiplier; post_attention_layernorm, the shared MLP
+    (silu(gate) * up from its fused [gate | up]) plus, with experts, the top-k experts (softmax over the
+    chosen router logits, GraniteMoeHybridTopKGating), residual + out * residual_multiplier; the final norm,
+    logits / logits_scaling."""
+    tok = torch.tensor(tokens, dtype=torch.long)
+    T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
+    pos = torch.arange(T)
+    x = m.w("token_embd.weight")[tok] * m.g_emb
+    mask = causal_mask(T)
+    for i in range(m.n_layers):
+        p = f"blk.{i}."
+        h = aq(rms_norm(x, m.w(p + "attn_norm.weight"), m.eps))
+        if m.layer_types[i] == "mamba":
+            o = granite_mamba2(m, p, h)
+        else:
+            q = (h @ m.w(p + "attn_q.weight").T).view(T, H, hd)
+            k = (h @ m.w(p + "attn_k.weight").T).view(T, KV, hd)
+            v = (h @ m.w(p + "attn_v.weight").T).view(T, KV, hd)
+            if m.g_rope:
+                q, k = rope(q, pos, m.theta, m.rope_style, None), rope(k, pos, m.theta, m.rope_style, None)
+            if kv_f16:
+                k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            o = attention(q, k, v, mask, 1.0 / m.g_att).reshape(T, H * hd)
+            o = aq(o) @ m.w(p + "attn_output.weight").T
+        x = x + o * m.g_res
+        h = aq(rms_norm(x, m.w(p + "ffn_norm.weight"), m.eps))
+        sh = "_shexp" if m.n_experts and m.has(p + "ffn_gate_shexp.weight") else ""
+        if m.has(p + "ffn_gate_up.weight"):
+            gate, up = (h @ m.w(p + "ffn_gate_up.weight").T).chunk(2, dim=-1)
+        else:
+            gate, up = h @ m.w(p + f"ffn_gate{sh}.weight").T, h @ m.w(p + f"ffn_up{sh}.weight").T
+        f = aq(torch.nn.functional.silu(gate) * up) @ m.w(p + f"ffn_down{sh}.weight").T
+        if m.n_experts:
+            logits = h @ m.w(p + "ffn_gate_inp.weight").T
+            top, chosen = torch.topk(logits, m.n_experts_used, dim=-1)
+            weights = torch.softmax(top, dim=-1)
+            fused = m.has(p + "ffn_gate_up_exps.weight")
+            if fused:
+                gu_all, d_all = m.w(p + "ffn_gate_up_exps.weight"), m.w(p + "ffn_down_exps.weight")
+            for e in range(m.n_experts):
+                rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+                if len(rows) == 0:
+                    continue
+                if fused:
+                    g, u = (h[rows] @ gu_all[e].T).chunk(2, dim=-1)
+                    y = aq(torch.nn.functional.silu(g) * u) @ d_all[e].T
+                else:
+                    g, u = h[rows] @ m.expert(i, "gate", e).T, h[rows] @ m.expert(i, "up", e).T
+                    y = aq(torch.nn.functional.silu(g) * u) @ m.expert(i, "down", e).T
+                f = f.index_add(0, rows, y * weights[rows, slot][:, None])
+        x = x + f * m.g_res
+    x = rms_norm(x, m.w("output_norm.weight"), m.eps)
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return (aq(x) @ out.T) / m.g_logit
+
+
 def round_kv(t, kind):
     """Cached K or V [T, heads, head_dim] as a KV cache of `kind` holds it (see forward)."""
     if kind is True or kind == "f16":
@@ -853,6 +1038,8 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         return lfm2_forward(m, tokens, aq, kv_f16)
     if m.family == "qwen35":
         return qwen35_forward(m, tokens, aq, kv_f16)
+    if m.family == "granite":
+        return granite_forward(m, tokens, aq, kv_f16)
     T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
     gemma = m.family == "gemma3"
     pos = torch.arange(T)

@@ -144,6 +144,12 @@ typedef struct pith_hparams {
      * M-RoPE sections (all zero: none; for text every section takes the token's position). */
     int rope_dim;
     int rope_sections[4];
+    /* Granite's multipliers: the embeddings times embedding_scale, each block's output (token mixer and
+     * FFN) times residual_scale before it joins the residual, the logits divided by logit_scale; 0 means
+     * none (1). Its attention multiplier is query_scale. Mamba2 layers (granitehybrid) reuse the ssm_*
+     * fields above: ssm_n_k_heads B/C groups, ssm_n_v_heads heads, ssm_head_k_dim the state width
+     * (d_state), ssm_head_v_dim the head width. */
+    float embedding_scale, residual_scale, logit_scale;
 } pith_hparams;
 
 /* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written. */

@@ -1,6 +1,7 @@
 /* Kernels of the recurrent (hybrid) architectures: the causal depthwise convolution with carried state
  * (LFM2's short convolution, the convolution in front of Qwen3.5's Gated DeltaNet and Mamba2), the Gated
- * DeltaNet scan (Qwen3.5) in a recurrent and a chunked form, and partial / multi-section RoPE.
+ * DeltaNet scan (Qwen3.5) in a recurrent and a chunked form, Mamba2's SSD scan (Granite 4.0-H) in a
+ * recurrent and a chunked form with its gated, grouped RMSNorm, and partial / multi-section RoPE.
  *
  * Each kernel works on one sequence's run of consecutive tokens and a slice of its channels or heads,
  * so the caller (a model's forward pass) threads over (sequence, head) pairs. None allocates: scratch
@@ -83,6 +84,54 @@ void pith_gdn_chunked(const pith_gdn_args *a, int h, float *scratch);
 
 /* Gated RMSNorm of Qwen3.5's DeltaNet output, in place on n elements: x = rms(x) * w * silu(z). */
 void pith_gated_rmsnorm(float *x, const float *z, const float *w, int n, float eps);
+
+/* ---- Mamba2's SSD scan (recurrent_ssd.c), as Mamba2 and transformers' GraniteMoeHybrid define it ----
+ *
+ * Per head h (of n_heads; it reads B and C of group g = h / (n_heads / n_groups), as repeat_interleave
+ * has it), with a state S of head_dim x d_state, for each token t:
+ *   dt = softplus(dt_raw[t][h] + dt_bias[h])      (torch's softplus: x itself above 20)
+ *   S  = exp(dt A[h]) S + dt x[t] B[t]^T           (A[h] = -exp(A_log[h]) < 0)
+ *   y[t] = S C[t] + D[h] x[t]
+ * pith_ssd_recurrent runs this token by token; pith_ssd_chunked runs the same recurrence in chunks of
+ * PITH_SSD_CHUNK tokens with the state-space-duality form: with the cumulative log-decay a_i of the
+ * chunk, y_i = exp(a_i) S0 C_i + sum_{j<=i} exp(a_i - a_j) dt_j (C_i . B_j) x_j + D x_i and
+ * S = exp(a_last) S0 + sum_j exp(a_last - a_j) dt_j x_j B_j^T. Both give the same result up to
+ * rounding (the chunked form sums in another order). The recurrent form has an AVX2/FMA version
+ * (d_state a multiple of 8), chosen at run time. No time-step clamp (transformers' default limit
+ * (0, inf) clamps nothing).
+ * State layout: [n_heads][head_dim][d_state], row p of head h at state + (h * head_dim + p) * d_state.
+ * y must not overlap x, B, C or dt. */
+#define PITH_SSD_CHUNK 64
+
+typedef struct pith_ssd_args {
+    int n_tokens;
+    int n_heads;
+    int n_groups;         /* divides n_heads */
+    int head_dim, d_state;
+    const float *x;       /* [t * ld_x + h * head_dim + p] */
+    size_t ld_x;
+    const float *B, *C;   /* [t * ld_bc + g * d_state + n] */
+    size_t ld_bc;
+    const float *dt;      /* [t * ld_dt + h]: before dt_bias and the softplus */
+    size_t ld_dt;
+    const float *dt_bias; /* [n_heads] */
+    const float *A;       /* [n_heads]: -exp(A_log), < 0 */
+    const float *D;       /* [n_heads], or NULL (no skip term) */
+    float *state;         /* [n_heads][head_dim][d_state] */
+    float *y;             /* [t * ld_y + h * head_dim + p] */
+    size_t ld_y;
+    bool portable;        /* the portable loops even where AVX2 exists (PITH_FORCE_SCALAR) */
+} pith_ssd_args;
+
+size_t pith_ssd_scratch_floats(int head_dim, int d_state);
+/* Head h over the whole run; the chunked form takes pith_ssd_scratch_floats(head_dim, d_state) floats
+ * of scratch. */
+void pith_ssd_recurrent(const pith_ssd_args *a, int h);
+void pith_ssd_chunked(const pith_ssd_args *a, int h, float *scratch);
+
+/* Mamba2's gated RMSNorm, in place on n elements: x = x * silu(z) first, then each group of `group`
+ * consecutive elements (group divides n; group == n: one norm over all) is RMS-normed, times w. */
+void pith_gated_rmsnorm_grouped(float *x, const float *z, const float *w, int n, int group, float eps);
 
 /* ---- partial and multi-section RoPE (recurrent_rope.c) ----
  *
