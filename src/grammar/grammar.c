@@ -16,6 +16,7 @@ static void grammar_free(pith_grammar *g) {
         }
     free(g->poscache);
     free(g->scratch_states);
+    gr_regions_free(g);
     for (size_t i = 0; i < sizeof g->slots / sizeof g->slots[0]; i++) free(g->slots[i].mask);
     gr_pda_free(&g->pda);
     pthread_mutex_destroy(&g->mu);
@@ -104,7 +105,7 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         free(g);
         return -1;
     }
-    if (gr_pda_alias_chains(&g->pda, v)) {
+    if (gr_regions_build(g) || gr_pda_alias_chains(&g->pda, g->class_run)) {
         grammar_free(g);
         return pith_errf(err, "out of memory");
     }
