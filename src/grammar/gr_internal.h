@@ -264,6 +264,8 @@ char *gr_json_inline_ws(const char *text, const char *prefix);
 /* Builds the region of every byte set used at three positions or more (one pruned trie walk each) and
  * class_run. */
 int gr_regions_build(pith_grammar *g);
+/* Sizes from which a byte set gets a region / a region gets bitmaps (region.c; tests set them to 1). */
+extern int gr_region_min_nodes, gr_region_bitmap_tokens;
 /* The region of class c, built now when it was left for its first use (g->mu held); NULL: walk the trie. */
 const gr_region *gr_region_get(pith_grammar *g, int c);
 void gr_regions_free(pith_grammar *g);

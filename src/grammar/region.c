@@ -15,10 +15,10 @@
 
 #include "grammar/gr_internal.h"
 
-/* regions smaller than this are walked node by node (it is as fast) */
-#define GR_REGION_MIN_NODES 512
-/* regions with more tokens than this keep bitmaps of the tokens up to lengths 1, 2, 4, ... 64 */
-#define GR_REGION_BITMAP_TOKENS 4096
+/* regions of fewer nodes are walked node by node (it is as fast); regions of more tokens keep bitmaps
+ * of the tokens up to lengths 1, 2, 4, ... 64 (tests lower both) */
+int gr_region_min_nodes = 512;
+int gr_region_bitmap_tokens = 4096;
 
 static void region_free(gr_region *r) {
     if (!r) return;
@@ -103,7 +103,7 @@ static int region_build(const gr_pda *p, const pith_grammar_vocab *v, size_t mas
     }
     *run_max = L;
     gr_region *r = NULL;
-    if (!bad && nodes.n / 2 >= GR_REGION_MIN_NODES) {
+    if (!bad && nodes.n / 2 >= (size_t)gr_region_min_nodes) {
         r = calloc(1, sizeof *r);
         bad = !r;
         if (r) {
@@ -111,7 +111,7 @@ static int region_build(const gr_pda *p, const pith_grammar_vocab *v, size_t mas
             bad = group_by_depth(&nodes, L, &r->node, &r->node_off) || group_by_depth(&toks, L, &r->full, &r->full_off) ||
                   group_by_depth(&exits, L, &r->exit, &r->exit_off);
         }
-        if (!bad && r->full_off[L + 1] > GR_REGION_BITMAP_TOKENS) {
+        if (!bad && r->full_off[L + 1] >= gr_region_bitmap_tokens) {
             r->mask_words = mask_words;
             r->upto = calloc(GR_REGION_N_UPTO * mask_words, sizeof *r->upto);
             bad = !r->upto;
