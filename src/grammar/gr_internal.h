@@ -3,6 +3,7 @@
  * ir.c      the grammar representation every front end builds: rules, each a list of alternatives,
  *           each a sequence of elements (a set of bytes, or a reference to a rule), ended by GR_END
  * gbnf.c    GBNF text -> ir (the JSON Schema, regex and JSON front ends write GBNF)
+ * schema_disjoint.c  whether two JSON Schemas match no common value (oneOf made exact)
  * pda.c     the pushdown automaton: interned stacks (a stack is a chain of frames, a frame a position
  *           in an alternative), interned sets of stacks (the matcher's state) and their transitions
  *           over byte classes, filled lazily
@@ -81,6 +82,11 @@ int gr_ir_inline(gr_ir *ir);
 
 /* GBNF text -> ir; the start rule is `root`. */
 int gr_gbnf_parse(const char *src, size_t len, gr_ir *ir, int *root, pith_err *err);
+
+/* Whether no value is valid under both JSON Schemas a and b, by the rules of schema_disjoint.c (false
+ * when unsure); root resolves $ref. */
+struct cJSON;
+bool gr_schema_disjoint(const struct cJSON *root, const struct cJSON *a, const struct cJSON *b);
 
 /* ---- front ends that write GBNF (buffers) ---- */
 typedef struct gr_buf {

@@ -69,6 +69,9 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
     switch (kind) {
     case PITH_GRAMMAR_GBNF: break;
     case PITH_GRAMMAR_JSON_SCHEMA: rc = pith_grammar_json_schema_to_gbnf(src, len, "root", &text, err); break;
+    case PITH_GRAMMAR_JSON_SCHEMA_STRICT:
+        rc = pith_grammar_json_schema_to_gbnf_strict(src, len, "root", true, &text, err);
+        break;
     case PITH_GRAMMAR_REGEX: rc = pith_grammar_regex_to_gbnf(src, len, "root", &text, err); break;
     case PITH_GRAMMAR_JSON: rc = pith_grammar_json_to_gbnf(true, "root", &text, err); break;
     case PITH_GRAMMAR_CHOICE: rc = choice_to_gbnf(src, len, &text, err); break;
