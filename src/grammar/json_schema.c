@@ -264,21 +264,26 @@ static int gen_number(conv *c, const cJSON *s, const char *path, bool integer, c
 
 /* ---- strings ---- */
 
+/* Whether the rule P-fmt-WHAT was already written (every rule is written once, after a newline). */
+static bool fmt_written(conv *c, const char *what) {
+    char probe[NAME_CAP + 16];
+    snprintf(probe, sizeof probe, "\n%s-fmt-%s ::=", c->P, what);
+    return c->out.p && strstr(c->out.p, probe);
+}
+
 static int gen_format(conv *c, const char *fmt, const char *path, char *name) {
     const char *P = c->P;
     snprintf(name, NAME_CAP, "%s-fmt-%s", P, fmt);
-    /* emitted once per name: look for it */
-    char probe[NAME_CAP + 8];
-    snprintf(probe, sizeof probe, "\n%s ::=", name);
-    if (c->out.p && strstr(c->out.p, probe)) return 0;
+    /* emitted once per name, and the helpers (d, t, label, oct) once whichever formats share them */
+    if (fmt_written(c, fmt)) return 0;
     gr_buf *b = &c->out;
     gr_buf_puts(b, "\n");
-    if (strcmp(fmt, "date") == 0 || strcmp(fmt, "date-time") == 0) {
+    if ((strcmp(fmt, "date") == 0 || strcmp(fmt, "date-time") == 0) && !fmt_written(c, "d")) {
         gr_buf_printf(b, "%s-fmt-d ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) "
                          "| ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) "
                          "| \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )\n", P);
     }
-    if (strcmp(fmt, "time") == 0 || strcmp(fmt, "date-time") == 0) {
+    if ((strcmp(fmt, "time") == 0 || strcmp(fmt, "date-time") == 0) && !fmt_written(c, "t")) {
         gr_buf_printf(b, "%s-fmt-t ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
                          "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n", P);
     }
@@ -288,7 +293,8 @@ static int gen_format(conv *c, const char *fmt, const char *path, char *name) {
     else if (strcmp(fmt, "uuid") == 0)
         gr_buf_printf(b, "%s ::= \"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12} \"\\\"\"\n", name);
     else if (strcmp(fmt, "email") == 0 || strcmp(fmt, "hostname") == 0) {
-        gr_buf_printf(b, "%s-fmt-label ::= [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )?\n", P);
+        if (!fmt_written(c, "label"))
+            gr_buf_printf(b, "%s-fmt-label ::= [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )?\n", P);
         if (fmt[0] == 'e')
             gr_buf_printf(b, "%s ::= \"\\\"\" [a-zA-Z0-9_%%+-]{1,30} ( \".\" [a-zA-Z0-9_%%+-]{1,30} ){0,3} \"@\" %s-fmt-label ( \".\" %s-fmt-label ){1,3} \"\\\"\"\n", name, P, P);
         else
