@@ -139,6 +139,9 @@ typedef struct gr_poscache {
     /* roots (preorder trie nodes) of the subtrees whose tokens need the stack below the top frame */
     int32_t *dep;
     uint16_t *dep_lcp;   /* bytes each root's path shares with the one before */
+    uint16_t *dep_depth; /* each root's depth */
+    int32_t *dep_boff;   /* into dep_bytes: each root's path past dep_lcp */
+    uint8_t *dep_bytes;
 } gr_poscache;
 
 typedef struct gr_mask_slot {

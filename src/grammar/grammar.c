@@ -13,6 +13,9 @@ static void grammar_free(pith_grammar *g) {
             free(g->poscache[i].acc);
             free(g->poscache[i].dep);
             free(g->poscache[i].dep_lcp);
+            free(g->poscache[i].dep_depth);
+            free(g->poscache[i].dep_boff);
+            free(g->poscache[i].dep_bytes);
         }
     free(g->poscache);
     free(g->scratch_states);

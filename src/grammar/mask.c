@@ -189,15 +189,31 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
      * how many bytes each root's path shares with the one before, so the check resumes from there */
     pc->dep = dep.a;
     pc->n_dep = dep.n;
+    /* and, so that checking them streams through memory: each root's depth and the bytes of its path
+     * past that shared prefix */
     pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
-    if (!pc->dep_lcp) { free(acc); return -1; }
+    pc->dep_depth = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_depth);
+    pc->dep_boff = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_boff);
+    size_t n_bytes = 0;
+    for (int k = 0; k < dep.n; k++) n_bytes += v->td[dep.a[k]] - 1u;
+    pc->dep_bytes = malloc(n_bytes + 1);
+    if (!pc->dep_lcp || !pc->dep_depth || !pc->dep_boff || !pc->dep_bytes) return -1; /* freed with the grammar */
+    size_t at = 0;
     for (int k = 0; k < dep.n; k++) {
-        if (k == 0) { pc->dep_lcp[k] = 0; continue; }
-        int32_t t = v->ttok[v->ttok_off[dep.a[k]]], u = v->ttok[v->ttok_off[dep.a[k - 1]]];
-        size_t lt = v->td[dep.a[k]] - 1u, lu = v->td[dep.a[k - 1]] - 1u, l = 0;
-        const char *bt = v->bytes + v->off[t], *bu = v->bytes + v->off[u];
-        while (l < lt && l < lu && bt[l] == bu[l]) l++;
-        pc->dep_lcp[k] = (uint16_t)(l > 65535 ? 65535 : l);
+        int32_t t = v->ttok[v->ttok_off[dep.a[k]]];
+        size_t lt = v->td[dep.a[k]] - 1u, l = 0;
+        const char *bt = v->bytes + v->off[t];
+        if (k > 0) {
+            int32_t u = v->ttok[v->ttok_off[dep.a[k - 1]]];
+            size_t lu = v->td[dep.a[k - 1]] - 1u;
+            const char *bu = v->bytes + v->off[u];
+            while (l < lt && l < lu && l < 65535 && bt[l] == bu[l]) l++;
+        }
+        pc->dep_lcp[k] = (uint16_t)l;
+        pc->dep_depth[k] = v->td[dep.a[k]];
+        pc->dep_boff[k] = (int32_t)at;
+        memcpy(pc->dep_bytes + at, bt + l, lt - l);
+        at += lt - l;
     }
     pc->ready = true;
     return 0;
@@ -272,9 +288,12 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
             const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
             for (int32_t k = 0; k < pc->n_dep; k++) {
                 int32_t root = pc->dep[k];
-                int D = td[root]; /* the root's depth: its path is D - 1 bytes, then its own byte */
-                int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;
-                const unsigned char *b = (const unsigned char *)v->bytes + v->off[ttok[toff[root]]];
+                int D = pc->dep_depth[k]; /* the root's depth: its path is D - 1 bytes, then its own byte */
+                int l = pc->dep_lcp[k];
+                /* the previous path died within the prefix this one shares with it: so does this one */
+                if (valid < l) continue;
+                int d = l;
+                const unsigned char *b = pc->dep_bytes + pc->dep_boff[k] - l; /* b[d] for d >= l */
                 while (d < D - 1 && st[d] >= 0) {
                     st[d + 1] = gr_pda_step(p, st[d], b[d]);
                     d++;
