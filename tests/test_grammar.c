@@ -201,6 +201,11 @@ static void test_schema_and_regex(void) {
         {"{\"type\":[\"number\",\"null\"],\"minimum\":2,\"maximum\":5}", {"2", "4.75", "5", "null"}, {"5.5", "1.9", "-3"}},
         {"{\"type\":\"string\",\"pattern\":\"^a\\\\d{2}(x|\\\")?$\"}", {"\"a12\"", "\"a00x\"", "\"a99\\\"\""}, {"\"a1\"", "\"ba12\"", "\"a12y\""}},
         {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"0123abcd-0000-1111-2222-333344445555\""}, {"\"0123abcd-0000-1111-2222\""}},
+        /* formats sharing helper rules in one schema (each helper written once) */
+        {"{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"format\":\"date\"},{\"type\":\"string\",\"format\":"
+         "\"time\"},{\"type\":\"string\",\"format\":\"date-time\"},{\"type\":\"string\",\"format\":\"email\"},{\"type\":"
+         "\"string\",\"format\":\"hostname\"}]}}",
+         {"[\"2024-01-31\",\"10:00:00Z\"]", "[\"2024-01-31T10:00:00Z\"]", "[\"a@b.io\",\"b.io\"]"}, {"[\"2024-01-32\"]", "[\"a@b\"]"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pith_grammar *g = compile(PITH_GRAMMAR_JSON_SCHEMA, cases[i].schema);

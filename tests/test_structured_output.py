@@ -6,7 +6,9 @@ a KV pool small enough that sequences are preempted and recomputed.
 
 - 200 random JSON Schemas of growing depth (0..4: strings with lengths, formats and patterns, integers
   and numbers with bounds, enums, consts, nullable types, anyOf, nested objects with required and
-  optional properties, arrays with item counts, $defs / $ref): every output parses and validates with
+  optional properties, arrays with item counts, $defs / $ref, oneOf of disjoint branches: different
+  types, a discriminator const, disjoint enums, a required key the other branch forbids; a quarter
+  sent with strict: true, which refuses a oneOf it cannot prove exact): every output parses and validates with
   an independent validator, npm ajv (Ajv2020 + ajv-formats); skipped with a reason when node or ajv is
   absent. 100 % must validate.
 - GBNF grammars (fixed and randomly generated): every output is accepted by an independent recognizer
@@ -166,7 +168,9 @@ def schema(rng, depth, defs):
         if s.get("type") == ["integer", "null"] or s.get("type") == ["boolean", "null"]:
             s.pop("maxLength", None)
         return s
-    k = rng.choice(["object", "object", "array", "anyOf", "ref"])
+    k = rng.choice(["object", "object", "array", "anyOf", "ref", "oneOf"])
+    if k == "oneOf":
+        return one_of(rng, depth, defs)
     if k == "object":
         keys = rng.sample(KEYS, rng.randint(0, 3))
         props = {key: schema(rng, depth - 1, defs) for key in keys}
@@ -182,6 +186,35 @@ def schema(rng, depth, defs):
     defs[name] = None
     defs[name] = schema(rng, depth - 1, defs)
     return {"$ref": "#/$defs/" + name, "description": "a reference"}
+
+
+def one_of(rng, depth, defs):
+    """A oneOf whose branches exclude each other, of the kinds the compiler proves disjoint (so that a
+    strict request compiles it and ajv, which checks oneOf exactly, finds one branch matching)."""
+    k = rng.choice(["types", "discriminator", "enums", "forbidden"])
+    if k == "types":
+        pool = [{"type": "string", "maxLength": 6}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},
+                {"type": "array", "items": leaf(rng), "maxItems": 2},
+                {"type": "object", "properties": {"v": leaf(rng)}, "required": ["v"], "additionalProperties": False}]
+        return {"oneOf": rng.sample(pool, rng.randint(2, 4))}
+    if k == "discriminator":
+        branches = []
+        for tag in rng.sample(["cat", "dog", "fish", "bird"], rng.randint(2, 3)):
+            props = {"kind": {"const": tag}}
+            for key in rng.sample(["a", "name", "n1"], rng.randint(0, 2)):
+                props[key] = schema(rng, max(0, depth - 1), defs)
+            req = ["kind"] + [key for key in props if key != "kind" and rng.random() < 0.5]
+            branches.append({"type": "object", "properties": props, "required": req, "additionalProperties": False})
+        return {"oneOf": branches}
+    if k == "enums":
+        pool = ["red", "green", "blue", 1, 2, None, True, "x y"]
+        rng.shuffle(pool)
+        cut = rng.randint(1, len(pool) - 1)
+        return {"oneOf": [{"enum": pool[:cut]}, {"enum": pool[cut:]}]}
+    # each branch requires a key the other forbids
+    keys = rng.sample(["a", "b", "c", "d"], 2)
+    return {"oneOf": [{"type": "object", "properties": {key: schema(rng, max(0, depth - 1), defs)},
+                       "required": [key], "additionalProperties": False} for key in keys]}
 
 
 def make_schemas(n, seed):
@@ -576,7 +609,16 @@ def run():
             ({"grammar": "root ::= \"a\"", "guided_regex": "a"}, "guided_regex", "both constrain"),
             ({"structured_outputs": {"json": {"$ref": "http://example.com/s.json"}}}, "structured_outputs.json", "$ref"),
             ({"guided_json": "{not json"}, "guided_json", "not valid JSON"),
+            ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+                "type": "object", "properties": {"p": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]}},
+                "required": ["p"], "additionalProperties": False}}}},
+             "response_format.json_schema.schema", "oneOf branches 0 and 1 may both match"),
         ]
+        # ... the same oneOf without strict is compiled as anyOf (documented: its output may match both)
+        st, r = post(base, "/v1/completions", {"prompt": "x", "max_tokens": 5, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"oneOf": [{"type": "string"},
+                                                                              {"type": "string", "maxLength": 2}]}}}})
+        check(st == 200, "oneOf that may overlap, not strict: %s %s" % (st, r))
         for extra, param, needle in bad:
             body = {"prompt": "x", "max_tokens": 5}
             body.update(extra)

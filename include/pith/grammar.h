@@ -60,6 +60,7 @@ typedef enum pith_grammar_kind {
     PITH_GRAMMAR_REGEX,          /* a regular expression, matched whole */
     PITH_GRAMMAR_JSON,           /* any JSON object (response_format json_object); source ignored */
     PITH_GRAMMAR_CHOICE,         /* a JSON array of strings: the output is exactly one of them */
+    PITH_GRAMMAR_JSON_SCHEMA_STRICT, /* a JSON Schema under strict mode: a oneOf must be exact (below) */
 } pith_grammar_kind;
 
 /* Compiles src (len bytes; need not be NUL-terminated) for vocabulary v, which must outlive the
@@ -77,6 +78,14 @@ const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g);
  * its arguments, for example) with a hand-written `root` rule referring to them. */
 int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char *root_name, char **gbnf,
                                      pith_err *err);
+/* oneOf is compiled as anyOf. That is exact when its branches provably match no common value (different
+ * JSON types; enumerations with no common value; a property both require with disjoint schemas, the
+ * discriminator pattern; a property one requires and the other forbids): a value generated from one
+ * branch then fails the others. Otherwise the output may match two branches, which oneOf forbids: with
+ * strict true that is an error naming the schema path (use anyOf), with strict false it is allowed
+ * (the one place an output may not validate). pith_grammar_json_schema_to_gbnf is strict false. */
+int pith_grammar_json_schema_to_gbnf_strict(const char *schema, size_t len, const char *root_name, bool strict,
+                                            char **gbnf, pith_err *err);
 int pith_grammar_regex_to_gbnf(const char *regex, size_t len, const char *root_name, char **gbnf,
                                pith_err *err);
 /* Schema-free JSON: any value (object_only false) or any object. */

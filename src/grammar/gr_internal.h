@@ -3,10 +3,12 @@
  * ir.c      the grammar representation every front end builds: rules, each a list of alternatives,
  *           each a sequence of elements (a set of bytes, or a reference to a rule), ended by GR_END
  * gbnf.c    GBNF text -> ir (the JSON Schema, regex and JSON front ends write GBNF)
+ * schema_disjoint.c  whether two JSON Schemas match no common value (oneOf made exact)
  * pda.c     the pushdown automaton: interned stacks (a stack is a chain of frames, a frame a position
  *           in an alternative), interned sets of stacks (the matcher's state) and their transitions
  *           over byte classes, filled lazily
  * vocab.c   token bytes and the token trie
+ * region.c  per byte set, the trie's tokens made only of its bytes and where they leave it
  * mask.c    per-position adaptive masks, token masks, matchers
  * grammar.c compile entry points, reference counting */
 #ifndef PITH_GR_INTERNAL_H
@@ -81,6 +83,11 @@ int gr_ir_inline(gr_ir *ir);
 /* GBNF text -> ir; the start rule is `root`. */
 int gr_gbnf_parse(const char *src, size_t len, gr_ir *ir, int *root, pith_err *err);
 
+/* Whether no value is valid under both JSON Schemas a and b, by the rules of schema_disjoint.c (false
+ * when unsure); root resolves $ref. */
+struct cJSON;
+bool gr_schema_disjoint(const struct cJSON *root, const struct cJSON *a, const struct cJSON *b);
+
 /* ---- front ends that write GBNF (buffers) ---- */
 typedef struct gr_buf {
     char *p;
@@ -132,6 +139,9 @@ typedef struct gr_poscache {
     /* roots (preorder trie nodes) of the subtrees whose tokens need the stack below the top frame */
     int32_t *dep;
     uint16_t *dep_lcp;   /* bytes each root's path shares with the one before */
+    uint16_t *dep_depth; /* each root's depth */
+    int32_t *dep_boff;   /* into dep_bytes: each root's path past dep_lcp */
+    uint8_t *dep_bytes;
 } gr_poscache;
 
 typedef struct gr_mask_slot {
@@ -145,6 +155,7 @@ typedef struct gr_pda {
     gr_elem *elems;
     int n_elems;
     gr_bytes *classes;
+    int n_classes;
     int32_t *rule_alt_off; /* [n_rules + 1] into rule_alts */
     int32_t *rule_alts;
     int n_rules;
@@ -206,7 +217,7 @@ static inline int32_t gr_pda_step(gr_pda *p, int32_t set, uint8_t byte) {
 /* Points the positions of deep x{m,n} chain rules at the one of the shallowest rule that no token of
  * the vocabulary can tell apart from them (one more than the longest run of x's bytes a token begins
  * with): their masks are equal, so one walk of the trie serves the whole chain. */
-int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v);
+int gr_pda_alias_chains(gr_pda *p, const int *class_run);
 /* The set holding just one stack. */
 int32_t gr_pda_singleton(gr_pda *p, int32_t node);
 /* The node for the frame at pos over what is statically known to lie below it (up to depth frames of
@@ -217,6 +228,23 @@ static inline const int32_t *gr_pda_members(const gr_pda *p, int32_t set, int *n
     return p->set_pool + p->set_off[set];
 }
 
+/* The region of one byte set C (region.c): the trie nodes whose paths are all in C. */
+#define GR_REGION_N_UPTO 7
+typedef struct gr_region {
+    int max_len;       /* the deepest such node */
+    /* grouped by depth n in 1 .. max_len, each group at [x_off[n], x_off[n + 1]) (x_off has max_len + 2):
+     * full: the tokens made only of C bytes, of length n; exit: nodes whose own byte is not in C after
+     * n bytes of C; node: the region's nodes at depth n */
+    int32_t *full, *full_off;
+    int32_t *exit, *exit_off;
+    int32_t *node, *node_off;
+    /* when there are many full tokens: bitmaps (mask_words each) of those of length <= 1, 2, 4, ... 64 */
+    uint32_t *upto;
+    size_t mask_words;
+    int n_bcs;
+    uint8_t bcs[256];  /* the automaton's byte classes inside C */
+} gr_region;
+
 struct pith_grammar {
     int refs; /* atomic */
     const pith_grammar_vocab *vocab;
@@ -226,14 +254,30 @@ struct pith_grammar {
     gr_poscache *poscache; /* [n_elems] */
     gr_mask_slot slots[64];
     int32_t *scratch_states; /* [vocab max_depth + 2] */
+    gr_region **regions;     /* [pda.n_classes], at the first index of each byte set (class_same); NULL
+                              * for byte sets used at one position, with small regions, or not built yet */
+    int *class_same;         /* [pda.n_classes]: the first class with the same bytes */
+    int *class_uses;         /* [pda.n_classes]: positions using the byte set (at its first index) */
+    int *class_run;          /* [pda.n_classes]: the longest run of the class's bytes a token begins with
+                              * (0 for classes used at one position) */
     /* counters (benchmarks): position masks computed, states masked, masks from the cache, dep checks */
     uint64_t n_poscache, n_masks, n_mask_hits, n_dep_checks;
+    uint64_t n_region_walks, n_full_walks; /* position masks from a region summary / a whole-trie walk */
 };
 
 /* The JSON rules prefix-ws, -char, -string, -number, -integer, -boolean, -null, -value, -object, -array. */
 void gr_json_primitives(gr_buf *b, const char *prefix);
 /* The text with each use of PREFIX-ws replaced by its own copy of the whitespace group (json.c). */
 char *gr_json_inline_ws(const char *text, const char *prefix);
+
+/* Builds the region of every byte set used at three positions or more (one pruned trie walk each) and
+ * class_run. */
+int gr_regions_build(pith_grammar *g);
+/* Sizes from which a byte set gets a region / a region gets bitmaps (region.c; tests set them to 1). */
+extern int gr_region_min_nodes, gr_region_bitmap_tokens;
+/* The region of class c, built now when it was left for its first use (g->mu held); NULL: walk the trie. */
+const gr_region *gr_region_get(pith_grammar *g, int c);
+void gr_regions_free(pith_grammar *g);
 
 /* Computes the adaptive mask of every byte position now (compile time). */
 int gr_precompute(pith_grammar *g, pith_err *err);

@@ -13,9 +13,13 @@ static void grammar_free(pith_grammar *g) {
             free(g->poscache[i].acc);
             free(g->poscache[i].dep);
             free(g->poscache[i].dep_lcp);
+            free(g->poscache[i].dep_depth);
+            free(g->poscache[i].dep_boff);
+            free(g->poscache[i].dep_bytes);
         }
     free(g->poscache);
     free(g->scratch_states);
+    gr_regions_free(g);
     for (size_t i = 0; i < sizeof g->slots / sizeof g->slots[0]; i++) free(g->slots[i].mask);
     gr_pda_free(&g->pda);
     pthread_mutex_destroy(&g->mu);
@@ -68,6 +72,9 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
     switch (kind) {
     case PITH_GRAMMAR_GBNF: break;
     case PITH_GRAMMAR_JSON_SCHEMA: rc = pith_grammar_json_schema_to_gbnf(src, len, "root", &text, err); break;
+    case PITH_GRAMMAR_JSON_SCHEMA_STRICT:
+        rc = pith_grammar_json_schema_to_gbnf_strict(src, len, "root", true, &text, err);
+        break;
     case PITH_GRAMMAR_REGEX: rc = pith_grammar_regex_to_gbnf(src, len, "root", &text, err); break;
     case PITH_GRAMMAR_JSON: rc = pith_grammar_json_to_gbnf(true, "root", &text, err); break;
     case PITH_GRAMMAR_CHOICE: rc = choice_to_gbnf(src, len, &text, err); break;
@@ -104,7 +111,7 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         free(g);
         return -1;
     }
-    if (gr_pda_alias_chains(&g->pda, v)) {
+    if (gr_regions_build(g) || gr_pda_alias_chains(&g->pda, g->class_run)) {
         grammar_free(g);
         return pith_errf(err, "out of memory");
     }

@@ -1,7 +1,8 @@
 /* JSON Schema -> GBNF.
  *
  * Supported (docs/api.md#structured-output): type (one or a list), enum, const, anyOf, oneOf (as
- * anyOf: exclusivity is not enforced), allOf of one schema, $ref to "#", "#/$defs/..." or
+ * anyOf, exact when its branches provably exclude each other, schema_disjoint.c; in strict mode other
+ * oneOfs are errors), allOf of one schema, $ref to "#", "#/$defs/..." or
  * "#/definitions/..." (recursion allowed), nullable (OpenAPI), boolean schemas (true), objects
  * (properties in their order, required, additionalProperties false / true / a schema; keys of
  * additional properties never repeat a declared name), arrays (items, minItems, maxItems), strings
@@ -38,6 +39,7 @@ typedef struct conv {
     int n_refs, cap_refs;
     int depth;
     int regex_counter;
+    bool strict; /* a oneOf whose branches may overlap is an error */
 } conv;
 
 static int cfail(conv *c, const char *path, const char *fmt, const char *arg) {
@@ -262,21 +264,26 @@ static int gen_number(conv *c, const cJSON *s, const char *path, bool integer, c
 
 /* ---- strings ---- */
 
+/* Whether the rule P-fmt-WHAT was already written (every rule is written once, after a newline). */
+static bool fmt_written(conv *c, const char *what) {
+    char probe[NAME_CAP + 16];
+    snprintf(probe, sizeof probe, "\n%s-fmt-%s ::=", c->P, what);
+    return c->out.p && strstr(c->out.p, probe);
+}
+
 static int gen_format(conv *c, const char *fmt, const char *path, char *name) {
     const char *P = c->P;
     snprintf(name, NAME_CAP, "%s-fmt-%s", P, fmt);
-    /* emitted once per name: look for it */
-    char probe[NAME_CAP + 8];
-    snprintf(probe, sizeof probe, "\n%s ::=", name);
-    if (c->out.p && strstr(c->out.p, probe)) return 0;
+    /* emitted once per name, and the helpers (d, t, label, oct) once whichever formats share them */
+    if (fmt_written(c, fmt)) return 0;
     gr_buf *b = &c->out;
     gr_buf_puts(b, "\n");
-    if (strcmp(fmt, "date") == 0 || strcmp(fmt, "date-time") == 0) {
+    if ((strcmp(fmt, "date") == 0 || strcmp(fmt, "date-time") == 0) && !fmt_written(c, "d")) {
         gr_buf_printf(b, "%s-fmt-d ::= [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) "
                          "| ( \"0\" [469] | \"11\" ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"30\" ) "
                          "| \"02-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] ) )\n", P);
     }
-    if (strcmp(fmt, "time") == 0 || strcmp(fmt, "date-time") == 0) {
+    if ((strcmp(fmt, "time") == 0 || strcmp(fmt, "date-time") == 0) && !fmt_written(c, "t")) {
         gr_buf_printf(b, "%s-fmt-t ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
                          "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n", P);
     }
@@ -286,7 +293,8 @@ static int gen_format(conv *c, const char *fmt, const char *path, char *name) {
     else if (strcmp(fmt, "uuid") == 0)
         gr_buf_printf(b, "%s ::= \"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12} \"\\\"\"\n", name);
     else if (strcmp(fmt, "email") == 0 || strcmp(fmt, "hostname") == 0) {
-        gr_buf_printf(b, "%s-fmt-label ::= [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )?\n", P);
+        if (!fmt_written(c, "label"))
+            gr_buf_printf(b, "%s-fmt-label ::= [a-zA-Z0-9]{1,20} ( \"-\" [a-zA-Z0-9]{1,20} )?\n", P);
         if (fmt[0] == 'e')
             gr_buf_printf(b, "%s ::= \"\\\"\" [a-zA-Z0-9_%%+-]{1,30} ( \".\" [a-zA-Z0-9_%%+-]{1,30} ){0,3} \"@\" %s-fmt-label ( \".\" %s-fmt-label ){1,3} \"\\\"\"\n", name, P, P);
         else
@@ -617,6 +625,25 @@ static int gen_alts(conv *c, const cJSON *list, const char *key, const char *pat
     return 0;
 }
 
+/* Strict mode: the branches of a oneOf must exclude each other pairwise, or the output (generated as
+ * from an anyOf) might match two of them. */
+static int check_one_of(conv *c, const cJSON *list, const char *path) {
+    int i = 0;
+    for (const cJSON *a = list->child; a; a = a->next, i++) {
+        int j = i + 1;
+        for (const cJSON *b = a->next; b; b = b->next, j++)
+            if (!gr_schema_disjoint(c->root, a, b)) {
+                char why[300];
+                snprintf(why, sizeof why,
+                         "oneOf branches %d and %d may both match one value (strict mode needs branches that "
+                         "exclude each other: different types, or a property both require with different const or "
+                         "enum values; use anyOf otherwise)", i, j);
+                return cfail(c, path, "%s", why);
+            }
+    }
+    return 0;
+}
+
 static bool has_any(const cJSON *s, const char *const *keys) {
     for (int i = 0; keys[i]; i++)
         if (cJSON_GetObjectItemCaseSensitive(s, keys[i])) return true;
@@ -674,6 +701,7 @@ static int gen(conv *c, const cJSON *s, const char *path, char *name) {
             }
         } else if (any || one) {
             rc = gen_alts(c, any ? any : one, any ? "anyOf" : "oneOf", path, inner);
+            if (!rc && one && c->strict) rc = check_one_of(c, one, path);
         } else if (all) {
             if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
                 rc = cfail(c, path, "%s", "allOf with more than one schema is not supported");
@@ -728,12 +756,17 @@ static int gen(conv *c, const cJSON *s, const char *path, char *name) {
 
 int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char *root_name, char **gbnf,
                                      pith_err *err) {
+    return pith_grammar_json_schema_to_gbnf_strict(schema, len, root_name, false, gbnf, err);
+}
+
+int pith_grammar_json_schema_to_gbnf_strict(const char *schema, size_t len, const char *root_name, bool strict,
+                                            char **gbnf, pith_err *err) {
     *gbnf = NULL;
     if (!root_name || !*root_name) root_name = "root";
     if (!schema) return pith_errf(err, "JSON Schema: no schema");
     cJSON *j = cJSON_ParseWithLength(schema, len);
     if (!j) return pith_errf(err, "JSON Schema: not valid JSON");
-    conv c = {.root = j, .P = root_name, .err = err};
+    conv c = {.root = j, .P = root_name, .err = err, .strict = strict};
     char top[NAME_CAP];
     int rc = gen(&c, j, "", top);
     if (!rc) {

@@ -31,11 +31,109 @@ static int ibuf_push(ibuf *b, int32_t x) {
     return 0;
 }
 
+/* The trie walk over the preorder nodes [begin, end) (a subtree or the whole trie; the state of each
+ * first node's parent in st[depth - 1], cx likewise): allowed tokens into acc, roots of the subtrees
+ * that depend on the context into dep. Returns -1 on overflow. */
+static int walk_range(gr_pda *p, const pith_grammar_vocab *v, int32_t begin, int32_t end, int32_t *st, uint8_t *cx,
+                      uint32_t *acc, int *n_acc, ibuf *dep) {
+    const uint8_t *tb = v->tb;
+    const uint16_t *td = v->td;
+    const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
+    for (int32_t i = begin; i < end;) {
+        int d = td[i];
+        int32_t ps = st[d - 1];
+        int32_t ns = gr_pda_step(p, ps, tb[i]);
+        if (ns < 0) {
+            if (p->overflow) return -1;
+            uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+            if (c && toff[i] < toff[tskip[i]] && ibuf_push(dep, i)) return -1;
+            i = tskip[i];
+            continue;
+        }
+        st[d] = ns;
+        cx[d] = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
+        for (int32_t k = toff[i]; k < toff[i + 1]; k++) {
+            acc[ttok[k] >> 5] |= 1u << (ttok[k] & 31);
+            (*n_acc)++;
+        }
+        i++;
+    }
+    return 0;
+}
+
+/* The walk from s0 = st[0] through the region of the position's byte set (region.c): 1 done, 0 when the
+ * run of the set's bytes is not deterministic (walk the whole trie instead), -1 on overflow. */
+static int walk_region(gr_pda *p, const pith_grammar_vocab *v, const gr_region *r, int32_t *st, uint8_t *cx,
+                       uint32_t *acc, int *n_acc, ibuf *dep) {
+    int n = 0; /* st[0..n] are the states after 0..n bytes of the set, all alive */
+    while (n < r->max_len) {
+        int32_t nx = -3;
+        for (int b = 0; b < r->n_bcs; b++) {
+            int32_t t = gr_pda_step(p, st[n], p->bclass_rep[r->bcs[b]]);
+            if (p->overflow) return -1;
+            if (nx == -3) nx = t;
+            else if (nx != t) return 0;
+        }
+        uint8_t c = cx[n] | ((p->set_flags[st[n]] & GR_SET_CTX) != 0);
+        if (nx < 0) {
+            /* every longer run dies here; that depends on the context when the stack left the frame:
+             * the region's nodes one deeper are then the roots to check from the real stack */
+            if (c)
+                for (int32_t k = r->node_off[n + 1]; k < r->node_off[n + 2]; k++)
+                    if (ibuf_push(dep, r->node[k])) return -1;
+            break;
+        }
+        st[n + 1] = nx;
+        cx[n + 1] = c;
+        n++;
+        if (nx == st[n - 1] && cx[n] == cx[n - 1]) { /* a loop: every longer run ends here too */
+            while (n < r->max_len) {
+                st[n + 1] = nx;
+                cx[n + 1] = c;
+                n++;
+            }
+        }
+    }
+    /* the tokens made only of the set's bytes, of lengths 1 .. n */
+    int from = 1;
+    if (r->upto && n >= 1) {
+        int j = 0;
+        while (j + 1 < GR_REGION_N_UPTO && (1 << (j + 1)) <= n) j++;
+        const uint32_t *bm = r->upto + (size_t)j * r->mask_words;
+        for (size_t w = 0; w < r->mask_words; w++) acc[w] |= bm[w];
+        from = (1 << j) + 1;
+    }
+    for (int32_t k = r->full_off[from]; k < r->full_off[n + 1]; k++) acc[r->full[k] >> 5] |= 1u << (r->full[k] & 31);
+    *n_acc += r->full_off[n + 1] - r->full_off[1];
+    /* the walks below the exits overwrite st and cx past their own depth: keep the run's states */
+    int32_t *rs = malloc(((size_t)n + 1) * sizeof *rs);
+    uint8_t *rc = malloc((size_t)n + 1);
+    if (!rs || !rc) { free(rs); free(rc); return -1; }
+    memcpy(rs, st, ((size_t)n + 1) * sizeof *rs);
+    memcpy(rc, cx, (size_t)n + 1);
+    int rcode = 1;
+    for (int m = 1; m <= n && rcode > 0; m++)
+        for (int32_t k = r->exit_off[m]; k < r->exit_off[m + 1]; k++) {
+            st[m] = rs[m];
+            cx[m] = rc[m];
+            if (walk_range(p, v, r->exit[k], v->tskip[r->exit[k]], st, cx, acc, n_acc, dep)) { rcode = -1; break; }
+        }
+    free(rs);
+    free(rc);
+    return rcode;
+}
+
+static int cmp_i32m(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static int compute_poscache(pith_grammar *g, int32_t pos) {
     gr_pda *p = &g->pda;
     const pith_grammar_vocab *v = g->vocab;
     gr_poscache *pc = &g->poscache[pos];
     g->n_poscache++;
+
     int32_t s0 = gr_pda_singleton(p, gr_pda_ctx_node(p, pos, 12));
     if (s0 < 0) return -1;
     int32_t *st = malloc(((size_t)v->max_depth + 2) * sizeof *st);
@@ -47,28 +145,24 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
     if (!bad) {
         st[0] = s0;
         cx[0] = 0;
-        const uint8_t *tb = v->tb;
-        const uint16_t *td = v->td;
-        const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
-        for (int i = 0; i < v->n_nodes;) {
-            int d = td[i];
-            int32_t ps = st[d - 1];
-            int32_t ns = gr_pda_step(p, ps, tb[i]);
-            if (ns < 0) {
-                if (p->overflow) { bad = 1; break; }
-                uint8_t c = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
-                if (c && toff[i] < toff[tskip[i]] && ibuf_push(&dep, i)) bad = 1;
-                i = tskip[i];
-                continue;
+        const gr_region *r = gr_region_get(g, p->elems[pos].val);
+        int done = 0;
+        if (r) {
+            done = walk_region(p, v, r, st, cx, acc, &n_acc, &dep);
+            if (done < 0) bad = 1;
+            else if (done) g->n_region_walks++;
+            else { /* start again from nothing */
+                memset(acc, 0, g->mask_words * sizeof *acc);
+                n_acc = 0;
+                dep.n = 0;
             }
-            st[d] = ns;
-            cx[d] = cx[d - 1] | ((p->set_flags[ps] & GR_SET_CTX) != 0);
-            for (int32_t k = toff[i]; k < toff[i + 1]; k++) {
-                acc[ttok[k] >> 5] |= 1u << (ttok[k] & 31);
-                n_acc++;
-            }
-            i++;
         }
+        if (!bad && !done) {
+            g->n_full_walks++;
+            if (walk_range(p, v, 0, v->n_nodes, st, cx, acc, &n_acc, &dep)) bad = 1;
+        }
+        /* the region walk lists roots by depth: back to preorder, so consecutive ones share prefixes */
+        if (!bad && done && dep.n > 1) qsort(dep.a, (size_t)dep.n, sizeof *dep.a, cmp_i32m);
     }
     free(st);
     free(cx);
@@ -95,15 +189,31 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
      * how many bytes each root's path shares with the one before, so the check resumes from there */
     pc->dep = dep.a;
     pc->n_dep = dep.n;
+    /* and, so that checking them streams through memory: each root's depth and the bytes of its path
+     * past that shared prefix */
     pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
-    if (!pc->dep_lcp) { free(acc); return -1; }
+    pc->dep_depth = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_depth);
+    pc->dep_boff = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_boff);
+    size_t n_bytes = 0;
+    for (int k = 0; k < dep.n; k++) n_bytes += v->td[dep.a[k]] - 1u;
+    pc->dep_bytes = malloc(n_bytes + 1);
+    if (!pc->dep_lcp || !pc->dep_depth || !pc->dep_boff || !pc->dep_bytes) return -1; /* freed with the grammar */
+    size_t at = 0;
     for (int k = 0; k < dep.n; k++) {
-        if (k == 0) { pc->dep_lcp[k] = 0; continue; }
-        int32_t t = v->ttok[v->ttok_off[dep.a[k]]], u = v->ttok[v->ttok_off[dep.a[k - 1]]];
-        size_t lt = v->td[dep.a[k]] - 1u, lu = v->td[dep.a[k - 1]] - 1u, l = 0;
-        const char *bt = v->bytes + v->off[t], *bu = v->bytes + v->off[u];
-        while (l < lt && l < lu && bt[l] == bu[l]) l++;
-        pc->dep_lcp[k] = (uint16_t)(l > 65535 ? 65535 : l);
+        int32_t t = v->ttok[v->ttok_off[dep.a[k]]];
+        size_t lt = v->td[dep.a[k]] - 1u, l = 0;
+        const char *bt = v->bytes + v->off[t];
+        if (k > 0) {
+            int32_t u = v->ttok[v->ttok_off[dep.a[k - 1]]];
+            size_t lu = v->td[dep.a[k - 1]] - 1u;
+            const char *bu = v->bytes + v->off[u];
+            while (l < lt && l < lu && l < 65535 && bt[l] == bu[l]) l++;
+        }
+        pc->dep_lcp[k] = (uint16_t)l;
+        pc->dep_depth[k] = v->td[dep.a[k]];
+        pc->dep_boff[k] = (int32_t)at;
+        memcpy(pc->dep_bytes + at, bt + l, lt - l);
+        at += lt - l;
     }
     pc->ready = true;
     return 0;
@@ -123,6 +233,19 @@ static int32_t run_bytes(gr_pda *p, int32_t set, const unsigned char *b, size_t 
 }
 
 static inline void bit_set(uint32_t *m, int32_t t) { m[t >> 5] |= 1u << (t & 31); }
+
+/* bits set in n words (a plain loop: __builtin_popcount is a library call without -mpopcnt) */
+static int count_bits(const uint32_t *m, size_t n) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x = m[i];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        x = (x + (x >> 4)) & 0x0f0f0f0fu;
+        total += (x * 0x01010101u) >> 24;
+    }
+    return (int)total;
+}
 
 /* The mask of state `set` (g->mu held). Returns allowed count or -1. */
 static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
@@ -165,9 +288,12 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
             const int32_t *tskip = v->tskip, *toff = v->ttok_off, *ttok = v->ttok;
             for (int32_t k = 0; k < pc->n_dep; k++) {
                 int32_t root = pc->dep[k];
-                int D = td[root]; /* the root's depth: its path is D - 1 bytes, then its own byte */
-                int d = pc->dep_lcp[k] < valid ? pc->dep_lcp[k] : valid;
-                const unsigned char *b = (const unsigned char *)v->bytes + v->off[ttok[toff[root]]];
+                int D = pc->dep_depth[k]; /* the root's depth: its path is D - 1 bytes, then its own byte */
+                int l = pc->dep_lcp[k];
+                /* the previous path died within the prefix this one shares with it: so does this one */
+                if (valid < l) continue;
+                int d = l;
+                const unsigned char *b = pc->dep_bytes + pc->dep_boff[k] - l; /* b[d] for d >= l */
                 while (d < D - 1 && st[d] >= 0) {
                     st[d + 1] = gr_pda_step(p, st[d], b[d]);
                     d++;
@@ -189,8 +315,7 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
         }
         if (p->overflow) return -1;
     }
-    int count = 0;
-    for (size_t w = 0; w < g->mask_words; w++) count += __builtin_popcount(mask[w]);
+    int count = count_bits(mask, g->mask_words);
     if (!slot->mask) slot->mask = malloc(g->mask_words * sizeof *slot->mask);
     if (slot->mask) {
         memcpy(slot->mask, mask, g->mask_words * sizeof *mask);

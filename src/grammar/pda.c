@@ -262,33 +262,16 @@ static void add_ret(int32_t *cur, int32_t v, bool *changed) {
     *changed = true;
 }
 
-int gr_pda_alias_chains(gr_pda *p, const pith_grammar_vocab *v) {
+int gr_pda_alias_chains(gr_pda *p, const int *class_run) {
     p->alias = malloc(((size_t)p->n_elems + 1) * sizeof *p->alias);
     if (!p->alias) return -1;
     for (int i = 0; i < p->n_elems; i++) p->alias[i] = i;
-    int32_t seen_class[64];
-    int seen_run[64], n_seen = 0;
-    /* per chain: the longest leading run of its byte set in any token; rule of each depth */
+    /* per chain: the longest leading run of its byte set in any token (region.c); rule of each depth */
     for (int r = 0; r < p->n_rules; r++) {
         if (p->rule_chain_k[r] != 1 || p->rule_alt_off[r + 1] - p->rule_alt_off[r] != 2) continue;
         int32_t pos0 = p->rule_alts[p->rule_alt_off[r]];
         if (p->elems[pos0].kind != GR_BYTES) continue;
-        const gr_bytes *c = &p->classes[p->elems[pos0].val];
-        int run_max = 0;
-        int32_t ci = p->elems[pos0].val;
-        bool known = false;
-        for (int i = 0; i < n_seen; i++)
-            if (seen_class[i] == ci) { run_max = seen_run[i]; known = true; }
-        /* the deepest trie node whose path is all in the set: a pruned walk */
-        for (int i = 0; !known && i < v->n_nodes;) {
-            if (gr_bytes_has(c, v->tb[i])) {
-                if (v->td[i] > run_max) run_max = v->td[i];
-                i++;
-            } else {
-                i = v->tskip[i];
-            }
-        }
-        if (!known && n_seen < 64) { seen_class[n_seen] = ci; seen_run[n_seen++] = run_max; }
+        int run_max = class_run[p->elems[pos0].val];
         int depth = run_max + 1; /* rules deeper than this behave as this one for every token */
         int32_t target = -1;
         for (int q = 0; q < p->n_rules; q++)
@@ -332,6 +315,7 @@ int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
     memset(p, 0, sizeof *p);
     p->n_elems = ir->n_elems;
     p->n_rules = ir->n_rules;
+    p->n_classes = ir->n_classes;
     p->root = root;
     p->elems = malloc(((size_t)ir->n_elems + 1) * sizeof *p->elems);
     p->classes = malloc(((size_t)ir->n_classes + 1) * sizeof *p->classes);

@@ -66,7 +66,9 @@ static int response_format(const cJSON *rf, gen_params *p, api_error *err) {
         if (!schema)
             return api_errorf(err, 400, "invalid_value", "response_format.json_schema.schema",
                               "'response_format.json_schema.schema' is required");
-        return take(p, PITH_GRAMMAR_JSON_SCHEMA, schema, "response_format.json_schema.schema", false, err);
+        /* strict: a oneOf that might match twice is a 400 rather than output that may not validate */
+        return take(p, cJSON_IsTrue(strict) ? PITH_GRAMMAR_JSON_SCHEMA_STRICT : PITH_GRAMMAR_JSON_SCHEMA, schema,
+                    "response_format.json_schema.schema", false, err);
     }
     return api_errorf(err, 400, "invalid_value", "response_format",
                       "'response_format.type' must be 'text', 'json_object' or 'json_schema'");

@@ -38,8 +38,8 @@ static pith_grammar_vocab *vocab(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const pith_grammar_kind kinds[] = {PITH_GRAMMAR_GBNF, PITH_GRAMMAR_JSON_SCHEMA, PITH_GRAMMAR_REGEX,
-                                              PITH_GRAMMAR_CHOICE};
-    pith_grammar_kind kind = kinds[data[0] % 4];
+                                              PITH_GRAMMAR_CHOICE, PITH_GRAMMAR_JSON_SCHEMA_STRICT};
+    pith_grammar_kind kind = kinds[data[0] % 5];
     pith_grammar_vocab *v = vocab();
     pith_grammar *g = NULL;
     pith_err err;
