@@ -14,7 +14,9 @@
  * Memory: a FULL group of the attention layers (K and V of n_kv_heads * head_dim per token, F16) and a
  * RECURRENT group of the convolution layers: per sequence, for each convolution layer i of the group in
  * order, its state of (K - 1) x dim floats, [K - 1][dim] oldest first (recurrent.h), at float offset
- * i * (K - 1) * dim of the slot. A group is left out when the model has no layer of its kind. */
+ * i * (K - 1) * dim of the slot. A group is left out when the model has no layer of its kind.
+ * Checkpoints (batch.h): a sequence's run is convolved in pieces ending at its checkpointed tokens, and
+ * after each piece the state (the last K-1 inputs up to that token) is copied to the checkpoint slot. */
 #include "model/lfm2.h"
 
 #include <math.h>
@@ -184,6 +186,7 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     m->base.hp = *hp;
     m->base.impl = m;
     m->base.has_hidden = true;
+    m->base.state_checkpoints = true; /* conv_unit copies the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->K = hp->conv_kernel;
@@ -433,8 +436,22 @@ static void conv_unit(job *j, int u) {
     if (b->positions[t0] == 0)
         for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * dim + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     float *x = m->att + (size_t)t0 * dim;
-    pith_conv1d_args a = {n, dim, K, x, (size_t)dim, m->layers[j->layer].conv_w, NULL, state, x, (size_t)dim, false};
-    pith_conv1d(&a, c0, c1);
+    const int32_t *ck = b->mem[g].checkpoints ? b->mem[g].checkpoints + t0 : NULL;
+    /* in pieces ending at the tokens whose state is checkpointed (batch.h): after each, this unit's
+     * channels of the state go into the checkpoint slot (the same arithmetic as one call) */
+    for (int done = 0, end; done < n; done = end) {
+        end = done + 1;
+        while (end < n && !(ck && ck[end - 1] >= 0)) end++;
+        pith_conv1d_args a = {end - done, dim, K, x + (size_t)done * dim, (size_t)dim, m->layers[j->layer].conv_w,
+                              NULL, state, x + (size_t)done * dim, (size_t)dim, false};
+        pith_conv1d(&a, c0, c1);
+        if (ck && ck[end - 1] >= 0) {
+            float *dst = (float *)(c->state + (size_t)ck[end - 1] * c->state_bytes) +
+                         (size_t)m->layer_index[j->layer] * (K - 1) * dim;
+            for (int r = 0; r < K - 1; r++)
+                memcpy(dst + (size_t)r * dim + c0, state + (size_t)r * dim + c0, (size_t)(c1 - c0) * sizeof(float));
+        }
+    }
     for (int t = 0; t < n; t++) {
         const float *C = m->bcx + (size_t)(t0 + t) * 3 * dim + dim;
         float *y = x + (size_t)t * dim;

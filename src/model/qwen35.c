@@ -15,7 +15,9 @@
  * Memory: a FULL group of the attention layers (K and V, F16) and a RECURRENT group of the DeltaNet
  * layers: per sequence, for each DeltaNet layer i of the group in order, its convolution state
  * ([K - 1][conv channels] floats, oldest first) followed by its delta-rule state ([value heads][key
- * width][value width] floats), at float offset i * (both) of the slot. */
+ * width][value width] floats), at float offset i * (both) of the slot. Checkpoints (batch.h): the
+ * convolution and the delta rule run in pieces ending at the checkpointed tokens (token by token either
+ * way, so the same bits), each piece's end state copied to the checkpoint slot. */
 #include "model/qwen35.h"
 
 #include <math.h>
@@ -194,6 +196,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     m->base.hp = *hp;
     m->base.impl = m;
     m->base.has_hidden = true;
+    m->base.state_checkpoints = true; /* conv_unit and delta_unit copy the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->n_rot = hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim;
@@ -438,11 +441,26 @@ static void attn_gate_row(job *j, int t, int ith) {
         for (int i = 0; i < hd; i++) o[h * hd + i] *= sigmoidf(q2[(size_t)h * 2 * hd + hd + i]);
 }
 
+static float *slot_layer_state(q35 *m, int layer, int slot) {
+    const pith_kv_cache *c = &m->mem.groups[m->layer_group[layer]];
+    return (float *)(c->state + (size_t)slot * c->state_bytes) + (size_t)m->layer_index[layer] * (m->conv_floats + m->state_floats);
+}
+
 static float *layer_state(q35 *m, const pith_batch *b, int layer, int s) {
-    int g = m->layer_group[layer];
-    const pith_kv_cache *c = &m->mem.groups[g];
-    return (float *)(c->state + (size_t)b->mem[g].state_slots[s] * c->state_bytes) +
-           (size_t)m->layer_index[layer] * (m->conv_floats + m->state_floats);
+    return slot_layer_state(m, layer, b->mem[m->layer_group[layer]].state_slots[s]);
+}
+
+/* The checkpoints of the run starting at token t0 (batch.h), or NULL. */
+static const int32_t *run_checkpoints(q35 *m, const pith_batch *b, int layer, int t0) {
+    const int32_t *ck = b->mem[m->layer_group[layer]].checkpoints;
+    return ck ? ck + t0 : NULL;
+}
+
+/* The end of the next piece of a run of n tokens from done: the token after the next checkpointed one. */
+static int piece_end(const int32_t *ck, int done, int n) {
+    int end = done + 1;
+    while (end < n && !(ck && ck[end - 1] >= 0)) end++;
+    return end;
 }
 
 #define CONV_CHANNELS 256
@@ -458,8 +476,18 @@ static void conv_unit(job *j, int u, int ith) {
     if (b->positions[t0] == 0)
         for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     float *x = m->qkv + (size_t)t0 * C;
-    pith_conv1d_args a = {n, C, K, x, (size_t)C, m->layers[j->layer].conv_w, NULL, state, x, (size_t)C, true};
-    pith_conv1d(&a, c0, c1);
+    const int32_t *ck = run_checkpoints(m, b, j->layer, t0);
+    for (int done = 0, end; done < n; done = end) {
+        end = piece_end(ck, done, n);
+        pith_conv1d_args a = {end - done, C, K, x + (size_t)done * C, (size_t)C, m->layers[j->layer].conv_w, NULL,
+                              state, x + (size_t)done * C, (size_t)C, true};
+        pith_conv1d(&a, c0, c1);
+        if (ck && ck[end - 1] >= 0) {
+            float *dst = slot_layer_state(m, j->layer, ck[end - 1]);
+            for (int r = 0; r < K - 1; r++)
+                memcpy(dst + (size_t)r * C + c0, state + (size_t)r * C + c0, (size_t)(c1 - c0) * sizeof(float));
+        }
+    }
 }
 
 static void gates_row(job *j, int t, int ith) {
@@ -495,7 +523,23 @@ static void delta_unit(job *j, int u, int ith) {
         .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim, .portable = m->portable,
     };
     float *scratch = m->gdn_scratch + (size_t)ith * m->gdn_scratch_floats;
-    pith_gdn_recurrent(&a, h, scratch);
+    const int32_t *ck = run_checkpoints(m, b, j->layer, t0);
+    if (!ck) {
+        pith_gdn_recurrent(&a, h, scratch);
+        return;
+    }
+    /* token by token anyway: pieces ending at the checkpointed tokens give the same bits */
+    for (int done = 0, end; done < n; done = end) {
+        end = piece_end(ck, done, n);
+        pith_gdn_args p = a;
+        p.n_tokens = end - done;
+        p.q = a.q + (size_t)done * a.ld_qk, p.k = a.k + (size_t)done * a.ld_qk, p.v = a.v + (size_t)done * a.ld_v;
+        p.g = a.g + (size_t)done * a.ld_gb, p.beta = a.beta + (size_t)done * a.ld_gb, p.out = a.out + (size_t)done * a.ld_out;
+        pith_gdn_recurrent(&p, h, scratch);
+        if (ck[end - 1] >= 0)
+            memcpy(slot_layer_state(m, j->layer, ck[end - 1]) + m->conv_floats + (size_t)h * per_head,
+                   S + (size_t)h * per_head, per_head * sizeof(float));
+    }
 }
 
 static void gated_norm_row(job *j, int t, int ith) {
