@@ -3,7 +3,8 @@
  * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
- * malformed config.json values are refused with a message naming the key. */
+ * malformed config.json values are refused with a message naming the key; Qwen3.5's multimodal layout
+ * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_mem.h"
+#include "pith/model.h"
 #include "pith/modelfile.h"
 
 static const char *src, *tmp;
@@ -153,6 +156,69 @@ static void test_qwen35(void) {
     refused(h, "full_attention_interval");
 }
 
+/* Logits of the last of 12 tokens (one prefill) from the model at path, into out[n_vocab]. */
+static int last_logits(const char *path, float *out, int n_vocab) {
+    pith_model_options mo = {.n_threads = 2};
+    pith_model *m = NULL;
+    pith_err err;
+    if (pith_model_load(path, &mo, &m, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    int rc = -1;
+    if (m->hp.n_vocab != n_vocab) {
+        CHECKF(0, "%s: vocabulary %d", path, m->hp.n_vocab);
+    } else if (tm_alloc(m, 16, 4, 16, PITH_F32, &err)) {
+        CHECKF(0, "%s: %s", path, err.msg);
+    } else {
+        enum { P = 12 };
+        int32_t tok[P], pos[P], seq[P] = {0}, slot[P], table[1] = {0};
+        uint8_t want[P] = {0};
+        for (int i = 0; i < P; i++) tok[i] = (i * 53 + 7) % n_vocab, pos[i] = i, slot[i] = i;
+        want[P - 1] = 1;
+        tm_batch t;
+        tm_batch_init(&t, m, P, tok, pos, seq, slot, want, 1, 1, table);
+        rc = pith_model_forward(m, &t.b, out, &err);
+        CHECKF(rc == 0, "%s: %s", path, err.msg);
+        pith_model_mem_free(m);
+    }
+    pith_model_free(m);
+    return rc;
+}
+
+/* Qwen3_5ForConditionalGeneration: config.json's text model under text_config, its tensors under
+ * model.language_model., a vision tower beside them. It loads as the text-only class of the same seed
+ * does, to the bit (the same tensors, the same transforms), and matches the GGUF form's logits within
+ * float32 rounding (GGUF stores the norms as w + 1 and the value heads in another order, so sums round
+ * differently: 1e-4 of the logits' range is far above that and far below any misread tensor). */
+static void test_qwen35_multimodal(void) {
+    char g[4200], h[4200], mm[4200];
+    snprintf(g, sizeof g, "%s/hy-qwen35.gguf", tmp);
+    snprintf(h, sizeof h, "%s/hy-qwen35-text", tmp);
+    snprintf(mm, sizeof mm, "%s/hy-qwen35-mm", tmp);
+    if (mk("test-qwen35", h) ||
+        sh("/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --hf-type multimodal --seed 5 --out '%s' >/dev/null 2>&1",
+           src, "test-qwen35", mm)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    enum { V = 512 };
+    static float lg[V], lh[V], lm[V];
+    if (last_logits(g, lg, V) || last_logits(h, lh, V) || last_logits(mm, lm, V)) return;
+    CHECK(!memcmp(lh, lm, sizeof lh));
+    double diff = 0, lo = lg[0], hi = lg[0];
+    for (int i = 0; i < V; i++) {
+        diff = fmax(diff, fabs((double)lg[i] - lm[i]));
+        lo = fmin(lo, lg[i]), hi = fmax(hi, lg[i]);
+    }
+    CHECKF(diff <= 1e-4 * (hi - lo), "multimodal vs GGUF: logits differ by %g (range %g)", diff, hi - lo);
+    printf("qwen35 multimodal layout: the text-only class's logits to the bit; GGUF's within %.2g (range %.3g)\n", diff,
+           hi - lo);
+    /* a text_config that is not an object */
+    CHECK(set_key(mm, "text_config", "[1]") == 0);
+    refused(mm, "text_config");
+}
+
 int main(void) {
     src = getenv("PITH_SOURCE_DIR"), tmp = getenv("PITH_TEST_TMP");
     if (!src || !tmp) {
@@ -161,5 +227,6 @@ int main(void) {
     }
     test_lfm2();
     test_qwen35();
+    test_qwen35_multimodal();
     return check_summary("test_hybrid_formats");
 }

@@ -184,7 +184,8 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
-            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral")}
+            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
+            ("qwen35", "multimodal"): ("Qwen3_5ForConditionalGeneration", "qwen3_5")}
 # Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
 # (modeling_qwen3_moe.py, modeling_mixtral.py).
 HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
@@ -772,7 +773,33 @@ def qwen35_gguf_tensor(cfg, name, x):
 
 
 def qwen35_hf_config(cfg, dtype):
-    """config.json as transformers writes a Qwen3_5TextConfig for Qwen3_5ForCausalLM."""
+    """config.json as transformers writes a Qwen3_5TextConfig for Qwen3_5ForCausalLM, or (hf_type
+    multimodal) a Qwen3_5Config for Qwen3_5ForConditionalGeneration: the text config nested under
+    text_config, beside a vision_config (a token vision tower: the engine ignores it)."""
+    text = qwen35_text_config(cfg, dtype)
+    if cfg.hf_type != "multimodal":
+        return text
+    del text["architectures"]
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": text,
+            "vision_config": {"model_type": "qwen3_5", "depth": 1, "hidden_size": 16, "out_hidden_size": cfg.dim,
+                              "patch_size": 2, "in_channels": 2, "temporal_patch_size": 2},
+            "image_token_id": BOS_ID, "video_token_id": BOS_ID, "tie_word_embeddings": bool(cfg.tied),
+            "torch_dtype": TORCH_DTYPE[dtype]}
+
+
+# The vision tower of a multimodal checkpoint, as far as mkmodel writes one (its patch embedding).
+QWEN35_VISION = [("v.patch_embd.weight", "model.visual.patch_embed.proj.weight", (16, 16), "matrix")]
+
+
+def hf_multimodal_specs(cfg, specs):
+    """Qwen3_5ForConditionalGeneration's names: the text model under model.language_model., lm_head as
+    it is, and the vision tower's tensors."""
+    out = [(g, "model.language_model." + h[len("model."):] if h.startswith("model.") else h, s, k)
+           for g, h, s, k in specs]
+    return out + QWEN35_VISION
+
+
+def qwen35_text_config(cfg, dtype):
     return {
         "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": cfg.dim,
         "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
@@ -1098,6 +1125,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
     specs = tensor_specs(cfg)
     if cfg.arch == "gpt-oss":
         specs = hf_fused(specs, cfg)
+    if cfg.hf_type == "multimodal":
+        specs = hf_multimodal_specs(cfg, specs)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
     sizes = [int(np.prod(s)) * elem for _, _, s, _ in specs]
@@ -1172,7 +1201,9 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
-    ap.add_argument("--hf-type", choices=["mistral", "mixtral"], help="config.json type for a llama model (MistralForCausalLM)")
+    ap.add_argument("--hf-type", choices=["mistral", "mixtral", "multimodal"],
+                    help="config.json type: for a llama model mistral (MistralForCausalLM) or mixtral; for qwen35 "
+                    "multimodal (Qwen3_5ForConditionalGeneration: text model nested, a vision tower to ignore)")
     ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "
                     "layer for llama (Mistral), the local layers for gemma3")
     ap.add_argument("--swa-pattern", type=int, help="gemma3: every Nth layer is global (default 6)")

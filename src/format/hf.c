@@ -17,6 +17,12 @@
 /* Writes the canonical name of a Hugging Face tensor name, from the architecture's name map, into out;
  * false when it has none (the tensor then keeps its own name). */
 static bool canonical_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
+    /* a multimodal checkpoint's text model: "model.language_model.X" is "model.X" */
+    static const char nested[] = "model.language_model.";
+    char flat[512];
+    if (arch->hf_text_config && !strncmp(hf, nested, sizeof nested - 1) &&
+        snprintf(flat, sizeof flat, "model.%s", hf + sizeof nested - 1) < (int)sizeof flat)
+        hf = flat;
     for (const pith_name_map *g = arch->hf_global; g && g->hf; g++) {
         if (!strcmp(hf, g->hf)) {
             snprintf(out, cap, "%s", g->name);

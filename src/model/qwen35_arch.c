@@ -23,8 +23,9 @@
  * config.json: "layer_types" ("linear_attention" / "full_attention") else "full_attention_interval";
  * "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
  * "linear_num_value_heads"; RoPE from "rope_parameters" ("rope_theta", "partial_rotary_factor",
- * "mrope_section") or the same keys at the top level. A checkpoint whose text model is nested under
- * "text_config" (Qwen3_5ForConditionalGeneration) is not read. */
+ * "mrope_section") or the same keys at the top level. The multimodal Qwen3_5ForConditionalGeneration
+ * nests all of this under "text_config" and its text tensors under "model.language_model." (read as
+ * "model."; the vision tower's tensors, "model.visual.*", are ignored). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -208,8 +209,9 @@ static int qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
 
 const pith_arch pith_arch_qwen35 = {
     .name = "qwen35",
-    .hf_archs = (const char *const[]){"Qwen3_5ForCausalLM", NULL},
-    .hf_model_types = (const char *const[]){"qwen3_5_text", NULL},
+    .hf_archs = (const char *const[]){"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL},
+    .hf_model_types = (const char *const[]){"qwen3_5_text", "qwen3_5", NULL},
+    .hf_text_config = true,
     .rope_gguf = PITH_ROPE_HALF,
     .rope_hf = PITH_ROPE_HALF,
     .hf_global = hf_global,
