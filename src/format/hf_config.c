@@ -135,7 +135,7 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
     hp->n_kv_heads = 0;
     hp->tied_embeddings = false;
     if (pith_meta_int(m, "hidden_size", true, &hp->dim) ||
-        pith_meta_int(m, "intermediate_size", true, &hp->ffn_dim) ||
+        pith_meta_int(m, "intermediate_size", !pith_meta_has(m, "moe_intermediate_size"), &hp->ffn_dim) ||
         pith_meta_int(m, "num_hidden_layers", true, &hp->n_layers) ||
         pith_meta_int(m, "num_attention_heads", true, &hp->n_heads) ||
         pith_meta_int(m, "num_key_value_heads", false, &hp->n_kv_heads) ||

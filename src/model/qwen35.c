@@ -9,8 +9,8 @@
  *     inputs are the sequence's carried state; beta = sigmoid(b), g = ssm_a * softplus(a + dt_bias); the
  *     delta rule per value head (recurrent.h, the recurrent form: see the note above delta_unit), each head's output
  *     RMS-normed and gated by silu(z), projected and added;
- * then post_attention_norm and a SwiGLU feed-forward; finally output_norm and the vocabulary projection
- * for the rows that want logits or hidden states.
+ * then post_attention_norm and a SwiGLU feed-forward (qwen35moe: the mixture of experts of model/moe.h);
+ * finally output_norm and the vocabulary projection for the rows that want logits or hidden states.
  *
  * Memory: a FULL group of the attention layers (K and V, F16) and a RECURRENT group of the DeltaNet
  * layers: per sequence, for each DeltaNet layer i of the group in order, its convolution state
@@ -33,6 +33,7 @@
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
 #include "model/batch_check.h"
+#include "model/moe.h"
 #include "pith/kv.h"
 
 /* Every run goes through the recurrent delta rule (recurrent.h), a prefill chunk too: its result is
@@ -46,6 +47,7 @@ typedef struct q35_layer {
     pith_matrix wq, wk, wv, wo;           /* attention (wq: query and gate per head) */
     pith_matrix wqkv, wz, wb, wa, wout;   /* DeltaNet */
     pith_matrix gate, up, down;
+    pith_moe_layer *moe;                  /* qwen35moe: the FFN is a mixture of experts, else NULL */
     float *attn_norm, *post_norm, *q_norm, *k_norm;
     float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
 } q35_layer;
@@ -68,6 +70,8 @@ typedef struct q35 {
     float *x, *xb, *q2, *q, *k, *v, *att, *qkv, *z, *bb, *aa, *hb, *hb2, *rope_cos, *rope_sin, *gdn_scratch;
     size_t gdn_scratch_floats;
     int *seq_start;
+    pith_moe_config moe_cfg;            /* qwen35moe */
+    pith_moe_scratch moe;
 } q35;
 
 /* ---------------- build ---------------- */
@@ -101,11 +105,18 @@ static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
     L->delta = pith_layer_bit(hp->layer_recurrent, l);
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
     if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
-        load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err) ||
-        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))
+        load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err))
         return pith_err_prefix(err, "layer %d", l);
+    if (hp->n_experts > 0) {
+        static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
+                                                  "mlp.experts.%d.down_proj.weight"};
+        if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
+        if (pith_moe_load(f, l, &m->moe_cfg, hf_experts, L->moe, err)) return pith_err_prefix(err, "layer %d", l);
+    } else if (load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+               load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+               load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
+        return pith_err_prefix(err, "layer %d", l);
+    }
     if (L->delta) {
         const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
         if (c && c->ne[0] != m->K)
@@ -139,6 +150,8 @@ static pith_matrix *layer_mat(q35_layer *L, int i) {
 
 static void free_layer(q35_layer *L) {
     for (int i = 0; layer_mat(L, i); i++) pith_matrix_free(layer_mat(L, i));
+    if (L->moe) pith_moe_free(L->moe);
+    free(L->moe);
     float *vs[] = {L->attn_norm, L->post_norm, L->q_norm, L->k_norm, L->conv_w, L->dt_bias, L->ssm_a, L->ssm_norm};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
 }
@@ -213,6 +226,8 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
+    pith_moe_config_of(hp, &m->moe_cfg);
+    if (!rc && hp->n_experts > 0) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
     if (!rc) {
@@ -233,6 +248,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         for (int i = 0; !rc && layer_mat(&m->layers[l], i); i++)
             if (layer_mat(&m->layers[l], i)->data) rc = pith_matrix_pack(&m->cpu, layer_mat(&m->layers[l], i), err);
+        if (!rc && m->layers[l].moe) rc = pith_moe_pack(&m->cpu, m->layers[l].moe, err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
     }
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
@@ -268,6 +284,7 @@ static void q35_destroy(pith_model *base) {
     pith_matrix_free(&m->output);
     free(m->out_norm);
     free_scratch(m);
+    pith_moe_scratch_free(&m->moe);
     pith_attn_scratch_free(&m->attn);
     if (m->cpu.pool) pith_cpu_free(&m->cpu);
     free(m);
@@ -308,7 +325,8 @@ static int reserve(q35 *m, int n, pith_err *err) {
     int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
     widest = widest > m->q_dim ? widest : m->q_dim;
     widest = widest > m->value_dim ? widest : m->value_dim;
-    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
+        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err))) {
         free_scratch(m);
         return -1;
     }
@@ -626,6 +644,7 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     if (n == 0) return 0;
     j.norm = L->post_norm;
     run(m, &j, norm_row, n, dim);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, false, err);
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
