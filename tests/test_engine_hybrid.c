@@ -3,7 +3,8 @@
  * blocks to others, gives the same next-token logits, bit for bit, from the copy as from the original;
  * ids outside the pool are refused. Then: */
 /* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
- * convolutions; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
+ * convolutions, Qwen3.5's Gated DeltaNet, Qwen3.5-MoE's with experts; written by tools/mkmodel.py,
+ * quantized Q8_0): random prompts, in pairs sharing 20 tokens,
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
@@ -380,7 +381,7 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    static const char *presets[] = {"test-lfm2", "test-qwen35"};
+    static const char *presets[] = {"test-lfm2", "test-qwen35", "test-qwen35moe"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);

@@ -186,34 +186,36 @@ static int last_logits(const char *path, float *out, int n_vocab) {
     return rc;
 }
 
-/* Qwen3_5ForConditionalGeneration: config.json's text model under text_config, its tensors under
- * model.language_model., a vision tower beside them. It loads as the text-only class of the same seed
- * does, to the bit (the same tensors, the same transforms), and matches the GGUF form's logits within
- * float32 rounding (GGUF stores the norms as w + 1 and the value heads in another order, so sums round
- * differently: 1e-4 of the logits' range is far above that and far below any misread tensor). */
-static void test_qwen35_multimodal(void) {
+/* One seed of a preset as GGUF, as the text-only Hugging Face class and as the multimodal class
+ * (Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration: config.json's text model under
+ * text_config, its tensors under model.language_model., a vision tower beside them). The multimodal
+ * layout loads as the text-only one does, to the bit (the same tensors, the same transforms), and both
+ * match the GGUF form's logits within float32 rounding (GGUF stores the norms as w + 1 and the value
+ * heads in another order, so sums round differently: 1e-4 of the logits' range is far above that and
+ * far below any misread tensor). */
+static void cross_format(const char *preset) {
     char g[4200], h[4200], mm[4200];
-    snprintf(g, sizeof g, "%s/hy-qwen35.gguf", tmp);
-    snprintf(h, sizeof h, "%s/hy-qwen35-text", tmp);
-    snprintf(mm, sizeof mm, "%s/hy-qwen35-mm", tmp);
-    if (mk("test-qwen35", h) ||
+    snprintf(g, sizeof g, "%s/hy-%s.gguf", tmp, preset);
+    snprintf(h, sizeof h, "%s/hy-%s-text", tmp, preset);
+    snprintf(mm, sizeof mm, "%s/hy-%s-mm", tmp, preset);
+    if (mk(preset, g) || mk(preset, h) ||
         sh("/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --hf-type multimodal --seed 5 --out '%s' >/dev/null 2>&1",
-           src, "test-qwen35", mm)) {
+           src, preset, mm)) {
         CHECKF(0, "mkmodel failed");
         return;
     }
     enum { V = 512 };
     static float lg[V], lh[V], lm[V];
     if (last_logits(g, lg, V) || last_logits(h, lh, V) || last_logits(mm, lm, V)) return;
-    CHECK(!memcmp(lh, lm, sizeof lh));
+    CHECKF(!memcmp(lh, lm, sizeof lh), "%s: the multimodal layout's logits differ from the text-only class's", preset);
     double diff = 0, lo = lg[0], hi = lg[0];
     for (int i = 0; i < V; i++) {
         diff = fmax(diff, fabs((double)lg[i] - lm[i]));
         lo = fmin(lo, lg[i]), hi = fmax(hi, lg[i]);
     }
-    CHECKF(diff <= 1e-4 * (hi - lo), "multimodal vs GGUF: logits differ by %g (range %g)", diff, hi - lo);
-    printf("qwen35 multimodal layout: the text-only class's logits to the bit; GGUF's within %.2g (range %.3g)\n", diff,
-           hi - lo);
+    CHECKF(diff <= 1e-4 * (hi - lo), "%s: multimodal vs GGUF: logits differ by %g (range %g)", preset, diff, hi - lo);
+    printf("%s: multimodal layout gives the text-only class's logits to the bit; GGUF's within %.2g (range %.3g)\n",
+           preset, diff, hi - lo);
     /* a text_config that is not an object */
     CHECK(set_key(mm, "text_config", "[1]") == 0);
     refused(mm, "text_config");
@@ -227,6 +229,7 @@ int main(void) {
     }
     test_lfm2();
     test_qwen35();
-    test_qwen35_multimodal();
+    cross_format("test-qwen35");
+    cross_format("test-qwen35moe");
     return check_summary("test_hybrid_formats");
 }
