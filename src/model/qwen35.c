@@ -32,7 +32,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
-#include "model/batch_check.h"
+#include "model/hybrid_common.h"
 #include "model/moe.h"
 #include "pith/kv.h"
 
@@ -76,27 +76,6 @@ typedef struct q35 {
 
 /* ---------------- build ---------------- */
 
-static int load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
-    *out = NULL;
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_tensor_nelems(t) != n || (t->type != PITH_F32 && t->type != PITH_F16 && t->type != PITH_BF16) ||
-        t->nbytes < pith_dtype_row_bytes(t->type, n))
-        return pith_errf(err, "tensor %s: expected %lld F32, F16 or BF16 elements", name, (long long)n);
-    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
-    pith_dequantize_row(t->type, t->data, *out, n);
-    return 0;
-}
-
-static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_matrix_from_tensor(m, t, err)) return -1;
-    if (m->rows != rows || m->cols != cols)
-        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
-    return 0;
-}
-
 static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     q35_layer *L = &m->layers[l];
@@ -104,38 +83,38 @@ static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
     char n[96];
     L->delta = pith_layer_bit(hp->layer_recurrent, l);
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-    if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
-        load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err))
+    if (pith_hy_load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
+        pith_hy_load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err))
         return pith_err_prefix(err, "layer %d", l);
     if (hp->n_experts > 0) {
         static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
                                                   "mlp.experts.%d.down_proj.weight"};
         if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
         if (pith_moe_load(f, l, &m->moe_cfg, hf_experts, L->moe, err)) return pith_err_prefix(err, "layer %d", l);
-    } else if (load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-               load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-               load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
+    } else if (pith_hy_load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+               pith_hy_load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+               pith_hy_load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
     if (L->delta) {
         const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
         if (c && c->ne[0] != m->K)
             return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, n, (long long)c->ne[0], m->K);
-        if (load_mat(f, NAME("attn_qkv.weight"), m->conv_dim, dim, &L->wqkv, err) ||
-            load_mat(f, NAME("attn_gate.weight"), m->value_dim, dim, &L->wz, err) ||
-            load_mat(f, NAME("ssm_beta.weight"), nv, dim, &L->wb, err) ||
-            load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
-            load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
-            load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
-            load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) || load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
-            load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
+        if (pith_hy_load_mat(f, NAME("attn_qkv.weight"), m->conv_dim, dim, &L->wqkv, err) ||
+            pith_hy_load_mat(f, NAME("attn_gate.weight"), m->value_dim, dim, &L->wz, err) ||
+            pith_hy_load_mat(f, NAME("ssm_beta.weight"), nv, dim, &L->wb, err) ||
+            pith_hy_load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
+            pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
+            pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
+            pith_hy_load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) || pith_hy_load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
+            pith_hy_load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
-    } else if (load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
-               load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
-               load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
-               load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
-               load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
-               load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
+    } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
+               pith_hy_load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
+               pith_hy_load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
+               pith_hy_load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
+               pith_hy_load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
+               pith_hy_load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
 #undef NAME
@@ -233,12 +212,12 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc) {
         m->embd = pith_model_file_tensor(file, "token_embd.weight");
         pith_matrix em;
-        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
         m->embd_row_bytes = em.row_bytes;
     }
-    if (!rc) rc = load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
+    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
     if (!rc)
-        rc = load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
+        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
                       hp->n_vocab, hp->dim, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
@@ -339,35 +318,16 @@ static int q35_prepare(pith_model *base, const pith_model_limits *lim, pith_err 
 }
 
 static int q35_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
-    q35 *m = base->impl;
-    if (pith_kv_host_allocated(&m->mem)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
-    return pith_kv_host_alloc(&m->mem, &base->mem, lay, err);
+    return pith_hy_mem_alloc(&((q35 *)base->impl)->mem, &base->mem, lay, err);
 }
 
 static void q35_mem_free(pith_model *base) { pith_kv_host_free(&((q35 *)base->impl)->mem); }
 
 static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    q35 *m = base->impl;
-    if (g < 0 || g >= m->mem.n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
-    pith_kv_cache *c = &m->mem.groups[g];
-    if (c->kind != PITH_MEM_RECURRENT) return pith_kv_host_copy_blocks(&m->mem, g, src, dst, n, err);
-    for (int i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
-            return pith_errf(err, "copy_blocks: state slot %d -> %d outside the pool of %d", src[i], dst[i], c->n_slots);
-    for (int i = 0; i < n; i++)
-        if (src[i] != dst[i])
-            memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
-    return 0;
+    return pith_hy_copy_blocks(&((q35 *)base->impl)->mem, g, src, dst, n, err);
 }
 
 /* ---------------- forward ---------------- */
-
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
-}
 
 typedef struct job {
     q35 *m;
@@ -415,7 +375,7 @@ static void embed_row(job *j, int t, int ith) {
 static void norm_row(job *j, int t, int ith) {
     (void)ith;
     int dim = j->m->base.hp.dim;
-    rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+    pith_hy_rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -431,22 +391,15 @@ static void qkv_row(job *j, int t, int ith) {
     float *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
     const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
     for (int h = 0; h < hp->n_heads; h++) {
-        rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
         pith_rope_partial(q + h * hd, 1, hd, m->n_rot, cs, sn);
     }
     for (int h = 0; h < hp->n_kv_heads; h++) {
-        rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
         pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
     }
-    int g = m->layer_group[j->layer];
-    const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->mem[g].slots[t];
-    size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
-        pith_kv_store_f32(m->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
-        pith_kv_store_f32(m->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
-    }
+    pith_hy_store_kv(&m->cpu, &m->mem, j->b, m->layer_group[j->layer], m->layer_index[j->layer], t, k, v,
+                     hp->n_kv_heads, hd);
 }
 
 static void attn_gate_row(job *j, int t, int ith) {
@@ -577,16 +530,6 @@ static void swiglu_row(job *j, int t, int ith) {
     j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
 }
 
-static int keep_rows(q35 *m, const pith_batch *b) {
-    int n = 0, dim = m->base.hp.dim;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
-        if (n != t) memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
-        n++;
-    }
-    return n;
-}
-
 static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err *err) {
     const q35_layer *L = &m->layers[l];
     int n = b->n_tokens, dim = m->base.hp.dim;
@@ -597,15 +540,7 @@ static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err 
     if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run(m, j, qkv_row, n, 4.0 * (m->q_dim + 2 * m->kv_dim));
     const int g = m->layer_group[l];
-    const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, m->layer_index[l], 0));
-    pith_attn_args aa = {
-        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
-        .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
-        .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
-        .kv_type = kv->type, .kv_dim = m->kv_dim, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
-    };
-    pith_attention(&m->cpu, &m->attn, &aa);
+    pith_hy_attention(&m->cpu, &m->attn, &m->mem, b, g, m->layer_index[l], m->kv_dim, m->q, m->q_dim, m->att);
     run(m, j, attn_gate_row, n, 8.0 * m->q_dim);
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
     return pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err);
@@ -639,7 +574,7 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     run(m, &j, norm_row, b->n_tokens, dim);
     if ((L->delta ? delta_layer : attention_layer)(m, b, l, &j, err)) return -1;
     int n = b->n_tokens;
-    if (l == hp->n_layers - 1) n = keep_rows(m, b);
+    if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, hp->dim);
     *n_rows = n;
     if (n == 0) return 0;
     j.norm = L->post_norm;
@@ -657,16 +592,9 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
 static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     q35 *m = base->impl;
     const pith_hparams *hp = &base->hp;
-    if (!pith_kv_host_allocated(&m->mem) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (pith_hy_check(base, &m->mem, b, err) || reserve(m, b->n_tokens, err)) return -1;
     if (b->n_tokens == 0) return 0;
-    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
-        m->seq_start[s] = t;
-        while (t < b->n_tokens && b->seq[t] == s) t++;
-    }
-    for (int s = 0; s < b->n_seqs; s++)
-        if (m->seq_start[s + 1] == m->seq_start[s])
-            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
+    if (pith_hy_seq_starts(b, m->seq_start, err)) return -1; /* each sequence's run (contiguous: batch.h) */
     job j = {.m = m, .b = b};
     run(m, &j, embed_row, b->n_tokens, hp->dim + 16.0 * m->n_rot);
     int n = b->n_tokens;
@@ -675,18 +603,5 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (n == 0) return 0;
     j.norm = m->out_norm;
     run(m, &j, norm_row, n, hp->dim);
-    int n_out = 0, n_hid = 0;
-    for (int t = 0, r = 0; t < b->n_tokens; t++) {
-        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
-        if (!wl && !wh) continue;
-        const float *row = m->xb + (size_t)r++ * hp->dim;
-        if (wh) memcpy(b->hidden + (size_t)n_hid++ * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        if (wl && m->xb + (size_t)n_out * hp->dim != row)
-            memmove(m->xb + (size_t)n_out * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        n_out += wl;
-    }
-    if (n_out == 0) return 0;
-    pith_acts a;
-    pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
-    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+    return pith_hy_output(&m->cpu, b, m->xb, hp->dim, &m->output, hp->n_vocab, logits, err);
 }
