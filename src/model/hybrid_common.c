@@ -2,6 +2,7 @@
 #include "model/hybrid_common.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,55 @@ int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int c
     if (m->rows != rows || m->cols != cols)
         return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
     return 0;
+}
+
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *group_layers, int *layer_group,
+                           int *layer_index, pith_err *err) {
+    const int L = m->hp.n_layers;
+    pith_mem_spec *spec = &m->mem;
+    memset(spec, 0, sizeof *spec);
+    for (int rec = 0, n = 0; rec < 2; rec++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            if (pith_layer_bit(m->hp.layer_recurrent, l) != (rec == 1)) continue;
+            layer_group[l] = spec->n_groups;
+            layer_index[l] = n - first;
+            group_layers[n++] = l;
+        }
+        if (n == first) continue;
+        pith_mem_group *g = &spec->groups[spec->n_groups++];
+        g->n_layers = n - first;
+        g->layers = &group_layers[first];
+        if (rec) {
+            g->kind = PITH_MEM_RECURRENT;
+            g->state_bytes = (size_t)g->n_layers * state_floats * sizeof(float);
+        } else {
+            g->kind = PITH_MEM_FULL;
+            g->type = PITH_F16;
+            g->k_dim = g->v_dim = kv_dim;
+        }
+    }
+    return pith_mem_spec_check(spec, L, err);
+}
+
+static void job_worker(void *arg, int ith, int nth) {
+    (void)nth;
+    pith_hy_job *j = arg;
+    for (;;) {
+        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (t0 >= j->n) break;
+        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
+        for (int t = t0; t < t1; t++) j->row(j, t, ith);
+    }
+}
+
+void pith_hy_run(pith_cpu *c, pith_hy_job *j, void (*row)(pith_hy_job *j, int t, int ith), int n, double width) {
+    j->row = row;
+    j->n = n;
+    j->chunk = n / (4 * c->n_threads);
+    if (j->chunk < 1) j->chunk = 1;
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    pith_pool_run_sized(c->pool, job_worker, j, (double)n * width);
 }
 
 int pith_hy_mem_alloc(pith_kv_host *mem, const pith_mem_spec *spec, const pith_mem_layout *lay, pith_err *err) {

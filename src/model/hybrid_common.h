@@ -19,6 +19,29 @@ int pith_hy_load_vec(const pith_model_file *f, const char *name, int64_t n, floa
 /* A matrix of rows x cols (a view of the file's bytes until packed). */
 int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err);
 
+/* Declares the model's memory (m->mem): a FULL group of the attention layers (F16 K and V of kv_dim per
+ * token) and a RECURRENT group of the layers with hp.layer_recurrent set (state_floats floats of state
+ * per layer, in layer order), each left out when no layer is of its kind. Fills the maps (the caller's,
+ * [n_layers] each): group_layers (the layers of each group, in group order), layer_group and
+ * layer_index (a layer's group and its index there). */
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *group_layers, int *layer_group,
+                           int *layer_index, pith_err *err);
+
+/* Per-token (or per-unit) work between two matmuls, claimed in chunks by the pool's threads: row(j, t,
+ * ith) for t < n, ith the thread. m is the model, the other fields what the rows need. */
+typedef struct pith_hy_job pith_hy_job;
+struct pith_hy_job {
+    void *m;
+    const pith_batch *b;
+    int layer, n;
+    const float *norm;
+    void (*row)(pith_hy_job *j, int t, int ith);
+    int chunk;
+    _Atomic int next;
+};
+/* Runs row over 0..n-1 (width: the work of one, for the pool's sizing). */
+void pith_hy_run(pith_cpu *c, pith_hy_job *j, void (*row)(pith_hy_job *j, int t, int ith), int n, double width);
+
 /* The model's ops over its host memory: one engine at a time; a RECURRENT group copies whole slots. */
 int pith_hy_mem_alloc(pith_kv_host *mem, const pith_mem_spec *spec, const pith_mem_layout *lay, pith_err *err);
 int pith_hy_copy_blocks(pith_kv_host *mem, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);

@@ -20,7 +20,6 @@
 #include "model/lfm2.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,35 +124,12 @@ static const pith_model_ops lfm2_ops = {
 
 static int declare_memory(lfm2 *m, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    int L = hp->n_layers, n = 0;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    size_t L = (size_t)hp->n_layers;
+    m->group_layers = malloc(L * sizeof *m->group_layers);
+    m->layer_group = malloc(L * sizeof *m->layer_group);
+    m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    pith_mem_spec *spec = &m->base.mem;
-    memset(spec, 0, sizeof *spec);
-    for (int conv = 0; conv < 2; conv++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            if (m->layers[l].conv != (conv == 1)) continue;
-            m->layer_group[l] = spec->n_groups;
-            m->layer_index[l] = n - first;
-            m->group_layers[n++] = l;
-        }
-        if (n == first) continue;
-        pith_mem_group *g = &spec->groups[spec->n_groups++];
-        g->n_layers = n - first;
-        g->layers = &m->group_layers[first];
-        if (conv) {
-            g->kind = PITH_MEM_RECURRENT;
-            g->state_bytes = (size_t)g->n_layers * (size_t)(m->K - 1) * (size_t)hp->dim * sizeof(float);
-        } else {
-            g->kind = PITH_MEM_FULL;
-            g->type = PITH_F16;
-            g->k_dim = g->v_dim = m->kv_dim;
-        }
-    }
-    return pith_mem_spec_check(spec, L, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, m->group_layers, m->layer_group, m->layer_index, err);
 }
 
 int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
@@ -288,38 +264,14 @@ static int lfm2_copy_blocks(pith_model *base, int g, const int32_t *src, const i
 
 /* ---------------- forward ---------------- */
 
-/* Per-token (or per-unit) work between two matmuls, claimed in chunks by the pool's threads. */
-typedef struct job {
-    lfm2 *m;
-    const pith_batch *b;
-    int layer, n;
-    const float *norm;
-    void (*row)(struct job *j, int t);
-    int chunk;
-    _Atomic int next;
-} job;
+typedef pith_hy_job job;
 
-static void job_worker(void *arg, int ith, int nth) {
-    (void)ith, (void)nth;
-    job *j = arg;
-    for (;;) {
-        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (t0 >= j->n) break;
-        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
-        for (int t = t0; t < t1; t++) j->row(j, t);
-    }
+static void run(lfm2 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
+    pith_hy_run(&m->cpu, j, row, n, width);
 }
 
-static void run(lfm2 *m, job *j, void (*row)(job *j, int t), int n, double width) {
-    j->row = row;
-    j->n = n;
-    j->chunk = n / (4 * m->cpu.n_threads);
-    if (j->chunk < 1) j->chunk = 1;
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    pith_pool_run_sized(m->cpu.pool, job_worker, j, (double)n * width);
-}
-
-static void embed_row(job *j, int t) {
+static void embed_row(job *j, int t, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     int dim = m->base.hp.dim, half = m->base.hp.head_dim / 2;
     const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
@@ -331,9 +283,11 @@ static void embed_row(job *j, int t) {
     }
 }
 
-static void norm_row(job *j, int t) {
-    int dim = j->m->base.hp.dim;
-    pith_hy_rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+static void norm_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int dim = m->base.hp.dim;
+    pith_hy_rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, j->norm, dim, m->base.hp.norm_eps);
 }
 
 static void rope(float *v, const float *cs, const float *sn, int hd) {
@@ -347,7 +301,8 @@ static void rope(float *v, const float *cs, const float *sn, int hd) {
 
 /* QK norms and RoPE on this token's Q and K, then its K and V into the FULL group (head-major blocks,
  * as the Llama decoder lays them out: kv.h). */
-static void qkv_row(job *j, int t) {
+static void qkv_row(job *j, int t, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     const pith_hparams *hp = &m->base.hp;
     const lfm2_layer *L = &m->layers[j->layer];
@@ -366,10 +321,12 @@ static void qkv_row(job *j, int t) {
                      hp->n_kv_heads, hd);
 }
 
-static void bx_row(job *j, int t) {
-    int dim = j->m->base.hp.dim;
-    const float *bcx = j->m->bcx + (size_t)t * 3 * dim;
-    float *bx = j->m->att + (size_t)t * dim;
+static void bx_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int dim = m->base.hp.dim;
+    const float *bcx = m->bcx + (size_t)t * 3 * dim;
+    float *bx = m->att + (size_t)t * dim;
     for (int c = 0; c < dim; c++) bx[c] = bcx[c] * bcx[2 * dim + c];
 }
 
@@ -377,7 +334,8 @@ static void bx_row(job *j, int t) {
 
 /* Unit u: sequence u / blocks, channels of block u % blocks: the convolution over the sequence's run,
  * in place in att, then times C. */
-static void conv_unit(job *j, int u) {
+static void conv_unit(job *j, int u, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     const pith_batch *b = j->b;
     int dim = m->base.hp.dim, blocks = (dim + CONV_CHANNELS - 1) / CONV_CHANNELS, K = m->K;
@@ -412,9 +370,11 @@ static void conv_unit(job *j, int u) {
     }
 }
 
-static void swiglu_row(job *j, int t) {
-    int ffn = j->m->base.hp.ffn_dim;
-    j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
+static void swiglu_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    m->cpu.k->silu_mul(m->hb + (size_t)t * ffn, m->hb2 + (size_t)t * ffn, ffn);
 }
 
 /* Moves the residual rows that want logits or hidden states to the front, in batch order. */

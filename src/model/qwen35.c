@@ -21,7 +21,6 @@
 #include "model/qwen35.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,35 +147,12 @@ static const pith_model_ops q35_ops = {
 
 static int declare_memory(q35 *m, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    int L = hp->n_layers, n = 0;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    size_t L = (size_t)hp->n_layers;
+    m->group_layers = malloc(L * sizeof *m->group_layers);
+    m->layer_group = malloc(L * sizeof *m->layer_group);
+    m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    pith_mem_spec *spec = &m->base.mem;
-    memset(spec, 0, sizeof *spec);
-    for (int delta = 0; delta < 2; delta++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            if (m->layers[l].delta != (delta == 1)) continue;
-            m->layer_group[l] = spec->n_groups;
-            m->layer_index[l] = n - first;
-            m->group_layers[n++] = l;
-        }
-        if (n == first) continue;
-        pith_mem_group *g = &spec->groups[spec->n_groups++];
-        g->n_layers = n - first;
-        g->layers = &m->group_layers[first];
-        if (delta) {
-            g->kind = PITH_MEM_RECURRENT;
-            g->state_bytes = (size_t)g->n_layers * (m->conv_floats + m->state_floats) * sizeof(float);
-        } else {
-            g->kind = PITH_MEM_FULL;
-            g->type = PITH_F16;
-            g->k_dim = g->v_dim = m->kv_dim;
-        }
-    }
-    return pith_mem_spec_check(spec, L, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, m->group_layers, m->layer_group, m->layer_index, err);
 }
 
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
@@ -329,34 +305,10 @@ static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const in
 
 /* ---------------- forward ---------------- */
 
-typedef struct job {
-    q35 *m;
-    const pith_batch *b;
-    int layer, n;
-    const float *norm;
-    void (*row)(struct job *j, int t, int ith);
-    int chunk;
-    _Atomic int next;
-} job;
-
-static void job_worker(void *arg, int ith, int nth) {
-    (void)nth;
-    job *j = arg;
-    for (;;) {
-        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (t0 >= j->n) break;
-        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
-        for (int t = t0; t < t1; t++) j->row(j, t, ith);
-    }
-}
+typedef pith_hy_job job;
 
 static void run(q35 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
-    j->row = row;
-    j->n = n;
-    j->chunk = n / (4 * m->cpu.n_threads);
-    if (j->chunk < 1) j->chunk = 1;
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    pith_pool_run_sized(m->cpu.pool, job_worker, j, (double)n * width);
+    pith_hy_run(&m->cpu, j, row, n, width);
 }
 
 static void embed_row(job *j, int t, int ith) {
@@ -374,8 +326,9 @@ static void embed_row(job *j, int t, int ith) {
 
 static void norm_row(job *j, int t, int ith) {
     (void)ith;
-    int dim = j->m->base.hp.dim;
-    pith_hy_rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+    q35 *m = j->m;
+    int dim = m->base.hp.dim;
+    pith_hy_rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, j->norm, dim, m->base.hp.norm_eps);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -526,8 +479,9 @@ static void gated_norm_row(job *j, int t, int ith) {
 
 static void swiglu_row(job *j, int t, int ith) {
     (void)ith;
-    int ffn = j->m->base.hp.ffn_dim;
-    j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
+    q35 *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    m->cpu.k->silu_mul(m->hb + (size_t)t * ffn, m->hb2 + (size_t)t * ffn, ffn);
 }
 
 static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err *err) {
