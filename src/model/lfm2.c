@@ -129,7 +129,8 @@ static int declare_memory(lfm2 *m, pith_err *err) {
     m->layer_group = malloc(L * sizeof *m->layer_group);
     m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    return pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, m->group_layers, m->layer_group, m->layer_index, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, m->group_layers,
+                                  m->layer_group, m->layer_index, err);
 }
 
 int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {

@@ -105,7 +105,8 @@ static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
             pith_hy_load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
             pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
             pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
-            pith_hy_load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) || pith_hy_load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
+            pith_hy_load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) ||
+            pith_hy_load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
             pith_hy_load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
     } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
@@ -152,7 +153,8 @@ static int declare_memory(q35 *m, pith_err *err) {
     m->layer_group = malloc(L * sizeof *m->layer_group);
     m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    return pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, m->group_layers, m->layer_group, m->layer_index, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, m->group_layers,
+                                  m->layer_group, m->layer_index, err);
 }
 
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
