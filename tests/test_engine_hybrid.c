@@ -3,8 +3,8 @@
  * blocks to others, gives the same next-token logits, bit for bit, from the copy as from the original;
  * ids outside the pool are refused. Then: */
 /* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
- * convolutions, Qwen3.5's DeltaNet, Granite 4.0-H's Mamba2 dense and with experts; written by
- * tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
+ * convolutions, Qwen3.5's Gated DeltaNet, Qwen3.5-MoE's with experts, Granite 4.0-H's Mamba2 dense
+ * and with experts; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
@@ -12,7 +12,11 @@
  * the same tokens served from a state snapshot as computed from scratch. The tokens must agree exactly:
  * no row's arithmetic depends on the batch (the convolutions and the delta rule run token by token
  * however a prompt is chunked; the logits themselves are checked against a float64 reference in
- * test_reference_models.py). Integrity of the engine is checked after every step. */
+ * test_reference_models.py). Integrity of the engine is checked after every step.
+ * Speculative decoding (the state rolled back through per-token checkpoints): an oracle drafter with
+ * planted errors, alone, batched, preempted, with the prefix cache, long drafts, and a chat's next turn
+ * served from a state snapshot, and the n-gram lookup on a repetitive prompt, all give the tokens of
+ * decoding without speculation, with drafts accepted; checkpoint slots outside the pool are refused. */
 #include <stdint.h>
 
 #include "check.h"
@@ -62,6 +66,15 @@ static void test_state_copy(pith_model *m, const char *path) {
     tm_batch t;
     tm_batch_init(&t, m, P, tok, pos, seq, slot, want, 1, 2, table);
     for (int g = 0; g < m->mem.n_groups; g++) t.mem[g].state_slots = state;
+    /* checkpoint slots outside the pool, or a sequence's own, are refused */
+    int32_t ck[P];
+    for (int i = 0; i < P; i++) ck[i] = -1;
+    for (int bad_ck = 0; bad_ck < 2; bad_ck++) {
+        ck[3] = bad_ck ? 9 : NB;
+        t.mem[rg].checkpoints = ck;
+        CHECK(pith_model_forward(m, &t.b, lg, &err) != 0 && strstr(err.msg, "checkpoint"));
+    }
+    t.mem[rg].checkpoints = NULL;
     CHECKF(pith_model_forward(m, &t.b, lg, &err) == 0, "%s", err.msg);
     /* fork: state slot 9 -> 11, KV blocks 0, 1 -> 4, 5 */
     int32_t ssrc[1] = {9}, sdst[1] = {11}, ksrc[2] = {0, 1}, kdst[2] = {4, 5}, bad[1] = {NB};
@@ -84,6 +97,185 @@ static void test_state_copy(pith_model *m, const char *path) {
     pith_model_mem_free(m);
 }
 
+/* ---- speculative decoding: the state rolls back through per-token checkpoints (batch.h) ----
+ *
+ * An oracle drafter knows every request's greedy continuation (from a run without speculation) and
+ * proposes it with one planted error at a pseudo-random place (or none, or no draft at all), so drafts
+ * are accepted in full, in part and not at all: the state after the last accepted token must be the
+ * one the model checkpointed, or the tokens that follow differ. */
+enum { SN = 6, SGEN = 32, SLEN = 48, SFULL = SLEN + SGEN + 32 };
+
+typedef struct oracle {
+    int32_t full[SN][SFULL]; /* prompt, then the greedy continuation */
+    int len[SN];
+    int vocab;
+    uint64_t calls;
+} oracle;
+
+static int oracle_draft(void *user, uint64_t id, const int32_t *tokens, int n, int32_t *draft, int max) {
+    oracle *o = user;
+    o->calls++;
+    for (int i = 0; i < SN; i++) {
+        if (n >= o->len[i] || memcmp(o->full[i], tokens, (size_t)n * sizeof *tokens)) continue;
+        uint32_t h = (uint32_t)(id * 2654435761u) ^ (uint32_t)n * 40503u;
+        h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+        if (h % 7 == 0) return 0; /* sometimes no draft */
+        int k = o->len[i] - n < max ? o->len[i] - n : max, wrong = (int)((h >> 8) % (uint32_t)(max + 2));
+        for (int d = 0; d < k; d++) draft[d] = d == wrong ? (o->full[i][n + d] + 1) % o->vocab : o->full[i][n + d];
+        return k;
+    }
+    return 0;
+}
+
+typedef struct spec_run {
+    out res[SN];
+    pith_engine_stats st;
+} spec_run;
+
+/* The SN prompts (alone, one after another, or all submitted at once) with these options. */
+static void spec_generate(pith_model *m, pith_engine_options o, int32_t (*ids)[SLEN], bool together, spec_run *r) {
+    pith_err err;
+    pith_engine *e = NULL;
+    memset(r, 0, sizeof *r);
+    if (pith_engine_create(m, NULL, &o, &e, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    for (int i = 0; i < SN; i++) {
+        pith_request q = {.prompt = ids[i], .n_prompt = SLEN - i, .sampling = pith_sampling_defaults(),
+                          .max_tokens = SGEN, .ignore_eos = true, .on_token = collect, .user = &r->res[i]};
+        q.sampling.temperature = 0;
+        CHECKF(pith_engine_submit(e, &q, NULL, &err) == 0, "submit: %s", err.msg);
+        if (!together) run(e);
+    }
+    run(e);
+    pith_engine_get_stats(e, &r->st);
+    pith_engine_free(e);
+}
+
+static void test_spec(pith_model *m, const char *path) {
+    CHECKF(m->state_checkpoints, "%s does not take state checkpoints", path);
+    static int32_t ids[SN][SLEN];
+    uint32_t x = 977;
+    for (int i = 0; i < SN; i++)
+        for (int k = 0; k < SLEN; k++) {
+            x = x * 1103515245u + 12345u;
+            ids[i][k] = k < 20 && (i & 1) ? ids[i - 1][k] : (int32_t)((x >> 8) % (uint32_t)m->hp.n_vocab);
+        }
+    static spec_run base, got;
+    pith_engine_options o0 = {.kv_blocks = 256, .max_num_seqs = 8, .no_prefix_cache = true};
+    spec_generate(m, o0, ids, false, &base);
+    static oracle orc, turn_orc;
+    orc.vocab = turn_orc.vocab = m->hp.n_vocab;
+    for (int i = 0; i < SN; i++) {
+        orc.len[i] = SLEN - i + SGEN;
+        memcpy(orc.full[i], ids[i], (size_t)(SLEN - i) * sizeof(int32_t));
+        memcpy(orc.full[i] + SLEN - i, base.res[i].toks, SGEN * sizeof(int32_t));
+    }
+    /* 0: alone; 1: all at once; 2: all at once in a pool that forces preemption; 3: all at once with the
+     * prefix cache (the pairs share 20 tokens) and chunks of 16; 4: alone, long drafts */
+    int per_seq = (SLEN + SGEN + 15) / 16 + 1;
+    for (int cfg = 0; cfg < 5; cfg++) {
+        pith_engine_options o = {.kv_blocks = cfg == 2 ? 2 * per_seq : 256, .max_num_seqs = 8,
+                                 .max_batch_tokens = cfg == 3 ? 16 : 0, .no_prefix_cache = cfg != 3,
+                                 .spec_type = PITH_SPEC_CUSTOM, .spec_draft = oracle_draft, .spec_user = &orc,
+                                 .spec_max_draft = cfg == 4 ? 16 : 5, .spec_max_seqs = 8};
+        orc.calls = 0;
+        spec_generate(m, o, ids, cfg == 1 || cfg == 2 || cfg == 3, &got);
+        for (int i = 0; i < SN; i++)
+            CHECKF(got.res[i].n == SGEN && !memcmp(got.res[i].toks, base.res[i].toks, SGEN * sizeof(int32_t)),
+                   "%s: speculation cfg %d: prompt %d differs", path, cfg, i);
+        CHECKF(got.st.spec_accepted_tokens > 0 && got.st.spec_accepted_tokens < got.st.spec_draft_tokens,
+               "%s: cfg %d: %llu of %llu draft tokens accepted", path, cfg, (unsigned long long)got.st.spec_accepted_tokens,
+               (unsigned long long)got.st.spec_draft_tokens);
+        if (cfg == 2) CHECKF(got.st.preemptions > 0, "%s: no preemption with speculation", path);
+        printf("%s: oracle drafts, cfg %d: same tokens; %llu/%llu draft tokens accepted, %llu steps (%llu without), "
+               "%llu preemptions, %llu prefix hits\n", path, cfg, (unsigned long long)got.st.spec_accepted_tokens,
+               (unsigned long long)got.st.spec_draft_tokens, (unsigned long long)got.st.steps,
+               (unsigned long long)base.st.steps, (unsigned long long)got.st.preemptions,
+               (unsigned long long)got.st.prefix_cache_hits);
+    }
+    /* A chat's next turn with speculation, served from a state snapshot, the same as without either. */
+    static out next[2][SN];
+    memset(next, 0, sizeof next);
+    uint64_t restores = 0, accepted = 0;
+    for (int spec = 0; spec < 2; spec++) {
+        pith_engine_options o = {.kv_blocks = 256, .max_num_seqs = 4, .max_batch_tokens = 64, .no_prefix_cache = !spec};
+        if (spec) o.spec_type = PITH_SPEC_CUSTOM, o.spec_draft = oracle_draft, o.spec_user = &turn_orc, o.spec_max_draft = 6;
+        pith_engine *e = NULL;
+        pith_err err;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        for (int i = 0; i < SN; i++) {
+            int n = SLEN - i;
+            static int32_t turn[SFULL + 8];
+            memcpy(turn, orc.full[i], (size_t)orc.len[i] * sizeof(int32_t));
+            for (int k = 0; k < 8; k++) turn[orc.len[i] + k] = (int32_t)((i * 31 + k * 7 + 3) % m->hp.n_vocab);
+            out first = {0};
+            pith_request r = {.prompt = ids[i], .n_prompt = n, .sampling = pith_sampling_defaults(), .max_tokens = SGEN,
+                              .ignore_eos = true, .on_token = collect, .user = &first};
+            r.sampling.temperature = 0;
+            if (spec) { /* the oracle: what the runs without speculation gave, for both turns */
+                turn_orc.len[0] = orc.len[i];
+                memcpy(turn_orc.full[0], orc.full[i], (size_t)orc.len[i] * sizeof(int32_t));
+                turn_orc.len[1] = orc.len[i] + 8 + 16;
+                memcpy(turn_orc.full[1], turn, (size_t)(orc.len[i] + 8) * sizeof(int32_t));
+                memcpy(turn_orc.full[1] + orc.len[i] + 8, next[0][i].toks, 16 * sizeof(int32_t));
+            }
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+            r.prompt = turn, r.n_prompt = orc.len[i] + 8, r.max_tokens = 16, r.user = &next[spec][i];
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            run(e);
+        }
+        pith_engine_stats st;
+        pith_engine_get_stats(e, &st);
+        if (spec) restores = st.state_restores, accepted = st.spec_accepted_tokens;
+        pith_engine_free(e);
+    }
+    CHECKF(restores > 0 && accepted > 0, "%s: next turns with speculation: %llu state restores, %llu accepted", path,
+           (unsigned long long)restores, (unsigned long long)accepted);
+    for (int i = 0; i < SN; i++)
+        CHECKF(next[0][i].n == 16 && !memcmp(next[0][i].toks, next[1][i].toks, 16 * sizeof(int32_t)),
+               "%s: next turn %d differs with speculation and the cache", path, i);
+    /* Prompt lookup on a repetitive prompt: "L v f(v)" for every token v, then L, so whatever the model
+     * says after the prompt's last token L, the lookup has a draft (a random model rarely takes it). */
+    int V = m->hp.n_vocab, n_rep = 3 * V + 1;
+    int32_t *rep = malloc((size_t)n_rep * sizeof *rep);
+    for (int v = 0; v < V; v++) rep[3 * v] = 11, rep[3 * v + 1] = v, rep[3 * v + 2] = (v * 7 + 3) % V;
+    rep[n_rep - 1] = 11;
+    out ngr[2] = {{{0}, 0}};
+    uint64_t ng_drafted = 0, ng_accepted = 0;
+    for (int spec = 0; spec < 2; spec++) {
+        pith_engine_options o = {.kv_blocks = 512, .max_num_seqs = 2, .no_prefix_cache = true,
+                                 .spec_type = spec ? PITH_SPEC_NGRAM : PITH_SPEC_OFF};
+        pith_engine *e = NULL;
+        pith_err err;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "%s", err.msg);
+            break;
+        }
+        pith_request r = {.prompt = rep, .n_prompt = n_rep, .sampling = pith_sampling_defaults(), .max_tokens = SGEN,
+                          .ignore_eos = true, .on_token = collect, .user = &ngr[spec]};
+        r.sampling.temperature = 0;
+        CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+        run(e);
+        pith_engine_stats st;
+        pith_engine_get_stats(e, &st);
+        ng_drafted = st.spec_draft_tokens, ng_accepted = st.spec_accepted_tokens;
+        pith_engine_free(e);
+    }
+    free(rep);
+    CHECKF(ngr[1].n == SGEN && !memcmp(ngr[0].toks, ngr[1].toks, SGEN * sizeof(int32_t)),
+           "%s: n-gram speculation changes the tokens", path);
+    CHECKF(ng_drafted > 0, "%s: no n-gram drafts on a repetitive prompt", path);
+    printf("%s: next turns with speculation the same (%llu state restores, %llu accepted); n-gram: %llu/%llu accepted\n",
+           path, (unsigned long long)restores, (unsigned long long)accepted, (unsigned long long)ng_accepted,
+           (unsigned long long)ng_drafted);
+}
+
 static void test_model(const char *path) {
     pith_err err;
     pith_model_options mo = {.n_threads = 2};
@@ -96,6 +288,7 @@ static void test_model(const char *path) {
     for (int g = 0; g < m->mem.n_groups; g++) recurrent |= m->mem.groups[g].kind == PITH_MEM_RECURRENT;
     CHECKF(recurrent, "%s declares no recurrent group", path);
     if (recurrent) test_state_copy(m, path);
+    test_spec(m, path);
     enum { N = 6, GEN = 24, LEN = 48 };
     static int32_t ids[N][LEN];
     uint32_t x = 4242;
@@ -188,7 +381,8 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    static const char *presets[] = {"test-lfm2", "test-qwen35", "test-granitehybrid", "test-granitehybrid-moe"};
+    static const char *presets[] = {"test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid",
+                                    "test-granitehybrid-moe"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);

@@ -3,8 +3,9 @@
  * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
- * malformed config.json values are refused with a message naming the key. Granite 4.0-H: the Mamba2
- * widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. */
+ * malformed config.json values are refused with a message naming the key; Qwen3.5's multimodal layout
+ * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF. Granite 4.0-H:
+ * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_mem.h"
 #include "pith/model.h"
 #include "pith/modelfile.h"
 
@@ -235,6 +237,71 @@ static void test_granitehybrid(void) {
     if (!rc) pith_model_free(m);
 }
 
+/* Logits of the last of 12 tokens (one prefill) from the model at path, into out[n_vocab]. */
+static int last_logits(const char *path, float *out, int n_vocab) {
+    pith_model_options mo = {.n_threads = 2};
+    pith_model *m = NULL;
+    pith_err err;
+    if (pith_model_load(path, &mo, &m, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return -1;
+    }
+    int rc = -1;
+    if (m->hp.n_vocab != n_vocab) {
+        CHECKF(0, "%s: vocabulary %d", path, m->hp.n_vocab);
+    } else if (tm_alloc(m, 16, 4, 16, PITH_F32, &err)) {
+        CHECKF(0, "%s: %s", path, err.msg);
+    } else {
+        enum { P = 12 };
+        int32_t tok[P], pos[P], seq[P] = {0}, slot[P], table[1] = {0};
+        uint8_t want[P] = {0};
+        for (int i = 0; i < P; i++) tok[i] = (i * 53 + 7) % n_vocab, pos[i] = i, slot[i] = i;
+        want[P - 1] = 1;
+        tm_batch t;
+        tm_batch_init(&t, m, P, tok, pos, seq, slot, want, 1, 1, table);
+        rc = pith_model_forward(m, &t.b, out, &err);
+        CHECKF(rc == 0, "%s: %s", path, err.msg);
+        pith_model_mem_free(m);
+    }
+    pith_model_free(m);
+    return rc;
+}
+
+/* One seed of a preset as GGUF, as the text-only Hugging Face class and as the multimodal class
+ * (Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration: config.json's text model under
+ * text_config, its tensors under model.language_model., a vision tower beside them). The multimodal
+ * layout loads as the text-only one does, to the bit (the same tensors, the same transforms), and both
+ * match the GGUF form's logits within float32 rounding (GGUF stores the norms as w + 1 and the value
+ * heads in another order, so sums round differently: 1e-4 of the logits' range is far above that and
+ * far below any misread tensor). */
+static void cross_format(const char *preset) {
+    char g[4200], h[4200], mm[4200];
+    snprintf(g, sizeof g, "%s/hy-%s.gguf", tmp, preset);
+    snprintf(h, sizeof h, "%s/hy-%s-text", tmp, preset);
+    snprintf(mm, sizeof mm, "%s/hy-%s-mm", tmp, preset);
+    if (mk(preset, g) || mk(preset, h) ||
+        sh("/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --hf-type multimodal --seed 5 --out '%s' >/dev/null 2>&1",
+           src, preset, mm)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    enum { V = 512 };
+    static float lg[V], lh[V], lm[V];
+    if (last_logits(g, lg, V) || last_logits(h, lh, V) || last_logits(mm, lm, V)) return;
+    CHECKF(!memcmp(lh, lm, sizeof lh), "%s: the multimodal layout's logits differ from the text-only class's", preset);
+    double diff = 0, lo = lg[0], hi = lg[0];
+    for (int i = 0; i < V; i++) {
+        diff = fmax(diff, fabs((double)lg[i] - lm[i]));
+        lo = fmin(lo, lg[i]), hi = fmax(hi, lg[i]);
+    }
+    CHECKF(diff <= 1e-4 * (hi - lo), "%s: multimodal vs GGUF: logits differ by %g (range %g)", preset, diff, hi - lo);
+    printf("%s: multimodal layout gives the text-only class's logits to the bit; GGUF's within %.2g (range %.3g)\n",
+           preset, diff, hi - lo);
+    /* a text_config that is not an object */
+    CHECK(set_key(mm, "text_config", "[1]") == 0);
+    refused(mm, "text_config");
+}
+
 int main(void) {
     src = getenv("PITH_SOURCE_DIR"), tmp = getenv("PITH_TEST_TMP");
     if (!src || !tmp) {
@@ -244,5 +311,7 @@ int main(void) {
     test_lfm2();
     test_qwen35();
     test_granitehybrid();
+    cross_format("test-qwen35");
+    cross_format("test-qwen35moe");
     return check_summary("test_hybrid_formats");
 }

@@ -19,9 +19,10 @@ The new architectures are also run from a prompt more than three windows long (7
 in chunks of 7 tokens (--max-batch-tokens 7: a chunk boundary inside every window) and in one chunk, and
 the rows of the tokens generated after it are checked against the reference over [prompt, generated].
 
-The hybrid architectures (LFM2, Qwen3.5, Granite 4.0-H dense and MoE) get the same cases plus a prompt of
-more than two DeltaNet / SSD chunks (153 tokens) prefilled in chunks of 7 and in one, then 64 generated
-tokens (HYBRID_PRESETS).
+The hybrid architectures (LFM2, Qwen3.5, Qwen3.5-MoE, Granite 4.0-H dense and MoE) get the same cases
+plus a prompt of more than two DeltaNet / SSD chunks (153 tokens) prefilled in chunks of 7 and in one, then
+64 generated tokens (HYBRID_PRESETS); Qwen3.5's multimodal Hugging Face layout is run too
+(MULTIMODAL_PRESETS).
 
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch), PITH_SHARED (optional assets).
 Exit 77 (skip) when torch or numpy is missing."""
@@ -106,7 +107,10 @@ N_GEN_PROMPT = 12
 # tokens at a time and in one chunk, then 64 tokens generated; the recurrent state crosses every chunk
 # boundary. Tolerances as for the other float cases: the float64 reference computes the same function
 # (recurrent form, token by token) and only float32 arithmetic separates them.
-HYBRID_PRESETS = ["test-lfm2", "test-qwen35", "test-granitehybrid", "test-granitehybrid-moe"]
+HYBRID_PRESETS = ["test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid", "test-granitehybrid-moe"]
+# Qwen3.5's multimodal Hugging Face layout (Qwen3_5(Moe)ForConditionalGeneration: the text model nested
+# under text_config and model.language_model., a vision tower to ignore), safetensors F32.
+MULTIMODAL_PRESETS = ["test-qwen35", "test-qwen35moe"]
 HYBRID_PROMPT = PROMPT_TEXT + " " + PROMPT_TEXT
 N_GEN_HYBRID = 64
 # Mixture of experts (Qwen3-MoE, Mixtral): GGUF (3-D expert tensors) in float and 32-block types,
@@ -299,7 +303,7 @@ def check_hybrid_references(tmp):
                            reference.forward(reference.Model(spath), tokens).numpy()).max())
         # Qwen3.5's GGUF stores norms as float32(1 + w) and ssm_a as float32(-exp(A_log)): that rounding alone
         # moves the logits by 1.2e-5 (rounding them likewise on the safetensors side leaves 6e-7).
-        bound = 3e-5 if preset == "test-qwen35" else 1e-9
+        bound = 3e-5 if preset.startswith("test-qwen35") else 1e-9
         if preset.startswith("test-granitehybrid"):
             # Granite's GGUF stores ssm_a as float32(-exp(A_log)) (that rounding moves the logits by up to
             # 3.5e-7); and it normalises the Mamba2 output per B/C group (llama.cpp) where config.json's code
@@ -315,6 +319,14 @@ def check_hybrid_references(tmp):
         print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e} (bound {bound:g})")
         if err > bound:
             fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
+        if preset in MULTIMODAL_PRESETS:   # the same tensors under the multimodal names: the same function
+            mpath = os.path.join(tmp, f"x-{preset}-mm")
+            mkmodel.write_safetensors(mkmodel.build_config(preset, hf_type="multimodal"), mpath, "F32", seed=13)
+            err = float(np.abs(reference.forward(reference.Model(mpath), tokens).numpy() -
+                               reference.forward(reference.Model(spath), tokens).numpy()).max())
+            print(f"{preset}: multimodal vs text-only layout in the reference: {err:.1e}")
+            if err > 0:
+                fail(f"{preset}: the multimodal layout differs from the text-only one in the reference by {err:.2e}")
     check_granite_multipliers(os.path.join(tmp, "x-test-granitehybrid-st"), tokens)
     m = reference.Model(os.path.join(tmp, "x-test-lfm2-st"))
     D, K, T = m.dim, m.conv_kernel, 40
@@ -329,6 +341,8 @@ def check_hybrid_references(tmp):
     print(f"lfm2: the recurrent convolution vs nn.Conv1d: {err:.1e}")
     if err > 1e-12:
         fail(f"lfm2: the reference's recurrent convolution differs from nn.Conv1d by {err:.2e}")
+
+
 def check_granite_multipliers(path, tokens):
     """Each of Granite's four multipliers and the Mamba2 skip D must move the reference's logits, or a
     loader that dropped one would pass the Pith cases."""
@@ -790,8 +804,15 @@ def main():
             model, tok, n_vocab = make_model(tmp, preset, "gguf", "Q8_0", seed)
             # Granite 4.0-H in Q8_0 (seed 950, 24 tokens): max 0.093 / mean 0.016 dense, 0.076 / 0.010 with
             # experts, inside q32 and moe-q32 (a router can flip on the rounded input, as for Qwen3-MoE).
-            q8 = {"test-qwen35": "q32-delta", "test-lfm2": "q32-gated", "test-granitehybrid": "q32"}
+            q8 = {"test-qwen35": "q32-delta", "test-qwen35moe": "q32-delta", "test-lfm2": "q32-gated", "test-granitehybrid": "q32"}
             compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab, q8.get(preset, "moe-q32"))
+            seed += 1
+        for preset in MULTIMODAL_PRESETS:
+            model = os.path.join(tmp, f"{preset}-mm-st")
+            cfg = mkmodel.build_config(preset, hf_type="multimodal")
+            mkmodel.write_safetensors(cfg, model, "F32", seed=seed)
+            compare(pith, tmp, f"{preset} multimodal safetensors F32", model, os.path.join(model, "tokenizer.bin"),
+                    cfg.vocab, "float", n_gen=N_GEN_LONG)
             seed += 1
         check_yarn_reference(tmp)
         for preset in YARN_PRESETS + YARN_ST_ONLY:

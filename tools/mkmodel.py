@@ -144,6 +144,11 @@ PRESETS = {
                              attn_layers=[9, 19, 29, 39], conv_kernel=4, mamba_heads=48, mamba_groups=1,
                              mamba_state=128, mamba_head_dim=64, emb_mult=12.0, res_mult=0.22,
                              attn_mult=0.0078125, logits_scaling=6.0),
+    # Qwen3.5-MoE: test-qwen35's mixers, every FFN 8 experts of 64 (2 per token) and a shared expert of 96.
+    "test-qwen35moe": dict(arch="qwen35moe", dim=128, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=64, vocab=512,
+                           theta=1e7, ctx=4096, eps=1e-6, tied=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=32,
+                           lin_v_dim=32, conv_kernel=4, partial_rotary=0.25, mrope_section=[3, 3, 2], experts=8,
+                           experts_used=2, expert_ffn=64, shared_ffn=96),
     # YaRN x4 over an original context of 64 (so the ramp covers dimensions within a few dozen positions).
     "test-qwen3-yarn": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                             vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
@@ -200,21 +205,27 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 lin_v_dim=None, partial_rotary=None, mrope_section=None, full_attn_interval=None,
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
-                emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None)
+                emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
+                shared_ffn=0)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
            "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2"),
            "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
            "granitehybrid": ("GraniteMoeHybridForCausalLM", "granitemoehybrid"),
+           "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
-            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral")}
+            ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
+            ("qwen35", "multimodal"): ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
+            ("qwen35moe", "multimodal"): ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe")}
 # Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
 # (modeling_qwen3_moe.py, modeling_mixtral.py).
 HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
                            "mlp.experts.{e}.down_proj.weight"),
+              "qwen35moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
+                            "mlp.experts.{e}.down_proj.weight"),
               "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
                           "block_sparse_moe.experts.{e}.w3.weight", "block_sparse_moe.experts.{e}.w2.weight")}
 # llama.cpp's values for what its Gemma 3 GGUF does not store (llama-model.cpp, LLM_ARCH_GEMMA3).
@@ -241,8 +252,8 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen3moe")
-        if self.arch == "qwen35":
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe")
+        if self.arch in ("qwen35", "qwen35moe"):
             self.conv_kernel = self.conv_kernel or 4
             self.full_attn_interval = self.full_attn_interval or 4
             self.partial_rotary = self.partial_rotary or 1.0
@@ -308,7 +319,7 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen3moe")):
+        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
                              "otherwise")
         if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
@@ -336,7 +347,7 @@ class Config:
                 raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
             if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
                 raise ValueError("query_pre_attn_scalar and final softcap must be positive")
-        if self.arch in ("qwen3moe", "gpt-oss") and not self.experts:
+        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss") and not self.experts:
             raise ValueError(f"{self.arch} needs --experts")
         if self.experts:
             if self.moe_family() is None:
@@ -355,7 +366,9 @@ class Config:
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
 
-        if self.arch == "qwen35":
+        if self.shared_ffn and self.arch != "qwen35moe":
+            raise ValueError("a shared expert is qwen35moe's")
+        if self.arch in ("qwen35", "qwen35moe"):
             if any(v is None for v in (self.lin_k_heads, self.lin_v_heads, self.lin_k_dim, self.lin_v_dim)):
                 raise ValueError("qwen35: lin_k_heads, lin_v_heads, lin_k_dim and lin_v_dim are required")
             if self.lin_v_heads % self.lin_k_heads or self.lin_k_dim != self.lin_v_dim or self.rope_scaling:
@@ -375,7 +388,7 @@ class Config:
         """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
         if not self.experts:
             return None
-        if self.arch in ("qwen3moe", "gpt-oss", "granitehybrid"):
+        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid"):
             return self.arch
         return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
 
@@ -566,7 +579,7 @@ def tensor_specs(cfg):
         return gemma3_tensor_specs(cfg)
     if cfg.arch == "lfm2":
         return lfm2_tensor_specs(cfg)
-    if cfg.arch == "qwen35":
+    if cfg.arch in ("qwen35", "qwen35moe"):
         return qwen35_tensor_specs(cfg)
     if cfg.arch == "gpt-oss":
         return gptoss_tensor_specs(cfg)
@@ -850,8 +863,17 @@ def qwen35_tensor_specs(cfg):
                 (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "znorm"),
                 (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
             ]
+        specs.append((b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "znorm"))
+        if cfg.experts:   # qwen35moe (llama.cpp's names: ffn_gate_inp, ffn_*_exps, ffn_*_shexp, ffn_gate_inp_shexp)
+            specs += expert_specs(cfg, i)
+            if cfg.shared_ffn:
+                s, m = cfg.shared_ffn, h + "mlp.shared_expert."
+                specs += [(b + "ffn_gate_shexp.weight", m + "gate_proj.weight", (s, cfg.dim), "matrix"),
+                          (b + "ffn_up_shexp.weight", m + "up_proj.weight", (s, cfg.dim), "matrix"),
+                          (b + "ffn_down_shexp.weight", m + "down_proj.weight", (cfg.dim, s), "matrix"),
+                          (b + "ffn_gate_inp_shexp.weight", h + "mlp.shared_expert_gate.weight", (cfg.dim,), "shgate")]
+            continue
         specs += [
-            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "znorm"),
             (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
             (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
@@ -891,7 +913,39 @@ def qwen35_gguf_tensor(cfg, name, x):
 
 
 def qwen35_hf_config(cfg, dtype):
-    """config.json as transformers writes a Qwen3_5TextConfig for Qwen3_5ForCausalLM."""
+    """config.json as transformers writes a Qwen3_5TextConfig for Qwen3_5ForCausalLM, or (hf_type
+    multimodal) a Qwen3_5Config for Qwen3_5ForConditionalGeneration: the text config nested under
+    text_config, beside a vision_config (a token vision tower: the engine ignores it)."""
+    text = qwen35_text_config(cfg, dtype)
+    if cfg.experts:   # Qwen3_5MoeTextConfig: no intermediate_size
+        del text["intermediate_size"]
+        text.update(architectures=["Qwen3_5MoeForCausalLM"], model_type="qwen3_5_moe_text", num_experts=cfg.experts,
+                    num_experts_per_tok=cfg.experts_used, moe_intermediate_size=cfg.expert_ffn,
+                    shared_expert_intermediate_size=cfg.shared_ffn)
+    if cfg.hf_type != "multimodal":
+        return text
+    del text["architectures"]
+    arch_cls, model_type = HF_TYPES[(cfg.arch, "multimodal")]
+    return {"architectures": [arch_cls], "model_type": model_type, "text_config": text,
+            "vision_config": {"model_type": "qwen3_5", "depth": 1, "hidden_size": 16, "out_hidden_size": cfg.dim,
+                              "patch_size": 2, "in_channels": 2, "temporal_patch_size": 2},
+            "image_token_id": BOS_ID, "video_token_id": BOS_ID, "tie_word_embeddings": bool(cfg.tied),
+            "torch_dtype": TORCH_DTYPE[dtype]}
+
+
+# The vision tower of a multimodal checkpoint, as far as mkmodel writes one (its patch embedding).
+QWEN35_VISION = [("v.patch_embd.weight", "model.visual.patch_embed.proj.weight", (16, 16), "matrix")]
+
+
+def hf_multimodal_specs(cfg, specs):
+    """Qwen3_5ForConditionalGeneration's names: the text model under model.language_model., lm_head as
+    it is, and the vision tower's tensors."""
+    out = [(g, "model.language_model." + h[len("model."):] if h.startswith("model.") else h, s, k)
+           for g, h, s, k in specs]
+    return out + QWEN35_VISION
+
+
+def qwen35_text_config(cfg, dtype):
     return {
         "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "hidden_size": cfg.dim,
         "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
@@ -1110,6 +1164,8 @@ def random_chunks(seed, name, shape, kind):
             x *= np.float32(1.0 / math.sqrt(shape[1]))
         elif kind == "router":
             pass
+        elif kind == "shgate":   # the shared expert's gate: a logit of about unit spread
+            x *= np.float32(1.0 / math.sqrt(shape[0]))
         elif kind == "norm":
             x = np.float32(1) + np.float32(0.1) * x
         elif kind in ("bias", "gemma_norm", "znorm"):
@@ -1187,9 +1243,10 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32(f"{a}.context_length", cfg.ctx)
     w.add_u32(f"{a}.embedding_length", cfg.dim)
     w.add_u32(f"{a}.block_count", cfg.layers)
-    w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
+    if a != "qwen35moe":  # llama.cpp's converter writes none for Qwen3.5-MoE (no intermediate_size)
+        w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
-    if a == "qwen35":
+    if a in ("qwen35", "qwen35moe"):
         w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
         w.add_u32(f"{a}.rope.dimension_count", int(cfg.head_dim * cfg.partial_rotary))
         w.add_array(f"{a}.rope.dimension_sections", (list(cfg.mrope_section) + [0, 0, 0, 0])[:4], G.INT32)
@@ -1211,7 +1268,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen3moe", "gpt-oss"):
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen35moe", "qwen3moe", "gpt-oss"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
@@ -1226,8 +1283,10 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
         w.add_u32(f"{a}.expert_count", cfg.experts)
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
-        if a in ("qwen3moe", "gpt-oss", "granitehybrid"):
+        if a in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
+        if cfg.shared_ffn:
+            w.add_u32(f"{a}.expert_shared_feed_forward_length", cfg.shared_ffn)
     if tokenizer_json:
         add_hf_bpe_vocabulary(w, tokenizer_json, cfg.vocab, chat_template)
     else:
@@ -1277,7 +1336,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
-        elif a == "qwen35" and (kind in ("znorm", "alog") or "attn_qkv" in gname or "ssm_" in gname or
+        elif a in ("qwen35", "qwen35moe") and (kind in ("znorm", "alog") or "attn_qkv" in gname or "ssm_" in gname or
                                 "attn_gate" in gname):
             data = (lambda n=gname, s=shape, k=kind: qwen35_gguf_tensor(
                 cfg, n, random_tensor(seed, n, s, k) + (np.float32(1) if k == "znorm" else np.float32(0))))
@@ -1310,7 +1369,7 @@ def hf_config(cfg, dtype):
         return gemma3_hf_config(cfg, dtype)
     if cfg.arch == "lfm2":
         return lfm2_hf_config(cfg, dtype)
-    if cfg.arch == "qwen35":
+    if cfg.arch in ("qwen35", "qwen35moe"):
         return qwen35_hf_config(cfg, dtype)
     if cfg.arch == "granitehybrid":
         return granite_hf_config(cfg, dtype)
@@ -1412,6 +1471,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         specs = hf_fused(specs, cfg)
     if cfg.arch == "granitehybrid":
         specs = granite_hf_specs(specs, cfg)
+    if cfg.hf_type == "multimodal":
+        specs = hf_multimodal_specs(cfg, specs)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
     sizes = [int(np.prod(s)) * elem for _, _, s, _ in specs]
@@ -1433,6 +1494,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
             n = int(np.prod(shape)) * elem
             if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight", "mamba.conv1d.weight")):
                 shape = (shape[0], 1, shape[1])   # nn.Conv1d's (channels, 1, K)
+            if hname.endswith("shared_expert_gate.weight"):
+                shape = (1, shape[0])             # nn.Linear(dim, 1)
             header[hname] = {"dtype": st_name, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
             weight_map[hname] = fname
@@ -1486,7 +1549,9 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
-    ap.add_argument("--hf-type", choices=["mistral", "mixtral"], help="config.json type for a llama model (MistralForCausalLM)")
+    ap.add_argument("--hf-type", choices=["mistral", "mixtral", "multimodal"],
+                    help="config.json type: for a llama model mistral (MistralForCausalLM) or mixtral; for qwen35 "
+                    "multimodal (Qwen3_5ForConditionalGeneration: text model nested, a vision tower to ignore)")
     ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "
                     "layer for llama (Mistral), the local layers for gemma3")
     ap.add_argument("--swa-pattern", type=int, help="gemma3: every Nth layer is global (default 6)")

@@ -138,6 +138,10 @@ HF_LAYER_QWEN35 = {
     "linear_attn.out_proj.weight": "ssm_out.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    # Qwen3.5-MoE's shared expert (its router and experts: HF_ROUTERS and the expert names below)
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
 
 # Granite 4.0-H (modeling_granitemoehybrid.py), named as llama.cpp's LLM_ARCH_GRANITE_HYBRID names them;
@@ -244,7 +248,7 @@ class Model:
         a = self.arch = md["general.architecture"]
         if a == "lfm2":
             return self._gguf_lfm2(r, md)
-        if a == "qwen35":
+        if a in ("qwen35", "qwen35moe"):
             return self._gguf_qwen35(r, md)
         if a == "granitehybrid":
             return self._gguf_granite(r, md)
@@ -311,7 +315,11 @@ class Model:
             c = json.load(f)
         if c.get("model_type") == "lfm2":
             return self._hf_lfm2(d, c)
-        if c.get("model_type") == "qwen3_5_text":
+        if c.get("model_type") in ("qwen3_5", "qwen3_5_moe") and isinstance(c.get("text_config"), dict):
+            # Qwen3_5(Moe)ForConditionalGeneration: the text model's config nested, tying at the top level
+            c = dict(c["text_config"], tie_word_embeddings=c.get("tie_word_embeddings",
+                                                                 c["text_config"].get("tie_word_embeddings", False)))
+        if c.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text"):
             return self._hf_qwen35(d, c)
         if c.get("model_type") == "granitemoehybrid":
             return self._hf_granite(d, c)
@@ -498,7 +506,10 @@ class Model:
     # src/models/qwen35.cpp and its converter, which stores norms as w + 1, A_log as -exp(A_log) and the
     # value heads in tiled order).
     def _gguf_qwen35(self, r, md):
-        a = "qwen35"
+        a = self.arch
+        self.n_experts = int(md.get(f"{a}.expert_count", 0))          # qwen35moe
+        self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
+        self.norm_topk = bool(md.get(f"{a}.expert_weights_norm", True))
         self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
         self.dim = int(md[f"{a}.embedding_length"])
         self.n_layers = int(md[f"{a}.block_count"])
@@ -522,6 +533,8 @@ class Model:
 
     def _hf_qwen35(self, d, c):
         self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
+        if c["model_type"] == "qwen3_5_moe_text":   # Qwen3VLMoeTextTopKRouter: always renormalised
+            self.n_experts, self.n_experts_used, self.norm_topk = c["num_experts"], c["num_experts_per_tok"], True
         self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
         self.n_heads = c["num_attention_heads"]
         self.n_kv_heads = c.get("num_key_value_heads", self.n_heads)
@@ -543,7 +556,8 @@ class Model:
         for fn in files:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
-                canon = hf_to_canonical(name, "qwen35")
+                flat = "model." + name[len("model.language_model."):] if name.startswith("model.language_model.") else name
+                canon = hf_to_canonical(flat, "qwen35")
                 if canon:
                     where[canon] = (st, name)
         if c.get("tie_word_embeddings", False):
@@ -857,6 +871,13 @@ def qwen35_forward(m, tokens, aq, kv_f16):
             o = aq(o.reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
         x = x + o
         h = aq(norm(x, p + "post_attention_norm.weight"))
+        if m.n_experts:   # Qwen3.5-MoE (Qwen3NextSparseMoeBlock): experts, plus the gated shared expert
+            x = x + moe_ffn(m, i, h, aq)
+            if m.has(p + "ffn_gate_shexp.weight"):
+                f = torch.nn.functional.silu(h @ m.w(p + "ffn_gate_shexp.weight").T) * (h @ m.w(p + "ffn_up_shexp.weight").T)
+                gate = torch.sigmoid(h @ m.w(p + "ffn_gate_inp_shexp.weight").reshape(-1))
+                x = x + gate[:, None] * (aq(f) @ m.w(p + "ffn_down_shexp.weight").T)
+            continue
         f = torch.nn.functional.silu(h @ m.w(p + "ffn_gate.weight").T) * (h @ m.w(p + "ffn_up.weight").T)
         x = x + aq(f) @ m.w(p + "ffn_down.weight").T
     x = norm(x, "output_norm.weight")

@@ -81,7 +81,7 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     if (pith_meta_int(&m, "context_length", true, &hp->ctx_len) ||
         pith_meta_int(&m, "embedding_length", true, &hp->dim) ||
         pith_meta_int(&m, "block_count", true, &hp->n_layers) ||
-        pith_meta_int(&m, "feed_forward_length", true, &hp->ffn_dim) ||
+        pith_meta_int(&m, "feed_forward_length", !pith_meta_has(&m, "expert_feed_forward_length"), &hp->ffn_dim) ||
         pith_meta_int(&m, "attention.head_count", true, &hp->n_heads) ||
         (!kv_per_layer && pith_meta_int(&m, "attention.head_count_kv", false, &hp->n_kv_heads)) ||
         pith_meta_int(&m, "attention.key_length", false, &hp->head_dim) ||

@@ -15,8 +15,8 @@
 #define MAX_INDEX_BYTES (64u << 20)
 
 /* Writes the canonical name of a Hugging Face tensor name, from the architecture's name map, into out;
- * false when it has none (the tensor then keeps its own name). */
-static bool canonical_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
+ * false when it has none. */
+static bool mapped_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
     for (const pith_name_map *g = arch->hf_global; g && g->hf; g++) {
         if (!strcmp(hf, g->hf)) {
             snprintf(out, cap, "%s", g->name);
@@ -38,6 +38,22 @@ static bool canonical_name(const pith_arch *arch, const char *hf, char *out, siz
         }
     }
     return false;
+}
+
+/* The name map's canonical name into out; false when there is none (the tensor then keeps its own
+ * name). A multimodal checkpoint's text model (arch->hf_text_config) reads "model.language_model.X" as
+ * "model.X", and an unmapped one of those keeps the name "model.X" (experts are read by name). */
+static bool canonical_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
+    static const char nested[] = "model.language_model.";
+    char flat[512];
+    if (!arch->hf_text_config || strncmp(hf, nested, sizeof nested - 1) ||
+        snprintf(flat, sizeof flat, "model.%s", hf + sizeof nested - 1) >= (int)sizeof flat)
+        return mapped_name(arch, hf, out, cap);
+    if (mapped_name(arch, flat, out, cap)) return true;
+    size_t n = strlen(flat);
+    if (n >= cap) return false;
+    memcpy(out, flat, n + 1);
+    return true;
 }
 
 static bool is_file(const char *path) {

@@ -115,8 +115,18 @@ static int read_rope_scaling(const pith_meta *c, pith_hparams *hp) {
                      c->path, pith_printable(shown, sizeof shown, t, strlen(t)), factor);
 }
 
-static int parse(const pith_meta *m, pith_hparams *hp, const pith_arch **arch) {
-    if (find_arch(m, arch)) return -1;
+static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arch) {
+    if (find_arch(outer, arch)) return -1;
+    /* A multimodal class (Qwen3_5ForConditionalGeneration) nests its text model's config under
+     * "text_config"; "tie_word_embeddings" at the top level, where present, wins (transformers ties the
+     * embeddings by the outer config). */
+    pith_meta nested = *outer;
+    const cJSON *tc = field(outer->json, "text_config");
+    if ((*arch)->hf_text_config && tc) {
+        if (!cJSON_IsObject(tc)) return pith_errf(outer->err, "%s: \"text_config\" is not an object", outer->path);
+        nested.json = tc;
+    }
+    const pith_meta *m = &nested;
     snprintf(hp->arch, sizeof hp->arch, "%s", (*arch)->name);
     hp->rope_style = (*arch)->rope_hf;
     hp->rope_theta = 10000.0f;
@@ -125,7 +135,7 @@ static int parse(const pith_meta *m, pith_hparams *hp, const pith_arch **arch) {
     hp->n_kv_heads = 0;
     hp->tied_embeddings = false;
     if (pith_meta_int(m, "hidden_size", true, &hp->dim) ||
-        pith_meta_int(m, "intermediate_size", true, &hp->ffn_dim) ||
+        pith_meta_int(m, "intermediate_size", !pith_meta_has(m, "moe_intermediate_size"), &hp->ffn_dim) ||
         pith_meta_int(m, "num_hidden_layers", true, &hp->n_layers) ||
         pith_meta_int(m, "num_attention_heads", true, &hp->n_heads) ||
         pith_meta_int(m, "num_key_value_heads", false, &hp->n_kv_heads) ||
@@ -137,6 +147,7 @@ static int parse(const pith_meta *m, pith_hparams *hp, const pith_arch **arch) {
         json_token(m, "bos_token_id", &hp->bos_id) || json_token(m, "eos_token_id", &hp->eos_id) ||
         pith_meta_bool(m, "tie_word_embeddings", &hp->tied_embeddings))
         return -1;
+    if (nested.json != outer->json && pith_meta_bool(outer, "tie_word_embeddings", &hp->tied_embeddings)) return -1;
     if ((*arch)->read_hf && (*arch)->read_hf(m, hp)) return -1;
     if (!hp->n_kv_heads) hp->n_kv_heads = hp->n_heads;
     return 0;

@@ -98,6 +98,8 @@ typedef struct pith_arch {
     const char *name;                    /* GGUF general.architecture; pith_hparams.arch */
     const char *const *hf_archs;         /* config.json "architectures" values (NULL-terminated) */
     const char *const *hf_model_types;   /* config.json "model_type" values (NULL-terminated), or NULL */
+    bool hf_text_config;                 /* a nested "text_config" holds the text model's config (multimodal
+                                            classes); tensors may sit under "model.language_model." */
     pith_rope_style rope_gguf, rope_hf;  /* how each format lays out Q and K */
     const pith_name_map *hf_global;      /* NULL-terminated */
     const pith_name_map *hf_layer;       /* after "model.layers.N." -> after "blk.N."; NULL-terminated */

@@ -60,6 +60,13 @@ int pith_batch_check(const pith_batch *b, const pith_mem_spec *spec, const pith_
                 if (b->mem[g].state_slots[s] < 0 || b->mem[g].state_slots[s] >= c->n_slots)
                     return pith_errf(err, "batch: state slot %d of sequence %d out of range (group %d)",
                                      b->mem[g].state_slots[s], s, g);
+            for (int t = 0; b->mem[g].checkpoints && t < b->n_tokens; t++) {
+                int ck = b->mem[g].checkpoints[t];
+                if (ck < -1 || ck >= c->n_slots) return pith_errf(err, "batch: checkpoint slot %d out of range (group %d)", ck, g);
+                for (int s = 0; ck >= 0 && s < b->n_seqs; s++)
+                    if (b->mem[g].state_slots[s] == ck)
+                        return pith_errf(err, "batch: checkpoint slot %d is sequence %d's state slot (group %d)", ck, s, g);
+            }
             continue;
         }
         if (c->k_dim != mg->k_dim || c->v_dim != mg->v_dim || c->n_layers != mg->n_layers)

@@ -14,11 +14,12 @@
  * Memory: a FULL group of the attention layers (K and V of n_kv_heads * head_dim per token, F16) and a
  * RECURRENT group of the convolution layers: per sequence, for each convolution layer i of the group in
  * order, its state of (K - 1) x dim floats, [K - 1][dim] oldest first (recurrent.h), at float offset
- * i * (K - 1) * dim of the slot. A group is left out when the model has no layer of its kind. */
+ * i * (K - 1) * dim of the slot. A group is left out when the model has no layer of its kind.
+ * Checkpoints (batch.h): a sequence's run is convolved in pieces ending at its checkpointed tokens, and
+ * after each piece the state (the last K-1 inputs up to that token) is copied to the checkpoint slot. */
 #include "model/lfm2.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
-#include "model/batch_check.h"
+#include "model/hybrid_common.h"
 #include "pith/kv.h"
 
 typedef struct lfm2_layer {
@@ -60,27 +61,6 @@ typedef struct lfm2 {
 
 /* ---------------- build ---------------- */
 
-static int load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
-    *out = NULL;
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_tensor_nelems(t) != n || (t->type != PITH_F32 && t->type != PITH_F16 && t->type != PITH_BF16) ||
-        t->nbytes < pith_dtype_row_bytes(t->type, n))
-        return pith_errf(err, "tensor %s: expected %lld F32, F16 or BF16 elements", name, (long long)n);
-    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
-    pith_dequantize_row(t->type, t->data, *out, n);
-    return 0;
-}
-
-static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_matrix_from_tensor(m, t, err)) return -1;
-    if (m->rows != rows || m->cols != cols)
-        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
-    return 0;
-}
-
 static int load_layer(lfm2 *m, const pith_model_file *f, int l, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     lfm2_layer *L = &m->layers[l];
@@ -88,11 +68,11 @@ static int load_layer(lfm2 *m, const pith_model_file *f, int l, pith_err *err) {
     char n[96];
     L->conv = pith_layer_bit(hp->layer_recurrent, l);
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-    if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
-        load_vec(f, NAME("ffn_norm.weight"), dim, &L->ffn_norm, err) ||
-        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))
+    if (pith_hy_load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
+        pith_hy_load_vec(f, NAME("ffn_norm.weight"), dim, &L->ffn_norm, err) ||
+        pith_hy_load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+        pith_hy_load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+        pith_hy_load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))
         return pith_err_prefix(err, "layer %d", l);
     if (L->conv) {
         const pith_tensor *c = pith_model_file_tensor(f, NAME("shortconv.conv.weight"));
@@ -101,16 +81,16 @@ static int load_layer(lfm2 *m, const pith_model_file *f, int l, pith_err *err) {
         if (pith_model_file_tensor(f, NAME("shortconv.in_proj.bias")) ||
             pith_model_file_tensor(f, NAME("shortconv.conv.bias")))
             return pith_errf(err, "layer %d: short convolution biases are not supported", l);
-        if (load_vec(f, NAME("shortconv.conv.weight"), (int64_t)dim * m->K, &L->conv_w, err) ||
-            load_mat(f, NAME("shortconv.in_proj.weight"), 3 * dim, dim, &L->in_proj, err) ||
-            load_mat(f, NAME("shortconv.out_proj.weight"), dim, dim, &L->out_proj, err))
+        if (pith_hy_load_vec(f, NAME("shortconv.conv.weight"), (int64_t)dim * m->K, &L->conv_w, err) ||
+            pith_hy_load_mat(f, NAME("shortconv.in_proj.weight"), 3 * dim, dim, &L->in_proj, err) ||
+            pith_hy_load_mat(f, NAME("shortconv.out_proj.weight"), dim, dim, &L->out_proj, err))
             return pith_err_prefix(err, "layer %d", l);
-    } else if (load_mat(f, NAME("attn_q.weight"), m->q_dim, dim, &L->wq, err) ||
-               load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
-               load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
-               load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
-               load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
-               load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
+    } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), m->q_dim, dim, &L->wq, err) ||
+               pith_hy_load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
+               pith_hy_load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
+               pith_hy_load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
+               pith_hy_load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
+               pith_hy_load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
 #undef NAME
@@ -144,35 +124,13 @@ static const pith_model_ops lfm2_ops = {
 
 static int declare_memory(lfm2 *m, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    int L = hp->n_layers, n = 0;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    size_t L = (size_t)hp->n_layers;
+    m->group_layers = malloc(L * sizeof *m->group_layers);
+    m->layer_group = malloc(L * sizeof *m->layer_group);
+    m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    pith_mem_spec *spec = &m->base.mem;
-    memset(spec, 0, sizeof *spec);
-    for (int conv = 0; conv < 2; conv++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            if (m->layers[l].conv != (conv == 1)) continue;
-            m->layer_group[l] = spec->n_groups;
-            m->layer_index[l] = n - first;
-            m->group_layers[n++] = l;
-        }
-        if (n == first) continue;
-        pith_mem_group *g = &spec->groups[spec->n_groups++];
-        g->n_layers = n - first;
-        g->layers = &m->group_layers[first];
-        if (conv) {
-            g->kind = PITH_MEM_RECURRENT;
-            g->state_bytes = (size_t)g->n_layers * (size_t)(m->K - 1) * (size_t)hp->dim * sizeof(float);
-        } else {
-            g->kind = PITH_MEM_FULL;
-            g->type = PITH_F16;
-            g->k_dim = g->v_dim = m->kv_dim;
-        }
-    }
-    return pith_mem_spec_check(spec, L, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, m->group_layers,
+                                  m->layer_group, m->layer_index, err);
 }
 
 int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
@@ -184,6 +142,7 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     m->base.hp = *hp;
     m->base.impl = m;
     m->base.has_hidden = true;
+    m->base.state_checkpoints = true; /* conv_unit copies the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->K = hp->conv_kernel;
@@ -197,12 +156,12 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!rc) {
         m->embd = pith_model_file_tensor(file, "token_embd.weight");
         pith_matrix em;
-        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
         m->embd_row_bytes = em.row_bytes;
     }
-    if (!rc) rc = load_vec(file, "token_embd_norm.weight", hp->dim, &m->out_norm, err);
+    if (!rc) rc = pith_hy_load_vec(file, "token_embd_norm.weight", hp->dim, &m->out_norm, err);
     if (!rc)
-        rc = load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
+        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
                       hp->n_vocab, hp->dim, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
@@ -295,68 +254,25 @@ static int lfm2_prepare(pith_model *base, const pith_model_limits *lim, pith_err
 }
 
 static int lfm2_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
-    lfm2 *m = base->impl;
-    if (pith_kv_host_allocated(&m->mem)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
-    return pith_kv_host_alloc(&m->mem, &base->mem, lay, err);
+    return pith_hy_mem_alloc(&((lfm2 *)base->impl)->mem, &base->mem, lay, err);
 }
 
 static void lfm2_mem_free(pith_model *base) { pith_kv_host_free(&((lfm2 *)base->impl)->mem); }
 
 static int lfm2_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    lfm2 *m = base->impl;
-    if (g < 0 || g >= m->mem.n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
-    pith_kv_cache *c = &m->mem.groups[g];
-    if (c->kind != PITH_MEM_RECURRENT) return pith_kv_host_copy_blocks(&m->mem, g, src, dst, n, err);
-    for (int i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
-            return pith_errf(err, "copy_blocks: state slot %d -> %d outside the pool of %d", src[i], dst[i], c->n_slots);
-    for (int i = 0; i < n; i++)
-        if (src[i] != dst[i])
-            memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
-    return 0;
+    return pith_hy_copy_blocks(&((lfm2 *)base->impl)->mem, g, src, dst, n, err);
 }
 
 /* ---------------- forward ---------------- */
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+typedef pith_hy_job job;
+
+static void run(lfm2 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
+    pith_hy_run(&m->cpu, j, row, n, width);
 }
 
-/* Per-token (or per-unit) work between two matmuls, claimed in chunks by the pool's threads. */
-typedef struct job {
-    lfm2 *m;
-    const pith_batch *b;
-    int layer, n;
-    const float *norm;
-    void (*row)(struct job *j, int t);
-    int chunk;
-    _Atomic int next;
-} job;
-
-static void job_worker(void *arg, int ith, int nth) {
-    (void)ith, (void)nth;
-    job *j = arg;
-    for (;;) {
-        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (t0 >= j->n) break;
-        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
-        for (int t = t0; t < t1; t++) j->row(j, t);
-    }
-}
-
-static void run(lfm2 *m, job *j, void (*row)(job *j, int t), int n, double width) {
-    j->row = row;
-    j->n = n;
-    j->chunk = n / (4 * m->cpu.n_threads);
-    if (j->chunk < 1) j->chunk = 1;
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    pith_pool_run_sized(m->cpu.pool, job_worker, j, (double)n * width);
-}
-
-static void embed_row(job *j, int t) {
+static void embed_row(job *j, int t, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     int dim = m->base.hp.dim, half = m->base.hp.head_dim / 2;
     const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
@@ -368,9 +284,11 @@ static void embed_row(job *j, int t) {
     }
 }
 
-static void norm_row(job *j, int t) {
-    int dim = j->m->base.hp.dim;
-    rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+static void norm_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int dim = m->base.hp.dim;
+    pith_hy_rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, j->norm, dim, m->base.hp.norm_eps);
 }
 
 static void rope(float *v, const float *cs, const float *sn, int hd) {
@@ -384,7 +302,8 @@ static void rope(float *v, const float *cs, const float *sn, int hd) {
 
 /* QK norms and RoPE on this token's Q and K, then its K and V into the FULL group (head-major blocks,
  * as the Llama decoder lays them out: kv.h). */
-static void qkv_row(job *j, int t) {
+static void qkv_row(job *j, int t, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     const pith_hparams *hp = &m->base.hp;
     const lfm2_layer *L = &m->layers[j->layer];
@@ -392,28 +311,23 @@ static void qkv_row(job *j, int t) {
     float *q = m->q + (size_t)t * m->q_dim, *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
     const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
     for (int h = 0; h < hp->n_heads; h++) {
-        rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, hp->norm_eps);
         rope(q + h * hd, cs, sn, hd);
     }
     for (int h = 0; h < hp->n_kv_heads; h++) {
-        rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
         rope(k + h * hd, cs, sn, hd);
     }
-    int g = m->layer_group[j->layer];
-    const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->mem[g].slots[t];
-    size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
-        pith_kv_store_f32(m->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
-        pith_kv_store_f32(m->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
-    }
+    pith_hy_store_kv(&m->cpu, &m->mem, j->b, m->layer_group[j->layer], m->layer_index[j->layer], t, k, v,
+                     hp->n_kv_heads, hd);
 }
 
-static void bx_row(job *j, int t) {
-    int dim = j->m->base.hp.dim;
-    const float *bcx = j->m->bcx + (size_t)t * 3 * dim;
-    float *bx = j->m->att + (size_t)t * dim;
+static void bx_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int dim = m->base.hp.dim;
+    const float *bcx = m->bcx + (size_t)t * 3 * dim;
+    float *bx = m->att + (size_t)t * dim;
     for (int c = 0; c < dim; c++) bx[c] = bcx[c] * bcx[2 * dim + c];
 }
 
@@ -421,7 +335,8 @@ static void bx_row(job *j, int t) {
 
 /* Unit u: sequence u / blocks, channels of block u % blocks: the convolution over the sequence's run,
  * in place in att, then times C. */
-static void conv_unit(job *j, int u) {
+static void conv_unit(job *j, int u, int ith) {
+    (void)ith;
     lfm2 *m = j->m;
     const pith_batch *b = j->b;
     int dim = m->base.hp.dim, blocks = (dim + CONV_CHANNELS - 1) / CONV_CHANNELS, K = m->K;
@@ -433,8 +348,22 @@ static void conv_unit(job *j, int u) {
     if (b->positions[t0] == 0)
         for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * dim + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     float *x = m->att + (size_t)t0 * dim;
-    pith_conv1d_args a = {n, dim, K, x, (size_t)dim, m->layers[j->layer].conv_w, NULL, state, x, (size_t)dim, false};
-    pith_conv1d(&a, c0, c1);
+    const int32_t *ck = b->mem[g].checkpoints ? b->mem[g].checkpoints + t0 : NULL;
+    /* in pieces ending at the tokens whose state is checkpointed (batch.h): after each, this unit's
+     * channels of the state go into the checkpoint slot (the same arithmetic as one call) */
+    for (int done = 0, end; done < n; done = end) {
+        end = done + 1;
+        while (end < n && !(ck && ck[end - 1] >= 0)) end++;
+        pith_conv1d_args a = {end - done, dim, K, x + (size_t)done * dim, (size_t)dim, m->layers[j->layer].conv_w,
+                              NULL, state, x + (size_t)done * dim, (size_t)dim, false};
+        pith_conv1d(&a, c0, c1);
+        if (ck && ck[end - 1] >= 0) {
+            float *dst = (float *)(c->state + (size_t)ck[end - 1] * c->state_bytes) +
+                         (size_t)m->layer_index[j->layer] * (K - 1) * dim;
+            for (int r = 0; r < K - 1; r++)
+                memcpy(dst + (size_t)r * dim + c0, state + (size_t)r * dim + c0, (size_t)(c1 - c0) * sizeof(float));
+        }
+    }
     for (int t = 0; t < n; t++) {
         const float *C = m->bcx + (size_t)(t0 + t) * 3 * dim + dim;
         float *y = x + (size_t)t * dim;
@@ -442,22 +371,14 @@ static void conv_unit(job *j, int u) {
     }
 }
 
-static void swiglu_row(job *j, int t) {
-    int ffn = j->m->base.hp.ffn_dim;
-    j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
+static void swiglu_row(job *j, int t, int ith) {
+    (void)ith;
+    lfm2 *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    m->cpu.k->silu_mul(m->hb + (size_t)t * ffn, m->hb2 + (size_t)t * ffn, ffn);
 }
 
 /* Moves the residual rows that want logits or hidden states to the front, in batch order. */
-static int keep_rows(lfm2 *m, const pith_batch *b) {
-    int n = 0, dim = m->base.hp.dim;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
-        if (n != t) memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
-        n++;
-    }
-    return n;
-}
-
 static int layer_forward(lfm2 *m, const pith_batch *b, int l, int *n_rows, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     const lfm2_layer *L = &m->layers[l];
@@ -480,20 +401,12 @@ static int layer_forward(lfm2 *m, const pith_batch *b, int l, int *n_rows, pith_
         if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
         run(m, &j, qkv_row, n, 4.0 * (m->q_dim + 2 * m->kv_dim));
         const int g = m->layer_group[l];
-        const pith_kv_cache *kv = &m->mem.groups[g];
-        size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, m->layer_index[l], 0));
-        pith_attn_args aa = {
-            .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
-            .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
-            .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
-            .kv_type = kv->type, .kv_dim = m->kv_dim, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
-        };
-        pith_attention(&m->cpu, &m->attn, &aa);
+        pith_hy_attention(&m->cpu, &m->attn, &m->mem, b, g, m->layer_index[l], m->kv_dim, m->q, m->q_dim, m->att);
         pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
         if (pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err)) return -1;
     }
     /* after the last mixer only the rows that want output matter */
-    if (l == hp->n_layers - 1) n = keep_rows(m, b);
+    if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, hp->dim);
     *n_rows = n;
     if (n == 0) return 0;
     j.norm = L->ffn_norm;
@@ -509,17 +422,9 @@ static int layer_forward(lfm2 *m, const pith_batch *b, int l, int *n_rows, pith_
 static int lfm2_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     lfm2 *m = base->impl;
     const pith_hparams *hp = &base->hp;
-    if (!pith_kv_host_allocated(&m->mem) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (pith_hy_check(base, &m->mem, b, err) || reserve(m, b->n_tokens, err)) return -1;
     if (b->n_tokens == 0) return 0;
-    /* each sequence's run (contiguous: batch.h) */
-    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
-        m->seq_start[s] = t;
-        while (t < b->n_tokens && b->seq[t] == s) t++;
-    }
-    for (int s = 0; s < b->n_seqs; s++)
-        if (m->seq_start[s + 1] == m->seq_start[s])
-            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
+    if (pith_hy_seq_starts(b, m->seq_start, err)) return -1; /* each sequence's run (contiguous: batch.h) */
     job j = {.m = m, .b = b};
     run(m, &j, embed_row, b->n_tokens, hp->dim + 16.0 * hp->head_dim);
     int n = b->n_tokens;
@@ -528,18 +433,5 @@ static int lfm2_forward(pith_model *base, const pith_batch *b, float *logits, pi
     if (n == 0) return 0;
     j.norm = m->out_norm;
     run(m, &j, norm_row, n, hp->dim);
-    int n_out = 0, n_hid = 0;
-    for (int t = 0, r = 0; t < b->n_tokens; t++) {
-        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
-        if (!wl && !wh) continue;
-        const float *row = m->xb + (size_t)r++ * hp->dim;
-        if (wh) memcpy(b->hidden + (size_t)n_hid++ * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        if (wl && m->xb + (size_t)n_out * hp->dim != row)
-            memmove(m->xb + (size_t)n_out * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        n_out += wl;
-    }
-    if (n_out == 0) return 0;
-    pith_acts a;
-    pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
-    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+    return pith_hy_output(&m->cpu, b, m->xb, hp->dim, &m->output, hp->n_vocab, logits, err);
 }

@@ -9,17 +9,18 @@
  *     inputs are the sequence's carried state; beta = sigmoid(b), g = ssm_a * softplus(a + dt_bias); the
  *     delta rule per value head (recurrent.h, the recurrent form: see the note above delta_unit), each head's output
  *     RMS-normed and gated by silu(z), projected and added;
- * then post_attention_norm and a SwiGLU feed-forward; finally output_norm and the vocabulary projection
- * for the rows that want logits or hidden states.
+ * then post_attention_norm and a SwiGLU feed-forward (qwen35moe: the mixture of experts of model/moe.h);
+ * finally output_norm and the vocabulary projection for the rows that want logits or hidden states.
  *
  * Memory: a FULL group of the attention layers (K and V, F16) and a RECURRENT group of the DeltaNet
  * layers: per sequence, for each DeltaNet layer i of the group in order, its convolution state
  * ([K - 1][conv channels] floats, oldest first) followed by its delta-rule state ([value heads][key
- * width][value width] floats), at float offset i * (both) of the slot. */
+ * width][value width] floats), at float offset i * (both) of the slot. Checkpoints (batch.h): the
+ * convolution and the delta rule run in pieces ending at the checkpointed tokens (token by token either
+ * way, so the same bits), each piece's end state copied to the checkpoint slot. */
 #include "model/qwen35.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,8 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
-#include "model/batch_check.h"
+#include "model/hybrid_common.h"
+#include "model/moe.h"
 #include "pith/kv.h"
 
 /* Every run goes through the recurrent delta rule (recurrent.h), a prefill chunk too: its result is
@@ -44,6 +46,7 @@ typedef struct q35_layer {
     pith_matrix wq, wk, wv, wo;           /* attention (wq: query and gate per head) */
     pith_matrix wqkv, wz, wb, wa, wout;   /* DeltaNet */
     pith_matrix gate, up, down;
+    pith_moe_layer *moe;                  /* qwen35moe: the FFN is a mixture of experts, else NULL */
     float *attn_norm, *post_norm, *q_norm, *k_norm;
     float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
 } q35_layer;
@@ -66,30 +69,11 @@ typedef struct q35 {
     float *x, *xb, *q2, *q, *k, *v, *att, *qkv, *z, *bb, *aa, *hb, *hb2, *rope_cos, *rope_sin, *gdn_scratch;
     size_t gdn_scratch_floats;
     int *seq_start;
+    pith_moe_config moe_cfg;            /* qwen35moe */
+    pith_moe_scratch moe;
 } q35;
 
 /* ---------------- build ---------------- */
-
-static int load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
-    *out = NULL;
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_tensor_nelems(t) != n || (t->type != PITH_F32 && t->type != PITH_F16 && t->type != PITH_BF16) ||
-        t->nbytes < pith_dtype_row_bytes(t->type, n))
-        return pith_errf(err, "tensor %s: expected %lld F32, F16 or BF16 elements", name, (long long)n);
-    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
-    pith_dequantize_row(t->type, t->data, *out, n);
-    return 0;
-}
-
-static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_matrix_from_tensor(m, t, err)) return -1;
-    if (m->rows != rows || m->cols != cols)
-        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
-    return 0;
-}
 
 static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
@@ -98,31 +82,39 @@ static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
     char n[96];
     L->delta = pith_layer_bit(hp->layer_recurrent, l);
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-    if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
-        load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err) ||
-        load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
-        load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
-        load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err))
+    if (pith_hy_load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
+        pith_hy_load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err))
         return pith_err_prefix(err, "layer %d", l);
+    if (hp->n_experts > 0) {
+        static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
+                                                  "mlp.experts.%d.down_proj.weight"};
+        if (!(L->moe = calloc(1, sizeof *L->moe))) return pith_errf(err, "out of memory");
+        if (pith_moe_load(f, l, &m->moe_cfg, hf_experts, L->moe, err)) return pith_err_prefix(err, "layer %d", l);
+    } else if (pith_hy_load_mat(f, NAME("ffn_gate.weight"), ffn, dim, &L->gate, err) ||
+               pith_hy_load_mat(f, NAME("ffn_up.weight"), ffn, dim, &L->up, err) ||
+               pith_hy_load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
+        return pith_err_prefix(err, "layer %d", l);
+    }
     if (L->delta) {
         const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
         if (c && c->ne[0] != m->K)
             return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, n, (long long)c->ne[0], m->K);
-        if (load_mat(f, NAME("attn_qkv.weight"), m->conv_dim, dim, &L->wqkv, err) ||
-            load_mat(f, NAME("attn_gate.weight"), m->value_dim, dim, &L->wz, err) ||
-            load_mat(f, NAME("ssm_beta.weight"), nv, dim, &L->wb, err) ||
-            load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
-            load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
-            load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
-            load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) || load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
-            load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
+        if (pith_hy_load_mat(f, NAME("attn_qkv.weight"), m->conv_dim, dim, &L->wqkv, err) ||
+            pith_hy_load_mat(f, NAME("attn_gate.weight"), m->value_dim, dim, &L->wz, err) ||
+            pith_hy_load_mat(f, NAME("ssm_beta.weight"), nv, dim, &L->wb, err) ||
+            pith_hy_load_mat(f, NAME("ssm_alpha.weight"), nv, dim, &L->wa, err) ||
+            pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, m->value_dim, &L->wout, err) ||
+            pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
+            pith_hy_load_vec(f, NAME("ssm_dt.bias"), nv, &L->dt_bias, err) ||
+            pith_hy_load_vec(f, NAME("ssm_a"), nv, &L->ssm_a, err) ||
+            pith_hy_load_vec(f, NAME("ssm_norm.weight"), hp->ssm_head_v_dim, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
-    } else if (load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
-               load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
-               load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
-               load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
-               load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
-               load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
+    } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), 2 * m->q_dim, dim, &L->wq, err) ||
+               pith_hy_load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
+               pith_hy_load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
+               pith_hy_load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err) ||
+               pith_hy_load_vec(f, NAME("attn_q_norm.weight"), hd, &L->q_norm, err) ||
+               pith_hy_load_vec(f, NAME("attn_k_norm.weight"), hd, &L->k_norm, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
 #undef NAME
@@ -137,6 +129,8 @@ static pith_matrix *layer_mat(q35_layer *L, int i) {
 
 static void free_layer(q35_layer *L) {
     for (int i = 0; layer_mat(L, i); i++) pith_matrix_free(layer_mat(L, i));
+    if (L->moe) pith_moe_free(L->moe);
+    free(L->moe);
     float *vs[] = {L->attn_norm, L->post_norm, L->q_norm, L->k_norm, L->conv_w, L->dt_bias, L->ssm_a, L->ssm_norm};
     for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
 }
@@ -154,35 +148,13 @@ static const pith_model_ops q35_ops = {
 
 static int declare_memory(q35 *m, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    int L = hp->n_layers, n = 0;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
+    size_t L = (size_t)hp->n_layers;
+    m->group_layers = malloc(L * sizeof *m->group_layers);
+    m->layer_group = malloc(L * sizeof *m->layer_group);
+    m->layer_index = malloc(L * sizeof *m->layer_index);
     if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    pith_mem_spec *spec = &m->base.mem;
-    memset(spec, 0, sizeof *spec);
-    for (int delta = 0; delta < 2; delta++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            if (m->layers[l].delta != (delta == 1)) continue;
-            m->layer_group[l] = spec->n_groups;
-            m->layer_index[l] = n - first;
-            m->group_layers[n++] = l;
-        }
-        if (n == first) continue;
-        pith_mem_group *g = &spec->groups[spec->n_groups++];
-        g->n_layers = n - first;
-        g->layers = &m->group_layers[first];
-        if (delta) {
-            g->kind = PITH_MEM_RECURRENT;
-            g->state_bytes = (size_t)g->n_layers * (m->conv_floats + m->state_floats) * sizeof(float);
-        } else {
-            g->kind = PITH_MEM_FULL;
-            g->type = PITH_F16;
-            g->k_dim = g->v_dim = m->kv_dim;
-        }
-    }
-    return pith_mem_spec_check(spec, L, err);
+    return pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, m->group_layers,
+                                  m->layer_group, m->layer_index, err);
 }
 
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
@@ -194,6 +166,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     m->base.hp = *hp;
     m->base.impl = m;
     m->base.has_hidden = true;
+    m->base.state_checkpoints = true; /* conv_unit and delta_unit copy the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->n_rot = hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim;
@@ -210,17 +183,19 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     pith_attn_shape shape = {hp->n_heads, hp->n_kv_heads, hp->head_dim, (float)(1.0 / sqrt(hp->head_dim))};
     m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers);
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
+    pith_moe_config_of(hp, &m->moe_cfg);
+    if (!rc && hp->n_experts > 0) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
     if (!rc) {
         m->embd = pith_model_file_tensor(file, "token_embd.weight");
         pith_matrix em;
-        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
         m->embd_row_bytes = em.row_bytes;
     }
-    if (!rc) rc = load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
+    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
     if (!rc)
-        rc = load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
+        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
                       hp->n_vocab, hp->dim, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
@@ -230,6 +205,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         for (int i = 0; !rc && layer_mat(&m->layers[l], i); i++)
             if (layer_mat(&m->layers[l], i)->data) rc = pith_matrix_pack(&m->cpu, layer_mat(&m->layers[l], i), err);
+        if (!rc && m->layers[l].moe) rc = pith_moe_pack(&m->cpu, m->layers[l].moe, err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
     }
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
@@ -265,6 +241,7 @@ static void q35_destroy(pith_model *base) {
     pith_matrix_free(&m->output);
     free(m->out_norm);
     free_scratch(m);
+    pith_moe_scratch_free(&m->moe);
     pith_attn_scratch_free(&m->attn);
     if (m->cpu.pool) pith_cpu_free(&m->cpu);
     free(m);
@@ -305,7 +282,8 @@ static int reserve(q35 *m, int n, pith_err *err) {
     int widest = hp->dim > hp->ffn_dim ? hp->dim : hp->ffn_dim;
     widest = widest > m->q_dim ? widest : m->q_dim;
     widest = widest > m->value_dim ? widest : m->value_dim;
-    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err)) {
+    if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
+        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err))) {
         free_scratch(m);
         return -1;
     }
@@ -318,64 +296,21 @@ static int q35_prepare(pith_model *base, const pith_model_limits *lim, pith_err 
 }
 
 static int q35_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *err) {
-    q35 *m = base->impl;
-    if (pith_kv_host_allocated(&m->mem)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
-    return pith_kv_host_alloc(&m->mem, &base->mem, lay, err);
+    return pith_hy_mem_alloc(&((q35 *)base->impl)->mem, &base->mem, lay, err);
 }
 
 static void q35_mem_free(pith_model *base) { pith_kv_host_free(&((q35 *)base->impl)->mem); }
 
 static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    q35 *m = base->impl;
-    if (g < 0 || g >= m->mem.n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
-    pith_kv_cache *c = &m->mem.groups[g];
-    if (c->kind != PITH_MEM_RECURRENT) return pith_kv_host_copy_blocks(&m->mem, g, src, dst, n, err);
-    for (int i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
-            return pith_errf(err, "copy_blocks: state slot %d -> %d outside the pool of %d", src[i], dst[i], c->n_slots);
-    for (int i = 0; i < n; i++)
-        if (src[i] != dst[i])
-            memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
-    return 0;
+    return pith_hy_copy_blocks(&((q35 *)base->impl)->mem, g, src, dst, n, err);
 }
 
 /* ---------------- forward ---------------- */
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
-}
-
-typedef struct job {
-    q35 *m;
-    const pith_batch *b;
-    int layer, n;
-    const float *norm;
-    void (*row)(struct job *j, int t, int ith);
-    int chunk;
-    _Atomic int next;
-} job;
-
-static void job_worker(void *arg, int ith, int nth) {
-    (void)nth;
-    job *j = arg;
-    for (;;) {
-        int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (t0 >= j->n) break;
-        int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
-        for (int t = t0; t < t1; t++) j->row(j, t, ith);
-    }
-}
+typedef pith_hy_job job;
 
 static void run(q35 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
-    j->row = row;
-    j->n = n;
-    j->chunk = n / (4 * m->cpu.n_threads);
-    if (j->chunk < 1) j->chunk = 1;
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    pith_pool_run_sized(m->cpu.pool, job_worker, j, (double)n * width);
+    pith_hy_run(&m->cpu, j, row, n, width);
 }
 
 static void embed_row(job *j, int t, int ith) {
@@ -393,8 +328,9 @@ static void embed_row(job *j, int t, int ith) {
 
 static void norm_row(job *j, int t, int ith) {
     (void)ith;
-    int dim = j->m->base.hp.dim;
-    rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+    q35 *m = j->m;
+    int dim = m->base.hp.dim;
+    pith_hy_rmsnorm(m->xb + (size_t)t * dim, m->x + (size_t)t * dim, j->norm, dim, m->base.hp.norm_eps);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -410,22 +346,15 @@ static void qkv_row(job *j, int t, int ith) {
     float *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
     const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
     for (int h = 0; h < hp->n_heads; h++) {
-        rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
         pith_rope_partial(q + h * hd, 1, hd, m->n_rot, cs, sn);
     }
     for (int h = 0; h < hp->n_kv_heads; h++) {
-        rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
+        pith_hy_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
         pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
     }
-    int g = m->layer_group[j->layer];
-    const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t bs = (size_t)kv->block_size, slot = (size_t)j->b->mem[g].slots[t];
-    size_t block_off = pith_kv_k_offset(kv, m->layer_index[j->layer], (int)(slot / bs));
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
-        pith_kv_store_f32(m->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
-        pith_kv_store_f32(m->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
-    }
+    pith_hy_store_kv(&m->cpu, &m->mem, j->b, m->layer_group[j->layer], m->layer_index[j->layer], t, k, v,
+                     hp->n_kv_heads, hd);
 }
 
 static void attn_gate_row(job *j, int t, int ith) {
@@ -438,11 +367,26 @@ static void attn_gate_row(job *j, int t, int ith) {
         for (int i = 0; i < hd; i++) o[h * hd + i] *= sigmoidf(q2[(size_t)h * 2 * hd + hd + i]);
 }
 
+static float *slot_layer_state(q35 *m, int layer, int slot) {
+    const pith_kv_cache *c = &m->mem.groups[m->layer_group[layer]];
+    return (float *)(c->state + (size_t)slot * c->state_bytes) + (size_t)m->layer_index[layer] * (m->conv_floats + m->state_floats);
+}
+
 static float *layer_state(q35 *m, const pith_batch *b, int layer, int s) {
-    int g = m->layer_group[layer];
-    const pith_kv_cache *c = &m->mem.groups[g];
-    return (float *)(c->state + (size_t)b->mem[g].state_slots[s] * c->state_bytes) +
-           (size_t)m->layer_index[layer] * (m->conv_floats + m->state_floats);
+    return slot_layer_state(m, layer, b->mem[m->layer_group[layer]].state_slots[s]);
+}
+
+/* The checkpoints of the run starting at token t0 (batch.h), or NULL. */
+static const int32_t *run_checkpoints(q35 *m, const pith_batch *b, int layer, int t0) {
+    const int32_t *ck = b->mem[m->layer_group[layer]].checkpoints;
+    return ck ? ck + t0 : NULL;
+}
+
+/* The end of the next piece of a run of n tokens from done: the token after the next checkpointed one. */
+static int piece_end(const int32_t *ck, int done, int n) {
+    int end = done + 1;
+    while (end < n && !(ck && ck[end - 1] >= 0)) end++;
+    return end;
 }
 
 #define CONV_CHANNELS 256
@@ -458,8 +402,18 @@ static void conv_unit(job *j, int u, int ith) {
     if (b->positions[t0] == 0)
         for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
     float *x = m->qkv + (size_t)t0 * C;
-    pith_conv1d_args a = {n, C, K, x, (size_t)C, m->layers[j->layer].conv_w, NULL, state, x, (size_t)C, true};
-    pith_conv1d(&a, c0, c1);
+    const int32_t *ck = run_checkpoints(m, b, j->layer, t0);
+    for (int done = 0, end; done < n; done = end) {
+        end = piece_end(ck, done, n);
+        pith_conv1d_args a = {end - done, C, K, x + (size_t)done * C, (size_t)C, m->layers[j->layer].conv_w, NULL,
+                              state, x + (size_t)done * C, (size_t)C, true};
+        pith_conv1d(&a, c0, c1);
+        if (ck && ck[end - 1] >= 0) {
+            float *dst = slot_layer_state(m, j->layer, ck[end - 1]);
+            for (int r = 0; r < K - 1; r++)
+                memcpy(dst + (size_t)r * C + c0, state + (size_t)r * C + c0, (size_t)(c1 - c0) * sizeof(float));
+        }
+    }
 }
 
 static void gates_row(job *j, int t, int ith) {
@@ -495,7 +449,23 @@ static void delta_unit(job *j, int u, int ith) {
         .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim, .portable = m->portable,
     };
     float *scratch = m->gdn_scratch + (size_t)ith * m->gdn_scratch_floats;
-    pith_gdn_recurrent(&a, h, scratch);
+    const int32_t *ck = run_checkpoints(m, b, j->layer, t0);
+    if (!ck) {
+        pith_gdn_recurrent(&a, h, scratch);
+        return;
+    }
+    /* token by token anyway: pieces ending at the checkpointed tokens give the same bits */
+    for (int done = 0, end; done < n; done = end) {
+        end = piece_end(ck, done, n);
+        pith_gdn_args p = a;
+        p.n_tokens = end - done;
+        p.q = a.q + (size_t)done * a.ld_qk, p.k = a.k + (size_t)done * a.ld_qk, p.v = a.v + (size_t)done * a.ld_v;
+        p.g = a.g + (size_t)done * a.ld_gb, p.beta = a.beta + (size_t)done * a.ld_gb, p.out = a.out + (size_t)done * a.ld_out;
+        pith_gdn_recurrent(&p, h, scratch);
+        if (ck[end - 1] >= 0)
+            memcpy(slot_layer_state(m, j->layer, ck[end - 1]) + m->conv_floats + (size_t)h * per_head,
+                   S + (size_t)h * per_head, per_head * sizeof(float));
+    }
 }
 
 static void gated_norm_row(job *j, int t, int ith) {
@@ -511,18 +481,9 @@ static void gated_norm_row(job *j, int t, int ith) {
 
 static void swiglu_row(job *j, int t, int ith) {
     (void)ith;
-    int ffn = j->m->base.hp.ffn_dim;
-    j->m->cpu.k->silu_mul(j->m->hb + (size_t)t * ffn, j->m->hb2 + (size_t)t * ffn, ffn);
-}
-
-static int keep_rows(q35 *m, const pith_batch *b) {
-    int n = 0, dim = m->base.hp.dim;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
-        if (n != t) memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
-        n++;
-    }
-    return n;
+    q35 *m = j->m;
+    int ffn = m->base.hp.ffn_dim;
+    m->cpu.k->silu_mul(m->hb + (size_t)t * ffn, m->hb2 + (size_t)t * ffn, ffn);
 }
 
 static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err *err) {
@@ -535,15 +496,7 @@ static int attention_layer(q35 *m, const pith_batch *b, int l, job *j, pith_err 
     if (pith_cpu_matmul_many(&m->cpu, &a, qkv, 3, err)) return -1;
     run(m, j, qkv_row, n, 4.0 * (m->q_dim + 2 * m->kv_dim));
     const int g = m->layer_group[l];
-    const pith_kv_cache *kv = &m->mem.groups[g];
-    size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, m->layer_index[l], 0));
-    pith_attn_args aa = {
-        .n_tokens = n, .positions = b->positions, .seq = b->seq, .block_tables = b->mem[g].block_tables,
-        .max_blocks = b->mem[g].max_blocks, .block_size = kv->block_size,
-        .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
-        .kv_type = kv->type, .kv_dim = m->kv_dim, .q = m->q, .q_ld = m->q_dim, .out = m->att, .out_ld = m->q_dim,
-    };
-    pith_attention(&m->cpu, &m->attn, &aa);
+    pith_hy_attention(&m->cpu, &m->attn, &m->mem, b, g, m->layer_index[l], m->kv_dim, m->q, m->q_dim, m->att);
     run(m, j, attn_gate_row, n, 8.0 * m->q_dim);
     pith_acts_bind(&m->cpu, &a, m->att, n, m->q_dim, m->q_dim);
     return pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err);
@@ -577,11 +530,12 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     run(m, &j, norm_row, b->n_tokens, dim);
     if ((L->delta ? delta_layer : attention_layer)(m, b, l, &j, err)) return -1;
     int n = b->n_tokens;
-    if (l == hp->n_layers - 1) n = keep_rows(m, b);
+    if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, hp->dim);
     *n_rows = n;
     if (n == 0) return 0;
     j.norm = L->post_norm;
     run(m, &j, norm_row, n, dim);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, false, err);
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
@@ -594,16 +548,9 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
 static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     q35 *m = base->impl;
     const pith_hparams *hp = &base->hp;
-    if (!pith_kv_host_allocated(&m->mem) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) || reserve(m, b->n_tokens, err)) return -1;
+    if (pith_hy_check(base, &m->mem, b, err) || reserve(m, b->n_tokens, err)) return -1;
     if (b->n_tokens == 0) return 0;
-    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
-        m->seq_start[s] = t;
-        while (t < b->n_tokens && b->seq[t] == s) t++;
-    }
-    for (int s = 0; s < b->n_seqs; s++)
-        if (m->seq_start[s + 1] == m->seq_start[s])
-            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
+    if (pith_hy_seq_starts(b, m->seq_start, err)) return -1; /* each sequence's run (contiguous: batch.h) */
     job j = {.m = m, .b = b};
     run(m, &j, embed_row, b->n_tokens, hp->dim + 16.0 * m->n_rot);
     int n = b->n_tokens;
@@ -612,18 +559,5 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (n == 0) return 0;
     j.norm = m->out_norm;
     run(m, &j, norm_row, n, hp->dim);
-    int n_out = 0, n_hid = 0;
-    for (int t = 0, r = 0; t < b->n_tokens; t++) {
-        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
-        if (!wl && !wh) continue;
-        const float *row = m->xb + (size_t)r++ * hp->dim;
-        if (wh) memcpy(b->hidden + (size_t)n_hid++ * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        if (wl && m->xb + (size_t)n_out * hp->dim != row)
-            memmove(m->xb + (size_t)n_out * hp->dim, row, (size_t)hp->dim * sizeof(float));
-        n_out += wl;
-    }
-    if (n_out == 0) return 0;
-    pith_acts a;
-    pith_acts_bind(&m->cpu, &a, m->xb, n_out, hp->dim, hp->dim);
-    return pith_cpu_matmul(&m->cpu, &m->output, &a, logits, hp->n_vocab, false, err);
+    return pith_hy_output(&m->cpu, b, m->xb, hp->dim, &m->output, hp->n_vocab, logits, err);
 }

@@ -3,9 +3,19 @@
 #ifndef PITH_MODEL_QWEN35_H
 #define PITH_MODEL_QWEN35_H
 
+#include "model/arch.h"
 #include "pith/model.h"
 
 /* Takes ownership of `file` on success (and on failure leaves it to the caller). */
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err);
+
+/* The qwen35 descriptor's parts, shared with qwen35moe (qwen35moe_arch.c): the same names, schema
+ * (the dense FFN only without experts) and hooks. */
+extern const pith_name_map pith_qwen35_hf_global[], pith_qwen35_hf_layer[];
+extern const pith_tensor_spec pith_qwen35_global[], pith_qwen35_layer[];
+int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp);
+int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp);
+int pith_qwen35_check(const pith_hparams *hp, const char *path, pith_err *err);
+int pith_qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err);
 
 #endif

@@ -23,8 +23,9 @@
  * config.json: "layer_types" ("linear_attention" / "full_attention") else "full_attention_interval";
  * "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
  * "linear_num_value_heads"; RoPE from "rope_parameters" ("rope_theta", "partial_rotary_factor",
- * "mrope_section") or the same keys at the top level. A checkpoint whose text model is nested under
- * "text_config" (Qwen3_5ForConditionalGeneration) is not read. */
+ * "mrope_section") or the same keys at the top level. The multimodal Qwen3_5ForConditionalGeneration
+ * nests all of this under "text_config" and its text tensors under "model.language_model." (read as
+ * "model."; the vision tower's tensors, "model.visual.*", are ignored). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,16 +33,18 @@
 #include <cjson/cJSON.h>
 
 #include "model/arch.h"
+#include "model/moe_arch.h"
 #include "model/qwen35.h"
 
-static const pith_name_map hf_global[] = {
+const pith_name_map pith_qwen35_hf_global[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
     {"model.norm.weight", "output_norm.weight"},
     {"lm_head.weight", "output.weight"},
     {NULL, NULL},
 };
 
-static const pith_name_map hf_layer[] = {
+/* with qwen35moe's router and shared expert (its experts are read by name: model/moe.h) */
+const pith_name_map pith_qwen35_hf_layer[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "post_attention_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -62,12 +65,17 @@ static const pith_name_map hf_layer[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
     {NULL, NULL},
 };
 
 static bool attn_layer(const pith_hparams *hp, int l) { return !pith_layer_bit(hp->layer_recurrent, l); }
 
-static const pith_tensor_spec global[] = {
+const pith_tensor_spec pith_qwen35_global[] = {
     {"token_embd.weight", PITH_D_DIM, PITH_D_VOCAB, PITH_REQUIRED, NULL},
     {"output_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {"output.weight", PITH_D_DIM, PITH_D_VOCAB, PITH_OPTIONAL, NULL},
@@ -75,7 +83,7 @@ static const pith_tensor_spec global[] = {
 };
 
 /* attn_q ({dim, 2 Q}) and the DeltaNet tensors have no symbolic shape: qwen35.c checks them. */
-static const pith_tensor_spec layer[] = {
+const pith_tensor_spec pith_qwen35_layer[] = {
     {"attn_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {"post_attention_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {"attn_k.weight", PITH_D_DIM, PITH_D_KV, PITH_REQUIRED, attn_layer},
@@ -83,9 +91,10 @@ static const pith_tensor_spec layer[] = {
     {"attn_output.weight", PITH_D_Q, PITH_D_DIM, PITH_REQUIRED, attn_layer},
     {"attn_q_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, attn_layer},
     {"attn_k_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, attn_layer},
-    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, NULL},
+    /* qwen35moe: the experts' tensors are checked by model/moe_load.c */
+    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, pith_moe_dense_layer},
+    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, pith_moe_dense_layer},
+    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, pith_moe_dense_layer},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -94,7 +103,7 @@ static void every_nth_attends(pith_hparams *hp, int interval) {
         pith_layer_set(hp->layer_recurrent, l, (l + 1) % interval != 0);
 }
 
-static int qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
+int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
     int interval = 4, inner = 0;
     if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
         pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
@@ -122,7 +131,7 @@ static int qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
     return 0;
 }
 
-static int qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
+int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
     int interval = 4;
     float partial = 1.0f;
     bool found;
@@ -169,7 +178,7 @@ static int qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
     return 0;
 }
 
-static int qwen35_check(const pith_hparams *hp, const char *path, pith_err *err) {
+int pith_qwen35_check(const pith_hparams *hp, const char *path, pith_err *err) {
     if (hp->rope_dim < 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
         return pith_errf(err, "%s: RoPE over %d of %d head dimensions", path, hp->rope_dim, hp->head_dim);
     if (hp->conv_kernel < 1 || hp->conv_kernel > 16)
@@ -184,7 +193,7 @@ static int qwen35_check(const pith_hparams *hp, const char *path, pith_err *err)
 }
 
 /* Hugging Face: norms mean (1 + w) and A_log is stored; GGUF holds w + 1 and -exp(A_log). */
-static int qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
+int pith_qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
     if (pith_model_file_format(f) != PITH_FORMAT_SAFETENSORS) return 0;
     char name[96];
     float *v;
@@ -208,17 +217,18 @@ static int qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
 
 const pith_arch pith_arch_qwen35 = {
     .name = "qwen35",
-    .hf_archs = (const char *const[]){"Qwen3_5ForCausalLM", NULL},
-    .hf_model_types = (const char *const[]){"qwen3_5_text", NULL},
+    .hf_archs = (const char *const[]){"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", NULL},
+    .hf_model_types = (const char *const[]){"qwen3_5_text", "qwen3_5", NULL},
+    .hf_text_config = true,
     .rope_gguf = PITH_ROPE_HALF,
     .rope_hf = PITH_ROPE_HALF,
-    .hf_global = hf_global,
-    .hf_layer = hf_layer,
-    .global = global,
-    .layer = layer,
-    .read_gguf = qwen35_read_gguf,
-    .read_hf = qwen35_read_hf,
-    .check = qwen35_check,
-    .finish = qwen35_finish,
+    .hf_global = pith_qwen35_hf_global,
+    .hf_layer = pith_qwen35_hf_layer,
+    .global = pith_qwen35_global,
+    .layer = pith_qwen35_layer,
+    .read_gguf = pith_qwen35_read_gguf,
+    .read_hf = pith_qwen35_read_hf,
+    .check = pith_qwen35_check,
+    .finish = pith_qwen35_finish,
     .build = pith_qwen35_build,
 };

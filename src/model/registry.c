@@ -13,6 +13,7 @@
     X(gemma3)         \
     X(lfm2)           \
     X(qwen35)         \
+    X(qwen35moe)      \
     X(granitehybrid)  \
     X(qwen3moe)       \
     X(mixtral)        \
