@@ -73,7 +73,10 @@ static void bench_usage(FILE *out) {
             "\n"
             "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n"
             "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
-            "expert products).\n");
+            "expert products).\n"
+            "PITH_MOE_EXPERTS=mapped|repacked|auto: a mixture of experts' experts kept in the file's mapping\n"
+            "or repacked at load (auto, the default: mapped when they exceed half of MemAvailable); the\n"
+            "header's \"experts held\" line says which.\n");
 }
 
 /* A comma-separated list of at most max integers in lo..hi for option opt (what: "thread counts"). */
