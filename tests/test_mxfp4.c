@@ -1,7 +1,7 @@
 /* MXFP4 (GGUF type 39) against its definition: each code decoded from its E2M1 bits (sign, two exponent
  * bits, one mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6), each scale as 2^(e - 127) from the E8M0 byte,
  * element j of a block in the low nibble of byte j and element j + 16 in its high nibble (llama.cpp's
- * block_mxfp4: one scale byte, then 16 bytes). Then the scalar and AVX2 tiles against the double sum of
+ * block_mxfp4: one scale byte, then 16 bytes). Then the scalar, AVX2 and AVX-512 VNNI tiles against the double sum of
  * the dequantized weights times the q8a activations they are given (the same function exactly, up to
  * float rounding: 1e-5 of the sum of |w x|), and a whole matmul against the dequantized F32 weights
  * with float activations, where the 8-bit activation rounding bounds the difference by
@@ -62,7 +62,7 @@ static void test_definition(void) {
 typedef void (*tile_fn)(int, const uint8_t *, size_t, int, const void *, size_t, int, float *, size_t, bool);
 
 static void test_tile(const char *name, tile_fn tile) {
-    const int Ks[] = {32, 96, 2880};
+    const int Ks[] = {32, 96, 128, 224, 2880}; /* 1, 3, 4, 7 and 90 blocks: the AVX-512 tile's groups of 4 */
     double worst = 0;
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
         int K = Ks[ki], nb = K / 32;
@@ -70,7 +70,8 @@ static void test_tile(const char *name, tile_fn tile) {
         uint8_t *w = malloc(4 * ws);
         pith_block_q8a *x = malloc((size_t)9 * nb * sizeof *x);
         float *xf = malloc((size_t)K * sizeof(float));
-        for (int r = 0; r < 4; r++) random_mxfp4(w + r * ws, K, 118, 130);
+        /* rows 0-2 ordinary scales, row 3 the smallest (e = 0 and 1: denormal scales) */
+        for (int r = 0; r < 4; r++) random_mxfp4(w + r * ws, K, r < 3 ? 118 : 0, r < 3 ? 130 : 3);
         for (int t = 0; t < 9; t++) {
             for (int i = 0; i < K; i++) xf[i] = rnd_uniform(-2.0f, 2.0f);
             pith_quantize_q8a_scalar(xf, x + (size_t)t * nb, K);
@@ -153,6 +154,8 @@ int main(void) {
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) test_tile("avx2", pith_tile_mxfp4_avx2);
     else printf("avx2 tile not tested: the processor lacks AVX2 or FMA\n");
+    if (pith_cpu_kernels_avx512_vnni()) test_tile("avx512", pith_tile_mxfp4_avx512);
+    else printf("avx512 tile not tested: the processor lacks AVX-512 F, BW, VL or VNNI\n");
 #endif
     test_matmul(false);
     test_matmul(true);

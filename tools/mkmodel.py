@@ -1226,7 +1226,30 @@ def matrix_type(cfg, dtype, name, shape):
     return t if shape[-1] % 256 == 0 else "Q8_0"
 
 
-def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None):
+def random_mxfp4_blocks(seed, name, shape):
+    """One expert's MXFP4 matrix (shape rows x cols) as random blocks, for --random-blocks."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    n_blocks = shape[0] * shape[1] // 32
+    b = rng.integers(0, 256, size=(n_blocks, 17), dtype=np.uint8)
+    b[:, 0] = rng.integers(119, 122, size=n_blocks, dtype=np.uint8)
+    return b.tobytes()
+
+
+def random_q8_0_blocks(seed, name, shape, rows_per_chunk=4096):
+    """A Q8_0 matrix as random blocks, for --random-blocks: int8 quants uniform in -127..127 and the f16
+    scale 0.25 / 127 / sqrt(cols) (values of about 1 / (4 sqrt(cols))), in chunks of rows."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    rows, cols = shape
+    d = np.frombuffer(np.float16(0.25 / 127 / math.sqrt(cols)).tobytes(), dtype=np.uint8)
+    for r0 in range(0, rows, rows_per_chunk):
+        n = min(rows_per_chunk, rows - r0) * cols // 32
+        b = rng.integers(-127, 128, size=(n, 34), dtype=np.int8).view(np.uint8)
+        b[:, 0:2] = d
+        yield b.tobytes()
+
+
+def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
+               random_blocks=False):
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
@@ -1321,10 +1344,25 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         ttype = matrix_type(cfg, dtype, gname, shape) if len(shape) >= 2 and not conv else "F32"
         if kind == "router":
             ttype = "F32"
+        if isinstance(hname, list) and random_blocks and ttype == "Q8_0" and len(shape) == 3:
+            data = (lambda names=hname, s=shape[1:]: (c for n in names for c in random_q8_0_blocks(seed, n, s)))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
+        if isinstance(hname, list) and random_blocks and ttype == "MXFP4" and len(shape) == 3:
+            # --random-blocks: random MXFP4 blocks written directly (no float weights to quantize: numpy's
+            # quantizer runs at a few M values/s, GPT-OSS-20B has 19 G in its experts). Uniform codes and
+            # scales 2^(e - 127), e in 119..121: values of about the random floats' scale, 1 / sqrt(cols).
+            data = (lambda names=hname, s=shape[1:]: (random_mxfp4_blocks(seed, n, s) for n in names))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
         if isinstance(hname, list):   # stacked experts: 3-D weights, 2-D biases (F32)
             data = (lambda names=hname, s=shape[1:], k=kind:
                     (random_tensor(seed, n, s, k)[None] for n in names))
             w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
+            continue
+        if random_blocks and ttype == "Q8_0" and len(shape) == 2:
+            data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s))
+            w.add_tensor(gname, shape, ttype, data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3", "granitehybrid") and any(s in gname for s in ("attn_q.", "attn_k."))
@@ -1574,6 +1612,9 @@ def main(argv=None):
                     "tokenizer_config.json beside it) as a gpt2 vocabulary; --vocab at least its size")
     ap.add_argument("--chat-template", help="GGUF: a Jinja file written as tokenizer.chat_template")
     ap.add_argument("--vocab-only", action="store_true", help="with --tokenizer-json: write only the vocabulary")
+    ap.add_argument("--random-blocks", action="store_true",
+                    help="GGUF MXFP4 experts and Q8_0 matrices as random blocks instead of quantized random "
+                         "floats (fast: for benchmark files such as --preset gpt-oss-20b --dtype MXFP4)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.vocab_only:
@@ -1604,7 +1645,8 @@ def main(argv=None):
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random",
-                       tokenizer_json=args.tokenizer_json, chat_template=args.chat_template)
+                       tokenizer_json=args.tokenizer_json, chat_template=args.chat_template,
+                       random_blocks=args.random_blocks)
         else:
             write_safetensors(cfg, args.out, args.dtype, args.seed, args.shards)
     except ValueError as e:

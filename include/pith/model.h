@@ -61,6 +61,8 @@ struct pith_model {
     bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
     bool state_checkpoints; /* forward honours RECURRENT checkpoints (batch.h): speculative decoding
                                can roll its state back */
+    char experts[160];      /* mixture of experts: how the experts are held, one line ("repacked (auto:
+                               ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
 };
 
 typedef struct pith_model_options {

@@ -90,7 +90,10 @@ static void bench_usage(FILE *out) {
             "\n"
             "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n"
             "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
-            "expert products).\n");
+            "expert products).\n"
+            "PITH_MOE_EXPERTS=mapped|repacked|auto: a mixture of experts' experts kept in the file's mapping\n"
+            "or repacked at load (auto, the default: mapped when they exceed half of MemAvailable); the\n"
+            "header's \"experts held\" line says which.\n");
 }
 
 /* A comma-separated list of at most max integers in lo..hi for option opt (what: "thread counts"). */
@@ -249,6 +252,7 @@ typedef struct bench_ctx {
     pith_hparams hp;
     pith_bench_weights w;
     long long probe_mib; /* what the bandwidth probe reads */
+    char experts[160];   /* the model's experts line (pith_model.experts) */
     bool header_done;
 } bench_ctx;
 
@@ -281,6 +285,7 @@ static void print_header(bench_ctx *c) {
         printf("experts: %d of %d per token: active bytes %.1f MiB of %.1f MiB (routed experts + dense weights)\n",
                hp->n_experts_used, hp->n_experts, (double)w->size_bytes / (1 << 20),
                (double)w->total_bytes / (1 << 20));
+    if (c->experts[0]) printf("experts held: %s\n", c->experts);
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
@@ -476,6 +481,7 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     cli_progress_end(&bar);
     if (load_rc) goto done;
     c->hp = m->hp;
+    snprintf(c->experts, sizeof c->experts, "%s", m->experts);
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
     c->probe_mib = probe_mib(o, &c->w);
     int need = pith_bench_positions(o->n_prompt, o->n_gen), max_depth = 0;

@@ -352,6 +352,7 @@ int pith_cmd_run(int argc, char **argv) {
         free(o.prompt_buf);
         return 1;
     }
+    if (a.model->experts[0]) fprintf(stderr, "pith run: experts %s\n", a.model->experts);
     cli_sigint_install();
     int rc = 0;
     if (o.chat) {

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/meminfo.h"
+
 /* O_NONBLOCK keeps open() from hanging on a FIFO before fstat can refuse it. */
 static int open_regular(const char *path, struct stat *st, pith_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -34,8 +36,13 @@ static int open_regular(const char *path, struct stat *st, pith_err *err) {
 }
 
 /* Reads every page in now (the kernel reads ahead after WILLNEED), so that the time a load reports
- * includes the disk reads a mapping otherwise defers to the first requests that touch the weights. */
+ * includes the disk reads a mapping otherwise defers to the first requests that touch the weights.
+ * Not for a file larger than half of MemAvailable: its pages could not all stay (a mixture of experts
+ * bigger than the memory runs with its experts read on demand, model/moe.h), and reading it through
+ * would only push its own first pages back out. */
 static void prefault(const uint8_t *base, size_t size) {
+    uint64_t avail = pith_mem_available();
+    if (avail && size > avail / 2) return;
     (void)madvise((void *)base, size, MADV_WILLNEED);
     long page = sysconf(_SC_PAGESIZE);
     size_t step = page > 0 ? (size_t)page : 4096;

@@ -148,6 +148,19 @@ static int pack_layer(pith_cpu *c, llama_layer *L, pith_err *err) {
     return L->moe ? pith_moe_pack(c, L->moe, err) : 0;
 }
 
+/* Experts repacked or left mapped in the file (pith_moe_choose_mapped), one choice for the model. */
+static int place_experts(llama *m, pith_err *err) {
+    uint64_t bytes = 0;
+    pith_wtype type = PITH_W_F32;
+    for (int l = 0; l < m->base.hp.n_layers; l++)
+        if (m->layers[l].moe) bytes += pith_moe_mappable_bytes(m->layers[l].moe), type = m->layers[l].moe->gate[0].type;
+    bool mapped = false;
+    if (pith_moe_choose_mapped(&m->cpu, type, bytes, &mapped, m->base.experts, sizeof m->base.experts, err)) return -1;
+    for (int l = 0; l < m->base.hp.n_layers; l++)
+        if (m->layers[l].moe) m->layers[l].moe->mapped = mapped;
+    return 0;
+}
+
 static void free_layer(llama_layer *L) {
     pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) pith_matrix_free(ms[i]);
@@ -322,6 +335,7 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
         rc = load_layer(file, hp, var, l, &m->layers[l], err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (l + 1) / steps);
     }
+    if (!rc && hp->n_experts > 0) rc = place_experts(m, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = pack_layer(&m->cpu, &m->layers[l], err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);

@@ -52,6 +52,7 @@ typedef struct pith_moe_layer {
     pith_matrix sh_gate, sh_up, sh_down;
     float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
     void *owned;                        /* experts rearranged at load (GPT-OSS Hugging Face), or NULL */
+    bool mapped;                        /* set before pith_moe_pack: the experts stay in the file's mapping */
 } pith_moe_layer;
 
 /* Per-batch scratch, grown by pith_moe_reserve (the forward pass never allocates). */
@@ -82,7 +83,22 @@ int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err
  * owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err);
+/* Repacks the layer's matrices for the kernel table (pith_matrix_pack). With L->mapped the routed
+ * experts are left out: they stay views of the file's mapping, read by the tiles in the file layout,
+ * and their pages are dropped from the process (MADV_DONTNEED: still in the page cache while memory
+ * allows, read back from the file when it does not), so a model whose experts do not fit in memory
+ * still runs. Experts rearranged at load (L->owned) are packed either way. */
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err);
+/* Bytes of the layer's routed experts as the file holds them (0 for owned ones). */
+uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L);
+
+/* Where a model's experts go: PITH_MOE_EXPERTS=mapped or repacked, or auto (unset or empty): mapped
+ * when they take more than half of MemAvailable (expert_bytes: all layers' pith_moe_mappable_bytes).
+ * type: the experts' weight type, to say when "repacked" leaves them in the file anyway (the table has
+ * no packed layout for it). Writes a one-line description to what (for `pith bench` and `pith run`);
+ * fails on any other value of the variable. */
+int pith_moe_choose_mapped(const pith_cpu *c, pith_wtype type, uint64_t expert_bytes, bool *mapped, char *what,
+                           size_t what_size, pith_err *err);
 void pith_moe_free(pith_moe_layer *L);
 
 int pith_moe_reserve(pith_cpu *c, const pith_moe_config *cfg, pith_moe_scratch *s, int n, pith_err *err);

@@ -1,13 +1,17 @@
 /* Loading a mixture-of-experts block from a model file (see moe.h): every expert a pith_matrix view of
  * the file's bytes, from a 3-D GGUF tensor (ne = {cols, rows, n_experts}: expert e's rows start
  * e * rows * row_bytes in) or from one 2-D tensor per expert (older GGUF files, Hugging Face
- * checkpoints), so nothing is copied until pith_moe_pack repacks for the kernels. */
+ * checkpoints), so nothing is copied until pith_moe_pack repacks for the kernels, or, with the experts
+ * mapped, ever. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/quants.h"
 #include "model/moe.h"
+#include "util/meminfo.h"
 
 /* A vector of n elements (ne[0] == n, any element type), as owned floats; absent is NULL. */
 static int load_vec(const pith_model_file *f, const char *name, int64_t n, bool required, float **out, pith_err *err) {
@@ -179,9 +183,57 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
     return 0;
 }
 
+uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L) {
+    if (L->owned || !L->gate) return 0;
+    uint64_t n = 0;
+    const pith_matrix *kinds[] = {L->gate, L->up, L->down};
+    for (int k = 0; k < 3; k++)
+        for (int e = 0; e < L->cfg.n_experts; e++) n += (uint64_t)kinds[k][e].rows * kinds[k][e].row_bytes;
+    return n;
+}
+
+int pith_moe_choose_mapped(const pith_cpu *c, pith_wtype type, uint64_t expert_bytes, bool *mapped, char *what,
+                           size_t what_size, pith_err *err) {
+    const char *v = getenv("PITH_MOE_EXPERTS");
+    const double gib = 1024.0 * 1024 * 1024;
+    const bool packs = c->k->pack[type] != NULL && c->k->pack_rows > 0;
+    if (v && *v && strcmp(v, "auto") != 0) {
+        if (strcmp(v, "mapped") != 0 && strcmp(v, "repacked") != 0)
+            return pith_errf(err, "PITH_MOE_EXPERTS=%s: expected mapped, repacked or auto", v);
+        *mapped = strcmp(v, "mapped") == 0;
+        snprintf(what, what_size, "%s (PITH_MOE_EXPERTS=%s; %.2f GiB of experts%s)",
+                 *mapped ? "mapped from the file" : packs ? "repacked" : "left in the file", v, expert_bytes / gib,
+                 !*mapped && !packs ? ": the kernels read this type as stored" : "");
+        return 0;
+    }
+    uint64_t avail = pith_mem_available();
+    *mapped = avail && expert_bytes > avail / 2;
+    snprintf(what, what_size, "%s (auto: %.2f GiB of experts, %s half of the %.2f GiB available%s)",
+             *mapped ? "mapped from the file" : packs ? "repacked" : "left in the file", expert_bytes / gib,
+             *mapped ? "more than" : "at most", avail / gib,
+             !*mapped && !packs ? "; the kernels read this type as stored" : "");
+    return 0;
+}
+
+/* Drops the pages of the whole 4 KiB pages inside m's bytes from this process (see pith_moe_pack). */
+static void drop_pages(const pith_matrix *m) {
+#ifdef MADV_DONTNEED
+    uintptr_t page = 4096, lo = ((uintptr_t)m->data + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)m->data + (size_t)m->rows * m->row_bytes) / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)m;
+#endif
+}
+
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err) {
     if (pith_matrix_pack(c, &L->router, err)) return -1;
-    for (int e = 0; e < L->cfg.n_experts; e++)
+    if (L->mapped && !L->owned) {
+        const pith_matrix *kinds[] = {L->gate, L->up, L->down};
+        for (int k = 0; k < 3; k++)
+            for (int e = 0; e < L->cfg.n_experts; e++) drop_pages(&kinds[k][e]);
+    }
+    for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->owned); e++)
         if (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
             pith_matrix_pack(c, &L->down[e], err))
             return -1;

@@ -56,6 +56,14 @@ TGT static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* pith_mxfp4_scale without the libm call: the float's bits (normal for e >= 2, denormal below). */
+static inline float scale_bits(uint8_t e) {
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x200000u << e;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* The 32 doubled values of a block, in element order (low lane 0..15, high lane 16..31). */
 TGT static inline __m256i decode(const uint8_t *blk, __m256i table) {
     __m128i q = _mm_loadu_si128((const __m128i *)(blk + 1));
@@ -80,7 +88,7 @@ TGT static inline __m256i decode(const uint8_t *blk, __m256i table) {
                 const uint8_t *blk = w + (size_t)r * ws + (size_t)b * PITH_MXFP4_BYTES;                        \
                 wv[r] = decode(blk, table);                                                                    \
                 aw[r] = _mm256_sign_epi8(wv[r], wv[r]);                                                        \
-                dw[r] = pith_mxfp4_scale(blk[0]);                                                              \
+                dw[r] = scale_bits(blk[0]);                                                                    \
             }                                                                                                  \
             for (int t = 0; t < RN; t++) {                                                                     \
                 const pith_block_q8a *xb = (const pith_block_q8a *)(x + (size_t)t * xs) + b;                   \
@@ -135,7 +143,9 @@ static void extend_all(void) {
     for (int i = 0; i < 4; i++) {
         if (!bases[i]) continue;
         extended[i] = *bases[i];
-        extended[i].tile[PITH_W_MXFP4] = i == 0 ? pith_tile_mxfp4_scalar : pith_tile_mxfp4_avx2;
+        extended[i].tile[PITH_W_MXFP4] = i == 0   ? pith_tile_mxfp4_scalar
+                                         : i == 3 ? pith_tile_mxfp4_avx512
+                                                  : pith_tile_mxfp4_avx2;
         extended[i].tile_rn[PITH_W_MXFP4] = 4;
     }
 }

@@ -6,8 +6,10 @@
  * halved:  x = kv[code] * 2^(e - 128)  (= E2M1(code) * 2^(e - 127)).
  *
  * Products run against q8a activation blocks (quants.h): per block d_w * d_x * sum kv[code_j] * q_j,
- * an exact integer sum. Tiles: portable scalar, and AVX2 (the 16 doubled values are looked up with one
- * byte shuffle, multiplied with maddubs and the sign trick), used by every x86 kernel table. */
+ * an exact integer sum. Tiles, all on the file layout (MXFP4 is never repacked, so memory-mapped experts
+ * run at full speed): portable scalar; AVX2 (the 16 doubled values are looked up with one byte shuffle,
+ * multiplied with maddubs and the sign trick), the AVX2 and AVX-VNNI tables'; AVX-512 VNNI (mxfp4_zmm.c:
+ * four blocks per register, vpdpbusd), the avx512-vnni table's. */
 #ifndef PITH_CPU_MXFP4_H
 #define PITH_CPU_MXFP4_H
 
@@ -33,6 +35,10 @@ void pith_tile_mxfp4_scalar(int K, const uint8_t *w, size_t ws, int rm, const vo
 /* Only on a processor with AVX2 (and FMA). */
 void pith_tile_mxfp4_avx2(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn, float *y,
                           size_t ldy, bool accumulate);
+
+/* Only on a processor with AVX-512 F, BW, VL and VNNI (pith_cpu_kernels_avx512_vnni() not NULL). */
+void pith_tile_mxfp4_avx512(int K, const uint8_t *w, size_t ws, int rm, const void *x, size_t xs, int rn, float *y,
+                            size_t ldy, bool accumulate);
 
 /* A kernel table with the MXFP4 tile added to k's (one copy per table, made once). */
 const pith_cpu_kernels *pith_kernels_with_mxfp4(const pith_cpu_kernels *k);
