@@ -864,9 +864,12 @@ static const pith_cpu_kernels avx2_kernels = {
     AVX2_COMMON,
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8, [PITH_W_Q8_0] = pith_pack_q8_0_x8,
-             [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+             [PITH_W_Q4_0] = pith_pack_q4_0_x8, [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8,
+             [PITH_W_Q5_K] = pith_pack_q5_k_x8, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
-                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_avx2, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_avx2,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_avx2, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_avx2},
 };
 
 /* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
@@ -875,9 +878,13 @@ static const pith_cpu_kernels avx2_vnni_kernels = {
     AVX2_COMMON,
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8,
-             [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
+             [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes,
+             [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8, [PITH_W_Q5_K] = pith_pack_q5_k_x8,
+             [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
-                    [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_vnni, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_vnni,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_vnni, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_vnni},
 };
 
 /* AVX2 with AVX-512 VNNI for the packed integer tiles, on 16-row groups. */
