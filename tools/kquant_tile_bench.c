@@ -44,24 +44,19 @@ static void fill_weights(pith_dtype t, uint8_t *w, size_t bytes) {
     }
 }
 
-/* best thread-CPU seconds of one pass over the matrix, rn tokens, with the table's packed tile
- * (packed) or its row-by-row tile in calls of PITH_TILE_MAX_RM rows */
+/* thread-CPU seconds of one pass over the matrix, rn tokens, with the table's packed tile (packed) or
+ * its row-by-row tile in calls of PITH_TILE_MAX_RM rows */
 static double time_pass(const pith_cpu_kernels *k, pith_wtype wt, const uint8_t *w, const uint8_t *packed,
                         size_t rb, const void *x, size_t xs, int rn, float *y, bool use_packed) {
-    double best = 1e30;
-    for (int rep = 0; rep < REPS; rep++) {
-        double t0 = thread_seconds();
-        if (use_packed) {
-            for (int r = 0; r < ROWS; r += k->pack_rows)
-                k->tile_packed[wt](K, packed + (size_t)r * rb, x, xs, rn, y + r, ROWS, false);
-        } else {
-            for (int r = 0; r < ROWS; r += PITH_TILE_MAX_RM)
-                k->tile[wt](K, w + (size_t)r * rb, rb, PITH_TILE_MAX_RM, x, xs, rn, y + r, ROWS, false);
-        }
-        double dt = thread_seconds() - t0;
-        if (dt < best) best = dt;
+    double t0 = thread_seconds();
+    if (use_packed) {
+        for (int r = 0; r < ROWS; r += k->pack_rows)
+            k->tile_packed[wt](K, packed + (size_t)r * rb, x, xs, rn, y + r, ROWS, false);
+    } else {
+        for (int r = 0; r < ROWS; r += PITH_TILE_MAX_RM)
+            k->tile[wt](K, w + (size_t)r * rb, rb, PITH_TILE_MAX_RM, x, xs, rn, y + r, ROWS, false);
     }
-    return best;
+    return thread_seconds() - t0;
 }
 
 int main(void) {
@@ -81,7 +76,7 @@ int main(void) {
         pith_dtype t = types[ti];
         pith_wtype wt = (pith_wtype)pith_wtype_of(t);
         size_t rb = pith_dtype_row_bytes(t, K);
-        uint8_t *w = malloc(rb * ROWS), *packed = malloc(rb * ROWS);
+        uint8_t *w = malloc(rb * ROWS);
         fill_weights(t, w, rb * ROWS);
         pith_act_format f = pith_act_format_of(wt);
         size_t xs = pith_act_row_bytes(f, K);
@@ -90,20 +85,39 @@ int main(void) {
             if (f == PITH_ACT_Q8A) tables[0]->quantize_q8a(xf + tok * K, (pith_block_q8a *)((uint8_t *)x + tok * xs), K);
             else tables[0]->quantize_q8k(xf + tok * K, (pith_block_q8k *)((uint8_t *)x + tok * xs), K);
         }
-        for (int ki = -1; ki < 3; ki++) {
-            const pith_cpu_kernels *k = ki < 0 ? tables[0] : tables[ki];
-            if (!k || (ki >= 0 && !k->pack[wt])) continue;
-            bool use_packed = ki >= 0;
-            if (use_packed)
-                for (int r = 0; r < ROWS; r += k->pack_rows) k->pack[wt](K, w + (size_t)r * rb, rb, packed + (size_t)r * rb);
-            double s1 = time_pass(k, wt, w, packed, rb, x, xs, 1, y, use_packed);
-            double s4 = time_pass(k, wt, w, packed, rb, x, xs, 4, y, use_packed);
+        /* variant 0: the row-by-row tile (the same in every table), then each table's packed tile, each
+         * in its own copy of the packed weights. The repetitions take turns over the variants, so a
+         * neighbour's burst slows all of them alike and the best of each is comparable. */
+        enum { NV = 4 };
+        const pith_cpu_kernels *vk[NV];
+        uint8_t *vp[NV] = {0};
+        double best[NV][2];
+        for (int v = 0; v < NV; v++) {
+            vk[v] = v == 0 ? tables[0] : tables[v - 1];
+            if (v > 0 && vk[v] && !vk[v]->pack[wt]) vk[v] = NULL;
+            if (v > 0 && vk[v]) {
+                vp[v] = malloc(rb * ROWS);
+                for (int r = 0; r < ROWS; r += vk[v]->pack_rows)
+                    vk[v]->pack[wt](K, w + (size_t)r * rb, rb, vp[v] + (size_t)r * rb);
+            }
+            best[v][0] = best[v][1] = 1e30;
+        }
+        for (int rep = 0; rep < REPS; rep++)
+            for (int v = 0; v < NV; v++)
+                for (int n = 0; n < 2; n++) {
+                    if (!vk[v]) continue;
+                    double s = time_pass(vk[v], wt, w, vp[v], rb, x, xs, n ? 4 : 1, y, v > 0);
+                    if (s < best[v][n]) best[v][n] = s;
+                }
+        for (int v = 0; v < NV; v++) {
+            if (!vk[v]) continue;
             double macs = (double)ROWS * K;
-            printf("%-8s %-12s %-10s %7.1f (%5.1f) %10.1f\n", pith_dtype_name(t), k->name, use_packed ? "packed" : "row-by-row",
-                   macs / s1 * 1e-9, (double)rb * ROWS / s1 * 1e-9, 4 * macs / s4 * 1e-9);
+            printf("%-8s %-12s %-10s %7.1f (%5.1f) %10.1f\n", pith_dtype_name(t), v ? vk[v]->name : "any",
+                   v ? "packed" : "row-by-row", macs / best[v][0] * 1e-9, (double)rb * ROWS / best[v][0] * 1e-9,
+                   4 * macs / best[v][1] * 1e-9);
+            free(vp[v]);
         }
         free(w);
-        free(packed);
         free(x);
     }
     free(xf);

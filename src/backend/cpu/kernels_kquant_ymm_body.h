@@ -100,64 +100,59 @@ INL void YMM_FN(q45_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, 
         }
         __m256i iacc[YMM_MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm256_setzero_si256();
+        /* Sub-block s = 2 c + part: the low nibbles (part 0) or high nibbles (part 1) of chunk c. Each
+         * part loads its chunk again (from L1) so that only 4 quant vectors are live at a time: ymm has
+         * 16 registers, and spilling costs more than the reload. */
         UNROLL for (int c = 0; c < 4; c++) {
             if (Q5) prefetch_lines(g + YMM_PREFETCH_BYTES + 352 * c, 6);
             else prefetch_lines(g + YMM_PREFETCH_BYTES + 288 * c, 5);
+            UNROLL for (int part = 0; part < 2; part++) {
 #if YMM_VNNI
-            /* one token: 2 chains per sum, so decode is not bound by vpdpbusd latency */
-            enum { CH = 2 };
-            const int ch = RN == 1 ? CH : 1;
-            __m256i slo[YMM_MAX_RN][CH], shi[YMM_MAX_RN][CH];
-            UNROLL for (int t = 0; t < RN; t++)
-                UNROLL for (int i = 0; i < ch; i++) slo[t][i] = shi[t][i] = _mm256_setzero_si256();
+                /* one token: 2 chains, so decode is not bound by vpdpbusd latency */
+                enum { CH = 2 };
+                const int ch = RN == 1 ? CH : 1;
+                __m256i chain[YMM_MAX_RN][CH];
+                UNROLL for (int t = 0; t < RN; t++)
+                    UNROLL for (int i = 0; i < ch; i++) chain[t][i] = _mm256_setzero_si256();
 #endif
-            UNROLL for (int half = 0; half < 2; half++) {
-                __m256i lo[4], hi[4];
-                UNROLL for (int v = 0; v < 4; v++) {
-                    __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * (8 * c + 4 * half + v)));
-                    __asm__("" : "+x"(raw)); /* one load, not one per use */
-                    if (Q5) {
-                        /* bits 2c and 2c + 1 of qh moved to bit 4 of each byte (32-bit shifts by at most
-                         * 4 places: the bits carried across bytes never land on bit 4) */
-                        __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * (4 * half + v)));
-                        __m256i h0 = c < 2 ? _mm256_slli_epi32(qh, 4 - 2 * c) : _mm256_srli_epi32(qh, 2 * c - 4);
-                        __m256i h1 = c < 2 ? _mm256_slli_epi32(qh, 3 - 2 * c) : _mm256_srli_epi32(qh, 2 * c - 3);
-                        lo[v] = _mm256_or_si256(_mm256_and_si256(raw, low), _mm256_and_si256(h0, bit4));
-                        hi[v] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(raw, 4), low), _mm256_and_si256(h1, bit4));
-                    } else {
-                        lo[v] = _mm256_and_si256(raw, low);
-                        hi[v] = HI16 ? _mm256_andnot_si256(low, raw) : _mm256_and_si256(_mm256_srli_epi32(raw, 4), low);
-                    }
-                }
-                UNROLL for (int t = 0; t < RN; t++) {
-                    const int8_t *xq = xr[t][b].qs + 64 * c + 16 * half;
-#if YMM_VNNI
+                UNROLL for (int half = 0; half < 2; half++) {
+                    __m256i q[4];
                     UNROLL for (int v = 0; v < 4; v++) {
-                        slo[t][v % ch] = YMM_FN(dot4_)(slo[t][v % ch], lo[v], YMM_FN(bcast4_)(xq + 4 * v));
-                        shi[t][v % ch] = YMM_FN(dot4_)(shi[t][v % ch], hi[v], YMM_FN(bcast4_)(xq + 32 + 4 * v));
+                        __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * (8 * c + 4 * half + v)));
+                        if (Q5) {
+                            /* bit 2c + part of qh moved to bit 4 of each byte (32-bit shifts by at most 4
+                             * places: the bits carried across bytes never land on bit 4) */
+                            __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * (4 * half + v)));
+                            const int bit = 2 * c + part;
+                            __m256i h = bit < 4 ? _mm256_slli_epi32(qh, 4 - bit) : _mm256_srli_epi32(qh, bit - 4);
+                            __m256i n = part ? _mm256_and_si256(_mm256_srli_epi32(raw, 4), low) : _mm256_and_si256(raw, low);
+                            q[v] = _mm256_or_si256(n, _mm256_and_si256(h, bit4));
+                        } else if (part == 0) {
+                            q[v] = _mm256_and_si256(raw, low);
+                        } else {
+                            q[v] = HI16 ? _mm256_andnot_si256(low, raw) : _mm256_and_si256(_mm256_srli_epi32(raw, 4), low);
+                        }
                     }
+                    UNROLL for (int t = 0; t < RN; t++) {
+                        const int8_t *xq = xr[t][b].qs + 64 * c + 32 * part + 16 * half;
+#if YMM_VNNI
+                        UNROLL for (int v = 0; v < 4; v++)
+                            chain[t][v % ch] = YMM_FN(dot4_)(chain[t][v % ch], q[v], YMM_FN(bcast4_)(xq + 4 * v));
 #else
-                    __m256i l16 = _mm256_setzero_si256(), h16 = _mm256_setzero_si256();
-                    UNROLL for (int v = 0; v < 4; v++) {
-                        l16 = _mm256_add_epi16(l16, _mm256_maddubs_epi16(lo[v], YMM_FN(bcast4_)(xq + 4 * v)));
-                        h16 = _mm256_add_epi16(h16, _mm256_maddubs_epi16(hi[v], YMM_FN(bcast4_)(xq + 32 + 4 * v)));
+                        __m256i p16 = _mm256_maddubs_epi16(q[0], YMM_FN(bcast4_)(xq));
+                        UNROLL for (int v = 1; v < 4; v++)
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q[v], YMM_FN(bcast4_)(xq + 4 * v)));
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p16, sc[2 * c + part]));
+#endif
                     }
-                    iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(_mm256_madd_epi16(l16, sc[2 * c]),
-                                                                         _mm256_madd_epi16(h16, sc[2 * c + 1])));
-#endif
                 }
-            }
 #if YMM_VNNI
-            UNROLL for (int t = 0; t < RN; t++) {
-                __m256i l = slo[t][0], h = shi[t][0];
-                if (ch == CH) {
-                    l = _mm256_add_epi32(l, slo[t][1]);
-                    h = _mm256_add_epi32(h, shi[t][1]);
+                UNROLL for (int t = 0; t < RN; t++) {
+                    __m256i sum = ch == CH ? _mm256_add_epi32(chain[t][0], chain[t][1]) : chain[t][0];
+                    iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(sum, sc[2 * c + part]));
                 }
-                iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(_mm256_mullo_epi32(l, sc[2 * c]),
-                                                                     _mm256_mullo_epi32(h, sc[2 * c + 1])));
-            }
 #endif
+            }
         }
         __m256i m01 = _mm256_shuffle_epi8(m03, pick01), m23 = _mm256_shuffle_epi8(m03, pick23);
         __m256i m45 = _mm256_shuffle_epi8(m47, pick01), m67 = _mm256_shuffle_epi8(m47, pick23);
@@ -200,22 +195,22 @@ INL void YMM_FN(q6_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, f
         UNROLL for (int h = 0; h < 2; h++) {
             UNROLL for (int vh = 0; vh < 2; vh++) {
                 prefetch_lines(g + YMM_PREFETCH_BYTES + 420 * (2 * h + vh), 7);
-                /* q[v][gr]: elements 128 h + 32 gr + 4 (4 vh + v) + j of every row */
-                __m256i q[4][4];
-                UNROLL for (int v = 0; v < 4; v++) {
-                    int vv = 4 * vh + v;
-                    __m256i qa = _mm256_loadu_si256((const __m256i *)(g + 144 + 32 * (16 * h + vv)));
-                    __m256i qb = _mm256_loadu_si256((const __m256i *)(g + 144 + 32 * (16 * h + 8 + vv)));
-                    __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 1168 + 32 * (8 * h + vv)));
-                    /* low 4 bits from ql, bits 4-5 from qh's pair (32-bit shifts leak only into bits the
-                     * masks drop) */
-                    q[v][0] = _mm256_or_si256(_mm256_and_si256(qa, low), _mm256_and_si256(_mm256_slli_epi32(qh, 4), bits45));
-                    q[v][1] = _mm256_or_si256(_mm256_and_si256(qb, low), _mm256_and_si256(_mm256_slli_epi32(qh, 2), bits45));
-                    q[v][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qa, 4), low), _mm256_and_si256(qh, bits45));
-                    q[v][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qb, 4), low),
-                                              _mm256_and_si256(_mm256_srli_epi32(qh, 2), bits45));
-                }
+                /* Sub-block s = 8 h + 2 gr + vh, one gr at a time so that only its 4 quant vectors are
+                 * live (ymm has 16 registers): the ql and qh vectors are reloaded from L1 for each gr.
+                 * q[v]: elements 128 h + 32 gr + 4 (4 vh + v) + j of every row. */
                 UNROLL for (int gr = 0; gr < 4; gr++) {
+                    __m256i q[4];
+                    UNROLL for (int v = 0; v < 4; v++) {
+                        int vv = 4 * vh + v;
+                        __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 144 + 32 * (16 * h + 8 * (gr % 2) + vv)));
+                        __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 1168 + 32 * (8 * h + vv)));
+                        /* low 4 bits from ql's low (gr < 2) or high nibble, bits 4-5 from qh's pair gr
+                         * (32-bit shifts leak only into bits the masks drop) */
+                        __m256i lo4 = _mm256_and_si256(gr < 2 ? ql : _mm256_srli_epi32(ql, 4), low);
+                        __m256i hi2 = gr == 0 ? _mm256_slli_epi32(qh, 4) : gr == 1 ? _mm256_slli_epi32(qh, 2)
+                                    : gr == 2 ? qh : _mm256_srli_epi32(qh, 2);
+                        q[v] = _mm256_or_si256(lo4, _mm256_and_si256(hi2, bits45));
+                    }
                     int s = 8 * h + 2 * gr + vh, k = s % 4;
                     /* scale s, sign-extended: byte k of plane s / 4 (AVX2: as an int16 pair) */
                     __m256i scale = _mm256_srai_epi32(_mm256_slli_epi32(S[s / 4], 24 - 8 * k), 24);
@@ -223,14 +218,16 @@ INL void YMM_FN(q6_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, f
                     UNROLL for (int t = 0; t < RN; t++) {
                         const int8_t *xq = xr[t][b].qs + 128 * h + 16 * vh + 32 * gr;
 #if YMM_VNNI
-                        __m256i chain = _mm256_setzero_si256();
-                        UNROLL for (int v = 0; v < 4; v++) chain = YMM_FN(dot4_)(chain, q[v][gr], YMM_FN(bcast4_)(xq + 4 * v));
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(chain, scale));
+                        __m256i c0 = YMM_FN(dot4_)(_mm256_setzero_si256(), q[0], YMM_FN(bcast4_)(xq));
+                        __m256i c1 = YMM_FN(dot4_)(_mm256_setzero_si256(), q[1], YMM_FN(bcast4_)(xq + 4));
+                        c0 = YMM_FN(dot4_)(c0, q[2], YMM_FN(bcast4_)(xq + 8));
+                        c1 = YMM_FN(dot4_)(c1, q[3], YMM_FN(bcast4_)(xq + 12));
+                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(_mm256_add_epi32(c0, c1), scale));
 #else
-                        __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][gr], YMM_FN(bcast4_)(xq)),
-                                                       _mm256_maddubs_epi16(q[1][gr], YMM_FN(bcast4_)(xq + 4)));
-                        __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2][gr], YMM_FN(bcast4_)(xq + 8)),
-                                                       _mm256_maddubs_epi16(q[3][gr], YMM_FN(bcast4_)(xq + 12)));
+                        __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], YMM_FN(bcast4_)(xq)),
+                                                       _mm256_maddubs_epi16(q[1], YMM_FN(bcast4_)(xq + 4)));
+                        __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], YMM_FN(bcast4_)(xq + 8)),
+                                                       _mm256_maddubs_epi16(q[3], YMM_FN(bcast4_)(xq + 12)));
                         iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(_mm256_madd_epi16(p01, scale),
                                                                              _mm256_madd_epi16(p23, scale)));
 #endif
@@ -304,42 +301,43 @@ INL void YMM_FN(iq4_xs_impl_)(int K, const uint8_t *g, const void *x, size_t xs,
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm256_setzero_si256();
         UNROLL for (int s = 0; s < 8; s++) {
             prefetch_lines(g + YMM_PREFETCH_BYTES + 136 * s, 3);
-            __m256i lo[4], hi[4];
+            /* one vector of low and one of high nibbles at a time (ymm has 16 registers) */
+#if YMM_VNNI
+            /* 2 chains per token for one token (decode), 1 otherwise: integer sums, the same result */
+            const int ch = RN == 1 ? 2 : 1;
+            __m256i c[YMM_MAX_RN][4];
+            UNROLL for (int t = 0; t < RN; t++)
+                UNROLL for (int i = 0; i < 2 * ch; i++) c[t][i] = _mm256_setzero_si256();
+#else
+            __m256i sum[YMM_MAX_RN];
+            UNROLL for (int t = 0; t < RN; t++) sum[t] = _mm256_setzero_si256();
+#endif
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 64 + 32 * (4 * s + v)));
-                __asm__("" : "+x"(raw)); /* one load, not one per use */
-                lo[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low));
-                hi[v] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
-            }
+                __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(raw, low));
+                __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
 #if !YMM_VNNI
-            __m256i alo[4], ahi[4];
-            UNROLL for (int v = 0; v < 4; v++) {
-                alo[v] = _mm256_abs_epi8(lo[v]);
-                ahi[v] = _mm256_abs_epi8(hi[v]);
-            }
+                __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
 #endif
-            UNROLL for (int t = 0; t < RN; t++) {
-                const int8_t *xq = xr[t][b].qs + 32 * s;
+                UNROLL for (int t = 0; t < RN; t++) {
+                    const int8_t *xq = xr[t][b].qs + 32 * s;
 #if YMM_VNNI
-                /* 2 chains for one token (decode), 1 otherwise: integer sums, the same result */
-                __m256i c[4];
-                const int ch = RN == 1 ? 2 : 1;
-                UNROLL for (int i = 0; i < 2 * ch; i++) c[i] = _mm256_setzero_si256();
-                UNROLL for (int v = 0; v < 4; v++) {
-                    c[v % ch] = YMM_FN(dot4_)(c[v % ch], lo[v], YMM_FN(bcast4_)(xq + 4 * v));
-                    c[ch + v % ch] = YMM_FN(dot4_)(c[ch + v % ch], hi[v], YMM_FN(bcast4_)(xq + 16 + 4 * v));
+                    c[t][v % ch] = YMM_FN(dot4_)(c[t][v % ch], lo, YMM_FN(bcast4_)(xq + 4 * v));
+                    c[t][ch + v % ch] = YMM_FN(dot4_)(c[t][ch + v % ch], hi, YMM_FN(bcast4_)(xq + 16 + 4 * v));
+#else
+                    __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(YMM_FN(bcast4_)(xq + 4 * v), lo));
+                    __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(YMM_FN(bcast4_)(xq + 16 + 4 * v), hi));
+                    sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sc[s]), _mm256_madd_epi16(ph, sc[s])));
+#endif
                 }
-                __m256i sum = _mm256_add_epi32(c[0], c[ch]);
-                if (ch == 2) sum = _mm256_add_epi32(sum, _mm256_add_epi32(c[1], c[3]));
+            }
+            UNROLL for (int t = 0; t < RN; t++) {
+#if YMM_VNNI
+                __m256i sum = _mm256_add_epi32(c[t][0], c[t][ch]);
+                if (ch == 2) sum = _mm256_add_epi32(sum, _mm256_add_epi32(c[t][1], c[t][3]));
                 iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(sum, sc[s]));
 #else
-                __m256i sum = _mm256_setzero_si256();
-                UNROLL for (int v = 0; v < 4; v++) {
-                    __m256i pl = _mm256_maddubs_epi16(alo[v], _mm256_sign_epi8(YMM_FN(bcast4_)(xq + 4 * v), lo[v]));
-                    __m256i ph = _mm256_maddubs_epi16(ahi[v], _mm256_sign_epi8(YMM_FN(bcast4_)(xq + 16 + 4 * v), hi[v]));
-                    sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(pl, sc[s]), _mm256_madd_epi16(ph, sc[s])));
-                }
-                iacc[t] = _mm256_add_epi32(iacc[t], sum);
+                iacc[t] = _mm256_add_epi32(iacc[t], sum[t]);
 #endif
             }
         }
