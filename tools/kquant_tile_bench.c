@@ -62,7 +62,7 @@ static double time_pass(const pith_cpu_kernels *k, pith_wtype wt, const uint8_t 
 int main(void) {
     const pith_cpu_kernels *tables[] = {pith_cpu_kernels_avx2(), pith_cpu_kernels_avx2_vnni(),
                                         pith_cpu_kernels_avx512_vnni()};
-    static const pith_dtype types[] = {PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_IQ4_XS};
+    static const pith_dtype types[] = {PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_IQ4_NL, PITH_IQ4_XS};
     float *xf = malloc(sizeof(float) * K * MAX_TOK), *y = malloc(sizeof(float) * ROWS * MAX_TOK);
     for (int i = 0; i < K * MAX_TOK; i++) xf[i] = (float)(rnd_byte() - 128) / 64.0f;
     if (!tables[0]) {
