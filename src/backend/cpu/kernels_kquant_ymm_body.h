@@ -42,6 +42,21 @@ INL __m256i YMM_FN(pair_)(__m256i v) {
     return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
 }
 
+/* p, hidden from the optimizer: loads through it are done again rather than merged with earlier ones
+ * (which would keep their values live in registers, and spill them: ymm has 16) */
+INL const uint8_t *YMM_FN(launder_)(const uint8_t *p) {
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
+/* a + b, in this order: the compiler may not regroup a chain of these into a tree of partial sums
+ * (which keeps them all live at once, and spills them) */
+INL __m256i YMM_FN(acc_)(__m256i a, __m256i b) {
+    a = _mm256_add_epi32(a, b);
+    __asm__("" : "+x"(a));
+    return a;
+}
+
 INL __m256i YMM_FN(bcast4_)(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -115,14 +130,15 @@ INL void YMM_FN(q45_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, 
                 UNROLL for (int t = 0; t < RN; t++)
                     UNROLL for (int i = 0; i < ch; i++) chain[t][i] = _mm256_setzero_si256();
 #endif
+                const uint8_t *gl = YMM_FN(launder_)(g);
                 UNROLL for (int half = 0; half < 2; half++) {
                     __m256i q[4];
                     UNROLL for (int v = 0; v < 4; v++) {
-                        __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * (8 * c + 4 * half + v)));
+                        __m256i raw = _mm256_loadu_si256((const __m256i *)(gl + qoff + 32 * (8 * c + 4 * half + v)));
                         if (Q5) {
                             /* bit 2c + part of qh moved to bit 4 of each byte (32-bit shifts by at most 4
                              * places: the bits carried across bytes never land on bit 4) */
-                            __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 128 + 32 * (4 * half + v)));
+                            __m256i qh = _mm256_loadu_si256((const __m256i *)(gl + 128 + 32 * (4 * half + v)));
                             const int bit = 2 * c + part;
                             __m256i h = bit < 4 ? _mm256_slli_epi32(qh, 4 - bit) : _mm256_srli_epi32(qh, bit - 4);
                             __m256i n = part ? _mm256_and_si256(_mm256_srli_epi32(raw, 4), low) : _mm256_and_si256(raw, low);
@@ -142,14 +158,14 @@ INL void YMM_FN(q45_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, 
                         __m256i p16 = _mm256_maddubs_epi16(q[0], YMM_FN(bcast4_)(xq));
                         UNROLL for (int v = 1; v < 4; v++)
                             p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(q[v], YMM_FN(bcast4_)(xq + 4 * v)));
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(p16, sc[2 * c + part]));
+                        iacc[t] = YMM_FN(acc_)(iacc[t], _mm256_madd_epi16(p16, sc[2 * c + part]));
 #endif
                     }
                 }
 #if YMM_VNNI
                 UNROLL for (int t = 0; t < RN; t++) {
                     __m256i sum = ch == CH ? _mm256_add_epi32(chain[t][0], chain[t][1]) : chain[t][0];
-                    iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(sum, sc[2 * c + part]));
+                    iacc[t] = YMM_FN(acc_)(iacc[t], _mm256_mullo_epi32(sum, sc[2 * c + part]));
                 }
 #endif
             }
@@ -199,11 +215,12 @@ INL void YMM_FN(q6_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, f
                  * live (ymm has 16 registers): the ql and qh vectors are reloaded from L1 for each gr.
                  * q[v]: elements 128 h + 32 gr + 4 (4 vh + v) + j of every row. */
                 UNROLL for (int gr = 0; gr < 4; gr++) {
+                    const uint8_t *gl = YMM_FN(launder_)(g);
                     __m256i q[4];
                     UNROLL for (int v = 0; v < 4; v++) {
                         int vv = 4 * vh + v;
-                        __m256i ql = _mm256_loadu_si256((const __m256i *)(g + 144 + 32 * (16 * h + 8 * (gr % 2) + vv)));
-                        __m256i qh = _mm256_loadu_si256((const __m256i *)(g + 1168 + 32 * (8 * h + vv)));
+                        __m256i ql = _mm256_loadu_si256((const __m256i *)(gl + 144 + 32 * (16 * h + 8 * (gr % 2) + vv)));
+                        __m256i qh = _mm256_loadu_si256((const __m256i *)(gl + 1168 + 32 * (8 * h + vv)));
                         /* low 4 bits from ql's low (gr < 2) or high nibble, bits 4-5 from qh's pair gr
                          * (32-bit shifts leak only into bits the masks drop) */
                         __m256i lo4 = _mm256_and_si256(gr < 2 ? ql : _mm256_srli_epi32(ql, 4), low);
@@ -222,13 +239,13 @@ INL void YMM_FN(q6_k_impl_)(int K, const uint8_t *g, const void *x, size_t xs, f
                         __m256i c1 = YMM_FN(dot4_)(_mm256_setzero_si256(), q[1], YMM_FN(bcast4_)(xq + 4));
                         c0 = YMM_FN(dot4_)(c0, q[2], YMM_FN(bcast4_)(xq + 8));
                         c1 = YMM_FN(dot4_)(c1, q[3], YMM_FN(bcast4_)(xq + 12));
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(_mm256_add_epi32(c0, c1), scale));
+                        iacc[t] = YMM_FN(acc_)(iacc[t], _mm256_mullo_epi32(_mm256_add_epi32(c0, c1), scale));
 #else
                         __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], YMM_FN(bcast4_)(xq)),
                                                        _mm256_maddubs_epi16(q[1], YMM_FN(bcast4_)(xq + 4)));
                         __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], YMM_FN(bcast4_)(xq + 8)),
                                                        _mm256_maddubs_epi16(q[3], YMM_FN(bcast4_)(xq + 12)));
-                        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(_mm256_madd_epi16(p01, scale),
+                        iacc[t] = YMM_FN(acc_)(iacc[t], _mm256_add_epi32(_mm256_madd_epi16(p01, scale),
                                                                              _mm256_madd_epi16(p23, scale)));
 #endif
                     }
@@ -335,9 +352,9 @@ INL void YMM_FN(iq4_xs_impl_)(int K, const uint8_t *g, const void *x, size_t xs,
 #if YMM_VNNI
                 __m256i sum = _mm256_add_epi32(c[t][0], c[t][ch]);
                 if (ch == 2) sum = _mm256_add_epi32(sum, _mm256_add_epi32(c[t][1], c[t][3]));
-                iacc[t] = _mm256_add_epi32(iacc[t], _mm256_mullo_epi32(sum, sc[s]));
+                iacc[t] = YMM_FN(acc_)(iacc[t], _mm256_mullo_epi32(sum, sc[s]));
 #else
-                iacc[t] = _mm256_add_epi32(iacc[t], sum[t]);
+                iacc[t] = YMM_FN(acc_)(iacc[t], sum[t]);
 #endif
             }
         }
