@@ -71,7 +71,9 @@ static void bench_usage(FILE *out) {
             "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"
             "\n"
-            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike.\n"
+            "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike;\n"
+            "PITH_KERNELS=avx2|avx2-vnni|avx512-vnni|scalar selects that kernel table where the\n"
+            "processor has it.\n"
             "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
             "expert products).\n");
 }
