@@ -236,13 +236,14 @@ static void test_matmul(pith_cpu *cpu) {
             matmul_case(cpu, PITH_F16, ni % 2 ? 16 : 40, ks_half[ki], tokens_half[ni], false, ni % 3 == 0);
             matmul_case(cpu, PITH_BF16, ni % 2 ? 24 : 17, ks_half[ki], tokens_half[ni], false, ni % 3 == 1);
         }
-    /* K-quants around the 16-row packed groups: one group, a group and a row, rows short of a group
-     * boundary, three groups; token counts around the 4-token passes. */
-    static const int rows_k[] = {16, 17, 31, 48};
+    /* K-quants around the packed groups (16 rows for AVX-512 VNNI, 8 for AVX2 and AVX-VNNI): short of
+     * one 8-row group, a group and a row, one 16-row group, a 16-row group and a row, rows short of a
+     * group boundary, three or six groups; token counts around the 4-token passes. */
+    static const int rows_k[] = {7, 9, 16, 17, 31, 48};
     static const int tokens_k[] = {1, 4, 5, 8, 13};
     static const pith_dtype kquants[] = {PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_IQ4_XS, PITH_IQ4_NL};
     for (int ti = 0; ti < 5; ti++)
-        for (int ri = 0; ri < 4; ri++)
+        for (int ri = 0; ri < 6; ri++)
             for (int ni = 0; ni < 5; ni++)
                 matmul_case(cpu, kquants[ti], rows_k[ri], ri % 2 ? 512 : 256, tokens_k[ni], (ri + ni) % 2 == 0,
                             (ri + ni) % 3 == 1);

@@ -1,7 +1,19 @@
 #include "backend/cpu/kernels.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar) {
     if (force_scalar) return pith_cpu_kernels_scalar();
+    /* PITH_KERNELS names a table to use instead of the best (measuring the tables this processor would
+     * not pick); ignored when unknown or when the processor lacks it */
+    const char *want = getenv("PITH_KERNELS");
+    if (want && *want) {
+        const pith_cpu_kernels *named[] = {pith_cpu_kernels_scalar(), pith_cpu_kernels_avx2(),
+                                           pith_cpu_kernels_avx2_vnni(), pith_cpu_kernels_avx512_vnni()};
+        for (int i = 0; i < 4; i++)
+            if (named[i] && !strcmp(named[i]->name, want)) return named[i];
+    }
     const pith_cpu_kernels *k = pith_cpu_kernels_avx512_vnni();
     if (!k) k = pith_cpu_kernels_avx2_vnni();
     if (!k) k = pith_cpu_kernels_avx2();

@@ -96,7 +96,8 @@ const pith_cpu_kernels *pith_cpu_kernels_avx2_vnni(void);
  * and VNNI enabled by the OS. */
 const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void);
 /* The first the processor has of AVX-512 VNNI, AVX-VNNI, AVX2 and scalar; scalar whenever force_scalar
- * is set. */
+ * is set. The environment variable PITH_KERNELS=scalar|avx2|avx2-vnni|avx512-vnni picks that table
+ * instead where the processor has it (for measurements; ignored otherwise). */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
 /* Portable packers for the layouts the AVX2 (x8), AVX-VNNI (x8_lanes) and AVX-512 VNNI (x16_lanes)

@@ -11,7 +11,8 @@
  * unsigned by signed bytes, so feed it |w| and x with w's sign moved onto it; pairs of products
  * (at most 2 * 128 * 127) fit in int16, and madd with ones widens them to int32 exactly. K-quant tiles
  * feed maddubs their unsigned quants directly and apply the offsets (mins, -32) through the activation
- * block sums. Packed tiles (Q8_0, Q4_0 repacked at load, pack.c) compute 8 or 16 rows at once. */
+ * block sums. Packed tiles (Q8_0, Q4_0, IQ4_NL repacked at load, pack.c; the other K-quants in
+ * kernels_kquant_ymm.c and kernels_kquant_zmm.c) compute 8 or 16 rows at once. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
 #include <cpuid.h>
@@ -189,7 +190,7 @@ INLINE __m256i reduce8_i32(const __m256i v[8]) {
  * Q4_0 reduces its maddubs pairs in int16 before widening: a pair is at most 2 * 15 * 127 in size and a
  * sum of 4 pairs (8 products) at most 15240, inside int16, and the -8 offset comes from the activation sums
  * (8 dw s per block, s = dx * sum(x quants)). Q8_0 uses the sign trick and widens at once (a pair can
- * reach 2 * 128 * 127). */
+ * reach 2 * 128 * 127); IQ4_NL (Q4_0's bytes and layout) looks its nibbles up and then goes as Q8_0. */
 INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
     const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
@@ -215,12 +216,16 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8];
-        if (type == PITH_W_Q4_0) {
+        if (type == PITH_W_Q4_0 || type == PITH_W_IQ4_NL) {
             UNROLL for (int p = 0; p < 4; p++) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
                 __asm__("" : "+x"(raw)); /* one load, not one per use */
                 q[2 * p] = _mm256_and_si256(raw, low);
                 q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                if (type == PITH_W_IQ4_NL) { /* signed values: then as Q8_0's quants */
+                    q[2 * p] = iq4_lookup(q[2 * p]);
+                    q[2 * p + 1] = iq4_lookup(q[2 * p + 1]);
+                }
             }
         } else {
             UNROLL for (int r = 0; r < 8; r++) q[r] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * r));
@@ -273,15 +278,16 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
 
 PACKED_ENTRY(tile_packed_q8_0, TGT, tile_packed_impl, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_q4_0, TGT, tile_packed_impl, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_iq4_nl, TGT, tile_packed_impl, PITH_W_IQ4_NL)
 
 /* AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an int32 lane
  * without an int16 step (no saturation, no madd). */
 #define TGTV __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define INLINEV static inline __attribute__((always_inline)) TGTV
 
-/* Q4_0 and Q8_0 in the lanes layouts (pack.c): int32 lane r holds 4 consecutive quants of row r, so
+/* Q4_0, Q8_0 and IQ4_NL in the lanes layouts (pack.c): int32 lane r holds 4 consecutive quants of row r, so
  * vpdpbusd against 4 activations broadcast to every lane accumulates all 8 rows at once, with no
- * horizontal reduction. The unsigned quants' offset (Q4_0: +8, Q8_0: +128) is taken out in floats
+ * horizontal reduction. The unsigned quants' offset (Q4_0: +8, Q8_0 and IQ4_NL's looked-up values: +128) is taken out in floats
  * through the activation sums, as in the AVX2 Q4_0 tile: per block, dw (dx sum(n x) - offset s). */
 INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
@@ -293,6 +299,9 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         acc[t] = off[t] = _mm256_setzero_ps();
     }
     const __m256i low = _mm256_set1_epi8(15);
+    /* IQ4_NL: its values + 128 (unsigned for vpdpbusd; the offset comes out like Q8_0's) */
+    const __m256i iq4 = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pith_iq4_values)),
+                                         _mm256_set1_epi8((char)0x80));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
@@ -304,12 +313,16 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         }
         __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8]; /* q[k]: elements 4k..4k+3 of every row */
-        if (type == PITH_W_Q4_0) {
+        if (type == PITH_W_Q4_0 || type == PITH_W_IQ4_NL) {
             UNROLL for (int v = 0; v < 4; v++) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
                 __asm__("" : "+x"(raw)); /* one load, not one per use */
                 q[v] = _mm256_and_si256(raw, low);
                 q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                if (type == PITH_W_IQ4_NL) {
+                    q[v] = _mm256_shuffle_epi8(iq4, q[v]);
+                    q[v + 4] = _mm256_shuffle_epi8(iq4, q[v + 4]);
+                }
             }
         } else {
             UNROLL for (int v = 0; v < 8; v++) q[v] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * v));
@@ -330,7 +343,7 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
             off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
         }
     }
-    const __m256 offset = _mm256_set1_ps(type == PITH_W_Q8_0 ? 128.0f : 8.0f);
+    const __m256 offset = _mm256_set1_ps(type == PITH_W_Q4_0 ? 8.0f : 128.0f);
     UNROLL for (int t = 0; t < RN; t++) {
         __m256 v = _mm256_fnmadd_ps(offset, off[t], acc[t]);
         float *yt = y + t * ldy;
@@ -342,6 +355,7 @@ INLINEV void tile_lanes_impl(int K, const uint8_t *g, const void *x, size_t xs, 
 
 PACKED_ENTRY(tile_packed_vnni_q8_0, TGTV, tile_lanes_impl, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_vnni_q4_0, TGTV, tile_lanes_impl, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_vnni_iq4_nl, TGTV, tile_lanes_impl, PITH_W_IQ4_NL)
 
 /* AVX-512 VNNI: the lanes tile on 16 rows (16-row groups, pack.c), one zmm holding all 16 rows' int32
  * sums, so each instruction does twice the work of the AVX-VNNI tile. Same arithmetic per output. */
@@ -864,9 +878,12 @@ static const pith_cpu_kernels avx2_kernels = {
     AVX2_COMMON,
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8, [PITH_W_Q8_0] = pith_pack_q8_0_x8,
-             [PITH_W_Q4_0] = pith_pack_q4_0_x8},
+             [PITH_W_Q4_0] = pith_pack_q4_0_x8, [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8,
+             [PITH_W_Q5_K] = pith_pack_q5_k_x8, [PITH_W_IQ4_NL] = pith_pack_q4_0_x8, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
-                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0, [PITH_W_IQ4_NL] = tile_packed_iq4_nl,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_avx2, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_avx2,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_avx2, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_avx2},
 };
 
 /* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
@@ -875,9 +892,14 @@ static const pith_cpu_kernels avx2_vnni_kernels = {
     AVX2_COMMON,
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8,
-             [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes},
+             [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes,
+             [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8, [PITH_W_Q5_K] = pith_pack_q5_k_x8,
+             [PITH_W_IQ4_NL] = pith_pack_q4_0_x8_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
-                    [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0},
+                    [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0,
+                    [PITH_W_IQ4_NL] = tile_packed_vnni_iq4_nl,
+                    [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_vnni, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_vnni,
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_vnni, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_vnni},
 };
 
 /* AVX2 with AVX-512 VNNI for the packed integer tiles, on 16-row groups. */
