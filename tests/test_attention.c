@@ -412,17 +412,25 @@ int main(void) {
             printf("note: no AVX2/FMA/F16C on this machine; the scalar kernels were tested twice\n");
         test_sink_by_hand(&cpu1);
         double worst = 0;
-        int n = 0;
+        int n = 0, ran = 0;
         for (int wi = 0; wi < 6; wi++)
             for (int bi = 0; bi < 3; bi++)
                 for (int ti = 0; ti < 4; ti++, n++) {
+                    /* the AVX2 pass: every KV type, but half the shapes (the portable path is the scalar
+                     * pass's code over other tiles; what is its own is the tiles and the cache loaders) */
+                    if (pass == 1 && (wi + bi) % 2) continue;
                     const int *hh = heads[(n + n / 12) % 4];
                     int hd = types[ti] == PITH_Q8_0 && hh[2] % 32 ? 32 : hh[2]; /* Q8_0: whole blocks */
                     attn_case c = {hh[0], hh[1], hd, types[ti], block_sizes[bi], windows[wi], (n + n / 24) % 3};
                     run_case(&cpu2, &cpu1, &c, lens[wi], &worst);
+                    ran++;
                 }
-        for (int i = 0; i < (int)(sizeof longs / sizeof longs[0]); i++, n++) run_case(&cpu2, &cpu1, &longs[i], long_lens[i], &worst);
-        printf("%s: %d cases, worst error %.3g of the bound\n", cpu2.k->name, n, worst);
+        for (int i = 0; i < (int)(sizeof longs / sizeof longs[0]); i++, n++)
+            if (pass != 1 || longs[i].kv_type == PITH_Q8_0) {
+                run_case(&cpu2, &cpu1, &longs[i], long_lens[i], &worst);
+                ran++;
+            }
+        printf("%s: %d cases, worst error %.3g of the bound\n", cpu2.k->name, ran, worst);
         pith_cpu_free(&cpu2);
         pith_cpu_free(&cpu1);
     }

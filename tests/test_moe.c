@@ -162,7 +162,7 @@ static void ref_ffn(const layer *ly, const weights *g, const weights *u, const w
                     double *out, bool experts) {
     const pith_moe_layer *L = &ly->L;
     int dim = g->cols, ffn = g->rows;
-    double *h = malloc((size_t)ffn * sizeof(double)), *xq = malloc((size_t)dim * sizeof(double));
+    double *h = malloc((size_t)ffn * sizeof(double)), *xq = calloc((size_t)dim, sizeof(double));
     double *hq = malloc((size_t)ffn * sizeof(double));
     for (int k = 0; k < dim; k++) xq[k] = x[k];
     act_q8(g->type, xq, dim, xq);

@@ -108,8 +108,10 @@ static void small_matmul(const pith_cpu_kernels *k, const float *w, int w_ld, in
  * bit): the chunks start at multiples of PITH_ATTN_CHUNK whatever the batch, each score is a dot product
  * of fixed length, and P V sums over positions in order, so a longer chunk only appends exact zeros and
  * an earlier start only prepends chunks that are fully masked for this query. A fully masked chunk
- * leaves the running max and sum alone, and adds exact zeros to an accumulator that started at +0 and
- * so is never -0: every bit stays as it was. */
+ * leaves the running max and sum alone, and adds exact zeros to the accumulator: every nonzero bit stays
+ * as it was. Only a zero's sign can move: a product that underflows makes an element -0, and a later
+ * 0 * v with v > 0 makes it +0 again, so a batch that reads more masked rows can turn -0 into +0. The
+ * output adds +0 to every element (-0 + 0 = +0, x + 0 = x otherwise), so both give +0. */
 static void attend_item(const attn_job *j, int item, float *scratch) {
     const pith_attn_args *a = j->a;
     const pith_attn_shape *sh = &j->s->shape;
@@ -181,7 +183,7 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
         int t = t0 + i / group, h = kvh * group + i % group;
         float *o = a->out + (size_t)t * a->out_ld + (size_t)h * hd;
         float inv = 1.0f / sum[i];
-        for (int d = 0; d < hd; d++) o[d] = acc[(size_t)i * hd + d] * inv;
+        for (int d = 0; d < hd; d++) o[d] = acc[(size_t)i * hd + d] * inv + 0.0f;
     }
 }
 
