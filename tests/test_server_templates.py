@@ -7,12 +7,8 @@ and compares the ids with those of the text the template must produce, tokenized
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -27,10 +23,9 @@ except ImportError as e:
     print(f"SKIP: the model writer cannot be imported ({e})")
     sys.exit(SKIP)
 
-PITH = os.environ.get("PITH_BIN")
-if not PITH or not os.path.exists(PITH):
-    print("SKIP: PITH_BIN does not name the pith binary")
-    sys.exit(SKIP)
+from pithtest import Server, pith_bin  # noqa: E402
+
+pith_bin()  # skips with a reason when ctest did not name the binary
 
 failures = []
 MESSAGES = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hello there"}]
@@ -56,56 +51,9 @@ def post(base, route, body):
         return e.code, json.loads(e.read())
 
 
-def serve(args):
-    """Starts pith serve; returns (process, base URL, log lines) once /health is 200. A thread keeps
-    collecting the log."""
-    p = subprocess.Popen([PITH, "serve", "--port", "0", "-t", "1", *args], stderr=subprocess.PIPE, text=True)
-    log, found = [], threading.Event()
-
-    def reader():
-        for line in p.stderr:
-            log.append(line)
-            if "listening on" in line:
-                found.set()
-        found.set()
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
-    p.log_thread = t
-    found.wait(20)
-    m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(log))
-    if not m:
-        p.kill()
-        raise RuntimeError("server did not start: " + "".join(log))
-    base = f"http://127.0.0.1:{m.group(1)}"
-    until = time.time() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if time.time() > until:
-            raise RuntimeError("server not ready: " + "".join(log))
-        time.sleep(0.02)
-    return p, base, log
-
-
-def stop(p, log, what):
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-    p.log_thread.join(5)
-    check(p.returncode == 0, f"{what}: exit status {p.returncode}")
-    return "".join(log)
-
-
 def case(what, args, expected_text, log_pattern=None):
-    p, base, log = serve(args)
+    server = Server(["-t", "1", *args])
+    base = server.base
     try:
         st, via_template = post(base, "/tokenize", {"messages": MESSAGES})
         check(st == 200, f"{what}: /tokenize messages gave {st} {via_template}")
@@ -116,7 +64,9 @@ def case(what, args, expected_text, log_pattern=None):
         st, chat = post(base, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 3, "temperature": 0})
         check(st == 200 and chat["usage"]["prompt_tokens"] == direct.get("count"), f"{what}: chat {st} {chat}")
     finally:
-        text = stop(p, log, what)
+        code = server.close(timeout=20)
+    check(code == 0, f"{what}: exit status {code}")
+    text = "".join(server.log)
     if log_pattern:
         check(re.search(log_pattern, text) is not None, f"{what}: log lacks /{log_pattern}/:\n{text}")
 

@@ -22,17 +22,13 @@ import random
 import re
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-SKIP = 77
-PITH = os.environ.get("PITH_BIN")
-if not PITH or not os.path.exists(PITH):
-    print("SKIP: PITH_BIN does not name the pith binary")
-    sys.exit(SKIP)
+from pithtest import SKIP, Server, pith_bin
+
+pith_bin()  # skips with a reason when ctest did not name the binary
 SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 NPM = os.environ.get("PITH_NPM_DIR") or SRC
 TMP = os.environ.get("PITH_TEST_TMP") or "/tmp/pith-test"
@@ -86,36 +82,7 @@ def stream_text(raw):
 
 def serve(model):
     # a small pool (blocks of 16 tokens) and several sequences at once: preemption happens
-    p = subprocess.Popen([PITH, "serve", "-m", model, "--port", "0", "-t", "1", "--kv-blocks", "40",
-                          "--max-num-seqs", "8"], stderr=subprocess.PIPE, text=True)
-    log, found = [], threading.Event()
-
-    def reader():
-        for line in p.stderr:
-            log.append(line)
-            if "listening on" in line:
-                found.set()
-        found.set()
-
-    threading.Thread(target=reader, daemon=True).start()
-    found.wait(30)
-    m = re.search(r"listening on http://[^\s:]+:(\d+)", "".join(log))
-    if not m:
-        p.kill()
-        raise RuntimeError("server did not start: " + "".join(log))
-    base = "http://127.0.0.1:%s" % m.group(1)
-    until = time.time() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        if time.time() > until:
-            raise RuntimeError("server not ready: " + "".join(log))
-        time.sleep(0.05)
-    return p, base, log
+    return Server(["-m", model, "-t", "1", "--kv-blocks", "40", "--max-num-seqs", "8"])
 
 
 # ---------------------------------------------------------------- random schemas
@@ -465,7 +432,8 @@ def run():
     if not os.path.exists(model):
         mkmodel.main(["--preset", "test-llama", "--seed", "7", "--ctx", "2048", "--format", "gguf", "--out", model + ".tmp"])
         os.replace(model + ".tmp", model)
-    p, base, log = serve(model)
+    server = serve(model)
+    base = server.base
     try:
         rng = random.Random(1234)
         schemas = make_schemas(200, 99)
@@ -627,11 +595,7 @@ def run():
             check(st == 400 and err.get("param") == param and needle in err.get("message", ""),
                   "error for %s: %s %s" % (json.dumps(extra)[:120], st, r))
     finally:
-        p.terminate()
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        server.close(timeout=20)
     if failures:
         print("%d failures" % len(failures))
         sys.exit(1)
