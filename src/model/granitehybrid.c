@@ -30,6 +30,7 @@
  * [conv channels] floats, oldest first) followed by its SSM state ([heads][head_dim][d_state] floats),
  * at float offset i * (both) of the slot. A group is left out when the model has no layer of its kind. */
 #include "model/granitehybrid.h"
+#include "model/hybrid_common.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -81,27 +82,6 @@ typedef struct gh {
 
 /* ---------------- build ---------------- */
 
-static int load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
-    *out = NULL;
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_tensor_nelems(t) != n || (t->type != PITH_F32 && t->type != PITH_F16 && t->type != PITH_BF16) ||
-        t->nbytes < pith_dtype_row_bytes(t->type, n))
-        return pith_errf(err, "tensor %s: expected %lld F32, F16 or BF16 elements", name, (long long)n);
-    if (!(*out = malloc((size_t)n * sizeof(float)))) return pith_errf(err, "out of memory");
-    pith_dequantize_row(t->type, t->data, *out, n);
-    return 0;
-}
-
-static int load_mat(const pith_model_file *f, const char *name, int rows, int cols, pith_matrix *m, pith_err *err) {
-    const pith_tensor *t = pith_model_file_tensor(f, name);
-    if (!t) return pith_errf(err, "missing tensor %s", name);
-    if (pith_matrix_from_tensor(m, t, err)) return -1;
-    if (m->rows != rows || m->cols != cols)
-        return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", name, m->cols, m->rows, cols, rows);
-    return 0;
-}
-
 /* Rows [row0, row0 + rows) of a matrix tensor, as a matrix (Hugging Face's fused [gate | up]). */
 static int view_rows(const pith_model_file *f, const char *name, int row0, int rows, int cols, pith_matrix *m,
                      pith_err *err) {
@@ -129,7 +109,7 @@ static int load_gate_up(const pith_model_file *f, int l, const char *gate_name, 
         return view_rows(f, n, 0, F, dim, gate, err) || view_rows(f, n, F, F, dim, up, err) ? -1 : 0;
     snprintf(n, sizeof n, "blk.%d.%s", l, gate_name);
     snprintf(u, sizeof u, "blk.%d.%s", l, up_name);
-    return load_mat(f, n, F, dim, gate, err) || load_mat(f, u, F, dim, up, err) ? -1 : 0;
+    return pith_hy_load_mat(f, n, F, dim, gate, err) || pith_hy_load_mat(f, u, F, dim, up, err) ? -1 : 0;
 }
 
 /* Hugging Face experts: input_linear {dim, 2 ffn, experts} ([gate | up] per expert) and output_linear
@@ -175,12 +155,12 @@ static int load_moe(gh *m, const pith_model_file *f, int l, gh_layer *L, pith_er
     snprintf(d, sizeof d, "blk.%d.ffn_down_exps.weight", l);
     snprintf(r, sizeof r, "blk.%d.ffn_gate_inp.weight", l);
     if (view_experts(f, l, n, E, F, dim, 0, M->gate, err) || view_experts(f, l, n, E, F, dim, 1, M->up, err) ||
-        view_experts(f, l, d, E, dim, F, -1, M->down, err) || load_mat(f, r, E, dim, &M->router, err))
+        view_experts(f, l, d, E, dim, F, -1, M->down, err) || pith_hy_load_mat(f, r, E, dim, &M->router, err))
         return -1;
     snprintf(d, sizeof d, "blk.%d.ffn_down.weight", l);
     M->has_shared = true;
     return load_gate_up(f, l, "", "", m->ffn, dim, &M->sh_gate, &M->sh_up, err) ||
-                   load_mat(f, d, dim, m->ffn, &M->sh_down, err)
+                   pith_hy_load_mat(f, d, dim, m->ffn, &M->sh_down, err)
                ? pith_err_prefix(err, "layer %d", l)
                : 0;
 }
@@ -192,34 +172,34 @@ static int load_layer(gh *m, const pith_model_file *f, int l, pith_err *err) {
     char n[96];
     L->mamba = pith_layer_bit(hp->layer_recurrent, l);
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-    if (load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
-        load_vec(f, NAME("ffn_norm.weight"), dim, &L->ffn_norm, err))
+    if (pith_hy_load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
+        pith_hy_load_vec(f, NAME("ffn_norm.weight"), dim, &L->ffn_norm, err))
         return pith_err_prefix(err, "layer %d", l);
     /* the shared MLP: dense, or the experts' shared expert (GGUF's _shexp tensors) */
     if (m->has_moe) {
         if (load_moe(m, f, l, L, err)) return pith_err_prefix(err, "layer %d", l);
     } else if (load_gate_up(f, l, "ffn_gate.weight", "ffn_up.weight", ffn, dim, &L->gate, &L->up, err) ||
-               load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
+               pith_hy_load_mat(f, NAME("ffn_down.weight"), dim, ffn, &L->down, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
     if (L->mamba) {
         const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
         if (c && c->ne[0] != m->K)
             return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, n, (long long)c->ne[0], m->K);
-        if (load_mat(f, NAME("ssm_in.weight"), m->proj_dim, dim, &L->ssm_in, err) ||
-            load_mat(f, NAME("ssm_out.weight"), dim, m->inner, &L->ssm_out, err) ||
-            load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
-            load_vec(f, NAME("ssm_conv1d.bias"), m->conv_dim, &L->conv_b, err) ||
-            load_vec(f, NAME("ssm_dt.bias"), m->H, &L->dt_bias, err) || load_vec(f, NAME("ssm_a"), m->H, &L->ssm_a, err) ||
-            load_vec(f, NAME("ssm_d"), m->H, &L->ssm_d, err) || load_vec(f, NAME("ssm_norm.weight"), m->inner, &L->ssm_norm, err))
+        if (pith_hy_load_mat(f, NAME("ssm_in.weight"), m->proj_dim, dim, &L->ssm_in, err) ||
+            pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, m->inner, &L->ssm_out, err) ||
+            pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
+            pith_hy_load_vec(f, NAME("ssm_conv1d.bias"), m->conv_dim, &L->conv_b, err) ||
+            pith_hy_load_vec(f, NAME("ssm_dt.bias"), m->H, &L->dt_bias, err) || pith_hy_load_vec(f, NAME("ssm_a"), m->H, &L->ssm_a, err) ||
+            pith_hy_load_vec(f, NAME("ssm_d"), m->H, &L->ssm_d, err) || pith_hy_load_vec(f, NAME("ssm_norm.weight"), m->inner, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
         for (int h = 0; h < m->H; h++)
             if (!(L->ssm_a[h] < 0))
                 return pith_errf(err, "layer %d: ssm_a[%d] is %g; Mamba2 needs A = -exp(A_log) < 0", l, h, L->ssm_a[h]);
-    } else if (load_mat(f, NAME("attn_q.weight"), m->q_dim, dim, &L->wq, err) ||
-               load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
-               load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
-               load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err)) {
+    } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), m->q_dim, dim, &L->wq, err) ||
+               pith_hy_load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
+               pith_hy_load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
+               pith_hy_load_mat(f, NAME("attn_output.weight"), dim, m->q_dim, &L->wo, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }
 #undef NAME
@@ -333,12 +313,12 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     if (!rc) {
         m->embd = pith_model_file_tensor(file, "token_embd.weight");
         pith_matrix em;
-        rc = load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
+        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
         m->embd_row_bytes = em.row_bytes;
     }
-    if (!rc) rc = load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
+    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
     if (!rc)
-        rc = load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
+        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
                       hp->n_vocab, hp->dim, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
@@ -445,27 +425,10 @@ static int gh_mem_alloc(pith_model *base, const pith_mem_layout *lay, pith_err *
 static void gh_mem_free(pith_model *base) { pith_kv_host_free(&((gh *)base->impl)->mem); }
 
 static int gh_copy_blocks(pith_model *base, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    gh *m = base->impl;
-    if (g < 0 || g >= m->mem.n_groups) return pith_errf(err, "copy_blocks: no memory group %d", g);
-    pith_kv_cache *c = &m->mem.groups[g];
-    if (c->kind != PITH_MEM_RECURRENT) return pith_kv_host_copy_blocks(&m->mem, g, src, dst, n, err);
-    for (int i = 0; i < n; i++)
-        if (src[i] < 0 || src[i] >= c->n_slots || dst[i] < 0 || dst[i] >= c->n_slots)
-            return pith_errf(err, "copy_blocks: state slot %d -> %d outside the pool of %d", src[i], dst[i], c->n_slots);
-    for (int i = 0; i < n; i++)
-        if (src[i] != dst[i])
-            memcpy(c->state + (size_t)dst[i] * c->state_bytes, c->state + (size_t)src[i] * c->state_bytes, c->state_bytes);
-    return 0;
+    return pith_hy_copy_blocks(&((gh *)base->impl)->mem, g, src, dst, n, err);
 }
 
 /* ---------------- forward ---------------- */
-
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
-}
 
 /* Per-token (or per-unit) work between two matmuls, claimed in chunks by the pool's threads. */
 typedef struct job {
@@ -516,7 +479,7 @@ static void embed_row(job *j, int t) {
 
 static void norm_row(job *j, int t) {
     int dim = j->m->base.hp.dim;
-    rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
+    pith_hy_rmsnorm(j->m->xb + (size_t)t * dim, j->m->x + (size_t)t * dim, j->norm, dim, j->m->base.hp.norm_eps);
 }
 
 /* Adjacent pairs (x[2i], x[2i+1]) (GGUF) or halves (x[i], x[i + d/2]) (Hugging Face). */
@@ -658,16 +621,6 @@ static void ffn_add_row(job *j, int t) {
     for (int i = 0; i < dim; i++) x[i] += m->res_scale * y[i];
 }
 
-static int keep_rows(gh *m, const pith_batch *b) {
-    int n = 0, dim = m->base.hp.dim;
-    for (int t = 0; t < b->n_tokens; t++) {
-        if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
-        if (n != t) memcpy(m->x + (size_t)n * dim, m->x + (size_t)t * dim, dim * sizeof(float));
-        n++;
-    }
-    return n;
-}
-
 static int attention_layer(gh *m, const pith_batch *b, int l, job *j, pith_err *err) {
     const gh_layer *L = &m->layers[l];
     int n = b->n_tokens, dim = m->base.hp.dim;
@@ -731,7 +684,7 @@ static int layer_forward(gh *m, const pith_batch *b, int l, int *n_rows, pith_er
     run(m, &j, norm_row, b->n_tokens, hp->dim);
     if ((L->mamba ? mamba_layer : attention_layer)(m, b, l, &j, err)) return -1;
     int n = b->n_tokens;
-    if (l == hp->n_layers - 1) n = keep_rows(m, b);
+    if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, m->base.hp.dim);
     *n_rows = n;
     if (n == 0) return 0;
     j.norm = L->ffn_norm;
