@@ -1248,6 +1248,38 @@ def random_q8_0_blocks(seed, name, shape, rows_per_chunk=4096):
         yield b.tobytes()
 
 
+# Bytes per 256 values of each K-quant block and where its f16 scales sit (offsets of d and dmin; -1: none).
+RANDOM_QUANT_TYPES = ("Q4_0", "Q4_K", "Q5_K", "Q6_K")
+RANDOM_KQ_LAYOUT = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, -1)}
+
+
+def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024):
+    """A Q4_0 / Q4_K / Q5_K / Q6_K matrix as random blocks, for --random-blocks: random codes and sub-block
+    scales, with super-block scales chosen so values are about 1 / (4 sqrt(cols)) like the quantized random
+    floats (zero-centred for the types with mins). For timing, not for accuracy."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    rows, cols = shape
+    unit = 0.25 / math.sqrt(cols)
+    f16 = lambda x: np.frombuffer(np.float16(x).tobytes(), dtype=np.uint8)
+    if ttype == "Q4_0":
+        nbytes, scales = 18, [(0, f16(unit / 8))]
+        per_block = 32
+    else:
+        nbytes, d_at, m_at = RANDOM_KQ_LAYOUT[ttype]
+        per_block = 256
+        # Q4_K / Q5_K: value = d sc q - dmin m with 6-bit sc, m (mean 31.5) and q < 16 / 32; Q6_K: d sc (q - 32)
+        # with int8 sc (mean |sc| 64).
+        qmax = {"Q4_K": 15, "Q5_K": 31, "Q6_K": 63}[ttype]
+        d = unit / (31.5 * qmax / 2) if ttype != "Q6_K" else unit / (64 * 16)
+        scales = [(d_at, f16(d))] + ([(m_at, f16(d * qmax / 2))] if m_at >= 0 else [])
+    for r0 in range(0, rows, rows_per_chunk):
+        n = min(rows_per_chunk, rows - r0) * cols // per_block
+        b = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
+        for at, v in scales:
+            b[:, at:at + 2] = v
+        yield b.tobytes()
+
+
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
                random_blocks=False):
     dtype = dtype.upper()
@@ -1355,6 +1387,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             data = (lambda names=hname, s=shape[1:]: (random_mxfp4_blocks(seed, n, s) for n in names))
             w.add_tensor(gname, shape, ttype, data)
             continue
+        if isinstance(hname, list) and random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 3:
+            data = (lambda names=hname, s=shape[1:], t=ttype:
+                    (c for n in names for c in random_quant_blocks(seed, n, s, t)))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
         if isinstance(hname, list):   # stacked experts: 3-D weights, 2-D biases (F32)
             data = (lambda names=hname, s=shape[1:], k=kind:
                     (random_tensor(seed, n, s, k)[None] for n in names))
@@ -1362,6 +1399,10 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             continue
         if random_blocks and ttype == "Q8_0" and len(shape) == 2:
             data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
+        if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2:
+            data = (lambda n=gname, s=shape, t=ttype: random_quant_blocks(seed, n, s, t))
             w.add_tensor(gname, shape, ttype, data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
@@ -1613,8 +1654,8 @@ def main(argv=None):
     ap.add_argument("--chat-template", help="GGUF: a Jinja file written as tokenizer.chat_template")
     ap.add_argument("--vocab-only", action="store_true", help="with --tokenizer-json: write only the vocabulary")
     ap.add_argument("--random-blocks", action="store_true",
-                    help="GGUF MXFP4 experts and Q8_0 matrices as random blocks instead of quantized random "
-                         "floats (fast: for benchmark files such as --preset gpt-oss-20b --dtype MXFP4)")
+                    help="GGUF MXFP4, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices (and the K-quant mixes) as random "
+                         "blocks instead of quantized random floats (fast: for benchmark files such as --preset gpt-oss-20b --dtype MXFP4)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.vocab_only:

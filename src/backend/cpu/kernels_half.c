@@ -7,6 +7,7 @@
  * chains per output hide the FMA latency, and one software-prefetched stream covers DRAM latency. */
 #include <string.h>
 
+#include "backend/cpu/prefetch.h"
 #include "backend/cpu/kernels_half.h"
 
 void pith_pack_half_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
@@ -71,7 +72,7 @@ INLINE void quad_impl(int K, const uint8_t *q, const uint8_t *x, size_t xs, floa
     const int nb = K / 8;
     for (int b = 0; b < nb; b++) {
         const uint8_t *qb = q + 64 * (size_t)b; /* one line per block */
-        if (PF) _mm_prefetch((const char *)qb + PREFETCH_YMM, _MM_HINT_NTA);
+        if (PF) pith_prefetch_stream((const char *)qb + PREFETCH_YMM);
         __m256 xv[YMM_MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) xv[t] = _mm256_loadu_ps(xr[t] + 8 * b);
         UNROLL for (int r = 0; r < 4; r++) {
@@ -145,8 +146,8 @@ INLINEZ void tile16_impl(int K, const uint8_t *g, const uint8_t *x, size_t xs, f
     for (; k + CHAINS <= K; k += CHAINS) {
         const uint8_t *gk = g + 32 * (size_t)k; /* 128 bytes: two lines per step */
         if (PF) {
-            _mm_prefetch((const char *)gk + PREFETCH_ZMM, _MM_HINT_NTA);
-            _mm_prefetch((const char *)gk + PREFETCH_ZMM + 64, _MM_HINT_NTA);
+            pith_prefetch_stream((const char *)gk + PREFETCH_ZMM);
+            pith_prefetch_stream((const char *)gk + PREFETCH_ZMM + 64);
         }
         UNROLL for (int c = 0; c < CHAINS; c++) {
             __m512 w = load16(gk + 32 * c, bf16);

@@ -8,16 +8,17 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/prefetch.h"
 #include "backend/cpu/kernels_kquant.h"
 #include "backend/cpu/unroll.h"
 
 #define YMM_MAX_RN 4
-/* Software prefetch distance of the group stream (the Q4_0 / Q8_0 8-row tiles' 6 KiB), non-temporal:
- * decode reads each weight once. */
+/* Software prefetch distance of the group stream (the Q4_0 / Q8_0 8-row tiles' 6 KiB; the hint:
+ * prefetch.h). */
 #define YMM_PREFETCH_BYTES 6144
 
 static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, const int lines) {
-    UNROLL for (int l = 0; l < lines; l++) _mm_prefetch((const char *)p + 64 * l, _MM_HINT_NTA);
+    UNROLL for (int l = 0; l < lines; l++) pith_prefetch_stream((const char *)p + 64 * l);
 }
 
 #define YMM_VNNI 0

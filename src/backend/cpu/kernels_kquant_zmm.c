@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backend/cpu/prefetch.h"
 #include "backend/cpu/kernels_kquant.h"
 #include "backend/cpu/unroll.h"
 
@@ -19,7 +20,7 @@
 #define INLINEZ static inline __attribute__((always_inline)) TGTZ
 #define MAX_RN 4
 /* Software prefetch distance of the group stream (as for the Q4_0 / Q8_0 tiles: 12 KiB ahead on
- * 16-row groups), non-temporal: decode reads each weight once. */
+ * 16-row groups; the hint: prefetch.h). */
 #define PREFETCH_BYTES 12288
 
 INLINEZ __m512i bcast4(const int8_t *p) {
@@ -29,7 +30,7 @@ INLINEZ __m512i bcast4(const int8_t *p) {
 }
 
 INLINEZ void prefetch_lines(const uint8_t *p, const int lines) {
-    UNROLL for (int l = 0; l < lines; l++) _mm_prefetch((const char *)p + 64 * l, _MM_HINT_NTA);
+    UNROLL for (int l = 0; l < lines; l++) pith_prefetch_stream((const char *)p + 64 * l);
 }
 
 INLINEZ void store16(float *y, __m512 v, bool accumulate) {
