@@ -1235,12 +1235,12 @@ def random_mxfp4_blocks(seed, name, shape):
     return b.tobytes()
 
 
-def random_q8_0_blocks(seed, name, shape, rows_per_chunk=4096):
+def random_q8_0_blocks(seed, name, shape, rows_per_chunk=4096, scale=1.0):
     """A Q8_0 matrix as random blocks, for --random-blocks: int8 quants uniform in -127..127 and the f16
     scale 0.25 / 127 / sqrt(cols) (values of about 1 / (4 sqrt(cols))), in chunks of rows."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     rows, cols = shape
-    d = np.frombuffer(np.float16(0.25 / 127 / math.sqrt(cols)).tobytes(), dtype=np.uint8)
+    d = np.frombuffer(np.float16(0.25 / 127 / math.sqrt(cols) * scale).tobytes(), dtype=np.uint8)
     for r0 in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - r0) * cols // 32
         b = rng.integers(-127, 128, size=(n, 34), dtype=np.int8).view(np.uint8)
@@ -1253,7 +1253,7 @@ RANDOM_QUANT_TYPES = ("Q4_0", "Q4_K", "Q5_K", "Q6_K")
 RANDOM_KQ_LAYOUT = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, -1)}
 
 
-def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024):
+def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024, scale=1.0):
     """A Q4_0 / Q4_K / Q5_K / Q6_K matrix as random blocks, for --random-blocks: random codes and sub-block
     scales, with super-block scales chosen so values are about 1 / (4 sqrt(cols)) like the quantized random
     floats (zero-centred for the types with mins). For timing, not for accuracy."""
@@ -1262,7 +1262,7 @@ def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024):
     unit = 0.25 / math.sqrt(cols)
     f16 = lambda x: np.frombuffer(np.float16(x).tobytes(), dtype=np.uint8)
     if ttype == "Q4_0":
-        nbytes, scales = 18, [(0, f16(unit / 8))]
+        nbytes, scales = 18, [(0, f16(unit / 8 * scale))]
         per_block = 32
     else:
         nbytes, d_at, m_at = RANDOM_KQ_LAYOUT[ttype]
@@ -1270,7 +1270,7 @@ def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024):
         # Q4_K / Q5_K: value = d sc q - dmin m with 6-bit sc, m (mean 31.5) and q < 16 / 32; Q6_K: d sc (q - 32)
         # with int8 sc (mean |sc| 64).
         qmax = {"Q4_K": 15, "Q5_K": 31, "Q6_K": 63}[ttype]
-        d = unit / (31.5 * qmax / 2) if ttype != "Q6_K" else unit / (64 * 16)
+        d = (unit / (31.5 * qmax / 2) if ttype != "Q6_K" else unit / (64 * 16)) * scale
         scales = [(d_at, f16(d))] + ([(m_at, f16(d * qmax / 2))] if m_at >= 0 else [])
     for r0 in range(0, rows, rows_per_chunk):
         n = min(rows_per_chunk, rows - r0) * cols // per_block
@@ -1280,8 +1280,35 @@ def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024):
         yield b.tobytes()
 
 
+def damping(damp, name):
+    """The factor --damp FROM:S gives a tensor: S for the attention output and FFN down projections of
+    layers FROM and later (their contributions to the residual stream), 1 elsewhere. Every tensor's
+    random values depend only on the seed and its name, so a model with --layers FROM and the same seed
+    and shape is this one's first FROM layers, embeddings and output exactly: with S small the deep
+    layers only nudge the logits, and the small model predicts the big one's tokens at a rate S sets (a
+    constructed draft pair for speculative decoding; S = 0: exactly)."""
+    if not damp or not name.startswith("blk."):
+        return 1.0
+    start, factor = damp
+    layer = int(name.split(".")[1])
+    return factor if layer >= start and name.endswith(("attn_output.weight", "ffn_down.weight")) else 1.0
+
+
+def scaled(data, factor):
+    """data (a callable giving an array or chunks of one) times factor."""
+    if factor == 1.0:
+        return data
+
+    def f():
+        d = data()
+        if isinstance(d, np.ndarray):
+            return d * np.float32(factor)
+        return (c * np.float32(factor) for c in d)
+    return f
+
+
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
-               random_blocks=False):
+               random_blocks=False, damp=None):
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
@@ -1398,11 +1425,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
             continue
         if random_blocks and ttype == "Q8_0" and len(shape) == 2:
-            data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s))
+            data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
         if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2:
-            data = (lambda n=gname, s=shape, t=ttype: random_quant_blocks(seed, n, s, t))
+            data = (lambda n=gname, s=shape, t=ttype: random_quant_blocks(seed, n, s, t, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
@@ -1424,7 +1451,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             data = (lambda n=gname, s=shape, k=kind: (c + np.float32(1) for c in random_chunks(seed, n, s, k)))
         else:
             data = (lambda n=gname, s=shape, k=kind: random_chunks(seed, n, s, k))
-        w.add_tensor(gname, shape, ttype, data)
+        w.add_tensor(gname, shape, ttype, scaled(data, damping(damp, gname)))
     w.write()
 
 
@@ -1656,6 +1683,11 @@ def main(argv=None):
     ap.add_argument("--random-blocks", action="store_true",
                     help="GGUF MXFP4, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices (and the K-quant mixes) as random "
                          "blocks instead of quantized random floats (fast: for benchmark files such as --preset gpt-oss-20b --dtype MXFP4)")
+    ap.add_argument("--damp", type=lambda v: (int(v.split(":")[0]), float(v.split(":")[1])), default=None,
+                    metavar="FROM:S",
+                    help="scale the attention output and FFN down projections of layers FROM.. by S: the "
+                         "same seed and shape with --layers FROM is then a draft that predicts this model at "
+                         "a rate S sets (GGUF)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.vocab_only:
@@ -1687,8 +1719,10 @@ def main(argv=None):
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random",
                        tokenizer_json=args.tokenizer_json, chat_template=args.chat_template,
-                       random_blocks=args.random_blocks)
+                       random_blocks=args.random_blocks, damp=args.damp)
         else:
+            if args.damp:
+                raise ValueError("--damp is for GGUF files")
             write_safetensors(cfg, args.out, args.dtype, args.seed, args.shards)
     except ValueError as e:
         print(f"mkmodel: {e}", file=sys.stderr)

@@ -58,7 +58,8 @@ static void bench_usage(FILE *out) {
             "model's main weight type (e.g. vpdpbusd for Q4_0/Q8_0 where the CPU has VNNI, zmm FMA\n"
             "for F16/BF16 where it has AVX-512). For a mixture of experts the bytes and parameters are\n"
             "the active ones: the dense weights plus the routed share (experts used / experts) of the\n"
-            "expert tensors.\n"
+            "expert tensors. For a model with recurrent state (hybrids) tg's bytes add the state each\n"
+            "token reads and writes (twice the state a sequence holds).\n"
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
@@ -254,6 +255,7 @@ typedef struct bench_ctx {
     pith_hparams hp;
     pith_bench_weights w;
     long long probe_mib; /* what the bandwidth probe reads */
+    uint64_t state_bytes; /* recurrent state per sequence (the RECURRENT groups together), 0 if none */
     char experts[160];   /* the model's experts line (pith_model.experts) */
     bool header_done;
 } bench_ctx;
@@ -288,6 +290,10 @@ static void print_header(bench_ctx *c) {
                hp->n_experts_used, hp->n_experts, (double)w->size_bytes / (1 << 20),
                (double)w->total_bytes / (1 << 20));
     if (c->experts[0]) printf("experts held: %s\n", c->experts);
+    if (c->state_bytes)
+        printf("recurrent state: %.2f MiB per sequence, read and written by every generated token (tg counts "
+               "those 2 x %.2f MiB beside the weights)\n",
+               (double)c->state_bytes / (1 << 20), (double)c->state_bytes / (1 << 20));
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
            "pp ratio against the %s peak of %s\n",
            c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
@@ -301,7 +307,8 @@ static void print_header(bench_ctx *c) {
 static void print_row(bench_ctx *c, const test_result *r) {
     char achieved[96];
     if (!strcmp(r->kind, "tg"))
-        snprintf(achieved, sizeof achieved, "%.1f GB/s weights", r->achieved / 1e9);
+        snprintf(achieved, sizeof achieved, c->state_bytes ? "%.1f GB/s weights + state" : "%.1f GB/s weights",
+                 r->achieved / 1e9);
     else
         snprintf(achieved, sizeof achieved, "%.0f of %.0f GOP/s %s", r->achieved / 1e9, r->peak / 1e9,
                  !strcmp(r->ratio_kind, "int8_peak") ? "int8" : "FMA");
@@ -324,6 +331,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddStringToObject(j, "arch", c->hp.arch);
     cJSON_AddStringToObject(j, "format", c->w.format);
     cJSON_AddNumberToObject(j, "size_bytes", (double)c->w.size_bytes);
+    if (c->state_bytes) cJSON_AddNumberToObject(j, "state_bytes", (double)c->state_bytes);
     if (c->w.expert_bytes) {
         cJSON_AddNumberToObject(j, "active_bytes", (double)c->w.size_bytes);
         cJSON_AddNumberToObject(j, "total_bytes", (double)c->w.total_bytes);
@@ -457,8 +465,9 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
                          .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
-        /* weight bytes only: the K/V a token reads at depth is not counted */
-        r.achieved = (double)c->w.size_bytes * r.tps.mean;
+        /* weight bytes, and a recurrent model's state (read and written once per token: the memory it
+         * declares per sequence); the K/V a token reads at depth is not counted */
+        r.achieved = ((double)c->w.size_bytes + 2.0 * (double)c->state_bytes) * r.tps.mean;
         if (report(c, &r, err)) goto done;
     }
     rc = 0;
@@ -486,6 +495,9 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     snprintf(c->experts, sizeof c->experts, "%s", m->experts);
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
     c->probe_mib = probe_mib(o, &c->w);
+    c->state_bytes = 0;
+    for (int g = 0; g < m->mem.n_groups; g++)
+        if (m->mem.groups[g].kind == PITH_MEM_RECURRENT) c->state_bytes += m->mem.groups[g].state_bytes;
     int need = pith_bench_positions(o->n_prompt, o->n_gen), max_depth = 0;
     for (int i = 0; i < o->n_depths; i++) max_depth = o->depths[i] > max_depth ? o->depths[i] : max_depth;
     if ((long long)need + max_depth > m->hp.ctx_len) {

@@ -315,10 +315,18 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
                 __m512 corr = _mm512_mask_blend_ps(grow, _mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(mo, mn)));
                 _mm512_storeu_ps(l + (size_t)b * L, _mm512_mul_ps(_mm512_loadu_ps(l + (size_t)b * L), corr));
                 if (rows) {
+                    /* the rows of the lanes whose max grew (the others' factor is exactly 1), a vector at
+                     * a time: the same products as element by element */
                     float cs[L];
                     _mm512_storeu_ps(cs, corr);
-                    for (int i = 0; i < L; i++)
-                        for (int d = 0; d < hd; d++) x->orow[(size_t)i * hd + d] *= cs[i];
+                    for (int i = 0; i < x->nq; i++) {
+                        if (!(grow >> i & 1)) continue;
+                        float *row = x->orow + (size_t)i * hd;
+                        const __m512 f = _mm512_set1_ps(cs[i]);
+                        int d = 0;
+                        for (; d + L <= hd; d += L) _mm512_storeu_ps(row + d, _mm512_mul_ps(_mm512_loadu_ps(row + d), f));
+                        for (; d < hd; d++) row[d] *= cs[i];
+                    }
                 } else {
                     float *ob = o + (size_t)b * hd * L;
                     for (int d = 0; d < hd; d++)
@@ -346,9 +354,12 @@ static TZ void segment(const tiled_job *j, item_ctx *x, int seg, float *m, float
         for (b = 0; b + 2 <= nb; b += 2) pv_dims_2(o, hd, b, x->st, x->vc, jn);
         for (; b < nb; b++) pv_dims_1(o, hd, b, x->st, x->vc, jn);
     }
-    if (rows)
-        for (int i = 0; i < L; i++)
-            for (int d = 0; d < hd; d++) o[(size_t)d * L + i] = x->orow[(size_t)i * hd + d];
+    if (rows) /* the real lanes' rows; padding lanes get zeros (merge weighs them by 0) */
+        for (int d = 0; d < hd; d++) {
+            float *od = o + (size_t)d * L;
+            for (int i = 0; i < x->nq; i++) od[i] = x->orow[(size_t)i * hd + d];
+            for (int i = x->nq; i < L; i++) od[i] = 0.0f;
+        }
 }
 
 /* Merges one segment's partial (m, l, o) of lane block b into the total (M, T, A). */
