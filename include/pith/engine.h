@@ -94,7 +94,8 @@ typedef struct pith_engine_options {
     pith_spec_type spec_type;
     int spec_max_draft;      /* tokens per draft, 1..16; 0: 8 */
     int spec_max_seqs;       /* drafts only while at most this many sequences decode (a large batch
-                                is compute-bound, and verification would cost more than it saves); 0: 4 */
+                                is compute-bound, and verification would cost more than it saves; measured:
+                                docs/performance.md); 0: 2 */
     /* PITH_SPEC_CUSTOM: proposes up to max tokens that follow tokens[0..n) into draft; returns how
      * many (0: none). Called on the stepping thread; must not call the engine. */
     int (*spec_draft)(void *user, uint64_t request_id, const int32_t *tokens, int n, int32_t *draft, int max);

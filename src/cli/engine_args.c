@@ -107,5 +107,5 @@ void cli_engine_usage(FILE *out) {
             "  -md, --draft-model PATH   the draft model for --spec-type draft (implies it): a smaller model\n"
             "                            with the same vocabulary, run greedily with the same threads\n"
             "      --spec-max-draft N    tokens per draft (default 8, at most 16)\n"
-            "      --spec-max-seqs N     draft only while at most N sequences decode (default 4)\n");
+            "      --spec-max-seqs N     draft only while at most N sequences decode (default 2)\n");
 }

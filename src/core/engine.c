@@ -75,7 +75,7 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
         return pith_errf(err, "speculative decoding with a draft model needs the draft model (draft_model or draft_model_path)");
     if (o.spec_type == PITH_SPEC_DRAFT && o.draft_model == m) return pith_errf(err, "the draft model must be another model than the target (load the file twice to draft with the same weights)");
     if (o.spec_max_draft == 0) o.spec_max_draft = 8;
-    if (o.spec_max_seqs == 0) o.spec_max_seqs = 4;
+    if (o.spec_max_seqs == 0) o.spec_max_seqs = 2;
     if (o.spec_max_draft < 1 || o.spec_max_draft > 16) return pith_errf(err, "spec_max_draft must be in 1..16, not %d", o.spec_max_draft);
     if (o.spec_max_seqs < 1) return pith_errf(err, "spec_max_seqs must be positive, not %d", o.spec_max_seqs);
     if (o.snapshot_interval < -1) return pith_errf(err, "snapshot_interval must be -1, 0 or positive, not %d", o.snapshot_interval);
