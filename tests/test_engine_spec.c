@@ -241,7 +241,7 @@ static void test_options(void) {
     CHECK(pith_engine_create(m, NULL, &o, &e, &err) == -1 && strstr(err.msg, "spec_max_draft"));
     o.spec_max_draft = 3;
     CHECK(pith_engine_create(m, NULL, &o, &e, &err) == 0);
-    CHECK(fake_of(m)->limits.max_logits == 64 + ENGINE_PROMPT_ROWS + 4 * 3); /* rows for the drafts */
+    CHECK(fake_of(m)->limits.max_logits == 64 + ENGINE_PROMPT_ROWS + 2 * 3); /* rows for the drafts: spec_max_seqs (default 2) x 3 */
     pith_engine_free(e);
     m->ops->destroy(m);
 }
