@@ -364,7 +364,9 @@ PACKED_ENTRY(tile_packed_vnni_iq4_nl, TGTV, tile_lanes_impl, PITH_W_IQ4_NL)
 
 INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                                bool accumulate, pith_wtype type, const int RN) {
-    const size_t cb = 16 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
+    const bool mx = type == PITH_W_MXFP4;
+    const size_t cb = 16 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : mx ? 17 : PITH_Q4_0_BYTES);
+    const int qoff = mx ? 16 : 32; /* the quants, after the scales */
     const pith_block_q8a *xr[IMPL_MAX_RN];
     __m512 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -373,14 +375,28 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
     }
     const __m512i low = _mm512_set1_epi8(15);
     /* IQ4_NL: its values + 128 (unsigned for vpdpbusd; the offset comes out like Q8_0's) */
-    const __m512i iq4 = _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)pith_iq4_values)),
-                                         _mm512_set1_epi8((char)0x80));
+    /* MXFP4: the doubled E2M1 values (integers -12..12) + 128, against a scale of 2^(e - 128) */
+    static const int8_t mxfp4_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    const __m512i iq4 = _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? mxfp4_doubled : pith_iq4_values))),
+        _mm512_set1_epi8((char)0x80));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const char *pf = (const char *)g + 2 * PACKED_PREFETCH_BYTES;
         const int lines = type == PITH_W_Q8_0 ? 9 : 5; /* cb / 64, rounded up (IQ4_NL: Q4_0's size) */
         UNROLL for (int l = 0; l < lines; l++) pith_prefetch_stream(pf + 64 * l);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        __m512 dw;
+        if (mx) {
+            /* 2^(e - 128) as float bits, as the file-layout tiles' table has it: (e - 1) << 23 for e >= 2,
+             * the denormals 2^-127 and 2^-128 below */
+            __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
+            __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+            __m512i denorm = _mm512_sllv_epi32(_mm512_set1_epi32(0x200000), e);
+            __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+            dw = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, denorm));
+        } else {
+            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        }
         /* q[k]: elements 4k..4k+3 of every row. Q4_0's high nibbles stay in place (16 x their value):
          * masking alone is cheaper than shifting, and the low nibbles' sums are scaled by 16 to match,
          * once per block, so the block sums come out 16 x too large, exactly (see the end). */
@@ -392,9 +408,9 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
                 q[v] = _mm512_and_si512(raw, low);
                 q[v + 4] = _mm512_andnot_si512(low, raw);
             }
-        } else if (type == PITH_W_IQ4_NL) {
+        } else if (type == PITH_W_IQ4_NL || mx) {
             UNROLL for (int v = 0; v < 4; v++) {
-                __m512i raw = _mm512_loadu_si512((const void *)(g + 32 + 64 * v));
+                __m512i raw = _mm512_loadu_si512((const void *)(g + qoff + 64 * v));
                 __asm__("" : "+v"(raw));
                 q[v] = _mm512_shuffle_epi8(iq4, _mm512_and_si512(raw, low));
                 q[v + 4] = _mm512_shuffle_epi8(iq4, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low));
@@ -441,6 +457,7 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
 PACKED_ENTRY(tile_packed_zmm_q8_0, TGTZ, tile_lanes16_impl, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_zmm_q4_0, TGTZ, tile_lanes16_impl, PITH_W_Q4_0)
 PACKED_ENTRY(tile_packed_zmm_iq4_nl, TGTZ, tile_lanes16_impl, PITH_W_IQ4_NL)
+PACKED_ENTRY(tile_packed_zmm_mxfp4, TGTZ, tile_lanes16_impl, PITH_W_MXFP4)
 
 /* ---- K-quants against q8k activations ---- */
 
@@ -911,12 +928,13 @@ static const pith_cpu_kernels avx512_vnni_kernels = {
              [PITH_W_Q8_0] = pith_pack_q8_0_x16_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x16_lanes,
              [PITH_W_Q4_K] = pith_pack_q4_k_x16, [PITH_W_Q6_K] = pith_pack_q6_k_x16, [PITH_W_Q5_K] = pith_pack_q5_k_x16,
              /* IQ4_NL blocks have Q4_0's bytes: the same packer */
-             [PITH_W_IQ4_NL] = pith_pack_q4_0_x16_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x16},
+             [PITH_W_IQ4_NL] = pith_pack_q4_0_x16_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x16,
+             [PITH_W_MXFP4] = pith_pack_mxfp4_x16_lanes},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x16, [PITH_W_BF16] = pith_tile_packed_bf16_x16,
                     [PITH_W_Q8_0] = tile_packed_zmm_q8_0, [PITH_W_Q4_0] = tile_packed_zmm_q4_0,
                     [PITH_W_Q4_K] = pith_tile_packed_q4_k_x16, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x16,
                     [PITH_W_Q5_K] = pith_tile_packed_q5_k_x16, [PITH_W_IQ4_NL] = tile_packed_zmm_iq4_nl,
-                    [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x16},
+                    [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x16, [PITH_W_MXFP4] = tile_packed_zmm_mxfp4},
 };
 
 /* CPUID by hand: not every compiler's __builtin_cpu_supports knows "f16c". AVX state must also be

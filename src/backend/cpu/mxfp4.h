@@ -6,10 +6,13 @@
  * halved:  x = kv[code] * 2^(e - 128)  (= E2M1(code) * 2^(e - 127)).
  *
  * Products run against q8a activation blocks (quants.h): per block d_w * d_x * sum kv[code_j] * q_j,
- * an exact integer sum. Tiles, all on the file layout (MXFP4 is never repacked, so memory-mapped experts
- * run at full speed): portable scalar; AVX2 (the 16 doubled values are looked up with one byte shuffle,
- * multiplied with maddubs and the sign trick), the AVX2 and AVX-VNNI tables'; AVX-512 VNNI (mxfp4_zmm.c:
- * four blocks per register, vpdpbusd), the avx512-vnni table's. */
+ * an exact integer sum. Tiles on the file layout, so that memory-mapped experts run on them:
+ * portable scalar; AVX2 (the 16 doubled values are looked up with one byte shuffle, multiplied with
+ * maddubs and the sign trick), the AVX2 and AVX-VNNI tables'; AVX-512 VNNI (mxfp4_zmm.c: four blocks per
+ * register, vpdpbusd), the avx512-vnni table's. Where experts are repacked, the avx512-vnni table packs
+ * MXFP4 into Q4_0's 16-row lanes layout with the scale bytes in place of the f16 scales (pack.c; the same
+ * bytes) and runs the IQ4_NL packed tile on it with this table of values (kernels_avx2.c): the rows
+ * of 16 in one register, about twice the file-layout tile's rate. */
 #ifndef PITH_CPU_MXFP4_H
 #define PITH_CPU_MXFP4_H
 

@@ -1,5 +1,5 @@
 /* The AVX-512 VNNI MXFP4 tile (see mxfp4.h): the file layout read as it is, so that memory-mapped
- * experts (never repacked) run on it as well as any other.
+ * experts (and rows beyond the last whole group of 16) run on it as well as any other.
  *
  * Four blocks at a time. Their 4 x 16 code bytes go one per 128-bit lane of a zmm register; the low
  * nibbles (elements 0-15 of each block) and the high ones (elements 16-31) are looked up with one vpshufb

@@ -15,7 +15,10 @@
  *   Q8_0: int8 q[8][32]             row r's 32 quants, as stored
  * The lanes layouts, for the VNNI tiles, put 4 consecutive quants of row r in int32 lane r:
  *   Q4_0 lanes: uint8 q[4][R][4]    q[v][r][j] = n(r, 4v + j) | n(r, 16 + 4v + j) << 4
- *   Q8_0 lanes: uint8 q[8][R][4]    q[v][r][j] = quant(r, 4v + j) + 128 (xor 0x80: unsigned) */
+ *   Q8_0 lanes: uint8 q[8][R][4]    q[v][r][j] = quant(r, 4v + j) + 128 (xor 0x80: unsigned)
+ * MXFP4 (AVX-512 VNNI only) takes the Q4_0 lanes layout with each row's E8M0 scale byte in place of the
+ * f16 scale, so a group is again exactly its rows' bytes (17 per block):
+ *   MXFP4 lanes: uint8 e[R], then uint8 q[4][R][4] as Q4_0's (the E2M1 codes) */
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
@@ -73,6 +76,20 @@ static void pack_q8_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *d
             memcpy(col + 2 * r, blk, 2);
             for (int v = 0; v < 8; v++)
                 for (int j = 0; j < 4; j++) col[2 * R + 4 * R * v + 4 * r + j] = blk[2 + 4 * v + j] ^ 0x80;
+        }
+    }
+}
+
+void pith_pack_mxfp4_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
+    enum { R = 16, BYTES = 17 }; /* PITH_MXFP4_BYTES: one scale byte, 16 code bytes */
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *col = dst + (size_t)b * R * BYTES;
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * w_stride + (size_t)b * BYTES;
+            col[r] = blk[0];
+            for (int v = 0; v < 4; v++)
+                for (int j = 0; j < 4; j++) col[R + 4 * R * v + 4 * r + j] = blk[1 + 4 * v + j];
         }
     }
 }
