@@ -61,6 +61,18 @@ static void test_definition(void) {
 
 typedef void (*tile_fn)(int, const uint8_t *, size_t, int, const void *, size_t, int, float *, size_t, bool);
 
+/* One MXFP4 row against one token's q8a blocks in double, from the definition; *mag: the sum of the
+ * products' magnitudes (what the relative errors divide by). */
+static double ref_dot(const uint8_t *row, const pith_block_q8a *x, int K, double *mag) {
+    double s = 0;
+    *mag = 0;
+    for (int i = 0; i < K; i++) {
+        double v = def_elem(row, i) * x[i / 32].d * x[i / 32].qs[i % 32];
+        s += v, *mag += fabs(v);
+    }
+    return s;
+}
+
 static void test_tile(const char *name, tile_fn tile) {
     const int Ks[] = {32, 96, 128, 224, 2880}; /* 1, 3, 4, 7 and 90 blocks: the AVX-512 tile's groups of 4 */
     double worst = 0;
@@ -84,12 +96,7 @@ static void test_tile(const char *name, tile_fn tile) {
                     tile(K, w, ws, rm, x, (size_t)nb * sizeof *x, rn, y, 4, acc);
                     for (int r = 0; r < rm; r++)
                         for (int t = 0; t < rn; t++) {
-                            double s = 0, mag = 0;
-                            for (int i = 0; i < K; i++) {
-                                const pith_block_q8a *xb = &x[(size_t)t * nb + i / 32];
-                                double v = def_elem(w + r * ws, i) * xb->d * xb->qs[i % 32];
-                                s += v, mag += fabs(v);
-                            }
+                            double mag, s = ref_dot(w + r * ws, x + (size_t)t * nb, K, &mag);
                             if (acc) s += 0.25 * (t * 4 + r);
                             double err = fabs(y[t * 4 + r] - s) / (mag + 1e-30);
                             worst = err > worst ? err : worst;
@@ -132,12 +139,7 @@ static void test_packed_tile(const pith_cpu_kernels *k) {
                 k->tile_packed[PITH_W_MXFP4](K, g, x, (size_t)nb * sizeof *x, rn, y, 16, acc);
                 for (int r = 0; r < 16; r++)
                     for (int t = 0; t < rn; t++) {
-                        double s = 0, mag = 0;
-                        for (int i = 0; i < K; i++) {
-                            const pith_block_q8a *xb = &x[(size_t)t * nb + i / 32];
-                            double v = def_elem(w + r * ws, i) * xb->d * xb->qs[i % 32];
-                            s += v, mag += fabs(v);
-                        }
+                        double mag, s = ref_dot(w + r * ws, x + (size_t)t * nb, K, &mag);
                         if (acc) s += 0.25 * (t * 16 + r);
                         if (r % 4 == 3) {
                             double err = fabs(y[t * 16 + r] - s);

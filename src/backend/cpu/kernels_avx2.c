@@ -25,6 +25,7 @@
 #include "backend/cpu/unroll.h"
 #include "backend/cpu/kernels_half.h"
 #include "backend/cpu/kernels_kquant.h"
+#include "backend/cpu/mxfp4.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline)) TGT
@@ -365,7 +366,7 @@ PACKED_ENTRY(tile_packed_vnni_iq4_nl, TGTV, tile_lanes_impl, PITH_W_IQ4_NL)
 INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                                bool accumulate, pith_wtype type, const int RN) {
     const bool mx = type == PITH_W_MXFP4;
-    const size_t cb = 16 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : mx ? 17 : PITH_Q4_0_BYTES);
+    const size_t cb = 16 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : mx ? PITH_MXFP4_BYTES : PITH_Q4_0_BYTES);
     const int qoff = mx ? 16 : 32; /* the quants, after the scales */
     const pith_block_q8a *xr[IMPL_MAX_RN];
     __m512 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
@@ -376,9 +377,8 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
     const __m512i low = _mm512_set1_epi8(15);
     /* IQ4_NL: its values + 128 (unsigned for vpdpbusd; the offset comes out like Q8_0's) */
     /* MXFP4: the doubled E2M1 values (integers -12..12) + 128, against a scale of 2^(e - 128) */
-    static const int8_t mxfp4_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     const __m512i iq4 = _mm512_xor_si512(
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? mxfp4_doubled : pith_iq4_values))),
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? pith_mxfp4_values : pith_iq4_values))),
         _mm512_set1_epi8((char)0x80));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {

@@ -52,19 +52,24 @@ void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
     }
 }
 
-/* The lanes layouts for R rows (8: AVX-VNNI, 16: AVX-512 VNNI). */
-static void pack_q4_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R) {
-    const int nb = K / PITH_QK;
+/* The lanes layouts for R rows (8: AVX-VNNI, 16: AVX-512 VNNI) of blocks of 32 nibbles after a scale of
+ * scale_bytes (Q4_0 and IQ4_NL: an f16; MXFP4: its E8M0 byte). */
+static void pack_nibble_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R, int scale_bytes) {
+    const int nb = K / PITH_QK, bytes = scale_bytes + 16;
     for (int b = 0; b < nb; b++) {
-        uint8_t *col = dst + (size_t)b * R * PITH_Q4_0_BYTES;
+        uint8_t *col = dst + (size_t)b * R * bytes;
         for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + r * w_stride + (size_t)b * PITH_Q4_0_BYTES;
-            memcpy(col + 2 * r, blk, 2);
+            const uint8_t *blk = w + r * w_stride + (size_t)b * bytes;
+            memcpy(col + scale_bytes * r, blk, (size_t)scale_bytes);
             /* stored byte i holds element i (low nibble) and element i + 16 (high nibble) */
             for (int v = 0; v < 4; v++)
-                for (int j = 0; j < 4; j++) col[2 * R + 4 * R * v + 4 * r + j] = blk[2 + 4 * v + j];
+                for (int j = 0; j < 4; j++) col[scale_bytes * R + 4 * R * v + 4 * r + j] = blk[scale_bytes + 4 * v + j];
         }
     }
+}
+
+static void pack_q4_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R) {
+    pack_nibble_lanes(K, w, w_stride, dst, R, 2);
 }
 
 static void pack_q8_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst, int R) {
@@ -81,17 +86,7 @@ static void pack_q8_0_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *d
 }
 
 void pith_pack_mxfp4_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst) {
-    enum { R = 16, BYTES = 17 }; /* PITH_MXFP4_BYTES: one scale byte, 16 code bytes */
-    const int nb = K / PITH_QK;
-    for (int b = 0; b < nb; b++) {
-        uint8_t *col = dst + (size_t)b * R * BYTES;
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w + r * w_stride + (size_t)b * BYTES;
-            col[r] = blk[0];
-            for (int v = 0; v < 4; v++)
-                for (int j = 0; j < 4; j++) col[R + 4 * R * v + 4 * r + j] = blk[1 + 4 * v + j];
-        }
-    }
+    pack_nibble_lanes(K, w, w_stride, dst, 16, 1);
 }
 
 void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t ws, uint8_t *dst) { pack_q4_0_lanes(K, w, ws, dst, 8); }
