@@ -206,7 +206,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
-                shared_ffn=0)
+                shared_ffn=0, mtp=0)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -366,6 +366,8 @@ class Config:
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
 
+        if self.mtp and (self.arch != "qwen35" or self.mtp != 1):
+            raise ValueError("an MTP head is qwen35's, of one layer")
         if self.shared_ffn and self.arch != "qwen35moe":
             raise ValueError("a shared expert is qwen35moe's")
         if self.arch in ("qwen35", "qwen35moe"):
@@ -881,7 +883,33 @@ def qwen35_tensor_specs(cfg):
     specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "znorm"))
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    if cfg.mtp:
+        specs += qwen35_mtp_specs(cfg, q_dim, kv_dim)
     return specs
+
+
+def qwen35_mtp_specs(cfg, q_dim, kv_dim):
+    """The multi-token-prediction head as Qwen3.5 checkpoints carry it (mtp.fc, mtp.pre_fc_norm_embedding,
+    mtp.pre_fc_norm_hidden, mtp.norm, mtp.layers.0.*: one gated full-attention layer) and as llama.cpp's
+    converter numbers it: block n_layers, its own tensors as nextn.*."""
+    b, h = f"blk.{cfg.layers}.", "mtp.layers.0."
+    return [
+        (b + "nextn.eh_proj.weight", "mtp.fc.weight", (cfg.dim, 2 * cfg.dim), "matrix"),
+        (b + "nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", (cfg.dim,), "znorm"),
+        (b + "nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", (cfg.dim,), "znorm"),
+        (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "znorm"),
+        (b + "attn_q.weight", h + "self_attn.q_proj.weight", (2 * q_dim, cfg.dim), "matrix"),
+        (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+        (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+        (b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (cfg.head_dim,), "znorm"),
+        (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "znorm"),
+        (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+        (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "znorm"),
+        (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+        (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+        (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
+        (b + "nextn.shared_head_norm.weight", "mtp.norm.weight", (cfg.dim,), "znorm"),
+    ]
 
 
 def qwen35_gguf_tensor(cfg, name, x):
@@ -960,7 +988,7 @@ def qwen35_text_config(cfg, dtype):
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.theta,
                             "partial_rotary_factor": cfg.partial_rotary, "mrope_section": list(cfg.mrope_section),
                             "mrope_interleaved": True},
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "mtp_num_hidden_layers": cfg.mtp,
     }
 
 
@@ -1324,7 +1352,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32("general.file_type", FILE_TYPE[dtype])
     w.add_u32(f"{a}.context_length", cfg.ctx)
     w.add_u32(f"{a}.embedding_length", cfg.dim)
-    w.add_u32(f"{a}.block_count", cfg.layers)
+    w.add_u32(f"{a}.block_count", cfg.layers + cfg.mtp)   # llama.cpp counts the MTP layers
+    if cfg.mtp:
+        w.add_u32(f"{a}.nextn_predict_layers", cfg.mtp)
     if a != "qwen35moe":  # llama.cpp's converter writes none for Qwen3.5-MoE (no intermediate_size)
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
@@ -1669,6 +1699,7 @@ def main(argv=None):
     ap.add_argument("--experts", type=int, help="mixture of experts: experts per layer (qwen3moe; llama with "
                     "--hf-type mixtral)")
     ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
+    ap.add_argument("--mtp", type=int, help="qwen35: write a multi-token-prediction head of this many layers (1)")
     ap.add_argument("--expert-ffn", type=int, help="each expert's hidden width (qwen3moe; Mixtral's is --ffn)")
     ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q4_K_M Q5_K_M "
                     "(llama.cpp-like mixes), MXFP4 (experts MXFP4, other matrices Q8_0); safetensors: F32 F16 BF16")
@@ -1714,7 +1745,7 @@ def main(argv=None):
                            swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
                            query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
                            no_rope_interval=args.no_rope_interval, experts=args.experts,
-                           experts_used=args.experts_used, expert_ffn=args.expert_ffn)
+                           experts_used=args.experts_used, expert_ffn=args.expert_ffn, mtp=args.mtp)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random",
