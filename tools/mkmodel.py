@@ -1467,11 +1467,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
                     (random_tensor(seed, n, s, k)[None] for n in names))
             w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
             continue
-        if random_blocks and ttype == "Q8_0" and len(shape) == 2:
+        if random_blocks and ttype == "Q8_0" and len(shape) == 2 and kind not in ("copy_hidden", "zero"):
             data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
-        if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2:
+        if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2 and kind not in ("copy_hidden", "zero"):
             data = (lambda n=gname, s=shape, t=ttype: random_quant_blocks(seed, n, s, t, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
