@@ -74,6 +74,8 @@ struct pith_model {
                                on, may appear in the memory spec's groups, and every forward keeps
                                what the head needs of each position (the head's K/V, the last hidden
                                state in a RECURRENT group's slot) */
+    float mtp_cost;         /* has_mtp: the weight bytes a draft step reads over those of a decode step
+                               (the speculation policy's break-even acceptance: core/spec.h) */
     char experts[160];      /* mixture of experts: how the experts are held, one line ("repacked (auto:
                                ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
 };

@@ -63,6 +63,7 @@ typedef struct spec_ctx {
     pith_bench_weights w, dw;
     long long probe_mib;
     const char *isa;
+    float mtp_cost;   /* PITH_SPEC_MTP: a draft step's weight bytes over a decode step's */
 } spec_ctx;
 
 static const char *spec_name(pith_spec_type t) {
@@ -79,6 +80,9 @@ static void print_header(const spec_ctx *c, int threads, double bw0, double bw1)
         printf("draft model: %s (%s): dim %d, layers %d, heads %d, ffn %d; %s, %.1f MiB per token\n", o->draft_model,
                c->dhp.arch, c->dhp.dim, c->dhp.n_layers, c->dhp.n_heads, c->dhp.ffn_dim, c->dw.format,
                (double)c->dw.size_bytes / (1 << 20));
+    if (o->spec_type == PITH_SPEC_MTP)
+        printf("MTP head: a draft step reads %.2f of a decode step's weight bytes (drafting backs off under %.0f %% "
+               "acceptance)\n", c->mtp_cost, 100.0 * (c->mtp_cost + 0.1 > 0.2 ? c->mtp_cost + 0.1 : 0.2));
     printf("speculation: %s, up to %d draft tokens; batch 1, greedy, %d generated tokens per prompt, EOS ignored, "
            "%d repetition%s each way, alternating\n", spec_name(o->spec_type),
            o->spec_max_draft ? o->spec_max_draft : 8, o->n_gen, o->reps, o->reps == 1 ? "" : "s");
@@ -117,6 +121,7 @@ static int print_json(const spec_ctx *c, const char *test, int index, int thread
     cJSON_AddNumberToObject(j, "n_layers", c->hp.n_layers);
     cJSON_AddNumberToObject(j, "n_vocab", c->hp.n_vocab);
     cJSON_AddStringToObject(j, "spec_type", o->spec_type == PITH_SPEC_DRAFT ? "draft" : o->spec_type == PITH_SPEC_MTP ? "mtp" : "ngram");
+    if (o->spec_type == PITH_SPEC_MTP) cJSON_AddNumberToObject(j, "mtp_cost", c->mtp_cost);
     if (o->spec_type == PITH_SPEC_DRAFT) {
         cJSON_AddStringToObject(j, "draft_model", o->draft_model);
         cJSON_AddStringToObject(j, "draft_arch", c->dhp.arch);
@@ -263,6 +268,7 @@ static int bench_threads(spec_ctx *c, int threads, pith_err *err) {
     cli_progress_end(&bar);
     if (load_rc) goto done;
     c->hp = a.model->hp;
+    c->mtp_cost = a.model->mtp_cost;
     if (pith_bench_weights_of(a.model, &c->w, err)) goto done;
     if (o->spec_type == PITH_SPEC_DRAFT) {
         pith_model_options mo = {.n_threads = threads};

@@ -63,7 +63,7 @@ typedef struct seq {
     int ckpt[PITH_MAX_MEM_GROUPS][16]; /* RECURRENT: state after each draft position (batch.h), held
                                           from batch building to verification */
     int n_ckpt;
-    int spec_k, spec_tries, spec_cooldown;
+    int spec_k, spec_tries, spec_cooldown, spec_backoffs;
     float spec_rate;
     int drafted, accepted;
 

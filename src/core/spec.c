@@ -28,6 +28,8 @@ int spec_propose(const pith_engine_options *o, seq *s, int max) {
     return k < 0 ? 0 : k > max ? max : k;
 }
 
+float spec_min_rate(float cost) { return cost + 0.1f > 0.2f ? cost + 0.1f : 0.2f; }
+
 int spec_want(seq *s, int max_draft) {
     if (s->spec_cooldown > 0) {
         if (--s->spec_cooldown == 0) {
@@ -44,11 +46,17 @@ int spec_want(seq *s, int max_draft) {
     return s->spec_k < max_draft ? s->spec_k : max_draft;
 }
 
-void spec_update(seq *s, int max_draft, int drafted, int accepted) {
+void spec_update(seq *s, int max_draft, int drafted, int accepted, float min_rate) {
     if (drafted <= 0) return;
     s->spec_rate = 0.7f * s->spec_rate + 0.3f * (float)accepted / (float)drafted;
     s->spec_tries++;
     s->spec_k = accepted == drafted ? drafted + 2 : accepted + 1;
     if (s->spec_k > max_draft) s->spec_k = max_draft;
-    if (s->spec_tries >= 3 && s->spec_rate < 0.2f) s->spec_cooldown = 16;
+    /* three tries at first; after a back-off one failed try backs off again, for twice as long */
+    if (s->spec_tries >= (s->spec_backoffs ? 1 : 3) && s->spec_rate < min_rate) {
+        s->spec_cooldown = 16 << (s->spec_backoffs < 4 ? s->spec_backoffs : 4);
+        s->spec_backoffs++;
+    } else if (s->spec_rate >= min_rate + 0.1f) {
+        s->spec_backoffs = 0;
+    }
 }

@@ -28,8 +28,12 @@ int spec_propose(const pith_engine_options *o, seq *s, int max);
  * of tokens[0..len) and up to max of the tokens that followed it. Returns how many it copied. */
 int spec_ngram(const int32_t *tokens, int len, int32_t *draft, int max);
 /* After a verification of `drafted` tokens of which `accepted` were: the next draft length and the
- * back-off. */
-void spec_update(seq *s, int max_draft, int drafted, int accepted);
+ * back-off, below min_rate (spec_min_rate) of smoothed acceptance. */
+void spec_update(seq *s, int max_draft, int drafted, int accepted, float min_rate);
+/* The acceptance under which drafting costs more than it saves, for a draft step that costs `cost` of a
+ * target decode step (0: free, as prompt lookup): at least 1/5, else cost + 1/10 (one accepted token
+ * per draft step pays the draft; the margin, for the verification of the longer chunk). */
+float spec_min_rate(float cost);
 /* The draft length s may try this step (0 while backing off; counts the step). */
 int spec_want(seq *s, int max_draft);
 

@@ -374,7 +374,7 @@ static void verify_draft(pith_engine *e, seq *s, float *rows) {
         if (i > 0) accepted++, s->accepted++;
         if (!sample_and_report(e, s, &rows[(size_t)i * e->n_vocab])) break; /* finished: freed */
         if (i == k || s->tokens[s->n_tokens - 1] != draft[i]) {
-            spec_update(s, e->opt.spec_max_draft, k, accepted);
+            spec_update(s, e->opt.spec_max_draft, k, accepted, e->spec_min_rate);
             mem_rollback(&e->mem, s, accepted);
             /* the last sampled token and the accepted ones are computed; the new sample is not */
             sched_commit_seq(&e->sc, s, accepted + 1);

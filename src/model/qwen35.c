@@ -95,6 +95,14 @@ static pith_matrix *layer_mat(q35_layer *L, int i) {
     return i < (int)(sizeof ms / sizeof *ms) ? ms[i] : NULL;
 }
 
+size_t q35_matrix_bytes(const pith_matrix *w) { return w->data ? (size_t)w->rows * w->row_bytes : 0; }
+
+size_t q35_layer_bytes(const q35_layer *L) {
+    size_t n = 0;
+    for (int i = 0; layer_mat((q35_layer *)L, i); i++) n += q35_matrix_bytes(layer_mat((q35_layer *)L, i));
+    return n;
+}
+
 int q35_pack_layer(q35 *m, q35_layer *L, pith_err *err) {
     for (int i = 0; layer_mat(L, i); i++)
         if (layer_mat(L, i)->data && pith_matrix_pack(&m->cpu, layer_mat(L, i), err)) return -1;

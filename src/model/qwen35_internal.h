@@ -56,6 +56,9 @@ int q35_load_layer(q35 *m, const pith_model_file *f, int l, bool delta, q35_laye
 /* Packs L's matrices for the CPU kernels; frees what L holds. */
 int q35_pack_layer(q35 *m, q35_layer *L, pith_err *err);
 void q35_free_layer(q35_layer *L);
+/* Weight bytes of a matrix (0 when absent) and of a dense layer's matrices. */
+size_t q35_matrix_bytes(const pith_matrix *w);
+size_t q35_layer_bytes(const q35_layer *L);
 
 /* The MTP head (qwen35_mtp.c). The head is one full-attention layer after the decoder's, fed with
  * [enorm(embedding of token p) | hnorm(final hidden state of position p - 1)] through eh_proj: its K/V

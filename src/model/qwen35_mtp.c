@@ -71,6 +71,11 @@ int q35_mtp_load(q35 *m, const pith_model_file *f, pith_err *err) {
         q35_pack_layer(m, &t->layer, err) || pith_matrix_pack(&m->cpu, &t->eh_proj, err))
         return pith_err_prefix(err, "the MTP head");
 #undef NAME
+    /* a draft step reads the head's layer and the vocabulary projection; a decode step every layer */
+    size_t head = q35_layer_bytes(&t->layer) + q35_matrix_bytes(&t->eh_proj) + q35_matrix_bytes(&m->output);
+    size_t decode = q35_matrix_bytes(&m->output);
+    for (int l = 0; l < L; l++) decode += q35_layer_bytes(&m->layers[l]);
+    m->base.mtp_cost = decode ? (float)((double)head / (double)decode) : 1.0f;
     return 0;
 }
 
