@@ -39,6 +39,7 @@
 
 #include "model/arch.h"
 #include "model/granitehybrid.h"
+#include "model/mamba2.h"
 #include "model/moe_arch.h"
 
 static const pith_name_map hf_global[] = {
@@ -208,17 +209,7 @@ static int gh_read_hf(const pith_meta *m, pith_hparams *hp) {
 static int gh_check(const pith_hparams *hp, const char *path, pith_err *err) {
     bool any = false;
     for (int l = 0; l < hp->n_layers; l++) any |= pith_layer_bit(hp->layer_recurrent, l);
-    if (any) {
-        if (hp->conv_kernel < 1 || hp->conv_kernel > PITH_CONV1D_MAX_KERNEL_GH)
-            return pith_errf(err, "%s: Mamba2 convolution width %d is not in 1..%d", path, hp->conv_kernel,
-                             PITH_CONV1D_MAX_KERNEL_GH);
-        const int w[] = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim};
-        for (int i = 0; i < 4; i++)
-            if (w[i] < 1 || w[i] > 1 << 14) return pith_errf(err, "%s: Mamba2 head count or width %d out of range", path, w[i]);
-        if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
-            return pith_errf(err, "%s: %d Mamba2 heads are not a multiple of %d groups", path, hp->ssm_n_v_heads,
-                             hp->ssm_n_k_heads);
-    }
+    if (any && pith_mamba2_check_hparams(hp, path, err)) return -1;
     const float scales[] = {hp->embedding_scale, hp->residual_scale, hp->logit_scale};
     for (int i = 0; i < 3; i++)
         if (!(scales[i] >= 0 && isfinite(scales[i])))
