@@ -137,6 +137,8 @@ typedef struct pith_hparams {
     /* Hybrid models: layers whose token mixer is recurrent (a short convolution, Gated DeltaNet, Mamba)
      * instead of attention, and the width of their causal convolution (LFM2's L_cache); 0: none. */
     uint64_t layer_recurrent[PITH_MAX_LAYERS / 64];
+    /* Nemotron-H: layers that are an MLP alone (no token mixer, so neither attention nor recurrent). */
+    uint64_t layer_mlp[PITH_MAX_LAYERS / 64];
     int conv_kernel;
     /* Gated DeltaNet layers (Qwen3.5): query/key heads, value heads (a multiple of them), head widths. */
     int ssm_n_k_heads, ssm_n_v_heads, ssm_head_k_dim, ssm_head_v_dim;

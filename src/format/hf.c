@@ -23,13 +23,14 @@ static bool mapped_name(const pith_arch *arch, const char *hf, char *out, size_t
             return true;
         }
     }
-    static const char prefix[] = "model.layers.";
-    if (strncmp(hf, prefix, sizeof prefix - 1)) return false;
-    const char *p = hf + sizeof prefix - 1;
+    const char *prefix = arch->hf_layer_prefix ? arch->hf_layer_prefix : "model.layers.";
+    size_t plen = strlen(prefix);
+    if (strncmp(hf, prefix, plen)) return false;
+    const char *p = hf + plen;
     long layer_no = 0;
     int digits = 0;
     for (; *p >= '0' && *p <= '9' && digits < 7; p++, digits++) layer_no = layer_no * 10 + (*p - '0');
-    if (!digits || *p != '.' || (digits > 1 && hf[sizeof prefix - 1] == '0')) return false;
+    if (!digits || *p != '.' || (digits > 1 && hf[plen] == '0')) return false;
     p++;
     for (const pith_name_map *l = arch->hf_layer; l && l->hf; l++) {
         if (!strcmp(p, l->hf)) {

@@ -39,7 +39,7 @@ int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *
     for (int rec = 0, n = 0; rec < 2; rec++) {
         int first = n;
         for (int l = 0; l < L; l++) {
-            if (pith_layer_bit(m->hp.layer_recurrent, l) != (rec == 1)) continue;
+            if (pith_layer_bit(m->hp.layer_mlp, l) || pith_layer_bit(m->hp.layer_recurrent, l) != (rec == 1)) continue;
             layer_group[l] = spec->n_groups;
             layer_index[l] = n - first;
             group_layers[n++] = l;

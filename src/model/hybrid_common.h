@@ -21,7 +21,8 @@ int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int c
 
 /* Declares the model's memory (m->mem): a FULL group of the attention layers (F16 K and V of kv_dim per
  * token) and a RECURRENT group of the layers with hp.layer_recurrent set (state_floats floats of state
- * per layer, in layer order), each left out when no layer is of its kind. Fills the maps (the caller's,
+ * per layer, in layer order), each left out when no layer is of its kind; layers with hp.layer_mlp set
+ * (an MLP alone) are in neither. Fills the maps (the caller's,
  * [n_layers] each): group_layers (the layers of each group, in group order), layer_group and
  * layer_index (a layer's group and its index there). */
 int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *group_layers, int *layer_group,

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
 #include "backend/cpu/recurrent.h"
+#include "model/arch.h"
 #include "model/hybrid_common.h"
 
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d) {
@@ -30,6 +33,34 @@ int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err
     if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
         return pith_errf(err, "%s: %d Mamba2 heads are not a multiple of %d groups", path, hp->ssm_n_v_heads,
                          hp->ssm_n_k_heads);
+    return 0;
+}
+
+int pith_mamba2_read_gguf(const pith_meta *m, pith_hparams *hp) {
+    int inner = 0;
+    if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
+        pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
+        pith_meta_int(m, "ssm.group_count", true, &hp->ssm_n_k_heads) ||
+        pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "ssm.inner_size", true, &inner))
+        return -1;
+    if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
+        return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d heads", m->path, inner, hp->ssm_n_v_heads);
+    hp->ssm_head_v_dim = inner / hp->ssm_n_v_heads;
+    return 0;
+}
+
+int pith_mamba2_finish_hf(pith_model_file *f, const pith_hparams *hp, pith_err *err) {
+    if (pith_model_file_format(f) != PITH_FORMAT_SAFETENSORS) return 0;
+    char name[96];
+    float *v;
+    int64_t n;
+    for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_layer_bit(hp->layer_recurrent, l)) continue;
+        snprintf(name, sizeof name, "blk.%d.ssm_a", l);
+        if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
+        for (int64_t i = 0; v && i < n; i++) v[i] = -expf(v[i]);
+    }
     return 0;
 }
 

@@ -43,6 +43,15 @@ void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims 
 /* Checks conv width, head counts and widths and that G divides H; messages name path. */
 int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err *err);
 
+/* The GGUF keys of a Mamba2 model (llama.cpp's LLM_KV_SSM_*): ssm.conv_kernel, ssm.state_size (d_state),
+ * ssm.group_count (B/C groups), ssm.time_step_rank (heads), ssm.inner_size (heads x head width), into
+ * hp's conv_kernel and ssm_* fields. */
+struct pith_meta;
+int pith_mamba2_read_gguf(const struct pith_meta *m, pith_hparams *hp);
+/* Hugging Face stores A_log; GGUF (and the forward pass) holds ssm_a = -exp(A_log): converts every
+ * recurrent layer's ssm_a of a safetensors file (nothing for GGUF). */
+int pith_mamba2_finish_hf(pith_model_file *f, const pith_hparams *hp, pith_err *err);
+
 typedef struct pith_mamba2_layer {
     pith_matrix ssm_in, ssm_out;
     float *conv_w, *conv_b, *dt_bias, *ssm_a, *ssm_d, *ssm_norm;
