@@ -1,11 +1,14 @@
-/* Loading the hybrid architectures (lfm2, qwen35, granitehybrid) from GGUF and from Hugging Face directories, both
+/* Loading the hybrid architectures (lfm2, qwen35, granitehybrid, nemotron_h) from GGUF and from Hugging Face directories, both
  * written by tools/mkmodel.py from one seed: the hyper-parameters each descriptor reads agree across the
  * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
  * malformed config.json values are refused with a message naming the key; Qwen3.5's multimodal layout
  * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF. Granite 4.0-H:
- * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. */
+ * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts.
+ * Nemotron-H: the layer kinds (hybrid_override_pattern; GGUF's per-layer KV heads and feed-forward widths),
+ * the Mamba2 widths, no RoPE, the same logits from both formats; malformed patterns, flags and per-layer
+ * arrays refused with messages naming what is wrong. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -237,6 +240,92 @@ static void test_granitehybrid(void) {
     if (!rc) pith_model_free(m);
 }
 
+static int last_logits(const char *path, float *out, int n_vocab);
+
+/* test-nemotronh as GGUF with the per-layer array `key` replaced by `json` (mkmodel's writer, patched). */
+static int mk_nemotron_gguf(const char *out, const char *key, const char *json) {
+    char cmd[12000];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,sys; sys.path.insert(0, sys.argv[1] + '/tools'); import mkmodel as M, "
+             "pith_gguf as G; a = G.GGUFWriter.add_array; "
+             "G.GGUFWriter.add_array = lambda w, k, v, t: a(w, k, json.loads(sys.argv[4]) if k == sys.argv[3] else v, t); "
+             "M.write_gguf(M.build_config('test-nemotronh'), sys.argv[2], seed=5)\" '%s' '%s' '%s' '%s' >/dev/null 2>&1",
+             src, out, key, json);
+    return system(cmd);
+}
+
+static void test_nemotronh(void) {
+    char g[4200], h[4200], bad[4200];
+    snprintf(g, sizeof g, "%s/hy-nemotronh.gguf", tmp);
+    snprintf(h, sizeof h, "%s/hy-nemotronh-st", tmp);
+    snprintf(bad, sizeof bad, "%s/hy-nemotronh-bad.gguf", tmp);
+    if (mk("test-nemotronh", g) || mk("test-nemotronh", h)) {
+        CHECKF(0, "mkmodel failed");
+        return;
+    }
+    pith_model_file *a = NULL, *b = NULL;
+    pith_err err;
+    CHECKF(pith_model_file_open(g, &a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(h, &b, &err) == 0, "%s", err.msg);
+    if (a && b) {
+        const pith_hparams *ha = pith_model_file_hparams(a), *hb = pith_model_file_hparams(b);
+        same_hparams(ha, hb, "nemotron_h GGUF vs config.json");
+        /* "M-M*-M-": Mamba2 at 0, 2, 5, attention at 3, MLP at 1, 4, 6; 8 heads of 32, 2 groups of 16 */
+        int rec = 0, mlp = 0, rope = 0;
+        for (int l = 0; l < 7; l++) {
+            rec |= pith_layer_bit(ha->layer_recurrent, l) << l, mlp |= pith_layer_bit(ha->layer_mlp, l) << l;
+            rope |= !pith_layer_bit(ha->layer_no_rope, l) << l;
+            CHECKF(pith_layer_bit(ha->layer_mlp, l) == pith_layer_bit(hb->layer_mlp, l), "nemotron_h: MLP layer %d", l);
+        }
+        CHECKF(rec == 0x25 && mlp == 0x52 && !rope && ha->conv_kernel == 4 && ha->ssm_n_v_heads == 8 &&
+                   ha->ssm_n_k_heads == 2 && ha->ssm_head_k_dim == 16 && ha->ssm_head_v_dim == 32 && ha->ffn_dim == 256 &&
+                   ha->n_kv_heads == 2 && !ha->tied_embeddings && fabsf(ha->norm_eps - 1e-5f) < 1e-9f,
+               "nemotron_h: recurrent %#x mlp %#x rope %#x conv %d heads %d groups %d state %d head %d ffn %d kv %d",
+               rec, mlp, rope, ha->conv_kernel, ha->ssm_n_v_heads, ha->ssm_n_k_heads, ha->ssm_head_k_dim,
+               ha->ssm_head_v_dim, ha->ffn_dim, ha->n_kv_heads);
+        CHECK(vec_equal(a, b, "blk.0.ssm_a", 1e-6) && vec_equal(a, b, "blk.5.ssm_norm.weight", 0));
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    enum { V = 512 };
+    static float lg[V], lh[V];
+    if (!last_logits(g, lg, V) && !last_logits(h, lh, V)) {
+        double diff = 0, lo = lg[0], hi = lg[0];
+        for (int i = 0; i < V; i++) diff = fmax(diff, fabs((double)lg[i] - lh[i])), lo = fmin(lo, lg[i]), hi = fmax(hi, lg[i]);
+        CHECKF(diff <= 1e-4 * (hi - lo), "nemotron_h: GGUF vs safetensors logits differ by %g (range %g)", diff, hi - lo);
+    }
+    /* malformed GGUF per-layer arrays */
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 256, 0, 256, 256, 0, 256]") == 0);
+    refused(bad, "both KV heads and a feed-forward width");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.attention.head_count_kv", "[0, 0, 0, 2]") == 0);
+    refused(bad, "expected one per layer");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 256, 0, 0, 128, 0, 256]") == 0);
+    refused(bad, "differs between layers");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.attention.head_count_kv", "[0, 0, 0, 9, 0, 0, 0]") == 0);
+    refused(bad, "not a count");
+    /* an MLP layer the metadata calls Mamba2: its Mamba2 tensors are missing */
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 0, 0, 0, 256, 0, 256]") == 0);
+    pith_model *m = NULL;
+    pith_err e2 = {0};
+    pith_model_options mo = {.n_threads = 1};
+    int rc = pith_model_load(bad, &mo, &m, &e2);
+    CHECKF(rc != 0 && strstr(e2.msg, "blk.1.ssm_in.weight"), "want a missing blk.1.ssm_in.weight, got rc %d '%s'", rc, e2.msg);
+    if (!rc) pith_model_free(m);
+    /* malformed config.json values */
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-M\"") == 0);
+    refused(h, "one per layer");
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-ME\"") == 0);
+    refused(h, "hybrid_override_pattern");
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-M-\"") == 0 && set_key(h, "mlp_hidden_act", "\"silu\"") == 0);
+    refused(h, "mlp_hidden_act");
+    CHECK(set_key(h, "mlp_hidden_act", "\"relu2\"") == 0 && set_key(h, "use_bias", "true") == 0);
+    refused(h, "use_bias");
+    CHECK(set_key(h, "use_bias", "false") == 0 && set_key(h, "n_groups", "3") == 0);
+    refused(h, "not a multiple of 3 groups");
+    CHECK(set_key(h, "n_groups", "2") == 0 && set_key(h, "conv_kernel", "0") == 0);
+    refused(h, "convolution width 0");
+}
+
 /* Logits of the last of 12 tokens (one prefill) from the model at path, into out[n_vocab]. */
 static int last_logits(const char *path, float *out, int n_vocab) {
     pith_model_options mo = {.n_threads = 2};
@@ -311,6 +400,7 @@ int main(void) {
     test_lfm2();
     test_qwen35();
     test_granitehybrid();
+    test_nemotronh();
     cross_format("test-qwen35");
     cross_format("test-qwen35moe");
     return check_summary("test_hybrid_formats");
