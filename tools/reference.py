@@ -649,20 +649,7 @@ class Model:
         self.n_experts = int(c.get("num_local_experts", 8))
         self.n_experts_used = int(c.get("num_experts_per_tok", 2))
         self.a_is_log, self.norm_per_group = True, False   # GraniteMoeHybridRMSNormGated: one norm over d_inner
-        where = {}
-        index = os.path.join(d, "model.safetensors.index.json")
-        files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
-        for fn in files:
-            st = SafetensorsFile(os.path.join(d, fn))
-            for name in st.header:
-                canon = hf_to_canonical(name, "granite")
-                if canon:
-                    where[canon] = (st, name)
-        if c.get("tie_word_embeddings", False):
-            where.pop("output.weight", None)
-        self.names = set(where)
-        self._fetch = lambda canon: where[canon][0].tensor(where[canon][1])
-        self.n_vocab = c["vocab_size"]
+        self._hf_bind(d, c, "granite")
 
     # Nemotron-H (configuration_nemotron_h.py, modeling_nemotron_h.py; GGUF: llama.cpp's
     # src/models/nemotron-h.cpp and convert_hf_to_gguf.py NemotronHModel, which stores -exp(A_log) as ssm_a
@@ -702,13 +689,18 @@ class Model:
         self.d_state, self.n_groups = int(c.get("ssm_state_size", 128)), int(c.get("n_groups", 8))
         self.m_heads, self.m_head_dim = int(c.get("mamba_num_heads", 128)), int(c.get("mamba_head_dim", 64))
         self.a_is_log, self.norm_per_group = True, True
+        self._hf_bind(d, c, "nemotron")
+
+    def _hf_bind(self, d, c, family):
+        """Canonical names -> the tensors of d's safetensors files (one, or those of the sharded index), by
+        hf_to_canonical(family); output.weight dropped when config.json ties the embeddings."""
         where = {}
         index = os.path.join(d, "model.safetensors.index.json")
         files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
         for fn in files:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
-                canon = hf_to_canonical(name, "nemotron")
+                canon = hf_to_canonical(name, family)
                 if canon:
                     where[canon] = (st, name)
         if c.get("tie_word_embeddings", False):

@@ -221,16 +221,6 @@ static const pith_model_ops gh_ops = {
     .copy_blocks = gh_copy_blocks, .forward = gh_forward, .destroy = gh_destroy,
 };
 
-static int declare_memory(gh *m, pith_err *err) {
-    int L = m->base.hp.n_layers;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
-    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    return pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, m->group_layers,
-                                  m->layer_group, m->layer_index, err);
-}
-
 int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
@@ -271,16 +261,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     if (!rc && m->has_moe) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
-    if (!rc) {
-        m->embd = pith_model_file_tensor(file, "token_embd.weight");
-        pith_matrix em;
-        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
-        m->embd_row_bytes = em.row_bytes;
-    }
-    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
-    if (!rc)
-        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
-                      hp->n_vocab, hp->dim, &m->output, err);
+    if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = load_layer(m, file, l, err);
@@ -298,7 +279,8 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     int half = hp->head_dim / 2;
     if (!rc && !(m->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *m->inv_freq))) rc = pith_errf(err, "out of memory");
     for (int i = 0; !rc && i < half; i++) m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if (!rc) rc = declare_memory(m, err);
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, &m->group_layers,
+                                            &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));
         gh_destroy(&m->base);
