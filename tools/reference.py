@@ -609,10 +609,7 @@ class Model:
         self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
         self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
-        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
-        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
-        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
-        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
+        self._gguf_mamba2(md, a)
         self.g_emb = float(md.get(f"{a}.embedding_scale", 0.0)) or 1.0
         self.g_res = float(md.get(f"{a}.residual_scale", 0.0)) or 1.0
         self.g_att = float(md.get(f"{a}.attention.scale", 0.0)) or 1.0 / math.sqrt(self.head_dim)
@@ -620,10 +617,7 @@ class Model:
         self.g_rope = bool(md.get(f"{a}.rope.scaling.finetuned", False))
         self.n_experts = int(md.get(f"{a}.expert_count", 0))
         self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
-        self.a_is_log, self.norm_per_group = False, True   # llama.cpp: RMS norm per group of d_inner / n_group
-        self.names = set(r.tensors)
-        self.n_vocab = r.tensors["token_embd.weight"][0][0]
-        self._fetch = r.tensor
+        self._gguf_bind(r)
 
     def _hf_granite(self, d, c):
         self.family, self.rope_divisors, self.position_scale = "granite", None, 1.0
@@ -667,14 +661,8 @@ class Model:
         self.n_kv_heads = max(kv) or self.n_heads
         self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
-        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
-        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
-        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
-        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
-        self.a_is_log, self.norm_per_group = False, True
-        self.names = set(r.tensors)
-        self.n_vocab = r.tensors["token_embd.weight"][0][0]
-        self._fetch = r.tensor
+        self._gguf_mamba2(md, a)
+        self._gguf_bind(r)
 
     def _hf_nemotron(self, d, c):
         self.family = "nemotron"
@@ -690,6 +678,20 @@ class Model:
         self.m_heads, self.m_head_dim = int(c.get("mamba_num_heads", 128)), int(c.get("mamba_head_dim", 64))
         self.a_is_log, self.norm_per_group = True, True
         self._hf_bind(d, c, "nemotron")
+
+    def _gguf_mamba2(self, md, a):
+        """A Mamba2 model's GGUF keys (llama.cpp's ssm.*: time_step_rank is the head count); llama.cpp stores
+        ssm_a as -exp(A_log) and normalises the gated output per group of d_inner / n_group."""
+        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
+        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
+        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
+        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
+        self.a_is_log, self.norm_per_group = False, True
+
+    def _gguf_bind(self, r):
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
 
     def _hf_bind(self, d, c, family):
         """Canonical names -> the tensors of d's safetensors files (one, or those of the sharded index), by
