@@ -258,6 +258,7 @@ static void test_nemotronh(void) {
     char g[4200], h[4200], bad[4200];
     snprintf(bad, sizeof bad, "%s/hy-nemotronh-bad.gguf", tmp);
     pith_model_file *a, *b;
+    pith_err err;
     open_pair("test-nemotronh", "hy-nemotronh", g, h, &a, &b);
     if (!a || !b) {
         pith_model_file_close(a);
@@ -319,7 +320,13 @@ static void test_nemotronh(void) {
     refused(h, "mlp_hidden_act");
     CHECK(set_key(h, "mlp_hidden_act", "\"relu2\"") == 0 && set_key(h, "use_bias", "true") == 0);
     refused(h, "use_bias");
-    CHECK(set_key(h, "use_bias", "false") == 0 && set_key(h, "n_groups", "3") == 0);
+    /* Python's json writes transformers' default (0, inf) as [0.0, Infinity]: read; a real clamp refused */
+    CHECK(set_key(h, "use_bias", "false") == 0 && set_key(h, "time_step_limit", "[0.0, Infinity]") == 0);
+    CHECKF(pith_model_file_open(h, &a, &err) == 0, "time_step_limit [0, Infinity]: %s", err.msg);
+    pith_model_file_close(a);
+    CHECK(set_key(h, "time_step_limit", "[0.0, 0.1]") == 0);
+    refused(h, "time_step_limit");
+    CHECK(set_key(h, "time_step_limit", "null") == 0 && set_key(h, "n_groups", "3") == 0);
     refused(h, "not a multiple of 3 groups");
     CHECK(set_key(h, "n_groups", "2") == 0 && set_key(h, "conv_kernel", "0") == 0);
     refused(h, "convolution width 0");

@@ -19,11 +19,14 @@
  * 'E', the mixture of experts of later models, is refused), "mamba_num_heads", "mamba_head_dim",
  * "ssm_state_size", "n_groups", "conv_kernel", "layer_norm_epsilon" (its RMSNorm epsilon, default 1e-5),
  * "intermediate_size" (the MLP's width); "use_conv_bias" false, "use_bias", "mlp_bias" or
- * "attention_bias" true, and activations other than "relu2" / "silu" are refused. Tensors live under
+ * "attention_bias" true, activations other than "relu2" / "silu" and a "time_step_limit" that clamps
+ * (anything but [0, inf], which config.json spells [0.0, Infinity]) are refused. Tensors live under
  * "backbone.": embeddings, layers.N.norm, layers.N.mixer.{in_proj, conv1d, dt_bias, A_log, D, norm,
  * out_proj, q_proj, k_proj, v_proj, o_proj, up_proj, down_proj}, norm_f; lm_head beside it. */
 #include <stdio.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "model/arch.h"
 #include "model/mamba2.h"
@@ -156,6 +159,20 @@ static int refuse_act(const pith_meta *m, const char *key, const char *want) {
                                        : 0;
 }
 
+/* "time_step_limit" [lo, hi] clamps dt after its softplus; the default (0, inf) clamps nothing, and that is
+ * all the SSD kernel does (recurrent.h). */
+static int refuse_dt_clamp(const pith_meta *m) {
+    const cJSON *lim = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, "time_step_limit");
+    if (!lim || cJSON_IsNull(lim)) return 0;
+    const cJSON *lo = cJSON_GetArrayItem(lim, 0), *hi = cJSON_GetArrayItem(lim, 1);
+    if (!cJSON_IsArray(lim) || cJSON_GetArraySize(lim) != 2 || !cJSON_IsNumber(lo) || !cJSON_IsNumber(hi))
+        return pith_errf(m->err, "%s: \"time_step_limit\" is not a pair of numbers", m->path);
+    if (lo->valuedouble > 0 || hi->valuedouble < 1e30)
+        return pith_errf(m->err, "%s: \"time_step_limit\" [%g, %g] clamps the time step: not supported (only [0, inf])",
+                         m->path, lo->valuedouble, hi->valuedouble);
+    return 0;
+}
+
 static int nh_read_hf(const pith_meta *m, pith_hparams *hp) {
     char pattern[PITH_MAX_LAYERS + 2] = "";
     hp->conv_kernel = 4, hp->ssm_head_k_dim = 128, hp->ssm_n_k_heads = 8, hp->ssm_n_v_heads = 128;
@@ -168,7 +185,7 @@ static int nh_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_float(m, "layer_norm_epsilon", false, &hp->norm_eps) || refuse_flag(m, "use_conv_bias", true) ||
         refuse_flag(m, "use_bias", false) || refuse_flag(m, "mlp_bias", false) ||
         refuse_flag(m, "attention_bias", false) || refuse_act(m, "mlp_hidden_act", "relu2") ||
-        refuse_act(m, "mamba_hidden_act", "silu") || pith_meta_str(m, "hybrid_override_pattern", pattern, sizeof pattern))
+        refuse_act(m, "mamba_hidden_act", "silu") || refuse_dt_clamp(m) || pith_meta_str(m, "hybrid_override_pattern", pattern, sizeof pattern))
         return -1;
     if ((int)strlen(pattern) != hp->n_layers)
         return pith_errf(m->err, "%s: \"hybrid_override_pattern\" has %zu characters, expected one per layer (%d)",
