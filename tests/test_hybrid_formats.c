@@ -273,6 +273,8 @@ static void test_nemotronh(void) {
         for (int l = 0; l < 7; l++) {
             rec |= pith_layer_bit(ha->layer_recurrent, l) << l, mlp |= pith_layer_bit(ha->layer_mlp, l) << l;
             rope |= !pith_layer_bit(ha->layer_no_rope, l) << l;
+            /* per bit as well (the loop shape GCC 12.2 miscompiled with the old pith_layer_bit) */
+            CHECKF(pith_layer_bit(ha->layer_mlp, l) == pith_layer_bit(hb->layer_mlp, l), "nemotron_h: MLP layer %d", l);
         }
         CHECKF(!memcmp(ha->layer_mlp, hb->layer_mlp, sizeof ha->layer_mlp) &&
                    !memcmp(ha->layer_no_rope, hb->layer_no_rope, sizeof ha->layer_no_rope),
