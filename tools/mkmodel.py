@@ -212,7 +212,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
-                shared_ffn=0, pattern=None)
+                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -375,6 +375,10 @@ class Config:
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
 
+        if self.mtp and (self.arch != "qwen35" or self.mtp != 1):
+            raise ValueError("an MTP head is qwen35's, of one layer")
+        if self.mtp_copy and not self.mtp:
+            raise ValueError("--mtp-copy needs --mtp")
         if self.shared_ffn and self.arch != "qwen35moe":
             raise ValueError("a shared expert is qwen35moe's")
         if self.arch in ("qwen35", "qwen35moe"):
@@ -893,7 +897,38 @@ def qwen35_tensor_specs(cfg):
     specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "znorm"))
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    if cfg.mtp:
+        specs += qwen35_mtp_specs(cfg, q_dim, kv_dim)
     return specs
+
+
+def qwen35_mtp_specs(cfg, q_dim, kv_dim):
+    """The multi-token-prediction head as Qwen3.5 checkpoints carry it (mtp.fc, mtp.pre_fc_norm_embedding,
+    mtp.pre_fc_norm_hidden, mtp.norm, mtp.layers.0.*: one gated full-attention layer) and as llama.cpp's
+    converter numbers it: block n_layers, its own tensors as nextn.*."""
+    b, h = f"blk.{cfg.layers}.", "mtp.layers.0."
+    # --mtp-copy: a head whose output is its hidden input, rescaled (eh_proj [0 | I], unit norms, no
+    # attention or FFN contribution), so it drafts the token just sampled again and again: a draft that
+    # a model repeating itself accepts (tests of accepted MTP drafts).
+    copy = cfg.mtp_copy
+    zero, znorm = ("zero", "znorm_zero") if copy else ("matrix", "znorm")
+    return [
+        (b + "nextn.eh_proj.weight", "mtp.fc.weight", (cfg.dim, 2 * cfg.dim), "copy_hidden" if copy else "matrix"),
+        (b + "nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight", (cfg.dim,), "znorm"),
+        (b + "nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight", (cfg.dim,), znorm),
+        (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "znorm"),
+        (b + "attn_q.weight", h + "self_attn.q_proj.weight", (2 * q_dim, cfg.dim), "matrix"),
+        (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+        (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+        (b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (cfg.head_dim,), "znorm"),
+        (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "znorm"),
+        (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), zero),
+        (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "znorm"),
+        (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+        (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+        (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), zero),
+        (b + "nextn.shared_head_norm.weight", "mtp.norm.weight", (cfg.dim,), znorm),
+    ]
 
 
 def qwen35_gguf_tensor(cfg, name, x):
@@ -972,7 +1007,7 @@ def qwen35_text_config(cfg, dtype):
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.theta,
                             "partial_rotary_factor": cfg.partial_rotary, "mrope_section": list(cfg.mrope_section),
                             "mrope_interleaved": True},
-        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+        "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "mtp_num_hidden_layers": cfg.mtp,
     }
 
 
@@ -1268,6 +1303,11 @@ def random_chunks(seed, name, shape, kind):
             x = np.float32(1) + np.float32(0.1) * x
         elif kind in ("bias", "gemma_norm", "znorm"):
             x *= np.float32(0.1)
+        elif kind in ("zero", "znorm_zero"):
+            x[:] = 0
+        elif kind == "copy_hidden":   # [0 | I]: the second half of the input (--mtp-copy)
+            x[:] = 0
+            x[np.arange(n), shape[0] + r0 + np.arange(n)] = 1
         elif kind == "alog":
             # A = exp(A_log) around 0.14: decays of a few per cent per token, so the state remembers
             x = np.float32(-2) + np.float32(0.5) * x
@@ -1379,8 +1419,8 @@ def random_quant_blocks(seed, name, shape, ttype, rows_per_chunk=1024, scale=1.0
 
 
 def damping(damp, name):
-    """The factor --damp FROM:S gives a tensor: S for the attention output and FFN down projections of
-    layers FROM and later (their contributions to the residual stream), 1 elsewhere. Every tensor's
+    """The factor --damp FROM:S gives a tensor: S for the attention (or recurrent mixer) output and FFN
+    down projections of layers FROM and later (their contributions to the residual stream), 1 elsewhere. Every tensor's
     random values depend only on the seed and its name, so a model with --layers FROM and the same seed
     and shape is this one's first FROM layers, embeddings and output exactly: with S small the deep
     layers only nudge the logits, and the small model predicts the big one's tokens at a rate S sets (a
@@ -1389,7 +1429,8 @@ def damping(damp, name):
         return 1.0
     start, factor = damp
     layer = int(name.split(".")[1])
-    return factor if layer >= start and name.endswith(("attn_output.weight", "ffn_down.weight")) else 1.0
+    outputs = ("attn_output.weight", "ffn_down.weight", "ssm_out.weight", "shortconv.out_proj.weight")
+    return factor if layer >= start and name.endswith(outputs) else 1.0
 
 
 def scaled(data, factor):
@@ -1422,7 +1463,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32("general.file_type", FILE_TYPE[dtype])
     w.add_u32(f"{a}.context_length", cfg.ctx)
     w.add_u32(f"{a}.embedding_length", cfg.dim)
-    w.add_u32(f"{a}.block_count", cfg.layers)
+    w.add_u32(f"{a}.block_count", cfg.layers + cfg.mtp)   # llama.cpp counts the MTP layers
+    if cfg.mtp:
+        w.add_u32(f"{a}.nextn_predict_layers", cfg.mtp)
     if a not in ("qwen35moe", "nemotron_h"):  # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
@@ -1524,11 +1567,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
                     (random_tensor(seed, n, s, k)[None] for n in names))
             w.add_tensor(gname, shape, ttype if len(shape) == 3 else "F32", data)
             continue
-        if random_blocks and ttype == "Q8_0" and len(shape) == 2:
+        if random_blocks and ttype == "Q8_0" and len(shape) == 2 and kind not in ("copy_hidden", "zero"):
             data = (lambda n=gname, s=shape: random_q8_0_blocks(seed, n, s, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
-        if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2:
+        if random_blocks and ttype in RANDOM_QUANT_TYPES and len(shape) == 2 and kind not in ("copy_hidden", "zero"):
             data = (lambda n=gname, s=shape, t=ttype: random_quant_blocks(seed, n, s, t, scale=damping(damp, n)))
             w.add_tensor(gname, shape, ttype, data)
             continue
@@ -1542,10 +1585,10 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
-        elif a in ("qwen35", "qwen35moe") and (kind in ("znorm", "alog") or "attn_qkv" in gname or "ssm_" in gname or
+        elif a in ("qwen35", "qwen35moe") and (kind in ("znorm", "znorm_zero", "alog") or "attn_qkv" in gname or "ssm_" in gname or
                                 "attn_gate" in gname):
             data = (lambda n=gname, s=shape, k=kind: qwen35_gguf_tensor(
-                cfg, n, random_tensor(seed, n, s, k) + (np.float32(1) if k == "znorm" else np.float32(0))))
+                cfg, n, random_tensor(seed, n, s, k) + (np.float32(1) if k.startswith("znorm") else np.float32(0))))
         elif kind == "gemma_norm":
             # convert_hf_to_gguf.py (Gemma3Model.norm_shift): GGUF stores the norm as w + 1.
             data = (lambda n=gname, s=shape, k=kind: (c + np.float32(1) for c in random_chunks(seed, n, s, k)))
@@ -1772,6 +1815,10 @@ def main(argv=None):
     ap.add_argument("--experts", type=int, help="mixture of experts: experts per layer (qwen3moe; llama with "
                     "--hf-type mixtral)")
     ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
+    ap.add_argument("--mtp", type=int, help="qwen35: write a multi-token-prediction head of this many layers (1)")
+    ap.add_argument("--mtp-copy", action="store_true", default=None,
+                    help="with --mtp: a head that drafts the last sampled token again (accepted where the model "
+                         "repeats itself; tests)")
     ap.add_argument("--expert-ffn", type=int, help="each expert's hidden width (qwen3moe; Mixtral's is --ffn)")
     ap.add_argument("--dtype", default="F32", help="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K IQ4_NL IQ4_XS Q4_K_M Q5_K_M "
                     "(llama.cpp-like mixes), MXFP4 (experts MXFP4, other matrices Q8_0); safetensors: F32 F16 BF16")
@@ -1817,7 +1864,8 @@ def main(argv=None):
                            swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
                            query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
                            no_rope_interval=args.no_rope_interval, experts=args.experts,
-                           experts_used=args.experts_used, expert_ffn=args.expert_ffn)
+                           experts_used=args.experts_used, expert_ffn=args.expert_ffn, mtp=args.mtp,
+                           mtp_copy=args.mtp_copy)
         fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
         if fmt == "gguf":
             write_gguf(cfg, args.out, args.dtype, args.seed, name=args.preset or "random",

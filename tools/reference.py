@@ -537,7 +537,9 @@ class Model:
         self.norm_topk = bool(md.get(f"{a}.expert_weights_norm", True))
         self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
         self.dim = int(md[f"{a}.embedding_length"])
-        self.n_layers = int(md[f"{a}.block_count"])
+        # block_count counts the MTP layers (llama.cpp's converter numbers them after the decoder's)
+        self.n_mtp = int(md.get(f"{a}.nextn_predict_layers", 0))
+        self.n_layers = int(md[f"{a}.block_count"]) - self.n_mtp
         self.n_heads = int(md[f"{a}.attention.head_count"])
         self.n_kv_heads = int(md.get(f"{a}.attention.head_count_kv", self.n_heads))
         self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
@@ -555,6 +557,13 @@ class Model:
         self.names = set(r.tensors)
         self.n_vocab = r.tensors["token_embd.weight"][0][0]
         self._fetch = r.tensor
+        # The MTP head's Hugging Face names (what qwen35_mtp_logits asks for) as GGUF names.
+        L = self.n_layers
+        self.mtp_names = {"mtp.fc.weight": f"blk.{L}.nextn.eh_proj.weight",
+                          "mtp.pre_fc_norm_embedding.weight": f"blk.{L}.nextn.enorm.weight",
+                          "mtp.pre_fc_norm_hidden.weight": f"blk.{L}.nextn.hnorm.weight",
+                          "mtp.norm.weight": f"blk.{L}.nextn.shared_head_norm.weight"}
+        self.mtp_names.update({"mtp.layers.0." + k: f"blk.{L}.{v}" for k, v in HF_LAYER_QWEN35.items()})
 
     def _hf_qwen35(self, d, c):
         self.family, self.rope_style, self.rope_divisors, self.position_scale = "qwen35", "half", None, 1.0
@@ -575,6 +584,7 @@ class Model:
         self.layer_types = c.get("layer_types") or ["linear_attention" if (i + 1) % interval else "full_attention"
                                                      for i in range(self.n_layers)]
         self.qk_tiled, self.norm_offset, self.a_is_log = False, 1.0, True     # Qwen3NextRMSNorm: x * (1 + w)
+        self.n_mtp, self.mtp_names = int(c.get("mtp_num_hidden_layers", 0)), {}
         where = {}
         index = os.path.join(d, "model.safetensors.index.json")
         files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
@@ -582,7 +592,7 @@ class Model:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
                 flat = "model." + name[len("model.language_model."):] if name.startswith("model.language_model.") else name
-                canon = hf_to_canonical(flat, "qwen35")
+                canon = hf_to_canonical(flat, "qwen35") or (name if name.startswith("mtp.") else None)
                 if canon:
                     where[canon] = (st, name)
         if c.get("tie_word_embeddings", False):
@@ -883,7 +893,7 @@ def qwen35_delta_rule(q, k, v, g, beta, dk):
     return out
 
 
-def qwen35_forward(m, tokens, aq, kv_f16):
+def qwen35_forward(m, tokens, aq, kv_f16, hidden=False):
     """Qwen3.5 text (modeling_qwen3_5.py): Qwen3NextRMSNorm (x * (1 + w)) before each mixer and before the
     MLP; Gated DeltaNet layers: in_proj_qkv through a causal depthwise conv1d (kernel K, no bias, SiLU;
     written here as the per-token window of its last K inputs), beta = sigmoid(in_proj_b x),
@@ -954,7 +964,53 @@ def qwen35_forward(m, tokens, aq, kv_f16):
         x = x + aq(f) @ m.w(p + "ffn_down.weight").T
     x = norm(x, "output_norm.weight")
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
-    return aq(x) @ out.T
+    return (aq(x) @ out.T, x) if hidden else aq(x) @ out.T
+
+
+def qwen35_mtp_logits(m, tokens, steps):
+    """The MTP head's logits for `steps` greedy drafts after tokens x_0..x_n, transcribed from vLLM's
+    qwen3_next_mtp.py (Qwen3NextMultiTokenPredictor) and its EAGLE-style proposer: the decoder's
+    final-normed hidden states h_0..h_{n-1} of x_0..x_{n-1}; the head's input at position i is
+    fc([pre_fc_norm_embedding(embed(x_{i+1})) | pre_fc_norm_hidden(h_i)]) for i < n, one gated
+    full-attention decoder layer (causal over the head's own positions 0..i, RoPE at i), mtp.norm,
+    and the decoder's vocabulary projection. Draft j + 1 continues at position n - 1 + j + 1 with the
+    drafted token and the head's own normed output in place of h. Returns [steps, n_vocab]."""
+    n = len(tokens) - 1
+    _, h = qwen35_forward(m, tokens[:n], lambda t: t, False, hidden=True)
+    H, KV, hd = m.n_heads, m.n_kv_heads, m.head_dim
+    w = (lambda name: m.w(m.mtp_names.get(name, name)))
+    norm = (lambda t, name: rms_norm(t, w(name) + m.norm_offset, m.eps))
+    emb = m.w("token_embd.weight")
+    out = m.w("output.weight") if m.has("output.weight") else emb
+    p = "mtp.layers.0."
+    toks, hid = list(tokens[1:]), [h[i] for i in range(n)]       # pairs (x_{i+1}, h_i), i < n
+    rows = []
+    for _ in range(steps):
+        T = len(toks)
+        e = norm(emb[torch.tensor(toks)], "mtp.pre_fc_norm_embedding.weight")
+        g = norm(torch.stack(hid), "mtp.pre_fc_norm_hidden.weight")
+        u = torch.cat([e, g], dim=-1) @ w("mtp.fc.weight").T
+        x = norm(u, p + "input_layernorm.weight")
+        pos = torch.arange(T)
+        r = m.rope_dim
+        rot = (lambda t: torch.cat([rope(t[..., :r], pos, m.theta, "half", None), t[..., r:]], dim=-1))
+        qg = (x @ w(p + "self_attn.q_proj.weight").T).view(T, H, 2 * hd)
+        q, gate = qg[..., :hd], qg[..., hd:]
+        k = (x @ w(p + "self_attn.k_proj.weight").T).view(T, KV, hd)
+        v = (x @ w(p + "self_attn.v_proj.weight").T).view(T, KV, hd)
+        q, k = rot(norm(q, p + "self_attn.q_norm.weight")), rot(norm(k, p + "self_attn.k_norm.weight"))
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        o = attention(q, k, v, causal_mask(T), math.sqrt(hd)) * torch.sigmoid(gate)
+        u = u + o.reshape(T, H * hd) @ w(p + "self_attn.o_proj.weight").T
+        f = norm(u, p + "post_attention_layernorm.weight")
+        f = torch.nn.functional.silu(f @ w(p + "mlp.gate_proj.weight").T) * (f @ w(p + "mlp.up_proj.weight").T)
+        u = u + f @ w(p + "mlp.down_proj.weight").T
+        last = norm(u[-1], "mtp.norm.weight")
+        row = last @ out.T
+        rows.append(row)
+        toks.append(int(torch.argmax(row)))
+        hid.append(last)
+    return torch.stack(rows)
 
 
 def gptoss_moe_ffn(m, layer, h, aq):

@@ -33,6 +33,7 @@ typedef struct pith_assets_options {
     const char *tokenizer_path;      /* NULL: the model's own */
     const char *chat_template_path;  /* NULL: the model's own */
     int n_threads;                   /* for the model; 0: all online CPUs */
+    bool mtp;                        /* load the model's MTP head too (pith_model_options.mtp) */
     /* Notices worth a log line (the model has no usable chat template, ...); may be NULL. */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;

@@ -48,6 +48,8 @@ typedef enum pith_spec_type {
     PITH_SPEC_CUSTOM,        /* options.spec_draft (tests, other sources) */
     PITH_SPEC_DRAFT,         /* a draft model of the target's vocabulary proposes greedily (options
                                 draft_model or draft_model_path; src/core/spec_model.h) */
+    PITH_SPEC_MTP,           /* the target's own multi-token-prediction head proposes greedily (a model
+                                loaded with pith_model_options.mtp: model.h, mtp_draft) */
 } pith_spec_type;
 
 /* Element type of the K/V cache (kv.h). Q8_0 holds blocks of 32 along the head dimension (half the

@@ -49,6 +49,14 @@ typedef struct pith_model_ops {
     /* Fill logits ([pith_batch_n_logits(b)] x n_vocab, row-major) for the batch, and b->hidden when
      * b->want_hidden is set (batch.h; only called so when has_hidden is set). */
     int (*forward)(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
+    /* Optional (has_mtp): greedy drafts from the model's multi-token-prediction head, for speculative
+     * decoding. The batch holds one token per sequence (seq[t] == t): its last sampled token, at
+     * position p == the positions it has computed (p >= 1), with the block tables and state slots of
+     * every group as forward would see them (no slots: nothing is written to the groups' memory, the
+     * head keeps its draft positions' K/V to itself). Writes n_steps draft tokens per sequence to
+     * draft[s * n_steps + i] (1 <= n_steps <= 16), each the argmax of the head's logits after the one
+     * before; logits, when not NULL, gets those rows ([n_seqs * n_steps] x n_vocab, tests). */
+    int (*mtp_draft)(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft, float *logits, pith_err *err);
     void (*destroy)(pith_model *m); /* frees memory still allocated too */
 } pith_model_ops;
 
@@ -61,6 +69,11 @@ struct pith_model {
     bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
     bool state_checkpoints; /* forward honours RECURRENT checkpoints (batch.h): speculative decoding
                                can roll its state back */
+    bool has_mtp;           /* loaded with its MTP head (pith_model_options.mtp): mtp_draft works. Its
+                               memory then covers the head too: its layers, numbered from hp.n_layers
+                               on, may appear in the memory spec's groups, and every forward keeps
+                               what the head needs of each position (the head's K/V, the last hidden
+                               state in a RECURRENT group's slot) */
     char experts[160];      /* mixture of experts: how the experts are held, one line ("repacked (auto:
                                ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
 };
@@ -72,6 +85,9 @@ typedef struct pith_model_options {
      * library prints. */
     void (*progress)(void *user, double done);
     void *progress_user;
+    /* Load the file's multi-token-prediction head too (hp.n_mtp_layers; speculative decoding with
+     * PITH_SPEC_MTP): an error when the file has none or the architecture cannot run it. */
+    bool mtp;
 } pith_model_options;
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err);
@@ -84,6 +100,10 @@ void pith_model_mem_free(pith_model *m);
 int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
 /* Refuses a batch with want_hidden for a model without has_hidden, or without a hidden buffer. */
 int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
+/* Refuses a model without has_mtp, or n_steps out of 1..16. */
+int pith_model_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft, float *logits, pith_err *err);
+/* Layers a memory spec may name: hp.n_layers, plus hp.n_mtp_layers when has_mtp. */
+int pith_model_mem_layers(const pith_model *m);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,12 @@ typedef struct pith_hparams {
     char arch[32];      /* the descriptor's name, as GGUF's general.architecture: "llama", "gemma3", ... */
     int n_vocab;
     int dim;            /* embedding width */
-    int n_layers;
+    int n_layers;       /* the decoder's layers, not counting n_mtp_layers */
+    /* Multi-token-prediction (MTP / "nextn") layers the file carries after the decoder's (GGUF:
+     * {arch}.nextn_predict_layers, counted in block_count, as blk.{n_layers + i}.*; Hugging Face:
+     * "mtp_num_hidden_layers", tensors "mtp.*"); 0: none. A model loaded with pith_model_options.mtp
+     * runs them as a draft source for speculative decoding (model.h: mtp_draft). */
+    int n_mtp_layers;
     int n_heads;
     int n_kv_heads;
     int head_dim;       /* usually dim / n_heads; qwen3 may differ */

@@ -65,6 +65,10 @@ typedef struct spec_ctx {
     const char *isa;
 } spec_ctx;
 
+static const char *spec_name(pith_spec_type t) {
+    return t == PITH_SPEC_DRAFT ? "draft model" : t == PITH_SPEC_MTP ? "the model's MTP head" : "ngram (prompt lookup)";
+}
+
 static void print_header(const spec_ctx *c, int threads, double bw0, double bw1) {
     const bench_spec_opts *o = c->o;
     printf("model: %s (%s)\n", o->model, c->hp.arch);
@@ -76,7 +80,7 @@ static void print_header(const spec_ctx *c, int threads, double bw0, double bw1)
                c->dhp.arch, c->dhp.dim, c->dhp.n_layers, c->dhp.n_heads, c->dhp.ffn_dim, c->dw.format,
                (double)c->dw.size_bytes / (1 << 20));
     printf("speculation: %s, up to %d draft tokens; batch 1, greedy, %d generated tokens per prompt, EOS ignored, "
-           "%d repetition%s each way, alternating\n", o->spec_type == PITH_SPEC_DRAFT ? "draft model" : "ngram (prompt lookup)",
+           "%d repetition%s each way, alternating\n", spec_name(o->spec_type),
            o->spec_max_draft ? o->spec_max_draft : 8, o->n_gen, o->reps, o->reps == 1 ? "" : "s");
     printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB: %.1f GB/s before, %.1f after; "
            "ratio = weight bytes x t/s / bandwidth (speculation can pass 1)\n", c->isa, BW_PASSES, c->probe_mib,
@@ -112,7 +116,7 @@ static int print_json(const spec_ctx *c, const char *test, int index, int thread
     cJSON_AddNumberToObject(j, "dim", c->hp.dim);
     cJSON_AddNumberToObject(j, "n_layers", c->hp.n_layers);
     cJSON_AddNumberToObject(j, "n_vocab", c->hp.n_vocab);
-    cJSON_AddStringToObject(j, "spec_type", o->spec_type == PITH_SPEC_DRAFT ? "draft" : "ngram");
+    cJSON_AddStringToObject(j, "spec_type", o->spec_type == PITH_SPEC_DRAFT ? "draft" : o->spec_type == PITH_SPEC_MTP ? "mtp" : "ngram");
     if (o->spec_type == PITH_SPEC_DRAFT) {
         cJSON_AddStringToObject(j, "draft_model", o->draft_model);
         cJSON_AddStringToObject(j, "draft_arch", c->dhp.arch);
@@ -253,8 +257,8 @@ static int bench_threads(spec_ctx *c, int threads, pith_err *err) {
     fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
     cli_progress bar;
     cli_progress_start(&bar, "loading model");
-    pith_assets_options ao = {.model_path = o->model, .n_threads = threads, .progress = cli_progress_update,
-                              .progress_user = &bar};
+    pith_assets_options ao = {.model_path = o->model, .n_threads = threads, .mtp = o->spec_type == PITH_SPEC_MTP,
+                              .progress = cli_progress_update, .progress_user = &bar};
     int load_rc = pith_assets_load(&ao, &a, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;

@@ -45,7 +45,7 @@ typedef struct bench_opts {
 static void bench_usage(FILE *out) {
     fprintf(out,
             "usage: pith bench [-m MODEL] [options]\n"
-            "       pith bench [-m MODEL] --spec-type ngram|draft [-md DRAFT] -f PROMPTS [options]\n"
+            "       pith bench [-m MODEL] --spec-type ngram|draft|mtp [-md DRAFT] -f PROMPTS [options]\n"
             "\n"
             "Measures, through the engine that `pith run` and `pith serve` use, prompt processing (pp: one\n"
             "request of -p random prompt tokens, computed in steps of up to -b tokens) and text generation\n"
@@ -82,7 +82,7 @@ static void bench_usage(FILE *out) {
             "tokens are identical, and prints decode tokens/s both ways, the speed-up, drafted and accepted\n"
             "tokens, the acceptance and the target's forward passes per generated token, per prompt and in\n"
             "total, with the bandwidth probe before and after:\n"
-            "      --spec-type ngram|draft  prompt lookup, or a draft model (-md)\n"
+            "      --spec-type ngram|draft|mtp  prompt lookup, a draft model (-md), or the MTP head\n"
             "  -md, --draft-model PATH   the draft model (same vocabulary as -m; implies --spec-type draft)\n"
             "  -f, --file PATH         the prompts, one per line\n"
             "      --spec-max-draft N  tokens per draft (default 8, at most 16)\n"
@@ -180,9 +180,10 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
             VALUE();
             if (!strcmp(v, "ngram")) o->spec_type = PITH_SPEC_NGRAM;
             else if (!strcmp(v, "draft")) o->spec_type = PITH_SPEC_DRAFT;
+            else if (!strcmp(v, "mtp")) o->spec_type = PITH_SPEC_MTP;
             else if (!strcmp(v, "off")) o->spec_type = PITH_SPEC_OFF;
             else {
-                fprintf(stderr, "pith bench: --spec-type must be ngram, draft or off, not '%s'\n", v);
+                fprintf(stderr, "pith bench: --spec-type must be ngram, draft, mtp or off, not '%s'\n", v);
                 return -1;
             }
         } else if (!strcmp(a, "-md") || !strcmp(a, "--draft-model")) {
@@ -205,7 +206,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
     }
     if (o->spec_type != PITH_SPEC_OFF || o->prompts_file) {
         if (o->spec_type == PITH_SPEC_OFF || !o->prompts_file) {
-            fprintf(stderr, "pith bench: the speculative mode needs both --spec-type ngram|draft and -f PROMPTS\n");
+            fprintf(stderr, "pith bench: the speculative mode needs both --spec-type ngram|draft|mtp and -f PROMPTS\n");
             return -1;
         }
         if (o->spec_type == PITH_SPEC_DRAFT && !o->draft_model) {

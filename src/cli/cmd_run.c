@@ -343,7 +343,8 @@ int pith_cmd_run(int argc, char **argv) {
     cli_progress_start(&bar, "loading model");
     pith_assets_options ao = {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
-        .n_threads = o.n_threads, .progress = cli_progress_update, .progress_user = &bar,
+        .n_threads = o.n_threads, .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
+        .progress_user = &bar,
     };
     int load_rc = pith_assets_load(&ao, &a, &err);
     cli_progress_end(&bar);

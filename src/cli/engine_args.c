@@ -49,9 +49,10 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, pith_engine_o
         VALUE();
         if (!strcmp(v, "ngram")) e->spec_type = PITH_SPEC_NGRAM;
         else if (!strcmp(v, "draft")) e->spec_type = PITH_SPEC_DRAFT;
+        else if (!strcmp(v, "mtp")) e->spec_type = PITH_SPEC_MTP;
         else if (!strcmp(v, "off")) e->spec_type = PITH_SPEC_OFF;
         else {
-            fprintf(stderr, "pith %s: --spec-type must be ngram, draft or off, not '%s'\n", cmd, v);
+            fprintf(stderr, "pith %s: --spec-type must be ngram, draft, mtp or off, not '%s'\n", cmd, v);
             return -1;
         }
         return 1;
@@ -98,10 +99,12 @@ void cli_engine_usage(FILE *out) {
             "                            sequence, at most 1G)\n"
             "      --snapshot-interval N snapshot long prompts every N tokens (default 1024; -1: only\n"
             "                            at prompt ends, divergence points and while decoding)\n"
-            "      --spec-type ngram|draft|off\n"
+            "      --spec-type ngram|draft|mtp|off\n"
             "                            speculative decoding: drafts from prompt lookup (ngram: the tokens\n"
-            "                            that followed the last few tokens earlier in the prompt and output)\n"
-            "                            or from a draft model (draft); the output is unchanged, only faster\n"
+            "                            that followed the last few tokens earlier in the prompt and output),\n"
+            "                            from a draft model (draft) or from the model's own multi-token-\n"
+            "                            prediction layers (mtp: Qwen3.5 files that carry them); the output\n"
+            "                            is unchanged, only faster\n"
             "                            when drafts are accepted (default off; models with recurrent state\n"
             "                            need state checkpoints)\n"
             "  -md, --draft-model PATH   the draft model for --spec-type draft (implies it): a smaller model\n"

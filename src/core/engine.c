@@ -69,11 +69,14 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
     if (o.kv_blocks < 0 || o.max_seq_len < 0 || o.max_waiting < 0) return pith_errf(err, "engine options must not be negative");
-    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_DRAFT) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
+    if (o.spec_type < PITH_SPEC_OFF || o.spec_type > PITH_SPEC_MTP) return pith_errf(err, "unknown speculative decoding type %d", (int)o.spec_type);
     if (o.spec_type == PITH_SPEC_CUSTOM && !o.spec_draft) return pith_errf(err, "custom speculative decoding needs a draft function");
     if (o.spec_type == PITH_SPEC_DRAFT && !o.draft_model && !(o.draft_model_path && *o.draft_model_path))
         return pith_errf(err, "speculative decoding with a draft model needs the draft model (draft_model or draft_model_path)");
     if (o.spec_type == PITH_SPEC_DRAFT && o.draft_model == m) return pith_errf(err, "the draft model must be another model than the target (load the file twice to draft with the same weights)");
+    if (o.spec_type == PITH_SPEC_MTP && !m->has_mtp)
+        return pith_errf(err, m->hp.n_mtp_layers > 0 ? "speculative decoding with MTP needs the model loaded with its MTP head"
+                                                     : "speculative decoding with MTP: the model has no MTP layers");
     if (o.spec_max_draft == 0) o.spec_max_draft = 8;
     if (o.spec_max_seqs == 0) o.spec_max_seqs = 2;
     if (o.spec_max_draft < 1 || o.spec_max_draft > 16) return pith_errf(err, "spec_max_draft must be in 1..16, not %d", o.spec_max_draft);
@@ -83,7 +86,7 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.snapshot_interval > 0) o.snapshot_interval = (o.snapshot_interval + o.block_size - 1) / o.block_size * o.block_size;
 
     const pith_mem_spec *spec = &m->mem;
-    if (pith_mem_spec_check(spec, m->hp.n_layers, err)) return pith_err_prefix(err, "the model's memory spec");
+    if (pith_mem_spec_check(spec, pith_model_mem_layers(m), err)) return pith_err_prefix(err, "the model's memory spec");
     pith_mem_layout *lay = &e->layout;
     memset(lay, 0, sizeof *lay);
     lay->block_size = o.block_size;

@@ -125,6 +125,18 @@ static int take_in(pith_engine *e) {
     return n_cancel;
 }
 
+/* KV group g's block tables of seqs[0..n) into e->b_tables[g] (batch.h); returns the row stride. */
+static int fill_tables(pith_engine *e, seq *const *seqs, int n, int g) {
+    int stride = 1;
+    for (int i = 0; i < n; i++)
+        if (seqs[i]->hi[g] > stride) stride = seqs[i]->hi[g];
+    for (int i = 0; i < n; i++) {
+        int32_t *row = &e->b_tables[g][(size_t)i * stride];
+        for (int k = 0; k < stride; k++) row[k] = k < seqs[i]->cap_blocks ? *seq_block(seqs[i], g, k) : -1;
+    }
+    return stride;
+}
+
 /* Lays the scheduled tokens out as one flat batch (batch.h) with each memory group's slots and tables;
  * returns the token count. */
 static int build_batch(pith_engine *e, pith_batch *b) {
@@ -165,13 +177,9 @@ static int build_batch(pith_engine *e, pith_batch *b) {
             bm->checkpoints = any ? e->b_ckpt[g] : NULL;
             continue;
         }
-        int stride = 1;
-        for (int i = 0; i < sc->n_batch; i++)
-            if (sc->batch[i]->hi[g] > stride) stride = sc->batch[i]->hi[g];
+        int stride = fill_tables(e, sc->batch, sc->n_batch, g);
         for (int i = 0, t = 0; i < sc->n_batch; i++) {
             seq *s = sc->batch[i];
-            int32_t *row = &e->b_tables[g][(size_t)i * stride];
-            for (int k = 0; k < stride; k++) row[k] = k < s->cap_blocks ? *seq_block(s, g, k) : -1;
             for (int j = 0; j < s->n_sched; j++, t++) {
                 int p = s->n_computed + j;
                 e->b_slots[g][t] = *seq_block(s, g, p / bs) * bs + p % bs;
@@ -378,12 +386,50 @@ static void verify_draft(pith_engine *e, seq *s, float *rows) {
     e->spec_verifies++;
 }
 
+/* At most this many sequences draft with the MTP head in one step (spec_max_seqs beyond it: the first). */
+#define MTP_DRAFT_SEQS 8
+
+/* PITH_SPEC_MTP: the model's MTP head drafts for seqs[0..n) (want[i] tokens each) in one call, from
+ * each one's last sampled token at position n_computed (model.h: mtp_draft). A failure drafts nothing:
+ * drafting never fails a request. */
+static void mtp_drafts(pith_engine *e, seq **seqs, const int *want, int n) {
+    int steps = 0;
+    for (int i = 0; i < n; i++) {
+        e->b_tokens[i] = seqs[i]->tokens[seqs[i]->n_computed];
+        e->b_positions[i] = seqs[i]->n_computed;
+        e->b_seq[i] = i;
+        e->b_want[i] = 0;
+        if (want[i] > steps) steps = want[i];
+    }
+    for (int g = 0; g < e->mem.n_groups; g++) {
+        pith_batch_mem *bm = &e->b_mem[g];
+        memset(bm, 0, sizeof *bm);
+        if (e->mem.g[g].kind == PITH_MEM_RECURRENT) {
+            for (int i = 0; i < n; i++) e->b_states[g][i] = seqs[i]->state_slot[g];
+            bm->state_slots = e->b_states[g];
+            continue;
+        }
+        bm->max_blocks = fill_tables(e, seqs, n, g);
+        bm->block_tables = e->b_tables[g];
+    }
+    pith_batch b = {.n_tokens = n, .tokens = e->b_tokens, .positions = e->b_positions, .seq = e->b_seq,
+                    .want_logits = e->b_want, .n_seqs = n, .n_groups = e->mem.n_groups, .mem = e->b_mem};
+    int32_t out[MTP_DRAFT_SEQS * PITH_SPEC_MAX_DRAFT];
+    pith_err err;
+    if (pith_model_mtp_draft(e->model, &b, steps, out, NULL, &err)) return;
+    for (int i = 0; i < n; i++) {
+        memcpy(seqs[i]->draft, out + (size_t)i * steps, (size_t)want[i] * sizeof(int32_t));
+        seqs[i]->n_draft = want[i];
+    }
+}
+
 /* Drafts for the sequences that will decode this step (spec.h), before scheduling sizes their chunks. */
 static void plan_drafts(pith_engine *e) {
     sched *sc = &e->sc;
     /* state that cannot roll back cannot speculate */
     if (e->opt.spec_type == PITH_SPEC_OFF || (e->mem.has_recurrent && !e->model->state_checkpoints)) return;
-    int decoding = 0;
+    int decoding = 0, n_mtp = 0, mtp_want[MTP_DRAFT_SEQS];
+    seq *mtp_seqs[MTP_DRAFT_SEQS];
     for (int i = 0; i < sc->n_running; i++) decoding += sc->running[i]->n_tokens - sc->running[i]->n_computed == 1;
     for (int i = 0; i < sc->n_running; i++) {
         seq *s = sc->running[i];
@@ -400,11 +446,17 @@ static void plan_drafts(pith_engine *e) {
             if (want > 0) spec_model_add(e->draft, s->tokens, s->n_tokens, s->draft, want, &s->n_draft);
             continue;
         }
+        if (e->opt.spec_type == PITH_SPEC_MTP) { /* the head drafts for all of them together below */
+            if (want > PITH_SPEC_MAX_DRAFT) want = PITH_SPEC_MAX_DRAFT;
+            if (want > 0 && n_mtp < MTP_DRAFT_SEQS) mtp_seqs[n_mtp] = s, mtp_want[n_mtp++] = want;
+            continue;
+        }
         s->n_draft = spec_propose(&e->opt, s, want);
         if (s->n_draft > 0 && e->mem.has_recurrent && !mem_take_checkpoints(&e->mem, s, s->n_draft)) s->n_draft = 0;
     }
-    if (!e->draft) return;
-    spec_model_run(e->draft);
+    if (n_mtp > 0) mtp_drafts(e, mtp_seqs, mtp_want, n_mtp);
+    if (!e->draft && n_mtp == 0) return;
+    if (e->draft) spec_model_run(e->draft);
     for (int i = 0; i < sc->n_running; i++) {
         seq *s = sc->running[i];
         if (s->n_draft > 0 && e->mem.has_recurrent && !mem_take_checkpoints(&e->mem, s, s->n_draft)) s->n_draft = 0;

@@ -14,26 +14,22 @@
 
 #define MAX_INDEX_BYTES (64u << 20)
 
-/* Writes the canonical name of a Hugging Face tensor name, from the architecture's name map, into out;
- * false when it has none. */
-static bool mapped_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
-    for (const pith_name_map *g = arch->hf_global; g && g->hf; g++) {
-        if (!strcmp(hf, g->hf)) {
-            snprintf(out, cap, "%s", g->name);
-            return true;
-        }
-    }
-    const char *prefix = arch->hf_layer_prefix ? arch->hf_layer_prefix : "model.layers.";
-    size_t plen = strlen(prefix);
-    if (strncmp(hf, prefix, plen)) return false;
-    const char *p = hf + plen;
+/* "model.layers.N." (or the descriptor's hf_layer_prefix) / "mtp.layers.N." prefixes: N (no leading zeros) and what follows, or -1. */
+static long layer_prefix(const char *hf, const char *prefix, const char **rest) {
+    size_t n = strlen(prefix);
+    if (strncmp(hf, prefix, n)) return -1;
+    const char *p = hf + n;
     long layer_no = 0;
     int digits = 0;
     for (; *p >= '0' && *p <= '9' && digits < 7; p++, digits++) layer_no = layer_no * 10 + (*p - '0');
-    if (!digits || *p != '.' || (digits > 1 && hf[plen] == '0')) return false;
-    p++;
-    for (const pith_name_map *l = arch->hf_layer; l && l->hf; l++) {
-        if (!strcmp(p, l->hf)) {
+    if (!digits || *p != '.' || (digits > 1 && hf[n] == '0')) return -1;
+    *rest = p + 1;
+    return layer_no;
+}
+
+static bool layer_name(const pith_name_map *map, long layer_no, const char *rest, char *out, size_t cap) {
+    for (const pith_name_map *l = map; l && l->hf; l++) {
+        if (!strcmp(rest, l->hf)) {
             snprintf(out, cap, "blk.%ld.%s", layer_no, l->name);
             return true;
         }
@@ -41,16 +37,35 @@ static bool mapped_name(const pith_arch *arch, const char *hf, char *out, size_t
     return false;
 }
 
+/* Writes the canonical name of a Hugging Face tensor name, from the architecture's name map, into out;
+ * false when it has none. The MTP layers ("mtp.layers.N.", and the head's own "mtp.X" through
+ * hf_mtp) become blocks n_layers + N, as llama.cpp's converter numbers them after the decoder's. */
+static bool mapped_name(const pith_arch *arch, int n_layers, const char *hf, char *out, size_t cap) {
+    for (const pith_name_map *g = arch->hf_global; g && g->hf; g++) {
+        if (!strcmp(hf, g->hf)) {
+            snprintf(out, cap, "%s", g->name);
+            return true;
+        }
+    }
+    const char *rest;
+    long layer_no = layer_prefix(hf, arch->hf_layer_prefix ? arch->hf_layer_prefix : "model.layers.", &rest);
+    if (layer_no >= 0) return layer_name(arch->hf_layer, layer_no, rest, out, cap);
+    if (!arch->hf_mtp) return false;
+    layer_no = layer_prefix(hf, "mtp.layers.", &rest);
+    if (layer_no >= 0) return layer_name(arch->hf_layer, n_layers + layer_no, rest, out, cap);
+    return !strncmp(hf, "mtp.", 4) && layer_name(arch->hf_mtp, n_layers, hf + 4, out, cap);
+}
+
 /* The name map's canonical name into out; false when there is none (the tensor then keeps its own
  * name). A multimodal checkpoint's text model (arch->hf_text_config) reads "model.language_model.X" as
  * "model.X", and an unmapped one of those keeps the name "model.X" (experts are read by name). */
-static bool canonical_name(const pith_arch *arch, const char *hf, char *out, size_t cap) {
+static bool canonical_name(const pith_arch *arch, int n_layers, const char *hf, char *out, size_t cap) {
     static const char nested[] = "model.language_model.";
     char flat[512];
     if (!arch->hf_text_config || strncmp(hf, nested, sizeof nested - 1) ||
         snprintf(flat, sizeof flat, "model.%s", hf + sizeof nested - 1) >= (int)sizeof flat)
-        return mapped_name(arch, hf, out, cap);
-    if (mapped_name(arch, flat, out, cap)) return true;
+        return mapped_name(arch, n_layers, hf, out, cap);
+    if (mapped_name(arch, n_layers, flat, out, cap)) return true;
     size_t n = strlen(flat);
     if (n >= cap) return false;
     memcpy(out, flat, n + 1);
@@ -175,7 +190,7 @@ static int load_shard(hf_ctx *c, const char *path, int shard) {
             int64_t e = pith_name_index_find(&c->index->names, t.name, strlen(t.name));
             if (e >= 0 && c->index->shard_of[e] == shard) c->index->found[e] = true;
         }
-        if (canonical_name(c->arch, t.name, name, sizeof name)) t.name = name;
+        if (canonical_name(c->arch, pith_model_file_hparams(f)->n_layers, t.name, name, sizeof name)) t.name = name;
         /* A tied checkpoint that still carries lm_head uses the embedding, like transformers does. */
         if (c->tie && !strcmp(t.name, "output.weight")) continue;
         rc = pith_mf_add_tensor(f, &t, 1, c->err);

@@ -105,6 +105,9 @@ typedef struct pith_arch {
     const pith_name_map *hf_layer;       /* after "model.layers.N." -> after "blk.N."; NULL-terminated */
     const char *hf_layer_prefix;         /* what stands for "model.layers." (Nemotron-H: "backbone.layers.");
                                             NULL: "model.layers." */
+    const pith_name_map *hf_mtp;         /* after "mtp." -> after "blk.{n_layers}." (the MTP head's own
+                                            tensors; its layers "mtp.layers.N." map through hf_layer);
+                                            NULL: "mtp.*" keep their names */
     const pith_tensor_spec *global;      /* NULL-terminated */
     const pith_tensor_spec *layer;       /* NULL-terminated */
     /* Reads the architecture's own metadata after the common keys (NULL: none). */

@@ -279,7 +279,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     int half = hp->head_dim / 2;
     if (!rc && !(m->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *m->inv_freq))) rc = pith_errf(err, "out of memory");
     for (int i = 0; !rc && i < half; i++) m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, &m->group_layers,
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, 0, &m->group_layers,
                                             &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));

@@ -42,12 +42,13 @@ int pith_hy_load_io(const pith_model_file *f, const pith_hparams *hp, const char
                             hp->n_vocab, hp->dim, output, err);
 }
 
-int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int **group_layers_out, int **layer_group_out,
-                           int **layer_index_out, pith_err *err) {
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int spare, int **group_layers_out,
+                           int **layer_group_out, int **layer_index_out, pith_err *err) {
     const int L = m->hp.n_layers;
-    int *group_layers = *group_layers_out = malloc((size_t)L * sizeof(int));
-    int *layer_group = *layer_group_out = malloc((size_t)L * sizeof(int));
-    int *layer_index = *layer_index_out = malloc((size_t)L * sizeof(int));
+    size_t n = (size_t)L + (size_t)(spare > 0 ? spare : 0);
+    int *group_layers = *group_layers_out = malloc(n * sizeof(int));
+    int *layer_group = *layer_group_out = malloc(n * sizeof(int));
+    int *layer_index = *layer_index_out = malloc(n * sizeof(int));
     if (!group_layers || !layer_group || !layer_index) return pith_errf(err, "out of memory");
     pith_mem_spec *spec = &m->mem;
     memset(spec, 0, sizeof *spec);

@@ -23,10 +23,11 @@ int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int c
  * token) and a RECURRENT group of the layers with hp.layer_recurrent set (state_floats floats of state
  * per layer, in layer order), each left out when no layer is of its kind; layers with hp.layer_mlp set
  * (an MLP alone) are in neither. Allocates and fills the maps (the caller frees them,
- * [n_layers] each): group_layers (the layers of each group, in group order), layer_group and
+ * [n_layers + spare] each: spare entries past the decoder's layers are the caller's to fill, as Qwen3.5's
+ * MTP layer): group_layers (the layers of each group, in group order), layer_group and
  * layer_index (a layer's group and its index there). */
-int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int **group_layers, int **layer_group,
-                           int **layer_index, pith_err *err);
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int spare, int **group_layers,
+                           int **layer_group, int **layer_index, pith_err *err);
 
 /* The embeddings and the output: *embd is token_embd.weight (rows of *row_bytes, checked [n_vocab, dim]),
  * *out_norm the final norm norm_name, *output the vocabulary projection (output.weight, else the tied

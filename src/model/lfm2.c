@@ -156,7 +156,7 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc && !(m->inv_freq = malloc((size_t)(hp->head_dim / 2) * sizeof *m->inv_freq))) rc = pith_errf(err, "out of memory");
     for (int i = 0; !rc && i < hp->head_dim / 2; i++) m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, &m->group_layers,
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, 0, &m->group_layers,
                                             &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));

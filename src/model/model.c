@@ -14,8 +14,15 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     if (!opt) opt = &defaults;
     const pith_arch *arch = pith_arch_find(hp->arch);
     int rc;
-    if (arch && arch->build) {
+    if (opt->mtp && hp->n_mtp_layers == 0 && arch) {
+        rc = pith_errf(err, "%s: the file has no multi-token-prediction (MTP) layers", path);
+    } else if (arch && arch->build) {
         rc = arch->build(file, opt, out, err);
+        if (!rc && opt->mtp && !(*out)->has_mtp) {
+            pith_model_free(*out);
+            *out = NULL;
+            return pith_errf(err, "%s: Pith cannot run the MTP layers of architecture '%s' yet", path, hp->arch);
+        }
     } else {
         char names[256], shown[PITH_PRINTABLE_CAP];
         rc = pith_errf(err, "%s: unsupported architecture '%s' (supported: %s)", path,
@@ -58,6 +65,16 @@ int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_e
         return pith_errf(err, m->has_hidden ? "batch asks for hidden states without a buffer" : "this model cannot return hidden states");
     return m->ops->forward(m, b, logits, err);
 }
+
+int pith_model_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft, float *logits, pith_err *err) {
+    if (!m->has_mtp || !m->ops->mtp_draft) return pith_errf(err, "this model was not loaded with an MTP head");
+    if (n_steps < 1 || n_steps > 16) return pith_errf(err, "mtp_draft: %d steps (1..16)", n_steps);
+    if (b->n_groups != m->mem.n_groups)
+        return pith_errf(err, "batch carries %d memory groups; the model declared %d", b->n_groups, m->mem.n_groups);
+    return m->ops->mtp_draft(m, b, n_steps, draft, logits, err);
+}
+
+int pith_model_mem_layers(const pith_model *m) { return m->hp.n_layers + (m->has_mtp ? m->hp.n_mtp_layers : 0); }
 
 void pith_model_free(pith_model *m) {
     if (!m) return;

@@ -137,7 +137,7 @@ int pith_nemotronh_build(pith_model_file *file, const pith_model_options *opt, p
     }
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     /* MLP layers keep nothing (pith_hy_declare_memory leaves hp.layer_mlp layers out) */
-    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, &m->group_layers,
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, 0, &m->group_layers,
                                             &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));

@@ -19,6 +19,7 @@
  * convolution and the delta rule run in pieces ending at the checkpointed tokens (token by token either
  * way, so the same bits), each piece's end state copied to the checkpoint slot. */
 #include "model/qwen35.h"
+#include "model/qwen35_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,46 +42,13 @@
  * model), and on AVX2 machines the recurrent kernel is also the faster of the two today (test_recurrent
  * checks both against the float64 definition; a blocked SIMD chunked kernel would change this). */
 
-typedef struct q35_layer {
-    bool delta;
-    pith_matrix wq, wk, wv, wo;           /* attention (wq: query and gate per head) */
-    pith_matrix wqkv, wz, wb, wa, wout;   /* DeltaNet */
-    pith_matrix gate, up, down;
-    pith_moe_layer *moe;                  /* qwen35moe: the FFN is a mixture of experts, else NULL */
-    float *attn_norm, *post_norm, *q_norm, *k_norm;
-    float *conv_w, *dt_bias, *ssm_a, *ssm_norm;
-} q35_layer;
-
-typedef struct q35 {
-    pith_model base;
-    pith_cpu cpu;
-    pith_attn_scratch attn;
-    int q_dim, kv_dim, n_rot, K, key_dim, value_dim, conv_dim;
-    size_t conv_floats, state_floats; /* per DeltaNet layer */
-    bool qk_tiled, portable;
-    pith_kv_host mem;
-    int *group_layers, *layer_group, *layer_index;
-    const pith_tensor *embd;
-    size_t embd_row_bytes;
-    float *out_norm;
-    pith_matrix output;
-    q35_layer *layers;
-    int cap;
-    float *x, *xb, *q2, *q, *k, *v, *att, *qkv, *z, *bb, *aa, *hb, *hb2, *rope_cos, *rope_sin, *gdn_scratch;
-    size_t gdn_scratch_floats;
-    int *seq_start;
-    pith_moe_config moe_cfg;            /* qwen35moe */
-    pith_moe_scratch moe;
-} q35;
-
 /* ---------------- build ---------------- */
 
-static int load_layer(q35 *m, const pith_model_file *f, int l, pith_err *err) {
+int q35_load_layer(q35 *m, const pith_model_file *f, int l, bool delta, q35_layer *L, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    q35_layer *L = &m->layers[l];
     int dim = hp->dim, ffn = hp->ffn_dim, hd = hp->head_dim, nv = hp->ssm_n_v_heads;
     char n[96];
-    L->delta = pith_layer_bit(hp->layer_recurrent, l);
+    L->delta = delta;
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
     if (pith_hy_load_vec(f, NAME("attn_norm.weight"), dim, &L->attn_norm, err) ||
         pith_hy_load_vec(f, NAME("post_attention_norm.weight"), dim, &L->post_norm, err))
@@ -127,7 +95,13 @@ static pith_matrix *layer_mat(q35_layer *L, int i) {
     return i < (int)(sizeof ms / sizeof *ms) ? ms[i] : NULL;
 }
 
-static void free_layer(q35_layer *L) {
+int q35_pack_layer(q35 *m, q35_layer *L, pith_err *err) {
+    for (int i = 0; layer_mat(L, i); i++)
+        if (layer_mat(L, i)->data && pith_matrix_pack(&m->cpu, layer_mat(L, i), err)) return -1;
+    return L->moe ? pith_moe_pack(&m->cpu, L->moe, err) : 0;
+}
+
+void q35_free_layer(q35_layer *L) {
     for (int i = 0; layer_mat(L, i); i++) pith_matrix_free(layer_mat(L, i));
     if (L->moe) pith_moe_free(L->moe);
     free(L->moe);
@@ -143,8 +117,31 @@ static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const in
 static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err);
 static const pith_model_ops q35_ops = {
     .prepare = q35_prepare, .mem_alloc = q35_mem_alloc, .mem_free = q35_mem_free,
-    .copy_blocks = q35_copy_blocks, .forward = q35_forward, .destroy = q35_destroy,
+    .copy_blocks = q35_copy_blocks, .forward = q35_forward, .mtp_draft = q35_mtp_draft, .destroy = q35_destroy,
 };
+
+/* The decoder's groups (hybrid_common.h); with the MTP head, its layer (n_layers) joins the FULL group
+ * as the last layer and every RECURRENT slot grows by the head's last hidden state. */
+static int declare_memory(q35 *m, pith_err *err) {
+    const pith_hparams *hp = &m->base.hp;
+    if (pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, 1, &m->group_layers,
+                               &m->layer_group, &m->layer_index, err))
+        return -1;
+    if (!m->mtp) return 0;
+    pith_mem_spec *spec = &m->base.mem;
+    if (spec->n_groups != 2 || spec->groups[0].kind != PITH_MEM_FULL)
+        return pith_errf(err, "an MTP head needs the decoder to have both attention and DeltaNet layers");
+    /* group_layers: the FULL group's layers, then the RECURRENT group's: shift those by one */
+    pith_mem_group *full = &spec->groups[0], *rec = &spec->groups[1];
+    memmove(m->group_layers + full->n_layers + 1, m->group_layers + full->n_layers, (size_t)rec->n_layers * sizeof(int));
+    m->group_layers[full->n_layers] = hp->n_layers;
+    m->layer_group[hp->n_layers] = 0;
+    m->layer_index[hp->n_layers] = full->n_layers++;
+    full->layers = m->group_layers;
+    rec->layers = m->group_layers + full->n_layers;
+    rec->state_bytes += q35_mtp_tail_floats(m) * sizeof(float);
+    return pith_mem_spec_check(spec, hp->n_layers + 1, err);
+}
 
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
@@ -179,18 +176,17 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
-        rc = load_layer(m, file, l, err);
+        rc = q35_load_layer(m, file, l, pith_layer_bit(hp->layer_recurrent, l), &m->layers[l], err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (l + 1) / steps);
     }
     for (int l = 0; !rc && l < hp->n_layers; l++) {
-        for (int i = 0; !rc && layer_mat(&m->layers[l], i); i++)
-            if (layer_mat(&m->layers[l], i)->data) rc = pith_matrix_pack(&m->cpu, layer_mat(&m->layers[l], i), err);
-        if (!rc && m->layers[l].moe) rc = pith_moe_pack(&m->cpu, m->layers[l].moe, err);
+        rc = q35_pack_layer(m, &m->layers[l], err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
     }
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
-    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, &m->group_layers,
-                                            &m->layer_group, &m->layer_index, err);
+    if (!rc && opt && opt->mtp) rc = q35_mtp_load(m, file, err);
+    if (!rc) rc = declare_memory(m, err);
+    m->base.has_mtp = m->mtp != NULL;
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));
         q35_destroy(&m->base);
@@ -217,7 +213,8 @@ static void q35_destroy(pith_model *base) {
     free(m->layer_group);
     free(m->layer_index);
     if (m->layers)
-        for (int l = 0; l < base->hp.n_layers; l++) free_layer(&m->layers[l]);
+        for (int l = 0; l < base->hp.n_layers; l++) q35_free_layer(&m->layers[l]);
+    q35_mtp_free(m);
     free(m->layers);
     pith_matrix_free(&m->output);
     free(m->out_norm);
@@ -264,7 +261,8 @@ static int reserve(q35 *m, int n, pith_err *err) {
     widest = widest > m->q_dim ? widest : m->q_dim;
     widest = widest > m->value_dim ? widest : m->value_dim;
     if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
-        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err))) {
+        (hp->n_experts > 0 && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe, n, err)) ||
+        (m->mtp && q35_mtp_reserve(m, n, err))) {
         free_scratch(m);
         return -1;
     }
@@ -287,8 +285,6 @@ static int q35_copy_blocks(pith_model *base, int g, const int32_t *src, const in
 }
 
 /* ---------------- forward ---------------- */
-
-typedef pith_hy_job job;
 
 static void run(q35 *m, job *j, void (*row)(job *j, int t, int ith), int n, double width) {
     pith_hy_run(&m->cpu, j, row, n, width);
@@ -511,7 +507,8 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     run(m, &j, norm_row, b->n_tokens, dim);
     if ((L->delta ? delta_layer : attention_layer)(m, b, l, &j, err)) return -1;
     int n = b->n_tokens;
-    if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, hp->dim);
+    /* the MTP head needs every token's hidden state */
+    if (l == hp->n_layers - 1 && !m->mtp) n = pith_hy_keep_rows(m->x, b, hp->dim);
     *n_rows = n;
     if (n == 0) return 0;
     j.norm = L->post_norm;
@@ -540,5 +537,9 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (n == 0) return 0;
     j.norm = m->out_norm;
     run(m, &j, norm_row, n, hp->dim);
+    if (m->mtp) {
+        if (q35_mtp_after_decoder(m, b, err)) return -1;
+        if (pith_hy_keep_rows(m->xb, b, hp->dim) == 0) return 0;
+    }
     return pith_hy_output(&m->cpu, b, m->xb, hp->dim, &m->output, hp->n_vocab, logits, err);
 }

@@ -11,7 +11,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
 
 /* The qwen35 descriptor's parts, shared with qwen35moe (qwen35moe_arch.c): the same names, schema
  * (the dense FFN only without experts) and hooks. */
-extern const pith_name_map pith_qwen35_hf_global[], pith_qwen35_hf_layer[];
+extern const pith_name_map pith_qwen35_hf_global[], pith_qwen35_hf_layer[], pith_qwen35_hf_mtp[];
 extern const pith_tensor_spec pith_qwen35_global[], pith_qwen35_layer[];
 int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp);
 int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp);

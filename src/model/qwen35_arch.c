@@ -23,7 +23,8 @@
  * config.json: "layer_types" ("linear_attention" / "full_attention") else "full_attention_interval";
  * "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
  * "linear_num_value_heads"; RoPE from "rope_parameters" ("rope_theta", "partial_rotary_factor",
- * "mrope_section") or the same keys at the top level. The multimodal Qwen3_5ForConditionalGeneration
+ * "mrope_section") or the same keys at the top level. The MTP head (qwen35_mtp.c): GGUF's
+ * qwen35.nextn_predict_layers (block_count counts it), config.json's "mtp_num_hidden_layers". The multimodal Qwen3_5ForConditionalGeneration
  * nests all of this under "text_config" and its text tensors under "model.language_model." (read as
  * "model."; the vision tower's tensors, "model.visual.*", are ignored). */
 #include <math.h>
@@ -73,6 +74,15 @@ const pith_name_map pith_qwen35_hf_layer[] = {
     {NULL, NULL},
 };
 
+/* The MTP head's own tensors (after "mtp."), as blk.{n_layers}.nextn.* like llama.cpp's converter */
+const pith_name_map pith_qwen35_hf_mtp[] = {
+    {"fc.weight", "nextn.eh_proj.weight"},
+    {"pre_fc_norm_embedding.weight", "nextn.enorm.weight"},
+    {"pre_fc_norm_hidden.weight", "nextn.hnorm.weight"},
+    {"norm.weight", "nextn.shared_head_norm.weight"},
+    {NULL, NULL},
+};
+
 static bool attn_layer(const pith_hparams *hp, int l) { return !pith_layer_bit(hp->layer_recurrent, l); }
 
 const pith_tensor_spec pith_qwen35_global[] = {
@@ -111,8 +121,13 @@ int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
         pith_meta_int(m, "ssm.inner_size", true, &inner) ||
         pith_meta_int(m, "full_attention_interval", false, &interval) ||
-        pith_meta_int(m, "rope.dimension_count", false, &hp->rope_dim))
+        pith_meta_int(m, "rope.dimension_count", false, &hp->rope_dim) ||
+        pith_meta_int(m, "nextn_predict_layers", false, &hp->n_mtp_layers))
         return -1;
+    /* block_count counts the MTP layers, which follow the decoder's */
+    if (hp->n_mtp_layers < 0 || hp->n_mtp_layers >= hp->n_layers)
+        return pith_errf(m->err, "%s: nextn_predict_layers %d of %d blocks", m->path, hp->n_mtp_layers, hp->n_layers);
+    hp->n_layers -= hp->n_mtp_layers;
     if (interval < 1) return pith_errf(m->err, "%s: full_attention_interval %d is not positive", m->path, interval);
     if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
         return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d value heads", m->path, inner,
@@ -143,8 +158,11 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "linear_num_key_heads", false, &hp->ssm_n_k_heads) ||
         pith_meta_int(m, "linear_num_value_heads", false, &hp->ssm_n_v_heads) ||
         pith_meta_int(m, "full_attention_interval", false, &interval) ||
+        pith_meta_int(m, "mtp_num_hidden_layers", false, &hp->n_mtp_layers) ||
         pith_meta_float(m, "partial_rotary_factor", false, &partial))
         return -1;
+    if (hp->n_mtp_layers < 0 || hp->n_mtp_layers > 64)
+        return pith_errf(m->err, "%s: \"mtp_num_hidden_layers\" is %d", m->path, hp->n_mtp_layers);
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, "rope_parameters");
     if (rp && !cJSON_IsNull(rp)) {
         if (!cJSON_IsObject(rp)) return pith_errf(m->err, "%s: \"rope_parameters\" is not an object", m->path);
@@ -192,22 +210,32 @@ int pith_qwen35_check(const pith_hparams *hp, const char *path, pith_err *err) {
     return 0;
 }
 
-/* Hugging Face: norms mean (1 + w) and A_log is stored; GGUF holds w + 1 and -exp(A_log). */
+static int add_one(pith_model_file *f, const char *name, pith_err *err) {
+    float *v;
+    int64_t n;
+    if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
+    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+    return 0;
+}
+
+/* Hugging Face: norms mean (1 + w) and A_log is stored; GGUF holds w + 1 and -exp(A_log). The MTP
+ * layers' norms too, when the checkpoint carries them (only a load with the head reads them). */
 int pith_qwen35_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
     if (pith_model_file_format(f) != PITH_FORMAT_SAFETENSORS) return 0;
     char name[96];
-    float *v;
-    int64_t n;
-    if (pith_mf_own_vector(f, "output_norm.weight", &v, &n, err)) return -1;
-    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
-    for (int l = 0; l < hp->n_layers; l++) {
+    if (add_one(f, "output_norm.weight", err)) return -1;
+    for (int l = 0; l < hp->n_layers + hp->n_mtp_layers; l++) {
         static const char *norms[] = {"attn_norm.weight", "post_attention_norm.weight", "attn_q_norm.weight",
-                                      "attn_k_norm.weight"};
-        for (int k = 0; k < 4; k++) {
+                                      "attn_k_norm.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                                      "nextn.shared_head_norm.weight"};
+        bool mtp = l >= hp->n_layers;
+        for (int k = 0; k < (mtp ? 7 : 4); k++) {
             snprintf(name, sizeof name, "blk.%d.%s", l, norms[k]);
-            if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
-            for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+            if ((!mtp || pith_model_file_tensor(f, name)) && add_one(f, name, err)) return -1;
         }
+        if (mtp) continue;
+        float *v;
+        int64_t n;
         snprintf(name, sizeof name, "blk.%d.ssm_a", l);
         if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
         for (int64_t i = 0; i < n; i++) v[i] = -expf(v[i]);
@@ -224,6 +252,7 @@ const pith_arch pith_arch_qwen35 = {
     .rope_hf = PITH_ROPE_HALF,
     .hf_global = pith_qwen35_hf_global,
     .hf_layer = pith_qwen35_hf_layer,
+    .hf_mtp = pith_qwen35_hf_mtp,
     .global = pith_qwen35_global,
     .layer = pith_qwen35_layer,
     .read_gguf = pith_qwen35_read_gguf,

@@ -55,6 +55,7 @@ const pith_arch pith_arch_qwen35moe = {
     .rope_hf = PITH_ROPE_HALF,
     .hf_global = pith_qwen35_hf_global,
     .hf_layer = pith_qwen35_hf_layer,
+    .hf_mtp = pith_qwen35_hf_mtp,
     .global = pith_qwen35_global,
     .layer = pith_qwen35_layer,
     .read_gguf = qwen35moe_read_gguf,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err) {
-    pith_model_options mo = {.n_threads = srv->n_threads};
+    pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP};
     return pith_model_load(path, &mo, out, err);
 }
 

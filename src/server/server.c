@@ -230,7 +230,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     pith_assets_options ao = {
         .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
         .chat_template_path = s->chat_template_path, .n_threads = s->n_threads,
-        .log = assets_log, .log_ctx = s,
+        .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
     pith_engine *e = NULL;
