@@ -4,7 +4,7 @@
  * ids outside the pool are refused. Then: */
 /* The engine over random-weight hybrid models (recurrent state next to attention: LFM2's short
  * convolutions, Qwen3.5's Gated DeltaNet, Qwen3.5-MoE's with experts, Granite 4.0-H's Mamba2 dense
- * and with experts; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
+ * and with experts, Nemotron-H's Mamba2 / attention / MLP layers; written by tools/mkmodel.py, quantized Q8_0): random prompts, in pairs sharing 20 tokens,
  * give the same greedy tokens alone in one prefill chunk, alone in chunks of 5 tokens (the state carried
  * across every chunk), all at once (state slots and KV blocks of several sequences in one batch), all
  * at once in a pool that forces preemption (a preempted sequence restarts from zero state and
@@ -382,7 +382,7 @@ int main(void) {
         return CHECK_SKIP;
     }
     static const char *presets[] = {"test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid",
-                                    "test-granitehybrid-moe"};
+                                    "test-granitehybrid-moe", "test-nemotronh"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);

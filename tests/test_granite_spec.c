@@ -1,5 +1,6 @@
-/* granitehybrid's state checkpoints (batch.h, model.h: state_checkpoints) on random-weight models
- * written by tools/mkmodel.py (test-granitehybrid and its MoE variant, Q8_0):
+/* The Mamba2 models' state checkpoints (batch.h, model.h: state_checkpoints; model/mamba2.c) on
+ * random-weight models written by tools/mkmodel.py (test-granitehybrid, its MoE variant and
+ * test-nemotronh, Q8_0):
  *
  * - at the model: a 20-token prefill asking for checkpoints after tokens 4, 11 and 19 (into spare state
  *   slots) and for every token's logits; decoding token c + 1 from checkpoint c must give that token's
@@ -160,7 +161,7 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    static const char *presets[] = {"test-granitehybrid", "test-granitehybrid-moe"};
+    static const char *presets[] = {"test-granitehybrid", "test-granitehybrid-moe", "test-nemotronh"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/spec-%s-q8.gguf", tmp, presets[i]);

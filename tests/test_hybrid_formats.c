@@ -1,11 +1,14 @@
-/* Loading the hybrid architectures (lfm2, qwen35, granitehybrid) from GGUF and from Hugging Face directories, both
+/* Loading the hybrid architectures (lfm2, qwen35, granitehybrid, nemotron_h) from GGUF and from Hugging Face directories, both
  * written by tools/mkmodel.py from one seed: the hyper-parameters each descriptor reads agree across the
  * formats and with the preset (which layers are recurrent, the convolution width, the DeltaNet widths,
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
  * malformed config.json values are refused with a message naming the key; Qwen3.5's multimodal layout
  * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF. Granite 4.0-H:
- * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. */
+ * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts.
+ * Nemotron-H: the layer kinds (hybrid_override_pattern; GGUF's per-layer KV heads and feed-forward widths),
+ * the Mamba2 widths, no RoPE, the same logits from both formats; malformed patterns, flags and per-layer
+ * arrays refused with messages naming what is wrong. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,18 +68,25 @@ static void refused(const char *dir, const char *want) {
     if (!rc) pith_model_file_close(f);
 }
 
-static void test_lfm2(void) {
-    char g[4200], h[4200];
-    snprintf(g, sizeof g, "%s/hy-lfm2.gguf", tmp);
-    snprintf(h, sizeof h, "%s/hy-lfm2-st", tmp);
-    if (mk("test-lfm2", g) || mk("test-lfm2", h)) {
+/* One seed of a preset as GGUF (g, named after stem) and as a Hugging Face directory (h), both opened
+ * into *a and *b (NULL where that failed, with a failed check). */
+static void open_pair(const char *preset, const char *stem, char *g, char *h, pith_model_file **a, pith_model_file **b) {
+    pith_err err;
+    snprintf(g, 4200, "%s/%s.gguf", tmp, stem);
+    snprintf(h, 4200, "%s/%s-st", tmp, stem);
+    *a = *b = NULL;
+    if (mk(preset, g) || mk(preset, h)) {
         CHECKF(0, "mkmodel failed");
         return;
     }
-    pith_model_file *a = NULL, *b = NULL;
-    pith_err err;
-    CHECKF(pith_model_file_open(g, &a, &err) == 0, "%s", err.msg);
-    CHECKF(pith_model_file_open(h, &b, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(g, a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(h, b, &err) == 0, "%s", err.msg);
+}
+
+static void test_lfm2(void) {
+    char g[4200], h[4200];
+    pith_model_file *a, *b;
+    open_pair("test-lfm2", "hy-lfm2", g, h, &a, &b);
     if (a && b) {
         const pith_hparams *ha = pith_model_file_hparams(a), *hb = pith_model_file_hparams(b);
         same_hparams(ha, hb, "lfm2 GGUF vs config.json");
@@ -103,6 +113,7 @@ static void test_lfm2(void) {
     /* full_attn_idxs alone: layers 2 and 5 attend, the rest convolve; the file's tensors agree */
     CHECK(set_key(h, "full_attn_idxs", "[2, 5]") == 0);
     pith_model_file *c = NULL;
+    pith_err err;
     CHECKF(pith_model_file_open(h, &c, &err) == 0, "full_attn_idxs: %s", err.msg);
     pith_model_file_close(c);
     /* every layer attends without either key: the convolution layers then miss their attention tensors */
@@ -157,18 +168,10 @@ static void test_qwen35(void) {
     refused(h, "full_attention_interval");
 }
 
-static void granite_pair(const char *preset, pith_model_file **a, pith_model_file **b, char *h, size_t cap) {
-    char g[4200];
-    pith_err err;
-    snprintf(g, sizeof g, "%s/hy-%s.gguf", tmp, preset);
-    snprintf(h, cap, "%s/hy-%s-st", tmp, preset);
-    *a = *b = NULL;
-    if (mk(preset, g) || mk(preset, h)) {
-        CHECKF(0, "mkmodel failed");
-        return;
-    }
-    CHECKF(pith_model_file_open(g, a, &err) == 0, "%s", err.msg);
-    CHECKF(pith_model_file_open(h, b, &err) == 0, "%s", err.msg);
+static void granite_pair(const char *preset, pith_model_file **a, pith_model_file **b, char *h) {
+    char g[4200], stem[256];
+    snprintf(stem, sizeof stem, "hy-%s", preset);
+    open_pair(preset, stem, g, h, a, b);
     if (!*a || !*b) return;
     const pith_hparams *ha = pith_model_file_hparams(*a), *hb = pith_model_file_hparams(*b);
     same_hparams(ha, hb, preset);
@@ -188,7 +191,7 @@ static void granite_pair(const char *preset, pith_model_file **a, pith_model_fil
 static void test_granitehybrid(void) {
     char h[4200];
     pith_model_file *a, *b;
-    granite_pair("test-granitehybrid", &a, &b, h, sizeof h);
+    granite_pair("test-granitehybrid", &a, &b, h);
     if (a && b) {
         const pith_hparams *hp = pith_model_file_hparams(a);
         /* 6 layers, attention at 2 and 5; 8 Mamba heads of 32, 2 groups of state 16; no RoPE */
@@ -203,7 +206,7 @@ static void test_granitehybrid(void) {
     }
     pith_model_file_close(a);
     pith_model_file_close(b);
-    granite_pair("test-granitehybrid-moe", &a, &b, h, sizeof h);
+    granite_pair("test-granitehybrid-moe", &a, &b, h);
     if (a) {
         const pith_hparams *hp = pith_model_file_hparams(a);
         CHECKF(hp->n_experts == 4 && hp->n_experts_used == 2 && hp->expert_ffn_dim == 64 && hp->ffn_dim == 128 &&
@@ -235,6 +238,100 @@ static void test_granitehybrid(void) {
     int rc = pith_model_load(h, &mo, &m, &err);
     CHECKF(rc != 0 && strstr(err.msg, "ssm_in.weight"), "want a missing ssm_in.weight, got rc %d '%s'", rc, err.msg);
     if (!rc) pith_model_free(m);
+}
+
+static int last_logits(const char *path, float *out, int n_vocab);
+
+/* test-nemotronh as GGUF with the per-layer array `key` replaced by `json` (mkmodel's writer, patched). */
+static int mk_nemotron_gguf(const char *out, const char *key, const char *json) {
+    char cmd[12000];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,sys; sys.path.insert(0, sys.argv[1] + '/tools'); import mkmodel as M, "
+             "pith_gguf as G; a = G.GGUFWriter.add_array; "
+             "G.GGUFWriter.add_array = lambda w, k, v, t: a(w, k, json.loads(sys.argv[4]) if k == sys.argv[3] else v, t); "
+             "M.write_gguf(M.build_config('test-nemotronh'), sys.argv[2], seed=5)\" '%s' '%s' '%s' '%s' >/dev/null 2>&1",
+             src, out, key, json);
+    return system(cmd);
+}
+
+static void test_nemotronh(void) {
+    char g[4200], h[4200], bad[4200];
+    snprintf(bad, sizeof bad, "%s/hy-nemotronh-bad.gguf", tmp);
+    pith_model_file *a, *b;
+    pith_err err;
+    open_pair("test-nemotronh", "hy-nemotronh", g, h, &a, &b);
+    if (!a || !b) {
+        pith_model_file_close(a);
+        pith_model_file_close(b);
+        return;
+    }
+    {
+        const pith_hparams *ha = pith_model_file_hparams(a), *hb = pith_model_file_hparams(b);
+        same_hparams(ha, hb, "nemotron_h GGUF vs config.json");
+        /* "M-M*-M-": Mamba2 at 0, 2, 5, attention at 3, MLP at 1, 4, 6; 8 heads of 32, 2 groups of 16 */
+        int rec = 0, mlp = 0, rope = 0;
+        for (int l = 0; l < 7; l++) {
+            rec |= pith_layer_bit(ha->layer_recurrent, l) << l, mlp |= pith_layer_bit(ha->layer_mlp, l) << l;
+            rope |= !pith_layer_bit(ha->layer_no_rope, l) << l;
+            /* per bit as well (the loop shape GCC 12.2 miscompiled with the old pith_layer_bit) */
+            CHECKF(pith_layer_bit(ha->layer_mlp, l) == pith_layer_bit(hb->layer_mlp, l), "nemotron_h: MLP layer %d", l);
+        }
+        CHECKF(!memcmp(ha->layer_mlp, hb->layer_mlp, sizeof ha->layer_mlp) &&
+                   !memcmp(ha->layer_no_rope, hb->layer_no_rope, sizeof ha->layer_no_rope),
+               "nemotron_h: MLP or RoPE layers differ between the formats");
+        CHECKF(rec == 0x25 && mlp == 0x52 && !rope && ha->conv_kernel == 4 && ha->ssm_n_v_heads == 8 &&
+                   ha->ssm_n_k_heads == 2 && ha->ssm_head_k_dim == 16 && ha->ssm_head_v_dim == 32 && ha->ffn_dim == 256 &&
+                   ha->n_kv_heads == 2 && !ha->tied_embeddings && fabsf(ha->norm_eps - 1e-5f) < 1e-9f,
+               "nemotron_h: recurrent %#x mlp %#x rope %#x conv %d heads %d groups %d state %d head %d ffn %d kv %d",
+               rec, mlp, rope, ha->conv_kernel, ha->ssm_n_v_heads, ha->ssm_n_k_heads, ha->ssm_head_k_dim,
+               ha->ssm_head_v_dim, ha->ffn_dim, ha->n_kv_heads);
+        CHECK(vec_equal(a, b, "blk.0.ssm_a", 1e-6) && vec_equal(a, b, "blk.5.ssm_norm.weight", 0));
+    }
+    pith_model_file_close(a);
+    pith_model_file_close(b);
+    enum { V = 512 };
+    static float lg[V], lh[V];
+    if (!last_logits(g, lg, V) && !last_logits(h, lh, V)) {
+        double diff = 0, lo = lg[0], hi = lg[0];
+        for (int i = 0; i < V; i++) diff = fmax(diff, fabs((double)lg[i] - lh[i])), lo = fmin(lo, lg[i]), hi = fmax(hi, lg[i]);
+        CHECKF(diff <= 1e-4 * (hi - lo), "nemotron_h: GGUF vs safetensors logits differ by %g (range %g)", diff, hi - lo);
+    }
+    /* malformed GGUF per-layer arrays */
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 256, 0, 256, 256, 0, 256]") == 0);
+    refused(bad, "both KV heads and a feed-forward width");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.attention.head_count_kv", "[0, 0, 0, 2]") == 0);
+    refused(bad, "expected one per layer");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 256, 0, 0, 128, 0, 256]") == 0);
+    refused(bad, "differs between layers");
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.attention.head_count_kv", "[0, 0, 0, 9, 0, 0, 0]") == 0);
+    refused(bad, "not a count");
+    /* an MLP layer the metadata calls Mamba2: its Mamba2 tensors are missing */
+    CHECK(mk_nemotron_gguf(bad, "nemotron_h.feed_forward_length", "[0, 0, 0, 0, 256, 0, 256]") == 0);
+    pith_model *m = NULL;
+    pith_err e2 = {0};
+    pith_model_options mo = {.n_threads = 1};
+    int rc = pith_model_load(bad, &mo, &m, &e2);
+    CHECKF(rc != 0 && strstr(e2.msg, "blk.1.ssm_in.weight"), "want a missing blk.1.ssm_in.weight, got rc %d '%s'", rc, e2.msg);
+    if (!rc) pith_model_free(m);
+    /* malformed config.json values */
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-M\"") == 0);
+    refused(h, "one per layer");
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-ME\"") == 0);
+    refused(h, "hybrid_override_pattern");
+    CHECK(set_key(h, "hybrid_override_pattern", "\"M-M*-M-\"") == 0 && set_key(h, "mlp_hidden_act", "\"silu\"") == 0);
+    refused(h, "mlp_hidden_act");
+    CHECK(set_key(h, "mlp_hidden_act", "\"relu2\"") == 0 && set_key(h, "use_bias", "true") == 0);
+    refused(h, "use_bias");
+    /* Python's json writes transformers' default (0, inf) as [0.0, Infinity]: read; a real clamp refused */
+    CHECK(set_key(h, "use_bias", "false") == 0 && set_key(h, "time_step_limit", "[0.0, Infinity]") == 0);
+    CHECKF(pith_model_file_open(h, &a, &err) == 0, "time_step_limit [0, Infinity]: %s", err.msg);
+    pith_model_file_close(a);
+    CHECK(set_key(h, "time_step_limit", "[0.0, 0.1]") == 0);
+    refused(h, "time_step_limit");
+    CHECK(set_key(h, "time_step_limit", "null") == 0 && set_key(h, "n_groups", "3") == 0);
+    refused(h, "not a multiple of 3 groups");
+    CHECK(set_key(h, "n_groups", "2") == 0 && set_key(h, "conv_kernel", "0") == 0);
+    refused(h, "convolution width 0");
 }
 
 /* Logits of the last of 12 tokens (one prefill) from the model at path, into out[n_vocab]. */
@@ -311,6 +408,7 @@ int main(void) {
     test_lfm2();
     test_qwen35();
     test_granitehybrid();
+    test_nemotronh();
     cross_format("test-qwen35");
     cross_format("test-qwen35moe");
     return check_summary("test_hybrid_formats");

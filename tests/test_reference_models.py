@@ -19,7 +19,7 @@ The new architectures are also run from a prompt more than three windows long (7
 in chunks of 7 tokens (--max-batch-tokens 7: a chunk boundary inside every window) and in one chunk, and
 the rows of the tokens generated after it are checked against the reference over [prompt, generated].
 
-The hybrid architectures (LFM2, Qwen3.5, Qwen3.5-MoE, Granite 4.0-H dense and MoE) get the same cases
+The hybrid architectures (LFM2, Qwen3.5, Qwen3.5-MoE, Granite 4.0-H dense and MoE, Nemotron-H) get the same cases
 plus a prompt of more than two DeltaNet / SSD chunks (153 tokens) prefilled in chunks of 7 and in one, then
 64 generated tokens (HYBRID_PRESETS); Qwen3.5's multimodal Hugging Face layout is run too
 (MULTIMODAL_PRESETS).
@@ -107,7 +107,8 @@ N_GEN_PROMPT = 12
 # tokens at a time and in one chunk, then 64 tokens generated; the recurrent state crosses every chunk
 # boundary. Tolerances as for the other float cases: the float64 reference computes the same function
 # (recurrent form, token by token) and only float32 arithmetic separates them.
-HYBRID_PRESETS = ["test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid", "test-granitehybrid-moe"]
+HYBRID_PRESETS = ["test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid", "test-granitehybrid-moe",
+                  "test-nemotronh"]
 # Qwen3.5's multimodal Hugging Face layout (Qwen3_5(Moe)ForConditionalGeneration: the text model nested
 # under text_config and model.language_model., a vision tower to ignore), safetensors F32.
 MULTIMODAL_PRESETS = ["test-qwen35", "test-qwen35moe"]
@@ -316,6 +317,11 @@ def check_hybrid_references(tmp):
             err = float(np.abs(reference.forward(g, tokens).numpy() - reference.forward(st, tokens).numpy()).max())
             if g.n_groups > 1:
                 moved(f"{preset}: the per-group Mamba2 norm", grouped, reference.forward(g, tokens).numpy())
+        if preset == "test-nemotronh":
+            # The same float32(-exp(A_log)) rounding of ssm_a; both formats normalise per group
+            # (MambaRMSNormGated), so the files must agree as they are.
+            bound = 2e-6
+            check_nemotronh_reference(reference.Model(spath), tokens)
         print(f"{preset}: GGUF vs safetensors of one seed in the reference: {err:.1e} (bound {bound:g})")
         if err > bound:
             fail(f"{preset}: GGUF and safetensors of one seed differ in the reference by {err:.2e}")
@@ -341,6 +347,25 @@ def check_hybrid_references(tmp):
     print(f"lfm2: the recurrent convolution vs nn.Conv1d: {err:.1e}")
     if err > 1e-12:
         fail(f"lfm2: the reference's recurrent convolution differs from nn.Conv1d by {err:.2e}")
+
+
+def check_nemotronh_reference(m, tokens):
+    """Nemotron-H's grouped Mamba2 norm (2 groups), the skip D and each block kind (a Mamba2, attention or MLP
+    layer dropped) must move the reference's logits, or a Pith case could not catch a loader that got one
+    wrong."""
+    base = reference.forward(m, tokens).numpy()
+    m.norm_per_group = False
+    moved("nemotron_h: the per-group Mamba2 norm", base, reference.forward(m, tokens).numpy())
+    m.norm_per_group = True
+    fetch = m._fetch
+    m._fetch = lambda name: np.zeros_like(fetch(name)) if name.endswith("ssm_d") else fetch(name)
+    moved("nemotron_h: the Mamba2 skip D", base, reference.forward(m, tokens).numpy())
+    for kind, out in (("mamba", "ssm_out.weight"), ("attention", "attn_output.weight"), ("mlp", "ffn_down.weight")):
+        layer = m.layer_types.index(kind)
+        name = f"blk.{layer}.{out}"
+        m._fetch = lambda n, name=name: np.zeros_like(fetch(n)) if n == name else fetch(n)
+        moved(f"nemotron_h: the {kind} layer {layer}", base, reference.forward(m, tokens).numpy())
+    m._fetch = fetch
 
 
 def check_granite_multipliers(path, tokens):
@@ -804,7 +829,9 @@ def main():
             model, tok, n_vocab = make_model(tmp, preset, "gguf", "Q8_0", seed)
             # Granite 4.0-H in Q8_0 (seed 950, 24 tokens): max 0.093 / mean 0.016 dense, 0.076 / 0.010 with
             # experts, inside q32 and moe-q32 (a router can flip on the rounded input, as for Qwen3-MoE).
-            q8 = {"test-qwen35": "q32-delta", "test-qwen35moe": "q32-delta", "test-lfm2": "q32-gated", "test-granitehybrid": "q32"}
+            # Nemotron-H in Q8_0 (seed 917, 24 tokens): max 0.110 / mean 0.018, inside q32.
+            q8 = {"test-qwen35": "q32-delta", "test-qwen35moe": "q32-delta", "test-lfm2": "q32-gated", "test-granitehybrid": "q32",
+                  "test-nemotronh": "q32"}
             compare(pith, tmp, f"{preset} gguf Q8_0", model, tok, n_vocab, q8.get(preset, "moe-q32"))
             seed += 1
         for preset in MULTIMODAL_PRESETS:

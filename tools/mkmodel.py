@@ -137,6 +137,12 @@ PRESETS = {
                                    conv_kernel=4, mamba_heads=4, mamba_groups=1, mamba_state=32,
                                    mamba_head_dim=64, emb_mult=4.0, res_mult=0.5, attn_mult=0.125,
                                    logits_scaling=2.0, granite_rope=True, experts=4, experts_used=2, expert_ffn=64),
+    # Nemotron-H (nemotron_h): one block per layer from hybrid_override_pattern ('M' Mamba2, '*' attention
+    # without RoPE, '-' a relu^2 MLP); 8 Mamba heads of 32 in 2 B/C groups of state 16 (the gated norm per
+    # group), the last layer an MLP, an untied lm_head.
+    "test-nemotronh": dict(arch="nemotron_h", dim=128, layers=7, heads=4, kv_heads=2, ffn=256, vocab=512,
+                           ctx=4096, eps=1e-5, tied=False, pattern="M-M*-M-", conv_kernel=4, mamba_heads=8,
+                           mamba_groups=2, mamba_state=16, mamba_head_dim=32),
     # Granite-4.0-H-1B-like shape (benchmarks): 40 layers, 4 of them attention, 48 Mamba heads of 64 with a
     # state of 128, a 4096-wide shared MLP, a 100k vocabulary, Granite 4.0's multipliers.
     "granite-4.0-h-1b": dict(arch="granitehybrid", dim=1536, layers=40, heads=12, kv_heads=4, head_dim=128,
@@ -206,13 +212,14 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
-                shared_ffn=0, mtp=0, mtp_copy=False)
+                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
            "gemma3": ("Gemma3ForCausalLM", "gemma3_text"), "lfm2": ("Lfm2ForCausalLM", "lfm2"),
            "qwen35": ("Qwen3_5ForCausalLM", "qwen3_5_text"),
            "granitehybrid": ("GraniteMoeHybridForCausalLM", "granitemoehybrid"),
+           "nemotron_h": ("NemotronHForCausalLM", "nemotron_h"),
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
@@ -264,6 +271,8 @@ class Config:
                 self.attn_layers = [i for i in range(self.layers) if i % 3 == 2]
         if self.arch == "granitehybrid":
             granite_defaults(self)
+        if self.arch == "nemotron_h":
+            nemotron_defaults(self)
         if self.arch == "gpt-oss":
             self.swiglu_limit = self.swiglu_limit if self.swiglu_limit is not None else 7.0
             self.expert_ffn = self.ffn
@@ -380,7 +389,8 @@ class Config:
             if int(self.head_dim * self.partial_rotary) % 2:
                 raise ValueError("qwen35: the rotated part of a head must be even")
         elif (self.attn_layers is not None or self.conv_kernel is not None) and self.arch not in ("lfm2",
-                                                                                               "granitehybrid"):
+                                                                                               "granitehybrid",
+                                                                                               "nemotron_h"):
             raise ValueError("attention layers among convolution layers and a convolution width are LFM2's")
         if self.arch == "lfm2":
             if any(not 0 <= i < self.layers for i in self.attn_layers) or not 2 <= self.conv_kernel <= 16:
@@ -589,6 +599,8 @@ def tensor_specs(cfg):
         return gptoss_tensor_specs(cfg)
     if cfg.arch == "granitehybrid":
         return granite_tensor_specs(cfg)
+    if cfg.arch == "nemotron_h":
+        return nemotron_tensor_specs(cfg)
     q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     # A tied embedding is also the output projection: scaled like a matrix so that logits stay O(1).
     specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
@@ -1178,6 +1190,92 @@ def granite_hf_config(cfg, dtype):
     }
 
 
+def nemotron_defaults(cfg):
+    """Nemotron-H (configuration_nemotron_h.py): the layer kinds from hybrid_override_pattern (default: Mamba2
+    and MLP layers alternating, attention fourth of each eight); the Mamba2 inner width heads x head_dim;
+    convolution 4; no RoPE."""
+    cfg.conv_kernel = cfg.conv_kernel or 4
+    cfg.pattern = cfg.pattern or "".join("M-M*"[i % 4] for i in range(cfg.layers))
+    cfg.mamba_groups = cfg.mamba_groups or 1
+    cfg.mamba_state = cfg.mamba_state or 64
+    cfg.mamba_heads = cfg.mamba_heads or max(1, 2 * cfg.dim // 64)
+    cfg.mamba_head_dim = cfg.mamba_head_dim or 2 * cfg.dim // cfg.mamba_heads
+    cfg.attn_layers = [i for i, c in enumerate(cfg.pattern) if c == "*"]
+    if len(cfg.pattern) != cfg.layers or set(cfg.pattern) - set("M*-"):
+        raise ValueError("nemotron_h: the pattern has one of M, * or - per layer")
+    if cfg.mamba_heads % cfg.mamba_groups or not 1 <= cfg.conv_kernel <= 16 or cfg.rope_scaling:
+        raise ValueError("nemotron_h: Mamba heads a multiple of groups, convolution width 1..16, no RoPE scaling")
+
+
+def nemotron_tensor_specs(cfg):
+    """Nemotron-H: GGUF names from llama.cpp (LLM_ARCH_NEMOTRON_H: attn_norm in every layer; ssm_in,
+    ssm_conv1d (+ bias), ssm_dt.bias, ssm_a, ssm_d, ssm_norm, ssm_out; attn_q/k/v/output; ffn_up, ffn_down),
+    Hugging Face names from modeling_nemotron_h.py (backbone.embeddings, backbone.layers.N.norm and .mixer.*,
+    backbone.norm_f, lm_head). Kinds as granite_tensor_specs'."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    inner, conv, proj = granite_mamba_dims(cfg)
+    H = cfg.mamba_heads
+    specs = [("token_embd.weight", "backbone.embeddings.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i, kind in enumerate(cfg.pattern):
+        b, h = f"blk.{i}.", f"backbone.layers.{i}.mixer."
+        specs.append((b + "attn_norm.weight", f"backbone.layers.{i}.norm.weight", (cfg.dim,), "norm"))
+        if kind == "M":
+            specs += [
+                (b + "ssm_in.weight", h + "in_proj.weight", (proj, cfg.dim), "matrix"),
+                (b + "ssm_conv1d.weight", h + "conv1d.weight", (conv, cfg.conv_kernel), "matrix"),
+                (b + "ssm_conv1d.bias", h + "conv1d.bias", (conv,), "bias"),
+                (b + "ssm_dt.bias", h + "dt_bias", (H,), "bias"),
+                (b + "ssm_a", h + "A_log", (H,), "alog"),
+                (b + "ssm_d", h + "D", (H,), "norm"),
+                (b + "ssm_norm.weight", h + "norm.weight", (inner,), "norm"),
+                (b + "ssm_out.weight", h + "out_proj.weight", (cfg.dim, inner), "matrix"),
+            ]
+        elif kind == "*":
+            specs += [
+                (b + "attn_q.weight", h + "q_proj.weight", (q_dim, cfg.dim), "matrix"),
+                (b + "attn_k.weight", h + "k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_v.weight", h + "v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+                (b + "attn_output.weight", h + "o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            ]
+        else:
+            specs += [(b + "ffn_up.weight", h + "up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+                      (b + "ffn_down.weight", h + "down_proj.weight", (cfg.dim, cfg.ffn), "matrix")]
+    specs.append(("output_norm.weight", "backbone.norm_f.weight", (cfg.dim,), "norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def nemotron_gguf_metadata(cfg, w):
+    """llama.cpp's keys (convert_hf_to_gguf.py NemotronHModel): KV head counts and feed-forward widths per
+    layer (a Mamba2 layer has 0 of both, an attention layer KV heads, an MLP layer a width); the ssm.* keys."""
+    a = "nemotron_h"
+    inner, _, _ = granite_mamba_dims(cfg)
+    w.add_array(f"{a}.attention.head_count_kv", [cfg.kv_heads if c == "*" else 0 for c in cfg.pattern], G.UINT32)
+    w.add_array(f"{a}.feed_forward_length", [cfg.ffn if c == "-" else 0 for c in cfg.pattern], G.UINT32)
+    w.add_u32(f"{a}.ssm.conv_kernel", cfg.conv_kernel)
+    w.add_u32(f"{a}.ssm.state_size", cfg.mamba_state)
+    w.add_u32(f"{a}.ssm.group_count", cfg.mamba_groups)
+    w.add_u32(f"{a}.ssm.inner_size", inner)
+    w.add_u32(f"{a}.ssm.time_step_rank", cfg.mamba_heads)
+
+
+def nemotron_hf_config(cfg, dtype):
+    """config.json as transformers writes a NemotronHConfig."""
+    return {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn, "num_hidden_layers": cfg.layers, "hybrid_override_pattern": cfg.pattern,
+        "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
+        "layer_norm_epsilon": cfg.eps, "vocab_size": cfg.vocab, "max_position_embeddings": cfg.ctx,
+        "tie_word_embeddings": bool(cfg.tied), "mamba_num_heads": cfg.mamba_heads, "mamba_head_dim": cfg.mamba_head_dim,
+        "ssm_state_size": cfg.mamba_state, "n_groups": cfg.mamba_groups, "conv_kernel": cfg.conv_kernel,
+        "expand": 2, "chunk_size": 256, "use_conv_bias": True, "use_bias": False, "mlp_bias": False,
+        "attention_bias": False, "mlp_hidden_act": "relu2", "mamba_hidden_act": "silu", "residual_in_fp32": False,
+        "torch_dtype": TORCH_DTYPE[dtype], "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+    }
+
+
 CHUNK_ELEMENTS = 1 << 22
 
 
@@ -1368,7 +1466,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32(f"{a}.block_count", cfg.layers + cfg.mtp)   # llama.cpp counts the MTP layers
     if cfg.mtp:
         w.add_u32(f"{a}.nextn_predict_layers", cfg.mtp)
-    if a != "qwen35moe":  # llama.cpp's converter writes none for Qwen3.5-MoE (no intermediate_size)
+    if a not in ("qwen35moe", "nemotron_h"):  # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
     if a in ("qwen35", "qwen35moe"):
@@ -1383,6 +1481,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         w.add_u32(f"{a}.full_attention_interval", cfg.full_attn_interval)
     elif a == "granitehybrid":
         granite_gguf_metadata(cfg, w)
+    elif a == "nemotron_h":
+        nemotron_gguf_metadata(cfg, w)
     elif a == "lfm2":
         # llama.cpp: one KV head count per layer, 0 for a convolution layer; the convolution width.
         w.add_array(f"{a}.attention.head_count_kv",
@@ -1477,7 +1577,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
         permute = a in ("llama", "smollm3", "granitehybrid") and any(s in gname for s in ("attn_q.", "attn_k."))
-        if a == "granitehybrid" and gname.endswith(("ssm_a", "ssm_d", "ssm_norm.weight")):
+        if a in ("granitehybrid", "nemotron_h") and gname.endswith(("ssm_a", "ssm_d", "ssm_norm.weight")):
             shape, ttype = granite_gguf_shape(cfg, gname, shape), "F32"
             data = (lambda n=gname, s=shape, k=kind, h=hname: granite_gguf_vector(cfg, n, random_tensor(seed, n, (
                 int(np.prod(s)),), k), s))
@@ -1522,6 +1622,8 @@ def hf_config(cfg, dtype):
         return qwen35_hf_config(cfg, dtype)
     if cfg.arch == "granitehybrid":
         return granite_hf_config(cfg, dtype)
+    if cfg.arch == "nemotron_h":
+        return nemotron_hf_config(cfg, dtype)
     if cfg.arch == "gpt-oss":
         return gptoss_hf_config(cfg, dtype)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
@@ -1641,7 +1743,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         header, off = {"__metadata__": {"format": "pt"}}, 0
         for _, hname, shape, _ in group:
             n = int(np.prod(shape)) * elem
-            if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight", "mamba.conv1d.weight")):
+            if hname.endswith((".conv.conv.weight", "linear_attn.conv1d.weight", "mamba.conv1d.weight",
+                               "mixer.conv1d.weight")):
                 shape = (shape[0], 1, shape[1])   # nn.Conv1d's (channels, 1, K)
             if hname.endswith("shared_expert_gate.weight"):
                 shape = (1, shape[0])             # nn.Linear(dim, 1)

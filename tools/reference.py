@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3, LFM2, Qwen3.5 and Granite 4.0-H models, to check Pith's logits.
+"""Independent float64 forward pass (torch) for Llama-family, SmolLM3, Gemma 3, LFM2, Qwen3.5, Granite 4.0-H and Nemotron-H models, to check Pith's logits.
 
     reference.py --model MODEL.gguf --tokens 1,42,7 [--out logits.npy]
     reference.py --model HF_DIR --tokens 1,42,7
@@ -159,12 +159,33 @@ HF_LAYER_GRANITE = {
     "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight",
 }
 
+# Nemotron-H (modeling_nemotron_h.py: backbone.layers.N.norm and .mixer.*), named as llama.cpp's
+# LLM_ARCH_NEMOTRON_H names them; what a layer's mixer is comes from hybrid_override_pattern.
+HF_GLOBAL_NEMOTRON = {"backbone.embeddings.weight": "token_embd.weight", "backbone.norm_f.weight": "output_norm.weight",
+                      "lm_head.weight": "output.weight"}
+HF_LAYER_NEMOTRON = {
+    "norm.weight": "attn_norm.weight", "mixer.in_proj.weight": "ssm_in.weight",
+    "mixer.conv1d.weight": "ssm_conv1d.weight", "mixer.conv1d.bias": "ssm_conv1d.bias", "mixer.dt_bias": "ssm_dt.bias",
+    "mixer.A_log": "ssm_a", "mixer.D": "ssm_d", "mixer.norm.weight": "ssm_norm.weight",
+    "mixer.out_proj.weight": "ssm_out.weight", "mixer.q_proj.weight": "attn_q.weight",
+    "mixer.k_proj.weight": "attn_k.weight", "mixer.v_proj.weight": "attn_v.weight",
+    "mixer.o_proj.weight": "attn_output.weight", "mixer.up_proj.weight": "ffn_up.weight",
+    "mixer.down_proj.weight": "ffn_down.weight",
+}
+
 # Routers and experts (after "model.layers.N."): Qwen3-MoE's mlp.*, Mixtral's block_sparse_moe.*.
 HF_ROUTERS = {"mlp.gate.weight": "ffn_gate_inp.weight", "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"}
 HF_EXPERT_KINDS = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down", "w1": "gate", "w3": "up", "w2": "down"}
 
 
 def hf_to_canonical(name, family="llama"):
+    if family == "nemotron":
+        if name in HF_GLOBAL_NEMOTRON:
+            return HF_GLOBAL_NEMOTRON[name]
+        parts = name.split(".", 3)
+        if len(parts) == 4 and parts[:2] == ["backbone", "layers"] and parts[3] in HF_LAYER_NEMOTRON:
+            return f"blk.{int(parts[2])}.{HF_LAYER_NEMOTRON[parts[3]]}"
+        return None
     glob = HF_TO_CANON_LFM2 if family == "lfm2" else HF_TO_CANON
     if name in glob:
         return glob[name]
@@ -252,6 +273,8 @@ class Model:
             return self._gguf_qwen35(r, md)
         if a == "granitehybrid":
             return self._gguf_granite(r, md)
+        if a == "nemotron_h":
+            return self._gguf_nemotron(r, md)
         if a not in ("llama", "qwen2", "qwen3", "smollm3", "gemma3", "qwen3moe", "gpt-oss"):
             raise ValueError(f"{path}: unsupported architecture {a}")
         self.dim = int(md[f"{a}.embedding_length"])
@@ -323,6 +346,8 @@ class Model:
             return self._hf_qwen35(d, c)
         if c.get("model_type") == "granitemoehybrid":
             return self._hf_granite(d, c)
+        if c.get("model_type") == "nemotron_h":
+            return self._hf_nemotron(d, c)
         types = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "smollm3": "smollm3",
                  "gemma3_text": "gemma3", "qwen3_moe": "qwen3moe", "mixtral": "llama", "gpt_oss": "gpt-oss"}
         if c.get("model_type") not in types:
@@ -594,10 +619,7 @@ class Model:
         self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
         self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
-        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
-        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
-        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
-        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
+        self._gguf_mamba2(md, a)
         self.g_emb = float(md.get(f"{a}.embedding_scale", 0.0)) or 1.0
         self.g_res = float(md.get(f"{a}.residual_scale", 0.0)) or 1.0
         self.g_att = float(md.get(f"{a}.attention.scale", 0.0)) or 1.0 / math.sqrt(self.head_dim)
@@ -605,10 +627,7 @@ class Model:
         self.g_rope = bool(md.get(f"{a}.rope.scaling.finetuned", False))
         self.n_experts = int(md.get(f"{a}.expert_count", 0))
         self.n_experts_used = int(md.get(f"{a}.expert_used_count", 0))
-        self.a_is_log, self.norm_per_group = False, True   # llama.cpp: RMS norm per group of d_inner / n_group
-        self.names = set(r.tensors)
-        self.n_vocab = r.tensors["token_embd.weight"][0][0]
-        self._fetch = r.tensor
+        self._gguf_bind(r)
 
     def _hf_granite(self, d, c):
         self.family, self.rope_divisors, self.position_scale = "granite", None, 1.0
@@ -634,13 +653,66 @@ class Model:
         self.n_experts = int(c.get("num_local_experts", 8))
         self.n_experts_used = int(c.get("num_experts_per_tok", 2))
         self.a_is_log, self.norm_per_group = True, False   # GraniteMoeHybridRMSNormGated: one norm over d_inner
+        self._hf_bind(d, c, "granite")
+
+    # Nemotron-H (configuration_nemotron_h.py, modeling_nemotron_h.py; GGUF: llama.cpp's
+    # src/models/nemotron-h.cpp and convert_hf_to_gguf.py NemotronHModel, which stores -exp(A_log) as ssm_a
+    # and writes per-layer head_count_kv and feed_forward_length: 0 and 0 is Mamba2, KV heads attention, a
+    # width an MLP). Both formats normalise the Mamba2 output per B/C group (MambaRMSNormGated group_size).
+    def _gguf_nemotron(self, r, md):
+        a = "nemotron_h"
+        self.family = "nemotron"
+        self.dim = int(md[f"{a}.embedding_length"])
+        self.n_layers = int(md[f"{a}.block_count"])
+        self.n_heads = int(md[f"{a}.attention.head_count"])
+        kv = [int(v) for v in md[f"{a}.attention.head_count_kv"]]
+        ff = [int(v) for v in md[f"{a}.feed_forward_length"]]
+        self.layer_types = ["attention" if k else "mlp" if f else "mamba" for k, f in zip(kv, ff)]
+        self.n_kv_heads = max(kv) or self.n_heads
+        self.head_dim = int(md.get(f"{a}.attention.key_length", 0)) or self.dim // self.n_heads
+        self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
+        self._gguf_mamba2(md, a)
+        self._gguf_bind(r)
+
+    def _hf_nemotron(self, d, c):
+        self.family = "nemotron"
+        self.dim, self.n_layers = c["hidden_size"], c["num_hidden_layers"]
+        self.n_heads = c["num_attention_heads"]
+        self.n_kv_heads = c.get("num_key_value_heads") or self.n_heads
+        self.head_dim = c.get("head_dim") or self.dim // self.n_heads
+        self.eps = float(c.get("layer_norm_epsilon", 1e-5))
+        kinds = {"M": "mamba", "*": "attention", "-": "mlp"}
+        self.layer_types = [kinds[ch] for ch in c["hybrid_override_pattern"]]
+        self.conv_kernel = int(c.get("conv_kernel", 4))
+        self.d_state, self.n_groups = int(c.get("ssm_state_size", 128)), int(c.get("n_groups", 8))
+        self.m_heads, self.m_head_dim = int(c.get("mamba_num_heads", 128)), int(c.get("mamba_head_dim", 64))
+        self.a_is_log, self.norm_per_group = True, True
+        self._hf_bind(d, c, "nemotron")
+
+    def _gguf_mamba2(self, md, a):
+        """A Mamba2 model's GGUF keys (llama.cpp's ssm.*: time_step_rank is the head count); llama.cpp stores
+        ssm_a as -exp(A_log) and normalises the gated output per group of d_inner / n_group."""
+        self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
+        self.d_state, self.n_groups = int(md[f"{a}.ssm.state_size"]), int(md[f"{a}.ssm.group_count"])
+        self.m_heads = int(md[f"{a}.ssm.time_step_rank"])
+        self.m_head_dim = int(md[f"{a}.ssm.inner_size"]) // self.m_heads
+        self.a_is_log, self.norm_per_group = False, True
+
+    def _gguf_bind(self, r):
+        self.names = set(r.tensors)
+        self.n_vocab = r.tensors["token_embd.weight"][0][0]
+        self._fetch = r.tensor
+
+    def _hf_bind(self, d, c, family):
+        """Canonical names -> the tensors of d's safetensors files (one, or those of the sharded index), by
+        hf_to_canonical(family); output.weight dropped when config.json ties the embeddings."""
         where = {}
         index = os.path.join(d, "model.safetensors.index.json")
         files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
         for fn in files:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
-                canon = hf_to_canonical(name, "granite")
+                canon = hf_to_canonical(name, family)
                 if canon:
                     where[canon] = (st, name)
         if c.get("tie_word_embeddings", False):
@@ -1086,6 +1158,36 @@ def granite_forward(m, tokens, aq, kv_f16):
     return (aq(x) @ out.T) / m.g_logit
 
 
+def nemotron_forward(m, tokens, aq, kv_f16):
+    """Nemotron-H (NemotronHModel / NemotronHBlock): per layer x = x + mixer(RMSNorm(x)), the mixer being
+    Mamba2 (granite_mamba2: the same NemotronHMamba2Mixer recurrence, its gated norm per group), attention
+    without positional encoding (NemotronHAttention: GQA, scores / sqrt(head_dim), o_proj) or the MLP
+    (NemotronHMLP: down_proj(relu(up_proj(x))^2)); then norm_f and lm_head (tied unless lm_head exists)."""
+    tok = torch.tensor(tokens, dtype=torch.long)
+    T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
+    x = m.w("token_embd.weight")[tok]
+    mask = causal_mask(T)
+    for i in range(m.n_layers):
+        p = f"blk.{i}."
+        h = aq(rms_norm(x, m.w(p + "attn_norm.weight"), m.eps))
+        if m.layer_types[i] == "mamba":
+            o = granite_mamba2(m, p, h)
+        elif m.layer_types[i] == "attention":
+            q = (h @ m.w(p + "attn_q.weight").T).view(T, H, hd)
+            k = (h @ m.w(p + "attn_k.weight").T).view(T, KV, hd)
+            v = (h @ m.w(p + "attn_v.weight").T).view(T, KV, hd)
+            if kv_f16:
+                k, v = round_kv(k, kv_f16), round_kv(v, kv_f16)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            o = aq(attention(q, k, v, mask, math.sqrt(hd)).reshape(T, H * hd)) @ m.w(p + "attn_output.weight").T
+        else:
+            o = aq(torch.relu(h @ m.w(p + "ffn_up.weight").T) ** 2) @ m.w(p + "ffn_down.weight").T
+        x = x + o
+    x = rms_norm(x, m.w("output_norm.weight"), m.eps)
+    out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
+    return aq(x) @ out.T
+
+
 def round_kv(t, kind):
     """Cached K or V [T, heads, head_dim] as a KV cache of `kind` holds it (see forward)."""
     if kind is True or kind == "f16":
@@ -1117,6 +1219,8 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         return qwen35_forward(m, tokens, aq, kv_f16)
     if m.family == "granite":
         return granite_forward(m, tokens, aq, kv_f16)
+    if m.family == "nemotron":
+        return nemotron_forward(m, tokens, aq, kv_f16)
     T, H, KV, hd = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim
     gemma = m.family == "gemma3"
     pos = torch.arange(T)

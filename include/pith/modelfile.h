@@ -142,6 +142,8 @@ typedef struct pith_hparams {
     /* Hybrid models: layers whose token mixer is recurrent (a short convolution, Gated DeltaNet, Mamba)
      * instead of attention, and the width of their causal convolution (LFM2's L_cache); 0: none. */
     uint64_t layer_recurrent[PITH_MAX_LAYERS / 64];
+    /* Nemotron-H: layers that are an MLP alone (no token mixer, so neither attention nor recurrent). */
+    uint64_t layer_mlp[PITH_MAX_LAYERS / 64];
     int conv_kernel;
     /* Gated DeltaNet layers (Qwen3.5): query/key heads, value heads (a multiple of them), head widths. */
     int ssm_n_k_heads, ssm_n_v_heads, ssm_head_k_dim, ssm_head_v_dim;
@@ -157,9 +159,13 @@ typedef struct pith_hparams {
     float embedding_scale, residual_scale, logit_scale;
 } pith_hparams;
 
-/* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written. */
+/* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written.
+ * The range test returns early rather than joining the bit test with &&: GCC 12.2 at -O2 miscompiled
+ * the && form in a loop that both accumulates bits of one mask and compares the bits of two
+ * (test_hybrid_formats' nemotron_h layer check failed; clang and -O0 were right). */
 static inline bool pith_layer_bit(const uint64_t *mask, int layer) {
-    return layer >= 0 && layer < PITH_MAX_LAYERS && ((mask[layer / 64] >> (layer % 64)) & 1u);
+    if (layer < 0 || layer >= PITH_MAX_LAYERS) return false;
+    return (mask[layer / 64] >> (layer % 64)) & 1u;
 }
 static inline void pith_layer_set(uint64_t *mask, int layer, bool on) {
     if (layer < 0 || layer >= PITH_MAX_LAYERS) return;

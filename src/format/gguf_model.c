@@ -78,10 +78,15 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     snprintf(kv_key, sizeof kv_key, "%s.attention.head_count_kv", hp->arch);
     const pith_gguf_kv *kv_heads = pith_gguf_find(g, kv_key);
     bool kv_per_layer = arch && kv_heads && kv_heads->type == PITH_GGUF_ARRAY;
+    /* ... and Nemotron-H feed_forward_length too (0: a layer without an MLP). */
+    snprintf(kv_key, sizeof kv_key, "%s.feed_forward_length", hp->arch);
+    const pith_gguf_kv *ff = pith_gguf_find(g, kv_key);
+    bool ff_per_layer = arch && ff && ff->type == PITH_GGUF_ARRAY;
     if (pith_meta_int(&m, "context_length", true, &hp->ctx_len) ||
         pith_meta_int(&m, "embedding_length", true, &hp->dim) ||
         pith_meta_int(&m, "block_count", true, &hp->n_layers) ||
-        pith_meta_int(&m, "feed_forward_length", !pith_meta_has(&m, "expert_feed_forward_length"), &hp->ffn_dim) ||
+        (!ff_per_layer &&
+         pith_meta_int(&m, "feed_forward_length", !pith_meta_has(&m, "expert_feed_forward_length"), &hp->ffn_dim)) ||
         pith_meta_int(&m, "attention.head_count", true, &hp->n_heads) ||
         (!kv_per_layer && pith_meta_int(&m, "attention.head_count_kv", false, &hp->n_kv_heads)) ||
         pith_meta_int(&m, "attention.key_length", false, &hp->head_dim) ||

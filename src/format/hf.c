@@ -14,7 +14,7 @@
 
 #define MAX_INDEX_BYTES (64u << 20)
 
-/* "model.layers.N." / "mtp.layers.N." prefixes: N (no leading zeros) and what follows, or -1. */
+/* "model.layers.N." (or the descriptor's hf_layer_prefix) / "mtp.layers.N." prefixes: N (no leading zeros) and what follows, or -1. */
 static long layer_prefix(const char *hf, const char *prefix, const char **rest) {
     size_t n = strlen(prefix);
     if (strncmp(hf, prefix, n)) return -1;
@@ -48,7 +48,7 @@ static bool mapped_name(const pith_arch *arch, int n_layers, const char *hf, cha
         }
     }
     const char *rest;
-    long layer_no = layer_prefix(hf, "model.layers.", &rest);
+    long layer_no = layer_prefix(hf, arch->hf_layer_prefix ? arch->hf_layer_prefix : "model.layers.", &rest);
     if (layer_no >= 0) return layer_name(arch->hf_layer, layer_no, rest, out, cap);
     if (!arch->hf_mtp) return false;
     layer_no = layer_prefix(hf, "mtp.layers.", &rest);

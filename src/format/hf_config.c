@@ -153,10 +153,31 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
     return 0;
 }
 
+/* Python's json module writes an infinite float as the bare word Infinity (Mamba2 configs:
+ * "time_step_limit": [0.0, Infinity]), which is not JSON; outside strings it becomes 1e999, a number
+ * strtod reads as infinity, in place (same length). NaN stays an error. */
+static void python_infinities(char *text, size_t len) {
+    static const char word[] = "Infinity";
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == 'I' && len - i >= sizeof word - 1 && !memcmp(text + i, word, sizeof word - 1)) {
+            memcpy(text + i, "1e999   ", sizeof word - 1);
+            i += sizeof word - 2;
+        }
+    }
+}
+
 int pith_hf_parse_config(const char *config_path, pith_hparams *hp, const pith_arch **arch, pith_err *err) {
     char *text;
     size_t len;
     if (pith_read_small_file(config_path, MAX_CONFIG_BYTES, &text, &len, err)) return -1;
+    python_infinities(text, len);
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(root)) {

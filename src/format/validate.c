@@ -77,7 +77,7 @@ static int check_hparams(pith_model_file *f, pith_err *err) {
     if (check_range(f, "sliding window", hp->sliding_window, 0, MAX_CTX, err)) return -1;
     for (int l = hp->n_layers; l < PITH_MAX_LAYERS; l++)
         if (pith_layer_bit(hp->layer_swa, l) || pith_layer_bit(hp->layer_no_rope, l) ||
-            pith_layer_bit(hp->layer_recurrent, l))
+            pith_layer_bit(hp->layer_recurrent, l) || pith_layer_bit(hp->layer_mlp, l))
             return pith_errf(err, "%s: per-layer flags name layer %d of %d", f->path, l, hp->n_layers);
     const struct { const char *what; float v; } nonneg[] = {
         {"sliding-window RoPE theta", hp->rope_theta_swa},

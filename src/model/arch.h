@@ -103,6 +103,8 @@ typedef struct pith_arch {
     pith_rope_style rope_gguf, rope_hf;  /* how each format lays out Q and K */
     const pith_name_map *hf_global;      /* NULL-terminated */
     const pith_name_map *hf_layer;       /* after "model.layers.N." -> after "blk.N."; NULL-terminated */
+    const char *hf_layer_prefix;         /* what stands for "model.layers." (Nemotron-H: "backbone.layers.");
+                                            NULL: "model.layers." */
     const pith_name_map *hf_mtp;         /* after "mtp." -> after "blk.{n_layers}." (the MTP head's own
                                             tensors; its layers "mtp.layers.N." map through hf_layer);
                                             NULL: "mtp.*" keep their names */

@@ -16,7 +16,8 @@
  * last projection (the same product, rounded once more) or, with experts, to the summed FFN output
  * (model/moe.h runs the shared MLP as its shared expert then).
  *
- * Every run goes through the recurrent SSD kernel, a prefill chunk too: its result is then the same
+ * The Mamba2 mixer itself is model/mamba2.c (shared with Nemotron-H). Every run goes through the
+ * recurrent SSD kernel, a prefill chunk too: its result is then the same
  * bits however the scheduler cuts a prompt into chunks, batches it with others or restores it from a
  * snapshot, and with SIMD it is the faster form on a CPU (the chunked form does the same state
  * products, 2 x head_dim x d_state per token and head, plus its intra-chunk terms).
@@ -31,6 +32,7 @@
  * at float offset i * (both) of the slot. A group is left out when the model has no layer of its kind. */
 #include "model/granitehybrid.h"
 #include "model/hybrid_common.h"
+#include "model/mamba2.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -50,8 +52,9 @@
 
 typedef struct gh_layer {
     bool mamba;
-    pith_matrix wq, wk, wv, wo, ssm_in, ssm_out, gate, up, down; /* gate, up, down: the dense shared MLP */
-    float *attn_norm, *ffn_norm, *conv_w, *conv_b, *dt_bias, *ssm_a, *ssm_d, *ssm_norm;
+    pith_matrix wq, wk, wv, wo, gate, up, down; /* gate, up, down: the dense shared MLP */
+    pith_mamba2_layer ssm;
+    float *attn_norm, *ffn_norm;
     pith_moe_layer *moe; /* routed experts with the shared MLP as their shared expert, or NULL */
 } gh_layer;
 
@@ -59,9 +62,8 @@ typedef struct gh {
     pith_model base;
     pith_cpu cpu;
     pith_attn_scratch attn;
-    int q_dim, kv_dim, K, H, G, P, N, inner, conv_dim, proj_dim, ffn;
-    int norm_group; /* elements per RMS group of the gated norm */
-    size_t conv_floats, ssm_floats; /* per Mamba2 layer */
+    int q_dim, kv_dim, ffn;
+    pith_mamba2_dims md;
     bool rope, adjacent, portable;
     float emb_scale, res_scale, logit_div;
     pith_kv_host mem;
@@ -183,19 +185,7 @@ static int load_layer(gh *m, const pith_model_file *f, int l, pith_err *err) {
         return pith_err_prefix(err, "layer %d", l);
     }
     if (L->mamba) {
-        const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
-        if (c && c->ne[0] != m->K)
-            return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, n, (long long)c->ne[0], m->K);
-        if (pith_hy_load_mat(f, NAME("ssm_in.weight"), m->proj_dim, dim, &L->ssm_in, err) ||
-            pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, m->inner, &L->ssm_out, err) ||
-            pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)m->conv_dim * m->K, &L->conv_w, err) ||
-            pith_hy_load_vec(f, NAME("ssm_conv1d.bias"), m->conv_dim, &L->conv_b, err) ||
-            pith_hy_load_vec(f, NAME("ssm_dt.bias"), m->H, &L->dt_bias, err) || pith_hy_load_vec(f, NAME("ssm_a"), m->H, &L->ssm_a, err) ||
-            pith_hy_load_vec(f, NAME("ssm_d"), m->H, &L->ssm_d, err) || pith_hy_load_vec(f, NAME("ssm_norm.weight"), m->inner, &L->ssm_norm, err))
-            return pith_err_prefix(err, "layer %d", l);
-        for (int h = 0; h < m->H; h++)
-            if (!(L->ssm_a[h] < 0))
-                return pith_errf(err, "layer %d: ssm_a[%d] is %g; Mamba2 needs A = -exp(A_log) < 0", l, h, L->ssm_a[h]);
+        if (pith_mamba2_load(f, l, &m->md, dim, &L->ssm, err)) return pith_err_prefix(err, "layer %d", l);
     } else if (pith_hy_load_mat(f, NAME("attn_q.weight"), m->q_dim, dim, &L->wq, err) ||
                pith_hy_load_mat(f, NAME("attn_k.weight"), m->kv_dim, dim, &L->wk, err) ||
                pith_hy_load_mat(f, NAME("attn_v.weight"), m->kv_dim, dim, &L->wv, err) ||
@@ -207,14 +197,15 @@ static int load_layer(gh *m, const pith_model_file *f, int l, pith_err *err) {
 }
 
 static pith_matrix *layer_mat(gh_layer *L, int i) {
-    pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ssm_in, &L->ssm_out, &L->gate, &L->up, &L->down};
+    pith_matrix *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
     return i < (int)(sizeof ms / sizeof *ms) ? ms[i] : NULL;
 }
 
 static void free_layer(gh_layer *L) {
     for (int i = 0; layer_mat(L, i); i++) pith_matrix_free(layer_mat(L, i));
-    float *vs[] = {L->attn_norm, L->ffn_norm, L->conv_w, L->conv_b, L->dt_bias, L->ssm_a, L->ssm_d, L->ssm_norm};
-    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
+    pith_mamba2_free(&L->ssm);
+    free(L->attn_norm);
+    free(L->ffn_norm);
     if (L->moe) pith_moe_free(L->moe);
     free(L->moe);
 }
@@ -230,39 +221,6 @@ static const pith_model_ops gh_ops = {
     .copy_blocks = gh_copy_blocks, .forward = gh_forward, .destroy = gh_destroy,
 };
 
-static int declare_memory(gh *m, pith_err *err) {
-    const pith_hparams *hp = &m->base.hp;
-    int L = hp->n_layers, n = 0;
-    m->group_layers = malloc((size_t)L * sizeof *m->group_layers);
-    m->layer_group = malloc((size_t)L * sizeof *m->layer_group);
-    m->layer_index = malloc((size_t)L * sizeof *m->layer_index);
-    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    pith_mem_spec *spec = &m->base.mem;
-    memset(spec, 0, sizeof *spec);
-    for (int mamba = 0; mamba < 2; mamba++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            if (m->layers[l].mamba != (mamba == 1)) continue;
-            m->layer_group[l] = spec->n_groups;
-            m->layer_index[l] = n - first;
-            m->group_layers[n++] = l;
-        }
-        if (n == first) continue;
-        pith_mem_group *g = &spec->groups[spec->n_groups++];
-        g->n_layers = n - first;
-        g->layers = &m->group_layers[first];
-        if (mamba) {
-            g->kind = PITH_MEM_RECURRENT;
-            g->state_bytes = (size_t)g->n_layers * (m->conv_floats + m->ssm_floats) * sizeof(float);
-        } else {
-            g->kind = PITH_MEM_FULL;
-            g->type = PITH_F16;
-            g->k_dim = g->v_dim = m->kv_dim;
-        }
-    }
-    return pith_mem_spec_check(spec, L, err);
-}
-
 int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
@@ -275,17 +233,10 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     m->base.state_checkpoints = true;
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
-    m->K = hp->conv_kernel;
-    m->H = hp->ssm_n_v_heads, m->G = hp->ssm_n_k_heads, m->P = hp->ssm_head_v_dim, m->N = hp->ssm_head_k_dim;
-    m->inner = m->H * m->P;
-    m->conv_dim = m->inner + 2 * m->G * m->N;
-    m->proj_dim = m->inner + m->conv_dim + m->H;
     m->ffn = hp->ffn_dim;
     /* llama.cpp normalises per B/C group (as Mamba2's own code does), transformers' Granite code over the
      * whole width: the same when n_groups is 1, as in every Granite 4.0-H */
-    m->norm_group = pith_model_file_format(file) == PITH_FORMAT_GGUF && m->G > 0 ? m->inner / m->G : m->inner;
-    m->conv_floats = (size_t)(m->K > 1 ? m->K - 1 : 0) * m->conv_dim;
-    m->ssm_floats = (size_t)m->H * m->P * m->N;
+    pith_mamba2_dims_of(hp, pith_model_file_format(file) == PITH_FORMAT_GGUF, &m->md);
     m->rope = false;
     for (int l = 0; l < hp->n_layers; l++)
         m->rope |= !pith_layer_bit(hp->layer_recurrent, l) && !pith_layer_bit(hp->layer_no_rope, l);
@@ -310,16 +261,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     if (!rc && m->has_moe) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
-    if (!rc) {
-        m->embd = pith_model_file_tensor(file, "token_embd.weight");
-        pith_matrix em;
-        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
-        m->embd_row_bytes = em.row_bytes;
-    }
-    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
-    if (!rc)
-        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
-                      hp->n_vocab, hp->dim, &m->output, err);
+    if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = load_layer(m, file, l, err);
@@ -329,6 +271,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
         gh_layer *L = &m->layers[l];
         for (int i = 0; !rc && layer_mat(L, i); i++)
             if (layer_mat(L, i)->data) rc = pith_matrix_pack(&m->cpu, layer_mat(L, i), err);
+        if (!rc && L->mamba) rc = pith_mamba2_pack(&m->cpu, &L->ssm, err);
         if (!rc && L->moe) rc = pith_moe_pack(&m->cpu, L->moe, err);
         if (!rc && opt && opt->progress) opt->progress(opt->progress_user, (hp->n_layers + l + 1) / steps);
     }
@@ -336,7 +279,8 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     int half = hp->head_dim / 2;
     if (!rc && !(m->inv_freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *m->inv_freq))) rc = pith_errf(err, "out of memory");
     for (int i = 0; !rc && i < half; i++) m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if (!rc) rc = declare_memory(m, err);
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, m->md.conv_floats + m->md.ssm_floats, 0, &m->group_layers,
+                                            &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));
         gh_destroy(&m->base);
@@ -382,14 +326,14 @@ static int reserve(gh *m, int n, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
     free_scratch(m);
     size_t N = (size_t)n, dim = (size_t)hp->dim, half = (size_t)hp->head_dim / 2 + 1;
-    size_t att = (size_t)(m->q_dim > m->inner ? m->q_dim : m->inner);
+    size_t att = (size_t)(m->q_dim > m->md.inner ? m->q_dim : m->md.inner);
     m->x = malloc(N * dim * sizeof(float));
     m->xb = malloc(N * dim * sizeof(float));
     m->q = malloc(N * m->q_dim * sizeof(float));
     m->k = malloc(N * m->kv_dim * sizeof(float));
     m->v = malloc(N * m->kv_dim * sizeof(float));
     m->att = malloc(N * att * sizeof(float));
-    m->proj = malloc(N * m->proj_dim * sizeof(float));
+    m->proj = malloc(N * m->md.proj_dim * sizeof(float));
     m->hb = malloc(N * 2 * m->ffn * sizeof(float));
     m->tmp = malloc(N * dim * sizeof(float));
     m->rope_cos = malloc(N * half * sizeof(float));
@@ -402,7 +346,7 @@ static int reserve(gh *m, int n, pith_err *err) {
     }
     int widest = hp->dim > 2 * m->ffn ? hp->dim : 2 * m->ffn;
     widest = widest > m->q_dim ? widest : m->q_dim;
-    widest = widest > m->proj_dim ? widest : m->proj_dim;
+    widest = widest > m->md.proj_dim ? widest : m->md.proj_dim;
     if (pith_cpu_reserve(&m->cpu, n, widest, err) || pith_attn_scratch_reserve(&m->attn, n, err) ||
         (m->has_moe && pith_moe_reserve(&m->cpu, &m->moe_cfg, &m->moe_s, n, err))) {
         free_scratch(m);
@@ -521,89 +465,6 @@ static void attn_scale_row(job *j, int t) {
     for (int i = 0; i < m->q_dim; i++) o[i] *= m->res_scale;
 }
 
-/* Layer `layer`'s state in state slot `slot` of the RECURRENT group. */
-static float *slot_state(gh *m, int layer, int slot) {
-    const pith_kv_cache *c = &m->mem.groups[m->layer_group[layer]];
-    return (float *)(c->state + (size_t)slot * c->state_bytes) + (size_t)m->layer_index[layer] * (m->conv_floats + m->ssm_floats);
-}
-
-/* The last token of the piece of s's run that starts at t: the next token with a checkpoint, else the
- * run's last. */
-static int piece_end(const int32_t *ck, int t, int t1) {
-    if (ck)
-        while (t < t1 - 1 && ck[t] < 0) t++;
-    else
-        t = t1 - 1;
-    return t;
-}
-
-#define CONV_CHANNELS 256
-
-/* Unit u: sequence u / blocks, channels of block u % blocks: the convolution of xBC (in place in proj). */
-static void conv_unit(job *j, int u) {
-    gh *m = j->m;
-    const pith_batch *b = j->b;
-    int C = m->conv_dim, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS, K = m->K;
-    int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
-    int t0 = m->seq_start[s], t1 = m->seq_start[s + 1], g = m->layer_group[j->layer];
-    float *state = slot_state(m, j->layer, b->mem[g].state_slots[s]);
-    if (b->positions[t0] == 0)
-        for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    const int32_t *ck = b->mem[g].checkpoints;
-    const gh_layer *L = &m->layers[j->layer];
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
-        float *x = m->proj + (size_t)t * m->proj_dim + m->inner;
-        pith_conv1d_args a = {e + 1 - t, C, K, x, (size_t)m->proj_dim, L->conv_w, L->conv_b, state, x, (size_t)m->proj_dim, true};
-        pith_conv1d(&a, c0, c1);
-        if (ck && ck[e] >= 0) {
-            float *dst = slot_state(m, j->layer, ck[e]);
-            for (int r = 0; r < K - 1; r++)
-                memcpy(dst + (size_t)r * C + c0, state + (size_t)r * C + c0, (size_t)(c1 - c0) * sizeof(float));
-        }
-        t = e + 1;
-    }
-}
-
-/* Unit u: sequence u / heads, head u % heads: the SSD scan over the sequence's run into att. */
-static void ssd_unit(job *j, int u) {
-    gh *m = j->m;
-    const pith_batch *b = j->b;
-    int s = u / m->H, h = u % m->H, g = m->layer_group[j->layer];
-    int t0 = m->seq_start[s], t1 = m->seq_start[s + 1];
-    size_t per_head = (size_t)m->P * m->N;
-    float *S = slot_state(m, j->layer, b->mem[g].state_slots[s]) + m->conv_floats;
-    if (b->positions[t0] == 0) memset(S + (size_t)h * per_head, 0, per_head * sizeof(float));
-    const int32_t *ck = b->mem[g].checkpoints;
-    const gh_layer *L = &m->layers[j->layer];
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
-        const float *row = m->proj + (size_t)t * m->proj_dim;
-        pith_ssd_args a = {
-            .n_tokens = e + 1 - t, .n_heads = m->H, .n_groups = m->G, .head_dim = m->P, .d_state = m->N,
-            .x = row + m->inner, .ld_x = (size_t)m->proj_dim, .B = row + 2 * m->inner,
-            .C = row + 2 * m->inner + m->G * m->N, .ld_bc = (size_t)m->proj_dim, .dt = row + m->inner + m->conv_dim,
-            .ld_dt = (size_t)m->proj_dim, .dt_bias = L->dt_bias, .A = L->ssm_a, .D = L->ssm_d, .state = S,
-            .y = m->att + (size_t)t * m->inner, .ld_y = (size_t)m->inner, .portable = m->portable,
-        };
-        pith_ssd_recurrent(&a, h);
-        if (ck && ck[e] >= 0)
-            memcpy(slot_state(m, j->layer, ck[e]) + m->conv_floats + (size_t)h * per_head, S + (size_t)h * per_head,
-                   per_head * sizeof(float));
-        t = e + 1;
-    }
-}
-
-/* y * silu(z), RMS-normed (per group in GGUF files, over the inner width in Hugging Face ones), times the residual scale (ssm_out's input). */
-static void gated_norm_row(job *j, int t) {
-    gh *m = j->m;
-    float *y = m->att + (size_t)t * m->inner;
-    pith_gated_rmsnorm_grouped(y, m->proj + (size_t)t * m->proj_dim, m->layers[j->layer].ssm_norm, m->inner,
-                               m->norm_group, m->base.hp.norm_eps);
-    if (m->res_scale != 1.0f)
-        for (int i = 0; i < m->inner; i++) y[i] *= m->res_scale;
-}
-
 /* silu(gate) * up in place of the gate half of [gate | up], times the residual scale. */
 static void swiglu_row(job *j, int t) {
     gh *m = j->m;
@@ -645,18 +506,13 @@ static int attention_layer(gh *m, const pith_batch *b, int l, job *j, pith_err *
     return pith_cpu_matmul(&m->cpu, &L->wo, &a, m->x, dim, true, err);
 }
 
-static int mamba_layer(gh *m, const pith_batch *b, int l, job *j, pith_err *err) {
-    const gh_layer *L = &m->layers[l];
-    int n = b->n_tokens, dim = m->base.hp.dim;
-    pith_acts a;
-    pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
-    if (pith_cpu_matmul(&m->cpu, &L->ssm_in, &a, m->proj, (size_t)m->proj_dim, false, err)) return -1;
-    int blocks = (m->conv_dim + CONV_CHANNELS - 1) / CONV_CHANNELS;
-    run(m, j, conv_unit, b->n_seqs * blocks, (double)n / b->n_seqs * CONV_CHANNELS * (m->K + 4));
-    run(m, j, ssd_unit, b->n_seqs * m->H, (double)n / b->n_seqs * 4.0 * m->P * m->N);
-    run(m, j, gated_norm_row, n, 8.0 * m->inner);
-    pith_acts_bind(&m->cpu, &a, m->att, n, m->inner, m->inner);
-    return pith_cpu_matmul(&m->cpu, &L->ssm_out, &a, m->x, dim, true, err);
+static int mamba_layer(gh *m, const pith_batch *b, int l, pith_err *err) {
+    const pith_mamba2_run r = {
+        .cpu = &m->cpu, .d = &m->md, .L = &m->layers[l].ssm, .b = b, .mem = &m->mem, .group = m->layer_group[l],
+        .layer_index = m->layer_index[l], .seq_start = m->seq_start, .proj = m->proj, .y = m->att,
+        .eps = m->base.hp.norm_eps, .out_scale = m->res_scale, .portable = m->portable,
+    };
+    return pith_mamba2_forward(&r, m->xb, m->base.hp.dim, m->x, err);
 }
 
 static int ffn(gh *m, const gh_layer *L, job *j, int n, pith_err *err) {
@@ -682,7 +538,7 @@ static int layer_forward(gh *m, const pith_batch *b, int l, int *n_rows, pith_er
     const gh_layer *L = &m->layers[l];
     job j = {.m = m, .b = b, .layer = l, .norm = L->attn_norm};
     run(m, &j, norm_row, b->n_tokens, hp->dim);
-    if ((L->mamba ? mamba_layer : attention_layer)(m, b, l, &j, err)) return -1;
+    if (L->mamba ? mamba_layer(m, b, l, err) : attention_layer(m, b, l, &j, err)) return -1;
     int n = b->n_tokens;
     if (l == hp->n_layers - 1) n = pith_hy_keep_rows(m->x, b, m->base.hp.dim);
     *n_rows = n;
@@ -692,24 +548,11 @@ static int layer_forward(gh *m, const pith_batch *b, int l, int *n_rows, pith_er
     return ffn(m, L, &j, n, err);
 }
 
-/* Checkpoint slots (batch.h) inside the RECURRENT pool. */
-static int check_checkpoints(gh *m, const pith_batch *b, pith_err *err) {
-    for (int g = 0; g < m->mem.n_groups && g < b->n_groups; g++) {
-        const int32_t *ck = b->mem[g].checkpoints;
-        if (m->mem.groups[g].kind != PITH_MEM_RECURRENT || !ck) continue;
-        for (int t = 0; t < b->n_tokens; t++)
-            if (ck[t] < -1 || ck[t] >= m->mem.groups[g].n_slots)
-                return pith_errf(err, "batch: checkpoint slot %d of token %d outside the pool of %d", ck[t], t,
-                                 m->mem.groups[g].n_slots);
-    }
-    return 0;
-}
-
 static int gh_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     gh *m = base->impl;
     const pith_hparams *hp = &base->hp;
     if (!pith_kv_host_allocated(&m->mem) && base->mem.n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) || check_checkpoints(m, b, err) ||
+    if (pith_batch_check(b, &base->mem, &m->mem, hp->n_vocab, err) ||
         reserve(m, b->n_tokens, err))
         return -1;
     if (b->n_tokens == 0) return 0;

@@ -5,9 +5,6 @@
 
 #include "pith/model.h"
 
-/* The widest Mamba2 convolution accepted (the conv1d kernel's limit; Granite uses 4). */
-#define PITH_CONV1D_MAX_KERNEL_GH 16
-
 /* Takes ownership of `file` on success (and on failure leaves it to the caller). */
 int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err);
 

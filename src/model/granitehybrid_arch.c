@@ -39,6 +39,7 @@
 
 #include "model/arch.h"
 #include "model/granitehybrid.h"
+#include "model/mamba2.h"
 #include "model/moe_arch.h"
 
 static const pith_name_map hf_global[] = {
@@ -97,22 +98,14 @@ static void set_all(uint64_t *mask, int n_layers, bool on) {
 }
 
 static int gh_read_gguf(const pith_meta *m, pith_hparams *hp) {
-    int inner = 0;
     bool rope = false;
-    if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
-        pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
-        pith_meta_int(m, "ssm.group_count", true, &hp->ssm_n_k_heads) ||
-        pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
-        pith_meta_int(m, "ssm.inner_size", true, &inner) ||
+    if (pith_mamba2_read_gguf(m, hp) ||
         pith_meta_float(m, "embedding_scale", false, &hp->embedding_scale) ||
         pith_meta_float(m, "residual_scale", false, &hp->residual_scale) ||
         pith_meta_float(m, "attention.scale", false, &hp->query_scale) ||
         pith_meta_float(m, "logit_scale", false, &hp->logit_scale) ||
         pith_meta_bool(m, "rope.scaling.finetuned", &rope) || pith_moe_read_gguf(m, hp, true))
         return -1;
-    if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
-        return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d heads", m->path, inner, hp->ssm_n_v_heads);
-    hp->ssm_head_v_dim = inner / hp->ssm_n_v_heads;
     set_all(hp->layer_no_rope, hp->n_layers, !rope);
     if (hp->n_experts > 0) {
         if (hp->expert_shared_ffn_dim <= 0)
@@ -208,17 +201,7 @@ static int gh_read_hf(const pith_meta *m, pith_hparams *hp) {
 static int gh_check(const pith_hparams *hp, const char *path, pith_err *err) {
     bool any = false;
     for (int l = 0; l < hp->n_layers; l++) any |= pith_layer_bit(hp->layer_recurrent, l);
-    if (any) {
-        if (hp->conv_kernel < 1 || hp->conv_kernel > PITH_CONV1D_MAX_KERNEL_GH)
-            return pith_errf(err, "%s: Mamba2 convolution width %d is not in 1..%d", path, hp->conv_kernel,
-                             PITH_CONV1D_MAX_KERNEL_GH);
-        const int w[] = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim};
-        for (int i = 0; i < 4; i++)
-            if (w[i] < 1 || w[i] > 1 << 14) return pith_errf(err, "%s: Mamba2 head count or width %d out of range", path, w[i]);
-        if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
-            return pith_errf(err, "%s: %d Mamba2 heads are not a multiple of %d groups", path, hp->ssm_n_v_heads,
-                             hp->ssm_n_k_heads);
-    }
+    if (any && pith_mamba2_check_hparams(hp, path, err)) return -1;
     const float scales[] = {hp->embedding_scale, hp->residual_scale, hp->logit_scale};
     for (int i = 0; i < 3; i++)
         if (!(scales[i] >= 0 && isfinite(scales[i])))
@@ -227,19 +210,7 @@ static int gh_check(const pith_hparams *hp, const char *path, pith_err *err) {
 }
 
 /* Hugging Face stores A_log; GGUF (and the forward pass) holds ssm_a = -exp(A_log). */
-static int gh_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
-    if (pith_model_file_format(f) != PITH_FORMAT_SAFETENSORS) return 0;
-    char name[96];
-    float *v;
-    int64_t n;
-    for (int l = 0; l < hp->n_layers; l++) {
-        if (!pith_layer_bit(hp->layer_recurrent, l)) continue;
-        snprintf(name, sizeof name, "blk.%d.ssm_a", l);
-        if (pith_mf_own_vector(f, name, &v, &n, err)) return -1;
-        for (int64_t i = 0; i < n; i++) v[i] = -expf(v[i]);
-    }
-    return 0;
-}
+static int gh_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) { return pith_mamba2_finish_hf(f, hp, err); }
 
 const pith_arch pith_arch_granitehybrid = {
     .name = "granitehybrid",

@@ -31,15 +31,31 @@ int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int c
     return 0;
 }
 
-int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *group_layers, int *layer_group,
-                           int *layer_index, pith_err *err) {
+int pith_hy_load_io(const pith_model_file *f, const pith_hparams *hp, const char *norm_name, const pith_tensor **embd,
+                    size_t *row_bytes, float **out_norm, pith_matrix *output, pith_err *err) {
+    pith_matrix em;
+    *embd = pith_model_file_tensor(f, "token_embd.weight");
+    if (pith_hy_load_mat(f, "token_embd.weight", hp->n_vocab, hp->dim, &em, err)) return -1;
+    *row_bytes = em.row_bytes;
+    if (pith_hy_load_vec(f, norm_name, hp->dim, out_norm, err)) return -1;
+    return pith_hy_load_mat(f, pith_model_file_tensor(f, "output.weight") ? "output.weight" : "token_embd.weight",
+                            hp->n_vocab, hp->dim, output, err);
+}
+
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int spare, int **group_layers_out,
+                           int **layer_group_out, int **layer_index_out, pith_err *err) {
     const int L = m->hp.n_layers;
+    size_t n = (size_t)L + (size_t)(spare > 0 ? spare : 0);
+    int *group_layers = *group_layers_out = malloc(n * sizeof(int));
+    int *layer_group = *layer_group_out = malloc(n * sizeof(int));
+    int *layer_index = *layer_index_out = malloc(n * sizeof(int));
+    if (!group_layers || !layer_group || !layer_index) return pith_errf(err, "out of memory");
     pith_mem_spec *spec = &m->mem;
     memset(spec, 0, sizeof *spec);
     for (int rec = 0, n = 0; rec < 2; rec++) {
         int first = n;
         for (int l = 0; l < L; l++) {
-            if (pith_layer_bit(m->hp.layer_recurrent, l) != (rec == 1)) continue;
+            if (pith_layer_bit(m->hp.layer_mlp, l) || pith_layer_bit(m->hp.layer_recurrent, l) != (rec == 1)) continue;
             layer_group[l] = spec->n_groups;
             layer_index[l] = n - first;
             group_layers[n++] = l;

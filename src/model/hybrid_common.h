@@ -21,11 +21,19 @@ int pith_hy_load_mat(const pith_model_file *f, const char *name, int rows, int c
 
 /* Declares the model's memory (m->mem): a FULL group of the attention layers (F16 K and V of kv_dim per
  * token) and a RECURRENT group of the layers with hp.layer_recurrent set (state_floats floats of state
- * per layer, in layer order), each left out when no layer is of its kind. Fills the maps (the caller's,
- * [n_layers] each): group_layers (the layers of each group, in group order), layer_group and
+ * per layer, in layer order), each left out when no layer is of its kind; layers with hp.layer_mlp set
+ * (an MLP alone) are in neither. Allocates and fills the maps (the caller frees them,
+ * [n_layers + spare] each: spare entries past the decoder's layers are the caller's to fill, as Qwen3.5's
+ * MTP layer): group_layers (the layers of each group, in group order), layer_group and
  * layer_index (a layer's group and its index there). */
-int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int *group_layers, int *layer_group,
-                           int *layer_index, pith_err *err);
+int pith_hy_declare_memory(pith_model *m, int kv_dim, size_t state_floats, int spare, int **group_layers,
+                           int **layer_group, int **layer_index, pith_err *err);
+
+/* The embeddings and the output: *embd is token_embd.weight (rows of *row_bytes, checked [n_vocab, dim]),
+ * *out_norm the final norm norm_name, *output the vocabulary projection (output.weight, else the tied
+ * embeddings; a view until packed). */
+int pith_hy_load_io(const pith_model_file *f, const pith_hparams *hp, const char *norm_name, const pith_tensor **embd,
+                    size_t *row_bytes, float **out_norm, pith_matrix *output, pith_err *err);
 
 /* Per-token (or per-unit) work between two matmuls, claimed in chunks by the pool's threads: row(j, t,
  * ith) for t < n, ith the thread. m is the model, the other fields what the rows need. */

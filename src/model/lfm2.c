@@ -122,17 +122,6 @@ static const pith_model_ops lfm2_ops = {
     .copy_blocks = lfm2_copy_blocks, .forward = lfm2_forward, .destroy = lfm2_destroy,
 };
 
-static int declare_memory(lfm2 *m, pith_err *err) {
-    const pith_hparams *hp = &m->base.hp;
-    size_t L = (size_t)hp->n_layers;
-    m->group_layers = malloc(L * sizeof *m->group_layers);
-    m->layer_group = malloc(L * sizeof *m->layer_group);
-    m->layer_index = malloc(L * sizeof *m->layer_index);
-    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    return pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, m->group_layers,
-                                  m->layer_group, m->layer_index, err);
-}
-
 int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
@@ -153,16 +142,7 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
-    if (!rc) {
-        m->embd = pith_model_file_tensor(file, "token_embd.weight");
-        pith_matrix em;
-        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
-        m->embd_row_bytes = em.row_bytes;
-    }
-    if (!rc) rc = pith_hy_load_vec(file, "token_embd_norm.weight", hp->dim, &m->out_norm, err);
-    if (!rc)
-        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
-                      hp->n_vocab, hp->dim, &m->output, err);
+    if (!rc) rc = pith_hy_load_io(file, hp, "token_embd_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = load_layer(m, file, l, err);
@@ -176,7 +156,8 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!rc) rc = pith_matrix_pack(&m->cpu, &m->output, err);
     if (!rc && !(m->inv_freq = malloc((size_t)(hp->head_dim / 2) * sizeof *m->inv_freq))) rc = pith_errf(err, "out of memory");
     for (int i = 0; !rc && i < hp->head_dim / 2; i++) m->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-    if (!rc) rc = declare_memory(m, err);
+    if (!rc) rc = pith_hy_declare_memory(&m->base, m->kv_dim, (size_t)(m->K - 1) * (size_t)hp->dim, 0, &m->group_layers,
+                                            &m->layer_group, &m->layer_index, err);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(file));
         lfm2_destroy(&m->base);

@@ -132,13 +132,8 @@ static const pith_model_ops q35_ops = {
  * as the last layer and every RECURRENT slot grows by the head's last hidden state. */
 static int declare_memory(q35 *m, pith_err *err) {
     const pith_hparams *hp = &m->base.hp;
-    size_t L = (size_t)hp->n_layers + 1;
-    m->group_layers = malloc(L * sizeof *m->group_layers);
-    m->layer_group = malloc(L * sizeof *m->layer_group);
-    m->layer_index = malloc(L * sizeof *m->layer_index);
-    if (!m->group_layers || !m->layer_group || !m->layer_index) return pith_errf(err, "out of memory");
-    if (pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, m->group_layers,
-                               m->layer_group, m->layer_index, err))
+    if (pith_hy_declare_memory(&m->base, m->kv_dim, m->conv_floats + m->state_floats, 1, &m->group_layers,
+                               &m->layer_group, &m->layer_index, err))
         return -1;
     if (!m->mtp) return 0;
     pith_mem_spec *spec = &m->base.mem;
@@ -186,16 +181,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc && hp->n_experts > 0) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
-    if (!rc) {
-        m->embd = pith_model_file_tensor(file, "token_embd.weight");
-        pith_matrix em;
-        rc = pith_hy_load_mat(file, "token_embd.weight", hp->n_vocab, hp->dim, &em, err);
-        m->embd_row_bytes = em.row_bytes;
-    }
-    if (!rc) rc = pith_hy_load_vec(file, "output_norm.weight", hp->dim, &m->out_norm, err);
-    if (!rc)
-        rc = pith_hy_load_mat(file, pith_model_file_tensor(file, "output.weight") ? "output.weight" : "token_embd.weight",
-                      hp->n_vocab, hp->dim, &m->output, err);
+    if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
     const double steps = 2.0 * hp->n_layers;
     for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = q35_load_layer(m, file, l, pith_layer_bit(hp->layer_recurrent, l), &m->layers[l], err);

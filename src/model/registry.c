@@ -15,6 +15,7 @@
     X(qwen35)         \
     X(qwen35moe)      \
     X(granitehybrid)  \
+    X(nemotron_h)     \
     X(qwen3moe)       \
     X(mixtral)        \
     X(gpt_oss)
