@@ -30,17 +30,21 @@ int spec_propose(const pith_engine_options *o, seq *s, int max) {
 
 float spec_min_rate(float cost) { return cost + 0.1f > 0.2f ? cost + 0.1f : 0.2f; }
 
-int spec_want(seq *s, int max_draft) {
+/* A draft source this expensive starts short and backs off after one failed try. */
+static bool expensive(float min_rate) { return min_rate > 0.3f; }
+
+int spec_want(seq *s, int max_draft, float min_rate) {
     if (s->spec_cooldown > 0) {
         if (--s->spec_cooldown == 0) {
             s->spec_k = 2;
-            s->spec_rate = 0.3f;
+            s->spec_rate = min_rate;
             s->spec_tries = 0;
         }
         return 0;
     }
     if (s->spec_k == 0) {
-        s->spec_k = max_draft < 4 ? max_draft : 4;
+        int k0 = expensive(min_rate) ? 2 : 4;
+        s->spec_k = max_draft < k0 ? max_draft : k0;
         s->spec_rate = 0.5f;
     }
     return s->spec_k < max_draft ? s->spec_k : max_draft;
@@ -52,7 +56,8 @@ void spec_update(seq *s, int max_draft, int drafted, int accepted, float min_rat
     s->spec_tries++;
     s->spec_k = accepted == drafted ? drafted + 2 : accepted + 1;
     if (s->spec_k > max_draft) s->spec_k = max_draft;
-    /* three tries at first; after a back-off one failed try backs off again, for twice as long */
+    /* three tries at first; after a back-off (which restarts at the threshold) one failed try backs
+     * off again, for twice as long */
     if (s->spec_tries >= (s->spec_backoffs ? 1 : 3) && s->spec_rate < min_rate) {
         s->spec_cooldown = 16 << (s->spec_backoffs < 4 ? s->spec_backoffs : 4);
         s->spec_backoffs++;

@@ -10,8 +10,11 @@
  *
  * The policy per sequence: the draft length follows the acceptance (all accepted: two more, up to the
  * maximum; otherwise one more than were accepted), and a sequence whose drafts keep failing (smoothed
- * acceptance under 1/5 after three tries) drafts nothing for 16 steps, then tries short drafts again.
- * Drafts are made only while at most spec_max_seqs sequences decode. */
+ * acceptance under spec_min_rate after three tries: 1/5 for a free source such as prompt lookup, more
+ * for one whose draft steps cost, such as an MTP head) drafts nothing for 16 steps, then tries a
+ * 2-token draft; each further failed try backs off twice as long (up to 256 steps), until the
+ * acceptance recovers. An expensive source starts at 2 tokens instead of 4. Drafts are made only
+ * while at most spec_max_seqs sequences decode. */
 #ifndef PITH_CORE_SPEC_H
 #define PITH_CORE_SPEC_H
 
@@ -34,7 +37,8 @@ void spec_update(seq *s, int max_draft, int drafted, int accepted, float min_rat
  * target decode step (0: free, as prompt lookup): at least 1/5, else cost + 1/10 (one accepted token
  * per draft step pays the draft; the margin, for the verification of the longer chunk). */
 float spec_min_rate(float cost);
-/* The draft length s may try this step (0 while backing off; counts the step). */
-int spec_want(seq *s, int max_draft);
+/* The draft length s may try this step (0 while backing off; counts the step); an expensive source
+ * (min_rate over 0.3) starts at 2 tokens instead of 4. */
+int spec_want(seq *s, int max_draft, float min_rate);
 
 #endif

@@ -438,7 +438,7 @@ static void plan_drafts(pith_engine *e) {
         if (decoding > e->opt.spec_max_seqs || s->n_tokens - s->n_computed != 1 || s->embed != PITH_EMBED_OFF ||
             s->prompt_logprobs)
             continue;
-        int want = spec_want(s, e->opt.spec_max_draft);
+        int want = spec_want(s, e->opt.spec_max_draft, e->spec_min_rate);
         int room = s->max_len - s->n_tokens; /* positions up to max_len - 1 */
         if (want > room) want = room;
         if (e->draft) { /* queued: the draft model runs them together below */
