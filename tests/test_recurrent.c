@@ -42,6 +42,9 @@ static float *rnd_vec(size_t n, float lo, float hi) {
 
 /* ---- conv1d ---- */
 
+/* SiLU by expf (NULL) or by the best kernel table's vector silu_mul */
+static const pith_cpu_kernels *conv_kernels;
+
 static void conv_case(int n_tokens, int channels, int K, bool bias, bool silu, bool in_place, const int *splits) {
     size_t ld = (size_t)channels + 3;
     float *x = rnd_vec((size_t)n_tokens * ld, -2, 2), *w = rnd_vec((size_t)channels * K, -1, 1);
@@ -57,7 +60,8 @@ static void conv_case(int n_tokens, int channels, int K, bool bias, bool silu, b
     for (int p = 0; t0 < n_tokens; p++) {
         int n = splits && splits[p] ? splits[p] : n_tokens - t0;
         if (n > n_tokens - t0) n = n_tokens - t0;
-        pith_conv1d_args a = {n, channels, K, x + (size_t)t0 * ld, ld, w, b, state, y + (size_t)t0 * ld, ld, silu};
+        pith_conv1d_args a = {n, channels, K, x + (size_t)t0 * ld, ld, w, b, state, y + (size_t)t0 * ld, ld, silu,
+                              conv_kernels};
         int mid = channels / 3;
         pith_conv1d(&a, 0, mid);
         pith_conv1d(&a, mid, channels);
@@ -79,7 +83,8 @@ static void conv_case(int n_tokens, int channels, int K, bool bias, bool silu, b
             if (e > 1e-6 * (mag + 1)) bad++;
             if (e > worst) worst = e;
         }
-    CHECKF(bad == 0, "conv1d T=%d C=%d K=%d: %d outputs off, worst %g", n_tokens, channels, K, bad, worst);
+    CHECKF(bad == 0, "conv1d T=%d C=%d K=%d (%s SiLU): %d outputs off, worst %g", n_tokens, channels, K,
+           conv_kernels ? conv_kernels->name : "expf", bad, worst);
     /* the state holds the last K-1 inputs */
     int sbad = 0;
     for (int j = 0; j < K - 1; j++)
@@ -136,8 +141,9 @@ static void gdn_ref(const gdn_case *c, const float *q, const float *k, const flo
     free(qn), free(kn), free(kv);
 }
 
-/* the portable loops of the recurrent kernel, or its AVX2 version where the CPU has one */
-static bool portable;
+/* the portable loops of the recurrent kernel, or its SIMD versions where the CPU has them: AVX-512
+ * (value widths that are multiples of 64) unless no512, else AVX2 */
+static bool portable, no512;
 
 static void gdn_run(const gdn_case *c) {
     int T = c->n_tokens, H = c->n_heads, dk = c->dk, dv = c->dv;
@@ -155,7 +161,7 @@ static void gdn_run(const gdn_case *c) {
         if (n > T - t0) n = T - t0;
         pith_gdn_args a = {n, H, c->n_qk_heads, c->tiled, dk, dv, q + t0 * ldqk, k + t0 * ldqk, ldqk,
                            v + (size_t)t0 * H * dv, (size_t)H * dv, g + (size_t)t0 * H, beta + (size_t)t0 * H, (size_t)H,
-                           1e-6f, S, out + (size_t)t0 * H * dv, (size_t)H * dv, portable};
+                           1e-6f, S, out + (size_t)t0 * H * dv, (size_t)H * dv, portable, no512};
         for (int h = 0; h < H; h++) (c->chunked ? pith_gdn_chunked : pith_gdn_recurrent)(&a, h, scratch);
         t0 += n;
     }
@@ -168,7 +174,7 @@ static void gdn_run(const gdn_case *c) {
            "gdn %s T=%d H=%d/%d dk=%d dv=%d: output error %g (tol %g), state error %g", c->chunked ? "chunked" : "recurrent",
            T, H, c->n_qk_heads, dk, dv, worst, tol, sworst);
     printf("gdn %-9s%s T=%4d H=%d/%d dk=%3d dv=%3d g in [%g, %g]: max error %.2e of max |out| %.3f, state %.2e\n",
-           c->chunked ? "chunked" : "recurrent", c->chunked ? "" : portable ? " (portable)" : " (simd)", T, H,
+           c->chunked ? "chunked" : "recurrent", c->chunked ? "" : portable ? " (portable)" : no512 ? " (avx2)" : " (simd)", T, H,
            c->n_qk_heads, dk, dv, c->g_lo, c->g_hi, worst, mref, sworst);
     free(q), free(k), free(v), free(g), free(beta), free(S), free(out), free(Sr), free(ref), free(scratch);
 }
@@ -186,7 +192,7 @@ static void gdn_deterministic(void) {
     size_t ns = pith_gdn_scratch_floats(dk, dv);
     float *s1 = calloc(ns, sizeof *s1), *s2 = malloc(ns * sizeof *s2);
     for (size_t i = 0; i < ns; i++) s2[i] = NAN;
-    pith_gdn_args a = {T, H, H, false, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv, false};
+    pith_gdn_args a = {T, H, H, false, dk, dv, q, k, ldqk, v, (size_t)H * dv, g, beta, (size_t)H, 1e-6f, S1, o1, (size_t)H * dv, false, false};
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s1);
     a.state = S2, a.out = o2;
     for (int h = 0; h < H; h++) pith_gdn_chunked(&a, h, s2);
@@ -243,12 +249,16 @@ static void rope_case(int n_heads, int head_dim, int n_rot, pith_rope_sections s
 
 int main(void) {
     /* conv1d: one token, a chunk, in place, K = 1 (no state), channels past one block, carried state */
-    conv_case(1, 5, 4, true, true, false, NULL);
-    conv_case(1, 130, 3, false, false, false, NULL);
-    conv_case(37, 70, 3, false, false, true, (const int[]){1, 17, 2, 0});
-    conv_case(64, 129, 4, true, true, false, (const int[]){63, 1, 0});
-    conv_case(9, 3, 1, true, false, true, NULL);
-    conv_case(20, 8, 6, false, true, false, (const int[]){2, 2, 2, 0});
+    for (int v = 0; v < 2; v++) {
+        conv_kernels = v ? pith_cpu_kernels_best(false) : NULL;
+        conv_case(1, 5, 4, true, true, false, NULL);
+        conv_case(1, 130, 3, false, false, false, NULL);
+        conv_case(37, 70, 3, false, false, true, (const int[]){1, 17, 2, 0});
+        conv_case(64, 129, 4, true, true, false, (const int[]){63, 1, 0});
+        conv_case(9, 3, 1, true, false, true, NULL);
+        conv_case(20, 8, 6, false, true, false, (const int[]){2, 2, 2, 0});
+        conv_case(5, 200, 4, true, true, true, (const int[]){2, 0});
+    }
 
     /* Gated DeltaNet: each case through both kernels */
     const gdn_case cases[] = {
@@ -261,6 +271,7 @@ int main(void) {
         {150, 1, 1, 64, 64, -0.0001f, 0.0f, false, {0}, false},       /* almost no decay: long memory */
         {129, 2, 2, 128, 128, -0.2f, -0.0f, false, {128, 0}, false},  /* Qwen3.5's head size */
         {40, 3, 3, 16, 96, -1.0f, -0.01f, false, {1, 1, 0}, true},   /* three SIMD column blocks */
+        {33, 2, 1, 32, 192, -1.0f, -0.01f, false, {1, 5, 0}, false}, /* three AVX-512 column blocks */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         gdn_case c = cases[i];
@@ -268,6 +279,9 @@ int main(void) {
         gdn_run(&c);
         portable = false;
         gdn_run(&c);
+        no512 = true;
+        gdn_run(&c);
+        no512 = false;
         c.chunked = true;
         gdn_run(&c);
     }

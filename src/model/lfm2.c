@@ -336,7 +336,7 @@ static void conv_unit(job *j, int u, int ith) {
         end = done + 1;
         while (end < n && !(ck && ck[end - 1] >= 0)) end++;
         pith_conv1d_args a = {end - done, dim, K, x + (size_t)done * dim, (size_t)dim, m->layers[j->layer].conv_w,
-                              NULL, state, x + (size_t)done * dim, (size_t)dim, false};
+                              NULL, state, x + (size_t)done * dim, (size_t)dim, false, NULL};
         pith_conv1d(&a, c0, c1);
         if (ck && ck[end - 1] >= 0) {
             float *dst = (float *)(c->state + (size_t)ck[end - 1] * c->state_bytes) +

@@ -133,7 +133,7 @@ static void conv_unit(pith_hy_job *j, int u, int ith) {
         int e = piece_end(ck, t, t1);
         float *x = r->proj + (size_t)t * d->proj_dim + d->inner;
         pith_conv1d_args a = {e + 1 - t, C, K, x, (size_t)d->proj_dim, r->L->conv_w, r->L->conv_b, state, x,
-                              (size_t)d->proj_dim, true};
+                              (size_t)d->proj_dim, true, r->cpu->k};
         pith_conv1d(&a, c0, c1);
         if (ck && ck[e] >= 0) {
             float *dst = slot_state(r, ck[e]);

@@ -391,7 +391,7 @@ static void conv_unit(job *j, int u, int ith) {
     for (int done = 0, end; done < n; done = end) {
         end = piece_end(ck, done, n);
         pith_conv1d_args a = {end - done, C, K, x + (size_t)done * C, (size_t)C, m->layers[j->layer].conv_w, NULL,
-                              state, x + (size_t)done * C, (size_t)C, true};
+                              state, x + (size_t)done * C, (size_t)C, true, m->cpu.k};
         pith_conv1d(&a, c0, c1);
         if (ck && ck[end - 1] >= 0) {
             float *dst = slot_layer_state(m, j->layer, ck[end - 1]);
@@ -432,6 +432,7 @@ static void delta_unit(job *j, int u, int ith) {
         .v = qkv + 2 * m->key_dim, .ld_v = (size_t)m->conv_dim, .g = m->aa + (size_t)t0 * nv,
         .beta = m->bb + (size_t)t0 * nv, .ld_gb = (size_t)nv, .eps = 1e-6f, .state = S,
         .out = m->att + (size_t)t0 * m->value_dim, .ld_out = (size_t)m->value_dim, .portable = m->portable,
+        .no_avx512 = strncmp(m->cpu.k->name, "avx512", 6) != 0,
     };
     float *scratch = m->gdn_scratch + (size_t)ith * m->gdn_scratch_floats;
     const int32_t *ck = run_checkpoints(m, b, j->layer, t0);

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend/cpu/kernels.h"
+
 /* ---- causal depthwise conv1d (recurrent_conv.c) ----
  *
  * For token t of the run and channel c:
@@ -36,6 +38,7 @@ typedef struct pith_conv1d_args {
     float *y;
     size_t ldy;
     bool silu;
+    const pith_cpu_kernels *kernels; /* SiLU through its silu_mul (vectors); NULL: expf */
 } pith_conv1d_args;
 
 /* Channels [c0, c1) of the run. */
@@ -53,7 +56,8 @@ void pith_conv1d(const pith_conv1d_args *a, int c0, int c1);
  * (I + strictly-lower(beta_i k_i.k_j exp(G_i - G_j))) U = beta V is solved by substitution, G the
  * cumulative log-decay), so a prefill costs matrix products instead of c state passes per chunk. Both
  * give the same result up to rounding (the chunked form sums in another order). The recurrent form has
- * an AVX2/FMA version (value widths that are multiples of 32), chosen at run time.
+ * an AVX2/FMA version (value widths that are multiples of 32) and an AVX-512 one (multiples of 64, the
+ * decay folded into the update: one write of the state per token), chosen at run time.
  * State layout: [n_heads][dk][dv], row d of head h at state + (h * dk + d) * dv. */
 #define PITH_GDN_CHUNK 64
 
@@ -75,6 +79,7 @@ typedef struct pith_gdn_args {
     float *out;           /* [t * ld_out + h * dv + e] */
     size_t ld_out;
     bool portable;        /* the portable loops even where AVX2 exists (PITH_FORCE_SCALAR) */
+    bool no_avx512;       /* the AVX2 loop even where AVX-512 exists (the kernel table's choice) */
 } pith_gdn_args;
 
 size_t pith_gdn_scratch_floats(int dk, int dv);
