@@ -79,11 +79,11 @@ static void ssd_case(const char *name, int n_tokens, int H, int G, int P, int N,
     double *Sref = malloc(states * sizeof *Sref), *yref = malloc((size_t)n_tokens * H * P * sizeof *yref);
     for (size_t i = 0; i < states; i++) Sref[i] = s0[i];
     pith_ssd_args ref = {n_tokens, H, G, P, N, x, ld_x, bc, bc + (size_t)G * N, ld_bc, dt, ld_dt, dt_bias, A,
-                         with_d ? D : NULL, NULL, NULL, 0, false};
+                         with_d ? D : NULL, NULL, NULL, 0, false, false};
     ssd_ref(&ref, Sref, yref);
     double smax = max_abs_d(Sref, states);
     float *scratch = malloc(pith_ssd_scratch_floats(P, N) * sizeof *scratch);
-    for (int kind = 0; kind < 3; kind++) { /* recurrent (SIMD where it exists), recurrent portable, chunked */
+    for (int kind = 0; kind < 4; kind++) { /* recurrent (SIMD where it exists), portable, chunked, AVX2 */
         float *S = malloc(states * sizeof *S), *y = malloc((size_t)n_tokens * ld_y * sizeof *y);
         memcpy(S, s0, states * sizeof *S);
         for (size_t i = 0; i < (size_t)n_tokens * ld_y; i++) y[i] = NAN;
@@ -95,6 +95,7 @@ static void ssd_case(const char *name, int n_tokens, int H, int G, int P, int N,
             a.x = x + (size_t)t0 * ld_x, a.B = bc + (size_t)t0 * ld_bc, a.C = a.B + (size_t)G * N;
             a.dt = dt + (size_t)t0 * ld_dt, a.state = S, a.y = y + (size_t)t0 * ld_y, a.ld_y = ld_y;
             a.portable = kind == 1;
+            a.no_avx512 = kind == 3;
             for (int h = 0; h < H; h++) {
                 if (kind == 2) pith_ssd_chunked(&a, h, scratch);
                 else pith_ssd_recurrent(&a, h);
@@ -111,7 +112,7 @@ static void ssd_case(const char *name, int n_tokens, int H, int G, int P, int N,
             double e = fabs(S[i] - Sref[i]) / (fabs(Sref[i]) + smax);
             worst = isnan(e) ? INFINITY : e > worst ? e : worst;
         }
-        static const char *kinds[] = {"recurrent", "recurrent portable", "chunked"};
+        static const char *kinds[] = {"recurrent", "recurrent portable", "chunked", "recurrent avx2"};
         printf("%-28s %-18s tokens %4d heads %d groups %d P %3d N %3d: worst %.2e\n", name, kinds[kind], n_tokens, H,
                G, P, N, worst);
         CHECK(worst <= 4e-6);

@@ -165,6 +165,7 @@ static void ssd_unit(pith_hy_job *j, int u, int ith) {
             .C = row + 2 * d->inner + d->G * d->N, .ld_bc = (size_t)d->proj_dim, .dt = row + d->inner + d->conv_dim,
             .ld_dt = (size_t)d->proj_dim, .dt_bias = r->L->dt_bias, .A = r->L->ssm_a, .D = r->L->ssm_d, .state = S,
             .y = r->y + (size_t)t * d->inner, .ld_y = (size_t)d->inner, .portable = r->portable,
+            .no_avx512 = strncmp(r->cpu->k->name, "avx512", 6) != 0,
         };
         pith_ssd_recurrent(&a, h);
         if (ck && ck[e] >= 0)

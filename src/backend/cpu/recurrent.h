@@ -102,7 +102,7 @@ void pith_gated_rmsnorm(float *x, const float *z, const float *w, int n, float e
  * chunk, y_i = exp(a_i) S0 C_i + sum_{j<=i} exp(a_i - a_j) dt_j (C_i . B_j) x_j + D x_i and
  * S = exp(a_last) S0 + sum_j exp(a_last - a_j) dt_j x_j B_j^T. Both give the same result up to
  * rounding (the chunked form sums in another order). The recurrent form has an AVX2/FMA version
- * (d_state a multiple of 8), chosen at run time. No time-step clamp (transformers' default limit
+ * (d_state a multiple of 8) and an AVX-512 one (a multiple of 16), chosen at run time. No time-step clamp (transformers' default limit
  * (0, inf) clamps nothing).
  * State layout: [n_heads][head_dim][d_state], row p of head h at state + (h * head_dim + p) * d_state.
  * y must not overlap x, B, C or dt. */
@@ -126,6 +126,7 @@ typedef struct pith_ssd_args {
     float *y;             /* [t * ld_y + h * head_dim + p] */
     size_t ld_y;
     bool portable;        /* the portable loops even where AVX2 exists (PITH_FORCE_SCALAR) */
+    bool no_avx512;       /* the AVX2 loop even where AVX-512 exists (the kernel table's choice) */
 } pith_ssd_args;
 
 size_t pith_ssd_scratch_floats(int head_dim, int d_state);

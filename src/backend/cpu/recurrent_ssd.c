@@ -115,6 +115,49 @@ TGT static void step_avx2(float *S, const float *x, const float *B, const float 
         y[p] = hsum(a0) + d * x[p];
     }
 }
+
+#define TGT512 __attribute__((target("avx512f,fma")))
+
+static bool have_avx512(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx512f");
+    return known;
+}
+
+/* step_avx2 at 16 entries a time (N a multiple of 16), two rows per pass; each row's sum is one zmm
+ * accumulator, reduced once. */
+TGT512 static void step_avx512(float *S, const float *x, const float *B, const float *C, float decay, float dt,
+                               float d, float *y, int P, int N) {
+    const __m512 vd = _mm512_set1_ps(decay);
+    int p = 0;
+    for (; p + 2 <= P; p += 2) {
+        float *r0 = S + (size_t)p * N, *r1 = r0 + N;
+        const __m512 s0 = _mm512_set1_ps(dt * x[p]), s1 = _mm512_set1_ps(dt * x[p + 1]);
+        __m512 a0 = _mm512_setzero_ps(), b0 = a0;
+        for (int n = 0; n < N; n += 16) {
+            const __m512 B0 = _mm512_loadu_ps(B + n), C0 = _mm512_loadu_ps(C + n);
+            __m512 u0 = _mm512_fmadd_ps(s0, B0, _mm512_mul_ps(vd, _mm512_loadu_ps(r0 + n)));
+            __m512 v0 = _mm512_fmadd_ps(s1, B0, _mm512_mul_ps(vd, _mm512_loadu_ps(r1 + n)));
+            _mm512_storeu_ps(r0 + n, u0);
+            _mm512_storeu_ps(r1 + n, v0);
+            a0 = _mm512_fmadd_ps(C0, u0, a0);
+            b0 = _mm512_fmadd_ps(C0, v0, b0);
+        }
+        y[p] = _mm512_reduce_add_ps(a0) + d * x[p];
+        y[p + 1] = _mm512_reduce_add_ps(b0) + d * x[p + 1];
+    }
+    for (; p < P; p++) {
+        float *row = S + (size_t)p * N;
+        const __m512 vs = _mm512_set1_ps(dt * x[p]);
+        __m512 a0 = _mm512_setzero_ps();
+        for (int n = 0; n < N; n += 16) {
+            __m512 r0 = _mm512_fmadd_ps(vs, _mm512_loadu_ps(B + n), _mm512_mul_ps(vd, _mm512_loadu_ps(row + n)));
+            _mm512_storeu_ps(row + n, r0);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(C + n), r0, a0);
+        }
+        y[p] = _mm512_reduce_add_ps(a0) + d * x[p];
+    }
+}
 #endif
 
 void pith_ssd_recurrent(const pith_ssd_args *a, int h) {
@@ -123,6 +166,7 @@ void pith_ssd_recurrent(const pith_ssd_args *a, int h) {
     const float A = a->A[h], d = a->D ? a->D[h] : 0.0f;
 #ifdef SSD_AVX2
     const bool simd = !a->portable && N % 8 == 0 && have_avx2();
+    const bool zmm = !a->portable && !a->no_avx512 && N % 16 == 0 && have_avx512();
 #endif
     for (int t = 0; t < a->n_tokens; t++) {
         const float dt = softplus(a->dt[(size_t)t * a->ld_dt + h] + a->dt_bias[h]);
@@ -131,6 +175,10 @@ void pith_ssd_recurrent(const pith_ssd_args *a, int h) {
         const float *B = a->B + (size_t)t * a->ld_bc + (size_t)g * N, *C = a->C + (size_t)t * a->ld_bc + (size_t)g * N;
         float *y = a->y + (size_t)t * a->ld_y + (size_t)h * P;
 #ifdef SSD_AVX2
+        if (zmm) {
+            step_avx512(S, x, B, C, decay, dt, d, y, P, N);
+            continue;
+        }
         if (simd) {
             step_avx2(S, x, B, C, decay, dt, d, y, P, N);
             continue;
