@@ -298,6 +298,24 @@ static void run(q35 *m, job *j, void (*row)(job *j, int t, int ith), int n, doub
     pith_hy_run(&m->cpu, j, row, n, width);
 }
 
+void q35_rope_angles(const q35 *m, int position, float *cs, float *sn) {
+    const pith_hparams *hp = &m->base.hp;
+    /* text: every M-RoPE section at the token's position */
+    double p = position, pos[4] = {p, p, p, p};
+    pith_rope_sections s = {{hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3]}, true};
+    pith_rope_angles(&s, pos, hp->rope_theta, m->n_rot, cs, sn);
+}
+
+void q35_norm_rope(const q35 *m, float *x, const float *src, size_t src_stride, int n_heads, const float *norm,
+                   const float *cs, const float *sn) {
+    const pith_hparams *hp = &m->base.hp;
+    int hd = hp->head_dim;
+    for (int h = 0; h < n_heads; h++) {
+        pith_hy_rmsnorm(x + h * hd, src + (size_t)h * src_stride, norm, hd, hp->norm_eps);
+        pith_rope_partial(x + h * hd, 1, hd, m->n_rot, cs, sn);
+    }
+}
+
 static void embed_row(job *j, int t, int ith) {
     (void)ith;
     q35 *m = j->m;
@@ -305,10 +323,7 @@ static void embed_row(job *j, int t, int ith) {
     int dim = hp->dim, half = m->n_rot / 2;
     const uint8_t *src = (const uint8_t *)m->embd->data + (size_t)j->b->tokens[t] * m->embd_row_bytes;
     pith_dequantize_row(m->embd->type, src, m->x + (size_t)t * dim, dim);
-    /* text: every M-RoPE section at the token's position */
-    double p = j->b->positions[t], pos[4] = {p, p, p, p};
-    pith_rope_sections s = {{hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3]}, true};
-    pith_rope_angles(&s, pos, hp->rope_theta, m->n_rot, m->rope_cos + (size_t)t * half, m->rope_sin + (size_t)t * half);
+    q35_rope_angles(m, j->b->positions[t], m->rope_cos + (size_t)t * half, m->rope_sin + (size_t)t * half);
 }
 
 static void norm_row(job *j, int t, int ith) {
@@ -330,14 +345,8 @@ static void qkv_row(job *j, int t, int ith) {
     float *q2 = m->q2 + (size_t)t * 2 * m->q_dim, *q = m->q + (size_t)t * m->q_dim;
     float *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
     const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
-    for (int h = 0; h < hp->n_heads; h++) {
-        pith_hy_rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, L->q_norm, hd, hp->norm_eps);
-        pith_rope_partial(q + h * hd, 1, hd, m->n_rot, cs, sn);
-    }
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        pith_hy_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, hp->norm_eps);
-        pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
-    }
+    q35_norm_rope(m, q, q2, 2 * (size_t)hd, hp->n_heads, L->q_norm, cs, sn);
+    q35_norm_rope(m, k, k, (size_t)hd, hp->n_kv_heads, L->k_norm, cs, sn);
     pith_hy_store_kv(&m->cpu, &m->mem, j->b, m->layer_group[j->layer], m->layer_index[j->layer], t, k, v,
                      hp->n_kv_heads, hd);
 }
@@ -465,7 +474,7 @@ static void gated_norm_row(job *j, int t, int ith) {
         pith_gated_rmsnorm(o + h * hv, z + h * hv, m->layers[j->layer].ssm_norm, hv, hp->norm_eps);
 }
 
-static void swiglu_row(job *j, int t, int ith) {
+void q35_swiglu_row(job *j, int t, int ith) {
     (void)ith;
     q35 *m = j->m;
     int ffn = m->base.hp.ffn_dim;
@@ -527,7 +536,7 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
     if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
-    run(m, &j, swiglu_row, n, 8.0 * ffn);
+    run(m, &j, q35_swiglu_row, n, 8.0 * ffn);
     pith_acts_bind(&m->cpu, &a, m->hb, n, ffn, ffn);
     return pith_cpu_matmul(&m->cpu, &L->down, &a, m->x, dim, true, err);
 }

@@ -56,6 +56,13 @@ int q35_load_layer(q35 *m, const pith_model_file *f, int l, bool delta, q35_laye
 /* Packs L's matrices for the CPU kernels; frees what L holds. */
 int q35_pack_layer(q35 *m, q35_layer *L, pith_err *err);
 void q35_free_layer(q35_layer *L);
+/* RoPE angles of a text position (every M-RoPE section at it): n_rot / 2 each of cos and sin. */
+void q35_rope_angles(const q35 *m, int position, float *cs, float *sn);
+/* n_heads heads of head_dim: x[h] = RoPE(rmsnorm(src[h * src_stride]) * norm); x may be src. */
+void q35_norm_rope(const q35 *m, float *x, const float *src, size_t src_stride, int n_heads, const float *norm,
+                   const float *cs, const float *sn);
+/* Row t of the FFN: hb = silu(hb) * hb2 (a pith_hy_job row; the MTP head's FFN runs it too). */
+void q35_swiglu_row(job *j, int t, int ith);
 /* Weight bytes of a matrix (0 when absent) and of a dense layer's matrices. */
 size_t q35_matrix_bytes(const pith_matrix *w);
 size_t q35_layer_bytes(const q35_layer *L);

@@ -34,7 +34,6 @@ struct q35_mtp {
     q35_layer layer;         /* blk.{n_layers}.*: an attention layer with a dense FFN */
     pith_matrix eh_proj;     /* dim x 2 dim */
     float *enorm, *hnorm, *out_norm;
-    int kv_index;            /* the head's layer within the FULL group */
     int cap;                 /* rows of in and u */
     float *in, *u;           /* [cap][2 dim], [cap][dim] */
     /* drafting: per sequence, the K/V of its draft positions, the hidden state it continues from */
@@ -143,11 +142,8 @@ static void trunk_kv_row(job *j, int t, int ith) {
     int hd = hp->head_dim, half = m->n_rot / 2;
     float *k = m->k + (size_t)t * m->kv_dim, *v = m->v + (size_t)t * m->kv_dim;
     const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        pith_hy_rmsnorm(k + h * hd, k + h * hd, m->mtp->layer.k_norm, hd, hp->norm_eps);
-        pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
-    }
-    pith_hy_store_kv(&m->cpu, &m->mem, j->b, 0, m->mtp->kv_index, t, k, v, hp->n_kv_heads, hd);
+    q35_norm_rope(m, k, k, (size_t)hd, hp->n_kv_heads, m->mtp->layer.k_norm, cs, sn);
+    pith_hy_store_kv(&m->cpu, &m->mem, j->b, 0, m->layer_index[hp->n_layers], t, k, v, hp->n_kv_heads, hd);
 }
 
 /* x = attn_norm(u), then K and V by the head's projections (into m->k, m->v). */
@@ -172,9 +168,7 @@ static int head_project_input(q35 *m, int n, pith_err *err) {
 }
 
 int q35_mtp_after_decoder(q35 *m, const pith_batch *b, pith_err *err) {
-    q35_mtp *t = m->mtp;
     int n = b->n_tokens, dim = m->base.hp.dim;
-    t->kv_index = m->layer_index[m->base.hp.n_layers];
     job j = {.m = m, .b = b};
     pith_hy_run(&m->cpu, &j, trunk_input_row, n, 4.0 * dim);
     if (head_project_input(m, n, err) || head_kv(m, b, n, false, err)) return -1;
@@ -209,20 +203,11 @@ static void draft_qk_row(job *j, int s, int ith) {
     q35_mtp *t = m->mtp;
     const pith_hparams *hp = &m->base.hp;
     int hd = hp->head_dim, half = m->n_rot / 2;
-    double p = t->pos[s] + t->step, pos[4] = {p, p, p, p};
-    pith_rope_sections sec = {{hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3]}, true};
     float *cs = t->cos + (size_t)s * half, *sn = t->sin + (size_t)s * half;
-    pith_rope_angles(&sec, pos, hp->rope_theta, m->n_rot, cs, sn);
-    const float *q2 = m->q2 + (size_t)s * 2 * m->q_dim;
+    q35_rope_angles(m, t->pos[s] + t->step, cs, sn);
     float *q = m->q + (size_t)s * m->q_dim, *k = m->k + (size_t)s * m->kv_dim;
-    for (int h = 0; h < hp->n_heads; h++) {
-        pith_hy_rmsnorm(q + h * hd, q2 + (size_t)h * 2 * hd, t->layer.q_norm, hd, hp->norm_eps);
-        pith_rope_partial(q + h * hd, 1, hd, m->n_rot, cs, sn);
-    }
-    for (int h = 0; h < hp->n_kv_heads; h++) {
-        pith_hy_rmsnorm(k + h * hd, k + h * hd, t->layer.k_norm, hd, hp->norm_eps);
-        pith_rope_partial(k + h * hd, 1, hd, m->n_rot, cs, sn);
-    }
+    q35_norm_rope(m, q, m->q2 + (size_t)s * 2 * m->q_dim, 2 * (size_t)hd, hp->n_heads, t->layer.q_norm, cs, sn);
+    q35_norm_rope(m, k, k, (size_t)hd, hp->n_kv_heads, t->layer.k_norm, cs, sn);
     size_t at = ((size_t)s * MTP_MAX_STEPS + (size_t)t->step) * m->kv_dim;
     memcpy(t->dk + at, k, (size_t)m->kv_dim * sizeof(float));
     memcpy(t->dv + at, m->v + (size_t)s * m->kv_dim, (size_t)m->kv_dim * sizeof(float));
@@ -242,30 +227,21 @@ static void draft_attention_unit(job *j, int u, int ith) {
     const pith_kv_cache *c = &m->mem.groups[0];
     const pith_batch_mem *bm = &b->mem[0];
     const float scale = 1.0f / sqrtf((float)hd);
-    float row[MTP_MAX_HEAD_DIM], mx = -INFINITY, den = 0;
+    const int kv_index = m->layer_index[hp->n_layers];
+    float krow[MTP_MAX_HEAD_DIM], vrow[MTP_MAX_HEAD_DIM], mx = -INFINITY, den = 0;
     memset(o, 0, (size_t)hd * sizeof(float));
-    int p0 = t->pos[s], n = p0 - 1 + t->step + 1;
-    for (int i = 0; i < n; i++) {
-        int p = 1 + i;
-        const float *k, *v;
+    /* positions 1..p0-1 from the pool, then the draft positions p0..p0+step from the head's own K/V */
+    for (int p = 1, p0 = t->pos[s]; p <= p0 + t->step; p++) {
+        const float *k = krow, *v = vrow;
         if (p < p0) {
             int block = bm->block_tables[(size_t)s * bm->max_blocks + p / c->block_size];
-            size_t off = pith_kv_k_offset(c, t->kv_index, block) + ((size_t)kvh * c->block_size + p % c->block_size) * hd;
-            pith_kv_load_f32(m->cpu.k, c->type, c->k, off, row, (size_t)hd);
-            k = row;
-            float d = 0;
-            for (int e = 0; e < hd; e++) d += q[e] * k[e];
-            d *= scale;
-            float nm = d > mx ? d : mx, r = expf(mx - nm), w = expf(d - nm);
-            for (int e = 0; e < hd; e++) o[e] *= r;
-            den = den * r + w;
-            mx = nm;
-            pith_kv_load_f32(m->cpu.k, c->type, c->v, off, row, (size_t)hd);
-            for (int e = 0; e < hd; e++) o[e] += w * row[e];
-            continue;
+            size_t off = pith_kv_k_offset(c, kv_index, block) + ((size_t)kvh * c->block_size + p % c->block_size) * hd;
+            pith_kv_load_f32(m->cpu.k, c->type, c->k, off, krow, (size_t)hd);
+            pith_kv_load_f32(m->cpu.k, c->type, c->v, off, vrow, (size_t)hd);
+        } else {
+            size_t at = ((size_t)s * MTP_MAX_STEPS + (size_t)(p - p0)) * m->kv_dim + (size_t)kvh * hd;
+            k = t->dk + at, v = t->dv + at;
         }
-        size_t at = ((size_t)s * MTP_MAX_STEPS + (size_t)(p - p0)) * m->kv_dim + (size_t)kvh * hd;
-        k = t->dk + at, v = t->dv + at;
         float d = 0;
         for (int e = 0; e < hd; e++) d += q[e] * k[e];
         d *= scale;
@@ -283,13 +259,6 @@ static void draft_post_norm_row(job *j, int s, int ith) {
     q35 *m = j->m;
     int dim = m->base.hp.dim;
     pith_hy_rmsnorm(m->xb + (size_t)s * dim, m->mtp->u + (size_t)s * dim, j->norm, dim, m->base.hp.norm_eps);
-}
-
-static void draft_swiglu_row(job *j, int s, int ith) {
-    (void)ith;
-    q35 *m = j->m;
-    int ffn = m->base.hp.ffn_dim;
-    m->cpu.k->silu_mul(m->hb + (size_t)s * ffn, m->hb2 + (size_t)s * ffn, ffn);
 }
 
 static int draft_buffers(q35 *m, int n, pith_err *err) {
@@ -351,7 +320,6 @@ int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
     if (!t) return pith_errf(err, "this model was not loaded with an MTP head");
     if (n_steps < 1 || n_steps > MTP_MAX_STEPS) return pith_errf(err, "mtp_draft: %d steps (1..%d)", n_steps, MTP_MAX_STEPS);
     if (draft_check(m, b, err) || draft_buffers(m, n, err)) return -1;
-    t->kv_index = m->layer_index[hp->n_layers];
     for (int s = 0; s < n; s++) {
         t->tok[s] = b->tokens[s];
         t->pos[s] = b->positions[s];
@@ -373,7 +341,7 @@ int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
         pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
         const pith_matmul_out gate_up[] = {{&L->gate, m->hb, hp->ffn_dim, false}, {&L->up, m->hb2, hp->ffn_dim, false}};
         if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;
-        pith_hy_run(&m->cpu, &j, draft_swiglu_row, n, 8.0 * hp->ffn_dim);
+        pith_hy_run(&m->cpu, &j, q35_swiglu_row, n, 8.0 * hp->ffn_dim);
         pith_acts_bind(&m->cpu, &a, m->hb, n, hp->ffn_dim, hp->ffn_dim);
         if (pith_cpu_matmul(&m->cpu, &L->down, &a, t->u, dim, true, err)) return -1;
         /* g = shared_head_norm(u): the next step's hidden state and the logits' input */
