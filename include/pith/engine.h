@@ -52,6 +52,11 @@ typedef enum pith_spec_type {
                                 loaded with pith_model_options.mtp: model.h, mtp_draft) */
 } pith_spec_type;
 
+/* The smoothed acceptance under which a sequence stops drafting for a while (src/core/spec.h), for a
+ * source whose draft step costs draft_cost of a target decode step (0: free, as prompt lookup; an MTP
+ * head: pith_model.mtp_cost): at least 1/5, else draft_cost + 1/10. */
+float pith_spec_backoff_rate(float draft_cost);
+
 /* Element type of the K/V cache (kv.h). Q8_0 holds blocks of 32 along the head dimension (half the
  * bytes of F16; it needs head dimensions that are multiples of 32); BF16 keeps F32's range with 8
  * significant bits; F16 has 11. docs/performance.md has the accuracy each costs. */

@@ -82,7 +82,7 @@ static void print_header(const spec_ctx *c, int threads, double bw0, double bw1)
                (double)c->dw.size_bytes / (1 << 20));
     if (o->spec_type == PITH_SPEC_MTP)
         printf("MTP head: a draft step reads %.2f of a decode step's weight bytes (drafting backs off under %.0f %% "
-               "acceptance)\n", c->mtp_cost, 100.0 * (c->mtp_cost + 0.1 > 0.2 ? c->mtp_cost + 0.1 : 0.2));
+               "acceptance)\n", c->mtp_cost, 100.0 * pith_spec_backoff_rate(c->mtp_cost));
     printf("speculation: %s, up to %d draft tokens; batch 1, greedy, %d generated tokens per prompt, EOS ignored, "
            "%d repetition%s each way, alternating\n", spec_name(o->spec_type),
            o->spec_max_draft ? o->spec_max_draft : 8, o->n_gen, o->reps, o->reps == 1 ? "" : "s");

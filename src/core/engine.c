@@ -248,7 +248,7 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         pith_engine_free(e);
         return pith_errf(err, "out of memory for the engine's batch buffers");
     }
-    e->spec_min_rate = spec_min_rate(o->spec_type == PITH_SPEC_MTP ? model->mtp_cost : 0.0f);
+    e->spec_min_rate = pith_spec_backoff_rate(o->spec_type == PITH_SPEC_MTP ? model->mtp_cost : 0.0f);
     if (o->spec_type == PITH_SPEC_DRAFT && draft_create(e, err)) {
         pith_engine_free(e);
         return -1;

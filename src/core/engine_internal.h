@@ -59,7 +59,7 @@ struct pith_engine {
     float *fork_row;           /* [n_vocab] a forked sibling's copy of the shared logits row */
     uint64_t n_forked;         /* siblings forked from a computed prompt */
     uint64_t spec_drafted, spec_accepted, spec_verifies;
-    float spec_min_rate;     /* spec.h: the back-off threshold for this engine's draft source */
+    float spec_min_rate;     /* pith_spec_backoff_rate of this engine's draft source */
     struct spec_model *draft;  /* PITH_SPEC_DRAFT: the draft model's engine (spec_model.h) */
     uint8_t *b_want_hidden;    /* [max_batch_tokens], allocated at the first embedding request */
     float *hidden;             /* [max_batch_tokens * n_embd] final hidden rows, likewise */

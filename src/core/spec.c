@@ -28,7 +28,8 @@ int spec_propose(const pith_engine_options *o, seq *s, int max) {
     return k < 0 ? 0 : k > max ? max : k;
 }
 
-float spec_min_rate(float cost) { return cost + 0.1f > 0.2f ? cost + 0.1f : 0.2f; }
+/* One accepted token per draft step pays the draft; the margin, the verification of the longer chunk. */
+float pith_spec_backoff_rate(float draft_cost) { return draft_cost + 0.1f > 0.2f ? draft_cost + 0.1f : 0.2f; }
 
 /* A draft source this expensive starts short and backs off after one failed try. */
 static bool expensive(float min_rate) { return min_rate > 0.3f; }

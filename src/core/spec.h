@@ -10,7 +10,7 @@
  *
  * The policy per sequence: the draft length follows the acceptance (all accepted: two more, up to the
  * maximum; otherwise one more than were accepted), and a sequence whose drafts keep failing (smoothed
- * acceptance under spec_min_rate after three tries: 1/5 for a free source such as prompt lookup, more
+ * acceptance under pith_spec_backoff_rate after three tries: 1/5 for a free source such as prompt lookup, more
  * for one whose draft steps cost, such as an MTP head) drafts nothing for 16 steps, then tries a
  * 2-token draft; each further failed try backs off twice as long (up to 256 steps), until the
  * acceptance recovers. An expensive source starts at 2 tokens instead of 4. Drafts are made only
@@ -31,12 +31,8 @@ int spec_propose(const pith_engine_options *o, seq *s, int max);
  * of tokens[0..len) and up to max of the tokens that followed it. Returns how many it copied. */
 int spec_ngram(const int32_t *tokens, int len, int32_t *draft, int max);
 /* After a verification of `drafted` tokens of which `accepted` were: the next draft length and the
- * back-off, below min_rate (spec_min_rate) of smoothed acceptance. */
+ * back-off, below min_rate (pith_spec_backoff_rate, engine.h) of smoothed acceptance. */
 void spec_update(seq *s, int max_draft, int drafted, int accepted, float min_rate);
-/* The acceptance under which drafting costs more than it saves, for a draft step that costs `cost` of a
- * target decode step (0: free, as prompt lookup): at least 1/5, else cost + 1/10 (one accepted token
- * per draft step pays the draft; the margin, for the verification of the longer chunk). */
-float spec_min_rate(float cost);
 /* The draft length s may try this step (0 while backing off; counts the step); an expensive source
  * (min_rate over 0.3) starts at 2 tokens instead of 4. */
 int spec_want(seq *s, int max_draft, float min_rate);
