@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "engine_run.h"
 #include "core/engine_internal.h"
 #include "pith/engine.h"
 
@@ -73,16 +74,6 @@ static void submit(pith_engine *e, const pith_request *r) {
     pith_err err;
     int rc = pith_engine_submit(e, r, NULL, &err);
     CHECKF(rc == 0, "submit: %s", err.msg);
-}
-
-static void run(pith_engine *e) {
-    pith_err err;
-    while (pith_engine_has_work(e)) {
-        CHECKF(pith_engine_step(e, &err) == 0, "%s", err.msg);
-        int rc = engine_check(e, &err);
-        CHECKF(rc == 0, "%s", err.msg);
-        if (rc) break;
-    }
 }
 
 static prompt encode(const char *text) {

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "engine_run.h"
 #include "core/engine_internal.h"
 #include "model_mem.h"
 #include "pith/engine.h"
@@ -29,16 +30,6 @@ typedef struct out {
 static void collect(const pith_token_event *ev, void *user) {
     out *o = user;
     if (!ev->final && o->n < SGEN) o->toks[o->n++] = ev->token;
-}
-
-static void run(pith_engine *e) {
-    pith_err err;
-    while (pith_engine_has_work(e)) {
-        CHECKF(pith_engine_step(e, &err) == 0, "%s", err.msg);
-        int rc = engine_check(e, &err);
-        CHECKF(rc == 0, "%s", err.msg);
-        if (rc) break;
-    }
 }
 
 /* Every draft the engine asks the head for: position, token, and the drafted tokens. */

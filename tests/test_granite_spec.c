@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "engine_run.h"
 #include "core/engine_internal.h"
 #include "model_mem.h"
 #include "pith/engine.h"
@@ -96,16 +97,6 @@ static int draft(void *user, uint64_t id, const int32_t *tokens, int n, int32_t 
         return k;
     }
     return 0;
-}
-
-static void run(pith_engine *e) {
-    pith_err err;
-    while (pith_engine_has_work(e)) {
-        CHECKF(pith_engine_step(e, &err) == 0, "%s", err.msg);
-        int rc = engine_check(e, &err);
-        CHECKF(rc == 0, "%s", err.msg);
-        if (rc) break;
-    }
 }
 
 static void test_spec(pith_model *m, const char *path) {
