@@ -175,7 +175,10 @@ INLINE void tile_q32_impl(int K, const uint8_t *w, size_t ws, const void *x, siz
         }
 }
 
-#define PACKED_PREFETCH_BYTES 6144
+#ifndef PITH_PACKED_PREFETCH_BYTES
+#define PITH_PACKED_PREFETCH_BYTES 6144
+#endif
+#define PACKED_PREFETCH_BYTES PITH_PACKED_PREFETCH_BYTES
 /* ---- packed Q8_0 / Q4_0 groups (pack.c) against q8a activations ---- */
 
 /* Lane r of the result: the sum of all int32 lanes of v[r]. Half sums of 4 rows per 128-bit lane first,

@@ -21,7 +21,10 @@
 #define MAX_RN 4
 /* Software prefetch distance of the group stream (as for the Q4_0 / Q8_0 tiles: 12 KiB ahead on
  * 16-row groups; the hint: prefetch.h). */
-#define PREFETCH_BYTES 12288
+#ifndef PITH_KQ_PREFETCH_BYTES
+#define PITH_KQ_PREFETCH_BYTES 12288
+#endif
+#define PREFETCH_BYTES PITH_KQ_PREFETCH_BYTES
 
 INLINEZ __m512i bcast4(const int8_t *p) {
     int32_t v;

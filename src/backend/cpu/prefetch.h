@@ -6,7 +6,9 @@
  * costs about 40 % of decode speed: TinyLlama-shaped Q4_0, 2 threads, tg64 alternating builds on one
  * host, 22.4-23.5 tok/s with NTA (0.62-0.64 of the bandwidth probe), 29-30 with no software prefetch at
  * all, 35.8-38.3 with T0 (0.99-1.05). T0 costs a few percent on the old hosts and wins everywhere else,
- * so it is the hint. */
+ * so it is the hint. The hint and the tiles' distances (PITH_PACKED_PREFETCH_BYTES in kernels_avx2.c,
+ * PITH_KQ_PREFETCH_BYTES in kernels_kquant_zmm.c) can be set with -D for experiments: measure them with
+ * tools/stream_tile_bench.c, which times decode's access pattern against a plain read. */
 #ifndef PITH_BACKEND_CPU_PREFETCH_H
 #define PITH_BACKEND_CPU_PREFETCH_H
 
@@ -17,7 +19,9 @@
 extern "C" {
 #endif
 
+#ifndef PITH_PREFETCH_HINT
 #define PITH_PREFETCH_HINT _MM_HINT_T0
+#endif
 
 /* One line of a weight stream, some distance ahead of the loads. */
 #define pith_prefetch_stream(p) _mm_prefetch((const char *)(p), PITH_PREFETCH_HINT)
