@@ -313,6 +313,12 @@ static void grouped_edges(pith_cpu *cpu) {
     CHECK(pith_cpu_matmul_grouped(cpu, x, 24, 23, offs, 3, &o, 1, &err) != 0);
     int none[4] = {0, 0, 0, 0};
     CHECK(pith_cpu_matmul_grouped(cpu, x, 24, 24, none, 3, &o, 1, &err) == 0);
+    /* scattering from source rows needs quantized activations and one slot per gathered row (the
+     * scattered path's results: the naive-loop comparisons above, on the quantized specs) */
+    int slots[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    CHECK(pith_cpu_matmul_grouped_scatter(cpu, x, 24, 24, 3, slots, 3, offs, 3, &o, 1, &err) != 0);
+    CHECK(strstr(err.msg, "float activations") != NULL);
+    CHECK(pith_cpu_matmul_grouped_scatter(cpu, x, 24, 24, 0, slots, 3, offs, 3, &o, 1, &err) != 0);
     free(ms), free(w.data), free(x), free(y);
 }
 

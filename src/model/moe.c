@@ -128,8 +128,10 @@ void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, flo
     }
 }
 
-/* Counting sort of the (token, rank) pairs by expert; gathers the input rows in that order. */
-static void group_rows(const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n) {
+/* Counting sort of the (token, rank) pairs by expert: pos gives each pair's gathered row; with gather,
+ * the input rows are copied into xg in that order. */
+static void group_rows(const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
+                       bool gather) {
     const int E = L->cfg.n_experts, K = L->cfg.top_k, dim = L->cfg.dim;
     memset(s->cursor, 0, (size_t)(E + 1) * sizeof(int));
     for (int i = 0; i < n * K; i++) s->cursor[s->sel[i]]++;
@@ -140,7 +142,7 @@ static void group_rows(const pith_moe_layer *L, pith_moe_scratch *s, const float
         for (int j = 0; j < K; j++) {
             int r = s->cursor[s->sel[t * K + j]]++;
             s->pos[t * K + j] = r;
-            memcpy(s->xg + (size_t)r * dim, x + (size_t)t * ldx, (size_t)dim * sizeof(float));
+            if (gather) memcpy(s->xg + (size_t)r * dim, x + (size_t)t * ldx, (size_t)dim * sizeof(float));
         }
 }
 
@@ -279,13 +281,18 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
         }
     }
     pith_moe_route(L, s->logits, n, s->sel, s->wt);
-    group_rows(L, s, x, ldx, n);
+    /* Quantized activations are scattered from x straight into the grouped product's scratch, each
+     * token quantized once for its top_k rows; float ones (and the naive loop) read gathered rows. */
+    const bool gather = naive || pith_act_format_of(L->gate[0].type) == PITH_ACT_F32;
+    group_rows(L, s, x, ldx, n, gather);
     moe_rows j = {.L = L, .s = s, .y = y, .ldy = ldy};
     if (naive) {
         if (experts_naive(c, L, s, err)) return -1;
     } else {
         const pith_grouped_out gu[] = {{L->gate, s->hg, ffn}, {L->up, s->hu, ffn}};
-        if (pith_cpu_matmul_grouped(c, s->xg, dim, dim, s->offsets, E, gu, 2, err)) return -1;
+        if (gather ? pith_cpu_matmul_grouped(c, s->xg, dim, dim, s->offsets, E, gu, 2, err)
+                   : pith_cpu_matmul_grouped_scatter(c, x, ldx, dim, n, s->pos, K, s->offsets, E, gu, 2, err))
+            return -1;
         run_rows(c, &j, act_row, n * K, 8 * ffn);
         const pith_grouped_out d = {L->down, s->yg, dim};
         if (pith_cpu_matmul_grouped(c, s->hg, ffn, ffn, s->offsets, E, &d, 1, err)) return -1;

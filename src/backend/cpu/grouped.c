@@ -1,6 +1,7 @@
 #include "backend/cpu/grouped.h"
 
 #include <stdatomic.h>
+#include <string.h>
 
 #include "backend/cpu/split.h"
 
@@ -29,20 +30,26 @@ typedef struct grouped_job {
     size_t ldx;
     int k;
     pith_act_format fmt;
-    int n_rows;
+    int n_rows;        /* source rows to quantize */
+    const int *slots;  /* NULL: source row t is gathered row t; else its per_row slots */
+    int per_row;
     _Atomic int next_row;
 } grouped_job;
 
 static void quantize_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
     grouped_job *j = arg;
+    uint8_t *buf = j->c->act_buf[j->fmt];
     for (;;) {
         int t = atomic_fetch_add_explicit(&j->next_row, 1, memory_order_relaxed);
         if (t >= j->n_rows) break;
         const float *src = j->xf + (size_t)t * j->ldx;
-        void *dst = (uint8_t *)j->c->act_buf[j->fmt] + (size_t)t * j->xs;
+        const int *slot = j->slots ? j->slots + (size_t)t * j->per_row : &t;
+        void *dst = buf + (size_t)slot[0] * j->xs;
         if (j->fmt == PITH_ACT_Q8A) j->c->k->quantize_q8a(src, dst, j->k);
         else j->c->k->quantize_q8k(src, dst, j->k);
+        /* the same bits in every slot the row goes to: quantized once, copied */
+        for (int i = 1; j->slots && i < j->per_row; i++) memcpy(buf + (size_t)slot[i] * j->xs, dst, j->xs);
     }
 }
 
@@ -90,8 +97,8 @@ static void grouped_worker(void *arg, int ith, int nth) {
     }
 }
 
-int pith_cpu_matmul_grouped(pith_cpu *c, const float *x, size_t ldx, int k, const int *offsets, int n_groups,
-                            const pith_grouped_out *outs, int n_outs, pith_err *err) {
+static int grouped_run(pith_cpu *c, const float *x, size_t ldx, int k, int n_src, const int *slots, int per_row,
+                       const int *offsets, int n_groups, const pith_grouped_out *outs, int n_outs, pith_err *err) {
     if (n_outs < 1 || n_outs > PITH_GROUPED_MAX_OUTS || n_groups < 1 || n_groups > PITH_GROUPED_MAX_GROUPS)
         return pith_errf(err, "grouped matmul: %d outputs of %d groups", n_outs, n_groups);
     grouped_job j;
@@ -126,7 +133,12 @@ int pith_cpu_matmul_grouped(pith_cpu *c, const float *x, size_t ldx, int k, cons
     j.xf = x;
     j.ldx = ldx;
     j.k = k;
-    j.n_rows = n;
+    j.n_rows = slots ? n_src : n;
+    j.slots = slots;
+    j.per_row = per_row;
+    if (slots && (j.fmt == PITH_ACT_F32 || (int64_t)n_src * per_row != n))
+        return pith_errf(err, "grouped matmul: %d source rows x %d slots for %d gathered rows%s", n_src, per_row, n,
+                         j.fmt == PITH_ACT_F32 ? " (float activations: gather the rows instead)" : "");
     if (j.fmt == PITH_ACT_F32) {
         j.x = (const uint8_t *)x;
         j.xs = ldx * sizeof(float);
@@ -154,4 +166,17 @@ int pith_cpu_matmul_grouped(pith_cpu *c, const float *x, size_t ldx, int k, cons
     pith_split_init(&j.split, n_items, c->n_threads, min_unit, max_unit);
     pith_pool_run_sized(c->pool, grouped_worker, &j, (double)n * k * w0->rows * n_outs);
     return 0;
+}
+
+int pith_cpu_matmul_grouped(pith_cpu *c, const float *x, size_t ldx, int k, const int *offsets, int n_groups,
+                            const pith_grouped_out *outs, int n_outs, pith_err *err) {
+    return grouped_run(c, x, ldx, k, 0, NULL, 0, offsets, n_groups, outs, n_outs, err);
+}
+
+int pith_cpu_matmul_grouped_scatter(pith_cpu *c, const float *x, size_t ldx, int k, int n_src, const int *slots,
+                                    int per_row, const int *offsets, int n_groups, const pith_grouped_out *outs,
+                                    int n_outs, pith_err *err) {
+    if (n_src < 1 || per_row < 1 || !slots)
+        return pith_errf(err, "grouped matmul: %d source rows of %d slots", n_src, per_row);
+    return grouped_run(c, x, ldx, k, n_src, slots, per_row, offsets, n_groups, outs, n_outs, err);
 }

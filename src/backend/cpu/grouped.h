@@ -31,4 +31,15 @@ typedef struct pith_grouped_out {
 int pith_cpu_matmul_grouped(pith_cpu *c, const float *x, size_t ldx, int k, const int *offsets, int n_groups,
                             const pith_grouped_out *outs, int n_outs, pith_err *err);
 
+/* The same products with the input rows scattered from their sources: source row t of x (n_src rows,
+ * ldx apart) is gathered row slots[t * per_row + i] for every i < per_row (a mixture-of-experts layer:
+ * a token and its top-k experts' rows), so offsets[n_groups] must be n_src * per_row and every gathered
+ * row must be some slot exactly once. Each source row is quantized once and copied to its slots, which
+ * gives each gathered row the bits quantizing it alone would. Only for weights whose activations are
+ * quantized (pith_act_format_of not PITH_ACT_F32): float activations are read in place, so gather them
+ * and call pith_cpu_matmul_grouped. */
+int pith_cpu_matmul_grouped_scatter(pith_cpu *c, const float *x, size_t ldx, int k, int n_src, const int *slots,
+                                    int per_row, const int *offsets, int n_groups, const pith_grouped_out *outs,
+                                    int n_outs, pith_err *err);
+
 #endif
