@@ -32,8 +32,15 @@ INLINEZ __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-INLINEZ void prefetch_lines(const uint8_t *p, const int lines) {
-    UNROLL for (int l = 0; l < lines; l++) pith_prefetch_stream((const char *)p + 64 * l);
+/* Lines of the group stream PREFETCH_BYTES ahead into L1 (p), and with far as far again into L2
+ * (prefetch.h). far is for one-token passes (decode), whose speed is the stream's: there it lifts Q6_K
+ * from 0.54-0.71 to 0.80-1.00 of a plain read (tools/stream_tile_bench.c); with more tokens each group
+ * is read from cache again per token tile and the extra instructions only cost. */
+INLINEZ void prefetch_lines(const uint8_t *p, const int lines, const bool far) {
+    UNROLL for (int l = 0; l < lines; l++) {
+        pith_prefetch_stream((const char *)p + 64 * l);
+        if (far) pith_prefetch_far((const char *)p + PREFETCH_BYTES + 64 * l);
+    }
 }
 
 INLINEZ void store16(float *y, __m512 v, bool accumulate) {
@@ -92,8 +99,8 @@ INLINEZ void q45_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float
         __m512i iacc[MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-            if (Q5) prefetch_lines(g + PREFETCH_BYTES + 704 * c, 11);
-            else prefetch_lines(g + PREFETCH_BYTES + 576 * c, 9);
+            if (Q5) prefetch_lines(g + PREFETCH_BYTES + 704 * c, 11, RN == 1);
+            else prefetch_lines(g + PREFETCH_BYTES + 576 * c, 9, RN == 1);
             /* One token (decode) gets 4 chains per sum, so it is not bound by vpdpbusd latency; more
              * tokens have enough independent chains. Integer sums: the same result either way. */
             enum { CH = 4 };
@@ -178,7 +185,7 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm512_setzero_si512();
         UNROLL for (int h = 0; h < 2; h++) {
             UNROLL for (int vh = 0; vh < 2; vh++) {
-                prefetch_lines(g + PREFETCH_BYTES + 840 * (2 * h + vh), 14);
+                prefetch_lines(g + PREFETCH_BYTES + 840 * (2 * h + vh), 14, RN == 1);
                 /* q[v][gr]: elements 128 h + 32 gr + 4 (4 vh + v) + j of every row */
                 __m512i q[4][4];
                 UNROLL for (int v = 0; v < 4; v++) {
@@ -268,7 +275,7 @@ INLINEZ void iq4_xs_impl(int K, const uint8_t *g, const void *x, size_t xs, floa
         __m512i iacc[MAX_RN];
         UNROLL for (int t = 0; t < RN; t++) iacc[t] = _mm512_setzero_si512();
         UNROLL for (int s = 0; s < 8; s++) {
-            prefetch_lines(g + PREFETCH_BYTES + 272 * s, 5);
+            prefetch_lines(g + PREFETCH_BYTES + 272 * s, 5, RN == 1);
             __m512i lo[4], hi[4];
             UNROLL for (int v = 0; v < 4; v++) {
                 __m512i raw = _mm512_loadu_si512((const void *)(g + 128 + 64 * (4 * s + v)));

@@ -25,6 +25,12 @@ extern "C" {
 
 /* One line of a weight stream, some distance ahead of the loads. */
 #define pith_prefetch_stream(p) _mm_prefetch((const char *)(p), PITH_PREFETCH_HINT)
+/* The same line twice as far ahead, into L2 only: tiles whose compute is slow per byte (Q6_K) keep too
+ * few lines in flight with the near prefetch alone (see the K-quant tiles). */
+#ifndef PITH_PREFETCH_FAR_HINT
+#define PITH_PREFETCH_FAR_HINT _MM_HINT_T2
+#endif
+#define pith_prefetch_far(p) _mm_prefetch((const char *)(p), PITH_PREFETCH_FAR_HINT)
 
 #ifdef __cplusplus
 }
