@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/recurrent.h"
+#include "backend/cpu/recurrent_simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -65,12 +66,6 @@ static void step_scalar(float *S, const float *qn, const float *kn, const float 
 #ifdef GDN_AVX2
 #define TGT __attribute__((target("avx2,fma")))
 
-static bool have_avx2(void) {
-    static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return known;
-}
-
 /* The same step, 32 columns of the state at a time held in registers across its dk rows. The sums
  * run over d in the same order as step_scalar's, but FMA rounds once where it rounds twice. */
 TGT static void step_avx2(float *S, const float *qn, const float *kn, const float *v, float decay, float beta,
@@ -109,12 +104,6 @@ TGT static void step_avx2(float *S, const float *qn, const float *kn, const floa
 }
 
 #define TGT512 __attribute__((target("avx512f,fma")))
-
-static bool have_avx512(void) {
-    static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx512f");
-    return known;
-}
 
 /* The step, 64 columns at a time in zmm registers, with the decay folded in: S^T k is taken from the
  * undecayed rows and scaled once (decay (S^T k)), and the rows are decayed and updated in one pass,
@@ -166,11 +155,11 @@ void pith_gdn_recurrent(const pith_gdn_args *a, int h, float *scratch) {
         float decay = expf(a->g[t * a->ld_gb + h]), beta = a->beta[t * a->ld_gb + h];
         float *o = a->out + t * a->ld_out + (size_t)h * dv;
 #ifdef GDN_AVX2
-        if (!a->portable && !a->no_avx512 && dv % 64 == 0 && have_avx512()) {
+        if (!a->portable && !a->no_avx512 && dv % 64 == 0 && pith_recurrent_have_avx512()) {
             step_avx512(S, qn, kn, v, decay, beta, o, dk, dv);
             continue;
         }
-        if (!a->portable && dv % 32 == 0 && have_avx2()) {
+        if (!a->portable && dv % 32 == 0 && pith_recurrent_have_avx2_fma()) {
             step_avx2(S, qn, kn, v, decay, beta, kv, o, dk, dv);
             continue;
         }

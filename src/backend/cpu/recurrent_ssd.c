@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cpu/recurrent.h"
+#include "backend/cpu/recurrent_simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -50,12 +51,6 @@ static void step_scalar(float *S, const float *x, const float *B, const float *C
 
 #ifdef SSD_AVX2
 #define TGT __attribute__((target("avx2,fma")))
-
-static bool have_avx2(void) {
-    static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return known;
-}
 
 TGT static float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -118,12 +113,6 @@ TGT static void step_avx2(float *S, const float *x, const float *B, const float 
 
 #define TGT512 __attribute__((target("avx512f,fma")))
 
-static bool have_avx512(void) {
-    static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx512f");
-    return known;
-}
-
 /* step_avx2 at 16 entries a time (N a multiple of 16), two rows per pass; each row's sum is one zmm
  * accumulator, reduced once. */
 TGT512 static void step_avx512(float *S, const float *x, const float *B, const float *C, float decay, float dt,
@@ -165,8 +154,8 @@ void pith_ssd_recurrent(const pith_ssd_args *a, int h) {
     float *S = a->state + (size_t)h * P * N;
     const float A = a->A[h], d = a->D ? a->D[h] : 0.0f;
 #ifdef SSD_AVX2
-    const bool simd = !a->portable && N % 8 == 0 && have_avx2();
-    const bool zmm = !a->portable && !a->no_avx512 && N % 16 == 0 && have_avx512();
+    const bool simd = !a->portable && N % 8 == 0 && pith_recurrent_have_avx2_fma();
+    const bool zmm = !a->portable && !a->no_avx512 && N % 16 == 0 && pith_recurrent_have_avx512();
 #endif
     for (int t = 0; t < a->n_tokens; t++) {
         const float dt = softplus(a->dt[(size_t)t * a->ld_dt + h] + a->dt_bias[h]);
