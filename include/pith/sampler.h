@@ -4,7 +4,12 @@
  * history the caller passes, then temperature 0 means greedy (argmax, ties to the lowest id); otherwise
  * top-k, temperature, softmax, top-p, min-p, and a draw from the seeded generator. Same seed and same
  * inputs give the same draws. A constraint (pith_sampler_sample_constrained) masks disallowed tokens before
- * all of it. A sampler is per sequence and not thread-safe. */
+ * all of it. A sampler is per sequence and not thread-safe.
+ *
+ * Cost: a few passes over the row. Top-k keeps its k by a heap; without top-k, top-p and min-p sort only
+ * the candidates above a threshold they imply, and with no filter nothing is sorted (the draw walks the
+ * ids in order). Only a recorded distribution over a whole vocabulary sorts all of it
+ * (tools/sampler_bench.c; docs/performance.md, "Sampling"). */
 #ifndef PITH_SAMPLER_H
 #define PITH_SAMPLER_H
 
