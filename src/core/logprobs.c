@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
+#include "sample/rows.h"
 
 static bool is_prompt_row(const seq *s, int p) {
     return s->prompt_logprobs && p >= s->plp_next && p < s->n_prompt - 1;
@@ -45,11 +46,7 @@ void engine_fit_rows(pith_engine *e) {
 }
 
 float engine_logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n_vocab; i++) mx = row[i] > mx ? row[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)row[i] - mx);
-    float lse = mx + (float)log(sum);
+    float lse = (float)pith_row_logsumexp(row, n_vocab);
     int have = 0;
     for (int i = 0; i < n_vocab && n_top > 0; i++) {
         if (have == n_top && row[i] <= top[have - 1].logprob) continue;

@@ -26,6 +26,7 @@
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
 #include "model/qwen35_internal.h"
+#include "sample/rows.h"
 
 #define MTP_MAX_STEPS 16
 #define MTP_MAX_HEAD_DIM 1024
@@ -305,13 +306,6 @@ static int draft_check(q35 *m, const pith_batch *b, pith_err *err) {
     return 0;
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *draft, float *logits, pith_err *err) {
     q35 *m = base->impl;
     q35_mtp *t = m->mtp;
@@ -351,7 +345,7 @@ int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
         if (pith_cpu_matmul(&m->cpu, &m->output, &a, t->logits, V, false, err)) return -1;
         for (int s = 0; s < n; s++) {
             const float *row = t->logits + (size_t)s * V;
-            t->tok[s] = argmax(row, V);
+            t->tok[s] = pith_row_argmax(row, V);
             draft[s * n_steps + t->step] = t->tok[s];
             if (logits) memcpy(logits + ((size_t)s * n_steps + t->step) * V, row, (size_t)V * sizeof(float));
         }

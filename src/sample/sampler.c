@@ -3,6 +3,8 @@
  * the whole vocabulary unless recording asks for the whole distribution. A constraint (structured output) masks tokens to -inf first. */
 #include "pith/sampler.h"
 
+#include "sample/rows.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,12 +15,6 @@ typedef struct candidate {
     float logit;
 } candidate;
 
-/* Logits are scanned in blocks with independent lanes, so that the compiler keeps them in vector registers:
- * one compare per element and no loop-carried load. Greedy reduces blocks of 256 to their maximum; top-k
- * asks of blocks of 64 whether any logit beats its threshold (smaller blocks: fewer logits re-read one by
- * one around each of the heap's few insertions). */
-enum { SAMPLER_MAX_BLOCK = 256, SAMPLER_TEST_BLOCK = 64, SAMPLER_LANES = 16 };
-
 struct pith_sampler {
     pith_sampling_params p;
     int n_vocab;
@@ -26,7 +22,7 @@ struct pith_sampler {
     candidate *cand;        /* [n_vocab] scratch */
     candidate *tmp;         /* [n_vocab] scratch for sorting */
     float *prob;            /* [n_vocab] scratch: a whole row's softmax terms */
-    double *bsum;           /* [n_vocab / SAMPLER_MAX_BLOCK + 1] scratch: their sums per block */
+    double *bsum;           /* [n_vocab / PITH_ROW_BLOCK + 1] scratch: their sums per block */
     uint32_t *counts;       /* [n_vocab] scratch for penalties */
     /* The processed distribution of the last sample (pith_sampler_record): cand[0..n_dist) sorted best
      * first, holding probabilities whose sum is dist_total; in greedy mode cand holds the penalised
@@ -96,7 +92,7 @@ int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **
     s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
     s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
     s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
-    s->bsum = malloc(((size_t)n_vocab / SAMPLER_MAX_BLOCK + 1) * sizeof *s->bsum);
+    s->bsum = malloc(((size_t)n_vocab / PITH_ROW_BLOCK + 1) * sizeof *s->bsum);
     if (!s->cand || !s->counts || !s->prob || !s->bsum || !s->tmp) {
         pith_sampler_free(s);
         return pith_errf(err, "out of memory");
@@ -187,18 +183,12 @@ static void sort_desc_by_id(candidate *c, int m, candidate *tmp) {
 static void record_greedy(pith_sampler *s, const float *logits) {
     candidate *c = s->cand;
     int m = 0;
-    float mx = -INFINITY;
-    for (int i = 0; i < s->n_vocab; i++) {
-        if (isnan(logits[i])) continue;
-        c[m++] = (candidate){i, logits[i]};
-        if (logits[i] > mx) mx = logits[i];
-    }
-    double sum = 0;
-    for (int i = 0; i < m; i++) sum += exp((double)c[i].logit - mx);
+    for (int i = 0; i < s->n_vocab; i++)
+        if (!isnan(logits[i])) c[m++] = (candidate){i, logits[i]};
     sort_desc_by_id(c, m, s->tmp);
     s->dist_greedy = true;
     s->n_dist = m;
-    s->dist_lse = mx + log(sum);
+    s->dist_lse = pith_row_logsumexp(logits, s->n_vocab);
 }
 
 void pith_sampler_record(pith_sampler *s, bool on) {
@@ -227,52 +217,19 @@ float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id) {
 }
 
 
-/* The maximum of x[0..SAMPLER_MAX_BLOCK), NaN ignored (-inf if all are NaN). */
-static float block_max(const float *x) {
-    float lane[SAMPLER_LANES];
-    for (int j = 0; j < SAMPLER_LANES; j++) lane[j] = -INFINITY;
-    for (int i = 0; i < SAMPLER_MAX_BLOCK; i += SAMPLER_LANES)
-        for (int j = 0; j < SAMPLER_LANES; j++) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-    float m = lane[0];
-    for (int j = 1; j < SAMPLER_LANES; j++) m = lane[j] > m ? lane[j] : m;
-    return m;
-}
+/* Top-k asks of blocks of 64 logits whether any beats the heap's worst: small blocks, so that few
+ * logits are re-read one by one around each of the heap's few insertions. Independent lanes, as in
+ * rows.c: one compare per element. */
+enum { TOPK_BLOCK = 64, TOPK_LANES = 16 };
 
-/* Whether some logit of x[0..SAMPLER_TEST_BLOCK) is above t (NaN is not). */
+/* Whether some logit of x[0..TOPK_BLOCK) is above t (NaN is not). */
 static bool block_beats(const float *x, float t) {
-    int any[SAMPLER_LANES] = {0};
-    for (int i = 0; i < SAMPLER_TEST_BLOCK; i += SAMPLER_LANES)
-        for (int j = 0; j < SAMPLER_LANES; j++) any[j] |= x[i + j] > t;
+    int any[TOPK_LANES] = {0};
+    for (int i = 0; i < TOPK_BLOCK; i += TOPK_LANES)
+        for (int j = 0; j < TOPK_LANES; j++) any[j] |= x[i + j] > t;
     int r = 0;
-    for (int j = 0; j < SAMPLER_LANES; j++) r |= any[j];
+    for (int j = 0; j < TOPK_LANES; j++) r |= any[j];
     return r != 0;
-}
-
-/* The highest logit's id, ties to the lowest id; NaN never wins (0 when every logit is NaN or -inf
- * and none is finite: the first -inf, else 0). The block maxima cost one pass; only the first block
- * holding the maximum is scanned again: about 17x the plain loop on a 151,936-entry vocabulary, where
- * that loop took 0.6 ms a token (tools/sampler_bench.c). */
-static int32_t argmax(const float *x, int n) {
-    float best = -INFINITY;
-    int lo = 0, hi = 0, nb = n / SAMPLER_MAX_BLOCK;
-    for (int b = 0; b < nb; b++) {
-        float m = block_max(x + (size_t)b * SAMPLER_MAX_BLOCK);
-        if (m > best) {
-            best = m;
-            lo = b * SAMPLER_MAX_BLOCK;
-            hi = lo + SAMPLER_MAX_BLOCK;
-        }
-    }
-    for (int i = nb * SAMPLER_MAX_BLOCK; i < n; i++)
-        if (x[i] > best) {
-            best = x[i];
-            lo = i;
-            hi = i + 1;
-        }
-    if (hi == 0) hi = n; /* nothing above -inf: the first -inf, if any */
-    for (int i = lo; i < hi; i++)
-        if (x[i] == best) return i;
-    return 0;
 }
 
 static bool better(candidate a, candidate b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
@@ -321,14 +278,14 @@ static void heap_offer(candidate *h, int *m, int k, int32_t i, float l) {
  * (fewer than k when fewer are usable). One pass: once k are held, a block whose maximum does not beat
  * the worst of them is skipped whole, so the heap sees few of a large vocabulary's logits. */
 static int select_top_k(const float *x, int n, int k, bool masked, candidate *c) {
-    int m = 0, nb = n / SAMPLER_TEST_BLOCK;
+    int m = 0, nb = n / TOPK_BLOCK;
     for (int b = 0; b < nb; b++) {
-        const float *p = x + (size_t)b * SAMPLER_TEST_BLOCK;
+        const float *p = x + (size_t)b * TOPK_BLOCK;
         if (m == k && !block_beats(p, c[0].logit)) continue;
-        for (int i = 0; i < SAMPLER_TEST_BLOCK; i++)
-            if (usable(p[i], masked)) heap_offer(c, &m, k, b * SAMPLER_TEST_BLOCK + i, p[i]);
+        for (int i = 0; i < TOPK_BLOCK; i++)
+            if (usable(p[i], masked)) heap_offer(c, &m, k, b * TOPK_BLOCK + i, p[i]);
     }
-    for (int i = nb * SAMPLER_TEST_BLOCK; i < n; i++)
+    for (int i = nb * TOPK_BLOCK; i < n; i++)
         if (usable(x[i], masked)) heap_offer(c, &m, k, i, x[i]);
     return m;
 }
@@ -394,91 +351,15 @@ static int32_t pick_top_k(pith_sampler *s, float *logits, bool masked) {
     return tok;
 }
 
-/* Four floats (GCC / clang vector extensions: SSE2 on x86-64, NEON on arm64, plain code elsewhere).
- * gcc does not vectorize the scalar form of the exp below (its float-to-int step), and expf is a call
- * per element: 1.5 ms a token over a 152k vocabulary. */
-typedef float sampler_v4f __attribute__((vector_size(16)));
-typedef uint32_t sampler_v4u __attribute__((vector_size(16)));
-
-/* e^x for x <= 0: e^x = 2^n 2^f with n = round(x log2 e), |f| <= 1/2, 2^f by its Taylor polynomial to
- * degree 7 (truncation below 4e-9 relative; float rounding adds a few ulps, and that of x log2 e up to
- * 1e-5 relative at x = -87, where e^x is 1e-38). n comes from the rounding constant's low mantissa
- * bits, so no float-to-int conversion. Below -87 (under FLT_MIN after scaling), and for NaN: 0. */
-static inline sampler_v4f sampler_exp4(sampler_v4f x) {
-    const sampler_v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f};
-    const sampler_v4u ok = (sampler_v4u)(x > lo); /* all ones where x > -87; NaN compares false */
-    const sampler_v4f xc = (sampler_v4f)(((sampler_v4u)x & ok) | ((sampler_v4u)lo & ~ok));
-    const sampler_v4f t = xc * 1.44269504f;
-    const sampler_v4f big = t + 0x1.8p23f; /* 1.5 * 2^23 + n, |t| < 2^22 */
-    const sampler_v4f f = t - (big - 0x1.8p23f);
-    sampler_v4f q = f * 1.5252734e-5f + 1.5403530e-4f;
-    q = q * f + 1.3333558e-3f;
-    q = q * f + 9.6181291e-3f;
-    q = q * f + 5.5504109e-2f;
-    q = q * f + 2.4022651e-1f;
-    q = q * f + 6.9314718e-1f;
-    q = q * f + 1.0f;
-    /* n in [-126, 0] added to the exponent field (mod 2^32: a negative n borrows, as it should) */
-    const sampler_v4u bits = (sampler_v4u)q + (((sampler_v4u)big - 0x4B400000u) << 23);
-    return (sampler_v4f)(bits & ok);
-}
-
-/* The row's largest usable logit, -inf if none (a mask's -inf and NaN never count). */
-static float row_max(const float *x, int n) {
-    float lane[SAMPLER_LANES];
-    for (int j = 0; j < SAMPLER_LANES; j++) lane[j] = -INFINITY;
-    int i = 0;
-    for (; i + SAMPLER_LANES <= n; i += SAMPLER_LANES)
-        for (int j = 0; j < SAMPLER_LANES; j++) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-    float m = -INFINITY;
-    for (int j = 0; j < SAMPLER_LANES; j++) m = lane[j] > m ? lane[j] : m;
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-/* Tempers the row in place and writes e[i] = exp(logit / T - max / T) (0 for NaN and -inf), with the
- * sums of each block of SAMPLER_MAX_BLOCK in bsum; returns their total (blocks summed in order, each
- * in 16 float lanes: at most 256 terms of at most 1). */
-static double row_softmax(float *x, int n, float temp, float maxl, float *e, double *bsum) {
-    const float maxt = maxl / temp;
-    double total = 0.0;
-    for (int b = 0; b * SAMPLER_MAX_BLOCK < n; b++) {
-        const int lo = b * SAMPLER_MAX_BLOCK, len = n - lo < SAMPLER_MAX_BLOCK ? n - lo : SAMPLER_MAX_BLOCK;
-        sampler_v4f acc[4] = {{0}};
-        int i = 0;
-        for (; i + 16 <= len; i += 16)
-            for (int j = 0; j < 4; j++) {
-                sampler_v4f v;
-                memcpy(&v, x + lo + i + 4 * j, sizeof v);
-                v = v / temp;
-                memcpy(x + lo + i + 4 * j, &v, sizeof v);
-                sampler_v4f ev = sampler_exp4(v - maxt);
-                memcpy(e + lo + i + 4 * j, &ev, sizeof ev);
-                acc[j] += ev;
-            }
-        double sum = 0.0;
-        for (; i < len; i++) {
-            float v = x[lo + i] / temp;
-            x[lo + i] = v;
-            sampler_v4f ev = sampler_exp4((sampler_v4f){v - maxt, 0.0f, 0.0f, 0.0f});
-            sum += e[lo + i] = ev[0];
-        }
-        for (int j = 0; j < 4; j++) sum += (double)acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
-        bsum[b] = sum;
-        total += sum;
-    }
-    return total;
-}
-
 /* The draw over the whole row in id order: r in [0, total), found block by block. */
 static int32_t draw_row(const float *e, int n, const double *bsum, double r) {
     double acc = 0.0;
-    for (int b = 0; b * SAMPLER_MAX_BLOCK < n; b++) {
+    for (int b = 0; b * PITH_ROW_BLOCK < n; b++) {
         if (r >= acc + bsum[b]) {
             acc += bsum[b];
             continue;
         }
-        const int lo = b * SAMPLER_MAX_BLOCK, hi = n - lo < SAMPLER_MAX_BLOCK ? n : lo + SAMPLER_MAX_BLOCK;
+        const int lo = b * PITH_ROW_BLOCK, hi = n - lo < PITH_ROW_BLOCK ? n : lo + PITH_ROW_BLOCK;
         int32_t last = lo;
         for (int i = lo; i < hi; i++) {
             if (e[i] <= 0.0f) continue;
@@ -525,9 +406,9 @@ static double mass_above(const float *e, int n, float thr) {
 static int32_t pick_row(pith_sampler *s, float *logits, bool masked) {
     const pith_sampling_params *p = &s->p;
     const int n = s->n_vocab;
-    const float maxl = row_max(logits, n);
+    const float maxl = pith_row_max(logits, n);
     if (!(maxl > -INFINITY)) return masked ? -1 : 0;
-    const double total = row_softmax(logits, n, p->temperature, maxl, s->prob, s->bsum);
+    const double total = pith_row_softmax(logits, n, p->temperature, maxl, s->prob, s->bsum);
     candidate *c = s->cand;
     if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
         int32_t tok = draw_row(s->prob, n, s->bsum, rng_uniform(s->rng) * total);
@@ -576,7 +457,7 @@ static int32_t pick_row(pith_sampler *s, float *logits, bool masked) {
 static int32_t pick(pith_sampler *s, float *logits, bool masked) {
     const pith_sampling_params *p = &s->p;
     if (p->temperature == 0.0f) {
-        int32_t best = argmax(logits, s->n_vocab);
+        int32_t best = pith_row_argmax(logits, s->n_vocab);
         if (masked && logits[best] == -INFINITY) return -1;
         if (s->record) record_greedy(s, logits);
         return best;
@@ -606,7 +487,7 @@ int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const in
      * penalties may run first; greedy then tries the unconstrained best token before building a mask. */
     apply_penalties(s, logits, history, n_history);
     if (s->p.temperature == 0.0f && c->allows && !s->record) { /* recording needs the whole distribution */
-        int32_t best = argmax(logits, s->n_vocab);
+        int32_t best = pith_row_argmax(logits, s->n_vocab);
         if (c->allows(c->ctx, best)) return best;
     }
     if (!s->mask && !(s->mask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->mask))) return -1;
