@@ -257,6 +257,7 @@ static void test_large_filters(void) {
         {20.0f, 1.0f, 1.0f, 0.05f, 0},   /* min-p's floor */
         {20.0f, 0.8f, 0.95f, 0.05f, 40}, /* the CLI's defaults */
         {20.0f, 1.0f, 0.5f, 0.2f, 0},    /* both, min-p the shorter */
+        {3.0f, 1.0f, 0.99f, 0.0f, 5000}, /* a k past the heap's: every candidate sorted, then cut */
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         char what[96];

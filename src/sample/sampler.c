@@ -221,6 +221,8 @@ float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id) {
  * logits are re-read one by one around each of the heap's few insertions. Independent lanes, as in
  * rows.c: one compare per element. */
 enum { TOPK_BLOCK = 64, TOPK_LANES = 16 };
+/* Above this k the heap's insertions cost more than sorting every candidate. */
+enum { TOPK_HEAP_MAX = 2048 };
 
 /* Whether some logit of x[0..TOPK_BLOCK) is above t (NaN is not). */
 static bool block_beats(const float *x, float t) {
@@ -324,9 +326,19 @@ static int32_t draw_sorted(const candidate *c, int m, double r) {
 static int32_t pick_top_k(pith_sampler *s, float *logits, bool masked) {
     const pith_sampling_params *p = &s->p;
     candidate *c = s->cand;
-    int m = select_top_k(logits, s->n_vocab, p->top_k, masked, c);
+    int m;
+    if (p->top_k <= TOPK_HEAP_MAX) {
+        m = select_top_k(logits, s->n_vocab, p->top_k, masked, c);
+        qsort(c, (size_t)m, sizeof *c, cmp_desc);
+    } else {
+        /* a large k: every candidate sorted (radix, a few passes) beats k log k heap steps */
+        m = 0;
+        for (int i = 0; i < s->n_vocab; i++)
+            if (usable(logits[i], masked)) c[m++] = (candidate){i, logits[i]};
+        sort_desc_by_id(c, m, s->tmp);
+        if (m > p->top_k) m = p->top_k;
+    }
     if (m == 0) return masked ? -1 : 0;
-    qsort(c, (size_t)m, sizeof *c, cmp_desc);
     const float maxl = c[0].logit;
     double sum = 0.0;
     for (int i = 0; i < m; i++) {
