@@ -69,32 +69,46 @@ int32_t pith_row_argmax(const float *x, int n) {
     return 0;
 }
 
+/* The sum of exp(x[i] / temp - shift) over x[0..len), in 16 float lanes then in double; with e (a
+ * constant NULL or not at each inlined call, so each caller gets its own loop), also writes the tempered
+ * x[i] back and each term to e[i]. */
+static inline __attribute__((always_inline)) double block_terms(float *x, int len, float temp, float shift,
+                                                                 float *e) {
+    rows_v4f acc[4] = {{0}};
+    int i = 0;
+    for (; i + 16 <= len; i += 16)
+        for (int j = 0; j < 4; j++) {
+            rows_v4f v;
+            memcpy(&v, x + i + 4 * j, sizeof v);
+            if (temp != 1.0f) v = v / temp;
+            rows_v4f ev = exp4(v - shift);
+            if (e) {
+                memcpy(x + i + 4 * j, &v, sizeof v);
+                memcpy(e + i + 4 * j, &ev, sizeof ev);
+            }
+            acc[j] += ev;
+        }
+    double sum = 0.0;
+    for (; i < len; i++) {
+        float v = temp != 1.0f ? x[i] / temp : x[i];
+        float ev = exp1(v - shift);
+        if (e) {
+            x[i] = v;
+            e[i] = ev;
+        }
+        sum += ev;
+    }
+    for (int j = 0; j < 4; j++) sum += (double)acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+    return sum;
+}
+
 double pith_row_softmax(float *x, int n, float temp, float maxl, float *e, double *bsum) {
     const float maxt = maxl / temp;
     double total = 0.0;
     for (int b = 0; b * PITH_ROW_BLOCK < n; b++) {
         const int lo = b * PITH_ROW_BLOCK, len = n - lo < PITH_ROW_BLOCK ? n - lo : PITH_ROW_BLOCK;
-        rows_v4f acc[4] = {{0}};
-        int i = 0;
-        for (; i + 16 <= len; i += 16)
-            for (int j = 0; j < 4; j++) {
-                rows_v4f v;
-                memcpy(&v, x + lo + i + 4 * j, sizeof v);
-                v = v / temp;
-                memcpy(x + lo + i + 4 * j, &v, sizeof v);
-                rows_v4f ev = exp4(v - maxt);
-                memcpy(e + lo + i + 4 * j, &ev, sizeof ev);
-                acc[j] += ev;
-            }
-        double sum = 0.0;
-        for (; i < len; i++) {
-            float v = x[lo + i] / temp;
-            x[lo + i] = v;
-            sum += e[lo + i] = exp1(v - maxt);
-        }
-        for (int j = 0; j < 4; j++) sum += (double)acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
-        bsum[b] = sum;
-        total += sum;
+        bsum[b] = block_terms(x + lo, len, temp, maxt, e + lo);
+        total += bsum[b];
     }
     return total;
 }
@@ -105,18 +119,8 @@ double pith_row_logsumexp(const float *x, int n) {
     double total = 0.0;
     for (int b = 0; b * PITH_ROW_BLOCK < n; b++) {
         const int lo = b * PITH_ROW_BLOCK, len = n - lo < PITH_ROW_BLOCK ? n - lo : PITH_ROW_BLOCK;
-        rows_v4f acc[4] = {{0}};
-        int i = 0;
-        for (; i + 16 <= len; i += 16)
-            for (int j = 0; j < 4; j++) {
-                rows_v4f v;
-                memcpy(&v, x + lo + i + 4 * j, sizeof v);
-                acc[j] += exp4(v - m);
-            }
-        double sum = 0.0;
-        for (; i < len; i++) sum += exp1(x[lo + i] - m);
-        for (int j = 0; j < 4; j++) sum += (double)acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
-        total += sum;
+        /* not written through: e is NULL */
+        total += block_terms((float *)(x + lo), len, 1.0f, m, NULL);
     }
     return m + log(total);
 }
