@@ -75,7 +75,8 @@ static int measure(bool force_scalar, int threads, probe_figures *f) {
 
 /* Whether the AVX2 probes are faster than the portable ones is a benchmark question (pith bench prints
  * both under PITH_FORCE_SCALAR); this test checks that every probe runs and reports a sane figure. Two
- * comparisons are safe to make, in optimized builds only (only they keep the chains in registers):
+ * comparisons are safe to make, in optimized builds without sanitizers only (only they keep the chains
+ * in registers):
  * - where the packed tiles use VNNI, one vpdpbusd does the work of a maddubs + madd + add step with the
  *   same (ymm) or twice the (zmm) lanes, so on any VNNI processor (2-4x measured on Zen 5) its peak is
  *   not below the maddubs peak;
@@ -84,20 +85,46 @@ static int measure(bool force_scalar, int threads, probe_figures *f) {
  *   short of the clock drop some Xeons take under AVX-512 (up to ~20%). Only a zmm peak below half the
  *   ymm one is a fault (chains the compiler merged, or kept in memory), and that margin dwarfs the
  *   noise of two best-of-2 probes on a shared machine. */
+/* Optimized builds without sanitizers: ASan's -O1 build keeps the zmm chains in memory (zmm peak
+ * 15-17 against a ymm one of 43-48 GFLOP/s, measured alone). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PROBE_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define PROBE_SANITIZED 1
+#endif
+#if defined(__OPTIMIZE__) && !defined(PROBE_SANITIZED)
+#define PROBE_COMPARE 1
+#else
+#define PROBE_COMPARE 0
+#endif
+
 static void test_probes(void) {
     probe_figures scalar, best;
     measure(true, 1, &scalar);
     measure(false, 2, &best);
     measure(false, 1, &best);
     const pith_cpu_kernels *kt = pith_cpu_kernels_best(false);
-#ifdef __OPTIMIZE__
+#if PROBE_COMPARE
+    /* Each relation gets up to 5 fresh measurements and holds if one of them shows it: the faults it
+     * catches show in every attempt, while a test that ctest -j runs beside this one can stall one probe
+     * of a pair (seen in CI: a zmm peak of 14.9 against a ymm one of 48 GFLOP/s under ASan). */
     /* (where the table packs Q4_K too, as the AVX-512 VNNI one does, both peaks time the same loop) */
-    if (strstr(kt->name, "vnni") && !kt->pack[PITH_W_Q4_K])
-        CHECKF(best.int8_q4_0 >= best.int8_q4_k, "%s: VNNI peak %.1f below the maddubs peak %.1f GOP/s", kt->name,
+    const bool vnni = strstr(kt->name, "vnni") && !kt->pack[PITH_W_Q4_K], zmm = !strcmp(kt->name, "avx512-vnni");
+    bool vnni_ok = best.int8_q4_0 >= best.int8_q4_k, zmm_ok = best.fma_f16 >= 0.5 * best.fma_f32;
+    for (int attempt = 1; attempt < 5 && ((vnni && !vnni_ok) || (zmm && !zmm_ok)); attempt++) {
+        measure(false, 1, &best);
+        vnni_ok |= best.int8_q4_0 >= best.int8_q4_k;
+        zmm_ok |= best.fma_f16 >= 0.5 * best.fma_f32;
+    }
+    if (vnni)
+        CHECKF(vnni_ok, "%s: VNNI peak %.1f below the maddubs peak %.1f GOP/s in 5 attempts", kt->name,
                best.int8_q4_0 / 1e9, best.int8_q4_k / 1e9);
-    if (!strcmp(kt->name, "avx512-vnni"))
-        CHECKF(best.fma_f16 >= 0.5 * best.fma_f32, "%s: zmm FMA peak %.1f below half the ymm peak %.1f GFLOP/s",
-               kt->name, best.fma_f16 / 1e9, best.fma_f32 / 1e9);
+    if (zmm)
+        CHECKF(zmm_ok, "%s: zmm FMA peak %.1f below half the ymm peak %.1f GFLOP/s in 5 attempts", kt->name,
+               best.fma_f16 / 1e9, best.fma_f32 / 1e9);
 #else
     (void)kt;
 #endif
