@@ -73,18 +73,6 @@ static int measure(bool force_scalar, int threads, probe_figures *f) {
     return rc;
 }
 
-/* Whether the AVX2 probes are faster than the portable ones is a benchmark question (pith bench prints
- * both under PITH_FORCE_SCALAR); this test checks that every probe runs and reports a sane figure. Two
- * comparisons are safe to make, in optimized builds without sanitizers only (only they keep the chains
- * in registers):
- * - where the packed tiles use VNNI, one vpdpbusd does the work of a maddubs + madd + add step with the
- *   same (ymm) or twice the (zmm) lanes, so on any VNNI processor (2-4x measured on Zen 5) its peak is
- *   not below the maddubs peak;
- * - a zmm FMA does twice the lanes of a ymm FMA, at the same rate on two-unit cores (2x measured on
- *   Zen 5) or half of it on cores with one 512-bit unit or a split datapath (Zen 4): never fewer FLOPs,
- *   short of the clock drop some Xeons take under AVX-512 (up to ~20%). Only a zmm peak below half the
- *   ymm one is a fault (chains the compiler merged, or kept in memory), and that margin dwarfs the
- *   noise of two best-of-2 probes on a shared machine. */
 /* Optimized builds without sanitizers: ASan's -O1 build keeps the zmm chains in memory (zmm peak
  * 15-17 against a ymm one of 43-48 GFLOP/s, measured alone). */
 #if defined(__has_feature)
@@ -101,6 +89,18 @@ static int measure(bool force_scalar, int threads, probe_figures *f) {
 #define PROBE_COMPARE 0
 #endif
 
+/* Whether the AVX2 probes are faster than the portable ones is a benchmark question (pith bench prints
+ * both under PITH_FORCE_SCALAR); this test checks that every probe runs and reports a sane figure. Two
+ * comparisons are safe to make, in optimized builds without sanitizers only (only they keep the chains
+ * in registers):
+ * - where the packed tiles use VNNI, one vpdpbusd does the work of a maddubs + madd + add step with the
+ *   same (ymm) or twice the (zmm) lanes, so on any VNNI processor (2-4x measured on Zen 5) its peak is
+ *   not below the maddubs peak;
+ * - a zmm FMA does twice the lanes of a ymm FMA, at the same rate on two-unit cores (2x measured on
+ *   Zen 5) or half of it on cores with one 512-bit unit or a split datapath (Zen 4): never fewer FLOPs,
+ *   short of the clock drop some Xeons take under AVX-512 (up to ~20%). Only a zmm peak below half the
+ *   ymm one is a fault (chains the compiler merged, or kept in memory), and that margin dwarfs the
+ *   noise of two best-of-2 probes on a shared machine. */
 static void test_probes(void) {
     probe_figures scalar, best;
     measure(true, 1, &scalar);

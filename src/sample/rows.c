@@ -69,11 +69,11 @@ int32_t pith_row_argmax(const float *x, int n) {
     return 0;
 }
 
-/* The sum of exp(x[i] / temp - shift) over x[0..len), in 16 float lanes then in double; with e (a
- * constant NULL or not at each inlined call, so each caller gets its own loop), also writes the tempered
- * x[i] back and each term to e[i]. */
-static inline __attribute__((always_inline)) double block_terms(float *x, int len, float temp, float shift,
-                                                                 float *e) {
+/* The sum of exp(x[i] / temp - shift) over x[0..len), in 16 float lanes then in double; with out and e
+ * (constant NULLs or not at each inlined call, so each caller gets its own loop), also writes the
+ * tempered x[i] to out[i] (out may be x) and each term to e[i]. */
+static inline __attribute__((always_inline)) double block_terms(const float *x, int len, float temp, float shift,
+                                                                 float *out, float *e) {
     rows_v4f acc[4] = {{0}};
     int i = 0;
     for (; i + 16 <= len; i += 16)
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) double block_terms(float *x, int le
             if (temp != 1.0f) v = v / temp;
             rows_v4f ev = exp4(v - shift);
             if (e) {
-                memcpy(x + i + 4 * j, &v, sizeof v);
+                memcpy(out + i + 4 * j, &v, sizeof v);
                 memcpy(e + i + 4 * j, &ev, sizeof ev);
             }
             acc[j] += ev;
@@ -93,7 +93,7 @@ static inline __attribute__((always_inline)) double block_terms(float *x, int le
         float v = temp != 1.0f ? x[i] / temp : x[i];
         float ev = exp1(v - shift);
         if (e) {
-            x[i] = v;
+            out[i] = v;
             e[i] = ev;
         }
         sum += ev;
@@ -107,7 +107,7 @@ double pith_row_softmax(float *x, int n, float temp, float maxl, float *e, doubl
     double total = 0.0;
     for (int b = 0; b * PITH_ROW_BLOCK < n; b++) {
         const int lo = b * PITH_ROW_BLOCK, len = n - lo < PITH_ROW_BLOCK ? n - lo : PITH_ROW_BLOCK;
-        bsum[b] = block_terms(x + lo, len, temp, maxt, e + lo);
+        bsum[b] = block_terms(x + lo, len, temp, maxt, x + lo, e + lo);
         total += bsum[b];
     }
     return total;
@@ -119,8 +119,7 @@ double pith_row_logsumexp(const float *x, int n) {
     double total = 0.0;
     for (int b = 0; b * PITH_ROW_BLOCK < n; b++) {
         const int lo = b * PITH_ROW_BLOCK, len = n - lo < PITH_ROW_BLOCK ? n - lo : PITH_ROW_BLOCK;
-        /* not written through: e is NULL */
-        total += block_terms((float *)(x + lo), len, 1.0f, m, NULL);
+        total += block_terms(x + lo, len, 1.0f, m, NULL, NULL);
     }
     return m + log(total);
 }
