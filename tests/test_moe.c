@@ -4,8 +4,8 @@
  * expert's gated FFN computed alone, weighted sum, shared expert with its gate, expert biases and the
  * clamped SwiGLU. Awkward shapes: an expert no token chooses, every token on one expert, top-k equal to
  * the number of experts, widths that are not multiples of the tiles (F32), packed and unpacked weights,
- * the scalar and the best kernel table. Then: the same tokens alone, in a batch and expert by expert
- * (the naive loop) give the same bits.
+ * the scalar and the best kernel table. Then: the same tokens alone, in a batch, expert by expert and
+ * token by token (the baseline loops) give the same bits.
  *
  * Tolerances: F32 weights differ from the double reference by float rounding only (1e-4 of the output's
  * scale). Q8_0 / Q4_0 kernels round activations to 8 bits per block of 32 (steps of max|x|/127), which
@@ -246,7 +246,7 @@ static void run_case(pith_cpu *cpu, const spec *s, bool pack) {
     pith_moe_scratch sc = {0};
     CHECK(pith_moe_reserve(cpu, &ly.L.cfg, &sc, n, &err) == 0);
     memcpy(y, y0, (size_t)n * dim * sizeof(float));
-    int rc = pith_moe_forward(cpu, &ly.L, &sc, x, dim, n, y, dim, false, &err);
+    int rc = pith_moe_forward(cpu, &ly.L, &sc, x, dim, n, y, dim, PITH_MOE_GROUPED, &err);
     CHECKF(rc == 0, "%s: %s", s->name, err.msg);
 
     /* the reference, and how often each expert was chosen */
@@ -272,14 +272,18 @@ static void run_case(pith_cpu *cpu, const spec *s, bool pack) {
     if (K == s->E)
         for (int e = 0; e < s->E; e++) CHECK(count[e] == n);
 
-    /* the same bits alone and expert by expert */
+    /* the same bits alone and through both baseline loops */
     memcpy(y1, y0, (size_t)n * dim * sizeof(float));
     for (int t = 0; t < n; t++)
-        CHECK(pith_moe_forward(cpu, &ly.L, &sc, x + (size_t)t * dim, dim, 1, y1 + (size_t)t * dim, dim, false, &err) == 0);
+        CHECK(pith_moe_forward(cpu, &ly.L, &sc, x + (size_t)t * dim, dim, 1, y1 + (size_t)t * dim, dim, PITH_MOE_GROUPED, &err) == 0);
     CHECKF(memcmp(y, y1, (size_t)n * dim * sizeof(float)) == 0, "%s: a token alone differs from the batch", s->name);
-    memcpy(y2, y0, (size_t)n * dim * sizeof(float));
-    CHECK(pith_moe_forward(cpu, &ly.L, &sc, x, dim, n, y2, dim, true, &err) == 0);
-    CHECKF(memcmp(y, y2, (size_t)n * dim * sizeof(float)) == 0, "%s: the naive loop differs", s->name);
+    const pith_moe_loop loops[] = {PITH_MOE_BY_EXPERT, PITH_MOE_BY_TOKEN};
+    for (int l = 0; l < 2; l++) {
+        memcpy(y2, y0, (size_t)n * dim * sizeof(float));
+        CHECK(pith_moe_forward(cpu, &ly.L, &sc, x, dim, n, y2, dim, loops[l], &err) == 0);
+        CHECKF(memcmp(y, y2, (size_t)n * dim * sizeof(float)) == 0, "%s: the loop %s differs", s->name,
+               l ? "by token" : "by expert");
+    }
     printf("%-34s %-14s %-11s max|err| %.2e (tol %.1e)\n", s->name, cpu->k->name, pack ? "packed" : "file", worst, tol);
 
     pith_moe_scratch_free(&sc);
@@ -322,7 +326,30 @@ static void grouped_edges(pith_cpu *cpu) {
     free(ms), free(w.data), free(x), free(y);
 }
 
+/* PITH_MOE_NAIVE's values, and a clear error for any other. */
+static void loop_from_env(void) {
+    const struct {
+        const char *v;
+        int ok;
+        pith_moe_loop loop;
+    } cases[] = {{NULL, 1, PITH_MOE_GROUPED}, {"", 1, PITH_MOE_GROUPED}, {"0", 1, PITH_MOE_GROUPED},
+                 {"1", 1, PITH_MOE_BY_EXPERT}, {"expert", 1, PITH_MOE_BY_EXPERT}, {"token", 1, PITH_MOE_BY_TOKEN},
+                 {"tokens", 0, PITH_MOE_GROUPED}, {"2", 0, PITH_MOE_GROUPED}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].v) setenv("PITH_MOE_NAIVE", cases[i].v, 1);
+        else unsetenv("PITH_MOE_NAIVE");
+        pith_moe_loop loop = (pith_moe_loop)-1;
+        pith_err err = {0};
+        int rc = pith_moe_loop_from_env(&loop, &err);
+        CHECKF((rc == 0) == cases[i].ok, "PITH_MOE_NAIVE=%s: rc %d", cases[i].v ? cases[i].v : "(unset)", rc);
+        if (cases[i].ok) CHECK(loop == cases[i].loop);
+        else CHECKF(strstr(err.msg, "PITH_MOE_NAIVE") != NULL, "error: %s", err.msg);
+    }
+    unsetenv("PITH_MOE_NAIVE");
+}
+
 int main(void) {
+    loop_from_env();
     const spec specs[] = {
         {"softmax top-2 of 8, renormalised", PITH_F32, 40, 52, 8, 2, 37, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1},
         {"an expert no token chooses", PITH_F32, 40, 52, 6, 2, 23, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = 3},

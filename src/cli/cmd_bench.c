@@ -92,8 +92,9 @@ static void bench_usage(FILE *out) {
             "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike;\n"
             "PITH_KERNELS=avx2|avx2-vnni|avx512-vnni|scalar selects that kernel table where the\n"
             "processor has it.\n"
-            "PITH_MOE_NAIVE=1 computes a mixture of experts expert by expert (the baseline of the grouped\n"
-            "expert products).\n"
+            "PITH_MOE_NAIVE=expert (or 1) computes a mixture of experts expert by expert over its gathered\n"
+            "rows, PITH_MOE_NAIVE=token token by token (each token's experts as matrix-vector products): the\n"
+            "baselines of the grouped expert products.\n"
             "PITH_MOE_EXPERTS=mapped|repacked|auto: a mixture of experts' experts kept in the file's mapping\n"
             "or repacked at load (auto, the default: mapped when they exceed half of MemAvailable); the\n"
             "header's \"experts held\" line says which.\n");

@@ -77,6 +77,7 @@ typedef struct gh {
     bool has_moe;
     pith_moe_config moe_cfg;
     pith_moe_scratch moe_s;
+    pith_moe_loop moe_loop; /* PITH_MOE_NAIVE: the benchmarks' baseline loops (moe.h) */
     int cap;
     float *x, *xb, *q, *k, *v, *att, *proj, *hb, *tmp, *rope_cos, *rope_sin;
     int *seq_start;
@@ -259,6 +260,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     if (!rc && m->rope && (hp->rope_scale_factor != 0 || hp->rope_linear_factor != 0 || hp->rope_yarn_factor != 0))
         rc = pith_errf(err, "RoPE scaling is not supported for granitehybrid");
     if (!rc && m->has_moe) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
+    if (!rc && m->has_moe) rc = pith_moe_loop_from_env(&m->moe_loop, err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
     if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
@@ -520,7 +522,7 @@ static int ffn(gh *m, const gh_layer *L, job *j, int n, pith_err *err) {
     if (L->moe) {
         /* the experts and the shared MLP, summed, then scaled into the residual */
         memset(m->tmp, 0, (size_t)n * dim * sizeof(float));
-        if (pith_moe_forward(&m->cpu, L->moe, &m->moe_s, m->xb, dim, n, m->tmp, dim, false, err)) return -1;
+        if (pith_moe_forward(&m->cpu, L->moe, &m->moe_s, m->xb, dim, n, m->tmp, dim, m->moe_loop, err)) return -1;
         run(m, j, ffn_add_row, n, 2.0 * dim);
         return 0;
     }

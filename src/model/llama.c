@@ -74,7 +74,7 @@ typedef struct llama {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *rope_cos, *rope_sin, *rope_cos_swa, *rope_sin_swa;
     pith_moe_scratch moe;
     pith_moe_config moe_cfg;
-    bool moe_naive;             /* PITH_MOE_NAIVE=1: experts one by one (the benchmarks' baseline) */
+    pith_moe_loop moe_loop;     /* PITH_MOE_NAIVE: the benchmarks' baseline loops (moe.h) */
 } llama;
 
 /* ---------------- build ---------------- */
@@ -296,12 +296,13 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     if (hp->n_experts > 0 && var->post_norms)
         return pith_errf(err, "%s: experts with post-FFN norms are not supported", path);
     if (hp->n_experts > 0 && pith_moe_config_check(&moe_cfg, path, err)) return -1;
+    pith_moe_loop moe_loop = PITH_MOE_GROUPED;
+    if (hp->n_experts > 0 && pith_moe_loop_from_env(&moe_loop, err)) return -1;
     llama *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
+    m->moe_loop = moe_loop;
     m->var = *var;
     m->moe_cfg = moe_cfg;
-    const char *naive = getenv("PITH_MOE_NAIVE");
-    m->moe_naive = naive && *naive && strcmp(naive, "0") != 0;
     m->base.ops = &llama_ops;
     m->base.hp = *hp;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
@@ -666,7 +667,7 @@ static int layer_forward(llama *m, const pith_batch *b, int l, pith_err *err) {
     }
 
     run_rows(m, &j, ffn_norm_row, dim);
-    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, m->moe_naive, err);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, m->moe_loop, err);
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};
     if (pith_cpu_matmul_many(&m->cpu, &a, gate_up, 2, err)) return -1;

@@ -241,7 +241,7 @@ static void shared_row(moe_rows *j, int t) {
     for (int i = 0; i < sh; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i] * gate;
 }
 
-static int experts_naive(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, pith_err *err) {
+static int experts_by_expert(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, pith_err *err) {
     const int dim = L->cfg.dim, ffn = L->cfg.ffn;
     for (int e = 0; e < L->cfg.n_experts; e++) {
         int r0 = s->offsets[e], cnt = s->offsets[e + 1] - r0;
@@ -260,8 +260,36 @@ static int experts_naive(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch 
     return 0;
 }
 
+/* Each routed (token, rank) pair on its own: gate and up of one row, its activation, its down. */
+static int experts_by_token(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, int n, pith_err *err) {
+    const int dim = L->cfg.dim, ffn = L->cfg.ffn, K = L->cfg.top_k;
+    moe_rows j = {.L = L, .s = s};
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < K; k++) {
+            const int e = s->sel[t * K + k], r = s->pos[t * K + k];
+            pith_acts a;
+            pith_acts_bind(c, &a, s->xg + (size_t)r * dim, 1, dim, dim);
+            const pith_matmul_out gu[] = {{&L->gate[e], s->hg + (size_t)r * ffn, ffn, false},
+                                          {&L->up[e], s->hu + (size_t)r * ffn, ffn, false}};
+            if (pith_cpu_matmul_many(c, &a, gu, 2, err)) return -1;
+            act_row(&j, r);
+            pith_acts_bind(c, &a, s->hg + (size_t)r * ffn, 1, ffn, ffn);
+            if (pith_cpu_matmul(c, &L->down[e], &a, s->yg + (size_t)r * dim, dim, false, err)) return -1;
+        }
+    return 0;
+}
+
+int pith_moe_loop_from_env(pith_moe_loop *loop, pith_err *err) {
+    const char *v = getenv("PITH_MOE_NAIVE");
+    if (!v || !*v || !strcmp(v, "0")) *loop = PITH_MOE_GROUPED;
+    else if (!strcmp(v, "1") || !strcmp(v, "expert")) *loop = PITH_MOE_BY_EXPERT;
+    else if (!strcmp(v, "token")) *loop = PITH_MOE_BY_TOKEN;
+    else return pith_errf(err, "PITH_MOE_NAIVE=%s: expected 0, 1, expert or token", v);
+    return 0;
+}
+
 int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
-                     float *y, size_t ldy, bool naive, pith_err *err) {
+                     float *y, size_t ldy, pith_moe_loop loop, pith_err *err) {
     const pith_moe_config *cfg = &L->cfg;
     if (n <= 0) return 0;
     if (n > s->cap) return pith_errf(err, "moe: scratch holds %d tokens, the batch has %d", s->cap, n);
@@ -282,12 +310,14 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
     }
     pith_moe_route(L, s->logits, n, s->sel, s->wt);
     /* Quantized activations are scattered from x straight into the grouped product's scratch, each
-     * token quantized once for its top_k rows; float ones (and the naive loop) read gathered rows. */
-    const bool gather = naive || pith_act_format_of(L->gate[0].type) == PITH_ACT_F32;
+     * token quantized once for its top_k rows; float ones (and the baseline loops) read gathered rows. */
+    const bool gather = loop != PITH_MOE_GROUPED || pith_act_format_of(L->gate[0].type) == PITH_ACT_F32;
     group_rows(L, s, x, ldx, n, gather);
     moe_rows j = {.L = L, .s = s, .y = y, .ldy = ldy};
-    if (naive) {
-        if (experts_naive(c, L, s, err)) return -1;
+    if (loop == PITH_MOE_BY_EXPERT) {
+        if (experts_by_expert(c, L, s, err)) return -1;
+    } else if (loop == PITH_MOE_BY_TOKEN) {
+        if (experts_by_token(c, L, s, n, err)) return -1;
     } else {
         const pith_grouped_out gu[] = {{L->gate, s->hg, ffn}, {L->up, s->hu, ffn}};
         if (gather ? pith_cpu_matmul_grouped(c, s->xg, dim, dim, s->offsets, E, gu, 2, err)

@@ -104,10 +104,22 @@ void pith_moe_free(pith_moe_layer *L);
 int pith_moe_reserve(pith_cpu *c, const pith_moe_config *cfg, pith_moe_scratch *s, int n, pith_err *err);
 void pith_moe_scratch_free(pith_moe_scratch *s);
 
-/* y[t * ldy + i] += moe(x[t])[i] for t < n; x rows of dim floats, ldx apart. naive: expert by expert
- * (three pool jobs each), the baseline of the benchmarks; same results. */
+/* How the experts' products are scheduled. The two loops are the benchmarks' baselines for the grouped
+ * products; all three give the same bits (every row is computed as it would be alone). */
+typedef enum pith_moe_loop {
+    PITH_MOE_GROUPED,   /* one pool job for all experts' gate and up, one for their down */
+    PITH_MOE_BY_EXPERT, /* expert by expert over its gathered rows, three jobs each (transformers' loop) */
+    PITH_MOE_BY_TOKEN,  /* token by token, each of its top_k experts as matrix-vector products: every
+                         * routed (token, expert) pair reads that expert's weights again */
+} pith_moe_loop;
+
+/* The loop PITH_MOE_NAIVE asks for: unset, empty or 0: grouped; 1 or expert: by expert; token: by token.
+ * Fails on any other value. */
+int pith_moe_loop_from_env(pith_moe_loop *loop, pith_err *err);
+
+/* y[t * ldy + i] += moe(x[t])[i] for t < n; x rows of dim floats, ldx apart. */
 int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
-                     float *y, size_t ldy, bool naive, pith_err *err);
+                     float *y, size_t ldy, pith_moe_loop loop, pith_err *err);
 
 /* Routing alone (also for tests): sel/wt [n * top_k] from logits [n * n_experts], which it overwrites
  * with the scores. */

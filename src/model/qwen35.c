@@ -179,6 +179,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     int rc = !m->layers ? pith_errf(err, "out of memory") : 0;
     pith_moe_config_of(hp, &m->moe_cfg);
     if (!rc && hp->n_experts > 0) rc = pith_moe_config_check(&m->moe_cfg, pith_model_file_path(file), err);
+    if (!rc && hp->n_experts > 0) rc = pith_moe_loop_from_env(&m->moe_loop, err);
     if (!rc) rc = pith_cpu_init(&m->cpu, opt ? opt->n_threads : 0, force_scalar, err);
     if (!rc) rc = pith_attn_scratch_init(&m->attn, &shape, m->cpu.n_threads, err);
     if (!rc) rc = pith_hy_load_io(file, hp, "output_norm.weight", &m->embd, &m->embd_row_bytes, &m->out_norm, &m->output, err);
@@ -531,7 +532,7 @@ static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_e
     if (n == 0) return 0;
     j.norm = L->post_norm;
     run(m, &j, norm_row, n, dim);
-    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, false, err);
+    if (L->moe) return pith_moe_forward(&m->cpu, L->moe, &m->moe, m->xb, dim, n, m->x, dim, m->moe_loop, err);
     pith_acts a;
     pith_acts_bind(&m->cpu, &a, m->xb, n, dim, dim);
     const pith_matmul_out gate_up[] = {{&L->gate, m->hb, ffn, false}, {&L->up, m->hb2, ffn, false}};

@@ -46,6 +46,7 @@ typedef struct q35 {
     int *seq_start;
     pith_moe_config moe_cfg;            /* qwen35moe */
     pith_moe_scratch moe;
+    pith_moe_loop moe_loop;             /* PITH_MOE_NAIVE: the benchmarks' baseline loops (moe.h) */
     q35_mtp *mtp;                       /* the MTP head, loaded with pith_model_options.mtp; else NULL */
 } q35;
 
