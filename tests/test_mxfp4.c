@@ -108,17 +108,20 @@ static void test_tile(const char *name, tile_fn tile) {
     printf("%s tile: worst relative error %.1e\n", name, worst);
 }
 
-/* The avx512-vnni table's packed MXFP4 tile (16 rows in Q4_0's lanes layout, pack.c) against the
- * definition, as test_tile: rows with ordinary scales (e 118..130), 1-9 tokens, storing and accumulating.
- * The packed tile adds 128 to the values (unsigned for vpdpbusd) and takes 128 x the activations' sum out
- * in floats at the end, as the IQ4_NL and Q8_0 packed tiles do: that term is about 128 / 5 = 25 times the
+/* A table's packed MXFP4 tile (avx512-vnni: 16 rows in Q4_0's lanes layout; avx2 and avx2-vnni: 8 rows
+ * in Q4_0's 8-row layout, pack.c) against the definition, as test_tile: rows with ordinary scales
+ * (e 118..130), 1-9 tokens, storing and accumulating. The packed tiles add an offset to the values
+ * (unsigned: 128 for vpdpbusd, 12 for maddubs) and take offset x the activations' sum out in floats at
+ * the end, as the IQ4_NL and Q8_0 packed tiles do: with 128 that term is about 128 / 5 = 25 times the
  * result's magnitude, so float rounding gives about 25 x 2^-24 x sqrt(90 blocks) = 1.4e-5 of it (the
- * file-layout tiles, which have no offset, 4e-7): held to 3e-5. Every fourth row has only the smallest scales (e 0..3: values below 2^-122):
+ * file-layout tiles, which have no offset, 4e-7; an offset of 12, about 1.5e-6): held to 3e-5. Every fourth row has only the smallest scales (e 0..3: values below 2^-122):
  * the packed tile weighs a block's sum by the product d_w d_x, which is then a float denormal with few
  * significant bits (the file-layout tiles multiply in another order), so those rows are held to an
  * absolute 1e-36 instead, far below anything a real weight contributes. */
 static void test_packed_tile(const pith_cpu_kernels *k) {
-    const int Ks[] = {32, 96, 2880};
+    const int Ks[] = {32, 96, 2880}, R = k->pack_rows;
+    CHECKF(k->pack[PITH_W_MXFP4] && k->tile_packed[PITH_W_MXFP4], "%s: no packed MXFP4 tile", k->name);
+    if (!k->pack[PITH_W_MXFP4] || !k->tile_packed[PITH_W_MXFP4]) return;
     double worst = 0, worst_tiny = 0;
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
         int K = Ks[ki], nb = K / 32;
@@ -126,7 +129,7 @@ static void test_packed_tile(const pith_cpu_kernels *k) {
         uint8_t *w = malloc(16 * ws), *g = malloc(16 * ws);
         pith_block_q8a *x = malloc((size_t)9 * nb * sizeof *x);
         float *xf = malloc((size_t)K * sizeof(float));
-        for (int r = 0; r < 16; r++) random_mxfp4(w + r * ws, K, r % 4 == 3 ? 0 : 118, r % 4 == 3 ? 3 : 130);
+        for (int r = 0; r < R; r++) random_mxfp4(w + r * ws, K, r % 4 == 3 ? 0 : 118, r % 4 == 3 ? 3 : 130);
         for (int t = 0; t < 9; t++) {
             for (int i = 0; i < K; i++) xf[i] = rnd_uniform(-2.0f, 2.0f);
             pith_quantize_q8a_scalar(xf, x + (size_t)t * nb, K);
@@ -137,7 +140,7 @@ static void test_packed_tile(const pith_cpu_kernels *k) {
                 float y[9 * 16];
                 for (int i = 0; i < 9 * 16; i++) y[i] = 0.25f * i;
                 k->tile_packed[PITH_W_MXFP4](K, g, x, (size_t)nb * sizeof *x, rn, y, 16, acc);
-                for (int r = 0; r < 16; r++)
+                for (int r = 0; r < R; r++)
                     for (int t = 0; t < rn; t++) {
                         double mag, s = ref_dot(w + r * ws, x + (size_t)t * nb, K, &mag);
                         if (acc) s += 0.25 * (t * 16 + r);
@@ -152,10 +155,10 @@ static void test_packed_tile(const pith_cpu_kernels *k) {
             }
         free(w), free(g), free(x), free(xf);
     }
-    CHECKF(worst < 3e-5, "packed tile: relative error %.2e", worst);
-    CHECKF(worst_tiny < 1e-36, "packed tile, denormal scales: absolute error %.2e", worst_tiny);
-    printf("avx512 packed tile: worst relative error %.1e; rows of denormal scales: absolute %.1e\n", worst,
-           worst_tiny);
+    CHECKF(worst < 3e-5, "%s packed tile: relative error %.2e", k->name, worst);
+    CHECKF(worst_tiny < 1e-36, "%s packed tile, denormal scales: absolute error %.2e", k->name, worst_tiny);
+    printf("%s packed tile (%d rows): worst relative error %.1e; rows of denormal scales: absolute %.1e\n",
+           k->name, R, worst, worst_tiny);
 }
 
 /* pith_cpu_matmul over an MXFP4 tensor against the dequantized F32 weights and float activations. */
@@ -171,10 +174,12 @@ static void test_matmul(bool scalar) {
     pith_matrix m;
     CHECK(pith_matrix_from_tensor(&m, &t, &err) == 0);
     CHECK(pith_matrix_pack(&cpu, &m, &err) == 0);
-    /* the avx512-vnni table repacks whole groups of 16 rows (the packed tile); the 3 rows past them, and
-     * every row on the other tables, stay on the file-layout tiles: both run below */
+    /* the SIMD tables repack whole groups of pack_rows rows (the packed tile); the rows past them, and
+     * every row on the scalar table, stay on the file-layout tiles: both run below */
     bool packs = cpu.k->pack[PITH_W_MXFP4] != NULL;
-    CHECKF(m.packed_rows == (packs ? rows / 16 * 16 : 0), "%s: %d rows packed", cpu.k->name, m.packed_rows);
+    CHECKF(packs == (strcmp(cpu.k->name, "scalar") != 0), "%s: packs MXFP4: %d", cpu.k->name, packs);
+    CHECKF(m.packed_rows == (packs ? rows / cpu.k->pack_rows * cpu.k->pack_rows : 0), "%s: %d rows packed",
+           cpu.k->name, m.packed_rows);
     float *x = malloc((size_t)n * K * sizeof(float)), *y = malloc((size_t)n * rows * sizeof(float));
     float *wf = malloc((size_t)rows * K * sizeof(float));
     pith_dequantize_row(PITH_MXFP4, data, wf, (int64_t)rows * K);
@@ -218,8 +223,12 @@ int main(void) {
     else printf("avx2 tile not tested: the processor lacks AVX2 or FMA\n");
     if (pith_cpu_kernels_avx512_vnni()) test_tile("avx512", pith_tile_mxfp4_avx512);
     else printf("avx512 tile not tested: the processor lacks AVX-512 F, BW, VL or VNNI\n");
-    if (pith_cpu_kernels_avx512_vnni()) test_packed_tile(pith_cpu_kernels_avx512_vnni());
-    else printf("avx512 packed tile not tested: the processor lacks AVX-512 F, BW, VL or VNNI\n");
+    const pith_cpu_kernels *simd[] = {pith_cpu_kernels_avx2(), pith_cpu_kernels_avx2_vnni(), pith_cpu_kernels_avx512_vnni()};
+    const char *lacks[] = {"AVX2, FMA or F16C", "AVX-VNNI", "AVX-512 F, BW, VL or VNNI"};
+    for (int i = 0; i < 3; i++) {
+        if (simd[i]) test_packed_tile(simd[i]);
+        else printf("packed tile %d of 3 not tested: the processor lacks %s\n", i + 1, lacks[i]);
+    }
 #endif
     test_matmul(false);
     test_matmul(true);

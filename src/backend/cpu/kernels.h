@@ -107,6 +107,7 @@ void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *
 void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q4_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_mxfp4_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_mxfp4_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 

@@ -195,10 +195,14 @@ INLINE __m256i reduce8_i32(const __m256i v[8]) {
  * Q4_0 reduces its maddubs pairs in int16 before widening: a pair is at most 2 * 15 * 127 in size and a
  * sum of 4 pairs (8 products) at most 15240, inside int16, and the -8 offset comes from the activation sums
  * (8 dw s per block, s = dx * sum(x quants)). Q8_0 uses the sign trick and widens at once (a pair can
- * reach 2 * 128 * 127); IQ4_NL (Q4_0's bytes and layout) looks its nibbles up and then goes as Q8_0. */
+ * reach 2 * 128 * 127); IQ4_NL (Q4_0's bytes and layout) looks its nibbles up and then goes as Q8_0.
+ * MXFP4 (Q4_0's layout with E8M0 scale bytes) looks its codes up as their doubled values + 12, unsigned
+ * 0..24, and then goes as Q4_0 with an offset of 12: 8 products stay within 8 * 24 * 127 = 24384. */
 INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
-    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
+    const bool mx = type == PITH_W_MXFP4, nib = type != PITH_W_Q8_0 && type != PITH_W_IQ4_NL;
+    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : mx ? PITH_MXFP4_BYTES : PITH_Q4_0_BYTES);
+    const int qoff = mx ? 8 : 16; /* the quants, after the scales */
     const pith_block_q8a *xr[IMPL_MAX_RN];
     __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
@@ -206,6 +210,8 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         acc[t] = off[t] = _mm256_setzero_ps();
     }
     const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
+    const __m256i mx12 = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pith_mxfp4_values)),
+                                         _mm256_set1_epi8(12));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         /* A group is one long sequential stream; a software prefetch this far ahead (measured: 1 KiB
@@ -218,17 +224,31 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
             pith_prefetch_stream(pf + 128);
             pith_prefetch_stream(pf + 192);
         }
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        __m256 dw;
+        if (mx) {
+            /* 2^(e - 128) as float bits, as the file-layout tiles have it: (e - 1) << 23 for e >= 2, the
+             * denormals 2^-127 and 2^-128 below */
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g));
+            __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+            __m256i denorm = _mm256_sllv_epi32(_mm256_set1_epi32(0x200000), e);
+            __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, denorm, small));
+        } else {
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        }
         __m256i q[8];
-        if (type == PITH_W_Q4_0 || type == PITH_W_IQ4_NL) {
+        if (type != PITH_W_Q8_0) {
             UNROLL for (int p = 0; p < 4; p++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * p));
                 __asm__("" : "+x"(raw)); /* one load, not one per use */
                 q[2 * p] = _mm256_and_si256(raw, low);
                 q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                 if (type == PITH_W_IQ4_NL) { /* signed values: then as Q8_0's quants */
                     q[2 * p] = iq4_lookup(q[2 * p]);
                     q[2 * p + 1] = iq4_lookup(q[2 * p + 1]);
+                } else if (mx) { /* unsigned values: then as Q4_0's nibbles */
+                    q[2 * p] = _mm256_shuffle_epi8(mx12, q[2 * p]);
+                    q[2 * p + 1] = _mm256_shuffle_epi8(mx12, q[2 * p + 1]);
                 }
             }
         } else {
@@ -237,7 +257,7 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         UNROLL for (int t = 0; t < RN; t++) {
             __m256i xq = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
             __m256i dots;
-            if (type == PITH_W_Q4_0) {
+            if (nib) {
                 __m256i h[4];
                 UNROLL for (int p = 0; p < 4; p++)
                     h[p] = _mm256_hadd_epi16(_mm256_maddubs_epi16(q[2 * p], xq), _mm256_maddubs_epi16(q[2 * p + 1], xq));
@@ -252,11 +272,11 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
             }
             __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
-            if (type == PITH_W_Q4_0) off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
+            if (nib) off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
         }
     }
     UNROLL for (int t = 0; t < RN; t++) {
-        __m256 v = type == PITH_W_Q4_0 ? _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off[t], acc[t]) : acc[t];
+        __m256 v = nib ? _mm256_fnmadd_ps(_mm256_set1_ps(mx ? 12.0f : 8.0f), off[t], acc[t]) : acc[t];
         float *yt = y + t * ldy;
         if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
         _mm256_storeu_ps(yt, v);
@@ -283,6 +303,7 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
 PACKED_ENTRY(tile_packed_q8_0, TGT, tile_packed_impl, PITH_W_Q8_0)
 PACKED_ENTRY(tile_packed_q4_0, TGT, tile_packed_impl, PITH_W_Q4_0)
 PACKED_ENTRY(tile_packed_iq4_nl, TGT, tile_packed_impl, PITH_W_IQ4_NL)
+PACKED_ENTRY(tile_packed_mxfp4, TGT, tile_packed_impl, PITH_W_MXFP4)
 
 /* AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an int32 lane
  * without an int16 step (no saturation, no madd). */
@@ -899,11 +920,13 @@ static const pith_cpu_kernels avx2_kernels = {
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8, [PITH_W_Q8_0] = pith_pack_q8_0_x8,
              [PITH_W_Q4_0] = pith_pack_q4_0_x8, [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8,
-             [PITH_W_Q5_K] = pith_pack_q5_k_x8, [PITH_W_IQ4_NL] = pith_pack_q4_0_x8, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
+             [PITH_W_Q5_K] = pith_pack_q5_k_x8, [PITH_W_IQ4_NL] = pith_pack_q4_0_x8, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8,
+             [PITH_W_MXFP4] = pith_pack_mxfp4_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
                     [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0, [PITH_W_IQ4_NL] = tile_packed_iq4_nl,
                     [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_avx2, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_avx2,
-                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_avx2, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_avx2},
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_avx2, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_avx2,
+                    [PITH_W_MXFP4] = tile_packed_mxfp4},
 };
 
 /* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
@@ -914,12 +937,15 @@ static const pith_cpu_kernels avx2_vnni_kernels = {
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8,
              [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes,
              [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8, [PITH_W_Q5_K] = pith_pack_q5_k_x8,
-             [PITH_W_IQ4_NL] = pith_pack_q4_0_x8_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8},
+             [PITH_W_IQ4_NL] = pith_pack_q4_0_x8_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8,
+             /* MXFP4: the AVX2 table's layout and tile (maddubs; no vpdpbusd version) */
+             [PITH_W_MXFP4] = pith_pack_mxfp4_x8},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
                     [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0,
                     [PITH_W_IQ4_NL] = tile_packed_vnni_iq4_nl,
                     [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_vnni, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_vnni,
-                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_vnni, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_vnni},
+                    [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_vnni, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_vnni,
+                    [PITH_W_MXFP4] = tile_packed_mxfp4},
 };
 
 /* AVX2 with AVX-512 VNNI for the packed integer tiles, on 16-row groups. */
