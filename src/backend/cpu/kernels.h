@@ -100,14 +100,14 @@ const pith_cpu_kernels *pith_cpu_kernels_avx512_vnni(void);
  * instead where the processor has it (for measurements; ignored otherwise). */
 const pith_cpu_kernels *pith_cpu_kernels_best(bool force_scalar);
 
-/* Portable packers for the layouts the AVX2 (x8), AVX-VNNI (x8_lanes) and AVX-512 VNNI (x16_lanes)
+/* Portable packers for the layouts the AVX2 and AVX-VNNI (x8, x8_lanes) and AVX-512 VNNI (x16_lanes)
  * packed tiles read (pack.c). */
 void pith_pack_q4_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q4_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q4_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_mxfp4_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
-void pith_pack_mxfp4_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
+void pith_pack_mxfp4_x8_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x16_lanes(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 void pith_pack_q8_0_x8(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 

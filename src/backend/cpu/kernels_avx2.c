@@ -189,29 +189,21 @@ INLINE __m256i reduce8_i32(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-/* 8 rows x RN tokens. Per block column and token, the 8 rows' exact integer dot products come out as
- * one vector, scaled by dw * dx and added to the token's accumulator with one FMA; each output's
- * sequence of operations is the same for every RN (batches give the same bits as single steps).
- * Q4_0 reduces its maddubs pairs in int16 before widening: a pair is at most 2 * 15 * 127 in size and a
- * sum of 4 pairs (8 products) at most 15240, inside int16, and the -8 offset comes from the activation sums
- * (8 dw s per block, s = dx * sum(x quants)). Q8_0 uses the sign trick and widens at once (a pair can
- * reach 2 * 128 * 127); IQ4_NL (Q4_0's bytes and layout) looks its nibbles up and then goes as Q8_0.
- * MXFP4 (Q4_0's layout with E8M0 scale bytes) looks its codes up as their doubled values + 12, unsigned
- * 0..24, and then goes as Q4_0 with an offset of 12: 8 products stay within 8 * 24 * 127 = 24384. */
+/* 8 rows x RN tokens, Q8_0 and IQ4_NL (Q4_0's bytes in its 8-row layout). Per block column and token,
+ * the 8 rows' exact integer dot products come out as one vector, scaled by dw * dx and added to the
+ * token's accumulator with one FMA; each output's sequence of operations is the same for every RN
+ * (batches give the same bits as single steps). Q8_0 uses the sign trick and widens at once (a pair can
+ * reach 2 * 128 * 127); IQ4_NL looks its nibbles up and then goes as Q8_0. */
 INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                              bool accumulate, pith_wtype type, const int RN) {
-    const bool mx = type == PITH_W_MXFP4, nib = type != PITH_W_Q8_0 && type != PITH_W_IQ4_NL;
-    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : mx ? PITH_MXFP4_BYTES : PITH_Q4_0_BYTES);
-    const int qoff = mx ? 8 : 16; /* the quants, after the scales */
+    const size_t cb = 8 * (type == PITH_W_Q8_0 ? PITH_Q8_0_BYTES : PITH_Q4_0_BYTES);
     const pith_block_q8a *xr[IMPL_MAX_RN];
-    __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
+    __m256 acc[IMPL_MAX_RN];
     UNROLL for (int t = 0; t < RN; t++) {
         xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
-        acc[t] = off[t] = _mm256_setzero_ps();
+        acc[t] = _mm256_setzero_ps();
     }
     const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
-    const __m256i mx12 = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pith_mxfp4_values)),
-                                         _mm256_set1_epi8(12));
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         /* A group is one long sequential stream; a software prefetch this far ahead (measured: 1 KiB
@@ -224,61 +216,30 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
             pith_prefetch_stream(pf + 128);
             pith_prefetch_stream(pf + 192);
         }
-        __m256 dw;
-        if (mx) {
-            /* 2^(e - 128) as float bits, as the file-layout tiles have it: (e - 1) << 23 for e >= 2, the
-             * denormals 2^-127 and 2^-128 below */
-            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g));
-            __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-            __m256i denorm = _mm256_sllv_epi32(_mm256_set1_epi32(0x200000), e);
-            __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-            dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, denorm, small));
-        } else {
-            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
-        }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
         __m256i q[8];
-        if (type != PITH_W_Q8_0) {
+        if (type == PITH_W_IQ4_NL) {
             UNROLL for (int p = 0; p < 4; p++) {
-                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * p));
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * p));
                 __asm__("" : "+x"(raw)); /* one load, not one per use */
-                q[2 * p] = _mm256_and_si256(raw, low);
-                q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                if (type == PITH_W_IQ4_NL) { /* signed values: then as Q8_0's quants */
-                    q[2 * p] = iq4_lookup(q[2 * p]);
-                    q[2 * p + 1] = iq4_lookup(q[2 * p + 1]);
-                } else if (mx) { /* unsigned values: then as Q4_0's nibbles */
-                    q[2 * p] = _mm256_shuffle_epi8(mx12, q[2 * p]);
-                    q[2 * p + 1] = _mm256_shuffle_epi8(mx12, q[2 * p + 1]);
-                }
+                q[2 * p] = iq4_lookup(_mm256_and_si256(raw, low));
+                q[2 * p + 1] = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
             }
         } else {
             UNROLL for (int r = 0; r < 8; r++) q[r] = _mm256_loadu_si256((const __m256i *)(g + 16 + 32 * r));
         }
         UNROLL for (int t = 0; t < RN; t++) {
             __m256i xq = _mm256_loadu_si256((const __m256i *)xr[t][b].qs);
-            __m256i dots;
-            if (nib) {
-                __m256i h[4];
-                UNROLL for (int p = 0; p < 4; p++)
-                    h[p] = _mm256_hadd_epi16(_mm256_maddubs_epi16(q[2 * p], xq), _mm256_maddubs_epi16(q[2 * p + 1], xq));
-                __m256i a = _mm256_madd_epi16(_mm256_hadd_epi16(h[0], h[1]), ones); /* rows 0-3 per lane */
-                __m256i c = _mm256_madd_epi16(_mm256_hadd_epi16(h[2], h[3]), ones); /* rows 4-7 per lane */
-                dots = _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
-            } else {
-                __m256i p32[8];
-                UNROLL for (int r = 0; r < 8; r++)
-                    p32[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q[r]), _mm256_sign_epi8(xq, q[r])), ones);
-                dots = reduce8_i32(p32);
-            }
+            __m256i p32[8];
+            UNROLL for (int r = 0; r < 8; r++)
+                p32[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q[r]), _mm256_sign_epi8(xq, q[r])), ones);
             __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
-            if (nib) off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_i32(p32)), scale, acc[t]);
         }
     }
     UNROLL for (int t = 0; t < RN; t++) {
-        __m256 v = nib ? _mm256_fnmadd_ps(_mm256_set1_ps(mx ? 12.0f : 8.0f), off[t], acc[t]) : acc[t];
         float *yt = y + t * ldy;
-        if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
+        __m256 v = accumulate ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t]) : acc[t];
         _mm256_storeu_ps(yt, v);
     }
 }
@@ -300,10 +261,86 @@ INLINE void tile_packed_impl(int K, const uint8_t *g, const void *x, size_t xs, 
         }                                                                                                \
     }
 
+/* Q4_0 and MXFP4 in the 8-row lanes layout (pack.c) with plain AVX2: int32 lane r holds 4 consecutive
+ * quants of row r (MXFP4's looked up as their doubled values + 12), so vpmaddubsw against 4 activations
+ * broadcast to every lane gives each row's int16 pair sums in its own lane, the pairs of several
+ * vectors add in int16, and one vpmaddwd widens them: no horizontal reduction (the other layout's
+ * vphaddw and vperm2i128 cost Zen 1-class cores more than the products). Bounds: a pair is at most
+ * 2 * 15 * 127 = 3810 for Q4_0 (all 8 vectors add in int16: 30480), 2 * 24 * 127 = 6096 for MXFP4 (4 at a
+ * time: 24384). The offsets (8, 12) come out through the activation sums as in tile_packed_impl, whose
+ * arithmetic per output this is (the same integers, the same float steps). */
+INLINE void tile_lanes_ub_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
+                               bool accumulate, pith_wtype type, const int RN) {
+    const bool mx = type == PITH_W_MXFP4;
+    const size_t cb = 8 * (mx ? PITH_MXFP4_BYTES : PITH_Q4_0_BYTES);
+    const int qoff = mx ? 8 : 16; /* the quants, after the scales */
+    const pith_block_q8a *xr[IMPL_MAX_RN];
+    __m256 acc[IMPL_MAX_RN], off[IMPL_MAX_RN];
+    UNROLL for (int t = 0; t < RN; t++) {
+        xr[t] = (const pith_block_q8a *)((const uint8_t *)x + t * xs);
+        acc[t] = off[t] = _mm256_setzero_ps();
+    }
+    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
+    const __m256i mx12 = _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pith_mxfp4_values)),
+                                         _mm256_set1_epi8(12));
+    const int nb = K / PITH_QK;
+    for (int b = 0; b < nb; b++, g += cb) {
+        const char *pf = (const char *)g + PACKED_PREFETCH_BYTES;
+        pith_prefetch_stream(pf);
+        pith_prefetch_stream(pf + 64);
+        __m256 dw;
+        if (mx) {
+            /* 2^(e - 128) as float bits, as in tile_packed_impl */
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)g));
+            __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+            __m256i denorm = _mm256_sllv_epi32(_mm256_set1_epi32(0x200000), e);
+            __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            dw = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, denorm, small));
+        } else {
+            dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+        }
+        __m256i q[8]; /* q[k]: elements 4k..4k+3 of every row */
+        UNROLL for (int v = 0; v < 4; v++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(g + qoff + 32 * v));
+            __asm__("" : "+x"(raw)); /* one load, not one per use */
+            q[v] = _mm256_and_si256(raw, low);
+            q[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            if (mx) {
+                q[v] = _mm256_shuffle_epi8(mx12, q[v]);
+                q[v + 4] = _mm256_shuffle_epi8(mx12, q[v + 4]);
+            }
+        }
+        UNROLL for (int t = 0; t < RN; t++) {
+            const int8_t *xq = xr[t][b].qs;
+            __m256i p[8];
+            UNROLL for (int k = 0; k < 8; k++) {
+                int32_t xk;
+                memcpy(&xk, xq + 4 * k, 4);
+                p[k] = _mm256_maddubs_epi16(q[k], _mm256_set1_epi32(xk));
+            }
+            /* two chains of int16 sums (elements 0-15 and 16-31) */
+            __m256i lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+            __m256i hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+            __m256i dots = mx ? _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones))
+                              : _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
+            __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xr[t][b].d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[t]);
+            off[t] = _mm256_fmadd_ps(dw, _mm256_broadcast_ss(&xr[t][b].s), off[t]);
+        }
+    }
+    const __m256 offset = _mm256_set1_ps(mx ? 12.0f : 8.0f);
+    UNROLL for (int t = 0; t < RN; t++) {
+        __m256 v = _mm256_fnmadd_ps(offset, off[t], acc[t]);
+        float *yt = y + t * ldy;
+        if (accumulate) v = _mm256_add_ps(_mm256_loadu_ps(yt), v);
+        _mm256_storeu_ps(yt, v);
+    }
+}
+
 PACKED_ENTRY(tile_packed_q8_0, TGT, tile_packed_impl, PITH_W_Q8_0)
-PACKED_ENTRY(tile_packed_q4_0, TGT, tile_packed_impl, PITH_W_Q4_0)
 PACKED_ENTRY(tile_packed_iq4_nl, TGT, tile_packed_impl, PITH_W_IQ4_NL)
-PACKED_ENTRY(tile_packed_mxfp4, TGT, tile_packed_impl, PITH_W_MXFP4)
+PACKED_ENTRY(tile_packed_ub_q4_0, TGT, tile_lanes_ub_impl, PITH_W_Q4_0)
+PACKED_ENTRY(tile_packed_ub_mxfp4, TGT, tile_lanes_ub_impl, PITH_W_MXFP4)
 
 /* AVX-VNNI: vpdpbusd multiplies unsigned by signed bytes and adds each 4 products to an int32 lane
  * without an int16 step (no saturation, no madd). */
@@ -919,14 +956,14 @@ static const pith_cpu_kernels avx2_kernels = {
     AVX2_COMMON,
     .pack_rows = 8,
     .pack = {[PITH_W_F16] = pith_pack_half_x8, [PITH_W_BF16] = pith_pack_half_x8, [PITH_W_Q8_0] = pith_pack_q8_0_x8,
-             [PITH_W_Q4_0] = pith_pack_q4_0_x8, [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8,
+             [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes, [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8,
              [PITH_W_Q5_K] = pith_pack_q5_k_x8, [PITH_W_IQ4_NL] = pith_pack_q4_0_x8, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8,
-             [PITH_W_MXFP4] = pith_pack_mxfp4_x8},
+             [PITH_W_MXFP4] = pith_pack_mxfp4_x8_lanes},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
-                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_q4_0, [PITH_W_IQ4_NL] = tile_packed_iq4_nl,
+                    [PITH_W_Q8_0] = tile_packed_q8_0, [PITH_W_Q4_0] = tile_packed_ub_q4_0, [PITH_W_IQ4_NL] = tile_packed_iq4_nl,
                     [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_avx2, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_avx2,
                     [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_avx2, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_avx2,
-                    [PITH_W_MXFP4] = tile_packed_mxfp4},
+                    [PITH_W_MXFP4] = tile_packed_ub_mxfp4},
 };
 
 /* AVX2 with AVX-VNNI for the packed integer tiles; everything else is the AVX2 table's. */
@@ -938,14 +975,14 @@ static const pith_cpu_kernels avx2_vnni_kernels = {
              [PITH_W_Q8_0] = pith_pack_q8_0_x8_lanes, [PITH_W_Q4_0] = pith_pack_q4_0_x8_lanes,
              [PITH_W_Q4_K] = pith_pack_q4_k_x8, [PITH_W_Q6_K] = pith_pack_q6_k_x8, [PITH_W_Q5_K] = pith_pack_q5_k_x8,
              [PITH_W_IQ4_NL] = pith_pack_q4_0_x8_lanes, [PITH_W_IQ4_XS] = pith_pack_iq4_xs_x8,
-             /* MXFP4: the AVX2 table's layout and tile (maddubs; no vpdpbusd version) */
-             [PITH_W_MXFP4] = pith_pack_mxfp4_x8},
+             /* MXFP4: the AVX2 table's lanes tile (maddubs; no vpdpbusd version) */
+             [PITH_W_MXFP4] = pith_pack_mxfp4_x8_lanes},
     .tile_packed = {[PITH_W_F16] = pith_tile_packed_f16_x8, [PITH_W_BF16] = pith_tile_packed_bf16_x8,
                     [PITH_W_Q8_0] = tile_packed_vnni_q8_0, [PITH_W_Q4_0] = tile_packed_vnni_q4_0,
                     [PITH_W_IQ4_NL] = tile_packed_vnni_iq4_nl,
                     [PITH_W_Q4_K] = pith_tile_packed_q4_k_x8_vnni, [PITH_W_Q6_K] = pith_tile_packed_q6_k_x8_vnni,
                     [PITH_W_Q5_K] = pith_tile_packed_q5_k_x8_vnni, [PITH_W_IQ4_XS] = pith_tile_packed_iq4_xs_x8_vnni,
-                    [PITH_W_MXFP4] = tile_packed_mxfp4},
+                    [PITH_W_MXFP4] = tile_packed_ub_mxfp4},
 };
 
 /* AVX2 with AVX-512 VNNI for the packed integer tiles, on 16-row groups. */
