@@ -3,7 +3,8 @@
  * experts are most of its bytes (3 layers of 32 experts of 256 x 512, Q8_0: 40 MiB of experts, about
  * 1.5 MiB of the rest):
  *   - the same logits and greedy tokens both ways, from two prompts: to the activation rounding's reach
- *     in Q8_0 (below), exactly in MXFP4 (never repacked: the same tile either way);
+ *     in Q8_0 (below), and in MXFP4 likewise where the kernel table repacks it (every SIMD table),
+ *     exactly where it does not (scalar: the same tile either way);
  *   - the resident memory a load adds (VmRSS from /proc/self/statm, before and after): with the experts
  *     mapped at most the dense weights plus a quarter of the experts plus 8 MiB of slack (allocator,
  *     page tables, the prefaulted headers); repacked at least three quarters of the experts (the packed
@@ -119,8 +120,9 @@ static void compare(const char *path, const char *dtype, bool check_rss, bool ex
      * as much; with all 32 experts used, no routing involved, too). Checked, then: the first step's
      * logits agree to 5e-2 of their largest magnitude (a wrong expert or row moves them by their whole
      * scale), and a run that parts from the other has a near-tie where it parts (a gap below that).
-     * MXFP4 too: on the avx512-vnni table its repacked experts run the packed IQ4_NL-style tile; on the
-     * others it is never repacked, and both loads give the same bits. */
+     * MXFP4 too: on the SIMD tables its repacked experts run a packed tile (avx512-vnni: the IQ4_NL-style
+     * one; avx2, avx2-vnni: the maddubs lanes tile); on the scalar table it is never repacked, and both
+     * loads give the same bits. */
     const double tol = exact ? 0 : 5e-2;
     int differ = 0;
     for (int i = 0; i < 2; i++) {
@@ -179,8 +181,8 @@ int main(void) {
     }
     snprintf(path, sizeof path, "%s/moe-mapped-mxfp4.gguf", tmp);
     if (write_model(src, path, "MXFP4")) {
-        /* repacked only where the kernel table has an MXFP4 packer (avx512-vnni); elsewhere both loads
-         * keep the file layout and must agree exactly */
+        /* repacked only where the kernel table has an MXFP4 packer (every SIMD table); elsewhere both
+         * loads keep the file layout and must agree exactly */
         pith_cpu probe_cpu;
         pith_err perr = {0};
         bool packs = false;
