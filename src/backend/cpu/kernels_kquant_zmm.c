@@ -26,6 +26,12 @@
 #endif
 #define PREFETCH_BYTES PITH_KQ_PREFETCH_BYTES
 
+/* Settles a running sum in a register at this point of the program. Without it gcc 12 moves every
+ * sub-block's products to the end of the super-block, keeps their chains alive meanwhile and spills them
+ * to the stack (15-40 spills per super-block): 1.2-1.5x slower from L2 for one token, Q6_K worst
+ * (tools/kquant_tile_bench.c). The same instructions, so the same bits. */
+#define SETTLE(v) __asm__("" : "+v"(v))
+
 INLINEZ __m512i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -142,6 +148,7 @@ INLINEZ void q45_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float
                 }
                 iacc[t] = _mm512_add_epi32(iacc[t], _mm512_add_epi32(_mm512_mullo_epi32(l, sc[2 * c]),
                                                                      _mm512_mullo_epi32(h, sc[2 * c + 1])));
+                SETTLE(iacc[t]);
             }
         }
         __m512i m01 = _mm512_shuffle_epi8(m03, pick01), m23 = _mm512_shuffle_epi8(m03, pick23);
@@ -193,6 +200,7 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
                     __m512i qa = _mm512_loadu_si512((const void *)(g + 288 + 64 * (16 * h + vv)));
                     __m512i qb = _mm512_loadu_si512((const void *)(g + 288 + 64 * (16 * h + 8 + vv)));
                     __m512i qh = _mm512_loadu_si512((const void *)(g + 2336 + 64 * (8 * h + vv)));
+                    __asm__("" : "+v"(qa), "+v"(qb), "+v"(qh)); /* one load each, not one per use */
                     /* low 4 bits from ql, bits 4-5 from qh's pair (32-bit shifts leak only into bits the
                      * masks drop); ternary logic 0xf8: a | (b & c) */
                     q[v][0] = _mm512_ternarylogic_epi32(_mm512_and_si512(qa, low), _mm512_slli_epi32(qh, 4), bits45, 0xf8);
@@ -211,6 +219,7 @@ INLINEZ void q6_k_impl(int K, const uint8_t *g, const void *x, size_t xs, float 
                         /* scale s, sign-extended: byte k of plane s / 4 */
                         __m512i scale = _mm512_srai_epi32(_mm512_slli_epi32(S[s / 4], 24 - 8 * k), 24);
                         iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(chain, scale));
+                        SETTLE(iacc[t]);
                     }
                 }
             }
@@ -296,6 +305,7 @@ INLINEZ void iq4_xs_impl(int K, const uint8_t *g, const void *x, size_t xs, floa
                 __m512i sum = _mm512_add_epi32(c[0], c[ch]);
                 if (ch == 2) sum = _mm512_add_epi32(sum, _mm512_add_epi32(c[1], c[3]));
                 iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(sum, sc[s]));
+                SETTLE(iacc[t]);
             }
         }
         UNROLL for (int t = 0; t < RN; t++) {
