@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/mxfp4.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/threadpool.h"
 #include "check.h"
@@ -299,6 +300,63 @@ static void test_batch_invariance(pith_cpu *cpu) {
     }
 }
 
+/* The two-group packed tiles (tile_packed2) give exactly the bits of two one-group calls, for every
+ * token count around their 4-token passes, with and without accumulate, and leave the columns past the
+ * two groups alone. MXFP4's tiles come from the table mxfp4.c extends. */
+static void test_packed_pairs(const pith_cpu_kernels *base) {
+    const pith_cpu_kernels *k = pith_kernels_with_mxfp4(base);
+    static const pith_dtype types[] = {PITH_Q8_0, PITH_Q4_0, PITH_IQ4_NL, PITH_MXFP4};
+    static const int ks[] = {32, 96, 544};
+    static const int rns[] = {1, 2, 3, 4, 5, 7, 9};
+    enum { LDY = 2 * PITH_PACK_ROWS_MAX + 5, MAX_N = 9 };
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        pith_wtype wt = pith_wtype_of(types[ti]);
+        if (!k->tile_packed2[wt]) continue;
+        CHECK(k->pack[wt] && k->tile_packed[wt]);
+        const int R = k->pack_rows;
+        for (int ki = 0; ki < 3; ki++) {
+            const int K = ks[ki];
+            size_t rb = pith_dtype_row_bytes(types[ti], K);
+            uint8_t *w = malloc(rb * 2 * R), *packed = malloc(rb * 2 * R);
+            for (int r = 0; r < 2 * R; r++) {
+                if (types[ti] == PITH_MXFP4) {
+                    for (size_t i = 0; i < rb; i++) w[r * rb + i] = (uint8_t)rnd_u64();
+                    for (int b = 0; b < K / 32; b++) w[r * rb + (size_t)b * PITH_MXFP4_BYTES] = (uint8_t)(118 + rnd_u64() % 16);
+                } else {
+                    random_blocks(types[ti], K, w + r * rb);
+                }
+            }
+            for (int gi = 0; gi < 2; gi++) k->pack[wt](K, w + (size_t)gi * R * rb, rb, packed + (size_t)gi * R * rb);
+            size_t xs = pith_act_row_bytes(PITH_ACT_Q8A, K);
+            uint8_t *x = malloc(xs * MAX_N);
+            float *xf = malloc(sizeof(float) * K);
+            for (int t = 0; t < MAX_N; t++) {
+                for (int i = 0; i < K; i++) xf[i] = rnd_uniform(-1, 1);
+                k->quantize_q8a(xf, (pith_block_q8a *)(x + t * xs), K);
+            }
+            for (int ni = 0; ni < 7; ni++)
+                for (int accumulate = 0; accumulate < 2; accumulate++) {
+                    const int n = rns[ni];
+                    float y1[MAX_N * LDY], y2[MAX_N * LDY];
+                    for (int i = 0; i < MAX_N * LDY; i++) y1[i] = y2[i] = rnd_uniform(-1, 1);
+                    k->tile_packed[wt](K, packed, x, xs, n, y1, LDY, accumulate);
+                    k->tile_packed[wt](K, packed + (size_t)R * rb, x, xs, n, y1 + R, LDY, accumulate);
+                    k->tile_packed2[wt](K, packed, (size_t)R * rb, x, xs, n, y2, LDY, accumulate);
+                    CHECKF(!memcmp(y1, y2, sizeof y1), "%s %s K %d tokens %d%s: two groups in one pass differ from two calls",
+                           k->name, pith_dtype_name(types[ti]), K, n, accumulate ? " accumulate" : "");
+                    checked++;
+                }
+            free(w);
+            free(packed);
+            free(x);
+            free(xf);
+        }
+    }
+    /* the AVX-512 table pairs every type it packs in lanes; the others pair none (yet) */
+    CHECK(strcmp(base->name, "avx512-vnni") != 0 || checked == 4 * 3 * 7 * 2);
+}
+
 static void test_vector_helpers(const pith_cpu_kernels *k) {
     for (int n = 0; n < 70; n += 1 + n / 8) {
         float a[80], y[80], y2[80];
@@ -450,6 +508,7 @@ int main(void) {
         if (!tables[ti]) continue;
         test_activation_quantizers(tables[ti]);
         test_vector_helpers(tables[ti]);
+        test_packed_pairs(tables[ti]);
         for (int threads = 1; threads <= 2; threads++) {
             pith_cpu cpu;
             pith_err err;

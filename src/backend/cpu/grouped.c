@@ -21,6 +21,7 @@ typedef struct grouped_job {
     int rows;
     pith_tile_fn tile;
     pith_packed_tile_fn tile_packed;
+    pith_packed_tile2_fn tile_packed2;
     int rn, token_tile;
     const uint8_t *x;
     size_t xs;
@@ -60,12 +61,16 @@ static void run_rows(const grouped_job *j, const pith_matrix *w, float *y, size_
         int t1 = t0 + j->token_tile < t_hi ? t0 + j->token_tile : t_hi;
         int r = r0;
         const int gr = w->group_rows;
-        for (; gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows; r += gr) {
+        while (gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows) {
             const uint8_t *g = w->packed + (size_t)r * w->row_bytes;
+            const bool pair = j->tile_packed2 && r + 2 * gr <= r1 && r + 2 * gr <= w->packed_rows;
             for (int t = t0; t < t1; t += j->rn) {
                 int rn = t1 - t < j->rn ? t1 - t : j->rn;
-                j->tile_packed(w->cols, g, j->x + (size_t)t * j->xs, j->xs, rn, y + (size_t)t * ldy + r, ldy, false);
+                const uint8_t *xt = j->x + (size_t)t * j->xs;
+                if (pair) j->tile_packed2(w->cols, g, (size_t)gr * w->row_bytes, xt, j->xs, rn, y + (size_t)t * ldy + r, ldy, false);
+                else j->tile_packed(w->cols, g, xt, j->xs, rn, y + (size_t)t * ldy + r, ldy, false);
             }
+            r += pair ? 2 * gr : gr;
         }
         for (; r < r1; r += PITH_TILE_MAX_RM) {
             int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
@@ -128,6 +133,7 @@ static int grouped_run(pith_cpu *c, const float *x, size_t ldx, int k, int n_src
     j.blocks = (w0->rows + PITH_PACK_ROWS_MAX - 1) / PITH_PACK_ROWS_MAX;
     j.tile = c->k->tile[w0->type];
     j.tile_packed = c->k->tile_packed[w0->type];
+    j.tile_packed2 = c->k->tile_packed2[w0->type];
     j.rn = c->k->tile_rn[w0->type];
     j.fmt = pith_act_format_of(w0->type);
     j.xf = x;

@@ -45,6 +45,11 @@ typedef void (*pith_tile_fn)(int K, const uint8_t *w, size_t w_stride, int rm, c
 typedef void (*pith_pack_fn)(int K, const uint8_t *w, size_t w_stride, uint8_t *dst);
 typedef void (*pith_packed_tile_fn)(int K, const uint8_t *group, const void *x, size_t x_stride, int rn, float *y,
                                     size_t ldy, bool accumulate);
+/* Two adjacent groups, at group and group + group_bytes (one group's bytes), into y columns 0 ..
+ * 2 pack_rows - 1: the same bits as two pith_packed_tile_fn calls, in one pass that shares each
+ * activation load between them. */
+typedef void (*pith_packed_tile2_fn)(int K, const uint8_t *group, size_t group_bytes, const void *x, size_t x_stride,
+                                     int rn, float *y, size_t ldy, bool accumulate);
 
 /* Dense weight types the kernels handle, in table order. */
 typedef enum pith_wtype {
@@ -69,6 +74,7 @@ typedef struct pith_cpu_kernels {
     int pack_rows;                                   /* rows per packed group */
     pith_pack_fn pack[PITH_W_N_TYPES];               /* NULL: the type stays in its file layout */
     pith_packed_tile_fn tile_packed[PITH_W_N_TYPES];
+    pith_packed_tile2_fn tile_packed2[PITH_W_N_TYPES]; /* NULL: groups one at a time */
 
     void (*quantize_q8a)(const float *x, pith_block_q8a *out, int n);
     void (*quantize_q8k)(const float *x, pith_block_q8k *out, int n);

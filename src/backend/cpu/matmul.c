@@ -114,6 +114,7 @@ typedef struct mm_product {
     bool accumulate;
     pith_tile_fn tile;
     pith_packed_tile_fn tile_packed;
+    pith_packed_tile2_fn tile_packed2;
     int rn;
     const uint8_t *x; /* activations in this weight's format */
     size_t xs;
@@ -162,13 +163,17 @@ static void run_rows(const mm_product *p, int n, int r0, int r1) {
         int t1 = t0 + p->token_tile < n ? t0 + p->token_tile : n;
         int r = r0;
         const int gr = w->group_rows;
-        for (; gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows; r += gr) {
+        while (gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows) {
             const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
+            const bool pair = p->tile_packed2 && r + 2 * gr <= r1 && r + 2 * gr <= w->packed_rows;
             for (int t = t0; t < t1; t += p->rn) {
                 int rn = t1 - t < p->rn ? t1 - t : p->rn;
-                p->tile_packed(w->cols, g, p->x + (size_t)t * p->xs, p->xs, rn, p->y + (size_t)t * p->ldy + r, p->ldy,
-                               p->accumulate);
+                const uint8_t *xt = p->x + (size_t)t * p->xs;
+                float *yt = p->y + (size_t)t * p->ldy + r;
+                if (pair) p->tile_packed2(w->cols, g, (size_t)gr * w->row_bytes, xt, p->xs, rn, yt, p->ldy, p->accumulate);
+                else p->tile_packed(w->cols, g, xt, p->xs, rn, yt, p->ldy, p->accumulate);
             }
+            r += pair ? 2 * gr : gr;
         }
         for (; r < r1; r += PITH_TILE_MAX_RM) {
             int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
@@ -207,6 +212,7 @@ static int prepare_product(pith_cpu *c, const pith_acts *a, const pith_matmul_ou
     *p = (mm_product){.w = w, .y = o->y, .ldy = o->ldy, .accumulate = o->accumulate};
     p->tile = c->k->tile[w->type];
     p->tile_packed = c->k->tile_packed[w->type];
+    p->tile_packed2 = c->k->tile_packed2[w->type];
     if (w->packed && !p->tile_packed) return pith_errf(err, "matmul: matrix packed for another kernel table");
     p->rn = c->k->tile_rn[w->type];
     pith_act_format f = pith_act_format_of(w->type);
