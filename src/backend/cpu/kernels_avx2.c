@@ -424,6 +424,26 @@ PACKED_ENTRY(tile_packed_vnni_iq4_nl, TGTV, tile_lanes_impl, PITH_W_IQ4_NL)
 #define TGTZ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINEZ static inline __attribute__((always_inline)) TGTZ
 
+/* The 16 rows' scales of a block: f16, or MXFP4's E8M0 bytes as 2^(e - 128) in float bits, as the
+ * file-layout tiles' table has them: (e - 1) << 23 for e >= 2, the denormals 2^-127 and 2^-128 below. */
+INLINEZ __m512 group_scales16(const uint8_t *g, const bool mx) {
+    if (!mx) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+    __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
+    __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    __m512i denorm = _mm512_sllv_epi32(_mm512_set1_epi32(0x200000), e);
+    __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, denorm));
+}
+
+/* The nibble lookup of IQ4_NL (its values + 128: unsigned for vpdpbusd, the offset comes out like
+ * Q8_0's) or MXFP4 (the doubled E2M1 values, integers -12..12, + 128, against a scale of 2^(e - 128)),
+ * in every 128-bit lane. */
+INLINEZ __m512i lookup16(const bool mx) {
+    return _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? pith_mxfp4_values : pith_iq4_values))),
+        _mm512_set1_epi8((char)0x80));
+}
+
 INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs, float *y, size_t ldy,
                                bool accumulate, pith_wtype type, const int RN) {
     const bool mx = type == PITH_W_MXFP4;
@@ -436,28 +456,13 @@ INLINEZ void tile_lanes16_impl(int K, const uint8_t *g, const void *x, size_t xs
         acc[t] = off[t] = _mm512_setzero_ps();
     }
     const __m512i low = _mm512_set1_epi8(15);
-    /* IQ4_NL: its values + 128 (unsigned for vpdpbusd; the offset comes out like Q8_0's) */
-    /* MXFP4: the doubled E2M1 values (integers -12..12) + 128, against a scale of 2^(e - 128) */
-    const __m512i iq4 = _mm512_xor_si512(
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? pith_mxfp4_values : pith_iq4_values))),
-        _mm512_set1_epi8((char)0x80));
+    const __m512i iq4 = lookup16(mx);
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const char *pf = (const char *)g + 2 * PACKED_PREFETCH_BYTES;
         const int lines = type == PITH_W_Q8_0 ? 9 : 5; /* cb / 64, rounded up (IQ4_NL: Q4_0's size) */
         UNROLL for (int l = 0; l < lines; l++) pith_prefetch_stream(pf + 64 * l);
-        __m512 dw;
-        if (mx) {
-            /* 2^(e - 128) as float bits, as the file-layout tiles' table has it: (e - 1) << 23 for e >= 2,
-             * the denormals 2^-127 and 2^-128 below */
-            __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
-            __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-            __m512i denorm = _mm512_sllv_epi32(_mm512_set1_epi32(0x200000), e);
-            __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
-            dw = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, denorm));
-        } else {
-            dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        }
+        const __m512 dw = group_scales16(g, mx);
         /* q[k]: elements 4k..4k+3 of every row. Q4_0's high nibbles stay in place (16 x their value):
          * masking alone is cheaper than shifting, and the low nibbles' sums are scaled by 16 to match,
          * once per block, so the block sums come out 16 x too large, exactly (see the end). */
@@ -533,9 +538,7 @@ INLINEZ void tile_lanes16x2_impl(int K, const uint8_t *g, size_t gs, const void 
         UNROLL for (int h = 0; h < 2; h++) acc[h][t] = off[h][t] = _mm512_setzero_ps();
     }
     const __m512i low = _mm512_set1_epi8(15);
-    const __m512i iq4 = _mm512_xor_si512(
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(mx ? pith_mxfp4_values : pith_iq4_values))),
-        _mm512_set1_epi8((char)0x80));
+    const __m512i iq4 = lookup16(mx);
     const int nb = K / PITH_QK;
     for (int b = 0; b < nb; b++, g += cb) {
         const uint8_t *gg[2] = {g, g + gs};
@@ -573,16 +576,7 @@ INLINEZ void tile_lanes16x2_impl(int K, const uint8_t *g, size_t gs, const void 
             }
         }
         UNROLL for (int h = 0; h < 2; h++) {
-            __m512 dw;
-            if (mx) {
-                __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)gg[h]));
-                __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-                __m512i denorm = _mm512_sllv_epi32(_mm512_set1_epi32(0x200000), e);
-                __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
-                dw = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, denorm));
-            } else {
-                dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)gg[h]));
-            }
+            const __m512 dw = group_scales16(gg[h], mx);
             UNROLL for (int t = 0; t < RN; t++) {
                 __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xr[t][b].d));
                 __m512i s16 = q4 ? _mm512_slli_epi32(sum[h][t], 4) : sum[h][t];
