@@ -101,7 +101,9 @@ size_t pith_grammar_mask_words(const pith_grammar *g);
 /* Writes the mask of tokens allowed next into mask[pith_grammar_mask_words]. Returns the number of
  * tokens allowed, or -1 with err filled (the automaton outgrew its limits). */
 int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err);
-/* Whether one token is allowed next (no mask is built). */
+/* Whether one token is allowed next (no mask is built). False also where taking the token would make
+ * the automaton outgrow its memory limit (pith_grammar_outgrown): so a mask filled just before may
+ * allow a token that allows() and accept then refuse, and only then. */
 bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token);
 /* Advances over the token's bytes. Returns 0, or -1 with err filled when the token is not allowed (the
  * matcher is then unchanged). An end token is accepted only where the grammar may end, and the matcher
@@ -109,6 +111,10 @@ bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token);
 int pith_grammar_matcher_accept(pith_grammar_matcher *m, int32_t token, pith_err *err);
 /* Advances over raw bytes (tests, prefilled text); same contract as accept. */
 int pith_grammar_matcher_accept_bytes(pith_grammar_matcher *m, const char *bytes, size_t len, pith_err *err);
+/* The grammar's automaton outgrew its memory limit (stacks that multiply without bound, e.g. a rule
+ * that recurses before a choice it never closes). From then on fill_mask fails for every matcher of the
+ * grammar and allows / accept refuse every step not computed before; the process is unaffected. */
+bool pith_grammar_outgrown(pith_grammar *g);
 /* The grammar may end here (an end token is allowed). */
 bool pith_grammar_matcher_can_end(const pith_grammar_matcher *m);
 /* The grammar has ended: an end token was accepted, or the input is complete and nothing else may

@@ -382,6 +382,13 @@ static int32_t after_token(pith_grammar_matcher *m, int32_t token, bool *ends) {
     return run_bytes(&g->pda, m->set, (const unsigned char *)v->bytes + v->off[token], len);
 }
 
+bool pith_grammar_outgrown(pith_grammar *g) {
+    pthread_mutex_lock(&g->mu);
+    bool over = g->pda.overflow;
+    pthread_mutex_unlock(&g->mu);
+    return over;
+}
+
 bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token) {
     bool ends;
     pthread_mutex_lock(&m->g->mu);

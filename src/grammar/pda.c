@@ -15,6 +15,10 @@
 
 #define PDA_MAX_BYTES ((size_t)512 << 20)
 #define PDA_MAX_NODES (1 << 24)
+/* Stacks in one state. Real grammars hold a few hundred at most; one that recurses before a choice it
+ * never closes multiplies them by the choice's width every byte (fuzz_grammar found one at x9), and
+ * reaching the byte limit that way took 18 s under ASan: this cap reports it after ~65 thousand. */
+#define PDA_MAX_SET_STACKS (1 << 16)
 
 static uint32_t hash2(uint32_t a, uint32_t b) {
     uint64_t x = ((uint64_t)a << 32) | b;
@@ -102,7 +106,7 @@ static int push_work(gr_pda *p, int32_t x) {
 static int push_out(gr_pda *p, int32_t x) {
     if (p->n_out == p->cap_out) {
         int cap = p->cap_out ? p->cap_out * 2 : 256;
-        if (cap > (1 << 22)) { p->overflow = true; return -1; }
+        if (cap > PDA_MAX_SET_STACKS) { p->overflow = true; return -1; }
         int32_t *w = realloc(p->out, (size_t)cap * sizeof *w);
         if (!w) { p->overflow = true; return -1; }
         p->out = w;
