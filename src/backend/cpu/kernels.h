@@ -16,7 +16,9 @@
  * (pack[type] != NULL; pack_rows divides PITH_PACK_ROWS_MAX); a group takes exactly pack_rows row
  * strides of bytes, laid out as the table's packed tile wants (see pack.c). The packed tile then
  * computes all pack_rows rows of the group for rn <= tile_rn tokens. Rows past the last whole group
- * stay with the ordinary tile. */
+ * stay with the ordinary tile. A table may also have tile_packed2[type], two adjacent groups in one
+ * pass with the bits of two tile_packed calls; callers use it where each pass is compute-bound (the
+ * matmuls pair groups for 8 tokens or more) and keep one group at a time for streaming passes. */
 #ifndef PITH_CPU_KERNELS_H
 #define PITH_CPU_KERNELS_H
 
