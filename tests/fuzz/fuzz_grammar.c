@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int nv = pith_grammar_vocab_size(v);
         uint32_t mask[16];
         bool outgrown = false;
-        for (int step = 0; step < 8 && !outgrown; step++) {
+        for (int step = 0; step < 8; step++) {
             int n = pith_grammar_matcher_fill_mask(m, mask, &err);
             if (n <= 0) break;
             int32_t pick = -1;

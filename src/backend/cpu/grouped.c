@@ -59,23 +59,8 @@ static void run_rows(const grouped_job *j, const pith_matrix *w, float *y, size_
                      int r1) {
     for (int t0 = t_lo; t0 < t_hi; t0 += j->token_tile) {
         int t1 = t0 + j->token_tile < t_hi ? t0 + j->token_tile : t_hi;
-        int r = r0;
-        const int gr = w->group_rows;
-        while (gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows) {
-            const uint8_t *g = w->packed + (size_t)r * w->row_bytes;
-            /* two groups a pass only where the products are compute-bound (8 tokens or more: each
-             * group is read again from cache per pass); a few tokens stream the weights from memory,
-             * where one group after the other is one linear stream that the prefetches lead (pairs
-             * decoded at 0.58 of the bandwidth on one thread against 0.87) */
-            const bool pair = j->tile_packed2 && t1 - t0 >= 2 * j->rn && r + 2 * gr <= r1 && r + 2 * gr <= w->packed_rows;
-            for (int t = t0; t < t1; t += j->rn) {
-                int rn = t1 - t < j->rn ? t1 - t : j->rn;
-                const uint8_t *xt = j->x + (size_t)t * j->xs;
-                if (pair) j->tile_packed2(w->cols, g, (size_t)gr * w->row_bytes, xt, j->xs, rn, y + (size_t)t * ldy + r, ldy, false);
-                else j->tile_packed(w->cols, g, xt, j->xs, rn, y + (size_t)t * ldy + r, ldy, false);
-            }
-            r += pair ? 2 * gr : gr;
-        }
+        int r = pith_matrix_run_groups(w, j->tile_packed, j->tile_packed2, j->rn, j->x, j->xs, t0, t1, y, ldy, false,
+                                       r0, r1);
         for (; r < r1; r += PITH_TILE_MAX_RM) {
             int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
             const uint8_t *wr = w->data + (size_t)r * w->row_bytes;

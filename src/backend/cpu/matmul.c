@@ -157,28 +157,35 @@ static void quantize_rows(mm_job *j) {
     pith_pool_wait_count(&j->items_done, items);
 }
 
+int pith_matrix_run_groups(const pith_matrix *w, pith_packed_tile_fn tile, pith_packed_tile2_fn tile2, int rn,
+                           const uint8_t *x, size_t xs, int t0, int t1, float *y, size_t ldy, bool accumulate, int r,
+                           int r1) {
+    const int gr = w->group_rows;
+    while (gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows) {
+        const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
+        /* two groups a pass only where the products are compute-bound (8 tokens or more: each group is
+         * read again from cache per pass); a few tokens stream the weights from memory, where one group
+         * after the other is one linear stream that the prefetches lead (pairs decoded at 0.58 of the
+         * bandwidth on one thread against 0.87) */
+        const bool pair = tile2 && t1 - t0 >= 2 * rn && r + 2 * gr <= r1 && r + 2 * gr <= w->packed_rows;
+        for (int t = t0; t < t1; t += rn) {
+            int n = t1 - t < rn ? t1 - t : rn;
+            const uint8_t *xt = x + (size_t)t * xs;
+            float *yt = y + (size_t)t * ldy + r;
+            if (pair) tile2(w->cols, g, (size_t)gr * w->row_bytes, xt, xs, n, yt, ldy, accumulate);
+            else tile(w->cols, g, xt, xs, n, yt, ldy, accumulate);
+        }
+        r += pair ? 2 * gr : gr;
+    }
+    return r;
+}
+
 static void run_rows(const mm_product *p, int n, int r0, int r1) {
     const pith_matrix *w = p->w;
     for (int t0 = 0; t0 < n; t0 += p->token_tile) {
         int t1 = t0 + p->token_tile < n ? t0 + p->token_tile : n;
-        int r = r0;
-        const int gr = w->group_rows;
-        while (gr > 0 && r + gr <= r1 && r + gr <= w->packed_rows) {
-            const uint8_t *g = w->packed + (size_t)r * w->row_bytes; /* groups take their rows' bytes */
-            /* two groups a pass only where the products are compute-bound (8 tokens or more: each
-             * group is read again from cache per pass); a few tokens stream the weights from memory,
-             * where one group after the other is one linear stream that the prefetches lead (pairs
-             * decoded at 0.58 of the bandwidth on one thread against 0.87) */
-            const bool pair = p->tile_packed2 && t1 - t0 >= 2 * p->rn && r + 2 * gr <= r1 && r + 2 * gr <= w->packed_rows;
-            for (int t = t0; t < t1; t += p->rn) {
-                int rn = t1 - t < p->rn ? t1 - t : p->rn;
-                const uint8_t *xt = p->x + (size_t)t * p->xs;
-                float *yt = p->y + (size_t)t * p->ldy + r;
-                if (pair) p->tile_packed2(w->cols, g, (size_t)gr * w->row_bytes, xt, p->xs, rn, yt, p->ldy, p->accumulate);
-                else p->tile_packed(w->cols, g, xt, p->xs, rn, yt, p->ldy, p->accumulate);
-            }
-            r += pair ? 2 * gr : gr;
-        }
+        int r = pith_matrix_run_groups(w, p->tile_packed, p->tile_packed2, p->rn, p->x, p->xs, t0, t1, p->y, p->ldy,
+                                       p->accumulate, r0, r1);
         for (; r < r1; r += PITH_TILE_MAX_RM) {
             int rm = r1 - r < PITH_TILE_MAX_RM ? r1 - r : PITH_TILE_MAX_RM;
             const uint8_t *wr = w->data + (size_t)r * w->row_bytes;

@@ -38,6 +38,14 @@ int pith_matrix_from_tensor(pith_matrix *m, const pith_tensor *t, pith_err *err)
 int pith_matrix_pack(pith_cpu *c, pith_matrix *m, pith_err *err);
 void pith_matrix_free(pith_matrix *m);
 
+/* The whole packed groups of w's rows from r up to r1 (and up to packed_rows), for tokens [t0, t1) of x
+ * (rows xs bytes apart, in w's activation format) into y (token t's row at y + t * ldy), rn tokens a
+ * call; two groups a call through tile2 where the table has one and the pass is compute-bound. Returns
+ * the first row left for the ordinary tile. The loop of both matmul.c and grouped.c. */
+int pith_matrix_run_groups(const pith_matrix *w, pith_packed_tile_fn tile, pith_packed_tile2_fn tile2, int rn,
+                           const uint8_t *x, size_t xs, int t0, int t1, float *y, size_t ldy, bool accumulate, int r,
+                           int r1);
+
 typedef struct pith_acts {
     const float *x;
     int n;         /* rows (tokens) */
