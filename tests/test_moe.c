@@ -21,7 +21,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/grouped.h"
 #include "check.h"
-#include "model/moe.h"
+#include "backend/cpu/moe.h"
 #include "quant_ref.h"
 
 typedef struct weights {

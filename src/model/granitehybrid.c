@@ -46,8 +46,9 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
-#include "model/batch_check.h"
-#include "model/moe.h"
+#include "backend/cpu/batch_check.h"
+#include "backend/cpu/moe.h"
+#include "model/layers.h"
 #include "pith/kv.h"
 
 typedef struct gh_layer {

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/quants.h"
-#include "model/batch_check.h"
+#include "backend/cpu/batch_check.h"
 
 int pith_hy_load_vec(const pith_model_file *f, const char *name, int64_t n, float **out, pith_err *err) {
     *out = NULL;

@@ -33,7 +33,7 @@
 #include "backend/cpu/quants.h"
 #include "backend/cpu/recurrent.h"
 #include "model/hybrid_common.h"
-#include "model/moe.h"
+#include "backend/cpu/moe.h"
 #include "pith/kv.h"
 
 /* Every run goes through the recurrent delta rule (recurrent.h), a prefill chunk too: its result is

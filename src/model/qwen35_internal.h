@@ -10,7 +10,8 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/matmul.h"
 #include "model/hybrid_common.h"
-#include "model/moe.h"
+#include "backend/cpu/moe.h"
+#include "model/layers.h"
 #include "pith/kv.h"
 #include "pith/model.h"
 

@@ -18,7 +18,8 @@
     X(nemotron_h)     \
     X(qwen3moe)       \
     X(mixtral)        \
-    X(gpt_oss)
+    X(gpt_oss)        \
+    X(olmo2)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 
 #include "backend/cpu/quants.h"
-#include "model/moe.h"
+#include "backend/cpu/moe.h"
 #include "util/meminfo.h"
 
 /* A vector of n elements (ne[0] == n, any element type), as owned floats; absent is NULL. */

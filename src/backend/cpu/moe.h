@@ -1,4 +1,5 @@
-/* The mixture-of-experts feed-forward block, for any decoder (llama.c calls it in place of its dense FFN).
+/* The mixture-of-experts feed-forward block on the CPU: the backend's routed MoE op (backend.h) and the
+ * hybrids' experts.
  *
  * Per token x (the FFN's normed input):
  *   logits = R x (+ router bias)                                  R: n_experts x dim
@@ -15,30 +16,14 @@
  * gathered rows of all experts go through one grouped matrix product for gate and up together and one
  * for down (backend/cpu/grouped.h), and each token sums its experts' rows in rank order. Every row is
  * computed as it would be alone, so a token's output does not depend on the rest of the batch. */
-#ifndef PITH_MODEL_MOE_H
-#define PITH_MODEL_MOE_H
+#ifndef PITH_CPU_MOE_H
+#define PITH_CPU_MOE_H
 
 #include <stdbool.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/matmul.h"
 #include "pith/modelfile.h"
-
-typedef enum pith_moe_act {
-    PITH_MOE_SILU,         /* silu(g) * u */
-    PITH_MOE_SWIGLU_CLAMP, /* GPT-OSS: clamped, (u + 1) * g * sigmoid(alpha * g) */
-} pith_moe_act;
-
-typedef struct pith_moe_config {
-    int dim;
-    int n_experts;
-    int top_k;
-    int ffn;        /* each expert's hidden width */
-    int shared_ffn; /* 0: no shared expert */
-    pith_expert_gating gating;
-    bool norm_topk;
-    pith_moe_act act;
-    float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
-} pith_moe_config;
 
 typedef struct pith_moe_layer {
     pith_moe_config cfg;
@@ -68,8 +53,6 @@ typedef struct pith_moe_scratch {
     float *sg, *su, *sgate; /* shared expert: [cap * shared_ffn] x 2, [cap] */
 } pith_moe_scratch;
 
-/* The configuration from the hyper-parameters (softmax or sigmoid gating, top-k, widths). */
-void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg);
 /* Checks what the forward pass relies on: 1 <= top_k <= n_experts <= PITH_GROUPED_MAX_GROUPS, widths. */
 int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err *err);
 

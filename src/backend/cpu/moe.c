@@ -1,6 +1,6 @@
 /* The mixture-of-experts feed-forward block: routing, grouping by expert, grouped products, combine
  * (see moe.h). */
-#include "model/moe.h"
+#include "backend/cpu/moe.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -9,23 +9,6 @@
 #include <string.h>
 
 #include "backend/cpu/grouped.h"
-
-void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->dim = hp->dim;
-    cfg->n_experts = hp->n_experts;
-    cfg->top_k = hp->n_experts_used;
-    cfg->ffn = hp->expert_ffn_dim > 0 ? hp->expert_ffn_dim : hp->ffn_dim;
-    cfg->shared_ffn = hp->expert_shared_ffn_dim;
-    cfg->gating = hp->expert_gating == PITH_GATING_SIGMOID ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
-    cfg->norm_topk = hp->expert_norm_topk;
-    cfg->act = PITH_MOE_SILU;
-    if (hp->expert_swiglu_limit > 0) {
-        cfg->act = PITH_MOE_SWIGLU_CLAMP;
-        cfg->clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
-        cfg->clamp_limit = hp->expert_swiglu_limit;
-    }
-}
 
 int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *err) {
     if (c->n_experts < 1 || c->n_experts > PITH_GROUPED_MAX_GROUPS)

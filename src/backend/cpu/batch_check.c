@@ -1,4 +1,4 @@
-#include "model/batch_check.h"
+#include "backend/cpu/batch_check.h"
 
 #include <stdlib.h>
 

@@ -1,0 +1,281 @@
+/* The backend interface: the seam between a model's forward pass (src/model/) and the device that runs
+ * it (src/backend/<name>/). A model composes its layers from these ops and never sees a kernel, a thread
+ * pool or a device pointer; a backend owns everything with bytes in it:
+ *
+ *   - weights after load (pith_weight: matrices repacked for its kernels, vectors as float32),
+ *   - activation buffers (pith_buf: rows of `cols` floats, grown to the batch by pith_be_reserve),
+ *   - the memory groups' pools (KV blocks and recurrent state slots, allocated from the engine's layout),
+ *   - the per-step data: tokens, positions, sequence ids, block tables, slots and the rows that want
+ *     logits or hidden states, copied into the backend's own step buffers once per step by set_step.
+ *
+ * Invariants:
+ *   - ops read per-step data only from the step buffers, never from values in their arguments: an op's
+ *     arguments are weights, buffers, layer numbers and shape constants (row counts, widths) that a batch
+ *     of the same shape (n_tokens, n_seqs, the rows that want logits) repeats exactly. So two forwards of
+ *     the same shape issue the same op sequence with the same arguments, and a device backend may record
+ *     a decode step once per batch-size bucket and replay it (tests/test_backend_replay.c checks this for
+ *     every architecture through a recording backend).
+ *   - ops run in the order they are issued; an op's output buffer may be read by the next op at once
+ *     (a device backend orders its queue, the CPU backend runs each op to completion).
+ *   - a step ends with pith_be_head: the logits and hidden rows land in host memory.
+ *   - no op allocates: pith_be_reserve (before a forward, where failing is allowed) sizes every buffer
+ *     and scratch for a batch of n rows.
+ *   - buffers and weights belong to the backend that made them and die with it.
+ *
+ * The model side writes each op through the inline wrappers below (pith_be_*), which call the vtable, so
+ * a test double can stand in for a backend by implementing the vtable (the recording backend logs each
+ * op and its buffer shapes, then forwards to the backend it wraps). */
+#ifndef PITH_BACKEND_H
+#define PITH_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pith/batch.h"
+#include "pith/memory.h"
+#include "pith/modelfile.h"
+#include "pith/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pith_backend pith_backend;
+
+/* An activation buffer: rows of cols floats, row t at host + t * cols on a host backend (host is NULL
+ * on a device backend). id numbers the backend's buffers in creation order (logs and replays). */
+typedef struct pith_buf {
+    int id;
+    int cols;
+    float *host;
+} pith_buf;
+
+/* A weight the backend holds: a matrix of rows x cols (a product's W, y = x W^T) or a vector of cols
+ * float32 (rows == 1, vector set). impl is the backend's own. */
+typedef struct pith_weight {
+    int id;
+    int rows, cols;
+    bool vector;
+    pith_dtype type;    /* as the file holds it */
+    const float *vec;   /* vectors: the float32 values on the host (a device keeps its copy too) */
+    void *impl;
+} pith_weight;
+
+/* ---- op arguments ---- */
+
+/* One product of a matmul: out (+)= in W^T over the op's rows. */
+typedef struct pith_be_mm {
+    const pith_weight *w;
+    pith_buf *out;
+    bool accumulate;
+} pith_be_mm;
+#define PITH_BE_MAX_MM 4
+
+/* RoPE of one kind (src/model/rope.h fills it): angles pos * inv_freq[i] (double), cos and sin times
+ * mscale, rotating the first n_rot elements of each head (partial rotary) in pairs laid out as style
+ * says. The tables are computed per step from the step's positions by pith_be_rope_tables. */
+typedef struct pith_rope {
+    int half;             /* n_rot / 2 frequencies */
+    double *inv_freq;     /* [half], owned by whoever filled it (src/model/rope.c) */
+    double mscale;        /* YaRN's attention factor; 1 otherwise */
+    pith_rope_style style;
+} pith_rope;
+
+/* What happens to a token's Q, K and V between their projection and the KV store, in this order: the
+ * biases added, the QK norm (per head over head_dim, or over the whole projection), RoPE (rope_cs NULL:
+ * none, a NoPE layer), then K and V into the token's slot of the layer's KV group. */
+typedef enum pith_qk_norm {
+    PITH_QK_NORM_NONE,
+    PITH_QK_NORM_HEAD,    /* RMSNorm of each head (qwen3, gemma3): weights of head_dim */
+    PITH_QK_NORM_ALL,     /* RMSNorm of the whole projection (olmo2): weights of n_heads * head_dim */
+} pith_qk_norm;
+
+typedef struct pith_be_qkv_args {
+    pith_buf *q, *k, *v;
+    const pith_weight *bq, *bk, *bv;     /* NULL: no bias */
+    pith_qk_norm qk_norm;
+    const pith_weight *q_norm, *k_norm;
+    float eps;
+    const pith_buf *rope_cs;             /* tables from pith_be_rope_tables, or NULL */
+    pith_rope_style rope_style;
+    int group, layer_index;              /* the layer's KV group and its index in the group */
+} pith_be_qkv_args;
+
+typedef struct pith_be_attn {
+    const pith_buf *q;
+    pith_buf *out;
+    int group, layer_index;
+    int window;                          /* the group's window, 0: full */
+    const pith_weight *sinks;            /* [n_heads] GPT-OSS sinks, or NULL */
+} pith_be_attn;
+
+typedef enum pith_glu {
+    PITH_GLU_SILU,        /* gate = silu(gate) * up */
+    PITH_GLU_GELU_TANH,   /* gate = gelu_tanh(gate) * up */
+} pith_glu;
+
+/* The routed mixture-of-experts FFN (src/backend/cpu/moe.h documents the math): its configuration. */
+typedef enum pith_moe_act {
+    PITH_MOE_SILU,         /* silu(g) * u */
+    PITH_MOE_SWIGLU_CLAMP, /* GPT-OSS: clamped, (u + 1) * g * sigmoid(alpha * g) */
+} pith_moe_act;
+
+typedef struct pith_moe_config {
+    int dim;
+    int n_experts;
+    int top_k;
+    int ffn;        /* each expert's hidden width */
+    int shared_ffn; /* 0: no shared expert */
+    pith_expert_gating gating;
+    bool norm_topk;
+    pith_moe_act act;
+    float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
+} pith_moe_config;
+
+typedef struct pith_moe_weights pith_moe_weights; /* a layer's router and experts, as the backend holds them */
+
+/* The attention shape every attention op of the model shares. */
+typedef struct pith_be_attn_shape {
+    int n_heads, n_kv_heads, head_dim;
+    float scale;          /* applied to q.k */
+} pith_be_attn_shape;
+
+/* The last op of a step: the final norm of the kept rows of x (pith_be_keep_rows) into scratch, the
+ * hidden rows into the step's hidden output, the vocabulary projection of the logits rows into the
+ * step's logits (soft-capped when softcap > 0). Both outputs are host memory named by set_step. */
+typedef struct pith_be_head_args {
+    pith_buf *x, *scratch;
+    const pith_weight *norm;
+    float eps;
+    const pith_weight *output;
+    float softcap;
+} pith_be_head_args;
+
+/* ---- the vtable ---- */
+
+typedef struct pith_backend_vt {
+    const char *name;
+    void (*destroy)(pith_backend *be);
+
+    /* weights: a 2-D tensor viewed or repacked; a vector of float32 the backend takes over (free()d) */
+    int (*matrix)(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out, pith_err *err);
+    /* a lookup table (embeddings): rows read by token id, kept in the file's layout */
+    int (*table)(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out, pith_err *err);
+    int (*vector)(pith_backend *be, float *data, int n, pith_weight **out, pith_err *err);
+    int (*moe_load)(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
+                    const char *const hf_experts[3], pith_moe_weights **out, pith_err *err);
+    /* all layers' experts loaded: place and repack them (mapped or repacked, one choice per model) */
+    int (*moe_place)(pith_backend *be, char *what, size_t what_size, pith_err *err);
+    int (*attn_shape)(pith_backend *be, const pith_be_attn_shape *shape, pith_err *err);
+
+    /* buffers and scratch */
+    pith_buf *(*buffer)(pith_backend *be, int cols, pith_err *err);
+    int (*reserve)(pith_backend *be, int n_rows, pith_err *err);
+
+    /* the memory groups */
+    int (*mem_alloc)(pith_backend *be, const pith_mem_spec *spec, const pith_mem_layout *lay, pith_err *err);
+    void (*mem_free)(pith_backend *be);
+    bool (*mem_allocated)(const pith_backend *be);
+    int (*copy_blocks)(pith_backend *be, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+
+    /* the step: checks the batch against the memory, grows the buffers to it, and copies its per-step
+     * data into the step buffers; logits ([rows that want logits][n_vocab]) and b->hidden are where
+     * pith_be_head leaves the step's outputs */
+    int (*set_step)(pith_backend *be, const pith_batch *b, const pith_mem_spec *spec, int n_vocab, float *logits,
+                    pith_err *err);
+
+    /* ops over the first n rows */
+    void (*embed)(pith_backend *be, const pith_weight *table, float scale, pith_buf *out, int n);
+    void (*rope_tables)(pith_backend *be, const pith_rope *rope, pith_buf *cs, int n);
+    void (*rmsnorm)(pith_backend *be, const pith_buf *x, const pith_weight *w, float eps, pith_buf *out, int n);
+    int (*matmul)(pith_backend *be, const pith_buf *in, const pith_be_mm *outs, int n_outs, int n, pith_err *err);
+    void (*qkv)(pith_backend *be, const pith_be_qkv_args *a, int n);
+    void (*attention)(pith_backend *be, const pith_be_attn *a, int n);
+    void (*glu)(pith_backend *be, pith_glu kind, pith_buf *gate, const pith_buf *up, int n);
+    void (*add_bias)(pith_backend *be, pith_buf *y, const pith_weight *bias, int n);
+    /* x += RMSNorm(y) with w (post-norms); y is left normed */
+    void (*norm_add)(pith_backend *be, pith_buf *x, pith_buf *y, const pith_weight *w, float eps, int n);
+    int (*moe)(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
+    /* moves the rows of the tokens that want logits or hidden states to the front of each buffer, in
+     * batch order (the step's row list) */
+    void (*keep_rows)(pith_backend *be, pith_buf *const *bufs, int n_bufs);
+    int (*head)(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err);
+} pith_backend_vt;
+
+struct pith_backend {
+    const pith_backend_vt *vt;
+    int n_threads;         /* host threads the backend runs on (0 for a device) */
+    char kernels[48];      /* what it runs: the CPU kernel table's name, a device's name */
+};
+
+/* The CPU backend (src/backend/cpu/backend_cpu.c): today's kernels, tiles and thread pool. n_threads
+ * <= 0: one per online CPU; PITH_FORCE_SCALAR (pith_backend_force_scalar) picks the portable kernels. */
+int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err);
+/* PITH_FORCE_SCALAR set, non-empty and not "0": the one place it is read. */
+bool pith_backend_force_scalar(void);
+
+static inline void pith_backend_free(pith_backend *be) {
+    if (be) be->vt->destroy(be);
+}
+
+/* ---- the wrappers the layers call ---- */
+
+static inline int pith_be_matrix(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out,
+                                 pith_err *err) {
+    return be->vt->matrix(be, t, name, out, err);
+}
+static inline int pith_be_vector(pith_backend *be, float *data, int n, pith_weight **out, pith_err *err) {
+    return be->vt->vector(be, data, n, out, err);
+}
+static inline int pith_be_table(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out,
+                                pith_err *err) {
+    return be->vt->table(be, t, name, out, err);
+}
+static inline pith_buf *pith_be_buffer(pith_backend *be, int cols, pith_err *err) {
+    return be->vt->buffer(be, cols, err);
+}
+static inline int pith_be_reserve(pith_backend *be, int n, pith_err *err) { return be->vt->reserve(be, n, err); }
+static inline void pith_be_embed(pith_backend *be, const pith_weight *table, float scale, pith_buf *out, int n) {
+    be->vt->embed(be, table, scale, out, n);
+}
+static inline void pith_be_rope_tables(pith_backend *be, const pith_rope *r, pith_buf *cs, int n) {
+    be->vt->rope_tables(be, r, cs, n);
+}
+static inline void pith_be_rmsnorm(pith_backend *be, const pith_buf *x, const pith_weight *w, float eps, pith_buf *out,
+                                   int n) {
+    be->vt->rmsnorm(be, x, w, eps, out, n);
+}
+static inline int pith_be_matmul(pith_backend *be, const pith_buf *in, const pith_be_mm *outs, int n_outs, int n,
+                                 pith_err *err) {
+    return be->vt->matmul(be, in, outs, n_outs, n, err);
+}
+static inline void pith_be_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) { be->vt->qkv(be, a, n); }
+static inline void pith_be_attention(pith_backend *be, const pith_be_attn *a, int n) { be->vt->attention(be, a, n); }
+static inline void pith_be_glu(pith_backend *be, pith_glu kind, pith_buf *gate, const pith_buf *up, int n) {
+    be->vt->glu(be, kind, gate, up, n);
+}
+static inline void pith_be_add_bias(pith_backend *be, pith_buf *y, const pith_weight *bias, int n) {
+    be->vt->add_bias(be, y, bias, n);
+}
+static inline void pith_be_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, const pith_weight *w, float eps,
+                                    int n) {
+    be->vt->norm_add(be, x, y, w, eps, n);
+}
+static inline int pith_be_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n,
+                              pith_err *err) {
+    return be->vt->moe(be, w, in, out, n, err);
+}
+static inline int pith_be_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab,
+                               pith_err *err) {
+    return be->vt->head(be, h, n_kept, n_logits, n_vocab, err);
+}
+static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
+    be->vt->keep_rows(be, bufs, n_bufs);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

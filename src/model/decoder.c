@@ -1,0 +1,174 @@
+/* The base decoder (decoder.h). */
+#include "model/decoder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pith_decoder_begin(pith_decoder *d, pith_model_file *file, const pith_model_options *opt,
+                       const pith_model_ops *ops, pith_err *err) {
+    d->base.ops = ops;
+    d->base.hp = *pith_model_file_hparams(file);
+    d->base.impl = d;
+    d->file = file;
+    d->opt = opt;
+    if (pith_backend_cpu_create(opt ? opt->n_threads : 0, &d->be, err)) {
+        free(d);
+        return -1;
+    }
+    return 0;
+}
+
+int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err) {
+    *out = NULL;
+    if (rc) {
+        pith_err_prefix(err, "%s", pith_model_file_path(d->file));
+        pith_decoder_destroy(&d->base);
+        return rc;
+    }
+    d->base.file = d->file;
+    *out = &d->base;
+    return 0;
+}
+
+void pith_decoder_progress(const pith_decoder *d, double done, double total) {
+    if (d->opt && d->opt->progress) d->opt->progress(d->opt->progress_user, done / total);
+}
+
+static const pith_tensor *find(const pith_decoder *d, int layer, const char *name, char *full, size_t cap) {
+    if (layer < 0) snprintf(full, cap, "%s", name);
+    else snprintf(full, cap, "blk.%d.%s", layer, name);
+    return pith_model_file_tensor(d->file, full);
+}
+
+int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    pith_weight *w;
+    if (pith_be_matrix(d->be, t, full, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(d->file, name);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    pith_weight *w;
+    if (pith_be_table(d->be, t, name, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+/* Vectors are F32 once the file is validated; F16 and BF16 are converted all the same. n: the width the
+ * ops will read, checked here so that no tensor the schema does not list can be short. */
+int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, bool required, const pith_weight **out,
+                        pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return required ? pith_errf(err, "missing tensor %s", full) : 0;
+    int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
+    if (pith_tensor_nelems(t) != n || t->ne[0] != n) return pith_errf(err, "tensor %s: expected %d elements", full, n);
+    if (!width || (size_t)t->nbytes < (size_t)n * width) return pith_errf(err, "tensor %s: bad type or size", full);
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return pith_errf(err, "out of memory");
+    const uint8_t *src = t->data;
+    for (int i = 0; i < n; i++) {
+        uint16_t h = 0;
+        if (width == 2) memcpy(&h, src + 2 * (size_t)i, 2);
+        if (t->type == PITH_F32) memcpy(&v[i], src + 4 * (size_t)i, 4);
+        else v[i] = t->type == PITH_F16 ? pith_f16_to_f32(h) : pith_bf16_to_f32(h);
+    }
+    pith_weight *w;
+    if (pith_be_vector(d->be, v, n, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err) {
+    return pith_decoder_matrix(d, -1, pith_model_file_tensor(d->file, "output.weight") ? "output.weight"
+                                                                                         : "token_embd.weight",
+                               out, err);
+}
+
+int pith_decoder_attn_shape(pith_decoder *d, pith_err *err) {
+    const pith_hparams *hp = &d->base.hp;
+    float scale = hp->query_scale > 0 ? hp->query_scale : (float)(1.0 / sqrt(hp->head_dim));
+    pith_be_attn_shape s = {hp->n_heads, hp->n_kv_heads, hp->head_dim, scale};
+    return d->be->vt->attn_shape(d->be, &s, err);
+}
+
+int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const pith_hparams *hp, int l),
+                           pith_err *err) {
+    const pith_hparams *hp = &d->base.hp;
+    int L = hp->n_layers;
+    d->group_layers = malloc((size_t)L * sizeof *d->group_layers);
+    d->layer_group = malloc((size_t)L * sizeof *d->layer_group);
+    d->layer_index = malloc((size_t)L * sizeof *d->layer_index);
+    if (!d->group_layers || !d->layer_group || !d->layer_index) return pith_errf(err, "out of memory");
+    pith_mem_spec *spec = &d->base.mem;
+    memset(spec, 0, sizeof *spec);
+    int n = 0;
+    for (int windowed = 0; windowed < 2; windowed++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            if ((window_of(hp, l) > 0) != (windowed == 1)) continue;
+            d->layer_group[l] = spec->n_groups;
+            d->layer_index[l] = n - first;
+            d->group_layers[n++] = l;
+        }
+        if (n == first) continue;
+        pith_mem_group *g = &spec->groups[spec->n_groups++];
+        g->kind = windowed ? PITH_MEM_WINDOW : PITH_MEM_FULL;
+        g->window = windowed ? window_of(hp, d->group_layers[first]) : 0;
+        g->n_layers = n - first;
+        g->layers = &d->group_layers[first];
+        g->type = PITH_F16;
+        g->k_dim = g->v_dim = kv_dim;
+    }
+    return pith_mem_spec_check(spec, L, err);
+}
+
+int pith_decoder_step(pith_decoder *d, const pith_batch *b, float *logits, pith_err *err) {
+    return d->be->vt->set_step(d->be, b, &d->base.mem, d->base.hp.n_vocab, logits, err);
+}
+
+int pith_decoder_n_kept(const pith_batch *b) {
+    int n = 0;
+    for (int t = 0; t < b->n_tokens; t++) n += b->want_logits[t] || (b->want_hidden && b->want_hidden[t]);
+    return n;
+}
+
+int pith_decoder_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err) {
+    pith_decoder *d = m->impl;
+    return pith_be_reserve(d->be, lim->max_batch_tokens, err);
+}
+
+int pith_decoder_mem_alloc(pith_model *m, const pith_mem_layout *lay, pith_err *err) {
+    pith_decoder *d = m->impl;
+    return d->be->vt->mem_alloc(d->be, &m->mem, lay, err);
+}
+
+void pith_decoder_mem_free(pith_model *m) {
+    pith_decoder *d = m->impl;
+    d->be->vt->mem_free(d->be);
+}
+
+int pith_decoder_copy_blocks(pith_model *m, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
+    pith_decoder *d = m->impl;
+    return d->be->vt->copy_blocks(d->be, g, src, dst, n, err);
+}
+
+void pith_decoder_destroy(pith_model *m) {
+    pith_decoder *d = m->impl;
+    if (d->free_arch) d->free_arch(d);
+    pith_backend_free(d->be);
+    free(d->group_layers);
+    free(d->layer_group);
+    free(d->layer_index);
+    free(d);
+}

@@ -1,0 +1,83 @@
+/* The base every architecture builds on: a pith_model whose bytes live in a backend (backend.h).
+ *
+ * It provides the model ops every architecture shares (prepare, mem_alloc, mem_free, copy_blocks,
+ * destroy: PITH_DECODER_OPS), the build's beginning and end (the backend, progress, errors prefixed
+ * with the file's path, cleanup on failure), tensors bound by name (shapes were checked against the
+ * architecture's schema when the file opened: src/format/validate.c), the KV memory of attention layers
+ * (a FULL group and a WINDOW group) and the step's bookkeeping (the batch checked and handed to the
+ * backend, the rows kept for the output). An architecture allocates its own struct with a pith_decoder
+ * first, calls pith_decoder_begin, binds its tensors, declares its memory and calls pith_decoder_end;
+ * its file then holds only its forward pass and what differs (model/llama.c, model/olmo2.c).
+ *
+ * Invariants: d->base.impl == d; every weight and buffer belongs to d->be and dies with it; the layer
+ * maps (layer_group, layer_index) cover every layer a memory group names. */
+#ifndef PITH_MODEL_DECODER_H
+#define PITH_MODEL_DECODER_H
+
+#include "backend/backend.h"
+#include "pith/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pith_decoder pith_decoder;
+struct pith_decoder {
+    pith_model base;
+    pith_backend *be;
+    pith_model_file *file;        /* the file being built from (base.file once the build succeeded) */
+    const pith_model_options *opt;
+    /* memory: the declared groups' layer lists, and each layer's group and index there */
+    int *group_layers, *layer_group, *layer_index;
+    /* the architecture's own cleanup (its layer arrays, RoPE tables), before the backend goes; or NULL */
+    void (*free_arch)(pith_decoder *d);
+};
+
+/* Model ops shared by every decoder; the architecture gives its forward. */
+int pith_decoder_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err);
+int pith_decoder_mem_alloc(pith_model *m, const pith_mem_layout *lay, pith_err *err);
+void pith_decoder_mem_free(pith_model *m);
+int pith_decoder_copy_blocks(pith_model *m, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+void pith_decoder_destroy(pith_model *m);
+#define PITH_DECODER_OPS(fwd)                                                                             \
+    {.prepare = pith_decoder_prepare, .mem_alloc = pith_decoder_mem_alloc, .mem_free = pith_decoder_mem_free, \
+     .copy_blocks = pith_decoder_copy_blocks, .forward = (fwd), .destroy = pith_decoder_destroy}
+
+/* Starts a build into d (zeroed, allocated by the architecture, freed by pith_decoder_destroy): the
+ * hyper-parameters, the ops, the backend. On failure d is freed. */
+int pith_decoder_begin(pith_decoder *d, pith_model_file *file, const pith_model_options *opt,
+                       const pith_model_ops *ops, pith_err *err);
+/* Ends it: rc == 0 hands d out as *out (owning file); otherwise the error is prefixed with the path and
+ * d is destroyed (file stays the caller's). Returns rc. */
+int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err);
+/* The build's progress (done of total units), for pith_model_options.progress. */
+void pith_decoder_progress(const pith_decoder *d, double done, double total);
+
+/* Tensors by canonical name (layer < 0: a global name; else "blk.{layer}." + name). A missing optional
+ * tensor leaves *out NULL. A vector is checked to hold n elements, the width its op reads. */
+int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err);
+int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, bool required, const pith_weight **out,
+                        pith_err *err);
+int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);
+/* The output projection: output.weight, else the tied embeddings. */
+int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err);
+
+/* The KV memory of attention layers: a FULL group of the layers with window_of(l) == 0 and a WINDOW group
+ * of the others (one window for all of them), each with kv_dim of K and V per token. */
+int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const pith_hparams *hp, int l),
+                           pith_err *err);
+
+/* The step begins: the batch checked against the memory and handed to the backend (logits and
+ * b->hidden: where the step's outputs go). */
+int pith_decoder_step(pith_decoder *d, const pith_batch *b, float *logits, pith_err *err);
+/* Rows that want logits or hidden states; rows that want logits. */
+int pith_decoder_n_kept(const pith_batch *b);
+
+/* The backend's attention shape from the hyper-parameters (query_scale, else 1/sqrt(head_dim)). */
+int pith_decoder_attn_shape(pith_decoder *d, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,184 @@
+/* A recording backend: a test double for the backend interface (src/backend/backend.h) that appends one
+ * line per call to a log (the op, its buffers by id and width, its weights by id, its shape constants)
+ * and then forwards the call to the backend it wraps, so the model computes as usual. Two forwards
+ * whose logs are equal issue the same op sequence over the same buffers: what a device backend needs to
+ * record a step once and replay it. */
+#ifndef PITH_TEST_RECORDING_BACKEND_H
+#define PITH_TEST_RECORDING_BACKEND_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+typedef struct rec_backend {
+    pith_backend base;
+    pith_backend *inner;
+    char *log;
+    size_t len, cap;
+    int n_ops;
+} rec_backend;
+
+static void rec_printf(pith_backend *be, const char *fmt, ...) {
+    rec_backend *r = (rec_backend *)be;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) n = sizeof line - 1;
+    if (r->len + n + 2 > r->cap) {
+        size_t cap = (r->cap ? 2 * r->cap : 4096) + n + 2;
+        char *g = realloc(r->log, cap);
+        if (!g) abort();
+        r->log = g, r->cap = cap;
+    }
+    memcpy(r->log + r->len, line, (size_t)n);
+    r->len += n;
+    r->log[r->len++] = '\n';
+    r->log[r->len] = 0;
+    r->n_ops++;
+}
+
+static pith_backend *rec_in(pith_backend *be) { return ((rec_backend *)be)->inner; }
+static int wid(const pith_weight *w) { return w ? w->id : -1; }
+static int bid(const pith_buf *b) { return b ? b->id : -1; }
+static int bcols(const pith_buf *b) { return b ? b->cols : 0; }
+
+static void rec_destroy(pith_backend *be) {
+    rec_backend *r = (rec_backend *)be;
+    pith_backend_free(r->inner);
+    free(r->log);
+    free(r);
+}
+static int rec_matrix(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out, pith_err *err) {
+    return rec_in(be)->vt->matrix(rec_in(be), t, name, out, err);
+}
+static int rec_table(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out, pith_err *err) {
+    return rec_in(be)->vt->table(rec_in(be), t, name, out, err);
+}
+static int rec_vector(pith_backend *be, float *data, int n, pith_weight **out, pith_err *err) {
+    return rec_in(be)->vt->vector(rec_in(be), data, n, out, err);
+}
+static int rec_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
+                        const char *const hf[3], pith_moe_weights **out, pith_err *err) {
+    return rec_in(be)->vt->moe_load(rec_in(be), f, layer, cfg, hf, out, err);
+}
+static int rec_moe_place(pith_backend *be, char *what, size_t n, pith_err *err) {
+    return rec_in(be)->vt->moe_place(rec_in(be), what, n, err);
+}
+static int rec_attn_shape(pith_backend *be, const pith_be_attn_shape *s, pith_err *err) {
+    return rec_in(be)->vt->attn_shape(rec_in(be), s, err);
+}
+static pith_buf *rec_buffer(pith_backend *be, int cols, pith_err *err) {
+    return rec_in(be)->vt->buffer(rec_in(be), cols, err);
+}
+static int rec_reserve(pith_backend *be, int n, pith_err *err) { return rec_in(be)->vt->reserve(rec_in(be), n, err); }
+static int rec_mem_alloc(pith_backend *be, const pith_mem_spec *s, const pith_mem_layout *l, pith_err *err) {
+    return rec_in(be)->vt->mem_alloc(rec_in(be), s, l, err);
+}
+static void rec_mem_free(pith_backend *be) { rec_in(be)->vt->mem_free(rec_in(be)); }
+static bool rec_mem_allocated(const pith_backend *be) {
+    const pith_backend *in = ((const rec_backend *)be)->inner;
+    return in->vt->mem_allocated(in);
+}
+static int rec_copy_blocks(pith_backend *be, int g, const int32_t *s, const int32_t *d, int n, pith_err *err) {
+    return rec_in(be)->vt->copy_blocks(rec_in(be), g, s, d, n, err);
+}
+/* The step's shape only: its data are what differs between two replays. */
+static int rec_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spec *spec, int n_vocab, float *logits,
+                        pith_err *err) {
+    rec_printf(be, "set_step tokens=%d seqs=%d logits=%d hidden=%d", b->n_tokens, b->n_seqs, pith_batch_n_logits(b),
+               pith_batch_n_hidden(b));
+    return rec_in(be)->vt->set_step(rec_in(be), b, spec, n_vocab, logits, err);
+}
+static void rec_embed(pith_backend *be, const pith_weight *t, float scale, pith_buf *out, int n) {
+    rec_printf(be, "embed w%d scale=%a out=b%d/%d n=%d", wid(t), scale, bid(out), bcols(out), n);
+    rec_in(be)->vt->embed(rec_in(be), t, scale, out, n);
+}
+static void rec_rope_tables(pith_backend *be, const pith_rope *r, pith_buf *cs, int n) {
+    rec_printf(be, "rope_tables half=%d mscale=%a style=%d f0=%a out=b%d/%d n=%d", r->half, r->mscale, (int)r->style,
+               r->half ? r->inv_freq[r->half - 1] : 0.0, bid(cs), bcols(cs), n);
+    rec_in(be)->vt->rope_tables(rec_in(be), r, cs, n);
+}
+static void rec_rmsnorm(pith_backend *be, const pith_buf *x, const pith_weight *w, float eps, pith_buf *out, int n) {
+    rec_printf(be, "rmsnorm b%d/%d w%d eps=%a out=b%d/%d n=%d", bid(x), bcols(x), wid(w), eps, bid(out), bcols(out), n);
+    rec_in(be)->vt->rmsnorm(rec_in(be), x, w, eps, out, n);
+}
+static int rec_matmul(pith_backend *be, const pith_buf *in, const pith_be_mm *o, int n_outs, int n, pith_err *err) {
+    char s[256];
+    int k = 0;
+    for (int i = 0; i < n_outs && k < 200; i++)
+        k += snprintf(s + k, sizeof s - k, " w%d->b%d/%d%s", wid(o[i].w), bid(o[i].out), bcols(o[i].out),
+                      o[i].accumulate ? "+" : "");
+    rec_printf(be, "matmul b%d/%d%s n=%d", bid(in), bcols(in), s, n);
+    return rec_in(be)->vt->matmul(rec_in(be), in, o, n_outs, n, err);
+}
+static void rec_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
+    rec_printf(be, "qkv q=b%d k=b%d v=b%d bias=w%d,w%d,w%d norm=%d w%d,w%d eps=%a rope=b%d style=%d g=%d i=%d n=%d",
+               bid(a->q), bid(a->k), bid(a->v), wid(a->bq), wid(a->bk), wid(a->bv), (int)a->qk_norm, wid(a->q_norm),
+               wid(a->k_norm), a->eps, bid(a->rope_cs), (int)a->rope_style, a->group, a->layer_index, n);
+    rec_in(be)->vt->qkv(rec_in(be), a, n);
+}
+static void rec_attention(pith_backend *be, const pith_be_attn *a, int n) {
+    rec_printf(be, "attention q=b%d out=b%d g=%d i=%d window=%d sinks=w%d n=%d", bid(a->q), bid(a->out), a->group,
+               a->layer_index, a->window, wid(a->sinks), n);
+    rec_in(be)->vt->attention(rec_in(be), a, n);
+}
+static void rec_glu(pith_backend *be, pith_glu kind, pith_buf *g, const pith_buf *u, int n) {
+    rec_printf(be, "glu %d b%d b%d n=%d", (int)kind, bid(g), bid(u), n);
+    rec_in(be)->vt->glu(rec_in(be), kind, g, u, n);
+}
+static void rec_add_bias(pith_backend *be, pith_buf *y, const pith_weight *b, int n) {
+    rec_printf(be, "add_bias b%d w%d n=%d", bid(y), wid(b), n);
+    rec_in(be)->vt->add_bias(rec_in(be), y, b, n);
+}
+static void rec_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, const pith_weight *w, float eps, int n) {
+    rec_printf(be, "norm_add b%d b%d w%d eps=%a n=%d", bid(x), bid(y), wid(w), eps, n);
+    rec_in(be)->vt->norm_add(rec_in(be), x, y, w, eps, n);
+}
+static int rec_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err) {
+    rec_printf(be, "moe %p b%d b%d n=%d", (const void *)w, bid(in), bid(out), n);
+    return rec_in(be)->vt->moe(rec_in(be), w, in, out, n, err);
+}
+static void rec_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
+    char s[128];
+    int k = 0;
+    for (int i = 0; i < n_bufs && k < 100; i++) k += snprintf(s + k, sizeof s - k, " b%d", bid(bufs[i]));
+    rec_printf(be, "keep_rows%s", s);
+    rec_in(be)->vt->keep_rows(rec_in(be), bufs, n_bufs);
+}
+static int rec_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err) {
+    rec_printf(be, "head x=b%d s=b%d norm=w%d eps=%a out=w%d cap=%a kept=%d logits=%d vocab=%d", bid(h->x),
+               bid(h->scratch), wid(h->norm), h->eps, wid(h->output), h->softcap, n_kept, n_logits, n_vocab);
+    return rec_in(be)->vt->head(rec_in(be), h, n_kept, n_logits, n_vocab, err);
+}
+
+static const pith_backend_vt rec_vt = {
+    .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
+    .moe_load = rec_moe_load, .moe_place = rec_moe_place, .attn_shape = rec_attn_shape, .buffer = rec_buffer,
+    .reserve = rec_reserve, .mem_alloc = rec_mem_alloc, .mem_free = rec_mem_free, .mem_allocated = rec_mem_allocated,
+    .copy_blocks = rec_copy_blocks, .set_step = rec_set_step, .embed = rec_embed, .rope_tables = rec_rope_tables,
+    .rmsnorm = rec_rmsnorm, .matmul = rec_matmul, .qkv = rec_qkv, .attention = rec_attention, .glu = rec_glu,
+    .add_bias = rec_add_bias, .norm_add = rec_norm_add, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
+};
+
+/* Wraps inner (owned from now on). */
+static rec_backend *rec_wrap(pith_backend *inner) {
+    rec_backend *r = calloc(1, sizeof *r);
+    if (!r) abort();
+    r->base = *inner;
+    r->base.vt = &rec_vt;
+    r->inner = inner;
+    return r;
+}
+
+static void rec_clear(rec_backend *r) {
+    r->len = 0, r->n_ops = 0;
+    if (r->log) r->log[0] = 0;
+}
+
+#endif
