@@ -157,6 +157,12 @@ static int rec_head(pith_backend *be, const pith_be_head_args *h, int n_kept, in
     return rec_in(be)->vt->head(rec_in(be), h, n_kept, n_logits, n_vocab, err);
 }
 
+static void rec_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n) {
+    rec_printf(be, "short_conv in=b%d out=b%d w%d K=%d g=%d off=%zu n=%d", bid(a->in), bid(a->out), wid(a->w), a->kernel,
+               a->group, a->state_offset, n);
+    rec_in(be)->vt->short_conv(rec_in(be), a, n);
+}
+
 static const pith_backend_vt rec_vt = {
     .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
     .moe_load = rec_moe_load, .moe_place = rec_moe_place, .attn_shape = rec_attn_shape, .buffer = rec_buffer,
@@ -164,6 +170,7 @@ static const pith_backend_vt rec_vt = {
     .copy_blocks = rec_copy_blocks, .set_step = rec_set_step, .embed = rec_embed, .rope_tables = rec_rope_tables,
     .rmsnorm = rec_rmsnorm, .matmul = rec_matmul, .qkv = rec_qkv, .attention = rec_attention, .glu = rec_glu,
     .add_bias = rec_add_bias, .norm_add = rec_norm_add, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
+    .short_conv = rec_short_conv,
 };
 
 /* Wraps inner (owned from now on). */

@@ -135,6 +135,21 @@ typedef struct pith_moe_config {
 
 typedef struct pith_moe_weights pith_moe_weights; /* a layer's router and experts, as the backend holds them */
 
+/* LFM2's gated short convolution, one layer of a RECURRENT group: for each token, b and c gates and x
+ * from one projection (in: rows of [B | C | x], 3 * dim), y = C * conv(B * x) into out, where conv is
+ * the causal depthwise convolution of width kernel (w: [dim][kernel]) over the token's sequence, whose
+ * last kernel - 1 inputs are the sequence's state (zero at position 0; backend/cpu/recurrent.h), kept in
+ * the sequence's state slot at float offset state_offset; after a token the step names a checkpoint
+ * for, the state is copied into that slot too. */
+typedef struct pith_be_short_conv_args {
+    const pith_buf *in;
+    pith_buf *out;
+    const pith_weight *w;
+    int kernel;
+    int group;
+    size_t state_offset;
+} pith_be_short_conv_args;
+
 /* The attention shape every attention op of the model shares. */
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
@@ -201,6 +216,9 @@ typedef struct pith_backend_vt {
      * batch order (the step's row list) */
     void (*keep_rows)(pith_backend *be, pith_buf *const *bufs, int n_bufs);
     int (*head)(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err);
+
+    /* recurrent mixers over each sequence's run of tokens */
+    void (*short_conv)(pith_backend *be, const pith_be_short_conv_args *a, int n);
 } pith_backend_vt;
 
 struct pith_backend {
@@ -269,6 +287,9 @@ static inline int pith_be_moe(pith_backend *be, const pith_moe_weights *w, const
 static inline int pith_be_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab,
                                pith_err *err) {
     return be->vt->head(be, h, n_kept, n_logits, n_vocab, err);
+}
+static inline void pith_be_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n) {
+    be->vt->short_conv(be, a, n);
 }
 static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
     be->vt->keep_rows(be, bufs, n_bufs);

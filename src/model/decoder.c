@@ -72,7 +72,7 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
     *out = NULL;
     if (!t) return required ? pith_errf(err, "missing tensor %s", full) : 0;
     int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
-    if (pith_tensor_nelems(t) != n || t->ne[0] != n) return pith_errf(err, "tensor %s: expected %d elements", full, n);
+    if (pith_tensor_nelems(t) != n) return pith_errf(err, "tensor %s: expected %d elements", full, n);
     if (!width || (size_t)t->nbytes < (size_t)n * width) return pith_errf(err, "tensor %s: bad type or size", full);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return pith_errf(err, "out of memory");
@@ -129,6 +129,40 @@ int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const p
         g->layers = &d->group_layers[first];
         g->type = PITH_F16;
         g->k_dim = g->v_dim = kv_dim;
+    }
+    return pith_mem_spec_check(spec, L, err);
+}
+
+int pith_decoder_hybrid_memory(pith_decoder *d, int kv_dim, size_t state_floats, int spare, pith_err *err) {
+    const pith_hparams *hp = &d->base.hp;
+    const int L = hp->n_layers;
+    size_t cap = (size_t)L + (size_t)(spare > 0 ? spare : 0);
+    d->group_layers = malloc(cap * sizeof *d->group_layers);
+    d->layer_group = malloc(cap * sizeof *d->layer_group);
+    d->layer_index = malloc(cap * sizeof *d->layer_index);
+    if (!d->group_layers || !d->layer_group || !d->layer_index) return pith_errf(err, "out of memory");
+    pith_mem_spec *spec = &d->base.mem;
+    memset(spec, 0, sizeof *spec);
+    for (int rec = 0, n = 0; rec < 2; rec++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            if (pith_layer_bit(hp->layer_mlp, l) || pith_layer_bit(hp->layer_recurrent, l) != (rec == 1)) continue;
+            d->layer_group[l] = spec->n_groups;
+            d->layer_index[l] = n - first;
+            d->group_layers[n++] = l;
+        }
+        if (n == first) continue;
+        pith_mem_group *g = &spec->groups[spec->n_groups++];
+        g->n_layers = n - first;
+        g->layers = &d->group_layers[first];
+        if (rec) {
+            g->kind = PITH_MEM_RECURRENT;
+            g->state_bytes = (size_t)g->n_layers * state_floats * sizeof(float);
+        } else {
+            g->kind = PITH_MEM_FULL;
+            g->type = PITH_F16;
+            g->k_dim = g->v_dim = kv_dim;
+        }
     }
     return pith_mem_spec_check(spec, L, err);
 }

@@ -67,6 +67,12 @@ int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err)
 int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const pith_hparams *hp, int l),
                            pith_err *err);
 
+/* The memory of a hybrid model: a FULL group of the attention layers (kv_dim of K and V, F16) and a
+ * RECURRENT group of the layers with hp.layer_recurrent set (state_floats per layer, in layer order),
+ * each left out when no layer is of its kind; layers with hp.layer_mlp set are in neither. The maps get
+ * `spare` entries past the decoder's layers for the architecture to fill (Qwen3.5's MTP layer). */
+int pith_decoder_hybrid_memory(pith_decoder *d, int kv_dim, size_t state_floats, int spare, pith_err *err);
+
 /* The step begins: the batch checked against the memory and handed to the backend (logits and
  * b->hidden: where the step's outputs go). */
 int pith_decoder_step(pith_decoder *d, const pith_batch *b, float *logits, pith_err *err);

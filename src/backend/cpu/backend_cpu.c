@@ -13,74 +13,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/attention.h"
+#include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/batch_check.h"
-#include "backend/cpu/cpu.h"
 #include "backend/cpu/kv_rows.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/moe.h"
 #include "backend/cpu/quants.h"
-#include "pith/kv.h"
-
-struct pith_moe_weights {
-    pith_moe_layer layer;
-};
-
-typedef struct cpu_weight {
-    pith_weight w;
-    pith_matrix m;
-    const pith_tensor *table; /* lookup tables: the file's rows */
-    float *owned;             /* vectors */
-} cpu_weight;
-
-typedef struct cpu_be {
-    pith_backend base;
-    pith_cpu cpu;
-    pith_attn_scratch attn;
-    pith_be_attn_shape shape;
-    bool has_shape;
-    pith_kv_host kv;
-    /* everything made, freed with the backend */
-    pith_buf **bufs;
-    int n_bufs;
-    cpu_weight **weights;
-    int n_weights;
-    pith_moe_weights **moes;
-    int n_moes;
-    pith_moe_config moe_cfg;
-    pith_moe_scratch moe_scratch;
-    pith_moe_loop moe_loop;
-    int cap;                 /* rows every buffer holds */
-    const pith_batch *step;  /* the step's data (host memory: the batch itself) */
-    float *logits;           /* the step's logits rows: host memory, the caller's */
-} cpu_be;
-
-static cpu_be *cpu_of(pith_backend *be) { return (cpu_be *)be; }
-
-/* ---- row jobs: one function over rows [0, n), claimed in chunks by the pool's threads ---- */
-
-typedef struct row_job {
-    cpu_be *c;
-    int n, chunk;
-    _Atomic int next;
-    void (*row)(struct row_job *j, int t);
-    const void *a;           /* the op's arguments */
-} row_job;
 
 static void row_worker(void *arg, int ith, int nth) {
-    (void)ith, (void)nth;
+    (void)nth;
     row_job *j = arg;
     for (;;) {
         int t0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
         if (t0 >= j->n) break;
         int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
-        for (int t = t0; t < t1; t++) j->row(j, t);
+        for (int t = t0; t < t1; t++) j->row(j, t, ith);
     }
 }
 
-/* width: elements a row touches, the measure of its work for the pool's sizing */
-static void run_rows(cpu_be *c, int n, void (*row)(row_job *j, int t), const void *args, double width) {
+void pith_cpu_be_rows(pith_cpu_be *c, int n, void (*row)(row_job *j, int t, int ith), const void *args, double width) {
     row_job j = {.c = c, .n = n, .row = row, .a = args};
     j.chunk = n / (4 * c->cpu.n_threads);
     if (j.chunk < 1) j.chunk = 1;
@@ -88,7 +37,7 @@ static void run_rows(cpu_be *c, int n, void (*row)(row_job *j, int t), const voi
     pith_pool_run_sized(c->cpu.pool, row_worker, &j, (double)n * width);
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+void pith_cpu_be_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
     float r = (float)(1.0 / sqrt(ss / n + eps));
@@ -105,11 +54,10 @@ static void rope(float *v, const float *cs, const float *sn, int half, pith_rope
     }
 }
 
-static float *row_of(const pith_buf *b, int t) { return b->host + (size_t)t * b->cols; }
 
 /* ---- weights ---- */
 
-static int add_weight(cpu_be *c, cpu_weight *w, pith_weight **out, pith_err *err) {
+static int add_weight(pith_cpu_be *c, cpu_weight *w, pith_weight **out, pith_err *err) {
     cpu_weight **grown = realloc(c->weights, (size_t)(c->n_weights + 1) * sizeof *grown);
     if (!grown) {
         free(w->owned);
@@ -126,7 +74,7 @@ static int add_weight(cpu_be *c, cpu_weight *w, pith_weight **out, pith_err *err
 }
 
 static int cpu_matrix(pith_backend *be, const pith_tensor *t, const char *name, pith_weight **out, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     cpu_weight *w = calloc(1, sizeof *w);
     if (!w) return pith_errf(err, "out of memory");
     if (pith_matrix_from_tensor(&w->m, t, err) || pith_matrix_pack(&c->cpu, &w->m, err)) {
@@ -148,7 +96,7 @@ static int cpu_table(pith_backend *be, const pith_tensor *t, const char *name, p
     }
     w->table = t;
     w->w.rows = w->m.rows, w->w.cols = w->m.cols, w->w.type = t->type;
-    return add_weight(cpu_of(be), w, out, err);
+    return add_weight(pith_cpu_be_of(be), w, out, err);
 }
 
 static int cpu_vector(pith_backend *be, float *data, int n, pith_weight **out, pith_err *err) {
@@ -159,12 +107,12 @@ static int cpu_vector(pith_backend *be, float *data, int n, pith_weight **out, p
     }
     w->owned = data;
     w->w.rows = 1, w->w.cols = n, w->w.vector = true, w->w.type = PITH_F32, w->w.vec = data;
-    return add_weight(cpu_of(be), w, out, err);
+    return add_weight(pith_cpu_be_of(be), w, out, err);
 }
 
 static int cpu_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
                         const char *const hf_experts[3], pith_moe_weights **out, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (c->n_moes == 0) {
         if (pith_moe_config_check(cfg, "experts", err) || pith_moe_loop_from_env(&c->moe_loop, err))
             return -1;
@@ -182,7 +130,7 @@ static int cpu_moe_load(pith_backend *be, const pith_model_file *f, int layer, c
 
 /* Experts repacked or left mapped in the file (pith_moe_choose_mapped), one choice for the model. */
 static int cpu_moe_place(pith_backend *be, char *what, size_t what_size, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     uint64_t bytes = 0;
     pith_wtype type = PITH_W_F32;
     for (int i = 0; i < c->n_moes; i++)
@@ -197,7 +145,7 @@ static int cpu_moe_place(pith_backend *be, char *what, size_t what_size, pith_er
 }
 
 static int cpu_attn_shape(pith_backend *be, const pith_be_attn_shape *shape, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (c->has_shape) return pith_errf(err, "the attention shape is set once");
     pith_attn_shape s = {shape->n_heads, shape->n_kv_heads, shape->head_dim, shape->scale};
     if (pith_attn_scratch_init(&c->attn, &s, c->cpu.n_threads, err)) return -1;
@@ -209,7 +157,7 @@ static int cpu_attn_shape(pith_backend *be, const pith_be_attn_shape *shape, pit
 /* ---- buffers ---- */
 
 static pith_buf *cpu_buffer(pith_backend *be, int cols, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     pith_buf **grown = realloc(c->bufs, (size_t)(c->n_bufs + 1) * sizeof *grown);
     pith_buf *b = calloc(1, sizeof *b);
     if (grown) c->bufs = grown;
@@ -230,7 +178,7 @@ static pith_buf *cpu_buffer(pith_backend *be, int cols, pith_err *err) {
 }
 
 static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (n <= c->cap) return 0;
     if (c->cap < (1 << 28) && n < c->cap + c->cap / 2) n = c->cap + c->cap / 2;
     int widest = 1;
@@ -239,8 +187,9 @@ static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
         c->bufs[i]->host = NULL;
         if (c->bufs[i]->cols > widest) widest = c->bufs[i]->cols;
     }
+    free(c->seq_start);
     c->cap = 0;
-    bool ok = true;
+    bool ok = (c->seq_start = malloc(((size_t)n + 1) * sizeof *c->seq_start)) != NULL;
     for (int i = 0; ok && i < c->n_bufs; i++)
         ok = (c->bufs[i]->host = malloc((size_t)n * c->bufs[i]->cols * sizeof(float))) != NULL;
     if (!ok) return pith_errf(err, "out of memory for a batch of %d tokens", n);
@@ -254,7 +203,7 @@ static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
 /* ---- memory ---- */
 
 static int cpu_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith_mem_layout *lay, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (pith_kv_host_allocated(&c->kv)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
     for (int g = 0; g < lay->n_groups; g++) /* a head's row of a slot must be whole Q8_0 blocks */
         if (lay->type[g] == PITH_Q8_0 && c->has_shape && c->shape.head_dim % 32)
@@ -263,18 +212,26 @@ static int cpu_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith
     return pith_kv_host_alloc(&c->kv, spec, lay, err);
 }
 
-static void cpu_mem_free(pith_backend *be) { pith_kv_host_free(&cpu_of(be)->kv); }
-static bool cpu_mem_allocated(const pith_backend *be) { return pith_kv_host_allocated(&((const cpu_be *)be)->kv); }
+static void cpu_mem_free(pith_backend *be) { pith_kv_host_free(&pith_cpu_be_of(be)->kv); }
+static bool cpu_mem_allocated(const pith_backend *be) { return pith_kv_host_allocated(&((const pith_cpu_be *)be)->kv); }
 
 static int cpu_copy_blocks(pith_backend *be, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
-    return pith_kv_host_copy_blocks(&cpu_of(be)->kv, g, src, dst, n, err);
+    return pith_kv_host_copy_blocks(&pith_cpu_be_of(be)->kv, g, src, dst, n, err);
 }
 
 static int cpu_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spec *spec, int n_vocab, float *logits,
                         pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (!pith_kv_host_allocated(&c->kv) && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
     if (pith_batch_check(b, spec, &c->kv, n_vocab, err) || cpu_reserve(be, b->n_tokens, err)) return -1;
+    /* each sequence's run of tokens (contiguous: batch.h), for the mixers that scan a sequence */
+    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
+        c->seq_start[s] = t;
+        while (t < b->n_tokens && b->seq[t] == s) t++;
+    }
+    for (int s = 0; s < b->n_seqs; s++)
+        if (c->seq_start[s + 1] == c->seq_start[s])
+            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
     c->step = b;
     c->logits = logits;
     return 0;
@@ -288,7 +245,8 @@ typedef struct embed_args {
     pith_buf *out;
 } embed_args;
 
-static void embed_row(row_job *j, int t) {
+static void embed_row(row_job *j, int t, int ith) {
+    (void)ith;
     const embed_args *a = j->a;
     int dim = a->out->cols;
     const uint8_t *src = (const uint8_t *)a->table->table->data + (size_t)j->c->step->tokens[t] * a->table->m.row_bytes;
@@ -300,7 +258,7 @@ static void embed_row(row_job *j, int t) {
 
 static void cpu_embed(pith_backend *be, const pith_weight *table, float scale, pith_buf *out, int n) {
     embed_args a = {table->impl, scale, out};
-    run_rows(cpu_of(be), n, embed_row, &a, out->cols);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, embed_row, &a, out->cols);
 }
 
 typedef struct rope_args {
@@ -309,7 +267,8 @@ typedef struct rope_args {
 } rope_args;
 
 /* cos then sin of each frequency, computed in double per token so long positions lose no precision */
-static void rope_row(row_job *j, int t) {
+static void rope_row(row_job *j, int t, int ith) {
+    (void)ith;
     const rope_args *a = j->a;
     int half = a->r->half;
     float *cs = row_of(a->cs, t), *sn = cs + half;
@@ -323,7 +282,7 @@ static void rope_row(row_job *j, int t) {
 
 static void cpu_rope_tables(pith_backend *be, const pith_rope *r, pith_buf *cs, int n) {
     rope_args a = {r, cs};
-    run_rows(cpu_of(be), n, rope_row, &a, 16.0 * r->half);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, rope_row, &a, 16.0 * r->half);
 }
 
 typedef struct norm_args {
@@ -333,32 +292,38 @@ typedef struct norm_args {
     pith_buf *out;
 } norm_args;
 
-static void norm_row(row_job *j, int t) {
+static void norm_row(row_job *j, int t, int ith) {
+    (void)ith;
     const norm_args *a = j->a;
-    rmsnorm(row_of(a->out, t), row_of(a->x, t), a->w, a->x->cols, a->eps);
+    pith_cpu_be_rmsnorm(row_of(a->out, t), row_of(a->x, t), a->w, a->x->cols, a->eps);
 }
 
 static void cpu_rmsnorm(pith_backend *be, const pith_buf *x, const pith_weight *w, float eps, pith_buf *out, int n) {
     norm_args a = {x, w->vec, eps, out};
-    run_rows(cpu_of(be), n, norm_row, &a, x->cols);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, norm_row, &a, x->cols);
 }
 
-static void norm_add_row(row_job *j, int t) {
+static void norm_add_row(row_job *j, int t, int ith) {
+    (void)ith;
     const norm_args *a = j->a;
     int dim = a->x->cols;
     float *x = row_of(a->out, t), *y = row_of(a->x, t);
-    rmsnorm(y, y, a->w, dim, a->eps);
+    pith_cpu_be_rmsnorm(y, y, a->w, dim, a->eps);
     for (int i = 0; i < dim; i++) x[i] += y[i];
 }
 
 static void cpu_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, const pith_weight *w, float eps, int n) {
     norm_args a = {y, w->vec, eps, x};
-    run_rows(cpu_of(be), n, norm_add_row, &a, 2.0 * x->cols);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, norm_add_row, &a, 2.0 * x->cols);
 }
 
 static int cpu_matmul(pith_backend *be, const pith_buf *in, const pith_be_mm *outs, int n_outs, int n, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     if (n_outs < 1 || n_outs > PITH_BE_MAX_MM) return pith_errf(err, "%d products in one matmul", n_outs);
+    for (int i = 0; i < n_outs; i++) /* a product must fit its output rows: a file's shapes are not trusted */
+        if (outs[i].w->cols != in->cols || outs[i].w->rows > outs[i].out->cols)
+            return pith_errf(err, "matmul: a [%d x %d] weight does not take rows of %d into rows of %d", outs[i].w->rows,
+                             outs[i].w->cols, in->cols, outs[i].out->cols);
     if (n == 0) return 0;
     pith_acts a;
     pith_acts_bind(&c->cpu, &a, in->host, n, in->cols, in->cols);
@@ -375,9 +340,10 @@ static int cpu_matmul(pith_backend *be, const pith_buf *in, const pith_be_mm *ou
 }
 
 /* Biases, QK-norm and RoPE on this token's Q and K, then its K and V into the cache. */
-static void qkv_row(row_job *j, int t) {
+static void qkv_row(row_job *j, int t, int ith) {
+    (void)ith;
     const pith_be_qkv_args *a = j->a;
-    cpu_be *c = j->c;
+    pith_cpu_be *c = j->c;
     int hd = c->shape.head_dim, qd = a->q->cols, kvd = a->k->cols, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
     float *q = row_of(a->q, t), *k = row_of(a->k, t), *v = row_of(a->v, t);
     if (a->bq) {
@@ -385,18 +351,18 @@ static void qkv_row(row_job *j, int t) {
         for (int i = 0; i < kvd; i++) k[i] += a->bk->vec[i], v[i] += a->bv->vec[i];
     }
     if (a->qk_norm == PITH_QK_NORM_ALL) {
-        rmsnorm(q, q, a->q_norm->vec, qd, a->eps);
-        rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
+        pith_cpu_be_rmsnorm(q, q, a->q_norm->vec, qd, a->eps);
+        pith_cpu_be_rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
     }
     int half = a->rope_cs ? a->rope_cs->cols / 2 : 0;
     const float *cs = a->rope_cs ? row_of(a->rope_cs, t) : NULL, *sn = cs ? cs + half : NULL;
     bool per_head = a->qk_norm == PITH_QK_NORM_HEAD;
     for (int h = 0; h < nh; h++) {
-        if (per_head) rmsnorm(q + h * hd, q + h * hd, a->q_norm->vec, hd, a->eps);
+        if (per_head) pith_cpu_be_rmsnorm(q + h * hd, q + h * hd, a->q_norm->vec, hd, a->eps);
         if (cs) rope(q + h * hd, cs, sn, half, a->rope_style);
     }
     for (int h = 0; h < nkv; h++) {
-        if (per_head) rmsnorm(k + h * hd, k + h * hd, a->k_norm->vec, hd, a->eps);
+        if (per_head) pith_cpu_be_rmsnorm(k + h * hd, k + h * hd, a->k_norm->vec, hd, a->eps);
         if (cs) rope(k + h * hd, cs, sn, half, a->rope_style);
     }
     /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
@@ -411,11 +377,11 @@ static void qkv_row(row_job *j, int t) {
 }
 
 static void cpu_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
-    run_rows(cpu_of(be), n, qkv_row, a, 4.0 * (a->q->cols + 2 * a->k->cols));
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, qkv_row, a, 4.0 * (a->q->cols + 2 * a->k->cols));
 }
 
 static void cpu_attention(pith_backend *be, const pith_be_attn *a, int n) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     const pith_batch *b = c->step;
     const pith_kv_cache *kv = &c->kv.groups[a->group];
     size_t layer_off = pith_kv_bytes(kv->type, pith_kv_k_offset(kv, a->layer_index, 0));
@@ -435,7 +401,8 @@ typedef struct glu_args {
     const pith_buf *up;
 } glu_args;
 
-static void glu_row(row_job *j, int t) {
+static void glu_row(row_job *j, int t, int ith) {
+    (void)ith;
     const glu_args *a = j->a;
     int n = a->gate->cols;
     float *g = row_of(a->gate, t);
@@ -454,7 +421,7 @@ static void glu_row(row_job *j, int t) {
 
 static void cpu_glu(pith_backend *be, pith_glu kind, pith_buf *gate, const pith_buf *up, int n) {
     glu_args a = {kind, gate, up};
-    run_rows(cpu_of(be), n, glu_row, &a, 8.0 * gate->cols);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, glu_row, &a, 8.0 * gate->cols);
 }
 
 typedef struct bias_args {
@@ -462,7 +429,8 @@ typedef struct bias_args {
     const float *b;
 } bias_args;
 
-static void bias_row(row_job *j, int t) {
+static void bias_row(row_job *j, int t, int ith) {
+    (void)ith;
     const bias_args *a = j->a;
     float *y = row_of(a->y, t);
     for (int i = 0; i < a->y->cols; i++) y[i] += a->b[i];
@@ -470,17 +438,17 @@ static void bias_row(row_job *j, int t) {
 
 static void cpu_add_bias(pith_backend *be, pith_buf *y, const pith_weight *bias, int n) {
     bias_args a = {y, bias->vec};
-    run_rows(cpu_of(be), n, bias_row, &a, y->cols);
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, bias_row, &a, y->cols);
 }
 
 static int cpu_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     return pith_moe_forward(&c->cpu, &w->layer, &c->moe_scratch, in->host, in->cols, n, out->host, out->cols,
                             c->moe_loop, err);
 }
 
 static void cpu_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
-    const pith_batch *b = cpu_of(be)->step;
+    const pith_batch *b = pith_cpu_be_of(be)->step;
     int n = 0;
     for (int t = 0; t < b->n_tokens; t++) {
         if (!b->want_logits[t] && !(b->want_hidden && b->want_hidden[t])) continue;
@@ -491,13 +459,13 @@ static void cpu_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
 }
 
 static int cpu_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     const pith_batch *b = c->step;
     float *logits = c->logits;
     if (n_kept == 0) return 0;
     int dim = h->x->cols;
     norm_args na = {h->x, h->norm->vec, h->eps, h->scratch};
-    run_rows(c, n_kept, norm_row, &na, dim);
+    pith_cpu_be_rows(c, n_kept, norm_row, &na, dim);
     /* hidden rows out, then the logits rows to the front of the scratch (in order: r only moves down) */
     float *xb = h->scratch->host;
     int n_out = 0, n_hid = 0;
@@ -522,7 +490,7 @@ static int cpu_head(pith_backend *be, const pith_be_head_args *h, int n_kept, in
 }
 
 static void cpu_destroy(pith_backend *be) {
-    cpu_be *c = cpu_of(be);
+    pith_cpu_be *c = pith_cpu_be_of(be);
     pith_kv_host_free(&c->kv);
     for (int i = 0; i < c->n_bufs; i++) free(c->bufs[i]->host), free(c->bufs[i]);
     free(c->bufs);
@@ -536,6 +504,7 @@ static void cpu_destroy(pith_backend *be) {
     free(c->moes);
     pith_moe_scratch_free(&c->moe_scratch);
     if (c->has_shape) pith_attn_scratch_free(&c->attn);
+    free(c->seq_start);
     if (c->cpu.pool) pith_cpu_free(&c->cpu);
     free(c);
 }
@@ -547,6 +516,7 @@ static const pith_backend_vt cpu_vt = {
     .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .rope_tables = cpu_rope_tables,
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
+    .short_conv = pith_cpu_be_short_conv,
 };
 
 bool pith_backend_force_scalar(void) {
@@ -556,7 +526,7 @@ bool pith_backend_force_scalar(void) {
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {
     *out = NULL;
-    cpu_be *c = calloc(1, sizeof *c);
+    pith_cpu_be *c = calloc(1, sizeof *c);
     if (!c) return pith_errf(err, "out of memory");
     if (pith_cpu_init(&c->cpu, n_threads, pith_backend_force_scalar(), err)) {
         free(c);
