@@ -140,6 +140,22 @@ static void rec_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, const pith_
     rec_printf(be, "norm_add b%d b%d w%d eps=%a n=%d", bid(x), bid(y), wid(w), eps, n);
     rec_in(be)->vt->norm_add(rec_in(be), x, y, w, eps, n);
 }
+static void rec_scale(pith_backend *be, pith_buf *y, float s, int n) {
+    rec_printf(be, "scale b%d/%d s=%a n=%d", bid(y), bcols(y), s, n);
+    rec_in(be)->vt->scale(rec_in(be), y, s, n);
+}
+static void rec_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n) {
+    rec_printf(be, "scale_add b%d/%d b%d/%d s=%a n=%d", bid(x), bcols(x), bid(y), bcols(y), s, n);
+    rec_in(be)->vt->scale_add(rec_in(be), x, y, s, n);
+}
+static void rec_zero(pith_backend *be, pith_buf *y, int n) {
+    rec_printf(be, "zero b%d/%d n=%d", bid(y), bcols(y), n);
+    rec_in(be)->vt->zero(rec_in(be), y, n);
+}
+static void rec_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
+    rec_printf(be, "activation %d b%d/%d n=%d", (int)kind, bid(y), bcols(y), n);
+    rec_in(be)->vt->activation(rec_in(be), kind, y, n);
+}
 static int rec_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err) {
     rec_printf(be, "moe %p b%d b%d n=%d", (const void *)w, bid(in), bid(out), n);
     return rec_in(be)->vt->moe(rec_in(be), w, in, out, n, err);
@@ -152,8 +168,9 @@ static void rec_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
     rec_in(be)->vt->keep_rows(rec_in(be), bufs, n_bufs);
 }
 static int rec_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err) {
-    rec_printf(be, "head x=b%d s=b%d norm=w%d eps=%a out=w%d cap=%a kept=%d logits=%d vocab=%d", bid(h->x),
-               bid(h->scratch), wid(h->norm), h->eps, wid(h->output), h->softcap, n_kept, n_logits, n_vocab);
+    rec_printf(be, "head x=b%d s=b%d norm=w%d eps=%a out=w%d cap=%a div=%a kept=%d logits=%d vocab=%d", bid(h->x),
+               bid(h->scratch), wid(h->norm), h->eps, wid(h->output), h->softcap, h->logit_scale, n_kept, n_logits,
+               n_vocab);
     return rec_in(be)->vt->head(rec_in(be), h, n_kept, n_logits, n_vocab, err);
 }
 
@@ -163,14 +180,25 @@ static void rec_short_conv(pith_backend *be, const pith_be_short_conv_args *a, i
     rec_in(be)->vt->short_conv(rec_in(be), a, n);
 }
 
+static void rec_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
+    rec_printf(be,
+               "mamba2 proj=b%d/%d y=b%d/%d conv=w%d,w%d dt=w%d A=w%d D=w%d norm=w%d K=%d H=%d G=%d P=%d N=%d "
+               "ng=%d eps=%a s=%a g=%d off=%zu n=%d",
+               bid(a->proj), bcols(a->proj), bid(a->y), bcols(a->y), wid(a->conv_w), wid(a->conv_b), wid(a->dt_bias),
+               wid(a->A), wid(a->D), wid(a->norm), a->kernel, a->n_heads, a->n_groups, a->head_dim, a->d_state,
+               a->norm_group, a->eps, a->out_scale, a->group, a->state_offset, n);
+    rec_in(be)->vt->mamba2(rec_in(be), a, n);
+}
+
 static const pith_backend_vt rec_vt = {
     .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
     .moe_load = rec_moe_load, .moe_place = rec_moe_place, .attn_shape = rec_attn_shape, .buffer = rec_buffer,
     .reserve = rec_reserve, .mem_alloc = rec_mem_alloc, .mem_free = rec_mem_free, .mem_allocated = rec_mem_allocated,
     .copy_blocks = rec_copy_blocks, .set_step = rec_set_step, .embed = rec_embed, .rope_tables = rec_rope_tables,
     .rmsnorm = rec_rmsnorm, .matmul = rec_matmul, .qkv = rec_qkv, .attention = rec_attention, .glu = rec_glu,
-    .add_bias = rec_add_bias, .norm_add = rec_norm_add, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
-    .short_conv = rec_short_conv,
+    .add_bias = rec_add_bias, .norm_add = rec_norm_add, .scale = rec_scale, .scale_add = rec_scale_add,
+    .zero = rec_zero, .activation = rec_activation, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
+    .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
 };
 
 /* Wraps inner (owned from now on). */

@@ -115,6 +115,11 @@ typedef enum pith_glu {
     PITH_GLU_GELU_TANH,   /* gate = gelu_tanh(gate) * up */
 } pith_glu;
 
+/* An ungated MLP's activation, in place. */
+typedef enum pith_activation {
+    PITH_ACTIVATION_RELU2, /* relu(x)^2 (Nemotron-H's "relu2") */
+} pith_activation;
+
 /* The routed mixture-of-experts FFN (src/backend/cpu/moe.h documents the math): its configuration. */
 typedef enum pith_moe_act {
     PITH_MOE_SILU,         /* silu(g) * u */
@@ -150,6 +155,38 @@ typedef struct pith_be_short_conv_args {
     size_t state_offset;
 } pith_be_short_conv_args;
 
+/* Mamba2 */
+
+/* The widest causal convolution the convolution ops take. */
+#define PITH_BE_MAX_CONV_KERNEL 16
+
+/* Mamba2's mixer between its in- and out-projections (Granite 4.0-H, Nemotron-H), one layer of a
+ * RECURRENT group. With H heads of head_dim P, G B/C groups of d_state N, inner = H P and conv = inner +
+ * 2 G N channels, each row of proj is the in-projection's [z (inner) | xBC (conv) | dt (H)]:
+ *   xBC = silu(conv(xBC) + conv_b): the causal depthwise convolution of width kernel (conv_w:
+ *         [conv][kernel]) over the token's sequence, whose last kernel - 1 inputs are the sequence's
+ *         state (zero at position 0), written over xBC in proj;
+ *   the SSD scan of each head h over the sequence's run (backend/cpu/recurrent.h), reading x, B, C from
+ *         xBC: dt = softplus(dt + dt_bias[h]), S = exp(dt A[h]) S + dt x B^T, y = S C + D[h] x, from the
+ *         sequence's SSM state S ([H][P][N]);
+ *   y = RMSNorm(y * silu(z)) per group of norm_group elements (norm_group == inner: one norm), times
+ *         norm, times out_scale (0 or 1: none), into y (rows of inner).
+ * The layer's state in the sequence's slot, from float state_offset: the convolution's [kernel - 1]
+ * [conv] floats, oldest first, then the SSM state. After a token the step names a checkpoint for, both
+ * are copied into that slot too. */
+typedef struct pith_be_mamba2_args {
+    pith_buf *proj;
+    pith_buf *y;
+    const pith_weight *conv_w, *conv_b;  /* [conv][kernel], [conv] */
+    const pith_weight *dt_bias, *A, *D;  /* [H] each; A = -exp(A_log) < 0 */
+    const pith_weight *norm;             /* [inner] */
+    int kernel, n_heads, n_groups, head_dim, d_state;
+    int norm_group;
+    float eps, out_scale;
+    int group;
+    size_t state_offset;
+} pith_be_mamba2_args;
+
 /* The attention shape every attention op of the model shares. */
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
@@ -158,13 +195,15 @@ typedef struct pith_be_attn_shape {
 
 /* The last op of a step: the final norm of the kept rows of x (pith_be_keep_rows) into scratch, the
  * hidden rows into the step's hidden output, the vocabulary projection of the logits rows into the
- * step's logits (soft-capped when softcap > 0). Both outputs are host memory named by set_step. */
+ * step's logits (divided by logit_scale when it is > 0 and not 1, Granite's logits_scaling; then
+ * soft-capped when softcap > 0). Both outputs are host memory named by set_step. */
 typedef struct pith_be_head_args {
     pith_buf *x, *scratch;
     const pith_weight *norm;
     float eps;
     const pith_weight *output;
     float softcap;
+    float logit_scale;
 } pith_be_head_args;
 
 /* ---- the vtable ---- */
@@ -211,6 +250,14 @@ typedef struct pith_backend_vt {
     void (*add_bias)(pith_backend *be, pith_buf *y, const pith_weight *bias, int n);
     /* x += RMSNorm(y) with w (post-norms); y is left normed */
     void (*norm_add)(pith_backend *be, pith_buf *x, pith_buf *y, const pith_weight *w, float eps, int n);
+    /* y *= s (a block's output scaled before it joins the residual: Granite's residual multiplier) */
+    void (*scale)(pith_backend *be, pith_buf *y, float s, int n);
+    /* x += s * y */
+    void (*scale_add)(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n);
+    /* y = 0 (the output of an op that accumulates, before it) */
+    void (*zero)(pith_backend *be, pith_buf *y, int n);
+    /* y = kind(y), elementwise (an ungated MLP) */
+    void (*activation)(pith_backend *be, pith_activation kind, pith_buf *y, int n);
     int (*moe)(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
     /* moves the rows of the tokens that want logits or hidden states to the front of each buffer, in
      * batch order (the step's row list) */
@@ -219,6 +266,8 @@ typedef struct pith_backend_vt {
 
     /* recurrent mixers over each sequence's run of tokens */
     void (*short_conv)(pith_backend *be, const pith_be_short_conv_args *a, int n);
+    /* Mamba2 */
+    void (*mamba2)(pith_backend *be, const pith_be_mamba2_args *a, int n);
 } pith_backend_vt;
 
 struct pith_backend {
@@ -280,6 +329,14 @@ static inline void pith_be_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, 
                                     int n) {
     be->vt->norm_add(be, x, y, w, eps, n);
 }
+static inline void pith_be_scale(pith_backend *be, pith_buf *y, float s, int n) { be->vt->scale(be, y, s, n); }
+static inline void pith_be_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n) {
+    be->vt->scale_add(be, x, y, s, n);
+}
+static inline void pith_be_zero(pith_backend *be, pith_buf *y, int n) { be->vt->zero(be, y, n); }
+static inline void pith_be_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
+    be->vt->activation(be, kind, y, n);
+}
 static inline int pith_be_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n,
                               pith_err *err) {
     return be->vt->moe(be, w, in, out, n, err);
@@ -290,6 +347,9 @@ static inline int pith_be_head(pith_backend *be, const pith_be_head_args *h, int
 }
 static inline void pith_be_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n) {
     be->vt->short_conv(be, a, n);
+}
+static inline void pith_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
+    be->vt->mamba2(be, a, n);
 }
 static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
     be->vt->keep_rows(be, bufs, n_bufs);

@@ -53,6 +53,29 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
     return 0;
 }
 
+int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
+                             const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    if (t->ne[0] != cols || t->ne[1] != total || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", full, (long long)t->ne[0],
+                         (long long)t->ne[1], cols, total);
+    size_t rb = pith_dtype_row_bytes(t->type, cols);
+    if (!rb || t->nbytes / rb < (size_t)total || row0 < 0 || rows < 1 || row0 + rows > total)
+        return pith_errf(err, "tensor %s: bad type or size", full);
+    /* the part as a tensor of its own: the backend reads its bytes while binding, not the struct later */
+    pith_tensor part = *t;
+    part.ne[1] = rows;
+    part.data = (const uint8_t *)t->data + (size_t)row0 * rb;
+    part.nbytes = rb * (size_t)rows;
+    pith_weight *w;
+    if (pith_be_matrix(d->be, &part, full, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err) {
     const pith_tensor *t = pith_model_file_tensor(d->file, name);
     *out = NULL;

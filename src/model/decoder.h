@@ -56,6 +56,12 @@ void pith_decoder_progress(const pith_decoder *d, double done, double total);
 /* Tensors by canonical name (layer < 0: a global name; else "blk.{layer}." + name). A missing optional
  * tensor leaves *out NULL. A vector is checked to hold n elements, the width its op reads. */
 int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err);
+/* A matrix whose shape the schema does not fix (named by format, or sized by hyper-parameters the
+ * schema has no symbol for), checked to be [cols, total] (GGUF's order: cols first), of which rows
+ * [row0, row0 + rows) are bound: all of it (row0 0, rows total), or one part of a fused projection
+ * (Hugging Face's [gate | up]). */
+int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
+                             const pith_weight **out, pith_err *err);
 int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, bool required, const pith_weight **out,
                         pith_err *err);
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);

@@ -1,6 +1,7 @@
 /* The layer library (layers.h). */
 #include "model/layers.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int pith_dec_bufs_make(pith_decoder *d, int ffn, pith_dec_bufs *b, pith_err *err) {
@@ -71,17 +72,44 @@ static int block_out(pith_decoder *d, const pith_weight *w, const pith_weight *b
     return 0;
 }
 
+/* A block's output times out_scale through the input of its last product (an exact 1 changes nothing). */
+static void scale_input(pith_decoder *d, pith_buf *in, float out_scale, int n) {
+    if (out_scale != 0 && out_scale != 1.0f) pith_be_scale(d->be, in, out_scale, n);
+}
+
 int pith_attn_block_out(pith_decoder *d, const pith_attn_block *a, const pith_dec_bufs *b,
                         const pith_weight *post_norm, int n, pith_err *err) {
+    scale_input(d, b->att, a->out_scale, n);
     return block_out(d, a->wo, a->bo, b->att, b, post_norm, n, err);
 }
 
+static bool has_tensor(const pith_decoder *d, int l, const char *name) {
+    char full[128];
+    snprintf(full, sizeof full, "blk.%d.%s", l, name);
+    return pith_model_file_tensor(d->file, full) != NULL;
+}
+
 int pith_ffn_block_load(pith_decoder *d, int l, pith_glu act, pith_ffn_block *f, pith_err *err) {
+    const int dim = d->base.hp.dim, F = d->base.hp.ffn_dim;
     memset(f, 0, sizeof *f);
     f->act = act;
-    return pith_decoder_matrix(d, l, "ffn_gate.weight", &f->gate, err) ||
-                   pith_decoder_matrix(d, l, "ffn_up.weight", &f->up, err) ||
-                   pith_decoder_matrix(d, l, "ffn_down.weight", &f->down, err)
+    if (!has_tensor(d, l, "ffn_gate.weight") && has_tensor(d, l, "ffn_gate_up.weight")) {
+        if (pith_decoder_matrix_rows(d, l, "ffn_gate_up.weight", dim, 2 * F, 0, F, &f->gate, err) ||
+            pith_decoder_matrix_rows(d, l, "ffn_gate_up.weight", dim, 2 * F, F, F, &f->up, err))
+            return -1;
+    } else if (pith_decoder_matrix_rows(d, l, "ffn_gate.weight", dim, F, 0, F, &f->gate, err) ||
+               pith_decoder_matrix_rows(d, l, "ffn_up.weight", dim, F, 0, F, &f->up, err)) {
+        return -1;
+    }
+    return pith_decoder_matrix_rows(d, l, "ffn_down.weight", F, dim, 0, dim, &f->down, err);
+}
+
+int pith_ffn_block_load_mlp(pith_decoder *d, int l, pith_activation act, pith_ffn_block *f, pith_err *err) {
+    const int dim = d->base.hp.dim, F = d->base.hp.ffn_dim;
+    memset(f, 0, sizeof *f);
+    f->up_act = act;
+    return pith_decoder_matrix_rows(d, l, "ffn_up.weight", dim, F, 0, F, &f->up, err) ||
+                   pith_decoder_matrix_rows(d, l, "ffn_down.weight", F, dim, 0, dim, &f->down, err)
                ? -1
                : 0;
 }
@@ -113,10 +141,24 @@ int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts
 
 int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_dec_bufs *b, const pith_buf *in,
                            const pith_weight *post_norm, int n, pith_err *err) {
-    if (f->moe) return pith_be_moe(d->be, f->moe, in, b->x, n, err);
-    const pith_be_mm gate_up[] = {{f->gate, b->hb, false}, {f->up, b->hb2, false}};
-    if (pith_be_matmul(d->be, in, gate_up, 2, n, err)) return -1;
-    pith_be_glu(d->be, f->act, b->hb, b->hb2, n);
+    if (f->moe && f->out_scale == 0) return pith_be_moe(d->be, f->moe, in, b->x, n, err);
+    if (f->moe) {
+        if (!b->y) return pith_errf(err, "experts with an output scale need the buffer y");
+        pith_be_zero(d->be, b->y, n);
+        if (pith_be_moe(d->be, f->moe, in, b->y, n, err)) return -1;
+        pith_be_scale_add(d->be, b->x, b->y, f->out_scale, n);
+        return 0;
+    }
+    if (f->gate) {
+        const pith_be_mm gate_up[] = {{f->gate, b->hb, false}, {f->up, b->hb2, false}};
+        if (pith_be_matmul(d->be, in, gate_up, 2, n, err)) return -1;
+        pith_be_glu(d->be, f->act, b->hb, b->hb2, n);
+    } else {
+        const pith_be_mm up = {f->up, b->hb, false};
+        if (pith_be_matmul(d->be, in, &up, 1, n, err)) return -1;
+        pith_be_activation(d->be, f->up_act, b->hb, n);
+    }
+    scale_input(d, b->hb, f->out_scale, n);
     return block_out(d, f->down, NULL, b->hb, b, post_norm, n, err);
 }
 
@@ -125,6 +167,6 @@ int pith_head_forward(pith_decoder *d, const pith_dec_bufs *b, const pith_weight
     int n_kept = pith_decoder_n_kept(batch);
     if (n_kept == 0) return 0;
     const pith_hparams *hp = &d->base.hp;
-    pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap};
+    pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, hp->logit_scale};
     return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), hp->n_vocab, err);
 }

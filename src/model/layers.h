@@ -8,12 +8,17 @@
  *     biases, QK-norm per head or over the whole projection, RoPE from the step's tables (none in NoPE
  *     layers), K/V into the layer's KV group, paged attention (window, sinks), the output projection
  *     with an optional bias;
- *   - the dense FFN block: gate and up of one input, a gated activation (SwiGLU, GeGLU), down;
+ *   - the dense FFN block: gate and up of one input (two matrices, or the halves of a fused [gate | up]),
+ *     a gated activation (SwiGLU, GeGLU), down; or an ungated MLP: up, an activation (relu^2), down;
  *   - the routed MoE block: the backend's MoE op over the layer's experts (pith_moe_config_of);
- *   - the output head: the final norm, hidden rows and logits (pith_be_head).
+ *   - the output head: the final norm, hidden rows and logits (pith_be_head), the logits divided by
+ *     hp.logit_scale and soft-capped where the hyper-parameters say.
  *
  * Blocks leave the residual add to the architecture only where it differs: pith_block_out adds a
- * product into x directly, or normalizes it first (post-norm architectures). */
+ * product into x directly, or normalizes it first (post-norm architectures). A block whose out_scale is
+ * set joins the residual times out_scale (Granite's residual multiplier): the attention and dense FFN
+ * blocks scale the input of their last product (skipped when out_scale is exactly 1: the same bits);
+ * experts run into b->y, which joins x times out_scale (even when 1: a sum rounded apart from x). */
 #ifndef PITH_MODEL_LAYERS_H
 #define PITH_MODEL_LAYERS_H
 
@@ -29,6 +34,8 @@ typedef struct pith_dec_bufs {
     pith_buf *q, *att;        /* n_heads * head_dim */
     pith_buf *k, *v;          /* n_kv_heads * head_dim */
     pith_buf *hb, *hb2;       /* ffn (NULL when ffn is 0: experts only) */
+    pith_buf *y;              /* dim: experts' output before it joins x times out_scale; made by the
+                               * architecture that needs it (pith_dec_bufs_make leaves it NULL) */
 } pith_dec_bufs;
 
 int pith_dec_bufs_make(pith_decoder *d, int ffn, pith_dec_bufs *b, pith_err *err);
@@ -39,6 +46,7 @@ typedef struct pith_attn_block {
     const pith_weight *sinks;               /* GPT-OSS, or NULL */
     pith_qk_norm qk_norm;
     const pith_weight *q_norm, *k_norm;
+    float out_scale;                        /* 0: none (see above); set by the architecture after load */
 } pith_attn_block;
 
 /* attn_{q,k,v,output}.weight; attn_{q,k,v}.bias (required when hp.has_qkv_bias), attn_output.bias and
@@ -50,24 +58,30 @@ int pith_attn_block_qkv(pith_decoder *d, const pith_attn_block *a, int l, const 
                         const pith_buf *rope_cs, int n, pith_err *err);
 /* Attention of b->q over layer l's KV group into b->att. */
 void pith_attn_block_attend(pith_decoder *d, const pith_attn_block *a, int l, const pith_dec_bufs *b, int n);
-/* The output projection of b->att (+ bias): added to b->x when post_norm is NULL, else normed by it
- * first (through b->xb). */
+/* The output projection of b->att (+ bias), b->att scaled first by a->out_scale: added to b->x when
+ * post_norm is NULL, else normed by it first (through b->xb). */
 int pith_attn_block_out(pith_decoder *d, const pith_attn_block *a, const pith_dec_bufs *b,
                         const pith_weight *post_norm, int n, pith_err *err);
 
 typedef struct pith_ffn_block {
-    const pith_weight *gate, *up, *down;
+    const pith_weight *gate, *up, *down;    /* gate NULL: an ungated MLP */
     pith_moe_weights *moe;                  /* experts instead of gate/up/down, or NULL */
     pith_glu act;
+    pith_activation up_act;                 /* an ungated MLP's: down(up_act(up x)) */
+    float out_scale;                        /* 0: none (see above); set by the architecture after load */
 } pith_ffn_block;
 
-/* ffn_{gate,up,down}.weight. */
+/* ffn_{gate,up,down}.weight, or gate and up as the halves of a fused ffn_gate_up.weight ([gate | up]
+ * rows: Hugging Face's Granite) where the file has no ffn_gate.weight; shapes checked against hp.dim
+ * and hp.ffn_dim. */
 int pith_ffn_block_load(pith_decoder *d, int l, pith_glu act, pith_ffn_block *f, pith_err *err);
+/* An ungated MLP: ffn_{up,down}.weight (shapes checked), down(act(up x)). */
+int pith_ffn_block_load_mlp(pith_decoder *d, int l, pith_activation act, pith_ffn_block *f, pith_err *err);
 /* The layer's experts (hf_experts: model/llama.h's Hugging Face names, or NULL). */
 int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts[3], pith_ffn_block *f,
                             pith_err *err);
 /* FFN of `in` (b->xb after a pre-norm; b->x itself in post-norm blocks) added to b->x (post_norm NULL),
- * or normed by post_norm first (through b->xb). */
+ * or normed by post_norm first (through b->xb); times f->out_scale where set (experts: through b->y). */
 int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_dec_bufs *b, const pith_buf *in,
                            const pith_weight *post_norm, int n, pith_err *err);
 

@@ -7,9 +7,7 @@
 
 #include <math.h>
 
-#include "backend/cpu/recurrent.h"
 #include "model/arch.h"
-#include "model/hybrid_common.h"
 
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d) {
     memset(d, 0, sizeof *d);
@@ -64,140 +62,43 @@ int pith_mamba2_finish_hf(pith_model_file *f, const pith_hparams *hp, pith_err *
     return 0;
 }
 
-int pith_mamba2_load(const pith_model_file *f, int l, const pith_mamba2_dims *d, int dim, pith_mamba2_layer *L,
-                     pith_err *err) {
+int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_mamba2_layer *L, pith_err *err) {
+    const int dim = d->base.hp.dim;
     char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
-    const pith_tensor *c = pith_model_file_tensor(f, NAME("ssm_conv1d.weight"));
-    if (c && c->ne[0] != d->K) return pith_errf(err, "tensor %s: width %lld, expected %d", n, (long long)c->ne[0], d->K);
-    if (pith_hy_load_mat(f, NAME("ssm_in.weight"), d->proj_dim, dim, &L->ssm_in, err) ||
-        pith_hy_load_mat(f, NAME("ssm_out.weight"), dim, d->inner, &L->ssm_out, err) ||
-        pith_hy_load_vec(f, NAME("ssm_conv1d.weight"), (int64_t)d->conv_dim * d->K, &L->conv_w, err) ||
-        pith_hy_load_vec(f, NAME("ssm_conv1d.bias"), d->conv_dim, &L->conv_b, err) ||
-        pith_hy_load_vec(f, NAME("ssm_dt.bias"), d->H, &L->dt_bias, err) ||
-        pith_hy_load_vec(f, NAME("ssm_a"), d->H, &L->ssm_a, err) || pith_hy_load_vec(f, NAME("ssm_d"), d->H, &L->ssm_d, err) ||
-        pith_hy_load_vec(f, NAME("ssm_norm.weight"), d->inner, &L->ssm_norm, err))
+    snprintf(n, sizeof n, "blk.%d.ssm_conv1d.weight", l);
+    const pith_tensor *c = pith_model_file_tensor(d->file, n);
+    if (c && c->ne[0] != md->K) return pith_errf(err, "tensor %s: width %lld, expected %d", n, (long long)c->ne[0], md->K);
+    if (pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, md->proj_dim, 0, md->proj_dim, &L->ssm_in, err) ||
+        pith_decoder_matrix_rows(d, l, "ssm_out.weight", md->inner, dim, 0, dim, &L->ssm_out, err) ||
+        pith_decoder_vector(d, l, "ssm_conv1d.weight", md->conv_dim * md->K, true, &L->conv_w, err) ||
+        pith_decoder_vector(d, l, "ssm_conv1d.bias", md->conv_dim, true, &L->conv_b, err) ||
+        pith_decoder_vector(d, l, "ssm_dt.bias", md->H, true, &L->dt_bias, err) ||
+        pith_decoder_vector(d, l, "ssm_a", md->H, true, &L->ssm_a, err) ||
+        pith_decoder_vector(d, l, "ssm_d", md->H, true, &L->ssm_d, err) ||
+        pith_decoder_vector(d, l, "ssm_norm.weight", md->inner, true, &L->ssm_norm, err))
         return -1;
-#undef NAME
-    for (int h = 0; h < d->H; h++)
-        if (!(L->ssm_a[h] < 0)) return pith_errf(err, "ssm_a[%d] is %g; Mamba2 needs A = -exp(A_log) < 0", h, L->ssm_a[h]);
+    for (int h = 0; h < md->H; h++)
+        if (!(L->ssm_a->vec[h] < 0))
+            return pith_errf(err, "ssm_a[%d] is %g; Mamba2 needs A = -exp(A_log) < 0", h, L->ssm_a->vec[h]);
     return 0;
 }
 
-int pith_mamba2_pack(pith_cpu *c, pith_mamba2_layer *L, pith_err *err) {
-    if (L->ssm_in.data && pith_matrix_pack(c, &L->ssm_in, err)) return -1;
-    return L->ssm_out.data ? pith_matrix_pack(c, &L->ssm_out, err) : 0;
+int pith_mamba2_bufs_make(pith_decoder *d, const pith_mamba2_dims *md, pith_mamba2_bufs *b, pith_err *err) {
+    return !(b->proj = pith_be_buffer(d->be, md->proj_dim, err)) || !(b->y = pith_be_buffer(d->be, md->inner, err)) ? -1
+                                                                                                                   : 0;
 }
 
-void pith_mamba2_free(pith_mamba2_layer *L) {
-    pith_matrix_free(&L->ssm_in);
-    pith_matrix_free(&L->ssm_out);
-    float *vs[] = {L->conv_w, L->conv_b, L->dt_bias, L->ssm_a, L->ssm_d, L->ssm_norm};
-    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
-    memset(L, 0, sizeof *L);
-}
-
-/* This layer's state in state slot `slot` of the RECURRENT group. */
-static float *slot_state(const pith_mamba2_run *r, int slot) {
-    const pith_kv_cache *c = &r->mem->groups[r->group];
-    return (float *)(c->state + (size_t)slot * c->state_bytes) +
-           (size_t)r->layer_index * (r->d->conv_floats + r->d->ssm_floats);
-}
-
-/* The last token of the piece of s's run that starts at t: the next token with a checkpoint, else the
- * run's last. */
-static int piece_end(const int32_t *ck, int t, int t1) {
-    if (ck)
-        while (t < t1 - 1 && ck[t] < 0) t++;
-    else
-        t = t1 - 1;
-    return t;
-}
-
-#define CONV_CHANNELS 256
-
-/* Unit u: sequence u / blocks, channels of block u % blocks: the convolution of xBC (in place in proj). */
-static void conv_unit(pith_hy_job *j, int u, int ith) {
-    (void)ith;
-    const pith_mamba2_run *r = j->m;
-    const pith_mamba2_dims *d = r->d;
-    const pith_batch *b = r->b;
-    int C = d->conv_dim, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS, K = d->K;
-    int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
-    int t0 = r->seq_start[s], t1 = r->seq_start[s + 1];
-    float *state = slot_state(r, b->mem[r->group].state_slots[s]);
-    if (b->positions[t0] == 0)
-        for (int k = 0; k < K - 1; k++) memset(state + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    const int32_t *ck = b->mem[r->group].checkpoints;
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
-        float *x = r->proj + (size_t)t * d->proj_dim + d->inner;
-        pith_conv1d_args a = {e + 1 - t, C, K, x, (size_t)d->proj_dim, r->L->conv_w, r->L->conv_b, state, x,
-                              (size_t)d->proj_dim, true, r->cpu->k};
-        pith_conv1d(&a, c0, c1);
-        if (ck && ck[e] >= 0) {
-            float *dst = slot_state(r, ck[e]);
-            for (int k = 0; k < K - 1; k++)
-                memcpy(dst + (size_t)k * C + c0, state + (size_t)k * C + c0, (size_t)(c1 - c0) * sizeof(float));
-        }
-        t = e + 1;
-    }
-}
-
-/* Unit u: sequence u / heads, head u % heads: the SSD scan over the sequence's run into y. */
-static void ssd_unit(pith_hy_job *j, int u, int ith) {
-    (void)ith;
-    const pith_mamba2_run *r = j->m;
-    const pith_mamba2_dims *d = r->d;
-    const pith_batch *b = r->b;
-    int s = u / d->H, h = u % d->H;
-    int t0 = r->seq_start[s], t1 = r->seq_start[s + 1];
-    size_t per_head = (size_t)d->P * d->N;
-    float *S = slot_state(r, b->mem[r->group].state_slots[s]) + d->conv_floats;
-    if (b->positions[t0] == 0) memset(S + (size_t)h * per_head, 0, per_head * sizeof(float));
-    const int32_t *ck = b->mem[r->group].checkpoints;
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
-        const float *row = r->proj + (size_t)t * d->proj_dim;
-        pith_ssd_args a = {
-            .n_tokens = e + 1 - t, .n_heads = d->H, .n_groups = d->G, .head_dim = d->P, .d_state = d->N,
-            .x = row + d->inner, .ld_x = (size_t)d->proj_dim, .B = row + 2 * d->inner,
-            .C = row + 2 * d->inner + d->G * d->N, .ld_bc = (size_t)d->proj_dim, .dt = row + d->inner + d->conv_dim,
-            .ld_dt = (size_t)d->proj_dim, .dt_bias = r->L->dt_bias, .A = r->L->ssm_a, .D = r->L->ssm_d, .state = S,
-            .y = r->y + (size_t)t * d->inner, .ld_y = (size_t)d->inner, .portable = r->portable,
-            .no_avx512 = strncmp(r->cpu->k->name, "avx512", 6) != 0,
-        };
-        pith_ssd_recurrent(&a, h);
-        if (ck && ck[e] >= 0)
-            memcpy(slot_state(r, ck[e]) + d->conv_floats + (size_t)h * per_head, S + (size_t)h * per_head,
-                   per_head * sizeof(float));
-        t = e + 1;
-    }
-}
-
-/* y * silu(z), RMS-normed per group, times out_scale (ssm_out's input). */
-static void gated_norm_row(pith_hy_job *j, int t, int ith) {
-    (void)ith;
-    const pith_mamba2_run *r = j->m;
-    const pith_mamba2_dims *d = r->d;
-    float *y = r->y + (size_t)t * d->inner;
-    pith_gated_rmsnorm_grouped(y, r->proj + (size_t)t * d->proj_dim, r->L->ssm_norm, d->inner, d->norm_group, r->eps);
-    if (r->out_scale != 1.0f)
-        for (int i = 0; i < d->inner; i++) y[i] *= r->out_scale;
-}
-
-int pith_mamba2_forward(const pith_mamba2_run *r, const float *xb, int dim, float *x, pith_err *err) {
-    const pith_mamba2_dims *d = r->d;
-    const pith_batch *b = r->b;
-    int n = b->n_tokens;
-    pith_acts a;
-    pith_acts_bind(r->cpu, &a, xb, n, dim, dim);
-    if (pith_cpu_matmul(r->cpu, &r->L->ssm_in, &a, r->proj, (size_t)d->proj_dim, false, err)) return -1;
-    pith_hy_job j = {.m = (void *)r, .b = b};
-    int blocks = (d->conv_dim + CONV_CHANNELS - 1) / CONV_CHANNELS;
-    pith_hy_run(r->cpu, &j, conv_unit, b->n_seqs * blocks, (double)n / b->n_seqs * CONV_CHANNELS * (d->K + 4));
-    pith_hy_run(r->cpu, &j, ssd_unit, b->n_seqs * d->H, (double)n / b->n_seqs * 4.0 * d->P * d->N);
-    pith_hy_run(r->cpu, &j, gated_norm_row, n, 8.0 * d->inner);
-    pith_acts_bind(r->cpu, &a, r->y, n, d->inner, d->inner);
-    return pith_cpu_matmul(r->cpu, &r->L->ssm_out, &a, x, dim, true, err);
+int pith_mamba2_forward(pith_decoder *d, const pith_mamba2_layer *L, const pith_mamba2_dims *md, int l,
+                        const pith_mamba2_bufs *b, const pith_buf *in, pith_buf *x, float eps, float out_scale, int n,
+                        pith_err *err) {
+    const pith_be_mm proj = {L->ssm_in, b->proj, false}, out = {L->ssm_out, x, true};
+    const pith_be_mamba2_args op = {
+        .proj = b->proj, .y = b->y, .conv_w = L->conv_w, .conv_b = L->conv_b, .dt_bias = L->dt_bias, .A = L->ssm_a,
+        .D = L->ssm_d, .norm = L->ssm_norm, .kernel = md->K, .n_heads = md->H, .n_groups = md->G, .head_dim = md->P,
+        .d_state = md->N, .norm_group = md->norm_group, .eps = eps, .out_scale = out_scale,
+        .group = d->layer_group[l], .state_offset = (size_t)d->layer_index[l] * (md->conv_floats + md->ssm_floats),
+    };
+    if (pith_be_matmul(d->be, in, &proj, 1, n, err)) return -1;
+    pith_be_mamba2(d->be, &op, n);
+    return pith_be_matmul(d->be, b->y, &out, 1, n, err);
 }

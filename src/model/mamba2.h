@@ -1,35 +1,30 @@
 /* The Mamba2 token mixer, written once for the hybrid decoders that have it (granitehybrid.c: Granite
- * 4.0-H; nemotronh.c: Nemotron-H): its tensors, read from a model file, and one layer's forward over a
- * flat batch with the state in a RECURRENT memory group.
+ * 4.0-H; nemotronh.c: Nemotron-H): its hyper-parameters and GGUF keys (for the descriptors), its tensors
+ * bound on the base decoder (model/decoder.h), and one layer's forward over the backend interface: the
+ * in-projection, the backend's mamba2 op (convolution, SSD scan and gated norm: backend.h), the
+ * out-projection into the residual.
  *
  * Per token (H heads of P, G B/C groups of d_state N, inner = H * P, conv channels inner + 2 G N):
  * ssm_in gives [z (inner) | xBC (conv channels) | dt (H)]; xBC through the causal depthwise convolution
  * (ssm_conv1d, width K, its bias, SiLU) whose last K - 1 inputs are the sequence's carried state; the SSD
- * scan per head (backend/cpu/recurrent.h) with ssm_dt.bias, ssm_a = -exp(A_log) and the skip ssm_d, from
- * the carried SSM state; y * silu(z), RMS-normed per group of norm_group elements with ssm_norm (norm_group
- * == inner: one norm over the whole width), times out_scale; ssm_out, added to the residual.
- *
- * Every run goes through the recurrent SSD kernel, a prefill chunk too: its result is then the same bits
- * however the scheduler cuts a prompt into chunks, batches it with others or restores it from a snapshot.
- * State checkpoints (batch.h): a run is cut after every token with a checkpoint, whose conv and SSM state
- * (per unit of work: its channels or its head) is copied into the checkpoint slot.
+ * scan per head with ssm_dt.bias, ssm_a = -exp(A_log) and the skip ssm_d, from the carried SSM state;
+ * y * silu(z), RMS-normed per group of norm_group elements with ssm_norm (norm_group == inner: one norm
+ * over the whole width), times out_scale; ssm_out, added to the residual.
  *
  * State: per sequence slot, for each Mamba2 layer i of the group in order, its convolution state
  * ([K - 1][conv channels] floats, oldest first) followed by its SSM state ([H][P][N] floats), at float
- * offset i * (conv_floats + ssm_floats) of the slot (pith_hy_declare_memory with that many floats). */
+ * offset i * (conv_floats + ssm_floats) of the slot (pith_decoder_hybrid_memory with that many floats).
+ * State checkpoints (batch.h) are the op's: the state after each named token is copied to its slot. */
 #ifndef PITH_MODEL_MAMBA2_H
 #define PITH_MODEL_MAMBA2_H
 
 #include <stdbool.h>
 
-#include "backend/cpu/cpu.h"
-#include "backend/cpu/matmul.h"
-#include "pith/batch.h"
-#include "pith/kv.h"
+#include "model/decoder.h"
 #include "pith/modelfile.h"
 
-/* The widest Mamba2 convolution accepted (the conv1d kernel's limit). */
-#define PITH_MAMBA2_MAX_KERNEL 16
+/* The widest Mamba2 convolution accepted (the backend's limit). */
+#define PITH_MAMBA2_MAX_KERNEL PITH_BE_MAX_CONV_KERNEL
 
 typedef struct pith_mamba2_dims {
     int K, H, G, P, N, inner, conv_dim, proj_dim;
@@ -53,35 +48,24 @@ int pith_mamba2_read_gguf(const struct pith_meta *m, pith_hparams *hp);
 int pith_mamba2_finish_hf(pith_model_file *f, const pith_hparams *hp, pith_err *err);
 
 typedef struct pith_mamba2_layer {
-    pith_matrix ssm_in, ssm_out;
-    float *conv_w, *conv_b, *dt_bias, *ssm_a, *ssm_d, *ssm_norm;
+    const pith_weight *ssm_in, *ssm_out;
+    const pith_weight *conv_w, *conv_b, *dt_bias, *ssm_a, *ssm_d, *ssm_norm;
 } pith_mamba2_layer;
 
-/* Layer l's Mamba2 tensors (blk.l.ssm_*; ssm_a already -exp(A_log), every ssm_a < 0). Errors name the
- * tensor; the caller prefixes the layer. */
-int pith_mamba2_load(const pith_model_file *f, int l, const pith_mamba2_dims *d, int dim, pith_mamba2_layer *L,
-                     pith_err *err);
-int pith_mamba2_pack(pith_cpu *c, pith_mamba2_layer *L, pith_err *err);
-void pith_mamba2_free(pith_mamba2_layer *L);
+/* Layer l's Mamba2 tensors (blk.l.ssm_*, shapes checked; ssm_a already -exp(A_log), every ssm_a < 0).
+ * Errors name the tensor; the caller prefixes the layer. */
+int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_mamba2_layer *L, pith_err *err);
 
-/* One layer's run over a batch. proj holds n_tokens rows of proj_dim floats and y n_tokens rows of inner
- * floats (the caller's scratch); seq_start as pith_hy_seq_starts leaves it; group is the RECURRENT
- * group's index (in the batch and in mem), layer_index the layer's index within the group. */
-typedef struct pith_mamba2_run {
-    pith_cpu *cpu;
-    const pith_mamba2_dims *d;
-    const pith_mamba2_layer *L;
-    const pith_batch *b;
-    const pith_kv_host *mem;
-    int group, layer_index;
-    const int *seq_start;
-    float *proj, *y;
-    float eps;       /* of the gated norm */
-    float out_scale; /* the normed output times this (Granite's residual multiplier; 1: none) */
-    bool portable;   /* the portable SSD loops (PITH_FORCE_SCALAR) */
-} pith_mamba2_run;
+/* The mixer's buffers: proj (proj_dim: ssm_in's output) and y (inner: ssm_out's input). */
+typedef struct pith_mamba2_bufs {
+    pith_buf *proj, *y;
+} pith_mamba2_bufs;
+int pith_mamba2_bufs_make(pith_decoder *d, const pith_mamba2_dims *md, pith_mamba2_bufs *b, pith_err *err);
 
-/* x (n_tokens rows of dim) += ssm_out(mixer(xb)). */
-int pith_mamba2_forward(const pith_mamba2_run *r, const float *xb, int dim, float *x, pith_err *err);
+/* x (n rows: every token of the step) += ssm_out(mixer(in)) for layer l of the decoder's RECURRENT
+ * group; eps is the gated norm's, out_scale multiplies its output (0 or 1: none). */
+int pith_mamba2_forward(pith_decoder *d, const pith_mamba2_layer *L, const pith_mamba2_dims *md, int l,
+                        const pith_mamba2_bufs *b, const pith_buf *in, pith_buf *x, float eps, float out_scale, int n,
+                        pith_err *err);
 
 #endif

@@ -441,6 +441,57 @@ static void cpu_add_bias(pith_backend *be, pith_buf *y, const pith_weight *bias,
     pith_cpu_be_rows(pith_cpu_be_of(be), n, bias_row, &a, y->cols);
 }
 
+typedef struct scale_args {
+    pith_buf *x;
+    const pith_buf *y;
+    float s;
+    pith_activation kind;
+} scale_args;
+
+static void scale_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const scale_args *a = j->a;
+    float *x = row_of(a->x, t);
+    for (int i = 0; i < a->x->cols; i++) x[i] *= a->s;
+}
+
+static void cpu_scale(pith_backend *be, pith_buf *y, float s, int n) {
+    scale_args a = {.x = y, .s = s};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, scale_row, &a, y->cols);
+}
+
+static void scale_add_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const scale_args *a = j->a;
+    float *x = row_of(a->x, t);
+    const float *y = row_of(a->y, t);
+    for (int i = 0; i < a->x->cols; i++) x[i] += a->s * y[i];
+}
+
+static void cpu_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n) {
+    scale_args a = {.x = x, .y = y, .s = s};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, scale_add_row, &a, 2.0 * x->cols);
+}
+
+/* One memset: clearing memory is bandwidth, not work to spread over the pool. */
+static void cpu_zero(pith_backend *be, pith_buf *y, int n) {
+    (void)be;
+    memset(y->host, 0, (size_t)n * y->cols * sizeof(float));
+}
+
+static void activation_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const scale_args *a = j->a;
+    float *x = row_of(a->x, t);
+    if (a->kind == PITH_ACTIVATION_RELU2)
+        for (int i = 0; i < a->x->cols; i++) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
+}
+
+static void cpu_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
+    scale_args a = {.x = y, .kind = kind};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, activation_row, &a, 2.0 * y->cols);
+}
+
 static int cpu_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err) {
     pith_cpu_be *c = pith_cpu_be_of(be);
     return pith_moe_forward(&c->cpu, &w->layer, &c->moe_scratch, in->host, in->cols, n, out->host, out->cols,
@@ -482,6 +533,8 @@ static int cpu_head(pith_backend *be, const pith_be_head_args *h, int n_kept, in
     pith_acts_bind(&c->cpu, &a, xb, n_logits, dim, dim);
     const cpu_weight *w = h->output->impl;
     if (pith_cpu_matmul(&c->cpu, &w->m, &a, logits, n_vocab, false, err)) return -1;
+    if (h->logit_scale > 0 && h->logit_scale != 1.0f) /* divided, not times the inverse: Granite's rounding */
+        for (size_t i = 0; i < (size_t)n_logits * n_vocab; i++) logits[i] /= h->logit_scale;
     if (h->softcap > 0) {
         const float cap = h->softcap, inv = 1.0f / cap;
         for (size_t i = 0; i < (size_t)n_logits * n_vocab; i++) logits[i] = cap * tanhf(logits[i] * inv);
@@ -515,8 +568,9 @@ static const pith_backend_vt cpu_vt = {
     .reserve = cpu_reserve, .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free, .mem_allocated = cpu_mem_allocated,
     .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .rope_tables = cpu_rope_tables,
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
-    .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
-    .short_conv = pith_cpu_be_short_conv,
+    .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
+    .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
+    .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
 };
 
 bool pith_backend_force_scalar(void) {
@@ -528,7 +582,8 @@ int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {
     *out = NULL;
     pith_cpu_be *c = calloc(1, sizeof *c);
     if (!c) return pith_errf(err, "out of memory");
-    if (pith_cpu_init(&c->cpu, n_threads, pith_backend_force_scalar(), err)) {
+    c->ssd_portable = pith_backend_force_scalar();
+    if (pith_cpu_init(&c->cpu, n_threads, c->ssd_portable, err)) {
         free(c);
         return -1;
     }

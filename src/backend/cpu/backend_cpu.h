@@ -1,6 +1,6 @@
 /* The CPU backend's own state, shared by the files that implement its ops (backend_cpu.c: weights,
- * buffers, memory, the step and the decoder ops; backend_cpu_conv.c: the short convolution; further
- * mixers in their own files). Nothing outside src/backend/cpu/ includes it: models see backend.h.
+ * buffers, memory, the step and the decoder ops; backend_cpu_conv.c: the short convolution;
+ * backend_cpu_ssd.c: Mamba2's mixer; further mixers in their own files). Nothing outside src/backend/cpu/ includes it: models see backend.h.
  *
  * Invariants: every buffer holds cap rows; step is the batch set_step checked and seq_start its runs
  * (seq_start[s] the first token of sequence s, seq_start[n_seqs] == n_tokens); ops read per-step data
@@ -47,6 +47,8 @@ typedef struct pith_cpu_be {
     const pith_batch *step;  /* the step's data (host memory: the batch itself) */
     int *seq_start;          /* [cap + 1] each sequence's first token, then n_tokens */
     float *logits;           /* the step's logits rows: host memory, the caller's */
+    /* Mamba2's ops: the recurrent SSD scan they run needs no scratch (its chunked form, unused, would) */
+    bool ssd_portable;       /* PITH_FORCE_SCALAR: the scan's portable loops too */
 } pith_cpu_be;
 
 static inline pith_cpu_be *pith_cpu_be_of(pith_backend *be) { return (pith_cpu_be *)be; }
@@ -68,5 +70,6 @@ void pith_cpu_be_rmsnorm(float *out, const float *x, const float *w, int n, floa
 
 /* Ops in their own files. */
 void pith_cpu_be_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n);
+void pith_cpu_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n);
 
 #endif

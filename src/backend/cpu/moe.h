@@ -56,12 +56,15 @@ typedef struct pith_moe_scratch {
 /* Checks what the forward pass relies on: 1 <= top_k <= n_experts <= PITH_GROUPED_MAX_GROUPS, widths. */
 int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err *err);
 
-/* Layer l's expert tensors from the file: GGUF's 3-D blk.l.ffn_{gate,up,down}_exps.weight, else
- * per-expert 2-D blk.l.ffn_{gate,up,down}.E.weight, else per-expert Hugging Face names (hf_experts:
- * the gate, up and down names after "model.layers.l." with %d for the expert; NULL: none). Router
- * blk.l.ffn_gate_inp.weight (optional bias ffn_gate_inp.bias), selection bias exp_probs_b.bias, expert
- * biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its gate
- * ffn_gate_inp_shexp.weight; else GPT-OSS's Hugging Face mlp.experts.gate_up_proj ([experts][dim][2 ffn],
+/* Layer l's expert tensors from the file: GGUF's 3-D blk.l.ffn_{gate,up,down}_exps.weight (gate and up
+ * may be one 3-D ffn_gate_up_exps.weight, each expert's gate rows then its up rows: Hugging Face's
+ * Granite), else per-expert 2-D blk.l.ffn_{gate,up,down}.E.weight, else per-expert Hugging Face names
+ * (hf_experts: the gate, up and down names after "model.layers.l." with %d for the expert; NULL: none).
+ * Router blk.l.ffn_gate_inp.weight (optional bias ffn_gate_inp.bias), selection bias exp_probs_b.bias,
+ * expert biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its
+ * gate ffn_gate_inp_shexp.weight (required when cfg->shared_ffn > 0, unless the layer has the dense
+ * FFN's names instead: a fused ffn_gate_up.weight or ffn_gate/ffn_up, and ffn_down, as Granite's
+ * Hugging Face shared_mlp); else GPT-OSS's Hugging Face mlp.experts.gate_up_proj ([experts][dim][2 ffn],
  * gate and up interleaved, x @ W) and down_proj ([experts][ffn][dim]) with their biases, rearranged into
  * owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],

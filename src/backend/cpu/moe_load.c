@@ -1,7 +1,7 @@
 /* Loading a mixture-of-experts block from a model file (see moe.h): every expert a pith_matrix view of
  * the file's bytes, from a 3-D GGUF tensor (ne = {cols, rows, n_experts}: expert e's rows start
- * e * rows * row_bytes in) or from one 2-D tensor per expert (older GGUF files, Hugging Face
- * checkpoints), so nothing is copied until pith_moe_pack repacks for the kernels, or, with the experts
+ * e * rows * row_bytes in; a fused gate and up: 2 * rows per expert), or from one 2-D tensor per expert
+ * (older GGUF files, Hugging Face checkpoints), so nothing is copied until pith_moe_pack repacks for the kernels, or, with the experts
  * mapped, ever. */
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +77,70 @@ static int load_experts(const pith_model_file *f, int l, const char *kind, const
         if (ms[e].type != ms[0].type) return pith_errf(err, "tensor %s: experts of different types", name);
     }
     return 0;
+}
+
+/* Gate and up of every expert from one 3-D blk.l.ffn_gate_up_exps.weight, ne = {dim, 2 ffn, n_experts}:
+ * expert e's gate rows, then its up rows (Hugging Face's Granite input_linear), viewed in place. */
+static int load_fused_experts(const pith_model_file *f, const char *name, int E, int rows, int cols,
+                              pith_matrix **gate, pith_matrix **up, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!(*gate = calloc((size_t)E, sizeof **gate)) || !(*up = calloc((size_t)E, sizeof **up)))
+        return pith_errf(err, "out of memory");
+    if (t->ne[0] != cols || t->ne[1] != 2 * (int64_t)rows || t->ne[2] != E || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld, %lld], expected [%d, %d, %d]", name, (long long)t->ne[0],
+                         (long long)t->ne[1], (long long)t->ne[2], cols, 2 * rows, E);
+    size_t rb = pith_dtype_row_bytes(t->type, cols);
+    if (!rb || t->nbytes / rb / 2 / (size_t)rows < (size_t)E) return pith_errf(err, "tensor %s: bad type or size", name);
+    for (int e = 0; e < E; e++)
+        for (int part = 0; part < 2; part++) {
+            pith_tensor v = *t;
+            v.n_dims = 2;
+            v.ne[1] = rows, v.ne[2] = 1;
+            v.data = (const uint8_t *)t->data + ((size_t)e * 2 + part) * rows * rb;
+            v.nbytes = rb * (size_t)rows;
+            if (pith_matrix_from_tensor(part ? &(*up)[e] : &(*gate)[e], &v, err)) return -1;
+        }
+    return 0;
+}
+
+/* Rows [row0, row0 + rows) of a 2-D tensor of `total` rows (the halves of a fused [gate | up]). */
+static int load_rows(const pith_model_file *f, const char *name, int total, int row0, int rows, int cols,
+                     pith_matrix *m, pith_err *err) {
+    const pith_tensor *t = pith_model_file_tensor(f, name);
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    if (t->ne[0] != cols || t->ne[1] != total || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", name, (long long)t->ne[0],
+                         (long long)t->ne[1], cols, total);
+    size_t rb = pith_dtype_row_bytes(t->type, cols);
+    if (!rb || t->nbytes / rb < (size_t)total) return pith_errf(err, "tensor %s: bad type or size", name);
+    pith_tensor v = *t;
+    v.ne[1] = rows;
+    v.data = (const uint8_t *)t->data + (size_t)row0 * rb;
+    v.nbytes = rb * (size_t)rows;
+    return pith_matrix_from_tensor(m, &v, err);
+}
+
+/* A shared expert stored as the layer's dense FFN (Granite's Hugging Face shared_mlp: a fused
+ * ffn_gate_up.weight, [gate | up] rows, or ffn_gate.weight and ffn_up.weight; then ffn_down.weight).
+ * Nothing of the kind: *found false. */
+static int load_dense_shared(const pith_model_file *f, int l, int sh, int dim, pith_moe_layer *L, bool *found,
+                             pith_err *err) {
+    char g[96], u[96], d[96];
+    snprintf(g, sizeof g, "blk.%d.ffn_gate_up.weight", l);
+    snprintf(d, sizeof d, "blk.%d.ffn_down.weight", l);
+    *found = true;
+    if (pith_model_file_tensor(f, g))
+        return load_rows(f, g, 2 * sh, 0, sh, dim, &L->sh_gate, err) || load_rows(f, g, 2 * sh, sh, sh, dim, &L->sh_up, err) ||
+                       load_mat(f, d, dim, sh, true, &L->sh_down, NULL, err)
+                   ? -1
+                   : 0;
+    snprintf(g, sizeof g, "blk.%d.ffn_gate.weight", l);
+    snprintf(u, sizeof u, "blk.%d.ffn_up.weight", l);
+    if (!(*found = pith_model_file_tensor(f, g) != NULL)) return 0;
+    return load_mat(f, g, sh, dim, true, &L->sh_gate, NULL, err) || load_mat(f, u, sh, dim, true, &L->sh_up, NULL, err) ||
+                   load_mat(f, d, dim, sh, true, &L->sh_down, NULL, err)
+               ? -1
+               : 0;
 }
 
 /* GPT-OSS's Hugging Face experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], so gate
@@ -165,21 +229,30 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
         if (!L->gate || !L->up || !L->down) return pith_errf(err, "out of memory");
         return load_fused_hf(f, l, L, err) ? pith_err_prefix(err, "layer %d", l) : 0;
     }
-    if (load_experts(f, l, "gate", hf_experts ? hf[0] : NULL, E, ffn, dim, &L->gate, err) ||
-        load_experts(f, l, "up", hf_experts ? hf[1] : NULL, E, ffn, dim, &L->up, err) ||
+    char fused[96];
+    snprintf(fused, sizeof fused, "blk.%d.ffn_gate_up_exps.weight", l);
+    const bool is_fused = !pith_model_file_tensor(f, NAME("ffn_gate_exps.weight")) && pith_model_file_tensor(f, fused);
+    /* a shared expert under the dense FFN's names, where the file has no _shexp ones */
+    const bool dense_shared = sh > 0 && !pith_model_file_tensor(f, NAME("ffn_gate_shexp.weight")) &&
+                              (pith_model_file_tensor(f, NAME("ffn_gate_up.weight")) ||
+                               pith_model_file_tensor(f, NAME("ffn_gate.weight")));
+    if ((is_fused ? load_fused_experts(f, fused, E, ffn, dim, &L->gate, &L->up, err)
+               : load_experts(f, l, "gate", hf_experts ? hf[0] : NULL, E, ffn, dim, &L->gate, err) ||
+                     load_experts(f, l, "up", hf_experts ? hf[1] : NULL, E, ffn, dim, &L->up, err)) ||
         load_experts(f, l, "down", hf_experts ? hf[2] : NULL, E, dim, ffn, &L->down, err) ||
         load_vec(f, NAME("ffn_gate_exps.bias"), (int64_t)E * ffn, false, &L->gate_bias, err) ||
         load_vec(f, NAME("ffn_up_exps.bias"), (int64_t)E * ffn, false, &L->up_bias, err) ||
         load_vec(f, NAME("ffn_down_exps.bias"), (int64_t)E * dim, false, &L->down_bias, err) ||
-        load_mat(f, NAME("ffn_gate_shexp.weight"), sh, dim, sh > 0, &L->sh_gate, &found, err))
+        load_mat(f, NAME("ffn_gate_shexp.weight"), sh, dim, sh > 0 && !dense_shared, &L->sh_gate, &found, err))
         return pith_err_prefix(err, "layer %d", l);
     if (found && sh == 0) return pith_errf(err, "layer %d: a shared expert, but no shared expert width", l);
-    L->has_shared = found;
     if (found && (load_mat(f, NAME("ffn_up_shexp.weight"), sh, dim, true, &L->sh_up, NULL, err) ||
                   load_mat(f, NAME("ffn_down_shexp.weight"), dim, sh, true, &L->sh_down, NULL, err) ||
                   load_vec(f, NAME("ffn_gate_inp_shexp.weight"), dim, false, &L->sh_gate_inp, err)))
         return pith_err_prefix(err, "layer %d", l);
 #undef NAME
+    if (dense_shared && load_dense_shared(f, l, sh, dim, L, &found, err)) return pith_err_prefix(err, "layer %d", l);
+    L->has_shared = found;
     return 0;
 }
 
