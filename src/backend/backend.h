@@ -173,7 +173,7 @@ typedef struct pith_be_short_conv_args {
  *         norm, times out_scale (0 or 1: none), into y (rows of inner).
  * The layer's state in the sequence's slot, from float state_offset: the convolution's [kernel - 1]
  * [conv] floats, oldest first, then the SSM state. After a token the step names a checkpoint for, both
- * are copied into that slot too. */
+ * are copied into that slot too. The op runs over every token of the step (n is its n_tokens). */
 typedef struct pith_be_mamba2_args {
     pith_buf *proj;
     pith_buf *y;

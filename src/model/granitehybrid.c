@@ -69,9 +69,11 @@ static int load_layer(gh *m, int l, pith_err *err) {
      * names next to the fused experts: backend/cpu/moe.h) */
     if (hp->n_experts > 0 && !has_tensor(d, l, "ffn_gate_shexp.weight") && !has_tensor(d, l, "ffn_gate_up.weight"))
         return pith_errf(err, "layer %d: missing tensor blk.%d.ffn_gate_shexp.weight (the shared MLP)", l, l);
-    if (hp->n_experts > 0 ? pith_ffn_block_load_moe(d, l, NULL, &L->ffn, err)
-                          : pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err))
+    if (hp->n_experts > 0) {
+        if (pith_ffn_block_load_moe(d, l, NULL, &L->ffn, err)) return -1; /* its errors name the layer */
+    } else if (pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err)) {
         return pith_err_prefix(err, "layer %d", l);
+    }
     /* with experts the sum is scaled even by 1, as it always was (backend/cpu/moe.h adds into it) */
     L->ffn.out_scale = m->res_scale;
     if (L->mamba ? pith_mamba2_load(d, l, &m->md, &L->ssm, err)
