@@ -17,8 +17,8 @@
  *   - greedy outputs do not depend on how requests were batched, preempted or served from the cache;
  *   - pith_engine_submit, pith_engine_cancel and pith_engine_get_stats are thread-safe;
  *   - callbacks run on the thread that steps the engine (the engine's own thread after
- *     pith_engine_start, otherwise the caller of pith_engine_step / pith_engine_run). A callback may call
- *     submit and cancel, never step, run, stop or free.
+ *     pith_engine_start, otherwise the caller of pith_engine_step / pith_engine_run_until). A callback may
+ *     call submit and cancel, never step, run, stop or free.
  *
  * Priorities: a larger `priority` is more important. Within a priority, first come first served. */
 #ifndef PITH_ENGINE_H
@@ -333,15 +333,46 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
  * there. Returns 0 when the request was live, -1 when unknown or already finished. */
 int pith_engine_cancel(pith_engine *e, uint64_t id);
 
-/* Synchronous driving (CLI, tests). Not to be mixed with pith_engine_start. */
+/* Synchronous driving (CLI, tests). Not to be mixed with pith_engine_start. pith_engine_run_until is the
+ * one loop: a caller that owns the engine submits, then hands control to it, deciding between steps
+ * through its check callback (an interrupt, a failed output, a step budget); pith_engine_run is it
+ * without a check, and pith_engine_step the one step it repeats. */
+
+/* What pith_engine_run_until does next, as its check callback says before each step. */
+typedef enum pith_run_action {
+    PITH_RUN_CONTINUE = 0,   /* step */
+    PITH_RUN_STOP = 1,       /* return now: live requests stay as they are (no event, nothing freed); a
+                                later call resumes them, pith_engine_cancel ends them */
+    PITH_RUN_CANCEL = 2,     /* cancel every live request (as pith_engine_cancel on each), then step on
+                                so that their final events (cancelled, with any held-back text) come
+                                before the call returns. For a caller that owns every request, as a
+                                command on Ctrl-C. */
+} pith_run_action;
+
+/* Called on the caller's thread before every step, with no engine lock held. It may submit and cancel
+ * (and read stats), never step, run, start, stop, free, nor call the administration below. */
+typedef pith_run_action (*pith_run_check)(void *user);
+
+/* Steps while there is work (pith_engine_has_work) and check, asked before every step, says CONTINUE
+ * or CANCEL; check NULL: always CONTINUE. check is not called when there is no work (so not at all on an
+ * idle engine). Returns:
+ *   0   no work is left (every request has had its final event);
+ *   1   check said STOP; the requests still live stay so;
+ *  -1   with err: a step failed (the model failed on a batch, whose requests finished with
+ *       PITH_FINISH_ERROR; the engine stays usable), and err describes the first failure. The call
+ *       still went on to the end or to a STOP, as if the step had not failed: pith_engine_has_work tells
+ *       which. Also -1, doing nothing, while the engine's own thread runs (pith_engine_start).
+ * It does not return while held requests wait on a paused engine (pith_engine_pause) unless check says
+ * STOP: held requests are work. */
+int pith_engine_run_until(pith_engine *e, pith_run_check check, void *user, pith_err *err);
+/* pith_engine_run_until without a check: steps until no work is left. 0 or -1 as above. */
+int pith_engine_run(pith_engine *e, pith_err *err);
 /* One scheduling step: admits, cancels, runs at most one forward pass, delivers events. Returns 0, or -1
  * when the model failed (the requests of that batch are finished with PITH_FINISH_ERROR, and the engine
  * stays usable). */
 int pith_engine_step(pith_engine *e, pith_err *err);
 /* True while any request is waiting, running or has an undelivered final event. */
 bool pith_engine_has_work(pith_engine *e);
-/* Steps until no work is left. Returns 0, or -1 with the first model failure (it still runs to the end). */
-int pith_engine_run(pith_engine *e, pith_err *err);
 
 /* Background driving (server): a thread steps while there is work and sleeps otherwise. */
 int pith_engine_start(pith_engine *e, pith_err *err);
