@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/gguf.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
@@ -183,21 +184,21 @@ static inline bool pith_hparams_layer_no_rope(const pith_hparams *hp, int l) {
 
 typedef struct pith_model_file pith_model_file;
 
-int pith_model_file_open(const char *path, pith_model_file **out, pith_err *err);
-void pith_model_file_close(pith_model_file *f);
+PITH_API int pith_model_file_open(const char *path, pith_model_file **out, pith_err *err);
+PITH_API void pith_model_file_close(pith_model_file *f);
 
-pith_format pith_model_file_format(const pith_model_file *f);
-const char *pith_model_file_path(const pith_model_file *f);
-const pith_hparams *pith_model_file_hparams(const pith_model_file *f);
+PITH_API pith_format pith_model_file_format(const pith_model_file *f);
+PITH_API const char *pith_model_file_path(const pith_model_file *f);
+PITH_API const pith_hparams *pith_model_file_hparams(const pith_model_file *f);
 /* The GGUF handle (for tokenizer metadata), or NULL for other formats. */
-const pith_gguf *pith_model_file_gguf(const pith_model_file *f);
+PITH_API const pith_gguf *pith_model_file_gguf(const pith_model_file *f);
 /* For Hugging Face directories: the directory (where tokenizer.json lives); NULL otherwise. */
-const char *pith_model_file_dir(const pith_model_file *f);
+PITH_API const char *pith_model_file_dir(const pith_model_file *f);
 
-int pith_model_file_n_tensors(const pith_model_file *f);
-const pith_tensor *pith_model_file_tensor_at(const pith_model_file *f, int i);
+PITH_API int pith_model_file_n_tensors(const pith_model_file *f);
+PITH_API const pith_tensor *pith_model_file_tensor_at(const pith_model_file *f, int i);
 /* NULL when absent. */
-const pith_tensor *pith_model_file_tensor(const pith_model_file *f, const char *name);
+PITH_API const pith_tensor *pith_model_file_tensor(const pith_model_file *f, const char *name);
 
 #ifdef __cplusplus
 }

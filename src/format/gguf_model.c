@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/arch.h"
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
-#include "model/arch.h"
 
 static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
     pith_str arch;

@@ -14,9 +14,13 @@
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
+#include "backend/info.h"
 #include "backend/cpu/batch_check.h"
+#include "backend/cpu/grouped.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/quants.h"
+
+_Static_assert(PITH_GROUPED_MAX_GROUPS >= PITH_BE_MAX_EXPERTS, "the grouped products must take every expert");
 
 static void row_worker(void *arg, int ith, int nth) {
     (void)nth;
@@ -518,11 +522,6 @@ static const pith_backend_vt cpu_vt = {
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv,
 };
-
-bool pith_backend_force_scalar(void) {
-    const char *fs = getenv("PITH_FORCE_SCALAR");
-    return fs && *fs && strcmp(fs, "0") != 0;
-}
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {
     *out = NULL;
