@@ -133,9 +133,6 @@ typedef struct pith_hparams {
     int expert_shared_ffn_dim;
     bool expert_norm_topk;
     int expert_gating;  /* pith_expert_gating */
-    /* GPT-OSS's clamped SwiGLU in the experts when > 0: g = min(g, limit), u = clamp(u, -limit, limit),
-     * (u + 1) * g * sigmoid(1.702 g); 0: silu(g) * u. */
-    float expert_swiglu_limit;
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;
@@ -158,6 +155,11 @@ typedef struct pith_hparams {
      * fields above: ssm_n_k_heads B/C groups, ssm_n_v_heads heads, ssm_head_k_dim the state width
      * (d_state), ssm_head_v_dim the head width. */
     float embedding_scale, residual_scale, logit_scale;
+    /* What only one architecture reads (GPT-OSS's SwiGLU limit, ...) lives in that architecture's own
+     * struct, filled by its metadata hooks and checked by its check hook (src/format/arch.h:
+     * params_size; src/model/<arch>_arch.h defines it); owned by the model file; NULL when the
+     * architecture has none. Opaque here, so that adding an architecture does not change this struct. */
+    const void *arch_params;
 } pith_hparams;
 
 /* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written.

@@ -123,7 +123,14 @@ typedef struct pith_arch {
      * that they mean the same in every format (NULL: none). */
     int (*finish)(pith_model_file *f, pith_hparams *hp, pith_err *err);
     pith_build_fn build;
+    /* Bytes of the architecture's private hyper-parameters (0: none): a struct of its own, defined in
+     * its header, zeroed before its metadata hooks run and reached by them, its check hook and its
+     * forward pass through pith_arch_params (what pith_hparams would otherwise grow a field for). */
+    size_t params_size;
 } pith_arch;
+
+/* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */
+static inline void *pith_arch_params(const pith_hparams *hp) { return (void *)hp->arch_params; }
 
 /* ---- registry (src/model/registry.c, where the descriptors are listed) ---- */
 
