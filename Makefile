@@ -1,4 +1,5 @@
-# Thin wrapper over CMake. `make` builds build/pith and build/libpith.a.
+# Thin wrapper over CMake. `make` builds build/pith, build/libpith.a (the installed library: the public
+# API only) and build/libpith_internal.a (every function, for the tests and tools).
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CC ?= cc

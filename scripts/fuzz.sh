@@ -27,7 +27,7 @@ fi
 
 echo "== fuzz: building the library and targets in $out"
 CC="$CC" cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_C_FLAGS_FUZZ="$san -fsanitize=fuzzer-no-link" >/dev/null
-cmake --build "$out" --target pith_lib -j "$(nproc)" >/dev/null
+cmake --build "$out" --target pith_internal -j "$(nproc)" >/dev/null
 libs=$(pkg-config --libs libcjson libpcre2-8 libmicrohttpd)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
@@ -42,7 +42,7 @@ for t in "${targets[@]}"; do
     [ "$t" = http ] && extra=(src/server/completions.c src/server/chat_completions.c src/server/tokenize.c src/server/responses.c)
     "$CC" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $san -fsanitize=fuzzer -DFUZZ_SOURCE_DIR="\"$root\"" \
         -Iinclude -Isrc $(pkg-config --cflags libcjson) -o "$out/fuzz_$t" "tests/fuzz/fuzz_$t.c" "${extra[@]}" \
-        "$out/libpith.a" $libs -lpthread -lm & cpids+=($!)
+        "$out/libpith_internal.a" $libs -lpthread -lm & cpids+=($!)
     if [ ${#cpids[@]} -ge "$(nproc)" ]; then wait "${cpids[0]}" || build_failed=1; cpids=("${cpids[@]:1}"); fi
 done
 for p in "${cpids[@]}"; do wait "$p" || build_failed=1; done

@@ -99,7 +99,7 @@ int main(void) {
     static const char *presets[] = {"test-llama-gqa",     "test-qwen2",          "test-qwen3",   "test-mistral-swa",
                                     "test-smollm3",       "test-gemma3",         "test-gemma3-softcap", "test-qwen3-yarn",
                                     "test-qwen3moe",      "test-mixtral",        "test-gpt-oss", "test-lfm2",
-                                    "test-granitehybrid", "test-granitehybrid-moe", "test-nemotronh"};
+                                    "test-olmo2",         "test-granitehybrid",  "test-granitehybrid-moe", "test-nemotronh"};
     for (int i = 0; i < (int)(sizeof presets / sizeof *presets); i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/replay-%s.gguf", tmp, presets[i]);

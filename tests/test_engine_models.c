@@ -375,7 +375,7 @@ static void test_random_models(void) {
         return;
     }
     static const char *presets[] = {"test-llama-gqa", "test-qwen2", "test-qwen3", "test-mistral-swa", "test-smollm3",
-                                    "test-gemma3", "test-qwen3moe", "test-mixtral", "test-gpt-oss"};
+                                    "test-gemma3", "test-qwen3moe", "test-mixtral", "test-gpt-oss", "test-olmo2"};
     for (int i = 0; i < (int)(sizeof presets / sizeof *presets); i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);

@@ -119,6 +119,18 @@ static void test_lfm2(void) {
     /* every layer attends without either key: the convolution layers then miss their attention tensors */
     CHECK(set_key(h, "full_attn_idxs", "null") == 0);
     refused(h, "attn_q.weight");
+    /* RoPE scaling LFM2's forward pass cannot apply is refused when the model is built, not ignored */
+    CHECK(set_key(h, "full_attn_idxs", "[2, 5]") == 0 &&
+          set_key(h, "rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 2.0}") == 0);
+    pith_model *m = NULL;
+    pith_model_options o = {.n_threads = 1};
+    int rc = pith_model_load(h, &o, &m, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "RoPE scaling linear is not supported for architecture lfm2"),
+           "lfm2 with linear RoPE scaling: rc %d '%s'", rc, rc ? err.msg : "");
+    if (!rc) pith_model_free(m);
+    CHECK(set_key(h, "rope_scaling", "null") == 0);
+    CHECKF(pith_model_load(h, &o, &m, &err) == 0, "lfm2 without RoPE scaling: %s", err.msg);
+    pith_model_free(m);
 }
 
 static void test_qwen35(void) {

@@ -12,7 +12,10 @@ there the way a user would:
      into the prefix) loads the installed default model and prints its vocabulary size, which must
      equal the width of the logits rows the installed binary writes (--logits-out);
   5. where a C++ compiler exists, the same program compiled as C++ links against libpith.a (it would
-     not without the headers' extern "C" guards).
+     not without the headers' extern "C" guards);
+  6. the installed libpith.a exports exactly the public API: its global defined symbols (nm) all start
+     with pith_ and are the functions the installed headers mark PITH_API, and no function declared
+     there lacks the mark (include/pith/api.h; CMakeLists.txt localizes everything else).
 """
 
 import filecmp
@@ -125,7 +128,10 @@ def body(src, pith, build, cmake, pkg_config, asset, cc, san, tmp):
           f"installed headers {got_headers} differ from include/pith {want_headers}")
     for h in got_headers:
         with open(os.path.join(prefix, "include", "pith", h), encoding="utf-8") as f:
-            check('extern "C"' in f.read(), f"include/pith/{h} has no extern \"C\" guard")
+            t = f.read()
+        # api.h only defines PITH_API: nothing in it has linkage.
+        check('extern "C"' in t or not re.search(r"^PITH_API ", t, re.M),
+              f"include/pith/{h} declares functions but has no extern \"C\" guard")
     print(f"layout: bin/pith, share/pith/pith-default.gguf, lib/libpith.a, lib/pkgconfig/pith.pc, "
           f"{len(got_headers)} headers")
     if not os.access(bin_pith, os.X_OK):
@@ -203,11 +209,51 @@ def body(src, pith, build, cmake, pkg_config, asset, cc, san, tmp):
     else:
         print("note: no C++ compiler (c++), the C++ link check was not run")
 
+    # 6: what the installed archive exports.
+    check_exports(build, prefix)
+
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
     print("install: all checks passed")
     return 0
+
+
+# A declaration the headers mark, and a top-level one they forgot to (a line at column 0 that declares a
+# pith_ function without PITH_API; struct members and continuation lines are indented, static inline
+# helpers have no linkage to export).
+MARKED = re.compile(r"^PITH_API\s[^;(]*?\b(pith_\w+)\s*\(", re.M)
+UNMARKED = re.compile(r"^(?!PITH_API\s|static\s|typedef\s|#)[A-Za-z_][\w\s*]*?\b(pith_\w+)\s*\(", re.M)
+
+
+def check_exports(build, prefix):
+    nm = cache_value(build, "CMAKE_NM") or shutil.which("nm")
+    if not nm or not os.access(nm, os.X_OK):
+        print("note: no nm, the exported-symbol check was not run")
+        return
+    lib = os.path.join(prefix, "lib", "libpith.a")
+    r = run([nm, "-g", "--defined-only", lib])
+    if not check(r.returncode == 0, f"nm -g --defined-only {lib} exited {r.returncode}: {text(r.stderr)}"):
+        return
+    # "ADDRESS TYPE NAME" lines; member headers ("x.o:") and blank lines carry no symbol.
+    exported = sorted(line.split()[-1] for line in text(r.stdout).splitlines()
+                      if len(line.split()) == 3)
+    stray = [s for s in exported if not s.startswith("pith_")]
+    check(exported and not stray,
+          f"libpith.a exports {len(stray)} symbol(s) not named pith_*: {' '.join(stray[:20])}")
+    marked, unmarked = set(), []
+    for h in sorted(glob.glob(os.path.join(prefix, "include", "pith", "*.h"))):
+        with open(h, encoding="utf-8") as f:
+            t = f.read()
+        marked.update(MARKED.findall(t))
+        unmarked += [f"{os.path.basename(h)}: {n}" for n in UNMARKED.findall(t)]
+    check(not unmarked, f"functions declared without PITH_API: {', '.join(unmarked)}")
+    missing = sorted(marked - set(exported))
+    extra = sorted(set(exported) - marked)
+    check(not missing, f"declared PITH_API but not exported by libpith.a: {' '.join(missing)}")
+    check(not extra, f"exported by libpith.a but not declared PITH_API: {' '.join(extra)}")
+    print(f"libpith.a exports {len(exported)} symbols, {len(stray)} not named pith_*; the headers mark "
+          f"{len(marked)} functions PITH_API")
 
 
 if __name__ == "__main__":

@@ -24,9 +24,14 @@ plus a prompt of more than two DeltaNet / SSD chunks (153 tokens) prefilled in c
 64 generated tokens (HYBRID_PRESETS); Qwen3.5's multimodal Hugging Face layout is run too
 (MULTIMODAL_PRESETS).
 
+OLMo 2 (check_olmo2) has its own float64 reference, olmo2_by_hand (torch, from modeling_olmo2.py), checked
+first and then run against pith in GGUF and safetensors, from BOS and from the prompt in chunks of 7 and in
+one; pith's GGUF and safetensors logits of one seed must also agree with each other.
+
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch), PITH_SHARED (optional assets).
 Exit 77 (skip) when torch or numpy is missing."""
 
+import json
 import math
 import os
 import struct
@@ -126,6 +131,17 @@ MOE_ST_ONLY = ["test-qwen3moe-st"]
 GPTOSS_PRESETS = ["test-gpt-oss"]
 GPTOSS_GGUF_TYPES = ["F32", "MXFP4"]
 GPTOSS_ST_ONLY = ["test-gpt-oss-st"]
+# OLMo 2 (check_olmo2): its float64 reference is olmo2_by_hand (tools/reference.py does not read olmo2
+# files). GGUF F32 (F32 and F16 cache) and Q8_0, safetensors F32 and BF16 (sharded), 72 tokens from BOS, the
+# prompt (77 tokens) prefilled in chunks of 7 and in one in both F32 formats, and pith's GGUF and
+# safetensors logits of one seed against each other. Tolerances as for the other architectures: the
+# reference computes the stored weights' function in float64, so only pith's float32 arithmetic (and, for
+# Q8_0, its 8-bit activations) separates them.
+OLMO2_PRESETS = ["test-olmo2"]
+# Pith's F32 GGUF and F32 safetensors of one seed hold the same float32 weights and run the same kernels,
+# so their logits rows should be identical; any difference up to the float tolerance would still be
+# rounding (both are within 1e-4 of the reference), more means the two loaders disagree.
+OLMO2_CROSS_FORMAT = TOLERANCES["float"][0]
 # YaRN (qwen3 x4 over an original context of 64): GGUF and safetensors, and truncate false (safetensors).
 YARN_PRESETS = ["test-qwen3-yarn"]
 YARN_ST_ONLY = ["test-qwen3-yarn-st"]
@@ -637,6 +653,184 @@ def check_new_references(tmp):
         fail(f"attention sinks: {err:.2e} from the loop, {err_none:.2e} from no sinks at -inf")
 
 
+# OLMo 2's Hugging Face names after "model.layers.N." (modeling_olmo2.py), by canonical (GGUF) name.
+OLMO2_HF_LAYER = {"attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
+                  "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
+                  "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+                  "post_attention_norm.weight": "post_attention_layernorm.weight",
+                  "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+                  "ffn_down.weight": "mlp.down_proj.weight",
+                  "post_ffw_norm.weight": "post_feedforward_layernorm.weight"}
+OLMO2_HF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                   "output.weight": "lm_head.weight"}
+
+
+def olmo2_weights(cfg, seed=None, path=None):
+    """OLMo 2's weights by canonical name, as float64 tensors (None for an absent output.weight): straight
+    from mkmodel's generator (seed), or as stored (dequantized) in a GGUF file or a safetensors directory
+    (path), whose Hugging Face names are looked up in the table above, not in mkmodel's."""
+    if path is None:
+        specs = {g: (shape, kind) for g, _, shape, kind in mkmodel.tensor_specs(cfg)}
+
+        def fetch(name):
+            return mkmodel.random_tensor(seed, name, *specs[name]) if name in specs else None
+    elif path.endswith(".gguf"):
+        r = G.GGUFReader(path)
+
+        def fetch(name):
+            return r.tensor(name) if name in r.tensors else None
+    else:
+        index = os.path.join(path, "model.safetensors.index.json")
+        files = (sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index)
+                 else ["model.safetensors"])
+        where = {}
+        for fn in files:
+            st = reference.SafetensorsFile(os.path.join(path, fn))
+            where.update({name: st for name in st.header})
+        tied = json.load(open(os.path.join(path, "config.json"))).get("tie_word_embeddings", False)
+
+        def fetch(name):
+            if name == "output.weight" and tied:
+                return None
+            if name.startswith("blk."):
+                _, layer, rest = name.split(".", 2)
+                name = f"model.layers.{layer}.{OLMO2_HF_LAYER[rest]}"
+            else:
+                name = OLMO2_HF_GLOBAL[name]
+            return where[name].tensor(name) if name in where else None
+
+    def w(name):
+        x = fetch(name)
+        return None if x is None else torch.from_numpy(np.array(x, dtype=np.float64))
+    return w
+
+
+def olmo2_rope(x, theta):
+    """Rotate-half RoPE on x [T, heads, head_dim] at positions 0..T-1, as modeling_olmo2.py's
+    apply_rotary_pos_emb: x cos + rotate_half(x) sin, inverse frequencies theta^(-2i/head_dim) for each half."""
+    T, hd = x.shape[0], x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :], torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    return x * cos + torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1) * sin
+
+
+def olmo2_attention(q, k, v):
+    """Causal GQA attention, q [T, H, hd], k and v [T, KV, hd]: query head j reads KV head j // (H / KV)
+    (repeat_kv), scores / sqrt(hd)."""
+    T, H, hd = q.shape
+    k = k.repeat_interleave(H // k.shape[1], dim=1)
+    v = v.repeat_interleave(H // v.shape[1], dim=1)
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    a = torch.softmax(torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask, dim=-1)
+    return torch.einsum("hqk,khd->qhd", a, v)
+
+
+def olmo2_by_hand(cfg, w, tokens, kv_f16=False, qk_norm_per_head=False):
+    """OLMo 2 in torch float64, written from transformers' modeling_olmo2.py: Olmo2RMSNorm is
+    x * rsqrt(mean(x^2) + eps) * w; Olmo2Attention norms q_proj(x) and k_proj(x) over their whole width
+    (n_heads * head_dim, n_kv_heads * head_dim) before splitting them into heads, then rotate-half RoPE,
+    causal GQA attention, o_proj; Olmo2DecoderLayer has no input norms: h = x + post_attention_layernorm(
+    attn(x)), out = h + post_feedforward_layernorm(down(silu(gate(h)) * up(h))); the final norm, then
+    lm_head (the embedding when tied). w: olmo2_weights. kv_f16 rounds cached keys (after RoPE) and values
+    to float16, as pith run's default cache. qk_norm_per_head norms each head by its slice of the weight
+    instead (Qwen3's way): only to show that the cases tell the two apart."""
+    T, H, KV, hd = len(tokens), cfg.heads, cfg.kv_heads, cfg.head_dim
+
+    def norm(x, weight):
+        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + cfg.eps) * weight
+
+    x = w("token_embd.weight")[torch.tensor(tokens)]
+    for i in range(cfg.layers):
+        b = f"blk.{i}."
+        q, k, v = (x @ w(b + n + ".weight").T for n in ("attn_q", "attn_k", "attn_v"))
+        qn, kn = w(b + "attn_q_norm.weight"), w(b + "attn_k_norm.weight")
+        if qk_norm_per_head:
+            q, k = norm(q.view(T, H, hd), qn.view(H, hd)), norm(k.view(T, KV, hd), kn.view(KV, hd))
+        else:
+            q, k = norm(q, qn).view(T, H, hd), norm(k, kn).view(T, KV, hd)
+        q, k, v = olmo2_rope(q, cfg.theta), olmo2_rope(k, cfg.theta), v.view(T, KV, hd)
+        if kv_f16:
+            k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+        o = olmo2_attention(q, k, v).reshape(T, H * hd) @ w(b + "attn_output.weight").T
+        x = x + norm(o, w(b + "post_attention_norm.weight"))
+        f = torch.nn.functional.silu(x @ w(b + "ffn_gate.weight").T) * (x @ w(b + "ffn_up.weight").T)
+        x = x + norm(f @ w(b + "ffn_down.weight").T, w(b + "post_ffw_norm.weight"))
+    out = w("output.weight")
+    return (norm(x, w("output_norm.weight")) @ (w("token_embd.weight") if out is None else out).T).numpy()
+
+
+def check_olmo2(pith, tmp):
+    """OLMo 2. First the reference: its RoPE and attention against tools/reference.py's (written
+    separately), the weights of a GGUF file and a safetensors directory of one seed against the generator's,
+    and the whole-width QK norm moving the logits far from a per-head one. Then pith against it
+    (OLMO2_PRESETS' comment), and pith's F32 GGUF and safetensors against each other."""
+    rng = np.random.default_rng(26)
+    x = torch.tensor(rng.standard_normal((20, 4, 64)))
+    err = float((olmo2_rope(x, 5e5) - reference.rope(x, torch.arange(20), 5e5, "half", None)).abs().max())
+    q, k, v = torch.tensor(rng.standard_normal((20, 4, 16))), *(torch.tensor(rng.standard_normal((20, 2, 16)))
+                                                               for _ in range(2))
+    want = reference.attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), reference.causal_mask(20), 4.0)
+    err = max(err, float((olmo2_attention(q, k, v) - want).abs().max()))
+    print(f"olmo2: RoPE and attention vs tools/reference.py's: max |diff| {err:.1e}")
+    if err > 1e-12:
+        fail(f"olmo2: the reference's RoPE or attention differs from tools/reference.py's by {err:.2e}")
+    T = N_GEN_LONG
+    tokens = [1] + list(np.random.default_rng(27).integers(3, 512, T - 1))
+    seed = 1000   # fixed, whatever the cases before number
+    for preset in OLMO2_PRESETS:
+        cfg = mkmodel.build_config(preset)
+        for tied in (False, True):
+            c = mkmodel.build_config(preset, tied=tied)
+            gpath, spath = os.path.join(tmp, f"x-{preset}-{tied}.gguf"), os.path.join(tmp, f"x-{preset}-{tied}-st")
+            mkmodel.write_gguf(c, gpath, "F32", seed=seed)
+            mkmodel.write_safetensors(c, spath, "F32", seed=seed, shards=2)
+            base = olmo2_by_hand(c, olmo2_weights(c, seed=seed), tokens)
+            if not tied:
+                moved("olmo2 QK norm over the whole projection (vs per head)", base,
+                      olmo2_by_hand(c, olmo2_weights(c, seed=seed), tokens, qk_norm_per_head=True))
+            for fmt, path in (("gguf", gpath), ("safetensors", spath)):
+                # F32 files hold the generator's float32 values as they are: the same function exactly.
+                err = float(np.abs(olmo2_by_hand(c, olmo2_weights(c, path=path), tokens) - base).max())
+                print(f"{preset}{' tied' if tied else ''}: reference on the {fmt} file vs on the generator's "
+                      f"weights: {err:.1e}")
+                if err > 0:
+                    fail(f"{preset}{' tied' if tied else ''}: the {fmt} file's weights differ from the generator's "
+                         f"({err:.2e} in the logits)")
+        f32 = {}
+        for fmt, dtype in (("gguf", "F32"), ("gguf", "Q8_0"), ("safetensors", "F32"), ("safetensors", "BF16")):
+            model, tok, n_vocab = make_model(tmp, preset, fmt, dtype, seed)
+            w = olmo2_weights(cfg, path=model)
+
+            def ref(toks, kv_f16, w=w):
+                return olmo2_by_hand(cfg, w, toks, kv_f16=kv_f16)
+            name = f"{preset} {fmt} {dtype}"
+            compare(pith, tmp, name, model, tok, n_vocab, tolerance_kind(dtype), n_gen=N_GEN_LONG, ref_fn=ref)
+            if dtype != "F32":
+                continue
+            f32[fmt] = (model, tok)
+            if fmt == "gguf":
+                compare(pith, tmp, name + " kv-f16", model, tok, n_vocab, "float-kv16", kv_f32=False,
+                        n_gen=N_GEN_LONG, ref_fn=ref)
+            for chunk in (7, 2048):
+                compare(pith, tmp, f"{name} prompt/{chunk}", model, tok, n_vocab, "float", n_gen=N_GEN_PROMPT,
+                        prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)), ref_fn=ref)
+        # (b) Pith's two F32 formats of one seed (make_model wrote both with `seed`), from BOS and from the
+        # prompt in chunks of 7.
+        for what, kw in (("from BOS", dict(n_gen=N_GEN_LONG)),
+                         ("prompt/7", dict(n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", "7")))):
+            runs = [pith_logits(pith, tmp, f"{preset} {fmt} F32 {what}", *f32[fmt], cfg.vocab, **kw)
+                    for fmt in ("gguf", "safetensors")]
+            if None in runs:
+                continue
+            (pa, a), (pb, b) = runs
+            err = float(np.abs(a - b).max())
+            print(f"{preset}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} "
+                  f"(bound {OLMO2_CROSS_FORMAT:g})")
+            if pa != pb or err > OLMO2_CROSS_FORMAT:
+                fail(f"{preset}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+
+
 def run_pith(pith, model, tokenizer, out, kv_f32, n_gen=N_GEN, prompt="", extra=()):
     cmd = [pith, "run", "-m", model, "-p", prompt, "-n", str(n_gen), "--temp", "0", "--ignore-eos", "-t", "2",
            "--logits-out", out, *extra]
@@ -675,9 +869,9 @@ def tokenize(pith, model, tokenizer, text):
     return [int(t) for t in r.stdout.split()]
 
 
-def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen=N_GEN, prompt="", extra=()):
-    """Run pith on the model (from BOS, or from `prompt` with `extra` options) and check the logits rows of
-    the generated tokens against the reference. Returns the max error."""
+def pith_logits(pith, tmp, name, model, tokenizer, n_vocab, kv_f32=True, n_gen=N_GEN, prompt="", extra=()):
+    """Run pith on the model (from BOS, or from `prompt` with `extra` options): (prompt ids, the logits rows
+    of the n_gen generated tokens as float64), or None after a failure."""
     out = os.path.join(tmp, "logits.bin")
     if os.path.exists(out):
         os.remove(out)
@@ -696,26 +890,44 @@ def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen
     if not np.all(np.isfinite(got)):
         fail(f"{name}: non-finite logits")
         return None
+    return prompt_ids, got
+
+
+def compare(pith, tmp, name, model, tokenizer, n_vocab, kind, kv_f32=True, n_gen=N_GEN, prompt="", extra=(),
+            ref_fn=None):
+    """Run pith on the model (from BOS, or from `prompt` with `extra` options) and check the logits rows of
+    the generated tokens against the reference: reference.forward on the file, or ref_fn(tokens, kv_f16), a
+    function giving float64 logits [len(tokens), n_vocab] (OLMo 2's, which tools/reference.py does not
+    read; no act-q8 simulation then). Returns the max error."""
+    r = pith_logits(pith, tmp, name, model, tokenizer, n_vocab, kv_f32, n_gen, prompt, extra)
+    if r is None:
+        return None
+    prompt_ids, got = r
     chosen = got.argmax(axis=1)
     tokens = prompt_ids + [int(t) for t in chosen[:-1]]
     rows = slice(len(prompt_ids) - 1, None)   # the rows the generated tokens were chosen from
-    m = reference.Model(model)
-    exact = reference.forward(m, tokens).numpy()[rows]
+    m = reference.Model(model) if ref_fn is None else None
+
+    def forward(kv_f16=False, act_q8=False):
+        if ref_fn is not None:
+            return ref_fn(tokens, kv_f16)
+        return reference.forward(m, tokens, act_q8=act_q8, kv_f16=kv_f16).numpy()
+    exact = forward()[rows]
     err_exact = np.abs(got - exact)
     tol, tol_mean, act_block = TOLERANCES[kind]
     info = ""
     if kind == "float-kv16":
-        ref = reference.forward(m, tokens, kv_f16=True).numpy()[rows]
+        ref = forward(kv_f16=True)[rows]
         if err_exact.max() > TOL_KV16_VS_EXACT:
             fail(f"{name}: max |error| vs the exact reference {err_exact.max():.2e} > {TOL_KV16_VS_EXACT}")
         info = f"  vs exact {err_exact.max():.1e}"
     else:
         ref = exact
     err = np.abs(got - ref)
-    if act_block:
+    if act_block and m is not None:
         # For information only: distance to a reference that rounds activations as integer kernels do
         # (the scheme is the kernels' choice, so it is not asserted).
-        sim = reference.forward(m, tokens, act_q8=act_block).numpy()[rows]
+        sim = forward(act_q8=act_block)[rows]
         info = f"  vs act-q8/{act_block} sim {np.abs(got - sim).max():.1e}"
     worst = float(err.max())
     row, col = np.unravel_index(int(err.argmax()), err.shape)
@@ -875,6 +1087,7 @@ def main():
                         compare(pith, tmp, f"{preset} {fmt} F32 prompt/{chunk}", model, tok, n_vocab, "float",
                                 n_gen=N_GEN_PROMPT, prompt=PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)))
                 seed += 1
+        check_olmo2(pith, tmp)
     print(f"{time.time() - t0:.1f} s")
     if failures:
         print(f"{len(failures)} failure(s)")

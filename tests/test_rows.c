@@ -1,4 +1,4 @@
-/* Row reductions (src/sample/rows.h) against plain double-precision loops: maximum, argmax (ties to the
+/* Row reductions (src/util/rows.h) against plain double-precision loops: maximum, argmax (ties to the
  * lowest id, NaN never wins), log-sum-exp and the tempered softmax terms, on lengths around the block
  * and lane sizes, with NaN, -inf and spreads that push terms to underflow. Tolerances: the exp is a
  * degree-7 polynomial good to a few float ulps, so terms to 1e-6 relative and log-sum-exp to 1e-6
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "sample/rows.h"
+#include "util/rows.h"
 
 static uint64_t lcg(uint64_t *x) { return (*x = *x * 6364136223846793005ull + 1442695040888963407ull) >> 33; }
 

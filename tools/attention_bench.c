@@ -2,7 +2,7 @@
  * (the tiled AVX-512 one where the kernel table is avx512-vnni) against the portable path on the AVX2
  * table, in the same run. Not part of the build; compile against the library:
  *
- *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/attention_bench.c build/libpith.a -lm -lpthread -o build/attention_bench
+ *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/attention_bench.c build/libpith_internal.a -lm -lpthread -o build/attention_bench
  *   build/attention_bench DEPTH TOKENS [f16|bf16|q8_0|f32]
  *
  * TOKENS queries at positions DEPTH .. DEPTH + TOKENS - 1 of one sequence (a prefill chunk; 1 is a

@@ -4,7 +4,7 @@
  * time). Compares the row-by-row tile every table has (the file layout) with each table's packed tile.
  * Not part of the build; compile against the library:
  *
- *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/kquant_tile_bench.c build/libpith.a -lm -lpthread \
+ *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/kquant_tile_bench.c build/libpith_internal.a -lm -lpthread \
  *      -o build/kquant_tile_bench
  *   build/kquant_tile_bench
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write random-weight Llama-family, SmolLM3 and Gemma 3 models in real configurations, as GGUF or as Hugging Face safetensors.
+"""Write random-weight Llama-family, SmolLM3, Gemma 3 and OLMo 2 models in real configurations, as GGUF or as Hugging Face safetensors.
 
     mkmodel.py --preset tinyllama --dtype Q8_0 --out /tmp/tinyllama-q8.gguf
     mkmodel.py --preset test-qwen3 --format safetensors --dtype BF16 --out /tmp/qwen3-st
@@ -31,6 +31,11 @@ the GGUF side):
   global), the local RoPE base (10000) and the query scale (1/sqrt(head_dim), except for the 62-layer
   27B). The GGUF writer refuses a model whose values differ, so a GGUF file and a safetensors directory
   of one preset mean the same function; `test-gemma3-st` (safetensors only) uses other values for them.
+- `test-olmo2`, `olmo2-1b`: OLMo 2 (transformers' modeling_olmo2.py; llama.cpp's LLM_ARCH_OLMO2). No
+  pre-norms: each block's output is normed before its residual add (HF post_attention_layernorm is GGUF
+  post_attention_norm, post_feedforward_layernorm is post_ffw_norm), and the QK norm spans the whole
+  projection (q_norm n_heads * head_dim wide, k_norm n_kv_heads * head_dim). Norms multiply by w, as in
+  Llama. Both formats rotate halves: llama.cpp's OLMo 2 is NEOX RoPE and its converter does not permute Q/K.
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
@@ -195,6 +200,13 @@ PRESETS = {
     "gpt-oss-20b": dict(arch="gpt-oss", dim=2880, layers=24, heads=64, kv_heads=8, head_dim=64, ffn=2880,
                         vocab=201088, theta=150000.0, ctx=131072, eps=1e-5, sliding_window=128, rope_scaling="yarn",
                         rope_factor=32.0, rope_orig_ctx=4096, experts=32, experts_used=4),
+    # OLMo 2: GQA 2:1, head_dim 64 (the Q8_0 KV cache needs multiples of 32), every matrix row a multiple of
+    # 256 (the K-quants), an untied output as in OLMo-2-0425-1B, its base 5e5 and epsilon.
+    "test-olmo2": dict(arch="olmo2", dim=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=512,
+                       theta=5e5, ctx=4096, eps=1e-6, tied=False),
+    # OLMo-2-0425-1B's real shape (benchmarks).
+    "olmo2-1b": dict(arch="olmo2", dim=2048, layers=16, heads=16, kv_heads=16, ffn=8192, vocab=100352,
+                     theta=5e5, ctx=4096, eps=1e-6, tied=False),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -221,7 +233,8 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "granitehybrid": ("GraniteMoeHybridForCausalLM", "granitemoehybrid"),
            "nemotron_h": ("NemotronHForCausalLM", "nemotron_h"),
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
-           "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss")}
+           "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
+           "olmo2": ("Olmo2ForCausalLM", "olmo2")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
@@ -255,11 +268,11 @@ class Config:
         self.kv_heads = self.kv_heads or self.heads
         self.head_dim = self.head_dim or self.dim // self.heads
         self.ffn = self.ffn or 4 * self.dim
-        # Qwen2 always has QKV biases and Qwen3 and Gemma 3 always have QK norms; plain Llama has neither.
+        # Qwen2 always has QKV biases and Qwen3, Gemma 3 and OLMo 2 always have QK norms; plain Llama has neither.
         if self.qkv_bias is None:
             self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2")
         if self.arch in ("qwen35", "qwen35moe"):
             self.conv_kernel = self.conv_kernel or 4
             self.full_attn_interval = self.full_attn_interval or 4
@@ -328,9 +341,10 @@ class Config:
             raise ValueError("head-dim must be even for RoPE")
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
-        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe")):
-            raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's and Gemma 3's: no real model mixes them "
-                             "otherwise")
+        if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in (
+                "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2")):
+            raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's, Gemma 3's and OLMo 2's: no real model mixes "
+                             "them otherwise")
         if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
             raise ValueError("rope scaling must be llama3, linear, yarn or none")
         if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
@@ -591,6 +605,8 @@ def write_tokenizer_bin(path, n_vocab):
 def tensor_specs(cfg):
     if cfg.arch == "gemma3":
         return gemma3_tensor_specs(cfg)
+    if cfg.arch == "olmo2":
+        return olmo2_tensor_specs(cfg)
     if cfg.arch == "lfm2":
         return lfm2_tensor_specs(cfg)
     if cfg.arch in ("qwen35", "qwen35moe"):
@@ -780,6 +796,34 @@ def gemma3_tensor_specs(cfg):
             (b + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", (cfg.dim,), "gemma_norm"),
         ]
     specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "gemma_norm"))
+    if not cfg.tied:
+        specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
+    return specs
+
+
+def olmo2_tensor_specs(cfg):
+    """OLMo 2: GGUF names from llama.cpp's llama-arch.cpp (LLM_ARCH_OLMO2: no attn_norm / ffn_norm,
+    post_attention_norm and post_ffw_norm after the blocks, attn_q_norm / attn_k_norm of the whole
+    projection), Hugging Face names from modeling_olmo2.py. Plain norms (the model multiplies by w)."""
+    q_dim, kv_dim = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    specs = [("token_embd.weight", "model.embed_tokens.weight", (cfg.vocab, cfg.dim),
+              "tied_embed" if cfg.tied else "embed")]
+    for i in range(cfg.layers):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        specs += [
+            (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
+            (b + "attn_k.weight", h + "self_attn.k_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_v.weight", h + "self_attn.v_proj.weight", (kv_dim, cfg.dim), "matrix"),
+            (b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (q_dim,), "norm"),
+            (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (kv_dim,), "norm"),
+            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
+            (b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
+            (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix"),
+            (b + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", (cfg.dim,), "norm"),
+        ]
+    specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "norm"))
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
     return specs
@@ -1638,6 +1682,8 @@ def hf_config(cfg, dtype):
     if cfg.arch == "llama" and cfg.hf_type != "mistral":
         c["attention_bias"] = False
         c["mlp_bias"] = False
+    if cfg.arch == "olmo2":
+        c["attention_bias"] = False
     if cfg.hf_type == "mistral":
         c["sliding_window"] = cfg.sliding_window
     if cfg.arch == "smollm3":
@@ -1800,7 +1846,7 @@ def main(argv=None):
     ap.add_argument("--tied", action="store_true", default=None, help="output shares the token embedding")
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
-    ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3 and gemma3)")
+    ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3, gemma3 and olmo2)")
     ap.add_argument("--hf-type", choices=["mistral", "mixtral", "multimodal"],
                     help="config.json type: for a llama model mistral (MistralForCausalLM) or mixtral; for qwen35 "
                     "multimodal (Qwen3_5ForConditionalGeneration: text model nested, a vision tower to ignore)")

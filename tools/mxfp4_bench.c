@@ -2,7 +2,7 @@
  * (and the scalar one) in the same run, on an L2-sized matrix, so that memory does not enter. Not part
  * of the build; compile against the library:
  *
- *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/mxfp4_bench.c build/libpith.a -lm -lpthread -o build/mxfp4_bench
+ *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/mxfp4_bench.c build/libpith_internal.a -lm -lpthread -o build/mxfp4_bench
  *   build/mxfp4_bench [ROWS [K]]      (default 256 x 2880, GPT-OSS-20B's expert width)
  *
  * Each tile computes ROWS x 64 tokens of q8a activations, 4 rows per call and either 1 token per call

@@ -3,8 +3,8 @@
  * does: it reads every logit). Uses only the public API, so the same file measures any version of the
  * library. Not part of the build; compile against the library:
  *
- *   cc -D_GNU_SOURCE -std=c11 -O2 -Iinclude tools/sampler_bench.c build/libpith.a -lm -lpthread \
- *      -o build/sampler_bench
+ *   cc -D_GNU_SOURCE -std=c11 -O2 -Iinclude tools/sampler_bench.c build/libpith.a \
+ *      $(pkg-config --libs libcjson libpcre2-8 libmicrohttpd) -lm -lpthread -o build/sampler_bench
  *   build/sampler_bench
  *
  * Two rows per vocabulary: "peaked" (a trained model's shape: a normal bulk of sd 2 and ten tokens 12-16

@@ -5,7 +5,7 @@
  * computes from L2, this measures what it sustains when every byte comes from DRAM, which is what decode
  * is. Not part of the build; compile against the library:
  *
- *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/stream_tile_bench.c build/libpith.a -lm \
+ *   cc -D_GNU_SOURCE -std=c11 -O2 -Isrc -Iinclude tools/stream_tile_bench.c build/libpith_internal.a -lm \
  *      -lpthread -o build/stream_tile_bench
  *   build/stream_tile_bench [repetitions]
  *

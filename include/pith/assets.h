@@ -12,6 +12,7 @@
 #ifndef PITH_ASSETS_H
 #define PITH_ASSETS_H
 
+#include "pith/api.h"
 #include "pith/chat.h"
 #include "pith/model.h"
 #include "pith/status.h"
@@ -42,8 +43,8 @@ typedef struct pith_assets_options {
     void *progress_user;
 } pith_assets_options;
 
-int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);
-void pith_assets_free(pith_assets *a);
+PITH_API int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);
+PITH_API void pith_assets_free(pith_assets *a);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,8 @@
 
 #include <stdint.h>
 
+#include "pith/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -69,9 +71,9 @@ typedef struct pith_batch {
 } pith_batch;
 
 /* Number of tokens with want_logits set: the number of rows forward writes. */
-int pith_batch_n_logits(const pith_batch *b);
+PITH_API int pith_batch_n_logits(const pith_batch *b);
 /* Number of tokens with want_hidden set (0 when it is NULL): the hidden rows forward writes. */
-int pith_batch_n_hidden(const pith_batch *b);
+PITH_API int pith_batch_n_hidden(const pith_batch *b);
 
 #ifdef __cplusplus
 }

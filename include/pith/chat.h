@@ -25,6 +25,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "pith/api.h"
 #include "pith/status.h"
 
 #ifdef __cplusplus
@@ -88,24 +89,26 @@ typedef struct pith_chat_template pith_chat_template;
 
 /* Parses a template once (tmpl NULL or "" gives ChatML). Syntax errors and unknown filters or tests are
  * reported here, so a model's template can be checked when the model loads. */
-int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_err *err);
-void pith_chat_template_free(pith_chat_template *t);
+PITH_API int pith_chat_template_compile(const char *tmpl, pith_chat_template **out, pith_err *err);
+PITH_API void pith_chat_template_free(pith_chat_template *t);
 /* The text the template was compiled from (the ChatML fallback's when it was given none). */
-const char *pith_chat_template_source(const pith_chat_template *t);
+PITH_API const char *pith_chat_template_source(const pith_chat_template *t);
 
 /* Renders with `messages`, a JSON array of objects (role, content: a string, null, absent, or a list of
  * parts such as {"type": "text", "text": ...}; any other keys such as tool_calls are visible too).
  * opts may be NULL (no generation prompt, no tokens). *out_len (if not NULL) gets the length. */
-int pith_chat_template_render(const pith_chat_template *t, const cJSON *messages,
-                              const pith_chat_options *opts, char **out, size_t *out_len, pith_err *err);
+PITH_API int pith_chat_template_render(const pith_chat_template *t, const cJSON *messages,
+                                       const pith_chat_options *opts, char **out, size_t *out_len,
+                                       pith_err *err);
 
 /* One-shot convenience: compile and render plain role/content messages. */
-int pith_chat_render(const char *tmpl, const pith_chat_message *msgs, int n, bool add_generation_prompt,
-                     const char *bos_token, const char *eos_token, char **out, pith_err *err);
+PITH_API int pith_chat_render(const char *tmpl, const pith_chat_message *msgs, int n,
+                              bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                              char **out, pith_err *err);
 
 /* One-shot with a JSON messages array and full options. */
-int pith_chat_render_json(const char *tmpl, const cJSON *messages, const pith_chat_options *opts,
-                          char **out, size_t *out_len, pith_err *err);
+PITH_API int pith_chat_render_json(const char *tmpl, const cJSON *messages, const pith_chat_options *opts,
+                                   char **out, size_t *out_len, pith_err *err);
 
 #ifdef __cplusplus
 }

@@ -17,8 +17,8 @@
  *   - greedy outputs do not depend on how requests were batched, preempted or served from the cache;
  *   - pith_engine_submit, pith_engine_cancel and pith_engine_get_stats are thread-safe;
  *   - callbacks run on the thread that steps the engine (the engine's own thread after
- *     pith_engine_start, otherwise the caller of pith_engine_step / pith_engine_run). A callback may call
- *     submit and cancel, never step, run, stop or free.
+ *     pith_engine_start, otherwise the caller of pith_engine_step / pith_engine_run_until). A callback may
+ *     call submit and cancel, never step, run, stop or free.
  *
  * Priorities: a larger `priority` is more important. Within a priority, first come first served. */
 #ifndef PITH_ENGINE_H
@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/grammar.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
@@ -55,7 +56,7 @@ typedef enum pith_spec_type {
 /* The smoothed acceptance under which a sequence stops drafting for a while (src/core/spec.h), for a
  * source whose draft step costs draft_cost of a target decode step (0: free, as prompt lookup; an MTP
  * head: pith_model.mtp_cost): at least 1/5, else draft_cost + 1/10. */
-float pith_spec_backoff_rate(float draft_cost);
+PITH_API float pith_spec_backoff_rate(float draft_cost);
 
 /* Element type of the K/V cache (kv.h). Q8_0 holds blocks of 32 along the head dimension (half the
  * bytes of F16; it needs head dimensions that are multiples of 32); BF16 keeps F32's range with 8
@@ -69,8 +70,8 @@ typedef enum pith_kv_type {
 } pith_kv_type;
 
 /* "f32", "f16", "bf16", "q8_0" (and "default"); pith_kv_type_parse: the inverse, -1 for none. */
-const char *pith_kv_type_name(pith_kv_type t);
-int pith_kv_type_parse(const char *s);
+PITH_API const char *pith_kv_type_name(pith_kv_type t);
+PITH_API int pith_kv_type_parse(const char *s);
 
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
@@ -128,7 +129,7 @@ typedef enum pith_finish_reason {
 } pith_finish_reason;
 
 /* "stop", "length", "cancelled", "error" (and "" for NONE). */
-const char *pith_finish_reason_str(pith_finish_reason r);
+PITH_API const char *pith_finish_reason_str(pith_finish_reason r);
 
 typedef struct pith_usage {
     int prompt_tokens;
@@ -320,41 +321,72 @@ typedef struct pith_engine_stats {
 
 /* tok may be NULL: then no text, no stop strings and no EOS detection beyond stop_ids (tests with fake
  * models). opt may be NULL for the defaults. */
-int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
-                       pith_engine **out, pith_err *err);
+PITH_API int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_engine_options *opt,
+                                pith_engine **out, pith_err *err);
 /* Stops the thread if started, finishes every live request as cancelled (callbacks run on the caller's
  * thread), and frees everything. */
-void pith_engine_free(pith_engine *e);
+PITH_API void pith_engine_free(pith_engine *e);
 
 /* Returns 0 and sets *id (ids start at 1 and are never reused), or PITH_SUBMIT_INVALID / PITH_SUBMIT_BUSY
  * with err filled. */
-int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith_err *err);
+PITH_API int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith_err *err);
 /* Asks to cancel: the request's final event (cancelled) comes at the next step, and its blocks are freed
  * there. Returns 0 when the request was live, -1 when unknown or already finished. */
-int pith_engine_cancel(pith_engine *e, uint64_t id);
+PITH_API int pith_engine_cancel(pith_engine *e, uint64_t id);
 
-/* Synchronous driving (CLI, tests). Not to be mixed with pith_engine_start. */
+/* Synchronous driving (CLI, tests). Not to be mixed with pith_engine_start. pith_engine_run_until is the
+ * one loop: a caller that owns the engine submits, then hands control to it, deciding between steps
+ * through its check callback (an interrupt, a failed output, a step budget); pith_engine_run is it
+ * without a check, and pith_engine_step the one step it repeats. */
+
+/* What pith_engine_run_until does next, as its check callback says before each step. */
+typedef enum pith_run_action {
+    PITH_RUN_CONTINUE = 0,   /* step */
+    PITH_RUN_STOP = 1,       /* return now: live requests stay as they are (no event, nothing freed); a
+                                later call resumes them, pith_engine_cancel ends them */
+    PITH_RUN_CANCEL = 2,     /* cancel every live request (as pith_engine_cancel on each), then step on
+                                so that their final events (cancelled, with any held-back text) come
+                                before the call returns. For a caller that owns every request, as a
+                                command on Ctrl-C. */
+} pith_run_action;
+
+/* Called on the caller's thread before every step, with no engine lock held. It may submit and cancel
+ * (and read stats), never step, run, start, stop, free, nor call the administration below. */
+typedef pith_run_action (*pith_run_check)(void *user);
+
+/* Steps while there is work (pith_engine_has_work) and check, asked before every step, says CONTINUE
+ * or CANCEL; check NULL: always CONTINUE. check is not called when there is no work (so not at all on an
+ * idle engine). Returns:
+ *   0   no work is left (every request has had its final event);
+ *   1   check said STOP; the requests still live stay so;
+ *  -1   with err: a step failed (the model failed on a batch, whose requests finished with
+ *       PITH_FINISH_ERROR; the engine stays usable), and err describes the first failure. The call
+ *       still went on to the end or to a STOP, as if the step had not failed: pith_engine_has_work tells
+ *       which. Also -1, doing nothing, while the engine's own thread runs (pith_engine_start).
+ * It does not return while held requests wait on a paused engine (pith_engine_pause) unless check says
+ * STOP: held requests are work. */
+PITH_API int pith_engine_run_until(pith_engine *e, pith_run_check check, void *user, pith_err *err);
+/* pith_engine_run_until without a check: steps until no work is left. 0 or -1 as above. */
+PITH_API int pith_engine_run(pith_engine *e, pith_err *err);
 /* One scheduling step: admits, cancels, runs at most one forward pass, delivers events. Returns 0, or -1
  * when the model failed (the requests of that batch are finished with PITH_FINISH_ERROR, and the engine
  * stays usable). */
-int pith_engine_step(pith_engine *e, pith_err *err);
+PITH_API int pith_engine_step(pith_engine *e, pith_err *err);
 /* True while any request is waiting, running or has an undelivered final event. */
-bool pith_engine_has_work(pith_engine *e);
-/* Steps until no work is left. Returns 0, or -1 with the first model failure (it still runs to the end). */
-int pith_engine_run(pith_engine *e, pith_err *err);
+PITH_API bool pith_engine_has_work(pith_engine *e);
 
 /* Background driving (server): a thread steps while there is work and sleeps otherwise. */
-int pith_engine_start(pith_engine *e, pith_err *err);
+PITH_API int pith_engine_start(pith_engine *e, pith_err *err);
 /* Returns after the current step; live requests stay queued (pith_engine_free cancels them). */
-void pith_engine_stop(pith_engine *e);
+PITH_API void pith_engine_stop(pith_engine *e);
 
-void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
+PITH_API void pith_engine_get_stats(pith_engine *e, pith_engine_stats *out);
 /* The longest sequence (prompt + generated tokens) a request may reach. */
-int pith_engine_max_seq_len(const pith_engine *e);
+PITH_API int pith_engine_max_seq_len(const pith_engine *e);
 /* Entries in a logits row (the model's vocabulary). */
-int pith_engine_n_vocab(const pith_engine *e);
+PITH_API int pith_engine_n_vocab(const pith_engine *e);
 /* Entries in an embedding (the model's width, hp.dim), or 0 when the model cannot serve embeddings. */
-int pith_engine_n_embd(const pith_engine *e);
+PITH_API int pith_engine_n_embd(const pith_engine *e);
 
 /* Administration (src/core/engine_admin.c): pausing, draining, swapping weights, sleeping. For a
  * serving process that must change weights without restarting (RL rollouts: docs/rl.md). These calls
@@ -376,12 +408,12 @@ typedef enum pith_pause_mode {
 /* Pauses admission, handling running requests as `mode` says. Pausing a paused engine changes mode
  * (KEEP to DRAIN waits for the drain). timeout_s > 0 bounds a drain's wait: -1 and err when requests
  * are still running then (the engine stays paused, requests keep running). */
-int pith_engine_pause(pith_engine *e, pith_pause_mode mode, double timeout_s, pith_err *err);
+PITH_API int pith_engine_pause(pith_engine *e, pith_pause_mode mode, double timeout_s, pith_err *err);
 /* Resumes admission and stepping (no-op when not paused). -1 while asleep. */
-int pith_engine_resume(pith_engine *e, pith_err *err);
-bool pith_engine_paused(pith_engine *e);
+PITH_API int pith_engine_resume(pith_engine *e, pith_err *err);
+PITH_API bool pith_engine_paused(pith_engine *e);
 /* Cancels every live request (held ones too) and waits for their final events. Returns how many. */
-int pith_engine_abort_all(pith_engine *e);
+PITH_API int pith_engine_abort_all(pith_engine *e);
 
 typedef enum pith_swap_mode {
     PITH_SWAP_DRAIN = 0,     /* needs nothing running: call after pith_engine_pause(DRAIN) */
@@ -394,19 +426,20 @@ typedef enum pith_swap_mode {
  * nothing references it any more). The engine must be paused (pith_engine_pause, any mode); it stays
  * paused. The prefix cache is flushed (its KV came from the old weights) and the weight generation
  * (events, stats) increases by one. */
-int pith_engine_swap_model(pith_engine *e, pith_model *model, pith_swap_mode mode, pith_model **old, pith_err *err);
+PITH_API int pith_engine_swap_model(pith_engine *e, pith_model *model, pith_swap_mode mode, pith_model **old,
+                                    pith_err *err);
 /* Weight generation: 0 at creation, +1 per swap. */
-uint64_t pith_engine_weight_generation(pith_engine *e);
+PITH_API uint64_t pith_engine_weight_generation(pith_engine *e);
 /* Releases the KV memory (the model's mem_free: the pools' bytes) after preempting every running
  * request (they recompute after waking, keeping their tokens). The engine must be paused; it stays
  * paused and holds every request until pith_engine_wake. The model is not used while asleep: the
  * caller may free it and wake the engine with another of the same shape. */
-int pith_engine_sleep(pith_engine *e, pith_err *err);
+PITH_API int pith_engine_sleep(pith_engine *e, pith_err *err);
 /* Allocates the KV memory again and resumes. model: NULL for the model the engine slept with, or a
  * replacement of the same shape holding the same weights (e.g. loaded again from the same file, after
  * the caller freed the old one to give its memory back); the engine then no longer references the old. */
-int pith_engine_wake(pith_engine *e, pith_model *model, pith_err *err);
-bool pith_engine_asleep(pith_engine *e);
+PITH_API int pith_engine_wake(pith_engine *e, pith_model *model, pith_err *err);
+PITH_API bool pith_engine_asleep(pith_engine *e);
 
 #ifdef __cplusplus
 }

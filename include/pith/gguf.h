@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
 
@@ -58,35 +59,35 @@ typedef struct pith_gguf_kv {
 
 typedef struct pith_gguf pith_gguf;
 
-int pith_gguf_open(const char *path, pith_gguf **out, pith_err *err);
-void pith_gguf_close(pith_gguf *g);
+PITH_API int pith_gguf_open(const char *path, pith_gguf **out, pith_err *err);
+PITH_API void pith_gguf_close(pith_gguf *g);
 
-uint32_t pith_gguf_version(const pith_gguf *g);
-const char *pith_gguf_path(const pith_gguf *g);
+PITH_API uint32_t pith_gguf_version(const pith_gguf *g);
+PITH_API const char *pith_gguf_path(const pith_gguf *g);
 
-int64_t pith_gguf_n_kv(const pith_gguf *g);
-const pith_gguf_kv *pith_gguf_kv_at(const pith_gguf *g, int64_t i);
+PITH_API int64_t pith_gguf_n_kv(const pith_gguf *g);
+PITH_API const pith_gguf_kv *pith_gguf_kv_at(const pith_gguf *g, int64_t i);
 /* NULL when the key is absent. */
-const pith_gguf_kv *pith_gguf_find(const pith_gguf *g, const char *key);
+PITH_API const pith_gguf_kv *pith_gguf_find(const pith_gguf *g, const char *key);
 
 /* Typed getters: return true and fill *out when the key exists and converts losslessly (any integer
  * type that fits; FLOAT32/FLOAT64 for floats), false otherwise. */
-bool pith_gguf_get_i64(const pith_gguf *g, const char *key, int64_t *out);
-bool pith_gguf_get_f64(const pith_gguf *g, const char *key, double *out);
-bool pith_gguf_get_bool(const pith_gguf *g, const char *key, bool *out);
-bool pith_gguf_get_str(const pith_gguf *g, const char *key, pith_str *out);
+PITH_API bool pith_gguf_get_i64(const pith_gguf *g, const char *key, int64_t *out);
+PITH_API bool pith_gguf_get_f64(const pith_gguf *g, const char *key, double *out);
+PITH_API bool pith_gguf_get_bool(const pith_gguf *g, const char *key, bool *out);
+PITH_API bool pith_gguf_get_str(const pith_gguf *g, const char *key, pith_str *out);
 /* Array element access (no bounds beyond arr_n; returns false on type mismatch or index out of range). */
-bool pith_gguf_arr_i64(const pith_gguf_kv *kv, uint64_t i, int64_t *out);
-bool pith_gguf_arr_f64(const pith_gguf_kv *kv, uint64_t i, double *out);
+PITH_API bool pith_gguf_arr_i64(const pith_gguf_kv *kv, uint64_t i, int64_t *out);
+PITH_API bool pith_gguf_arr_f64(const pith_gguf_kv *kv, uint64_t i, double *out);
 /* For string arrays: the i-th string view (false on type mismatch or index out of range). */
-bool pith_gguf_arr_str(const pith_gguf_kv *kv, uint64_t i, pith_str *out);
+PITH_API bool pith_gguf_arr_str(const pith_gguf_kv *kv, uint64_t i, pith_str *out);
 /* True when the view equals the NUL-terminated string. */
-bool pith_str_eq(pith_str s, const char *cstr);
+PITH_API bool pith_str_eq(pith_str s, const char *cstr);
 
-int64_t pith_gguf_n_tensors(const pith_gguf *g);
+PITH_API int64_t pith_gguf_n_tensors(const pith_gguf *g);
 /* Tensor views carry NUL-terminated names (copied at open time) and data pointers inside the mapping. */
-const pith_tensor *pith_gguf_tensor_at(const pith_gguf *g, int64_t i);
-const pith_tensor *pith_gguf_find_tensor(const pith_gguf *g, const char *name);
+PITH_API const pith_tensor *pith_gguf_tensor_at(const pith_gguf *g, int64_t i);
+PITH_API const pith_tensor *pith_gguf_find_tensor(const pith_gguf *g, const char *name);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/status.h"
 #include "pith/tokenizer.h"
 
@@ -43,13 +44,14 @@ enum {
 
 /* The bytes each token decodes to (SentencePiece space markers and <0xNN> pieces, GPT-2 byte-level
  * characters), special tokens from pith_tokenizer_is_special and end tokens from pith_tokenizer_is_eog. */
-int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_vocab **out, pith_err *err);
+PITH_API int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_vocab **out,
+                                               pith_err *err);
 /* From explicit byte strings (tests, other tokenizers): bytes[i] of lens[i] bytes, kinds[i] one of
  * PITH_GRAMMAR_TOKEN_* (kinds may be NULL: all normal). Everything is copied. */
-int pith_grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens, const uint8_t *kinds,
-                           pith_grammar_vocab **out, pith_err *err);
-void pith_grammar_vocab_free(pith_grammar_vocab *v);
-int pith_grammar_vocab_size(const pith_grammar_vocab *v);
+PITH_API int pith_grammar_vocab_new(int n_vocab, const char *const *bytes, const size_t *lens,
+                                    const uint8_t *kinds, pith_grammar_vocab **out, pith_err *err);
+PITH_API void pith_grammar_vocab_free(pith_grammar_vocab *v);
+PITH_API int pith_grammar_vocab_size(const pith_grammar_vocab *v);
 
 /* ---- compiled grammars ---- */
 typedef struct pith_grammar pith_grammar;
@@ -66,60 +68,61 @@ typedef enum pith_grammar_kind {
 /* Compiles src (len bytes; need not be NUL-terminated) for vocabulary v, which must outlive the
  * grammar. Fills err with one line naming the problem (a GBNF syntax error with its line and column,
  * an unsupported JSON Schema keyword with its path, ...). *out holds one reference. */
-int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, const char *src, size_t len,
-                         pith_grammar **out, pith_err *err);
-pith_grammar *pith_grammar_retain(pith_grammar *g);
-void pith_grammar_release(pith_grammar *g);   /* frees at the last reference; NULL is fine */
-const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g);
+PITH_API int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, const char *src,
+                                  size_t len, pith_grammar **out, pith_err *err);
+PITH_API pith_grammar *pith_grammar_retain(pith_grammar *g);
+PITH_API void pith_grammar_release(pith_grammar *g); /* frees at the last reference; NULL is fine */
+PITH_API const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g);
 
 /* Text front ends: each writes GBNF (malloc'd, NUL-terminated, *gbnf) whose start rule is named
  * `root_name` and whose other rules all begin with `root_name` followed by '-', so the output of several
  * calls with different names can be concatenated into one grammar (a tool call wrapping the schema of
  * its arguments, for example) with a hand-written `root` rule referring to them. */
-int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char *root_name, char **gbnf,
-                                     pith_err *err);
+PITH_API int pith_grammar_json_schema_to_gbnf(const char *schema, size_t len, const char *root_name,
+                                              char **gbnf, pith_err *err);
 /* oneOf is compiled as anyOf. That is exact when its branches provably match no common value (different
  * JSON types; enumerations with no common value; a property both require with disjoint schemas, the
  * discriminator pattern; a property one requires and the other forbids): a value generated from one
  * branch then fails the others. Otherwise the output may match two branches, which oneOf forbids: with
  * strict true that is an error naming the schema path (use anyOf), with strict false it is allowed
  * (the one place an output may not validate). pith_grammar_json_schema_to_gbnf is strict false. */
-int pith_grammar_json_schema_to_gbnf_strict(const char *schema, size_t len, const char *root_name, bool strict,
-                                            char **gbnf, pith_err *err);
-int pith_grammar_regex_to_gbnf(const char *regex, size_t len, const char *root_name, char **gbnf,
-                               pith_err *err);
+PITH_API int pith_grammar_json_schema_to_gbnf_strict(const char *schema, size_t len, const char *root_name,
+                                                     bool strict, char **gbnf, pith_err *err);
+PITH_API int pith_grammar_regex_to_gbnf(const char *regex, size_t len, const char *root_name, char **gbnf,
+                                        pith_err *err);
 /* Schema-free JSON: any value (object_only false) or any object. */
-int pith_grammar_json_to_gbnf(bool object_only, const char *root_name, char **gbnf, pith_err *err);
+PITH_API int pith_grammar_json_to_gbnf(bool object_only, const char *root_name, char **gbnf, pith_err *err);
 
 /* ---- matchers: one per sequence ---- */
 typedef struct pith_grammar_matcher pith_grammar_matcher;
 
-int pith_grammar_matcher_new(pith_grammar *g, pith_grammar_matcher **out, pith_err *err);
-void pith_grammar_matcher_free(pith_grammar_matcher *m);
+PITH_API int pith_grammar_matcher_new(pith_grammar *g, pith_grammar_matcher **out, pith_err *err);
+PITH_API void pith_grammar_matcher_free(pith_grammar_matcher *m);
 /* Words of a mask: one bit per token, bit (id % 32) of word (id / 32); 1 = allowed. */
-size_t pith_grammar_mask_words(const pith_grammar *g);
+PITH_API size_t pith_grammar_mask_words(const pith_grammar *g);
 /* Writes the mask of tokens allowed next into mask[pith_grammar_mask_words]. Returns the number of
  * tokens allowed, or -1 with err filled (the automaton outgrew its limits). */
-int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err);
+PITH_API int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err);
 /* Whether one token is allowed next (no mask is built). False also where taking the token would make
  * the automaton outgrow its memory limit (pith_grammar_outgrown): so a mask filled just before may
  * allow a token that allows() and accept then refuse, and only then. */
-bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token);
+PITH_API bool pith_grammar_matcher_allows(pith_grammar_matcher *m, int32_t token);
 /* Advances over the token's bytes. Returns 0, or -1 with err filled when the token is not allowed (the
  * matcher is then unchanged). An end token is accepted only where the grammar may end, and the matcher
  * is then finished. */
-int pith_grammar_matcher_accept(pith_grammar_matcher *m, int32_t token, pith_err *err);
+PITH_API int pith_grammar_matcher_accept(pith_grammar_matcher *m, int32_t token, pith_err *err);
 /* Advances over raw bytes (tests, prefilled text); same contract as accept. */
-int pith_grammar_matcher_accept_bytes(pith_grammar_matcher *m, const char *bytes, size_t len, pith_err *err);
+PITH_API int pith_grammar_matcher_accept_bytes(pith_grammar_matcher *m, const char *bytes, size_t len,
+                                               pith_err *err);
 /* The grammar's automaton outgrew its memory limit (stacks that multiply without bound, e.g. a rule
  * that recurses before a choice it never closes). From then on fill_mask fails for every matcher of the
  * grammar and allows / accept refuse every step not computed before; the process is unaffected. */
-bool pith_grammar_outgrown(pith_grammar *g);
+PITH_API bool pith_grammar_outgrown(pith_grammar *g);
 /* The grammar may end here (an end token is allowed). */
-bool pith_grammar_matcher_can_end(const pith_grammar_matcher *m);
+PITH_API bool pith_grammar_matcher_can_end(const pith_grammar_matcher *m);
 /* The grammar has ended: an end token was accepted, or the input is complete and nothing else may
  * follow (generation should stop). */
-bool pith_grammar_matcher_is_done(const pith_grammar_matcher *m);
+PITH_API bool pith_grammar_matcher_is_done(const pith_grammar_matcher *m);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/memory.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
@@ -48,12 +49,14 @@ typedef struct pith_kv_host {
 
 /* Allocates every group of spec as the layout says (contents zeroed). On failure nothing is left
  * allocated. */
-int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_mem_layout *layout, pith_err *err);
-void pith_kv_host_free(pith_kv_host *h);
-bool pith_kv_host_allocated(const pith_kv_host *h);
+PITH_API int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_mem_layout *layout,
+                                pith_err *err);
+PITH_API void pith_kv_host_free(pith_kv_host *h);
+PITH_API bool pith_kv_host_allocated(const pith_kv_host *h);
 /* Copies block src[i] to dst[i] in every layer of KV group g, or state slot src[i] to dst[i] of RECURRENT
  * group g (model.h: copy_blocks); ids are checked against the pool. */
-int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+PITH_API int pith_kv_host_copy_blocks(pith_kv_host *h, int g, const int32_t *src, const int32_t *dst, int n,
+                                      pith_err *err);
 
 /* Bytes of n elements of a KV type (n a multiple of 32 for Q8_0); 0 for a type a cache cannot hold. */
 static inline size_t pith_kv_bytes(pith_dtype type, size_t n) {

@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 
+#include "pith/api.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
 
@@ -74,14 +75,14 @@ typedef struct pith_mem_layout {
 /* Bytes of one block of a KV group (K and V, all its layers), or of one state slot of a RECURRENT
  * group; 0 for a bad group. type overrides g->type for KV groups: F32, F16, BF16, or Q8_0 (34 bytes
  * per 32 elements; 0 unless both widths are multiples of 32). */
-size_t pith_mem_unit_bytes(const pith_mem_group *g, pith_dtype type, int block_size);
+PITH_API size_t pith_mem_unit_bytes(const pith_mem_group *g, pith_dtype type, int block_size);
 
 /* Checks a spec against a model of n_layers layers: kinds, windows, widths, types, layers in range and
  * increasing, no layer in two groups. 0 or -1 with err. */
-int pith_mem_spec_check(const pith_mem_spec *s, int n_layers, pith_err *err);
+PITH_API int pith_mem_spec_check(const pith_mem_spec *s, int n_layers, pith_err *err);
 
 /* "full", "window" or "recurrent". */
-const char *pith_mem_kind_name(pith_mem_kind k);
+PITH_API const char *pith_mem_kind_name(pith_mem_kind k);
 
 #ifdef __cplusplus
 }

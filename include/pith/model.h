@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 
+#include "pith/api.h"
 #include "pith/batch.h"
 #include "pith/memory.h"
 #include "pith/modelfile.h"
@@ -92,20 +93,23 @@ typedef struct pith_model_options {
     bool mtp;
 } pith_model_options;
 
-int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err);
-void pith_model_free(pith_model *m);
+PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,
+                             pith_err *err);
+PITH_API void pith_model_free(pith_model *m);
 
 /* The ops, checked: a NULL op where one is needed is an error, not a crash. */
-int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err);
-int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, pith_err *err);
-void pith_model_mem_free(pith_model *m);
-int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+PITH_API int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err);
+PITH_API int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, pith_err *err);
+PITH_API void pith_model_mem_free(pith_model *m);
+PITH_API int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n,
+                                    pith_err *err);
 /* Refuses a batch with want_hidden for a model without has_hidden, or without a hidden buffer. */
-int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
+PITH_API int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
 /* Refuses a model without has_mtp, or n_steps out of 1..16. */
-int pith_model_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft, float *logits, pith_err *err);
+PITH_API int pith_model_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft,
+                                  float *logits, pith_err *err);
 /* Layers a memory spec may name: hp.n_layers, plus hp.n_mtp_layers when has_mtp. */
-int pith_model_mem_layers(const pith_model *m);
+PITH_API int pith_model_mem_layers(const pith_model *m);
 
 #ifdef __cplusplus
 }

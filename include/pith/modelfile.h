@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/gguf.h"
 #include "pith/status.h"
 #include "pith/tensor.h"
@@ -132,9 +133,6 @@ typedef struct pith_hparams {
     int expert_shared_ffn_dim;
     bool expert_norm_topk;
     int expert_gating;  /* pith_expert_gating */
-    /* GPT-OSS's clamped SwiGLU in the experts when > 0: g = min(g, limit), u = clamp(u, -limit, limit),
-     * (u + 1) * g * sigmoid(1.702 g); 0: silu(g) * u. */
-    float expert_swiglu_limit;
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;
@@ -157,6 +155,11 @@ typedef struct pith_hparams {
      * fields above: ssm_n_k_heads B/C groups, ssm_n_v_heads heads, ssm_head_k_dim the state width
      * (d_state), ssm_head_v_dim the head width. */
     float embedding_scale, residual_scale, logit_scale;
+    /* What only one architecture reads (GPT-OSS's SwiGLU limit, ...) lives in that architecture's own
+     * struct, filled by its metadata hooks and checked by its check hook (src/format/arch.h:
+     * params_size; src/model/<arch>_arch.h defines it); owned by the model file; NULL when the
+     * architecture has none. Opaque here, so that adding an architecture does not change this struct. */
+    const void *arch_params;
 } pith_hparams;
 
 /* Per-layer bitmask access; layers outside 0..PITH_MAX_LAYERS-1 read as unset and are not written.
@@ -183,21 +186,21 @@ static inline bool pith_hparams_layer_no_rope(const pith_hparams *hp, int l) {
 
 typedef struct pith_model_file pith_model_file;
 
-int pith_model_file_open(const char *path, pith_model_file **out, pith_err *err);
-void pith_model_file_close(pith_model_file *f);
+PITH_API int pith_model_file_open(const char *path, pith_model_file **out, pith_err *err);
+PITH_API void pith_model_file_close(pith_model_file *f);
 
-pith_format pith_model_file_format(const pith_model_file *f);
-const char *pith_model_file_path(const pith_model_file *f);
-const pith_hparams *pith_model_file_hparams(const pith_model_file *f);
+PITH_API pith_format pith_model_file_format(const pith_model_file *f);
+PITH_API const char *pith_model_file_path(const pith_model_file *f);
+PITH_API const pith_hparams *pith_model_file_hparams(const pith_model_file *f);
 /* The GGUF handle (for tokenizer metadata), or NULL for other formats. */
-const pith_gguf *pith_model_file_gguf(const pith_model_file *f);
+PITH_API const pith_gguf *pith_model_file_gguf(const pith_model_file *f);
 /* For Hugging Face directories: the directory (where tokenizer.json lives); NULL otherwise. */
-const char *pith_model_file_dir(const pith_model_file *f);
+PITH_API const char *pith_model_file_dir(const pith_model_file *f);
 
-int pith_model_file_n_tensors(const pith_model_file *f);
-const pith_tensor *pith_model_file_tensor_at(const pith_model_file *f, int i);
+PITH_API int pith_model_file_n_tensors(const pith_model_file *f);
+PITH_API const pith_tensor *pith_model_file_tensor_at(const pith_model_file *f, int i);
 /* NULL when absent. */
-const pith_tensor *pith_model_file_tensor(const pith_model_file *f, const char *name);
+PITH_API const pith_tensor *pith_model_file_tensor(const pith_model_file *f, const char *name);
 
 #ifdef __cplusplus
 }

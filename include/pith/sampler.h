@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/status.h"
 
 #ifdef __cplusplus
@@ -34,17 +35,17 @@ typedef struct pith_sampling_params {
 } pith_sampling_params;
 
 /* Defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off, seed 0. */
-pith_sampling_params pith_sampling_defaults(void);
+PITH_API pith_sampling_params pith_sampling_defaults(void);
 /* Checks ranges; fills err naming the bad parameter. */
-int pith_sampling_validate(const pith_sampling_params *p, pith_err *err);
+PITH_API int pith_sampling_validate(const pith_sampling_params *p, pith_err *err);
 
 typedef struct pith_sampler pith_sampler;
 
-int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **out, pith_err *err);
-void pith_sampler_free(pith_sampler *s);
+PITH_API int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **out, pith_err *err);
+PITH_API void pith_sampler_free(pith_sampler *s);
 /* Picks a token from logits[n_vocab] (modified in place: penalties and temperature are applied to it).
  * history: tokens the penalties look at (may be NULL when n_history is 0). */
-int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history);
+PITH_API int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history);
 
 /* The processed distribution (logprobs_mode "processed_logprobs"): with recording on, each
  * pith_sampler_sample keeps the distribution it drew from: the candidates left after top-k, top-p and
@@ -52,13 +53,13 @@ int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *histo
  * renormalised over those left. Greedy sampling (temperature 0) records the log-softmax of the
  * penalised logits over the whole vocabulary (temperature 1, no truncation). Off by default (it costs a
  * softmax per greedy step). */
-void pith_sampler_record(pith_sampler *s, bool on);
+PITH_API void pith_sampler_record(pith_sampler *s, bool on);
 /* After a recorded sample: the number of tokens with nonzero probability; entry i (0 <= i < that, most
  * likely first, ties to the lower id) through *id and its natural-log probability through *logprob. */
-int pith_sampler_dist_size(const pith_sampler *s);
-void pith_sampler_dist_at(const pith_sampler *s, int i, int32_t *id, float *logprob);
+PITH_API int pith_sampler_dist_size(const pith_sampler *s);
+PITH_API void pith_sampler_dist_at(const pith_sampler *s, int i, int32_t *id, float *logprob);
 /* Natural-log probability of `id` in the recorded distribution; -INFINITY outside it. */
-float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id);
+PITH_API float pith_sampler_dist_logprob(const pith_sampler *s, int32_t id);
 /* A constraint on the next token (structured output, grammar.h). fill writes the mask of allowed tokens
  * (bit id % 32 of word id / 32; 1 = allowed) and returns how many are allowed, or -1 on failure; allows
  * (may be NULL) answers for one token, cheaper than a whole mask. */
@@ -69,13 +70,13 @@ typedef struct pith_token_constraint {
 } pith_token_constraint;
 
 /* Sets the logits of the tokens the mask disallows to -inf. */
-void pith_sampler_apply_mask(float *logits, int n_vocab, const uint32_t *mask);
+PITH_API void pith_sampler_apply_mask(float *logits, int n_vocab, const uint32_t *mask);
 /* pith_sampler_sample over the allowed tokens only: the mask applies before penalties, temperature and
  * the filters, so they see only allowed tokens (a greedy sampler first checks the unconstrained best
  * token with allows, and builds the mask only when it is disallowed). Returns -1 when the constraint
  * allows no token or fails. c NULL: pith_sampler_sample. */
-int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const int32_t *history, int n_history,
-                                        const pith_token_constraint *c);
+PITH_API int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const int32_t *history,
+                                                 int n_history, const pith_token_constraint *c);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "pith/api.h"
 #include "pith/engine.h"
 #include "pith/status.h"
 
@@ -70,18 +71,18 @@ typedef struct pith_server_options {
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };
 
 /* Binds and starts answering (503 for generation until loaded). */
-int pith_server_create(const pith_server_options *opt, pith_server **out, pith_err *err);
+PITH_API int pith_server_create(const pith_server_options *opt, pith_server **out, pith_err *err);
 /* The bound TCP port. */
-int pith_server_port(const pith_server *s);
+PITH_API int pith_server_port(const pith_server *s);
 /* Loads the model, tokenizer and chat template and starts the engine; the server is ready after it.
  * May run on any one thread, once. */
-int pith_server_load(pith_server *s, pith_err *err);
-bool pith_server_ready(const pith_server *s);
+PITH_API int pith_server_load(pith_server *s, pith_err *err);
+PITH_API bool pith_server_ready(const pith_server *s);
 /* Stops accepting, waits up to deadline_s seconds for requests in flight to finish, cancels the rest
  * and closes every connection. Idempotent. */
-void pith_server_drain(pith_server *s, double deadline_s);
+PITH_API void pith_server_drain(pith_server *s, double deadline_s);
 /* Drains with no deadline left (cancelling everything) if not drained, then frees everything. */
-void pith_server_free(pith_server *s);
+PITH_API void pith_server_free(pith_server *s);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "pith/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -18,10 +20,10 @@ typedef struct pith_err {
 
 /* Formats the message into err (if not NULL) and returns -1, so callers can write
  * `return pith_errf(err, "...", ...);`. */
-int pith_errf(pith_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+PITH_API int pith_errf(pith_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prefixes an existing message: "prefix: old message". Returns -1. */
-int pith_err_prefix(pith_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+PITH_API int pith_err_prefix(pith_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,22 +46,22 @@ typedef struct pith_tensor {
 } pith_tensor;
 
 /* True when `type` is one of the element types above (and thus supported somewhere). */
-bool pith_dtype_valid(uint32_t type);
-const char *pith_dtype_name(pith_dtype type);
+PITH_API bool pith_dtype_valid(uint32_t type);
+PITH_API const char *pith_dtype_name(pith_dtype type);
 /* Elements per block (1 for F32/F16/BF16, 32 for Q8_0/Q4_0/IQ4_NL/MXFP4, 256 for Q4_K, Q5_K, Q6_K, IQ4_XS). */
-int64_t pith_dtype_block_elems(pith_dtype type);
+PITH_API int64_t pith_dtype_block_elems(pith_dtype type);
 /* Bytes per block. */
-size_t pith_dtype_block_bytes(pith_dtype type);
+PITH_API size_t pith_dtype_block_bytes(pith_dtype type);
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block size. */
-size_t pith_dtype_row_bytes(pith_dtype type, int64_t n);
+PITH_API size_t pith_dtype_row_bytes(pith_dtype type, int64_t n);
 /* Number of elements (product of ne), or -1 on overflow. */
-int64_t pith_tensor_nelems(const pith_tensor *t);
+PITH_API int64_t pith_tensor_nelems(const pith_tensor *t);
 
 /* Scalar conversions (portable; used by reference paths and loaders). */
-float pith_f16_to_f32(uint16_t h);
-uint16_t pith_f32_to_f16(float f);
-float pith_bf16_to_f32(uint16_t h);
-uint16_t pith_f32_to_bf16(float f);
+PITH_API float pith_f16_to_f32(uint16_t h);
+PITH_API uint16_t pith_f32_to_f16(float f);
+PITH_API float pith_bf16_to_f32(uint16_t h);
+PITH_API uint16_t pith_f32_to_bf16(float f);
 
 #ifdef __cplusplus
 }

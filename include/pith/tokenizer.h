@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pith/api.h"
 #include "pith/gguf.h"
 #include "pith/status.h"
 
@@ -24,13 +25,13 @@ typedef struct pith_tokenizer pith_tokenizer;
 
 /* llama2.c tokenizer file (tokenizer.bin / tok512.bin). n_vocab: how many entries to read (the model's
  * vocab size); the file must hold at least that many. BOS = 1, EOS = 2 as in llama2.c. */
-int pith_tokenizer_load_llama2c(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
+PITH_API int pith_tokenizer_load_llama2c(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
 /* From GGUF metadata (tokenizer.ggml.*). */
-int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err *err);
+PITH_API int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err *err);
 /* Any supported tokenizer source by path: a GGUF file, a llama2.c tokenizer file (n_vocab as above, 0 to
  * read all), and with the tokenizer issue a tokenizer.json or a model directory. */
-int pith_tokenizer_load(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
-void pith_tokenizer_free(pith_tokenizer *t);
+PITH_API int pith_tokenizer_load(const char *path, int n_vocab, pith_tokenizer **out, pith_err *err);
+PITH_API void pith_tokenizer_free(pith_tokenizer *t);
 
 enum {
     /* Add the special tokens the tokenizer's configuration asks for: BOS when it adds one (Llama: yes;
@@ -43,20 +44,20 @@ enum {
 
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is handled, never crashes). On success *ids is a
  * malloc'd array of *n_ids ids that the caller frees. */
-int pith_tokenizer_encode(const pith_tokenizer *t, const char *text, size_t len, int flags,
-                          int32_t **ids, int *n_ids, pith_err *err);
+PITH_API int pith_tokenizer_encode(const pith_tokenizer *t, const char *text, size_t len, int flags,
+                                   int32_t **ids, int *n_ids, pith_err *err);
 
-int pith_tokenizer_n_vocab(const pith_tokenizer *t);
-int pith_tokenizer_bos(const pith_tokenizer *t);   /* -1 when none */
-int pith_tokenizer_eos(const pith_tokenizer *t);   /* -1 when none */
+PITH_API int pith_tokenizer_n_vocab(const pith_tokenizer *t);
+PITH_API int pith_tokenizer_bos(const pith_tokenizer *t);   /* -1 when none */
+PITH_API int pith_tokenizer_eos(const pith_tokenizer *t);   /* -1 when none */
 /* True for tokens that end generation (EOS, and end-of-turn tokens such as <|eot_id|>, <|im_end|>). */
-bool pith_tokenizer_is_eog(const pith_tokenizer *t, int32_t id);
+PITH_API bool pith_tokenizer_is_eog(const pith_tokenizer *t, int32_t id);
 /* True for control/special tokens (BOS, EOS, <|im_start|>...), which detokenization skips by default. */
-bool pith_tokenizer_is_special(const pith_tokenizer *t, int32_t id);
+PITH_API bool pith_tokenizer_is_special(const pith_tokenizer *t, int32_t id);
 /* The vocabulary entry's text as stored (not decoded); NULL for an out-of-range id. */
-const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_t *len);
+PITH_API const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_t *len);
 /* The model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json chat_template), or NULL. */
-const char *pith_tokenizer_chat_template(const pith_tokenizer *t);
+PITH_API const char *pith_tokenizer_chat_template(const pith_tokenizer *t);
 
 /* Streaming detokenizer: feed ids one at a time, get back only complete UTF-8. Bytes of an incomplete
  * sequence are held until a later token completes them (or flush emits them as U+FFFD). Handles
@@ -70,24 +71,24 @@ typedef struct pith_detok {
     int n_pending;
 } pith_detok;
 
-void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special);
+PITH_API void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special);
 /* Writes the text `id` completes to out (NUL-terminated when cap > 0) and returns its length. Output is
  * always valid UTF-8: invalid sequences become U+FFFD. A character that does not fit in cap (with the
  * NUL) is dropped, never cut; cap >= pith_detok_max_piece(t) always suffices (512 does for the common
  * vocabularies, whose tokens are at most ~128 bytes). Out-of-range ids produce nothing. */
-size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap);
+PITH_API size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap);
 /* Emits whatever is held back (incomplete UTF-8 becomes U+FFFD). */
-size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
+PITH_API size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
 /* Consumes ids without emitting them: call it with the prompt before pushing generated ids, so the
  * first generated token reads as a continuation (a SentencePiece " there" after "Once upon a time"
  * keeps its space; after a prompt of only BOS/special tokens the leading space is still dropped).
  * Bytes of a character the prompt leaves unfinished are discarded. */
-void pith_detok_skip(pith_detok *d, const int32_t *ids, int n);
-size_t pith_detok_max_piece(const pith_tokenizer *t);
+PITH_API void pith_detok_skip(pith_detok *d, const int32_t *ids, int n);
+PITH_API size_t pith_detok_max_piece(const pith_tokenizer *t);
 
 /* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */
-int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,
-                          char **text, size_t *len, pith_err *err);
+PITH_API int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,
+                                   char **text, size_t *len, pith_err *err);
 
 #ifdef __cplusplus
 }

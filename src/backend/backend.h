@@ -138,6 +138,9 @@ typedef struct pith_moe_config {
     float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
 } pith_moe_config;
 
+/* The most experts a layer may have: every backend's MoE op takes this many. */
+#define PITH_BE_MAX_EXPERTS 1024
+
 typedef struct pith_moe_weights pith_moe_weights; /* a layer's router and experts, as the backend holds them */
 
 /* LFM2's gated short convolution, one layer of a RECURRENT group: for each token, b and c gates and x
@@ -277,10 +280,8 @@ struct pith_backend {
 };
 
 /* The CPU backend (src/backend/cpu/backend_cpu.c): today's kernels, tiles and thread pool. n_threads
- * <= 0: one per online CPU; PITH_FORCE_SCALAR (pith_backend_force_scalar) picks the portable kernels. */
+ * <= 0: one per online CPU; PITH_FORCE_SCALAR (pith_backend_force_scalar, backend/info.h: the one reader) picks the portable kernels. */
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err);
-/* PITH_FORCE_SCALAR set, non-empty and not "0": the one place it is read. */
-bool pith_backend_force_scalar(void);
 
 static inline void pith_backend_free(pith_backend *be) {
     if (be) be->vt->destroy(be);

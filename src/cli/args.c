@@ -130,6 +130,12 @@ bool cli_interrupted(void) {
     return interrupted != 0;
 }
 
+pith_run_action cli_run_check(void *interrupted_flag) {
+    if (!cli_interrupted()) return PITH_RUN_CONTINUE;
+    *(bool *)interrupted_flag = true;
+    return PITH_RUN_CANCEL; /* again at every later step: cancelling a cancelled request does nothing */
+}
+
 int cli_read_file(const char *path, char **data, size_t *len, pith_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return pith_errf(err, "cannot open %s: %s", path, strerror(errno));

@@ -96,7 +96,6 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
     int ctx = pith_engine_max_seq_len(e);
     int room = o->n_predict > 0 && o->n_predict < ctx / 2 ? o->n_predict : ctx / 2;
     int dropped = 0;
-    uint64_t id = 0;
     for (;;) {
         int32_t *ids = NULL;
         int n_ids = 0;
@@ -108,7 +107,7 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
                 .prompt = ids, .n_prompt = n_ids, .sampling = o->sampling,
                 .max_tokens = o->n_predict < 0 ? 0 : o->n_predict, .on_token = on_token, .user = r,
             };
-            rc = pith_engine_submit(e, &req, &id, &why);
+            rc = pith_engine_submit(e, &req, NULL, &why);
         } else {
             snprintf(why.msg, sizeof why.msg, "the conversation (%d tokens) leaves less than %d of the %d-token context "
                      "for the reply", n_ids, room, ctx);
@@ -129,15 +128,7 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
         fprintf(stderr, "pith run: the conversation outgrew the %d-token context: dropped the oldest %d turn%s%s\n",
                 ctx, dropped, dropped == 1 ? "" : "s", has_system(messages) ? " (the system prompt stays)" : "");
     bool interrupted = false;
-    int run_rc = 0;
-    while (pith_engine_has_work(e)) {
-        if (!interrupted && cli_interrupted()) {
-            interrupted = true;
-            pith_engine_cancel(e, id);
-        }
-        if (pith_engine_step(e, run_rc ? &(pith_err){{0}} : err)) run_rc = -1;
-    }
-    if (run_rc) return -1;
+    if (pith_engine_run_until(e, cli_run_check, &interrupted, err)) return -1;
     if (interrupted) return 2;
     if (r->out_failed) return pith_errf(err, "writing the output failed");
     if (r->finish == PITH_FINISH_ERROR) return pith_errf(err, "generation failed: %s", r->error);

@@ -40,6 +40,10 @@ void cli_engine_usage(FILE *out);
  * cli_interrupted() true and restores the default action, so a second one ends the process at once. */
 void cli_sigint_install(void);
 bool cli_interrupted(void);
+/* A pith_run_check (engine.h) for a command that owns every request of its engine: once Ctrl-C has come,
+ * sets *(bool *)interrupted and has the engine cancel them all, so their final events (and the text
+ * they release) still come before pith_engine_run_until returns. */
+pith_run_action cli_run_check(void *interrupted);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 int cli_read_file(const char *path, char **data, size_t *len, pith_err *err);

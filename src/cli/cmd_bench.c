@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/info.h"
 #include "cli/bench_spec.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
@@ -535,8 +536,7 @@ int pith_cmd_bench(int argc, char **argv) {
         cli_no_default_model("bench");
         return PITH_EXIT_USAGE;
     }
-    const char *fs = getenv("PITH_FORCE_SCALAR");
-    bool force_scalar = fs && *fs && strcmp(fs, "0") != 0;
+    bool force_scalar = pith_backend_force_scalar();
     bench_ctx c = {.o = &o};
     pith_err err = {{0}};
     if (o.spec_type != PITH_SPEC_OFF) {

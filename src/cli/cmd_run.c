@@ -205,8 +205,8 @@ static void on_run_token(const pith_token_event *ev, void *user) {
     }
 }
 
-/* One prompt through an engine made with the command's engine options: submit, step until the final
- * event, stream the text as it comes. */
+/* One prompt through an engine made with the command's engine options: submit, run until the final
+ * event (Ctrl-C cancels it), stream the text as it comes. */
 static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_err *err) {
     int32_t *ids = NULL;
     int n_prompt = 0;
@@ -235,22 +235,10 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
         .on_token = on_run_token, .user = &s,
     };
     double t0 = now_s();
-    uint64_t id;
-    if (pith_engine_submit(s.e, &q, &id, err)) goto done;
+    if (pith_engine_submit(s.e, &q, NULL, err)) goto done;
     pith_err run_err = {{0}};
-    int run_rc = 0;
     bool interrupted = false;
-    while (pith_engine_has_work(s.e)) {
-        if (!interrupted && cli_interrupted()) {
-            interrupted = true;
-            pith_engine_cancel(s.e, id);
-        }
-        pith_err step_err = {{0}};
-        if (pith_engine_step(s.e, &step_err) && !run_rc) {
-            run_rc = -1;
-            run_err = step_err;
-        }
-    }
+    int run_rc = pith_engine_run_until(s.e, cli_run_check, &interrupted, &run_err);
     if (!s.out_failed && (fputc('\n', stdout) == EOF || fflush(stdout))) s.out_failed = true;
     if (s.out_failed) {
         pith_errf(err, "writing the output failed (stdout)");

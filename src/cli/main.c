@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/info.h"
 #include "cli/cli.h"
 
 #ifndef PITH_VERSION
@@ -58,7 +58,7 @@ static int print_version(void) {
     const char *cc = "unknown compiler";
 #endif
     printf("pith %s\ncompiler: %s\nkernels: %s (chosen for this CPU)\n", PITH_VERSION, cc,
-           pith_cpu_kernels_best(false)->name);
+           pith_backend_cpu_kernel_name(false));
     return fflush(stdout) || ferror(stdout) ? 1 : 0;
 }
 

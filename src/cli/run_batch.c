@@ -68,16 +68,21 @@ typedef struct result {
     bool done;
     bool oom;
     bool printed;
-    uint64_t id;       /* engine request id, 0 when not submitted */
     int index;
     batch *b;
 } result;
 
-/* The batch: results, and the indexes of those finished but not yet printed. */
+/* The batch: results, the indexes of those finished but not yet printed, and where printing stands. */
 struct batch {
     result *res;
+    int n_res;
     int *finished;
     int n_finished;
+    FILE *out;
+    const run_batch_opts *o;
+    int next;          /* without --jsonl: the first result not yet printed (input order) */
+    bool out_failed;   /* a write failed: the rest was cancelled */
+    bool interrupted;  /* Ctrl-C or a failed write: what finishes after it is not written */
 };
 
 static void finish(result *r) {
@@ -158,22 +163,38 @@ static double now_s(void) {
 
 /* Prints what is ready: with --jsonl every finished result, otherwise the finished prefix in input order.
  * Returns false when writing failed. */
-static bool flush_ready(FILE *out, const run_batch_opts *o, batch *b, int n_res, int *next) {
-    const int ns = o->samples > 1 ? o->samples : 1;
-    if (o->jsonl) {
+static bool flush_ready(batch *b) {
+    const int ns = b->o->samples > 1 ? b->o->samples : 1;
+    if (b->o->jsonl) {
         for (int k = 0; k < b->n_finished; k++) {
             result *r = &b->res[b->finished[k]];
-            print_result(out, true, r->index / ns, ns > 1 ? r->index % ns : -1, r);
+            print_result(b->out, true, r->index / ns, ns > 1 ? r->index % ns : -1, r);
             r->printed = true;
         }
     } else {
-        while (*next < n_res && b->res[*next].done) {
-            print_result(out, false, *next / ns, -1, &b->res[*next]);
-            b->res[(*next)++].printed = true;
+        while (b->next < b->n_res && b->res[b->next].done) {
+            print_result(b->out, false, b->next / ns, -1, &b->res[b->next]);
+            b->res[b->next++].printed = true;
         }
     }
     b->n_finished = 0;
-    return fflush(out) == 0 && !ferror(out);
+    return fflush(b->out) == 0 && !ferror(b->out);
+}
+
+/* The engine's check before each step (pith_engine_run_until): writes what finished since, and cancels
+ * every prompt once a write fails (nobody reads the rest) or Ctrl-C comes. */
+static pith_run_action before_step(void *user) {
+    batch *b = user;
+    if (b->interrupted) return PITH_RUN_CONTINUE; /* cancelled: nothing more is written */
+    if (!flush_ready(b)) {
+        b->out_failed = b->interrupted = true;
+        return PITH_RUN_CANCEL;
+    }
+    if (cli_interrupted()) {
+        b->interrupted = true;
+        return PITH_RUN_CANCEL;
+    }
+    return PITH_RUN_CONTINUE;
 }
 
 int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opts *o,
@@ -187,8 +208,8 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     if (len > 0 && data[len - 1] != '\n') n_lines++;
     const int ns = o->samples > 1 ? o->samples : 1, n_res = n_lines * ns;
     char **lines = calloc((size_t)n_lines + 1, sizeof *lines);
-    batch b = {.res = calloc((size_t)n_res + 1, sizeof *b.res),
-               .finished = calloc((size_t)n_res + 1, sizeof *b.finished)};
+    batch b = {.res = calloc((size_t)n_res + 1, sizeof *b.res), .n_res = n_res,
+               .finished = calloc((size_t)n_res + 1, sizeof *b.finished), .out = out, .o = o};
     result *res = b.res;
     pith_engine *e = NULL;
     int rc = -1;
@@ -211,8 +232,7 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
     if (pith_engine_create(m, tok, &o->engine, &e, err)) goto done;
 
     double t0 = now_s();
-    int n_rejected = 0, next = 0;
-    bool out_failed = false;
+    int n_rejected = 0;
     for (int i = 0; i < n_lines; i++) {
         result *r = &res[i * ns]; /* and its other samples after it */
         if (!lines[i][0]) { /* not run: BOS alone is rarely what an empty line meant */
@@ -239,49 +259,26 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         q.sampling.seed = sp->seed + (uint64_t)i * (uint64_t)ns;
         for (int k = 1; k < ns; k++) r[k].n_prompt = r->n_prompt;
         pith_err why;
-        uint64_t id = 0;
         if (n_predict == 0) { /* nothing to generate: the engine's 0 would mean "no limit" */
             for (int k = 0; k < ns; k++) {
                 r[k].why = PITH_FINISH_LENGTH;
                 finish(&r[k]);
             }
-        } else if (pith_engine_submit(e, &q, &id, &why)) {
+        } else if (pith_engine_submit(e, &q, NULL, &why)) {
             for (int k = 0; k < ns; k++) {
                 r[k].why = PITH_FINISH_ERROR;
                 r[k].error = strdup(why.msg);
                 finish(&r[k]);
             }
             n_rejected++;
-        } else {
-            for (int k = 0; k < ns; k++) r[k].id = id + (uint64_t)k;
         }
         free(ids);
     }
-    int run_rc = 0;
     pith_err step_err = {{0}};
-    bool interrupted = false;
-    for (;;) {
-        if (!out_failed && !interrupted && !flush_ready(out, o, &b, n_res, &next)) {
-            out_failed = true;
-            interrupted = true; /* stop the rest: nobody reads it */
-            for (int i = 0; i < n_res; i++)
-                if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
-        }
-        if (!pith_engine_has_work(e)) break;
-        if (!interrupted && cli_interrupted()) {
-            interrupted = true;
-            for (int i = 0; i < n_res; i++)
-                if (!res[i].done && res[i].id) pith_engine_cancel(e, res[i].id);
-        }
-        pith_err se = {{0}};
-        if (pith_engine_step(e, &se) && !run_rc) {
-            run_rc = -1;
-            step_err = se;
-        }
-        if (interrupted) b.n_finished = 0; /* cancelled results are not written */
-    }
+    int run_rc = pith_engine_run_until(e, before_step, &b, &step_err);
+    if (!b.interrupted && !flush_ready(&b)) b.out_failed = true; /* what the last step finished */
     double dt = now_s() - t0;
-    if (out_failed) {
+    if (b.out_failed) {
         pith_errf(err, "writing the output failed");
         goto done;
     }
@@ -303,7 +300,7 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
         }
     }
     if (n_full > 8) fprintf(stderr, "pith run: %d prompts in all stopped because the context was full\n", n_full);
-    if (interrupted)
+    if (b.interrupted)
         fprintf(stderr, "pith run: interrupted: %d of %d results written%s\n", n_written, n_res,
                 o->jsonl ? "" : " (the finished ones in input order up to the first unfinished)");
     pith_engine_stats st;
@@ -318,7 +315,7 @@ int pith_run_batch(pith_model *m, const pith_tokenizer *tok, const run_batch_opt
             (unsigned long long)st.prefix_cache_queries, st.kv_blocks_total, st.block_size,
             (unsigned long long)st.computed_tokens, (unsigned long long)st.forked_sequences,
             (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens);
-    rc = interrupted ? 130 : 0;
+    rc = b.interrupted ? 130 : 0;
     if (run_rc) rc = pith_errf(err, "the model failed: %s", step_err.msg);
 done:
     pith_engine_free(e);

@@ -432,6 +432,21 @@ int pith_engine_cancel(pith_engine *e, uint64_t id) {
     return rc;
 }
 
+int engine_cancel_live(pith_engine *e) {
+    int n = 0;
+    pthread_mutex_lock(&e->lock);
+    for (int i = 0; i < e->n_live; i++) {
+        seq *s = e->live[i];
+        if (s->cancel_requested) continue;
+        s->cancel_requested = true;
+        e->n_cancel_pending++;
+        n++;
+    }
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
 bool pith_engine_has_work(pith_engine *e) {
     pthread_mutex_lock(&e->lock);
     bool work = e->n_live > 0;
@@ -564,9 +579,14 @@ int pith_engine_step(pith_engine *e, pith_err *err) {
     return err->msg[0] ? -1 : 0;
 }
 
-int pith_engine_run(pith_engine *e, pith_err *err) {
+int pith_engine_run_until(pith_engine *e, pith_run_check check, void *user, pith_err *err) {
+    if (e->thread_started) return pith_errf(err, "the engine's thread is running: it steps the engine itself");
     int rc = 0;
     while (pith_engine_has_work(e)) {
+        pith_run_action act = check ? check(user) : PITH_RUN_CONTINUE;
+        if (act == PITH_RUN_STOP) return rc ? rc : 1;
+        /* Cancelling flags only: the final events come from the steps below, like any cancel's. */
+        if (act == PITH_RUN_CANCEL) engine_cancel_live(e);
         pith_err step_err;
         if (pith_engine_step(e, &step_err) && rc == 0) {
             rc = -1;
@@ -575,3 +595,5 @@ int pith_engine_run(pith_engine *e, pith_err *err) {
     }
     return rc;
 }
+
+int pith_engine_run(pith_engine *e, pith_err *err) { return pith_engine_run_until(e, NULL, NULL, err); }

@@ -95,22 +95,6 @@ static bool wait_for(pith_engine *e, bool (*cond)(pith_engine *), double timeout
     return true;
 }
 
-/* Sets the cancel flag of every live request; returns how many it set. */
-static int cancel_live(pith_engine *e) {
-    int n = 0;
-    pthread_mutex_lock(&e->lock);
-    for (int i = 0; i < e->n_live; i++) {
-        seq *s = e->live[i];
-        if (s->cancel_requested) continue;
-        s->cancel_requested = true;
-        e->n_cancel_pending++;
-        n++;
-    }
-    pthread_cond_broadcast(&e->wake);
-    pthread_mutex_unlock(&e->lock);
-    return n;
-}
-
 int pith_engine_pause(pith_engine *e, pith_pause_mode mode, double timeout_s, pith_err *err) {
     if (mode != PITH_PAUSE_KEEP && mode != PITH_PAUSE_DRAIN && mode != PITH_PAUSE_ABORT)
         return pith_errf(err, "pause mode %d is not keep, drain or abort", (int)mode);
@@ -122,7 +106,7 @@ int pith_engine_pause(pith_engine *e, pith_pause_mode mode, double timeout_s, pi
     }
     set_flags(e, true, mode == PITH_PAUSE_KEEP);
     hold_unstarted(e);
-    if (mode == PITH_PAUSE_ABORT) cancel_live(e);
+    if (mode == PITH_PAUSE_ABORT) engine_cancel_live(e);
     admin_restart(e, was_running);
     int rc = 0;
     if (mode != PITH_PAUSE_KEEP && !wait_for(e, settled, timeout_s))
@@ -166,7 +150,7 @@ int pith_engine_abort_all(pith_engine *e) {
     bool was_running;
     pthread_mutex_lock(&e->admin_lock);
     was_running = e->thread_started;
-    int n = cancel_live(e);
+    int n = engine_cancel_live(e);
     wait_for(e, no_cancels_pending, 0);
     (void)was_running;
     pthread_mutex_unlock(&e->admin_lock);

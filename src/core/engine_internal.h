@@ -103,6 +103,9 @@ bool engine_step(pith_engine *e, pith_err *err);
 /* Final event for a sequence already taken out of the scheduler; frees it. */
 void engine_finish(pith_engine *e, seq *s, pith_finish_reason why, bool stop_string, const char *error);
 void engine_publish_stats(pith_engine *e);
+/* Sets the cancel flag of every live request (held ones too); their final events come at the next step.
+ * Thread-safe. Returns how many it set. */
+int engine_cancel_live(pith_engine *e);
 /* Grows a list of sequence pointers (doubling). 0 or -1. */
 int engine_grow_list(seq ***list, int *cap, int need);
 

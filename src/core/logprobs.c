@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
-#include "sample/rows.h"
+#include "util/rows.h"
 
 static bool is_prompt_row(const seq *s, int p) {
     return s->prompt_logprobs && p >= s->plp_next && p < s->n_prompt - 1;

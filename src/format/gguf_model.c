@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/arch.h"
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
-#include "model/arch.h"
 
 static int read_arch(pith_model_file *f, const pith_gguf *g, pith_err *err) {
     pith_str arch;
@@ -66,6 +66,7 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     if (read_arch(f, g, err)) return -1;
     pith_hparams *hp = &f->hp;
     const pith_arch *arch = pith_arch_find(hp->arch);
+    if (pith_mf_arch_params(f, arch, err)) return -1;
     /* Unregistered architectures open leniently: their metadata stays readable, the model layer refuses. */
     pith_meta m = {f->path, hp->arch, g, NULL, arch == NULL, err};
     hp->rope_style = arch ? arch->rope_gguf : PITH_ROPE_ADJACENT;

@@ -267,7 +267,14 @@ int pith_load_hf(pith_model_file *f, pith_err *err) {
         goto done;
     }
     hf_ctx c = {f, NULL, false, NULL, err};
+    f->hp.arch_params = f->arch_params; /* zeroed storage for the descriptor's own hyper-parameters */
     if (pith_hf_parse_config(config, &f->hp, &c.arch, err)) goto done;
+    if (c.arch->params_size > sizeof f->arch_params) {
+        pith_errf(err, "%s: architecture %s: %zu bytes of private hyper-parameters", f->path, c.arch->name,
+                  c.arch->params_size);
+        goto done;
+    }
+    if (!c.arch->params_size) f->hp.arch_params = NULL;
     c.tie = f->hp.tied_embeddings;
     if (index ? load_sharded(&c, f->dir, index) : load_shard(&c, single, 0)) goto done;
     if (!f->hp.n_vocab) {

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "pith/modelfile.h"
 
 /* Fills *hp (n_vocab stays 0 when config.json omits vocab_size; head_dim 0 when it omits head_dim;

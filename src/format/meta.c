@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/arch.h"
 #include "format/printable.h"
-#include "model/arch.h"
 
 /* GGUF: "{arch}.{key}", or the key itself after a leading '='. */
 static const char *gguf_key(const pith_meta *m, const char *key, char *buf, size_t cap) {

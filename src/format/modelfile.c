@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/arch.h"
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
 
@@ -19,6 +20,17 @@ static int grow(void **arr, int *cap, int need, size_t elem) {
     if (!p) return -1;
     *arr = p;
     *cap = ncap;
+    return 0;
+}
+
+int pith_mf_arch_params(pith_model_file *f, const pith_arch *arch, pith_err *err) {
+    f->hp.arch_params = NULL;
+    if (!arch || !arch->params_size) return 0;
+    if (arch->params_size > sizeof f->arch_params)
+        return pith_errf(err, "%s: architecture %s: %zu bytes of private hyper-parameters", f->path, arch->name,
+                         arch->params_size);
+    memset(f->arch_params, 0, arch->params_size);
+    f->hp.arch_params = f->arch_params;
     return 0;
 }
 

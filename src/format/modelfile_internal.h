@@ -11,11 +11,18 @@
 #include "format/name_index.h"
 #include "pith/modelfile.h"
 
+struct pith_arch;
+typedef struct pith_arch pith_arch;
+
+/* The most bytes an architecture's private hyper-parameters (arch.h: params_size) may take. */
+#define PITH_ARCH_PARAMS_MAX 1024
+
 struct pith_model_file {
     pith_format format;
     char *path;
     char *dir; /* Hugging Face directory, else NULL */
     pith_hparams hp;
+    _Alignas(16) unsigned char arch_params[PITH_ARCH_PARAMS_MAX]; /* hp.arch_params, when the descriptor has them */
     pith_gguf *gguf;
     pith_mapped_file *maps;
     int n_maps, cap_maps;
@@ -25,6 +32,10 @@ struct pith_model_file {
     int n_owned, cap_owned;
     pith_name_index index;
 };
+
+/* Points f->hp.arch_params at zeroed storage when the descriptor declares private hyper-parameters
+ * (before its metadata hooks run); an error when they do not fit. */
+int pith_mf_arch_params(pith_model_file *f, const pith_arch *arch, pith_err *err);
 
 /* Heap memory freed with the model file. */
 void *pith_mf_alloc(pith_model_file *f, size_t bytes, pith_err *err);

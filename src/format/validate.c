@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "format/arch.h"
 #include "format/modelfile_internal.h"
-#include "model/arch.h"
 
 #define MAX_WIDTH (1 << 20)
 #define MAX_LAYERS PITH_MAX_LAYERS

@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/gemma3.h"
 
 #define GGUF_SWA_PERIOD 6

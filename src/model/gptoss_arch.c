@@ -53,6 +53,11 @@ static const pith_tensor_spec layer[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* GPT-OSS's own hyper-parameters (pith_arch_params). */
+typedef struct gptoss_params {
+    float swiglu_limit; /* the experts' clamped SwiGLU: g = min(g, limit), u = clamp(u, -limit, limit) */
+} gptoss_params;
+
 static void window_every(pith_hparams *hp, int period) {
     for (int l = 0; l < hp->n_layers && l < PITH_MAX_LAYERS; l++)
         pith_layer_set(hp->layer_swa, l, hp->sliding_window > 0 && l % period < period - 1);
@@ -60,7 +65,8 @@ static void window_every(pith_hparams *hp, int period) {
 
 static int gptoss_read_gguf(const pith_meta *m, pith_hparams *hp) {
     int period = GGUF_SWA_PERIOD;
-    hp->expert_swiglu_limit = SWIGLU_LIMIT;
+    gptoss_params *p = pith_arch_params(hp);
+    p->swiglu_limit = SWIGLU_LIMIT;
     if (pith_moe_read_gguf(m, hp, true) || pith_meta_int(m, "attention.sliding_window", false, &hp->sliding_window) ||
         pith_meta_int(m, "attention.sliding_window_pattern", false, &period))
         return -1;
@@ -73,17 +79,18 @@ static int gptoss_read_gguf(const pith_meta *m, pith_hparams *hp) {
 }
 
 static int gptoss_read_hf(const pith_meta *m, pith_hparams *hp) {
+    gptoss_params *p = pith_arch_params(hp);
     hp->expert_norm_topk = true;
-    hp->expert_swiglu_limit = SWIGLU_LIMIT;
+    p->swiglu_limit = SWIGLU_LIMIT;
     if (pith_meta_int(m, "num_local_experts", true, &hp->n_experts) ||
         pith_meta_int(m, "num_experts_per_tok", true, &hp->n_experts_used) ||
         pith_meta_int(m, "sliding_window", false, &hp->sliding_window) ||
-        pith_meta_float(m, "swiglu_limit", false, &hp->expert_swiglu_limit))
+        pith_meta_float(m, "swiglu_limit", false, &p->swiglu_limit))
         return -1;
     hp->expert_ffn_dim = hp->ffn_dim;
     if (hp->sliding_window < 0) hp->sliding_window = 0;
-    if (!(hp->expert_swiglu_limit > 0))
-        return pith_errf(m->err, "%s: \"swiglu_limit\" %g is not a positive number", m->path, hp->expert_swiglu_limit);
+    if (!(p->swiglu_limit > 0))
+        return pith_errf(m->err, "%s: \"swiglu_limit\" %g is not a positive number", m->path, p->swiglu_limit);
     bool found = false;
     if (pith_meta_layers(m, "layer_types", hp->n_layers, "sliding_attention", hp->layer_swa, &found)) return -1;
     if (!found) window_every(hp, 2); /* configuration_gpt_oss.py: sliding where (i + 1) % 2 */
@@ -96,7 +103,8 @@ static int gptoss_check(const pith_hparams *hp, const char *path, pith_err *err)
 }
 
 static int gptoss_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
-    const pith_decoder_variant v = {.ffn_norm = "post_attention_norm.weight"};
+    const gptoss_params *p = pith_arch_params(pith_model_file_hparams(file));
+    const pith_decoder_variant v = {.ffn_norm = "post_attention_norm.weight", .swiglu_limit = p->swiglu_limit};
     return pith_decoder_build(file, opt, &v, out, err);
 }
 
@@ -115,4 +123,5 @@ const pith_arch pith_arch_gpt_oss = {
     .check = gptoss_check,
     .finish = pith_llama_finish,
     .build = gptoss_build,
+    .params_size = sizeof(gptoss_params),
 };

@@ -37,7 +37,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/granitehybrid.h"
 #include "model/mamba2.h"
 #include "model/moe_arch.h"

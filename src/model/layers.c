@@ -124,18 +124,18 @@ void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
     cfg->gating = hp->expert_gating == PITH_GATING_SIGMOID ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
     cfg->norm_topk = hp->expert_norm_topk;
     cfg->act = PITH_MOE_SILU;
-    if (hp->expert_swiglu_limit > 0) {
-        cfg->act = PITH_MOE_SWIGLU_CLAMP;
-        cfg->clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
-        cfg->clamp_limit = hp->expert_swiglu_limit;
-    }
 }
 
-int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts[3], pith_ffn_block *f,
-                            pith_err *err) {
+int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts[3], float swiglu_limit,
+                            pith_ffn_block *f, pith_err *err) {
     memset(f, 0, sizeof *f);
     pith_moe_config cfg;
     pith_moe_config_of(&d->base.hp, &cfg);
+    if (swiglu_limit > 0) {
+        cfg.act = PITH_MOE_SWIGLU_CLAMP;
+        cfg.clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
+        cfg.clamp_limit = swiglu_limit;
+    }
     return d->be->vt->moe_load(d->be, d->file, l, &cfg, hf_experts, &f->moe, err);
 }
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/lfm2.h"
 
 static const pith_name_map hf_global[] = {

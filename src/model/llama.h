@@ -21,6 +21,8 @@ typedef struct pith_decoder_variant {
     /* The FFN's pre-norm, after "blk.N." (NULL: "ffn_norm.weight"; GPT-OSS's GGUF says
      * "post_attention_norm.weight"). */
     const char *ffn_norm;
+    /* Experts: GPT-OSS's clamped SwiGLU with this limit when > 0 (backend.h: PITH_MOE_SWIGLU_CLAMP). */
+    float swiglu_limit;
 } pith_decoder_variant;
 
 /* Take ownership of `file` on success (and on failure leave it to the caller). */

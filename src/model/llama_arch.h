@@ -3,7 +3,7 @@
 #ifndef PITH_MODEL_LLAMA_ARCH_H
 #define PITH_MODEL_LLAMA_ARCH_H
 
-#include "model/arch.h"
+#include "format/arch.h"
 
 extern const pith_name_map pith_llama_hf_global[];
 extern const pith_name_map pith_llama_hf_layer[];

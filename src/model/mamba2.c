@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d) {
     memset(d, 0, sizeof *d);

@@ -2,8 +2,8 @@
 
 #include <string.h>
 
+#include "format/arch.h"
 #include "format/printable.h"
-#include "model/arch.h"
 
 int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;

@@ -2,7 +2,7 @@
  * LLM_KV_EXPERT_*). */
 #include "model/moe_arch.h"
 
-#include "backend/cpu/grouped.h"
+#include "backend/backend.h"
 
 int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) {
     int gating = 0;
@@ -24,8 +24,8 @@ int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) 
 
 int pith_moe_check_hparams(const pith_hparams *hp, bool required, const char *path, pith_err *err) {
     if (hp->n_experts == 0 && !required) return 0;
-    if (hp->n_experts < 1 || hp->n_experts > PITH_GROUPED_MAX_GROUPS)
-        return pith_errf(err, "%s: expert count %d, expected 1..%d", path, hp->n_experts, PITH_GROUPED_MAX_GROUPS);
+    if (hp->n_experts < 1 || hp->n_experts > PITH_BE_MAX_EXPERTS)
+        return pith_errf(err, "%s: expert count %d, expected 1..%d", path, hp->n_experts, PITH_BE_MAX_EXPERTS);
     if (hp->n_experts_used < 1 || hp->n_experts_used > hp->n_experts)
         return pith_errf(err, "%s: %d experts used per token, expected 1..%d", path, hp->n_experts_used,
                          hp->n_experts);

@@ -2,7 +2,7 @@
 #ifndef PITH_MODEL_MOE_ARCH_H
 #define PITH_MODEL_MOE_ARCH_H
 
-#include "model/arch.h"
+#include "format/arch.h"
 
 /* GGUF {arch}.expert_count, expert_used_count, expert_feed_forward_length (default: the FFN width),
  * expert_shared_feed_forward_length, expert_weights_norm (default norm_default) and expert_gating_func

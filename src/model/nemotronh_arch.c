@@ -28,7 +28,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/mamba2.h"
 #include "model/nemotronh.h"
 

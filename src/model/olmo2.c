@@ -11,7 +11,7 @@
  * every tensor is bound from. docs/adding-an-architecture.md walks through this file. */
 #include <stdlib.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/decoder.h"
 #include "model/layers.h"
 #include "model/rope.h"

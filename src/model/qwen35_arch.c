@@ -33,7 +33,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "model/moe_arch.h"
 #include "model/qwen35.h"
 

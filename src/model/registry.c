@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/arch.h"
+#include "format/arch.h"
 
 #define PITH_ARCHS(X) \
     X(llama)          \

@@ -4,7 +4,7 @@
  * masks tokens to -inf first. */
 #include "pith/sampler.h"
 
-#include "sample/rows.h"
+#include "util/rows.h"
 
 #include <float.h>
 #include <math.h>

@@ -6,69 +6,17 @@
  * 2 cls, 3 last; 0, one vector per token, is refused), else a Hugging Face directory's
  * 1_Pooling/config.json (sentence-transformers), else mean. Vectors are L2-normalised.
  *
- * The handler waits for its requests' final events. The wait state is shared with the engine's callback
- * and reference-counted (one for the handler, one per submitted request), so a client that goes away
- * leaves nothing behind for a callback to touch. */
-#include <math.h>
-#include <pthread.h>
+ * The inputs' requests are one job (job.h), as a generation's choices are: the handler takes their final
+ * events from it, and a client that goes away, a drain or an admin abort cancels them the same way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "server/generate.h"
 #include "server/handlers.h"
+#include "server/job.h"
 
 #define MAX_INPUTS 2048
-
-typedef struct emb_wait emb_wait;
-
-typedef struct emb_slot {
-    emb_wait *w;
-    int index;
-} emb_slot;
-
-struct emb_wait {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int refs;
-    int n, n_done, dim;
-    float *vecs;        /* [n * dim] */
-    emb_slot *slots;    /* [n] */
-    uint64_t *ids;      /* [n] engine ids; 0: not submitted */
-    bool failed;
-    char why[256];      /* the first failure */
-    uint64_t gen;       /* the latest weight generation an input was computed with */
-};
-
-static void wait_unref_locked(emb_wait *w) {
-    bool last = --w->refs == 0;
-    pthread_mutex_unlock(&w->lock);
-    if (!last) return;
-    pthread_mutex_destroy(&w->lock);
-    pthread_cond_destroy(&w->cond);
-    free(w->vecs);
-    free(w->slots);
-    free(w->ids);
-    free(w);
-}
-
-static void on_event(const pith_token_event *ev, void *user) {
-    if (!ev->final) return;
-    emb_slot *sl = user;
-    emb_wait *w = sl->w;
-    pthread_mutex_lock(&w->lock);
-    if (ev->weight_generation > w->gen) w->gen = ev->weight_generation;
-    if (ev->finish_reason == PITH_FINISH_STOP && ev->embedding && ev->n_embedding == w->dim) {
-        memcpy(w->vecs + (size_t)sl->index * w->dim, ev->embedding, (size_t)w->dim * sizeof(float));
-    } else if (!w->failed) {
-        w->failed = true;
-        snprintf(w->why, sizeof w->why, "%s", ev->error && ev->error[0] ? ev->error : pith_finish_reason_str(ev->finish_reason));
-    }
-    w->n_done++;
-    pthread_cond_broadcast(&w->cond);
-    wait_unref_locked(w);
-}
 
 /* The served model's pooling; -1 with err for one we cannot serve. */
 static int model_pooling_locked(pith_server *srv, api_error *err);
@@ -241,108 +189,81 @@ enum MHD_Result handle_embeddings(http_request *r) {
                                                        srv->max_seq_len, i, in[i].n), &e));
     cJSON_Delete(body);
 
-    emb_wait *w = calloc(1, sizeof *w);
-    if (w) {
-        w->vecs = malloc((size_t)n_in * dim * sizeof *w->vecs);
-        w->slots = calloc((size_t)n_in, sizeof *w->slots);
-        w->ids = calloc((size_t)n_in, sizeof *w->ids);
-    }
-    if (!w || !w->vecs || !w->slots || !w->ids) {
-        if (w) {
-            free(w->vecs);
-            free(w->slots);
-            free(w->ids);
-        }
-        free(w);
+    float *vecs = malloc((size_t)n_in * dim * sizeof *vecs);
+    if (!vecs || job_create(srv, n_in, r->t_arrival, &r->job)) {
+        free(vecs);
         return fail(r, NULL, in, n_in, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
     }
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
-    w->refs = 1;
-    w->n = n_in;
-    w->dim = dim;
-    int prompt_tokens = 0, n_sub = 0;
+    int prompt_tokens = 0;
     for (int i = 0; i < n_in; i++) {
-        w->slots[i] = (emb_slot){.w = w, .index = i};
-        pith_request q = {.prompt = in[i].ids, .n_prompt = in[i].n, .embed = (pith_embed_pooling)pooling,
-                          .on_token = on_event, .user = &w->slots[i]};
-        pthread_mutex_lock(&w->lock);
-        w->refs++;
-        pthread_mutex_unlock(&w->lock);
+        pith_request q = {.prompt = in[i].ids, .n_prompt = in[i].n, .embed = (pith_embed_pooling)pooling};
         pith_err why;
-        int src = pith_engine_submit(srv->engine, &q, &w->ids[i], &why);
-        if (src) {
-            pthread_mutex_lock(&w->lock);
-            w->refs--;
-            pthread_mutex_unlock(&w->lock);
-            if (src == PITH_SUBMIT_BUSY && atomic_load(&srv->draining))
-                api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
-            else if (src == PITH_SUBMIT_BUSY)
-                api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
-            else
-                api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
-            server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
-            break;
+        int sr = job_submit(r->job, i, &q, &why);
+        if (sr == 0) {
+            prompt_tokens += in[i].n;
+            continue;
         }
-        prompt_tokens += in[i].n;
-        n_sub++;
+        job_cancel(r->job); /* the inputs already submitted; the job outlives them (job.h) */
+        if (sr == PITH_SUBMIT_BUSY && atomic_load(&srv->draining))
+            api_errorf(&e, 503, "shutting_down", NULL, "the server is shutting down");
+        else if (sr == PITH_SUBMIT_BUSY)
+            api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
+        else
+            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
+        server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
+        free(vecs);
+        return fail(r, NULL, in, n_in, &e);
     }
     gen_prompts_free(in, n_in);
 
-    pthread_mutex_lock(&w->lock);
-    bool gone = false;
-    while (w->n_done < n_sub) {
-        if (n_sub < n_in || gone) { /* a refused input or a vanished client: cancel the rest, wait for them */
-            pthread_mutex_unlock(&w->lock);
-            for (int i = 0; i < n_sub; i++) pith_engine_cancel(srv->engine, w->ids[i]);
-            pthread_mutex_lock(&w->lock);
-            while (w->n_done < n_sub) pthread_cond_wait(&w->cond, &w->lock);
+    /* Input i is choice i: its final event carries its vector. */
+    bool failed = false, cancelled = false, oom = false;
+    uint64_t gen = 0;
+    for (;;) {
+        job_event *evs;
+        int n;
+        bool all_done, take_oom;
+        job_take(r->job, 100, &evs, &n, &all_done, &take_oom);
+        for (int i = 0; i < n; i++) {
+            const job_event *ev = &evs[i];
+            if (!ev->final) continue;
+            if (ev->weight_generation > gen) gen = ev->weight_generation;
+            if (ev->finish == PITH_FINISH_STOP && ev->embedding && ev->n_embedding == dim)
+                memcpy(vecs + (size_t)ev->choice * dim, ev->embedding, (size_t)dim * sizeof *vecs);
+            else if (ev->finish == PITH_FINISH_CANCELLED)
+                cancelled = true;
+            else
+                failed = true; /* the model failed on it: job.c logged why */
+        }
+        job_events_free(evs, n);
+        if (take_oom) { /* a vector was lost: the answer is a 500 whatever the rest gives */
+            oom = true;
+            job_cancel(r->job);
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
-        if (w->n_done < n_sub) {
-            pthread_mutex_unlock(&w->lock);
-            gone = http_client_gone(r);
-            pthread_mutex_lock(&w->lock);
+        if (all_done) break;
+        if (http_client_gone(r)) {
+            free(vecs);
+            return http_client_cancelled(r);
         }
     }
-    bool failed = w->failed;
-    uint64_t gen = w->gen;
-    char why[256];
-    snprintf(why, sizeof why, "%s", w->why);
-    pthread_mutex_unlock(&w->lock);
-
-    if (gone) {
-        pthread_mutex_lock(&w->lock);
-        wait_unref_locked(w);
-        return http_client_cancelled(r);
-    }
-    if (n_sub < n_in || failed) {
-        if (n_sub == n_in) {
-            server_log(srv, PITH_LOG_ERROR, "embedding request %llu failed: %s", (unsigned long long)r->id, why);
-            api_errorf(&e, 500, "internal_error", NULL, "the model failed during the request");
-        }
-        pthread_mutex_lock(&w->lock);
-        wait_unref_locked(w);
+    if (oom || failed || cancelled) {
+        free(vecs);
+        if (oom) api_errorf(&e, 500, "internal_error", NULL, "out of memory");
+        else if (failed) api_errorf(&e, 500, "internal_error", NULL, "the model failed during the request");
+        else gen_cancelled_error(srv, &e);
         return http_send_error(r, &e);
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    bool oom = !o || !data;
+    oom = !o || !data;
     for (int i = 0; i < n_in && !oom; i++) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddItemToArray(data, d);
         cJSON_AddStringToObject(d, "object", "embedding");
         cJSON_AddNumberToObject(d, "index", i);
-        const float *v = w->vecs + (size_t)i * dim;
+        const float *v = vecs + (size_t)i * dim;
         if (b64) {
             char *s = base64_floats(v, dim);
             oom = !s;
@@ -359,8 +280,7 @@ enum MHD_Result handle_embeddings(http_request *r) {
     cJSON *usage = cJSON_AddObjectToObject(o, "usage");
     cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens);
-    pthread_mutex_lock(&w->lock);
-    wait_unref_locked(w);
+    free(vecs);
     if (oom) {
         cJSON_Delete(o);
         return http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));

@@ -87,7 +87,12 @@ static bool push_event(job *j, const pith_token_event *ev, int choice) {
     e->prompt_rank = ev->prompt_rank;
     e->restart = ev->restart;
     e->weight_generation = ev->weight_generation;
-    j->n_events++;
+    j->n_events++; /* counted before the vector, so that job_events_free frees the text if it fails */
+    if (ev->embedding && ev->n_embedding > 0) {
+        if (!(e->embedding = malloc((size_t)ev->n_embedding * sizeof *e->embedding))) return false;
+        memcpy(e->embedding, ev->embedding, (size_t)ev->n_embedding * sizeof *e->embedding);
+        e->n_embedding = ev->n_embedding;
+    }
     return true;
 }
 
@@ -182,7 +187,10 @@ void job_take(job *j, int timeout_ms, job_event **events, int *n, bool *all_done
 }
 
 void job_events_free(job_event *events, int n) {
-    for (int i = 0; i < n; i++) free(events[i].text);
+    for (int i = 0; i < n; i++) {
+        free(events[i].text);
+        free(events[i].embedding);
+    }
     free(events);
 }
 

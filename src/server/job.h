@@ -1,5 +1,7 @@
-/* A job: the engine requests (one per choice) behind one HTTP generation request, and the queue of
- * their events for the connection thread.
+/* A job: the engine requests behind one HTTP request (one per choice of a generation, one per input of
+ * an embeddings request), and the queue of their events for the connection thread. Every request the
+ * server submits goes through a job, so cancelling on disconnect, draining, metrics and the access
+ * log's token counts treat them all alike.
  *
  * The engine thread appends events (copying what it must: text and logprobs are only valid during the
  * callback); the connection thread takes them in batches. A job is reference-counted: one reference for
@@ -35,6 +37,8 @@ typedef struct job_event {
     int prompt_index, prompt_rank;
     bool restart;               /* the choice restarts from its prompt: drop what it produced */
     uint64_t weight_generation;
+    float *embedding;           /* owned: an embedding request's pooled vector (final event); NULL otherwise */
+    int n_embedding;
 } job_event;
 
 typedef struct job_choice {

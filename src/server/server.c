@@ -11,7 +11,7 @@
 
 #include <microhttpd.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/info.h"
 #include "pith/assets.h"
 #include "pith/bench.h"
 #include "server/http.h"
@@ -194,8 +194,7 @@ static void log_summary(pith_server *s, double load_s) {
     log_int(&f, "max_seq_len", s->max_seq_len);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     log_int(&f, "threads", s->n_threads > 0 ? s->n_threads : cpus > 0 ? cpus : 1);
-    const char *fs = getenv("PITH_FORCE_SCALAR"); /* as the model's kernel choice (src/model/llama.c) */
-    log_str(&f, "kernels", pith_cpu_kernels_best(fs && *fs && strcmp(fs, "0") != 0)->name);
+    log_str(&f, "kernels", pith_backend_cpu_kernel_name(pith_backend_force_scalar()));
     pith_engine_stats st;
     pith_engine_get_stats(s->engine, &st);
     log_int(&f, "mem_groups", st.n_mem_groups);

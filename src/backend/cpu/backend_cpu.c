@@ -14,9 +14,13 @@
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
+#include "backend/info.h"
 #include "backend/cpu/batch_check.h"
+#include "backend/cpu/grouped.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/quants.h"
+
+_Static_assert(PITH_GROUPED_MAX_GROUPS >= PITH_BE_MAX_EXPERTS, "the grouped products must take every expert");
 
 static void row_worker(void *arg, int ith, int nth) {
     (void)nth;
@@ -188,8 +192,10 @@ static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
         if (c->bufs[i]->cols > widest) widest = c->bufs[i]->cols;
     }
     free(c->seq_start);
+    free(c->seq_end);
     c->cap = 0;
-    bool ok = (c->seq_start = malloc(((size_t)n + 1) * sizeof *c->seq_start)) != NULL;
+    bool ok = (c->seq_start = malloc(((size_t)n + 1) * sizeof *c->seq_start)) != NULL &&
+              (c->seq_end = malloc(((size_t)n + 1) * sizeof *c->seq_end)) != NULL;
     for (int i = 0; ok && i < c->n_bufs; i++)
         ok = (c->bufs[i]->host = malloc((size_t)n * c->bufs[i]->cols * sizeof(float))) != NULL;
     if (!ok) return pith_errf(err, "out of memory for a batch of %d tokens", n);
@@ -224,14 +230,10 @@ static int cpu_set_step(pith_backend *be, const pith_batch *b, const pith_mem_sp
     pith_cpu_be *c = pith_cpu_be_of(be);
     if (!pith_kv_host_allocated(&c->kv) && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
     if (pith_batch_check(b, spec, &c->kv, n_vocab, err) || cpu_reserve(be, b->n_tokens, err)) return -1;
-    /* each sequence's run of tokens (contiguous: batch.h), for the mixers that scan a sequence */
-    for (int s = 0, t = 0; s <= b->n_seqs; s++) {
-        c->seq_start[s] = t;
-        while (t < b->n_tokens && b->seq[t] == s) t++;
-    }
-    for (int s = 0; s < b->n_seqs; s++)
-        if (c->seq_start[s + 1] == c->seq_start[s])
-            return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
+    /* each sequence's run of tokens (contiguous, in any order of the sequences: batch.h, checked above),
+     * for the mixers that scan a sequence */
+    for (int t = b->n_tokens - 1; t >= 0; t--) c->seq_start[b->seq[t]] = t;
+    for (int t = 0; t < b->n_tokens; t++) c->seq_end[b->seq[t]] = t + 1;
     c->step = b;
     c->logits = logits;
     return 0;
@@ -558,6 +560,7 @@ static void cpu_destroy(pith_backend *be) {
     pith_moe_scratch_free(&c->moe_scratch);
     if (c->has_shape) pith_attn_scratch_free(&c->attn);
     free(c->seq_start);
+    free(c->seq_end);
     if (c->cpu.pool) pith_cpu_free(&c->cpu);
     free(c);
 }
@@ -572,11 +575,6 @@ static const pith_backend_vt cpu_vt = {
     .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
 };
-
-bool pith_backend_force_scalar(void) {
-    const char *fs = getenv("PITH_FORCE_SCALAR");
-    return fs && *fs && strcmp(fs, "0") != 0;
-}
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {
     *out = NULL;

@@ -2,9 +2,9 @@
  * buffers, memory, the step and the decoder ops; backend_cpu_conv.c: the short convolution;
  * backend_cpu_ssd.c: Mamba2's mixer; further mixers in their own files). Nothing outside src/backend/cpu/ includes it: models see backend.h.
  *
- * Invariants: every buffer holds cap rows; step is the batch set_step checked and seq_start its runs
- * (seq_start[s] the first token of sequence s, seq_start[n_seqs] == n_tokens); ops read per-step data
- * only from step and seq_start; an op runs to completion before it returns. */
+ * Invariants: every buffer holds cap rows; step is the batch set_step checked, and sequence s's tokens
+ * are [seq_start[s], seq_end[s]) of it (contiguous, the sequences in any order); ops read per-step data
+ * only from step, seq_start and seq_end; an op runs to completion before it returns. */
 #ifndef PITH_CPU_BACKEND_CPU_H
 #define PITH_CPU_BACKEND_CPU_H
 
@@ -45,7 +45,7 @@ typedef struct pith_cpu_be {
     pith_moe_loop moe_loop;
     int cap;                 /* rows every buffer holds */
     const pith_batch *step;  /* the step's data (host memory: the batch itself) */
-    int *seq_start;          /* [cap + 1] each sequence's first token, then n_tokens */
+    int *seq_start, *seq_end; /* [cap] each sequence's first token and one past its last */
     float *logits;           /* the step's logits rows: host memory, the caller's */
     /* Mamba2's ops: the recurrent SSD scan they run needs no scratch (its chunked form, unused, would) */
     bool ssd_portable;       /* PITH_FORCE_SCALAR: the scan's portable loops too */

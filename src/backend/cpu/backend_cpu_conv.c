@@ -27,7 +27,7 @@ static void conv_unit(row_job *j, int u, int ith) {
     const pith_batch *b = c->step;
     int dim = a->out->cols, blocks = (dim + CONV_CHANNELS - 1) / CONV_CHANNELS, K = a->kernel, g = a->group;
     int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < dim ? c0 + CONV_CHANNELS : dim;
-    int t0 = c->seq_start[s], n = c->seq_start[s + 1] - t0;
+    int t0 = c->seq_start[s], n = c->seq_end[s] - t0;
     const pith_kv_cache *kv = &c->kv.groups[g];
     float *state = (float *)(kv->state + (size_t)b->mem[g].state_slots[s] * kv->state_bytes) + a->state_offset;
     if (b->positions[t0] == 0)

@@ -57,7 +57,7 @@ static void conv_unit(row_job *j, int u, int ith) {
     const mamba2_dims d = dims_of(a);
     int C = d.conv, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS, K = a->kernel;
     int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
-    int t0 = c->seq_start[s], t1 = c->seq_start[s + 1];
+    int t0 = c->seq_start[s], t1 = c->seq_end[s];
     float *state = slot_state(c, a, b->mem[a->group].state_slots[s]);
     if (b->positions[t0] == 0)
         for (int k = 0; k < K - 1; k++) memset(state + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
@@ -86,7 +86,7 @@ static void ssd_unit(row_job *j, int u, int ith) {
     const mamba2_dims d = dims_of(a);
     const int H = a->n_heads, G = a->n_groups, N = a->d_state;
     int s = u / H, h = u % H;
-    int t0 = c->seq_start[s], t1 = c->seq_start[s + 1];
+    int t0 = c->seq_start[s], t1 = c->seq_end[s];
     size_t per_head = (size_t)a->head_dim * N;
     float *S = slot_state(c, a, b->mem[a->group].state_slots[s]) + d.conv_floats;
     if (b->positions[t0] == 0) memset(S + (size_t)h * per_head, 0, per_head * sizeof(float));

@@ -2,7 +2,7 @@
  * compile to SSE2 on x86-64 (the baseline; no target attributes needed), NEON on arm64 and ordinary code
  * elsewhere. gcc does not vectorise the scalar form of the exp (its float-to-int step), hence the
  * explicit 4-float vectors there. */
-#include "sample/rows.h"
+#include "util/rows.h"
 
 #include <math.h>
 #include <string.h>
