@@ -56,6 +56,9 @@ void pith_decoder_progress(const pith_decoder *d, double done, double total);
 /* Tensors by canonical name (layer < 0: a global name; else "blk.{layer}." + name). A missing optional
  * tensor leaves *out NULL. A vector is checked to hold n elements, the width its op reads. */
 int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err);
+/* The same, checked to be rows x cols: for the tensors an architecture's schema gives no symbolic shape. */
+int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
+                           pith_err *err);
 int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, bool required, const pith_weight **out,
                         pith_err *err);
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);

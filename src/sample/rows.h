@@ -1,8 +1,9 @@
 /* Reductions over one logits row, vectorised: the per-token passes of sampling (sampler.c), the
- * engine's logprobs (core/logprobs.c) and greedy drafting (model/qwen35_mtp.c). Each is a handful of
- * passes over the row in independent lanes the compiler keeps in vector registers (no loop-carried
- * load, no call per element), so that a 150-260k vocabulary costs tens of microseconds, not the
- * milliseconds a plain loop with expf or a compare against x[best] takes.
+ * engine's logprobs (core/logprobs.c) and greedy drafting (the MTP head's mtp_logits op,
+ * backend/cpu/backend_cpu_gdn.c). Each is a handful of passes over the row in independent lanes the
+ * compiler keeps in vector registers (no loop-carried load, no call per element), so that a 150-260k
+ * vocabulary costs tens of microseconds, not the milliseconds a plain loop with expf or a compare
+ * against x[best] takes.
  *
  * Conventions: NaN never counts (not a maximum, exp 0); -inf counts as a value whose exp is 0. Rows are
  * any length >= 1. Nothing here allocates or keeps state. */
