@@ -227,12 +227,16 @@ static int cpu_set_step(pith_backend *be, const pith_batch *b, const pith_mem_sp
     pith_cpu_be *c = pith_cpu_be_of(be);
     if (!pith_kv_host_allocated(&c->kv) && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
     if (pith_batch_check(b, spec, &c->kv, n_vocab, err) || cpu_reserve(be, b->n_tokens, err)) return -1;
-    /* each sequence's run of tokens (contiguous: batch.h), for the mixers that scan a sequence */
+    /* each sequence's run of tokens (contiguous: batch.h), for the mixers that scan a sequence; they
+     * take the runs in sequence order, which only a model with recurrent state asks of a batch (batch.h
+     * does not: attention alone runs sequences in any order, as test_llama_stories does) */
+    bool scans = false;
+    for (int g = 0; g < spec->n_groups; g++) scans |= spec->groups[g].kind == PITH_MEM_RECURRENT;
     for (int s = 0, t = 0; s <= b->n_seqs; s++) {
         c->seq_start[s] = t;
         while (t < b->n_tokens && b->seq[t] == s) t++;
     }
-    for (int s = 0; s < b->n_seqs; s++)
+    for (int s = 0; scans && s < b->n_seqs; s++)
         if (c->seq_start[s + 1] == c->seq_start[s])
             return pith_errf(err, "batch: sequences are not numbered in the order of their tokens");
     c->step = b;

@@ -4,7 +4,9 @@
  * own files). Nothing outside src/backend/cpu/ includes it: models see backend.h.
  *
  * Invariants: every buffer holds cap rows; step is the batch set_step (or set_draft) checked and
- * seq_start its runs (seq_start[s] the first token of sequence s, seq_start[n_seqs] == n_tokens); ops
+ * seq_start its runs (seq_start[s] the first token of sequence s, seq_start[n_seqs] == n_tokens; set_step
+ * checks the runs are in sequence order only for a memory with a RECURRENT group, whose ops alone
+ * read them); ops
  * read per-step data only from step and seq_start (and a draft's tokens from draft_tok); an op runs to
  * completion before it returns. */
 #ifndef PITH_CPU_BACKEND_CPU_H
