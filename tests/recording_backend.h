@@ -189,6 +189,57 @@ static void rec_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
                a->norm_group, a->eps, a->out_scale, a->group, a->state_offset, n);
     rec_in(be)->vt->mamba2(rec_in(be), a, n);
 }
+/* Qwen3.5 */
+static int rec_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err) {
+    return rec_in(be)->vt->gdn_shape(rec_in(be), dk, dv, err);
+}
+static void rec_gdn(pith_backend *be, const pith_be_gdn_args *a, int n) {
+    rec_printf(be, "gdn qkv=b%d/%d beta=b%d alpha=b%d out=b%d/%d w%d,w%d,w%d K=%d heads=%d,%d dk=%d dv=%d tiled=%d g=%d off=%zu n=%d",
+               bid(a->qkv), bcols(a->qkv), bid(a->beta), bid(a->alpha), bid(a->out), bcols(a->out), wid(a->conv_w),
+               wid(a->dt_bias), wid(a->ssm_a), a->kernel, a->n_k_heads, a->n_v_heads, a->dk, a->dv, (int)a->qk_tiled,
+               a->group, a->state_offset, n);
+    rec_in(be)->vt->gdn(rec_in(be), a, n);
+}
+static void rec_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n) {
+    rec_printf(be, "gated_norm b%d/%d z=b%d w%d eps=%a n=%d", bid(a->x), bcols(a->x), bid(a->z), wid(a->w), a->eps, n);
+    rec_in(be)->vt->gated_norm(rec_in(be), a, n);
+}
+static void rec_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n) {
+    rec_printf(be, "gated_qkv qg=b%d q=b%d k=b%d v=b%d norm=w%d,w%d eps=%a rope=b%d/%d style=%d g=%d i=%d n=%d", bid(a->qg),
+               bid(a->q), bid(a->k), bid(a->v), wid(a->q_norm), wid(a->k_norm), a->eps, bid(a->rope_cs),
+               bcols(a->rope_cs), (int)a->rope_style, a->group, a->layer_index, n);
+    rec_in(be)->vt->gated_qkv(rec_in(be), a, n);
+}
+static void rec_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n) {
+    rec_printf(be, "attn_gate b%d qg=b%d n=%d", bid(a->att), bid(a->qg), n);
+    rec_in(be)->vt->attn_gate(rec_in(be), a, n);
+}
+/* The draft's shape only, as set_step's. */
+static int rec_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
+                         pith_err *err) {
+    rec_printf(be, "set_draft seqs=%d steps=%d vocab=%d logits=%d", b->n_seqs, n_steps, n_vocab, logits != NULL);
+    return rec_in(be)->vt->set_draft(rec_in(be), b, n_vocab, n_steps, draft, logits, err);
+}
+static void rec_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n) {
+    rec_printf(be, "mtp_input w%d w%d w%d eps=%a hidden=b%d out=b%d/%d step=%d g=%d off=%zu n=%d", wid(a->embd),
+               wid(a->enorm), wid(a->hnorm), a->eps, bid(a->hidden), bid(a->out), bcols(a->out), a->step, a->group,
+               a->tail_offset, n);
+    rec_in(be)->vt->mtp_input(rec_in(be), a, n);
+}
+static void rec_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a) {
+    rec_printf(be, "mtp_save b%d/%d g=%d off=%zu", bid(a->hidden), bcols(a->hidden), a->group, a->tail_offset);
+    rec_in(be)->vt->mtp_save(rec_in(be), a);
+}
+static void rec_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n) {
+    rec_printf(be, "mtp_attention qg=b%d q=b%d k=b%d v=b%d out=b%d norm=w%d,w%d eps=%a half=%d step=%d g=%d i=%d n=%d",
+               bid(a->qg), bid(a->q), bid(a->k), bid(a->v), bid(a->out), wid(a->q_norm), wid(a->k_norm), a->eps,
+               a->rope->half, a->step, a->group, a->layer_index, n);
+    rec_in(be)->vt->mtp_attention(rec_in(be), a, n);
+}
+static int rec_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
+    rec_printf(be, "mtp_logits b%d/%d out=w%d step=%d n=%d", bid(a->x), bcols(a->x), wid(a->output), a->step, n);
+    return rec_in(be)->vt->mtp_logits(rec_in(be), a, n, err);
+}
 
 static const pith_backend_vt rec_vt = {
     .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
@@ -199,6 +250,9 @@ static const pith_backend_vt rec_vt = {
     .add_bias = rec_add_bias, .norm_add = rec_norm_add, .scale = rec_scale, .scale_add = rec_scale_add,
     .zero = rec_zero, .activation = rec_activation, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
     .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
+    .gdn_shape = rec_gdn_shape, .gdn = rec_gdn, .gated_norm = rec_gated_norm, .gated_qkv = rec_gated_qkv,
+    .attn_gate = rec_attn_gate, .set_draft = rec_set_draft, .mtp_input = rec_mtp_input, .mtp_save = rec_mtp_save,
+    .mtp_attention = rec_mtp_attention, .mtp_logits = rec_mtp_logits,
 };
 
 /* Wraps inner (owned from now on). */

@@ -4,10 +4,10 @@
  * partial RoPE and its sections, LFM2's adjusted feed-forward width, tied embeddings), the Hugging Face
  * transforms make tensors mean what GGUF stores (Qwen3.5's norms as 1 + w, ssm_a as -exp(A_log)), and
  * malformed config.json values are refused with a message naming the key; Qwen3.5's multimodal layout
- * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF. Granite 4.0-H:
- * the Mamba2 widths, the four multipliers, RoPE or none, the shared MLP's width and the experts.
- * Nemotron-H: the layer kinds (hybrid_override_pattern; GGUF's per-layer KV heads and feed-forward widths),
- * the Mamba2 widths, no RoPE, the same logits from both formats; malformed patterns, flags and per-layer
+ * (Qwen3_5ForConditionalGeneration) gives the logits of the text-only class and of GGUF, and a qwen35
+ * GGUF that declares RoPE scaling is refused with a message naming it. Granite 4.0-H: the Mamba2
+ * widths, the four multipliers, RoPE or none, the shared MLP's width and the experts. Nemotron-H: the
+ * layer kinds (hybrid_override_pattern; GGUF's per-layer KV heads and feed-forward widths), the Mamba2 widths, no RoPE, the same logits from both formats; malformed patterns, flags and per-layer
  * arrays refused with messages naming what is wrong. */
 #include <math.h>
 #include <stdint.h>
@@ -133,6 +133,29 @@ static void test_lfm2(void) {
     pith_model_free(m);
 }
 
+/* A qwen35 GGUF that declares linear RoPE scaling: the forward pass applies plain frequencies only, so
+ * the load refuses the file with a message naming the scaling instead of running it unscaled. */
+static void qwen35_rope_scaling(const char *g) {
+    char out[4200];
+    snprintf(out, sizeof out, "%s/hy-qwen35-linear.gguf", tmp);
+    int rc = sh("/usr/bin/python3 -c \"import sys; sys.path.insert(0, sys.argv[1] + '/tools'); import pith_gguf as G; "
+                "r = G.GGUFReader(sys.argv[2]); w = G.GGUFWriter(sys.argv[3]); "
+                "[w.add(k, v, *r.metadata_types[k]) for k, v in r.metadata.items()]; "
+                "w.add_str('qwen35.rope.scaling.type', 'linear'); w.add_f32('qwen35.rope.scaling.factor', 4.0); "
+                "[w.add_tensor(n, r.tensors[n][0], r.tensors[n][1], bytes(r.raw(n))) for n in r.tensors]; w.write()\" "
+                "'%s' '%s' '%s'",
+                src, g, out);
+    CHECKF(rc == 0, "writing %s failed", out);
+    if (rc) return;
+    pith_model *m = NULL;
+    pith_model_options o = {.n_threads = 1};
+    pith_err err = {0};
+    rc = pith_model_load(out, &o, &m, &err);
+    CHECKF(rc != 0 && strstr(err.msg, "RoPE scaling linear") && strstr(err.msg, "qwen35"),
+           "qwen35 with linear RoPE scaling: want a refusal naming it, got rc %d '%s'", rc, rc ? err.msg : "");
+    if (!rc) pith_model_free(m);
+}
+
 static void test_qwen35(void) {
     char g[4200], h[4200];
     snprintf(g, sizeof g, "%s/hy-qwen35.gguf", tmp);
@@ -170,6 +193,7 @@ static void test_qwen35(void) {
     }
     pith_model_file_close(a);
     pith_model_file_close(b);
+    qwen35_rope_scaling(g);
     CHECK(set_key(h, "linear_num_value_heads", "3") == 0);
     refused(h, "not a multiple");
     CHECK(set_key(h, "linear_num_value_heads", "4") == 0 && set_key(h, "rope_parameters", "{\"rope_type\": \"yarn\"}") == 0);

@@ -21,13 +21,6 @@ SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.
 # Files outside src/backend/cpu/ that include backend/cpu/ headers today. Strike a file off when it stops;
 # never add one (new code reaches the CPU kernels through the backend interface).
 CPU_ALLOWLIST = {
-    # The forward passes call the CPU kernels directly until they are rewritten as compositions of
-    # shared layers over the backend interface.
-    "model/hybrid_common.c",
-    "model/hybrid_common.h",
-    "model/qwen35.c",
-    "model/qwen35_internal.h",
-    "model/qwen35_mtp.c",
     # The machine probes time the instructions of the kernel table a model would run: a probe table
     # mirrors the CPU kernel table of the same name and is offered only where that table's CPUID check
     # passes.

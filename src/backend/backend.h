@@ -6,7 +6,8 @@
  *   - activation buffers (pith_buf: rows of `cols` floats, grown to the batch by pith_be_reserve),
  *   - the memory groups' pools (KV blocks and recurrent state slots, allocated from the engine's layout),
  *   - the per-step data: tokens, positions, sequence ids, block tables, slots and the rows that want
- *     logits or hidden states, copied into the backend's own step buffers once per step by set_step.
+ *     logits or hidden states, copied into the backend's own step buffers once per step by set_step
+ *     (a draft of Qwen3.5's multi-token-prediction head: by set_draft).
  *
  * Invariants:
  *   - ops read per-step data only from the step buffers, never from values in their arguments: an op's
@@ -17,9 +18,11 @@
  *     every architecture through a recording backend).
  *   - ops run in the order they are issued; an op's output buffer may be read by the next op at once
  *     (a device backend orders its queue, the CPU backend runs each op to completion).
- *   - a step ends with pith_be_head: the logits and hidden rows land in host memory.
+ *   - a step ends with pith_be_head: the logits and hidden rows land in host memory (a draft's steps
+ *     end with pith_be_mtp_logits).
  *   - no op allocates: pith_be_reserve (before a forward, where failing is allowed) sizes every buffer
- *     and scratch for a batch of n rows.
+ *     and scratch for a batch of n rows, from the shapes declared at load (attn_shape, gdn_shape);
+ *     set_step and set_draft, which may fail too, grow what a larger step or draft needs.
  *   - buffers and weights belong to the backend that made them and die with it.
  *
  * The model side writes each op through the inline wrappers below (pith_be_*), which call the vtable, so
@@ -190,6 +193,122 @@ typedef struct pith_be_mamba2_args {
     size_t state_offset;
 } pith_be_mamba2_args;
 
+/* ---- Qwen3.5 (model/qwen35.c, model/qwen35_mtp.c) ---- */
+
+/* The Gated DeltaNet mixer of one layer of a RECURRENT group, over each sequence's run of tokens (the
+ * math and the state layouts: backend/cpu/recurrent.h):
+ *   - qkv (rows of [q | k | v]: n_k_heads * dk, n_k_heads * dk, n_v_heads * dv) goes in place through
+ *     the causal depthwise convolution of width kernel (conv_w: [channels][kernel]) and SiLU, whose last
+ *     kernel - 1 inputs are the sequence's convolution state;
+ *   - in place, beta = sigmoid(beta) and alpha = ssm_a * softplus(alpha + dt_bias) (the log-decay g),
+ *     rows of n_v_heads;
+ *   - the delta rule per value head (q and k L2-normed with eps 1e-6, q scaled by 1/sqrt(dk)) from the
+ *     sequence's state, its output into out (rows of n_v_heads * dv).
+ * The states sit at float offset state_offset of the sequence's slot: the convolution's [kernel - 1]
+ * [channels] floats, then the delta rule's [n_v_heads][dk][dv]; both start from zero at position 0, and
+ * after a token the step names a checkpoint for, both are copied into that slot too. The backend picks
+ * the scan's form (recurrent or chunked); either way the result does not depend on how the step cut a
+ * sequence's tokens. dk and dv are those declared by gdn_shape. */
+typedef struct pith_be_gdn_args {
+    pith_buf *qkv, *beta, *alpha;
+    pith_buf *out;
+    const pith_weight *conv_w, *dt_bias, *ssm_a;
+    int kernel;
+    int n_k_heads, n_v_heads, dk, dv;
+    bool qk_tiled;       /* value head h reads query/key head h % n_k_heads (GGUF's head order), else
+                          * h / (n_v_heads / n_k_heads) (Hugging Face's repeat_interleave) */
+    int group;
+    size_t state_offset;
+} pith_be_gdn_args;
+
+/* The DeltaNet output's gated RMSNorm: per head of w->cols elements, x = rms(x) * w * silu(z), z the
+ * same head of the gate rows. */
+typedef struct pith_be_gated_norm_args {
+    pith_buf *x;
+    const pith_buf *z;
+    const pith_weight *w;
+    float eps;
+} pith_be_gated_norm_args;
+
+/* Gated attention's Q, K and V: the query projection gives each head's query and its output gate side
+ * by side (qg: rows of n_heads x [query | gate], head_dim each). Per token: each query head of qg
+ * RMS-normed by q_norm into q, each K head by k_norm in place (weights of head_dim), both rotated by
+ * rope_cs (NULL: none; pith_be_qkv_args), then K and V into the token's slot of the layer's KV group.
+ * qg and q NULL: K and V alone. */
+typedef struct pith_be_gated_qkv_args {
+    const pith_buf *qg;
+    pith_buf *q, *k;
+    const pith_buf *v;
+    const pith_weight *q_norm, *k_norm;
+    float eps;
+    const pith_buf *rope_cs;
+    pith_rope_style rope_style;
+    int group, layer_index;
+} pith_be_gated_qkv_args;
+
+/* The attention output times sigmoid(gate): att (rows of n_heads * head_dim) by the gate halves of qg. */
+typedef struct pith_be_attn_gate_args {
+    pith_buf *att;
+    const pith_buf *qg;
+} pith_be_attn_gate_args;
+
+/* The multi-token-prediction head (model/qwen35_mtp.c documents it). Its memory: its K/V of the
+ * positions the forwards computed live in a KV group as one more layer; each sequence's last hidden
+ * state sits in its RECURRENT slot at float offset tail_offset; the K/V of the draft positions and the
+ * tokens drafted so far are the backend's own, from set_draft to the draft's end.
+ *
+ * Its input rows, [enorm(embedding of the token) | hnorm(hidden state before it)] (2 * dim), for:
+ *   step < 0 (a forward): every token of the step, the hidden state before it being hidden's row of the
+ *     token before in its sequence, else the sequence's slot's (zeros at position 0);
+ *   step 0 of a draft: the step's token of each sequence, with its slot's hidden state;
+ *   step i > 0: the token drafted at step i - 1, with hidden's row of the sequence (the head's output). */
+#define PITH_BE_MTP_MAX_STEPS 16
+#define PITH_BE_MTP_MAX_HEAD_DIM 1024
+
+typedef struct pith_be_mtp_input_args {
+    const pith_weight *embd, *enorm, *hnorm;
+    float eps;
+    const pith_buf *hidden;
+    pith_buf *out;
+    int step;
+    int group;           /* the RECURRENT group */
+    size_t tail_offset;
+} pith_be_mtp_input_args;
+
+/* After a forward: hidden's row of each sequence's last token into its slot of group at tail_offset,
+ * and the row of each token the step names a checkpoint for into that slot. */
+typedef struct pith_be_mtp_save_args {
+    const pith_buf *hidden;
+    int group;
+    size_t tail_offset;
+} pith_be_mtp_save_args;
+
+/* A draft step's attention: for each sequence at the step's position p, the draft position p + step;
+ * its query heads out of qg (RMS-normed by q_norm into q) and its K heads (normed by k_norm in place),
+ * rotated at p + step by rope; K and V kept as the draft position's; then each query head attends over
+ * the head's K/V of positions 1..p-1 (layer layer_index of KV group `group`) and of the draft positions
+ * p..p+step, times sigmoid(gate), into out. */
+typedef struct pith_be_mtp_attn_args {
+    const pith_buf *qg;
+    pith_buf *q, *k;
+    const pith_buf *v;
+    pith_buf *out;
+    const pith_weight *q_norm, *k_norm;
+    float eps;
+    const pith_rope *rope;
+    int step;
+    int group, layer_index;
+} pith_be_mtp_attn_args;
+
+/* A draft step's end: the vocabulary projection of x's rows (one per sequence), each row's argmax the
+ * sequence's draft token of this step (into the draft set_draft named, and the next step's input), the
+ * rows into the logits set_draft named, when it named any. */
+typedef struct pith_be_mtp_logits_args {
+    const pith_buf *x;
+    const pith_weight *output;
+    int step;
+} pith_be_mtp_logits_args;
+
 /* The attention shape every attention op of the model shares. */
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
@@ -271,6 +390,24 @@ typedef struct pith_backend_vt {
     void (*short_conv)(pith_backend *be, const pith_be_short_conv_args *a, int n);
     /* Mamba2 */
     void (*mamba2)(pith_backend *be, const pith_be_mamba2_args *a, int n);
+
+
+    /* Qwen3.5 */
+    /* the DeltaNet heads' widths, declared once at load (reserve sizes the scan's scratch by them) */
+    int (*gdn_shape)(pith_backend *be, int dk, int dv, pith_err *err);
+    void (*gdn)(pith_backend *be, const pith_be_gdn_args *a, int n);
+    void (*gated_norm)(pith_backend *be, const pith_be_gated_norm_args *a, int n);
+    void (*gated_qkv)(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
+    void (*attn_gate)(pith_backend *be, const pith_be_attn_gate_args *a, int n);
+    /* The MTP head's draft (model.h: mtp_draft): checks the batch as mtp_draft takes it against the
+     * memory and makes it the step the draft's ops read; draft[s * n_steps + i] and, when logits is not
+     * NULL, the rows of logits ([n_seqs * n_steps] x n_vocab) are where mtp_logits leaves its results. */
+    int (*set_draft)(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
+                     pith_err *err);
+    void (*mtp_input)(pith_backend *be, const pith_be_mtp_input_args *a, int n);
+    void (*mtp_save)(pith_backend *be, const pith_be_mtp_save_args *a);
+    void (*mtp_attention)(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
+    int (*mtp_logits)(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
 } pith_backend_vt;
 
 struct pith_backend {
@@ -354,6 +491,35 @@ static inline void pith_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a
 }
 static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
     be->vt->keep_rows(be, bufs, n_bufs);
+}
+
+/* Qwen3.5 */
+static inline int pith_be_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err) {
+    return be->vt->gdn_shape(be, dk, dv, err);
+}
+static inline void pith_be_gdn(pith_backend *be, const pith_be_gdn_args *a, int n) { be->vt->gdn(be, a, n); }
+static inline void pith_be_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n) {
+    be->vt->gated_norm(be, a, n);
+}
+static inline void pith_be_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n) {
+    be->vt->gated_qkv(be, a, n);
+}
+static inline void pith_be_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n) {
+    be->vt->attn_gate(be, a, n);
+}
+static inline int pith_be_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft,
+                                    float *logits, pith_err *err) {
+    return be->vt->set_draft(be, b, n_vocab, n_steps, draft, logits, err);
+}
+static inline void pith_be_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n) {
+    be->vt->mtp_input(be, a, n);
+}
+static inline void pith_be_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a) { be->vt->mtp_save(be, a); }
+static inline void pith_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n) {
+    be->vt->mtp_attention(be, a, n);
+}
+static inline int pith_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
+    return be->vt->mtp_logits(be, a, n, err);
 }
 
 #ifdef __cplusplus

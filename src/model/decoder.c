@@ -76,6 +76,16 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     return 0;
 }
 
+int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
+                           pith_err *err) {
+    if (pith_decoder_matrix(d, layer, name, out, err)) return -1;
+    if ((*out)->rows == rows && (*out)->cols == cols) return 0;
+    char full[128];
+    if (layer < 0) snprintf(full, sizeof full, "%s", name);
+    else snprintf(full, sizeof full, "blk.%d.%s", layer, name);
+    return pith_errf(err, "tensor %s: shape [%d, %d], expected [%d, %d]", full, (*out)->cols, (*out)->rows, cols, rows);
+}
+
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err) {
     const pith_tensor *t = pith_model_file_tensor(d->file, name);
     *out = NULL;

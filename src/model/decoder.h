@@ -62,6 +62,9 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
  * (Hugging Face's [gate | up]). */
 int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
                              const pith_weight **out, pith_err *err);
+/* The same, checked to be rows x cols: for the tensors an architecture's schema gives no symbolic shape. */
+int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
+                           pith_err *err);
 int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, bool required, const pith_weight **out,
                         pith_err *err);
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);

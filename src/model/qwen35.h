@@ -3,7 +3,7 @@
 #ifndef PITH_MODEL_QWEN35_H
 #define PITH_MODEL_QWEN35_H
 
-#include "model/arch.h"
+#include "format/arch.h"
 #include "pith/model.h"
 
 /* Takes ownership of `file` on success (and on failure leaves it to the caller). */

@@ -48,8 +48,7 @@ void pith_cpu_be_rmsnorm(float *out, const float *x, const float *w, int n, floa
     for (int i = 0; i < n; i++) out[i] = x[i] * r * w[i];
 }
 
-/* Rotates the first 2 * half elements of a head (all of it, or a partial rotary's share). */
-static void rope(float *v, const float *cs, const float *sn, int half, pith_rope_style style) {
+void pith_cpu_be_rope(float *v, const float *cs, const float *sn, int half, pith_rope_style style) {
     for (int i = 0; i < half; i++) {
         int a = style == PITH_ROPE_ADJACENT ? 2 * i : i, b = style == PITH_ROPE_ADJACENT ? 2 * i + 1 : i + half;
         float x0 = v[a], x1 = v[b];
@@ -202,6 +201,10 @@ static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
     if (pith_cpu_reserve(&c->cpu, n, widest, err) || (c->has_shape && pith_attn_scratch_reserve(&c->attn, n, err)) ||
         (c->n_moes > 0 && pith_moe_reserve(&c->cpu, &c->moe_cfg, &c->moe_scratch, n, err)))
         return -1;
+    /* Qwen3.5's ops: the DeltaNet scan's scratch, one per thread (it does not grow with the batch) */
+    if (c->gdn_scratch_floats > 0 && !c->gdn_scratch &&
+        !(c->gdn_scratch = malloc((size_t)c->cpu.n_threads * c->gdn_scratch_floats * sizeof(float))))
+        return pith_errf(err, "out of memory for the DeltaNet scan's scratch");
     c->cap = n;
     return 0;
 }
@@ -361,17 +364,22 @@ static void qkv_row(row_job *j, int t, int ith) {
     bool per_head = a->qk_norm == PITH_QK_NORM_HEAD;
     for (int h = 0; h < nh; h++) {
         if (per_head) pith_cpu_be_rmsnorm(q + h * hd, q + h * hd, a->q_norm->vec, hd, a->eps);
-        if (cs) rope(q + h * hd, cs, sn, half, a->rope_style);
+        if (cs) pith_cpu_be_rope(q + h * hd, cs, sn, half, a->rope_style);
     }
     for (int h = 0; h < nkv; h++) {
         if (per_head) pith_cpu_be_rmsnorm(k + h * hd, k + h * hd, a->k_norm->vec, hd, a->eps);
-        if (cs) rope(k + h * hd, cs, sn, half, a->rope_style);
+        if (cs) pith_cpu_be_rope(k + h * hd, cs, sn, half, a->rope_style);
     }
+    pith_cpu_be_store_kv(c, a->group, a->layer_index, t, k, v);
+}
+
+void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, const float *k, const float *v) {
+    int hd = c->shape.head_dim;
     /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
-    const pith_kv_cache *kv = &c->kv.groups[a->group];
-    size_t bs = (size_t)kv->block_size, slot = (size_t)c->step->mem[a->group].slots[t];
-    size_t block_off = pith_kv_k_offset(kv, a->layer_index, (int)(slot / bs));
-    for (int h = 0; h < nkv; h++) {
+    const pith_kv_cache *kv = &c->kv.groups[g];
+    size_t bs = (size_t)kv->block_size, slot = (size_t)c->step->mem[g].slots[t];
+    size_t block_off = pith_kv_k_offset(kv, layer_index, (int)(slot / bs));
+    for (int h = 0; h < c->shape.n_kv_heads; h++) {
         size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
         pith_kv_store_f32(c->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
         pith_kv_store_f32(c->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
@@ -559,6 +567,7 @@ static void cpu_destroy(pith_backend *be) {
     free(c->moes);
     pith_moe_scratch_free(&c->moe_scratch);
     if (c->has_shape) pith_attn_scratch_free(&c->attn);
+    pith_cpu_be_qwen35_free(c);
     free(c->seq_start);
     free(c->seq_end);
     if (c->cpu.pool) pith_cpu_free(&c->cpu);
@@ -574,14 +583,19 @@ static const pith_backend_vt cpu_vt = {
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
     .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
+    /* Qwen3.5 */
+    .gdn_shape = pith_cpu_be_gdn_shape, .gdn = pith_cpu_be_gdn, .gated_norm = pith_cpu_be_gated_norm,
+    .gated_qkv = pith_cpu_be_gated_qkv, .attn_gate = pith_cpu_be_attn_gate, .set_draft = pith_cpu_be_set_draft,
+    .mtp_input = pith_cpu_be_mtp_input, .mtp_save = pith_cpu_be_mtp_save, .mtp_attention = pith_cpu_be_mtp_attention,
+    .mtp_logits = pith_cpu_be_mtp_logits,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {
     *out = NULL;
     pith_cpu_be *c = calloc(1, sizeof *c);
     if (!c) return pith_errf(err, "out of memory");
-    c->ssd_portable = pith_backend_force_scalar();
-    if (pith_cpu_init(&c->cpu, n_threads, c->ssd_portable, err)) {
+    c->portable = pith_backend_force_scalar();
+    if (pith_cpu_init(&c->cpu, n_threads, c->portable, err)) {
         free(c);
         return -1;
     }

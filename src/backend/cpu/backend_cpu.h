@@ -1,10 +1,13 @@
 /* The CPU backend's own state, shared by the files that implement its ops (backend_cpu.c: weights,
  * buffers, memory, the step and the decoder ops; backend_cpu_conv.c: the short convolution;
- * backend_cpu_ssd.c: Mamba2's mixer; further mixers in their own files). Nothing outside src/backend/cpu/ includes it: models see backend.h.
+ * backend_cpu_ssd.c: Mamba2's mixer; backend_cpu_gdn.c: Qwen3.5's Gated DeltaNet, gated attention
+ * and MTP head; further mixers in their own files). Nothing outside src/backend/cpu/ includes it: models
+ * see backend.h.
  *
- * Invariants: every buffer holds cap rows; step is the batch set_step checked, and sequence s's tokens
- * are [seq_start[s], seq_end[s]) of it (contiguous, the sequences in any order); ops read per-step data
- * only from step, seq_start and seq_end; an op runs to completion before it returns. */
+ * Invariants: every buffer holds cap rows; step is the batch set_step (or set_draft) checked, and
+ * sequence s's tokens are [seq_start[s], seq_end[s]) of it (contiguous, the sequences in any order); ops
+ * read per-step data only from step, seq_start and seq_end (and a draft's tokens from draft_tok); an op
+ * runs to completion before it returns. */
 #ifndef PITH_CPU_BACKEND_CPU_H
 #define PITH_CPU_BACKEND_CPU_H
 
@@ -47,8 +50,18 @@ typedef struct pith_cpu_be {
     const pith_batch *step;  /* the step's data (host memory: the batch itself) */
     int *seq_start, *seq_end; /* [cap] each sequence's first token and one past its last */
     float *logits;           /* the step's logits rows: host memory, the caller's */
+    bool portable;           /* PITH_FORCE_SCALAR: the recurrent kernels take their portable loops too */
     /* Mamba2's ops: the recurrent SSD scan they run needs no scratch (its chunked form, unused, would) */
-    bool ssd_portable;       /* PITH_FORCE_SCALAR: the scan's portable loops too */
+    /* Qwen3.5's ops */
+    size_t gdn_scratch_floats;  /* per thread, from gdn_shape (0: not declared) */
+    float *gdn_scratch;         /* [n_threads][gdn_scratch_floats], made by reserve */
+    int draft_cap, draft_vocab; /* the draft's memory: sequences it holds, the vocabulary of its logits */
+    float *draft_k, *draft_v;   /* [draft_cap][PITH_BE_MTP_MAX_STEPS][kv dim]: the draft positions' K/V */
+    float *draft_logits;        /* [draft_cap][draft_vocab]: the step's rows */
+    int32_t *draft_tok;         /* [draft_cap]: each sequence's token drafted last */
+    int draft_steps;            /* set_draft: the draft's steps and where its results go */
+    int32_t *draft_out;
+    float *draft_logits_out;
 } pith_cpu_be;
 
 static inline pith_cpu_be *pith_cpu_be_of(pith_backend *be) { return (pith_cpu_be *)be; }
@@ -67,9 +80,26 @@ void pith_cpu_be_rows(pith_cpu_be *c, int n, void (*row)(row_job *j, int t, int 
 
 /* RMSNorm in double, as every forward pass has computed it. */
 void pith_cpu_be_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* Rotates the first 2 * half elements of a head (all of it, or a partial rotary's share) by cs and sn. */
+void pith_cpu_be_rope(float *v, const float *cs, const float *sn, int half, pith_rope_style style);
+/* Token t's K and V (n_kv_heads heads of head_dim) into its slot of KV group g, layer layer_index. */
+void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, const float *k, const float *v);
 
 /* Ops in their own files. */
 void pith_cpu_be_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n);
 void pith_cpu_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n);
+int pith_cpu_be_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err);
+void pith_cpu_be_gdn(pith_backend *be, const pith_be_gdn_args *a, int n);
+void pith_cpu_be_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n);
+void pith_cpu_be_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
+void pith_cpu_be_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n);
+int pith_cpu_be_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft,
+                          float *logits, pith_err *err);
+void pith_cpu_be_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n);
+void pith_cpu_be_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a);
+void pith_cpu_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
+int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+/* Qwen3.5's scratch and draft memory (cpu_destroy). */
+void pith_cpu_be_qwen35_free(pith_cpu_be *c);
 
 #endif

@@ -99,7 +99,7 @@ static void ssd_unit(row_job *j, int u, int ith) {
             .x = row + d.inner, .ld_x = (size_t)d.proj, .B = row + 2 * d.inner, .C = row + 2 * d.inner + G * N,
             .ld_bc = (size_t)d.proj, .dt = row + d.inner + d.conv, .ld_dt = (size_t)d.proj, .dt_bias = a->dt_bias->vec,
             .A = a->A->vec, .D = a->D->vec, .state = S, .y = row_of(a->y, t), .ld_y = (size_t)a->y->cols,
-            .portable = c->ssd_portable, .no_avx512 = strncmp(c->cpu.k->name, "avx512", 6) != 0,
+            .portable = c->portable, .no_avx512 = strncmp(c->cpu.k->name, "avx512", 6) != 0,
         };
         pith_ssd_recurrent(&sa, h);
         if (ck && ck[e] >= 0)
