@@ -17,6 +17,9 @@
 
 #include "check.h"
 #include "model_mem.h"
+#include "model/granitehybrid.h"
+#include "model/mamba2.h"
+#include "model/qwen35.h"
 #include "pith/model.h"
 #include "pith/modelfile.h"
 
@@ -39,17 +42,28 @@ static int set_key(const char *dir, const char *key, const char *json) {
               dir, key, json);
 }
 
+static const pith_qwen35_params *Q(const pith_hparams *hp) { return hp->arch_params; }
+static const pith_granite_params *GR(const pith_hparams *hp) { return hp->arch_params; }
+static const pith_mamba2_params *M2(const pith_hparams *hp) { return hp->arch_params; }
+static size_t arch_params_size(const pith_hparams *hp) {
+    return !strcmp(hp->arch, "qwen35") || !strcmp(hp->arch, "qwen35moe") ? sizeof(pith_qwen35_params)
+           : !strcmp(hp->arch, "granitehybrid")                           ? sizeof(pith_granite_params)
+           : !strcmp(hp->arch, "nemotron_h")                              ? sizeof(pith_mamba2_params)
+                                                                          : 0;
+}
+
 static void same_hparams(const pith_hparams *a, const pith_hparams *b, const char *what) {
     CHECKF(!memcmp(a->layer_recurrent, b->layer_recurrent, sizeof a->layer_recurrent), "%s: recurrent layers", what);
     CHECKF(a->conv_kernel == b->conv_kernel && a->ffn_dim == b->ffn_dim && a->n_kv_heads == b->n_kv_heads &&
                a->head_dim == b->head_dim && a->tied_embeddings == b->tied_embeddings,
            "%s: conv %d/%d ffn %d/%d kv %d/%d hd %d/%d", what, a->conv_kernel, b->conv_kernel, a->ffn_dim, b->ffn_dim,
            a->n_kv_heads, b->n_kv_heads, a->head_dim, b->head_dim);
-    CHECKF(a->ssm_n_k_heads == b->ssm_n_k_heads && a->ssm_n_v_heads == b->ssm_n_v_heads &&
-               a->ssm_head_k_dim == b->ssm_head_k_dim && a->ssm_head_v_dim == b->ssm_head_v_dim &&
-               a->rope_dim == b->rope_dim && !memcmp(a->rope_sections, b->rope_sections, sizeof a->rope_sections) &&
+    /* the architecture's own hyper-parameters (DeltaNet or Mamba2 widths, partial rotary, multipliers):
+     * the same bytes from both formats */
+    CHECKF((a->arch_params == NULL) == (b->arch_params == NULL) && !strcmp(a->arch, b->arch) &&
+               (!a->arch_params || !memcmp(a->arch_params, b->arch_params, arch_params_size(a))) &&
                fabsf(a->rope_theta - b->rope_theta) <= 1e-6f * a->rope_theta && a->norm_eps == b->norm_eps,
-           "%s: DeltaNet widths or RoPE differ", what);
+           "%s: the architecture's own hyper-parameters or RoPE differ", what);
 }
 
 static bool vec_equal(const pith_model_file *a, const pith_model_file *b, const char *name, double tol) {
@@ -173,11 +187,11 @@ static void test_qwen35(void) {
         same_hparams(ha, hb, "qwen35 GGUF vs config.json");
         int rec = 0;
         for (int l = 0; l < 8; l++) rec |= pith_layer_bit(ha->layer_recurrent, l) << l;
-        CHECKF(rec == 0x77 && ha->conv_kernel == 4 && ha->ssm_n_k_heads == 2 && ha->ssm_n_v_heads == 4 &&
-                   ha->ssm_head_k_dim == 32 && ha->ssm_head_v_dim == 32 && ha->rope_dim == 16 &&
-                   ha->rope_sections[0] == 3 && ha->rope_sections[1] == 3 && ha->rope_sections[2] == 2,
+        CHECKF(rec == 0x77 && ha->conv_kernel == 4 && Q(ha)->gdn_k_heads == 2 && Q(ha)->gdn_v_heads == 4 &&
+                   Q(ha)->gdn_k_dim == 32 && Q(ha)->gdn_v_dim == 32 && Q(ha)->rope_dim == 16 &&
+                   Q(ha)->rope_sections[0] == 3 && Q(ha)->rope_sections[1] == 3 && Q(ha)->rope_sections[2] == 2,
                "qwen35: recurrent mask %#x conv %d heads %d/%d widths %d/%d rope %d", rec, ha->conv_kernel,
-               ha->ssm_n_k_heads, ha->ssm_n_v_heads, ha->ssm_head_k_dim, ha->ssm_head_v_dim, ha->rope_dim);
+               Q(ha)->gdn_k_heads, Q(ha)->gdn_v_heads, Q(ha)->gdn_k_dim, Q(ha)->gdn_v_dim, Q(ha)->rope_dim);
         /* the Hugging Face load makes norms 1 + w and A_log -exp(A_log), as GGUF stores them (float32
          * rounding of the stored sum apart); ssm_a of layer 0 is in grouped head order in both (4 heads,
          * 2 key heads: tiled order 0 2 1 3), so compare head 0 and 3, which do not move */
@@ -211,15 +225,15 @@ static void granite_pair(const char *preset, pith_model_file **a, pith_model_fil
     if (!*a || !*b) return;
     const pith_hparams *ha = pith_model_file_hparams(*a), *hb = pith_model_file_hparams(*b);
     same_hparams(ha, hb, preset);
-    CHECKF(ha->embedding_scale == hb->embedding_scale && ha->residual_scale == hb->residual_scale &&
-               ha->query_scale == hb->query_scale && ha->logit_scale == hb->logit_scale &&
+    CHECKF(GR(ha)->embedding_scale == GR(hb)->embedding_scale && GR(ha)->residual_scale == GR(hb)->residual_scale &&
+               ha->query_scale == hb->query_scale && GR(ha)->logit_scale == GR(hb)->logit_scale &&
                !memcmp(ha->layer_no_rope, hb->layer_no_rope, sizeof ha->layer_no_rope) &&
                ha->n_experts == hb->n_experts && ha->n_experts_used == hb->n_experts_used &&
                (!ha->n_experts || (ha->expert_ffn_dim == hb->expert_ffn_dim &&
                                    ha->expert_shared_ffn_dim == hb->expert_shared_ffn_dim)),
-           "%s: multipliers (%g %g %g %g vs %g %g %g %g), RoPE layers or experts differ", preset, ha->embedding_scale,
-           ha->residual_scale, ha->query_scale, ha->logit_scale, hb->embedding_scale, hb->residual_scale,
-           hb->query_scale, hb->logit_scale);
+           "%s: multipliers (%g %g %g %g vs %g %g %g %g), RoPE layers or experts differ", preset, GR(ha)->embedding_scale,
+           GR(ha)->residual_scale, ha->query_scale, GR(ha)->logit_scale, GR(hb)->embedding_scale, GR(hb)->residual_scale,
+           hb->query_scale, GR(hb)->logit_scale);
     /* the Hugging Face load turns A_log into ssm_a = -exp(A_log), as GGUF stores it */
     CHECK(vec_equal(*a, *b, "blk.0.ssm_a", 1e-6) && vec_equal(*a, *b, "blk.0.ssm_d", 0));
 }
@@ -233,12 +247,12 @@ static void test_granitehybrid(void) {
         /* 6 layers, attention at 2 and 5; 8 Mamba heads of 32, 2 groups of state 16; no RoPE */
         int rec = 0;
         for (int l = 0; l < 6; l++) rec |= pith_layer_bit(hp->layer_recurrent, l) << l;
-        CHECKF(rec == 0x1b && hp->conv_kernel == 4 && hp->ssm_n_v_heads == 8 && hp->ssm_n_k_heads == 2 &&
-                   hp->ssm_head_k_dim == 16 && hp->ssm_head_v_dim == 32 && hp->ffn_dim == 256 && hp->n_experts == 0 &&
-                   pith_layer_bit(hp->layer_no_rope, 2) && hp->embedding_scale == 4.0f && hp->residual_scale == 0.5f &&
-                   hp->query_scale == 0.125f && hp->logit_scale == 2.0f,
+        CHECKF(rec == 0x1b && hp->conv_kernel == 4 && GR(hp)->ssm.heads == 8 && GR(hp)->ssm.groups == 2 &&
+                   GR(hp)->ssm.d_state == 16 && GR(hp)->ssm.head_dim == 32 && hp->ffn_dim == 256 && hp->n_experts == 0 &&
+                   pith_layer_bit(hp->layer_no_rope, 2) && GR(hp)->embedding_scale == 4.0f && GR(hp)->residual_scale == 0.5f &&
+                   hp->query_scale == 0.125f && GR(hp)->logit_scale == 2.0f,
                "granitehybrid: mask %#x conv %d heads %d groups %d state %d head %d ffn %d", rec, hp->conv_kernel,
-               hp->ssm_n_v_heads, hp->ssm_n_k_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim, hp->ffn_dim);
+               GR(hp)->ssm.heads, GR(hp)->ssm.groups, GR(hp)->ssm.d_state, GR(hp)->ssm.head_dim, hp->ffn_dim);
     }
     pith_model_file_close(a);
     pith_model_file_close(b);
@@ -315,12 +329,12 @@ static void test_nemotronh(void) {
         CHECKF(!memcmp(ha->layer_mlp, hb->layer_mlp, sizeof ha->layer_mlp) &&
                    !memcmp(ha->layer_no_rope, hb->layer_no_rope, sizeof ha->layer_no_rope),
                "nemotron_h: MLP or RoPE layers differ between the formats");
-        CHECKF(rec == 0x25 && mlp == 0x52 && !rope && ha->conv_kernel == 4 && ha->ssm_n_v_heads == 8 &&
-                   ha->ssm_n_k_heads == 2 && ha->ssm_head_k_dim == 16 && ha->ssm_head_v_dim == 32 && ha->ffn_dim == 256 &&
+        CHECKF(rec == 0x25 && mlp == 0x52 && !rope && ha->conv_kernel == 4 && M2(ha)->heads == 8 &&
+                   M2(ha)->groups == 2 && M2(ha)->d_state == 16 && M2(ha)->head_dim == 32 && ha->ffn_dim == 256 &&
                    ha->n_kv_heads == 2 && !ha->tied_embeddings && fabsf(ha->norm_eps - 1e-5f) < 1e-9f,
                "nemotron_h: recurrent %#x mlp %#x rope %#x conv %d heads %d groups %d state %d head %d ffn %d kv %d",
-               rec, mlp, rope, ha->conv_kernel, ha->ssm_n_v_heads, ha->ssm_n_k_heads, ha->ssm_head_k_dim,
-               ha->ssm_head_v_dim, ha->ffn_dim, ha->n_kv_heads);
+               rec, mlp, rope, ha->conv_kernel, M2(ha)->heads, M2(ha)->groups, M2(ha)->d_state,
+               M2(ha)->head_dim, ha->ffn_dim, ha->n_kv_heads);
         CHECK(vec_equal(a, b, "blk.0.ssm_a", 1e-6) && vec_equal(a, b, "blk.5.ssm_norm.weight", 0));
     }
     pith_model_file_close(a);

@@ -143,19 +143,8 @@ typedef struct pith_hparams {
     /* Nemotron-H: layers that are an MLP alone (no token mixer, so neither attention nor recurrent). */
     uint64_t layer_mlp[PITH_MAX_LAYERS / 64];
     int conv_kernel;
-    /* Gated DeltaNet layers (Qwen3.5): query/key heads, value heads (a multiple of them), head widths. */
-    int ssm_n_k_heads, ssm_n_v_heads, ssm_head_k_dim, ssm_head_v_dim;
-    /* Partial rotary: RoPE turns only the first rope_dim dimensions of each head (0: all of them), with
-     * M-RoPE sections (all zero: none; for text every section takes the token's position). */
-    int rope_dim;
-    int rope_sections[4];
-    /* Granite's multipliers: the embeddings times embedding_scale, each block's output (token mixer and
-     * FFN) times residual_scale before it joins the residual, the logits divided by logit_scale; 0 means
-     * none (1). Its attention multiplier is query_scale. Mamba2 layers (granitehybrid) reuse the ssm_*
-     * fields above: ssm_n_k_heads B/C groups, ssm_n_v_heads heads, ssm_head_k_dim the state width
-     * (d_state), ssm_head_v_dim the head width. */
-    float embedding_scale, residual_scale, logit_scale;
-    /* What only one architecture reads (GPT-OSS's SwiGLU limit, ...) lives in that architecture's own
+    /* What only one architecture reads (GPT-OSS's SwiGLU limit, Qwen3.5's DeltaNet widths and partial
+     * rotary, the Mamba2 widths, Granite's multipliers) lives in that architecture's own
      * struct, filled by its metadata hooks and checked by its check hook (src/format/arch.h:
      * params_size; src/model/<arch>_arch.h defines it); owned by the model file; NULL when the
      * architecture has none. Opaque here, so that adding an architecture does not change this struct. */

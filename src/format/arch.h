@@ -127,6 +127,9 @@ typedef struct pith_arch {
      * its header, zeroed before its metadata hooks run and reached by them, its check hook and its
      * forward pass through pith_arch_params (what pith_hparams would otherwise grow a field for). */
     size_t params_size;
+    /* The architecture reads GGUF's rope.dimension_count itself (a partial rotary); otherwise the loader
+     * refuses one that differs from the head dimension. */
+    bool partial_rotary;
 } pith_arch;
 
 /* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */

@@ -104,8 +104,8 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
         return pith_errf(err, "%s: value head size %d differs from key head size %d (not supported)", f->path,
                          value_dim, hp->head_dim);
     if (arch && arch->read_gguf && arch->read_gguf(&m, hp)) return -1;
-    /* partial rotary only where the descriptor took it (qwen35 sets rope_dim) */
-    if (arch && rope_dims != -1 && rope_dims != hp->head_dim && rope_dims != hp->rope_dim)
+    /* a partial rotary only where the descriptor reads it itself */
+    if (arch && !arch->partial_rotary && rope_dims != -1 && rope_dims != hp->head_dim)
         return pith_errf(err, "%s: RoPE over %d of %d head dimensions (partial rotary) is not supported", f->path,
                          rope_dims, hp->head_dim);
 

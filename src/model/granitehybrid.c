@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "format/arch.h"
 #include "model/decoder.h"
 #include "model/layers.h"
 #include "model/mamba2.h"
@@ -95,6 +96,7 @@ static const pith_model_ops gh_ops = PITH_DECODER_OPS(gh_forward);
 int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
+    const pith_granite_params *P = pith_arch_params(hp);
     const char *path = pith_model_file_path(file);
     gh *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
@@ -108,7 +110,7 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     pith_mamba2_dims_of(hp, pith_model_file_format(file) == PITH_FORMAT_GGUF, &m->md);
     for (int l = 0; l < hp->n_layers; l++)
         m->rope |= !pith_layer_bit(hp->layer_recurrent, l) && !pith_layer_bit(hp->layer_no_rope, l);
-    m->res_scale = hp->residual_scale > 0 ? hp->residual_scale : 1.0f;
+    m->res_scale = P->residual_scale > 0 ? P->residual_scale : 1.0f;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
@@ -167,10 +169,11 @@ static int gh_forward(pith_model *base, const pith_batch *b, float *logits, pith
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    float emb = base->hp.embedding_scale;
+    const pith_granite_params *P = pith_arch_params(&base->hp);
+    float emb = P->embedding_scale;
     pith_be_embed(d->be, m->embd, emb > 0 && emb != 1.0f ? emb : 0, m->bufs.x, n);
     if (m->cs) pith_be_rope_tables(d->be, &m->rope_f, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++)
         if (layer_forward(m, b, l, &n, err)) return -1;
-    return pith_head_forward(d, &m->bufs, m->out_norm, m->output, b, err);
+    return pith_head_forward_scaled(d, &m->bufs, m->out_norm, m->output, P->logit_scale, b, err);
 }

@@ -98,12 +98,13 @@ static void set_all(uint64_t *mask, int n_layers, bool on) {
 }
 
 static int gh_read_gguf(const pith_meta *m, pith_hparams *hp) {
+    pith_granite_params *P = pith_arch_params(hp);
     bool rope = false;
     if (pith_mamba2_read_gguf(m, hp) ||
-        pith_meta_float(m, "embedding_scale", false, &hp->embedding_scale) ||
-        pith_meta_float(m, "residual_scale", false, &hp->residual_scale) ||
+        pith_meta_float(m, "embedding_scale", false, &P->embedding_scale) ||
+        pith_meta_float(m, "residual_scale", false, &P->residual_scale) ||
         pith_meta_float(m, "attention.scale", false, &hp->query_scale) ||
-        pith_meta_float(m, "logit_scale", false, &hp->logit_scale) ||
+        pith_meta_float(m, "logit_scale", false, &P->logit_scale) ||
         pith_meta_bool(m, "rope.scaling.finetuned", &rope) || pith_moe_read_gguf(m, hp, true))
         return -1;
     set_all(hp->layer_no_rope, hp->n_layers, !rope);
@@ -142,25 +143,26 @@ static int gh_read_gguf(const pith_meta *m, pith_hparams *hp) {
 }
 
 static int gh_read_hf(const pith_meta *m, pith_hparams *hp) {
+    pith_granite_params *P = pith_arch_params(hp);
     int expand = 2, d_head = -1, shared = 1024;
     bool conv_bias = true, proj_bias = false, found;
     char pos[32] = "", d_head_s[16] = "";
-    hp->conv_kernel = 4, hp->ssm_head_k_dim = 256, hp->ssm_n_k_heads = 1, hp->ssm_n_v_heads = 128;
+    hp->conv_kernel = 4, P->ssm.d_state = 256, P->ssm.groups = 1, P->ssm.heads = 128;
     hp->n_experts = 8, hp->n_experts_used = 2, hp->expert_norm_topk = true;
-    hp->embedding_scale = hp->residual_scale = hp->query_scale = hp->logit_scale = 1.0f;
-    if (pith_meta_int(m, "mamba_n_heads", false, &hp->ssm_n_v_heads) ||
-        pith_meta_int(m, "mamba_n_groups", false, &hp->ssm_n_k_heads) ||
-        pith_meta_int(m, "mamba_d_state", false, &hp->ssm_head_k_dim) ||
+    P->embedding_scale = P->residual_scale = hp->query_scale = P->logit_scale = 1.0f;
+    if (pith_meta_int(m, "mamba_n_heads", false, &P->ssm.heads) ||
+        pith_meta_int(m, "mamba_n_groups", false, &P->ssm.groups) ||
+        pith_meta_int(m, "mamba_d_state", false, &P->ssm.d_state) ||
         pith_meta_int(m, "mamba_d_conv", false, &hp->conv_kernel) ||
         pith_meta_int(m, "mamba_expand", false, &expand) || pith_meta_bool(m, "mamba_conv_bias", &conv_bias) ||
         pith_meta_bool(m, "mamba_proj_bias", &proj_bias) ||
         pith_meta_int(m, "shared_intermediate_size", false, &shared) ||
         pith_meta_int(m, "num_local_experts", false, &hp->n_experts) ||
         pith_meta_int(m, "num_experts_per_tok", false, &hp->n_experts_used) ||
-        pith_meta_float(m, "embedding_multiplier", false, &hp->embedding_scale) ||
-        pith_meta_float(m, "residual_multiplier", false, &hp->residual_scale) ||
+        pith_meta_float(m, "embedding_multiplier", false, &P->embedding_scale) ||
+        pith_meta_float(m, "residual_multiplier", false, &P->residual_scale) ||
         pith_meta_float(m, "attention_multiplier", false, &hp->query_scale) ||
-        pith_meta_float(m, "logits_scaling", false, &hp->logit_scale) ||
+        pith_meta_float(m, "logits_scaling", false, &P->logit_scale) ||
         pith_meta_str(m, "position_embedding_type", pos, sizeof pos))
         return -1;
     if (proj_bias) return pith_errf(m->err, "%s: \"mamba_proj_bias\": true is not supported", m->path);
@@ -178,13 +180,13 @@ static int gh_read_hf(const pith_meta *m, pith_hparams *hp) {
     }
     if (expand < 1 || expand > 64) return pith_errf(m->err, "%s: \"mamba_expand\" %d out of range", m->path, expand);
     int inner = expand * hp->dim;
-    if (hp->ssm_n_v_heads < 1 || (d_head < 0 && inner % hp->ssm_n_v_heads))
-        return pith_errf(m->err, "%s: %d Mamba heads do not divide the inner width %d", m->path, hp->ssm_n_v_heads, inner);
-    if (d_head < 0) d_head = inner / hp->ssm_n_v_heads;
-    if (d_head * hp->ssm_n_v_heads != inner)
+    if (P->ssm.heads < 1 || (d_head < 0 && inner % P->ssm.heads))
+        return pith_errf(m->err, "%s: %d Mamba heads do not divide the inner width %d", m->path, P->ssm.heads, inner);
+    if (d_head < 0) d_head = inner / P->ssm.heads;
+    if (d_head * P->ssm.heads != inner)
         return pith_errf(m->err, "%s: %d Mamba heads of %d make %d, not the inner width %d", m->path,
-                         hp->ssm_n_v_heads, d_head, d_head * hp->ssm_n_v_heads, inner);
-    hp->ssm_head_v_dim = d_head;
+                         P->ssm.heads, d_head, d_head * P->ssm.heads, inner);
+    P->ssm.head_dim = d_head;
     if (hp->n_experts > 0) {
         hp->expert_ffn_dim = hp->ffn_dim; /* intermediate_size */
         hp->expert_shared_ffn_dim = shared;
@@ -199,10 +201,11 @@ static int gh_read_hf(const pith_meta *m, pith_hparams *hp) {
 }
 
 static int gh_check(const pith_hparams *hp, const char *path, pith_err *err) {
+    const pith_granite_params *P = pith_arch_params(hp);
     bool any = false;
     for (int l = 0; l < hp->n_layers; l++) any |= pith_layer_bit(hp->layer_recurrent, l);
     if (any && pith_mamba2_check_hparams(hp, path, err)) return -1;
-    const float scales[] = {hp->embedding_scale, hp->residual_scale, hp->logit_scale};
+    const float scales[] = {P->embedding_scale, P->residual_scale, P->logit_scale};
     for (int i = 0; i < 3; i++)
         if (!(scales[i] >= 0 && isfinite(scales[i])))
             return pith_errf(err, "%s: a Granite multiplier (%g) is not a non-negative number", path, scales[i]);
@@ -227,4 +230,5 @@ const pith_arch pith_arch_granitehybrid = {
     .check = gh_check,
     .finish = gh_finish,
     .build = pith_granitehybrid_build,
+    .params_size = sizeof(pith_granite_params),
 };

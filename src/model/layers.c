@@ -164,9 +164,14 @@ int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_
 
 int pith_head_forward(pith_decoder *d, const pith_dec_bufs *b, const pith_weight *norm, const pith_weight *output,
                       const pith_batch *batch, pith_err *err) {
+    return pith_head_forward_scaled(d, b, norm, output, 0, batch, err);
+}
+
+int pith_head_forward_scaled(pith_decoder *d, const pith_dec_bufs *b, const pith_weight *norm,
+                             const pith_weight *output, float logit_scale, const pith_batch *batch, pith_err *err) {
     int n_kept = pith_decoder_n_kept(batch);
     if (n_kept == 0) return 0;
     const pith_hparams *hp = &d->base.hp;
-    pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, hp->logit_scale};
+    pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, logit_scale};
     return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), hp->n_vocab, err);
 }

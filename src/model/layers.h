@@ -93,6 +93,9 @@ void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg);
  * final norm, the hidden rows out, the logits rows through the output projection. */
 int pith_head_forward(pith_decoder *d, const pith_dec_bufs *b, const pith_weight *norm, const pith_weight *output,
                       const pith_batch *batch, pith_err *err);
+/* The same with the logits divided by logit_scale (0 or 1: none; Granite's logits_scaling). */
+int pith_head_forward_scaled(pith_decoder *d, const pith_dec_bufs *b, const pith_weight *norm,
+                             const pith_weight *output, float logit_scale, const pith_batch *batch, pith_err *err);
 
 #ifdef __cplusplus
 }

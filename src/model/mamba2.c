@@ -10,9 +10,10 @@
 #include "format/arch.h"
 
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d) {
+    const pith_mamba2_params *P = pith_arch_params(hp);
     memset(d, 0, sizeof *d);
     d->K = hp->conv_kernel;
-    d->H = hp->ssm_n_v_heads, d->G = hp->ssm_n_k_heads, d->P = hp->ssm_head_v_dim, d->N = hp->ssm_head_k_dim;
+    d->H = P->heads, d->G = P->groups, d->P = P->head_dim, d->N = P->d_state;
     d->inner = d->H * d->P;
     d->conv_dim = d->inner + 2 * d->G * d->N;
     d->proj_dim = d->inner + d->conv_dim + d->H;
@@ -22,29 +23,31 @@ void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims 
 }
 
 int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err *err) {
+    const pith_mamba2_params *P = pith_arch_params(hp);
     if (hp->conv_kernel < 1 || hp->conv_kernel > PITH_MAMBA2_MAX_KERNEL)
         return pith_errf(err, "%s: Mamba2 convolution width %d is not in 1..%d", path, hp->conv_kernel,
                          PITH_MAMBA2_MAX_KERNEL);
-    const int w[] = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim};
+    const int w[] = {P->groups, P->heads, P->d_state, P->head_dim};
     for (int i = 0; i < 4; i++)
         if (w[i] < 1 || w[i] > 1 << 14) return pith_errf(err, "%s: Mamba2 head count or width %d out of range", path, w[i]);
-    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
-        return pith_errf(err, "%s: %d Mamba2 heads are not a multiple of %d groups", path, hp->ssm_n_v_heads,
-                         hp->ssm_n_k_heads);
+    if (P->heads % P->groups)
+        return pith_errf(err, "%s: %d Mamba2 heads are not a multiple of %d groups", path, P->heads,
+                         P->groups);
     return 0;
 }
 
 int pith_mamba2_read_gguf(const pith_meta *m, pith_hparams *hp) {
+    pith_mamba2_params *P = pith_arch_params(hp);
     int inner = 0;
     if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
-        pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
-        pith_meta_int(m, "ssm.group_count", true, &hp->ssm_n_k_heads) ||
-        pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "ssm.state_size", true, &P->d_state) ||
+        pith_meta_int(m, "ssm.group_count", true, &P->groups) ||
+        pith_meta_int(m, "ssm.time_step_rank", true, &P->heads) ||
         pith_meta_int(m, "ssm.inner_size", true, &inner))
         return -1;
-    if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
-        return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d heads", m->path, inner, hp->ssm_n_v_heads);
-    hp->ssm_head_v_dim = inner / hp->ssm_n_v_heads;
+    if (P->heads < 1 || inner % P->heads)
+        return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d heads", m->path, inner, P->heads);
+    P->head_dim = inner / P->heads;
     return 0;
 }
 

@@ -26,13 +26,22 @@
 /* The widest Mamba2 convolution accepted (the backend's limit). */
 #define PITH_MAMBA2_MAX_KERNEL PITH_BE_MAX_CONV_KERNEL
 
+/* The hyper-parameters of a Mamba2 mixer, the first member of a Mamba2 architecture's own struct
+ * (format/arch.h: pith_arch_params): nemotron_h's whole struct, granitehybrid's first member. */
+typedef struct pith_mamba2_params {
+    int heads;      /* H */
+    int groups;     /* G: B/C groups */
+    int head_dim;   /* P */
+    int d_state;    /* N */
+} pith_mamba2_params;
+
 typedef struct pith_mamba2_dims {
     int K, H, G, P, N, inner, conv_dim, proj_dim;
     int norm_group;                 /* elements per RMS group of the gated norm */
     size_t conv_floats, ssm_floats; /* state per layer */
 } pith_mamba2_dims;
 
-/* From hp's conv_kernel and ssm_* fields (modelfile.h); grouped: the gated norm per B/C group (inner / G
+/* From hp's conv_kernel and the architecture's pith_mamba2_params; grouped: the gated norm per B/C group (inner / G
  * elements), else over the whole inner width. */
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d);
 /* Checks conv width, head counts and widths and that G divides H; messages name path. */
@@ -40,7 +49,7 @@ int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err
 
 /* The GGUF keys of a Mamba2 model (llama.cpp's LLM_KV_SSM_*): ssm.conv_kernel, ssm.state_size (d_state),
  * ssm.group_count (B/C groups), ssm.time_step_rank (heads), ssm.inner_size (heads x head width), into
- * hp's conv_kernel and ssm_* fields. */
+ * hp's conv_kernel and the architecture's pith_mamba2_params. */
 struct pith_meta;
 int pith_mamba2_read_gguf(const struct pith_meta *m, pith_hparams *hp);
 /* Hugging Face stores A_log; GGUF (and the forward pass) holds ssm_a = -exp(A_log): converts every

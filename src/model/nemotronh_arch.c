@@ -174,13 +174,14 @@ static int refuse_dt_clamp(const pith_meta *m) {
 }
 
 static int nh_read_hf(const pith_meta *m, pith_hparams *hp) {
+    pith_mamba2_params *P = pith_arch_params(hp);
     char pattern[PITH_MAX_LAYERS + 2] = "";
-    hp->conv_kernel = 4, hp->ssm_head_k_dim = 128, hp->ssm_n_k_heads = 8, hp->ssm_n_v_heads = 128;
-    hp->ssm_head_v_dim = 64, hp->norm_eps = 1e-5f;
-    if (pith_meta_int(m, "mamba_num_heads", false, &hp->ssm_n_v_heads) ||
-        pith_meta_int(m, "mamba_head_dim", false, &hp->ssm_head_v_dim) ||
-        pith_meta_int(m, "ssm_state_size", false, &hp->ssm_head_k_dim) ||
-        pith_meta_int(m, "n_groups", false, &hp->ssm_n_k_heads) ||
+    hp->conv_kernel = 4, P->d_state = 128, P->groups = 8, P->heads = 128;
+    P->head_dim = 64, hp->norm_eps = 1e-5f;
+    if (pith_meta_int(m, "mamba_num_heads", false, &P->heads) ||
+        pith_meta_int(m, "mamba_head_dim", false, &P->head_dim) ||
+        pith_meta_int(m, "ssm_state_size", false, &P->d_state) ||
+        pith_meta_int(m, "n_groups", false, &P->groups) ||
         pith_meta_int(m, "conv_kernel", false, &hp->conv_kernel) ||
         pith_meta_float(m, "layer_norm_epsilon", false, &hp->norm_eps) || refuse_flag(m, "use_conv_bias", true) ||
         refuse_flag(m, "use_bias", false) || refuse_flag(m, "mlp_bias", false) ||
@@ -226,4 +227,5 @@ const pith_arch pith_arch_nemotron_h = {
     .check = nh_check,
     .finish = nh_finish,
     .build = pith_nemotronh_build,
+    .params_size = sizeof(pith_mamba2_params),
 };

@@ -37,7 +37,8 @@
 int q35_load_layer(q35 *m, int l, bool delta, q35_layer *L, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
-    int dim = hp->dim, ffn = hp->ffn_dim, hd = hp->head_dim, nv = hp->ssm_n_v_heads;
+    const pith_qwen35_params *P = pith_arch_params(hp);
+    int dim = hp->dim, ffn = hp->ffn_dim, hd = hp->head_dim, nv = P->gdn_v_heads;
     L->delta = delta;
     if (pith_decoder_vector(d, l, "attn_norm.weight", dim, true, &L->attn_norm, err) ||
         pith_decoder_vector(d, l, "post_attention_norm.weight", dim, true, &L->post_norm, err))
@@ -67,7 +68,7 @@ int q35_load_layer(q35 *m, int l, bool delta, q35_layer *L, pith_err *err) {
             pith_decoder_vector(d, l, "ssm_conv1d.weight", m->conv_dim * m->K, true, &L->conv_w, err) ||
             pith_decoder_vector(d, l, "ssm_dt.bias", nv, true, &L->dt_bias, err) ||
             pith_decoder_vector(d, l, "ssm_a", nv, true, &L->ssm_a, err) ||
-            pith_decoder_vector(d, l, "ssm_norm.weight", hp->ssm_head_v_dim, true, &L->ssm_norm, err))
+            pith_decoder_vector(d, l, "ssm_norm.weight", P->gdn_v_dim, true, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
         return 0;
     }
@@ -134,8 +135,9 @@ static int declare_memory(q35 *m, pith_err *err) {
 static int make_buffers(q35 *m, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
+    const pith_qwen35_params *P = pith_arch_params(hp);
     pith_backend *be = d->be;
-    int nv = hp->ssm_n_v_heads;
+    int nv = P->gdn_v_heads;
     if (pith_dec_bufs_make(d, hp->n_experts > 0 ? 0 : hp->ffn_dim, &m->bufs, err)) return -1;
     return !(m->cs = pith_be_buffer(be, m->n_rot, err)) || !(m->qg = pith_be_buffer(be, 2 * m->q_dim, err)) ||
                    !(m->qkv = pith_be_buffer(be, m->conv_dim, err)) || !(m->z = pith_be_buffer(be, m->value_dim, err)) ||
@@ -148,6 +150,7 @@ static int make_buffers(q35 *m, pith_err *err) {
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
+    const pith_qwen35_params *P = pith_arch_params(hp);
     q35 *m = calloc(1, sizeof *m);
     if (!m) return pith_errf(err, "out of memory");
     if (pith_decoder_begin(&m->d, file, opt, &q35_ops, err)) return -1;
@@ -157,19 +160,19 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     d->base.state_checkpoints = true; /* the gdn op (and mtp_save) copy the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
-    m->n_rot = hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim;
+    m->n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim;
     m->K = hp->conv_kernel;
-    m->key_dim = hp->ssm_n_k_heads * hp->ssm_head_k_dim;
-    m->value_dim = hp->ssm_n_v_heads * hp->ssm_head_v_dim;
+    m->key_dim = P->gdn_k_heads * P->gdn_k_dim;
+    m->value_dim = P->gdn_v_heads * P->gdn_v_dim;
     m->conv_dim = 2 * m->key_dim + m->value_dim;
     m->conv_floats = (size_t)(m->K - 1) * m->conv_dim;
-    m->state_floats = (size_t)hp->ssm_n_v_heads * hp->ssm_head_k_dim * hp->ssm_head_v_dim;
+    m->state_floats = (size_t)P->gdn_v_heads * P->gdn_k_dim * P->gdn_v_dim;
     m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF;
     int rc = 0;
     if ((long long)m->conv_dim * m->K > INT_MAX)
         rc = pith_errf(err, "DeltaNet convolution of %d channels by %d is too large", m->conv_dim, m->K);
     if (!rc) rc = pith_decoder_attn_shape(d, err);
-    if (!rc) rc = pith_be_gdn_shape(d->be, hp->ssm_head_k_dim, hp->ssm_head_v_dim, err);
+    if (!rc) rc = pith_be_gdn_shape(d->be, P->gdn_k_dim, P->gdn_v_dim, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
@@ -217,14 +220,15 @@ static int attention_mixer(q35 *m, int l, int n, pith_err *err) {
 static int delta_mixer(q35 *m, int l, int n, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
+    const pith_qwen35_params *P = pith_arch_params(hp);
     const q35_layer *L = &m->layers[l];
     const pith_be_mm proj[] = {{L->wqkv, m->qkv, false}, {L->wz, m->z, false}, {L->wb, m->beta, false},
                                {L->wa, m->alpha, false}};
     if (pith_be_matmul(d->be, m->bufs.xb, proj, 4, n, err)) return -1;
     const pith_be_gdn_args gdn = {
         .qkv = m->qkv, .beta = m->beta, .alpha = m->alpha, .out = m->dn, .conv_w = L->conv_w, .dt_bias = L->dt_bias,
-        .ssm_a = L->ssm_a, .kernel = m->K, .n_k_heads = hp->ssm_n_k_heads, .n_v_heads = hp->ssm_n_v_heads,
-        .dk = hp->ssm_head_k_dim, .dv = hp->ssm_head_v_dim, .qk_tiled = m->qk_tiled, .group = d->layer_group[l],
+        .ssm_a = L->ssm_a, .kernel = m->K, .n_k_heads = P->gdn_k_heads, .n_v_heads = P->gdn_v_heads,
+        .dk = P->gdn_k_dim, .dv = P->gdn_v_dim, .qk_tiled = m->qk_tiled, .group = d->layer_group[l],
         .state_offset = (size_t)d->layer_index[l] * (m->conv_floats + m->state_floats),
     };
     pith_be_gdn(d->be, &gdn, n);

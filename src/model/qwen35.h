@@ -6,6 +6,16 @@
 #include "format/arch.h"
 #include "pith/model.h"
 
+/* Qwen3.5's own hyper-parameters (format/arch.h: pith_arch_params): the Gated DeltaNet's query/key
+ * heads, value heads (a multiple of them) and head widths; the partial rotary (RoPE over the first
+ * rope_dim dimensions of each head, 0: all) and its M-RoPE sections (all zero: none; for text every
+ * section takes the token's position). */
+typedef struct pith_qwen35_params {
+    int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim;
+    int rope_dim;
+    int rope_sections[4];
+} pith_qwen35_params;
+
 /* Takes ownership of `file` on success (and on failure leaves it to the caller). */
 int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err);
 

@@ -114,14 +114,15 @@ static void every_nth_attends(pith_hparams *hp, int interval) {
 }
 
 int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
+    pith_qwen35_params *P = pith_arch_params(hp);
     int interval = 4, inner = 0;
     if (pith_meta_int(m, "ssm.conv_kernel", true, &hp->conv_kernel) ||
-        pith_meta_int(m, "ssm.state_size", true, &hp->ssm_head_k_dim) ||
-        pith_meta_int(m, "ssm.group_count", true, &hp->ssm_n_k_heads) ||
-        pith_meta_int(m, "ssm.time_step_rank", true, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "ssm.state_size", true, &P->gdn_k_dim) ||
+        pith_meta_int(m, "ssm.group_count", true, &P->gdn_k_heads) ||
+        pith_meta_int(m, "ssm.time_step_rank", true, &P->gdn_v_heads) ||
         pith_meta_int(m, "ssm.inner_size", true, &inner) ||
         pith_meta_int(m, "full_attention_interval", false, &interval) ||
-        pith_meta_int(m, "rope.dimension_count", false, &hp->rope_dim) ||
+        pith_meta_int(m, "rope.dimension_count", false, &P->rope_dim) ||
         pith_meta_int(m, "nextn_predict_layers", false, &hp->n_mtp_layers))
         return -1;
     /* block_count counts the MTP layers, which follow the decoder's */
@@ -129,10 +130,10 @@ int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
         return pith_errf(m->err, "%s: nextn_predict_layers %d of %d blocks", m->path, hp->n_mtp_layers, hp->n_layers);
     hp->n_layers -= hp->n_mtp_layers;
     if (interval < 1) return pith_errf(m->err, "%s: full_attention_interval %d is not positive", m->path, interval);
-    if (hp->ssm_n_v_heads < 1 || inner % hp->ssm_n_v_heads)
+    if (P->gdn_v_heads < 1 || inner % P->gdn_v_heads)
         return pith_errf(m->err, "%s: ssm.inner_size %d is not a multiple of %d value heads", m->path, inner,
-                         hp->ssm_n_v_heads);
-    hp->ssm_head_v_dim = inner / hp->ssm_n_v_heads;
+                         P->gdn_v_heads);
+    P->gdn_v_dim = inner / P->gdn_v_heads;
     every_nth_attends(hp, interval);
     char key[96];
     snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
@@ -141,22 +142,23 @@ int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
         int64_t v;
         if (!pith_gguf_arr_i64(kv, i, &v) || v < 0 || v > 1 << 20)
             return pith_errf(m->err, "%s: %s entry %d is not a section size", m->path, key, (int)i);
-        hp->rope_sections[i] = (int)v;
+        P->rope_sections[i] = (int)v;
     }
     return 0;
 }
 
 int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
+    pith_qwen35_params *P = pith_arch_params(hp);
     int interval = 4;
     float partial = 1.0f;
     bool found;
-    hp->conv_kernel = 4, hp->ssm_head_k_dim = 128, hp->ssm_head_v_dim = 128;
-    hp->ssm_n_k_heads = 16, hp->ssm_n_v_heads = 32;
+    hp->conv_kernel = 4, P->gdn_k_dim = 128, P->gdn_v_dim = 128;
+    P->gdn_k_heads = 16, P->gdn_v_heads = 32;
     if (pith_meta_int(m, "linear_conv_kernel_dim", false, &hp->conv_kernel) ||
-        pith_meta_int(m, "linear_key_head_dim", false, &hp->ssm_head_k_dim) ||
-        pith_meta_int(m, "linear_value_head_dim", false, &hp->ssm_head_v_dim) ||
-        pith_meta_int(m, "linear_num_key_heads", false, &hp->ssm_n_k_heads) ||
-        pith_meta_int(m, "linear_num_value_heads", false, &hp->ssm_n_v_heads) ||
+        pith_meta_int(m, "linear_key_head_dim", false, &P->gdn_k_dim) ||
+        pith_meta_int(m, "linear_value_head_dim", false, &P->gdn_v_dim) ||
+        pith_meta_int(m, "linear_num_key_heads", false, &P->gdn_k_heads) ||
+        pith_meta_int(m, "linear_num_value_heads", false, &P->gdn_v_heads) ||
         pith_meta_int(m, "full_attention_interval", false, &interval) ||
         pith_meta_int(m, "mtp_num_hidden_layers", false, &hp->n_mtp_layers) ||
         pith_meta_float(m, "partial_rotary_factor", false, &partial))
@@ -179,14 +181,14 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
         for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 4; j = j->next, i++) {
             if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)
                 return pith_errf(m->err, "%s: \"mrope_section\" holds something other than section sizes", m->path);
-            hp->rope_sections[i] = (int)j->valuedouble;
+            P->rope_sections[i] = (int)j->valuedouble;
         }
     }
     if (!(partial > 0 && partial <= 1))
         return pith_errf(m->err, "%s: partial_rotary_factor %g is not in (0, 1]", m->path, partial);
     /* transformers: int(head_dim * partial_rotary_factor), head_dim defaulting to hidden / heads */
     int hd = hp->head_dim > 0 ? hp->head_dim : hp->n_heads > 0 ? hp->dim / hp->n_heads : 0;
-    hp->rope_dim = (int)(hd * (double)partial);
+    P->rope_dim = (int)(hd * (double)partial);
     if (interval < 1) return pith_errf(m->err, "%s: \"full_attention_interval\" is %d, expected a positive count", m->path, interval);
     uint64_t attn[PITH_MAX_LAYERS / 64] = {0};
     if (pith_meta_layers(m, "layer_types", hp->n_layers, "full_attention", attn, &found)) return -1;
@@ -197,16 +199,17 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
 }
 
 int pith_qwen35_check(const pith_hparams *hp, const char *path, pith_err *err) {
-    if (hp->rope_dim < 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2)
-        return pith_errf(err, "%s: RoPE over %d of %d head dimensions", path, hp->rope_dim, hp->head_dim);
+    const pith_qwen35_params *P = pith_arch_params(hp);
+    if (P->rope_dim < 0 || P->rope_dim > hp->head_dim || P->rope_dim % 2)
+        return pith_errf(err, "%s: RoPE over %d of %d head dimensions", path, P->rope_dim, hp->head_dim);
     if (hp->conv_kernel < 1 || hp->conv_kernel > 16)
         return pith_errf(err, "%s: DeltaNet convolution width %d is not in 1..16", path, hp->conv_kernel);
-    const int w[] = {hp->ssm_n_k_heads, hp->ssm_n_v_heads, hp->ssm_head_k_dim, hp->ssm_head_v_dim};
+    const int w[] = {P->gdn_k_heads, P->gdn_v_heads, P->gdn_k_dim, P->gdn_v_dim};
     for (int i = 0; i < 4; i++)
         if (w[i] < 1 || w[i] > 1 << 14) return pith_errf(err, "%s: DeltaNet head count or width %d out of range", path, w[i]);
-    if (hp->ssm_n_v_heads % hp->ssm_n_k_heads)
-        return pith_errf(err, "%s: %d DeltaNet value heads are not a multiple of %d key heads", path, hp->ssm_n_v_heads,
-                         hp->ssm_n_k_heads);
+    if (P->gdn_v_heads % P->gdn_k_heads)
+        return pith_errf(err, "%s: %d DeltaNet value heads are not a multiple of %d key heads", path, P->gdn_v_heads,
+                         P->gdn_k_heads);
     return 0;
 }
 
@@ -260,4 +263,6 @@ const pith_arch pith_arch_qwen35 = {
     .check = pith_qwen35_check,
     .finish = pith_qwen35_finish,
     .build = pith_qwen35_build,
+    .params_size = sizeof(pith_qwen35_params),
+    .partial_rotary = true,
 };

@@ -63,4 +63,6 @@ const pith_arch pith_arch_qwen35moe = {
     .check = qwen35moe_check,
     .finish = pith_qwen35_finish,
     .build = pith_qwen35_build,
+    .params_size = sizeof(pith_qwen35_params),
+    .partial_rotary = true,
 };
