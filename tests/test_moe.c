@@ -1,4 +1,4 @@
-/* The mixture-of-experts block (src/model/moe.h) and its grouped expert product
+/* The mixture-of-experts block (src/backend/cpu/moe.h) and its grouped expert product
  * (src/backend/cpu/grouped.h) against a per-expert scalar reference in double, written from the block's
  * definition: router, softmax or sigmoid scores, top-k with selection bias, renormalisation, each chosen
  * expert's gated FFN computed alone, weighted sum, shared expert with its gate, expert biases and the

@@ -1,4 +1,4 @@
-/* Experts kept in the file's mapping (PITH_MOE_EXPERTS=mapped, model/moe.h) against experts repacked at
+/* Experts kept in the file's mapping (PITH_MOE_EXPERTS=mapped, backend/cpu/moe.h) against experts repacked at
  * load (PITH_MOE_EXPERTS=repacked), on a random-weight Qwen3-MoE file written by tools/mkmodel.py whose
  * experts are most of its bytes (3 layers of 32 experts of 256 x 512, Q8_0: 40 MiB of experts, about
  * 1.5 MiB of the rest):
