@@ -85,6 +85,32 @@ void pith_cpu_be_rope(float *v, const float *cs, const float *sn, int half, pith
 /* Token t's K and V (n_kv_heads heads of head_dim) into its slot of KV group g, layer layer_index. */
 void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, const float *k, const float *v);
 
+/* ---- the recurrent mixers' shared pieces (backend_cpu_conv.c) ---- */
+
+/* A layer's state in state slot `slot` of RECURRENT group `group`, from float offset `offset`. */
+float *pith_cpu_be_state(const pith_cpu_be *c, int group, int slot, size_t offset);
+/* A sequence's run of n tokens is scanned in pieces that end right after each token the step names a
+ * checkpoint for (ck: the run's checkpoints, or NULL for none): the end of the piece starting at done. */
+int pith_cpu_be_piece_end(const int32_t *ck, int done, int n);
+
+/* A causal depthwise convolution with carried state (recurrent.h: pith_conv1d) over the runs of the
+ * step's sequences: x is token 0's row of `channels` inputs (rows ld apart, convolved in place), w
+ * [channels][kernel] and bias (or NULL), SiLU after it when silu (through k's silu_mul; NULL: expf). The
+ * state, [kernel - 1][channels] floats at state_offset of the layer's slot in `group`, starts from zero
+ * at position 0, and after a checkpointed token its channels are copied into that slot too. */
+typedef struct pith_cpu_be_conv {
+    int group;
+    size_t state_offset;
+    float *x;
+    size_t ld;
+    int channels, kernel;
+    const float *w, *bias;
+    bool silu;
+    const pith_cpu_kernels *k;
+} pith_cpu_be_conv;
+/* Channels [c0, c1) of sequence s's run. */
+void pith_cpu_be_conv_run(const pith_cpu_be *c, const pith_cpu_be_conv *cv, int s, int c0, int c1);
+
 /* Ops in their own files. */
 void pith_cpu_be_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n);
 void pith_cpu_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n);

@@ -58,17 +58,8 @@ void pith_cpu_be_qwen35_free(pith_cpu_be *c) {
 
 /* ---- the Gated DeltaNet mixer ---- */
 
-/* Layer state of a slot: the convolution's, then the delta rule's at conv_floats. */
 static float *slot_state(const pith_cpu_be *c, const pith_be_gdn_args *a, int slot) {
-    const pith_kv_cache *kv = &c->kv.groups[a->group];
-    return (float *)(kv->state + (size_t)slot * kv->state_bytes) + a->state_offset;
-}
-
-/* The end of the next piece of a run of n tokens from done: the token after the next checkpointed one. */
-static int piece_end(const int32_t *ck, int done, int n) {
-    int end = done + 1;
-    while (end < n && !(ck && ck[end - 1] >= 0)) end++;
-    return end;
+    return pith_cpu_be_state(c, a->group, slot, a->state_offset);
 }
 
 /* Unit u: sequence u / blocks, channels of block u % blocks: the convolution (with SiLU) over the
@@ -76,27 +67,11 @@ static int piece_end(const int32_t *ck, int done, int n) {
 static void conv_unit(row_job *j, int u, int ith) {
     (void)ith;
     const pith_be_gdn_args *a = j->a;
-    const pith_cpu_be *c = j->c;
-    const pith_batch *b = c->step;
-    int C = a->qkv->cols, blocks = (C + GDN_CHANNELS - 1) / GDN_CHANNELS, K = a->kernel, g = a->group;
-    int s = u / blocks, c0 = (u % blocks) * GDN_CHANNELS, c1 = c0 + GDN_CHANNELS < C ? c0 + GDN_CHANNELS : C;
-    int t0 = c->seq_start[s], n = c->seq_end[s] - t0;
-    float *state = slot_state(c, a, b->mem[g].state_slots[s]);
-    if (b->positions[t0] == 0)
-        for (int r = 0; r < K - 1; r++) memset(state + (size_t)r * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    float *x = row_of(a->qkv, t0);
-    const int32_t *ck = b->mem[g].checkpoints ? b->mem[g].checkpoints + t0 : NULL;
-    for (int done = 0, end; done < n; done = end) {
-        end = piece_end(ck, done, n);
-        pith_conv1d_args ca = {end - done, C, K, x + (size_t)done * C, (size_t)C, a->conv_w->vec, NULL,
-                               state, x + (size_t)done * C, (size_t)C, true, c->cpu.k};
-        pith_conv1d(&ca, c0, c1);
-        if (ck && ck[end - 1] >= 0) {
-            float *dst = slot_state(c, a, ck[end - 1]);
-            for (int r = 0; r < K - 1; r++)
-                memcpy(dst + (size_t)r * C + c0, state + (size_t)r * C + c0, (size_t)(c1 - c0) * sizeof(float));
-        }
-    }
+    int C = a->qkv->cols, blocks = (C + GDN_CHANNELS - 1) / GDN_CHANNELS;
+    int c0 = (u % blocks) * GDN_CHANNELS, c1 = c0 + GDN_CHANNELS < C ? c0 + GDN_CHANNELS : C;
+    const pith_cpu_be_conv cv = {a->group, a->state_offset, row_of(a->qkv, 0), (size_t)C, C, a->kernel,
+                                 a->conv_w->vec, NULL, true, j->c->cpu.k};
+    pith_cpu_be_conv_run(j->c, &cv, u / blocks, c0, c1);
 }
 
 static void gates_row(row_job *j, int t, int ith) {
@@ -137,7 +112,7 @@ static void delta_unit(row_job *j, int u, int ith) {
         return;
     }
     for (int done = 0, end; done < n; done = end) {
-        end = piece_end(ck, done, n);
+        end = pith_cpu_be_piece_end(ck, done, n);
         pith_gdn_args p = ga;
         p.n_tokens = end - done;
         p.q = ga.q + (size_t)done * ga.ld_qk, p.k = ga.k + (size_t)done * ga.ld_qk, p.v = ga.v + (size_t)done * ga.ld_v;

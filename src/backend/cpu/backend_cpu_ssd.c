@@ -32,49 +32,20 @@ static mamba2_dims dims_of(const pith_be_mamba2_args *a) {
     return d;
 }
 
-/* The layer's state in state slot `slot` of its group. */
 static float *slot_state(const pith_cpu_be *c, const pith_be_mamba2_args *a, int slot) {
-    const pith_kv_cache *kv = &c->kv.groups[a->group];
-    return (float *)(kv->state + (size_t)slot * kv->state_bytes) + a->state_offset;
-}
-
-/* The last token of the piece of a run that starts at t: the next token with a checkpoint, else the
- * run's last. */
-static int piece_end(const int32_t *ck, int t, int t1) {
-    if (ck)
-        while (t < t1 - 1 && ck[t] < 0) t++;
-    else
-        t = t1 - 1;
-    return t;
+    return pith_cpu_be_state(c, a->group, slot, a->state_offset);
 }
 
 /* Unit u: sequence u / blocks, channels of block u % blocks. */
 static void conv_unit(row_job *j, int u, int ith) {
     (void)ith;
     const pith_be_mamba2_args *a = j->a;
-    const pith_cpu_be *c = j->c;
-    const pith_batch *b = c->step;
     const mamba2_dims d = dims_of(a);
-    int C = d.conv, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS, K = a->kernel;
-    int s = u / blocks, c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
-    int t0 = c->seq_start[s], t1 = c->seq_end[s];
-    float *state = slot_state(c, a, b->mem[a->group].state_slots[s]);
-    if (b->positions[t0] == 0)
-        for (int k = 0; k < K - 1; k++) memset(state + (size_t)k * C + c0, 0, (size_t)(c1 - c0) * sizeof(float));
-    const int32_t *ck = b->mem[a->group].checkpoints;
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
-        float *x = row_of(a->proj, t) + d.inner;
-        pith_conv1d_args ca = {e + 1 - t, C, K, x, (size_t)d.proj, a->conv_w->vec, a->conv_b->vec, state, x,
-                               (size_t)d.proj, true, c->cpu.k};
-        pith_conv1d(&ca, c0, c1);
-        if (ck && ck[e] >= 0) {
-            float *dst = slot_state(c, a, ck[e]);
-            for (int k = 0; k < K - 1; k++)
-                memcpy(dst + (size_t)k * C + c0, state + (size_t)k * C + c0, (size_t)(c1 - c0) * sizeof(float));
-        }
-        t = e + 1;
-    }
+    int C = d.conv, blocks = (C + CONV_CHANNELS - 1) / CONV_CHANNELS;
+    int c0 = (u % blocks) * CONV_CHANNELS, c1 = c0 + CONV_CHANNELS < C ? c0 + CONV_CHANNELS : C;
+    const pith_cpu_be_conv cv = {a->group, a->state_offset, row_of(a->proj, 0) + d.inner, (size_t)d.proj, C,
+                                 a->kernel, a->conv_w->vec, a->conv_b->vec, true, j->c->cpu.k};
+    pith_cpu_be_conv_run(j->c, &cv, u / blocks, c0, c1);
 }
 
 /* Unit u: sequence u / heads, head u % heads. */
@@ -90,22 +61,22 @@ static void ssd_unit(row_job *j, int u, int ith) {
     size_t per_head = (size_t)a->head_dim * N;
     float *S = slot_state(c, a, b->mem[a->group].state_slots[s]) + d.conv_floats;
     if (b->positions[t0] == 0) memset(S + (size_t)h * per_head, 0, per_head * sizeof(float));
-    const int32_t *ck = b->mem[a->group].checkpoints;
-    for (int t = t0; t < t1;) {
-        int e = piece_end(ck, t, t1);
+    const int32_t *ck = b->mem[a->group].checkpoints ? b->mem[a->group].checkpoints + t0 : NULL;
+    for (int done = 0, end; done < t1 - t0; done = end) {
+        end = pith_cpu_be_piece_end(ck, done, t1 - t0);
+        int t = t0 + done;
         const float *row = row_of(a->proj, t);
         pith_ssd_args sa = {
-            .n_tokens = e + 1 - t, .n_heads = H, .n_groups = G, .head_dim = a->head_dim, .d_state = N,
+            .n_tokens = end - done, .n_heads = H, .n_groups = G, .head_dim = a->head_dim, .d_state = N,
             .x = row + d.inner, .ld_x = (size_t)d.proj, .B = row + 2 * d.inner, .C = row + 2 * d.inner + G * N,
             .ld_bc = (size_t)d.proj, .dt = row + d.inner + d.conv, .ld_dt = (size_t)d.proj, .dt_bias = a->dt_bias->vec,
             .A = a->A->vec, .D = a->D->vec, .state = S, .y = row_of(a->y, t), .ld_y = (size_t)a->y->cols,
             .portable = c->portable, .no_avx512 = strncmp(c->cpu.k->name, "avx512", 6) != 0,
         };
         pith_ssd_recurrent(&sa, h);
-        if (ck && ck[e] >= 0)
-            memcpy(slot_state(c, a, ck[e]) + d.conv_floats + (size_t)h * per_head, S + (size_t)h * per_head,
+        if (ck && ck[end - 1] >= 0)
+            memcpy(slot_state(c, a, ck[end - 1]) + d.conv_floats + (size_t)h * per_head, S + (size_t)h * per_head,
                    per_head * sizeof(float));
-        t = e + 1;
     }
 }
 
