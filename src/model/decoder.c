@@ -6,18 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pith_decoder_begin(pith_decoder *d, pith_model_file *file, const pith_model_options *opt,
-                       const pith_model_ops *ops, pith_err *err) {
+pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_model_options *opt,
+                               const pith_model_ops *ops, void (*free_arch)(pith_decoder *d), pith_err *err) {
+    pith_decoder *d = size >= sizeof *d ? calloc(1, size) : NULL;
+    if (!d) {
+        pith_errf(err, "out of memory");
+        return NULL;
+    }
     d->base.ops = ops;
+    d->base.has_hidden = true; /* pith_head_forward hands out the final-normed rows */
+    d->free_arch = free_arch;
     d->base.hp = *pith_model_file_hparams(file);
     d->base.impl = d;
     d->file = file;
     d->opt = opt;
     if (pith_backend_cpu_create(opt ? opt->n_threads : 0, &d->be, err)) {
         free(d);
-        return -1;
+        return NULL;
     }
-    return 0;
+    return d;
 }
 
 int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err) {

@@ -5,8 +5,8 @@
  * with the file's path, cleanup on failure), tensors bound by name (shapes were checked against the
  * architecture's schema when the file opened: src/format/validate.c), the KV memory of attention layers
  * (a FULL group and a WINDOW group) and the step's bookkeeping (the batch checked and handed to the
- * backend, the rows kept for the output). An architecture allocates its own struct with a pith_decoder
- * first, calls pith_decoder_begin, binds its tensors, declares its memory and calls pith_decoder_end;
+ * backend, the rows kept for the output). An architecture's own struct has a pith_decoder first; it
+ * makes it with pith_decoder_new, binds its tensors, declares its memory and calls pith_decoder_end;
  * its file then holds only its forward pass and what differs (model/llama.c, model/olmo2.c).
  *
  * Invariants: d->base.impl == d; every weight and buffer belongs to d->be and dies with it; the layer
@@ -43,10 +43,11 @@ void pith_decoder_destroy(pith_model *m);
     {.prepare = pith_decoder_prepare, .mem_alloc = pith_decoder_mem_alloc, .mem_free = pith_decoder_mem_free, \
      .copy_blocks = pith_decoder_copy_blocks, .forward = (fwd), .destroy = pith_decoder_destroy}
 
-/* Starts a build into d (zeroed, allocated by the architecture, freed by pith_decoder_destroy): the
- * hyper-parameters, the ops, the backend. On failure d is freed. */
-int pith_decoder_begin(pith_decoder *d, pith_model_file *file, const pith_model_options *opt,
-                       const pith_model_ops *ops, pith_err *err);
+/* Starts a build: the architecture's struct of `size` bytes (a pith_decoder first), zeroed, with the
+ * hyper-parameters, the ops, free_arch (or NULL), has_hidden (every decoder's head hands out its final
+ * hidden rows) and the backend; freed by pith_decoder_destroy. NULL (err set) on failure. */
+pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_model_options *opt,
+                               const pith_model_ops *ops, void (*free_arch)(pith_decoder *d), pith_err *err);
 /* Ends it: rc == 0 hands d out as *out (owning file); otherwise the error is prefixed with the path and
  * d is destroyed (file stays the caller's). Returns rc. */
 int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err);

@@ -98,12 +98,9 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     const pith_hparams *hp = pith_model_file_hparams(file);
     const pith_granite_params *P = pith_arch_params(hp);
     const char *path = pith_model_file_path(file);
-    gh *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &gh_ops, err)) return -1;
+    gh *m = (gh *)pith_decoder_new(sizeof *m, file, opt, &gh_ops, gh_free, err);
+    if (!m) return -1;
     pith_decoder *d = &m->d;
-    d->free_arch = gh_free;
-    d->base.has_hidden = true;
     d->base.state_checkpoints = true; /* the mamba2 op copies the state after checkpointed tokens */
     /* llama.cpp normalises per B/C group (as Mamba2's own code does), transformers' Granite code over the
      * whole width: the same when n_groups is 1, as in every Granite 4.0-H */

@@ -89,12 +89,9 @@ static const pith_model_ops lfm2_ops = PITH_DECODER_OPS(lfm2_forward);
 int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
-    lfm2 *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &lfm2_ops, err)) return -1;
+    lfm2 *m = (lfm2 *)pith_decoder_new(sizeof *m, file, opt, &lfm2_ops, lfm2_free, err);
+    if (!m) return -1;
     pith_decoder *d = &m->d;
-    d->free_arch = lfm2_free;
-    d->base.has_hidden = true;
     d->base.state_checkpoints = true; /* the short_conv op copies the state after checkpointed tokens */
     m->K = hp->conv_kernel;
     int rc = pith_decoder_attn_shape(d, err);

@@ -92,12 +92,9 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
         return pith_errf(err, "%s: attention logit soft-capping is not supported", path);
     if (hp->n_experts > 0 && var->post_norms)
         return pith_errf(err, "%s: experts with post-FFN norms are not supported", path);
-    llama *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &llama_ops, err)) return -1;
+    llama *m = (llama *)pith_decoder_new(sizeof *m, file, opt, &llama_ops, llama_free, err);
+    if (!m) return -1;
     m->var = *var;
-    m->d.free_arch = llama_free;
-    m->d.base.has_hidden = true;
     pith_decoder *d = &m->d;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");

@@ -73,12 +73,9 @@ static const pith_model_ops nh_ops = PITH_DECODER_OPS(nh_forward);
 int pith_nemotronh_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
-    nh *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &nh_ops, err)) return -1;
+    nh *m = (nh *)pith_decoder_new(sizeof *m, file, opt, &nh_ops, nh_free, err);
+    if (!m) return -1;
     pith_decoder *d = &m->d;
-    d->free_arch = nh_free;
-    d->base.has_hidden = true;
     d->base.state_checkpoints = true; /* the mamba2 op copies the state after checkpointed tokens */
     pith_mamba2_dims_of(hp, true, &m->md); /* MambaRMSNormGated: per group in both formats */
     bool any_mlp = false;

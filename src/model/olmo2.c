@@ -14,16 +14,10 @@
 #include "format/arch.h"
 #include "model/decoder.h"
 #include "model/layers.h"
+#include "model/llama_arch.h"
 #include "model/rope.h"
 
 /* ---- the descriptor: names and schema ---- */
-
-static const pith_name_map olmo2_hf_global[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-    {NULL, NULL},
-};
 
 static const pith_name_map olmo2_hf_layer[] = {
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -116,12 +110,9 @@ static const pith_model_ops olmo2_ops = PITH_DECODER_OPS(olmo2_forward);
 
 static int olmo2_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     const pith_hparams *hp = pith_model_file_hparams(file);
-    olmo2 *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &olmo2_ops, err)) return -1;
+    olmo2 *m = (olmo2 *)pith_decoder_new(sizeof *m, file, opt, &olmo2_ops, olmo2_free, err);
+    if (!m) return -1;
     pith_decoder *d = &m->d;
-    d->free_arch = olmo2_free;
-    d->base.has_hidden = true;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
@@ -155,7 +146,7 @@ const pith_arch pith_arch_olmo2 = {
     .hf_model_types = (const char *const[]){"olmo2", NULL},
     .rope_gguf = PITH_ROPE_HALF,
     .rope_hf = PITH_ROPE_HALF,
-    .hf_global = olmo2_hf_global,
+    .hf_global = pith_llama_hf_global, /* the same global names as Llama */
     .hf_layer = olmo2_hf_layer,
     .global = olmo2_global_tensors,
     .layer = olmo2_layer_tensors,

@@ -151,12 +151,9 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     *out = NULL;
     const pith_hparams *hp = pith_model_file_hparams(file);
     const pith_qwen35_params *P = pith_arch_params(hp);
-    q35 *m = calloc(1, sizeof *m);
-    if (!m) return pith_errf(err, "out of memory");
-    if (pith_decoder_begin(&m->d, file, opt, &q35_ops, err)) return -1;
+    q35 *m = (q35 *)pith_decoder_new(sizeof *m, file, opt, &q35_ops, q35_free, err);
+    if (!m) return -1;
     pith_decoder *d = &m->d;
-    d->free_arch = q35_free;
-    d->base.has_hidden = true;
     d->base.state_checkpoints = true; /* the gdn op (and mtp_save) copy the state after checkpointed tokens */
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
