@@ -91,6 +91,9 @@ typedef struct pith_model_options {
     /* Load the file's multi-token-prediction head too (hp.n_mtp_layers; speculative decoding with
      * PITH_SPEC_MTP): an error when the file has none or the architecture cannot run it. */
     bool mtp;
+    /* Where the model runs: "cpu", "vulkan" (the first usable Vulkan device) or "vulkan:N" (`pith
+     * devices` lists them); NULL or "": the environment's PITH_DEVICE, else the CPU. */
+    const char *device;
 } pith_model_options;
 
 PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,

@@ -420,6 +420,17 @@ struct pith_backend {
  * <= 0: one per online CPU; PITH_FORCE_SCALAR (pith_backend_force_scalar, backend/info.h: the one reader) picks the portable kernels. */
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err);
 
+/* The Vulkan backend (src/backend/vulkan/): device is an index into the Vulkan devices the loader lists
+ * (pith_backend_list_devices), or -1 for the first that can run it. A build without Vulkan
+ * (src/backend/vulkan_absent.c) answers with an error that says so. */
+int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err);
+/* Appends one line per Vulkan device to out (backend/info.h: pith_backend_list_devices). */
+int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err);
+
+/* The backend a device string names: "cpu", "vulkan" (the first usable Vulkan device) or "vulkan:N".
+ * NULL or "": the environment's PITH_DEVICE, else "cpu". n_threads is the CPU backend's. */
+int pith_backend_create(const char *device, int n_threads, pith_backend **out, pith_err *err);
+
 static inline void pith_backend_free(pith_backend *be) {
     if (be) be->vt->destroy(be);
 }

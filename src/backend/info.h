@@ -17,4 +17,21 @@ bool pith_backend_force_scalar(void);
  * "avx2-vnni", "avx512-vnni"); a static string. */
 const char *pith_backend_cpu_kernel_name(bool force_scalar);
 
+#include <stddef.h>
+
+#include "pith/status.h"
+
+/* The devices a model can run on, one line each into out (NUL-terminated, cut at cap): "cpu" with its
+ * kernel table, then every Vulkan device with its index, name, memory and the features the backend uses
+ * (or why it cannot run there), or a line saying the build has no Vulkan backend. 0, or -1 with err when
+ * the listing itself failed (the loader is absent: the CPU line is still written). */
+int pith_backend_list_devices(char *out, size_t cap, pith_err *err);
+
+/* Checks a device string ("cpu", "vulkan", "vulkan:N") without opening anything: 0 or -1 with err. */
+int pith_backend_parse_device(const char *device, int *vulkan_index, bool *is_vulkan, pith_err *err);
+
+/* The device string a model loaded with `device` runs on: device when non-empty, else PITH_DEVICE when
+ * set and non-empty, else "cpu". Static or the argument: never freed. */
+const char *pith_backend_device_or_env(const char *device);
+
 #endif

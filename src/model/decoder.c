@@ -20,7 +20,7 @@ pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_mo
     d->base.impl = d;
     d->file = file;
     d->opt = opt;
-    if (pith_backend_cpu_create(opt ? opt->n_threads : 0, &d->be, err)) {
+    if (pith_backend_create(opt ? opt->device : NULL, opt ? opt->n_threads : 0, &d->be, err)) {
         free(d);
         return NULL;
     }
