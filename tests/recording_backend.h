@@ -241,6 +241,14 @@ static int rec_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, in
     return rec_in(be)->vt->mtp_logits(rec_in(be), a, n, err);
 }
 
+static int rec_buf_write(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err) {
+    return rec_in(be)->vt->buf_write(rec_in(be), b, n, src, err);
+}
+static int rec_buf_read(pith_backend *be, const pith_buf *b, int n, float *dst, pith_err *err) {
+    return rec_in(be)->vt->buf_read(rec_in(be), b, n, dst, err);
+}
+static int rec_sync(pith_backend *be, pith_err *err) { return rec_in(be)->vt->sync(rec_in(be), err); }
+
 static const pith_backend_vt rec_vt = {
     .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
     .moe_load = rec_moe_load, .moe_place = rec_moe_place, .attn_shape = rec_attn_shape, .buffer = rec_buffer,
@@ -252,7 +260,8 @@ static const pith_backend_vt rec_vt = {
     .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
     .gdn_shape = rec_gdn_shape, .gdn = rec_gdn, .gated_norm = rec_gated_norm, .gated_qkv = rec_gated_qkv,
     .attn_gate = rec_attn_gate, .set_draft = rec_set_draft, .mtp_input = rec_mtp_input, .mtp_save = rec_mtp_save,
-    .mtp_attention = rec_mtp_attention, .mtp_logits = rec_mtp_logits,
+    .mtp_attention = rec_mtp_attention, .mtp_logits = rec_mtp_logits, .buf_write = rec_buf_write,
+    .buf_read = rec_buf_read, .sync = rec_sync,
 };
 
 /* Wraps inner (owned from now on). */

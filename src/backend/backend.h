@@ -408,6 +408,13 @@ typedef struct pith_backend_vt {
     void (*mtp_save)(pith_backend *be, const pith_be_mtp_save_args *a);
     void (*mtp_attention)(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
     int (*mtp_logits)(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+
+    /* Tests and debugging, never on a step's path: the first n rows of a buffer in or out (host floats),
+     * and sync, which runs what the step has issued so far and waits for it (a device backend records
+     * ops and runs them at the head; such a step is then not replayed). */
+    int (*buf_write)(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err);
+    int (*buf_read)(pith_backend *be, const pith_buf *b, int n, float *dst, pith_err *err);
+    int (*sync)(pith_backend *be, pith_err *err);
 } pith_backend_vt;
 
 struct pith_backend {

@@ -15,7 +15,7 @@
 
 #include "backend/cpu/backend_cpu.h"
 #include "backend/info.h"
-#include "backend/cpu/batch_check.h"
+#include "backend/batch_check.h"
 #include "backend/cpu/grouped.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/quants.h"
@@ -552,6 +552,23 @@ static int cpu_head(pith_backend *be, const pith_be_head_args *h, int n_kept, in
     return 0;
 }
 
+static int cpu_buf_write(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err) {
+    if (n > pith_cpu_be_of(be)->cap) return pith_errf(err, "buf_write: %d rows into %d", n, pith_cpu_be_of(be)->cap);
+    memcpy(b->host, src, (size_t)n * b->cols * sizeof(float));
+    return 0;
+}
+
+static int cpu_buf_read(pith_backend *be, const pith_buf *b, int n, float *dst, pith_err *err) {
+    if (n > pith_cpu_be_of(be)->cap) return pith_errf(err, "buf_read: %d rows of %d", n, pith_cpu_be_of(be)->cap);
+    memcpy(dst, b->host, (size_t)n * b->cols * sizeof(float));
+    return 0;
+}
+
+static int cpu_sync(pith_backend *be, pith_err *err) { /* every op has run when it returns */
+    (void)be, (void)err;
+    return 0;
+}
+
 static void cpu_destroy(pith_backend *be) {
     pith_cpu_be *c = pith_cpu_be_of(be);
     pith_kv_host_free(&c->kv);
@@ -587,7 +604,7 @@ static const pith_backend_vt cpu_vt = {
     .gdn_shape = pith_cpu_be_gdn_shape, .gdn = pith_cpu_be_gdn, .gated_norm = pith_cpu_be_gated_norm,
     .gated_qkv = pith_cpu_be_gated_qkv, .attn_gate = pith_cpu_be_attn_gate, .set_draft = pith_cpu_be_set_draft,
     .mtp_input = pith_cpu_be_mtp_input, .mtp_save = pith_cpu_be_mtp_save, .mtp_attention = pith_cpu_be_mtp_attention,
-    .mtp_logits = pith_cpu_be_mtp_logits,
+    .mtp_logits = pith_cpu_be_mtp_logits, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {

@@ -1,4 +1,4 @@
-/* What a CPU model checks before it trusts a batch (batch.h) against the memory it allocated (kv.h):
+/* What a backend checks before it trusts a batch (batch.h) against the memory it allocated (kv.h):
  * everything a wrong caller could break in a way that reads or writes out of bounds. */
 #ifndef PITH_MODEL_BATCH_CHECK_H
 #define PITH_MODEL_BATCH_CHECK_H

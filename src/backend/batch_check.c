@@ -1,4 +1,4 @@
-#include "backend/cpu/batch_check.h"
+#include "backend/batch_check.h"
 
 #include <stdlib.h>
 

@@ -1,0 +1,61 @@
+/* Every compute shader the Vulkan backend runs, one line each: X(name, source file, glslc defines).
+ * shaders.cmake reads these lines (the one list): it compiles each to SPIR-V with glslc at build time
+ * and embeds the words in the library (generated/vk_shaders.c); the backend makes its pipelines from
+ * them by enum value (PITH_VK_SH_<name>), lazily, at first use. Weight types are WT_* (dequant.glsl),
+ * KV types KV_* (kv.glsl). */
+#ifndef PITH_VK_SHADER_LIST_H
+#define PITH_VK_SHADER_LIST_H
+
+#define PITH_VK_SHADERS(X) \
+    X(matvec_f32, "matmul.comp", "-DWTYPE=0 -DMATVEC") \
+    X(matvec_f16, "matmul.comp", "-DWTYPE=1 -DMATVEC") \
+    X(matvec_bf16, "matmul.comp", "-DWTYPE=2 -DMATVEC") \
+    X(matvec_q8_0, "matmul.comp", "-DWTYPE=3 -DMATVEC") \
+    X(matvec_q4_0, "matmul.comp", "-DWTYPE=4 -DMATVEC") \
+    X(matvec_q4_k, "matmul.comp", "-DWTYPE=5 -DMATVEC") \
+    X(matvec_q5_k, "matmul.comp", "-DWTYPE=6 -DMATVEC") \
+    X(matvec_q6_k, "matmul.comp", "-DWTYPE=7 -DMATVEC") \
+    X(mm_f32, "matmul.comp", "-DWTYPE=0") \
+    X(mm_f16, "matmul.comp", "-DWTYPE=1") \
+    X(mm_bf16, "matmul.comp", "-DWTYPE=2") \
+    X(mm_q8_0, "matmul.comp", "-DWTYPE=3") \
+    X(mm_q4_0, "matmul.comp", "-DWTYPE=4") \
+    X(mm_q4_k, "matmul.comp", "-DWTYPE=5") \
+    X(mm_q5_k, "matmul.comp", "-DWTYPE=6") \
+    X(mm_q6_k, "matmul.comp", "-DWTYPE=7") \
+    X(embed_f32, "embed.comp", "-DWTYPE=0") \
+    X(embed_f16, "embed.comp", "-DWTYPE=1") \
+    X(embed_bf16, "embed.comp", "-DWTYPE=2") \
+    X(embed_q8_0, "embed.comp", "-DWTYPE=3") \
+    X(embed_q4_0, "embed.comp", "-DWTYPE=4") \
+    X(embed_q4_k, "embed.comp", "-DWTYPE=5") \
+    X(embed_q5_k, "embed.comp", "-DWTYPE=6") \
+    X(embed_q6_k, "embed.comp", "-DWTYPE=7") \
+    X(qkv_f32, "qkv.comp", "-DKVTYPE=0") \
+    X(qkv_f16, "qkv.comp", "-DKVTYPE=1") \
+    X(qkv_bf16, "qkv.comp", "-DKVTYPE=2") \
+    X(qkv_q8_0, "qkv.comp", "-DKVTYPE=3") \
+    X(attn_f32, "attention.comp", "-DKVTYPE=0") \
+    X(attn_f16, "attention.comp", "-DKVTYPE=1") \
+    X(attn_bf16, "attention.comp", "-DKVTYPE=2") \
+    X(attn_q8_0, "attention.comp", "-DKVTYPE=3") \
+    X(rope, "rope.comp", "") \
+    X(rmsnorm, "rmsnorm.comp", "") \
+    X(eltwise, "eltwise.comp", "") \
+    X(keep_rows, "rows.comp", "-DKEEP") \
+    X(gather_rows, "rows.comp", "") \
+    X(copy, "copy.comp", "")
+
+typedef enum pith_vk_shader {
+#define PITH_VK_ENUM(name, file, defs) PITH_VK_SH_##name,
+    PITH_VK_SHADERS(PITH_VK_ENUM)
+#undef PITH_VK_ENUM
+    PITH_VK_N_SHADERS
+} pith_vk_shader;
+
+/* generated/vk_shaders.c: the SPIR-V words and byte sizes, by enum value */
+extern const unsigned int *const pith_vk_spirv[PITH_VK_N_SHADERS];
+extern const unsigned long pith_vk_spirv_bytes[PITH_VK_N_SHADERS];
+extern const char *const pith_vk_shader_names[PITH_VK_N_SHADERS];
+
+#endif

@@ -1,0 +1,101 @@
+#version 450
+// out[t][r] (+)= sum_k x[t][k] W[r][k] for rows r of W and tokens t.
+// MATVEC (decode, at most 8 tokens): one workgroup per weight row, which its 64 invocations read once
+// between them (unit by unit), keeping a sum per token; the sums meet in shared memory.
+// Otherwise (prefill) a 64 x 64 tile of out per workgroup: each step stages one unit (32 columns) of 64
+// weight rows and of 64 tokens in shared memory; each invocation keeps 4 x 4 sums.
+#include "common.glsl"
+#include "dequant.glsl"
+
+layout(push_constant) uniform P {
+    U16 w;
+    F32 x;
+    F32 o;
+    uint row_words;   // 16-bit words per weight row
+    uint rows, cols;  // W is rows x cols, each row padded with zeros to whole units
+    uint x_ld, o_ld;
+    uint n;           // tokens
+    uint accumulate;
+} p;
+
+#ifdef MATVEC
+#define NT 8
+layout(local_size_x = 64) in;
+shared float red[NT][64];
+
+void main() {
+    uint row = flat_group(), tid = gl_LocalInvocationID.x;
+    if (row >= p.rows) return;
+    float acc[NT];
+    for (uint t = 0u; t < NT; t++) acc[t] = 0.0;
+    uint units = (p.cols + 31u) / 32u, base = row * p.row_words;
+    for (uint u = tid; u < units; u += 64u) {
+        float v[32];
+        dequant_unit(p.w, base, u, v);
+        uint lim = min(32u, p.cols - u * 32u); // x's row ends where W's padding starts
+        for (uint t = 0u; t < NT; t++) {
+            if (t >= p.n) break;
+            uint xo = t * p.x_ld + u * 32u;
+            float s = 0.0;
+            for (uint i = 0u; i < lim; i++) s += v[i] * p.x.v[xo + i];
+            acc[t] += s;
+        }
+    }
+    for (uint t = 0u; t < NT; t++) red[t][tid] = acc[t];
+    barrier();
+    for (uint s = 32u; s > 0u; s >>= 1) {
+        if (tid < s)
+            for (uint t = 0u; t < NT; t++) red[t][tid] += red[t][tid + s];
+        barrier();
+    }
+    if (tid < p.n) {
+        uint oi = tid * p.o_ld + row;
+        float r = red[tid][0];
+        p.o.v[oi] = p.accumulate != 0u ? p.o.v[oi] + r : r;
+    }
+}
+#else
+layout(local_size_x = 256) in;
+shared float ws[32][65];
+shared float xs[32][65];
+
+void main() {
+    uint r0 = gl_WorkGroupID.x * 64u, t0 = gl_WorkGroupID.y * 64u, tid = gl_LocalInvocationID.x;
+    uint tr = tid & 15u, tt = tid >> 4;
+    float acc[4][4];
+    for (uint a = 0u; a < 4u; a++)
+        for (uint b = 0u; b < 4u; b++) acc[a][b] = 0.0;
+    uint units = (p.cols + 31u) / 32u;
+    for (uint u = 0u; u < units; u++) {
+        if (tid < 64u) {
+            uint row = r0 + tid;
+            float v[32];
+            if (row < p.rows) dequant_unit(p.w, row * p.row_words, u, v);
+            else for (uint i = 0u; i < 32u; i++) v[i] = 0.0;
+            for (uint i = 0u; i < 32u; i++) ws[i][tid] = v[i];
+        }
+        for (uint e = tid; e < 2048u; e += 256u) {
+            uint tk = e >> 5, i = e & 31u, tok = t0 + tk;
+            xs[i][tk] = tok < p.n && u * 32u + i < p.cols ? p.x.v[tok * p.x_ld + u * 32u + i] : 0.0;
+        }
+        barrier();
+        for (uint i = 0u; i < 32u; i++) {
+            float a[4], b[4];
+            for (uint j = 0u; j < 4u; j++) a[j] = ws[i][tr + 16u * j], b[j] = xs[i][tt + 16u * j];
+            for (uint j = 0u; j < 4u; j++)
+                for (uint k = 0u; k < 4u; k++) acc[j][k] += a[j] * b[k];
+        }
+        barrier();
+    }
+    for (uint j = 0u; j < 4u; j++) {
+        uint row = r0 + tr + 16u * j;
+        if (row >= p.rows) continue;
+        for (uint k = 0u; k < 4u; k++) {
+            uint tok = t0 + tt + 16u * k;
+            if (tok >= p.n) continue;
+            uint oi = tok * p.o_ld + row;
+            p.o.v[oi] = p.accumulate != 0u ? p.o.v[oi] + acc[j][k] : acc[j][k];
+        }
+    }
+}
+#endif

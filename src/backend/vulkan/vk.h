@@ -1,0 +1,166 @@
+/* The Vulkan backend's own state (backend.h's interface on Vulkan compute). Only src/backend/vulkan/
+ * includes this header (and through it vulkan.h).
+ *
+ * How a step runs: set_step writes the batch's per-step data into the step buffer (host-visible: a
+ * header of offsets, then tokens, positions, sequence ids, each KV group's slots and block tables, and
+ * the row lists of the head) and begins a command buffer; every op records one or more compute
+ * dispatches into it (a pipeline, push constants that hold device addresses and shape constants, the
+ * dispatch, a barrier), reading per-step data only from the step buffer; head records the final norm,
+ * the vocabulary product into host-visible logits, submits, waits, and copies the logits and hidden
+ * rows out. Shaders reach every buffer by its device address (VK_KHR_buffer_device_address, core in
+ * 1.2): no descriptor sets.
+ *
+ * Replay: a step whose shape (tokens, sequences, rows that want logits or hidden states, per group the
+ * block table width) matches one recorded before submits the command buffer recorded then (its op
+ * sequence and arguments are those of the same shape, backend.h's invariant; what differs lives in the
+ * step buffer). PITH_VK_REPLAY=0 records every step.
+ *
+ * Invariants: every buffer is allocated with a device address; weights never move after load; the
+ * activation buffers move only in reserve (which drops the recorded steps); the step buffer is written
+ * only while no submitted work is in flight (head waits for its step). */
+#ifndef PITH_VK_H
+#define PITH_VK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+#include "backend/backend.h"
+#include "backend/vulkan/shader_list.h"
+#include "pith/kv.h"
+
+/* The step buffer's header (shaders/common.glsl: the same numbers) */
+enum {
+    VK_ST_N_TOKENS = 0, VK_ST_N_SEQS = 1, VK_ST_TOKENS = 2, VK_ST_POSITIONS = 3, VK_ST_SEQ = 4, VK_ST_N_KEPT = 5,
+    VK_ST_KEPT = 6, VK_ST_HIDDEN_SRC = 7, VK_ST_LOGIT_SRC = 8, VK_ST_N_LOGITS = 9, VK_ST_N_HIDDEN = 10, VK_ST_GROUP = 16, VK_ST_HEADER = 16 + 4 * PITH_MAX_MEM_GROUPS,
+};
+
+typedef struct vk_mem {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceAddress addr;
+    VkDeviceSize size;
+    void *map;          /* host-visible memory: its mapping, else NULL */
+} vk_mem;
+
+typedef struct vk_weight {
+    pith_weight w;
+    vk_mem mem;         /* the file's blocks as they are (matrices, tables) or float32 (vectors) */
+    uint32_t row_words; /* 16-bit words per row */
+    int wtype;          /* dequant.glsl's WT_* */
+    float *owned;       /* a vector's host values (pith_weight.vec) */
+} vk_weight;
+
+typedef struct vk_buf {
+    pith_buf b;
+    vk_mem mem;
+} vk_buf;
+
+typedef struct vk_rope {           /* a RoPE kind's frequencies as fixed-point turns (rope.comp) */
+    const pith_rope *key;
+    int half;
+    double first, last;            /* inv_freq[0], [half - 1]: a changed table is a new one */
+    vk_mem freq;
+} vk_rope;
+
+typedef struct vk_group {
+    vk_mem k, v;                   /* KV groups */
+    pith_kv_cache meta;            /* shapes (k, v, state NULL): what batch_check and the ops read */
+} vk_group;
+
+#define VK_MAX_ROPES 8
+#define VK_MAX_RECORDED 16
+
+typedef struct vk_recorded {       /* a step's command buffer, replayed for steps of the same shape */
+    VkCommandBuffer cmd;
+    int n_tokens, n_seqs, n_kept, n_hidden, n_logits;
+    int max_blocks[PITH_MAX_MEM_GROUPS];
+    unsigned long long uses;
+} vk_recorded;
+
+typedef struct pith_vk {
+    pith_backend base;
+    VkInstance inst;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceMemoryProperties memprops;
+    VkPhysicalDeviceProperties props;
+    VkCommandPool pool;
+    VkCommandBuffer once;          /* uploads, copies: recorded and waited for at once */
+    VkFence fence;
+    VkPipelineLayout layout;
+    VkPipelineCache cache;
+    VkPipeline pipes[PITH_VK_N_SHADERS];
+    uint32_t max_groups_x;         /* maxComputeWorkGroupCount[0] */
+
+    vk_mem staging;                /* uploads to memory the host cannot map */
+
+    vk_weight **weights;
+    int n_weights;
+    vk_buf **bufs;
+    int n_bufs;
+    int cap;                       /* rows every buffer holds */
+
+    bool has_shape;
+    pith_be_attn_shape shape;
+    vk_rope ropes[VK_MAX_ROPES];
+    int n_ropes;
+
+    bool mem_allocated;
+    int n_groups;
+    vk_group groups[PITH_MAX_MEM_GROUPS];
+    pith_kv_host meta;             /* the groups' shapes as pith_kv_host, for batch_check */
+
+    /* the step */
+    vk_mem step;                   /* host-visible: header and arrays (int32) */
+    size_t step_cap;               /* int32 entries */
+    vk_mem logits;                 /* host-visible [n_logits][n_vocab] */
+    vk_mem hidden;                 /* host-visible [n_hidden][widest buffer] */
+    VkCommandBuffer scratch_cmd;   /* a step recorded but not kept */
+    bool keep_recording;           /* the step being recorded goes into rec[] */
+    const pith_batch *b;
+    float *out_logits;
+    int n_vocab, n_kept, n_hidden, n_logits;
+    VkCommandBuffer cmd;           /* the step's: recording (replaying false) or replayed */
+    bool recording, replaying;
+    vk_recorded rec[VK_MAX_RECORDED];
+    int n_rec;
+    bool replay;                   /* PITH_VK_REPLAY (default on) */
+    unsigned long long steps, replays;
+
+    int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
+    char op_err[512];
+} pith_vk;
+
+static inline pith_vk *pith_vk_of(pith_backend *be) { return (pith_vk *)be; }
+
+/* vk_device.c */
+int pith_vk_open(pith_vk *c, int device, pith_err *err);
+void pith_vk_close(pith_vk *c);
+/* Allocates a buffer of size bytes (host: host-visible and mapped, else device-local), with its device
+ * address. */
+int pith_vk_alloc(pith_vk *c, VkDeviceSize size, bool host, vk_mem *m, pith_err *err);
+void pith_vk_free(pith_vk *c, vk_mem *m);
+/* Copies bytes into m at offset (mapped: memcpy; else through the staging buffer, waited for). */
+int pith_vk_upload(pith_vk *c, vk_mem *m, VkDeviceSize offset, const void *src, size_t bytes, pith_err *err);
+int pith_vk_download(pith_vk *c, const vk_mem *m, VkDeviceSize offset, void *dst, size_t bytes, pith_err *err);
+/* Records into c->once, submits and waits: fill with zeros, or copy regions between buffers. */
+int pith_vk_fill_zero(pith_vk *c, vk_mem *m, pith_err *err);
+int pith_vk_copy_regions(pith_vk *c, const vk_mem *src, const vk_mem *dst, const VkBufferCopy *r, uint32_t n,
+                         pith_err *err);
+/* The pipeline of a shader, made at first use. */
+VkPipeline pith_vk_pipeline(pith_vk *c, pith_vk_shader s, pith_err *err);
+/* Records a dispatch of s into cmd with these push constants over gx (spread over y past the device's x
+ * limit) x gy workgroups, then a barrier that makes its writes visible to the next dispatch. */
+int pith_vk_dispatch(pith_vk *c, VkCommandBuffer cmd, pith_vk_shader s, const void *push, uint32_t push_size,
+                     uint32_t gx, uint32_t gy, pith_err *err);
+/* Submits cmd and waits for it. */
+int pith_vk_submit_wait(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
+const char *pith_vk_result(VkResult r);
+
+/* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
+const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);
+
+#endif
