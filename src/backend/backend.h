@@ -18,8 +18,9 @@
  *     every architecture through a recording backend).
  *   - ops run in the order they are issued; an op's output buffer may be read by the next op at once
  *     (a device backend orders its queue, the CPU backend runs each op to completion).
- *   - a step ends with pith_be_head: the logits and hidden rows land in host memory (a draft's steps
- *     end with pith_be_mtp_logits).
+ *   - a step ends with pith_be_head, also when no row wants logits or hidden states (n_kept 0): the
+ *     logits and hidden rows land in host memory, and a device backend runs the step's recorded work
+ *     there (a draft's steps end with pith_be_mtp_logits).
  *   - no op allocates: pith_be_reserve (before a forward, where failing is allowed) sizes every buffer
  *     and scratch for a batch of n rows, from the shapes declared at load (attn_shape, gdn_shape);
  *     set_step and set_draft, which may fail too, grow what a larger step or draft needs.

@@ -169,8 +169,9 @@ int pith_head_forward(pith_decoder *d, const pith_dec_bufs *b, const pith_weight
 
 int pith_head_forward_scaled(pith_decoder *d, const pith_dec_bufs *b, const pith_weight *norm,
                              const pith_weight *output, float logit_scale, const pith_batch *batch, pith_err *err) {
+    /* called with nothing kept too: a step ends with its head (backend.h), which a device backend runs
+     * the step's recorded work at */
     int n_kept = pith_decoder_n_kept(batch);
-    if (n_kept == 0) return 0;
     const pith_hparams *hp = &d->base.hp;
     pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, logit_scale};
     return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), hp->n_vocab, err);

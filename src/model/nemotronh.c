@@ -113,7 +113,7 @@ static int nh_forward(pith_model *base, const pith_batch *b, float *logits, pith
         const nh_layer *L = &m->layers[l];
         /* a last MLP layer needs only the rows that are read out; the mixers need every token */
         if (l == hp->n_layers - 1 && L->kind == NH_MLP) {
-            if ((n = pith_decoder_n_kept(b)) == 0) return 0;
+            if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
             pith_be_keep_rows(d->be, keep, 1);
         }
         pith_be_rmsnorm(d->be, B->x, L->norm, hp->norm_eps, B->xb, n);
@@ -130,7 +130,7 @@ static int nh_forward(pith_model *base, const pith_batch *b, float *logits, pith
         if (rc) return -1;
     }
     if (m->layers[hp->n_layers - 1].kind != NH_MLP) {
-        if ((n = pith_decoder_n_kept(b)) == 0) return 0;
+        if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
         pith_be_keep_rows(d->be, keep, 1);
     }
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);

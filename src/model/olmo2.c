@@ -96,7 +96,7 @@ static int olmo2_forward(pith_model *base, const pith_batch *b, float *logits, p
         pith_attn_block_attend(d, &L->attn, l, B, n);
         if (l == base->hp.n_layers - 1) { /* only the rows that want logits or hidden states go on */
             pith_buf *const keep[] = {B->att, B->x};
-            if ((n = pith_decoder_n_kept(b)) == 0) return 0;
+            if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
             pith_be_keep_rows(d->be, keep, 2);
         }
         if (pith_attn_block_out(d, &L->attn, B, L->post_attn_norm, n, err) ||

@@ -529,7 +529,10 @@ static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
         a->layer_index < 0 || a->layer_index >= m->n_layers)
         return op_failf(c, "Vulkan: qkv buffers do not fit the attention shape");
     if (a->bq) bias(c, a->q, a->bq, n), bias(c, a->k, a->bk, n), bias(c, a->v, a->bv, n);
-    uint32_t flags = (uint32_t)(a->qk_norm == PITH_QK_NORM_HEAD ? 1 : a->qk_norm == PITH_QK_NORM_ALL ? 2 : 0) |
+    /* A norm over the whole projection reads every head: it runs first, by rows, since qkv.comp's
+     * workgroups (one per head) write their heads back in place */
+    if (a->qk_norm == PITH_QK_NORM_ALL) norm(c, a->q, a->q_norm, a->eps, a->q, 0, n), norm(c, a->k, a->k_norm, a->eps, a->k, 0, n);
+    uint32_t flags = (uint32_t)(a->qk_norm == PITH_QK_NORM_HEAD ? 1 : 0) |
                      (a->rope_cs ? 8u : 0u) | (a->rope_style == PITH_ROPE_ADJACENT ? 16u : 0u) |
                      ((uint32_t)a->group << 8);
     qkv_push p = {buf_addr(a->q), buf_addr(a->k), buf_addr(a->v), a->q_norm ? wt(a->q_norm)->mem.addr : 0,
@@ -645,9 +648,9 @@ static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
     if (n_kept != c->n_kept || n_logits != c->n_logits || n_vocab != c->n_vocab || (n_logits && h->output->rows != n_vocab))
         c->op_failed = c->op_failed ? c->op_failed : (snprintf(c->op_err, sizeof c->op_err, "Vulkan: the head's counts "
                                                                "differ from the step's"), 1);
-    if (recording(c)) {
+    if (n_kept && recording(c)) {
         int dim = h->x->cols;
-        if (n_kept) norm(c, h->x, h->norm, h->eps, h->scratch, 0, n_kept);
+        norm(c, h->x, h->norm, h->eps, h->scratch, 0, n_kept);
         if (c->n_hidden) {
             rows_push p = {buf_addr(h->scratch), c->hidden.addr, c->step.addr, (uint32_t)dim, (uint32_t)h->scratch->cols,
                            (uint32_t)dim, VK_ST_HIDDEN_SRC, (uint32_t)c->n_hidden};
@@ -669,7 +672,7 @@ static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
     c->replaying = false;
     if (pith_vk_submit_wait(c, c->cmd, err)) return -1;
     if (n_logits) memcpy(c->out_logits, c->logits.map, (size_t)n_logits * n_vocab * sizeof(float));
-    if (c->n_hidden) {
+    if (c->n_hidden && n_kept) {
         const float *src = c->hidden.map;
         memcpy(c->b->hidden, src, (size_t)c->n_hidden * h->x->cols * sizeof(float));
     }

@@ -16,7 +16,7 @@ layout(push_constant) uniform P {
     uint q_ld, k_ld, v_ld, hd;
     uint heads;   // n_heads | n_kv_heads << 16
     uint bs, kv_dim;
-    uint flags;   // bits 0-1: QK norm (1 per head, 2 whole projection); 3: RoPE; 4: adjacent pairs; 8-15: group
+    uint flags;   // bits 0-1: QK norm (1 per head; 2, the whole projection, see below); 3: RoPE; 4: adjacent pairs; 8-15: group
     uint cs_ld, n;
     float eps;
 } p;
@@ -43,7 +43,8 @@ void main() {
     F32 nw = isq ? p.qn : p.kn;
     uint row = t * (isq ? p.q_ld : p.k_ld), off = row + head * hd;
     float r = 1.0;
-    if (qk == 2u) { // RMSNorm of the whole projection
+    if (qk == 2u) { // RMSNorm of the whole projection: only when no other workgroup writes this token's heads
+                    // (the backend runs that norm before, by rows: the heads here are written back in place)
         uint len = (isq ? nh : nkv) * hd;
         float ss = 0.0;
         for (uint i = tid; i < len; i += 64u) ss += buf.v[row + i] * buf.v[row + i];
