@@ -376,8 +376,16 @@ static void test_random_models(void) {
     }
     static const char *presets[] = {"test-llama-gqa", "test-qwen2", "test-qwen3", "test-mistral-swa", "test-smollm3",
                                     "test-gemma3", "test-qwen3moe", "test-mixtral", "test-gpt-oss", "test-olmo2"};
+    /* run again on the Vulkan backend by test_vulkan_engine.sh (PITH_DEVICE=vulkan), which has no
+     * mixture-of-experts layers yet: those presets are left to the CPU run */
+    const char *dev = getenv("PITH_DEVICE");
+    bool no_moe = dev && !strncmp(dev, "vulkan", 6);
     for (int i = 0; i < (int)(sizeof presets / sizeof *presets); i++) {
         char path[4200], cmd[9000];
+        if (no_moe && (strstr(presets[i], "moe") || strstr(presets[i], "mixtral") || strstr(presets[i], "gpt-oss"))) {
+            printf("%s: skipped on %s (no mixture-of-experts layers there yet)\n", presets[i], dev);
+            continue;
+        }
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);
         snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype Q8_0 --seed 7 --out '%s' >/dev/null",
                  src, presets[i], path);

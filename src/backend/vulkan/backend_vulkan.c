@@ -220,6 +220,7 @@ static int vk_reserve(pith_backend *be, int n, pith_err *err) {
 
 static void vk_mem_free(pith_backend *be) {
     pith_vk *c = pith_vk_of(be);
+    drop_recorded(c); /* they hold the pools' addresses */
     for (int g = 0; g < c->n_groups; g++) pith_vk_free(c, &c->groups[g].k), pith_vk_free(c, &c->groups[g].v);
     memset(c->groups, 0, sizeof c->groups);
     memset(&c->meta, 0, sizeof c->meta);
@@ -394,7 +395,7 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     if (begin_cmd(c, &c->cmd, err)) return -1;
     if (!c->keep_recording) c->scratch_cmd = c->cmd;
     c->recording = true;
-    return 0;
+    return pith_vk_profile_begin(c, c->cmd, err);
 }
 
 /* ---- ops ---- */
@@ -458,7 +459,7 @@ static void vk_norm_add(pith_backend *be, pith_buf *x, pith_buf *y, const pith_w
 
 typedef struct {
     uint64_t w, x, o;
-    uint32_t row_words, rows, cols, x_ld, o_ld, n, accumulate;
+    uint32_t row_words, rows, cols, x_ld, o_ld, n, accumulate, rows_per_group;
 } mm_push;
 
 /* The decode kernel keeps a sum per token for up to this many tokens (matmul.comp: NT). */
@@ -467,10 +468,11 @@ typedef struct {
 static void matmul_one(pith_vk *c, const pith_buf *in, const pith_weight *w, VkDeviceAddress out, int out_ld, bool acc,
                        int n) {
     const vk_weight *v = wt(w);
+    uint32_t rpg = 64 / c->subgroup; /* a subgroup per row */
     mm_push p = {v->mem.addr, buf_addr(in), out, v->row_words, (uint32_t)w->rows, (uint32_t)w->cols, (uint32_t)in->cols,
-                 (uint32_t)out_ld, (uint32_t)n, acc};
+                 (uint32_t)out_ld, (uint32_t)n, acc, rpg};
     if (n <= MATVEC_MAX_TOKENS)
-        dispatch(c, PITH_VK_SH_matvec_f32 + v->wtype, &p, sizeof p, (uint32_t)w->rows, 1);
+        dispatch(c, PITH_VK_SH_matvec_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + rpg - 1) / rpg, 1);
     else
         dispatch(c, PITH_VK_SH_mm_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + 63) / 64, ((uint32_t)n + 63) / 64);
 }
@@ -671,6 +673,7 @@ static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
     if (!c->replaying && !c->cmd) return pith_errf(err, "Vulkan: a head outside a step");
     c->replaying = false;
     if (pith_vk_submit_wait(c, c->cmd, err)) return -1;
+    pith_vk_profile_end(c);
     if (n_logits) memcpy(c->out_logits, c->logits.map, (size_t)n_logits * n_vocab * sizeof(float));
     if (c->n_hidden && n_kept) {
         const float *src = c->hidden.map;
@@ -765,6 +768,7 @@ static int vk_sync(pith_backend *be, pith_err *err) {
 static void vk_destroy(pith_backend *be) {
     pith_vk *c = pith_vk_of(be);
     if (c->dev) vkDeviceWaitIdle(c->dev);
+    pith_vk_profile_print(c);
     vk_mem_free(be);
     drop_recorded(c);
     for (int i = 0; i < c->n_bufs; i++) pith_vk_free(c, &c->bufs[i]->mem), free(c->bufs[i]);
@@ -810,6 +814,9 @@ int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err) {
     }
     const char *rp = getenv("PITH_VK_REPLAY");
     c->replay = !(rp && strcmp(rp, "0") == 0);
+    const char *pf = getenv("PITH_VK_PROFILE");
+    c->profile = pf && *pf && strcmp(pf, "0") != 0;
+    if (c->profile) c->replay = false; /* timestamps belong to the step that records them */
     *out = &c->base;
     return 0;
 }

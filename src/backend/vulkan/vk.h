@@ -16,7 +16,8 @@
  * step buffer). PITH_VK_REPLAY=0 records every step.
  *
  * Invariants: every buffer is allocated with a device address; weights never move after load; the
- * activation buffers move only in reserve (which drops the recorded steps); the step buffer is written
+ * activation buffers move only in reserve and the pools in mem_alloc (both drop the recorded steps, as
+ * does growing the step, logits or hidden buffers); the step buffer is written
  * only while no submitted work is in flight (head waits for its step). */
 #ifndef PITH_VK_H
 #define PITH_VK_H
@@ -94,6 +95,7 @@ typedef struct pith_vk {
     VkPipelineCache cache;
     VkPipeline pipes[PITH_VK_N_SHADERS];
     uint32_t max_groups_x;         /* maxComputeWorkGroupCount[0] */
+    uint32_t subgroup;             /* the subgroup size the device reports (1..64) */
 
     vk_mem staging;                /* uploads to memory the host cannot map */
 
@@ -130,6 +132,15 @@ typedef struct pith_vk {
     bool replay;                   /* PITH_VK_REPLAY (default on) */
     unsigned long long steps, replays;
 
+    /* PITH_VK_PROFILE=1: a timestamp after every dispatch of a recorded step, the time between each
+     * and the one before summed per shader and printed when the backend is destroyed */
+    bool profile;
+    VkQueryPool queries;
+    uint32_t n_queries;
+    pith_vk_shader query_shader[4096];
+    double shader_ms[PITH_VK_N_SHADERS];
+    unsigned long long shader_calls[PITH_VK_N_SHADERS];
+
     int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
     char op_err[512];
 } pith_vk;
@@ -159,6 +170,10 @@ int pith_vk_dispatch(pith_vk *c, VkCommandBuffer cmd, pith_vk_shader s, const vo
 /* Submits cmd and waits for it. */
 int pith_vk_submit_wait(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
 const char *pith_vk_result(VkResult r);
+/* PITH_VK_PROFILE: begin a recorded step's timestamps; after its wait, add them up; print the sums. */
+int pith_vk_profile_begin(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
+void pith_vk_profile_end(pith_vk *c);
+void pith_vk_profile_print(const pith_vk *c);
 
 /* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
 const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);

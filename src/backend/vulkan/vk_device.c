@@ -51,9 +51,16 @@ static bool usable(VkPhysicalDevice pd, uint32_t *qfam, char *why, size_t why_si
         return false;
     }
     vkGetPhysicalDeviceFeatures2(pd, &f);
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    bool subgroups = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1 &&
+                     sg.subgroupSize <= 64;
     const char *missing = !f12.bufferDeviceAddress         ? "bufferDeviceAddress"
                           : !f11.storageBuffer16BitAccess ? "storageBuffer16BitAccess"
                           : !f.features.shaderInt64        ? "shaderInt64"
+                          : !subgroups                     ? "subgroup arithmetic in compute shaders"
                                                            : NULL;
     if (missing) {
         snprintf(why, why_size, "no %s", missing);
@@ -153,6 +160,10 @@ int pith_vk_open(pith_vk *c, int device, pith_err *err) {
     vkGetPhysicalDeviceProperties(c->phys, &c->props);
     vkGetPhysicalDeviceMemoryProperties(c->phys, &c->memprops);
     c->max_groups_x = c->props.limits.maxComputeWorkGroupCount[0];
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(c->phys, &p2);
+    c->subgroup = sg.subgroupSize;
     if (c->props.limits.maxPushConstantsSize < PUSH_BYTES)
         return pith_errf(err, "Vulkan device %s offers %u bytes of push constants, %d needed", c->props.deviceName,
                          c->props.limits.maxPushConstantsSize, PUSH_BYTES);
@@ -196,6 +207,7 @@ void pith_vk_close(pith_vk *c) {
         vkDeviceWaitIdle(c->dev);
         for (int i = 0; i < PITH_VK_N_SHADERS; i++)
             if (c->pipes[i]) vkDestroyPipeline(c->dev, c->pipes[i], NULL);
+        if (c->queries) vkDestroyQueryPool(c->dev, c->queries, NULL);
         if (c->cache) vkDestroyPipelineCache(c->dev, c->cache, NULL);
         if (c->layout) vkDestroyPipelineLayout(c->dev, c->layout, NULL);
         if (c->fence) vkDestroyFence(c->dev, c->fence, NULL);
@@ -392,5 +404,48 @@ int pith_vk_dispatch(pith_vk *c, VkCommandBuffer cmd, pith_vk_shader s, const vo
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0,
                          NULL, 0, NULL);
+    if (c->profile && c->queries && cmd != c->once && c->n_queries < 4096) {
+        c->query_shader[c->n_queries] = s;
+        vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, c->queries, c->n_queries++);
+    }
     return 0;
+}
+
+int pith_vk_profile_begin(pith_vk *c, VkCommandBuffer cmd, pith_err *err) {
+    if (!c->profile) return 0;
+    if (!c->queries) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                    .queryCount = 4097};
+        VkResult r = vkCreateQueryPool(c->dev, &qi, NULL, &c->queries);
+        if (r != VK_SUCCESS) return vk_fail(err, r, "vkCreateQueryPool");
+    }
+    vkCmdResetQueryPool(cmd, c->queries, 0, 4097);
+    c->n_queries = 0;
+    c->query_shader[c->n_queries] = PITH_VK_N_SHADERS; /* the start */
+    vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, c->queries, c->n_queries++);
+    return 0;
+}
+
+void pith_vk_profile_end(pith_vk *c) {
+    if (!c->profile || !c->queries || c->n_queries < 2) return;
+    uint64_t ts[4097];
+    if (vkGetQueryPoolResults(c->dev, c->queries, 0, c->n_queries, sizeof ts, ts, sizeof ts[0],
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    double ns = c->props.limits.timestampPeriod;
+    for (uint32_t i = 1; i < c->n_queries; i++) {
+        c->shader_ms[c->query_shader[i]] += (double)(ts[i] - ts[i - 1]) * ns * 1e-6;
+        c->shader_calls[c->query_shader[i]]++;
+    }
+}
+
+void pith_vk_profile_print(const pith_vk *c) {
+    if (!c->profile) return;
+    double total = 0;
+    for (int s = 0; s < PITH_VK_N_SHADERS; s++) total += c->shader_ms[s];
+    fprintf(stderr, "pith vulkan profile (%s): %.1f ms in shaders\n", c->props.deviceName, total);
+    for (int s = 0; s < PITH_VK_N_SHADERS; s++)
+        if (c->shader_calls[s])
+            fprintf(stderr, "  %-14s %9.2f ms %5.1f%% %8llu calls %8.1f us/call\n", pith_vk_shader_names[s], c->shader_ms[s],
+                    total > 0 ? 100 * c->shader_ms[s] / total : 0, c->shader_calls[s], 1e3 * c->shader_ms[s] / c->shader_calls[s]);
 }

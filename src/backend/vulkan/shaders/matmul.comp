@@ -1,7 +1,9 @@
 #version 450
 // out[t][r] (+)= sum_k x[t][k] W[r][k] for rows r of W and tokens t.
-// MATVEC (decode, at most 8 tokens): one workgroup per weight row, which its 64 invocations read once
-// between them (unit by unit), keeping a sum per token; the sums meet in shared memory.
+// MATVEC (decode, at most 8 tokens): a subgroup per weight row, its lanes reading the row once between
+// them (unit by unit), keeping a sum per token; the sums meet by subgroupAdd. A workgroup takes
+// `rows_per_group` rows (64 / the subgroup size the host was told); should its subgroups be wider, each
+// takes more of them in turn.
 // Otherwise (prefill) a 64 x 64 tile of out per workgroup: each step stages one unit (32 columns) of 64
 // weight rows and of 64 tokens in shared memory; each invocation keeps 4 x 4 sums.
 #include "common.glsl"
@@ -16,42 +18,43 @@ layout(push_constant) uniform P {
     uint x_ld, o_ld;
     uint n;           // tokens
     uint accumulate;
+    uint rows_per_group;
 } p;
 
 #ifdef MATVEC
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 #define NT 8
 layout(local_size_x = 64) in;
-shared float red[NT][64];
 
 void main() {
-    uint row = flat_group(), tid = gl_LocalInvocationID.x;
-    if (row >= p.rows) return;
-    float acc[NT];
-    for (uint t = 0u; t < NT; t++) acc[t] = 0.0;
-    uint units = (p.cols + 31u) / 32u, base = row * p.row_words;
-    for (uint u = tid; u < units; u += 64u) {
-        float v[32];
-        dequant_unit(p.w, base, u, v);
-        uint lim = min(32u, p.cols - u * 32u); // x's row ends where W's padding starts
+    uint first = flat_group() * p.rows_per_group, end = min(p.rows, first + p.rows_per_group);
+    uint lane = gl_SubgroupInvocationID, width = gl_SubgroupSize;
+    uint units = (p.cols + 31u) / 32u;
+    for (uint row = first + gl_SubgroupID; row < end; row += gl_NumSubgroups) {
+        float acc[NT];
+        for (uint t = 0u; t < NT; t++) acc[t] = 0.0;
+        uint base = row * p.row_words;
+        for (uint u = lane; u < units; u += width) {
+            float v[32];
+            dequant_unit(p.w, base, u, v);
+            uint lim = min(32u, p.cols - u * 32u); // x's row ends where W's padding starts
+            for (uint t = 0u; t < NT; t++) {
+                if (t >= p.n) break;
+                uint xo = t * p.x_ld + u * 32u;
+                float s = 0.0;
+                for (uint i = 0u; i < lim; i++) s += v[i] * p.x.v[xo + i];
+                acc[t] += s;
+            }
+        }
         for (uint t = 0u; t < NT; t++) {
             if (t >= p.n) break;
-            uint xo = t * p.x_ld + u * 32u;
-            float s = 0.0;
-            for (uint i = 0u; i < lim; i++) s += v[i] * p.x.v[xo + i];
-            acc[t] += s;
+            float r = subgroupAdd(acc[t]);
+            if (lane == 0u) {
+                uint oi = t * p.o_ld + row;
+                p.o.v[oi] = p.accumulate != 0u ? p.o.v[oi] + r : r;
+            }
         }
-    }
-    for (uint t = 0u; t < NT; t++) red[t][tid] = acc[t];
-    barrier();
-    for (uint s = 32u; s > 0u; s >>= 1) {
-        if (tid < s)
-            for (uint t = 0u; t < NT; t++) red[t][tid] += red[t][tid + s];
-        barrier();
-    }
-    if (tid < p.n) {
-        uint oi = tid * p.o_ld + row;
-        float r = red[tid][0];
-        p.o.v[oi] = p.accumulate != 0u ? p.o.v[oi] + r : r;
     }
 }
 #else
