@@ -55,12 +55,12 @@ static bool usable(VkPhysicalDevice pd, uint32_t *qfam, char *why, size_t why_si
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(pd, &p2);
     bool subgroups = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && sg.subgroupSize >= 1 &&
-                     sg.subgroupSize <= 64;
+                     (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) && sg.subgroupSize >= 4 &&
+                     sg.subgroupSize <= 64; /* matmul.comp: at most 16 subgroups in a workgroup of 64 */
     const char *missing = !f12.bufferDeviceAddress         ? "bufferDeviceAddress"
                           : !f11.storageBuffer16BitAccess ? "storageBuffer16BitAccess"
                           : !f.features.shaderInt64        ? "shaderInt64"
-                          : !subgroups                     ? "subgroup arithmetic in compute shaders"
+                          : !subgroups                     ? "compute subgroups of 4 to 64 lanes"
                                                            : NULL;
     if (missing) {
         snprintf(why, why_size, "no %s", missing);
