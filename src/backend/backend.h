@@ -434,6 +434,10 @@ int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err);
 int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err);
 /* Appends one line per Vulkan device to out (backend/info.h: pith_backend_list_devices). */
 int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err);
+/* The device's measured copy bandwidth (GB/s, read plus write over two buffers of `bytes`) and float
+ * throughput (GFLOP/s, FMA chains), and its name (backend/info.h: pith_backend_device_probe). */
+int pith_backend_vulkan_probe(int device, size_t bytes, double *gbs, double *gflops, char *name, size_t name_cap,
+                              pith_err *err);
 
 /* The backend a device string names: "cpu", "vulkan" (the first usable Vulkan device) or "vulkan:N".
  * NULL or "": the environment's PITH_DEVICE, else "cpu". n_threads is the CPU backend's. */

@@ -44,6 +44,15 @@ int pith_backend_create(const char *device, int n_threads, pith_backend **out, p
     return 0;
 }
 
+int pith_backend_device_probe(const char *device, size_t bytes, double *gbs, double *gflops, char *name,
+                              size_t name_cap, pith_err *err) {
+    int index;
+    bool vulkan;
+    if (pith_backend_parse_device(pith_backend_device_or_env(device), &index, &vulkan, err)) return -1;
+    if (!vulkan) return pith_errf(err, "the device probe is for Vulkan devices (the CPU has its own probes)");
+    return pith_backend_vulkan_probe(index, bytes, gbs, gflops, name, name_cap, err);
+}
+
 int pith_backend_list_devices(char *out, size_t cap, pith_err *err) {
     if (cap == 0) return pith_errf(err, "no room for the device list");
     int n = snprintf(out, cap, "cpu: %s kernels\n", pith_backend_cpu_kernel_name(pith_backend_force_scalar()));

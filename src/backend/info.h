@@ -27,6 +27,12 @@ const char *pith_backend_cpu_kernel_name(bool force_scalar);
  * the listing itself failed (the loader is absent: the CPU line is still written). */
 int pith_backend_list_devices(char *out, size_t cap, pith_err *err);
 
+/* The limits a benchmark on a device divides by, measured now: memory bandwidth (GB/s: a copy over two
+ * buffers of `bytes`, read plus write) and float throughput (GFLOP/s), with the device's name. For
+ * "cpu" this is an error (the CPU probes are pith_probe's, bench.h). */
+int pith_backend_device_probe(const char *device, size_t bytes, double *gbs, double *gflops, char *name,
+                              size_t name_cap, pith_err *err);
+
 /* Checks a device string ("cpu", "vulkan", "vulkan:N") without opening anything: 0 or -1 with err. */
 int pith_backend_parse_device(const char *device, int *vulkan_index, bool *is_vulkan, pith_err *err);
 

@@ -44,7 +44,8 @@
     X(eltwise, "eltwise.comp", "") \
     X(keep_rows, "rows.comp", "-DKEEP") \
     X(gather_rows, "rows.comp", "") \
-    X(copy, "copy.comp", "")
+    X(copy, "copy.comp", "") \
+    X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {
 #define PITH_VK_ENUM(name, file, defs) PITH_VK_SH_##name,
