@@ -29,6 +29,8 @@ echo "== fuzz: building the library and targets in $out"
 CC="$CC" cmake -S . -B "$out" -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_C_FLAGS_FUZZ="$san -fsanitize=fuzzer-no-link" >/dev/null
 cmake --build "$out" --target pith_internal -j "$(nproc)" >/dev/null
 libs=$(pkg-config --libs libcjson libpcre2-8 libmicrohttpd)
+# A library built with the Vulkan backend needs the loader.
+ar t "$out/libpith_internal.a" | grep -q '^vk_device' && libs="$libs $(pkg-config --libs vulkan)"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     for f in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c | sed 's/^fuzz_//')"); done
