@@ -63,6 +63,12 @@ static pith_engine *engine(int kv_blocks, int max_num_seqs, int max_batch_tokens
     return e;
 }
 
+/* a request with n > 1: sibling i's events into outs[i] */
+static void collect_sibling(const pith_token_event *ev, void *user) {
+    out *outs = user;
+    if (ev->index >= 0 && ev->index < 3) collect(ev, &outs[ev->index]);
+}
+
 static pith_request greedy(prompt p, int max_tokens, out *o) {
     pith_request r = {.prompt = p.ids, .n_prompt = p.n, .sampling = pith_sampling_defaults(),
                       .max_tokens = max_tokens, .ignore_eos = true, .on_token = collect, .user = o};
@@ -150,6 +156,22 @@ static void test_batching_and_cache(void) {
         run(e);
         CHECK(alone[i].n == GEN && alone[i].why == PITH_FINISH_LENGTH && alone[i].usage.cached_tokens == 0);
     }
+    pith_engine_free(e);
+
+    /* n = 3 siblings of prompt 1 (its last block partly filled, so forking copies it: copy_blocks on the
+     * model's backend) beside prompt 2: at temperature 0 each sibling is prompt 1 alone. */
+    static out sib[3];
+    out beside = {0};
+    memset(sib, 0, sizeof sib);
+    e = engine(64, 4, 2048, true);
+    pith_request fr = greedy(p[1], GEN, NULL);
+    fr.n = 3, fr.on_token = collect_sibling, fr.user = sib;
+    submit(e, &fr);
+    pith_request br = greedy(p[2], GEN, &beside);
+    submit(e, &br);
+    run(e);
+    for (int i = 0; i < 3; i++) CHECKF(same_tokens(&alone[1], &sib[i]), "sibling %d of an n = 3 request differs from alone", i);
+    CHECKF(same_tokens(&alone[2], &beside), "the request beside the n = 3 one differs from alone");
     pith_engine_free(e);
 
     /* All at once, roomy pool, small prompt chunks: decode and prefill mixed in each batch. */

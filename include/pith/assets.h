@@ -34,6 +34,7 @@ typedef struct pith_assets_options {
     const char *tokenizer_path;      /* NULL: the model's own */
     const char *chat_template_path;  /* NULL: the model's own */
     int n_threads;                   /* for the model; 0: all online CPUs */
+    const char *device;              /* where the model runs (pith_model_options.device); NULL: default */
     bool mtp;                        /* load the model's MTP head too (pith_model_options.mtp) */
     /* Notices worth a log line (the model has no usable chat template, ...); may be NULL. */
     void (*log)(void *ctx, const char *msg);

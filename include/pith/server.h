@@ -54,6 +54,7 @@ typedef struct pith_server_options {
     int idle_timeout_s;             /* a connection with no progress (reading a request or sending a
                                        response) for this long is closed; 0: 60 */
     int n_threads;                  /* model worker threads; 0: one per online CPU */
+    const char *device;             /* where the model runs (pith_model_options.device); NULL: default */
     pith_engine_options engine;     /* see engine.h; engine.max_waiting bounds the queue (429 beyond) */
     bool log_requests;              /* one log line per HTTP request */
     void (*log)(void *user, const char *line); /* NULL: no logging */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/info.h"
 #include "cli/cli.h"
 
 bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -39,6 +40,17 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo,
         return false;
     }
     *out = v;
+    return true;
+}
+
+bool cli_parse_device(const char *cmd, const char *opt, const char *s) {
+    int index;
+    bool vulkan;
+    pith_err err;
+    if (!*s || pith_backend_parse_device(s, &index, &vulkan, &err)) {
+        fprintf(stderr, "pith %s: %s: %s\n", cmd, opt, *s ? err.msg : "the device is empty (cpu, vulkan or vulkan:N)");
+        return false;
+    }
     return true;
 }
 

@@ -18,6 +18,9 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo
 bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
 /* A byte count: digits with an optional K, M or G suffix (powers of 1024), at least 1. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out);
+/* Checks a device string (cpu, vulkan, vulkan:N) without opening it; on failure prints "pith CMD: OPT: ..."
+ * and returns false. */
+bool cli_parse_device(const char *cmd, const char *opt, const char *s);
 /* Returns argv[*i + 1] and advances *i, or prints "option needs a value" and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
@@ -53,5 +56,6 @@ int pith_cmd_serve(int argc, char **argv);
 int pith_cmd_tokenize(int argc, char **argv);
 int pith_cmd_tokbench(int argc, char **argv);
 int pith_cmd_bench(int argc, char **argv);
+int pith_cmd_devices(int argc, char **argv);
 
 #endif

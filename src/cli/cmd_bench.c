@@ -28,6 +28,7 @@
 
 typedef struct bench_opts {
     const char *model;
+    const char *device;   /* --device; NULL: PITH_DEVICE, else the CPU */
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
     int depths[MAX_DEPTHS];
@@ -64,6 +65,9 @@ static void bench_usage(FILE *out) {
             "\n"
             "  -m, --model PATH        model (default: the installed default model)\n"
             "  -t, --threads LIST      thread counts, comma-separated, e.g. 1,2 (default: online CPUs)\n"
+            "  -dev, --device DEV      cpu, vulkan or vulkan:N (default: $PITH_DEVICE, else cpu). On a Vulkan\n"
+            "                          device the probes run there: bandwidth is a copy between two device\n"
+            "                          buffers (bytes read + written), the pp peak the device's FP32 FMA rate\n"
             "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"
             "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
             "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
@@ -146,6 +150,9 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
+        } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
+            VALUE(); if (!cli_parse_device("bench", a, v)) return -1;
+            o->device = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE();
             if (!parse_list("-t", "thread counts", v, 1, 1024, MAX_THREAD_COUNTS, o->threads, &o->n_thread_counts))
@@ -261,7 +268,27 @@ typedef struct bench_ctx {
     uint64_t state_bytes; /* recurrent state per sequence (the RECURRENT groups together), 0 if none */
     char experts[160];   /* the model's experts line (pith_model.experts) */
     bool header_done;
+    bool on_device;          /* a Vulkan device: its probes (pith_backend_device_probe) replace the CPU's */
+    char device_name[256];   /* on_device: the device the probe ran on */
 } bench_ctx;
+
+/* The limits a test divides by, measured now: memory bandwidth (bytes/s) and, when peak is not NULL, the
+ * compute peak (operations/s) for this model's weights. On a device both come from one device probe. */
+static int measure_limits(bench_ctx *c, pith_probe *probe, double *bw, double *peak, pith_err *err) {
+    if (c->on_device) {
+        double gbs, gflops;
+        if (pith_backend_device_probe(c->o->device, (size_t)c->probe_mib << 20, &gbs, &gflops, c->device_name,
+                                      sizeof c->device_name, err))
+            return -1;
+        *bw = gbs * 1e9;
+        if (peak) *peak = gflops * 1e9;
+        return 0;
+    }
+    if (pith_probe_bandwidth(probe, BW_PASSES, bw, err)) return -1;
+    if (!peak) return 0;
+    return c->w.quantized ? pith_probe_int8_peak(probe, c->w.type, PEAK_REPS, peak, err)
+                          : pith_probe_fma_peak(probe, c->w.type, PEAK_REPS, peak, err);
+}
 
 /* On a shared host, reading memory can be faster over short runs than over long ones (on the 2-vCPU
  * test machine, in its fast state, a plain 2-thread read loop averaged 74-89 GB/s over 128 MiB and 62-66
@@ -297,9 +324,15 @@ static void print_header(bench_ctx *c) {
         printf("recurrent state: %.2f MiB per sequence, read and written by every generated token (tg counts "
                "those 2 x %.2f MiB beside the weights)\n",
                (double)c->state_bytes / (1 << 20), (double)c->state_bytes / (1 << 20));
-    printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
-           "pp ratio against the %s peak of %s\n",
-           c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
+    if (c->on_device)
+        printf("device: %s (%s); probes on the device, before/after each test: bandwidth = a copy of %lld MiB "
+               "between two buffers (bytes read + written), pp ratio against its FP32 FMA peak (weights are "
+               "dequantized to float there)\n",
+               pith_backend_device_or_env(c->o->device), c->device_name, c->probe_mib);
+    else
+        printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
+               "pp ratio against the %s peak of %s\n",
+               c->isa, BW_PASSES, c->probe_mib, w->quantized ? "int8" : "FP32 FMA", c->peak_isa);
     printf("kv cache: %s\n", c->o->kv_type ? pith_kv_type_name(c->o->kv_type) : "f16");
     printf("cpu: CPU time / (wall time x threads) during the test; below 100%% other work shared the cores\n\n");
     printf("| model | format | size MiB | threads | test | t/s | bandwidth GB/s (before/after) | achieved | ratio | cpu |\n");
@@ -398,11 +431,6 @@ static int report(bench_ctx *c, const test_result *r, pith_err *err) {
     return ferror(stdout) ? pith_errf(err, "writing the output failed (stdout)") : 0;
 }
 
-static int compute_peak(pith_probe *p, const pith_bench_weights *w, double *ops, pith_err *err) {
-    return w->quantized ? pith_probe_int8_peak(p, w->type, PEAK_REPS, ops, err)
-                        : pith_probe_fma_peak(p, w->type, PEAK_REPS, ops, err);
-}
-
 /* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
 static int run_reps(pith_bench_runner *run, const bench_opts *o, bool pp, int threads, double *samples,
                     double *cpu_share, pith_err *err) {
@@ -436,19 +464,19 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
     }
 
     double bw;
-    if (pith_probe_bandwidth(probe, BW_PASSES, &bw, err)) goto done;
+    if (measure_limits(c, probe, &bw, NULL, err)) goto done;
     if (o->n_prompt) {
         fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
-        double peak0, peak1, bw1;
-        if (compute_peak(probe, &c->w, &peak0, err)) goto done;
+        double peak0, peak1, bw1, unused;
+        if (measure_limits(c, probe, &unused, &peak0, err)) goto done;
         double share;
         if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
-        if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
-        if (compute_peak(probe, &c->w, &peak1, err)) goto done;
+        if (measure_limits(c, probe, &bw1, &peak1, err)) goto done;
         test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .depth = depth, .threads = threads,
                          .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (peak0 + peak1),
-                         .ratio_kind = c->w.quantized ? "int8_peak" : "fma_peak", .peak_isa = c->peak_isa,
+                         .ratio_kind = c->w.quantized && !c->on_device ? "int8_peak" : "fma_peak",
+                         .peak_isa = c->peak_isa,
                          .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
         /* Every token runs every layer matmul; the output matrix runs once, for the last prompt token
@@ -463,7 +491,7 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
         fprintf(stderr, "pith bench: tg%d x %d\n", o->n_gen, o->reps);
         double bw1, share;
         if (run_reps(run, o, false, threads, samples, &share, err)) goto done;
-        if (pith_probe_bandwidth(probe, BW_PASSES, &bw1, err)) goto done;
+        if (measure_limits(c, probe, &bw1, NULL, err)) goto done;
         test_result r = {.kind = "tg", .n_tokens = o->n_gen, .depth = depth, .threads = threads,
                          .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
@@ -490,7 +518,8 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     fprintf(stderr, "pith bench: %d thread%s: loading %s\n", threads, threads == 1 ? "" : "s", o->model);
     cli_progress bar;
     cli_progress_start(&bar, "loading model");
-    pith_model_options mo = {.n_threads = threads, .progress = cli_progress_update, .progress_user = &bar};
+    pith_model_options mo = {.n_threads = threads, .device = o->device, .progress = cli_progress_update,
+                             .progress_user = &bar};
     int load_rc = pith_model_load(o->model, &mo, &m, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;
@@ -510,10 +539,16 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         rc = -2;
         goto done;
     }
-    if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
-    c->isa = pith_probe_isa(probe);
-    c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type)
-                                 : pith_probe_fma_isa(probe, c->w.type);
+    int vk_index;
+    if (pith_backend_parse_device(pith_backend_device_or_env(o->device), &vk_index, &c->on_device, err)) goto done;
+    if (c->on_device) {
+        c->isa = "vulkan";
+        c->peak_isa = "vulkan fp32 fma";
+    } else {
+        if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
+        c->isa = pith_probe_isa(probe);
+        c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type) : pith_probe_fma_isa(probe, c->w.type);
+    }
     for (int i = 0; i < o->n_depths; i++)
         if (bench_depth(c, m, probe, threads, o->depths[i], samples, err)) goto done;
     rc = 0;
@@ -540,6 +575,11 @@ int pith_cmd_bench(int argc, char **argv) {
     bench_ctx c = {.o = &o};
     pith_err err = {{0}};
     if (o.spec_type != PITH_SPEC_OFF) {
+        if (strcmp(pith_backend_device_or_env(o.device), "cpu")) {
+            fprintf(stderr, "pith bench: --spec-type is measured on the CPU only (its ratios divide by the CPU's "
+                            "probes); leave out --device and PITH_DEVICE\n");
+            return PITH_EXIT_USAGE;
+        }
         bench_spec_opts so = {.model = o.model, .draft_model = o.draft_model, .prompts_file = o.prompts_file,
                               .spec_type = o.spec_type, .threads = o.threads, .n_thread_counts = o.n_thread_counts,
                               .n_gen = o.n_gen, .reps = o.reps, .spec_max_draft = o.spec_max_draft,

@@ -29,6 +29,7 @@ typedef struct run_opts {
     bool chat;
     int n_predict;
     int n_threads;
+    const char *device;
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
@@ -57,6 +58,8 @@ static void run_usage(FILE *out) {
             "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS); -1: until\n"
             "                          EOS or the context is full\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
+            "  -dev, --device DEV      where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
+            "                          or vulkan:N ('pith devices' lists them; default: $PITH_DEVICE, else cpu)\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 or -1 = off (default 40)\n"
             "      --top-p P           nucleus sampling, 1 = off (default 0.95)\n"
@@ -114,6 +117,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE(); if (!cli_parse_int("run", a, v, 1, 1024, &iv)) return -1;
             o->n_threads = (int)iv;
+        } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
+            VALUE(); if (!cli_parse_device("run", a, v)) return -1;
+            o->device = v;
         } else if (!strcmp(a, "--temp")) {
             VALUE(); if (!cli_parse_float("run", a, v, 0, 100, &fv)) return -1;
             o->sp.temperature = (float)fv;
@@ -331,7 +337,7 @@ int pith_cmd_run(int argc, char **argv) {
     cli_progress_start(&bar, "loading model");
     pith_assets_options ao = {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
-        .n_threads = o.n_threads, .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
+        .n_threads = o.n_threads, .device = o.device, .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
         .progress_user = &bar,
     };
     int load_rc = pith_assets_load(&ao, &a, &err);

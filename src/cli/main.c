@@ -22,6 +22,7 @@ static const command commands[] = {
     {"tokenize", pith_cmd_tokenize, "print the token ids of stdin's text"},
     {"bench", pith_cmd_bench, "prompt-processing and generation speed against measured machine limits"},
     {"tokbench", pith_cmd_tokbench, "tokenizer encode throughput (MB/s) on a text file"},
+    {"devices", pith_cmd_devices, "the devices a model can run on (cpu, vulkan:N) for --device"},
 };
 
 static void usage(FILE *out) {

@@ -8,7 +8,8 @@
 #include <string.h>
 
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err) {
-    pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP};
+    pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP,
+                             .device = srv->device};
     return pith_model_load(path, &mo, out, err);
 }
 

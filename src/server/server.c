@@ -122,7 +122,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->log = (log_ctx){.level = o->log_level, .json = o->log_json, .sink = o->log, .user = o->log_user};
     s->port = o->port;
     if (dup_opt(&s->model_path, o->model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
-        dup_opt(&s->chat_template_path, o->chat_template_path) ||
+        dup_opt(&s->chat_template_path, o->chat_template_path) || dup_opt(&s->device, o->device) ||
         dup_opt(&s->host, o->host ? o->host : "127.0.0.1") ||
         (o->model_name ? dup_opt(&s->model_name, o->model_name) : !(s->model_name = default_model_name(o->model_path)))) {
         pith_server_free(s);
@@ -194,6 +194,7 @@ static void log_summary(pith_server *s, double load_s) {
     log_int(&f, "max_seq_len", s->max_seq_len);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     log_int(&f, "threads", s->n_threads > 0 ? s->n_threads : cpus > 0 ? cpus : 1);
+    log_str(&f, "device", pith_backend_device_or_env(s->device));
     log_str(&f, "kernels", pith_backend_cpu_kernel_name(pith_backend_force_scalar()));
     pith_engine_stats st;
     pith_engine_get_stats(s->engine, &st);
@@ -228,7 +229,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     pith_assets a;
     pith_assets_options ao = {
         .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
-        .chat_template_path = s->chat_template_path, .n_threads = s->n_threads,
+        .chat_template_path = s->chat_template_path, .n_threads = s->n_threads, .device = s->device,
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
@@ -318,6 +319,7 @@ void pith_server_free(pith_server *s) {
     pthread_cond_destroy(&s->jobs_changed);
     pthread_mutex_destroy(&s->jobs_lock);
     free(s->model_path);
+    free(s->device);
     free(s->tokenizer_path);
     free(s->chat_template_path);
     free(s->model_name);

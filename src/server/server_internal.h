@@ -28,7 +28,7 @@ struct job;
 
 struct pith_server {
     /* configuration (strings owned) */
-    char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host;
+    char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host, *device;
     size_t max_body;
     int max_connections;
     int idle_timeout_s;

@@ -42,6 +42,8 @@ typedef struct vk_mem {
     VkDeviceAddress addr;
     VkDeviceSize size;
     void *map;          /* host-visible memory: its mapping, else NULL */
+    uint32_t heap;      /* the memory heap it was counted against (pith_vk.heap_used) */
+    VkDeviceSize held;  /* the bytes counted there */
 } vk_mem;
 
 typedef struct vk_weight {
@@ -87,6 +89,11 @@ typedef struct pith_vk {
     VkQueue queue;
     uint32_t qfam;
     VkPhysicalDeviceMemoryProperties memprops;
+    /* Bytes this backend holds in each heap, and the largest single allocation the device takes: an
+     * allocation past either is refused with the sizes before the driver is asked (a driver may
+     * overcommit and fail later, or not at all until the memory is touched). */
+    VkDeviceSize heap_used[VK_MAX_MEMORY_HEAPS];
+    VkDeviceSize max_alloc;
     VkPhysicalDeviceProperties props;
     VkCommandPool pool;
     VkCommandBuffer once;          /* uploads, copies: recorded and waited for at once */

@@ -160,10 +160,13 @@ int pith_vk_open(pith_vk *c, int device, pith_err *err) {
     vkGetPhysicalDeviceProperties(c->phys, &c->props);
     vkGetPhysicalDeviceMemoryProperties(c->phys, &c->memprops);
     c->max_groups_x = c->props.limits.maxComputeWorkGroupCount[0];
-    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = &m3};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(c->phys, &p2);
     c->subgroup = sg.subgroupSize;
+    c->max_alloc = m3.maxMemoryAllocationSize;
     if (c->props.limits.maxPushConstantsSize < PUSH_BYTES)
         return pith_errf(err, "Vulkan device %s offers %u bytes of push constants, %d needed", c->props.deviceName,
                          c->props.limits.maxPushConstantsSize, PUSH_BYTES);
@@ -251,6 +254,16 @@ int pith_vk_alloc(pith_vk *c, VkDeviceSize size, bool host, vk_mem *m, pith_err 
         m->buf = VK_NULL_HANDLE;
         return pith_errf(err, "Vulkan: no %s memory type for a buffer", host ? "host-visible" : "device-local");
     }
+    uint32_t heap = c->memprops.memoryTypes[type].heapIndex;
+    VkDeviceSize heap_size = c->memprops.memoryHeaps[heap].size;
+    if ((c->max_alloc && req.size > c->max_alloc) || req.size > heap_size - c->heap_used[heap]) {
+        vkDestroyBuffer(c->dev, m->buf, NULL);
+        m->buf = VK_NULL_HANDLE;
+        return pith_errf(err, "Vulkan: %.1f MiB do not fit on %s: %.1f MiB of its %.1f MiB heap are in use, and "
+                         "one allocation may hold at most %.1f MiB",
+                         (double)req.size / (1 << 20), c->props.deviceName, (double)c->heap_used[heap] / (1 << 20),
+                         (double)heap_size / (1 << 20), (double)c->max_alloc / (1 << 20));
+    }
     VkMemoryAllocateFlagsInfo fl = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
                                     .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &fl,
@@ -265,6 +278,9 @@ int pith_vk_alloc(pith_vk *c, VkDeviceSize size, bool host, vk_mem *m, pith_err 
     VkBufferDeviceAddressInfo dai = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = m->buf};
     m->addr = vkGetBufferDeviceAddress(c->dev, &dai);
     m->size = size;
+    m->heap = heap;
+    m->held = req.size;
+    c->heap_used[heap] += req.size;
     VkMemoryPropertyFlags f = c->memprops.memoryTypes[type].propertyFlags;
     if ((f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) &&
         (r = vkMapMemory(c->dev, m->mem, 0, VK_WHOLE_SIZE, 0, &m->map)) != VK_SUCCESS) {
@@ -276,7 +292,10 @@ int pith_vk_alloc(pith_vk *c, VkDeviceSize size, bool host, vk_mem *m, pith_err 
 
 void pith_vk_free(pith_vk *c, vk_mem *m) {
     if (m->buf) vkDestroyBuffer(c->dev, m->buf, NULL);
-    if (m->mem) vkFreeMemory(c->dev, m->mem, NULL);
+    if (m->mem) {
+        vkFreeMemory(c->dev, m->mem, NULL);
+        c->heap_used[m->heap] -= m->held;
+    }
     memset(m, 0, sizeof *m);
 }
 

@@ -30,8 +30,9 @@ void main() {
     case OP_SILU_MUL: x = x / (1.0 + exp(-x)) * p.b.v[i]; break;
     case OP_GELU_MUL: {
         float u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-        // tanh(u) = 1 - 2 / (exp(2u) + 1): finite for every u (GLSL's tanh may overflow inside)
-        x = 0.5 * x * (2.0 - 2.0 / (exp(2.0 * u) + 1.0)) * p.b.v[i];
+        // (1 + tanh(u)) / 2 = 1 / (1 + exp(-2u)): no cancellation where tanh(u) is near -1 (the negative
+        // gates, where 1 + tanh loses every digit tanh has), and finite for every u
+        x = x / (1.0 + exp(-2.0 * u)) * p.b.v[i];
         break;
     }
     case OP_LOGITS:
