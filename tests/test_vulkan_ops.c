@@ -194,7 +194,12 @@ typedef struct mm_case {
     int rows, cols;
 } mm_case;
 
-static void check_matmul(rig *r, const mm_case *mc) {
+/* The Vulkan products of the first kernel kind, by case and row count: every kind must give the same
+ * bits (they add in one order: matmul.comp). */
+enum { MAX_MM_CASES = 32, N_NS = 5 };
+static float *first_kind[MAX_MM_CASES][N_NS][2];
+
+static void check_matmul(rig *r, const mm_case *mc, int case_index, const char *kind) {
     pith_err err;
     const char *tn = pith_dtype_name(mc->type);
     size_t nbytes[2];
@@ -212,7 +217,7 @@ static void check_matmul(rig *r, const mm_case *mc) {
         }
         pith_dequantize_row(mc->type, raw[k], deq + (size_t)k * mc->rows * mc->cols, (int64_t)mc->rows * mc->cols);
     }
-    static const int ns[] = {1, 2, 5, 17, NMAX};
+    static const int ns[N_NS] = {1, 2, 5, 17, NMAX};
     for (int ni = 0; ok && ni < (int)(sizeof ns / sizeof *ns); ni++) {
         int n = ns[ni];
         float *x = randv((size_t)n * mc->cols, -1, 1), *acc = randv((size_t)n * mc->rows, -1, 1);
@@ -251,8 +256,18 @@ static void check_matmul(rig *r, const mm_case *mc) {
                     }
                 }
         }
-        CHECKF(!ok || worst[1] <= 1, "%s %dx%d, %d rows: the Vulkan product is off by %.2f of its bound", tn, mc->rows,
-               mc->cols, n, worst[1]);
+        CHECKF(!ok || worst[1] <= 1, "%s %dx%d, %d rows, %s kernels: the Vulkan product is off by %.2f of its bound",
+               tn, mc->rows, mc->cols, n, kind, worst[1]);
+        for (int k = 0; ok && k < 2; k++) {
+            size_t bytes = (size_t)n * mc->rows * sizeof(float);
+            float **first = &first_kind[case_index][ni][k];
+            if (!*first) {
+                if ((*first = malloc(bytes))) memcpy(*first, y[1][k], bytes);
+            } else {
+                CHECKF(memcmp(*first, y[1][k], bytes) == 0, "%s %dx%d, %d rows: the %s kernels' bits differ from the "
+                       "first kind's", tn, mc->rows, mc->cols, n, kind);
+            }
+        }
         CHECKF(!ok || worst[0] <= 1, "%s %dx%d, %d rows: the CPU product is off by %.2f of its bound", tn, mc->rows,
                mc->cols, n, worst[0]);
         free(x), free(acc);
@@ -422,19 +437,31 @@ int main(void) {
         printf("skip: no Vulkan device can run pith here:\n%s", devs);
         return CHECK_SKIP;
     }
-    rig r;
-    if (rig_open(&r, &err)) {
-        CHECKF(0, "opening the backends: %s", err.msg);
-        rig_close(&r);
-        return check_summary("test_vulkan_ops");
-    }
     static const mm_case mm[] = {
         {PITH_F32, 1, 7},    {PITH_F32, 33, 100},  {PITH_F32, 70, 256},  {PITH_F16, 1, 7},    {PITH_F16, 33, 100},
         {PITH_F16, 70, 256}, {PITH_BF16, 33, 100}, {PITH_BF16, 70, 256}, {PITH_Q8_0, 1, 96},  {PITH_Q8_0, 70, 512},
         {PITH_Q4_0, 33, 96}, {PITH_Q4_0, 70, 512}, {PITH_Q4_K, 1, 256},  {PITH_Q4_K, 70, 768}, {PITH_Q5_K, 33, 512},
         {PITH_Q5_K, 7, 768}, {PITH_Q6_K, 33, 256}, {PITH_Q6_K, 70, 768},
     };
-    for (int i = 0; i < (int)(sizeof mm / sizeof *mm); i++) check_matmul(&r, &mm[i]);
+    /* each product kernel (PITH_VK_MATMUL), on the same weights and inputs */
+    static const char *kinds[] = {"rows", "tiles"};
+    rig r;
+    for (int k = 0; k < 2; k++) {
+        setenv("PITH_VK_MATMUL", kinds[k], 1);
+        rng = 0x9e3779b97f4a7c15ull;
+        if (rig_open(&r, &err)) {
+            CHECKF(0, "opening the backends: %s", err.msg);
+            rig_close(&r);
+            return check_summary("test_vulkan_ops");
+        }
+        for (int i = 0; i < (int)(sizeof mm / sizeof *mm); i++) check_matmul(&r, &mm[i], i, kinds[k]);
+        if (k == 0) {
+            rig_close(&r);
+            for (int i = 0; i < n_parked; i++) free(parked[i]);
+            n_parked = 0;
+        }
+    }
+    unsetenv("PITH_VK_MATMUL");
 
     static const int ecols[] = {7, 33, 256};
     static const int ens[] = {1, 5, NMAX};
@@ -480,6 +507,8 @@ int main(void) {
     }
     rig_close(&r);
     for (int i = 0; i < n_parked; i++) free(parked[i]);
+    for (int i = 0; i < MAX_MM_CASES; i++)
+        for (int j = 0; j < N_NS; j++) free(first_kind[i][j][0]), free(first_kind[i][j][1]);
     check_oom();
     return check_summary("test_vulkan_ops");
 }

@@ -72,6 +72,8 @@ PRESETS = {
     "llama3.2-1b": dict(arch="llama", dim=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=128256,
                         theta=5e5, ctx=131072, eps=1e-5, tied=True, rope_scaling="llama3", rope_factor=32.0,
                         rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192),
+    "llama3-8b": dict(arch="llama", dim=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                      theta=5e5, ctx=8192, eps=1e-5),
     # Small shapes for tests: a few MB, seconds to run.
     "test-llama": dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=4, ffn=384, vocab=512,
                        theta=10000.0, ctx=512, eps=1e-5),

@@ -471,7 +471,9 @@ static void matmul_one(pith_vk *c, const pith_buf *in, const pith_weight *w, VkD
     uint32_t rpg = 64 / c->subgroup; /* a subgroup per row */
     mm_push p = {v->mem.addr, buf_addr(in), out, v->row_words, (uint32_t)w->rows, (uint32_t)w->cols, (uint32_t)in->cols,
                  (uint32_t)out_ld, (uint32_t)n, acc, rpg};
-    if (n <= MATVEC_MAX_TOKENS)
+    if (c->matmul_kind == VK_MATMUL_PER_ROW || (c->matmul_kind == VK_MATMUL_AUTO && c->cpu_device))
+        dispatch(c, PITH_VK_SH_mmrow_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + 63) / 64, (uint32_t)n);
+    else if (n <= MATVEC_MAX_TOKENS)
         dispatch(c, PITH_VK_SH_matvec_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + rpg - 1) / rpg, 1);
     else
         dispatch(c, PITH_VK_SH_mm_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + 63) / 64, ((uint32_t)n + 63) / 64);
@@ -812,6 +814,17 @@ int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err) {
         free(c);
         return -1;
     }
+    const char *mk = getenv("PITH_VK_MATMUL");
+    if (mk && *mk && strcmp(mk, "auto")) {
+        if (!strcmp(mk, "rows")) c->matmul_kind = VK_MATMUL_PER_ROW;
+        else if (!strcmp(mk, "tiles")) c->matmul_kind = VK_MATMUL_TILED;
+        else {
+            pith_vk_close(c);
+            free(c);
+            return pith_errf(err, "PITH_VK_MATMUL=%s: expected auto, rows or tiles", mk);
+        }
+    }
+    c->cpu_device = c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *rp = getenv("PITH_VK_REPLAY");
     c->replay = !(rp && strcmp(rp, "0") == 0);
     const char *pf = getenv("PITH_VK_PROFILE");

@@ -23,6 +23,14 @@
     X(mm_q4_k, "matmul.comp", "-DWTYPE=5") \
     X(mm_q5_k, "matmul.comp", "-DWTYPE=6") \
     X(mm_q6_k, "matmul.comp", "-DWTYPE=7") \
+    X(mmrow_f32, "matmul.comp", "-DWTYPE=0 -DPER_ROW") \
+    X(mmrow_f16, "matmul.comp", "-DWTYPE=1 -DPER_ROW") \
+    X(mmrow_bf16, "matmul.comp", "-DWTYPE=2 -DPER_ROW") \
+    X(mmrow_q8_0, "matmul.comp", "-DWTYPE=3 -DPER_ROW") \
+    X(mmrow_q4_0, "matmul.comp", "-DWTYPE=4 -DPER_ROW") \
+    X(mmrow_q4_k, "matmul.comp", "-DWTYPE=5 -DPER_ROW") \
+    X(mmrow_q5_k, "matmul.comp", "-DWTYPE=6 -DPER_ROW") \
+    X(mmrow_q6_k, "matmul.comp", "-DWTYPE=7 -DPER_ROW") \
     X(embed_f32, "embed.comp", "-DWTYPE=0") \
     X(embed_f16, "embed.comp", "-DWTYPE=1") \
     X(embed_bf16, "embed.comp", "-DWTYPE=2") \

@@ -137,6 +137,12 @@ typedef struct pith_vk {
     vk_recorded rec[VK_MAX_RECORDED];
     int n_rec;
     bool replay;                   /* PITH_VK_REPLAY (default on) */
+    /* Which product kernels (PITH_VK_MATMUL: auto, rows, tiles): per (row, token) invocations, or the
+     * subgroup matrix-vector kernel for decode and the tiled one for prefill. auto: by row on a CPU
+     * device (lavapipe: its lanes are SIMD lanes, and shared memory and barriers cost it more than they
+     * save), else the other two. Every kernel adds in the same order: the choice never changes a bit. */
+    enum { VK_MATMUL_AUTO, VK_MATMUL_PER_ROW, VK_MATMUL_TILED } matmul_kind;
+    bool cpu_device;               /* VK_PHYSICAL_DEVICE_TYPE_CPU */
     unsigned long long steps, replays;
 
     /* PITH_VK_PROFILE=1: a timestamp after every dispatch of a recorded step, the time between each

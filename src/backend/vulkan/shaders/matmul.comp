@@ -11,6 +11,8 @@
 // them (reading the row once, unit by unit); the class sums meet in shared memory, where one lane adds
 // them in order. A workgroup takes `rows_per_group` rows (64 / the subgroup size the host was told);
 // should its subgroups be wider, each takes more of them in turn.
+// PER_ROW (devices whose lanes are a CPU's SIMD, such as lavapipe, where shared memory and barriers
+// cost more than they save): an invocation per (row, token), no shared memory; the same order.
 // Otherwise (prefill) a 64 x 64 tile of out per workgroup, the units taken class by class: each step
 // stages one unit of 64 weight rows and of 64 tokens in shared memory; each invocation keeps 4 x 4
 // class sums and 4 x 4 totals.
@@ -70,6 +72,29 @@ void main() {
         }
         subgroupBarrier();
     }
+}
+#elif defined(PER_ROW)
+layout(local_size_x = 64) in;
+
+void main() {
+    uint row = gl_WorkGroupID.x * 64u + gl_LocalInvocationID.x, t = gl_WorkGroupID.y;
+    if (row >= p.rows || t >= p.n) return;
+    uint units = (p.cols + 31u) / 32u, base = row * p.row_words;
+    precise float tot = 0.0;
+    for (uint cls = 0u; cls < VL; cls++) {
+        precise float acc = 0.0;
+        for (uint u = cls; u < units; u += VL) {
+            float v[32];
+            dequant_unit(p.w, base, u, v);
+            uint lim = min(32u, p.cols - u * 32u), xo = t * p.x_ld + u * 32u;
+            precise float s = 0.0;
+            for (uint i = 0u; i < lim; i++) s += v[i] * p.x.v[xo + i];
+            acc += s;
+        }
+        tot += acc;
+    }
+    uint oi = t * p.o_ld + row;
+    p.o.v[oi] = p.accumulate != 0u ? p.o.v[oi] + tot : tot;
 }
 #else
 layout(local_size_x = 256) in;
