@@ -54,6 +54,8 @@ static void serve_usage(FILE *out) {
             "                            call the API: CORS headers and preflight answers (repeatable;\n"
             "                            default: no CORS headers)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
+            "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
+            "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
             "\n"
             "engine:\n");
     cli_engine_usage(out);
@@ -157,6 +159,9 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             s->log_requests = false;
         } else if (!strcmp(a, "--max-body")) {
             VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_bytes)) return -1;
+        } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
+            VALUE(); if (!cli_parse_device("serve", a, v)) return -1;
+            s->device = v;
         } else if (!strcmp(a, "--drain-timeout")) {
             VALUE(); if (!cli_parse_float("serve", a, v, 0, 86400, &fv)) return -1;
             o->drain_timeout_s = fv;

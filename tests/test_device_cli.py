@@ -1,0 +1,112 @@
+"""Choosing the device from the command line (docs/vulkan.md), with the committed default model:
+
+- `pith devices` lists the CPU with its kernel table, then the Vulkan devices or why there are none;
+- a bad --device / -dev / PITH_DEVICE is a clear error: usage status 2 for the option (run, bench,
+  serve), status 1 naming the variable for the environment;
+- where a Vulkan device can run Pith: `pith run --device vulkan` writes the CPU's greedy text (batch
+  invariance holds across backends only up to float rounding, so the check is the text of a short
+  greedy run, whose top-2 gaps are far above the ~1e-6 the two differ by), -dev and PITH_DEVICE do the
+  same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
+  answers a completion and logs its device."""
+import os
+import re
+import subprocess
+import unittest
+
+from pithtest import Server, main, pith_bin, run_pith
+
+SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+MODEL = os.path.join(SRC, "assets", "default.gguf")
+PROMPT = "And God said"
+
+
+def devices():
+    r = run_pith(["devices"])
+    return r.returncode, r.stdout.decode()
+
+
+def vulkan_device():
+    """vulkan:N of the first device that can run pith, or None."""
+    _, out = devices()
+    for line in out.splitlines():
+        m = re.match(r"(vulkan:\d+):", line)
+        if m and "cannot run" not in line:
+            return m.group(1)
+    return None
+
+
+def greedy(extra, env=None):
+    e = dict(os.environ)
+    e.pop("PITH_DEVICE", None)
+    e.update(env or {})
+    r = subprocess.run([pith_bin(), "run", "-m", MODEL, "-t", "1", "-p", PROMPT, "-n", "24", "--temp", "0"] + extra,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, timeout=300)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+class Listing(unittest.TestCase):
+    def test_devices(self):
+        rc, out = devices()
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out.splitlines()[0], r"^cpu: \S+ kernels$")
+        self.assertTrue(re.search(r"^vulkan:\d+: ", out, re.M) or "Vulkan" in out, out)
+
+    def test_help(self):
+        r = run_pith(["devices", "--help"])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn(b"--device", r.stdout)
+        self.assertEqual(run_pith(["devices", "extra"]).returncode, 2)
+
+
+class BadDevice(unittest.TestCase):
+    def test_option(self):
+        for cmd in (["run", "-m", MODEL, "-p", "x"], ["bench", "-m", MODEL], ["serve", "-m", MODEL]):
+            for opt in ("--device", "-dev"):
+                for bad in ("gpu", "vulkan:x", "vulkan:", ""):
+                    r = run_pith(cmd + [opt, bad], timeout=60)
+                    self.assertEqual(r.returncode, 2, (cmd, opt, bad, r.stderr))
+                    self.assertIn(b"device", r.stderr)
+
+    def test_environment(self):
+        rc, _, err = greedy([], env={"PITH_DEVICE": "tpu"})
+        self.assertEqual(rc, 1, err)
+        self.assertIn("unknown device \"tpu\"", err)
+
+    def test_cpu(self):
+        base = greedy([])
+        self.assertEqual(base[0], 0, base[2])
+        self.assertEqual(greedy(["--device", "cpu"])[1], base[1])
+        self.assertEqual(greedy([], env={"PITH_DEVICE": "cpu"})[1], base[1])
+
+
+@unittest.skipUnless(vulkan_device(), "no Vulkan device can run pith here")
+class OnVulkan(unittest.TestCase):
+    def test_run(self):
+        cpu = greedy(["--device", "cpu"])
+        self.assertEqual(cpu[0], 0, cpu[2])
+        for extra, env in ((["--device", "vulkan"], None), (["-dev", vulkan_device()], None),
+                           ([], {"PITH_DEVICE": "vulkan"})):
+            rc, out, err = greedy(extra, env)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, cpu[1], (extra, env))
+
+    def test_bench(self):
+        r = run_pith(["bench", "-m", MODEL, "--device", "vulkan", "-p", "16", "-n", "4", "-r", "1", "-t", "1"])
+        out = r.stdout.decode()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("device: vulkan", out)
+        self.assertRegex(out, r"\| pp16 \|")
+        self.assertRegex(out, r"\| tg4 \|")
+        r = run_pith(["bench", "-m", MODEL, "--device", "vulkan", "--spec-type", "ngram", "-f", MODEL])
+        self.assertEqual(r.returncode, 2)
+
+    def test_serve(self):
+        with Server(["-m", MODEL, "-t", "1", "-c", "64", "--device", "vulkan"]) as s:
+            status, body = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0})
+            self.assertEqual(status, 200, body)
+            self.assertTrue(body["choices"][0]["text"])
+            self.assertTrue(any("device" in line and "vulkan" in line for line in s.log), "".join(s.log))
+
+
+if __name__ == "__main__":
+    main()
