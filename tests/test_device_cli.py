@@ -7,11 +7,15 @@
   invariance holds across backends only up to float rounding, so the check is the text of a short
   greedy run, whose top-2 gaps are far above the ~1e-6 the two differ by), -dev and PITH_DEVICE do the
   same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
-  answers a completion and logs its device."""
+  answers a completion and logs its device, and gives the same completion after a weight reload and
+  after sleep and wake (the device's pools freed and allocated again, its recorded steps dropped)."""
+import json
 import os
 import re
 import subprocess
 import unittest
+import urllib.error
+import urllib.request
 
 from pithtest import Server, main, pith_bin, run_pith
 
@@ -101,11 +105,32 @@ class OnVulkan(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
 
     def test_serve(self):
-        with Server(["-m", MODEL, "-t", "1", "-c", "64", "--device", "vulkan"]) as s:
-            status, body = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0})
-            self.assertEqual(status, 200, body)
-            self.assertTrue(body["choices"][0]["text"])
+        key = "device-test-key"
+
+        def admin(s, what, body=None):
+            req = urllib.request.Request(s.base + "/v1/admin/" + what, data=json.dumps(body or {}).encode(),
+                                         headers={"content-type": "application/json", "authorization": "Bearer " + key})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        with Server(["-m", MODEL, "-t", "1", "-c", "64", "--device", "vulkan", "--admin-key", key]) as s:
+            def text():
+                status, body = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0})
+                self.assertEqual(status, 200, body)
+                return body["choices"][0]["text"]
+            first = text()
+            self.assertTrue(first)
             self.assertTrue(any("device" in line and "vulkan" in line for line in s.log), "".join(s.log))
+            status, body = admin(s, "reload", {"path": MODEL, "mode": "drain", "version": "again"})
+            self.assertEqual((status, body.get("weight_version")), (200, "again"), body)
+            self.assertEqual(text(), first)
+            for what in ("pause", "sleep", "wake", "resume"):
+                status, body = admin(s, what)
+                self.assertEqual(status, 200, (what, body))
+            self.assertEqual(text(), first)
 
 
 if __name__ == "__main__":
