@@ -8,7 +8,9 @@
   greedy run, whose top-2 gaps are far above the ~1e-6 the two differ by), -dev and PITH_DEVICE do the
   same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
   answers a completion and logs its device, and gives the same completion after a weight reload and
-  after sleep and wake (the device's pools freed and allocated again, its recorded steps dropped)."""
+  after sleep and wake (the device's pools freed and allocated again, its recorded steps dropped);
+- out of device memory (PITH_VK_MEMORY caps the heap): weights or a KV pool that do not fit are refused
+  at load with the sizes (status 1, never a crash), and the same model runs once they fit."""
 import json
 import os
 import re
@@ -93,6 +95,25 @@ class OnVulkan(unittest.TestCase):
             rc, out, err = greedy(extra, env)
             self.assertEqual(rc, 0, err)
             self.assertEqual(out, cpu[1], (extra, env))
+
+    def test_out_of_memory(self):
+        rc, _, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "4M"})
+        self.assertEqual(rc, 1, err)
+        self.assertRegex(err, r"tensor \S+ \([0-9.]+ MiB\): Vulkan: [0-9.]+ MiB do not fit on .*4\.0 MiB heap \(PITH_VK_MEMORY\)")
+        rc, _, err = greedy(["--device", "vulkan", "--kv-blocks", "20000"], env={"PITH_VK_MEMORY": "64M"})
+        self.assertEqual(rc, 1, err)
+        self.assertRegex(err, r"the KV pool of group 0 \(20000 blocks of 16 tokens, K and V [0-9.]+ MiB each\)")
+        rc, out, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "64M"})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, greedy(["--device", "cpu"])[1])
+        rc, _, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "lots"})
+        self.assertEqual(rc, 1, err)
+        self.assertIn("PITH_VK_MEMORY=lots", err)
+        e = dict(os.environ, PITH_VK_MEMORY="4M")
+        r = subprocess.run([pith_bin(), "serve", "-m", MODEL, "--port", "0", "--device", "vulkan"], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(b"do not fit", r.stderr)
 
     def test_bench(self):
         r = run_pith(["bench", "-m", MODEL, "--device", "vulkan", "-p", "16", "-n", "4", "-r", "1", "-t", "1"])

@@ -814,6 +814,19 @@ int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err) {
         free(c);
         return -1;
     }
+    const char *cap = getenv("PITH_VK_MEMORY");
+    if (cap && *cap) {
+        char *end;
+        unsigned long long v = strtoull(cap, &end, 10);
+        int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+        if (shift) end++;
+        if (*end || v == 0 || cap[0] == '-' || v > (~0ull >> shift)) {
+            pith_vk_close(c);
+            free(c);
+            return pith_errf(err, "PITH_VK_MEMORY=%s: expected a size in bytes, or with K, M or G", cap);
+        }
+        c->heap_cap = (VkDeviceSize)v << shift;
+    }
     const char *mk = getenv("PITH_VK_MATMUL");
     if (mk && *mk && strcmp(mk, "auto")) {
         if (!strcmp(mk, "rows")) c->matmul_kind = VK_MATMUL_PER_ROW;

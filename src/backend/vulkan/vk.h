@@ -94,6 +94,8 @@ typedef struct pith_vk {
      * overcommit and fail later, or not at all until the memory is touched). */
     VkDeviceSize heap_used[VK_MAX_MEMORY_HEAPS];
     VkDeviceSize max_alloc;
+    VkDeviceSize heap_cap;         /* PITH_VK_MEMORY: every heap taken as at most this (0: none), to
+                                      share a device or to check that what does not fit is refused */
     VkPhysicalDeviceProperties props;
     VkCommandPool pool;
     VkCommandBuffer once;          /* uploads, copies: recorded and waited for at once */

@@ -256,13 +256,15 @@ int pith_vk_alloc(pith_vk *c, VkDeviceSize size, bool host, vk_mem *m, pith_err 
     }
     uint32_t heap = c->memprops.memoryTypes[type].heapIndex;
     VkDeviceSize heap_size = c->memprops.memoryHeaps[heap].size;
+    if (c->heap_cap && c->heap_cap < heap_size) heap_size = c->heap_cap;
     if ((c->max_alloc && req.size > c->max_alloc) || req.size > heap_size - c->heap_used[heap]) {
         vkDestroyBuffer(c->dev, m->buf, NULL);
         m->buf = VK_NULL_HANDLE;
-        return pith_errf(err, "Vulkan: %.1f MiB do not fit on %s: %.1f MiB of its %.1f MiB heap are in use, and "
+        return pith_errf(err, "Vulkan: %.1f MiB do not fit on %s: %.1f MiB of its %.1f MiB heap%s are in use, and "
                          "one allocation may hold at most %.1f MiB",
                          (double)req.size / (1 << 20), c->props.deviceName, (double)c->heap_used[heap] / (1 << 20),
-                         (double)heap_size / (1 << 20), (double)c->max_alloc / (1 << 20));
+                         (double)heap_size / (1 << 20), heap_size == c->heap_cap ? " (PITH_VK_MEMORY)" : "",
+                         (double)c->max_alloc / (1 << 20));
     }
     VkMemoryAllocateFlagsInfo fl = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
                                     .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
