@@ -3,7 +3,8 @@
 - `pith devices` lists the CPU with its kernel table, then the Vulkan devices or why there are none;
 - a bad --device / -dev / PITH_DEVICE is a clear error: usage status 2 for the option (run, bench,
   serve), status 1 naming the variable for the environment;
-- where a Vulkan device can run Pith: `pith run --device vulkan` writes the CPU's greedy text (batch
+- where a Vulkan device can run Pith: `pith run --device vulkan` (alone, and speculating with a draft
+  model, which runs on the target's device) writes the CPU's greedy text (batch
   invariance holds across backends only up to float rounding, so the check is the text of a short
   greedy run, whose top-2 gaps are far above the ~1e-6 the two differ by), -dev and PITH_DEVICE do the
   same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
@@ -91,7 +92,8 @@ class OnVulkan(unittest.TestCase):
         cpu = greedy(["--device", "cpu"])
         self.assertEqual(cpu[0], 0, cpu[2])
         for extra, env in ((["--device", "vulkan"], None), (["-dev", vulkan_device()], None),
-                           ([], {"PITH_DEVICE": "vulkan"})):
+                           ([], {"PITH_DEVICE": "vulkan"}),
+                           (["--device", "vulkan", "--spec-type", "draft", "-md", MODEL], None)):
             rc, out, err = greedy(extra, env)
             self.assertEqual(rc, 0, err)
             self.assertEqual(out, cpu[1], (extra, env))

@@ -114,10 +114,12 @@ typedef struct pith_engine_options {
      * (kv_mem_bytes and the other options above are the target's only). draft_model: loaded by the
      * caller, who frees it after the engine (its memory is the engine's while the engine lives); or,
      * when NULL, draft_model_path, loaded by the engine with draft_threads worker threads (0: one per
-     * online CPU) and freed with it. */
+     * online CPU) on draft_device (pith_model_options.device: NULL is PITH_DEVICE, else the CPU) and
+     * freed with it. */
     pith_model *draft_model;
     const char *draft_model_path;
     int draft_threads;
+    const char *draft_device;
 } pith_engine_options;
 
 typedef enum pith_finish_reason {

@@ -287,6 +287,7 @@ int pith_cmd_run(int argc, char **argv) {
     run_opts o;
     int pr = parse_run_args(argc, argv, &o);
     o.batch.engine.draft_threads = o.n_threads; /* a draft model runs with the target's threads */
+    o.batch.engine.draft_device = o.device;     /* and on its device */
     if (pr == 1) {
         run_usage(stdout);
         return 0;

@@ -177,7 +177,7 @@ static int draft_create(pith_engine *e, pith_err *err) {
     const pith_engine_options *o = &e->opt;
     pith_model *dm = o->draft_model;
     if (!dm) {
-        pith_model_options mo = {.n_threads = o->draft_threads};
+        pith_model_options mo = {.n_threads = o->draft_threads, .device = o->draft_device};
         if (pith_model_load(o->draft_model_path, &mo, &dm, err)) return pith_err_prefix(err, "the draft model");
     }
     int n = o->spec_max_seqs < o->max_num_seqs ? o->spec_max_seqs : o->max_num_seqs;

@@ -128,6 +128,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return pith_errf(err, "out of memory");
     }
+    if (!s->engine_opt.draft_device) s->engine_opt.draft_device = s->device; /* a draft runs beside its target */
     for (int i = 0; i < o->n_api_keys; i++) {
         if (auth_add_key(&s->keys, o->api_keys[i], err)) {
             pith_server_free(s);
