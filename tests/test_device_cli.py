@@ -8,7 +8,7 @@
   invariance holds across backends only up to float rounding, so the check is the text of a short
   greedy run, whose top-2 gaps are far above the ~1e-6 the two differ by), -dev and PITH_DEVICE do the
   same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
-  answers a completion and logs its device, and gives the same completion after a weight reload and
+  answers a completion (and one constrained by a grammar) and logs its device, and gives the same completion after a weight reload and
   after sleep and wake (the device's pools freed and allocated again, its recorded steps dropped);
 - out of device memory (PITH_VK_MEMORY caps the heap): weights or a KV pool that do not fit are refused
   at load with the sizes (status 1, never a crash), and the same model runs once they fit."""
@@ -146,6 +146,11 @@ class OnVulkan(unittest.TestCase):
                 return body["choices"][0]["text"]
             first = text()
             self.assertTrue(first)
+            # a grammar's token masks apply to the device's logits as to the CPU's
+            status, body = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 1,
+                                                      "guided_choice": ["Moses", "Aaron"]})
+            self.assertEqual(status, 200, body)
+            self.assertIn(body["choices"][0]["text"], ("Moses", "Aaron"))
             self.assertTrue(any("device" in line and "vulkan" in line for line in s.log), "".join(s.log))
             status, body = admin(s, "reload", {"path": MODEL, "mode": "drain", "version": "again"})
             self.assertEqual((status, body.get("weight_version")), (200, "again"), body)
