@@ -124,6 +124,16 @@ class OnVulkan(unittest.TestCase):
         self.assertIn("device: vulkan", out)
         self.assertRegex(out, r"\| pp16 \|")
         self.assertRegex(out, r"\| tg4 \|")
+        r = run_pith(["bench", "-m", MODEL, "--device", "vulkan", "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--json"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = [json.loads(line) for line in r.stdout.decode().splitlines()]
+        self.assertEqual([row["test"] for row in rows], ["pp16", "tg4"])
+        for row in rows:
+            self.assertEqual(row["device"], "vulkan")
+            self.assertTrue(row["device_name"])
+            self.assertGreater(row["bandwidth_gbs"], 0)
+            self.assertAlmostEqual(row["ratio"], (row.get("achieved_gbs") or row.get("achieved_gops")) /
+                                   (row["bandwidth_gbs"] if row["test"] == "tg4" else row["peak_gops"]), places=6)
         r = run_pith(["bench", "-m", MODEL, "--device", "vulkan", "--spec-type", "ngram", "-f", MODEL])
         self.assertEqual(r.returncode, 2)
 

@@ -274,10 +274,14 @@ typedef struct bench_ctx {
 
 /* The limits a test divides by, measured now: memory bandwidth (bytes/s) and, when peak is not NULL, the
  * compute peak (operations/s) for this model's weights. On a device both come from one device probe. */
+/* The device's copy reads and writes at most 1 GiB: enough to stream at full bandwidth, and two such
+ * buffers beside the model still fit where the model does. */
+static long long device_probe_mib(const bench_ctx *c) { return c->probe_mib < 1024 ? c->probe_mib : 1024; }
+
 static int measure_limits(bench_ctx *c, pith_probe *probe, double *bw, double *peak, pith_err *err) {
     if (c->on_device) {
         double gbs, gflops;
-        if (pith_backend_device_probe(c->o->device, (size_t)c->probe_mib << 20, &gbs, &gflops, c->device_name,
+        if (pith_backend_device_probe(c->o->device, (size_t)device_probe_mib(c) << 20, &gbs, &gflops, c->device_name,
                                       sizeof c->device_name, err))
             return -1;
         *bw = gbs * 1e9;
@@ -328,7 +332,7 @@ static void print_header(bench_ctx *c) {
         printf("device: %s (%s); probes on the device, before/after each test: bandwidth = a copy of %lld MiB "
                "between two buffers (bytes read + written), pp ratio against its FP32 FMA peak (weights are "
                "dequantized to float there)\n",
-               pith_backend_device_or_env(c->o->device), c->device_name, c->probe_mib);
+               pith_backend_device_or_env(c->o->device), c->device_name, device_probe_mib(c));
     else
         printf("probes: kernels %s; bandwidth = best of %d passes over %lld MiB, measured before/after each test; "
                "pp ratio against the %s peak of %s\n",
@@ -395,7 +399,11 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddNumberToObject(j, "median_tokens_per_s", r->tps.median);
     cJSON_AddItemToObject(j, "samples_ts", cJSON_CreateDoubleArray(r->samples, r->n_samples));
     cJSON_AddNumberToObject(j, "bandwidth_gbs", 0.5 * (r->bw_before + r->bw_after) / 1e9);
-    cJSON_AddNumberToObject(j, "bandwidth_probe_mib", (double)c->probe_mib);
+    cJSON_AddNumberToObject(j, "bandwidth_probe_mib", (double)(c->on_device ? device_probe_mib(c) : c->probe_mib));
+    if (c->on_device) {
+        cJSON_AddStringToObject(j, "device", pith_backend_device_or_env(o->device));
+        cJSON_AddStringToObject(j, "device_name", c->device_name);
+    }
     cJSON_AddNumberToObject(j, "bandwidth_before_gbs", r->bw_before / 1e9);
     cJSON_AddNumberToObject(j, "bandwidth_after_gbs", r->bw_after / 1e9);
     if (!strcmp(r->kind, "tg")) {
