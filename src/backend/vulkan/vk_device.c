@@ -100,6 +100,35 @@ static const char *kind_name(VkPhysicalDeviceType t) {
     }
 }
 
+static bool has_extension(VkPhysicalDevice pd, const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkExtensionProperties *e = malloc(n * sizeof *e);
+    bool found = false;
+    if (e && vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = strcmp(e[i].extensionName, name) == 0;
+    free(e);
+    return found;
+}
+
+/* What a device offers that the shaders use or could use, for `pith devices`: its subgroup width, 16-bit
+ * float and 8-bit integer arithmetic, integer dot products, cooperative matrices (named by string: the
+ * KHR extension is newer than some headers this builds with). */
+static void describe_features(VkPhysicalDevice pd, uint32_t api, char *out, size_t cap) {
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = api >= VK_API_VERSION_1_3 ? &f13 : NULL};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(pd, &f);
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    bool coop = has_extension(pd, "VK_KHR_cooperative_matrix") || has_extension(pd, "VK_NV_cooperative_matrix");
+    snprintf(out, cap, "subgroup %u, fp16 %s, int8 %s, integer dot %s, cooperative matrix %s", sg.subgroupSize,
+             f12.shaderFloat16 ? "yes" : "no", f12.shaderInt8 ? "yes" : "no",
+             f13.shaderIntegerDotProduct ? "yes" : "no", coop ? "yes (not used yet)" : "no");
+}
+
 int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err) {
     if (cap) out[0] = 0;
     VkInstance inst;
@@ -120,9 +149,12 @@ int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err) {
         uint32_t q;
         char why[96];
         bool ok = usable(pds[i], &q, why, sizeof why);
-        int w = snprintf(out + used, cap - used, "vulkan:%u: %s (%s, Vulkan %u.%u, %.1f GiB)%s%s\n", i, p.deviceName,
+        char feats[160];
+        describe_features(pds[i], p.apiVersion, feats, sizeof feats);
+        int w = snprintf(out + used, cap - used, "vulkan:%u: %s (%s, Vulkan %u.%u, %.1f GiB; %s)%s%s\n", i, p.deviceName,
                          kind_name(p.deviceType), VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
-                         (double)device_local_bytes(pds[i]) / (1 << 30), ok ? "" : ": cannot run pith: ", ok ? "" : why);
+                         (double)device_local_bytes(pds[i]) / (1 << 30), feats, ok ? "" : ": cannot run pith: ",
+                         ok ? "" : why);
         if (w < 0) break;
         used += (size_t)w;
     }
