@@ -302,8 +302,8 @@ static bool same_shape(const vk_recorded *r, const pith_batch *b, int n_kept, in
     if (r->n_tokens != b->n_tokens || r->n_seqs != b->n_seqs || r->n_kept != n_kept || r->n_hidden != n_hidden ||
         r->n_logits != n_logits)
         return false;
-    for (int g = 0; g < b->n_groups; g++)
-        if (r->max_blocks[g] != b->mem[g].max_blocks) return false;
+    /* the block tables' width is not part of the shape: the shaders read it from the step buffer, so a
+     * decode step keeps replaying as its sequences grow past a block */
     return true;
 }
 
@@ -644,7 +644,6 @@ static void finish_recording(pith_vk *c) {
     r->cmd = c->cmd;
     r->n_tokens = b->n_tokens, r->n_seqs = b->n_seqs, r->n_kept = c->n_kept, r->n_hidden = c->n_hidden;
     r->n_logits = c->n_logits;
-    for (int g = 0; g < b->n_groups; g++) r->max_blocks[g] = b->mem[g].max_blocks;
 }
 
 static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err) {

@@ -10,10 +10,10 @@
  * rows out. Shaders reach every buffer by its device address (VK_KHR_buffer_device_address, core in
  * 1.2): no descriptor sets.
  *
- * Replay: a step whose shape (tokens, sequences, rows that want logits or hidden states, per group the
- * block table width) matches one recorded before submits the command buffer recorded then (its op
- * sequence and arguments are those of the same shape, backend.h's invariant; what differs lives in the
- * step buffer). PITH_VK_REPLAY=0 records every step.
+ * Replay: a step whose shape (tokens, sequences, rows that want logits or hidden states; not the block
+ * tables' width, which the shaders read from the step buffer) matches one recorded before submits the
+ * command buffer recorded then (its op sequence and arguments are those of the same shape, backend.h's
+ * invariant; what differs lives in the step buffer). PITH_VK_REPLAY=0 records every step.
  *
  * Invariants: every buffer is allocated with a device address; weights never move after load; the
  * activation buffers move only in reserve and the pools in mem_alloc (both drop the recorded steps, as
@@ -77,7 +77,6 @@ typedef struct vk_group {
 typedef struct vk_recorded {       /* a step's command buffer, replayed for steps of the same shape */
     VkCommandBuffer cmd;
     int n_tokens, n_seqs, n_kept, n_hidden, n_logits;
-    int max_blocks[PITH_MAX_MEM_GROUPS];
     unsigned long long uses;
 } vk_recorded;
 
