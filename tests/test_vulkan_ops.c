@@ -31,68 +31,33 @@
 #include "backend/cpu/quants.h"
 #include "backend/info.h"
 #include "check.h"
+#include "quant_ref.h"
 
 enum { NMAX = 40, BS = 16, NBLK = 8, VOCAB = 50, KV_DIM = 64 };
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint8_t *parked[256]; /* weight data the backends may view, freed after them */
 static int n_parked;
-static uint32_t rnd(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float unif(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
 
-/* float to IEEE half, truncating (any half is a valid weight; the values stay normal) */
-static uint16_t half_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000;
-    int e = (int)((u >> 23) & 255) - 127 + 15;
-    if (e <= 0) return (uint16_t)sign;
-    if (e >= 31) return (uint16_t)(sign | 0x7bff);
-    return (uint16_t)(sign | (uint32_t)e << 10 | ((u >> 13) & 0x3ff));
-}
-static void put_half(uint8_t *p, float f) {
-    uint16_t h = half_bits(f);
-    memcpy(p, &h, 2);
+static float *randv(size_t n, float lo, float hi) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; v && i < n; i++) v[i] = rnd_uniform(lo, hi);
+    return v;
 }
 
-/* rows x cols of random weights of `type` in the file's layout (malloc'd) */
+/* rows x cols of random weights of `type` in the file's layout (malloc'd): float types rounded from
+ * uniform values, block types as random blocks with finite scales (quant_ref.h) */
 static uint8_t *random_weights(pith_dtype type, int rows, int cols, size_t *nbytes) {
-    size_t n = (size_t)rows * cols, blocks = n / (size_t)pith_dtype_block_elems(type);
-    size_t bb = pith_dtype_block_bytes(type);
-    *nbytes = blocks * bb;
+    int64_t n = (int64_t)rows * cols;
+    *nbytes = pith_dtype_row_bytes(type, n);
     uint8_t *d = malloc(*nbytes);
     if (!d) return NULL;
-    for (size_t i = 0; i < *nbytes; i++) d[i] = (uint8_t)rnd();
-    for (size_t b = 0; b < blocks; b++) {
-        uint8_t *p = d + b * bb;
-        switch (type) {
-        case PITH_F32: {
-            float v = unif(-1, 1);
-            memcpy(p, &v, 4);
-            break;
-        }
-        case PITH_F16: put_half(p, unif(-1, 1)); break;
-        case PITH_BF16: {
-            float v = unif(-1, 1);
-            uint32_t u;
-            memcpy(&u, &v, 4);
-            uint16_t h = (uint16_t)(u >> 16);
-            memcpy(p, &h, 2);
-            break;
-        }
-        case PITH_Q8_0:
-        case PITH_Q4_0: put_half(p, unif(0.001f, 0.02f)); break;
-        case PITH_Q4_K:
-        case PITH_Q5_K:
-            put_half(p, unif(0.001f, 0.02f));
-            put_half(p + 2, unif(0.0f, 0.01f));
-            break;
-        case PITH_Q6_K: put_half(p + 208, unif(0.001f, 0.02f)); break;
-        default: break;
-        }
+    if (type == PITH_F32 || type == PITH_F16 || type == PITH_BF16) {
+        float *x = randv((size_t)n, -1, 1);
+        if (!x) return free(d), NULL;
+        ref_quantize(type, x, (int)n, d);
+        free(x);
+    } else {
+        random_blocks(type, (int)n, d);
     }
     return d;
 }
@@ -155,7 +120,7 @@ static void rig_close(rig *r) {
 /* A step of one sequence of n tokens (positions 0..n-1); rows 1, n/2 and n-1 want logits. */
 static int step(rig *r, int n, pith_err *err) {
     for (int t = 0; t < n; t++) {
-        r->tok[t] = (int32_t)(rnd() % VOCAB), r->pos[t] = t, r->seq[t] = 0, r->slot[t] = t;
+        r->tok[t] = (int32_t)(rnd_u64() % VOCAB), r->pos[t] = t, r->seq[t] = 0, r->slot[t] = t;
         r->want[t] = t == 1 || t == n / 2 || t == n - 1;
     }
     r->bm = (pith_batch_mem){.slots = r->slot, .block_tables = r->table, .max_blocks = NBLK};
@@ -177,11 +142,6 @@ static int get(rig *r, int s, int cols, int which, int n, float *y, pith_err *er
     return be->vt->sync(be, err) || be->vt->buf_read(be, B(r, s, cols, which), n, y, err) ? -1 : 0;
 }
 
-static float *randv(size_t n, float lo, float hi) {
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; v && i < n; i++) v[i] = unif(lo, hi);
-    return v;
-}
 
 static bool within_ulps(float a, float b, int ulps) {
     return fabsf(a - b) <= (float)ulps * ldexpf(fabsf(b), -23) + 1e-30f;
@@ -448,7 +408,7 @@ int main(void) {
     rig r;
     for (int k = 0; k < 2; k++) {
         setenv("PITH_VK_MATMUL", kinds[k], 1);
-        rng = 0x9e3779b97f4a7c15ull;
+        rng_state = 0x9e3779b97f4a7c15ull;
         if (rig_open(&r, &err)) {
             CHECKF(0, "opening the backends: %s", err.msg);
             rig_close(&r);

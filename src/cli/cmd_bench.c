@@ -272,12 +272,12 @@ typedef struct bench_ctx {
     char device_name[256];   /* on_device: the device the probe ran on */
 } bench_ctx;
 
-/* The limits a test divides by, measured now: memory bandwidth (bytes/s) and, when peak is not NULL, the
- * compute peak (operations/s) for this model's weights. On a device both come from one device probe. */
 /* The device's copy reads and writes at most 1 GiB: enough to stream at full bandwidth, and two such
  * buffers beside the model still fit where the model does. */
 static long long device_probe_mib(const bench_ctx *c) { return c->probe_mib < 1024 ? c->probe_mib : 1024; }
 
+/* The limits a test divides by, measured now: memory bandwidth (bytes/s) and, when peak is not NULL, the
+ * compute peak (operations/s) for this model's weights. On a device both come from one device probe. */
 static int measure_limits(bench_ctx *c, pith_probe *probe, double *bw, double *peak, pith_err *err) {
     if (c->on_device) {
         double gbs, gflops;
@@ -471,12 +471,11 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
         if (o->n_gen && pith_bench_tg(run, 1, &sec, err)) goto done;
     }
 
-    double bw;
-    if (measure_limits(c, probe, &bw, NULL, err)) goto done;
+    double bw, peak0;
+    if (measure_limits(c, probe, &bw, o->n_prompt ? &peak0 : NULL, err)) goto done;
     if (o->n_prompt) {
         fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
-        double peak0, peak1, bw1, unused;
-        if (measure_limits(c, probe, &unused, &peak0, err)) goto done;
+        double peak1, bw1;
         double share;
         if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
         if (measure_limits(c, probe, &bw1, &peak1, err)) goto done;

@@ -803,38 +803,36 @@ static const pith_backend_vt vk_vt = {
     .buf_write = vk_buf_write, .buf_read = vk_buf_read, .sync = vk_sync,
 };
 
-int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err) {
-    *out = NULL;
-    pith_vk *c = calloc(1, sizeof *c);
-    if (!c) return pith_errf(err, "out of memory");
-    c->base.vt = &vk_vt;
-    if (pith_vk_open(c, device, err)) {
-        pith_vk_close(c);
-        free(c);
-        return -1;
-    }
+/* PITH_VK_MEMORY and PITH_VK_MATMUL (vk.h: heap_cap, matmul_kind), read before a device is opened. */
+static int read_env(pith_vk *c, pith_err *err) {
     const char *cap = getenv("PITH_VK_MEMORY");
     if (cap && *cap) {
         char *end;
         unsigned long long v = strtoull(cap, &end, 10);
         int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
         if (shift) end++;
-        if (*end || v == 0 || cap[0] == '-' || v > (~0ull >> shift)) {
-            pith_vk_close(c);
-            free(c);
+        if (*end || v == 0 || cap[0] == '-' || v > (~0ull >> shift))
             return pith_errf(err, "PITH_VK_MEMORY=%s: expected a size in bytes, or with K, M or G", cap);
-        }
         c->heap_cap = (VkDeviceSize)v << shift;
     }
     const char *mk = getenv("PITH_VK_MATMUL");
     if (mk && *mk && strcmp(mk, "auto")) {
         if (!strcmp(mk, "rows")) c->matmul_kind = VK_MATMUL_PER_ROW;
         else if (!strcmp(mk, "tiles")) c->matmul_kind = VK_MATMUL_TILED;
-        else {
-            pith_vk_close(c);
-            free(c);
-            return pith_errf(err, "PITH_VK_MATMUL=%s: expected auto, rows or tiles", mk);
-        }
+        else return pith_errf(err, "PITH_VK_MATMUL=%s: expected auto, rows or tiles", mk);
+    }
+    return 0;
+}
+
+int pith_backend_vulkan_create(int device, pith_backend **out, pith_err *err) {
+    *out = NULL;
+    pith_vk *c = calloc(1, sizeof *c);
+    if (!c) return pith_errf(err, "out of memory");
+    c->base.vt = &vk_vt;
+    if (read_env(c, err) || pith_vk_open(c, device, err)) {
+        pith_vk_close(c);
+        free(c);
+        return -1;
     }
     c->cpu_device = c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const char *rp = getenv("PITH_VK_REPLAY");
