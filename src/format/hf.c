@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "format/hf_config.h"
+#include "format/json_file.h"
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
 #include "format/safetensors.h"
@@ -72,9 +73,11 @@ static bool canonical_name(const pith_arch *arch, int n_layers, const char *hf, 
     return true;
 }
 
-static bool is_file(const char *path) {
+/* Whether the directory names this file at all: a FIFO there is then opened (non-blocking) and refused
+ * with an error naming it, rather than passed over. */
+static bool exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0;
 }
 
 static char *join(const char *dir, const char *name) {
@@ -115,6 +118,10 @@ static int read_index(const char *path, shard_map *s, pith_err *err) {
     char *text;
     size_t len;
     if (pith_read_small_file(path, MAX_INDEX_BYTES, &text, &len, err)) return -1;
+    if (pith_json_count_values(text, len) > PITH_JSON_MAX_VALUES) {
+        free(text);
+        return pith_errf(err, "%s: more than %zu JSON values", path, PITH_JSON_MAX_VALUES);
+    }
     s->json = cJSON_ParseWithLength(text, len);
     free(text);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(s->json, "weight_map");
@@ -247,10 +254,10 @@ int pith_load_hf(pith_model_file *f, pith_err *err) {
             pith_errf(err, "%s: out of memory", f->path);
             goto done;
         }
-        if (is_file(index)) {
+        if (exists(index)) {
             free(single);
             single = NULL;
-        } else if (is_file(single)) {
+        } else if (exists(single)) {
             free(index);
             index = NULL;
         } else {

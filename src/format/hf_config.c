@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/json_file.h"
 #include "format/mapped_file.h"
 #include "format/printable.h"
 
@@ -177,6 +178,10 @@ int pith_hf_parse_config(const char *config_path, pith_hparams *hp, const pith_a
     char *text;
     size_t len;
     if (pith_read_small_file(config_path, MAX_CONFIG_BYTES, &text, &len, err)) return -1;
+    if (pith_json_count_values(text, len) > PITH_JSON_MAX_VALUES) {
+        free(text);
+        return pith_errf(err, "%s: more than %zu JSON values", config_path, PITH_JSON_MAX_VALUES);
+    }
     python_infinities(text, len);
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);

@@ -1,13 +1,12 @@
 /* Model files: format detection, the shared tensor table and the accessors (see pith/modelfile.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "format/arch.h"
+#include "format/gguf_internal.h"
 #include "format/modelfile_internal.h"
 #include "format/printable.h"
 
@@ -88,12 +87,17 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static bool has_gguf_magic(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return false;
     char magic[4];
-    ssize_t n = read(fd, magic, 4);
-    close(fd);
-    return n == 4 && !memcmp(magic, "GGUF", 4);
+    size_t n = 0;
+    pith_err ignored;
+    return !pith_read_file_head(path, magic, sizeof magic, &n, NULL, &ignored) && n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+/* Only now, with every header and tensor checked, are the files read in: a large file whose header is
+ * refused costs no reads (pith_prefault_file). */
+static void prefault(const pith_model_file *f) {
+    for (int i = 0; i < f->n_maps; i++) pith_prefault_file(&f->maps[i]);
+    if (f->gguf) pith_prefault_file(&f->gguf->map);
 }
 
 static int build_index(pith_model_file *f, pith_err *err) {
@@ -133,8 +137,9 @@ static int load(pith_model_file *f, pith_err *err) {
                          ".safetensors file, or a llama2.c .bin checkpoint)", path);
     }
     if (rc) return -1;
-    if (build_index(f, err)) return -1;
-    return pith_model_file_validate(f, err);
+    if (build_index(f, err) || pith_model_file_validate(f, err)) return -1;
+    prefault(f);
+    return 0;
 }
 
 int pith_model_file_open(const char *path, pith_model_file **out, pith_err *err) {

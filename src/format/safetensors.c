@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/json_file.h"
 #include "format/printable.h"
 
 /* Every integer in a header must be exact in a double (cJSON's representation). */
@@ -108,6 +109,8 @@ int pith_safetensors_parse(const char *path, const pith_mapped_file *m, pith_ten
     const char *hdr = (const char *)m->base + 8;
     if (hlen == 0 || memchr(hdr, '\0', (size_t)hlen))
         return pith_errf(err, "%s: header is not JSON (empty or contains NUL bytes)", path);
+    if (pith_json_count_values(hdr, (size_t)hlen) > PITH_JSON_MAX_VALUES)
+        return pith_errf(err, "%s: header holds more than %zu JSON values", path, PITH_JSON_MAX_VALUES);
     cJSON *root = cJSON_ParseWithLength(hdr, (size_t)hlen);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);

@@ -8,18 +8,19 @@
 
 #include <cjson/cJSON.h>
 
+#include "format/json_file.h"
+#include "format/mapped_file.h"
+
 #define MAX_TEMPLATE_BYTES ((size_t)1 << 20)
 #define MAX_CONFIG_BYTES ((size_t)16 << 20)
 
-/* Reads a whole file with stdio, so that a FIFO or process substitution works too. *out is NULL when
- * the file does not exist and missing_ok. */
-static int read_text(const char *path, size_t max, bool missing_ok, char **out, pith_err *err) {
+/* Reads the file --chat-template names, with stdio, so that a FIFO or process substitution works too
+ * (docs/api.md): the operator named it. Files found in a model directory are read with
+ * pith_read_optional_file instead, which refuses anything but a regular file. */
+static int read_user_file(const char *path, size_t max, char **out, pith_err *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (missing_ok && errno == ENOENT) return 0;
-        return pith_errf(err, "cannot open %s: %s", path, strerror(errno));
-    }
+    if (!f) return pith_errf(err, "cannot open %s: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *b = malloc(cap + 1);
     int rc = b ? 0 : pith_errf(err, "out of memory reading %s", path);
@@ -58,10 +59,16 @@ static int template_from_hf_config(const char *dir, char **out, pith_err *err) {
     *out = NULL;
     char *path = join_path(dir, "tokenizer_config.json"), *text = NULL;
     if (!path) return pith_errf(err, "out of memory");
-    int rc = read_text(path, MAX_CONFIG_BYTES, true, &text, err);
+    size_t len;
+    int rc = pith_read_optional_file(path, MAX_CONFIG_BYTES, &text, &len, err);
+    if (rc == 0 && text && pith_json_count_values(text, len) > PITH_JSON_MAX_VALUES)
+        rc = pith_errf(err, "%s: more than %zu JSON values", path, PITH_JSON_MAX_VALUES);
     free(path);
-    if (rc || !text) return rc;
-    cJSON *cfg = cJSON_Parse(text);
+    if (rc || !text) {
+        free(text);
+        return rc;
+    }
+    cJSON *cfg = cJSON_ParseWithLength(text, len); /* not JSON: no template here (the tokenizer load says why) */
     free(text);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
     const char *found = NULL;
@@ -99,7 +106,8 @@ static int model_template(const pith_model *m, char **out, pith_err *err) {
     if (!dir) return 0;
     char *path = join_path(dir, "chat_template.jinja");
     if (!path) return pith_errf(err, "out of memory");
-    int rc = read_text(path, MAX_TEMPLATE_BYTES, true, out, err);
+    size_t len;
+    int rc = pith_read_optional_file(path, MAX_TEMPLATE_BYTES, out, &len, err);
     free(path);
     if (rc || *out) return rc;
     return template_from_hf_config(dir, out, err);
@@ -140,7 +148,7 @@ static char *token_text(const pith_tokenizer *t, int id) {
 static int load_template(const pith_assets_options *o, pith_assets *a, pith_err *err) {
     char *src = NULL;
     if (o->chat_template_path) {
-        if (read_text(o->chat_template_path, MAX_TEMPLATE_BYTES, false, &src, err)) return -1;
+        if (read_user_file(o->chat_template_path, MAX_TEMPLATE_BYTES, &src, err)) return -1;
         int rc = pith_chat_template_compile(src, &a->chat, err);
         free(src);
         return rc ? pith_err_prefix(err, "%s", o->chat_template_path) : 0;

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/json_file.h"
+#include "format/mapped_file.h"
 #include "tokenizer/tok_internal.h"
 
 static const cJSON *get(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
@@ -266,38 +268,32 @@ static int load_merges(pith_tokenizer *t, const cJSON *merges, pith_err *err) {
     return 0;
 }
 
-static cJSON *parse_file(const char *path, pith_err *err) {
-    char *data;
-    size_t n;
-    if (tok_read_file(path, &data, &n, err) != 0) return NULL;
-    cJSON *j = cJSON_ParseWithLength(data, n);
-    free(data);
-    if (!j) pith_errf(err, "%s: not valid JSON", path);
-    return j;
-}
-
-/* generation_config.json's eos_token_id (a number or a list) marks more end-of-generation tokens. */
-static void load_generation_config(pith_tokenizer *t, const char *json_path) {
+/* generation_config.json's eos_token_id (a number or a list) marks more end-of-generation tokens. The file
+ * is optional, and one that is not JSON is ignored; but a FIFO, a device or an oversized file there fails
+ * the load, as anywhere in a model directory. */
+static int load_generation_config(pith_tokenizer *t, const char *json_path, pith_err *err) {
     const char *slash = strrchr(json_path, '/');
     size_t dir_len = slash ? (size_t)(slash - json_path + 1) : 0;
     char *path = malloc(dir_len + sizeof "generation_config.json");
-    if (!path) return;
+    if (!path) return pith_errf(err, "out of memory");
     memcpy(path, json_path, dir_len);
     strcpy(path + dir_len, "generation_config.json");
-    FILE *f = fopen(path, "rb");
+    char *text;
+    size_t len;
+    int rc = pith_read_optional_file(path, TOK_MAX_GENERATION_CONFIG_BYTES, &text, &len, err);
     cJSON *j = NULL;
-    if (f) {
-        fclose(f);
-        pith_err ignored;
-        j = parse_file(path, &ignored);
-    }
+    pith_err ignored;
+    if (rc == 0 && text) pith_json_parse(path, text, len, PITH_JSON_MAX_VALUES, &j, &ignored);
+    free(text);
     free(path);
+    if (rc) return -1;
     const cJSON *eos = get(j, "eos_token_id"), *item;
     if (cJSON_IsNumber(eos) && eos->valuedouble >= 0 && eos->valuedouble < t->n_vocab) t->eog[(int)eos->valuedouble] = true;
     const cJSON *list = cJSON_IsArray(eos) ? eos : NULL;
     cJSON_ArrayForEach(item, list)
         if (cJSON_IsNumber(item) && item->valuedouble >= 0 && item->valuedouble < t->n_vocab) t->eog[(int)item->valuedouble] = true;
     cJSON_Delete(j);
+    return 0;
 }
 
 static bool id_ok(double v) { return v >= 0 && v < (1 << 24) && v == (double)(int32_t)v; }
@@ -311,18 +307,24 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
     const char *prefix = get_str(model, "continuing_subword_prefix"), *suffix = get_str(model, "end_of_word_suffix");
     if ((prefix && *prefix) || (suffix && *suffix))
         return pith_errf(err, "unsupported BPE continuing_subword_prefix/end_of_word_suffix");
-    int n_vocab = 0;
+    int n_vocab = 0, n_named = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, vocab) {
         if (!cJSON_IsNumber(item) || !id_ok(item->valuedouble)) return pith_errf(err, "vocab entry with a bad id");
         if ((int)item->valuedouble + 1 > n_vocab) n_vocab = (int)item->valuedouble + 1;
+        n_named++;
     }
     cJSON_ArrayForEach(item, added) {
         const cJSON *id = get(item, "id");
         if (!cJSON_IsNumber(id) || !id_ok(id->valuedouble) || !get_str(item, "content"))
             return pith_errf(err, "added token without a valid id and content");
         if ((int)id->valuedouble + 1 > n_vocab) n_vocab = (int)id->valuedouble + 1;
+        n_named++;
     }
+    /* The tables cost about 26 bytes per id up to the largest: a file naming one token with id 16777215
+     * would build 280 MB from 60 bytes. Real files name every id (Gemma 3, GPT-OSS, Llama 3, Qwen3). */
+    if (n_vocab > 2 * n_named + TOK_MAX_UNNAMED_IDS)
+        return pith_errf(err, "token ids reach %d but the file names only %d tokens", n_vocab - 1, n_named);
     pith_tokenizer *t = tok_alloc(n_vocab, err);
     if (!t) return -1;
     *out = t;
@@ -396,25 +398,25 @@ static int build(pith_tokenizer **out, const cJSON *root, const cJSON *cfg, pith
 
 int tok_load_hf_json(const char *json_path, const char *config_path, pith_tokenizer **out, pith_err *err) {
     *out = NULL;
-    cJSON *root = parse_file(json_path, err);
-    if (!root) return -1;
-    cJSON *cfg = config_path ? parse_file(config_path, err) : NULL;
-    if (config_path && !cfg) {
+    cJSON *root, *cfg = NULL;
+    if (pith_json_read(json_path, TOK_MAX_FILE_BYTES, PITH_JSON_MAX_VALUES, false, &root, err)) return -1;
+    if (config_path && pith_json_read(config_path, TOK_MAX_CONFIG_BYTES, PITH_JSON_MAX_VALUES, true, &cfg, err)) {
         cJSON_Delete(root);
         return -1;
     }
     pith_tokenizer *t = NULL;
     int rc = build(&t, root, cfg, err);
-    if (rc == 0) {
-        load_generation_config(t, json_path);
-        tok_harmony_eog(t);
-    }
-    cJSON_Delete(root);
+    cJSON_Delete(root); /* before generation_config.json is read: the tree is the load's largest allocation */
     cJSON_Delete(cfg);
     if (rc != 0) {
         pith_tokenizer_free(t);
         return pith_err_prefix(err, "%s", json_path);
     }
+    if (load_generation_config(t, json_path, err)) {
+        pith_tokenizer_free(t);
+        return -1;
+    }
+    tok_harmony_eog(t);
     *out = t;
     return 0;
 }

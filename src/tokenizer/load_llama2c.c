@@ -6,45 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/mapped_file.h"
 #include "tokenizer/tok_internal.h"
 
-enum { MAX_FILE = 256 << 20 };
-
 int tok_read_file(const char *path, char **data, size_t *size, pith_err *err) {
-    *data = NULL;
-    *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pith_errf(err, "%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        if (cap >= MAX_FILE) {
-            free(buf);
-            fclose(f);
-            return pith_errf(err, "%s: larger than %d MiB", path, MAX_FILE >> 20);
-        }
-        cap *= 2;
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf = nb;
-        }
-    }
-    bool failed = !buf || ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return pith_errf(err, "%s: read failed", path);
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *size = n;
-    return 0;
+    return pith_read_small_file(path, TOK_MAX_FILE_BYTES, data, size, err);
 }
 
 static int32_t read_i32(const unsigned char *p) {

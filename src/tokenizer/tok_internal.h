@@ -185,7 +185,17 @@ int32_t tok_lookup(const pith_tokenizer *t, const char *text, size_t len);
 char *tok_strndup(const char *s, size_t n);
 
 /* --- loaders --- */
-/* Reads a whole file (up to 256 MiB) into a malloc'd, NUL-terminated buffer. */
+/* What a tokenizer load reads: tokenizer.json, tokenizer.model and tokenizer.bin up to 64 MiB (the largest
+ * published tokenizer.json, Gemma 3's, is 33 MB; a tokenizer.model is a few MB), the configs beside
+ * tokenizer.json up to 16 MiB and 1 MiB. Files are read with pith_read_small_file (format/mapped_file.h):
+ * only regular files, refused from their size before a byte is read. */
+#define TOK_MAX_FILE_BYTES ((size_t)64 << 20)
+#define TOK_MAX_CONFIG_BYTES ((size_t)16 << 20)
+#define TOK_MAX_GENERATION_CONFIG_BYTES ((size_t)1 << 20)
+/* tokenizer.json: ids the file leaves unnamed, beyond twice those it names (the tables hold every id up to
+ * the largest). */
+#define TOK_MAX_UNNAMED_IDS 65536
+/* Reads a whole tokenizer file (up to TOK_MAX_FILE_BYTES) into a malloc'd, NUL-terminated buffer. */
 int tok_read_file(const char *path, char **data, size_t *size, pith_err *err);
 int tok_load_llama2c_data(const char *path, const unsigned char *d, size_t n, int n_vocab, pith_tokenizer **out,
                           pith_err *err);
