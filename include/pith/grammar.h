@@ -73,6 +73,11 @@ PITH_API int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind
 PITH_API pith_grammar *pith_grammar_retain(pith_grammar *g);
 PITH_API void pith_grammar_release(pith_grammar *g); /* frees at the last reference; NULL is fine */
 PITH_API const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g);
+/* The bytes the grammar holds now (its tables grow as matchers visit new states). A grammar expands to
+ * at most 1048576 elements (repetitions unrolled; compile refuses more, naming the limit), and everything
+ * it allocates, per element or grown lazily, counts against a limit of 512 MiB: at compile time that
+ * is a refusal, later pith_grammar_outgrown. */
+PITH_API size_t pith_grammar_bytes(pith_grammar *g);
 
 /* Text front ends: each writes GBNF (malloc'd, NUL-terminated, *gbnf) whose start rule is named
  * `root_name` and whose other rules all begin with `root_name` followed by '-', so the output of several

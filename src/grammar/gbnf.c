@@ -18,6 +18,8 @@ typedef struct parser {
     pith_err *err;
     int failed;
     int depth;
+    /* elements in the sequences being built (not yet in ir): with ir->n_elems, what GR_MAX_ELEMS bounds */
+    int64_t pending;
 } parser;
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
@@ -38,9 +40,32 @@ static int fail(parser *ps, const char *at, const char *what) {
 }
 
 static int oom(parser *ps) {
-    if (!ps->failed) pith_errf(ps->err, "grammar: out of memory (or too large)");
+    if (!ps->failed) {
+        if (ps->ir->too_large) gr_too_large(ps->err);
+        else pith_errf(ps->err, "grammar: out of memory");
+    }
     ps->failed = 1;
     return -1;
+}
+
+/* Whether `more` elements still fit under GR_MAX_ELEMS; else the limit's error. */
+static int room(parser *ps, int64_t more) {
+    if (ps->ir->n_elems + ps->pending + more <= GR_MAX_ELEMS) return 0;
+    ps->ir->too_large = true;
+    return oom(ps);
+}
+
+/* gr_seq_push for the parser's own sequences, counted in ps->pending */
+static int put(parser *ps, gr_seq *s, int kind, int val) {
+    if (room(ps, 1)) return -1;
+    if (gr_seq_push(s, kind, val)) return oom(ps);
+    ps->pending++;
+    return 0;
+}
+
+static void drop(parser *ps, gr_seq *s) {
+    ps->pending -= s->n;
+    gr_seq_free(s);
 }
 
 static bool is_name_char(char c) {
@@ -126,8 +151,8 @@ static int push_byte(parser *ps, gr_seq *seq, unsigned b) {
     gr_bytes set = {{0}};
     gr_bytes_set(&set, b);
     int c = gr_ir_class(ps->ir, &set);
-    if (c < 0 || gr_seq_push(seq, GR_BYTES, c)) return oom(ps);
-    return 0;
+    if (c < 0) return oom(ps);
+    return put(ps, seq, GR_BYTES, c);
 }
 
 static int push_utf8(parser *ps, gr_seq *seq, uint32_t cp) {
@@ -191,9 +216,11 @@ static int parse_class(parser *ps, gr_seq *item) {
     }
     if (ps->p >= ps->end) { free(r); return fail(ps, start, "unterminated character class"); }
     ps->p++;
-    int rc = gr_ir_push_codepoints(ps->ir, item, r, n, negate);
+    int before = item->n;
+    int rc = room(ps, 1) ? -1 : gr_ir_push_codepoints(ps->ir, item, r, n, negate);
     free(r);
     if (rc) return oom(ps);
+    ps->pending += item->n - before;
     if (!negate && n == 0) return fail(ps, start, "empty character class matches nothing");
     return 0;
 }
@@ -215,14 +242,18 @@ static int as_one(parser *ps, gr_seq *item) {
     if (item->n == 1) return 0;
     int r = gr_ir_anon_rule(ps->ir, "group");
     if (r < 0 || gr_ir_add_alt(ps->ir, r, item)) return oom(ps);
+    ps->pending -= item->n;
     item->n = 0;
-    return gr_seq_push(item, GR_REF, r) ? oom(ps) : 0;
+    return put(ps, item, GR_REF, r);
 }
 
 /* Appends x{min,max} (max < 0: unbounded) to seq, x being the single element e. */
 static int push_repeat(parser *ps, gr_seq *seq, gr_elem e, long min, long max) {
+    /* all it will add, before any of it is allocated: min copies, then a rule of 4 elements (x next |
+     * "", the ends included) per optional copy or one for the unbounded tail, and the reference to it */
+    if (room(ps, min + (max < 0 ? 4 : 4 * (max - min)) + 1)) return -1;
     for (long i = 0; i < min; i++)
-        if (gr_seq_push(seq, e.kind, e.val)) return oom(ps);
+        if (put(ps, seq, e.kind, e.val)) return -1;
     if (max < 0) {
         int r = gr_ir_anon_rule(ps->ir, "star");
         if (r < 0) return oom(ps);
@@ -230,8 +261,8 @@ static int push_repeat(parser *ps, gr_seq *seq, gr_elem e, long min, long max) {
         int bad = gr_seq_push(&a, e.kind, e.val) || gr_seq_push(&a, GR_REF, r) || gr_ir_add_alt(ps->ir, r, &a) ||
                   gr_ir_add_alt(ps->ir, r, &empty);
         gr_seq_free(&a);
-        if (bad || gr_seq_push(seq, GR_REF, r)) return oom(ps);
-        return 0;
+        if (bad) return oom(ps);
+        return put(ps, seq, GR_REF, r);
     }
     int prev = -1, first = -1;
     for (long i = min; i < max; i++) {
@@ -249,7 +280,7 @@ static int push_repeat(parser *ps, gr_seq *seq, gr_elem e, long min, long max) {
         if (bad) return oom(ps);
         prev = r;
     }
-    if (prev >= 0 && gr_seq_push(seq, GR_REF, prev)) return oom(ps);
+    if (prev >= 0 && put(ps, seq, GR_REF, prev)) return -1;
     return 0;
 }
 
@@ -263,33 +294,34 @@ static int parse_sequence(parser *ps, gr_seq *seq) {
         gr_seq item = {0};
         const char *at = ps->p;
         if (c == '"') {
-            if (parse_literal(ps, &item)) { gr_seq_free(&item); return -1; }
+            if (parse_literal(ps, &item)) { drop(ps, &item); return -1; }
         } else if (c == '[') {
-            if (parse_class(ps, &item)) { gr_seq_free(&item); return -1; }
+            if (parse_class(ps, &item)) { drop(ps, &item); return -1; }
         } else if (c == '.') {
             ps->p++;
             uint32_t all[2] = {0, 0x10FFFF};
-            if (gr_ir_push_codepoints(ps->ir, &item, all, 1, false)) { gr_seq_free(&item); return oom(ps); }
+            if (room(ps, 1) || gr_ir_push_codepoints(ps->ir, &item, all, 1, false)) { drop(ps, &item); return oom(ps); }
+            ps->pending += item.n;
         } else if (c == '(') {
             ps->p++;
-            if (++ps->depth > 200) { gr_seq_free(&item); return fail(ps, at, "groups nested too deeply"); }
+            if (++ps->depth > 200) { drop(ps, &item); return fail(ps, at, "groups nested too deeply"); }
             int r = gr_ir_anon_rule(ps->ir, "group");
-            if (r < 0) { gr_seq_free(&item); return oom(ps); }
-            if (parse_alternatives(ps, r)) { gr_seq_free(&item); return -1; }
+            if (r < 0) { drop(ps, &item); return oom(ps); }
+            if (parse_alternatives(ps, r)) { drop(ps, &item); return -1; }
             ps->depth--;
             skip_space(ps);
-            if (ps->p >= ps->end || *ps->p != ')') { gr_seq_free(&item); return fail(ps, at, "unclosed '('"); }
+            if (ps->p >= ps->end || *ps->p != ')') { drop(ps, &item); return fail(ps, at, "unclosed '('"); }
             ps->p++;
-            if (gr_seq_push(&item, GR_REF, r)) { gr_seq_free(&item); return oom(ps); }
+            if (put(ps, &item, GR_REF, r)) { drop(ps, &item); return -1; }
         } else if (is_name_char(c)) {
             const char *n0 = ps->p;
             while (ps->p < ps->end && is_name_char(*ps->p)) ps->p++;
             int r = gr_ir_rule(ps->ir, n0, (size_t)(ps->p - n0));
-            if (r < 0) { gr_seq_free(&item); return oom(ps); }
+            if (r < 0) { drop(ps, &item); return oom(ps); }
             if (!ps->ir->rules[r].line) where(ps, n0, &ps->ir->rules[r].line, &ps->ir->rules[r].col);
-            if (gr_seq_push(&item, GR_REF, r)) { gr_seq_free(&item); return oom(ps); }
+            if (put(ps, &item, GR_REF, r)) { drop(ps, &item); return -1; }
         } else {
-            gr_seq_free(&item);
+            drop(ps, &item);
             return fail(ps, at, "unexpected character");
         }
         /* quantifier */
@@ -310,37 +342,37 @@ static int parse_sequence(parser *ps, gr_seq *seq) {
                     b = parse_int(ps);
                     if (a < 0) a = 0;
                 } else {
-                    if (a < 0) { gr_seq_free(&item); return fail(ps, q, "bad repetition"); }
+                    if (a < 0) { drop(ps, &item); return fail(ps, q, "bad repetition"); }
                     b = a;
                 }
                 skip_space(ps);
-                if (ps->p >= ps->end || *ps->p != '}') { gr_seq_free(&item); return fail(ps, q, "bad repetition"); }
+                if (ps->p >= ps->end || *ps->p != '}') { drop(ps, &item); return fail(ps, q, "bad repetition"); }
                 ps->p++;
                 if (a > GBNF_MAX_REPEAT || b > GBNF_MAX_REPEAT) {
-                    gr_seq_free(&item);
+                    drop(ps, &item);
                     return fail(ps, q, "repetition count over 10000");
                 }
-                if (b >= 0 && b < a) { gr_seq_free(&item); return fail(ps, q, "repetition {m,n} with n < m"); }
+                if (b >= 0 && b < a) { drop(ps, &item); return fail(ps, q, "repetition {m,n} with n < m"); }
                 min = a;
                 max = b;
             }
         }
         if (min == 1 && max == 1) {
             for (int i = 0; i < item.n; i++)
-                if (gr_seq_push(seq, item.e[i].kind, item.e[i].val)) { gr_seq_free(&item); return oom(ps); }
+                if (put(ps, seq, item.e[i].kind, item.e[i].val)) { drop(ps, &item); return -1; }
         } else if (item.n > 0) {
-            if (as_one(ps, &item) || push_repeat(ps, seq, item.e[0], min, max)) { gr_seq_free(&item); return -1; }
+            if (as_one(ps, &item) || push_repeat(ps, seq, item.e[0], min, max)) { drop(ps, &item); return -1; }
         }
-        gr_seq_free(&item);
+        drop(ps, &item);
     }
 }
 
 static int parse_alternatives(parser *ps, int rule) {
     for (;;) {
         gr_seq seq = {0};
-        if (parse_sequence(ps, &seq)) { gr_seq_free(&seq); return -1; }
-        if (gr_ir_add_alt(ps->ir, rule, &seq)) { gr_seq_free(&seq); return oom(ps); }
-        gr_seq_free(&seq);
+        if (parse_sequence(ps, &seq)) { drop(ps, &seq); return -1; }
+        if (gr_ir_add_alt(ps->ir, rule, &seq)) { drop(ps, &seq); return oom(ps); }
+        drop(ps, &seq);
         skip_space(ps);
         if (ps->p < ps->end && *ps->p == '|') { ps->p++; continue; }
         return 0;

@@ -21,6 +21,19 @@
 
 #include "pith/grammar.h"
 
+/* ---- size limits ----
+ * GR_MAX_ELEMS: the elements (byte sets and rule references, each alternative's end marker included) a
+ * grammar may expand to, every repetition unrolled: x{n} is n copies of x, x{m,n} m copies plus a chain of
+ * n - m rules of 4 elements. It is checked as the grammar is parsed, before the elements are allocated,
+ * so a grammar that would expand past it is refused in milliseconds (gr_too_large names the limit).
+ * Every per-element structure that follows (the automaton's copy, its per-position tables and masks) is
+ * then bounded by it, and all of them are charged, with the lazily grown tables, to GR_MAX_BYTES. */
+#define GR_MAX_ELEMS (1 << 20)
+#define GR_MAX_BYTES ((size_t)512 << 20)
+
+/* Fills err with the expansion limit's message; returns -1. */
+int gr_too_large(pith_err *err);
+
 /* ---- ir ---- */
 typedef struct gr_bytes {
     uint32_t w[8];
@@ -60,6 +73,7 @@ typedef struct gr_ir {
     gr_rule *rules;
     int n_rules, cap_rules;
     int n_anon;
+    bool too_large; /* an addition was refused for GR_MAX_ELEMS (not for want of memory) */
 } gr_ir;
 
 void gr_ir_free(gr_ir *ir);
@@ -192,7 +206,7 @@ typedef struct gr_pda {
     size_t n_pool, cap_pool;
     int32_t *set_hash;
     size_t set_hash_cap;
-    size_t bytes_used;     /* the lazily grown tables, for the limit */
+    size_t bytes_used;     /* every table of the grammar (fixed and lazily grown), for GR_MAX_BYTES */
     bool overflow;
 
     /* scratch */
@@ -202,6 +216,9 @@ typedef struct gr_pda {
     int32_t start_set;
 } gr_pda;
 
+/* Adds bytes to the grammar's count before they are allocated: false (and overflow set) past
+ * GR_MAX_BYTES. */
+bool gr_pda_charge(gr_pda *p, size_t bytes);
 /* Builds the flattened automaton from a checked ir. */
 int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err);
 void gr_pda_free(gr_pda *p);
@@ -251,7 +268,7 @@ struct pith_grammar {
     size_t mask_words;
     pthread_mutex_t mu; /* guards pda, poscache and the mask cache */
     gr_pda pda;
-    gr_poscache *poscache; /* [n_elems] */
+    gr_poscache **poscache; /* [n_elems], each allocated when the position's mask is first computed */
     gr_mask_slot slots[64];
     int32_t *scratch_states; /* [vocab max_depth + 2] */
     gr_region **regions;     /* [pda.n_classes], at the first index of each byte set (class_same); NULL

@@ -10,12 +10,15 @@ static void grammar_free(pith_grammar *g) {
     if (!g) return;
     if (g->poscache)
         for (int i = 0; i < g->pda.n_elems; i++) {
-            free(g->poscache[i].acc);
-            free(g->poscache[i].dep);
-            free(g->poscache[i].dep_lcp);
-            free(g->poscache[i].dep_depth);
-            free(g->poscache[i].dep_boff);
-            free(g->poscache[i].dep_bytes);
+            gr_poscache *pc = g->poscache[i];
+            if (!pc) continue;
+            free(pc->acc);
+            free(pc->dep);
+            free(pc->dep_lcp);
+            free(pc->dep_depth);
+            free(pc->dep_boff);
+            free(pc->dep_bytes);
+            free(pc);
         }
     free(g->poscache);
     free(g->scratch_states);
@@ -36,6 +39,14 @@ void pith_grammar_release(pith_grammar *g) {
 }
 
 const pith_grammar_vocab *pith_grammar_get_vocab(const pith_grammar *g) { return g ? g->vocab : NULL; }
+
+size_t pith_grammar_bytes(pith_grammar *g) {
+    if (!g) return 0;
+    pthread_mutex_lock(&g->mu);
+    size_t n = sizeof *g + g->pda.bytes_used;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
 
 /* guided_choice: a JSON array of strings -> root ::= "a" | "b" ... */
 static int choice_to_gbnf(const char *src, size_t len, char **out, pith_err *err) {
@@ -96,8 +107,9 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
     }
     pith_grammar *g = gr_ir_inline(&ir) ? NULL : calloc(1, sizeof *g);
     if (!g) {
+        bool too_large = ir.too_large;
         gr_ir_free(&ir);
-        return pith_errf(err, "out of memory");
+        return too_large ? gr_too_large(err) : pith_errf(err, "out of memory");
     }
     g->refs = 1;
     g->vocab = v;
@@ -112,11 +124,20 @@ int pith_grammar_compile(const pith_grammar_vocab *v, pith_grammar_kind kind, co
         return -1;
     }
     if (gr_regions_build(g) || gr_pda_alias_chains(&g->pda, g->class_run)) {
+        bool over = g->pda.overflow;
         grammar_free(g);
-        return pith_errf(err, "out of memory");
+        return over ? pith_errf(err, "grammar: too large: its tables need more than the %zu MiB limit",
+                                GR_MAX_BYTES >> 20)
+                    : pith_errf(err, "out of memory");
+    }
+    size_t pos_bytes = ((size_t)g->pda.n_elems + 1) * sizeof *g->poscache;
+    size_t scratch_bytes = ((size_t)v->max_depth + 2) * sizeof *g->scratch_states;
+    if (!gr_pda_charge(&g->pda, pos_bytes + scratch_bytes)) {
+        grammar_free(g);
+        return pith_errf(err, "grammar: too large: its tables need more than the %zu MiB limit", GR_MAX_BYTES >> 20);
     }
     g->poscache = calloc((size_t)g->pda.n_elems + 1, sizeof *g->poscache);
-    g->scratch_states = malloc(((size_t)v->max_depth + 2) * sizeof *g->scratch_states);
+    g->scratch_states = malloc(scratch_bytes);
     if (!g->poscache || !g->scratch_states) {
         grammar_free(g);
         return pith_errf(err, "out of memory");

@@ -44,8 +44,16 @@ void gr_seq_free(gr_seq *s) {
     memset(s, 0, sizeof *s);
 }
 
+int gr_too_large(pith_err *err) {
+    return pith_errf(err,
+                     "grammar: too large: it expands to more than %d elements, the limit (a repetition counts "
+                     "unrolled: x{n} as n elements, x{m,n} as about 4n); reduce the repetition counts",
+                     GR_MAX_ELEMS);
+}
+
 static int new_rule(gr_ir *ir, const char *name, size_t len) {
-    if (ir->n_rules >= 1 << 20) return -1;
+    /* every rule gets at least one alternative, so rules are bounded with the elements */
+    if (ir->n_rules >= GR_MAX_ELEMS) { ir->too_large = true; return -1; }
     if (grow((void **)&ir->rules, &ir->cap_rules, ir->n_rules + 1, sizeof *ir->rules)) return -1;
     gr_rule *r = &ir->rules[ir->n_rules];
     memset(r, 0, sizeof *r);
@@ -71,7 +79,7 @@ int gr_ir_anon_rule(gr_ir *ir, const char *base) {
 }
 
 int gr_ir_add_alt(gr_ir *ir, int rule, const gr_seq *seq) {
-    if (ir->n_elems + seq->n + 1 > (1 << 26)) return -1;
+    if ((int64_t)ir->n_elems + seq->n + 1 > GR_MAX_ELEMS) { ir->too_large = true; return -1; }
     if (grow((void **)&ir->elems, &ir->cap_elems, ir->n_elems + seq->n + 1, sizeof *ir->elems)) return -1;
     gr_rule *r = &ir->rules[rule];
     if (grow((void **)&r->alts, &r->cap_alts, r->n_alts + 1, sizeof *r->alts)) return -1;
@@ -327,7 +335,10 @@ int gr_ir_check(gr_ir *ir, pith_err *err) {
  * that a character class, an escape or a short literal becomes part of the alternative that uses it.
  * Then the frame on top of a stack lives longer: a token running through many characters of a string
  * stays in one frame (the repetition's), and the masks precomputed per position need the stack below
- * far less often. Repeated to a fixed point within size limits. */
+ * far less often. Repeated to a fixed point within size limits, and only while the grammar stays under
+ * GR_MAX_ELEMS: inlining a character class into each rule of a long x{0,n} chain multiplies the chain's
+ * size by the class's alternatives, so where that would pass the limit the rest is left as references
+ * (the same language, masks that consult the stack more often) rather than refused. */
 #define INLINE_MAX_ALTS 64
 #define INLINE_MAX_LEN 64
 
@@ -350,14 +361,15 @@ int gr_ir_inline(gr_ir *ir) {
     gr_seq tmp = {0};
     if (!leaf || !work) { free(leaf); free(work); return -1; }
     int rc = 0;
-    for (int pass = 0; pass < 8 && !rc; pass++) {
+    bool full = false;
+    for (int pass = 0; pass < 8 && !rc && !full; pass++) {
         for (int r = 0; r < n; r++) {
             leaf[r] = ir->rules[r].chain_k == 0;
             for (int a = 0; a < ir->rules[r].n_alts; a++)
                 if (!alt_is_leaf(ir, ir->rules[r].alts[a])) leaf[r] = false;
         }
         bool changed = false;
-        for (int r = 0; r < n && !rc; r++) {
+        for (int r = 0; r < n && !rc && !full; r++) {
             gr_rule *R = &ir->rules[r];
             if (leaf[r] || R->n_alts > INLINE_MAX_ALTS || R->chain_k) continue;
             /* expand alternatives one reference at a time */
@@ -390,16 +402,22 @@ int gr_ir_inline(gr_ir *ir) {
                     for (int i = at + 1; i < len; i++) rc |= gr_seq_push(&tmp, ir->elems[a + i].kind, ir->elems[a + i].val);
                     /* append as a detached alternative: add to rule r temporarily, then take it back */
                     if (!rc) rc = gr_ir_add_alt(ir, r, &tmp);
+                    if (rc && ir->too_large) { /* the limit: this rule stays as it was, and the rest */
+                        ir->too_large = false;
+                        rc = 0;
+                        full = true;
+                        break;
+                    }
                     R = &ir->rules[r];
                     if (!rc) new_alts[nn++] = R->alts[--R->n_alts];
                 }
-                if (rc || nn == 0) break;
+                if (rc || full || nn == 0) break;
                 work[w] = new_alts[0];
                 for (int b = 1; b < nn; b++) work[n_work++] = new_alts[b];
                 w--; /* look at the replaced alternative again */
                 any = true;
             }
-            if (rc || too_big || !any) continue;
+            if (rc || full || too_big || !any) continue;
             R = &ir->rules[r];
             if (R->cap_alts < n_work) {
                 int32_t *q = realloc(R->alts, (size_t)n_work * sizeof *q);

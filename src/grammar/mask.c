@@ -128,14 +128,18 @@ static int cmp_i32m(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int compute_poscache(pith_grammar *g, int32_t pos) {
+/* The mask parts of position pos, computed now (g->mu held); NULL on overflow or out of memory. */
+static gr_poscache *compute_poscache(pith_grammar *g, int32_t pos) {
     gr_pda *p = &g->pda;
     const pith_grammar_vocab *v = g->vocab;
-    gr_poscache *pc = &g->poscache[pos];
+    if (!gr_pda_charge(p, sizeof(gr_poscache))) return NULL;
+    gr_poscache *pc = calloc(1, sizeof *pc);
+    if (!pc) return NULL;
+    g->poscache[pos] = pc; /* freed with the grammar, whatever follows */
     g->n_poscache++;
 
     int32_t s0 = gr_pda_singleton(p, gr_pda_ctx_node(p, pos, 12));
-    if (s0 < 0) return -1;
+    if (s0 < 0) return NULL;
     int32_t *st = malloc(((size_t)v->max_depth + 2) * sizeof *st);
     uint8_t *cx = malloc((size_t)v->max_depth + 2);
     uint32_t *acc = calloc(g->mask_words, sizeof *acc);
@@ -166,14 +170,20 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
     }
     free(st);
     free(cx);
-    if (bad || p->overflow) {
+    size_t n_bytes = 0;
+    for (int k = 0; !bad && k < dep.n; k++) n_bytes += v->td[dep.a[k]] - 1u;
+    bool sparse = (size_t)n_acc * 4 < g->mask_words;
+    /* what this position keeps, counted before it is kept (the walk's scratch is freed here) */
+    size_t keep = (sparse ? (size_t)n_acc + 1 : g->mask_words) * sizeof(uint32_t) +
+                  ((size_t)dep.n + 1) * (2 * sizeof(int32_t) + 2 * sizeof(uint16_t)) + n_bytes + 1;
+    if (bad || p->overflow || !gr_pda_charge(p, keep)) {
         free(acc);
         free(dep.a);
-        return -1;
+        return NULL;
     }
-    if ((size_t)n_acc * 4 < g->mask_words) { /* sparse: keep a list */
+    if (sparse) { /* keep a list */
         int32_t *list = malloc(((size_t)n_acc + 1) * sizeof *list);
-        if (!list) { free(acc); free(dep.a); return -1; }
+        if (!list) { free(acc); free(dep.a); return NULL; }
         int k = 0;
         for (size_t w = 0; w < g->mask_words; w++)
             for (uint32_t bits = acc[w]; bits; bits &= bits - 1) list[k++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(bits));
@@ -194,10 +204,8 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
     pc->dep_lcp = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_lcp);
     pc->dep_depth = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_depth);
     pc->dep_boff = malloc(((size_t)dep.n + 1) * sizeof *pc->dep_boff);
-    size_t n_bytes = 0;
-    for (int k = 0; k < dep.n; k++) n_bytes += v->td[dep.a[k]] - 1u;
     pc->dep_bytes = malloc(n_bytes + 1);
-    if (!pc->dep_lcp || !pc->dep_depth || !pc->dep_boff || !pc->dep_bytes) return -1; /* freed with the grammar */
+    if (!pc->dep_lcp || !pc->dep_depth || !pc->dep_boff || !pc->dep_bytes) return NULL; /* freed with the grammar */
     size_t at = 0;
     for (int k = 0; k < dep.n; k++) {
         int32_t t = v->ttok[v->ttok_off[dep.a[k]]];
@@ -216,13 +224,13 @@ static int compute_poscache(pith_grammar *g, int32_t pos) {
         at += lt - l;
     }
     pc->ready = true;
-    return 0;
+    return pc;
 }
 
 int gr_precompute(pith_grammar *g, pith_err *err) {
     if (!getenv("PITH_GRAMMAR_EAGER")) return 0;
     for (int32_t pos = 0; pos < g->pda.n_elems; pos++)
-        if (g->pda.elems[pos].kind == GR_BYTES && !g->poscache[pos].ready && compute_poscache(g, pos))
+        if (g->pda.elems[pos].kind == GR_BYTES && !g->poscache[pos] && !compute_poscache(g, pos))
             return pith_errf(err, "grammar: the automaton is too large (memory limit reached)");
     return 0;
 }
@@ -267,8 +275,10 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
         int32_t x = mem[i];
         if (x <= GR_NODE_CTX) continue;
         int32_t pos = p->alias[p->node_pos[x]];
-        gr_poscache *pc = &g->poscache[pos];
-        if (!pc->ready && compute_poscache(g, pos)) return -1;
+        gr_poscache *pc = g->poscache[pos];
+        if (!pc) pc = compute_poscache(g, pos);
+        else if (!pc->ready) pc = NULL; /* an earlier attempt failed */
+        if (!pc) return -1;
         mem = gr_pda_members(p, set, &n); /* the pool may have moved */
         if (pc->acc_bitmap)
             for (size_t w = 0; w < g->mask_words; w++) mask[w] |= pc->acc[w];
@@ -316,7 +326,8 @@ static int state_mask(pith_grammar *g, int32_t set, uint32_t *mask) {
         if (p->overflow) return -1;
     }
     int count = count_bits(mask, g->mask_words);
-    if (!slot->mask) slot->mask = malloc(g->mask_words * sizeof *slot->mask);
+    if (!slot->mask && gr_pda_charge(p, g->mask_words * sizeof *slot->mask))
+        slot->mask = malloc(g->mask_words * sizeof *slot->mask);
     if (slot->mask) {
         memcpy(slot->mask, mask, g->mask_words * sizeof *mask);
         slot->set = set;

@@ -13,7 +13,6 @@
 
 #include "grammar/gr_internal.h"
 
-#define PDA_MAX_BYTES ((size_t)512 << 20)
 #define PDA_MAX_NODES (1 << 24)
 /* Stacks in one state. Real grammars hold a few hundred at most; one that recurses before a choice it
  * never closes multiplies them by the choice's width every byte (fuzz_grammar found one at x9), and
@@ -36,11 +35,13 @@ static uint32_t hash_arr(const int32_t *a, int n) {
     return h ^ (uint32_t)n;
 }
 
-static bool charge(gr_pda *p, size_t bytes) {
+bool gr_pda_charge(gr_pda *p, size_t bytes) {
     p->bytes_used += bytes;
-    if (p->bytes_used > PDA_MAX_BYTES) p->overflow = true;
+    if (p->bytes_used > GR_MAX_BYTES) p->overflow = true;
     return !p->overflow;
 }
+
+static bool charge(gr_pda *p, size_t bytes) { return gr_pda_charge(p, bytes); }
 
 static int node_hash_grow(gr_pda *p) {
     size_t cap = p->node_hash_cap ? p->node_hash_cap * 2 : 1024;
@@ -266,7 +267,15 @@ static void add_ret(int32_t *cur, int32_t v, bool *changed) {
     *changed = true;
 }
 
+/* The rule of depth k in the chain that begins at rule r, or -1: gbnf.c creates a chain's rules one after
+ * another, so it is rule r + k - 1 when that one says so (a chain found elsewhere is left unaliased). */
+static int chain_rule(const gr_pda *p, int r, int k) {
+    int q = r + k - 1;
+    return q < p->n_rules && p->rule_chain_first[q] == r && p->rule_chain_k[q] == k ? q : -1;
+}
+
 int gr_pda_alias_chains(gr_pda *p, const int *class_run) {
+    if (!charge(p, ((size_t)p->n_elems + 1) * sizeof *p->alias)) return -1;
     p->alias = malloc(((size_t)p->n_elems + 1) * sizeof *p->alias);
     if (!p->alias) return -1;
     for (int i = 0; i < p->n_elems; i++) p->alias[i] = i;
@@ -277,14 +286,11 @@ int gr_pda_alias_chains(gr_pda *p, const int *class_run) {
         if (p->elems[pos0].kind != GR_BYTES) continue;
         int run_max = class_run[p->elems[pos0].val];
         int depth = run_max + 1; /* rules deeper than this behave as this one for every token */
-        int32_t target = -1;
-        for (int q = 0; q < p->n_rules; q++)
-            if (p->rule_chain_first[q] == r && p->rule_chain_k[q] == depth) target = p->rule_alts[p->rule_alt_off[q]];
-        if (target < 0) continue;
-        for (int q = 0; q < p->n_rules; q++)
-            if (p->rule_chain_first[q] == r && p->rule_chain_k[q] > depth &&
-                p->rule_alt_off[q + 1] - p->rule_alt_off[q] == 2)
-                p->alias[p->rule_alts[p->rule_alt_off[q]]] = target;
+        int t = chain_rule(p, r, depth);
+        if (t < 0) continue;
+        int32_t target = p->rule_alts[p->rule_alt_off[t]];
+        for (int k = depth + 1, q; (q = chain_rule(p, r, k)) >= 0; k++)
+            if (p->rule_alt_off[q + 1] - p->rule_alt_off[q] == 2) p->alias[p->rule_alts[p->rule_alt_off[q]]] = target;
     }
     return 0;
 }
@@ -303,15 +309,36 @@ static int static_returns(gr_pda *p) {
             }
     }
     p->rule_ret[p->root] = GR_RET_BOTTOM;
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int32_t q = 0; q < p->n_elems; q++) {
-            if (p->elems[q].kind != GR_REF || p->owner[q] < 0) continue;
-            int32_t callee = p->elems[q].val;
-            int32_t v = p->elems[q + 1].kind != GR_END ? q + 1 : p->rule_ret[p->owner[q]];
-            add_ret(&p->rule_ret[callee], v, &changed);
+    /* A call not last in its alternative returns to the element after it; a last one to wherever its
+     * caller returns, which is propagated along those tail calls from a work list: a rule's value only
+     * rises (none, one position, many), so each rule is revisited at most twice and the whole is linear
+     * (sweeping every element to a fixed point took one sweep per link of a chain of x{0,n} rules). */
+    int32_t *work = malloc(((size_t)p->n_rules * 2 + 1) * sizeof *work);
+    bool *queued = calloc((size_t)p->n_rules + 1, 1);
+    if (!work || !queued) { free(work); free(queued); return -1; }
+    int n_work = 0;
+    bool changed = false;
+    for (int32_t q = 0; q < p->n_elems; q++) {
+        if (p->elems[q].kind != GR_REF || p->owner[q] < 0 || p->elems[q + 1].kind == GR_END) continue;
+        add_ret(&p->rule_ret[p->elems[q].val], q + 1, &changed);
+    }
+    for (int r = 0; r < p->n_rules; r++)
+        if (p->rule_ret[r] != GR_RET_NONE) { work[n_work++] = r; queued[r] = true; }
+    while (n_work) {
+        int r = work[--n_work];
+        queued[r] = false;
+        for (int32_t a = p->rule_alt_off[r]; a < p->rule_alt_off[r + 1]; a++) {
+            int32_t e = p->rule_alts[a];
+            while (p->elems[e].kind != GR_END) e++;
+            if (e == p->rule_alts[a] || p->elems[e - 1].kind != GR_REF) continue;
+            int32_t callee = p->elems[e - 1].val;
+            changed = false;
+            add_ret(&p->rule_ret[callee], p->rule_ret[r], &changed);
+            if (changed && !queued[callee]) { work[n_work++] = callee; queued[callee] = true; }
         }
     }
+    free(work);
+    free(queued);
     return 0;
 }
 
@@ -321,11 +348,17 @@ int gr_pda_init(gr_pda *p, const gr_ir *ir, int root, pith_err *err) {
     p->n_rules = ir->n_rules;
     p->n_classes = ir->n_classes;
     p->root = root;
+    size_t n_alts = 0;
+    for (int i = 0; i < ir->n_rules; i++) n_alts += (size_t)ir->rules[i].n_alts;
+    /* the tables below, before they are allocated: per element its copy and owner; per rule its
+     * alternatives' offsets, return and chain; the first node tables */
+    size_t fixed = ((size_t)ir->n_elems + 1) * (sizeof *p->elems + sizeof *p->owner) +
+                   ((size_t)ir->n_classes + 1) * sizeof *p->classes + (n_alts + 1) * sizeof *p->rule_alts +
+                   ((size_t)ir->n_rules + 1) * 4 * sizeof(int32_t) + 1024 * 3 * sizeof(int32_t);
+    if (!charge(p, fixed)) return gr_too_large(err);
     p->elems = malloc(((size_t)ir->n_elems + 1) * sizeof *p->elems);
     p->classes = malloc(((size_t)ir->n_classes + 1) * sizeof *p->classes);
     p->rule_alt_off = malloc(((size_t)ir->n_rules + 1) * sizeof *p->rule_alt_off);
-    size_t n_alts = 0;
-    for (int i = 0; i < ir->n_rules; i++) n_alts += (size_t)ir->rules[i].n_alts;
     p->rule_alts = malloc((n_alts + 1) * sizeof *p->rule_alts);
     p->cap_nodes = 1024;
     p->node_parent = malloc((size_t)p->cap_nodes * sizeof *p->node_parent);

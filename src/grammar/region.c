@@ -79,9 +79,10 @@ static int group_by_depth(const pairs *p, int L, int32_t **ids, int32_t **off) {
     return 0;
 }
 
-/* The region of class c from one pruned walk of the trie (NULL when small); *run_max: its deepest node.
- * Returns -1 when out of memory. */
-static int region_build(const gr_pda *p, const pith_grammar_vocab *v, size_t mask_words, int c, int *run_max,
+/* The region of class c from one pruned walk of the trie (NULL when small, or when keeping it would take
+ * the grammar past GR_MAX_BYTES: masks then walk the trie); *run_max: its deepest node. Returns -1 when
+ * out of memory. */
+static int region_build(gr_pda *p, const pith_grammar_vocab *v, size_t mask_words, int c, int *run_max,
                         gr_region **out) {
     const gr_bytes *cls = &p->classes[c];
     *out = NULL;
@@ -103,7 +104,11 @@ static int region_build(const gr_pda *p, const pith_grammar_vocab *v, size_t mas
     }
     *run_max = L;
     gr_region *r = NULL;
-    if (!bad && nodes.n / 2 >= (size_t)gr_region_min_nodes) {
+    size_t keep = sizeof *r + (nodes.n + toks.n + exits.n) / 2 * sizeof(int32_t) + 3 * ((size_t)L + 2) * sizeof(int32_t) +
+                  (toks.n / 2 >= (size_t)gr_region_bitmap_tokens ? GR_REGION_N_UPTO * mask_words * sizeof(uint32_t) : 0);
+    bool fits = p->bytes_used + keep <= GR_MAX_BYTES;
+    if (!bad && fits && nodes.n / 2 >= (size_t)gr_region_min_nodes) {
+        gr_pda_charge(p, keep);
         r = calloc(1, sizeof *r);
         bad = !r;
         if (r) {
@@ -138,8 +143,35 @@ static int region_build(const gr_pda *p, const pith_grammar_vocab *v, size_t mas
     return 0;
 }
 
+/* Same bytes: a hash of a byte set's words, for class_same (comparing each set with every earlier one
+ * was quadratic in the grammar's byte sets). */
+static uint32_t bytes_hash(const gr_bytes *b) {
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 8; i++) h = (h ^ b->w[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+static int find_same(const gr_pda *p, int *same) {
+    size_t cap = 64;
+    while (cap < (size_t)p->n_classes * 2) cap *= 2;
+    int *h = malloc(cap * sizeof *h);
+    if (!h) return -1;
+    memset(h, 0xff, cap * sizeof *h);
+    for (int c = 0; c < p->n_classes; c++) {
+        size_t k = bytes_hash(&p->classes[c]) & (cap - 1);
+        for (; h[k] >= 0; k = (k + 1) & (cap - 1))
+            if (memcmp(&p->classes[h[k]], &p->classes[c], sizeof p->classes[c]) == 0) break;
+        if (h[k] < 0) h[k] = c;
+        same[c] = h[k];
+    }
+    free(h);
+    return 0;
+}
+
 int gr_regions_build(pith_grammar *g) {
     gr_pda *p = &g->pda;
+    /* four tables per byte set */
+    if (!gr_pda_charge(p, ((size_t)p->n_classes + 1) * (sizeof *g->regions + 3 * sizeof(int)))) return -1;
     g->regions = calloc((size_t)p->n_classes + 1, sizeof *g->regions);
     g->class_run = calloc((size_t)p->n_classes + 1, sizeof *g->class_run);
     g->class_uses = calloc((size_t)p->n_classes + 1, sizeof *g->class_uses);
@@ -147,14 +179,7 @@ int gr_regions_build(pith_grammar *g) {
     if (!g->regions || !g->class_run || !g->class_uses || !g->class_same) return -1;
     /* how many positions use each byte set, counted under the first index that has it */
     int *same = g->class_same, *uses = g->class_uses;
-    for (int c = 0; c < p->n_classes; c++) {
-        same[c] = c;
-        for (int d = 0; d < c; d++)
-            if (same[d] == d && memcmp(&p->classes[d], &p->classes[c], sizeof p->classes[c]) == 0) {
-                same[c] = d;
-                break;
-            }
-    }
+    if (find_same(p, same)) return -1;
     for (int i = 0; i < p->n_elems; i++)
         if (p->elems[i].kind == GR_BYTES) uses[same[p->elems[i].val]]++;
     /* A byte set used at one position is walked once for that position's mask: a region would cost as
