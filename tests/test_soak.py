@@ -1,7 +1,8 @@
 """tools/soak.py: its checks classify answers correctly (a truncated stream, a missing choice or an
 unfinished choice is a loss), and a short soak (PITH_SOAK_SECONDS, default 20) against a real
 `pith serve` (PITH_BIN; a sanitizer build is detected and its leak report checked) passes: no request
-lost, the server idle afterwards by /metrics, RSS flat after the warm-up, exit 0 after SIGTERM."""
+lost, the server idle afterwards by /metrics, RSS flat after the warm-up, exit 0 after SIGTERM, with admin
+transitions, oversized grammars and slow-header clients in the mix."""
 import json
 import os
 import subprocess
@@ -83,6 +84,12 @@ class ShortSoak(unittest.TestCase):
         self.assertEqual(rep["exit_status"], 0)
         # The pool is small enough that the load exhausts it: the test runs the preemption path.
         self.assertGreater(rep["preemptions"], 0)
+        # The hostile mixes ran: admin transitions under load, grammars over the compiler's bound (400),
+        # clients that never finish their headers (dropped at the deadline; a miss would be a loss above).
+        kinds = rep["by_kind"]
+        self.assertGreater(kinds.get("admin_sleep", {}).get("ok", 0) + kinds.get("admin_pause", {}).get("ok", 0), 0)
+        self.assertGreater(kinds.get("big_grammar", {}).get("error", 0), 0)
+        self.assertGreater(sum(kinds.get("slow_headers", {}).values()), 0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ a KV pool small enough that sequences are preempted and recomputed.
 - GBNF grammars (fixed and randomly generated): every output is accepted by an independent recognizer
   written here (a memoised recursive-descent matcher over the grammar's own text).
 - regex and choice constraints: checked with Python's re module and set membership.
-- a schema or grammar that does not compile is a 400 naming the parameter and the problem.
+- a schema or grammar that does not compile is a 400 naming the parameter and the problem; one that
+  would expand past the grammar size limit (84 KB of 6,500 x "a"{10000}, a regex of bounded repeats) is a
+  400 naming the limit, at once, and a plain request right after it is served as usual.
 """
 import json
 import os
@@ -563,7 +565,12 @@ def run():
             check(isinstance(json.loads(r["choices"][0]["text"]), dict), "json_object output is not an object")
 
         # errors: fail closed, naming the parameter and the problem
+        blowup = "root ::= " + " ".join(['"a"{10000}'] * 6500)
+        too_large = "more than 1048576 elements, the limit"
         bad = [
+            ({"grammar": blowup}, "grammar", too_large),
+            ({"guided_grammar": blowup}, "guided_grammar", too_large),
+            ({"guided_regex": "a{10000}" * 200}, "guided_regex", too_large),
             ({"grammar": "root ::= foo"}, "grammar", "'foo' is used"),
             ({"grammar": 5}, "grammar", "must be a string"),
             ({"guided_json": {"type": "object", "patternProperties": {"a": {}}}}, "guided_json", "patternProperties"),
@@ -594,6 +601,11 @@ def run():
             err = r.get("error", {}) if isinstance(r, dict) else {}
             check(st == 400 and err.get("param") == param and needle in err.get("message", ""),
                   "error for %s: %s %s" % (json.dumps(extra)[:120], st, r))
+        # after the refused grammars, a plain request and a small grammar are served as usual
+        st, r = post(base, "/v1/completions", {"prompt": "x", "max_tokens": 5}, timeout=30)
+        check(st == 200, "plain request after the refused grammars: %s %s" % (st, r))
+        st, r = post(base, "/v1/completions", {"prompt": "x", "max_tokens": 5, "grammar": 'root ::= "a"{3}'}, timeout=30)
+        check(st == 200 and r["choices"][0]["text"] in ("a", "aa", "aaa"), "small grammar after the refused ones: %s %s" % (st, r))
     finally:
         server.close(timeout=20)
     if failures:

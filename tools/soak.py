@@ -9,7 +9,10 @@ streaming and non-streaming completions and chat completions (some with n = 2, s
 ignore_eos), three completions on one keep-alive connection, streams the client cuts after a few
 events, non-streaming requests the client abandons (cancels), half-sent requests, oversize bodies
 with and without Content-Length (413), invalid JSON and out-of-range parameters (400), prompts over
-the context (400), unknown routes (404), wrong methods (405) and /metrics scrapes. At the end it
+the context (400), unknown routes (404), wrong methods (405), /metrics scrapes, /tokenize and /detokenize
+round trips, grammars and regexes over the compiler's bound (400) and clients that send one header line
+every half second (dropped at --header-timeout). An admin thread meanwhile pauses and resumes, puts the
+server to sleep and wakes it, and reloads the same weights, in turn every --admin-period seconds. At the end it
 waits for the server to go idle, starts a few long streams and sends SIGTERM while they run.
 
 It fails (exit 1, one line per failure) unless:
@@ -65,7 +68,18 @@ KINDS = {
     "wrong_method": (1, {405}),
     "metrics": (2, {200}),
     "keepalive": (3, {200, 429}),  # three short completions on one connection
+    "tokenize": (2, {200}),        # /tokenize and /detokenize: they read the tokenizer during admin transitions
+    "big_grammar": (2, {400}),     # a grammar or regex whose expansion is over the compiler's bound
+    "slow_headers": (2, None),     # one header line every 0.5 s: the server must drop it at its header deadline
 }
+
+# Grammars that expand far past the compiler's bound (issue 31): each must be refused quickly with a 400,
+# never compiled (seconds of CPU and gigabytes before the bound existed).
+BIG_GRAMMARS = [
+    ("grammar", "root ::= " + '"a"{10000} ' * 2000),
+    ("guided_regex", "a{10000}" * 200),
+    ("guided_regex", "[a-z]{1000}" * 2000),
+]
 
 
 class Stats:
@@ -123,6 +137,8 @@ class Soak:
         self.stop_sampler = threading.Event()
         self.t0 = time.time()
         self.failures = []
+        self.admin_key = "soak-admin-%d" % random.Random(a.seed).randint(0, 1 << 40)
+        self.model_path = None  # from the startup log, for reloads
 
     # ---------------------------------------------------------------- server
     def start_server(self):
@@ -137,7 +153,9 @@ class Soak:
         cmd = [a.pith, "serve", "--port", "0", "-t", str(a.threads), "--kv-blocks", str(a.kv_blocks),
                "--block-size", str(a.block_size), "--max-seq-len", str(a.max_seq_len),
                "--max-num-seqs", str(a.max_num_seqs), "--max-body", str(a.max_body), "--timeout", "30",
-               "--drain-timeout", str(a.drain_timeout), "--quiet"]
+               "--drain-timeout", str(a.drain_timeout), "--header-timeout", str(a.header_timeout), "--quiet"]
+        if a.admin_period > 0:
+            cmd += ["--admin-key-file", self.key_file()]
         if a.model:
             cmd += ["-m", a.model]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.logf, env=env)
@@ -156,6 +174,8 @@ class Soak:
             try:
                 st, _ = self.request("GET", "/health", timeout=5)
                 if st == 200:
+                    m = re.search(r" path=(\S+)", self.log())
+                    self.model_path = a.model or (m.group(1) if m else None)
                     return
                 if st == 503:  # still loading: an error reply the server counts too
                     self.stats.add("health_at_start", "error", status=503)
@@ -166,6 +186,14 @@ class Soak:
             time.sleep(0.05)
         raise RuntimeError("server not ready: " + self.log()[-2000:])
 
+    def key_file(self):
+        f = tempfile.NamedTemporaryFile("w", prefix="pith-soak-key-", delete=False)
+        os.chmod(f.name, 0o600)
+        f.write(self.admin_key + "\n")
+        f.close()
+        self.key_path = f.name
+        return f.name
+
     def log(self):
         with open(self.logf.name, errors="replace") as f:
             return f.read()
@@ -173,10 +201,11 @@ class Soak:
     def conn(self, timeout=None):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout or self.a.request_timeout)
 
-    def request(self, method, path, body=None, timeout=None):
+    def request(self, method, path, body=None, timeout=None, headers=None):
         c = self.conn(timeout)
         try:
             hdr = {"Content-Type": "application/json"} if body is not None else {}
+            hdr.update(headers or {})
             c.request(method, path, body=body, headers=hdr)
             r = c.getresponse()
             return r.status, r.read()
@@ -349,14 +378,33 @@ class Soak:
             s = socket.create_connection(("127.0.0.1", self.port), timeout=self.a.request_timeout)
             body = json.dumps(b).encode()
             p = "/v1/chat/completions" if "messages" in b else "/v1/completions"
-            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n%s" % (p.encode(), len(body), body))
             time.sleep(rng.uniform(0.0, 0.4))
             s.close()
             st.add(kind, "cut")
+        elif kind == "tokenize":
+            text = rng.choice(PROMPTS)
+            status, data = self.request("POST", "/tokenize", json.dumps({"prompt": text}))
+            if status != 200:
+                return self.error_reply(kind, status, data, expect)
+            toks = json.loads(data).get("tokens")
+            status, data = self.request("POST", "/detokenize", json.dumps({"tokens": toks}))
+            if status != 200:
+                return self.error_reply(kind, status, data, expect)
+            back = json.loads(data).get("prompt", "")
+            st.add(kind, "ok" if text in back else "lost",
+                   failure=None if text in back else f"detokenize gave {back!r} for {text!r}")
+        elif kind == "big_grammar":
+            field, g = rng.choice(BIG_GRAMMARS)
+            status, data = self.request("POST", "/v1/completions",
+                                        json.dumps({"prompt": "a", "max_tokens": 4, field: g}), timeout=60)
+            self.error_reply(kind, status, data, expect)
+        elif kind == "slow_headers":
+            self.slow_headers(rng)
         elif kind == "half_sent":
             s = socket.create_connection(("127.0.0.1", self.port), timeout=self.a.request_timeout)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 200\r\n\r\n{\"prompt\": \"And")
             time.sleep(rng.uniform(0.0, 0.2))
             s.close()
@@ -409,6 +457,64 @@ class Soak:
                        failure=None if b"pith_kv_blocks_in_use" in data else "metrics without pith_kv_blocks_in_use")
             else:
                 self.error_reply(kind, status, data, expect)
+
+    def slow_headers(self, rng):
+        """A client that sends one header line every 0.5 s and never ends its headers: the server must
+        close the connection (or answer 408) within its header deadline, plus slack for a loaded machine."""
+        kind = "slow_headers"
+        limit = self.a.header_timeout + 10
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=limit)
+        t0 = time.time()
+        reply = b""
+        try:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            s.settimeout(0.5)
+            i = 0
+            while time.time() - t0 < limit:
+                try:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
+                except socket.timeout:
+                    s.sendall(b"X-Slow-%d: %d\r\n" % (i, rng.randint(0, 9)))
+                    i += 1
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        finally:
+            s.close()
+        took = time.time() - t0
+        if took >= limit:
+            self.stats.add(kind, "lost", failure=f"a client sending headers slowly was still connected after {took:.1f} s "
+                                                 f"(header deadline {self.a.header_timeout} s)")
+        elif reply.startswith(b"HTTP/1.1 408") or reply.startswith(b"HTTP/1.0 408"):
+            self.stats.add(kind, "error", status=408)
+        else:
+            self.stats.add(kind, "cut")
+
+    def admin_cycle(self):
+        """Every --admin-period seconds one admin transition, in turn: pause (keep) and resume, sleep and
+        wake, reload of the same weights (recompute): each must answer 200 while the load goes on."""
+        auth = {"Authorization": "Bearer " + self.admin_key}
+        steps = [[("/v1/admin/pause", {"mode": "keep"}), ("/v1/admin/resume", {})],
+                 [("/v1/admin/sleep", {}), ("/v1/admin/wake", {})]]
+        if self.model_path:
+            steps.append([("/v1/admin/reload", {"path": self.model_path, "mode": "recompute"})])
+        i = 0
+        while not self.stop_load.wait(self.a.admin_period):
+            for path, body in steps[i % len(steps)]:
+                kind = "admin_" + path.rsplit("/", 1)[1]
+                try:
+                    status, data = self.request("POST", path, json.dumps(body), timeout=120, headers=auth)
+                except (OSError, http.client.HTTPException) as e:
+                    self.stats.add(kind, "lost", failure=f"{type(e).__name__}: {e}")
+                    continue
+                if status == 200:
+                    self.stats.add(kind, "ok")
+                else:
+                    self.error_reply(kind, status, data, {200})
+                time.sleep(0.3)
+            i += 1
 
     def error_reply(self, kind, status, data, expect):
         try:
@@ -535,6 +641,10 @@ class Soak:
         workers = [threading.Thread(target=self.worker, args=(i,), daemon=True) for i in range(a.concurrency)]
         for w in workers:
             w.start()
+        admin = None
+        if a.admin_period > 0:
+            admin = threading.Thread(target=self.admin_cycle, daemon=True)
+            admin.start()
         load_end = self.t0 + a.duration
         while time.time() < load_end:
             if self.proc.poll() is not None:
@@ -542,6 +652,10 @@ class Soak:
                 break
             time.sleep(0.2)
         self.stop_load.set()
+        if admin:
+            admin.join(150)
+            if admin.is_alive():
+                self.failures.append("the admin thread did not finish its last transition")
         for w in workers:
             w.join(a.request_timeout + 10)
             if w.is_alive():
@@ -661,6 +775,10 @@ def main():
                     "64 for a sanitizer build)")
     ap.add_argument("--asan-quarantine-mib", type=int, default=16, help="ASan quarantine_size_mb for a sanitizer "
                     "build (default 16)")
+    ap.add_argument("--header-timeout", type=int, default=2, help="server --header-timeout (default 2, so that "
+                    "the slow_headers clients are dropped quickly)")
+    ap.add_argument("--admin-period", type=float, default=4, help="seconds between admin transitions (pause/resume, "
+                    "sleep/wake, reload) during the load; 0: none (default 4)")
     ap.add_argument("--sigterm-streams", type=int, default=8, help="streams in flight at SIGTERM (default 8)")
     ap.add_argument("--request-timeout", type=float, default=300, help="client socket timeout (default 300)")
     ap.add_argument("--start-timeout", type=float, default=60)
@@ -690,6 +808,8 @@ def main():
     finally:
         if s.proc and s.proc.poll() is None:
             s.proc.kill()
+        if getattr(s, "key_path", None):
+            os.unlink(s.key_path)
     text = json.dumps(rep, indent=2, sort_keys=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -50,6 +50,9 @@ typedef struct pith_server_options {
                                        "*"); none: no CORS headers at all */
     int n_cors_origins;
     size_t max_body_bytes;          /* largest request body; 0: 4 MiB */
+    size_t max_body_memory;         /* request bodies held at once, all connections together (parsing
+                                       takes a multiple of it); one over waits up to 2 s for room, then
+                                       gets 503; 0: 64 MiB (at least twice max_body_bytes) */
     int max_connections;            /* open connections at once; 0: 256 */
     int idle_timeout_s;             /* a connection with no progress (reading a request or sending a
                                        response) for this long is closed; 0: 60 */
@@ -67,6 +70,16 @@ typedef struct pith_server_options {
     int n_admin_keys;
     const char *admin_key_file;
     const char *weight_version;     /* label of the weights loaded at start; NULL: "0" */
+    /* Slow and hostile clients (docs/api.md, Limits). */
+    int max_conns_per_ip;           /* open connections from one client address; 0: 64; < 0: no limit */
+    double header_timeout_s;        /* a request's headers must be in within this long of the connection
+                                       opening (or of its first byte on a kept-alive one), else the
+                                       connection is closed; 0: 10; < 0: no deadline */
+    double min_body_rate;           /* bytes/s a request body must average from the end of its headers,
+                                       checked once header_timeout_s has passed; 0: 1024; < 0: no floor */
+    const char *const *allowed_hosts; /* when bound to a loopback address, Host names accepted besides
+                                       localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
+    int n_allowed_hosts;
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

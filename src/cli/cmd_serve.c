@@ -2,6 +2,9 @@
  * the model on a second thread (/health answers 503 until it is in), and drains on SIGTERM or SIGINT:
  * stop accepting, let requests finish up to --drain-timeout, cancel the rest, exit 0. */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,12 +20,15 @@
 
 #define MAX_KEYS 64
 #define MAX_CORS 64
+#define MAX_HOSTS 64
 
 typedef struct serve_opts {
     pith_server_options srv;
     const char *keys[MAX_KEYS];
     const char *admin_keys[MAX_KEYS];
     const char *cors[MAX_CORS];
+    const char *hosts[MAX_HOSTS];
+    char *hosts_buf;   /* --allowed-hosts values, split at commas in place */
     double drain_timeout_s;
 } serve_opts;
 
@@ -42,17 +48,24 @@ static void serve_usage(FILE *out) {
             "      --model-name NAME     model id clients use (default: the model file's base name)\n"
             "      --host ADDR           address to listen on (default 127.0.0.1)\n"
             "      --port N              TCP port, 0 = any free one (default 8080)\n"
-            "      --api-key KEY         require 'Authorization: Bearer KEY' (repeatable)\n"
-            "      --api-key-file FILE   accepted keys, one per line ('#' comments allowed)\n"
-            "      --admin-key KEY       enable POST /v1/admin/* (reload weights, pause, resume, sleep,\n"
-            "                            wake, abort) for 'Authorization: Bearer KEY' (repeatable;\n"
-            "                            default: no admin endpoints, they answer 403; see docs/rl.md)\n"
-            "      --admin-key-file FILE admin keys, one per line\n"
+            "      --api-key-file FILE   require 'Authorization: Bearer KEY' with a KEY from FILE (one per\n"
+            "                            line, '#' comments allowed; keep it chmod 600)\n"
+            "      --api-key KEY         the same for one key (repeatable); other users can read it in ps,\n"
+            "                            so prefer --api-key-file or $PITH_API_KEY (used when neither\n"
+            "                            option is given)\n"
+            "      --admin-key-file FILE enable POST /v1/admin/* (reload weights, pause, resume, sleep,\n"
+            "                            wake, abort) for the keys in FILE (default: no admin endpoints,\n"
+            "                            they answer 403; see docs/rl.md)\n"
+            "      --admin-key KEY       the same for one key (repeatable; visible in ps: prefer the file or\n"
+            "                            $PITH_ADMIN_KEY, used when neither admin option is given)\n"
             "      --weight-version LABEL  version of the weights loaded at start, in every response's\n"
             "                            weight_version and system_fingerprint (default 0)\n"
             "      --cors-origin ORIGIN  let browser pages from ORIGIN (scheme://host[:port], or * for any)\n"
             "                            call the API: CORS headers and preflight answers (repeatable;\n"
             "                            default: no CORS headers)\n"
+            "      --allowed-hosts H,H   on a loopback address, Host names accepted besides localhost,\n"
+            "                            127.x.x.x and [::1]; * for any (default: those only, others get\n"
+            "                            403, which stops DNS rebinding)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
@@ -64,9 +77,20 @@ static void serve_usage(FILE *out) {
             "\n"
             "connections:\n"
             "      --max-body BYTES      largest request body, e.g. 1M (default 4M); larger gets 413\n"
+            "      --max-body-memory BYTES  request bodies held at once, all clients together (default\n"
+            "                            64M, at least twice --max-body); over it a request waits up to\n"
+            "                            2 s for room, then gets 503\n"
             "      --max-connections N   open connections at once (default 256)\n"
+            "      --max-conns-per-ip N  open connections from one client address, 0 = no limit (default\n"
+            "                            64; raise it behind a proxy, whose clients share its address)\n"
             "      --timeout SECONDS     close a connection idle (or stalled reading/writing) this long\n"
             "                            (default 60)\n"
+            "      --header-timeout SECS close a connection whose request headers are not all in this long\n"
+            "                            after it opened (or after its request's first byte), 0 = never\n"
+            "                            (default 10)\n"
+            "      --min-body-rate BYTES close a connection whose request body arrives slower than BYTES/s\n"
+            "                            on average, once --header-timeout has passed, 0 = never\n"
+            "                            (default 1K)\n"
             "      --drain-timeout SECS  on SIGTERM, how long running requests may take to finish before\n"
             "                            they are cancelled (default 30)\n"
             "      --quiet               no access log lines\n"
@@ -89,6 +113,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     s->api_keys = o->keys;
     s->admin_keys = o->admin_keys;
     s->cors_origins = o->cors;
+    s->allowed_hosts = o->hosts;
     e->max_waiting = 256;
     o->drain_timeout_s = 30;
     for (int i = 1; i < argc; i++) {
@@ -129,6 +154,22 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
                 return -1;
             }
             o->cors[s->n_cors_origins++] = v;
+        } else if (!strcmp(a, "--allowed-hosts")) {
+            VALUE();
+            free(o->hosts_buf);
+            if (!(o->hosts_buf = strdup(v))) return -1;
+            s->n_allowed_hosts = 0;
+            for (char *save = NULL, *h = strtok_r(o->hosts_buf, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+                if (s->n_allowed_hosts == MAX_HOSTS) {
+                    fprintf(stderr, "pith serve: at most %d --allowed-hosts names\n", MAX_HOSTS);
+                    return -1;
+                }
+                o->hosts[s->n_allowed_hosts++] = h;
+            }
+            if (s->n_allowed_hosts == 0) {
+                fprintf(stderr, "pith serve: --allowed-hosts needs at least one name (or *)\n");
+                return -1;
+            }
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
         } else if (!strcmp(a, "--admin-key")) {
@@ -157,11 +198,23 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             s->log_json = !strcmp(v, "json");
         } else if (!strcmp(a, "--quiet")) {
             s->log_requests = false;
+        } else if (!strcmp(a, "--max-body-memory")) {
+            VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_memory)) return -1;
         } else if (!strcmp(a, "--max-body")) {
             VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_bytes)) return -1;
         } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
             VALUE(); if (!cli_parse_device("serve", a, v)) return -1;
             s->device = v;
+        } else if (!strcmp(a, "--header-timeout")) {
+            VALUE(); if (!cli_parse_float("serve", a, v, 0, 86400, &fv)) return -1;
+            s->header_timeout_s = fv > 0 ? fv : -1;
+        } else if (!strcmp(a, "--min-body-rate")) {
+            size_t rate;
+            VALUE(); if (!cli_parse_size("serve", a, v, &rate)) return -1;
+            s->min_body_rate = rate > 0 ? (double)rate : -1;
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            VALUE(); if (!cli_parse_int("serve", a, v, 0, 65536, &iv)) return -1;
+            s->max_conns_per_ip = iv > 0 ? (int)iv : -1;
         } else if (!strcmp(a, "--drain-timeout")) {
             VALUE(); if (!cli_parse_float("serve", a, v, 0, 86400, &fv)) return -1;
             o->drain_timeout_s = fv;
@@ -182,6 +235,20 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         }
 #undef INT_OPT
 #undef VALUE
+    }
+    /* Keys from the environment when the command line names none: unlike arguments, other users
+     * cannot read them in ps. Set but empty is an error, never a server left open by mistake. */
+    static const struct { const char *var; bool admin; } env_keys[] = {{"PITH_API_KEY", false}, {"PITH_ADMIN_KEY", true}};
+    for (size_t k = 0; k < sizeof env_keys / sizeof *env_keys; k++) {
+        const char *val = getenv(env_keys[k].var);
+        bool admin = env_keys[k].admin;
+        if (!val || (admin ? s->n_admin_keys || s->admin_key_file : s->n_api_keys || s->api_key_file)) continue;
+        if (!*val) {
+            fprintf(stderr, "pith serve: $%s is set but empty\n", env_keys[k].var);
+            return -1;
+        }
+        if (admin) o->admin_keys[s->n_admin_keys++] = val;
+        else o->keys[s->n_api_keys++] = val;
     }
     return 0;
 }
@@ -212,14 +279,40 @@ static void *load_thread(void *arg) {
     return NULL;
 }
 
+static int serve(serve_opts *op);
+
 int pith_cmd_serve(int argc, char **argv) {
     serve_opts o;
     int pr = parse_serve_args(argc, argv, &o);
     if (pr == 1) {
+        free(o.hosts_buf);
         serve_usage(stdout);
         return 0;
     }
-    if (pr < 0) return PITH_EXIT_USAGE;
+    if (pr < 0) {
+        free(o.hosts_buf);
+        return PITH_EXIT_USAGE;
+    }
+    int rc = serve(&o);
+    free(o.hosts_buf);
+    return rc;
+}
+
+/* glibc raises its mmap threshold to the largest block freed so far (up to 32 MiB), after which blocks
+ * that size come from the heaps of the connection threads' arenas and stay there when freed: a request
+ * that briefly needs tens of MiB (a large body, a grammar refused at its size limit) would leave each
+ * arena that served one that much larger for good. A fixed threshold keeps large blocks mapped, so
+ * they go back to the system when freed and RSS returns to its baseline after the request. */
+static void serve_malloc_policy(void) {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 256 << 10);
+    mallopt(M_TRIM_THRESHOLD, 1 << 20);
+#endif
+}
+
+static int serve(serve_opts *op) {
+    serve_malloc_policy();
+    serve_opts o = *op;
     if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
         cli_no_default_model("serve");
         return PITH_EXIT_USAGE;

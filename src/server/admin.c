@@ -58,9 +58,18 @@ static int opt_timeout(const cJSON *body, double *out) {
     return 0;
 }
 
+/* Publishes the weights served now (NULL while asleep) with what handlers read from them. Their files are
+ * read before the lock is taken; readers holding it finish before a caller frees the previous model. */
 static void set_model(pith_server *srv, pith_model *m) {
+    char why[sizeof srv->pooling_error] = "";
+    int pooling = m ? server_model_pooling(m, why, sizeof why) : 0;
+    if (m && !pooling) server_log(srv, PITH_LOG_WARN, "embeddings are unavailable: %s", why);
     pthread_rwlock_wrlock(&srv->model_lock);
     srv->model = m;
+    if (m) { /* asleep: requests are held until the wake, which sets it again */
+        srv->pooling = pooling;
+        memcpy(srv->pooling_error, why, sizeof why);
+    }
     pthread_rwlock_unlock(&srv->model_lock);
 }
 

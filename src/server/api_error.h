@@ -7,7 +7,7 @@
 #include <cjson/cJSON.h>
 
 typedef struct api_error {
-    int status;           /* HTTP status: 400, 401, 403, 404, 405, 409, 413, 429, 500, 503, 504 */
+    int status;           /* HTTP status: 400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503, 504 */
     const char *code;     /* machine-readable code, or NULL for JSON null */
     char param[64];       /* the offending request field, or "" for JSON null */
     char message[400];

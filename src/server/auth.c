@@ -2,10 +2,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static bool key_chars_ok(const char *s, size_t len) {
     for (size_t i = 0; i < len; i++)
@@ -32,8 +35,24 @@ int auth_add_key(auth_keys *a, const char *key, pith_err *err) {
 }
 
 int auth_add_key_file(auth_keys *a, const char *path, pith_err *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return pith_errf(err, "cannot open the API key file %s: %s", path, strerror(errno));
+    /* O_NONBLOCK: a FIFO or a device named by mistake must not hang the start; only a regular file
+     * is read. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return pith_errf(err, "cannot open the API key file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return pith_errf(err, "the API key file %s is not a regular file", path);
+    }
+    if (st.st_size > (off_t)AUTH_MAX_KEYS * (AUTH_MAX_KEY + 64)) {
+        close(fd);
+        return pith_errf(err, "the API key file %s is too large to hold API keys", path);
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return pith_errf(err, "cannot open the API key file %s: %s", path, strerror(errno));
+    }
     char line[AUTH_MAX_KEY + 64];
     int lineno = 0, before = a->n, rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
@@ -54,6 +73,11 @@ int auth_add_key_file(auth_keys *a, const char *path, pith_err *err) {
     fclose(f);
     if (rc == 0 && a->n == before) rc = pith_errf(err, "the API key file %s holds no key", path);
     return rc;
+}
+
+bool auth_key_file_shared(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
 }
 
 void auth_free(auth_keys *a) {

@@ -27,7 +27,11 @@ typedef struct auth_keys {
 
 /* Adds one key (1..AUTH_MAX_KEY bytes, printable ASCII, no spaces). */
 int auth_add_key(auth_keys *a, const char *key, pith_err *err);
+/* Reads keys from a regular file (a FIFO, device or directory is refused, never waited on); one that
+ * holds no key is an error. */
 int auth_add_key_file(auth_keys *a, const char *path, pith_err *err);
+/* True when group or others have any access to the file (worth a warning: it holds secrets). */
+bool auth_key_file_shared(const char *path);
 void auth_free(auth_keys *a);
 
 bool auth_enabled(const auth_keys *a);

@@ -174,7 +174,7 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
     return chat_build_prompt_tools(srv, body, NULL, out, err);
 }
 
-enum MHD_Result handle_chat_completions(http_request *r) {
+static enum MHD_Result chat_completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
     cJSON *body = gen_parse_body(r, &rc);
@@ -200,4 +200,10 @@ enum MHD_Result handle_chat_completions(http_request *r) {
     p.model = NULL;
     cJSON_Delete(body);
     return gen_run(r, GEN_CHAT, &p, prompt, 1);
+}
+
+enum MHD_Result handle_chat_completions(http_request *r) {
+    enum MHD_Result rc = chat_completions(r);
+    gen_trim_after(r);
+    return rc;
 }

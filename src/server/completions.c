@@ -67,7 +67,7 @@ static int read_prompts(pith_server *srv, const cJSON *body, gen_prompt **prompt
     return 0;
 }
 
-enum MHD_Result handle_completions(http_request *r) {
+static enum MHD_Result completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
     cJSON *body = gen_parse_body(r, &rc);
@@ -94,4 +94,10 @@ enum MHD_Result handle_completions(http_request *r) {
     p.model = NULL; /* points into the body, freed next */
     cJSON_Delete(body);
     return gen_run(r, GEN_COMPLETION, &p, prompts, n_prompts);
+}
+
+enum MHD_Result handle_completions(http_request *r) {
+    enum MHD_Result rc = completions(r);
+    gen_trim_after(r);
+    return rc;
 }

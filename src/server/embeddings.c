@@ -4,32 +4,58 @@
  * engine request with embed set (engine.h), batched with whatever else runs; strings are encoded as
  * /v1/completions encodes them. The pooling comes from the model: GGUF `{arch}.pooling_type` (1 mean,
  * 2 cls, 3 last; 0, one vector per token, is refused), else a Hugging Face directory's
- * 1_Pooling/config.json (sentence-transformers), else mean. Vectors are L2-normalised.
+ * 1_Pooling/config.json (sentence-transformers), else mean, found once when the weights load (start-up,
+ * reload, wake: server_model_pooling), never per request. Vectors are L2-normalised.
  *
  * The inputs' requests are one job (job.h), as a generation's choices are: the handler takes their final
  * events from it, and a client that goes away, a drain or an admin abort cancels them the same way. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/json_file.h"
+#include "server/buf.h"
 #include "server/generate.h"
 #include "server/handlers.h"
 #include "server/job.h"
 
 #define MAX_INPUTS 2048
 
-/* The served model's pooling; -1 with err for one we cannot serve. */
-static int model_pooling_locked(pith_server *srv, api_error *err);
-static int model_pooling(pith_server *srv, api_error *err) {
-    pthread_rwlock_rdlock(&srv->model_lock); /* a reload or a sleep may change srv->model */
-    int rc = srv->model ? model_pooling_locked(srv, err)
-                        : api_errorf(err, 503, "asleep", NULL, "the server is asleep; retry after it wakes");
-    pthread_rwlock_unlock(&srv->model_lock);
-    return rc;
+/* The pooling config a sentence-transformers directory carries, checked before it is read: opening a FIFO
+ * or a device there must not block a load (a wake that never finishes leaves the server asleep), and a
+ * regular file larger than any real config is refused rather than read. Mean when there is none;
+ * PITH_EMBED_OFF with why when it cannot be used. */
+#define POOLING_CONFIG_MAX 65536
+static int read_pooling_config(const char *dir, char *why, size_t cap) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir) >= (int)sizeof path) return PITH_EMBED_MEAN;
+    cJSON *cfg;
+    pith_err e;
+    if (pith_json_read(path, POOLING_CONFIG_MAX, 4096, true, &cfg, &e)) {
+        /* clients see the file's name in the model directory, not where the directory is */
+        const char *msg = e.msg;
+        size_t dl = strlen(dir);
+        if (!strncmp(msg, dir, dl) && msg[dl] == '/') msg += dl + 1;
+        snprintf(why, cap, "%s", msg);
+        return PITH_EMBED_OFF;
+    }
+    if (!cfg) return PITH_EMBED_MEAN;
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        snprintf(why, cap, "1_Pooling/config.json is not a JSON object");
+        return PITH_EMBED_OFF;
+    }
+    int mode = PITH_EMBED_MEAN;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "pooling_mode_lasttoken"))) mode = PITH_EMBED_LAST;
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "pooling_mode_cls_token"))) mode = PITH_EMBED_CLS;
+    cJSON_Delete(cfg);
+    return mode;
 }
 
-static int model_pooling_locked(pith_server *srv, api_error *err) {
-    const pith_model_file *f = srv->model->file;
+int server_model_pooling(const pith_model *m, char *why, size_t cap) {
+    if (cap) why[0] = 0;
+    const pith_model_file *f = m ? m->file : NULL;
     const pith_gguf *g = f ? pith_model_file_gguf(f) : NULL;
     pith_str arch;
     if (g && pith_gguf_get_str(g, "general.architecture", &arch) && arch.len < 64) {
@@ -38,34 +64,32 @@ static int model_pooling_locked(pith_server *srv, api_error *err) {
         int64_t v;
         if (pith_gguf_get_i64(g, key, &v)) {
             if (v >= PITH_EMBED_MEAN && v <= PITH_EMBED_LAST) return (int)v;
-            return api_errorf(err, 400, "invalid_request", NULL,
-                              "the model's pooling type %lld is not supported (mean, cls or last)", (long long)v);
+            snprintf(why, cap, "the model's pooling type %lld is not supported (mean, cls or last)", (long long)v);
+            return PITH_EMBED_OFF;
         }
     }
     const char *dir = f ? pith_model_file_dir(f) : NULL;
-    if (!g && dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
-        FILE *fp = fopen(path, "rb");
-        char buf[4096];
-        size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
-        if (fp) fclose(fp);
-        buf[n] = 0;
-        cJSON *cfg = n ? cJSON_Parse(buf) : NULL;
-        int mode = PITH_EMBED_MEAN;
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "pooling_mode_lasttoken"))) mode = PITH_EMBED_LAST;
-        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "pooling_mode_cls_token"))) mode = PITH_EMBED_CLS;
-        cJSON_Delete(cfg);
-        return mode;
-    }
+    if (!g && dir) return read_pooling_config(dir, why, cap);
     return PITH_EMBED_MEAN;
+}
+
+/* The pooling found when the served weights were loaded (never read per request: see server_internal.h). */
+static int model_pooling(pith_server *srv, api_error *err) {
+    pthread_rwlock_rdlock(&srv->model_lock);
+    int pooling = srv->pooling;
+    char why[sizeof srv->pooling_error];
+    memcpy(why, srv->pooling_error, sizeof why);
+    pthread_rwlock_unlock(&srv->model_lock);
+    if (pooling >= PITH_EMBED_MEAN && pooling <= PITH_EMBED_LAST) return pooling;
+    return api_errorf(err, 400, "invalid_request", NULL, "this model cannot serve embeddings: %s",
+                      why[0] ? why : "its pooling is unknown");
 }
 
 static int read_ids(pith_server *srv, const cJSON *arr, gen_prompt *out, api_error *err) {
     int n = cJSON_GetArraySize(arr);
     if (n == 0) return api_errorf(err, 400, "invalid_value", "input", "a token input must hold at least one token");
     if (!(out->ids = malloc((size_t)n * sizeof *out->ids))) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
-    int n_vocab = srv->model->hp.n_vocab;
+    int n_vocab = server_n_vocab(srv); /* the engine's: srv->model is NULL while asleep, freed by a reload */
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
         int64_t id;
@@ -150,7 +174,7 @@ static enum MHD_Result fail(http_request *r, cJSON *body, gen_prompt *in, int n_
     return http_send_error(r, e);
 }
 
-enum MHD_Result handle_embeddings(http_request *r) {
+static enum MHD_Result embeddings(http_request *r) {
     pith_server *srv = r->srv;
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -254,36 +278,53 @@ enum MHD_Result handle_embeddings(http_request *r) {
         else gen_cancelled_error(srv, &e);
         return http_send_error(r, &e);
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
-    oom = !o || !data;
-    for (int i = 0; i < n_in && !oom; i++) {
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddItemToArray(data, d);
-        cJSON_AddStringToObject(d, "object", "embedding");
-        cJSON_AddNumberToObject(d, "index", i);
-        const float *v = vecs + (size_t)i * dim;
-        if (b64) {
-            char *s = base64_floats(v, dim);
-            oom = !s;
-            if (s) cJSON_AddStringToObject(d, "embedding", s);
-            free(s);
-        } else {
-            cJSON *arr = cJSON_AddArrayToObject(d, "embedding");
-            for (int k = 0; k < dim && arr; k++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)v[k]));
-        }
-    }
-    cJSON_AddStringToObject(o, "model", srv->model_name);
+    /* The vectors are written out directly: a cJSON node per number cost 80 bytes each (2048 inputs of
+     * 4096 floats: 640 MB) before the text was printed. The rest is a small object printed after them. */
+    cJSON *tail = cJSON_CreateObject();
+    cJSON_AddStringToObject(tail, "model", srv->model_name);
     char version[160];
-    cJSON_AddStringToObject(o, "weight_version", server_weight_version(srv, gen, version, sizeof version));
-    cJSON *usage = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddStringToObject(tail, "weight_version", server_weight_version(srv, gen, version, sizeof version));
+    cJSON *usage = cJSON_AddObjectToObject(tail, "usage");
     cJSON_AddNumberToObject(usage, "prompt_tokens", prompt_tokens);
     cJSON_AddNumberToObject(usage, "total_tokens", prompt_tokens);
-    free(vecs);
-    if (oom) {
-        cJSON_Delete(o);
-        return http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
+    char *tail_text = usage ? cJSON_PrintUnformatted(tail) : NULL;
+    cJSON_Delete(tail);
+    buf out = {0};
+    buf_puts(&out, "{\"object\":\"list\",\"data\":[");
+    oom = !tail_text;
+    for (int i = 0; i < n_in && !oom; i++) {
+        buf_printf(&out, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
+        const float *v = vecs + (size_t)i * dim;
+        if (b64) {
+            char *b = base64_floats(v, dim);
+            oom = !b;
+            buf_printf(&out, "\"%s\"}", b ? b : "");
+            free(b);
+            continue;
+        }
+        buf_puts(&out, "[");
+        for (int k = 0; k < dim; k++) {
+            char num[32]; /* %.9g reads back as the same float; JSON has no NaN (cJSON writes null) */
+            int len = isfinite(v[k]) ? snprintf(num, sizeof num, "%s%.9g", k ? "," : "", (double)v[k])
+                                     : snprintf(num, sizeof num, "%snull", k ? "," : "");
+            buf_append(&out, num, (size_t)len);
+        }
+        buf_puts(&out, "]}");
     }
-    return http_send_json(r, 200, o);
+    if (!oom) {
+        buf_puts(&out, "],");
+        buf_puts(&out, tail_text + 1); /* past its '{' */
+    }
+    free(tail_text);
+    free(vecs);
+    if (oom || out.failed) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
+    else rc = http_send_text(r, 200, "application/json", out.data, out.len);
+    buf_free(&out);
+    return rc;
+}
+
+enum MHD_Result handle_embeddings(http_request *r) {
+    enum MHD_Result rc = embeddings(r);
+    gen_trim_after(r);
+    return rc;
 }

@@ -1,10 +1,14 @@
 #include "server/generate.h"
 
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
+#include "format/json_file.h"
 #include "server/format.h"
 #include "server/job.h"
 #include "server/stream.h"
@@ -19,13 +23,28 @@ bool gen_refuse_unready(http_request *r, enum MHD_Result *rc) {
 }
 
 cJSON *gen_parse_body(http_request *r, enum MHD_Result *rc) {
+    api_error e;
+    if (r->body && pith_json_count_values(r->body, r->body_len) > GEN_MAX_JSON_ITEMS) {
+        api_errorf(&e, 413, "request_too_large", NULL,
+                   "the request body holds more than %d JSON values (array and object items); send fewer per request",
+                   GEN_MAX_JSON_ITEMS);
+        *rc = http_send_error(r, &e);
+        return NULL;
+    }
     cJSON *body = r->body ? cJSON_ParseWithLength(r->body, r->body_len) : NULL;
     if (!body) {
-        api_error e;
         api_errorf(&e, 400, "invalid_json", NULL, "the request body is not valid JSON");
         *rc = http_send_error(r, &e);
     }
     return body;
+}
+
+void gen_trim_after(const http_request *r) {
+#ifdef __GLIBC__
+    if (r->body_len >= GEN_TRIM_BODY) malloc_trim(0);
+#else
+    (void)r;
+#endif
 }
 
 int gen_check_model(pith_server *srv, const char *model, api_error *err) {

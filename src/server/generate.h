@@ -18,8 +18,18 @@ typedef struct gen_prompt {
 /* Refuses with 503 while the model is loading or the server drains. Returns true when a response was
  * queued (then *rc is what the handler returns). */
 bool gen_refuse_unready(http_request *r, enum MHD_Result *rc);
-/* Parses the body as JSON; on failure queues 400 and returns NULL (then *rc is set). */
+/* A parsed body costs about 80 bytes a JSON value (a cJSON node and its allocation) whatever its text:
+ * a 4 MB body of [0,0,...] would be 2M nodes, 160 MB. Values are counted on the text first, and a body
+ * with more than this many is refused with 413 before it is parsed (docs/reliability.md). */
+#define GEN_MAX_JSON_ITEMS (1 << 20)
+/* Parses the body as JSON; on failure queues 400 (413 past GEN_MAX_JSON_ITEMS) and returns NULL (then
+ * *rc is set). */
 cJSON *gen_parse_body(http_request *r, enum MHD_Result *rc);
+/* Called by a handler when it is done with a request: after a large body (GEN_TRIM_BODY bytes or more;
+ * its parsed tree and what came of it were many small blocks) the freed heap pages go back to the system,
+ * which glibc otherwise keeps, so the server's RSS returns to its baseline. */
+#define GEN_TRIM_BODY ((size_t)1 << 20)
+void gen_trim_after(const http_request *r);
 /* 404 unless `model` is NULL or the served model's name. */
 int gen_check_model(pith_server *srv, const char *model, api_error *err);
 

@@ -1,13 +1,17 @@
 #include "server/http.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "server/admin.h"
+#include "server/conn_guard.h"
 #include "server/handlers.h"
 #include "server/job.h"
 #include "server/web.h"
@@ -150,10 +154,105 @@ enum MHD_Result http_client_cancelled(http_request *r) {
     return MHD_NO;
 }
 
+/* Takes `n` more bytes of the server's body budget for r, waiting up to a couple of seconds for other
+ * requests to give some back; false when there is no room. */
+static bool body_reserve(http_request *r, size_t n) {
+    pith_server *srv = r->srv;
+    pthread_mutex_lock(&srv->body_lock);
+    double until = server_now() + 2.0;
+    while (srv->body_held + n > srv->body_budget && srv->body_held > 0 && !atomic_load(&srv->stopping)) {
+        double left = until - server_now();
+        if (left <= 0) break;
+        server_cond_wait(&srv->body_freed, &srv->body_lock, left < 0.1 ? left : 0.1);
+    }
+    /* one body alone always fits (it is under --max-body) */
+    bool ok = srv->body_held + n <= srv->body_budget || srv->body_held == 0;
+    if (ok) {
+        srv->body_held += n;
+        r->held += n;
+    }
+    pthread_mutex_unlock(&srv->body_lock);
+    return ok;
+}
+
+static void body_release(http_request *r) {
+    if (!r->held) return;
+    pith_server *srv = r->srv;
+    pthread_mutex_lock(&srv->body_lock);
+    srv->body_held -= r->held;
+    r->held = 0;
+    pthread_cond_broadcast(&srv->body_freed);
+    pthread_mutex_unlock(&srv->body_lock);
+}
+
 static enum MHD_Result reply_error(http_request *r, int status, const char *code, const char *fmt, const char *arg) {
     api_error e;
     api_errorf(&e, status, code, NULL, fmt, arg);
     return http_send_error(r, &e);
+}
+
+/* The Host header when the server listens on a loopback address: a page in a browser can reach such a
+ * server only through a name that resolves to it, and DNS rebinding makes an attacker's own name do so;
+ * the page's requests then carry that name. Only loopback names (and --allowed-hosts) are accepted.
+ * No Host (HTTP/1.0) is not a browser's request and passes. */
+static bool host_allowed(const pith_server *srv, const char *host) {
+    if (!srv->host_check || !host) return true;
+    char name[256];
+    size_t n = strlen(host);
+    const char *port = NULL;
+    if (host[0] == '[') {
+        const char *close = strchr(host, ']');
+        if (!close) return false;
+        n = (size_t)(close - host) + 1;
+        if (close[1] == ':') port = close + 2;
+        else if (close[1]) return false;
+    } else {
+        const char *colon = strchr(host, ':');
+        if (colon) {
+            if (strchr(colon + 1, ':')) return false;
+            n = (size_t)(colon - host);
+            port = colon + 1;
+        }
+    }
+    if (n == 0 || n >= sizeof name) return false;
+    if (port)
+        for (const char *p = port; *p; p++)
+            if (!isdigit((unsigned char)*p)) return false;
+    memcpy(name, host, n);
+    name[n] = 0;
+    if (!strcasecmp(name, "localhost") || !strcasecmp(name, "localhost.")) return true;
+    struct in_addr a4;
+    if (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127) return true;
+    struct in6_addr a6;
+    if (name[0] == '[') {
+        name[n - 1] = 0;
+        bool loop = inet_pton(AF_INET6, name + 1, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+        name[n - 1] = ']';
+        if (loop) return true;
+    }
+    for (int i = 0; i < srv->n_allowed_hosts; i++)
+        if (!strcmp(srv->allowed_hosts[i], "*") || !strcasecmp(srv->allowed_hosts[i], name)) return true;
+    return false;
+}
+
+/* "application/json", any case, with parameters or not ("application/json; charset=utf-8"). */
+static bool json_content_type(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    static const char want[] = "application/json";
+    if (strncasecmp(ct, want, sizeof want - 1)) return false;
+    char c = ct[sizeof want - 1];
+    return c == 0 || c == ';' || c == ' ' || c == '\t';
+}
+
+/* A request carries a body when it declares a non-zero length or a transfer coding. */
+static bool has_body(http_request *r) {
+    const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        while (*cl == ' ' || *cl == '\t' || *cl == '0') cl++;
+        if (*cl && *cl != ' ' && *cl != '\t') return true;
+    }
+    return http_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
 }
 
 /* Checks that need only the headers. An error is kept in r->early_error and answered once the body
@@ -165,7 +264,13 @@ static bool early_checks(http_request *r, enum MHD_Result *rc) {
     bool path_known;
     r->route = find_route(r->method, r->url, &path_known, r->allow, sizeof r->allow);
     api_error *e = &r->early_error;
-    if (!r->route && path_known && !strcmp(r->method, "OPTIONS")) {
+    const char *host = http_header(r, MHD_HTTP_HEADER_HOST);
+    if (!host_allowed(srv, host)) {
+        r->has_early = true;
+        api_errorf(e, 403, "host_not_allowed", NULL,
+                   "the Host '%.100s' is not accepted: this server listens on a loopback address and answers "
+                   "localhost, 127.0.0.1 and [::1] (pith serve --allowed-hosts adds names)", host);
+    } else if (!r->route && path_known && !strcmp(r->method, "OPTIONS")) {
         r->preflight = true; /* CORS preflight or plain OPTIONS: no key needed */
     } else if (!r->route) {
         r->has_early = true;
@@ -194,6 +299,17 @@ static bool early_checks(http_request *r, enum MHD_Result *rc) {
             return true;
         }
     }
+    /* after the size check: a body declared too large gets its 413 whatever its type */
+    if (!r->has_early && !r->preflight && r->route && !strcmp(r->route->method, "POST") && has_body(r) &&
+        !json_content_type(http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        /* A page in a browser may POST text/plain or a form anywhere without asking (no preflight);
+         * requiring JSON's type makes it ask, and CORS (--cors-origin) decides. */
+        const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+        r->has_early = true;
+        api_errorf(e, 415, "unsupported_media_type", NULL, "the request body must be sent as "
+                   "'Content-Type: application/json'%s%.80s%s", ct ? " (got '" : " (no Content-Type given)",
+                   ct ? ct : "", ct ? "')" : "");
+    }
     return false;
 }
 
@@ -213,15 +329,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->id = (uint64_t)atomic_fetch_add(&srv->n_requests, 1) + 1;
         quiet_drop = false;
         *req_cls = r;
+        r->track = conn_guard_track(conn);
+        conn_guard_headers_in(srv, r->track);
         enum MHD_Result rc;
-        if (early_checks(r, &rc)) return rc;
+        if (early_checks(r, &rc)) {
+            conn_guard_busy(srv, r->track);
+            return rc;
+        }
         return MHD_YES;
     }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        conn_guard_body_bytes(srv, r->track, n);
         if (r->responded) return MHD_YES; /* an early error is on its way; the rest is dropped */
         if (r->has_early || r->preflight) { /* answered at the end: drop the body, within bounds */
+            r->dropped += n;
+            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+        }
+        if (r->no_room) {
             r->dropped += n;
             return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
         }
@@ -233,11 +359,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             free(r->body);
             r->body = NULL;
             r->body_len = r->body_cap = 0;
+            body_release(r);
             return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
         }
         if (r->body_len + n + 1 > r->body_cap) {
             size_t cap = r->body_cap ? r->body_cap : 4096;
             while (cap < r->body_len + n + 1) cap *= 2;
+            if (!body_reserve(r, cap - r->body_cap)) {
+                r->no_room = true;
+                r->dropped += n;
+                free(r->body);
+                r->body = NULL;
+                r->body_len = r->body_cap = 0;
+                body_release(r);
+                server_log(srv, PITH_LOG_WARN, "request %llu refused: request bodies in memory reached --max-body-memory",
+                           (unsigned long long)r->id);
+                return MHD_YES;
+            }
             char *b = realloc(r->body, cap);
             if (!b) return MHD_NO;
             r->body = b;
@@ -249,8 +387,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
+    conn_guard_busy(srv, r->track);
     if (r->has_early) return http_send_error(r, &r->early_error);
     if (r->preflight) return http_send_text(r, 204, NULL, "", 0);
+    if (r->no_room) {
+        api_error e;
+        api_errorf(&e, 503, "server_busy", NULL, "%s", "the server holds too many large request bodies at once; retry shortly");
+        return http_send_error(r, &e);
+    }
     if (r->too_large) {
         char limit[32];
         snprintf(limit, sizeof limit, "%zu", srv->max_body);
@@ -280,6 +424,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         job_release(r->job);
     }
     quiet_drop = false;
+    conn_guard_idle(srv, r->track);
     if (r->stream && r->stream_free) r->stream_free(r->stream);
     if (srv->log_requests && log_enabled(&srv->log, PITH_LOG_INFO)) {
         static const char *const why[] = {NULL, "error", "timeout", "shutdown", "read error", "client gone"};
@@ -301,6 +446,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         log_emit(&srv->log, PITH_LOG_INFO, msg, &f);
     }
     free(r->body);
+    body_release(r);
     free(r);
 }
 
@@ -315,19 +461,38 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
         return;
     if (strstr(line, "Failed to send") && (strstr(line, "Broken pipe") || strstr(line, "Connection reset by peer")))
         return;
-    server_log(cls, PITH_LOG_WARN, "http: %s", line);
+    /* What libmicrohttpd reports is about connections, most of them driven by clients (refused at the
+     * limits, malformed requests): rate-limited, so that a flood of them cannot flood the log. */
+    if (strstr(line, "reached connection limit"))
+        conn_guard_log(cls, CONN_LOG_MHD, "http: refused a connection: --max-connections or --max-conns-per-ip reached");
+    else
+        conn_guard_log(cls, CONN_LOG_MHD, "http: %s", line);
 }
 
 int http_start(pith_server *srv, pith_err *err) {
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
+    if (conn_guard_start(srv, err)) return -1;
+    /* 0 is libmicrohttpd's "no per-address limit" */
+    unsigned per_ip = srv->max_conns_per_ip > 0 ? (unsigned)srv->max_conns_per_ip : 0;
     srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv,
                                 MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->max_connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->idle_timeout_s,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, srv,
                                 MHD_OPTION_END);
-    if (!srv->mhd) return pith_errf(err, "cannot start the HTTP server");
+    if (!srv->mhd) {
+        conn_guard_stop(srv);
+        return pith_errf(err, "cannot start the HTTP server");
+    }
     return 0;
+}
+
+void http_stop(pith_server *srv) {
+    if (srv->mhd) MHD_stop_daemon(srv->mhd);
+    srv->mhd = NULL;
+    conn_guard_stop(srv); /* after the daemon: its connections report their close to the guard */
 }

@@ -20,6 +20,7 @@
 #include "server/server_internal.h"
 
 struct job;
+struct conn_track;
 
 typedef struct http_request {
     pith_server *srv;
@@ -37,6 +38,8 @@ typedef struct http_request {
     char *body;                 /* NUL-terminated once complete */
     size_t body_len, body_cap;
     bool too_large;             /* the body went past the limit: the rest is dropped, 413 follows */
+    bool no_room;               /* no room in srv->body_budget: the rest is dropped, 503 follows */
+    size_t held;                /* bytes of srv->body_budget this request holds (its body's capacity) */
     size_t dropped;
     bool responded;
     int status;                 /* of the queued response, for the access log */
@@ -44,6 +47,7 @@ typedef struct http_request {
     struct job *job;            /* released when the request completes */
     void *stream;               /* stream state (stream.c), freed when the request completes */
     void (*stream_free)(void *);
+    struct conn_track *track;   /* the connection's deadlines (conn_guard.h); may be NULL */
 } http_request;
 
 typedef enum MHD_Result (*http_handler)(http_request *r);
@@ -55,8 +59,10 @@ typedef struct route {
     http_handler handler;
 } route;
 
-/* Starts the daemon on srv->listen_fd. */
+/* Starts the daemon on srv->listen_fd, with the connection watchdog (conn_guard.h). */
 int http_start(pith_server *srv, pith_err *err);
+/* Stops the daemon (closing every connection) and the watchdog; idempotent. */
+void http_stop(pith_server *srv);
 
 /* Response helpers; each returns what the handler should return. http_send_json takes `body`. */
 enum MHD_Result http_send_json(http_request *r, int status, cJSON *body);

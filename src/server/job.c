@@ -167,15 +167,7 @@ void job_take(job *j, int timeout_ms, job_event **events, int *n, bool *all_done
     int n_submitted = 0;
     for (int i = 0; i < j->n_choices; i++) n_submitted += j->choices[i].submitted;
     if (j->n_events == 0 && j->n_done < n_submitted && timeout_ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+        server_cond_wait(&j->cond, &j->lock, timeout_ms / 1000.0);
     }
     *events = j->events;
     *n = j->n_events;

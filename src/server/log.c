@@ -46,21 +46,63 @@ static bool append(char *buf, size_t cap, size_t *pos, const char *s) {
     return true;
 }
 
+/* Length of the valid UTF-8 sequence at s (n bytes left) that is not a C1 control (U+0080..U+009F,
+ * which some terminals act on), else 0. */
+static size_t utf8_printable(const unsigned char *s, size_t n) {
+    size_t k = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (k == 0 || k > n || s[0] > 0xf4) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (k == 2 && s[0] == 0xc2 && s[1] < 0xa0) return 0;
+    if (k == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
+    if (k == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+    return k;
+}
+
+/* Appends s to a text line with every byte that could end the line, move the cursor or drive a
+ * terminal (C0 and C1 controls, DEL, invalid UTF-8) written as \n, \r, \t or \xNN, so that client
+ * data (a request path) can never forge or hide a line. `quoted` also escapes '"' and '\\'. What
+ * fits is kept when the whole does not (false then). */
+static bool text_escape(char *buf, size_t cap, size_t *pos, const char *s, bool quoted) {
+    size_t p = *pos, n = strlen(s);
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        char tmp[8];
+        size_t k = 1;
+        unsigned char c = u[i];
+        const char *src = tmp;
+        if (c == '\n') memcpy(tmp, "\\n", 2), k = 2;
+        else if (c == '\r') memcpy(tmp, "\\r", 2), k = 2;
+        else if (c == '\t') memcpy(tmp, "\\t", 2), k = 2;
+        else if (quoted && (c == '"' || c == '\\')) tmp[0] = '\\', tmp[1] = (char)c, k = 2;
+        else if (c < 0x20 || c == 0x7f) k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", c);
+        else if (c < 0x80) tmp[0] = (char)c;
+        else if ((k = utf8_printable(u + i, n - i))) src = s + i;
+        else k = (size_t)snprintf(tmp, sizeof tmp, "\\x%02x", c);
+        if (p + k >= cap) {
+            buf[p] = 0;
+            *pos = p;
+            return false;
+        }
+        memcpy(buf + p, src, k);
+        p += k;
+        i += src == tmp ? 1 : k;
+    }
+    buf[p] = 0;
+    *pos = p;
+    return true;
+}
+
 /* Adds one field to both renderings, or to neither. */
 static void add_field(log_fields *f, const char *key, const char *text_value, const char *json_value, bool quote) {
     size_t tn = f->tn, jn = f->jn;
     bool ok = append(f->text, sizeof f->text, &tn, " ") && append(f->text, sizeof f->text, &tn, key) &&
               append(f->text, sizeof f->text, &tn, "=");
-    if (ok && quote && strpbrk(text_value, " \"=")) {
-        ok = append(f->text, sizeof f->text, &tn, "\"") &&
-             json_escape(f->text, sizeof f->text, &tn, text_value, strlen(text_value)) &&
+    if (ok && quote && strpbrk(text_value, " \"=\\")) {
+        ok = append(f->text, sizeof f->text, &tn, "\"") && text_escape(f->text, sizeof f->text, &tn, text_value, true) &&
              append(f->text, sizeof f->text, &tn, "\"");
     } else if (ok) {
-        /* control characters never reach a text line raw */
-        for (const char *c = text_value; ok && *c; c++) {
-            char ch[2] = {(unsigned char)*c < 0x20 ? '?' : *c, 0};
-            ok = append(f->text, sizeof f->text, &tn, ch);
-        }
+        ok = text_escape(f->text, sizeof f->text, &tn, text_value, false);
     }
     ok = ok && append(f->json, sizeof f->json, &jn, ",\"") && json_escape(f->json, sizeof f->json, &jn, key, strlen(key)) &&
          append(f->json, sizeof f->json, &jn, "\":");
@@ -121,7 +163,10 @@ void log_emit(const log_ctx *l, int level, const char *msg, const log_fields *f)
     } else {
         const char *prefix = level == PITH_LOG_ERROR ? "error: " : level == PITH_LOG_WARN ? "warning: "
                            : level == PITH_LOG_DEBUG ? "debug: " : "";
-        snprintf(line, sizeof line, "%s%s%s", prefix, msg, f ? f->text : "");
+        append(line, sizeof line, &n, prefix);
+        /* the message may hold client data too (a request path): escaped like the fields, cut to fit */
+        text_escape(line, sizeof line - (f ? f->tn : 0), &n, msg, false);
+        if (f) append(line, sizeof line, &n, f->text);
     }
     l->sink(l->user, line);
 }

@@ -2,8 +2,10 @@
  *
  * A log_ctx belongs to whoever logs (the server owns one, `pith serve` another for its own lines);
  * there is no global state. A line is a message plus fields:
- *   text: "MSG key=value key=value"  (values holding spaces, '"' or '=' are quoted); lines above info
- *         start with "error: " or "warning: ", debug lines with "debug: ". The sink adds the time.
+ *   text: "MSG key=value key=value"  (values holding spaces, '"', '=' or '\\' are quoted); lines above
+ *         info start with "error: " or "warning: ", debug lines with "debug: ". The sink adds the time.
+ *         In the message and every value, control characters (C0, DEL, C1) and invalid UTF-8 are
+ *         written as \n, \r, \t or \xNN: client data (a request path) cannot forge a line.
  *   json: {"ts":"2026-01-31T12:00:00.000Z","level":"info","msg":"MSG","key":value,...} on one line
  *         (numbers as JSON numbers; bytes outside ASCII are escaped as \u00XX so the line is always
  *         valid JSON).

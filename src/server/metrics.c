@@ -11,7 +11,7 @@ static const double e2e_bounds[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                                     20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
 
 static const char *const success_labels[3] = {"stop", "length", "cancelled"};
-static const int error_codes[METRICS_N_ERROR_CODES] = {400, 401, 403, 404, 405, 409, 413, 429, 500, 503, 504};
+static const int error_codes[METRICS_N_ERROR_CODES] = {400, 401, 403, 404, 405, 409, 413, 415, 429, 500, 503, 504};
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
@@ -52,9 +52,12 @@ void metrics_request_done(metrics *m, pith_finish_reason why, double first_token
 }
 
 void metrics_error(metrics *m, int status) {
-    int slot = 8; /* 500 */
-    for (int i = 0; i < METRICS_N_ERROR_CODES; i++)
+    int slot = -1, slot_500 = 0;
+    for (int i = 0; i < METRICS_N_ERROR_CODES; i++) {
         if (error_codes[i] == status) slot = i;
+        if (error_codes[i] == 500) slot_500 = i;
+    }
+    if (slot < 0) slot = slot_500;
     pthread_mutex_lock(&m->lock);
     m->errors[slot]++;
     pthread_mutex_unlock(&m->lock);

@@ -24,7 +24,7 @@ typedef struct histogram {
 } histogram;
 
 /* HTTP statuses counted in pith_request_errors_total{code}. */
-#define METRICS_N_ERROR_CODES 11
+#define METRICS_N_ERROR_CODES 12
 
 typedef struct metrics {
     pthread_mutex_t lock;

@@ -67,7 +67,7 @@ int gen_params_compile(pith_server *srv, gen_params *p, api_error *err);
 /* structured.c: reads response_format, grammar, json_schema, guided_*, structured_outputs. */
 int structured_parse(const cJSON *body, gen_params *p, api_error *err);
 /* Releases the compiled grammars kept for srv (before its vocabulary is freed). */
-void structured_cache_free(const pith_server *srv);
+void structured_cache_free(pith_server *srv);
 
 /* reasoning_effort (OpenAI's chat field; the Responses API's reasoning.effort maps onto it): NULL when
  * absent or null, else "low", "medium" or "high" (the values harmony's system message knows); anything

@@ -246,7 +246,7 @@ static cJSON *echo_fields(const cJSON *req) {
     return e;
 }
 
-enum MHD_Result handle_responses(http_request *r) {
+static enum MHD_Result responses(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
     cJSON *req = gen_parse_body(r, &rc);
@@ -285,4 +285,10 @@ enum MHD_Result handle_responses(http_request *r) {
     cJSON_Delete(body);
     cJSON_Delete(req);
     return gen_run(r, GEN_RESPONSES, &p, prompt, 1);
+}
+
+enum MHD_Result handle_responses(http_request *r) {
+    enum MHD_Result rc = responses(r);
+    gen_trim_after(r);
+    return rc;
 }

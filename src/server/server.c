@@ -36,6 +36,15 @@ const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_
     return buf;
 }
 
+void server_cond_wait(pthread_cond_t *c, pthread_mutex_t *m, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
+    long ns = ts.tv_nsec + (long)(seconds * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(c, m, &ts);
+}
+
 double server_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -91,8 +100,16 @@ static int bind_listener(pith_server *s, pith_err *err) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        if (ss.ss_family == AF_INET) {
+            const struct sockaddr_in *a4 = (const struct sockaddr_in *)&ss;
+            s->port = ntohs(a4->sin_port);
+            s->host_check = (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+        } else if (ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&ss;
+            s->port = ntohs(a6->sin6_port);
+            s->host_check = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr) ||
+                            (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr) && a6->sin6_addr.s6_addr[12] == 127);
+        }
     }
     s->listen_fd = fd;
     return 0;
@@ -113,8 +130,15 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     metrics_init(&s->metrics);
     s->created_unix = (int64_t)time(NULL);
     s->max_body = o->max_body_bytes ? o->max_body_bytes : (size_t)4 << 20;
+    s->body_budget = o->max_body_memory ? o->max_body_memory : (size_t)64 << 20;
+    if (s->body_budget < 2 * s->max_body + 4096) s->body_budget = 2 * s->max_body + 4096; /* a body's buffer doubles */
+    pthread_mutex_init(&s->body_lock, NULL);
+    pthread_cond_init(&s->body_freed, NULL);
     s->max_connections = o->max_connections > 0 ? o->max_connections : 256;
     s->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 60;
+    s->max_conns_per_ip = o->max_conns_per_ip > 0 ? o->max_conns_per_ip : o->max_conns_per_ip < 0 ? 0 : 64;
+    s->header_timeout_s = o->header_timeout_s > 0 ? o->header_timeout_s : o->header_timeout_s < 0 ? 1e18 : 10;
+    s->min_body_rate = o->min_body_rate > 0 ? o->min_body_rate : o->min_body_rate < 0 ? 0 : 1024;
     s->n_threads = o->n_threads;
     s->engine_opt = o->engine;
     if (!s->engine_opt.draft_threads) s->engine_opt.draft_threads = o->n_threads; /* a draft model's threads */
@@ -139,6 +163,8 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return -1;
     }
+    if (o->api_key_file && auth_key_file_shared(o->api_key_file))
+        server_log(s, PITH_LOG_WARN, "the API key file %s can be read by other users (chmod 600 it)", o->api_key_file);
     for (int i = 0; i < o->n_admin_keys; i++) {
         if (auth_add_key(&s->admin_keys, o->admin_keys[i], err)) {
             pith_server_free(s);
@@ -149,6 +175,8 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return pith_err_prefix(err, "admin key file");
     }
+    if (o->admin_key_file && auth_key_file_shared(o->admin_key_file))
+        server_log(s, PITH_LOG_WARN, "the admin key file %s can be read by other users (chmod 600 it)", o->admin_key_file);
     const char *version = o->weight_version ? o->weight_version : "0";
     if (strlen(version) > 128) {
         pith_server_free(s);
@@ -164,6 +192,21 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         if (cors_add(&s->cors, o->cors_origins[i], err)) {
             pith_server_free(s);
             return -1;
+        }
+    }
+    if (o->n_allowed_hosts > 0 && !(s->allowed_hosts = calloc((size_t)o->n_allowed_hosts, sizeof *s->allowed_hosts))) {
+        pith_server_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    for (int i = 0; i < o->n_allowed_hosts; i++) {
+        const char *h = o->allowed_hosts[i];
+        if (!h || !*h || strlen(h) > 253 || strpbrk(h, " /\t\r\n")) {
+            pith_server_free(s);
+            return pith_errf(err, "allowed host '%.100s' is not '*' or a host name (no port, no path)", h ? h : "");
+        }
+        if (!(s->allowed_hosts[s->n_allowed_hosts++] = strdup(h))) {
+            pith_server_free(s);
+            return pith_errf(err, "out of memory");
         }
     }
     if (bind_listener(s, err) || http_start(s, err)) {
@@ -242,6 +285,8 @@ int pith_server_load(pith_server *s, pith_err *err) {
         return -1;
     }
     s->model = a.model;
+    s->pooling = server_model_pooling(a.model, s->pooling_error, sizeof s->pooling_error);
+    if (!s->pooling) server_log(s, PITH_LOG_WARN, "embeddings are unavailable: %s", s->pooling_error);
     s->tok = a.tok;
     s->chat = a.chat;
     s->bos_text = a.bos_text;
@@ -259,15 +304,7 @@ static int wait_jobs(pith_server *s, double until) {
     while (s->n_jobs > 0) {
         double left = until - server_now();
         if (left <= 0) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        double step = left < 0.1 ? left : 0.1;
-        ts.tv_nsec += (long)(step * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->jobs_changed, &s->jobs_lock, &ts);
+        server_cond_wait(&s->jobs_changed, &s->jobs_lock, left < 0.1 ? left : 0.1);
     }
     int n = s->n_jobs;
     pthread_mutex_unlock(&s->jobs_lock);
@@ -293,8 +330,7 @@ void pith_server_drain(pith_server *s, double deadline_s) {
         wait_jobs(s, server_now() + 2.0);
     }
     atomic_store(&s->stopping, true);
-    if (s->mhd) MHD_stop_daemon(s->mhd);
-    s->mhd = NULL;
+    http_stop(s);
 }
 
 void pith_server_free(pith_server *s) {
@@ -316,8 +352,12 @@ void pith_server_free(pith_server *s) {
     pthread_mutex_destroy(&s->admin_lock);
     pthread_mutex_destroy(&s->versions_lock);
     cors_free(&s->cors);
+    for (int i = 0; i < s->n_allowed_hosts; i++) free(s->allowed_hosts[i]);
+    free(s->allowed_hosts);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);
+    pthread_cond_destroy(&s->body_freed);
+    pthread_mutex_destroy(&s->body_lock);
     pthread_mutex_destroy(&s->jobs_lock);
     free(s->model_path);
     free(s->device);

@@ -25,13 +25,26 @@
 
 struct MHD_Daemon;
 struct job;
+typedef struct conn_guard conn_guard;
 
 struct pith_server {
     /* configuration (strings owned) */
     char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host, *device;
     size_t max_body;
+    /* Request bodies held in memory at once, all connections together (parsed JSON takes a multiple
+     * of its text): a body that would go over waits a moment for room, then gets 503 (http.c). */
+    size_t body_budget;
+    size_t body_held;            /* under body_lock */
+    pthread_mutex_t body_lock;
+    pthread_cond_t body_freed;
     int max_connections;
+    int max_conns_per_ip;       /* 0: no per-address limit */
     int idle_timeout_s;
+    double header_timeout_s;    /* conn_guard.h; a huge value when off */
+    double min_body_rate;       /* bytes/s; 0 when off */
+    bool host_check;            /* bound to a loopback address: Host must name it (http.c) */
+    char **allowed_hosts;       /* --allowed-hosts: more accepted Host names, or "*" */
+    int n_allowed_hosts;
     int n_threads;
     pith_engine_options engine_opt;
     bool log_requests;
@@ -45,6 +58,7 @@ struct pith_server {
     int listen_fd;   /* -1 once handed back by quiesce and closed */
     int port;
     struct MHD_Daemon *mhd;
+    conn_guard *guard;  /* header and body deadlines (conn_guard.h) */
 
     /* loaded once (see above) */
     pith_model *model;
@@ -52,7 +66,8 @@ struct pith_server {
     pith_chat_template *chat;
     char *bos_text, *eos_text;  /* for templates; NULL when the tokenizer has none */
     pith_engine *engine;
-    pith_grammar_vocab *grammar_vocab; /* structured output: built from tok at first use, under jobs_lock */
+    pith_grammar_vocab *grammar_vocab;   /* structured output: built from tok at first use (structured.c) */
+    struct grammar_cache *grammar_cache; /* compiled grammars kept, under their own lock (structured.c) */
     int max_seq_len;
     atomic_bool ready;
     atomic_bool load_claimed;
@@ -71,9 +86,13 @@ struct pith_server {
      * reload and is NULL while asleep: a handler that reads it holds model_lock for reading (the
      * engine has its own reference and needs no lock). */
     pthread_rwlock_t model_lock;
+    int pooling;                   /* under model_lock: srv->model's embedding pooling (PITH_EMBED_*), */
+    char pooling_error[200];       /* or PITH_EMBED_OFF and why; set with the model (server_model_pooling) */
     char *weights_path;            /* where the weights served now came from */
     auth_keys admin_keys;          /* none: every admin endpoint answers 403 */
-    pthread_mutex_t admin_lock;    /* one admin operation at a time */
+    pthread_mutex_t admin_lock;    /* one admin operation at a time; lock order: admin_lock, then
+                                    * model_lock or versions_lock (never both); jobs_lock is never held
+                                    * with any of them */
     bool admin_paused;             /* under admin_lock: /v1/admin/pause in effect (a reload keeps it) */
     pthread_mutex_t versions_lock;
     char **versions;               /* the label of each weight generation (append-only) */
@@ -89,11 +108,17 @@ struct pith_server {
 /* A line at `level` (PITH_LOG_*) with only a message; log_emit(&s->log, ...) for lines with fields. */
 void server_log(pith_server *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double server_now(void); /* monotonic seconds */
+/* Waits on c (with m held) for at most `seconds`; a wakeup may come early. */
+void server_cond_wait(pthread_cond_t *c, pthread_mutex_t *m, double seconds);
 /* The vocabulary size requests are checked against: the engine's (it outlives reloads and sleeps, which
  * keep the shape), or the model's where there is no engine (tests' stand-in servers). */
 static inline int server_n_vocab(const pith_server *s) {
     return s->engine ? pith_engine_n_vocab(s->engine) : s->model ? s->model->hp.n_vocab : 0;
 }
+/* The embedding pooling model `m` asks for (PITH_EMBED_MEAN..LAST) from its own files (embeddings.c);
+ * PITH_EMBED_OFF with why when it names one that cannot be served or its config cannot be read (a FIFO
+ * or device there is refused without blocking). Called when weights load, never per request. */
+int server_model_pooling(const pith_model *m, char *why, size_t cap);
 /* The label of weight generation `gen` ("0" before any is known), copied into buf. */
 const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_t cap);
 

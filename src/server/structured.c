@@ -6,6 +6,7 @@
  * unconstrained. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/params.h"
 #include "server/server_internal.h"
@@ -119,10 +120,18 @@ int structured_parse(const cJSON *body, gen_params *p, api_error *err) {
     return 0;
 }
 
-/* Compiled grammars are kept (the last GRAMMAR_CACHE by use, keyed by kind and source): a repeated
- * schema skips compilation, and its automaton and per-position masks, learnt by earlier requests, are
- * shared. Guarded by jobs_lock. */
+/* Compiled grammars are kept (the last GRAMMAR_CACHE by use, keyed by kind and source, GRAMMAR_CACHE_BYTES
+ * in all as pith_grammar_bytes counts them at each insertion): a repeated schema skips compilation, and
+ * its automaton and per-position masks, learnt by earlier requests, are shared. The cache has its own
+ * lock, never jobs_lock, and evicted grammars are released after it is unlocked: freeing one walks all
+ * its tables, and no request or engine step may wait on that. At most GRAMMAR_COMPILES compilations run
+ * at once (each is bounded by the grammar's own limits, pith/grammar.h); a request beyond them waits for
+ * one to finish, then looks in the cache again (parallel requests with one new schema compile it once
+ * or twice, not once each), and after GRAMMAR_COMPILE_WAIT_S gets a 429. */
 #define GRAMMAR_CACHE 16
+#define GRAMMAR_CACHE_BYTES ((size_t)256 << 20)
+#define GRAMMAR_COMPILES 2
+#define GRAMMAR_COMPILE_WAIT_S 30.0
 
 typedef struct cached_grammar {
     pith_grammar_kind kind;
@@ -131,61 +140,127 @@ typedef struct cached_grammar {
     uint64_t used;
 } cached_grammar;
 
-static cached_grammar cache[GRAMMAR_CACHE];
-static const pith_server *cache_owner;
-static uint64_t cache_clock;
+typedef struct grammar_cache grammar_cache;
+struct grammar_cache {
+    pthread_mutex_t lock;
+    pthread_cond_t done; /* a compilation finished */
+    int compiling;
+    uint64_t clock;
+    cached_grammar e[GRAMMAR_CACHE];
+};
 
-static void cache_clear(void) {
+void structured_cache_free(pith_server *srv) {
+    grammar_cache *c = srv->grammar_cache;
+    if (!c) return;
     for (int i = 0; i < GRAMMAR_CACHE; i++) {
-        free(cache[i].src);
-        pith_grammar_release(cache[i].g);
-        memset(&cache[i], 0, sizeof cache[i]);
+        free(c->e[i].src);
+        pith_grammar_release(c->e[i].g);
     }
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->done);
+    free(c);
+    srv->grammar_cache = NULL;
 }
 
-void structured_cache_free(const pith_server *srv) {
-    if (cache_owner == srv) {
-        cache_clear();
-        cache_owner = NULL;
+/* The server's cache, made at first use (jobs_lock guards only that moment). */
+static grammar_cache *cache_of(pith_server *srv) {
+    pthread_mutex_lock(&srv->jobs_lock);
+    grammar_cache *c = srv->grammar_cache;
+    if (!c && (c = calloc(1, sizeof *c))) {
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->done, NULL);
+        srv->grammar_cache = c;
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+    return c;
+}
+
+static pith_grammar *lookup(grammar_cache *c, pith_grammar_kind kind, const char *src) {
+    for (int i = 0; i < GRAMMAR_CACHE; i++)
+        if (c->e[i].g && c->e[i].kind == kind && strcmp(c->e[i].src, src) == 0) {
+            c->e[i].used = ++c->clock;
+            return pith_grammar_retain(c->e[i].g);
+        }
+    return NULL;
+}
+
+/* Keeps g under key (taking key), moving the entries it displaces into out[] (c->lock held; the caller
+ * releases them after unlocking). Returns how many were moved. */
+static int insert(grammar_cache *c, pith_grammar_kind kind, char *key, pith_grammar *g, cached_grammar *out) {
+    size_t size = pith_grammar_bytes(g), total = size;
+    int n_out = 0;
+    if (size > GRAMMAR_CACHE_BYTES) { /* larger than the whole cache: not kept */
+        out[n_out++] = (cached_grammar){.src = key};
+        return n_out;
+    }
+    int free_slot = -1;
+    for (int i = 0; i < GRAMMAR_CACHE; i++) {
+        if (c->e[i].g) total += pith_grammar_bytes(c->e[i].g);
+        else if (free_slot < 0) free_slot = i;
+    }
+    while (free_slot < 0 || total > GRAMMAR_CACHE_BYTES) {
+        int victim = -1;
+        for (int i = 0; i < GRAMMAR_CACHE; i++)
+            if (c->e[i].g && (victim < 0 || c->e[i].used < c->e[victim].used)) victim = i;
+        if (victim < 0) break;
+        total -= pith_grammar_bytes(c->e[victim].g);
+        out[n_out++] = c->e[victim];
+        c->e[victim] = (cached_grammar){0};
+        if (free_slot < 0) free_slot = victim;
+    }
+    c->e[free_slot] = (cached_grammar){.kind = kind, .src = key, .g = pith_grammar_retain(g), .used = ++c->clock};
+    return n_out;
+}
+
+/* Waits (c->lock held) until a compilation may start or the grammar is in the cache: 0 with *hit set
+ * or a slot taken, else the error. */
+static int wait_turn(pith_server *srv, grammar_cache *c, gen_params *p, api_error *err) {
+    double until = server_now() + GRAMMAR_COMPILE_WAIT_S;
+    for (;;) {
+        if ((p->grammar = lookup(c, p->grammar_kind, p->grammar_src))) return 0;
+        if (c->compiling < GRAMMAR_COMPILES) {
+            c->compiling++;
+            return 0;
+        }
+        double left = until - server_now();
+        if (atomic_load(&srv->stopping))
+            return api_errorf(err, 503, "shutting_down", NULL, "the server is shutting down");
+        if (left <= 0)
+            return api_errorf(err, 429, "too_many_compilations", p->grammar_param,
+                              "%d grammar compilations are running (the limit) and none finished within %.0f s; "
+                              "retry later", GRAMMAR_COMPILES, GRAMMAR_COMPILE_WAIT_S);
+        server_cond_wait(&c->done, &c->lock, left < 0.25 ? left : 0.25); /* short steps: shutdown is noticed */
     }
 }
 
 int gen_params_compile(pith_server *srv, gen_params *p, api_error *err) {
     if (!p->grammar_src) return 0;
-    pthread_mutex_lock(&srv->jobs_lock);
+    grammar_cache *c = cache_of(srv);
+    if (!c) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    pthread_mutex_lock(&c->lock);
     pith_err e = {{0}};
-    int rc = 0;
-    if (!srv->grammar_vocab) rc = pith_grammar_vocab_from_tokenizer(srv->tok, &srv->grammar_vocab, &e);
+    /* under the cache's lock: requests without a grammar never wait for it */
+    if (!srv->grammar_vocab && pith_grammar_vocab_from_tokenizer(srv->tok, &srv->grammar_vocab, &e)) {
+        pthread_mutex_unlock(&c->lock);
+        return api_errorf(err, 500, "internal_error", NULL, "structured output: %s", e.msg);
+    }
     const pith_grammar_vocab *v = srv->grammar_vocab;
-    if (!rc && cache_owner != srv) { /* one server per process in practice; another one starts afresh */
-        cache_clear();
-        cache_owner = srv;
+    int rc = wait_turn(srv, c, p, err);
+    pthread_mutex_unlock(&c->lock);
+    if (rc || p->grammar) return rc;
+    rc = pith_grammar_compile(v, p->grammar_kind, p->grammar_src, strlen(p->grammar_src), &p->grammar, &e);
+    char *key = rc ? NULL : strdup(p->grammar_src);
+    cached_grammar gone[GRAMMAR_CACHE + 1];
+    int n_gone = 0;
+    pthread_mutex_lock(&c->lock);
+    c->compiling--;
+    pthread_cond_broadcast(&c->done);
+    if (key) n_gone = insert(c, p->grammar_kind, key, p->grammar, gone);
+    pthread_mutex_unlock(&c->lock);
+    for (int i = 0; i < n_gone; i++) {
+        free(gone[i].src);
+        pith_grammar_release(gone[i].g);
     }
-    for (int i = 0; !rc && i < GRAMMAR_CACHE; i++)
-        if (cache[i].g && cache[i].kind == p->grammar_kind && strcmp(cache[i].src, p->grammar_src) == 0) {
-            p->grammar = pith_grammar_retain(cache[i].g);
-            cache[i].used = ++cache_clock;
-            break;
-        }
-    pthread_mutex_unlock(&srv->jobs_lock);
-    if (rc) return api_errorf(err, 500, "internal_error", NULL, "structured output: %s", e.msg);
-    if (p->grammar) return 0;
-    if (pith_grammar_compile(v, p->grammar_kind, p->grammar_src, strlen(p->grammar_src), &p->grammar, &e))
-        return api_errorf(err, 400, "invalid_grammar", p->grammar_param, "'%s': %s", p->grammar_param, e.msg);
-    char *key = strdup(p->grammar_src);
-    if (!key) return 0;
-    pthread_mutex_lock(&srv->jobs_lock);
-    if (cache_owner == srv) {
-        int victim = 0;
-        for (int i = 1; i < GRAMMAR_CACHE; i++)
-            if (cache[i].used < cache[victim].used) victim = i;
-        free(cache[victim].src);
-        pith_grammar_release(cache[victim].g);
-        cache[victim] = (cached_grammar){.kind = p->grammar_kind, .src = key, .g = pith_grammar_retain(p->grammar),
-                                         .used = ++cache_clock};
-        key = NULL;
-    }
-    pthread_mutex_unlock(&srv->jobs_lock);
-    free(key);
+    if (rc) return api_errorf(err, 400, "invalid_grammar", p->grammar_param, "'%s': %s", p->grammar_param, e.msg);
     return 0;
 }

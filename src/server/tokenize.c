@@ -1,8 +1,11 @@
 /* POST /tokenize {"prompt": text, "add_special_tokens": true} or {"messages": [...]} gives
  * {"tokens", "count", "max_model_len"}; POST /detokenize {"tokens": [...]} gives {"prompt": text}.
  * The shapes follow vLLM's endpoints of the same names. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "server/buf.h"
 
 #include "server/generate.h"
 #include "server/handlers.h"
@@ -12,7 +15,7 @@ static enum MHD_Result fail(http_request *r, cJSON *body, const api_error *e) {
     return http_send_error(r, e);
 }
 
-enum MHD_Result handle_tokenize(http_request *r) {
+static enum MHD_Result tokenize(http_request *r) {
     pith_server *srv = r->srv;
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -40,16 +43,29 @@ enum MHD_Result handle_tokenize(http_request *r) {
         return fail(r, body, (api_errorf(&e, 400, "missing_parameter", "prompt", "'prompt' (a string) or 'messages' is required"), &e));
     }
     cJSON_Delete(body);
-    cJSON *o = cJSON_CreateObject();
-    cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
-    for (int i = 0; i < p.n; i++) cJSON_AddItemToArray(toks, cJSON_CreateNumber(p.ids[i]));
-    cJSON_AddNumberToObject(o, "count", p.n);
-    cJSON_AddNumberToObject(o, "max_model_len", srv->max_seq_len);
+    if (p.n > GEN_MAX_JSON_ITEMS) { /* an answer a client could not send back (gen_parse_body) */
+        free(p.ids);
+        return http_send_error(r, (api_errorf(&e, 400, "too_many_tokens", "prompt",
+                                              "the prompt gives %d tokens; /tokenize answers at most %d", p.n,
+                                              GEN_MAX_JSON_ITEMS), &e));
+    }
+    /* Written out directly: a cJSON node per token cost 80 bytes each before the text was printed. */
+    buf out = {0};
+    buf_puts(&out, "{\"tokens\":[");
+    for (int i = 0; i < p.n; i++) {
+        char num[16];
+        int k = snprintf(num, sizeof num, i ? ",%d" : "%d", (int)p.ids[i]);
+        buf_append(&out, num, (size_t)k);
+    }
+    buf_printf(&out, "],\"count\":%d,\"max_model_len\":%d}", p.n, srv->max_seq_len);
     free(p.ids);
-    return http_send_json(r, 200, o);
+    rc = out.failed ? http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e))
+                    : http_send_text(r, 200, "application/json", out.data, out.len);
+    buf_free(&out);
+    return rc;
 }
 
-enum MHD_Result handle_detokenize(http_request *r) {
+static enum MHD_Result detokenize(http_request *r) {
     pith_server *srv = r->srv;
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -85,4 +101,16 @@ enum MHD_Result handle_detokenize(http_request *r) {
     cJSON_AddStringToObject(o, "prompt", text);
     free(text);
     return http_send_json(r, 200, o);
+}
+
+enum MHD_Result handle_tokenize(http_request *r) {
+    enum MHD_Result rc = tokenize(r);
+    gen_trim_after(r);
+    return rc;
+}
+
+enum MHD_Result handle_detokenize(http_request *r) {
+    enum MHD_Result rc = detokenize(r);
+    gen_trim_after(r);
+    return rc;
 }

@@ -73,8 +73,8 @@ describe('authentication', () => {
 describe('bad requests', () => {
   test('400 for malformed JSON and bad parameters, naming the parameter', T, async () => {
     await expectError(400, 'POST', '/v1/completions', { raw: '{"prompt": "x",', headers: { 'content-type': 'application/json' } }, 'invalid_json');
-    await expectError(400, 'POST', '/v1/chat/completions', { raw: 'not json' }, 'invalid_json');
-    await expectError(400, 'POST', '/v1/completions', { raw: '' }, 'invalid_json');
+    await expectError(400, 'POST', '/v1/chat/completions', { raw: 'not json', headers: { 'content-type': 'application/json' } }, 'invalid_json');
+    await expectError(400, 'POST', '/v1/completions', { raw: '', headers: { 'content-type': 'application/json' } }, 'invalid_json');
     await expectError(400, 'POST', '/v1/completions', { body: [1, 2] });
     const cases = [
       [{ prompt: 'x', temperature: 5 }, 'temperature'],
@@ -220,7 +220,7 @@ describe('bad requests', () => {
       if (r.status !== 200) errorShape(assert, r, r.status);
     }
     const bytes = Buffer.concat([Buffer.from('{"model": "' + model + '", "max_tokens": 3, "prompt": "ok '), Buffer.from([0xff, 0xc3, 0x28, 0xe2, 0x82]), Buffer.from('"}')]);
-    const r = await call(srv, 'POST', '/v1/completions', { key: KEY, raw: bytes });
+    const r = await call(srv, 'POST', '/v1/completions', { key: KEY, raw: bytes, headers: { 'content-type': 'application/json' } });
     assert.ok([200, 400].includes(r.status), `invalid UTF-8: ${r.status} ${r.text}`);
     assert.ok(seen.has(200) && seen.has(400));
   });

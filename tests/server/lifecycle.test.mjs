@@ -49,7 +49,7 @@ async function rawHealth(port) {
   } catch {
     return null;
   }
-  c.sock.write('GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n');
+  c.sock.write('GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
   await within(c.closedP, 5000);
   c.sock.destroy();
   return c.data ? c.data.split('\r\n')[0] : null;
@@ -63,7 +63,7 @@ describe('timeouts and connection limits', () => {
     const idle = await rawConnect(s.port);
     const t0 = Date.now();
     const stalled = await rawConnect(s.port);
-    stalled.sock.write('POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\n{"prom');
+    stalled.sock.write('POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 50\r\n\r\n{"prom');
     const third = await rawConnect(s.port);
     // All three slots are taken: a fourth connection is closed without an answer.
     assert.equal(await rawHealth(s.port), null);

@@ -33,10 +33,10 @@ after(async () => {
 
 const BODY = JSON.stringify({ prompt: 'Hi', max_tokens: 2 });
 function post(path, { key = KEY, body = BODY, extra = '' } = {}) {
-  return `POST ${path} HTTP/1.1\r\nHost: t\r\n${key ? `Authorization: Bearer ${key}\r\n` : ''}` +
+  return `POST ${path} HTTP/1.1\r\nHost: localhost\r\n${key ? `Authorization: Bearer ${key}\r\n` : ''}` +
     `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 }
-const get = (path, method = 'GET', extra = '') => `${method} ${path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${KEY}\r\n${extra}\r\n`;
+const get = (path, method = 'GET', extra = '') => `${method} ${path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${KEY}\r\n${extra}\r\n`;
 const accessControl = (headers) => Object.keys(headers).filter((h) => h.startsWith('access-control-'));
 
 describe('keep-alive after errors', () => {
@@ -67,7 +67,7 @@ describe('keep-alive after errors', () => {
     }
     // A chunked body over --max-body (4K) is read and dropped, then refused with 413; the connection stays.
     const chunk = 'x'.repeat(3000);
-    await c.send(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${KEY}\r\nTransfer-Encoding: chunked\r\n\r\n` +
+    await c.send(`POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n` +
       `${(3000).toString(16)}\r\n${chunk}\r\n${(3000).toString(16)}\r\n${chunk}\r\n0\r\n\r\n`);
     const big = await c.next();
     assert.equal(big?.status, 413);
@@ -83,7 +83,7 @@ describe('keep-alive after errors', () => {
 
   test('a body declared over --max-body gets 413 and Connection: close (it is not read)', T, async () => {
     const c = rawConnection(plain.port);
-    await c.send(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: 100000\r\n\r\n{"prompt":`);
+    await c.send(`POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: 100000\r\n\r\n{"prompt":`);
     const r = await c.next();
     assert.equal(r.status, 413);
     assert.equal(r.headers.connection, 'close');
@@ -106,7 +106,7 @@ describe('HEAD and OPTIONS', () => {
       if (path !== '/metrics') assert.equal(h.headers['content-length'], g.headers['content-length']);
     }
     // HEAD needs the key where GET does.
-    await c.send('HEAD /v1/models HTTP/1.1\r\nHost: t\r\n\r\n', { head: true });
+    await c.send('HEAD /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n', { head: true });
     assert.equal((await c.next()).status, 401);
     c.close();
     assert.equal((await fetch(`${plain.base}/health`, { method: 'HEAD' })).status, 200);
