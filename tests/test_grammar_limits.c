@@ -107,7 +107,7 @@ static void test_refused(void) {
                "}}");
     for (int i = 0; i < 40; i++) { /* distinct property names p00 .. p39 */
         char *at = strstr(s, "\"p\":");
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "%02d", i);
         memmove(at + 4, at + 2, strlen(at + 2) + 1);
         memcpy(at + 2, name, 2);
