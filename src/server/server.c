@@ -36,21 +36,6 @@ const char *server_weight_version(pith_server *s, uint64_t gen, char *buf, size_
     return buf;
 }
 
-void server_cond_wait(pthread_cond_t *c, pthread_mutex_t *m, double seconds) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
-    long ns = ts.tv_nsec + (long)(seconds * 1e9);
-    ts.tv_sec += ns / 1000000000L;
-    ts.tv_nsec = ns % 1000000000L;
-    pthread_cond_timedwait(c, m, &ts);
-}
-
-double server_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int dup_opt(char **dst, const char *src) {
     *dst = NULL;
     return src && !(*dst = strdup(src)) ? -1 : 0;

@@ -48,6 +48,14 @@ enum MHD_Result http_send_json(http_request *r, int status, cJSON *body) {
     cJSON_Delete(body);
     return MHD_YES;
 }
+enum MHD_Result http_send_text(http_request *r, int status, const char *content_type, const char *data, size_t len) {
+    (void)content_type;
+    (void)data;
+    (void)len;
+    r->responded = true;
+    r->status = status;
+    return MHD_YES;
+}
 enum MHD_Result http_send_error(http_request *r, const api_error *e) {
     r->responded = true;
     r->status = e->status;
@@ -66,6 +74,9 @@ cJSON *gen_parse_body(http_request *r, enum MHD_Result *rc) {
 int gen_check_model(pith_server *s, const char *name, api_error *err) {
     if (!name || !strcmp(name, s->model_name)) return 0;
     return api_errorf(err, 404, "model_not_found", "model", "no such model");
+}
+void gen_trim_after(const http_request *r) {
+    (void)r;
 }
 void gen_prompts_free(gen_prompt *prompts, int n) {
     for (int i = 0; prompts && i < n; i++) free(prompts[i].ids);
