@@ -185,6 +185,18 @@ static void body_release(http_request *r) {
     pthread_mutex_unlock(&srv->body_lock);
 }
 
+/* A body that will not be used (an error is answered once it is in): libmicrohttpd takes a response only
+ * once the body is in (or before it starts), so the rest is read and dropped, and what r held of it goes
+ * back to the budget; a sender that keeps going far beyond the limit is closed. */
+static enum MHD_Result drop_body(http_request *r, size_t n) {
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    body_release(r);
+    r->dropped += n;
+    return r->dropped > 8 * r->srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result reply_error(http_request *r, int status, const char *code, const char *fmt, const char *arg) {
     api_error e;
     api_errorf(&e, status, code, NULL, fmt, arg);
@@ -343,38 +355,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         conn_guard_body_bytes(srv, r->track, n);
         if (r->responded) return MHD_YES; /* an early error is on its way; the rest is dropped */
-        if (r->has_early || r->preflight) { /* answered at the end: drop the body, within bounds */
-            r->dropped += n;
-            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
-        }
-        if (r->no_room) {
-            r->dropped += n;
-            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
-        }
+        if (r->has_early || r->preflight || r->no_room) return drop_body(r, n); /* answered at the end */
         if (r->too_large || n > srv->max_body - r->body_len) {
-            /* libmicrohttpd takes a response only once the body is in (or before it starts): drop the
-             * rest and answer 413 at the end, but close a sender that keeps going far beyond. */
             r->too_large = true;
-            r->dropped += n;
-            free(r->body);
-            r->body = NULL;
-            r->body_len = r->body_cap = 0;
-            body_release(r);
-            return r->dropped > 8 * srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+            return drop_body(r, n);
         }
         if (r->body_len + n + 1 > r->body_cap) {
             size_t cap = r->body_cap ? r->body_cap : 4096;
             while (cap < r->body_len + n + 1) cap *= 2;
             if (!body_reserve(r, cap - r->body_cap)) {
                 r->no_room = true;
-                r->dropped += n;
-                free(r->body);
-                r->body = NULL;
-                r->body_len = r->body_cap = 0;
-                body_release(r);
                 server_log(srv, PITH_LOG_WARN, "request %llu refused: request bodies in memory reached --max-body-memory",
                            (unsigned long long)r->id);
-                return MHD_YES;
+                return drop_body(r, n);
             }
             char *b = realloc(r->body, cap);
             if (!b) return MHD_NO;
