@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     }
     double t0 = now_us();
     pith_grammar_vocab *v = NULL;
-    CHECK(pith_grammar_vocab_from_tokenizer(tok, &v, &err) == 0);
+    CHECK(pith_grammar_vocab_from_tokenizer(tok, 0, &v, &err) == 0);
     double t_vocab = now_us() - t0;
     int nv = pith_grammar_vocab_size(v);
     CHECK(nv == pith_tokenizer_n_vocab(tok) && nv > 128000);

@@ -43,8 +43,12 @@ enum {
 };
 
 /* The bytes each token decodes to (SentencePiece space markers and <0xNN> pieces, GPT-2 byte-level
- * characters), special tokens from pith_tokenizer_is_special and end tokens from pith_tokenizer_is_eog. */
-PITH_API int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_vocab **out,
+ * characters), special tokens from pith_tokenizer_is_special and end tokens from pith_tokenizer_is_eog.
+ * n_rows: the model's logits rows (0: the tokenizer's size). Published checkpoints often pad their
+ * embedding past the tokenizer (Qwen2.5/Qwen3: 151,936 rows for 151,669 tokens): the vocabulary then has
+ * n_rows entries and each row with no token is never allowed; with fewer rows than tokens, the tokens
+ * past the last row (which the model cannot produce) are left out. */
+PITH_API int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, int n_rows, pith_grammar_vocab **out,
                                                pith_err *err);
 /* From explicit byte strings (tests, other tokenizers): bytes[i] of lens[i] bytes, kinds[i] one of
  * PITH_GRAMMAR_TOKEN_* (kinds may be NULL: all normal). Everything is copied. */

@@ -208,15 +208,16 @@ static size_t decode_token(const pith_tokenizer *t, const char *p, size_t n, cha
     return k;
 }
 
-int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_vocab **out, pith_err *err) {
+int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, int n_rows, pith_grammar_vocab **out, pith_err *err) {
     *out = NULL;
-    int n = pith_tokenizer_n_vocab(t);
-    if (n <= 0) return pith_errf(err, "grammar vocabulary: the tokenizer has no tokens");
+    int n_tok = pith_tokenizer_n_vocab(t);
+    if (n_tok <= 0) return pith_errf(err, "grammar vocabulary: the tokenizer has no tokens");
+    int n = n_rows > 0 ? n_rows : n_tok;
     const char **bytes = calloc((size_t)n, sizeof *bytes);
     size_t *lens = calloc((size_t)n, sizeof *lens);
     uint8_t *kinds = calloc((size_t)n, 1);
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && i < n_tok; i++) {
         size_t len = 0;
         pith_tokenizer_token_text(t, i, &len);
         total += len;
@@ -229,9 +230,13 @@ int pith_grammar_vocab_from_tokenizer(const pith_tokenizer *t, pith_grammar_voca
     size_t o = 0;
     int eos = pith_tokenizer_eos(t);
     for (int i = 0; i < n; i++) {
+        bytes[i] = arena + o;
+        if (i >= n_tok) { /* a row of the model with no token (padding): never allowed */
+            kinds[i] = PITH_GRAMMAR_TOKEN_SPECIAL;
+            continue;
+        }
         size_t len = 0;
         const char *p = pith_tokenizer_token_text(t, i, &len);
-        bytes[i] = arena + o;
         lens[i] = p ? decode_token(t, p, len, arena + o) : 0;
         o += lens[i];
         if (pith_tokenizer_is_eog(t, i) || i == eos) kinds[i] = PITH_GRAMMAR_TOKEN_END;

@@ -233,7 +233,7 @@ static enum MHD_Result embeddings(http_request *r) {
         else if (sr == PITH_SUBMIT_BUSY)
             api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
         else
-            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
+            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served: %s", why.msg);
         server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
         free(vecs);
         return fail(r, NULL, in, n_in, &e);

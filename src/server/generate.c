@@ -190,7 +190,7 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
         else if (sr == PITH_SUBMIT_BUSY)
             api_errorf(&e, 429, "queue_full", NULL, "too many requests are waiting; retry later");
         else
-            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served with these parameters");
+            api_errorf(&e, 400, "invalid_request", NULL, "the request cannot be served: %s", why.msg);
         server_log(srv, PITH_LOG_WARN, "request refused by the engine: %s", why.msg);
         rc = http_send_error(r, &e);
         goto done;

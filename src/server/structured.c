@@ -240,7 +240,7 @@ int gen_params_compile(pith_server *srv, gen_params *p, api_error *err) {
     pthread_mutex_lock(&c->lock);
     pith_err e = {{0}};
     /* under the cache's lock: requests without a grammar never wait for it */
-    if (!srv->grammar_vocab && pith_grammar_vocab_from_tokenizer(srv->tok, &srv->grammar_vocab, &e)) {
+    if (!srv->grammar_vocab && pith_grammar_vocab_from_tokenizer(srv->tok, server_n_vocab(srv), &srv->grammar_vocab, &e)) {
         pthread_mutex_unlock(&c->lock);
         return api_errorf(err, 500, "internal_error", NULL, "structured output: %s", e.msg);
     }

@@ -141,6 +141,12 @@ int tools_prepare_messages(cJSON *msgs, api_error *err) {
     cJSON_ArrayForEach(m, msgs) {
         const char *role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        /* OpenAI clients send an assistant turn that only calls tools with content null; templates test
+         * or search the content as a string (Qwen3's `'</think>' in content`), so it renders as "". */
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!strcmp(role, "assistant") && content && cJSON_IsNull(content) &&
+            !cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString("")))
+            return api_errorf(err, 500, "internal_error", NULL, "out of memory");
         if (calls && !cJSON_IsNull(calls)) {
             if (strcmp(role, "assistant") || !cJSON_IsArray(calls))
                 return api_errorf(err, 400, "invalid_value", "messages", "messages[%d].tool_calls must be a list on an assistant message", i);

@@ -36,8 +36,9 @@ tp_format tools_format_of(const pith_server *srv);
  * field fills err (400) and returns -1. */
 int tools_request(const pith_server *srv, const cJSON *body, chat_tools **out, api_error *err);
 /* Checks the messages' tool-call history (assistant tool_calls, role "tool") and rewrites, in the copy
- * the template renders, each tool call's arguments string into the JSON object it holds, as templates
- * expect. msgs is that copy. */
+ * the template renders, each tool call's arguments string into the JSON object it holds, and an
+ * assistant's content null into "" (templates test or search it as a string; harmony's has dropped it
+ * before, tools_prepare_harmony), as templates expect. msgs is that copy. */
 int tools_prepare_messages(cJSON *msgs, api_error *err);
 /* Looks at the rendered prompt: one that ends inside an open <think> starts the output in reasoning. */
 void tools_note_prompt(chat_tools *t, const char *prompt, size_t len);
@@ -49,8 +50,10 @@ void tools_prepare_harmony(cJSON *msgs);
 void chat_tools_free(chat_tools *t);
 
 /* tools_grammar.c: with tool_choice "required" or a named function, sets p's grammar source to the
- * grammar of the call (compiled next by gen_params_compile). 400 when another constraint is given too
- * or a parameters schema cannot be compiled. */
+ * grammar of the call (compiled next by gen_params_compile), setting aside a response_format (it is for
+ * the final answer, a later turn); with "auto" and a json_object / json_schema response_format, to
+ * "calls or that answer". 400 when another constraint (grammar, guided_*) is given with a forced call,
+ * or a schema cannot be compiled. */
 struct gen_params;
 int tools_constrain(pith_server *srv, struct gen_params *p, api_error *err);
 

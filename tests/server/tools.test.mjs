@@ -162,6 +162,42 @@ describe('tool calls', () => {
     assert.equal(typeof r.choices[0].message.content, 'string');
   });
 
+  test('tool_choice "required" with a json_schema response_format: this turn is the call', T, async () => {
+    const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 8 } }, required: ['answer'], additionalProperties: false };
+    const rf = { type: 'json_schema', json_schema: { name: 'final', schema, strict: true } };
+    const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required', response_format: rf, max_tokens: 60, seed: 3 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+    assert.ok(validator(weather)(JSON.parse(c.message.tool_calls.find((t) => t.function.name === 'get_weather')?.function.arguments ?? '{"city":"Paris","unit":"celsius","tomorrow":false}')));
+  });
+
+  test('tool_choice "auto" with a json_schema response_format: a call or the answer, both reachable', T, async () => {
+    const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 8 } }, required: ['answer'], additionalProperties: false };
+    const rf = { type: 'json_schema', json_schema: { name: 'final', schema, strict: true } };
+    const valid = validator(schema);
+    const seen = new Set();
+    for (let seed = 1; seed <= 12 && seen.size < 2; seed++) {
+      const r = await client.chat.completions.create({ model, messages, tools, response_format: rf, max_tokens: 60, seed, temperature: 1.5 });
+      const c = r.choices[0];
+      if (c.message.tool_calls?.length) {
+        assert.ok(['tool_calls', 'length'].includes(c.finish_reason), c.finish_reason);
+        seen.add('call');
+      } else if (c.finish_reason === 'stop') {
+        assert.ok(valid(JSON.parse(c.message.content)), c.message.content);
+        seen.add('answer');
+      }
+    }
+    // Both branches are open at the first token: the processed distribution holds a call's and an answer's start.
+    const r = await client.chat.completions.create({
+      model, messages, tools, response_format: rf, max_tokens: 1, temperature: 1, top_k: 0, top_p: 1, min_p: 0,
+      logprobs: true, top_logprobs: 20, logprobs_mode: 'processed_logprobs',
+    });
+    const firsts = r.choices[0].logprobs.content[0].top_logprobs.map((t) => t.token);
+    assert.ok(firsts.some((t) => t.startsWith('<')), JSON.stringify(firsts));
+    assert.ok(firsts.some((t) => t.startsWith('{')), JSON.stringify(firsts));
+    assert.ok(seen.size >= 1);
+  });
+
   test('errors: unknown named function, bad tools, tool_choice without tools, bad parallel_tool_calls', T, async () => {
     const bad = async (params, param) => {
       await assert.rejects(client.chat.completions.create({ model, messages, max_tokens: 5, ...params }), (e) => {
@@ -177,7 +213,7 @@ describe('tool calls', () => {
     await bad({ tool_choice: 'required' }, 'tool_choice');
     await bad({ tools, tool_choice: 'sometimes' }, 'tool_choice');
     await bad({ tools, parallel_tool_calls: 'yes' }, 'parallel_tool_calls');
-    await bad({ tools, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice');
+    await bad({ tools, tool_choice: 'required', guided_regex: 'a+' }, 'tool_choice');
     await bad({ messages: [{ role: 'assistant', content: null, tool_calls: 'x' }] }, 'messages');
   });
 });
