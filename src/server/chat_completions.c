@@ -96,10 +96,11 @@ static cJSON *template_vars(const cJSON *body, api_error *err) {
     return vars;
 }
 
-/* Renders and encodes the conversation; on success *out holds the prompt. tools (may be NULL) learns
- * how the prompt ends (an open <think>). */
-int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *tools, gen_prompt *out, api_error *err) {
-    memset(out, 0, sizeof *out);
+/* Renders the conversation with the chat template into *text (malloc'd, NUL-terminated; *len bytes).
+ * Also what POST /apply-template answers (apply_template.c). */
+int chat_render_text(pith_server *srv, const cJSON *body, char **text, size_t *len, api_error *err) {
+    *text = NULL;
+    *len = 0;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     if (check_messages(msgs, err)) return -1;
     bool add_gen = true;
@@ -115,7 +116,9 @@ int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *too
         cJSON_Delete(vars);
         return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
-    if (tools_format_of(srv) == TP_FMT_HARMONY) tools_prepare_harmony(flat);
+    tp_format fmt = tools_format_of(srv);
+    if (fmt == TP_FMT_HARMONY) tools_prepare_harmony(flat);
+    if (fmt == TP_FMT_MISTRAL) tools_prepare_mistral(flat);
     if (tools_prepare_messages(flat, err)) {
         cJSON_Delete(vars);
         cJSON_Delete(flat);
@@ -124,16 +127,27 @@ int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *too
     pith_chat_options opts = {
         .add_generation_prompt = add_gen, .bos_token = srv->bos_text, .eos_token = srv->eos_text, .vars = vars,
     };
-    char *text = NULL;
-    size_t len = 0;
     pith_err why;
-    int rc = pith_chat_template_render(srv->chat, flat, &opts, &text, &len, &why);
+    int rc = pith_chat_template_render(srv->chat, flat, &opts, text, len, &why);
     cJSON_Delete(vars);
     cJSON_Delete(flat);
     if (rc) {
         server_log(srv, PITH_LOG_ERROR, "chat template: %s", why.msg);
-        return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template");
+        return api_errorf(err, 400, "invalid_value", "messages", "the messages cannot be rendered with this model's chat template: %s",
+                          why.msg);
     }
+    return 0;
+}
+
+/* Renders and encodes the conversation; on success *out holds the prompt. tools (may be NULL) learns
+ * how the prompt ends (an open <think>). */
+int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *tools, gen_prompt *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    char *text;
+    size_t len;
+    if (chat_render_text(srv, body, &text, &len, err)) return -1;
+    pith_err why;
+    int rc;
     tools_note_prompt(tools, text, len);
     rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
     free(text);

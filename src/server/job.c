@@ -133,8 +133,10 @@ void job_totals(job *j, int *prompt_tokens, int *completion_tokens, double *t_fi
     pthread_mutex_lock(&j->lock);
     for (int i = 0; i < j->n_choices; i++) {
         const job_choice *c = &j->choices[i];
-        *prompt_tokens += c->usage.prompt_tokens;
-        *completion_tokens += c->usage.completion_tokens;
+        /* A choice still running (its client went away; the engine takes the cancel at its next step)
+         * counts what it was given and what it produced so far. */
+        *prompt_tokens += c->done ? c->usage.prompt_tokens : c->submitted ? c->n_prompt : 0;
+        *completion_tokens += c->done ? c->usage.completion_tokens : c->n_tokens;
         if (c->n_tokens > 0 && (*t_first == 0 || c->t_first < *t_first)) *t_first = c->t_first;
     }
     pthread_mutex_unlock(&j->lock);
@@ -148,7 +150,10 @@ int job_submit(job *j, int i, const pith_request *r, pith_err *err) {
     q.user = c; /* sibling k's events (engine.h: index k) belong to choice i + k */
     pthread_mutex_lock(&j->lock);
     j->refs += n; /* final events may come before submit returns */
-    for (int k = 0; k < n; k++) c[k].submitted = true;
+    for (int k = 0; k < n; k++) {
+        c[k].submitted = true;
+        c[k].n_prompt = q.n_prompt;
+    }
     pthread_mutex_unlock(&j->lock);
     uint64_t id;
     int rc = pith_engine_submit(j->srv->engine, &q, &id, err);

@@ -47,7 +47,8 @@ typedef struct job_choice {
     uint64_t id;                /* engine id; 0 until submitted */
     bool submitted;
     bool done;
-    int n_tokens;
+    int n_tokens;               /* output tokens so far */
+    int n_prompt;               /* the prompt's tokens, from the submission */
     double t_first, t_last;
     pith_usage usage;           /* from the final event */
 } job_choice;
@@ -79,7 +80,8 @@ void job_events_free(job_event *events, int n);
 /* Cancels every submitted request that has not finished (their final events follow); returns how many
  * it cancelled (0: everything had finished). */
 int job_cancel(job *j);
-/* For the access log: prompt and completion tokens over the choices that finished, and the first
+/* For the access log: prompt and completion tokens over the choices (a choice not finished yet, as
+ * when its client went away, counts its prompt and the tokens it produced so far), and the first
  * token's time (monotonic seconds; 0: none yet). */
 void job_totals(job *j, int *prompt_tokens, int *completion_tokens, double *t_first);
 /* Drops the HTTP side's reference. */

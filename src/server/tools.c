@@ -1,6 +1,8 @@
 #include "server/tools.h"
 
 #include <stdio.h>
+#include <ctype.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +177,46 @@ int tools_prepare_messages(cJSON *msgs, api_error *err) {
         i++;
     }
     return 0;
+}
+
+/* id as Mistral's templates take it: 9 letters or digits. An id that is not: its last 9 alphanumerics
+ * (vLLM's choice), or when it has fewer, 9 base-62 digits of its FNV-1a hash. out holds 10 bytes. */
+static void mistral_id(const char *id, char *out) {
+    size_t n = strlen(id), alnum = 0;
+    for (size_t i = 0; i < n; i++) alnum += isalnum((unsigned char)id[i]) != 0;
+    if (n == 9 && alnum == 9) {
+        memcpy(out, id, 10);
+        return;
+    }
+    if (alnum >= 9) {
+        int k = 9;
+        out[9] = 0;
+        for (size_t i = n; i-- > 0 && k > 0;)
+            if (isalnum((unsigned char)id[i])) out[--k] = id[i];
+        return;
+    }
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)id[i]) * 1099511628211ull;
+    for (int i = 0; i < 9; i++, h /= 62) out[i] = digits[h % 62];
+    out[9] = 0;
+}
+
+static void rewrite_id(cJSON *o, const char *key) {
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(id)) return;
+    char fixed[10];
+    mistral_id(id->valuestring, fixed);
+    if (strcmp(fixed, id->valuestring)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, cJSON_CreateString(fixed));
+}
+
+void tools_prepare_mistral(cJSON *msgs) {
+    cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        rewrite_id(m, "tool_call_id");
+        cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+        if (cJSON_IsArray(calls)) cJSON_ArrayForEach(c, calls) rewrite_id(c, "id");
+    }
 }
 
 void tools_prepare_harmony(cJSON *msgs) {

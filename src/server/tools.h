@@ -47,6 +47,10 @@ void tools_note_prompt(chat_tools *t, const char *prompt, size_t len);
  * `thinking`, the field the template reads; a null content beside tool_calls is left out (the template
  * cannot test a null for "<|channel|>", and OpenAI clients send one with every tool call). */
 void tools_prepare_harmony(cJSON *msgs);
+/* For a Mistral template, in the copy it renders: each tool call id and tool_call_id that is not 9
+ * letters or digits (OpenAI clients send "call_..." ids; Mistral's templates raise on them) becomes 9
+ * such characters, the same for a call and its result. */
+void tools_prepare_mistral(cJSON *msgs);
 void chat_tools_free(chat_tools *t);
 
 /* tools_grammar.c: with tool_choice "required" or a named function, sets p's grammar source to the

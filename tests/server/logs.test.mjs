@@ -6,7 +6,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
 import { after, describe, test } from 'node:test';
 
-import { PITH_BIN, call, findModel, sleep, startServer, stopServer } from './helpers.mjs';
+import { LONG_TOKENS, PITH_BIN, call, findModel, sleep, startServer, stopServer } from './helpers.mjs';
 
 const T = { timeout: 30000 };
 const servers = [];
@@ -67,6 +67,27 @@ describe('--log-format json', () => {
     assert.equal(miss.status, 404);
     assert.equal(miss.prompt_tokens, undefined, 'no token counts for a request that generated nothing');
     assert.ok(lines.some((l) => l.msg === 'stopped'));
+  });
+});
+
+describe('access line of a stream the client cancelled', () => {
+  test('counts the prompt and the tokens sent before the cancel', T, async () => {
+    const s = await startServer(['--log-format', 'json']);
+    servers.push(s);
+    const ac = new AbortController();
+    const r = await fetch(`${s.base}/v1/completions`, {
+      method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: LONG_TOKENS, temperature: 0, ignore_eos: true, stream: true }),
+    });
+    const reader = r.body.getReader();
+    let text = '';
+    while ((text.match(/"text"/g) || []).length < 3) text += new TextDecoder().decode((await reader.read()).value);
+    ac.abort();
+    const chunks = (text.match(/"text"/g) || []).length;
+    assert.ok(await until(() => /"ended":"client gone"/.test(s.log())), s.log());
+    const line = jsonLines(s.log()).find((l) => l.path === '/v1/completions');
+    assert.ok(line.prompt_tokens > 0, JSON.stringify(line));
+    assert.ok(line.completion_tokens >= chunks && line.completion_tokens < LONG_TOKENS, JSON.stringify(line));
   });
 });
 
