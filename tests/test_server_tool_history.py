@@ -97,6 +97,37 @@ SINGLE = CONVERSATION[:4] + [
 ] + CONVERSATION[7:]
 
 
+def no_tool_template(messages):
+    """A template without tool support (Gemma 3's): rewritten as docs/api.md says (tools_polyfill.c):
+    tools described in the system message, calls as <tool_call> text, each round of results one user turn."""
+    dumps = lambda v: json.dumps(v, ensure_ascii=False, separators=(",", ":"))  # noqa: E731  (cJSON's compact form)
+    desc = ("You can call these tools (JSON Schema of their arguments in \"parameters\"):\n<tools>\n" +
+            "".join(dumps(t["function"]) + "\n" for t in TOOLS) +
+            "</tools>\nTo call tools, reply with one block per call:\n<tool_call>\n"
+            "{\"name\": <tool name>, \"arguments\": <arguments object>}\n</tool_call>")
+    out = []
+    for m in normalised(messages):
+        if m["role"] == "system":
+            out.append({"role": "system", "content": desc + ("\n\n" + m["content"] if m["content"] else "")})
+        elif m["role"] == "assistant" and m.get("tool_calls"):
+            text = m["content"]
+            for c in m["tool_calls"]:
+                text += ("\n" if text else "") + "<tool_call>\n{\"name\": %s, \"arguments\": %s}\n</tool_call>" % (
+                    dumps(c["function"]["name"]), dumps(c["function"]["arguments"]))
+            out.append({"role": "assistant", "content": text})
+        elif m["role"] == "tool":
+            block = "<tool_response>\n%s\n</tool_response>" % m["content"]
+            if out and out[-1].get("from_tool"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "from_tool": True})
+        else:
+            out.append(m)
+    for m in out:
+        m.pop("from_tool", None)
+    return out
+
+
 def harmony(messages):
     """GPT-OSS: the null content is left out (tools_prepare_harmony), arguments as objects."""
     out = normalised(messages)
@@ -192,6 +223,7 @@ def main():
     cases.append(("llama3.1", template_file("llama3.1.jinja"), SINGLE, normalised(SINGLE)))
     cases.append(("mistral-v0.3", template_file("mistral-v0.3.jinja"), CONVERSATION, mistral(CONVERSATION)))
     cases.append(("hermes", template_file("hermes-tools.jinja"), CONVERSATION, normalised(CONVERSATION)))
+    cases.append(("gemma3", template_file("gemma3.jinja"), CONVERSATION, no_tool_template(CONVERSATION)))
     cases.append(("gpt-oss", template_file("gpt-oss.jinja"), CONVERSATION, harmony(CONVERSATION)))
     failures = [f for f in (run_case(*c) for c in cases) if f]
     failures += refusal_names_the_reason()

@@ -119,7 +119,9 @@ int chat_render_text(pith_server *srv, const cJSON *body, char **text, size_t *l
     tp_format fmt = tools_format_of(srv);
     if (fmt == TP_FMT_HARMONY) tools_prepare_harmony(flat);
     if (fmt == TP_FMT_MISTRAL) tools_prepare_mistral(flat);
-    if (tools_prepare_messages(flat, err)) {
+    if (tools_prepare_messages(flat, err) ||
+        (!tools_template_knows_tools(srv->chat ? pith_chat_template_source(srv->chat) : NULL) &&
+         tools_polyfill(flat, cJSON_GetObjectItemCaseSensitive(vars, "tools"), err))) {
         cJSON_Delete(vars);
         cJSON_Delete(flat);
         return -1;

@@ -51,6 +51,12 @@ void tools_prepare_harmony(cJSON *msgs);
  * letters or digits (OpenAI clients send "call_..." ids; Mistral's templates raise on them) becomes 9
  * such characters, the same for a call and its result. */
 void tools_prepare_mistral(cJSON *msgs);
+/* tools_polyfill.c: whether a chat template renders tools at all (it mentions them); NULL (ChatML
+ * fallback) counts as knowing them. */
+bool tools_template_knows_tools(const char *source);
+/* For a template that does not: in the copy it renders, the tools described in the system message,
+ * assistant tool_calls written as <tool_call> text, each round of tool results one user turn. */
+int tools_polyfill(cJSON *msgs, const cJSON *tools, api_error *err);
 void chat_tools_free(chat_tools *t);
 
 /* tools_grammar.c: with tool_choice "required" or a named function, sets p's grammar source to the
