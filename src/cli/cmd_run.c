@@ -33,6 +33,9 @@ typedef struct run_opts {
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
+    const char *breakers[64];  /* --dry-sequence-breaker, in order (the first one clears the defaults) */
+    int n_breakers;
+    bool breakers_given;
     run_batch_opts batch;   /* -f: many prompts through the engine (run_batch.h) */
 } run_opts;
 
@@ -67,6 +70,23 @@ static void run_usage(FILE *out) {
             "      --repeat-penalty R  repetition penalty over prompt and output, 1 = off (default 1)\n"
             "      --presence-penalty F   OpenAI-style presence penalty (default 0)\n"
             "      --frequency-penalty F  OpenAI-style frequency penalty (default 0)\n"
+            "      --dry-multiplier M  DRY: penalise a token that would extend a sequence repeated from\n"
+            "                          earlier by M * base^(length - allowed length); 0 = off (default 0)\n"
+            "      --dry-base B        DRY exponent base, >= 1 (default 1.75)\n"
+            "      --dry-allowed-length N  DRY: repeats up to N tokens are free (default 2)\n"
+            "      --dry-penalty-last-n N  DRY looks at the last N tokens; -1 = the whole context,\n"
+            "                          0 = off (default -1)\n"
+            "      --dry-sequence-breaker S  a string repeats do not reach back across; repeatable, the\n"
+            "                          first one replaces the defaults (\\n : \" *); \"none\" = no breakers.\n"
+            "                          Taken as is: a newline is $'\\n' in bash\n"
+            "      --xtc-probability P XTC: with probability P drop every token above the threshold but\n"
+            "                          the least likely of them; 0 = off (default 0)\n"
+            "      --xtc-threshold T   XTC threshold; above 0.5 = off (default 0.1)\n"
+            "      --typical P         locally typical sampling, 1 = off (default 1)\n"
+            "      --top-nsigma N      keep tokens with logit >= max - N * stddev of the logits;\n"
+            "                          <= 0 = off (default -1)\n"
+            "                          Order: penalties, DRY, then (unless --temp 0: greedy) top-n-sigma,\n"
+            "                          top-k, temperature, typical, top-p, min-p, XTC, the draw\n"
             "  -s, --seed S            random seed, -1 = from the clock (the default); same seed, same\n"
             "                          text\n"
             "      --ignore-eos        do not stop at EOS: generate exactly -n tokens\n"
@@ -141,6 +161,41 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--frequency-penalty")) {
             VALUE(); if (!cli_parse_float("run", a, v, -2, 2, &fv)) return -1;
             o->sp.frequency_penalty = (float)fv;
+        } else if (!strcmp(a, "--dry-multiplier")) {
+            VALUE(); if (!cli_parse_float("run", a, v, 0, 100, &fv)) return -1;
+            o->sp.dry_multiplier = (float)fv;
+        } else if (!strcmp(a, "--dry-base")) {
+            VALUE(); if (!cli_parse_float("run", a, v, 1, 100, &fv)) return -1;
+            o->sp.dry_base = (float)fv;
+        } else if (!strcmp(a, "--dry-allowed-length")) {
+            VALUE(); if (!cli_parse_int("run", a, v, 0, 1 << 30, &iv)) return -1;
+            o->sp.dry_allowed_length = (int)iv;
+        } else if (!strcmp(a, "--dry-penalty-last-n")) {
+            VALUE(); if (!cli_parse_int("run", a, v, -1, 1 << 30, &iv)) return -1;
+            o->sp.dry_penalty_last_n = (int)iv;
+        } else if (!strcmp(a, "--dry-sequence-breaker")) {
+            VALUE();
+            o->breakers_given = true;
+            if (!strcmp(v, "none")) {
+                o->n_breakers = 0;
+            } else if (!v[0] || o->n_breakers == (int)(sizeof o->breakers / sizeof *o->breakers)) {
+                fprintf(stderr, "pith run: %s: %s\n", a, v[0] ? "too many breakers" : "an empty breaker");
+                return -1;
+            } else {
+                o->breakers[o->n_breakers++] = v;
+            }
+        } else if (!strcmp(a, "--xtc-probability")) {
+            VALUE(); if (!cli_parse_float("run", a, v, 0, 1, &fv)) return -1;
+            o->sp.xtc_probability = (float)fv;
+        } else if (!strcmp(a, "--xtc-threshold")) {
+            VALUE(); if (!cli_parse_float("run", a, v, 0, 1, &fv)) return -1;
+            o->sp.xtc_threshold = (float)fv;
+        } else if (!strcmp(a, "--typical")) {
+            VALUE(); if (!cli_parse_float("run", a, v, 1e-9, 1, &fv)) return -1;
+            o->sp.typical_p = (float)fv;
+        } else if (!strcmp(a, "--top-nsigma")) {
+            VALUE(); if (!cli_parse_float("run", a, v, -1, 100, &fv)) return -1;
+            o->sp.top_n_sigma = (float)fv;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
             VALUE(); if (!cli_parse_int("run", a, v, -1, INT64_MAX, &iv)) return -1;
             o->sp.seed = (uint64_t)iv;
@@ -156,6 +211,11 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             }
         }
 #undef VALUE
+    }
+    pith_err err;
+    if (o->breakers_given && pith_sampling_set_dry_breakers(&o->sp, o->breakers, o->n_breakers, &err)) {
+        fprintf(stderr, "pith run: --dry-sequence-breaker: %s\n", err.msg);
+        return -1;
     }
     if (!o->seed_given) {
         struct timespec ts;

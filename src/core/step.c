@@ -287,7 +287,7 @@ static bool constraint_allows(void *ctx, int32_t token) { return pith_grammar_ma
  * Returns false when s finished (and is freed). */
 static bool sample_and_report(pith_engine *e, seq *s, float *row) {
     pith_err err;
-    if (!s->sampler && pith_sampler_new(&s->sampling, e->n_vocab, &s->sampler, &err)) {
+    if (!s->sampler && pith_sampler_new_vocab(&s->sampling, e->tok, e->n_vocab, &s->sampler, &err)) {
         sched_remove(&e->sc, s);
         engine_finish(e, s, PITH_FINISH_ERROR, false, err.msg);
         return false;

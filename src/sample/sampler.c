@@ -1,9 +1,11 @@
-/* Sampling pipeline: penalties -> (greedy | top-k -> temperature -> softmax -> top-p -> min-p -> draw).
- * Candidates are kept as (id, logit) pairs; sorting happens only when a filter needs order, and never of
- * the whole vocabulary unless recording asks for the whole distribution. A constraint (structured output)
- * masks tokens to -inf first. */
+/* Sampling pipeline: penalties -> DRY -> (greedy | top-n-sigma -> top-k -> temperature -> softmax ->
+ * typical-p -> top-p -> min-p -> XTC -> draw). Candidates are kept as (id, logit) pairs; sorting happens
+ * only when a filter needs order, and never of the whole vocabulary unless recording asks for the whole
+ * distribution (or typical-p or XTC runs without top-k). A constraint (structured output) masks tokens
+ * to -inf first. DRY lives in dry.c. */
 #include "pith/sampler.h"
 
+#include "sample/dry.h"
 #include "util/rows.h"
 
 #include <float.h>
@@ -34,6 +36,8 @@ struct pith_sampler {
     double dist_total;
     double dist_lse;
     uint32_t *mask;         /* [(n_vocab + 31) / 32] for constrained sampling, allocated on first use */
+    bool dry_on;            /* DRY enabled: dry holds its tables */
+    pith_dry dry;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -60,13 +64,87 @@ static uint64_t rng_next(uint64_t s[4]) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
+/* llama.cpp's default breakers: "\n", ":", "\"", "*", in the list form of dry_sequence_breakers. */
+static const char default_breakers[] = "\n\0:\0\"\0*\0";
+
 pith_sampling_params pith_sampling_defaults(void) {
     pith_sampling_params p = {
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
         .repetition_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f, .seed = 0,
+        .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2, .dry_penalty_last_n = -1,
+        .xtc_probability = 0.0f, .xtc_threshold = 0.1f, .typical_p = 1.0f, .top_n_sigma = -1.0f,
     };
+    memcpy(p.dry_sequence_breakers, default_breakers, sizeof default_breakers);
     return p;
 }
+
+int pith_sampling_set_dry_breakers(pith_sampling_params *p, const char *const *breakers, int n, pith_err *err) {
+    char buf[PITH_DRY_BREAKERS_BYTES];
+    size_t at = 0;
+    if (n < 0 || (n > 0 && !breakers)) return pith_errf(err, "dry_sequence_breakers: bad list");
+    for (int i = 0; i < n; i++) {
+        size_t len = breakers[i] ? strlen(breakers[i]) : 0;
+        if (len == 0) return pith_errf(err, "dry_sequence_breakers: breaker %d is empty", i);
+        if (len > PITH_DRY_BREAKER_MAX) len = PITH_DRY_BREAKER_MAX; /* as llama.cpp cuts them */
+        if (at + len + 2 > sizeof buf)
+            return pith_errf(err, "dry_sequence_breakers: at most %d bytes together", PITH_DRY_BREAKERS_BYTES - 1 - n);
+        memcpy(buf + at, breakers[i], len);
+        at += len;
+        buf[at++] = '\0';
+    }
+    buf[at++] = '\0';
+    memset(p->dry_sequence_breakers, 0, sizeof p->dry_sequence_breakers);
+    memcpy(p->dry_sequence_breakers, buf, at);
+    return 0;
+}
+
+/* Where breaker i starts in p's list (i up to the count: the final empty string); -1 when the list is
+ * malformed (runs past the buffer) before it. */
+static int breaker_at(const pith_sampling_params *p, int i) {
+    const char *b = p->dry_sequence_breakers;
+    int at = 0;
+    for (int k = 0; k < i; k++) {
+        const char *nul = memchr(b + at, '\0', PITH_DRY_BREAKERS_BYTES - (size_t)at);
+        if (!nul || nul == b + at) return -1;
+        at = (int)(nul - b) + 1;
+        if (at >= PITH_DRY_BREAKERS_BYTES) return -1;
+    }
+    return at;
+}
+
+int pith_sampling_dry_breaker_count(const pith_sampling_params *p) {
+    int n = 0;
+    for (int at; (at = breaker_at(p, n)) >= 0 && p->dry_sequence_breakers[at];) n++;
+    return n;
+}
+
+const char *pith_sampling_dry_breaker(const pith_sampling_params *p, int i) {
+    int at = breaker_at(p, i);
+    return at < 0 ? "" : p->dry_sequence_breakers + at;
+}
+
+/* Whether the breaker list ends inside its buffer and every breaker is at most PITH_DRY_BREAKER_MAX. */
+static bool breakers_ok(const pith_sampling_params *p) {
+    for (int i = 0;; i++) {
+        int at = breaker_at(p, i);
+        if (at < 0) return false;
+        const char *b = p->dry_sequence_breakers + at;
+        const char *nul = memchr(b, '\0', PITH_DRY_BREAKERS_BYTES - (size_t)at);
+        if (!nul) return false;
+        if (nul == b) return true;
+        if (nul - b > PITH_DRY_BREAKER_MAX) return false;
+    }
+}
+
+static bool dry_enabled(const pith_sampling_params *p) {
+    return p->dry_multiplier > 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+}
+
+static bool xtc_enabled(const pith_sampling_params *p) {
+    return p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f;
+}
+
+static bool typical_enabled(const pith_sampling_params *p) { return p->typical_p > 0.0f && p->typical_p < 1.0f; }
 
 int pith_sampling_validate(const pith_sampling_params *p, pith_err *err) {
     if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
@@ -80,10 +158,32 @@ int pith_sampling_validate(const pith_sampling_params *p, pith_err *err) {
         return pith_errf(err, "presence_penalty must be between -2 and 2");
     if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
         return pith_errf(err, "frequency_penalty must be between -2 and 2");
+    if (!(p->dry_multiplier >= 0.0f && isfinite(p->dry_multiplier)))
+        return pith_errf(err, "dry_multiplier must be a finite number >= 0 (0 disables DRY)");
+    if (!(isfinite(p->dry_base) && (p->dry_base >= 1.0f || p->dry_multiplier == 0.0f)))
+        return pith_errf(err, "dry_base must be >= 1");
+    if (p->dry_allowed_length < 0) return pith_errf(err, "dry_allowed_length must be >= 0");
+    if (p->dry_penalty_last_n < -1)
+        return pith_errf(err, "dry_penalty_last_n must be >= -1 (-1: the whole context, 0: off)");
+    if (!breakers_ok(p))
+        return pith_errf(err, "dry_sequence_breakers: malformed list (each breaker 1 to %d bytes)", PITH_DRY_BREAKER_MAX);
+    if (!(p->xtc_probability >= 0.0f && p->xtc_probability <= 1.0f))
+        return pith_errf(err, "xtc_probability must be in [0, 1]");
+    if (!(p->xtc_threshold >= 0.0f && p->xtc_threshold <= 1.0f))
+        return pith_errf(err, "xtc_threshold must be in [0, 1] (above 0.5 disables XTC)");
+    if (!(p->typical_p >= 0.0f && p->typical_p <= 1.0f))
+        return pith_errf(err, "typical_p must be in [0, 1] (1 disables it)");
+    if (!(p->top_n_sigma >= -1.0f && p->top_n_sigma <= 100.0f))
+        return pith_errf(err, "top_n_sigma must be between -1 and 100 (<= 0 disables it)");
     return 0;
 }
 
 int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **out, pith_err *err) {
+    return pith_sampler_new_vocab(p, NULL, n_vocab, out, err);
+}
+
+int pith_sampler_new_vocab(const pith_sampling_params *p, const pith_tokenizer *tok, int n_vocab,
+                           pith_sampler **out, pith_err *err) {
     *out = NULL;
     if (pith_sampling_validate(p, err)) return -1;
     if (n_vocab <= 0) return pith_errf(err, "sampler: vocabulary size must be positive");
@@ -100,6 +200,17 @@ int pith_sampler_new(const pith_sampling_params *p, int n_vocab, pith_sampler **
     }
     s->p = *p;
     s->n_vocab = n_vocab;
+    if (dry_enabled(p)) {
+        if (dry_init(&s->dry, n_vocab)) {
+            pith_sampler_free(s);
+            return pith_errf(err, "out of memory");
+        }
+        s->dry_on = true;
+        if (dry_resolve(&s->dry, p, tok, err)) {
+            pith_sampler_free(s);
+            return pith_err_prefix(err, "dry_sequence_breakers");
+        }
+    }
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
     *out = s;
@@ -114,8 +225,17 @@ void pith_sampler_free(pith_sampler *s) {
     free(s->tmp);
     free(s->bsum);
     free(s->mask);
+    if (s->dry_on) dry_free(&s->dry);
     free(s);
 }
+
+int pith_sampler_add_dry_restart(pith_sampler *s, const int32_t *ids, int n) {
+    if (!s->dry_on || !ids) return s->dry_on ? -1 : 0; /* DRY off: nothing to restart */
+    return dry_add_restart(&s->dry, ids, n);
+}
+
+/* Penalties, then DRY: what every path (greedy too) applies to the row first. */
+static void apply_history(pith_sampler *s, float *logits, const int32_t *history, int n_history);
 
 static void apply_penalties(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
     const pith_sampling_params *p = &s->p;
@@ -133,6 +253,40 @@ static void apply_penalties(pith_sampler *s, float *logits, const int32_t *histo
         logits[id] = l;
         s->counts[id] = 0; /* each distinct id once; also resets the scratch */
     }
+}
+
+static void apply_history(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
+    apply_penalties(s, logits, history, n_history);
+    if (s->dry_on) dry_apply(&s->dry, &s->p, logits, history, n_history);
+}
+
+/* Top-n-sigma (llama.cpp's): logits below max - n * sigma become -inf, sigma the standard deviation
+ * (over their count) of the finite logits (NaN and -inf left out). Returns whether it ran: false when
+ * no logit is finite (or an infinite one makes sigma meaningless), the row then as it was. */
+static bool apply_top_n_sigma(pith_sampler *s, float *logits) {
+    const int n = s->n_vocab;
+    double sum = 0.0;
+    float mx = -INFINITY;
+    int cnt = 0;
+    for (int i = 0; i < n; i++) {
+        float l = logits[i];
+        if (isnan(l) || l == -INFINITY) continue;
+        sum += l;
+        cnt++;
+        if (l > mx) mx = l;
+    }
+    if (cnt == 0 || !isfinite(sum)) return false;
+    const double mean = sum / cnt;
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        float l = logits[i];
+        if (isnan(l) || l == -INFINITY) continue;
+        acc += ((double)l - mean) * ((double)l - mean);
+    }
+    const double floor_l = (double)mx - (double)s->p.top_n_sigma * sqrt(acc / cnt);
+    for (int i = 0; i < n; i++)
+        if ((double)logits[i] < floor_l) logits[i] = -INFINITY;
+    return true;
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -327,6 +481,69 @@ static int32_t draw_sorted(const candidate *c, int m, double r) {
     return c[m - 1].id;
 }
 
+/* Locally typical sampling over probabilities c[0..m) sorted best first and summing to 1: ordered by
+ * |-log p - H| (H the entropy), the fewest whose probability sums to more than typical_p are kept, moved
+ * to the front in their order and renormalised; returns how many. Surprise grows along the sorted order,
+ * so the tokens less surprising than H form a prefix whose scores fall towards its end and the others a
+ * suffix whose scores rise: the kept tokens are one run around that split, found by merging the two
+ * (ties to the more likely side). */
+static int typical_prefix(candidate *c, int m, float typical_p) {
+    double h = 0.0;
+    for (int i = 0; i < m; i++)
+        if (c[i].logit > 0.0f) h -= c[i].logit * log(c[i].logit);
+    int split = 0;
+    while (split < m && c[split].logit > 0.0f && -log(c[split].logit) < h) split++;
+    int lo = split, hi = split;
+    double cum = 0.0;
+    while (lo > 0 || hi < m) {
+        bool left = lo > 0;
+        if (left && hi < m) {
+            double sl = h + log(c[lo - 1].logit);
+            double sr = c[hi].logit > 0.0f ? -log(c[hi].logit) - h : INFINITY;
+            left = sl <= sr;
+        }
+        cum += left ? c[--lo].logit : c[hi++].logit;
+        if (cum > typical_p) break;
+    }
+    if (lo > 0 && hi - lo < m) memmove(c, c + lo, (size_t)(hi - lo) * sizeof *c);
+    m = hi - lo;
+    double sum = 0.0;
+    for (int i = 0; i < m; i++) sum += c[i].logit;
+    for (int i = 0; i < m && sum > 0.0; i++) c[i].logit = (float)(c[i].logit / sum);
+    return m;
+}
+
+/* Typical-p, top-p and min-p over probabilities c[0..m) sorted best first, summing to 1; returns how
+ * many are kept (a prefix of c). */
+static int truncate_sorted(pith_sampler *s, int m) {
+    const pith_sampling_params *p = &s->p;
+    candidate *c = s->cand;
+    if (typical_enabled(p)) m = typical_prefix(c, m, p->typical_p);
+    if (p->top_p < 1.0f) {
+        int keep = top_p_prefix(c, m, p->top_p);
+        if (keep) m = keep;
+    }
+    if (p->min_p > 0.0f) m = min_p_prefix(c, m, p->min_p);
+    return m;
+}
+
+/* XTC over the kept c[0..m) (best first, summing to *total): with probability xtc_probability, when
+ * at least two have probability >= xtc_threshold, all of those but the last (least likely) are dropped.
+ * Returns how many are left, at the front of c; *total follows. */
+static int apply_xtc(pith_sampler *s, int m, double *total) {
+    const pith_sampling_params *p = &s->p;
+    candidate *c = s->cand;
+    if (m < 2 || rng_uniform(s->rng) > p->xtc_probability) return m;
+    int above = 0;
+    while (above < m && c[above].logit / *total >= (double)p->xtc_threshold) above++;
+    if (above < 2) return m;
+    memmove(c, c + above - 1, (size_t)(m - above + 1) * sizeof *c);
+    m -= above - 1;
+    *total = 0.0;
+    for (int i = 0; i < m; i++) *total += c[i].logit;
+    return m;
+}
+
 /* The recorded distribution (pith_sampler_record): c[0..m) with probabilities summing to total. */
 static void keep_dist(pith_sampler *s, int m, double total) {
     if (!s->record) return;
@@ -335,11 +552,13 @@ static void keep_dist(pith_sampler *s, int m, double total) {
     s->dist_total = total;
 }
 
-/* The draw over the kept prefix c[0..m) of the candidates, best first, renormalised; recorded if asked. */
+/* XTC, then the draw over the kept prefix c[0..m) of the candidates, best first, renormalised;
+ * recorded if asked. */
 static int32_t draw_kept(pith_sampler *s, int m) {
     const candidate *c = s->cand;
     double total = 0.0;
     for (int i = 0; i < m; i++) total += c[i].logit;
+    if (xtc_enabled(&s->p)) m = apply_xtc(s, m, &total);
     int32_t tok = draw_sorted(c, m, rng_uniform(s->rng) * total);
     keep_dist(s, m, total);
     return tok;
@@ -369,12 +588,7 @@ static int32_t pick_top_k(pith_sampler *s, float *logits, bool masked) {
         sum += c[i].logit;
     }
     for (int i = 0; i < m; i++) c[i].logit = (float)(c[i].logit / sum);
-    if (p->top_p < 1.0f) {
-        int keep = top_p_prefix(c, m, p->top_p);
-        if (keep) m = keep;
-    }
-    if (p->min_p > 0.0f) m = min_p_prefix(c, m, p->min_p);
-    return draw_kept(s, m);
+    return draw_kept(s, truncate_sorted(s, m));
 }
 
 /* The draw over the whole row in id order: r in [0, total), found block by block. */
@@ -436,7 +650,13 @@ static int32_t pick_row(pith_sampler *s, float *logits, bool masked) {
     if (!(maxl > -INFINITY)) return masked ? -1 : 0;
     const double total = pith_row_softmax(logits, n, p->temperature, maxl, s->prob, s->bsum);
     candidate *c = s->cand;
-    if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
+    const bool plain = p->top_p >= 1.0f && p->min_p <= 0.0f;
+    if (typical_enabled(p) || (plain && xtc_enabled(p))) {
+        /* typical-p's order starts mid-distribution, and XTC alone may cut anywhere: every candidate */
+        int g = gather_sorted(s, logits, s->prob, n, total, 0.0f, masked);
+        return draw_kept(s, truncate_sorted(s, g));
+    }
+    if (plain) {
         int32_t tok = draw_row(s->prob, n, s->bsum, rng_uniform(s->rng) * total);
         if (s->record) {
             int g = gather_sorted(s, logits, s->prob, n, total, 0.0f, masked);
@@ -480,11 +700,16 @@ static int32_t pick(pith_sampler *s, float *logits, bool masked) {
         if (s->record) record_greedy(s, logits);
         return best;
     }
+    /* top-n-sigma's -inf logits are no candidates (a mask of its own; it always keeps the best) */
+    if (p->top_n_sigma > 0.0f && apply_top_n_sigma(s, logits) && !masked) {
+        int32_t tok = p->top_k > 0 && p->top_k < s->n_vocab ? pick_top_k(s, logits, true) : pick_row(s, logits, true);
+        return tok < 0 ? 0 : tok;
+    }
     return p->top_k > 0 && p->top_k < s->n_vocab ? pick_top_k(s, logits, masked) : pick_row(s, logits, masked);
 }
 
 int32_t pith_sampler_sample(pith_sampler *s, float *logits, const int32_t *history, int n_history) {
-    apply_penalties(s, logits, history, n_history);
+    apply_history(s, logits, history, n_history);
     return pick(s, logits, false);
 }
 
@@ -501,9 +726,9 @@ void pith_sampler_apply_mask(float *logits, int n_vocab, const uint32_t *mask) {
 int32_t pith_sampler_sample_constrained(pith_sampler *s, float *logits, const int32_t *history, int n_history,
                                         const pith_token_constraint *c) {
     if (!c) return pith_sampler_sample(s, logits, history, n_history);
-    /* Masked tokens are -inf before and after the penalties (which scale or shift a logit), so the
-     * penalties may run first; greedy then tries the unconstrained best token before building a mask. */
-    apply_penalties(s, logits, history, n_history);
+    /* Masked tokens are -inf before and after the penalties and DRY (which scale or shift a logit), so
+     * they may run first; greedy then tries the unconstrained best token before building a mask. */
+    apply_history(s, logits, history, n_history);
     if (s->p.temperature == 0.0f && c->allows && !s->record) { /* recording needs the whole distribution */
         int32_t best = pith_row_argmax(logits, s->n_vocab);
         if (c->allows(c->ctx, best)) return best;
