@@ -250,7 +250,6 @@ static void test_params(void) {
     REFUSED("{\"stream_options\": {\"include_usage\": true}}", GEN_COMPLETION, "stream_options");
     REFUSED("{\"stream\": true, \"stream_options\": {\"include_usage\": 1}}", GEN_COMPLETION, "stream_options.include_usage");
     REFUSED("{\"echo\": true}", GEN_COMPLETION, "echo");
-    REFUSED("{\"suffix\": \"x\"}", GEN_COMPLETION, "suffix");
     REFUSED("{\"best_of\": 2}", GEN_COMPLETION, "best_of");
     REFUSED("{\"logit_bias\": {\"5\": 1}}", GEN_COMPLETION, "logit_bias");
     REFUSED("{\"response_format\": {\"type\": \"xml\"}}", GEN_CHAT, "response_format");

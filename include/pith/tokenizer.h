@@ -56,6 +56,24 @@ PITH_API bool pith_tokenizer_is_eog(const pith_tokenizer *t, int32_t id);
 PITH_API bool pith_tokenizer_is_special(const pith_tokenizer *t, int32_t id);
 /* The vocabulary entry's text as stored (not decoded); NULL for an out-of-range id. */
 PITH_API const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_t *len);
+/* The id of the vocabulary entry whose stored text is exactly text[0..len) (as pith_tokenizer_token_text
+ * gives it, not decoded: "yes", "<|im_end|>", "\xe2\x96\x81<PRE>"), or -1 when there is none. */
+PITH_API int32_t pith_tokenizer_token_id(const pith_tokenizer *t, const char *text, size_t len);
+/* Fill-in-the-middle tokens: the ids a GGUF names (tokenizer.ggml.fim_pre_token_id ... fim_sep_token_id,
+ * or the older prefix/suffix/middle_token_id), else the first vocabulary entry found among the usual
+ * spellings (Qwen2.5-Coder's <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>, <|fim_pad|>, <|repo_name|>,
+ * <|file_sep|>; StarCoder's <fim_prefix>...; CodeLlama's \u2581<PRE>, \u2581<SUF>, \u2581<MID>; DeepSeek
+ * Coder's; CodeGemma's <|fim_prefix|>...). -1 when the vocabulary has none. */
+typedef enum pith_tok_fim {
+    PITH_TOK_FIM_PRE = 0,  /* before the prefix */
+    PITH_TOK_FIM_SUF,      /* before the suffix */
+    PITH_TOK_FIM_MID,      /* before the middle, which the model writes */
+    PITH_TOK_FIM_PAD,
+    PITH_TOK_FIM_REP,      /* repository name (repo-level context) */
+    PITH_TOK_FIM_SEP,      /* file separator (repo-level context) */
+    PITH_TOK_FIM_COUNT
+} pith_tok_fim;
+PITH_API int32_t pith_tokenizer_fim(const pith_tokenizer *t, pith_tok_fim which);
 /* The model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json chat_template), or NULL. */
 PITH_API const char *pith_tokenizer_chat_template(const pith_tokenizer *t);
 
@@ -85,6 +103,11 @@ PITH_API size_t pith_detok_flush(pith_detok *d, char *out, size_t cap);
  * Bytes of a character the prompt leaves unfinished are discarded. */
 PITH_API void pith_detok_skip(pith_detok *d, const int32_t *ids, int n);
 PITH_API size_t pith_detok_max_piece(const pith_tokenizer *t);
+/* The bytes token id stands for, as they are (the SentencePiece marker as a space, a <0xNN> piece as its
+ * byte, GPT-2's byte alphabet undone, a special token's text; no space dropped, and possibly a part of a
+ * UTF-8 character): llama.cpp's token piece. Written to out (NUL-terminated when cap > 0; cap >=
+ * pith_detok_max_piece(t) suffices); returns the length. Out-of-range ids give 0. */
+PITH_API size_t pith_tokenizer_token_bytes(const pith_tokenizer *t, int32_t id, char *out, size_t cap);
 
 /* Convenience: decode a whole id sequence; *text is malloc'd and NUL-terminated. */
 PITH_API int pith_tokenizer_decode(const pith_tokenizer *t, const int32_t *ids, int n_ids, bool keep_special,

@@ -121,6 +121,15 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
     read_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos);
     read_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk);
     read_id(g, "tokenizer.ggml.padding_token_id", n, &t->pad);
+    /* fill-in-the-middle (llama.cpp's keys; the older prefix/suffix/middle ones first, so the new win) */
+    read_id(g, "tokenizer.ggml.prefix_token_id", n, &t->fim[PITH_TOK_FIM_PRE]);
+    read_id(g, "tokenizer.ggml.suffix_token_id", n, &t->fim[PITH_TOK_FIM_SUF]);
+    read_id(g, "tokenizer.ggml.middle_token_id", n, &t->fim[PITH_TOK_FIM_MID]);
+    static const char *const fim_keys[PITH_TOK_FIM_COUNT] = {
+        "tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id",
+        "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id",
+    };
+    for (int i = 0; i < PITH_TOK_FIM_COUNT; i++) read_id(g, fim_keys[i], n, &t->fim[i]);
     read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
     if (spm) {

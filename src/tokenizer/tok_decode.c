@@ -15,6 +15,7 @@ static const char REPLACEMENT[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 typedef struct sink {
     char *out;
     size_t cap, pos;
+    bool raw;   /* the token's bytes as they are, no UTF-8 assembly (pith_tokenizer_token_bytes) */
 } sink;
 
 /* Writes whole sequences only; one that does not fit (with the NUL) is dropped. */
@@ -46,6 +47,11 @@ static bool continues(unsigned char lead, int have, unsigned char c) {
 }
 
 static void feed_byte(pith_detok *d, sink *k, unsigned char c) {
+    if (k->raw) {
+        char ch = (char)c;
+        sink_put(k, &ch, 1);
+        return;
+    }
     if (d->n_pending > 0) {
         unsigned char lead = d->pending[0];
         if (continues(lead, d->n_pending, c)) {
@@ -137,33 +143,51 @@ void pith_detok_init(pith_detok *d, const pith_tokenizer *t, bool keep_special) 
     d->at_start = true;
 }
 
-size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap) {
-    sink k = {out, cap, 0};
+/* Feeds token id's bytes into k. */
+static void push_token(pith_detok *d, sink *k, int32_t id) {
     const pith_tokenizer *t = d->tok;
-    if (cap > 0) out[0] = '\0';
-    if (!t || id < 0 || id >= t->n_vocab) return 0;
     int type = t->types[id];
     const char *p = t->arena + t->off[id];
     size_t n = t->len[id];
     if (type == TOK_CONTROL || type == TOK_UNKNOWN) {
-        if (!d->keep_special) return 0;
+        if (!d->keep_special) return;
         d->at_start = false;
-        for (size_t i = 0; i < n; i++) feed_byte(d, &k, (unsigned char)p[i]);
+        for (size_t i = 0; i < n; i++) feed_byte(d, k, (unsigned char)p[i]);
     } else if (byte_piece(p, n) >= 0 && (type == TOK_BYTE || t->byte_token[byte_piece(p, n)] == id)) {
-        feed(d, &k, (unsigned char)byte_piece(p, n));
+        feed(d, k, (unsigned char)byte_piece(p, n));
     } else if (t->decode == TOK_DECODE_BYTELEVEL && type != TOK_USER_DEFINED) {
-        feed_bytelevel_text(d, &k, p, n);
+        feed_bytelevel_text(d, k, p, n);
     } else if (t->decode == TOK_DECODE_BYTELEVEL) {
-        for (size_t i = 0; i < n; i++) feed(d, &k, (unsigned char)p[i]);
+        for (size_t i = 0; i < n; i++) feed(d, k, (unsigned char)p[i]);
     } else {
-        feed_spm_text(d, &k, p, n);
+        feed_spm_text(d, k, p, n);
     }
+}
+
+size_t pith_detok_push(pith_detok *d, int32_t id, char *out, size_t cap) {
+    sink k = {out, cap, 0, false};
+    const pith_tokenizer *t = d->tok;
+    if (cap > 0) out[0] = '\0';
+    if (!t || id < 0 || id >= t->n_vocab) return 0;
+    push_token(d, &k, id);
+    if (cap > 0) out[k.pos] = '\0';
+    return k.pos;
+}
+
+size_t pith_tokenizer_token_bytes(const pith_tokenizer *t, int32_t id, char *out, size_t cap) {
+    sink k = {out, cap, 0, true};
+    if (cap > 0) out[0] = '\0';
+    if (!t || id < 0 || id >= t->n_vocab) return 0;
+    pith_detok d;
+    pith_detok_init(&d, t, true);
+    d.at_start = false; /* a piece keeps its leading space */
+    push_token(&d, &k, id);
     if (cap > 0) out[k.pos] = '\0';
     return k.pos;
 }
 
 size_t pith_detok_flush(pith_detok *d, char *out, size_t cap) {
-    sink k = {out, cap, 0};
+    sink k = {out, cap, 0, false};
     if (cap > 0) out[0] = '\0';
     if (d->n_pending > 0) {
         sink_put(&k, REPLACEMENT, 3);

@@ -145,6 +145,7 @@ struct pith_tokenizer {
     bool no_special_matching; /* llama2.c files: special texts are never matched in input */
 
     int32_t bos, eos, unk, pad;
+    int32_t fim[PITH_TOK_FIM_COUNT]; /* fill-in-the-middle ids a GGUF names (PITH_TOK_FIM_*), -1 where none */
     bool add_bos, add_eos;
 
     tok_norm_step *norm;

@@ -34,6 +34,7 @@ pith_tokenizer *tok_alloc(int n_vocab, pith_err *err) {
     t->arena[0] = '\0';
     t->arena_len = 1;
     t->bos = t->eos = t->unk = t->pad = -1;
+    for (int i = 0; i < PITH_TOK_FIM_COUNT; i++) t->fim[i] = -1;
     for (int i = 0; i < 256; i++) t->byte_token[i] = t->bytelevel_token[i] = -1;
     return t;
 oom:
@@ -232,3 +233,34 @@ const char *pith_tokenizer_token_text(const pith_tokenizer *t, int32_t id, size_
 }
 
 const char *pith_tokenizer_chat_template(const pith_tokenizer *t) { return t->chat_template; }
+
+int32_t pith_tokenizer_token_id(const pith_tokenizer *t, const char *text, size_t len) {
+    if (!t || !text) return -1;
+    int32_t id = tok_lookup(t, text, len);
+    return id >= 0 && id < t->n_vocab ? id : -1;
+}
+
+/* The usual spellings of each fill-in-the-middle token, tried in order where the file names none. */
+#define SP "\xe2\x96\x81" /* SentencePiece's space marker (CodeLlama's tokens start with it) */
+static const char *const fim_texts[PITH_TOK_FIM_COUNT][8] = {
+    [PITH_TOK_FIM_PRE] = {"<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>", "<\xef\xbd\x9c" "fim" SP "begin" "\xef\xbd\x9c>",
+                          SP "<PRE>", "<PRE>", "<|code_prefix|>", NULL},
+    [PITH_TOK_FIM_SUF] = {"<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>", "<\xef\xbd\x9c" "fim" SP "hole" "\xef\xbd\x9c>",
+                          SP "<SUF>", "<SUF>", "<|code_suffix|>", NULL},
+    [PITH_TOK_FIM_MID] = {"<|fim_middle|>", "<fim_middle>", "<fim-middle>", "<\xef\xbd\x9c" "fim" SP "end" "\xef\xbd\x9c>",
+                          SP "<MID>", "<MID>", "<|code_middle|>", NULL},
+    [PITH_TOK_FIM_PAD] = {"<|fim_pad|>", "<fim_pad>", "<fim-pad>", NULL},
+    [PITH_TOK_FIM_REP] = {"<|repo_name|>", "<|fim_repo|>", "<repo_name>", "<reponame>", "<fim-repo>", NULL},
+    [PITH_TOK_FIM_SEP] = {"<|file_sep|>", "<file_sep>", "<fim-sep>", NULL},
+};
+#undef SP
+
+int32_t pith_tokenizer_fim(const pith_tokenizer *t, pith_tok_fim which) {
+    if (!t || (int)which < 0 || which >= PITH_TOK_FIM_COUNT) return -1;
+    if (t->fim[which] >= 0) return t->fim[which];
+    for (int i = 0; fim_texts[which][i]; i++) {
+        int32_t id = pith_tokenizer_token_id(t, fim_texts[which][i], strlen(fim_texts[which][i]));
+        if (id >= 0) return id;
+    }
+    return -1;
+}
