@@ -66,8 +66,11 @@ static void test_formats(void) {
     } cases[] = {
         {NULL, TP_FMT_HERMES, false},           {"qwen2.5.jinja", TP_FMT_HERMES, false},
         {"hermes-tools.jinja", TP_FMT_HERMES, false}, {"llama3.1.jinja", TP_FMT_LLAMA3, false},
-        {"mistral-v0.3.jinja", TP_FMT_MISTRAL, false}, {"deepseek-r1.jinja", TP_FMT_HERMES, true},
+        {"mistral-v0.3.jinja", TP_FMT_MISTRAL, false}, {"deepseek-r1.jinja", TP_FMT_DEEPSEEK, true},
         {"llama2.jinja", TP_FMT_HERMES, false},
+        {"qwen3-coder-tools.jinja", TP_FMT_QWEN3_XML, false}, {"glm-4.5-tools.jinja", TP_FMT_GLM, true},
+        {"deepseek-v3.1-tools.jinja", TP_FMT_DEEPSEEK, true}, {"kimi-k2-tools.jinja", TP_FMT_KIMI_K2, false},
+        {"gemma4-tools.jinja", TP_FMT_GEMMA4, false}, {"gemma3.jinja", TP_FMT_HERMES, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         pith_server srv;
@@ -161,27 +164,39 @@ static void test_grammar(void) {
     char *g = grammar_for(TP_FMT_HERMES, "\"required\"", true);
     CHECK(g && strstr(g, "\"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" args0"));
     CHECK(g && strstr(g, "call ::= call0 | call1"));
-    CHECK(g && strstr(g, "root ::= call (\"\\n\" call (\"\\n\" call (\"\\n\" call)?)?)?"));
+    CHECK(g && strstr(g, "calls ::= call (\"\\n\" call (\"\\n\" call (\"\\n\" call)?)?)?") && strstr(g, "root ::= calls\n"));
     free(g);
     g = grammar_for(TP_FMT_LLAMA3, "{\"type\": \"function\", \"function\": {\"name\": \"noop\"}}", true);
-    CHECK(g && strstr(g, "\\\"parameters\\\": \" args1") && strstr(g, "call ::= call1\n") && strstr(g, "root ::= call\n"));
+    CHECK(g && strstr(g, "\\\"parameters\\\": \" args1") && strstr(g, "call ::= call1\n") && strstr(g, "calls ::= call\n"));
     CHECK(g && !strstr(g, "call0 ::="));
     free(g);
     g = grammar_for(TP_FMT_MISTRAL, "\"required\"", false);
-    CHECK(g && strstr(g, "\"[TOOL_CALLS]get_weather[ARGS]\" args0") && strstr(g, "root ::= call\n"));
+    CHECK(g && strstr(g, "\"[TOOL_CALLS]get_weather[ARGS]\" args0") && strstr(g, "calls ::= call\n"));
     free(g);
     g = grammar_for(TP_FMT_HARMONY, "\"required\"", false);
     CHECK(g && strstr(g, "to=functions.noop <|constrain|>json<|message|>\" args1 \"<|call|>\""));
     free(g);
-    /* Another constraint as well is refused. */
+    /* Another constraint as well is refused; a response_format is for the final answer (set aside). */
     pith_server srv;
     memset(&srv, 0, sizeof srv);
     gen_params p = {0};
     CHECK(request(&srv, "\"tool_choice\": \"required\"", true, &p.tools, NULL) == 0);
-    p.grammar_param = "response_format";
+    p.grammar_param = "guided_regex";
     api_error e;
     CHECK(tools_constrain(&srv, &p, &e) == -1 && e.status == 400 && !strcmp(e.param, "tool_choice"));
-    p.grammar_param = NULL;
+    p.grammar_param = "response_format.json_schema.schema";
+    p.grammar_kind = PITH_GRAMMAR_JSON_SCHEMA;
+    p.grammar_src = strdup("{\"type\": \"object\"}");
+    CHECK(tools_constrain(&srv, &p, &e) == 0 && !strcmp(p.grammar_param, "tools") && strstr(p.grammar_src, "root ::= calls\n"));
+    gen_params_free(&p);
+    /* "auto" with a response_format: calls or the answer. */
+    memset(&p, 0, sizeof p);
+    CHECK(request(&srv, "\"tool_choice\": \"auto\"", true, &p.tools, NULL) == 0);
+    p.grammar_param = "response_format";
+    p.grammar_kind = PITH_GRAMMAR_JSON;
+    p.grammar_src = strdup("");
+    CHECK(tools_constrain(&srv, &p, &e) == 0 && strstr(p.grammar_src, "root ::= calls | answer\n") &&
+          strstr(p.grammar_src, "answer ::="));
     gen_params_free(&p);
 }
 

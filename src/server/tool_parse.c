@@ -4,16 +4,14 @@
 #include "server/tool_parse.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 
-enum mode {
-    M_TEXT, M_THINK, M_CALL_OBJ, M_CALL_VAL, M_AFTER_CALL, M_MISTRAL_START, M_MISTRAL_ARR, M_MISTRAL_NAME,
-    M_H_HEADER, M_H_BODY, M_H_BETWEEN, M_DISCARD,
-};
-enum wrap { W_HERMES, W_LLAMA, W_MISTRAL_ARR, W_MISTRAL_V11 };
+#include "server/tool_parse_internal.h"
+
 enum obj_state { O_START, O_KEY_OR_END, O_KEY, O_COLON, O_VAL_START, O_VAL, O_AFTER_VAL };
 enum key_class { K_OTHER, K_NAME, K_ARGS };
 enum route { R_CONTENT, R_REASONING, R_CALL };
@@ -31,12 +29,12 @@ enum step { S_MORE, S_DONE, S_FAIL };
 #define H_CHANNEL "<|channel|>"
 #define MAX_HEADER 512
 
-static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool tp_is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-static void emit(tp_parser *p, tp_event ev, const char *s, size_t n) {
+void tp_emit(tp_parser *p, tp_event ev, const char *s, size_t n) {
     if (ev == TP_CONTENT || ev == TP_REASONING) {
         if (p->strip_ws)
-            while (n && is_ws(*s)) s++, n--;
+            while (n && tp_is_ws(*s)) s++, n--;
         if (!n) return;
         p->strip_ws = false;
         p->any_output = true;
@@ -44,10 +42,10 @@ static void emit(tp_parser *p, tp_event ev, const char *s, size_t n) {
     p->sink(p->user, ev, s, n);
 }
 
-static void emit_text(tp_parser *p, tp_event ev, const char *s, size_t n) { emit(p, ev, s, n); }
+static void emit_text(tp_parser *p, tp_event ev, const char *s, size_t n) { tp_emit(p, ev, s, n); }
 
 /* Where the earliest of the markers starts in b (SIZE_MAX: none); *which gets its index. */
-static size_t find_marker(const buf *b, const char *const *m, int n, int *which) {
+size_t tp_find_marker(const buf *b, const char *const *m, int n, int *which) {
     size_t best = SIZE_MAX;
     for (int i = 0; i < n; i++) {
         size_t ml = strlen(m[i]);
@@ -63,7 +61,7 @@ static size_t find_marker(const buf *b, const char *const *m, int n, int *which)
 }
 
 /* The longest suffix of b that is a proper prefix of one of the markers. */
-static size_t partial_len(const buf *b, const char *const *m, int n) {
+size_t tp_partial_len(const buf *b, const char *const *m, int n) {
     size_t keep = 0;
     for (int i = 0; i < n; i++) {
         size_t ml = strlen(m[i]);
@@ -76,10 +74,26 @@ static size_t partial_len(const buf *b, const char *const *m, int n) {
     return keep;
 }
 
-static size_t trailing_ws(const char *s, size_t n) {
+size_t tp_trailing_ws(const char *s, size_t n) {
     size_t k = 0;
-    while (k < n && is_ws(s[n - 1 - k])) k++;
+    while (k < n && tp_is_ws(s[n - 1 - k])) k++;
     return k;
+}
+
+int tp_starts(const tp_parser *p, const char *m) {
+    size_t ml = strlen(m), n = p->hold.len < ml ? p->hold.len : ml;
+    if (n && memcmp(p->hold.data, m, n)) return 0;
+    return n == ml ? 1 : -1;
+}
+
+void tp_take(tp_parser *p, size_t n) {
+    buf_append(&p->raw, p->hold.data, n);
+    tp_consume(p, n);
+}
+
+bool tp_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == ':' || c == '/';
 }
 
 /* ---- JSON value scanning ---- */
@@ -96,7 +110,7 @@ static int jscan_feed(tp_jscan *j, char c) {
         return 1;
     }
     if (j->scalar) {
-        if (c == ',' || c == '}' || c == ']' || is_ws(c)) {
+        if (c == ',' || c == '}' || c == ']' || tp_is_ws(c)) {
             j->done = true;
             return 0;
         }
@@ -127,7 +141,7 @@ static int jscan_feed(tp_jscan *j, char c) {
 
 /* ---- calls ---- */
 
-static void call_reset(tp_parser *p, int wrap, const char *opening) {
+void tp_call_reset(tp_parser *p, int wrap, const char *opening) {
     p->wrap = wrap;
     p->obj_state = O_START;
     p->raw.len = p->key.len = p->name.len = p->args.len = 0;
@@ -136,7 +150,7 @@ static void call_reset(tp_parser *p, int wrap, const char *opening) {
     buf_puts(&p->raw, opening);
 }
 
-static void begin_call(tp_parser *p) {
+void tp_begin_call(tp_parser *p) {
     if (p->begun) return;
     p->begun = true;
     p->any_output = true;
@@ -163,9 +177,8 @@ static bool decode_string(const buf *b, buf *out) {
     return ok;
 }
 
-static void after_call_mode(tp_parser *p);
 
-static void end_call(tp_parser *p) {
+void tp_end_call(tp_parser *p) {
     if (p->args_is_str) {
         buf text = {0};
         if (decode_string(&p->args, &text) && text.len) p->sink(p->user, TP_CALL_ARGS, text.data, text.len);
@@ -174,17 +187,46 @@ static void end_call(tp_parser *p) {
         p->sink(p->user, TP_CALL_ARGS, "{}", 2);
     }
     p->sink(p->user, TP_CALL_END, "", 0);
+    if (p->think_resume) p->notes |= TP_NOTE_IN_REASONING;
     p->n_calls++;
     p->begun = false;
     p->tentative = false;
 }
 
+void tp_resume_text(tp_parser *p) {
+    p->mode = p->think_resume ? M_THINK : M_TEXT;
+    p->think_resume = false;
+}
+
+void tp_close_unfinished(tp_parser *p) {
+    if (!p->begun && p->name_seen && p->truncated) tp_begin_call(p);
+    if (p->begun) {
+        p->notes |= TP_NOTE_CUT_CALL;
+        if (p->truncated) p->args_seen = true; /* nothing is supplied for arguments never started */
+        tp_end_call(p);
+        tp_resume_text(p);
+        return;
+    }
+    if (p->truncated && (!p->tentative || p->cfg.forced)) {
+        p->notes |= TP_NOTE_DROPPED;
+        buf_append(&p->dropped, p->raw.data ? p->raw.data : "", p->raw.len);
+        buf_append(&p->dropped, p->hold.data ? p->hold.data : "", p->hold.len);
+        tp_consume(p, p->hold.len);
+        p->tentative = false;
+        p->think_resume = false;
+        p->mode = M_DISCARD;
+        return;
+    }
+    tp_fall_back(p);
+}
+
 /* The call's text turned out not to be a call: it is content. */
-static void fall_back(tp_parser *p) {
+void tp_fall_back(tp_parser *p) {
+    if (!p->tentative) p->notes |= TP_NOTE_FELL_BACK;
     p->tentative = false;
     p->any_output = true;
-    emit_text(p, TP_CONTENT, p->raw.data ? p->raw.data : "", p->raw.len);
-    p->mode = M_TEXT;
+    emit_text(p, p->think_resume ? TP_REASONING : TP_CONTENT, p->raw.data ? p->raw.data : "", p->raw.len);
+    tp_resume_text(p);
 }
 
 static int classify_key(const buf *key) {
@@ -202,12 +244,12 @@ static int classify_key(const buf *key) {
 static int obj_byte(tp_parser *p, char c) {
     switch (p->obj_state) {
     case O_START:
-        if (is_ws(c)) return S_MORE;
+        if (tp_is_ws(c)) return S_MORE;
         if (c != '{') return S_FAIL;
         p->obj_state = O_KEY_OR_END;
         return S_MORE;
     case O_KEY_OR_END:
-        if (is_ws(c)) return S_MORE;
+        if (tp_is_ws(c)) return S_MORE;
         if (c == '}') return S_DONE;
         if (c != '"') return S_FAIL;
         p->key.len = 0;
@@ -221,12 +263,12 @@ static int obj_byte(tp_parser *p, char c) {
         if (jscan_feed(&p->js, c) == 2) p->obj_state = O_COLON;
         return S_MORE;
     case O_COLON:
-        if (is_ws(c)) return S_MORE;
+        if (tp_is_ws(c)) return S_MORE;
         if (c != ':') return S_FAIL;
         p->obj_state = O_VAL_START;
         return S_MORE;
     case O_VAL_START: {
-        if (is_ws(c)) return S_MORE;
+        if (tp_is_ws(c)) return S_MORE;
         int k = classify_key(&p->key);
         if (p->tentative && p->first_key && k != K_NAME) return S_FAIL;
         p->first_key = false;
@@ -242,7 +284,7 @@ static int obj_byte(tp_parser *p, char c) {
             p->args_seen = true;
             p->args_is_str = c == '"';
             buf_append(&p->args, &c, 1);
-            if (p->name_seen) begin_call(p);
+            if (p->name_seen) tp_begin_call(p);
         }
         p->obj_state = O_VAL;
         return S_MORE;
@@ -262,14 +304,14 @@ static int obj_byte(tp_parser *p, char c) {
         if (k == K_NAME) {
             if (!decode_string(&p->key, &p->name) || !p->name.len) return S_FAIL;
             p->name_seen = true;
-            if (p->args_seen) begin_call(p);
+            if (p->args_seen) tp_begin_call(p);
         }
         p->obj_state = O_AFTER_VAL;
         if (r == 2) return S_MORE;
         return obj_byte(p, c); /* c ended a bare scalar and is read after it */
     }
     case O_AFTER_VAL:
-        if (is_ws(c)) return S_MORE;
+        if (tp_is_ws(c)) return S_MORE;
         if (c == ',') {
             p->obj_state = O_KEY_OR_END;
             return S_MORE;
@@ -281,38 +323,55 @@ static int obj_byte(tp_parser *p, char c) {
 
 /* ---- the modes ---- */
 
-static void consume(tp_parser *p, size_t n) { buf_consume(&p->hold, n); }
+void tp_consume(tp_parser *p, size_t n) { buf_consume(&p->hold, n); }
 
 static void start_call(tp_parser *p, int wrap, const char *opening) {
-    call_reset(p, wrap, opening);
+    tp_call_reset(p, wrap, opening);
     p->mode = M_CALL_OBJ;
 }
 
-static void after_call_mode(tp_parser *p) {
+void tp_after_call_mode(tp_parser *p) {
     if (!p->cfg.parallel && p->n_calls > 0) {
         p->mode = M_DISCARD;
         return;
     }
     p->strip_ws = true;
-    p->mode = p->wrap == W_MISTRAL_ARR ? M_MISTRAL_ARR : p->wrap == W_MISTRAL_V11 ? M_TEXT : M_AFTER_CALL;
+    if (p->wrap == W_MISTRAL_ARR) p->mode = M_MISTRAL_ARR;
+    else if (p->wrap == W_MISTRAL_V11) tp_resume_text(p);
+    else if (p->wrap == W_SECTION) p->mode = M_SEC;
+    else p->mode = M_AFTER_CALL;
+}
+
+/* The markers that open a call in text (none when tools are off); their count. */
+static int call_openers(const tp_parser *p, const char **m) {
+    if (!p->cfg.tools) return 0;
+    switch (p->cfg.format) {
+    case TP_FMT_HERMES:
+    case TP_FMT_QWEN3_XML:
+    case TP_FMT_GLM: m[0] = HERMES_OPEN; return 1;
+    case TP_FMT_LLAMA3: m[0] = PYTHON_TAG; return 1;
+    case TP_FMT_MISTRAL: m[0] = MISTRAL_CALLS; return 1;
+    case TP_FMT_DEEPSEEK:
+    case TP_FMT_KIMI_K2:
+    case TP_FMT_GEMMA4: return tp_section_openers(p, m);
+    default: return 0;
+    }
 }
 
 /* Text and reasoning: returns true when it changed mode (call again), false when it needs more. */
 static bool text_mode(tp_parser *p, bool final) {
-    const char *m[4];
+    const char *m[8];
     int n = 0, id_think = -1, id_call = -1;
     bool think = p->mode == M_THINK;
-    if (think) {
-        m[n++] = THINK_CLOSE;
-    } else {
-        if (p->cfg.think) m[id_think = n++] = THINK_OPEN;
-        if (p->cfg.tools && p->cfg.format == TP_FMT_HERMES) m[id_call = n++] = HERMES_OPEN;
-        if (p->cfg.tools && p->cfg.format == TP_FMT_LLAMA3) m[id_call = n++] = PYTHON_TAG;
-        if (p->cfg.tools && p->cfg.format == TP_FMT_MISTRAL) m[id_call = n++] = MISTRAL_CALLS;
+    if (think) m[n++] = THINK_CLOSE;
+    else if (p->cfg.think) m[id_think = n++] = THINK_OPEN;
+    id_call = n;
+    n += call_openers(p, m + n);
+    if (!think) {
         /* Llama's bare JSON call: the reply itself starts with "{". */
         if (p->cfg.tools && p->cfg.format == TP_FMT_LLAMA3 && !p->any_output && p->n_calls == 0) {
             size_t i = 0;
-            while (i < p->hold.len && is_ws(p->hold.data[i])) i++;
+            while (i < p->hold.len && tp_is_ws(p->hold.data[i])) i++;
             if (i == p->hold.len && !final) return false;
             if (i < p->hold.len && p->hold.data[i] == '{') {
                 buf ws = {0};
@@ -320,39 +379,64 @@ static bool text_mode(tp_parser *p, bool final) {
                 start_call(p, W_LLAMA, ws.data ? ws.data : "");
                 buf_free(&ws);
                 p->tentative = true;
-                consume(p, i);
+                tp_consume(p, i);
                 return true;
             }
         }
     }
     tp_event ev = think ? TP_REASONING : TP_CONTENT;
     int which = -1;
-    size_t at = find_marker(&p->hold, m, n, &which);
+    size_t at = tp_find_marker(&p->hold, m, n, &which);
     if (at != SIZE_MAX) {
-        size_t len = at;
-        if (think) len -= trailing_ws(p->hold.data, len);
-        emit_text(p, ev, p->hold.data, len);
-        consume(p, at + strlen(m[which]));
-        if (think) {
+        size_t len = at, ws = think ? tp_trailing_ws(p->hold.data, len) : 0;
+        emit_text(p, ev, p->hold.data, len - ws);
+        /* Whitespace before a call inside reasoning belongs to the call's text, should it fall back. */
+        buf pre = {0};
+        if (think && which != 0) buf_append(&pre, p->hold.data + len - ws, ws);
+        tp_consume(p, at + strlen(m[which]));
+        if (think && which == 0) {
             p->mode = M_TEXT;
             p->strip_ws = true;
         } else if (which == id_think) {
             p->mode = M_THINK;
             p->strip_ws = true;
-        } else if (which == id_call) {
-            if (p->cfg.format == TP_FMT_HERMES) start_call(p, W_HERMES, HERMES_OPEN);
-            else if (p->cfg.format == TP_FMT_LLAMA3) start_call(p, W_LLAMA, PYTHON_TAG);
-            else {
-                call_reset(p, W_MISTRAL_ARR, MISTRAL_CALLS);
+        } else {
+            p->think_resume = think;
+            switch (p->cfg.format) {
+            case TP_FMT_HERMES: start_call(p, W_HERMES, HERMES_OPEN); break;
+            case TP_FMT_QWEN3_XML:
+            case TP_FMT_GLM:
+                tp_call_reset(p, W_HERMES, HERMES_OPEN);
+                p->mode = M_TC_SNIFF;
+                break;
+            case TP_FMT_LLAMA3: start_call(p, W_LLAMA, PYTHON_TAG); break;
+            case TP_FMT_MISTRAL:
+                tp_call_reset(p, W_MISTRAL_ARR, MISTRAL_CALLS);
                 p->mode = M_MISTRAL_START;
+                break;
+            default: tp_section_start(p, which - id_call); break;
+            }
+            if (pre.len) {
+                buf_append(&pre, p->raw.data, p->raw.len);
+                buf t = p->raw;
+                p->raw = pre;
+                pre = t;
             }
         }
+        buf_free(&pre);
         return true;
     }
-    size_t keep = final ? 0 : partial_len(&p->hold, m, n);
-    if (think && !final) keep += trailing_ws(p->hold.data, p->hold.len - keep);
-    emit_text(p, ev, p->hold.data, p->hold.len - keep);
-    consume(p, p->hold.len - keep);
+    size_t keep = final ? 0 : tp_partial_len(&p->hold, m, n);
+    /* A forced call cut off inside its opening marker: the partial marker is not text. */
+    size_t cut = final && p->truncated && p->cfg.forced ? tp_partial_len(&p->hold, m + id_call, n - id_call) : 0;
+    if (think && !final) keep += tp_trailing_ws(p->hold.data, p->hold.len - keep);
+    emit_text(p, ev, p->hold.data, p->hold.len - keep - cut);
+    tp_consume(p, p->hold.len - keep - cut);
+    if (cut) {
+        p->notes |= TP_NOTE_DROPPED;
+        buf_append(&p->dropped, p->hold.data, cut);
+        tp_consume(p, cut);
+    }
     return false;
 }
 
@@ -368,26 +452,26 @@ static bool call_obj_mode(tp_parser *p, bool final) {
         if (!was_begun && p->begun) sent = 0;
     }
     if (r == S_DONE && !p->name_seen) r = S_FAIL;
-    if (r == S_DONE) begin_call(p);
+    if (r == S_DONE) tp_begin_call(p);
     flush_args(p, &sent);
-    consume(p, i);
+    tp_consume(p, i);
     if (r == S_DONE) {
-        end_call(p);
-        after_call_mode(p);
+        tp_end_call(p);
+        tp_after_call_mode(p);
         return true;
     }
-    if (r == S_FAIL || (final && !p->begun)) {
+    if (r == S_FAIL) {
         if (p->begun) {
-            end_call(p);
-            p->mode = M_TEXT;
+            p->notes |= TP_NOTE_FELL_BACK;
+            tp_end_call(p);
+            tp_resume_text(p);
         } else {
-            fall_back(p);
+            tp_fall_back(p);
         }
         return true;
     }
     if (final) {
-        end_call(p);
-        p->mode = M_TEXT;
+        tp_close_unfinished(p);
         return true;
     }
     return false;
@@ -399,7 +483,7 @@ static bool call_val_mode(tp_parser *p, bool final) {
     int r = 1;
     while (i < p->hold.len && r == 1) {
         char c = p->hold.data[i];
-        if (!p->js.started && is_ws(c)) { /* whitespace before the value */
+        if (!p->js.started && tp_is_ws(c)) { /* whitespace before the value */
             i++;
             continue;
         }
@@ -412,48 +496,51 @@ static bool call_val_mode(tp_parser *p, bool final) {
     }
     p->args_seen = true;
     flush_args(p, &sent);
-    consume(p, i);
+    tp_consume(p, i);
     if (r == 1 && !final) return false;
-    end_call(p);
-    after_call_mode(p);
+    if (r == 1 && !(p->js.scalar && p->args.len)) { /* the output ended inside the arguments */
+        tp_close_unfinished(p);
+        return true;
+    }
+    tp_end_call(p);
+    tp_after_call_mode(p);
     return true;
 }
 
 static bool after_call(tp_parser *p, bool final) {
     size_t i = 0;
-    while (i < p->hold.len && is_ws(p->hold.data[i])) i++;
-    consume(p, i);
+    while (i < p->hold.len && tp_is_ws(p->hold.data[i])) i++;
+    tp_consume(p, i);
     if (!p->hold.len) {
-        if (final) p->mode = M_TEXT;
+        if (final) tp_resume_text(p);
         return final;
     }
-    if (p->wrap == W_HERMES) {
-        size_t ml = strlen(HERMES_CLOSE), n = p->hold.len < ml ? p->hold.len : ml;
-        if (!memcmp(p->hold.data, HERMES_CLOSE, n)) {
-            if (n < ml && !final) return false;
-            if (n == ml) consume(p, ml);
-        }
+    if (p->wrap == W_HERMES || p->wrap == W_GEMMA) {
+        const char *close = p->wrap == W_HERMES ? HERMES_CLOSE : "<tool_call|>";
+        int r = tp_starts(p, close);
+        if (r < 0 && !final) return false;
+        if (r > 0) tp_consume(p, strlen(close));
     } else if (p->wrap == W_LLAMA && p->hold.data[0] == ';') {
-        consume(p, 1);
+        tp_consume(p, 1);
         start_call(p, W_LLAMA, ";");
         return true;
     }
-    p->mode = M_TEXT;
+    tp_resume_text(p);
     p->strip_ws = true;
     return true;
 }
 
 static bool mistral_start(tp_parser *p, bool final) {
     size_t i = 0;
-    while (i < p->hold.len && is_ws(p->hold.data[i])) i++;
+    while (i < p->hold.len && tp_is_ws(p->hold.data[i])) i++;
     if (i == p->hold.len && !final) return false;
     if (i < p->hold.len && p->hold.data[i] == '[') {
         buf_append(&p->raw, p->hold.data, i + 1); /* "[TOOL_CALLS] [" stays in raw until a call is read */
-        consume(p, i + 1);
+        tp_consume(p, i + 1);
         p->arr_start = p->n_calls;
         p->mode = M_MISTRAL_ARR;
     } else {
-        consume(p, i);
+        tp_consume(p, i);
         p->mode = M_MISTRAL_NAME;
     }
     return true;
@@ -463,12 +550,12 @@ static bool mistral_start(tp_parser *p, bool final) {
 static bool mistral_arr(tp_parser *p, bool final) {
     size_t i = 0;
     bool first = p->n_calls == p->arr_start;
-    while (i < p->hold.len && (is_ws(p->hold.data[i]) || (!first && p->hold.data[i] == ','))) i++;
+    while (i < p->hold.len && (tp_is_ws(p->hold.data[i]) || (!first && p->hold.data[i] == ','))) i++;
     if (first) buf_append(&p->raw, p->hold.data, i);
-    consume(p, i);
+    tp_consume(p, i);
     if (!p->hold.len) {
-        if (final && first) fall_back(p);
-        else if (final) p->mode = M_TEXT;
+        if (final && first) tp_close_unfinished(p);
+        else if (final) tp_resume_text(p);
         return final;
     }
     if (p->hold.data[0] == '{') {
@@ -483,11 +570,11 @@ static bool mistral_arr(tp_parser *p, bool final) {
         return true;
     }
     if (first) { /* "[TOOL_CALLS][" not followed by a call object */
-        fall_back(p);
+        tp_fall_back(p);
         return true;
     }
-    if (p->hold.data[0] == ']') consume(p, 1);
-    p->mode = M_TEXT;
+    if (p->hold.data[0] == ']') tp_consume(p, 1);
+    tp_resume_text(p);
     p->strip_ws = true;
     return true;
 }
@@ -495,11 +582,12 @@ static bool mistral_arr(tp_parser *p, bool final) {
 static bool mistral_name(tp_parser *p, bool final) {
     const char *m[1] = {MISTRAL_ARGS};
     int which;
-    size_t at = find_marker(&p->hold, m, 1, &which);
+    size_t at = tp_find_marker(&p->hold, m, 1, &which);
     if (at > TP_MAX_NAME) at = SIZE_MAX; /* a name that long is not one, however the text was split */
     if (at == SIZE_MAX) {
         if (p->hold.len <= TP_MAX_NAME + strlen(MISTRAL_ARGS) && !final) return false;
-        fall_back(p); /* "[TOOL_CALLS]" is content; the text after it is read again as text */
+        if (final && p->hold.len <= TP_MAX_NAME + strlen(MISTRAL_ARGS)) tp_close_unfinished(p);
+        else tp_fall_back(p); /* "[TOOL_CALLS]" is content; the text after it is read again as text */
         return true;
     }
     size_t n = at;
@@ -508,20 +596,20 @@ static bool mistral_name(tp_parser *p, bool final) {
             n = k;
             break;
         }
-    while (n && is_ws(p->hold.data[n - 1])) n--;
+    while (n && tp_is_ws(p->hold.data[n - 1])) n--;
     p->name.len = 0;
     buf_append(&p->name, p->hold.data, n);
     if (!p->name.len) {
-        fall_back(p);
+        tp_fall_back(p);
         return true;
     }
-    consume(p, at + strlen(MISTRAL_ARGS));
+    tp_consume(p, at + strlen(MISTRAL_ARGS));
     p->wrap = W_MISTRAL_V11;
-    begin_call(p);
+    tp_begin_call(p);
     p->js = (tp_jscan){0};
     size_t i = 0;
-    while (i < p->hold.len && is_ws(p->hold.data[i])) i++;
-    consume(p, i);
+    while (i < p->hold.len && tp_is_ws(p->hold.data[i])) i++;
+    tp_consume(p, i);
     p->args_is_str = false;
     p->mode = M_CALL_VAL;
     return true;
@@ -537,7 +625,7 @@ static bool header_field(const char *h, size_t n, const char *key, buf *out) {
         size_t s = i + kl, e = s;
         while (s < n && h[s] == ' ') s++;
         e = s;
-        while (e < n && !is_ws(h[e]) && !(h[e] == '<' && e + 1 < n && h[e + 1] == '|')) e++;
+        while (e < n && !tp_is_ws(h[e]) && !(h[e] == '<' && e + 1 < n && h[e + 1] == '|')) e++;
         out->len = 0;
         buf_append(out, h + s, e - s);
         return true;
@@ -548,12 +636,12 @@ static bool header_field(const char *h, size_t n, const char *key, buf *out) {
 static bool h_header(tp_parser *p, bool final) {
     const char *m[1] = {H_MESSAGE};
     int which;
-    size_t at = find_marker(&p->hold, m, 1, &which);
+    size_t at = tp_find_marker(&p->hold, m, 1, &which);
     if (at > MAX_HEADER) at = SIZE_MAX; /* however the text was split */
     if (at == SIZE_MAX) {
         if (!final && p->hold.len <= MAX_HEADER + strlen(H_MESSAGE)) return false;
         if (p->h_seen && final && p->hold.len <= MAX_HEADER + strlen(H_MESSAGE)) {
-            consume(p, p->hold.len); /* a later message's header cut short (max_tokens): no text of it */
+            tp_consume(p, p->hold.len); /* a later message's header cut short (max_tokens): no text of it */
             return false;
         }
         p->cfg.format = TP_FMT_NONE; /* not harmony after all: everything is content */
@@ -565,18 +653,18 @@ static bool h_header(tp_parser *p, bool final) {
     bool has_to = header_field(p->hold.data, at, "to=", &to);
     p->h_route = R_CONTENT;
     if (has_to && to.len > 10 && !memcmp(to.data, "functions.", 10) && p->cfg.tools) {
-        call_reset(p, W_HERMES, "");
+        tp_call_reset(p, W_HERMES, "");
         p->name.len = 0;
         buf_append(&p->name, to.data + 10, to.len - 10);
         p->args_seen = true;
-        begin_call(p);
+        tp_begin_call(p);
         p->h_route = R_CALL;
     } else if (channel.data && !strcmp(channel.data, "analysis")) {
         p->h_route = R_REASONING;
     }
     buf_free(&channel);
     buf_free(&to);
-    consume(p, at + strlen(H_MESSAGE));
+    tp_consume(p, at + strlen(H_MESSAGE));
     p->h_seen = true;
     p->strip_ws = p->h_route != R_CALL;
     p->mode = M_H_BODY;
@@ -586,15 +674,15 @@ static bool h_header(tp_parser *p, bool final) {
 static bool h_body(tp_parser *p, bool final) {
     static const char *const m[4] = {"<|end|>", "<|call|>", "<|return|>", H_START};
     int which = -1;
-    size_t at = find_marker(&p->hold, m, 4, &which);
-    size_t len = at != SIZE_MAX ? at : final ? p->hold.len : p->hold.len - partial_len(&p->hold, m, 4);
+    size_t at = tp_find_marker(&p->hold, m, 4, &which);
+    size_t len = at != SIZE_MAX ? at : final ? p->hold.len : p->hold.len - tp_partial_len(&p->hold, m, 4);
     if (len) {
         if (p->h_route == R_CALL) p->sink(p->user, TP_CALL_ARGS, p->hold.data, len);
         else emit_text(p, p->h_route == R_REASONING ? TP_REASONING : TP_CONTENT, p->hold.data, len);
     }
-    consume(p, len);
+    tp_consume(p, len);
     if (at == SIZE_MAX && !final) return false;
-    if (at != SIZE_MAX) consume(p, strlen(m[which]));
+    if (at != SIZE_MAX) tp_consume(p, strlen(m[which]));
     if (p->h_route == R_CALL) {
         p->sink(p->user, TP_CALL_END, "", 0);
         p->n_calls++;
@@ -611,13 +699,13 @@ static bool h_body(tp_parser *p, bool final) {
 static bool h_between(tp_parser *p, bool final) {
     static const char *const m[2] = {H_START, H_CHANNEL};
     int which = -1;
-    size_t at = find_marker(&p->hold, m, 2, &which);
+    size_t at = tp_find_marker(&p->hold, m, 2, &which);
     if (at == SIZE_MAX) {
-        size_t keep = final ? 0 : partial_len(&p->hold, m, 2);
-        consume(p, p->hold.len - keep);
+        size_t keep = final ? 0 : tp_partial_len(&p->hold, m, 2);
+        tp_consume(p, p->hold.len - keep);
         return false;
     }
-    consume(p, at + (which == 0 ? strlen(H_START) : 0));
+    tp_consume(p, at + (which == 0 ? strlen(H_START) : 0));
     p->mode = M_H_HEADER;
     return true;
 }
@@ -639,7 +727,12 @@ static void run(tp_parser *p, bool final) {
         case M_H_HEADER: again = h_header(p, final); break;
         case M_H_BODY: again = h_body(p, final); break;
         case M_H_BETWEEN: again = h_between(p, final); break;
-        default: consume(p, p->hold.len); again = false; break;
+        case M_TC_SNIFF: again = tp_sniff_mode(p, final); break;
+        case M_XML: again = tp_xml_mode(p, final); break;
+        case M_SEC: again = tp_sec_mode(p, final); break;
+        case M_SEC_HEADER: again = tp_sec_header_mode(p, final); break;
+        case M_SEC_ARGS: again = tp_sec_args_mode(p, final); break;
+        default: tp_consume(p, p->hold.len); again = false; break;
         }
         if (!again) return;
         if (!p->hold.len && !final) return;
@@ -661,7 +754,8 @@ void tp_init(tp_parser *p, const tp_config *cfg, tp_sink sink, void *user) {
 }
 
 static bool any_failed(const tp_parser *p) {
-    return p->failed || p->hold.failed || p->raw.failed || p->key.failed || p->name.failed || p->args.failed;
+    return p->failed || p->hold.failed || p->raw.failed || p->key.failed || p->name.failed || p->args.failed ||
+           p->xval.failed || p->dropped.failed;
 }
 
 int tp_feed(tp_parser *p, const char *s, size_t n) {
@@ -674,11 +768,19 @@ int tp_feed(tp_parser *p, const char *s, size_t n) {
 
 int tp_finish(tp_parser *p) {
     if (any_failed(p)) return -1;
+    p->final_run = true;
     run(p, true);
     return any_failed(p) ? (p->failed = true, -1) : 0;
 }
 
+int tp_finish_truncated(tp_parser *p) {
+    p->truncated = true;
+    return tp_finish(p);
+}
+
 void tp_free(tp_parser *p) {
+    buf_free(&p->xval);
+    buf_free(&p->dropped);
     buf_free(&p->hold);
     buf_free(&p->raw);
     buf_free(&p->key);

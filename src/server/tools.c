@@ -11,6 +11,13 @@ tp_format tools_format_of(const pith_server *srv) {
     if (!t) return TP_FMT_HERMES;
     /* GPT-OSS's template writes "to=" and "functions." + name apart, so the channel markers name it. */
     if (strstr(t, "<|channel|>") && strstr(t, "<|message|>") && strstr(t, "<|start|>")) return TP_FMT_HARMONY;
+    /* DeepSeek V3 / R1 / V3.1: <｜tool▁calls▁begin｜> */
+    if (strstr(t, "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>")) return TP_FMT_DEEPSEEK;
+    if (strstr(t, "<|tool_calls_section_begin|>")) return TP_FMT_KIMI_K2;
+    if (strstr(t, "<arg_key>") && strstr(t, "<arg_value>")) return TP_FMT_GLM;
+    /* Qwen3-Coder and Qwen3.5 teach <function=NAME> and <parameter=NAME> inside <tool_call>. */
+    if (strstr(t, "<function=") && strstr(t, "<parameter=")) return TP_FMT_QWEN3_XML;
+    if (strstr(t, "<|tool_call>")) return TP_FMT_GEMMA4;
     if (strstr(t, "[TOOL_CALLS]")) return TP_FMT_MISTRAL;
     if (strstr(t, "<|python_tag|>") || strstr(t, "ipython")) return TP_FMT_LLAMA3;
     return TP_FMT_HERMES;

@@ -13,6 +13,7 @@
 #include "server/buf.h"
 #include "server/params.h"
 #include "server/tools.h"
+#include "server/tools_grammar_formats.h"
 
 #define MAX_PARALLEL 4
 
@@ -71,6 +72,8 @@ static const char *separator(tp_format fmt) {
 /* The rules of the calls (`calls` is the start rule): each function's arguments from its parameters
  * schema, the format's wrapper, up to MAX_PARALLEL calls when parallel. 0, or -1 with err. */
 static int calls_rules(const chat_tools *t, buf *g, api_error *err) {
+    int other = tools_grammar_format_calls(t, t->parse.parallel ? MAX_PARALLEL : 1, g, err); /* XML, special tokens */
+    if (other) return other < 0 ? -1 : 0;
     tp_format fmt = t->parse.format;
     buf alts = {0};
     int k = 0, n = 0;

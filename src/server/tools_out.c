@@ -10,6 +10,19 @@
 static const char *const MARKERS[] = {
     "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|channel|>", "<|message|>", "<|end|>", "<|call|>",
     "<|return|>", "<|start|>", "<|constrain|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    /* GLM */
+    "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    /* DeepSeek V3 / V3.1 */
+    ("<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"),
+    ("<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"),
+    /* Kimi K2 */
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+    /* Gemma 4 */
+    "<|tool_call>", "<tool_call|>", "<|\"|>",
 };
 
 static void add_op(tools_choice *c, tp_event ev, int call, const char *s, size_t n) {
@@ -114,7 +127,10 @@ int tools_out_event(tools_out *t, const job_event *ev) {
     if (!c->parser.sink) {
         c->id_base = t->id_base;
         c->index = ev->choice;
-        tp_init(&c->parser, &t->cfg->parse, sink, c);
+        tp_config cfg = t->cfg->parse;
+        cfg.forced = t->cfg->constrained && t->cfg->choice != TOOL_CHOICE_AUTO;
+        cfg.tool_defs = t->cfg->tools;
+        tp_init(&c->parser, &cfg, sink, c);
     }
     if (c->finished) return 0;
     int rc = 0;
@@ -126,7 +142,9 @@ int tools_out_event(tools_out *t, const job_event *ev) {
         if (s && is_marker(s, n)) rc |= tp_feed(&c->parser, s, n);
     }
     if (ev->final) {
-        rc |= tp_finish(&c->parser);
+        /* Cut off by max_tokens: an unfinished call is returned as far as it got, or dropped when its
+         * name was not complete (tool_parse.h). */
+        rc |= ev->finish == PITH_FINISH_LENGTH ? tp_finish_truncated(&c->parser) : tp_finish(&c->parser);
         c->finished = true;
     }
     bool oom = c->oom || c->content.failed || c->reasoning.failed || c->ops_text.failed;
@@ -164,8 +182,32 @@ static cJSON *call_json(const tools_call *k, int index, bool with_index) {
     return j;
 }
 
+/* What the parser did about malformed or cut-off calls, as the choice's pith_warning (none when nothing). */
+static void add_warning(const tools_choice *c, cJSON *choice) {
+    unsigned notes = c->parser.notes;
+    if (!(notes & (TP_NOTE_FELL_BACK | TP_NOTE_CUT_CALL | TP_NOTE_DROPPED))) return;
+    buf w = {0};
+    if (notes & TP_NOTE_FELL_BACK)
+        buf_puts(&w, "text that began like a tool call was not a well-formed call: it is returned as text; ");
+    if (notes & TP_NOTE_CUT_CALL) buf_puts(&w, "the output ended inside a tool call: its arguments are incomplete; ");
+    if (notes & TP_NOTE_DROPPED) {
+        const buf *d = &c->parser.dropped;
+        size_t n = d->len > 200 ? 200 : d->len;
+        while (n && n < d->len && ((unsigned char)d->data[n] & 0xC0) == 0x80) n--; /* whole characters */
+        buf_puts(&w, "the output was cut off before a tool call's name was complete; the partial call was dropped: ");
+        buf_append(&w, d->data ? d->data : "", n);
+        if (n < d->len) buf_puts(&w, "...");
+        buf_puts(&w, "; ");
+    }
+    if (w.len >= 2) w.len -= 2;
+    cJSON *s = string_n(w.data ? w.data : "", w.len);
+    if (s) cJSON_AddItemToObject(choice, "pith_warning", s);
+    buf_free(&w);
+}
+
 void tools_out_fix_choice(tools_out *t, int i, cJSON *message, cJSON *choice) {
     tools_choice *c = &t->ch[i];
+    add_warning(c, choice);
     if (c->n_calls && !c->content.len) cJSON_ReplaceItemInObjectCaseSensitive(message, "content", cJSON_CreateNull());
     else cJSON_ReplaceItemInObjectCaseSensitive(message, "content", cJSON_CreateString(c->content.data ? c->content.data : ""));
     if (c->reasoning.len) cJSON_AddStringToObject(message, "reasoning_content", c->reasoning.data);
@@ -244,6 +286,7 @@ int tools_out_chat_stream(gen_output *o, const job_event *ev, void (*put)(void *
         const cJSON *fr = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
         if (c->n_calls && cJSON_IsString(fr) && !strcmp(fr->valuestring, "stop"))
             cJSON_ReplaceItemInObjectCaseSensitive(choice, "finish_reason", cJSON_CreateString("tool_calls"));
+        if (ev->final) add_warning(c, choice);
         put(ctx, chunk);
     }
     return rc || oom ? -1 : 0;

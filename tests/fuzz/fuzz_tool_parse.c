@@ -1,5 +1,6 @@
 /* The tool-call / reasoning output parser (src/server/tool_parse.h): byte 0 picks the format and the
- * flags (tools, parallel, think, in_think), byte 1 the piece size of a second, streamed run; the rest is
+ * flags (tools, parallel, think, in_think), byte 1 the piece size of a second, streamed run (and whether the
+ * output was cut off, and forced); the rest is
  * model output. The whole text fed at once and fed in pieces must give the same content, reasoning and
  * calls, and events must come in a legal order (a call's arguments only between its begin and end). */
 #include "fuzz_util.h"
@@ -47,12 +48,13 @@ static void normalise(const buf *in, buf *out) {
     }
 }
 
-static void run(const tp_config *cfg, const char *s, size_t n, size_t piece, buf *events) {
+static void run(const tp_config *cfg, const char *s, size_t n, size_t piece, bool cut, buf *events) {
     out o = {0};
     tp_parser p;
     tp_init(&p, cfg, sink, &o);
     for (size_t at = 0; at < n; at += piece) tp_feed(&p, s + at, n - at < piece ? n - at : piece);
-    tp_finish(&p);
+    if (cut) tp_finish_truncated(&p);
+    else tp_finish(&p);
     if (o.in_call) abort(); /* finish closes every call */
     tp_free(&p);
     normalise(&o.text, events);
@@ -62,15 +64,17 @@ static void run(const tp_config *cfg, const char *s, size_t n, size_t piece, buf
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     tp_config cfg = {
-        .format = (tp_format)(data[0] % 5), .tools = data[0] & 8, .parallel = data[0] & 16,
+        .format = (tp_format)(data[0] % TP_FMT_COUNT), .tools = data[0] & 8, .parallel = data[0] & 16,
         .think = data[0] & 32, .in_think = data[0] & 64,
     };
     size_t piece = data[1] % 17 + 1;
+    bool cut = data[1] & 128; /* cut off by max_tokens (tp_finish_truncated) */
+    cfg.forced = data[1] & 64;
     const char *s = (const char *)data + 2;
     size_t n = size - 2;
     buf whole = {0}, pieces = {0};
-    run(&cfg, s, n, n ? n : 1, &whole);
-    run(&cfg, s, n, piece, &pieces);
+    run(&cfg, s, n, n ? n : 1, cut, &whole);
+    run(&cfg, s, n, piece, cut, &pieces);
     if (whole.len != pieces.len || (whole.len && memcmp(whole.data, pieces.data, whole.len))) abort();
     buf_free(&whole);
     buf_free(&pieces);
