@@ -92,7 +92,12 @@ bool auth_enabled(const auth_keys *a) { return a->n > 0; }
 bool auth_check(const auth_keys *a, const char *header) {
     if (a->n == 0) return true;
     if (!header || strncasecmp(header, "Bearer ", 7) != 0) return false;
-    const char *given = header + 7;
+    return auth_check_key(a, header + 7);
+}
+
+bool auth_check_key(const auth_keys *a, const char *given) {
+    if (a->n == 0) return true;
+    if (!given) return false;
     while (*given == ' ') given++;
     size_t glen = strlen(given);
     while (glen > 0 && (given[glen - 1] == ' ' || given[glen - 1] == '\t')) glen--;

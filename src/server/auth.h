@@ -38,5 +38,8 @@ bool auth_enabled(const auth_keys *a);
 /* header: the Authorization header's value (NULL when absent). True when no keys are set, or when it is
  * "Bearer K" with K one of the keys. */
 bool auth_check(const auth_keys *a, const char *header);
+/* key: a key as given on its own (Anthropic's x-api-key header; NULL when absent). True when no keys are
+ * set, or when it is one of the keys; the same constant-time comparison. */
+bool auth_check_key(const auth_keys *a, const char *key);
 
 #endif

@@ -11,6 +11,7 @@
 #include "format/json_file.h"
 #include "server/format.h"
 #include "server/job.h"
+#include "server/messages_out.h"
 #include "server/stream.h"
 
 bool gen_refuse_unready(http_request *r, enum MHD_Result *rc) {
@@ -72,7 +73,7 @@ static uint64_t random_seed(void) {
 static int check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
                          api_error *err) {
     int limit = srv->max_seq_len;
-    const char *what = kind == GEN_CHAT ? "messages" : kind == GEN_RESPONSES ? "input" : "prompt";
+    const char *what = kind == GEN_CHAT || kind == GEN_MESSAGES ? "messages" : kind == GEN_RESPONSES ? "input" : "prompt";
     if (pr->n < 1) return api_errorf(err, 400, "invalid_value", what, "the prompt is empty");
     if (pr->n >= limit)
         return api_errorf(err, 400, "context_length_exceeded", what,
@@ -144,7 +145,7 @@ static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_param
     if (failed) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
     else if (errored) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "the model failed while generating"), &e));
     else if (cancelled) rc = http_send_error(r, (gen_cancelled_error(r->srv, &e), &e));
-    else rc = http_send_json(r, 200, out_response(&out));
+    else rc = http_send_json(r, 200, kind == GEN_MESSAGES ? messages_object(&out) : out_response(&out));
     out_free(&out);
     gen_params_free(p);
     return rc;

@@ -14,6 +14,7 @@
 #include "server/conn_guard.h"
 #include "server/handlers.h"
 #include "server/job.h"
+#include "server/messages_out.h"
 #include "server/web.h"
 
 static const route routes[] = {
@@ -25,9 +26,20 @@ static const route routes[] = {
     {"POST", "/v1/completions", true, handle_completions},
     {"POST", "/v1/chat/completions", true, handle_chat_completions},
     {"POST", "/v1/responses", true, handle_responses},
+    {"POST", "/v1/messages", true, handle_messages},
+    {"POST", "/v1/messages/count_tokens", true, handle_messages_count_tokens},
+    {"POST", "/v1/messages", true, handle_messages},
+    {"POST", "/v1/messages/count_tokens", true, handle_messages_count_tokens},
     {"POST", "/v1/embeddings", true, handle_embeddings},
     {"POST", "/tokenize", true, handle_tokenize},
     {"POST", "/detokenize", true, handle_detokenize},
+    {"POST", "/v1/tokenize", true, handle_tokenize},
+    {"POST", "/v1/detokenize", true, handle_detokenize},
+    {"POST", "/apply-template", true, handle_apply_template},
+    {"POST", "/v1/rerank", true, handle_rerank},
+    {"POST", "/v1/reranking", true, handle_rerank},
+    {"POST", "/rerank", true, handle_rerank},
+    {"POST", "/infill", true, handle_infill},
     /* admin keys of their own (admin.h), not the API keys */
     {"POST", "/v1/admin/reload", false, handle_admin_reload},
     {"POST", "/v1/admin/pause", false, handle_admin_pause},
@@ -86,7 +98,8 @@ static enum MHD_Result queue(http_request *r, int status, struct MHD_Response *r
         if (!cors->any) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
         if (allowed && r->preflight) {
             MHD_add_response_header(resp, "Access-Control-Allow-Methods", r->allow);
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta");
             MHD_add_response_header(resp, "Access-Control-Max-Age", "7200");
         }
     }
@@ -120,8 +133,14 @@ enum MHD_Result http_send_json(http_request *r, int status, cJSON *body) {
     return queue(r, status, resp, "application/json");
 }
 
+/* Anthropic's routes (/v1/messages...): x-api-key is a key too, and errors are in Anthropic's shape. */
+static bool anthropic_path(const char *url) {
+    return url && (!strcmp(url, "/v1/messages") || !strncmp(url, "/v1/messages/", 13));
+}
+
 enum MHD_Result http_send_error(http_request *r, const api_error *e) {
     metrics_error(&r->srv->metrics, e->status);
+    if (anthropic_path(r->url)) return http_send_json(r, anthropic_status(e->status), anthropic_error_json(e));
     return http_send_json(r, e->status, api_error_json(e));
 }
 
@@ -288,11 +307,15 @@ static bool early_checks(http_request *r, enum MHD_Result *rc) {
         r->has_early = true;
         if (path_known) api_errorf(e, 405, "method_not_allowed", NULL, "method %s is not allowed here", r->method);
         else api_errorf(e, 404, "not_found", NULL, "unknown route %s", r->url);
-    } else if (r->route->needs_key && !auth_check(&srv->keys, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION))) {
-        bool given = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION) != NULL;
+    } else if (r->route->needs_key && !auth_check(&srv->keys, http_header(r, MHD_HTTP_HEADER_AUTHORIZATION)) &&
+               !(anthropic_path(r->url) && auth_check_key(&srv->keys, http_header(r, "x-api-key")))) {
+        bool anthropic = anthropic_path(r->url);
+        bool given = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION) != NULL || (anthropic && http_header(r, "x-api-key"));
         r->has_early = true;
         api_errorf(e, 401, "invalid_api_key", NULL, "%s",
-                   given ? "incorrect API key provided" : "missing API key (send 'Authorization: Bearer KEY')");
+                   given ? "incorrect API key provided"
+                   : anthropic ? "missing API key (send 'x-api-key: KEY' or 'Authorization: Bearer KEY')"
+                               : "missing API key (send 'Authorization: Bearer KEY')");
     }
     const char *cl = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl) {

@@ -145,8 +145,6 @@ static int refuse_unsupported(const cJSON *body, api_error *err) {
     const cJSON *v;
     if ((v = field(body, "echo")) && cJSON_IsTrue(v))
         return api_errorf(err, 400, "unsupported_parameter", "echo", "'echo' is not supported");
-    if ((v = field(body, "suffix")) && !(cJSON_IsString(v) && !v->valuestring[0]))
-        return api_errorf(err, 400, "unsupported_parameter", "suffix", "'suffix' is not supported");
     int64_t best_of = 1;
     if (get_int(body, "best_of", 1, 1, &best_of, NULL, err)) {
         api_errorf(err, 400, "unsupported_parameter", "best_of", "'best_of' other than 1 is not supported");
@@ -154,6 +152,51 @@ static int refuse_unsupported(const cJSON *body, api_error *err) {
     }
     if ((v = field(body, "logit_bias")) && !(cJSON_IsObject(v) && !v->child))
         return api_errorf(err, 400, "unsupported_parameter", "logit_bias", "'logit_bias' is not supported");
+    return 0;
+}
+
+/* llama.cpp's extra samplers (sampler.h): DRY, XTC, typical_p, top_n_sigma, with llama.cpp's defaults. */
+static int parse_llama_samplers(const cJSON *body, pith_sampling_params *s, api_error *err) {
+    const pith_sampling_params d = pith_sampling_defaults();
+    s->dry_base = d.dry_base;
+    s->dry_allowed_length = d.dry_allowed_length;
+    s->dry_penalty_last_n = d.dry_penalty_last_n;
+    memcpy(s->dry_sequence_breakers, d.dry_sequence_breakers, sizeof s->dry_sequence_breakers);
+    s->xtc_threshold = d.xtc_threshold;
+    s->typical_p = d.typical_p;
+    s->top_n_sigma = d.top_n_sigma;
+    int64_t x = 0;
+    if (get_float(body, "dry_multiplier", 0, false, 100, &s->dry_multiplier, err) ||
+        get_float(body, "dry_base", 1, false, 100, &s->dry_base, err) ||
+        get_float(body, "xtc_probability", 0, false, 1, &s->xtc_probability, err) ||
+        get_float(body, "xtc_threshold", 0, false, 1, &s->xtc_threshold, err) ||
+        get_float(body, "typical_p", 0, true, 1, &s->typical_p, err) ||
+        get_float(body, "top_n_sigma", -1, false, 100, &s->top_n_sigma, err))
+        return -1;
+    x = s->dry_allowed_length;
+    if (get_int(body, "dry_allowed_length", 0, 1 << 30, &x, NULL, err)) return -1;
+    s->dry_allowed_length = (int)x;
+    x = s->dry_penalty_last_n;
+    if (get_int(body, "dry_penalty_last_n", -1, 1 << 30, &x, NULL, err)) return -1;
+    s->dry_penalty_last_n = (int)x;
+    const cJSON *v = field(body, "dry_sequence_breakers");
+    if (v) {
+        const char *list[64];
+        int n = 0;
+        const cJSON *it;
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 64)
+            return api_errorf(err, 400, "invalid_type", "dry_sequence_breakers",
+                              "'dry_sequence_breakers' must be an array of at most 64 strings");
+        cJSON_ArrayForEach(it, v) {
+            if (!cJSON_IsString(it) || !it->valuestring[0])
+                return api_errorf(err, 400, "invalid_value", "dry_sequence_breakers",
+                                  "'dry_sequence_breakers' must hold non-empty strings");
+            list[n++] = it->valuestring;
+        }
+        pith_err e;
+        if (pith_sampling_set_dry_breakers(s, list, n, &e))
+            return api_errorf(err, 400, "invalid_value", "dry_sequence_breakers", "%s", e.msg);
+    }
     return 0;
 }
 
@@ -207,6 +250,7 @@ int gen_params_parse(const cJSON *body, gen_kind kind, gen_params *p, api_error 
     if (get_float(body, "presence_penalty", -2, false, 2, &s->presence_penalty, err)) return -1;
     if (get_float(body, "frequency_penalty", -2, false, 2, &s->frequency_penalty, err)) return -1;
     if (get_float(body, "repetition_penalty", 0, true, 10, &s->repetition_penalty, err)) return -1;
+    if (parse_llama_samplers(body, s, err)) return -1;
     x = 0;
     if (get_int(body, "top_k", -1, 1 << 30, &x, NULL, err)) return -1;
     s->top_k = x > 0 ? (int)x : 0; /* -1 and 0 both mean off */

@@ -1,7 +1,7 @@
 /* Generation parameters of /v1/completions and /v1/chat/completions: read from the JSON body, checked,
  * and mapped to the engine's request fields. Defaults follow OpenAI (temperature 1, top_p 1, n 1;
  * max_tokens 16 for completions, up to the context for chat). Unknown fields are ignored; fields Pith
- * knows but does not implement (echo, suffix, best_of > 1, logit_bias) are refused with 400 rather than
+ * knows but does not implement (echo, best_of > 1, logit_bias) are refused with 400 rather than
  * silently ignored. Structured output (response_format, grammar, guided_*...) is read by structured.c. */
 #ifndef PITH_SERVER_PARAMS_H
 #define PITH_SERVER_PARAMS_H
@@ -55,7 +55,7 @@ typedef struct gen_params {
     pith_grammar *grammar;     /* one reference, after gen_params_compile */
 } gen_params;
 
-typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT, GEN_RESPONSES } gen_kind; /* RESPONSES: /v1/responses, parsed as chat */
+typedef enum gen_kind { GEN_COMPLETION, GEN_CHAT, GEN_RESPONSES, GEN_MESSAGES } gen_kind; /* RESPONSES: /v1/responses, MESSAGES: /v1/messages, parsed as chat */
 
 /* Fills p from body (a JSON object). On failure fills err (400) and returns -1; p is freed either way
  * by gen_params_free. */

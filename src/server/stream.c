@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/messages_out.h"
 #include "server/responses_out.h"
 #include "server/tools_out.h"
 
@@ -16,6 +17,8 @@ typedef struct gen_stream {
     buf pending;
     resp_items *resp;  /* /v1/responses: its output items and event numbering */
     bool resp_opened;  /* its opening events sent */
+    msg_out *msg;      /* /v1/messages: its content blocks; msg_opened as resp_opened */
+    bool msg_opened;
     bool opened;     /* chat role chunks sent (with the first event) */
     bool ended;      /* nothing more to add after pending */
     double last_write;
@@ -28,6 +31,7 @@ static void stream_free(void *p) {
     gen_params_free(&st->params);
     buf_free(&st->pending);
     resp_items_free(st->resp);
+    msg_out_free(st->msg);
     free(st);
 }
 
@@ -63,6 +67,7 @@ static void put_error(gen_stream *st, int status, const char *code, const char *
     api_errorf(&e, status, code, NULL, "%s", msg);
     metrics_error(&st->r->srv->metrics, status);
     if (st->resp) resp_stream_error(st->resp, code, msg, put_event, st);
+    else if (st->msg) msg_stream_error(st->msg, status, msg, put_event, st);
     else put_json(st, api_error_json(&e));
     st->ended = true;
 }
@@ -97,6 +102,10 @@ static void pump(gen_stream *st) {
             if (resp_stream_event(st->resp, ev, put_event, st)) oom = true;
             continue;
         }
+        if (st->msg) {
+            if (msg_stream_event(st->msg, ev, put_event, st)) oom = true;
+            continue;
+        }
         if (st->out.tools) {
             if (tools_out_chat_stream(&st->out, ev, put_json_cb, st)) oom = true;
             continue;
@@ -116,6 +125,9 @@ static void pump(gen_stream *st) {
     }
     if (all_done && st->resp) {
         resp_stream_close(st->resp, put_event, st);
+        st->ended = true;
+    } else if (all_done && st->msg) {
+        msg_stream_close(st->msg, put_event, st);
         st->ended = true;
     } else if (all_done) {
         if (st->params.include_usage) put_json(st, out_usage_chunk(&st->out));
@@ -145,6 +157,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
             resp_stream_open(st->resp, put_event, st);
             continue;
         }
+        if (st->msg && !st->msg_opened) { /* message_start and a ping at once */
+            st->msg_opened = true;
+            msg_stream_open(st->msg, put_event, st);
+            continue;
+        }
         pump(st);
         if (!st->pending.len && !st->ended && server_now() - st->last_write > st->heartbeat_s)
             buf_puts(&st->pending, ": keep-alive\n\n");
@@ -164,7 +181,8 @@ enum MHD_Result stream_start(http_request *r, gen_kind kind, gen_params *p) {
     st->last_write = server_now();
     st->heartbeat_s = r->srv->idle_timeout_s / 2.0 < 15 ? r->srv->idle_timeout_s / 2.0 : 15;
     if (out_init(&st->out, r->srv, kind, &st->params, r->job->n_choices) ||
-        (kind == GEN_RESPONSES && !(st->resp = resp_items_new(&st->out)))) {
+        (kind == GEN_RESPONSES && !(st->resp = resp_items_new(&st->out))) ||
+        (kind == GEN_MESSAGES && !(st->msg = msg_out_new(&st->out)))) {
         stream_free(st);
         return MHD_NO;
     }
