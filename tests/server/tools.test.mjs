@@ -165,7 +165,7 @@ describe('tool calls', () => {
   test('tool_choice "required" with a json_schema response_format: this turn is the call', T, async () => {
     const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 8 } }, required: ['answer'], additionalProperties: false };
     const rf = { type: 'json_schema', json_schema: { name: 'final', schema, strict: true } };
-    const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required', response_format: rf, max_tokens: 60, seed: 3 });
+    const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required', parallel_tool_calls: false, response_format: rf, max_tokens: 120, seed: 3 });
     const c = r.choices[0];
     assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
     assert.ok(validator(weather)(JSON.parse(c.message.tool_calls.find((t) => t.function.name === 'get_weather')?.function.arguments ?? '{"city":"Paris","unit":"celsius","tomorrow":false}')));
