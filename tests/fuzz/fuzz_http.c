@@ -1,6 +1,6 @@
-/* HTTP request bodies: the route handlers of /v1/completions, /v1/chat/completions, /tokenize and
- * /detokenize (src/server/{completions,chat_completions,tokenize}.c, compiled into this target by
- * scripts/fuzz.sh) called directly on a request that holds the input as its body, no sockets. Input
+/* HTTP request bodies: the route handlers of /v1/completions, /v1/chat/completions, /tokenize,
+ * /detokenize, /v1/responses, /v1/messages, /v1/messages/count_tokens, /apply-template and /infill
+ * (their files in src/server, compiled into this target by scripts/fuzz.sh) called directly on a request that holds the input as its body, no sockets. Input
  * byte 0 picks the endpoint; the rest is the body. The server is a stand-in with the default model's
  * tokenizer, a real chat template (Qwen 2.5's, with tools) and no engine: the HTTP layer and gen_run
  * are stubbed below, gen_run freeing what it is handed as the real one does. */
@@ -94,13 +94,14 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const http_handler handlers[] = {handle_completions, handle_chat_completions, handle_tokenize,
-                                            handle_detokenize, handle_responses};
+                                            handle_detokenize, handle_responses, handle_messages,
+                                            handle_messages_count_tokens, handle_apply_template, handle_infill};
     char *body = malloc(size);
     if (!body) return 0;
     memcpy(body, data + 1, size - 1);
     body[size - 1] = 0;
     http_request r = {.srv = &srv, .method = "POST", .url = "/", .body = body, .body_len = size - 1};
-    handlers[data[0] % 5](&r);
+    handlers[data[0] % (sizeof handlers / sizeof *handlers)](&r);
     if (!r.responded) abort(); /* a handler must queue exactly one response */
     free(body);
     return 0;
