@@ -22,18 +22,6 @@ static const cJSON *field(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-/* The GBNF literal of s (tool names are letters, digits, '_', '-', '.': nothing to escape). */
-static void lit(buf *g, const char *s) {
-    buf_puts(g, "\"");
-    for (; *s; s++) {
-        if (*s == '"') buf_puts(g, "\\\"");
-        else if (*s == '\n') buf_puts(g, "\\n");
-        else if (*s == '\\') buf_puts(g, "\\\\");
-        else buf_append(g, s, 1);
-    }
-    buf_puts(g, "\"");
-}
-
 /* The rule `callK` for tool K: the format's wrapper around its name and the arguments rule argsK. */
 static void call_rule(buf *g, tp_format fmt, int k, const char *name) {
     char head[512], tail[64];
@@ -56,11 +44,11 @@ static void call_rule(buf *g, tp_format fmt, int k, const char *name) {
         break;
     }
     buf_printf(g, "call%d ::= ", k);
-    lit(g, head);
+    tools_gbnf_literal(g, head);
     buf_printf(g, " args%d", k);
     if (tail[0]) {
         buf_puts(g, " ");
-        lit(g, tail);
+        tools_gbnf_literal(g, tail);
     }
     buf_puts(g, "\n");
 }
@@ -120,7 +108,7 @@ static int calls_rules(const chat_tools *t, buf *g, api_error *err) {
     for (int i = 1; i < max; i++) {
         buf_puts(g, " (");
         if (*sep) {
-            lit(g, sep);
+            tools_gbnf_literal(g, sep);
             buf_puts(g, " ");
         }
         buf_puts(g, "call");

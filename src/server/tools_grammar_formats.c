@@ -21,8 +21,8 @@ static const cJSON *field(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-/* The GBNF literal of s. */
-static void lit(buf *g, const char *s) {
+/* The GBNF literal of s (quotes, backslashes and control characters escaped). */
+void tools_gbnf_literal(buf *g, const char *s) {
     buf_puts(g, "\"");
     for (; *s; s++) {
         if (*s == '"') buf_puts(g, "\\\"");
@@ -66,12 +66,12 @@ static int value_rule(const cJSON *schema, int k, int i, buf *g, api_error *err)
     const cJSON *en = field(schema, "enum"), *c = field(schema, "const"), *v;
     buf_printf(g, "%s ::= ", root);
     if (cJSON_IsString(c)) {
-        lit(g, c->valuestring);
+        tools_gbnf_literal(g, c->valuestring);
     } else if (cJSON_IsArray(en) && en->child) {
         int n = 0;
         cJSON_ArrayForEach(v, en) if (cJSON_IsString(v)) {
             buf_puts(g, n++ ? " | " : "");
-            lit(g, v->valuestring);
+            tools_gbnf_literal(g, v->valuestring);
         }
     } else {
         buf_puts(g, "xtext");
@@ -97,14 +97,14 @@ static int xml_call(tp_format fmt, int k, const char *name, const cJSON *params,
         buf_puts(&body, req ? " " : " (");
         if (fmt == TP_FMT_QWEN3_XML) {
             snprintf(open, sizeof open, "<parameter=%s>\n", key);
-            lit(&body, open);
+            tools_gbnf_literal(&body, open);
             buf_printf(&body, " a%dp%d ", k, i);
-            lit(&body, "\n</parameter>\n");
+            tools_gbnf_literal(&body, "\n</parameter>\n");
         } else {
             snprintf(open, sizeof open, "<arg_key>%s</arg_key>\n<arg_value>", key);
-            lit(&body, open);
+            tools_gbnf_literal(&body, open);
             buf_printf(&body, " a%dp%d ", k, i);
-            lit(&body, "</arg_value>\n");
+            tools_gbnf_literal(&body, "</arg_value>\n");
         }
         if (!req) buf_puts(&body, ")?");
         i++;
@@ -113,10 +113,10 @@ static int xml_call(tp_format fmt, int k, const char *name, const cJSON *params,
     if (fmt == TP_FMT_QWEN3_XML) snprintf(head, sizeof head, "<tool_call>\n<function=%s>\n", name);
     else snprintf(head, sizeof head, "<tool_call>%s\n", name);
     buf_printf(g, "call%d ::= ", k);
-    lit(g, head);
+    tools_gbnf_literal(g, head);
     buf_append(g, body.data ? body.data : "", body.len);
     buf_puts(g, " ");
-    lit(g, fmt == TP_FMT_QWEN3_XML ? "</function>\n</tool_call>" : "</tool_call>");
+    tools_gbnf_literal(g, fmt == TP_FMT_QWEN3_XML ? "</function>\n</tool_call>" : "</tool_call>");
     buf_puts(g, "\n");
     buf_free(&body);
     return 0;
@@ -130,20 +130,20 @@ static void framed_call(tp_format fmt, int k, const char *name, buf *g) {
     if (fmt == TP_FMT_DEEPSEEK) {
         snprintf(head, sizeof head, "%s%s%s", DS_CALL, name, DS_SEP);
         tail = DS_END;
-        lit(g, head);
+        tools_gbnf_literal(g, head);
     } else if (fmt == TP_FMT_KIMI_K2) {
         snprintf(head, sizeof head, "<|tool_call_begin|>functions.%s:", name);
         tail = "<|tool_call_end|>";
-        lit(g, head);
+        tools_gbnf_literal(g, head);
         buf_puts(g, " [0-9] ");
-        lit(g, "<|tool_call_argument_begin|>");
+        tools_gbnf_literal(g, "<|tool_call_argument_begin|>");
     } else {
         snprintf(head, sizeof head, "<|tool_call>call:%s", name);
         tail = "<tool_call|>";
-        lit(g, head);
+        tools_gbnf_literal(g, head);
     }
     buf_printf(g, " args%d ", k);
-    lit(g, tail);
+    tools_gbnf_literal(g, tail);
     buf_puts(g, "\n");
 }
 
@@ -187,7 +187,7 @@ int tools_grammar_format_calls(const chat_tools *t, int max_calls, buf *g, api_e
     const char *close = fmt == TP_FMT_DEEPSEEK ? DS_CALLS_END : fmt == TP_FMT_KIMI_K2 ? "<|tool_calls_section_end|>" : "";
     buf_puts(g, "calls ::= ");
     if (*open) {
-        lit(g, open);
+        tools_gbnf_literal(g, open);
         buf_puts(g, " ");
     }
     buf_puts(g, "call");
@@ -195,7 +195,7 @@ int tools_grammar_format_calls(const chat_tools *t, int max_calls, buf *g, api_e
     for (int i = 1; i < max_calls; i++) buf_puts(g, ")?");
     if (*close) {
         buf_puts(g, " ");
-        lit(g, close);
+        tools_gbnf_literal(g, close);
     }
     buf_puts(g, "\n");
     return g->failed ? api_errorf(err, 500, "internal_error", NULL, "out of memory") : 1;

@@ -11,6 +11,8 @@
 /* Writes the rules of t's calls into g with start rule `calls` (up to max_calls of them). Returns 1 when
  * written, 0 when t's format is not one of these (g untouched), -1 with err (400 invalid_grammar naming
  * the parameters schema that cannot be compiled). */
+/* Appends the GBNF string literal of s to g (shared with tools_grammar.c). */
+void tools_gbnf_literal(buf *g, const char *s);
 int tools_grammar_format_calls(const chat_tools *t, int max_calls, buf *g, api_error *err);
 
 #endif
