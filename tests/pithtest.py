@@ -4,6 +4,7 @@ Each test file is a unittest module run as a script. ctest passes PITH_BIN (the 
 PITH_SHARED (test assets), PITH_SOURCE_DIR and PITH_TEST_TMP. A test that cannot run exits with
 SKIP (77) after printing why, which ctest reports as skipped, never as passed."""
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -97,12 +98,13 @@ class Server:
             return e.code, json.loads(e.read())
 
     def metric(self, name):
-        """The value of an unlabelled metric in /metrics."""
+        """The value of a metric in /metrics with no label but model_name (every series carries it)."""
         import urllib.request
         with urllib.request.urlopen(self.base + "/metrics", timeout=30) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith(name + " "):
-                    return float(line.split()[1])
+                series, _, value = line.rpartition(" ")
+                if series == name or re.fullmatch(re.escape(name) + r'\{model_name="(?:[^"\\]|\\.)*"\}', series):
+                    return float(value)
         raise KeyError(name)
 
     @property

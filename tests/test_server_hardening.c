@@ -90,9 +90,11 @@ static void test_metrics_415(void) {
     metrics_error(&m, 418); /* unknown: counted as 500 */
     buf out = {0};
     pith_engine_stats st = {0};
-    metrics_render(&m, &st, &out);
-    CHECKF(out.data && strstr(out.data, "pith_request_errors_total{code=\"415\"} 1\n"), "%s", out.data ? out.data : "");
-    CHECK(out.data && strstr(out.data, "pith_request_errors_total{code=\"500\"} 1\n"));
+    metrics_model mm = {.name = "m", .m = &m, .st = &st};
+    metrics_render_models(&mm, 1, &out);
+    CHECKF(out.data && strstr(out.data, "pith_request_errors_total{model_name=\"m\",code=\"415\"} 1\n"), "%s",
+           out.data ? out.data : "");
+    CHECK(out.data && strstr(out.data, "pith_request_errors_total{model_name=\"m\",code=\"500\"} 1\n"));
     buf_free(&out);
     metrics_destroy(&m);
 }

@@ -23,6 +23,7 @@ Needs /usr/bin/python3 with numpy and torch (skips otherwise)."""
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -410,7 +411,8 @@ def main():
         check(st == 200 and emb.get("weight_version") == "c", f"embeddings carry the version: {st}")
         with urllib.request.urlopen(base + "/metrics", timeout=10) as mr:
             metrics = mr.read().decode()
-        check('pith_weight_version_info{version="c"} 1' in metrics and "pith_weight_reloads_total 3" in metrics,
+        check(re.search(r'^pith_weight_version_info\{model_name="[^"]*",version="c"\} 1$', metrics, re.M) and
+              re.search(r'^pith_weight_reloads_total\{model_name="[^"]*"\} 3$', metrics, re.M),
               "metrics export the version and the reloads")
     finally:
         code = p.close()

@@ -1,5 +1,6 @@
 /* Unit tests of the server's pieces that need no model: API key checks and key files, the metrics
- * exposition (histogram buckets cumulative, sums, every labelled series present), the reading of
+ * exposition (histogram buckets cumulative, sums, every labelled series present, several models in one
+ * exposition, the Gateway API Inference Extension's vllm: gauges), the reading of
  * generation parameters (defaults, ranges, refusals), and CORS origin checks and matching. The HTTP behaviour as a whole is tested by
  * the Node tests in tests/server against a real server. */
 #include <math.h>
@@ -78,24 +79,45 @@ static double sample(const char *text, const char *prefix) {
     return NAN;
 }
 
+/* The value of model M's sample NAME{model_name="M"[,LABELS]} (NAN when absent). */
+static double msample(const char *text, const char *model, const char *name, const char *labels) {
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "%s{model_name=\"%s\"%s%s}", name, model, labels ? "," : "", labels ? labels : "");
+    return sample(text, prefix);
+}
+
+/* One model's exposition, as the server renders it. */
+static void render_one(metrics *m, const pith_engine_stats *st, const metrics_weights *w, buf *out) {
+    metrics_model mm = {.name = "m", .m = m, .st = st, .w = w};
+    metrics_render_models(&mm, 1, out);
+}
+
 /* The weights' series: the version as a label (escaped), reloads, the last reload's times, the engine's
  * generation, restarts and pause / sleep states. */
 static void test_metrics_weights(void) {
+    metrics m;
+    metrics_init(&m);
     metrics_weights w = {.version = "step\"7\\x", .reloads = 3, .last_pause_s = 0.25, .last_load_s = 1.5};
     pith_engine_stats st = {.weight_generation = 3, .requests_restarted = 5, .paused = true};
     buf out = {0};
-    metrics_render_weights(&w, &st, &out);
+    render_one(&m, &st, &w, &out);
     const char *t = out.data;
     CHECK(!out.failed && t);
-    CHECK(sample(t, "pith_weight_version_info{version=\"step\\\"7\\\\x\"}") == 1);
-    CHECK(sample(t, "pith_weight_generation") == 3);
-    CHECK(sample(t, "pith_weight_reloads_total") == 3);
-    CHECK(sample(t, "pith_weight_reload_pause_seconds") == 0.25);
-    CHECK(sample(t, "pith_weight_reload_load_seconds") == 1.5);
-    CHECK(sample(t, "pith_requests_restarted_total") == 5);
-    CHECK(sample(t, "pith_admission_paused") == 1);
-    CHECK(sample(t, "pith_asleep") == 0);
+    CHECK(msample(t, "m", "pith_weight_version_info", "version=\"step\\\"7\\\\x\"") == 1);
+    CHECK(msample(t, "m", "pith_weight_generation", NULL) == 3);
+    CHECK(msample(t, "m", "pith_weight_reloads_total", NULL) == 3);
+    CHECK(msample(t, "m", "pith_weight_reload_pause_seconds", NULL) == 0.25);
+    CHECK(msample(t, "m", "pith_weight_reload_load_seconds", NULL) == 1.5);
+    CHECK(msample(t, "m", "pith_requests_restarted_total", NULL) == 5);
+    CHECK(msample(t, "m", "pith_admission_paused", NULL) == 1);
+    CHECK(msample(t, "m", "pith_asleep", NULL) == 0);
     buf_free(&out);
+    /* No weights given: version "0", nothing reloaded. */
+    render_one(&m, NULL, NULL, &out);
+    CHECK(out.data && msample(out.data, "m", "pith_weight_version_info", "version=\"0\"") == 1);
+    CHECK(out.data && msample(out.data, "m", "pith_weight_reloads_total", NULL) == 0);
+    buf_free(&out);
+    metrics_destroy(&m);
 }
 
 static void test_metrics(void) {
@@ -117,40 +139,40 @@ static void test_metrics(void) {
                                     {.kind = PITH_MEM_FULL, .units_total = 44, .units_used = 4, .units_cached = 3,
                                      .units_free = 37}}};
     buf out = {0};
-    metrics_render(&m, &st, &out);
+    render_one(&m, &st, NULL, &out);
     CHECK(!out.failed && out.len > 0);
     const char *t = out.data;
-    CHECK(sample(t, "pith_requests_running") == 2);
-    CHECK(sample(t, "pith_requests_waiting") == 3);
-    CHECK(sample(t, "pith_kv_blocks_in_use") == 7); /* cached blocks are not in use */
-    CHECK(sample(t, "pith_kv_blocks_total") == 64);
-    CHECK(sample(t, "pith_memory_units{group=\"0\",kind=\"window\",window=\"8\",state=\"used\"}") == 3);
-    CHECK(sample(t, "pith_memory_units{group=\"0\",kind=\"window\",window=\"8\",state=\"free\"}") == 15);
-    CHECK(sample(t, "pith_memory_units{group=\"1\",kind=\"full\",window=\"0\",state=\"cached\"}") == 3);
-    CHECK(sample(t, "pith_memory_bytes") == 4096);
-    CHECK(sample(t, "pith_prefix_cache_hit_tokens_total") == 11);
-    CHECK(sample(t, "pith_prompt_tokens_total") == 100);
-    CHECK(sample(t, "pith_generation_tokens_total") == 50);
-    CHECK(sample(t, "pith_preemptions_total") == 1);
-    CHECK(sample(t, "pith_request_success_total{finish_reason=\"stop\"}") == 1);
-    CHECK(sample(t, "pith_request_success_total{finish_reason=\"length\"}") == 1);
-    CHECK(sample(t, "pith_request_success_total{finish_reason=\"cancelled\"}") == 1);
-    CHECK(sample(t, "pith_request_errors_total{code=\"429\"}") == 2);
-    CHECK(sample(t, "pith_request_errors_total{code=\"500\"}") == 1);
-    CHECK(sample(t, "pith_request_errors_total{code=\"400\"}") == 0); /* present from the start */
-    CHECK(sample(t, "pith_request_errors_total{code=\"403\"}") == 1);
-    CHECK(sample(t, "pith_request_errors_total{code=\"504\"}") == 0);
+    CHECK(msample(t, "m", "pith_requests_running", NULL) == 2);
+    CHECK(msample(t, "m", "pith_requests_waiting", NULL) == 3);
+    CHECK(msample(t, "m", "pith_kv_blocks_in_use", NULL) == 7); /* cached blocks are not in use */
+    CHECK(msample(t, "m", "pith_kv_blocks_total", NULL) == 64);
+    CHECK(msample(t, "m", "pith_memory_units", "group=\"0\",kind=\"window\",window=\"8\",state=\"used\"") == 3);
+    CHECK(msample(t, "m", "pith_memory_units", "group=\"0\",kind=\"window\",window=\"8\",state=\"free\"") == 15);
+    CHECK(msample(t, "m", "pith_memory_units", "group=\"1\",kind=\"full\",window=\"0\",state=\"cached\"") == 3);
+    CHECK(msample(t, "m", "pith_memory_bytes", NULL) == 4096);
+    CHECK(msample(t, "m", "pith_prefix_cache_hit_tokens_total", NULL) == 11);
+    CHECK(msample(t, "m", "pith_prompt_tokens_total", NULL) == 100);
+    CHECK(msample(t, "m", "pith_generation_tokens_total", NULL) == 50);
+    CHECK(msample(t, "m", "pith_preemptions_total", NULL) == 1);
+    CHECK(msample(t, "m", "pith_request_success_total", "finish_reason=\"stop\"") == 1);
+    CHECK(msample(t, "m", "pith_request_success_total", "finish_reason=\"length\"") == 1);
+    CHECK(msample(t, "m", "pith_request_success_total", "finish_reason=\"cancelled\"") == 1);
+    CHECK(msample(t, "m", "pith_request_errors_total", "code=\"429\"") == 2);
+    CHECK(msample(t, "m", "pith_request_errors_total", "code=\"500\"") == 1);
+    CHECK(msample(t, "m", "pith_request_errors_total", "code=\"400\"") == 0); /* present from the start */
+    CHECK(msample(t, "m", "pith_request_errors_total", "code=\"403\"") == 1);
+    CHECK(msample(t, "m", "pith_request_errors_total", "code=\"504\"") == 0);
     /* TTFT observations 0.003, 0.03, 0.5 (the cancelled request had no token). */
-    CHECK(sample(t, "pith_time_to_first_token_seconds_count") == 3);
-    CHECK(fabs(sample(t, "pith_time_to_first_token_seconds_sum") - 0.533) < 1e-9);
-    CHECK(sample(t, "pith_time_to_first_token_seconds_bucket{le=\"0.001\"}") == 0);
-    CHECK(sample(t, "pith_time_to_first_token_seconds_bucket{le=\"0.005\"}") == 1);
-    CHECK(sample(t, "pith_time_to_first_token_seconds_bucket{le=\"0.04\"}") == 2);
-    CHECK(sample(t, "pith_time_to_first_token_seconds_bucket{le=\"0.5\"}") == 3); /* le is inclusive */
-    CHECK(sample(t, "pith_time_to_first_token_seconds_bucket{le=\"+Inf\"}") == 3);
-    CHECK(sample(t, "pith_time_per_output_token_seconds_count") == 2);
-    CHECK(sample(t, "pith_e2e_request_latency_seconds_count") == 4);
-    CHECK(fabs(sample(t, "pith_e2e_request_latency_seconds_sum") - 4.2) < 1e-9);
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_count", NULL) == 3);
+    CHECK(fabs(msample(t, "m", "pith_time_to_first_token_seconds_sum", NULL) - 0.533) < 1e-9);
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_bucket", "le=\"0.001\"") == 0);
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_bucket", "le=\"0.005\"") == 1);
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_bucket", "le=\"0.04\"") == 2);
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_bucket", "le=\"0.5\"") == 3); /* le is inclusive */
+    CHECK(msample(t, "m", "pith_time_to_first_token_seconds_bucket", "le=\"+Inf\"") == 3);
+    CHECK(msample(t, "m", "pith_time_per_output_token_seconds_count", NULL) == 2);
+    CHECK(msample(t, "m", "pith_e2e_request_latency_seconds_count", NULL) == 4);
+    CHECK(fabs(msample(t, "m", "pith_e2e_request_latency_seconds_sum", NULL) - 4.2) < 1e-9);
     /* Buckets never decrease. */
     double prev = -1;
     bool monotone = true;
@@ -160,12 +182,146 @@ static void test_metrics(void) {
         prev = v;
     }
     CHECK(monotone && prev == 4);
+    /* The endpoint picker's gauges: the same counts; KV usage of the fullest KV group (the window group:
+     * 3/20 against the full group's 4/44); the pool of the full group. */
+    CHECK(msample(t, "m", "vllm:num_requests_running", NULL) == 2);
+    CHECK(msample(t, "m", "vllm:num_requests_waiting", NULL) == 3);
+    CHECKF(fabs(msample(t, "m", "vllm:kv_cache_usage_perc", NULL) - 0.15) < 1e-9, "%g",
+           msample(t, "m", "vllm:kv_cache_usage_perc", NULL));
+    CHECK(msample(t, "m", "vllm:cache_config_info", "block_size=\"0\",num_gpu_blocks=\"44\"") == 1);
+    CHECK(!strstr(t, "lora")); /* no adapters: no vllm:lora_requests_info */
     buf_free(&out);
-    /* Before the engine exists the gauges read 0. */
-    metrics_render(&m, NULL, &out);
-    CHECK(sample(out.data, "pith_requests_running") == 0 && sample(out.data, "pith_kv_blocks_total") == 0);
+    /* Before the engine exists the gauges read 0 and there is no pool to describe. */
+    render_one(&m, NULL, NULL, &out);
+    CHECK(msample(out.data, "m", "pith_requests_running", NULL) == 0 && msample(out.data, "m", "pith_kv_blocks_total", NULL) == 0);
+    CHECK(msample(out.data, "m", "vllm:kv_cache_usage_perc", NULL) == 0);
+    CHECK(strstr(out.data, "# TYPE vllm:cache_config_info gauge\n") && !strstr(out.data, "vllm:cache_config_info{"));
     buf_free(&out);
     metrics_destroy(&m);
+}
+
+/* KV usage and the pool's size on the shapes models declare: recurrent groups are not KV, a model with
+ * window layers only describes its window pool, usage is the fullest group and never above 1. */
+static void test_metrics_kv(void) {
+    pith_engine_stats st = {.n_mem_groups = 2,
+                            .mem = {{.kind = PITH_MEM_RECURRENT, .units_total = 4, .units_used = 4},
+                                    {.kind = PITH_MEM_FULL, .units_total = 100, .units_used = 25}}};
+    CHECK(fabs(metrics_kv_usage(&st) - 0.25) < 1e-12);
+    CHECK(metrics_kv_pool_blocks(&st) == 100);
+    pith_engine_stats win = {.n_mem_groups = 2,
+                             .mem = {{.kind = PITH_MEM_WINDOW, .window = 4, .units_total = 30, .units_used = 30},
+                                     {.kind = PITH_MEM_WINDOW, .window = 8, .units_total = 60, .units_used = 6}}};
+    CHECK(metrics_kv_usage(&win) == 1);
+    CHECK(metrics_kv_pool_blocks(&win) == 30);
+    pith_engine_stats none = {0};
+    CHECK(metrics_kv_usage(&none) == 0 && metrics_kv_pool_blocks(&none) == 0);
+    pith_engine_stats asleep = {.n_mem_groups = 1, .mem = {{.kind = PITH_MEM_FULL}}}; /* pools released */
+    CHECK(metrics_kv_usage(&asleep) == 0 && metrics_kv_pool_blocks(&asleep) == 0);
+}
+
+/* The name of a sample line's family: the metric name, less a histogram's _bucket, _sum or _count. */
+static void family_of(const char *line, size_t len, char *fam, size_t cap, const char *const *hists, int n_hists) {
+    size_t k = 0;
+    while (k < len && line[k] != '{' && line[k] != ' ' && k + 1 < cap) {
+        fam[k] = line[k];
+        k++;
+    }
+    fam[k] = 0;
+    for (int h = 0; h < n_hists; h++) {
+        size_t hl = strlen(hists[h]);
+        if (!strncmp(fam, hists[h], hl) &&
+            (!strcmp(fam + hl, "_bucket") || !strcmp(fam + hl, "_sum") || !strcmp(fam + hl, "_count")))
+            fam[hl] = 0;
+    }
+}
+
+/* Several models in one exposition: each family's HELP and TYPE once, then its samples, contiguous,
+ * one series (set) per model with its model_name; a name that needs escaping is escaped; a model not
+ * loaded reads 0 and has no cache_config_info series. */
+static void test_metrics_models(void) {
+    metrics ma, mb;
+    metrics_init(&ma);
+    metrics_init(&mb);
+    metrics_request_done(&ma, PITH_FINISH_STOP, 0.01, 0.01, 0.1);
+    metrics_error(&mb, 404);
+    pith_engine_stats sa = {.running = 4, .waiting = 9, .kv_blocks_used = 10, .kv_blocks_total = 40, .block_size = 16,
+                            .n_mem_groups = 1, .mem = {{.kind = PITH_MEM_FULL, .units_total = 40, .units_used = 10}}};
+    metrics_weights wa = {.version = "a1", .reloads = 2};
+    metrics_model models[2] = {{.name = "model-a", .m = &ma, .st = &sa, .w = &wa},
+                               {.name = "b\"q", .m = &mb, .st = NULL, .w = NULL}};
+    buf out = {0};
+    metrics_render_models(models, 2, &out);
+    CHECK(!out.failed && out.data);
+    const char *t = out.data ? out.data : "";
+    CHECK(msample(t, "model-a", "vllm:num_requests_running", NULL) == 4);
+    CHECK(msample(t, "model-a", "vllm:num_requests_waiting", NULL) == 9);
+    CHECK(msample(t, "model-a", "vllm:kv_cache_usage_perc", NULL) == 0.25);
+    CHECK(msample(t, "model-a", "vllm:cache_config_info", "block_size=\"16\",num_gpu_blocks=\"40\"") == 1);
+    CHECK(msample(t, "b\\\"q", "vllm:num_requests_running", NULL) == 0);
+    CHECK(msample(t, "b\\\"q", "vllm:kv_cache_usage_perc", NULL) == 0);
+    CHECK(!strstr(t, "vllm:cache_config_info{model_name=\"b"));
+    CHECK(msample(t, "model-a", "pith_request_success_total", "finish_reason=\"stop\"") == 1);
+    CHECK(msample(t, "b\\\"q", "pith_request_success_total", "finish_reason=\"stop\"") == 0);
+    CHECK(msample(t, "b\\\"q", "pith_request_errors_total", "code=\"404\"") == 1);
+    CHECK(msample(t, "model-a", "pith_request_errors_total", "code=\"404\"") == 0);
+    CHECK(msample(t, "model-a", "pith_weight_version_info", "version=\"a1\"") == 1);
+    CHECK(msample(t, "b\\\"q", "pith_weight_version_info", "version=\"0\"") == 1);
+    CHECK(msample(t, "model-a", "pith_time_to_first_token_seconds_count", NULL) == 1);
+    CHECK(msample(t, "b\\\"q", "pith_time_to_first_token_seconds_bucket", "le=\"+Inf\"") == 0);
+
+    /* Strict structure: HELP then TYPE once per family, and no family's samples after another began. */
+    enum { MAX_FAMS = 128 };
+    char fams[MAX_FAMS][96];
+    char hists[MAX_FAMS][96];
+    const char *hist_ptrs[MAX_FAMS];
+    int n_fams = 0, n_hists = 0, per_model[2] = {0, 0};
+    bool ok = true;
+    char current[96] = "";
+    for (const char *p = t; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char fam[96];
+        if (!strncmp(p, "# HELP ", 7)) {
+            family_of(p + 7, len - 7, fam, sizeof fam, hist_ptrs, 0);
+            for (int f = 0; f < n_fams; f++)
+                if (!strcmp(fams[f], fam)) {
+                    ok = false;
+                    CHECKF(0, "HELP %s twice", fam);
+                }
+            const char *type = nl ? nl + 1 : "";
+            char want[128];
+            snprintf(want, sizeof want, "# TYPE %s ", fam);
+            CHECKF(!strncmp(type, want, strlen(want)), "no TYPE right after HELP %s", fam);
+            if (n_fams < MAX_FAMS) snprintf(fams[n_fams++], sizeof fams[0], "%s", fam);
+            if (!strncmp(type + strlen(want), "histogram", 9) && n_hists < MAX_FAMS) {
+                snprintf(hists[n_hists], sizeof hists[0], "%s", fam);
+                hist_ptrs[n_hists] = hists[n_hists];
+                n_hists++;
+            }
+            snprintf(current, sizeof current, "%s", fam);
+        } else if (len && p[0] != '#') {
+            family_of(p, len, fam, sizeof fam, hist_ptrs, n_hists);
+            if (strcmp(fam, current)) {
+                ok = false;
+                CHECKF(0, "sample of %s under %s", fam, current);
+            }
+            const char *labels = memchr(p, '{', len);
+            if (labels && !strncmp(labels, "{model_name=\"model-a\"", 21)) per_model[0]++;
+            else if (labels && !strncmp(labels, "{model_name=\"b\\\"q\"", 18)) per_model[1]++;
+            else {
+                ok = false;
+                CHECKF(0, "a sample without model_name first: %.*s", (int)len, p);
+            }
+        }
+        p = nl ? nl + 1 : p + len;
+    }
+    CHECK(ok);
+    CHECK(n_fams >= 34);
+    /* model b has every series but cache_config_info and its memory groups' (it is not loaded) */
+    CHECKF(per_model[1] > 0 && per_model[0] == per_model[1] + 1 + 3, "%d %d", per_model[0], per_model[1]);
+    buf_free(&out);
+    metrics_destroy(&ma);
+    metrics_destroy(&mb);
 }
 
 /* Parses `json` as the body of the given endpoint; returns the status (0 when accepted) and the
@@ -319,6 +475,8 @@ int main(void) {
     test_auth(tmp);
     test_metrics();
     test_metrics_weights();
+    test_metrics_kv();
+    test_metrics_models();
     test_params();
     test_buf();
     test_cors();

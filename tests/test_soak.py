@@ -61,6 +61,11 @@ class Checks(unittest.TestCase):
         m = soak.metrics_values('# HELP x y\npith_kv_blocks_in_use 3\npith_request_errors_total{code="400"} 2\n')
         self.assertEqual(m["pith_kv_blocks_in_use"], 3.0)
         self.assertEqual(m['pith_request_errors_total{code="400"}'], 2.0)
+        # every series of a one-model server carries model_name: left out of the keys
+        m = soak.metrics_values('pith_kv_blocks_in_use{model_name="m"} 4\n'
+                                'pith_request_errors_total{model_name="a\\"b",code="404"} 5\n')
+        self.assertEqual(m["pith_kv_blocks_in_use"], 4.0)
+        self.assertEqual(m['pith_request_errors_total{code="404"}'], 5.0)
 
 
 class ShortSoak(unittest.TestCase):

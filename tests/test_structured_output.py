@@ -502,7 +502,7 @@ def run():
                 pairs.append({"schema": s, "output": out})
         print("schema outputs: %d over %d schemas" % (n_outputs, len(schemas)))
         with urllib.request.urlopen(base + "/metrics", timeout=10) as mr:
-            m = re.search(r"^pith_preemptions_total (\d+)", mr.read().decode(), re.M)
+            m = re.search(r"^pith_preemptions_total(?:\{model_name=\"[^\"]*\"\})? (\d+)", mr.read().decode(), re.M)
         print("preemptions: %s" % (m.group(1) if m else "?"))
         check(m is not None and int(m.group(1)) > 0, "no sequence was preempted: the recompute path went untested")
         check(n_outputs >= 200, "too few schema outputs")

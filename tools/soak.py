@@ -100,15 +100,17 @@ class Stats:
 
 
 def metrics_values(text):
-    """Prometheus text -> {name or name{labels}: float}."""
+    """Prometheus text -> {name or name{labels}: float}, the model_name label every series of a
+    one-model server carries left out (pith_kv_blocks_in_use, pith_request_errors_total{code="400"})."""
     out = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         parts = line.rsplit(" ", 1)
         if len(parts) == 2:
+            key = re.sub(r'\{model_name="(?:[^"\\]|\\.)*",?', "{", parts[0], count=1).replace("{}", "")
             try:
-                out[parts[0]] = float(parts[1])
+                out[key] = float(parts[1])
             except ValueError:
                 pass
     return out

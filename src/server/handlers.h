@@ -13,6 +13,7 @@ enum MHD_Result handle_messages(http_request *r);         /* messages.c */
 enum MHD_Result handle_messages_count_tokens(http_request *r);
 enum MHD_Result handle_embeddings(http_request *r);       /* embeddings.c */
 enum MHD_Result handle_health(http_request *r);           /* routes_info.c */
+enum MHD_Result handle_health_live(http_request *r);
 enum MHD_Result handle_models(http_request *r);
 enum MHD_Result handle_metrics(http_request *r);
 enum MHD_Result handle_tokenize(http_request *r);         /* tokenize.c */

@@ -20,6 +20,7 @@
 static const route routes[] = {
     {"GET", "/", false, handle_web_page},
     {"GET", "/health", false, handle_health},
+    {"GET", "/health/live", false, handle_health_live},
     {"GET", "/metrics", true, handle_metrics},
     {"GET", "/v1/models", true, handle_models},
     {"GET", "/v1/models/", true, handle_models},

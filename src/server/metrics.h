@@ -46,17 +46,44 @@ void metrics_request_done(metrics *m, pith_finish_reason why, double first_token
 /* An error response with this HTTP status was sent (unknown statuses are counted as 500). */
 void metrics_error(metrics *m, int status);
 
-/* Appends the exposition. st: engine snapshot, or NULL before the engine exists (gauges and engine
- * counters read 0). */
-void metrics_render(metrics *m, const pith_engine_stats *st, buf *out);
-
 /* The weights being served and the admin state (docs/rl.md): version label, reloads, the last
- * reload's pause and load times. st may be NULL as above. */
+ * reload's pause and load times. */
 typedef struct metrics_weights {
     const char *version;
     uint64_t reloads;
     double last_pause_s, last_load_s;
 } metrics_weights;
-void metrics_render_weights(const metrics_weights *w, const pith_engine_stats *st, buf *out);
+
+/* One model of the exposition. name is its model_name label value (any bytes: escaped); m its
+ * request counters and histograms; st a snapshot of its engine, or NULL while not loaded (its engine
+ * families then read 0 and it has no vllm:cache_config_info series); w its weights, or NULL for the
+ * defaults (version "0", no reload). */
+typedef struct metrics_model {
+    const char *name;
+    metrics *m;
+    const pith_engine_stats *st;
+    const metrics_weights *w;
+} metrics_model;
+
+/* Appends the exposition of n >= 1 models (a server with one model passes n = 1). Invariants the
+ * scrapers rely on (Prometheus text format 0.0.4):
+ *   - each family's # HELP and # TYPE lines appear once, followed by all of its samples, so a
+ *     family's samples are contiguous whatever n is (models are the inner loop, families the outer);
+ *   - every sample carries model_name="NAME" as its first label, Pith's families and the vllm: ones
+ *     alike, so that series of different models never collide;
+ *   - the Gateway API Inference Extension's names (vllm:num_requests_waiting,
+ *     vllm:num_requests_running, vllm:kv_cache_usage_perc, vllm:cache_config_info) are emitted beside
+ *     Pith's own; docs/api.md says what each reads. vllm:lora_requests_info is never emitted: it describes
+ *     LoRA adapters (max_lora, running and waiting adapters) and Pith has none.
+ * Each model's counters are copied under its lock before any text is written, so one model's lines
+ * are a consistent snapshot and no lock is held while formatting. Out of memory leaves out->failed. */
+void metrics_render_models(const metrics_model *models, int n, buf *out);
+
+/* vllm:kv_cache_usage_perc of a snapshot: the fullest KV memory group's blocks held by requests over
+ * its pool (0..1; recurrent groups are not KV; 0 without a pool). */
+double metrics_kv_usage(const pith_engine_stats *st);
+/* vllm:cache_config_info's num_gpu_blocks: the blocks of the first FULL attention group's pool, else
+ * of the first window group (a model with window layers only), else 0. */
+int metrics_kv_pool_blocks(const pith_engine_stats *st);
 
 #endif

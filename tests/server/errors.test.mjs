@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { call, errorShape, idleMetrics, loadOpenAI, metric, startServer, stopServer, waitHealthy } from './helpers.mjs';
+import { call, errorShape, idleMetrics, loadOpenAI, metric, promtoolProblems, startServer, stopServer, waitHealthy } from './helpers.mjs';
 
 const T = { timeout: 30000 };
 const KEY = 'sk-main';
@@ -250,8 +250,7 @@ describe('metrics', () => {
       'pith_request_success_total', 'pith_request_errors_total', 'pith_preemptions_total',
       'pith_time_to_first_token_seconds', 'pith_time_per_output_token_seconds', 'pith_e2e_request_latency_seconds'];
     for (const n of names) assert.match(r.text, new RegExp(`^# TYPE ${n} `, 'm'), n);
-    const check = spawnSync('promtool', ['check', 'metrics'], { input: r.text });
-    assert.equal(check.status, 0, `promtool: ${check.stdout}${check.stderr}`);
+    assert.equal(promtoolProblems(r.text), null);
   });
 });
 

@@ -114,6 +114,6 @@ describe('reloads while SDK streams run', () => {
       if (x.restarts) assert.deepEqual([...x.versions], ['v2'], 'restarted streams run on the recompute reload\'s weights');
     }
     const m = await call(srv, 'GET', '/metrics');
-    assert.match(m.text, /pith_weight_version_info\{version="v3"\} 1/);
+    assert.match(m.text, /^pith_weight_version_info\{model_name="[^"]*",version="v3"\} 1$/m);
   });
 });
