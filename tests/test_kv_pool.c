@@ -75,9 +75,9 @@ static void test_names_and_eviction(void) {
     /* A sequence holding three full blocks names them, then releases tail first. */
     int b[3];
     for (int i = 0; i < 3; i++) b[i] = kv_pool_alloc(&p);
-    kv_pool_name(&p, b[0], n0, salt, toks[0]);
-    kv_pool_name(&p, b[1], n1, n0, toks[1]);
-    kv_pool_name(&p, b[2], n2, n1, toks[2]);
+    kv_pool_name(&p, b[0], n0, salt, true, toks[0]);
+    kv_pool_name(&p, b[1], n1, n0, false, toks[1]);
+    kv_pool_name(&p, b[2], n2, n1, false, toks[2]);
     check_ok(&p, NULL);
     CHECK(kv_pool_lookup(&p, n0, salt, toks[0]) == b[0]);
     CHECK(kv_pool_lookup(&p, n1, n0, toks[1]) == b[1]);
@@ -86,7 +86,7 @@ static void test_names_and_eviction(void) {
     CHECK(kv_pool_lookup(&p, n2 ^ 1, n1, toks[2]) == -1);
     /* Naming a second block with an existing name keeps the first. */
     int dup = kv_pool_alloc(&p);
-    kv_pool_name(&p, dup, n0, salt, toks[0]);
+    kv_pool_name(&p, dup, n0, salt, true, toks[0]);
     CHECK(!p.blocks[dup].named && kv_pool_lookup(&p, n0, salt, toks[0]) == b[0]);
     kv_pool_release(&p, dup);
     CHECK(p.n_free == 3);
@@ -144,7 +144,7 @@ static void test_random(void) {
                     if (rnd(2)) { /* name it after 2-token-alphabet content so lookups hit often */
                         for (int i = 0; i < bs; i++) tok[i] = (int32_t)rnd(2);
                         uint64_t parent = rnd(3);
-                        kv_pool_name(&p, b, kv_pool_chain_hash(parent, tok, bs), parent, tok);
+                        kv_pool_name(&p, b, kv_pool_chain_hash(parent, tok, bs), parent, parent == 0, tok);
                     }
                 }
             } else if (what < 7 && n_held > 0) {

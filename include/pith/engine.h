@@ -390,6 +390,59 @@ PITH_API int pith_engine_n_vocab(const pith_engine *e);
 /* Entries in an embedding (the model's width, hp.dim), or 0 when the model cannot serve embeddings. */
 PITH_API int pith_engine_n_embd(const pith_engine *e);
 
+/* KV-cache events (src/core/engine_kv_events.c): what a prefix-aware router needs to know which prefixes
+ * this engine holds (docs/kv-events.md; pith serve --kv-events publishes them in vLLM's format). The
+ * published memory group is the model's first FULL group (memory.h): every FULL group names the same
+ * blocks, so one tells all. WINDOW and RECURRENT groups are not published: a window group drops the
+ * blocks behind its window while the prefix stays servable through the FULL groups' blocks and the
+ * window's last blocks, and a recurrent group holds state snapshots at a few points, not blocks. On a
+ * hybrid model (Gemma 3's window layers, Qwen3.5 / LFM2 / Granite's recurrent layers) a hit needs every
+ * group, so the FULL group's blocks are an upper bound on what a request can reuse: a router that
+ * trusts them may sometimes send a request where part of its prefix must be recomputed, never where a
+ * wrong prefix would be used. A model with no FULL group has nothing to publish (the sink is refused).
+ *
+ * Events, in the order the cache changed:
+ *   STORED   a full block's K/V became reusable: its name (Pith's 64-bit chain hash), its parent's
+ *            name (for a sequence's first block, root: the hash of the request's cache salt, 0 for
+ *            none), and its block_size token ids;
+ *   REMOVED  a named block was evicted or overwritten: its name;
+ *   CLEARED  every block was dropped (a weight swap, sleep): nothing is cached any more.
+ * Replaying every event from the sink's installation gives exactly the named (cached or in use) blocks
+ * of the published group, which pith_engine_kv_cache_blocks reports directly. */
+typedef enum pith_kv_event_type {
+    PITH_KV_EVENT_STORED = 1,
+    PITH_KV_EVENT_REMOVED = 2,
+    PITH_KV_EVENT_CLEARED = 3,
+} pith_kv_event_type;
+
+typedef struct pith_kv_event {
+    pith_kv_event_type type;
+    bool root;               /* STORED: a sequence's first block */
+    uint64_t block;          /* STORED, REMOVED: the block's name */
+    uint64_t parent;         /* STORED: the parent block's name; for a root block the cache salt's hash */
+    const int32_t *tokens;   /* STORED: n_tokens (the block size) token ids; valid during the call only */
+    int n_tokens;
+} pith_kv_event;
+
+/* Receives events: n of them, oldest first. The engine calls it once per step that changed the
+ * published group's named blocks, on the stepping thread with no engine lock held, and from an
+ * administration call that dropped the cache (pith_engine_swap_model, pith_engine_sleep) on that
+ * caller's thread; never two calls at once. It must not call the engine; it should be quick (copy the
+ * events and return). */
+typedef void (*pith_kv_event_sink)(void *user, const pith_kv_event *ev, int n);
+
+/* Installs (sink non-NULL) or removes the sink. Serialised with the administration calls below; briefly
+ * stops the engine's thread. Install it before the first request: blocks named earlier are never
+ * reported (nor their removal). While none is installed, the pools record nothing. -1 with err when
+ * the model has no FULL group. If recording runs out of memory, that step's events are replaced by one
+ * CLEARED (listeners forget everything; blocks cached before stay unreported). */
+PITH_API int pith_engine_set_kv_event_sink(pith_engine *e, pith_kv_event_sink sink, void *user, pith_err *err);
+/* Calls fn once, on the caller's thread, with every named block (cached or held by a request) of the
+ * published group as STORED events, by block id: the engine's own state, for checks against what a
+ * listener rebuilt from the events. Serialised with the administration calls; stops the engine's thread
+ * while it reads. -1 with err when the model has no FULL group or memory runs out. */
+PITH_API int pith_engine_kv_cache_blocks(pith_engine *e, pith_kv_event_sink fn, void *user, pith_err *err);
+
 /* Administration (src/core/engine_admin.c): pausing, draining, swapping weights, sleeping. For a
  * serving process that must change weights without restarting (RL rollouts: docs/rl.md). These calls
  * are thread-safe and serialised among themselves; each returns once what it says is done. They work

@@ -32,6 +32,22 @@ extern "C" {
 
 typedef struct pith_server pith_server;
 
+/* KV-cache events for prefix-aware routers (docs/kv-events.md): the engine's prefix-cache changes
+ * (pith/engine.h, pith_kv_event) published over ZeroMQ as vLLM's KVEventBatch messages, which llm-d's
+ * KV indexer and other routers consume. Needs libzmq at build time (otherwise asking for it fails). */
+typedef struct pith_kv_events_options {
+    const char *endpoint;        /* ZMQ PUB address; NULL: no events. It binds when its host is '*' or
+                                    '::' (tcp, port 5557 in llm-d's setups) or it is ipc, else it connects
+                                    (to a subscriber that binds) */
+    const char *replay_endpoint; /* ZMQ ROUTER address (bound) where a subscriber asks for the batches
+                                    from a sequence number on; NULL: no replay */
+    const char *topic;           /* first frame of every message; NULL: "kv@HOSTNAME@MODEL_NAME" (llm-d
+                                    reads the pod and the model from kv@<pod>@<model>) */
+    const char *hash;            /* block hash: "sha256_cbor" (NULL: the default) or "sha256_cbor_64bit" */
+    const char *hash_seed;       /* the chain's seed, as vLLM's PYTHONHASHSEED; NULL: "" */
+    int buffer_steps;            /* batches kept for replay; 0: 10000 */
+} pith_kv_events_options;
+
 /* Zero-initialised options are valid (except model_path) and mean the defaults given here. Strings are
  * copied by pith_server_create. */
 typedef struct pith_server_options {
@@ -80,6 +96,7 @@ typedef struct pith_server_options {
     const char *const *allowed_hosts; /* when bound to a loopback address, Host names accepted besides
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
+    pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

@@ -99,6 +99,17 @@ static void serve_usage(FILE *out) {
             "                            they are cancelled (default 30)\n"
             "      --quiet               no access log lines\n"
             "\n"
+            "KV-cache events for prefix-aware routers (llm-d; docs/kv-events.md):\n"
+            "      --kv-events ENDPOINT  publish the prefix cache's changes as vLLM's KV events on a ZeroMQ\n"
+            "                            PUB socket, e.g. tcp://*:5557 (binds; a host other than * or ::\n"
+            "                            connects to a subscriber that binds)\n"
+            "      --kv-events-replay ENDPOINT  ROUTER socket where a late subscriber asks for the batches\n"
+            "                            it missed, e.g. tcp://*:5558 (default: none)\n"
+            "      --kv-events-topic T   topic frame (default kv@HOSTNAME@MODEL_NAME, llm-d's kv@POD@MODEL)\n"
+            "      --kv-events-hash ALGO block hash: sha256_cbor (default) or sha256_cbor_64bit\n"
+            "      --kv-events-hash-seed S  seed of the hash chain, as vLLM's PYTHONHASHSEED (default empty)\n"
+            "      --kv-events-buffer N  batches kept for replay (default 10000)\n"
+            "\n"
             "logs (on stderr; see docs/api.md, Logs):\n"
             "      --log-level LEVEL     error, warn, info or debug: the lines shown (default info: the\n"
             "                            start-up summary, one access line per request, warnings, errors)\n"
@@ -200,6 +211,24 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
                 return -1;
             }
             s->log_json = !strcmp(v, "json");
+        } else if (!strcmp(a, "--kv-events")) {
+            VALUE(); s->kv_events.endpoint = v;
+        } else if (!strcmp(a, "--kv-events-replay")) {
+            VALUE(); s->kv_events.replay_endpoint = v;
+        } else if (!strcmp(a, "--kv-events-topic")) {
+            VALUE(); s->kv_events.topic = v;
+        } else if (!strcmp(a, "--kv-events-hash")) {
+            VALUE();
+            if (strcmp(v, "sha256_cbor") && strcmp(v, "sha256_cbor_64bit")) {
+                fprintf(stderr, "pith serve: --kv-events-hash must be sha256_cbor or sha256_cbor_64bit, not '%s'\n", v);
+                return -1;
+            }
+            s->kv_events.hash = v;
+        } else if (!strcmp(a, "--kv-events-hash-seed")) {
+            VALUE(); s->kv_events.hash_seed = v;
+        } else if (!strcmp(a, "--kv-events-buffer")) {
+            VALUE(); if (!cli_parse_int("serve", a, v, 1, 1 << 24, &iv)) return -1;
+            s->kv_events.buffer_steps = (int)iv;
         } else if (!strcmp(a, "--quiet")) {
             s->log_requests = false;
         } else if (!strcmp(a, "--max-body-memory")) {
@@ -239,6 +268,11 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         }
 #undef INT_OPT
 #undef VALUE
+    }
+    const pith_kv_events_options *kv = &s->kv_events;
+    if (!kv->endpoint && (kv->replay_endpoint || kv->topic || kv->hash || kv->hash_seed || kv->buffer_steps)) {
+        fprintf(stderr, "pith serve: the --kv-events-* options need --kv-events ENDPOINT\n");
+        return -1;
     }
     /* Keys from the environment when the command line names none: unlike arguments, other users
      * cannot read them in ps. Set but empty is an error, never a server left open by mistake. */

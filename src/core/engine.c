@@ -277,6 +277,7 @@ void pith_engine_free(pith_engine *e) {
     spec_model_free(e->draft);
     sched_free(&e->sc);
     mem_free(&e->mem);
+    engine_kv_events_free(e);
     if (e->mem_allocated && !e->asleep) pith_model_mem_free(e->model);
     free(e->incoming);
     free(e->intake);

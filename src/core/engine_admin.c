@@ -210,6 +210,7 @@ static int attach(pith_engine *e, pith_model *model, pith_err *err) {
         return -1;
     }
     e->model = model;
+    engine_kv_events_attach(e); /* the fresh pools record events too */
     return 0;
 }
 
@@ -222,6 +223,7 @@ static void detach(pith_engine *e) {
         sched_remove(sc, s);
         sched_add(sc, s); /* cannot fail: the waiting list keeps room for every running sequence */
     }
+    engine_kv_events_cleared(e); /* every cached prefix goes with the pools */
     mem_free(&e->mem);
     pith_model_mem_free(e->model);
 }

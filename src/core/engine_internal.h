@@ -95,6 +95,15 @@ struct pith_engine {
     uint64_t generation;       /* weight generation */
     uint64_t n_restarted;
     engine_shape shape;        /* the served model's, taken at sleep */
+
+    /* KV-cache events (engine_kv_events.c). The sink is changed only with the thread stopped, under
+     * admin_lock; the log belongs to the stepping thread (or the admin caller, thread stopped) and hangs
+     * on the published group's pool only while a sink is installed. */
+    pith_kv_event_sink kv_sink;
+    void *kv_sink_user;
+    kv_event_log kv_log;
+    pith_kv_event *kv_out;     /* [kv_out_cap] the events handed to the sink */
+    int kv_out_cap;
 };
 
 /* One step (see pith_engine_step). Returns true when it ran a batch or finished a request; fills err
@@ -119,6 +128,16 @@ void engine_fit_rows(pith_engine *e);
 void engine_prompt_events(pith_engine *e, seq *s, const float *rows);
 /* Log-probabilities from raw logits: the chosen token's, and the top n (best first). */
 float engine_logprobs(const float *row, int n_vocab, int32_t chosen, pith_logprob *top, int n_top);
+
+/* engine_kv_events.c. The published group: the first FULL one, -1 when there is none. */
+int engine_kv_group(const pith_engine *e);
+/* After mem_init: hangs the event log on the published pool when a sink is installed. */
+void engine_kv_events_attach(pith_engine *e);
+/* Hands the recorded events to the sink (nothing when there are none). */
+void engine_kv_events_flush(pith_engine *e);
+/* Before the pools are dropped (mem_free): records CLEARED and flushes. */
+void engine_kv_events_cleared(pith_engine *e);
+void engine_kv_events_free(pith_engine *e);
 
 /* Integrity check for tests: every group's pool invariants and what sequences hold (mem_check: every
  * block's refcount equals the running sequences holding it, windows hold only what they need), per

@@ -98,14 +98,50 @@ static void lru_push_newest(kv_pool *p, int b) {
     p->n_cached++;
 }
 
+void kv_event_log_push(kv_event_log *l, kv_event_type type, uint64_t name, uint64_t parent, bool root,
+                       const int32_t *tokens) {
+    if (l->lost) return; /* the read that follows reports the loss; later events alone would mislead */
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        kv_event_rec *ev = realloc(l->ev, (size_t)cap * sizeof *ev);
+        if (ev) l->ev = ev;
+        int32_t *tok = ev ? realloc(l->tokens, (size_t)cap * (size_t)l->block_size * sizeof *tok) : NULL;
+        if (tok) l->tokens = tok;
+        if (!ev || !tok) {
+            l->lost = true;
+            return;
+        }
+        l->cap = cap;
+    }
+    l->ev[l->n] = (kv_event_rec){.type = (uint8_t)type, .root = root, .name = name, .parent = parent};
+    if (tokens) memcpy(&l->tokens[(size_t)l->n * l->block_size], tokens, (size_t)l->block_size * sizeof *tokens);
+    l->n++;
+}
+
+void kv_event_log_cleared(kv_event_log *l) {
+    l->n = 0;
+    l->lost = false;
+    kv_event_log_push(l, KV_EVENT_CLEARED, 0, 0, false, NULL); /* cap >= 64 after the first push, or lost */
+}
+
+void kv_event_log_free(kv_event_log *l) {
+    free(l->ev);
+    free(l->tokens);
+    l->ev = NULL;
+    l->tokens = NULL;
+    l->n = l->cap = 0;
+    l->lost = false;
+}
+
 static void unname(kv_pool *p, int b) {
     if (!p->blocks[b].named) return;
     kv_block *k = &p->blocks[b];
+    if (p->log) kv_event_log_push(p->log, KV_EVENT_REMOVED, k->name, 0, false, NULL);
     int *link = &p->buckets[bucket_of(p, k->name)];
     while (*link != b) link = &p->blocks[*link].hash_next;
     *link = k->hash_next;
     k->hash_next = -1;
-    k->named = false;
+    k->named = k->root = false;
     k->name = k->parent = 0;
 }
 
@@ -154,11 +190,13 @@ int kv_pool_lookup(const kv_pool *p, uint64_t name, uint64_t parent, const int32
     return -1;
 }
 
-void kv_pool_name(kv_pool *p, int block, uint64_t name, uint64_t parent, const int32_t *tokens) {
+void kv_pool_name(kv_pool *p, int block, uint64_t name, uint64_t parent, bool root, const int32_t *tokens) {
     kv_block *k = &p->blocks[block];
     if (k->named || kv_pool_lookup(p, name, parent, tokens) >= 0) return;
     memcpy(&p->tokens[(size_t)block * p->block_size], tokens, (size_t)p->block_size * sizeof *tokens);
+    if (p->log) kv_event_log_push(p->log, KV_EVENT_STORED, name, parent, root, tokens);
     k->named = true;
+    k->root = root;
     k->name = name;
     k->parent = parent;
     int *head = &p->buckets[bucket_of(p, name)];

@@ -341,7 +341,7 @@ static void take_snapshots(mem *m, seq *s) {
             continue; /* every snapshot slot is held by a decoding sequence */
         }
         queue_copy(m, g, s->state_slot[g], mg->n_slots + b);
-        kv_pool_name(p, b, s->names[k - 1], parent_of(s, k - 1), toks);
+        kv_pool_name(p, b, s->names[k - 1], parent_of(s, k - 1), k == 1, toks);
         m->snaps_taken++;
         if (rolling) s->snap_held[g] = b;
         else kv_pool_release(p, b);
@@ -357,7 +357,7 @@ void mem_commit(mem *m, seq *s) {
             uint64_t parent = parent_of(s, i);
             for (int g = 0; g < m->n_groups; g++) {
                 if (!is_kv(&m->g[g]) || i < s->lo[g] || i >= s->hi[g]) continue;
-                kv_pool_name(&m->g[g].pool, *seq_block(s, g, i), s->names[i], parent, &s->tokens[(size_t)i * bs]);
+                kv_pool_name(&m->g[g].pool, *seq_block(s, g, i), s->names[i], parent, i == 0, &s->tokens[(size_t)i * bs]);
             }
         }
         s->n_named = complete;

@@ -498,7 +498,7 @@ static void fork_siblings(pith_engine *e, seq *p, const float *row) {
     }
 }
 
-bool engine_step(pith_engine *e, pith_err *err) {
+static bool step(pith_engine *e, pith_err *err) {
     err->msg[0] = 0;
     bool progressed = take_in(e) > 0;
     sched *sc = &e->sc;
@@ -564,6 +564,13 @@ bool engine_step(pith_engine *e, pith_err *err) {
     }
     engine_publish_stats(e);
     return true;
+}
+
+/* The step, then its KV-cache events (if anyone listens) in one call of the sink. */
+bool engine_step(pith_engine *e, pith_err *err) {
+    bool progressed = step(e, err);
+    if (e->kv_log.n || e->kv_log.lost) engine_kv_events_flush(e);
+    return progressed;
 }
 
 int engine_check(pith_engine *e, pith_err *err) {

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "server/admin.h"
+#include "server/kv_events.h"
 #include "server/conn_guard.h"
 #include "server/handlers.h"
 #include "server/job.h"
@@ -48,6 +49,7 @@ static const route routes[] = {
     {"POST", "/v1/admin/sleep", false, handle_admin_sleep},
     {"POST", "/v1/admin/wake", false, handle_admin_wake},
     {"POST", "/v1/admin/abort", false, handle_admin_abort},
+    {"GET", "/v1/admin/kv_cache", false, handle_admin_kv_cache}, /* kv_events.h */
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof *routes))
 

@@ -16,6 +16,7 @@
 #include "pith/bench.h"
 #include "server/http.h"
 #include "server/job.h"
+#include "server/kv_events.h"
 #include "server/params.h"
 #include "server/server_internal.h"
 
@@ -194,6 +195,10 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
             return pith_errf(err, "out of memory");
         }
     }
+    if (o->kv_events.endpoint && kv_events_new(&o->kv_events, &s->kv_events, err)) { /* before binding */
+        pith_server_free(s);
+        return -1;
+    }
     if (bind_listener(s, err) || http_start(s, err)) {
         pith_server_free(s);
         return -1;
@@ -263,7 +268,9 @@ int pith_server_load(pith_server *s, pith_err *err) {
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
     pith_engine *e = NULL;
-    if (pith_engine_create(a.model, a.tok, &s->engine_opt, &e, err) || pith_engine_start(e, err)) {
+    /* KV events start before the engine's thread, so the sink sees every block named */
+    if (pith_engine_create(a.model, a.tok, &s->engine_opt, &e, err) ||
+        (s->kv_events && kv_events_start(s->kv_events, s, e, err)) || pith_engine_start(e, err)) {
         pith_err_prefix(err, "engine");
         pith_engine_free(e);
         pith_assets_free(&a);
@@ -324,6 +331,7 @@ void pith_server_free(pith_server *s) {
     if (s->listen_fd >= 0) close(s->listen_fd);
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
+    kv_events_free(s->kv_events);              /* after the engine: its sink runs no more */
     structured_cache_free(s);                  /* after the engine: its requests held grammars too */
     pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};

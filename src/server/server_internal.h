@@ -101,6 +101,8 @@ struct pith_server {
     double last_pause_s;           /* admission paused by the last reload */
     double last_load_s;            /* reading the last reload's weights */
 
+    struct kv_events *kv_events; /* KV-cache events (kv_events.h); NULL: off */
+
     atomic_uint_fast64_t serial; /* response ids */
     atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
