@@ -190,6 +190,16 @@ int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_
     return chat_build_prompt_tools(srv, body, NULL, out, err);
 }
 
+int chat_prepare(pith_server *srv, const cJSON *body, gen_params *p, gen_prompt *prompt, api_error *err) {
+    bool ids_given = false;
+    if (gen_params_parse(body, GEN_CHAT, p, err) || gen_check_model(srv, p->model, err) ||
+        read_prompt_token_ids(srv, body, prompt, &ids_given, err) || tools_request(srv, body, &p->tools, err) ||
+        tools_constrain(srv, p, err) || gen_params_compile(srv, p, err) ||
+        (!ids_given && chat_build_prompt_tools(srv, body, p->tools, prompt, err)))
+        return -1;
+    return 0;
+}
+
 static enum MHD_Result chat_completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -202,12 +212,7 @@ static enum MHD_Result chat_completions(http_request *r) {
         api_errorf(&e, 500, "internal_error", NULL, "out of memory");
         memset(&p, 0, sizeof p);
     }
-    bool ids_given = false;
-    if (!prompt || gen_params_parse(body, GEN_CHAT, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
-        read_prompt_token_ids(r->srv, body, prompt, &ids_given, &e) ||
-        tools_request(r->srv, body, &p.tools, &e) || tools_constrain(r->srv, &p, &e) ||
-        gen_params_compile(r->srv, &p, &e) ||
-        (!ids_given && chat_build_prompt_tools(r->srv, body, p.tools, prompt, &e))) {
+    if (!prompt || chat_prepare(r->srv, body, &p, prompt, &e)) {
         gen_prompts_free(prompt, 1);
         gen_params_free(&p);
         cJSON_Delete(body);

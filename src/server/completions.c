@@ -181,6 +181,18 @@ static int read_prompts(pith_server *srv, const cJSON *body, gen_prompt **prompt
     return 0;
 }
 
+int completions_prepare(pith_server *srv, const cJSON *body, gen_params *p, gen_prompt **prompts, int *n_prompts,
+                        api_error *err) {
+    *prompts = NULL;
+    *n_prompts = 0;
+    if (gen_params_parse(body, GEN_COMPLETION, p, err) || gen_check_model(srv, p->model, err) ||
+        gen_params_compile(srv, p, err) || read_prompts(srv, body, prompts, n_prompts, err))
+        return -1;
+    if (*n_prompts * p->n > MAX_CHOICES)
+        return api_errorf(err, 400, "invalid_value", "n", "at most %d choices per request (prompts times n)", MAX_CHOICES);
+    return 0;
+}
+
 static enum MHD_Result completions(http_request *r) {
     enum MHD_Result rc;
     if (gen_refuse_unready(r, &rc)) return rc;
@@ -190,16 +202,7 @@ static enum MHD_Result completions(http_request *r) {
     gen_prompt *prompts = NULL;
     int n_prompts = 0;
     api_error e;
-    if (gen_params_parse(body, GEN_COMPLETION, &p, &e) || gen_check_model(r->srv, p.model, &e) ||
-        gen_params_compile(r->srv, &p, &e) ||
-        read_prompts(r->srv, body, &prompts, &n_prompts, &e)) {
-        gen_prompts_free(prompts, n_prompts);
-        gen_params_free(&p);
-        cJSON_Delete(body);
-        return http_send_error(r, &e);
-    }
-    if (n_prompts * p.n > MAX_CHOICES) {
-        api_errorf(&e, 400, "invalid_value", "n", "at most %d choices per request (prompts times n)", MAX_CHOICES);
+    if (completions_prepare(r->srv, body, &p, &prompts, &n_prompts, &e)) {
         gen_prompts_free(prompts, n_prompts);
         gen_params_free(&p);
         cJSON_Delete(body);

@@ -70,8 +70,8 @@ static uint64_t random_seed(void) {
 }
 
 /* Length checks with OpenAI's wording; sets *max_tokens to what the engine gets. */
-static int check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
-                         api_error *err) {
+int gen_check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
+                      api_error *err) {
     int limit = srv->max_seq_len;
     const char *what = kind == GEN_CHAT || kind == GEN_MESSAGES ? "messages" : kind == GEN_RESPONSES ? "input" : "prompt";
     if (pr->n < 1) return api_errorf(err, 400, "invalid_value", what, "the prompt is empty");
@@ -158,7 +158,7 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
     int *max_tokens = calloc((size_t)n_prompts, sizeof *max_tokens);
     if (!max_tokens) goto oom;
     for (int i = 0; i < n_prompts; i++) {
-        if (check_lengths(srv, kind, p, &prompts[i], &max_tokens[i], &e)) {
+        if (gen_check_lengths(srv, kind, p, &prompts[i], &max_tokens[i], &e)) {
             rc = http_send_error(r, &e);
             goto done;
         }

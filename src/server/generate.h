@@ -38,6 +38,12 @@ int gen_check_model(pith_server *srv, const char *model, api_error *err);
  * it allocated and hands over with it (freed with the request). */
 enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_prompt *prompts, int n_prompts);
 
+/* The length checks gen_run makes on each prompt (400 context_length_exceeded with OpenAI's wording)
+ * and the max_tokens the engine then gets (the default when the body gave none): exposed so that the
+ * render endpoints (render.c) refuse and report exactly what generation would. */
+int gen_check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
+                      api_error *err);
+
 void gen_prompts_free(gen_prompt *prompts, int n);
 /* The error for a choice cancelled by the server: shutting down (drain), or aborted by an admin. */
 void gen_cancelled_error(pith_server *srv, api_error *e);

@@ -19,6 +19,8 @@ enum MHD_Result handle_metrics(http_request *r);
 enum MHD_Result handle_tokenize(http_request *r);         /* tokenize.c */
 enum MHD_Result handle_detokenize(http_request *r);
 enum MHD_Result handle_apply_template(http_request *r);   /* apply_template.c */
+enum MHD_Result handle_render_completions(http_request *r); /* render.c */
+enum MHD_Result handle_render_chat_completions(http_request *r);
 enum MHD_Result handle_rerank(http_request *r);           /* rerank.c */
 enum MHD_Result handle_infill(http_request *r);           /* infill.c */
 
@@ -36,5 +38,15 @@ struct gen_prompt;
 int fim_check(pith_server *srv, const char *param, api_error *err);
 int fim_build(pith_server *srv, const char *prefix, const char *suffix, const cJSON *extra, const char *middle,
               struct gen_prompt *out, api_error *err);
+
+/* The checks and the prompt of a /v1/completions (completions.c) or /v1/chat/completions
+ * (chat_completions.c) body, everything the handler does before gen_run: parameters, model, structured
+ * output, tools, then the prompts' token ids. Shared with the render endpoints (render.c) so that their ids
+ * are the ones generation would run by construction. p is freed by gen_params_free and the prompts by
+ * gen_prompts_free even on failure (-1 with err). */
+struct gen_params;
+int completions_prepare(pith_server *srv, const cJSON *body, struct gen_params *p, struct gen_prompt **prompts,
+                        int *n_prompts, api_error *err);
+int chat_prepare(pith_server *srv, const cJSON *body, struct gen_params *p, struct gen_prompt *prompt, api_error *err);
 
 #endif

@@ -38,6 +38,8 @@ static const route routes[] = {
     {"POST", "/v1/tokenize", true, handle_tokenize},
     {"POST", "/v1/detokenize", true, handle_detokenize},
     {"POST", "/apply-template", true, handle_apply_template},
+    {"POST", "/v1/completions/render", true, handle_render_completions},
+    {"POST", "/v1/chat/completions/render", true, handle_render_chat_completions},
     {"POST", "/v1/rerank", true, handle_rerank},
     {"POST", "/v1/reranking", true, handle_rerank},
     {"POST", "/rerank", true, handle_rerank},
