@@ -48,8 +48,13 @@ typedef struct pith_kv_events_options {
     int buffer_steps;            /* batches kept for replay; 0: 10000 */
 } pith_kv_events_options;
 
-/* Zero-initialised options are valid (except model_path) and mean the defaults given here. Strings are
- * copied by pith_server_create. */
+typedef struct pith_server_model {
+    const char *name;               /* the id clients use */
+    const char *path;               /* GGUF file, Hugging Face directory or llama2.c checkpoint */
+} pith_server_model;
+
+/* Zero-initialised options are valid (except model_path, needed unless models or models_dir are given)
+ * and mean the defaults given here. Strings are copied by pith_server_create. */
 typedef struct pith_server_options {
     const char *model_path;         /* GGUF, Hugging Face directory or llama2.c checkpoint */
     const char *tokenizer_path;     /* NULL: the model file's own tokenizer */
@@ -57,6 +62,17 @@ typedef struct pith_server_options {
                                        tokenizer_config.json / chat_template.jinja), else ChatML */
     const char *model_name;         /* id in /v1/models and responses; NULL: the model file's base name
                                        without its extension */
+    /* Several models (docs/api.md, Several models): with models or models_dir, the request's "model"
+     * picks one, loaded on first use and unloaded least recently used under the limits below;
+     * model_path and model_name are then unused. The other model options apply to every model. */
+    const pith_server_model *models; /* n_models named model paths */
+    int n_models;
+    const char *models_dir;         /* each entry a model named after it: NAME.gguf (the first file of a
+                                       split one), or a directory NAME holding config.json */
+    int models_max;                 /* loaded at once; 0: no limit */
+    size_t models_mem;              /* bytes loaded at once (weights + memory pools); 0: no limit */
+    double models_ttl_s;            /* unload a model idle this long; 0: never */
+    double models_load_timeout_s;   /* a request waits this long for its model to load; 0: 300 */
     const char *host;               /* address to bind; NULL: 127.0.0.1 */
     int port;                       /* 0: any free port (read it back with pith_server_port) */
     const char *const *api_keys;    /* n_api_keys keys; none (and no key file): no authentication */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "pith/server.h"
@@ -21,6 +22,7 @@
 #define MAX_KEYS 64
 #define MAX_CORS 64
 #define MAX_HOSTS 64
+#define MAX_MODELS 256
 
 typedef struct serve_opts {
     pith_server_options srv;
@@ -28,6 +30,8 @@ typedef struct serve_opts {
     const char *admin_keys[MAX_KEYS];
     const char *cors[MAX_CORS];
     const char *hosts[MAX_HOSTS];
+    pith_server_model models[MAX_MODELS];
+    char *model_args[MAX_MODELS]; /* -m NAME=PATH copies, split at '=' in place */
     char *hosts_buf;   /* --allowed-hosts values, split at commas in place */
     double drain_timeout_s;
 } serve_opts;
@@ -50,6 +54,20 @@ static void serve_usage(FILE *out) {
             "      --chat-template FILE  Jinja chat template overriding the model's (default: the model's,\n"
             "                            else ChatML)\n"
             "      --model-name NAME     model id clients use (default: the model file's base name)\n"
+            "\n"
+            "several models (the request's \"model\" picks one; see docs/api.md, Several models):\n"
+            "  -m, --model NAME=PATH     serve PATH as NAME (repeatable; loaded on first use)\n"
+            "      --models-dir DIR      serve every model in DIR: NAME.gguf, or a directory NAME with\n"
+            "                            config.json (new entries are found when a request names them)\n"
+            "      --models-max N        models loaded at once; the least recently used idle one is\n"
+            "                            unloaded to make room (default: no limit)\n"
+            "      --models-mem BYTES    bytes loaded at once, weight files and memory pools (e.g. 16G;\n"
+            "                            default: no limit)\n"
+            "      --models-ttl SECONDS  unload a model idle this long (default: never)\n"
+            "      --models-load-timeout SECONDS  how long a request waits for its model to load\n"
+            "                            (default 300); POST /v1/admin/models/load and /unload with\n"
+            "                            an admin key load and unload one at will\n"
+            "\n"
             "      --host ADDR           address to listen on (default 127.0.0.1)\n"
             "      --port N              TCP port, 0 = any free one (default 8080)\n"
             "      --api-key-file FILE   require 'Authorization: Bearer KEY' with a KEY from FILE (one per\n"
@@ -129,6 +147,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     s->admin_keys = o->admin_keys;
     s->cors_origins = o->cors;
     s->allowed_hosts = o->hosts;
+    s->models = o->models;
     e->max_waiting = 256;
     o->drain_timeout_s = 30;
     for (int i = 1; i < argc; i++) {
@@ -146,7 +165,31 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            VALUE(); s->model_path = v;
+            VALUE();
+            const char *eq = strchr(v, '=');
+            if (eq && eq > v && !memchr(v, '/', (size_t)(eq - v)) && access(v, F_OK)) { /* NAME=PATH */
+                if (s->n_models == MAX_MODELS) {
+                    fprintf(stderr, "pith serve: at most %d -m NAME=PATH options (use --models-dir)\n", MAX_MODELS);
+                    return -1;
+                }
+                char *copy = strdup(v);
+                if (!copy) return -1;
+                copy[eq - v] = 0;
+                o->model_args[s->n_models] = copy;
+                o->models[s->n_models++] = (pith_server_model){.name = copy, .path = copy + (eq - v) + 1};
+            } else {
+                s->model_path = v;
+            }
+        } else if (!strcmp(a, "--models-dir")) {
+            VALUE(); s->models_dir = v;
+        } else if (!strcmp(a, "--models-mem")) {
+            VALUE(); if (!cli_parse_size("serve", a, v, &s->models_mem)) return -1;
+        } else if (!strcmp(a, "--models-ttl")) {
+            VALUE(); if (!cli_parse_float("serve", a, v, 0, 1e9, &fv)) return -1;
+            s->models_ttl_s = fv;
+        } else if (!strcmp(a, "--models-load-timeout")) {
+            VALUE(); if (!cli_parse_float("serve", a, v, 0.001, 1e9, &fv)) return -1;
+            s->models_load_timeout_s = fv;
         } else if (!strcmp(a, "--tokenizer")) {
             VALUE(); s->tokenizer_path = v;
         } else if (!strcmp(a, "--chat-template")) {
@@ -257,6 +300,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         INT_OPT("--threads", s->n_threads, 1, 1024)
         INT_OPT("--max-queue", e->max_waiting, 1, 1 << 20)
         INT_OPT("--max-connections", s->max_connections, 1, 65536)
+        INT_OPT("--models-max", s->models_max, 1, 1 << 20)
         INT_OPT("--timeout", s->idle_timeout_s, 1, 86400)
         else {
             int r = cli_engine_arg("serve", argc, argv, &i, e);
@@ -272,6 +316,20 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     const pith_kv_events_options *kv = &s->kv_events;
     if (!kv->endpoint && (kv->replay_endpoint || kv->topic || kv->hash || kv->hash_seed || kv->buffer_steps)) {
         fprintf(stderr, "pith serve: the --kv-events-* options need --kv-events ENDPOINT\n");
+        return -1;
+    }
+    bool several = s->n_models > 0 || s->models_dir;
+    if (several && s->model_path) {
+        fprintf(stderr, "pith serve: -m %s: with several models (-m NAME=PATH, --models-dir) every -m needs a NAME=\n", s->model_path);
+        return -1;
+    }
+    if (several && s->model_name) {
+        fprintf(stderr, "pith serve: --model-name names the one model; with several, -m NAME=PATH names each\n");
+        return -1;
+    }
+    if (!several && (s->models_max || s->models_mem || s->models_ttl_s > 0 || s->models_load_timeout_s > 0)) {
+        fprintf(stderr, "pith serve: --models-max, --models-mem, --models-ttl and --models-load-timeout need several "
+                        "models (-m NAME=PATH or --models-dir)\n");
         return -1;
     }
     /* Keys from the environment when the command line names none: unlike arguments, other users
@@ -319,20 +377,25 @@ static void *load_thread(void *arg) {
 
 static int serve(serve_opts *op);
 
+static void serve_opts_free(serve_opts *o) {
+    free(o->hosts_buf);
+    for (int i = 0; i < o->srv.n_models; i++) free(o->model_args[i]);
+}
+
 int pith_cmd_serve(int argc, char **argv) {
     serve_opts o;
     int pr = parse_serve_args(argc, argv, &o);
     if (pr == 1) {
-        free(o.hosts_buf);
+        serve_opts_free(&o);
         serve_usage(stdout);
         return 0;
     }
     if (pr < 0) {
-        free(o.hosts_buf);
+        serve_opts_free(&o);
         return PITH_EXIT_USAGE;
     }
     int rc = serve(&o);
-    free(o.hosts_buf);
+    serve_opts_free(&o);
     return rc;
 }
 
@@ -351,7 +414,8 @@ static void serve_malloc_policy(void) {
 static int serve(serve_opts *op) {
     serve_malloc_policy();
     serve_opts o = *op;
-    if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
+    bool several = o.srv.n_models > 0 || o.srv.models_dir;
+    if (!several && !o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
         cli_no_default_model("serve");
         return PITH_EXIT_USAGE;
     }
@@ -381,7 +445,9 @@ static int serve(serve_opts *op) {
 
     loader l = {.srv = srv};
     pthread_t tid;
-    if (pthread_create(&tid, NULL, load_thread, &l)) {
+    if (several) { /* each model loads on its first request (models.h) */
+        atomic_store(&l.state, 1);
+    } else if (pthread_create(&tid, NULL, load_thread, &l)) {
         fprintf(stderr, "pith serve: cannot start the loader thread\n");
         pith_server_free(srv);
         return 1;
@@ -403,7 +469,7 @@ static int serve(serve_opts *op) {
         log_emit(&lg, PITH_LOG_INFO, line, NULL);
     }
     pith_server_drain(srv, rc ? 0 : o.drain_timeout_s);
-    pthread_join(tid, NULL);
+    if (!several) pthread_join(tid, NULL);
     pith_server_free(srv);
     if (rc == 0) log_emit(&lg, PITH_LOG_INFO, "stopped", NULL);
     return rc;

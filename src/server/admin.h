@@ -15,6 +15,9 @@ enum MHD_Result handle_admin_resume(http_request *r);
 enum MHD_Result handle_admin_sleep(http_request *r);
 enum MHD_Result handle_admin_wake(http_request *r);
 enum MHD_Result handle_admin_abort(http_request *r);
+/* Several models (models.h): load or unload the model the body names ({"model": NAME}). */
+enum MHD_Result handle_admin_models_load(http_request *r);
+enum MHD_Result handle_admin_models_unload(http_request *r);
 
 /* admin_weights.c */
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err);

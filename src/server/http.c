@@ -16,42 +16,44 @@
 #include "server/handlers.h"
 #include "server/job.h"
 #include "server/messages_out.h"
+#include "server/models.h"
 #include "server/web.h"
 
 static const route routes[] = {
-    {"GET", "/", false, handle_web_page},
-    {"GET", "/health", false, handle_health},
-    {"GET", "/health/live", false, handle_health_live},
-    {"GET", "/metrics", true, handle_metrics},
-    {"GET", "/v1/models", true, handle_models},
-    {"GET", "/v1/models/", true, handle_models},
-    {"POST", "/v1/completions", true, handle_completions},
-    {"POST", "/v1/chat/completions", true, handle_chat_completions},
-    {"POST", "/v1/responses", true, handle_responses},
-    {"POST", "/v1/messages", true, handle_messages},
-    {"POST", "/v1/messages/count_tokens", true, handle_messages_count_tokens},
-    {"POST", "/v1/messages", true, handle_messages},
-    {"POST", "/v1/messages/count_tokens", true, handle_messages_count_tokens},
-    {"POST", "/v1/embeddings", true, handle_embeddings},
-    {"POST", "/tokenize", true, handle_tokenize},
-    {"POST", "/detokenize", true, handle_detokenize},
-    {"POST", "/v1/tokenize", true, handle_tokenize},
-    {"POST", "/v1/detokenize", true, handle_detokenize},
-    {"POST", "/apply-template", true, handle_apply_template},
-    {"POST", "/v1/completions/render", true, handle_render_completions},
-    {"POST", "/v1/chat/completions/render", true, handle_render_chat_completions},
-    {"POST", "/v1/rerank", true, handle_rerank},
-    {"POST", "/v1/reranking", true, handle_rerank},
-    {"POST", "/rerank", true, handle_rerank},
-    {"POST", "/infill", true, handle_infill},
+    {"GET", "/", false, handle_web_page, false},
+    {"GET", "/health", false, handle_health, false},
+    {"GET", "/health/live", false, handle_health_live, false},
+    {"GET", "/metrics", true, handle_metrics, false},
+    {"GET", "/v1/models", true, handle_models, false},
+    {"GET", "/v1/models/", true, handle_models, false},
+    {"POST", "/v1/completions", true, handle_completions, true},
+    {"POST", "/v1/chat/completions", true, handle_chat_completions, true},
+    {"POST", "/v1/responses", true, handle_responses, true},
+    {"POST", "/v1/messages", true, handle_messages, true},
+    {"POST", "/v1/messages/count_tokens", true, handle_messages_count_tokens, true},
+    {"POST", "/v1/embeddings", true, handle_embeddings, true},
+    {"POST", "/tokenize", true, handle_tokenize, true},
+    {"POST", "/detokenize", true, handle_detokenize, true},
+    {"POST", "/v1/tokenize", true, handle_tokenize, true},
+    {"POST", "/v1/detokenize", true, handle_detokenize, true},
+    {"POST", "/apply-template", true, handle_apply_template, true},
+    {"POST", "/v1/completions/render", true, handle_render_completions, true},
+    {"POST", "/v1/chat/completions/render", true, handle_render_chat_completions, true},
+    {"POST", "/v1/rerank", true, handle_rerank, true},
+    {"POST", "/v1/reranking", true, handle_rerank, true},
+    {"POST", "/rerank", true, handle_rerank, true},
+    {"POST", "/infill", true, handle_infill, true},
     /* admin keys of their own (admin.h), not the API keys */
-    {"POST", "/v1/admin/reload", false, handle_admin_reload},
-    {"POST", "/v1/admin/pause", false, handle_admin_pause},
-    {"POST", "/v1/admin/resume", false, handle_admin_resume},
-    {"POST", "/v1/admin/sleep", false, handle_admin_sleep},
-    {"POST", "/v1/admin/wake", false, handle_admin_wake},
-    {"POST", "/v1/admin/abort", false, handle_admin_abort},
-    {"GET", "/v1/admin/kv_cache", false, handle_admin_kv_cache}, /* kv_events.h */
+    {"POST", "/v1/admin/reload", false, handle_admin_reload, true},
+    {"POST", "/v1/admin/pause", false, handle_admin_pause, true},
+    {"POST", "/v1/admin/resume", false, handle_admin_resume, true},
+    {"POST", "/v1/admin/sleep", false, handle_admin_sleep, true},
+    {"POST", "/v1/admin/wake", false, handle_admin_wake, true},
+    {"POST", "/v1/admin/abort", false, handle_admin_abort, true},
+    {"GET", "/v1/admin/kv_cache", false, handle_admin_kv_cache, true}, /* kv_events.h */
+    /* several models (models.h): the front answers these itself */
+    {"POST", "/v1/admin/models/load", false, handle_admin_models_load, false},
+    {"POST", "/v1/admin/models/unload", false, handle_admin_models_unload, false},
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof *routes))
 
@@ -181,7 +183,7 @@ enum MHD_Result http_client_cancelled(http_request *r) {
 /* Takes `n` more bytes of the server's body budget for r, waiting up to a couple of seconds for other
  * requests to give some back; false when there is no room. */
 static bool body_reserve(http_request *r, size_t n) {
-    pith_server *srv = r->srv;
+    pith_server *srv = r->home;
     pthread_mutex_lock(&srv->body_lock);
     double until = server_now() + 2.0;
     while (srv->body_held + n > srv->body_budget && srv->body_held > 0 && !atomic_load(&srv->stopping)) {
@@ -201,7 +203,7 @@ static bool body_reserve(http_request *r, size_t n) {
 
 static void body_release(http_request *r) {
     if (!r->held) return;
-    pith_server *srv = r->srv;
+    pith_server *srv = r->home;
     pthread_mutex_lock(&srv->body_lock);
     srv->body_held -= r->held;
     r->held = 0;
@@ -218,7 +220,7 @@ static enum MHD_Result drop_body(http_request *r, size_t n) {
     r->body_len = r->body_cap = 0;
     body_release(r);
     r->dropped += n;
-    return r->dropped > 8 * r->srv->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+    return r->dropped > 8 * r->home->max_body + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
 }
 
 static enum MHD_Result reply_error(http_request *r, int status, const char *code, const char *fmt, const char *arg) {
@@ -361,7 +363,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_request *r = *req_cls;
     if (!r) {
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
-        r->srv = srv;
+        r->srv = r->home = srv;
         r->conn = conn;
         r->method = method;
         r->url = url;
@@ -421,6 +423,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         snprintf(limit, sizeof limit, "%zu", srv->max_body);
         return reply_error(r, 413, "request_too_large", "the request body exceeds the limit of %s bytes", limit);
     }
+    if (srv->models && r->route->per_model) {
+        enum MHD_Result rc;
+        if (!models_route(srv->models, r, &rc)) return rc;
+    }
     return r->route->handler(r);
 }
 
@@ -456,6 +462,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         log_int(&f, "id", (long long)r->id);
         log_str(&f, "method", r->method);
         log_str(&f, "path", r->url);
+        if (r->slot) log_str(&f, "model", r->srv->model_name);
         log_int(&f, "status", status);
         if (generated) {
             log_int(&f, "prompt_tokens", prompt_tokens);
@@ -466,6 +473,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         log_str(&f, "ended", r->gone ? why[5] : (unsigned)toe < 6 ? why[toe] : "unknown");
         log_emit(&srv->log, PITH_LOG_INFO, msg, &f);
     }
+    if (r->slot) models_release(srv->models, r); /* after everything that used the model's server */
     free(r->body);
     body_release(r);
     free(r);

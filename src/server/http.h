@@ -23,7 +23,10 @@ struct job;
 struct conn_track;
 
 typedef struct http_request {
-    pith_server *srv;
+    pith_server *srv;           /* the server that answers: the front, or the model server the request
+                                 * was routed to (models.h) */
+    pith_server *home;          /* the front: the listener, body budget and connection limits */
+    void *slot;                 /* the model slot routing took (models_release gives it back) */
     struct MHD_Connection *conn;
     const char *method;
     const char *url;
@@ -57,6 +60,7 @@ typedef struct route {
     const char *path;           /* exact, or a prefix when it ends with '/' */
     bool needs_key;             /* when keys are configured */
     http_handler handler;
+    bool per_model;             /* with several models, answered by the model the body names (models.h) */
 } route;
 
 /* Starts the daemon on srv->listen_fd, with the connection watchdog (conn_guard.h). */

@@ -3,6 +3,7 @@
 
 #include "server/handlers.h"
 #include "server/metrics.h"
+#include "server/models.h"
 
 /* Readiness (docs/api.md#health-and-readiness): 200 only when a request sent now would be served.
  * Checked from the most lasting state to the least: draining never ends, a model never unloads
@@ -20,6 +21,11 @@ enum MHD_Result handle_health(http_request *r) {
     if (!atomic_load(&srv->ready)) {
         api_errorf(&e, 503, "model_not_ready", NULL, "the model is still loading");
         return http_send_error(r, &e);
+    }
+    if (srv->models) { /* several models: they load on demand, so a server not draining takes requests */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "status", "ok");
+        return http_send_json(r, 200, o);
     }
     /* ready: the engine exists and outlives every sleep and reload */
     if (pith_engine_asleep(srv->engine)) {
@@ -42,7 +48,7 @@ enum MHD_Result handle_health_live(http_request *r) {
     return http_send_json(r, 200, o);
 }
 
-static cJSON *model_json(pith_server *srv) {
+cJSON *server_model_json(pith_server *srv) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", srv->model_name);
     cJSON_AddStringToObject(m, "object", "model");
@@ -59,6 +65,7 @@ static cJSON *model_json(pith_server *srv) {
 
 enum MHD_Result handle_models(http_request *r) {
     pith_server *srv = r->srv;
+    if (srv->models) return models_handle_list(srv->models, r);
     const char *prefix = "/v1/models/";
     if (!strncmp(r->url, prefix, strlen(prefix))) {
         const char *id = r->url + strlen(prefix);
@@ -67,17 +74,18 @@ enum MHD_Result handle_models(http_request *r) {
             api_errorf(&e, 404, "model_not_found", "model", "the model '%.200s' does not exist", id);
             return http_send_error(r, &e);
         }
-        return http_send_json(r, 200, model_json(srv));
+        return http_send_json(r, 200, server_model_json(srv));
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON_AddItemToArray(data, model_json(srv));
+    cJSON_AddItemToArray(data, server_model_json(srv));
     return http_send_json(r, 200, o);
 }
 
 enum MHD_Result handle_metrics(http_request *r) {
     pith_server *srv = r->srv;
+    if (srv->models) return models_handle_metrics(srv->models, r);
     pith_engine_stats st;
     bool have = atomic_load(&srv->ready);
     if (have) pith_engine_get_stats(srv->engine, &st);

@@ -15,6 +15,7 @@
 #include "pith/assets.h"
 #include "pith/bench.h"
 #include "server/http.h"
+#include "server/models.h"
 #include "server/job.h"
 #include "server/kv_events.h"
 #include "server/params.h"
@@ -103,7 +104,8 @@ static int bind_listener(pith_server *s, pith_err *err) {
 
 int pith_server_create(const pith_server_options *o, pith_server **out, pith_err *err) {
     *out = NULL;
-    if (!o->model_path || !*o->model_path) return pith_errf(err, "no model given");
+    bool several = o->n_models > 0 || (o->models_dir && *o->models_dir);
+    if (!several && (!o->model_path || !*o->model_path)) return pith_errf(err, "no model given");
     if (o->port < 0 || o->port > 65535) return pith_errf(err, "port %d is out of range", o->port);
     pith_server *s = calloc(1, sizeof *s);
     if (!s) return pith_errf(err, "out of memory");
@@ -131,10 +133,11 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->log_requests = o->log_requests;
     s->log = (log_ctx){.level = o->log_level, .json = o->log_json, .sink = o->log, .user = o->log_user};
     s->port = o->port;
-    if (dup_opt(&s->model_path, o->model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
+    const char *model_path = several ? "" : o->model_path;
+    if (dup_opt(&s->model_path, model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
         dup_opt(&s->chat_template_path, o->chat_template_path) || dup_opt(&s->device, o->device) ||
         dup_opt(&s->host, o->host ? o->host : "127.0.0.1") ||
-        (o->model_name ? dup_opt(&s->model_name, o->model_name) : !(s->model_name = default_model_name(o->model_path)))) {
+        (o->model_name ? dup_opt(&s->model_name, o->model_name) : !(s->model_name = default_model_name(model_path)))) {
         pith_server_free(s);
         return pith_errf(err, "out of memory");
     }
@@ -168,7 +171,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         pith_server_free(s);
         return pith_errf(err, "the weight version label is longer than 128 bytes");
     }
-    if (!(s->weights_path = strdup(o->model_path)) || !(s->versions = malloc(sizeof *s->versions)) ||
+    if (!(s->weights_path = strdup(model_path)) || !(s->versions = malloc(sizeof *s->versions)) ||
         !(s->versions[0] = strdup(version))) {
         pith_server_free(s);
         return pith_errf(err, "out of memory");
@@ -195,14 +198,68 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
             return pith_errf(err, "out of memory");
         }
     }
+    /* One publisher serves one engine's cache (kv_events.h); llm-d runs one model per pod anyway. */
+    if (several && o->kv_events.endpoint) {
+        pith_server_free(s);
+        return pith_errf(err, "KV-cache events (--kv-events) publish one model's cache: serve one model per server to use them");
+    }
     if (o->kv_events.endpoint && kv_events_new(&o->kv_events, &s->kv_events, err)) { /* before binding */
         pith_server_free(s);
         return -1;
+    }
+    if (several) {
+        if (models_create(s, o, &s->models, err)) {
+            pith_server_free(s);
+            return -1;
+        }
+        atomic_store(&s->load_claimed, true); /* the models load on demand, each on its own server */
+        atomic_store(&s->ready, true);
     }
     if (bind_listener(s, err) || http_start(s, err)) {
         pith_server_free(s);
         return -1;
     }
+    *out = s;
+    return 0;
+}
+
+int server_create_model(pith_server *front, const char *name, const char *path, pith_server **out, pith_err *err) {
+    *out = NULL;
+    pith_server *s = calloc(1, sizeof *s);
+    if (!s) return pith_errf(err, "out of memory");
+    s->model_server = true;
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->jobs_lock, NULL);
+    pthread_cond_init(&s->jobs_changed, NULL);
+    pthread_rwlock_init(&s->model_lock, NULL);
+    pthread_mutex_init(&s->admin_lock, NULL);
+    pthread_mutex_init(&s->versions_lock, NULL);
+    pthread_mutex_init(&s->body_lock, NULL);
+    pthread_cond_init(&s->body_freed, NULL);
+    metrics_init(&s->metrics);
+    s->created_unix = (int64_t)time(NULL);
+    /* what handlers read of the configuration; the keys, origins and hosts are borrowed */
+    s->max_body = front->max_body;
+    s->body_budget = front->body_budget;
+    s->max_connections = front->max_connections;
+    s->idle_timeout_s = front->idle_timeout_s;
+    s->n_threads = front->n_threads;
+    s->engine_opt = front->engine_opt;
+    s->log_requests = front->log_requests;
+    s->log = front->log;
+    s->keys = front->keys;
+    s->admin_keys = front->admin_keys;
+    s->cors = front->cors;
+    s->port = front->port;
+    if (dup_opt(&s->model_path, path) || dup_opt(&s->model_name, name) || dup_opt(&s->host, front->host) ||
+        dup_opt(&s->tokenizer_path, front->tokenizer_path) || dup_opt(&s->chat_template_path, front->chat_template_path) ||
+        dup_opt(&s->device, front->device) || !(s->weights_path = strdup(path)) ||
+        !(s->versions = malloc(sizeof *s->versions)) || !(s->versions[0] = strdup("0"))) {
+        pith_server_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    s->n_versions = 1;
+    if (front->engine_opt.draft_device == front->device) s->engine_opt.draft_device = s->device;
     *out = s;
     return 0;
 }
@@ -307,21 +364,26 @@ void pith_server_drain(pith_server *s, double deadline_s) {
     if (s->drained) return;
     s->drained = true;
     atomic_store(&s->draining, true);
+    if (s->models) models_stop(s->models, false);
     if (s->mhd) {
         int fd = MHD_quiesce_daemon(s->mhd);
         if (fd >= 0) close(fd);
         s->listen_fd = -1;
     }
     double t0 = server_now();
-    int left = wait_jobs(s, t0 + (deadline_s > 0 ? deadline_s : 0));
+    double until = t0 + (deadline_s > 0 ? deadline_s : 0);
+    int left = s->models ? models_wait_idle(s->models, until) : wait_jobs(s, until);
     if (left > 0) {
         server_log(s, PITH_LOG_WARN, "drain: cancelling %d request(s) still running after %.1f s", left, server_now() - t0);
-        jobs_cancel_all(s);
+        if (s->models) models_cancel_all(s->models);
+        else jobs_cancel_all(s);
         /* Cancelled requests end at the engine's next step; give their responses a moment to go out
          * (a client that does not read is cut off when the connections close below). */
-        wait_jobs(s, server_now() + 2.0);
+        if (s->models) models_wait_idle(s->models, server_now() + 2.0);
+        else wait_jobs(s, server_now() + 2.0);
     }
     atomic_store(&s->stopping, true);
+    if (s->models) models_stop(s->models, true);
     http_stop(s);
 }
 
@@ -329,6 +391,7 @@ void pith_server_free(pith_server *s) {
     if (!s) return;
     pith_server_drain(s, 0);
     if (s->listen_fd >= 0) close(s->listen_fd);
+    models_free(s->models); /* the connections are closed: no request holds a model */
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
     kv_events_free(s->kv_events);              /* after the engine: its sink runs no more */
@@ -336,15 +399,17 @@ void pith_server_free(pith_server *s) {
     pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
-    auth_free(&s->keys);
-    auth_free(&s->admin_keys);
+    if (!s->model_server) { /* a model server borrows these from its front */
+        auth_free(&s->keys);
+        auth_free(&s->admin_keys);
+        cors_free(&s->cors);
+    }
     for (int i = 0; i < s->n_versions; i++) free(s->versions[i]);
     free(s->versions);
     free(s->weights_path);
     pthread_rwlock_destroy(&s->model_lock);
     pthread_mutex_destroy(&s->admin_lock);
     pthread_mutex_destroy(&s->versions_lock);
-    cors_free(&s->cors);
     for (int i = 0; i < s->n_allowed_hosts; i++) free(s->allowed_hosts[i]);
     free(s->allowed_hosts);
     metrics_destroy(&s->metrics);

@@ -102,10 +102,21 @@ struct pith_server {
     double last_load_s;            /* reading the last reload's weights */
 
     struct kv_events *kv_events; /* KV-cache events (kv_events.h); NULL: off */
+    /* Several models (models.h): the front server has the registry; each model server is a
+     * pith_server of its own with no listener, whose keys, CORS origins and log are the front's
+     * (borrowed: not freed with it). */
+    struct models *models;
+    bool model_server;
 
     atomic_uint_fast64_t serial; /* response ids */
     atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
+
+/* A model server for `name` at `path` sharing front's configuration (models.h); not loaded yet. */
+int server_create_model(pith_server *front, const char *name, const char *path, pith_server **out, pith_err *err);
+/* The front server's model listing entry for a loaded model server (routes_info.c). */
+struct cJSON;
+struct cJSON *server_model_json(pith_server *srv);
 
 /* A line at `level` (PITH_LOG_*) with only a message; log_emit(&s->log, ...) for lines with fields. */
 void server_log(pith_server *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
