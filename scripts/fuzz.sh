@@ -42,7 +42,7 @@ for t in "${targets[@]}"; do
     extra=()
     # The HTTP target calls the route handlers directly, with the HTTP layer stubbed.
     [ "$t" = http ] && extra=(src/server/completions.c src/server/chat_completions.c src/server/tokenize.c src/server/responses.c
-                               src/server/messages.c src/server/apply_template.c src/server/infill.c)
+                               src/server/messages.c src/server/apply_template.c src/server/infill.c src/server/render.c)
     "$CC" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror $san -fsanitize=fuzzer -DFUZZ_SOURCE_DIR="\"$root\"" \
         -Iinclude -Isrc $(pkg-config --cflags libcjson) -o "$out/fuzz_$t" "tests/fuzz/fuzz_$t.c" "${extra[@]}" \
         "$out/libpith_internal.a" $libs -lpthread -lm & cpids+=($!)

@@ -82,6 +82,14 @@ void gen_prompts_free(gen_prompt *prompts, int n) {
     for (int i = 0; prompts && i < n; i++) free(prompts[i].ids);
     free(prompts);
 }
+int gen_check_lengths(pith_server *s, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
+                      api_error *err) {
+    (void)kind;
+    (void)pr;
+    *max_tokens = p->max_tokens > 0 ? p->max_tokens : 16;
+    if (pr->n > s->max_seq_len) return api_errorf(err, 400, "context_length_exceeded", NULL, "too long");
+    return 0;
+}
 enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_prompt *prompts, int n_prompts) {
     (void)kind;
     gen_prompts_free(prompts, n_prompts);
@@ -95,7 +103,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const http_handler handlers[] = {handle_completions, handle_chat_completions, handle_tokenize,
                                             handle_detokenize, handle_responses, handle_messages,
-                                            handle_messages_count_tokens, handle_apply_template, handle_infill};
+                                            handle_messages_count_tokens, handle_apply_template, handle_infill,
+                                            handle_render_completions, handle_render_chat_completions};
     char *body = malloc(size);
     if (!body) return 0;
     memcpy(body, data + 1, size - 1);
