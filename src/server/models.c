@@ -690,23 +690,17 @@ enum MHD_Result models_handle_admin(models *m, http_request *r, bool load) {
     return http_send_json(r, 200, o);
 }
 
-enum MHD_Result handle_admin_models_load(http_request *r) {
+static enum MHD_Result admin_models(http_request *r, bool load) {
     if (!r->home->models) {
         api_error e;
         api_errorf(&e, 404, "not_found", NULL, "this server serves one model (several need --models-dir or -m NAME=PATH)");
         return http_send_error(r, &e);
     }
-    return models_handle_admin(r->home->models, r, true);
+    return models_handle_admin(r->home->models, r, load);
 }
 
-enum MHD_Result handle_admin_models_unload(http_request *r) {
-    if (!r->home->models) {
-        api_error e;
-        api_errorf(&e, 404, "not_found", NULL, "this server serves one model (several need --models-dir or -m NAME=PATH)");
-        return http_send_error(r, &e);
-    }
-    return models_handle_admin(r->home->models, r, false);
-}
+enum MHD_Result handle_admin_models_load(http_request *r) { return admin_models(r, true); }
+enum MHD_Result handle_admin_models_unload(http_request *r) { return admin_models(r, false); }
 
 /* ---- checks ---- */
 

@@ -102,26 +102,33 @@ static int bind_listener(pith_server *s, pith_err *err) {
     return 0;
 }
 
-int pith_server_create(const pith_server_options *o, pith_server **out, pith_err *err) {
-    *out = NULL;
-    bool several = o->n_models > 0 || (o->models_dir && *o->models_dir);
-    if (!several && (!o->model_path || !*o->model_path)) return pith_errf(err, "no model given");
-    if (o->port < 0 || o->port > 65535) return pith_errf(err, "port %d is out of range", o->port);
+/* A server with its locks and metrics set up and nothing else (pith_server_free frees it). */
+static pith_server *server_alloc(void) {
     pith_server *s = calloc(1, sizeof *s);
-    if (!s) return pith_errf(err, "out of memory");
+    if (!s) return NULL;
     s->listen_fd = -1;
     pthread_mutex_init(&s->jobs_lock, NULL);
     pthread_cond_init(&s->jobs_changed, NULL);
     pthread_rwlock_init(&s->model_lock, NULL);
     pthread_mutex_init(&s->admin_lock, NULL);
     pthread_mutex_init(&s->versions_lock, NULL);
+    pthread_mutex_init(&s->body_lock, NULL);
+    pthread_cond_init(&s->body_freed, NULL);
     metrics_init(&s->metrics);
     s->created_unix = (int64_t)time(NULL);
+    return s;
+}
+
+int pith_server_create(const pith_server_options *o, pith_server **out, pith_err *err) {
+    *out = NULL;
+    bool several = o->n_models > 0 || (o->models_dir && *o->models_dir);
+    if (!several && (!o->model_path || !*o->model_path)) return pith_errf(err, "no model given");
+    if (o->port < 0 || o->port > 65535) return pith_errf(err, "port %d is out of range", o->port);
+    pith_server *s = server_alloc();
+    if (!s) return pith_errf(err, "out of memory");
     s->max_body = o->max_body_bytes ? o->max_body_bytes : (size_t)4 << 20;
     s->body_budget = o->max_body_memory ? o->max_body_memory : (size_t)64 << 20;
     if (s->body_budget < 2 * s->max_body + 4096) s->body_budget = 2 * s->max_body + 4096; /* a body's buffer doubles */
-    pthread_mutex_init(&s->body_lock, NULL);
-    pthread_cond_init(&s->body_freed, NULL);
     s->max_connections = o->max_connections > 0 ? o->max_connections : 256;
     s->idle_timeout_s = o->idle_timeout_s > 0 ? o->idle_timeout_s : 60;
     s->max_conns_per_ip = o->max_conns_per_ip > 0 ? o->max_conns_per_ip : o->max_conns_per_ip < 0 ? 0 : 64;
@@ -225,19 +232,9 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
 
 int server_create_model(pith_server *front, const char *name, const char *path, pith_server **out, pith_err *err) {
     *out = NULL;
-    pith_server *s = calloc(1, sizeof *s);
+    pith_server *s = server_alloc();
     if (!s) return pith_errf(err, "out of memory");
     s->model_server = true;
-    s->listen_fd = -1;
-    pthread_mutex_init(&s->jobs_lock, NULL);
-    pthread_cond_init(&s->jobs_changed, NULL);
-    pthread_rwlock_init(&s->model_lock, NULL);
-    pthread_mutex_init(&s->admin_lock, NULL);
-    pthread_mutex_init(&s->versions_lock, NULL);
-    pthread_mutex_init(&s->body_lock, NULL);
-    pthread_cond_init(&s->body_freed, NULL);
-    metrics_init(&s->metrics);
-    s->created_unix = (int64_t)time(NULL);
     /* what handlers read of the configuration; the keys, origins and hosts are borrowed */
     s->max_body = front->max_body;
     s->body_budget = front->body_budget;
