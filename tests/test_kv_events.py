@@ -12,6 +12,11 @@ tokens, and removals that name stored blocks. The set it rebuilds must equal the
 reports for its cached blocks (GET /v1/admin/kv_cache, read from the engine's pools). A subscriber that
 joins late gets the buffered batches from the replay socket, then the end marker.
 
+With several models in one server (-m alpha=PATH -m beta=PATH), one publisher carries both: each
+model's events under its own topic kv@HOST@NAME, one sequence of numbers across both, each topic's set
+equal to that model's GET /v1/admin/kv_cache?model=NAME, and unloading a model publishes an
+AllBlocksCleared under its topic only.
+
 Needs Debian's python3-zmq and python3-msgpack (run with /usr/bin/python3) and a pith built with
 libzmq; skips with the reason otherwise."""
 import hashlib
@@ -197,6 +202,60 @@ class Follower:
         self.ctx.term()
 
 
+def topic_state(chain, prompts):
+    """A Follower's per-topic state alone (apply/stored), for a subscriber of several topics."""
+    g = Follower.__new__(Follower)
+    g.chain, g.prompts, g.live, g.digest, g.payloads, g.topic, g.replay = chain, prompts, set(), {}, [], None, None
+    g.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0}
+    g.blocks_stored = 0
+    return g
+
+
+class Topics:
+    """A subscriber of every kv@ topic: one sequence across them all, one rebuilt set per topic."""
+
+    def __init__(self, endpoint, chain, prompts):
+        self.chain, self.prompts = chain, prompts
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
+        self.sub.connect(endpoint)
+        self.n = 0
+        self.per = {}           # topic -> per-topic state
+        self.failures = []
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            if not self.sub.poll(50):
+                continue
+            frames = self.sub.recv_multipart()
+            with self.lock:
+                try:
+                    assert len(frames) == 3, "a message has %d frames, not 3" % len(frames)
+                    topic, seq_b, payload = frames
+                    seq = int.from_bytes(seq_b, "big")
+                    assert seq == self.n, "sequence %d after %d messages (one sequence across the topics)" % (seq, self.n)
+                    self.n += 1
+                    self.per.setdefault(topic, topic_state(self.chain, self.prompts)).apply(msgpack.unpackb(payload, raw=False))
+                except AssertionError as e:
+                    self.failures.append(str(e))
+
+    def snapshot(self, topic):
+        with self.lock:
+            g = self.per.get(topic)
+            return (set(g.live) if g else set()), dict(g.counts) if g else {}, self.n, list(self.failures)
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+        self.sub.close(0)
+        self.ctx.term()
+
+
 def replay(endpoint, start):
     """[(seq, payload)] from the replay socket, from start on, up to the end marker."""
     ctx = zmq.Context()
@@ -361,6 +420,89 @@ class KVEvents(unittest.TestCase):
             finally:
                 f.close()
 
+    def test_several_models(self):
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "assets", "default.gguf")
+        host = os.uname().nodename.encode()
+        topic = {name: b"kv@%s@%s" % (host, name.encode()) for name in ("alpha", "beta")}
+        prompts = []
+        srv, ev, rp = self.serve("m", "-m", "alpha=" + model, "-m", "beta=" + model)
+        with srv:
+            t = Topics(ev, Chain("sha256_cbor", ""), prompts)
+            try:
+                time.sleep(0.3)
+
+                def complete(name, p, n):
+                    st, o = http(srv.base, "/v1/completions", {"model": name, "prompt": p, "max_tokens": n,
+                                                               "temperature": 0, "ignore_eos": True})
+                    self.assertEqual(st, 200, o)
+                    return o
+
+                def kv_cache(name):
+                    st, o = http(srv.base, "/v1/admin/kv_cache?model=" + name, key=KEY)
+                    self.assertEqual(st, 200, o)
+                    self.assertEqual(o["topic"], topic[name].decode())
+                    return set(int(h) for h in o["hashes"]), o
+
+                def settle(name, what):
+                    deadline = time.time() + 10
+                    while True:
+                        eng, info = kv_cache(name)
+                        live, counts, n, failures = t.snapshot(topic[name])
+                        self.assertEqual(failures, [], what)
+                        if live == eng and n == info["published_batches"]:
+                            return eng, counts
+                        if time.time() > deadline:
+                            self.fail("%s: %s's topic rebuilds %d blocks (%d batches), its engine holds %d (%d published)"
+                                      % (what, name, len(live), n, len(eng), info["published_batches"]))
+                        time.sleep(0.05)
+
+                # Shared prefixes within each model and across both (the same model file: the same hashes,
+                # each under its own topic).
+                shared = [(7 * i + 3) % VOCAB for i in range(16)]
+                for k in range(3):
+                    for name in ("alpha", "beta"):
+                        p = shared + [100 + k * 10 + i + (0 if name == "alpha" else 1000) for i in range(9)]
+                        prompts.append(p)
+                        o = complete(name, p, 5)
+                        if k > 0:
+                            self.assertGreaterEqual(o["usage"]["prompt_tokens_details"]["cached_tokens"], 16)
+                alpha, _ = settle("alpha", "alpha after the prefix hits")
+                beta, _ = settle("beta", "beta after the prefix hits")
+                self.assertTrue(alpha and beta)
+                self.assertNotEqual(alpha, beta)  # their tails differ
+                with t.lock:
+                    self.assertEqual(set(t.per), set(topic.values()))
+                # A GET names its model in the query: without one, with two served, it is refused.
+                st, o = http(srv.base, "/v1/admin/kv_cache", key=KEY)
+                self.assertEqual(st, 400, o)
+                st, o = http(srv.base, "/v1/admin/kv_cache?model=gamma", key=KEY)
+                self.assertEqual(st, 404, o)
+
+                # Unloading alpha clears its topic only.
+                st, o = http(srv.base, "/v1/admin/models/unload", {"model": "alpha"}, key=KEY)
+                self.assertEqual(st, 200, o)
+                deadline = time.time() + 10
+                while True:
+                    live, counts, n, failures = t.snapshot(topic["alpha"])
+                    self.assertEqual(failures, [])
+                    if counts["AllBlocksCleared"] == 1 and not live:
+                        break
+                    if time.time() > deadline:
+                        self.fail("no AllBlocksCleared for alpha after its unload: %d blocks, %r" % (len(live), counts))
+                    time.sleep(0.05)
+                st, o = http(srv.base, "/v1/admin/kv_cache?model=alpha", key=KEY)
+                self.assertEqual(st, 409, o)  # not loaded
+                after, counts = settle("beta", "beta after alpha's unload")
+                self.assertEqual(after, beta)
+                self.assertEqual(counts["AllBlocksCleared"], 0)
+                # alpha loads again on demand and publishes again under its topic
+                complete("alpha", prompts[0], 3)
+                again, _ = settle("alpha", "alpha loaded again")
+                self.assertTrue(again)
+            finally:
+                t.close()
+            self.assertEqual(srv.close(), 0)
+
     def test_options(self):
         r = run_pith(["serve", "--kv-events-hash", "sha256"])
         self.assertEqual(r.returncode, 2)
@@ -369,6 +511,12 @@ class KVEvents(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"need --kv-events", r.stderr)
         self.assertIn(b"--kv-events ENDPOINT", run_pith(["serve", "--help"]).stdout)
+        # One topic cannot name several models.
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "assets", "default.gguf")
+        r = run_pith(["serve", "--port", "0", "-m", "a=" + model, "-m", "b=" + model, "--kv-events",
+                      "ipc://%s/t" % self.dir, "--kv-events-topic", "kv@h@m"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"--kv-events-topic", r.stderr)
         # Without --kv-events the endpoint says so.
         with Server(["--admin-key", KEY, "--quiet", "-t", "1"]) as srv:
             st, o = http(srv.base, "/v1/admin/kv_cache", key=KEY)

@@ -62,29 +62,47 @@ typedef struct replay_entry {
     size_t len;
 } replay_entry;
 
-struct kv_events {
-    char *endpoint, *replay_endpoint, *topic, *seed;
-    kv_hash_algo algo;
-    kv_digest none;         /* the roots' parent (vLLM's NONE_HASH) */
-    int buffer_steps;
+/* One engine's side (kv_events.h): the queue its sink fills, the map of its block names, its topic. */
+struct kv_source {
+    struct kv_source *next; /* the publisher's list (under k->slock) */
+    kv_events *k;
+    char *topic;
     pith_engine *engine;
+    bool clear_on_detach;   /* a model going away while the others stay: subscribers drop its blocks */
 
-    void *ctx, *pub, *replay;
-    pthread_t thread;
-    bool started;
-
-    pthread_mutex_t qlock;  /* the queue, shared with the engine's sink */
-    pthread_cond_t qcond;
+    /* under k->qlock */
     qbatch *head, *tail;
     long queued;            /* events in the queue */
     bool clear_first;       /* the queue was dropped: publish a clear before what it holds now */
-    bool stop;
+    bool detaching, detached;
 
     pthread_mutex_t mlock;  /* the map (the publishing thread writes, the admin endpoint reads) */
     map_entry *map;
     size_t map_cap, map_used, map_live;
     uint64_t unpublished;   /* STORED blocks whose parent's hash was unknown */
-    uint64_t batches;       /* messages published (= the next sequence number); under mlock */
+};
+
+struct kv_events {
+    char *endpoint, *replay_endpoint, *topic, *seed;
+    kv_hash_algo algo;
+    kv_digest none;         /* the roots' parent (vLLM's NONE_HASH) */
+    int buffer_steps;
+
+    void *ctx, *pub, *replay;
+    pthread_t thread;
+    bool started;
+
+    pthread_mutex_t slock;  /* the list of sources; the publishing thread holds it over a round */
+    kv_source *sources;
+
+    pthread_mutex_t qlock;  /* every source's queue, shared with the engines' sinks */
+    pthread_cond_t qcond;   /* work for the thread */
+    pthread_cond_t dcond;   /* a source was detached */
+    bool pending;           /* a source has work (set by the sinks and detaches) */
+    bool stop;
+
+    pthread_mutex_t seqlock;
+    uint64_t batches;       /* messages published (= the next sequence number), all topics together */
 
     replay_entry *ring;     /* [buffer_steps], the last batches (publishing thread) */
     int ring_n, ring_next;
@@ -100,21 +118,21 @@ bool kv_events_available(void) {
 
 /* ---- the name map (callers hold mlock) ---- */
 
-static size_t slot_of(const kv_events *k, uint64_t name) {
+static size_t slot_of(const kv_source *k, uint64_t name) {
     uint64_t h = name * 0x9e3779b97f4a7c15ull;
     size_t i = (size_t)(h >> 20) & (k->map_cap - 1);
     while (k->map[i].name && k->map[i].name != name) i = (i + 1) & (k->map_cap - 1);
     return i;
 }
 
-static map_entry *map_get(kv_events *k, uint64_t name) {
+static map_entry *map_get(kv_source *k, uint64_t name) {
     if (!k->map_cap) return NULL;
     map_entry *e = &k->map[slot_of(k, name)];
     return e->name ? e : NULL;
 }
 
 /* Rebuilds the table at `cap` slots, keeping dead entries only when keep_dead. 0 or -1. */
-static int map_rebuild(kv_events *k, size_t cap, bool keep_dead) {
+static int map_rebuild(kv_source *k, size_t cap, bool keep_dead) {
     map_entry *old = k->map;
     size_t old_cap = k->map_cap;
     map_entry *m = calloc(cap, sizeof *m);
@@ -132,7 +150,7 @@ static int map_rebuild(kv_events *k, size_t cap, bool keep_dead) {
 }
 
 /* The entry for name, added (dead) if new. NULL when out of memory. */
-static map_entry *map_put(kv_events *k, uint64_t name) {
+static map_entry *map_put(kv_source *k, uint64_t name) {
     if (k->map_cap && k->map[slot_of(k, name)].name) return &k->map[slot_of(k, name)];
     if (2 * (k->map_used + 1) > k->map_cap) {
         /* Dead entries are a memo; beyond four per live one (and a floor) they go. */
@@ -252,14 +270,16 @@ static void emit_cleared(buf *ev, int *n_ev) {
     (*n_ev)++;
 }
 
-static void forget_all(kv_events *k) {
+static void forget_all(kv_source *k) {
     for (size_t i = 0; i < k->map_cap; i++) k->map[i].live = false;
     k->map_live = 0;
 }
 
+static double wall_s(void);
+
 /* Encodes batch q (clear_first: an AllBlocksCleared before it) into out; updates the map. Returns the
  * number of events (0: nothing to publish), -1 when out of memory (the subscriber must be cleared). */
-static int encode_batch(kv_events *k, const qbatch *q, bool clear_first, buf *out) {
+static int encode_batch(kv_source *k, const qbatch *q, bool clear_first, buf *out) {
     buf ev = {0};
     run r = {0};
     int n_ev = 0, bs = q ? q->block_size : 0, rc = 0;
@@ -282,11 +302,11 @@ static int encode_batch(kv_events *k, const qbatch *q, bool clear_first, buf *ou
             k->map_live--;
             if (r.type != PITH_KV_EVENT_REMOVED) run_flush(&r, &ev, &n_ev, bs);
             r.type = PITH_KV_EVENT_REMOVED;
-            if (run_push(&r, kv_hash_value(k->algo, &m->d))) rc = -1;
+            if (run_push(&r, kv_hash_value(k->k->algo, &m->d))) rc = -1;
         } else if (e->type == PITH_KV_EVENT_STORED) {
             const int32_t *t = tok;
             tok += bs;
-            kv_digest parent = k->none;
+            kv_digest parent = k->k->none;
             uint64_t parent_value = 0;
             if (!e->root) {
                 map_entry *p = map_get(k, e->parent);
@@ -295,18 +315,18 @@ static int encode_batch(kv_events *k, const qbatch *q, bool clear_first, buf *ou
                     continue;
                 }
                 parent = p->d;
-                parent_value = kv_hash_value(k->algo, &p->d);
+                parent_value = kv_hash_value(k->k->algo, &p->d);
             }
             map_entry *m = map_put(k, e->name);
             if (!m) {
                 rc = -1;
                 break;
             }
-            kv_hash_block(k->algo, &parent, t, bs, e->root && e->parent != 0, e->parent, &m->d);
+            kv_hash_block(k->k->algo, &parent, t, bs, e->root && e->parent != 0, e->parent, &m->d);
             if (m->live) continue; /* published already (the same content, named again) */
             m->live = true;
             k->map_live++;
-            uint64_t h = kv_hash_value(k->algo, &m->d);
+            uint64_t h = kv_hash_value(k->k->algo, &m->d);
             bool continues = r.type == PITH_KV_EVENT_STORED && !e->root && r.n > 0 && r.hashes[r.n - 1] == parent_value;
             if (!continues) {
                 run_flush(&r, &ev, &n_ev, bs);
@@ -324,7 +344,7 @@ static int encode_batch(kv_events *k, const qbatch *q, bool clear_first, buf *ou
     if (rc || ev.failed || r.tokens.failed) rc = -1;
     else if (n_ev > 0) {
         mp_array(out, 3);
-        mp_f64(out, q ? q->ts : 0);
+        mp_f64(out, q ? q->ts : wall_s()); /* a clear alone: now (llm-d reads the time) */
         mp_array(out, (uint32_t)n_ev);
         buf_append(out, ev.data, ev.len);
         mp_uint(out, 0); /* data_parallel_rank */
@@ -351,7 +371,7 @@ static void qbatch_free(qbatch *q) {
     free(q);
 }
 
-static void drop_queue(kv_events *k) {
+static void drop_queue(kv_source *k) {
     for (qbatch *q = k->head, *next; q; q = next) {
         next = q->next;
         qbatch_free(q);
@@ -361,7 +381,7 @@ static void drop_queue(kv_events *k) {
 }
 
 static void on_events(void *user, const pith_kv_event *ev, int n) {
-    kv_events *k = user;
+    kv_source *k = user;
     int n_stored = 0, bs = 0;
     for (int i = 0; i < n; i++) {
         if (ev[i].type != PITH_KV_EVENT_STORED) continue;
@@ -389,7 +409,7 @@ static void on_events(void *user, const pith_kv_event *ev, int n) {
         qbatch_free(q);
         q = NULL;
     }
-    pthread_mutex_lock(&k->qlock);
+    pthread_mutex_lock(&k->k->qlock);
     if (!q || k->queued + n > KV_QUEUE_MAX_EVENTS) {
         /* What is queued and this step's events are lost: a clear replaces them all. */
         drop_queue(k);
@@ -401,8 +421,9 @@ static void on_events(void *user, const pith_kv_event *ev, int n) {
         k->tail = q;
         k->queued += n;
     }
-    pthread_cond_signal(&k->qcond);
-    pthread_mutex_unlock(&k->qlock);
+    k->k->pending = true;
+    pthread_cond_signal(&k->k->qcond);
+    pthread_mutex_unlock(&k->k->qlock);
 }
 
 /* ---- the publishing thread ---- */
@@ -424,13 +445,16 @@ static void keep_for_replay(kv_events *k, uint64_t seq, const buf *payload) {
     if (k->ring_n < k->buffer_steps) k->ring_n++;
 }
 
-static void publish(kv_events *k, const buf *payload) {
+/* Sends one message under the source's topic with the next number of the one sequence all topics
+ * share (only the publishing thread sends, so numbers go out in order). */
+static void publish(kv_source *src, const buf *payload) {
+    kv_events *k = src->k;
     uint8_t seq[8];
-    pthread_mutex_lock(&k->mlock);
+    pthread_mutex_lock(&k->seqlock);
     uint64_t s = k->batches++;
-    pthread_mutex_unlock(&k->mlock);
+    pthread_mutex_unlock(&k->seqlock);
     be64(seq, s);
-    zmq_send(k->pub, k->topic, strlen(k->topic), ZMQ_SNDMORE);
+    zmq_send(k->pub, src->topic, strlen(src->topic), ZMQ_SNDMORE);
     zmq_send(k->pub, seq, 8, ZMQ_SNDMORE);
     zmq_send(k->pub, payload->data, payload->len, 0); /* a PUB socket drops rather than blocks */
     keep_for_replay(k, s, payload);
@@ -471,16 +495,41 @@ static void serve_replay(kv_events *k) {
     zmq_send(k->replay, "", 0, 0);
 }
 
-static void publish_batch(kv_events *k, const qbatch *q, bool clear_first) {
+static void publish_batch(kv_source *src, const qbatch *q, bool clear_first) {
     buf payload = {0};
-    int rc = encode_batch(k, q, clear_first, &payload);
+    int rc = encode_batch(src, q, clear_first, &payload);
     if (rc < 0) { /* out of memory: the subscriber is told to start over */
         payload.len = 0;
         payload.failed = false;
-        rc = encode_batch(k, NULL, true, &payload);
+        rc = encode_batch(src, NULL, true, &payload);
     }
-    if (rc > 0) publish(k, &payload);
+    if (rc > 0) publish(src, &payload);
     buf_free(&payload);
+}
+
+/* Publishes what src has queued; a detaching source (its engine is freed: nothing more comes) also
+ * gets its AllBlocksCleared when asked, and is then marked detached for kv_source_free. Called by the
+ * publishing thread with slock held, so src stays on the list meanwhile. */
+static void drain_source(kv_events *k, kv_source *src) {
+    pthread_mutex_lock(&k->qlock);
+    qbatch *list = src->head;
+    bool clear_first = src->clear_first, detaching = src->detaching && !src->detached;
+    src->head = src->tail = NULL;
+    src->queued = 0;
+    src->clear_first = false;
+    pthread_mutex_unlock(&k->qlock);
+    if (clear_first && !list) publish_batch(src, NULL, true);
+    for (qbatch *q = list, *next; q; q = next) {
+        next = q->next;
+        publish_batch(src, q, clear_first && q == list);
+        qbatch_free(q);
+    }
+    if (!detaching) return;
+    if (src->clear_on_detach) publish_batch(src, NULL, true);
+    pthread_mutex_lock(&k->qlock);
+    src->detached = true;
+    pthread_cond_broadcast(&k->dcond);
+    pthread_mutex_unlock(&k->qlock);
 }
 
 static void *publisher(void *arg) {
@@ -491,7 +540,7 @@ static void *publisher(void *arg) {
             if (zmq_poll(&it, 1, 10) > 0) serve_replay(k); /* 10 ms: the latency a batch may wait */
         }
         pthread_mutex_lock(&k->qlock);
-        if (!k->head && !k->clear_first && !k->stop && !k->replay) {
+        if (!k->pending && !k->stop && !k->replay) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100 * 1000 * 1000;
@@ -501,19 +550,13 @@ static void *publisher(void *arg) {
             }
             pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
         }
-        qbatch *list = k->head;
-        bool clear_first = k->clear_first, stop = k->stop;
-        k->head = k->tail = NULL;
-        k->queued = 0;
-        k->clear_first = false;
+        bool stop = k->stop;
+        k->pending = false; /* work queued from here on sets it again: the next round takes it */
         pthread_mutex_unlock(&k->qlock);
-        if (clear_first && !list) publish_batch(k, NULL, true);
-        for (qbatch *q = list, *next; q; q = next) {
-            next = q->next;
-            publish_batch(k, q, clear_first && q == list);
-            qbatch_free(q);
-        }
-        if (stop) break; /* set after the engine is gone: nothing more comes */
+        pthread_mutex_lock(&k->slock);
+        for (kv_source *src = k->sources; src; src = src->next) drain_source(k, src);
+        pthread_mutex_unlock(&k->slock);
+        if (stop) break; /* set after every source is gone: nothing more comes */
     }
     return NULL;
 }
@@ -566,14 +609,16 @@ int kv_events_new(const pith_kv_events_options *o, kv_events **out, pith_err *er
         return pith_errf(err, "kv events need ZeroMQ, and this pith was built without libzmq (install libzmq3-dev and rebuild)");
     kv_events *k = calloc(1, sizeof *k);
     if (!k) return pith_errf(err, "out of memory");
+    pthread_mutex_init(&k->slock, NULL);
     pthread_mutex_init(&k->qlock, NULL);
     pthread_cond_init(&k->qcond, NULL);
-    pthread_mutex_init(&k->mlock, NULL);
+    pthread_cond_init(&k->dcond, NULL);
+    pthread_mutex_init(&k->seqlock, NULL);
     k->algo = algo;
     k->buffer_steps = o->buffer_steps ? o->buffer_steps : 10000;
     k->endpoint = strdup(o->endpoint);
     k->replay_endpoint = o->replay_endpoint && *o->replay_endpoint ? strdup(o->replay_endpoint) : NULL;
-    k->topic = o->topic ? strdup(o->topic) : NULL; /* NULL: made from the model name at the start */
+    k->topic = o->topic ? strdup(o->topic) : NULL; /* NULL: each source's is made from its model's name */
     k->seed = dup_or(o->hash_seed, "");
     if (!k->endpoint || !k->seed || (o->topic && !k->topic) || (o->replay_endpoint && *o->replay_endpoint && !k->replay_endpoint)) {
         kv_events_free(k);
@@ -584,17 +629,11 @@ int kv_events_new(const pith_kv_events_options *o, kv_events **out, pith_err *er
     return 0;
 }
 
-int kv_events_start(kv_events *k, pith_server *srv, pith_engine *e, pith_err *err) {
+bool kv_events_has_topic(const kv_events *k) { return k->topic != NULL; }
+
+int kv_events_open(kv_events *k, pith_server *srv, pith_err *err) {
 #ifdef PITH_HAVE_ZMQ
-    const char *model_name = srv->model_name;
-    if (!k->topic) {
-        char host[256] = "localhost";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = 0;
-        size_t n = strlen(host) + strlen(model_name) + 8;
-        if (!(k->topic = malloc(n))) return pith_errf(err, "out of memory");
-        snprintf(k->topic, n, "kv@%s@%s", host, model_name);
-    }
+    if (k->started) return 0;
     if (open_sockets(k, err)) {
         close_sockets(k);
         return -1;
@@ -604,21 +643,86 @@ int kv_events_start(kv_events *k, pith_server *srv, pith_engine *e, pith_err *er
         return pith_errf(err, "kv events: cannot start the publishing thread");
     }
     k->started = true;
-    if (pith_engine_set_kv_event_sink(e, on_events, k, err)) return pith_err_prefix(err, "kv events");
-    k->engine = e;
     /* Where it really is (a port of 0 or * is chosen by the system), for the operator and for tests. */
     char at[256] = "", replay_at[256] = "";
     size_t len = sizeof at;
     zmq_getsockopt(k->pub, ZMQ_LAST_ENDPOINT, at, &len);
     len = sizeof replay_at;
     if (k->replay) zmq_getsockopt(k->replay, ZMQ_LAST_ENDPOINT, replay_at, &len);
-    server_log(srv, PITH_LOG_INFO, "kv events: publishing on %s%s%s (topic %s, hash %s)", *at ? at : k->endpoint,
-               k->replay ? ", replay on " : "", replay_at, k->topic, kv_hash_name(k->algo));
+    server_log(srv, PITH_LOG_INFO, "kv events: publishing on %s%s%s (hash %s)", *at ? at : k->endpoint,
+               k->replay ? ", replay on " : "", replay_at, kv_hash_name(k->algo));
     return 0;
 #else
-    (void)k, (void)srv, (void)e;
+    (void)k, (void)srv;
     return pith_errf(err, "kv events need ZeroMQ, and this pith was built without libzmq");
 #endif
+}
+
+/* Frees src's memory (it is off the list and its sink runs no more). */
+static void source_destroy(kv_source *src) {
+    drop_queue(src);
+    free(src->map);
+    free(src->topic);
+    pthread_mutex_destroy(&src->mlock);
+    free(src);
+}
+
+int kv_events_start(kv_events *k, pith_server *srv, pith_engine *e, kv_source **out, pith_err *err) {
+    *out = NULL;
+    if (kv_events_open(k, srv, err)) return -1;
+    kv_source *src = calloc(1, sizeof *src);
+    if (!src) return pith_errf(err, "out of memory");
+    pthread_mutex_init(&src->mlock, NULL);
+    src->k = k;
+    src->clear_on_detach = srv->model_server;
+    if (k->topic) {
+        src->topic = strdup(k->topic);
+    } else {
+        char host[256] = "localhost";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        size_t n = strlen(host) + strlen(srv->model_name) + 8;
+        if ((src->topic = malloc(n))) snprintf(src->topic, n, "kv@%s@%s", host, srv->model_name);
+    }
+    if (!src->topic) {
+        source_destroy(src);
+        return pith_errf(err, "out of memory");
+    }
+    /* On the list before the sink is in, so the thread sees whatever the sink queues. */
+    pthread_mutex_lock(&k->slock);
+    src->next = k->sources;
+    k->sources = src;
+    pthread_mutex_unlock(&k->slock);
+    if (pith_engine_set_kv_event_sink(e, on_events, src, err)) {
+        kv_source_free(src);
+        return pith_err_prefix(err, "kv events");
+    }
+    src->engine = e;
+    server_log(srv, PITH_LOG_INFO, "kv events: model %s publishes under topic %s", srv->model_name, src->topic);
+    *out = src;
+    return 0;
+}
+
+void kv_source_free(kv_source *src) {
+    if (!src) return;
+    kv_events *k = src->k;
+    /* The thread publishes what is queued (and the clear), then marks it; it runs until every source
+     * is gone (kv_events_free comes after), so the wait ends. */
+    pthread_mutex_lock(&k->qlock);
+    src->detaching = true;
+    k->pending = true;
+    pthread_cond_signal(&k->qcond);
+    while (k->started && !src->detached) pthread_cond_wait(&k->dcond, &k->qlock);
+    pthread_mutex_unlock(&k->qlock);
+    pthread_mutex_lock(&k->slock);
+    for (kv_source **p = &k->sources; *p; p = &(*p)->next) {
+        if (*p == src) {
+            *p = src->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&k->slock);
+    source_destroy(src);
 }
 
 void kv_events_free(kv_events *k) {
@@ -627,23 +731,28 @@ void kv_events_free(kv_events *k) {
     if (k->started) {
         pthread_mutex_lock(&k->qlock);
         k->stop = true;
+        k->pending = true;
         pthread_cond_signal(&k->qcond);
         pthread_mutex_unlock(&k->qlock);
         pthread_join(k->thread, NULL);
     }
     close_sockets(k);
 #endif
-    drop_queue(k);
+    for (kv_source *src = k->sources, *next; src; src = next) { /* none when used as documented */
+        next = src->next;
+        source_destroy(src);
+    }
     for (int i = 0; k->ring && i < k->buffer_steps; i++) free(k->ring[i].data);
     free(k->ring);
-    free(k->map);
     free(k->endpoint);
     free(k->replay_endpoint);
     free(k->topic);
     free(k->seed);
+    pthread_mutex_destroy(&k->slock);
     pthread_mutex_destroy(&k->qlock);
     pthread_cond_destroy(&k->qcond);
-    pthread_mutex_destroy(&k->mlock);
+    pthread_cond_destroy(&k->dcond);
+    pthread_mutex_destroy(&k->seqlock);
     free(k);
 }
 
@@ -697,7 +806,7 @@ static void on_dump(void *user, const pith_kv_event *ev, int n) {
 
 /* The digest of block i of d, from the blocks' own tokens and parents (parents outside the dump from
  * the map's memo). false when a parent's hash is unknown. */
-static bool dump_digest(kv_events *k, const dump *d, int i, kv_digest *done, uint8_t *state, int *stack) {
+static bool dump_digest(kv_source *k, const dump *d, int i, kv_digest *done, uint8_t *state, int *stack) {
     int top = 0;
     stack[top++] = i;
     while (top > 0) {
@@ -707,7 +816,7 @@ static bool dump_digest(kv_events *k, const dump *d, int i, kv_digest *done, uin
             continue;
         }
         const pith_kv_event *e = &d->ev[j];
-        kv_digest parent = k->none;
+        kv_digest parent = k->k->none;
         if (!e->root) {
             int p = dump_find(d, e->parent);
             if (p >= 0 && state[p] == 3) {
@@ -740,7 +849,7 @@ static bool dump_digest(kv_events *k, const dump *d, int i, kv_digest *done, uin
                 }
             }
         }
-        kv_hash_block(k->algo, &parent, e->tokens, e->n_tokens, e->root && e->parent != 0, e->parent, &done[j]);
+        kv_hash_block(k->k->algo, &parent, e->tokens, e->n_tokens, e->root && e->parent != 0, e->parent, &done[j]);
         state[j] = 2;
         top--;
     }
@@ -756,7 +865,7 @@ enum MHD_Result handle_admin_kv_cache(http_request *r) {
         return http_send_error(r, (api_errorf(&e, 401, "invalid_admin_key", NULL, "a valid admin key is required (Authorization: Bearer ADMIN_KEY)"), &e));
     if (!atomic_load(&srv->ready))
         return http_send_error(r, (api_errorf(&e, 503, "model_not_ready", NULL, "the model is still loading; retry shortly"), &e));
-    kv_events *k = srv->kv_events;
+    kv_source *k = srv->kv_source;
     if (!k || !k->engine)
         return http_send_error(r, (api_errorf(&e, 404, "kv_events_off", NULL, "KV-cache events are off (start the server with --kv-events)"), &e));
     dump d = {0};
@@ -779,14 +888,17 @@ enum MHD_Result handle_admin_kv_cache(http_request *r) {
             continue;
         }
         char s[24];
-        snprintf(s, sizeof s, "%llu", (unsigned long long)kv_hash_value(k->algo, &done[i]));
+        snprintf(s, sizeof s, "%llu", (unsigned long long)kv_hash_value(k->k->algo, &done[i]));
         cJSON_AddItemToArray(hashes, cJSON_CreateString(s));
     }
+    pthread_mutex_lock(&k->k->seqlock);
+    uint64_t batches = k->k->batches; /* every topic's: the sequence numbers are shared */
+    pthread_mutex_unlock(&k->k->seqlock);
     pthread_mutex_lock(&k->mlock);
-    uint64_t batches = k->batches, unpublished = k->unpublished;
+    uint64_t unpublished = k->unpublished;
     pthread_mutex_unlock(&k->mlock);
     cJSON_AddStringToObject(o, "object", "kv_cache");
-    cJSON_AddStringToObject(o, "hash", kv_hash_name(k->algo));
+    cJSON_AddStringToObject(o, "hash", kv_hash_name(k->k->algo));
     cJSON_AddStringToObject(o, "topic", k->topic);
     cJSON_AddNumberToObject(o, "block_size", d.bs);
     cJSON_AddNumberToObject(o, "blocks", d.n);

@@ -521,6 +521,18 @@ static int wait_loaded(models *m, slot *s, http_request *r, double until, const 
 
 bool models_route(models *m, http_request *r, enum MHD_Result *rc) {
     char *name = body_model(r);
+    /* A GET has no body (GET /v1/admin/kv_cache): ?model=NAME names the model instead */
+    const char *query = name && !*name ? MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "model") : NULL;
+    if (query && *query) {
+        free(name);
+        name = strdup(query);
+        if (!name) {
+            api_error e;
+            api_errorf(&e, 500, "server_error", NULL, "out of memory");
+            *rc = http_send_error(r, &e);
+            return false;
+        }
+    }
     if (!name) {
         api_error e;
         api_errorf(&e, 400, "invalid_json", NULL, "the request body must be a JSON object");

@@ -205,14 +205,15 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
             return pith_errf(err, "out of memory");
         }
     }
-    /* One publisher serves one engine's cache (kv_events.h); llm-d runs one model per pod anyway. */
-    if (several && o->kv_events.endpoint) {
-        pith_server_free(s);
-        return pith_errf(err, "KV-cache events (--kv-events) publish one model's cache: serve one model per server to use them");
-    }
     if (o->kv_events.endpoint && kv_events_new(&o->kv_events, &s->kv_events, err)) { /* before binding */
         pith_server_free(s);
         return -1;
+    }
+    /* Each model publishes under a topic of its own, kv@HOST@NAME (llm-d keys its index by the
+     * topic's model): one given topic cannot name them all. */
+    if (several && s->kv_events && kv_events_has_topic(s->kv_events)) {
+        pith_server_free(s);
+        return pith_errf(err, "--kv-events-topic names one model's topic: with several models each publishes under kv@HOST@NAME; leave it out");
     }
     if (several) {
         if (models_create(s, o, &s->models, err)) {
@@ -221,6 +222,11 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
         }
         atomic_store(&s->load_claimed, true); /* the models load on demand, each on its own server */
         atomic_store(&s->ready, true);
+        /* One publisher for every model, open before any loads (the loads attach to it concurrently) */
+        if (s->kv_events && kv_events_open(s->kv_events, s, err)) {
+            pith_server_free(s);
+            return -1;
+        }
     }
     if (bind_listener(s, err) || http_start(s, err)) {
         pith_server_free(s);
@@ -247,6 +253,7 @@ int server_create_model(pith_server *front, const char *name, const char *path, 
     s->keys = front->keys;
     s->admin_keys = front->admin_keys;
     s->cors = front->cors;
+    s->kv_events = front->kv_events; /* borrowed: its engine attaches a source at load */
     s->port = front->port;
     if (dup_opt(&s->model_path, path) || dup_opt(&s->model_name, name) || dup_opt(&s->host, front->host) ||
         dup_opt(&s->tokenizer_path, front->tokenizer_path) || dup_opt(&s->chat_template_path, front->chat_template_path) ||
@@ -322,14 +329,17 @@ int pith_server_load(pith_server *s, pith_err *err) {
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
     pith_engine *e = NULL;
+    kv_source *src = NULL;
     /* KV events start before the engine's thread, so the sink sees every block named */
     if (pith_engine_create(a.model, a.tok, &s->engine_opt, &e, err) ||
-        (s->kv_events && kv_events_start(s->kv_events, s, e, err)) || pith_engine_start(e, err)) {
+        (s->kv_events && kv_events_start(s->kv_events, s, e, &src, err)) || pith_engine_start(e, err)) {
         pith_err_prefix(err, "engine");
         pith_engine_free(e);
+        kv_source_free(src); /* after its engine */
         pith_assets_free(&a);
         return -1;
     }
+    s->kv_source = src;
     s->model = a.model;
     s->pooling = server_model_pooling(a.model, s->pooling_error, sizeof s->pooling_error);
     if (!s->pooling) server_log(s, PITH_LOG_WARN, "embeddings are unavailable: %s", s->pooling_error);
@@ -391,7 +401,8 @@ void pith_server_free(pith_server *s) {
     models_free(s->models); /* the connections are closed: no request holds a model */
     /* Cancels what is left; the final events release the jobs. */
     pith_engine_free(s->engine);
-    kv_events_free(s->kv_events);              /* after the engine: its sink runs no more */
+    kv_source_free(s->kv_source);              /* after the engine: its sink runs no more */
+    if (!s->model_server) kv_events_free(s->kv_events); /* after every model's source (models_free) */
     structured_cache_free(s);                  /* after the engine: its requests held grammars too */
     pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};

@@ -101,7 +101,10 @@ struct pith_server {
     double last_pause_s;           /* admission paused by the last reload */
     double last_load_s;            /* reading the last reload's weights */
 
-    struct kv_events *kv_events; /* KV-cache events (kv_events.h); NULL: off */
+    /* KV-cache events (kv_events.h); NULL: off. The publisher is the front's (a model server borrows
+     * it); the source is this server's engine's, attached at load. */
+    struct kv_events *kv_events;
+    struct kv_source *kv_source;
     /* Several models (models.h): the front server has the registry; each model server is a
      * pith_server of its own with no listener, whose keys, CORS origins and log are the front's
      * (borrowed: not freed with it). */
