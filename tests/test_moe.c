@@ -3,7 +3,9 @@
  * definition: router, softmax or sigmoid scores, top-k with selection bias, renormalisation, each chosen
  * expert's gated FFN computed alone, weighted sum, shared expert with its gate, expert biases and the
  * clamped SwiGLU. Awkward shapes: an expert no token chooses, every token on one expert, top-k equal to
- * the number of experts, widths that are not multiples of the tiles (F32), packed and unpacked weights,
+ * the number of experts, group-limited routing (DeepSeek's and GLM's: groups scored by their best key or
+ * their two best, one group open, groups of one) with the weights scaled, widths that are not multiples
+ * of the tiles (F32), packed and unpacked weights,
  * the scalar and the best kernel table. Then: the same tokens alone, in a batch, expert by expert and
  * token by token (the baseline loops) give the same bits.
  *
@@ -75,6 +77,8 @@ typedef struct spec {
     bool norm, select_bias, shared, shared_gate, biases, clamp;
     int favour;      /* >= 0: every token's router prefers this expert by far */
     int shun;        /* >= 0: no token chooses this expert */
+    int n_group, topk_group; /* group-limited routing, 0: none */
+    float scale;             /* routed_scale, 0: none */
 } spec;
 
 typedef struct layer {
@@ -87,7 +91,8 @@ static void build(layer *ly, const spec *s) {
     pith_moe_config c = {.dim = s->dim, .n_experts = s->E, .top_k = s->K, .ffn = s->ffn,
                          .shared_ffn = s->shared ? s->ffn / 2 : 0, .gating = s->gating, .norm_topk = s->norm,
                          .act = s->clamp ? PITH_MOE_SWIGLU_CLAMP : PITH_MOE_SILU, .clamp_alpha = 1.702f,
-                         .clamp_limit = 0.5f};
+                         .clamp_limit = 0.5f, .n_group = s->n_group, .topk_group = s->topk_group,
+                         .routed_scale = s->scale};
     /* shared width: a multiple of 32 for the quantized types */
     if (s->shared) c.shared_ffn = s->type == PITH_F32 ? s->ffn / 2 + 1 : 32;
     ly->L.cfg = c;
@@ -204,6 +209,27 @@ static void ref_token(const layer *ly, const float *x, double *y, int *chosen) {
     for (int e = 0; e < E; e++) sum += exp(sc[e] - mx);
     for (int e = 0; e < E; e++) sc[e] = L->cfg.gating == PITH_GATING_SOFTMAX ? exp(sc[e] - mx) / sum : sigm(sc[e]);
     bool *taken = calloc((size_t)E, 1);
+    if (L->cfg.n_group > 1) { /* groups outside the topk_group best are taken already: never chosen */
+        const int G = L->cfg.n_group, per = E / G;
+        double gs[64];
+        for (int g = 0; g < G; g++) { /* sort the group's keys, best first; score: best, or best two */
+            double keys[64];
+            for (int i = 0; i < per; i++)
+                keys[i] = sc[g * per + i] + (L->select_bias ? L->select_bias[g * per + i] : 0);
+            for (int i = 1; i < per; i++)
+                for (int j = i; j > 0 && keys[j] > keys[j - 1]; j--) {
+                    double t = keys[j];
+                    keys[j] = keys[j - 1], keys[j - 1] = t;
+                }
+            gs[g] = L->cfg.gating == PITH_GATING_SIGMOID && per > 1 ? keys[0] + keys[1] : keys[0];
+        }
+        for (int g = 0; g < G; g++) {
+            int better = 0; /* groups ranked above g: higher score, or equal with a lower index */
+            for (int h = 0; h < G; h++) better += gs[h] > gs[g] || (gs[h] == gs[g] && h < g);
+            if (better >= L->cfg.topk_group)
+                for (int i = 0; i < per; i++) taken[g * per + i] = true;
+        }
+    }
     double wsum = 0, *w = malloc((size_t)K * sizeof(double));
     for (int j = 0; j < K; j++) {
         int best = -1;
@@ -218,7 +244,7 @@ static void ref_token(const layer *ly, const float *x, double *y, int *chosen) {
     }
     for (int j = 0; j < K; j++) {
         ref_ffn(ly, &ly->gate, &ly->up, &ly->down, chosen[j], x, o, true);
-        double wj = L->cfg.norm_topk ? w[j] / wsum : w[j];
+        double wj = (L->cfg.norm_topk ? w[j] / wsum : w[j]) * (L->cfg.routed_scale > 0 ? L->cfg.routed_scale : 1);
         for (int i = 0; i < dim; i++) y[i] += wj * o[i];
     }
     if (L->has_shared) {
@@ -271,6 +297,11 @@ static void run_case(pith_cpu *cpu, const spec *s, bool pack) {
     if (s->favour >= 0) CHECKF(count[s->favour] == n, "%s: the favoured expert got %d of %d", s->name, count[s->favour], n);
     if (K == s->E)
         for (int e = 0; e < s->E; e++) CHECK(count[e] == n);
+    if (s->n_group > 1 && s->topk_group == 1 && s->favour >= 0) { /* only the favoured expert's group is open */
+        int per = s->E / s->n_group, outside = 0;
+        for (int e = 0; e < s->E; e++) outside += e / per != s->favour / per ? count[e] : 0;
+        CHECKF(outside == 0, "%s: %d choices outside the one open group", s->name, outside);
+    }
 
     /* the same bits alone and through both baseline loops */
     memcpy(y1, y0, (size_t)n * dim * sizeof(float));
@@ -348,8 +379,24 @@ static void loop_from_env(void) {
     unsetenv("PITH_MOE_NAIVE");
 }
 
+/* Group settings that cannot give a token its experts are refused. */
+static void group_checks(void) {
+    pith_err err = {0};
+    pith_moe_config c = {.dim = 8, .n_experts = 16, .top_k = 4, .ffn = 8, .n_group = 4, .topk_group = 2};
+    CHECK(pith_moe_config_check(&c, "m", &err) == 0);
+    c.n_group = 5; /* does not divide 16 */
+    CHECK(pith_moe_config_check(&c, "m", &err) != 0 && strstr(err.msg, "groups"));
+    c.n_group = 8, c.topk_group = 1; /* 2 experts open for 4 */
+    CHECK(pith_moe_config_check(&c, "m", &err) != 0);
+    c.topk_group = 9;
+    CHECK(pith_moe_config_check(&c, "m", &err) != 0);
+    c.topk_group = 2, c.routed_scale = NAN;
+    CHECK(pith_moe_config_check(&c, "m", &err) != 0 && strstr(err.msg, "scale"));
+}
+
 int main(void) {
     loop_from_env();
+    group_checks();
     const spec specs[] = {
         {"softmax top-2 of 8, renormalised", PITH_F32, 40, 52, 8, 2, 37, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1},
         {"an expert no token chooses", PITH_F32, 40, 52, 6, 2, 23, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = 3},
@@ -364,6 +411,18 @@ int main(void) {
         {"Q8_0 every token on one expert", PITH_Q8_0, 64, 96, 8, 1, 40, PITH_GATING_SOFTMAX, true, .favour = 2, .shun = -1},
         {"Q4_0 top-4 of 16, one shunned", PITH_Q4_0, 64, 96, 16, 4, 33, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = 7},
         {"Q4_0 top-k = every expert", PITH_Q4_0, 64, 64, 3, 3, 9, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1},
+        /* DeepSeek-V3 / GLM-4.5: sigmoid, selection bias, 4 groups of 4 with 2 open, top-3, scaled */
+        {"sigmoid, 2 of 4 groups, scaled", PITH_F32, 40, 52, 16, 3, 29, PITH_GATING_SIGMOID, true, .select_bias = true,
+         .shared = true, .favour = -1, .shun = -1, .n_group = 4, .topk_group = 2, .scale = 2.5f},
+        /* DeepSeek-V2: softmax, group score = its best, no renormalisation, scaled */
+        {"softmax, 3 of 8 groups, scaled", PITH_F32, 40, 52, 16, 4, 23, PITH_GATING_SOFTMAX, false, .favour = -1,
+         .shun = -1, .n_group = 8, .topk_group = 3, .scale = 16.0f},
+        /* one group open (softmax: a group scores its best): every expert comes from the favoured one's group */
+        {"one group open, favoured expert", PITH_Q8_0, 64, 96, 8, 2, 17, PITH_GATING_SOFTMAX, true, .favour = 5,
+         .shun = -1, .n_group = 4, .topk_group = 1},
+        /* groups of one expert: the group score is that expert's key alone */
+        {"groups of one", PITH_F32, 40, 52, 6, 2, 13, PITH_GATING_SIGMOID, true, .select_bias = true, .favour = -1,
+         .shun = -1, .n_group = 6, .topk_group = 3, .scale = 0.5f},
     };
     for (int scalar = 0; scalar < 2; scalar++) {
         pith_cpu cpu;

@@ -133,6 +133,16 @@ typedef struct pith_hparams {
     int expert_shared_ffn_dim;
     bool expert_norm_topk;
     int expert_gating;  /* pith_expert_gating */
+    /* Group-limited routing (DeepSeek-V2/V3, GLM-4.5): the experts form expert_groups equal groups in
+     * index order; a token first keeps its expert_groups_used best groups (by their best score, or with
+     * sigmoid gating by the sum of their two best selection scores) and chooses its experts among
+     * those. 0: one group. The chosen weights (after any renormalisation) are multiplied by
+     * expert_weights_scale (routed_scaling_factor; 0 means 1). The first expert_dense_leading layers
+     * have a dense FFN of ffn_dim instead of experts (first_k_dense_replace). */
+    int expert_groups;
+    int expert_groups_used;
+    float expert_weights_scale;
+    int expert_dense_leading;
     bool has_qkv_bias;  /* attn_{q,k,v}.bias in every layer (qwen2) */
     bool has_qk_norm;   /* attn_{q,k}_norm.weight in every layer (qwen3, gemma3) */
     bool tied_embeddings;

@@ -138,6 +138,8 @@ typedef struct pith_moe_config {
     int shared_ffn; /* 0: no shared expert */
     pith_expert_gating gating;
     bool norm_topk;
+    int n_group, topk_group; /* group-limited routing (pith_hparams.expert_groups); 0: none */
+    float routed_scale;      /* the chosen weights' factor; 0 means 1 */
     pith_moe_act act;
     float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
 } pith_moe_config;

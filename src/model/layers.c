@@ -123,6 +123,9 @@ void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
     cfg->shared_ffn = hp->expert_shared_ffn_dim;
     cfg->gating = hp->expert_gating == PITH_GATING_SIGMOID ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
     cfg->norm_topk = hp->expert_norm_topk;
+    cfg->n_group = hp->expert_groups > 1 ? hp->expert_groups : 0;
+    cfg->topk_group = cfg->n_group ? hp->expert_groups_used : 0;
+    cfg->routed_scale = hp->expert_weights_scale;
     cfg->act = PITH_MOE_SILU;
 }
 

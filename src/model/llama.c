@@ -27,6 +27,7 @@
 
 #include "model/decoder.h"
 #include "model/layers.h"
+#include "model/moe_arch.h"
 #include "model/rope.h"
 
 typedef struct llama_layer {
@@ -62,7 +63,7 @@ static int load_layer(llama *m, int l, pith_err *err) {
         (var->post_norms && (pith_decoder_vector(d, l, "post_attention_norm.weight", dim, true, &L->post_attn_norm, err) ||
                              pith_decoder_vector(d, l, "post_ffw_norm.weight", dim, true, &L->post_ffw_norm, err))))
         return pith_err_prefix(err, "layer %d", l);
-    if (d->base.hp.n_experts == 0) return pith_ffn_block_load(d, l, var->gelu_tanh ? PITH_GLU_GELU_TANH : PITH_GLU_SILU,
+    if (pith_moe_dense_layer(&d->base.hp, l)) return pith_ffn_block_load(d, l, var->gelu_tanh ? PITH_GLU_GELU_TANH : PITH_GLU_SILU,
                                                              &L->ffn, err);
     return pith_ffn_block_load_moe(d, l, var->hf_experts[0] ? var->hf_experts : NULL, var->swiglu_limit, &L->ffn, err);
 }
@@ -110,7 +111,7 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     if (!rc) rc = pith_rope_for(hp, file, hp->head_dim, PITH_ROPE_CAN_ALL, &m->rope, path, err);
     if (!rc && hp->rope_theta_swa > 0 && hp->sliding_window > 0)
         rc = pith_rope_plain(hp, hp->rope_theta_swa, hp->head_dim, &m->rope_swa, err);
-    if (!rc) rc = pith_dec_bufs_make(d, hp->n_experts == 0 ? hp->ffn_dim : 0, &m->bufs, err);
+    if (!rc) rc = pith_dec_bufs_make(d, hp->n_experts == 0 || hp->expert_dense_leading > 0 ? hp->ffn_dim : 0, &m->bufs, err);
     if (!rc && !(m->cs = pith_be_buffer(d->be, hp->head_dim, err))) rc = -1;
     if (!rc && m->rope_swa.inv_freq && !(m->cs_swa = pith_be_buffer(d->be, hp->head_dim, err))) rc = -1;
     if (!rc) rc = pith_decoder_kv_memory(d, hp->n_kv_heads * hp->head_dim, llama_layer_window, err);

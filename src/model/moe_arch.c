@@ -12,7 +12,11 @@ int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) 
         pith_meta_int(m, "expert_feed_forward_length", false, &hp->expert_ffn_dim) ||
         pith_meta_int(m, "expert_shared_feed_forward_length", false, &hp->expert_shared_ffn_dim) ||
         pith_meta_bool(m, "expert_weights_norm", &hp->expert_norm_topk) ||
-        pith_meta_int(m, "expert_gating_func", false, &gating))
+        pith_meta_int(m, "expert_gating_func", false, &gating) ||
+        pith_meta_int(m, "expert_group_count", false, &hp->expert_groups) ||
+        pith_meta_int(m, "expert_group_used_count", false, &hp->expert_groups_used) ||
+        pith_meta_float(m, "expert_weights_scale", false, &hp->expert_weights_scale) ||
+        pith_meta_int(m, "leading_dense_block_count", false, &hp->expert_dense_leading))
         return -1;
     if (gating < 0 || gating > 2)
         return pith_errf(m->err, "%s: %s.expert_gating_func %d is not supported (softmax 1, sigmoid 2)", m->path,
@@ -33,10 +37,24 @@ int pith_moe_check_hparams(const pith_hparams *hp, bool required, const char *pa
         hp->expert_shared_ffn_dim > (1 << 20))
         return pith_errf(err, "%s: expert feed-forward width %d (shared %d) out of range", path, hp->expert_ffn_dim,
                          hp->expert_shared_ffn_dim);
+    if (hp->expert_groups < 0 || hp->expert_groups > hp->n_experts ||
+        (hp->expert_groups > 1 && hp->n_experts % hp->expert_groups != 0))
+        return pith_errf(err, "%s: %d expert groups do not divide %d experts", path, hp->expert_groups, hp->n_experts);
+    if (hp->expert_groups > 1) {
+        int per_group = hp->n_experts / hp->expert_groups;
+        if (hp->expert_groups_used < 1 || hp->expert_groups_used > hp->expert_groups ||
+            hp->expert_groups_used * per_group < hp->n_experts_used)
+            return pith_errf(err, "%s: %d of %d expert groups used leave fewer than the %d experts a token uses", path,
+                             hp->expert_groups_used, hp->expert_groups, hp->n_experts_used);
+    }
+    if (!(hp->expert_weights_scale >= 0 && hp->expert_weights_scale <= 1e6f))
+        return pith_errf(err, "%s: expert weights scale %g out of range", path, (double)hp->expert_weights_scale);
+    if (hp->expert_dense_leading < 0 || hp->expert_dense_leading > hp->n_layers)
+        return pith_errf(err, "%s: %d leading dense layers, expected 0..%d", path, hp->expert_dense_leading,
+                         hp->n_layers);
     return 0;
 }
 
 bool pith_moe_dense_layer(const pith_hparams *hp, int l) {
-    (void)l;
-    return hp->n_experts == 0;
+    return hp->n_experts == 0 || l < hp->expert_dense_leading;
 }

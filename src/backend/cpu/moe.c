@@ -17,6 +17,12 @@ int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *
         return pith_errf(err, "%s: %d experts used per token, expected 1..%d", path, c->top_k, c->n_experts);
     if (c->ffn < 1 || c->ffn > (1 << 20) || c->shared_ffn < 0 || c->shared_ffn > (1 << 20))
         return pith_errf(err, "%s: expert feed-forward width %d (shared %d) out of range", path, c->ffn, c->shared_ffn);
+    if (c->n_group > 1 && (c->n_experts % c->n_group != 0 || c->topk_group < 1 || c->topk_group > c->n_group ||
+                           c->topk_group * (c->n_experts / c->n_group) < c->top_k))
+        return pith_errf(err, "%s: %d of %d expert groups over %d experts cannot give %d experts a token", path,
+                         c->topk_group, c->n_group, c->n_experts, c->top_k);
+    if (!(c->routed_scale >= 0 && c->routed_scale <= 1e6f))
+        return pith_errf(err, "%s: expert weights scale %g out of range", path, (double)c->routed_scale);
     return 0;
 }
 
@@ -73,6 +79,41 @@ void pith_moe_scratch_free(pith_moe_scratch *s) {
 
 /* ---- routing ---- */
 
+static float selection_key(const pith_moe_layer *L, const float *sc, int e) {
+    return sc[e] + (L->select_bias ? L->select_bias[e] : 0.0f);
+}
+
+/* Group-limited routing: the experts a token may choose from. A group's score is its best selection key
+ * (softmax gating: DeepSeek-V2's group_limited_greedy), or with sigmoid gating the sum of its two best
+ * (DeepSeek-V3's and GLM-4.5's noaux_tc); the topk_group best groups stay open, ties to the lower index. */
+static void allowed_experts(const pith_moe_layer *L, const float *sc, bool *allowed) {
+    const pith_moe_config *c = &L->cfg;
+    const int E = c->n_experts, G = c->n_group;
+    if (G <= 1) {
+        for (int e = 0; e < E; e++) allowed[e] = true;
+        return;
+    }
+    const int per = E / G;
+    float score[PITH_BE_MAX_EXPERTS];
+    for (int g = 0; g < G; g++) {
+        float first = -INFINITY, second = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            float k = selection_key(L, sc, e);
+            if (k > first) second = first, first = k;
+            else if (k > second) second = k;
+        }
+        score[g] = c->gating == PITH_GATING_SIGMOID && per > 1 ? first + second : first;
+    }
+    bool open[PITH_BE_MAX_EXPERTS] = {false};
+    for (int j = 0; j < c->topk_group; j++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!open[g] && (best < 0 || score[g] > score[best])) best = g;
+        open[best] = true;
+    }
+    for (int e = 0; e < E; e++) allowed[e] = open[e / per];
+}
+
 void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, float *wt) {
     const pith_moe_config *c = &L->cfg;
     const int E = c->n_experts, K = c->top_k;
@@ -91,15 +132,18 @@ void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, flo
         } else {
             for (int e = 0; e < E; e++) sc[e] = (float)(1.0 / (1.0 + exp(-(double)sc[e])));
         }
+        bool allowed[PITH_BE_MAX_EXPERTS];
+        allowed_experts(L, sc, allowed);
         double chosen = 0;
         for (int j = 0; j < K; j++) {
             int best = -1;
             float best_key = 0;
             for (int e = 0; e < E; e++) {
+                if (!allowed[e]) continue;
                 bool taken = false;
                 for (int i = 0; i < j && !taken; i++) taken = s[i] == e;
                 if (taken) continue;
-                float key = sc[e] + (L->select_bias ? L->select_bias[e] : 0.0f);
+                float key = selection_key(L, sc, e);
                 if (best < 0 || key > best_key) best = e, best_key = key;
             }
             s[j] = best;
@@ -108,6 +152,8 @@ void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, flo
         }
         if (c->norm_topk && chosen > 0)
             for (int j = 0; j < K; j++) w[j] = (float)(w[j] / chosen);
+        if (c->routed_scale > 0 && c->routed_scale != 1)
+            for (int j = 0; j < K; j++) w[j] *= c->routed_scale;
     }
 }
 

@@ -5,8 +5,10 @@
  *   logits = R x (+ router bias)                                  R: n_experts x dim
  *   scores = softmax(logits) over all experts, or sigmoid(logits) per expert (gating)
  *   chosen = the top_k experts by score (+ selection bias, exp_probs_b, where the file has one; ties go
- *            to the lower index), in order of that rank
- *   w_j    = score of chosen j, divided by the sum over the chosen when norm_topk
+ *            to the lower index), in order of that rank; with n_group groups (experts in index order),
+ *            only among the topk_group best groups (a group's best key, or with sigmoid gating the sum
+ *            of its two best)
+ *   w_j    = score of chosen j, divided by the sum over the chosen when norm_topk, times routed_scale
  *   y      = sum_j w_j * down_e(act(gate_e x + bg_e, up_e x + bu_e)) + bd_e        (e = chosen j)
  *          + [sigmoid(s . x) *] down_s(silu(gate_s x) * up_s x)     with a shared expert (and its gate)
  * act is silu(g) * u, or GPT-OSS's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
