@@ -119,6 +119,15 @@ def main():
             ("unknown gating", dict(meta={f"{a}.expert_gating_func": (G.UINT32, 3)}), "expert_gating_func"),
             ("expert count of the wrong type", dict(meta={f"{a}.expert_count": (G.STRING, "eight")}),
              f"{a}.expert_count"),
+            ("expert groups that do not divide the experts", dict(meta={f"{a}.expert_group_count": (G.UINT32, 3)}),
+             "expert groups do not divide"),
+            ("too few expert groups open", dict(meta={f"{a}.expert_group_count": (G.UINT32, 8),
+                                                      f"{a}.expert_group_used_count": (G.UINT32, 1)}),
+             "expert groups used"),
+            ("negative expert weights scale", dict(meta={f"{a}.expert_weights_scale": (G.FLOAT32, -1.0)}),
+             "expert weights scale"),
+            ("more leading dense layers than layers", dict(meta={f"{a}.leading_dense_block_count": (G.UINT32, 99)}),
+             "leading dense layers"),
         ]
         for name, kw, needle in cases:
             bad = os.path.join(tmp, "bad.gguf")
