@@ -173,6 +173,11 @@ PRESETS = {
                                   vocab=512, theta=1e7, ctx=4096, eps=1e-6, tied=False, lin_k_heads=2,
                                   lin_v_heads=4, lin_k_dim=32, lin_v_dim=32, conv_kernel=4, partial_rotary=0.25,
                                   experts=8, experts_used=2, expert_ffn=64, shared_ffn=96, legacy_ssm_in=True),
+    # K-quant rows (multiples of 256) for the reference test's K-quant case.
+    "test-qwen3next-k": dict(arch="qwen3next", dim=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=256,
+                             vocab=512, theta=1e7, ctx=4096, eps=1e-6, tied=False, lin_k_heads=2, lin_v_heads=4,
+                             lin_k_dim=64, lin_v_dim=64, conv_kernel=4, partial_rotary=0.25, experts=8,
+                             experts_used=2, expert_ffn=256, shared_ffn=256),
     # Qwen3-Next-80B-A3B's real shape (benchmarks) in four layers (three DeltaNet, one attention): 512
     # experts of 512, 10 per token, a shared expert of 512.
     "qwen3next-80b-a3b": dict(arch="qwen3next", dim=2048, layers=4, heads=16, kv_heads=2, head_dim=256, ffn=5120,
