@@ -16,8 +16,8 @@ each from BOS (72 tokens) and the GGUF / safetensors F32 ones also from a 153-to
 64-token DeltaNet chunks) prefilled in chunks of 7 and in one, 64 tokens generated; GGUF Q8_0 and
 test-qwen3next-k (widths multiples of 256) in Q4_K_M and Q6_K, all three under "q32-delta", Qwen3.5's
 quantized tolerance: the rounded activations feed the DeltaNet's gates, L2 norms and recurrent state, and
-the router can flip on them (measured: Q8_0 0.70 max / 0.046 mean, Q4_K_M 0.57 / 0.051, Q6_K 0.48 / 0.044,
-above "qk"'s 0.4 for Q6_K); pith's GGUF and safetensors F32 logits of one seed against each other. Each case
+the router can flip on them (measured: Q8_0 0.70 max / 0.046 mean, Q4_K_M 0.57 / 0.051, Q6_K 0.51 / 0.039,
+above "qk"'s 0.4); pith's GGUF and safetensors F32 logits of one seed against each other. Each case
 prints its measured max error.
 
 Environment: PITH_BIN, PITH_TEST_TMP. Exit 77 (skip) when torch or numpy is missing."""
