@@ -169,9 +169,18 @@ static int qwen3next_finish(pith_model_file *f, pith_hparams *hp, pith_err *err)
     const int qkvz[4] = {P->gdn_k_dim, P->gdn_k_dim, r * P->gdn_v_dim, r * P->gdn_v_dim}, ba[2] = {r, r};
     char name[96];
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_layer_bit(hp->layer_recurrent, l)) continue;
+        /* the DeltaNet's projections, named as the file names them (qwen35.c would ask for Qwen3.5's) */
+        char qkv[64];
         snprintf(name, sizeof name, "blk.%d.ssm_in.weight", l);
+        snprintf(qkv, sizeof qkv, "blk.%d.attn_qkv.weight", l);
+        if (!pith_model_file_tensor(f, name) && !pith_model_file_tensor(f, qkv))
+            return pith_errf(err, "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_qkvz.weight) or %s",
+                             name, l, qkv);
         if (ungroup(f, name, nk, qkvz, 4, err)) return -1;
         snprintf(name, sizeof name, "blk.%d.ssm_ba.weight", l);
+        if (!pith_model_file_tensor(f, name))
+            return pith_errf(err, "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_ba.weight)", name, l);
         if (ungroup(f, name, nk, ba, 2, err)) return -1;
     }
     return 0;
