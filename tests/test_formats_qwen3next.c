@@ -9,7 +9,7 @@
  *     -exp(A_log), as GGUF stores them;
  *   - the three files give the same logits;
  *   - malformed values and files are refused with a message naming what is wrong: config.json's
- *     decoder_sparse_step, mlp_only_layers, norm_topk_prob, num_experts, partial_rotary_factor,
+ *     decoder_sparse_step, mlp_only_layers, norm_topk_prob, num_experts, partial_rotary_factor, attention_bias,
  *     linear_num_value_heads; GGUF's attention.recurrent_layers, expert_count and ssm.group_count; a
  *     missing or misshapen fused tensor; a load that asks for the MTP head (not read). */
 #include <math.h>
@@ -239,7 +239,9 @@ static void test_malformed_hf(const char *h) {
                       Q(pith_model_file_hparams(f))->rope_dim);
         pith_model_file_close(f);
     }
-    CHECK(set_key(h, "partial_rotary_factor", "0.25") == 0 && set_key(h, "linear_num_value_heads", "3") == 0);
+    CHECK(set_key(h, "partial_rotary_factor", "0.25") == 0 && set_key(h, "attention_bias", "true") == 0);
+    refused(h, "attention_bias");
+    CHECK(set_key(h, "attention_bias", "false") == 0 && set_key(h, "linear_num_value_heads", "3") == 0);
     refused(h, "not a multiple");
     CHECK(set_key(h, "linear_num_value_heads", "4") == 0);
     /* the fused tensors: absent (renamed), or of the wrong shape (same element count) */
@@ -273,6 +275,14 @@ static void test_malformed_gguf(const char *g) {
     /* no experts: llama.cpp refuses a qwen3next without them, as does the descriptor */
     CHECK(gguf_edit(g, out, "qwen3next.expert_count", "0") == 0);
     refused(out, "expert count 0");
+    /* no shared width: llama.cpp's fallback, the dense width (test-qwen3next: 128, its shared expert 96, so
+     * the shared expert's tensors then have the wrong shape) */
+    CHECK(gguf_edit(g, out, "qwen3next.expert_shared_feed_forward_length", "0") == 0);
+    f = NULL;
+    CHECKF(pith_model_file_open(out, &f, &err) == 0, "no shared width: %s", err.msg);
+    if (f) CHECKF(pith_model_file_hparams(f)->expert_shared_ffn_dim == 128, "no shared width: %d",
+                  pith_model_file_hparams(f)->expert_shared_ffn_dim);
+    pith_model_file_close(f);
     CHECK(gguf_edit(g, out, "qwen3next.ssm.group_count", "0") == 0);
     refused(out, "ssm.group_count");
 }

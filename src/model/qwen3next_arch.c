@@ -34,7 +34,9 @@
  * attention.recurrent_layers (a per-layer bool list, preferred over the interval as llama.cpp does) and
  * the expert keys (moe_arch.h). config.json: qwen35's linear_* keys, num_experts (512),
  * num_experts_per_tok (10), moe_intermediate_size (512), shared_expert_intermediate_size (512),
- * norm_topk_prob, decoder_sparse_step, mlp_only_layers (defaults: Qwen3NextConfig's). */
+ * norm_topk_prob, decoder_sparse_step, mlp_only_layers (defaults: Qwen3NextConfig's); attention_bias true is
+ * refused. Without expert_shared_feed_forward_length a GGUF's shared expert is feed_forward_length wide
+ * (llama.cpp's fallback). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +88,9 @@ static void next_only(pith_hparams *hp) {
 
 static int qwen3next_read_gguf(const pith_meta *m, pith_hparams *hp) {
     if (pith_qwen35_read_gguf(m, hp) || pith_moe_read_gguf(m, hp, true)) return -1;
+    /* llama.cpp: without expert_shared_feed_forward_length the shared expert is feed_forward_length wide */
+    if (!pith_meta_has(m, "expert_shared_feed_forward_length") && hp->ffn_dim > 0)
+        hp->expert_shared_ffn_dim = hp->ffn_dim;
     uint64_t rec[PITH_MAX_LAYERS / 64] = {0};
     bool found;
     if (pith_meta_layers(m, "attention.recurrent_layers", hp->n_layers, "true", rec, &found)) return -1;
@@ -107,13 +112,15 @@ static int qwen3next_read_hf(const pith_meta *m, pith_hparams *hp) {
     hp->n_experts = 512, hp->n_experts_used = 10, hp->expert_ffn_dim = 512, hp->expert_shared_ffn_dim = 512;
     hp->expert_norm_topk = true;
     int sparse_step = 1;
+    bool bias = false;
     if (pith_qwen35_read_hf(m, hp) || pith_meta_int(m, "num_experts", false, &hp->n_experts) ||
         pith_meta_int(m, "num_experts_per_tok", false, &hp->n_experts_used) ||
         pith_meta_int(m, "moe_intermediate_size", false, &hp->expert_ffn_dim) ||
         pith_meta_int(m, "shared_expert_intermediate_size", false, &hp->expert_shared_ffn_dim) ||
         pith_meta_bool(m, "norm_topk_prob", &hp->expert_norm_topk) ||
-        pith_meta_int(m, "decoder_sparse_step", false, &sparse_step))
+        pith_meta_int(m, "decoder_sparse_step", false, &sparse_step) || pith_meta_bool(m, "attention_bias", &bias))
         return -1;
+    if (bias) return pith_errf(m->err, "%s: \"attention_bias\" true is not supported (no released model has biases)", m->path);
     hp->expert_gating = PITH_GATING_SOFTMAX;
     /* Qwen3NextConfig: partial_rotary_factor defaults to 0.25 (qwen35's reader: 1) */
     if (!has_key(m, NULL, "partial_rotary_factor") && !has_key(m, "rope_parameters", "partial_rotary_factor")) {
