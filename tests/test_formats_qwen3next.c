@@ -103,7 +103,8 @@ static bool same_rows(const pith_model_file *a, const char *na, int ra, const pi
 
 static bool vec_equal(const pith_model_file *a, const pith_model_file *b, const char *name, double rel) {
     const pith_tensor *x = pith_model_file_tensor(a, name), *y = pith_model_file_tensor(b, name);
-    if (!x || !y || x->type != PITH_F32 || y->type != PITH_F32 || pith_tensor_nelems(x) != pith_tensor_nelems(y)) return false;
+    if (!x || !y || x->type != PITH_F32 || y->type != PITH_F32 || pith_tensor_nelems(x) != pith_tensor_nelems(y))
+        return false;
     for (int64_t i = 0; i < pith_tensor_nelems(x); i++) {
         double u = ((const float *)x->data)[i], v = ((const float *)y->data)[i];
         if (fabs(u - v) > rel * fmax(1.0, fabs(u))) return false;
@@ -235,8 +236,9 @@ static void test_malformed_hf(const char *h) {
         f = NULL;
         CHECK(set_key(h, "partial_rotary_factor", val[i]) == 0);
         CHECKF(pith_model_file_open(h, &f, &err) == 0, "partial_rotary_factor %s: %s", val[i], err.msg);
-        if (f) CHECKF(Q(pith_model_file_hparams(f))->rope_dim == want[i], "partial_rotary_factor %s: rope over %d", val[i],
-                      Q(pith_model_file_hparams(f))->rope_dim);
+        if (f)
+            CHECKF(Q(pith_model_file_hparams(f))->rope_dim == want[i], "partial_rotary_factor %s: rope over %d",
+                   val[i], Q(pith_model_file_hparams(f))->rope_dim);
         pith_model_file_close(f);
     }
     CHECK(set_key(h, "partial_rotary_factor", "0.25") == 0 && set_key(h, "attention_bias", "true") == 0);
@@ -263,11 +265,11 @@ static void test_malformed_gguf(const char *g) {
      * list that moves the attention layer (its tensors then miss), a list that agrees */
     CHECK(gguf_edit(g, out, "", "w.add_array('qwen3next.attention.recurrent_layers', [True, False], G.BOOL)") == 0);
     refused(out, "attention.recurrent_layers has 2 entries");
-    CHECK(gguf_edit(g, out, "", "w.add_array('qwen3next.attention.recurrent_layers', [False, True, True, True], G.BOOL)") ==
-          0);
+    CHECK(gguf_edit(g, out, "",
+                    "w.add_array('qwen3next.attention.recurrent_layers', [False, True, True, True], G.BOOL)") == 0);
     refused(out, "blk.0.attn_k.weight");
-    CHECK(gguf_edit(g, out, "", "w.add_array('qwen3next.attention.recurrent_layers', [True, True, True, False], G.BOOL)") ==
-          0);
+    CHECK(gguf_edit(g, out, "",
+                    "w.add_array('qwen3next.attention.recurrent_layers', [True, True, True, False], G.BOOL)") == 0);
     pith_model_file *f = NULL;
     pith_err err;
     CHECKF(pith_model_file_open(out, &f, &err) == 0, "recurrent_layers: %s", err.msg);

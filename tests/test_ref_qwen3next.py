@@ -396,7 +396,8 @@ def main():
         seed = 900
         f32 = {}
         cases = [(PRESET, "gguf", "F32"), ("test-qwen3next-legacy", "gguf", "F32"), (PRESET, "safetensors", "F32"),
-                 (PRESET, "safetensors", "BF16"), (PRESET, "gguf", "Q8_0")] + [(KQUANT_PRESET, "gguf", t) for t in KQUANT_TYPES]
+                 (PRESET, "safetensors", "BF16"), (PRESET, "gguf", "Q8_0")]
+        cases += [(KQUANT_PRESET, "gguf", t) for t in KQUANT_TYPES]
         for preset, fmt, dtype in cases:
             # one seed for the F32 files of test-qwen3next (the cross-format check below)
             model, tok, n_vocab = T.make_model(tmp, preset, fmt, dtype, 900 if dtype == "F32" else seed)
@@ -427,7 +428,8 @@ def main():
                 continue
             (pa, a), (pb, b) = runs
             err = float(np.abs(a - b).max())
-            print(f"{PRESET}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound {CROSS_FORMAT_BOUND:g})")
+            print(f"{PRESET}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} "
+                  f"(bound {CROSS_FORMAT_BOUND:g})")
             if pa != pb or err > CROSS_FORMAT_BOUND:
                 fail(f"{PRESET}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
     print(f"{time.time() - t0:.1f} s")

@@ -120,7 +120,9 @@ static int qwen3next_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_bool(m, "norm_topk_prob", &hp->expert_norm_topk) ||
         pith_meta_int(m, "decoder_sparse_step", false, &sparse_step) || pith_meta_bool(m, "attention_bias", &bias))
         return -1;
-    if (bias) return pith_errf(m->err, "%s: \"attention_bias\" true is not supported (no released model has biases)", m->path);
+    if (bias)
+        return pith_errf(m->err, "%s: \"attention_bias\" true is not supported (no released model has biases)",
+                         m->path);
     hp->expert_gating = PITH_GATING_SOFTMAX;
     /* Qwen3NextConfig: partial_rotary_factor defaults to 0.25 (qwen35's reader: 1) */
     if (!has_key(m, NULL, "partial_rotary_factor") && !has_key(m, "rope_parameters", "partial_rotary_factor")) {
@@ -182,12 +184,14 @@ static int qwen3next_finish(pith_model_file *f, pith_hparams *hp, pith_err *err)
         snprintf(name, sizeof name, "blk.%d.ssm_in.weight", l);
         snprintf(qkv, sizeof qkv, "blk.%d.attn_qkv.weight", l);
         if (!pith_model_file_tensor(f, name) && !pith_model_file_tensor(f, qkv))
-            return pith_errf(err, "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_qkvz.weight) or %s",
+            return pith_errf(err,
+                             "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_qkvz.weight) or %s",
                              name, l, qkv);
         if (ungroup(f, name, nk, qkvz, 4, err)) return -1;
         snprintf(name, sizeof name, "blk.%d.ssm_ba.weight", l);
         if (!pith_model_file_tensor(f, name))
-            return pith_errf(err, "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_ba.weight)", name, l);
+            return pith_errf(err, "missing tensor %s (Hugging Face model.layers.%d.linear_attn.in_proj_ba.weight)",
+                             name, l);
         if (ungroup(f, name, nk, ba, 2, err)) return -1;
     }
     return 0;
