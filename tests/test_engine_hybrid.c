@@ -373,7 +373,7 @@ int main(void) {
         return CHECK_SKIP;
     }
     static const char *presets[] = {"test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid",
-                                    "test-granitehybrid-moe", "test-nemotronh"};
+                                    "test-granitehybrid-moe", "test-nemotronh", "test-qwen3next"};
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);

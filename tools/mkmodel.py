@@ -162,6 +162,28 @@ PRESETS = {
                            theta=1e7, ctx=4096, eps=1e-6, tied=True, lin_k_heads=2, lin_v_heads=4, lin_k_dim=32,
                            lin_v_dim=32, conv_kernel=4, partial_rotary=0.25, mrope_section=[3, 3, 2], experts=8,
                            experts_used=2, expert_ffn=64, shared_ffn=96),
+    # Qwen3-Next (tools/mkmodel_qwen3next.py): test-qwen35moe's shape with Qwen3-Next's fused DeltaNet
+    # projections, plain partial RoPE, an untied lm_head; test-qwen3next-legacy writes GGUF's older fused
+    # ssm_in (the same weights).
+    "test-qwen3next": dict(arch="qwen3next", dim=128, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=128,
+                           vocab=512, theta=1e7, ctx=4096, eps=1e-6, tied=False, lin_k_heads=2, lin_v_heads=4,
+                           lin_k_dim=32, lin_v_dim=32, conv_kernel=4, partial_rotary=0.25, experts=8,
+                           experts_used=2, expert_ffn=64, shared_ffn=96),
+    "test-qwen3next-legacy": dict(arch="qwen3next", dim=128, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=128,
+                                  vocab=512, theta=1e7, ctx=4096, eps=1e-6, tied=False, lin_k_heads=2,
+                                  lin_v_heads=4, lin_k_dim=32, lin_v_dim=32, conv_kernel=4, partial_rotary=0.25,
+                                  experts=8, experts_used=2, expert_ffn=64, shared_ffn=96, legacy_ssm_in=True),
+    # K-quant rows (multiples of 256) for the reference test's K-quant case.
+    "test-qwen3next-k": dict(arch="qwen3next", dim=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=256,
+                             vocab=512, theta=1e7, ctx=4096, eps=1e-6, tied=False, lin_k_heads=2, lin_v_heads=4,
+                             lin_k_dim=64, lin_v_dim=64, conv_kernel=4, partial_rotary=0.25, experts=8,
+                             experts_used=2, expert_ffn=256, shared_ffn=256),
+    # Qwen3-Next-80B-A3B's real shape (benchmarks) in four layers (three DeltaNet, one attention): 512
+    # experts of 512, 10 per token, a shared expert of 512.
+    "qwen3next-80b-a3b": dict(arch="qwen3next", dim=2048, layers=4, heads=16, kv_heads=2, head_dim=256, ffn=5120,
+                              vocab=151936, theta=1e7, ctx=262144, eps=1e-6, tied=False, lin_k_heads=16,
+                              lin_v_heads=32, lin_k_dim=128, lin_v_dim=128, conv_kernel=4, partial_rotary=0.25,
+                              experts=512, experts_used=10, expert_ffn=512, shared_ffn=512),
     # YaRN x4 over an original context of 64 (so the ramp covers dimensions within a few dozen positions).
     "test-qwen3-yarn": dict(arch="qwen3", dim=128, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=384,
                             vocab=512, theta=1e6, ctx=512, eps=1e-6, tied=True, rope_scaling="yarn",
@@ -226,7 +248,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
-                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None)
+                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None, legacy_ssm_in=False)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -236,7 +258,7 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "nemotron_h": ("NemotronHForCausalLM", "nemotron_h"),
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
-           "olmo2": ("Olmo2ForCausalLM", "olmo2")}
+           "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
@@ -247,6 +269,8 @@ HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
 HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
                            "mlp.experts.{e}.down_proj.weight"),
               "qwen35moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
+                            "mlp.experts.{e}.down_proj.weight"),
+              "qwen3next": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
                             "mlp.experts.{e}.down_proj.weight"),
               "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
                           "block_sparse_moe.experts.{e}.w3.weight", "block_sparse_moe.experts.{e}.w2.weight")}
@@ -274,8 +298,8 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2")
-        if self.arch in ("qwen35", "qwen35moe"):
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next")
+        if self.arch in ("qwen35", "qwen35moe", "qwen3next"):
             self.conv_kernel = self.conv_kernel or 4
             self.full_attn_interval = self.full_attn_interval or 4
             self.partial_rotary = self.partial_rotary or 1.0
@@ -344,7 +368,7 @@ class Config:
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
         if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in (
-                "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2")):
+                "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's, Gemma 3's and OLMo 2's: no real model mixes "
                              "them otherwise")
         if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
@@ -372,7 +396,7 @@ class Config:
                 raise ValueError("Gemma 3 scales its global RoPE linearly, not llama3-style")
             if not self.query_pre_attn_scalar > 0 or (self.final_softcap is not None and not self.final_softcap > 0):
                 raise ValueError("query_pre_attn_scalar and final softcap must be positive")
-        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss") and not self.experts:
+        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "qwen3next") and not self.experts:
             raise ValueError(f"{self.arch} needs --experts")
         if self.experts:
             if self.moe_family() is None:
@@ -395,9 +419,11 @@ class Config:
             raise ValueError("an MTP head is qwen35's, of one layer")
         if self.mtp_copy and not self.mtp:
             raise ValueError("--mtp-copy needs --mtp")
-        if self.shared_ffn and self.arch != "qwen35moe":
+        if self.legacy_ssm_in and self.arch != "qwen3next":
+            raise ValueError("the fused ssm_in of older GGUF files is qwen3next's")
+        if self.shared_ffn and self.arch not in ("qwen35moe", "qwen3next"):
             raise ValueError("a shared expert is qwen35moe's")
-        if self.arch in ("qwen35", "qwen35moe"):
+        if self.arch in ("qwen35", "qwen35moe", "qwen3next"):
             if any(v is None for v in (self.lin_k_heads, self.lin_v_heads, self.lin_k_dim, self.lin_v_dim)):
                 raise ValueError("qwen35: lin_k_heads, lin_v_heads, lin_k_dim and lin_v_dim are required")
             if self.lin_v_heads % self.lin_k_heads or self.lin_k_dim != self.lin_v_dim or self.rope_scaling:
@@ -418,7 +444,7 @@ class Config:
         """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
         if not self.experts:
             return None
-        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid"):
+        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next"):
             return self.arch
         return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
 
@@ -613,6 +639,9 @@ def tensor_specs(cfg):
         return lfm2_tensor_specs(cfg)
     if cfg.arch in ("qwen35", "qwen35moe"):
         return qwen35_tensor_specs(cfg)
+    if cfg.arch == "qwen3next":
+        import mkmodel_qwen3next
+        return mkmodel_qwen3next.tensor_specs(cfg)
     if cfg.arch == "gpt-oss":
         return gptoss_tensor_specs(cfg)
     if cfg.arch == "granitehybrid":
@@ -751,6 +780,9 @@ def hf_chunks(seed, gname, shape, kind):
             yield random_tensor(seed, d, (shape[1],), "bias")[None]
     elif kind in ("gh_cat", "gh_exp_in", "gh_exp_out"):
         yield from granite_hf_chunks(seed, gname, shape, kind)
+    elif kind in ("q3n_qkvz", "q3n_ba"):
+        import mkmodel_qwen3next
+        yield from mkmodel_qwen3next.hf_chunks(seed, gname, shape, kind)
     else:
         yield from random_chunks(seed, gname, shape, kind)
 
@@ -1515,10 +1547,11 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     if a not in ("qwen35moe", "nemotron_h"):  # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
-    if a in ("qwen35", "qwen35moe"):
+    if a in ("qwen35", "qwen35moe", "qwen3next"):
         w.add_u32(f"{a}.attention.head_count_kv", cfg.kv_heads)
         w.add_u32(f"{a}.rope.dimension_count", int(cfg.head_dim * cfg.partial_rotary))
-        w.add_array(f"{a}.rope.dimension_sections", (list(cfg.mrope_section) + [0, 0, 0, 0])[:4], G.INT32)
+        if a != "qwen3next":   # qwen3next: plain partial RoPE
+            w.add_array(f"{a}.rope.dimension_sections", (list(cfg.mrope_section) + [0, 0, 0, 0])[:4], G.INT32)
         w.add_u32(f"{a}.ssm.conv_kernel", cfg.conv_kernel)
         w.add_u32(f"{a}.ssm.state_size", cfg.lin_k_dim)
         w.add_u32(f"{a}.ssm.group_count", cfg.lin_k_heads)
@@ -1539,7 +1572,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen35moe", "qwen3moe", "gpt-oss"):
+    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen35moe", "qwen3moe", "gpt-oss",
+                                                     "qwen3next"):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
@@ -1554,7 +1588,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
         w.add_u32(f"{a}.expert_count", cfg.experts)
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
-        if a in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid"):
+        if a in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
         if cfg.shared_ffn:
             w.add_u32(f"{a}.expert_shared_feed_forward_length", cfg.shared_ffn)
@@ -1631,6 +1665,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             heads = cfg.heads if "attn_q." in gname else cfg.kv_heads
             data = (lambda n=gname, s=shape, k=kind, h=heads:
                     permute_for_adjacent_rope(random_tensor(seed, n, s, k), h))
+        elif a == "qwen3next":
+            import mkmodel_qwen3next
+            data = (lambda n=gname, s=shape, k=kind: mkmodel_qwen3next.gguf_tensor(cfg, seed, n, s, k))
         elif a in ("qwen35", "qwen35moe") and (kind in ("znorm", "znorm_zero", "alog") or "attn_qkv" in gname or "ssm_" in gname or
                                 "attn_gate" in gname):
             data = (lambda n=gname, s=shape, k=kind: qwen35_gguf_tensor(
@@ -1666,6 +1703,9 @@ def hf_config(cfg, dtype):
         return lfm2_hf_config(cfg, dtype)
     if cfg.arch in ("qwen35", "qwen35moe"):
         return qwen35_hf_config(cfg, dtype)
+    if cfg.arch == "qwen3next":
+        import mkmodel_qwen3next
+        return mkmodel_qwen3next.hf_config(cfg, dtype)
     if cfg.arch == "granitehybrid":
         return granite_hf_config(cfg, dtype)
     if cfg.arch == "nemotron_h":
@@ -1770,6 +1810,9 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
         specs = hf_fused(specs, cfg)
     if cfg.arch == "granitehybrid":
         specs = granite_hf_specs(specs, cfg)
+    if cfg.arch == "qwen3next":
+        import mkmodel_qwen3next
+        specs = mkmodel_qwen3next.hf_specs(specs, cfg)
     if cfg.hf_type == "multimodal":
         specs = hf_multimodal_specs(cfg, specs)
     st_name, elem = ST_DTYPES[dtype]

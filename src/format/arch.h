@@ -148,5 +148,8 @@ const char *pith_arch_names(char *buf, size_t cap, bool hf);
 /* Replaces the named vector (F32 after validation) with an owned copy, returned for editing in place
  * with its element count; *data is NULL when the tensor is absent. */
 int pith_mf_own_vector(pith_model_file *f, const char *name, float **data, int64_t *n, pith_err *err);
+/* Replaces the named tensor's bytes (any type, any shape) with an owned copy, returned for editing in place
+ * (Qwen3-Next's fused projections have their rows reordered) with the tensor; *data is NULL when absent. */
+int pith_mf_own_bytes(pith_model_file *f, const char *name, void **data, const pith_tensor **t, pith_err *err);
 
 #endif

@@ -192,6 +192,20 @@ int pith_mf_own_vector(pith_model_file *f, const char *name, float **data, int64
     return 0;
 }
 
+int pith_mf_own_bytes(pith_model_file *f, const char *name, void **data, const pith_tensor **out, pith_err *err) {
+    *data = NULL;
+    *out = NULL;
+    pith_tensor *t = pith_mf_find(f, name);
+    if (!t) return 0;
+    void *copy = pith_mf_alloc(f, t->nbytes ? t->nbytes : 1, err);
+    if (!copy) return -1;
+    memcpy(copy, t->data, t->nbytes);
+    t->data = copy;
+    *data = copy;
+    *out = t;
+    return 0;
+}
+
 /* Kernels read F32 as floats and the quantized/16-bit types through 2-byte fields: copy any view that the
  * file left misaligned (possible in safetensors, or GGUF with general.alignment < 4). */
 static int realign(pith_model_file *f, pith_err *err) {

@@ -60,10 +60,20 @@ int q35_load_layer(q35 *m, int l, bool delta, q35_layer *L, pith_err *err) {
         const pith_tensor *c = pith_model_file_tensor(d->file, name);
         if (c && c->ne[0] != m->K)
             return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, name, (long long)c->ne[0], m->K);
-        if (pith_decoder_matrix_of(d, l, "attn_qkv.weight", m->conv_dim, dim, &L->wqkv, err) ||
-            pith_decoder_matrix_of(d, l, "attn_gate.weight", m->value_dim, dim, &L->wz, err) ||
-            pith_decoder_matrix_of(d, l, "ssm_beta.weight", nv, dim, &L->wb, err) ||
-            pith_decoder_matrix_of(d, l, "ssm_alpha.weight", nv, dim, &L->wa, err) ||
+        /* Qwen3-Next's fused projections (qwen3next_arch.c reorders their rows at load): ssm_in is
+         * [q | k | v | z], ssm_ba [beta | alpha]; Qwen3.5's files have neither */
+        snprintf(name, sizeof name, "blk.%d.ssm_in.weight", l);
+        int fused_in = pith_model_file_tensor(d->file, name) != NULL, cv = m->conv_dim, vd = m->value_dim;
+        snprintf(name, sizeof name, "blk.%d.ssm_ba.weight", l);
+        int fused_ba = pith_model_file_tensor(d->file, name) != NULL;
+        if ((fused_in ? pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, cv + vd, 0, cv, &L->wqkv, err) ||
+                            pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, cv + vd, cv, vd, &L->wz, err)
+                      : pith_decoder_matrix_of(d, l, "attn_qkv.weight", cv, dim, &L->wqkv, err) ||
+                            pith_decoder_matrix_of(d, l, "attn_gate.weight", vd, dim, &L->wz, err)) ||
+            (fused_ba ? pith_decoder_matrix_rows(d, l, "ssm_ba.weight", dim, 2 * nv, 0, nv, &L->wb, err) ||
+                            pith_decoder_matrix_rows(d, l, "ssm_ba.weight", dim, 2 * nv, nv, nv, &L->wa, err)
+                      : pith_decoder_matrix_of(d, l, "ssm_beta.weight", nv, dim, &L->wb, err) ||
+                            pith_decoder_matrix_of(d, l, "ssm_alpha.weight", nv, dim, &L->wa, err)) ||
             pith_decoder_matrix_of(d, l, "ssm_out.weight", dim, m->value_dim, &L->wout, err) ||
             pith_decoder_vector(d, l, "ssm_conv1d.weight", m->conv_dim * m->K, true, &L->conv_w, err) ||
             pith_decoder_vector(d, l, "ssm_dt.bias", nv, true, &L->dt_bias, err) ||
@@ -164,7 +174,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     m->conv_dim = 2 * m->key_dim + m->value_dim;
     m->conv_floats = (size_t)(m->K - 1) * m->conv_dim;
     m->state_floats = (size_t)P->gdn_v_heads * P->gdn_k_dim * P->gdn_v_dim;
-    m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF;
+    m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF && !P->qk_grouped;
     int rc = 0;
     if ((long long)m->conv_dim * m->K > INT_MAX)
         rc = pith_errf(err, "DeltaNet convolution of %d channels by %d is too large", m->conv_dim, m->K);

@@ -9,11 +9,14 @@
 /* Qwen3.5's own hyper-parameters (format/arch.h: pith_arch_params): the Gated DeltaNet's query/key
  * heads, value heads (a multiple of them) and head widths; the partial rotary (RoPE over the first
  * rope_dim dimensions of each head, 0: all) and its M-RoPE sections (all zero: none; for text every
- * section takes the token's position). */
+ * section takes the token's position). qk_grouped: the GGUF file keeps the value heads grouped by key
+ * head (value head h reads key head h / (value heads / key heads)), as Hugging Face files do, instead of
+ * llama.cpp's tiled qwen35 order (qwen3next's GGUF: its converter does not reorder them). */
 typedef struct pith_qwen35_params {
     int gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim;
     int rope_dim;
     int rope_sections[4];
+    bool qk_grouped;
 } pith_qwen35_params;
 
 /* Takes ownership of `file` on success (and on failure leaves it to the caller). */
