@@ -168,7 +168,8 @@ int pith_phi3_build(pith_model_file *file, const pith_model_options *opt, pith_m
         m->rope = &m->rope_short;
     }
     if (!rc) rc = pith_dec_bufs_make(d, hp->ffn_dim, &m->bufs, err);
-    if (!rc && !(m->cs = pith_be_buffer(d->be, hp->head_dim, err))) rc = -1;
+    /* the tables' width is the rotated width: the backend rotates cs->cols / 2 pairs */
+    if (!rc && !(m->cs = pith_be_buffer(d->be, n_rot, err))) rc = -1;
     if (!rc) rc = pith_decoder_kv_memory(d, hp->n_kv_heads * hp->head_dim, phi3_window, err);
     return pith_decoder_end(d, rc, out, err);
 }
