@@ -1,6 +1,6 @@
 """Phi-3 / Phi-4 (`phi3`): Pith's logits against a float64 torch forward written from transformers'
 models/phi3/modeling_phi3.py (phi3_by_hand below), on tools/mkmodel.py's test-phi3 (Phi-4-mini-like: GQA,
-tied embeddings, partial rotary 0.75, LongRoPE with original context 128 of 512) and test-phi3-plain
+tied embeddings, partial rotary 0.75, LongRoPE with original context 64 of 512) and test-phi3-plain
 (Phi-3-mini-4k-like: no scaling, a sliding window of 16 on every layer).
 
 First the reference itself: its RoPE (factors 1, whole head) and attention against tools/reference.py's,
@@ -11,16 +11,17 @@ LongRoPE against plain RoPE, the window against none), so that a loader dropping
 Then pith against it, printing each case's max error:
 - F32 GGUF and safetensors ("float", 1e-4), from BOS (72 generated tokens: more than four windows of
   test-phi3-plain) and from a 77-token prompt prefilled with --max-batch-tokens 7 and in one chunk;
-- test-phi3 with `-c 128` (the configured context within original_max_position_embeddings: the short
-  factors) and `-c 512` (beyond it: the long factors), every case above in both;
+- test-phi3 with `-c 64` (the configured context within original_max_position_embeddings: the short
+  factors; 48 tokens from BOS, and a 40-token prompt, PROMPT_SHORT, with 12 generated) and `-c 512`
+  (beyond it: the long factors), every case above in both;
 - Q8_0 and Q4_K_M GGUF within the quantized tolerances ("q32", "qk"), BF16 safetensors within "float"
   against the reference on the file's own (rounded) weights;
 - pith's GGUF and safetensors F32 logits of one seed against each other.
 
 Pith chooses LongRoPE's list by the configured context, as llama.cpp does (model/phi3.c); transformers
 switches by the longest position of each forward call, which agrees with the cases here since every
-sequence stays within the context it was run with (short: at most 128 positions; long: the reference
-uses the long factors throughout, as transformers does after its cache recomputation beyond 128).
+sequence stays within the context it was run with (short: at most 64 positions; long: the reference
+uses the long factors throughout, as transformers does after its cache recomputation beyond 64).
 
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch). Exit 77 (skip) when torch or numpy is
 missing."""
@@ -44,6 +45,8 @@ import mkmodel_phi3  # noqa: E402  (tools/, on the path through test_reference_m
 SEED = 3100
 N_GEN_LONG = R.N_GEN_LONG          # 72 from BOS
 N_GEN_PROMPT = R.N_GEN_PROMPT      # 12 after the 77-token prompt
+N_GEN_SHORT = 48                   # from BOS within -c 64
+PROMPT_SHORT = R.PROMPT_TEXT[:len(R.PROMPT_TEXT) // 2]   # 40 tokens, + 12 generated within -c 64
 CROSS_FORMAT = 1e-4                # pith's F32 GGUF against its F32 safetensors (float rounding only)
 
 PHI3_HF_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_qkv.weight": "self_attn.qkv_proj.weight",
@@ -211,10 +214,12 @@ def check_reference(tmp):
 
 
 def contexts(cfg):
-    """(label, -c value, long factors) for each configured context a preset is run with."""
+    """(label, -c value, long factors, tokens from BOS, prompt) for each configured context a preset is run
+    with."""
     if cfg.rope_scaling == "longrope":
-        return [("c128 short", cfg.rope_orig_ctx, False), ("c512 long", cfg.ctx, True)]
-    return [("", cfg.ctx, True)]
+        return [(f"c{cfg.rope_orig_ctx} short", cfg.rope_orig_ctx, False, N_GEN_SHORT, PROMPT_SHORT),
+                (f"c{cfg.ctx} long", cfg.ctx, True, N_GEN_LONG, R.PROMPT_TEXT)]
+    return [("", cfg.ctx, True, N_GEN_LONG, R.PROMPT_TEXT)]
 
 
 def check_pith(pith, tmp):
@@ -226,7 +231,7 @@ def check_pith(pith, tmp):
                            ("safetensors", "BF16")):
             model, tok, n_vocab = R.make_model(tmp, preset, fmt, dtype, seed)
             w = phi3_weights(cfg, path=model)
-            for label, ctx, long in contexts(cfg):
+            for label, ctx, long, n_bos, prompt in contexts(cfg):
                 if dtype not in ("F32",) and long is False:
                     continue   # the quantized and BF16 files: the long list (the trained context) only
                 name = f"{preset} {fmt} {dtype}{' ' + label if label else ''}"
@@ -234,21 +239,21 @@ def check_pith(pith, tmp):
 
                 def ref(toks, kv_f16, w=w, long=long):
                     return phi3_by_hand(cfg, w, toks, long=long, kv_f16=kv_f16)
-                R.compare(pith, tmp, name, model, tok, n_vocab, R.tolerance_kind(dtype), n_gen=N_GEN_LONG, extra=c,
+                R.compare(pith, tmp, name, model, tok, n_vocab, R.tolerance_kind(dtype), n_gen=n_bos, extra=c,
                           ref_fn=ref)
                 if dtype != "F32":
                     continue
                 f32[(fmt, ctx)] = (model, tok)
                 if fmt == "gguf":
                     R.compare(pith, tmp, name + " kv-f16", model, tok, n_vocab, "float-kv16", kv_f32=False,
-                              n_gen=N_GEN_LONG, extra=c, ref_fn=ref)
+                              n_gen=n_bos, extra=c, ref_fn=ref)
                 for chunk in (7, 2048):
                     R.compare(pith, tmp, f"{name} prompt/{chunk}", model, tok, n_vocab, "float", n_gen=N_GEN_PROMPT,
-                              prompt=R.PROMPT_TEXT, extra=c + ("--max-batch-tokens", str(chunk)), ref_fn=ref)
+                              prompt=prompt, extra=c + ("--max-batch-tokens", str(chunk)), ref_fn=ref)
         # pith's two F32 formats of one seed, from BOS and from the prompt in chunks of 7
-        for label, ctx, _ in contexts(cfg):
-            for what, kw in (("from BOS", dict(n_gen=N_GEN_LONG, extra=("-c", str(ctx)))),
-                             ("prompt/7", dict(n_gen=N_GEN_PROMPT, prompt=R.PROMPT_TEXT,
+        for label, ctx, _, n_bos, prompt in contexts(cfg):
+            for what, kw in (("from BOS", dict(n_gen=n_bos, extra=("-c", str(ctx)))),
+                             ("prompt/7", dict(n_gen=N_GEN_PROMPT, prompt=prompt,
                                                extra=("-c", str(ctx), "--max-batch-tokens", "7")))):
                 runs = [R.pith_logits(pith, tmp, f"{preset} {fmt} F32 {what}", *f32[(fmt, ctx)], cfg.vocab, **kw)
                         for fmt in ("gguf", "safetensors")]

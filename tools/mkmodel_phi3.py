@@ -18,7 +18,8 @@ From transformers' models/phi3/modeling_phi3.py / configuration_phi3.py and llam
 
 Presets:
 - `test-phi3`: Phi-4-mini-like (GQA, tied embeddings, partial rotary 0.75, LongRoPE) with a small original
-  context (128 of 512) so that tests run both lists: `-c 128` (short factors) and `-c 512` (long);
+  context (64 of 512) so that tests run both lists: `-c 64` (short factors) and `-c 512` (long). Every
+  engine configuration of tests/test_engine_models.c (pools of 128 tokens and more) takes the long list;
 - `test-phi3-plain`: Phi-3-mini-4k-like (no scaling, untied) with a sliding window of 16 on every layer;
 - `phi3-mini`: Phi-3-mini-4k-instruct's real shape (benchmarks; its window 2047)."""
 
@@ -28,7 +29,7 @@ import numpy as np
 
 PRESETS = {
     "test-phi3": dict(arch="phi3", dim=256, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=512,
-                      theta=10000.0, ctx=512, eps=1e-5, tied=True, rope_scaling="longrope", rope_orig_ctx=128,
+                      theta=10000.0, ctx=512, eps=1e-5, tied=True, rope_scaling="longrope", rope_orig_ctx=64,
                       partial_rotary=0.75),
     "test-phi3-plain": dict(arch="phi3", dim=256, layers=2, heads=4, kv_heads=4, head_dim=64, ffn=512, vocab=512,
                             theta=10000.0, ctx=256, eps=1e-5, tied=False, sliding_window=16),
