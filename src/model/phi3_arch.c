@@ -230,6 +230,22 @@ static int gguf_factors(pith_model_file *f, const char *name, int n_rot, float *
     return 0;
 }
 
+/* GGUF's LongRoPE lists (a Hugging Face file has them in config.json: read_hf). */
+static int gguf_longrope(pith_model_file *f, pith_phi3_params *P, const pith_hparams *hp, pith_err *err) {
+    int n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim, n_long, n_short;
+    if (gguf_factors(f, "rope_factors_long.weight", n_rot, P->long_factor, &n_long, err) ||
+        gguf_factors(f, "rope_factors_short.weight", n_rot, P->short_factor, &n_short, err))
+        return -1;
+    if ((n_long < 0) != (n_short < 0))
+        return pith_errf(err, "%s: missing tensor '%s' (LongRoPE needs both lists)", pith_model_file_path(f),
+                         n_long < 0 ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    if (n_long >= 0) {
+        P->n_factors = n_long;
+        if (check_factors(P, n_rot, pith_model_file_path(f), err)) return -1;
+    }
+    return 0;
+}
+
 static int phi3_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
     pith_phi3_params *P = pith_arch_params(hp);
     int64_t qd = (int64_t)hp->n_heads * hp->head_dim, kvd = (int64_t)hp->n_kv_heads * hp->head_dim;
@@ -242,19 +258,9 @@ static int phi3_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
             check_matrix(f, l, "ffn_up.weight", hp->dim, 2 * (int64_t)hp->ffn_dim, " (fused [gate | up])", err))
             return -1;
     }
-    /* GGUF's LongRoPE lists (a Hugging Face file has them in config.json: read_hf) */
-    if (pith_model_file_format(f) != PITH_FORMAT_GGUF) return 0;
-    int n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim, n_long, n_short;
-    if (gguf_factors(f, "rope_factors_long.weight", n_rot, P->long_factor, &n_long, err) ||
-        gguf_factors(f, "rope_factors_short.weight", n_rot, P->short_factor, &n_short, err))
-        return -1;
-    if ((n_long < 0) != (n_short < 0))
-        return pith_errf(err, "%s: missing tensor '%s' (LongRoPE needs both lists)", pith_model_file_path(f),
-                         n_long < 0 ? "rope_factors_long.weight" : "rope_factors_short.weight");
-    if (n_long >= 0) {
-        P->n_factors = n_long;
-        if (check_factors(P, n_rot, pith_model_file_path(f), err)) return -1;
-    }
+    if (pith_model_file_format(f) == PITH_FORMAT_GGUF && gguf_longrope(f, P, hp, err)) return -1;
+    /* without LongRoPE neither means anything: the same bytes from both formats */
+    if (P->n_factors == 0) P->orig_ctx = 0, P->attn_factor = 0;
     return 0;
 }
 
