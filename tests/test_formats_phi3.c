@@ -9,7 +9,10 @@
  *   - malformed files are refused with a message naming the tensor or key: missing or misshapen fused
  *     tensors, one LongRoPE list without the other, lists of the wrong length or with a non-positive
  *     factor, an odd rotated width, bad attention factor, original context, window, partial_rotary_factor,
- *     factor lists that are not lists of numbers. */
+ *     factor lists that are not lists of numbers;
+ *   - a file carrying Phi-3's chat template (<|user|> ... <|end|> <|assistant|>, tests/chat/phi3.jinja) or
+ *     Phi-4's (<|im_start|>, tests/chat/phi4.jinja) loads and chats through `pith run --chat` (the
+ *     templates' rendering itself: test_chat_template). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -308,6 +311,26 @@ static void test_plain(void) {
     }
 }
 
+/* Phi-3's and Phi-4's chat templates in a test-phi3 GGUF: one chat turn through the CLI. */
+static void test_chat_templates(void) {
+    const char *pith = getenv("PITH_BIN");
+    if (!pith) {
+        printf("chat templates skipped: PITH_BIN not set\n");
+        return;
+    }
+    const char *names[] = {"phi3", "phi4"};
+    for (int i = 0; i < 2; i++) {
+        char g[4200], cmd[16000];
+        snprintf(g, sizeof g, "%s/phi3-chat-%s.gguf", tmp, names[i]);
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 '%s/tools/mkmodel.py' --preset test-phi3 --seed 5 --chat-template "
+                 "'%s/tests/chat/%s.jinja' --out '%s' >/dev/null 2>&1 && echo 'Hello there' | '%s' run -m '%s' --chat "
+                 "-n 3 --temp 0 -t 2 >/dev/null 2>&1",
+                 src, src, names[i], g, pith, g);
+        CHECKF(system(cmd) == 0, "a chat turn with %s.jinja failed: %s", names[i], cmd);
+    }
+}
+
 int main(void) {
     src = getenv("PITH_SOURCE_DIR"), tmp = getenv("PITH_TEST_TMP");
     if (!src || !tmp) {
@@ -320,5 +343,6 @@ int main(void) {
     if (f) fclose(f);
     test_longrope();
     test_plain();
+    test_chat_templates();
     return check_summary("test_formats_phi3");
 }
