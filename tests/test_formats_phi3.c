@@ -29,9 +29,9 @@ static const char *src, *tmp;
 static char edit_py[4200];
 
 /* Rewrites a GGUF (argv: tools dir, in, out, JSON ops): "meta" {key: [value, type id]} replaces or adds
- * keys, "drop" removes tensors, "set" replaces a tensor by an F32 vector, "rows" keeps a matrix's first
- * rows, "split_qkv" [q, kv] writes attn_qkv as attn_q, attn_k and attn_v. A Hugging Face directory
- * (in == out): "config" {key or key.sub: value} sets config.json members, "rename" [[old, new]] renames
+ * keys, "drop" removes tensors, "set" replaces (or adds) a tensor as an F32 vector, "rows" keeps a
+ * matrix's first rows, "split_qkv" [q, kv] writes attn_qkv as attn_q, attn_k and attn_v. A Hugging Face
+ * directory (in == out): "config" {key or key.sub: value} sets config.json members, "rename" [[old, new]] renames
  * tensors in model.safetensors' header (names of the same length). */
 static const char EDIT_PY[] =
     "import json, sys\n"
@@ -71,6 +71,8 @@ static const char EDIT_PY[] =
     "            w.add_tensor(b + part, a.shape, G.F32, np.ascontiguousarray(a))\n"
     "        continue\n"
     "    w.add_tensor(n, shape, t, bytes(r.raw(n)))\n"
+    "for n, v in op.get('set', {}).items():\n"
+    "    if n not in r.tensors: a = np.array(v, dtype=np.float32); w.add_tensor(n, a.shape, G.F32, a)\n"
     "w.write()\n";
 
 static int edit(const char *in, const char *out, const char *json) {
@@ -207,6 +209,8 @@ static void test_longrope(void) {
     refused(bad, "tensor 'blk.0.attn_qkv.weight' has shape [256, 256, 1, 1], expected [256, 512]");
     CHECK(edit(split, bad, "{\"drop\": [\"blk.2.attn_k.weight\"]}") == 0);
     refused(bad, "blk.2.attn_k.weight");
+    CHECK(edit(g, bad, "{\"set\": {\"blk.0.attn_qkv.bias\": [0, 0]}}") == 0);
+    refused(bad, "tensor 'blk.0.attn_qkv.bias' is not supported for architecture phi3");
     CHECK(edit(g, bad, "{\"drop\": [\"rope_factors_short.weight\"]}") == 0);
     refused(bad, "missing tensor 'rope_factors_short.weight'");
     CHECK(edit(g, bad, "{\"set\": {\"rope_factors_long.weight\": [1, 2, 3]}}") == 0);

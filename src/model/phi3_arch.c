@@ -258,6 +258,14 @@ static int phi3_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
             check_matrix(f, l, "ffn_up.weight", hp->dim, 2 * (int64_t)hp->ffn_dim, " (fused [gate | up])", err))
             return -1;
     }
+    /* llama.cpp's phi3 graph would take these (biases; experts, PhiMoE's); no Phi-3 or Phi-4 has them, and
+     * the forward pass here would ignore them: refused rather than run without */
+    static const char *const unsupported[] = {"blk.0.attn_qkv.bias", "blk.0.attn_q.bias", "blk.0.attn_output.bias",
+                                              "blk.0.ffn_gate_inp.weight", "output.bias"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++)
+        if (pith_model_file_tensor(f, unsupported[i]))
+            return pith_errf(err, "%s: tensor '%s' is not supported for architecture phi3 (no biases or experts)",
+                             pith_model_file_path(f), unsupported[i]);
     if (pith_model_file_format(f) == PITH_FORMAT_GGUF && gguf_longrope(f, P, hp, err)) return -1;
     /* without LongRoPE neither means anything: the same bytes from both formats */
     if (P->n_factors == 0) P->orig_ctx = 0, P->attn_factor = 0;
