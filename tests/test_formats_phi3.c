@@ -2,7 +2,8 @@
  * written by tools/mkmodel.py from one seed:
  *   - the hyper-parameters the descriptor reads agree across the formats, to the bytes of its own struct
  *     (the partial rotary, LongRoPE's lists, original context and attention factor; the sliding window on
- *     every layer, or none; tied embeddings), and "su" (LongRoPE's former name) reads as "longrope";
+ *     every layer, or none; tied embeddings), and "su" (LongRoPE's former name) reads as "longrope", and
+ *     newer transformers' "rope_parameters" as "rope_scaling";
  *   - the same logits from both formats, with the short factors (a configured context of 64, the original
  *     one) and the long ones (128), which differ; a GGUF with separate attn_q/k/v instead of the fused
  *     attn_qkv gives the fused file's logits;
@@ -31,7 +32,8 @@ static char edit_py[4200];
 /* Rewrites a GGUF (argv: tools dir, in, out, JSON ops): "meta" {key: [value, type id]} replaces or adds
  * keys, "drop" removes tensors, "set" replaces (or adds) a tensor as an F32 vector, "rows" keeps a
  * matrix's first rows, "split_qkv" [q, kv] writes attn_qkv as attn_q, attn_k and attn_v. A Hugging Face
- * directory (in == out): "config" {key or key.sub: value} sets config.json members, "rename" [[old, new]] renames
+ * directory (in == out): "move" [[old, new]] renames config.json members, then "config" {key or key.sub:
+ * value} sets them, "rename" [[old, new]] renames
  * tensors in model.safetensors' header (names of the same length). */
 static const char EDIT_PY[] =
     "import json, sys\n"
@@ -41,6 +43,7 @@ static const char EDIT_PY[] =
     "if sys.argv[2] == sys.argv[3]:\n"
     "    d = sys.argv[2]\n"
     "    c = json.load(open(d + '/config.json'))\n"
+    "    for a, b in op.get('move', []): c[b] = c.pop(a)\n"
     "    for k, v in op.get('config', {}).items():\n"
     "        o = c\n"
     "        *path, last = k.split('.')\n"
@@ -240,6 +243,16 @@ static void test_longrope(void) {
     if (a && b) same_params(a, b, "test-phi3 GGUF vs config.json with \"su\"");
     pith_model_file_close(a);
     pith_model_file_close(b);
+    /* newer transformers' "rope_parameters" (rope_theta and the kind inside) */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", su, h, su);
+    CHECK(system(cmd) == 0);
+    CHECK(edit(su, su, "{\"move\": [[\"rope_scaling\", \"rope_parameters\"]], \"config\": {\"rope_parameters.rope_type\": "
+                       "\"longrope\", \"rope_parameters.rope_theta\": 10000.0}}") == 0);
+    CHECKF(pith_model_file_open(g, &a, &err) == 0, "%s", err.msg);
+    CHECKF(pith_model_file_open(su, &b, &err) == 0, "%s", err.msg);
+    if (a && b) same_params(a, b, "test-phi3 GGUF vs config.json with \"rope_parameters\"");
+    pith_model_file_close(a);
+    pith_model_file_close(b);
 
     /* malformed config.json: each case on a fresh copy */
     const struct { const char *ops, *want; } cases[] = {
@@ -258,6 +271,8 @@ static void test_longrope(void) {
         {"{\"config\": {\"sliding_window\": -1}}", "sliding_window -1 is negative"},
         {"{\"config\": {\"sliding_window\": \"x\"}}", "sliding_window"},
         {"{\"config\": {\"rope_scaling\": [1]}}", "rope_scaling"},
+        {"{\"config\": {\"rope_scaling\": null, \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2.0}}}",
+         "rope_parameters.rope_type 'linear' is not supported for phi3"},
         {"{\"rename\": [[\"layers.1.self_attn.qkv_proj\", \"layers.1.self_attn.qkv_prox\"]]}",
          "missing tensor 'blk.1.attn_qkv.weight'"},
         {"{\"rename\": [[\"layers.0.mlp.gate_up_proj\", \"layers.0.mlp.gate_up_prox\"]]}",

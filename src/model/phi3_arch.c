@@ -124,9 +124,12 @@ static int phi3_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "original_max_position_embeddings", false, &P->orig_ctx) ||
         pith_meta_int(m, "sliding_window", false, &window))
         return -1;
-    /* "rope_scaling" as released configs write it, else the "rope_parameters" of newer transformers */
+    /* "rope_scaling" as released configs write it, else the "rope_parameters" of newer transformers (which
+     * the loader does not read: a kind other than these is refused here) */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, "rope_scaling");
+    bool params = false;
     if (!rs || cJSON_IsNull(rs)) {
+        params = true;
         rs = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, "rope_parameters");
         if (rs && !cJSON_IsNull(rs) && !cJSON_IsObject(rs))
             return pith_errf(m->err, "%s: \"rope_parameters\" is not an object", m->path);
@@ -141,6 +144,9 @@ static int phi3_read_hf(const pith_meta *m, pith_hparams *hp) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
         const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        if (params && *t && strcmp(t, "default") && strcmp(t, "longrope") && strcmp(t, "su") && strcmp(t, "yarn"))
+            return pith_errf(m->err, "%s: rope_parameters.rope_type '%s' is not supported for phi3 (default or longrope)",
+                             m->path, t);
         if (!strcmp(t, "longrope") || !strcmp(t, "su") || !strcmp(t, "yarn")) {
             int n_long = 0;
             float attn = 0;
