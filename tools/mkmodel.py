@@ -36,6 +36,8 @@ the GGUF side):
   post_attention_norm, post_feedforward_layernorm is post_ffw_norm), and the QK norm spans the whole
   projection (q_norm n_heads * head_dim wide, k_norm n_kv_heads * head_dim). Norms multiply by w, as in
   Llama. Both formats rotate halves: llama.cpp's OLMo 2 is NEOX RoPE and its converter does not permute Q/K.
+- `test-phi3`, `test-phi3-plain`, `phi3-mini`: Phi-3 / Phi-4 (fused QKV and [gate | up], LongRoPE, partial
+  rotary, sliding window): tools/mkmodel_phi3.py.
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
@@ -60,6 +62,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pith_gguf as G  # noqa: E402
+import mkmodel_phi3  # noqa: E402
 
 PRESETS = {
     # Real shapes (benchmarks).
@@ -237,6 +240,7 @@ PRESETS = {
                       swa_pattern=6, rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
                       query_pre_attn_scalar=256),
 }
+PRESETS.update(mkmodel_phi3.PRESETS)   # Phi-3 / Phi-4: tools/mkmodel_phi3.py
 
 DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
@@ -258,7 +262,7 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "nemotron_h": ("NemotronHForCausalLM", "nemotron_h"),
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
-           "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next")}
+           "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next"), "phi3": mkmodel_phi3.HF_ARCH}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
@@ -371,14 +375,16 @@ class Config:
                 "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's, Gemma 3's and OLMo 2's: no real model mixes "
                              "them otherwise")
-        if self.rope_scaling not in (None, "llama3", "linear", "yarn"):
+        if self.rope_scaling not in (None, "llama3", "linear", "yarn") and self.arch != "phi3":
             raise ValueError("rope scaling must be llama3, linear, yarn or none")
+        if self.arch == "phi3":
+            mkmodel_phi3.validate(self)
         if self.rope_scaling and not (self.rope_factor > 0 and math.isfinite(self.rope_factor)):
             raise ValueError("rope-factor must be a positive number")
         if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
             raise ValueError(f"no Hugging Face type {self.hf_type} for {self.arch}")
         if self.sliding_window is not None:
-            if self.arch not in ("llama", "gemma3", "gpt-oss") or self.sliding_window < 1:
+            if self.arch not in ("llama", "gemma3", "gpt-oss", "phi3") or self.sliding_window < 1:
                 raise ValueError("sliding-window: a positive window, for llama (Mistral), gemma3 or gpt-oss")
             if self.arch == "llama" and self.hf_type != "mistral":
                 raise ValueError("a llama sliding window is Mistral's: use --hf-type mistral")
@@ -635,6 +641,8 @@ def tensor_specs(cfg):
         return gemma3_tensor_specs(cfg)
     if cfg.arch == "olmo2":
         return olmo2_tensor_specs(cfg)
+    if cfg.arch == "phi3":
+        return mkmodel_phi3.tensor_specs(cfg)
     if cfg.arch == "lfm2":
         return lfm2_tensor_specs(cfg)
     if cfg.arch in ("qwen35", "qwen35moe"):
@@ -1616,6 +1624,9 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         w.add_str(f"{a}.rope.scaling.type", "yarn")
         w.add_f32(f"{a}.rope.scaling.factor", cfg.rope_factor)
         w.add_u32(f"{a}.rope.scaling.original_context_length", cfg.rope_orig_ctx)
+    if a == "phi3":
+        mkmodel_phi3.gguf_metadata(cfg, w, G)
+        mkmodel_phi3.gguf_tensors(cfg, w, G)
     if cfg.rope_scaling == "llama3":
         w.add_tensor("rope_freqs.weight", (cfg.head_dim // 2,), G.F32, llama3_rope_factors(cfg))
     for gname, hname, shape, kind in stack_experts(tensor_specs(cfg)):
@@ -1712,6 +1723,8 @@ def hf_config(cfg, dtype):
         return nemotron_hf_config(cfg, dtype)
     if cfg.arch == "gpt-oss":
         return gptoss_hf_config(cfg, dtype)
+    if cfg.arch == "phi3":
+        return mkmodel_phi3.hf_config(cfg, dtype, TORCH_DTYPE[dtype], BOS_ID, EOS_ID)
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,

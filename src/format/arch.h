@@ -130,6 +130,10 @@ typedef struct pith_arch {
     /* The architecture reads GGUF's rope.dimension_count itself (a partial rotary); otherwise the loader
      * refuses one that differs from the head dimension. */
     bool partial_rotary;
+    /* config.json "rope_scaling" kinds ("rope_type" / "type") the descriptor reads itself in read_hf
+     * (phi3's "longrope"), which the loader then leaves alone instead of refusing them (NULL-terminated;
+     * NULL: none). */
+    const char *const *hf_rope_kinds;
 } pith_arch;
 
 /* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */

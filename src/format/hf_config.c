@@ -51,8 +51,9 @@ static int find_arch(const pith_meta *m, const pith_arch **out) {
  * factor, else max_position_embeddings / original_max_position_embeddings; original_max_position_embeddings,
  * else max_position_embeddings; beta_fast 32, beta_slow 1; attention_factor, else from mscale and
  * mscale_all_dim when both are given, else 1 + 0.1 ln factor; truncate, default true). "dynamic" (NTK) changes nothing within the trained
- * context, and any kind with factor 1 is the identity; other kinds would silently change every logit. */
-static int read_rope_scaling(const pith_meta *c, pith_hparams *hp) {
+ * context, and any kind with factor 1 is the identity; other kinds would silently change every logit,
+ * except those the descriptor reads itself (pith_arch.hf_rope_kinds: phi3's LongRoPE). */
+static int read_rope_scaling(const pith_meta *c, pith_hparams *hp, const pith_arch *arch) {
     const cJSON *rs = field(c->json, "rope_scaling");
     if (!rs) return 0;
     if (!cJSON_IsObject(rs)) return pith_errf(c->err, "%s: \"rope_scaling\" is not an object", c->path);
@@ -62,6 +63,8 @@ static int read_rope_scaling(const pith_meta *c, pith_hparams *hp) {
     if (!type) type = field(rs, "type");
     if (!cJSON_IsString(type)) return pith_errf(c->err, "%s: \"rope_scaling\" has no type", c->path);
     const char *t = type->valuestring;
+    for (const char *const *k = arch->hf_rope_kinds; k && *k; k++)
+        if (!strcmp(*k, t)) return 0; /* the descriptor's read_hf reads it */
     if (!strcmp(t, "llama3")) {
         if (pith_meta_float(&m, "factor", true, &hp->rope_scale_factor) ||
             pith_meta_float(&m, "low_freq_factor", true, &hp->rope_low_freq_factor) ||
@@ -144,7 +147,7 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
         pith_meta_float(m, "rms_norm_eps", false, &hp->norm_eps) ||
         pith_meta_float(m, "rope_theta", false, &hp->rope_theta) ||
         pith_meta_int(m, "max_position_embeddings", false, &hp->ctx_len) ||
-        pith_meta_int(m, "vocab_size", false, &hp->n_vocab) || read_rope_scaling(m, hp) ||
+        pith_meta_int(m, "vocab_size", false, &hp->n_vocab) || read_rope_scaling(m, hp, *arch) ||
         json_token(m, "bos_token_id", &hp->bos_id) || json_token(m, "eos_token_id", &hp->eos_id) ||
         pith_meta_bool(m, "tie_word_embeddings", &hp->tied_embeddings))
         return -1;

@@ -20,7 +20,8 @@
     X(mixtral)        \
     X(gpt_oss)        \
     X(olmo2)          \
-    X(qwen3next)
+    X(qwen3next)      \
+    X(phi3)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

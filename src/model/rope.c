@@ -94,6 +94,15 @@ int pith_rope_plain(const pith_hparams *hp, double theta, int n_rot, pith_rope *
     return 0;
 }
 
+int pith_rope_longrope(const pith_hparams *hp, int n_rot, const float *factors, double attn_factor, pith_rope *r,
+                       pith_err *err) {
+    r->style = hp->rope_style;
+    if (alloc_freq(r, n_rot, err)) return -1;
+    for (int i = 0; i < r->half; i++) r->inv_freq[i] = pow((double)hp->rope_theta, -2.0 * i / n_rot) / factors[i];
+    r->mscale = attn_factor;
+    return 0;
+}
+
 void pith_rope_free(pith_rope *r) {
     free(r->inv_freq);
     r->inv_freq = NULL;

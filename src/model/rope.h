@@ -35,6 +35,10 @@ int pith_rope_for(const pith_hparams *hp, const pith_model_file *f, int n_rot, u
                   const char *path, pith_err *err);
 /* theta^(-2i/n_rot), unscaled, mscale 1. */
 int pith_rope_plain(const pith_hparams *hp, double theta, int n_rot, pith_rope *r, pith_err *err);
+/* LongRoPE (Phi-3's "longrope", formerly "su"): theta^(-2i/n_rot) / factors[i] for the n_rot / 2 rotated
+ * pairs (the short or the long list: the caller picks), cos and sin times attn_factor. */
+int pith_rope_longrope(const pith_hparams *hp, int n_rot, const float *factors, double attn_factor, pith_rope *r,
+                       pith_err *err);
 /* Refuses a file that declares a scaling outside `can` (arch: named in the message). */
 int pith_rope_check_scaling(const pith_hparams *hp, const pith_model_file *f, unsigned can, const char *arch,
                             const char *path, pith_err *err);
