@@ -412,10 +412,6 @@ static void test_random_models(void) {
             printf("%s: skipped on %s (no mixture-of-experts layers there yet)\n", presets[i], dev);
             continue;
         }
-        if (on_vulkan && !strcmp(presets[i], "test-mistral3")) { /* no attn_temp op there (backend.h) */
-            printf("%s: skipped on %s (no attention temperature op there yet)\n", presets[i], dev);
-            continue;
-        }
         if (on_vulkan && (!strcmp(presets[i], "test-qwen2") || !strcmp(presets[i], "test-smollm3"))) {
             printf("%s: left to the CPU run on %s (its ops are checked there by py_test_vulkan_models)\n", presets[i], dev);
             continue;

@@ -16,13 +16,16 @@ as Mistral3ForConditionalGeneration (transformers v5 names), BF16 sharded, F32 i
 layout (language_model.model.*) and as a text-only Ministral3ForCausalLM; 72 tokens from BOS, and the
 77-token prompt prefilled in chunks of 7 and in one, in both F32 formats; plus the same shape without YaRN
 or temperature (Mistral Small 3.x's text model). Pith's GGUF and safetensors F32 logits of one seed must
-agree with each other. Every case prints its measured max error.
+agree with each other. Where `pith devices` lists a Vulkan device, the F32 cases run there too (the
+temperature is the backend's attn_temp op, a shader of its own there). Every case prints its measured max
+error.
 
 Environment: PITH_BIN, PITH_TEST_TMP. Exit 77 (skip) when torch or numpy is missing."""
 
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -284,6 +287,33 @@ def check_pith(pith, tmp):
             R.fail(f"{PRESET}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
 
 
+def check_vulkan(pith, tmp):
+    """The F32 cases on the first Vulkan device, when there is one (PITH_DEVICE, read by pith run)."""
+    r = subprocess.run([pith, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    if b"vulkan:0" not in r.stdout:
+        print("note: no Vulkan device; the mistral3 cases ran on the CPU only")
+        return
+    cfg = mkmodel.build_config(PRESET)
+    old = os.environ.get("PITH_DEVICE")
+    os.environ["PITH_DEVICE"] = "vulkan"
+    try:
+        for fmt in ("gguf", "safetensors"):
+            model, tok = make(tmp, cfg, "vk", fmt, "F32", SEED)
+            w = weights(cfg, path=model)
+
+            def ref(toks, kv_f16, w=w):
+                return mistral3_by_hand(cfg, w, toks, kv_f16=kv_f16)
+            R.compare(pith, tmp, f"{PRESET} {fmt} F32 vulkan", model, tok, cfg.vocab, "float", n_gen=R.N_GEN_LONG,
+                      ref_fn=ref)
+            R.compare(pith, tmp, f"{PRESET} {fmt} F32 vulkan prompt/7", model, tok, cfg.vocab, "float",
+                      n_gen=R.N_GEN_PROMPT, prompt=R.PROMPT_TEXT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
+    finally:
+        if old is None:
+            del os.environ["PITH_DEVICE"]
+        else:
+            os.environ["PITH_DEVICE"] = old
+
+
 def main():
     pith = os.environ.get("PITH_BIN")
     if not pith or not os.access(pith, os.X_OK):
@@ -293,6 +323,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ref-mistral3-", dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_reference(tmp)
         check_pith(pith, tmp)
+        check_vulkan(pith, tmp)
     print(f"{time.time() - t0:.1f} s")
     if R.failures:
         print(f"{len(R.failures)} failure(s)")
