@@ -63,7 +63,7 @@ static void test_gguf(void) {
         {{.yarn = true, .orig = 32, .log_mul = "1", .temp = "0.1"}, 0.1f, 1.0f, 16.0f, 32},
         {{.yarn = true, .orig = 32, .temp = "0.1"}, 0.1f, 1.0f, 16.0f, 32}, /* no log multiplier: 1 */
         /* mscale_all_dim 0 (the converter's apply_scale): get_mscale(16, 1) / 1 */
-        {{.yarn = true, .orig = 32, .log_mul = "0"}, 0.0f, (float)(1 + 0.1 * log(16.0)), 16.0f, 32},
+        {{.yarn = true, .orig = 32, .log_mul = "0"}, 0.0f, 1.2772588722239781f /* 1 + 0.1 ln 16 */, 16.0f, 32},
         {{.temp = "0.25"}, 0.25f, 0, 0, 512},             /* no YaRN: the length is context_length */
         {{.orig = 100, .temp = "0.1"}, 0.1f, 0, 0, 100},
         {{0}, 0, 0, 0, 512},                             /* no temperature: a Llama */
@@ -176,7 +176,7 @@ static void test_hf(void) {
          0.2f, 16, 1, 1e6f, 32, 0},
         /* "type" alone, no mscale keys: the attention factor is 1 + 0.1 ln 16 */
         {NESTED, ", \"rope_parameters\": {\"type\": \"yarn\", \"rope_theta\": 5e5, \"factor\": 16.0, "
-                 "\"original_max_position_embeddings\": 32}", 0, 16, (float)(1 + 0.1 * log(16.0)), 5e5f, 32, 0},
+                 "\"original_max_position_embeddings\": 32}", 0, 16, 1.2772588722239781f /* 1 + 0.1 ln 16 */, 5e5f, 32, 0},
         /* older configs: the scaling in rope_scaling, the beta with it */
         {NESTED, ", \"rope_theta\": 1e6, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 16.0, "
                  "\"original_max_position_embeddings\": 32, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
