@@ -36,6 +36,11 @@ the GGUF side):
   post_attention_norm, post_feedforward_layernorm is post_ffw_norm), and the QK norm spans the whole
   projection (q_norm n_heads * head_dim wide, k_norm n_kv_heads * head_dim). Norms multiply by w, as in
   Llama. Both formats rotate halves: llama.cpp's OLMo 2 is NEOX RoPE and its converter does not permute Q/K.
+- `test-mistral3`, `ministral3-8b`: Mistral 3 (transformers' modeling_ministral3.py; llama.cpp's
+  LLM_ARCH_MISTRAL3; the writer is tools/mkmodel_mistral3.py): Llama's tensors (Q/K permuted for GGUF),
+  YaRN and Llama 4's attention temperature on the queries (`attn_temp_beta`, llama_4_scaling_beta);
+  config.json as transformers v5 writes it (`rope_parameters`), `--hf-type multimodal` /
+  `multimodal-legacy` as Mistral3ForConditionalGeneration (text model nested, a vision tensor to ignore).
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
