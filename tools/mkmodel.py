@@ -221,7 +221,8 @@ PRESETS = {
     "test-mistral3": dict(arch="mistral3", hf_type="multimodal", dim=256, layers=2, heads=4, kv_heads=2,
                           head_dim=64, ffn=512, vocab=512, theta=1e6, ctx=512, eps=1e-5, tied=False,
                           rope_scaling="yarn", rope_factor=16.0, rope_orig_ctx=32, attn_temp_beta=0.1),
-    # Ministral-3-8B's real text shape (benchmarks; config.json of mistralai/Ministral-3-8B-*-2512).
+    # Ministral-3-8B's real text shape (benchmarks): configuration_ministral3.py's defaults, which its docstring
+    # names as mistralai/Ministral-3-8B-Base-2512's (untied embeddings, YaRN x16 over 16384, beta 0.1).
     "ministral3-8b": dict(arch="mistral3", dim=4096, layers=34, heads=32, kv_heads=8, head_dim=128, ffn=14336,
                           vocab=131072, theta=1e6, ctx=262144, eps=1e-5, tied=False, rope_scaling="yarn",
                           rope_factor=16.0, rope_orig_ctx=16384, attn_temp_beta=0.1),
