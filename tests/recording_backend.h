@@ -144,6 +144,10 @@ static void rec_scale(pith_backend *be, pith_buf *y, float s, int n) {
     rec_printf(be, "scale b%d/%d s=%a n=%d", bid(y), bcols(y), s, n);
     rec_in(be)->vt->scale(rec_in(be), y, s, n);
 }
+static void rec_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
+    rec_printf(be, "attn_temp b%d/%d beta=%a length=%d n=%d", bid(y), bcols(y), beta, length, n);
+    rec_in(be)->vt->attn_temp(rec_in(be), y, beta, length, n);
+}
 static void rec_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n) {
     rec_printf(be, "scale_add b%d/%d b%d/%d s=%a n=%d", bid(x), bcols(x), bid(y), bcols(y), s, n);
     rec_in(be)->vt->scale_add(rec_in(be), x, y, s, n);
@@ -256,6 +260,7 @@ static const pith_backend_vt rec_vt = {
     .copy_blocks = rec_copy_blocks, .set_step = rec_set_step, .embed = rec_embed, .rope_tables = rec_rope_tables,
     .rmsnorm = rec_rmsnorm, .matmul = rec_matmul, .qkv = rec_qkv, .attention = rec_attention, .glu = rec_glu,
     .add_bias = rec_add_bias, .norm_add = rec_norm_add, .scale = rec_scale, .scale_add = rec_scale_add,
+    .attn_temp = rec_attn_temp,
     .zero = rec_zero, .activation = rec_activation, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
     .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
     .gdn_shape = rec_gdn_shape, .gdn = rec_gdn, .gated_norm = rec_gated_norm, .gated_qkv = rec_gated_qkv,

@@ -38,6 +38,11 @@ the GGUF side):
   Llama. Both formats rotate halves: llama.cpp's OLMo 2 is NEOX RoPE and its converter does not permute Q/K.
 - `test-phi3`, `test-phi3-plain`, `phi3-mini`: Phi-3 / Phi-4 (fused QKV and [gate | up], LongRoPE, partial
   rotary, sliding window): tools/mkmodel_phi3.py.
+- `test-mistral3`, `ministral3-8b`: Mistral 3 (transformers' modeling_ministral3.py; llama.cpp's
+  LLM_ARCH_MISTRAL3; the writer is tools/mkmodel_mistral3.py): Llama's tensors (Q/K permuted for GGUF),
+  YaRN and Llama 4's attention temperature on the queries (`attn_temp_beta`, llama_4_scaling_beta);
+  config.json as transformers v5 writes it (`rope_parameters`), `--hf-type multimodal` /
+  `multimodal-legacy` as Mistral3ForConditionalGeneration (text model nested, a vision tensor to ignore).
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
@@ -63,6 +68,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pith_gguf as G  # noqa: E402
 import mkmodel_phi3  # noqa: E402
+import mkmodel_mistral3 as M3  # noqa: E402
 
 PRESETS = {
     # Real shapes (benchmarks).
@@ -234,6 +240,17 @@ PRESETS = {
     # OLMo-2-0425-1B's real shape (benchmarks).
     "olmo2-1b": dict(arch="olmo2", dim=2048, layers=16, heads=16, kv_heads=16, ffn=8192, vocab=100352,
                      theta=5e5, ctx=4096, eps=1e-6, tied=False),
+    # Mistral 3 (tools/mkmodel_mistral3.py): YaRN x16 over an original context of 32 and the attention
+    # temperature of beta 0.1 (Ministral 3's), so a prompt of 77 tokens crosses two temperature steps;
+    # config.json as Mistral3ForConditionalGeneration (text model nested, a vision tensor to ignore).
+    "test-mistral3": dict(arch="mistral3", hf_type="multimodal", dim=256, layers=2, heads=4, kv_heads=2,
+                          head_dim=64, ffn=512, vocab=512, theta=1e6, ctx=512, eps=1e-5, tied=False,
+                          rope_scaling="yarn", rope_factor=16.0, rope_orig_ctx=32, attn_temp_beta=0.1),
+    # Ministral-3-8B's real text shape (benchmarks): configuration_ministral3.py's defaults, which its docstring
+    # names as mistralai/Ministral-3-8B-Base-2512's (untied embeddings, YaRN x16 over 16384, beta 0.1).
+    "ministral3-8b": dict(arch="mistral3", dim=4096, layers=34, heads=32, kv_heads=8, head_dim=128, ffn=14336,
+                          vocab=131072, theta=1e6, ctx=262144, eps=1e-5, tied=False, rope_scaling="yarn",
+                          rope_factor=16.0, rope_orig_ctx=16384, attn_temp_beta=0.1),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -252,7 +269,8 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 experts=0, experts_used=None, expert_ffn=None, norm_topk=None, yarn_truncate=None, swiglu_limit=None,
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
-                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None, legacy_ssm_in=False)
+                shared_ffn=0, mtp=0, mtp_copy=False, pattern=None, legacy_ssm_in=False,
+                attn_temp_beta=None)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -262,12 +280,13 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "nemotron_h": ("NemotronHForCausalLM", "nemotron_h"),
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
-           "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next"), "phi3": mkmodel_phi3.HF_ARCH}
+           "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next"),
+           "phi3": mkmodel_phi3.HF_ARCH, "mistral3": ("Ministral3ForCausalLM", "ministral3")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
             ("qwen35", "multimodal"): ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
-            ("qwen35moe", "multimodal"): ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe")}
+            ("qwen35moe", "multimodal"): ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"), **M3.HF_TYPES}
 # Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
 # (modeling_qwen3_moe.py, modeling_mixtral.py).
 HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
@@ -421,6 +440,7 @@ class Config:
             if self.no_rope_layers is None and not self.no_rope_interval >= 1:
                 raise ValueError("no-rope-interval must be positive")
 
+        M3.validate(self)
         if self.mtp and (self.arch != "qwen35" or self.mtp != 1):
             raise ValueError("an MTP head is qwen35's, of one layer")
         if self.mtp_copy and not self.mtp:
@@ -1586,6 +1606,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
         w.add_u32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if a == "mistral3":
+        M3.gguf_metadata(cfg, w)
     if cfg.sliding_window:
         w.add_u32(f"{a}.attention.sliding_window", cfg.sliding_window)
     if a == "gpt-oss" and cfg.sliding_window:
@@ -1667,7 +1689,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
             w.add_tensor(gname, shape, ttype, data)
             continue
         # llama.cpp converts SmolLM3 with its Llama converter, which permutes Q/K the same way.
-        permute = a in ("llama", "smollm3", "granitehybrid") and any(s in gname for s in ("attn_q.", "attn_k."))
+        permute = a in ("llama", "smollm3", "granitehybrid", "mistral3") and any(s in gname for s in ("attn_q.", "attn_k."))
         if a in ("granitehybrid", "nemotron_h") and gname.endswith(("ssm_a", "ssm_d", "ssm_norm.weight")):
             shape, ttype = granite_gguf_shape(cfg, gname, shape), "F32"
             data = (lambda n=gname, s=shape, k=kind, h=hname: granite_gguf_vector(cfg, n, random_tensor(seed, n, (
@@ -1725,6 +1747,8 @@ def hf_config(cfg, dtype):
         return gptoss_hf_config(cfg, dtype)
     if cfg.arch == "phi3":
         return mkmodel_phi3.hf_config(cfg, dtype, TORCH_DTYPE[dtype], BOS_ID, EOS_ID)
+    if cfg.arch == "mistral3":
+        return M3.hf_config(cfg, dtype, TORCH_DTYPE[dtype])
     arch_cls, model_type = HF_TYPES.get((cfg.arch, cfg.hf_type)) or HF_ARCH[cfg.arch]
     c = {
         "architectures": [arch_cls], "model_type": model_type, "hidden_size": cfg.dim,
@@ -1826,7 +1850,9 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
     if cfg.arch == "qwen3next":
         import mkmodel_qwen3next
         specs = mkmodel_qwen3next.hf_specs(specs, cfg)
-    if cfg.hf_type == "multimodal":
+    if cfg.arch == "mistral3":
+        specs = M3.hf_specs(cfg, specs)
+    elif cfg.hf_type == "multimodal":
         specs = hf_multimodal_specs(cfg, specs)
     st_name, elem = ST_DTYPES[dtype]
     # Balance shards by bytes, keeping tensor order.
@@ -1905,7 +1931,7 @@ def main(argv=None):
     ap.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--qkv-bias", action="store_true", default=None, help="(implied by qwen2)")
     ap.add_argument("--qk-norm", action="store_true", default=None, help="(implied by qwen3, gemma3 and olmo2)")
-    ap.add_argument("--hf-type", choices=["mistral", "mixtral", "multimodal"],
+    ap.add_argument("--hf-type", choices=["mistral", "mixtral", "multimodal", "multimodal-legacy"],
                     help="config.json type: for a llama model mistral (MistralForCausalLM) or mixtral; for qwen35 "
                     "multimodal (Qwen3_5ForConditionalGeneration: text model nested, a vision tower to ignore)")
     ap.add_argument("--sliding-window", type=int, help="window W (a query at p sees [p - W + 1, p]): every "

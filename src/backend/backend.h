@@ -379,6 +379,10 @@ typedef struct pith_backend_vt {
     void (*scale)(pith_backend *be, pith_buf *y, float s, int n);
     /* x += s * y */
     void (*scale_add)(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n);
+    /* Llama 4's attention temperature (Mistral 3's queries): row t of y times 1 + beta * ln(1 + floor(pos_t /
+     * length)), pos_t the step's position of token t (a factor of exactly 1 below `length`). NULL in a backend
+     * that has no such op: a model that needs it refuses to build there. */
+    void (*attn_temp)(pith_backend *be, pith_buf *y, float beta, int length, int n);
     /* y = 0 (the output of an op that accumulates, before it) */
     void (*zero)(pith_backend *be, pith_buf *y, int n);
     /* y = kind(y), elementwise (an ungated MLP) */
@@ -497,6 +501,9 @@ static inline void pith_be_scale_add(pith_backend *be, pith_buf *x, const pith_b
     be->vt->scale_add(be, x, y, s, n);
 }
 static inline void pith_be_zero(pith_backend *be, pith_buf *y, int n) { be->vt->zero(be, y, n); }
+static inline void pith_be_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
+    be->vt->attn_temp(be, y, beta, length, n);
+}
 static inline void pith_be_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
     be->vt->activation(be, kind, y, n);
 }

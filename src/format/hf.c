@@ -59,10 +59,17 @@ static bool mapped_name(const pith_arch *arch, int n_layers, const char *hf, cha
 
 /* The name map's canonical name into out; false when there is none (the tensor then keeps its own
  * name). A multimodal checkpoint's text model (arch->hf_text_config) reads "model.language_model.X" as
- * "model.X", and an unmapped one of those keeps the name "model.X" (experts are read by name). */
+ * "model.X", and an unmapped one of those keeps the name "model.X" (experts are read by name); older
+ * checkpoints of that kind (transformers 4.x's Mistral3ForConditionalGeneration) name it
+ * "language_model.model.X", with "language_model.lm_head.weight", read as "model.X" and "lm_head.weight". */
 static bool canonical_name(const pith_arch *arch, int n_layers, const char *hf, char *out, size_t cap) {
-    static const char nested[] = "model.language_model.";
+    static const char nested[] = "model.language_model.", legacy[] = "language_model.model.",
+                      legacy_head[] = "language_model.lm_head.";
     char flat[512];
+    if (arch->hf_text_config && !strncmp(hf, legacy, sizeof legacy - 1))
+        hf += sizeof legacy - sizeof "model."; /* "language_model.model.X" -> "model.X" */
+    else if (arch->hf_text_config && !strncmp(hf, legacy_head, sizeof legacy_head - 1))
+        hf += sizeof "language_model." - 1;   /* -> "lm_head.X" */
     if (!arch->hf_text_config || strncmp(hf, nested, sizeof nested - 1) ||
         snprintf(flat, sizeof flat, "model.%s", hf + sizeof nested - 1) >= (int)sizeof flat)
         return mapped_name(arch, n_layers, hf, out, cap);

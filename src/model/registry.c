@@ -21,7 +21,8 @@
     X(gpt_oss)        \
     X(olmo2)          \
     X(qwen3next)      \
-    X(phi3)
+    X(phi3)           \
+    X(mistral3)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

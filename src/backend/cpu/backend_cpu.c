@@ -483,6 +483,27 @@ static void cpu_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, floa
     pith_cpu_be_rows(pith_cpu_be_of(be), n, scale_add_row, &a, 2.0 * x->cols);
 }
 
+typedef struct attn_temp_args {
+    pith_buf *y;
+    double beta;
+    int length;
+} attn_temp_args;
+
+/* The factor in double from the exact integer floor (positions are non-negative), rounded once to float. */
+static void attn_temp_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const attn_temp_args *a = j->a;
+    int32_t pos = j->c->step->positions[t];
+    float s = (float)(1.0 + a->beta * log(1.0 + (double)(pos / a->length)));
+    float *y = row_of(a->y, t);
+    for (int i = 0; i < a->y->cols; i++) y[i] *= s;
+}
+
+static void cpu_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
+    attn_temp_args a = {y, beta, length > 0 ? length : 1};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, attn_temp_row, &a, y->cols);
+}
+
 /* One memset: clearing memory is bandwidth, not work to spread over the pool. */
 static void cpu_zero(pith_backend *be, pith_buf *y, int n) {
     (void)be;
@@ -598,6 +619,7 @@ static const pith_backend_vt cpu_vt = {
     .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .rope_tables = cpu_rope_tables,
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
+    .attn_temp = cpu_attn_temp,
     .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
     /* Qwen3.5 */

@@ -596,6 +596,21 @@ static void vk_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float
     eltwise(c, buf_addr(x), buf_addr(y), (size_t)n * x->cols, x->cols, OP_SCALE_ADD, s, 0);
 }
 
+typedef struct {
+    uint64_t y, step;
+    uint32_t count, cols, length;
+    float beta;
+} attn_temp_push;
+
+static void vk_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
+    pith_vk *c = pith_vk_of(be);
+    if (!recording(c) || n == 0) return;
+    if ((size_t)n * y->cols > UINT32_MAX) return op_failf(c, "Vulkan: an elementwise op over more than 2^32 values");
+    attn_temp_push p = {buf_addr(y), c->step.addr, (uint32_t)n * (uint32_t)y->cols, (uint32_t)y->cols,
+                        (uint32_t)(length > 0 ? length : 1), beta};
+    dispatch(c, PITH_VK_SH_attn_temp, &p, sizeof p, (p.count + 255) / 256, 1);
+}
+
 static void vk_zero(pith_backend *be, pith_buf *y, int n) {
     pith_vk *c = pith_vk_of(be);
     if (recording(c)) eltwise(c, buf_addr(y), 0, (size_t)n * y->cols, y->cols, OP_ZERO, 0, 0);
@@ -796,6 +811,7 @@ static const pith_backend_vt vk_vt = {
     .copy_blocks = vk_copy_blocks, .set_step = vk_set_step, .embed = vk_embed, .rope_tables = vk_rope_tables,
     .rmsnorm = vk_rmsnorm, .matmul = vk_matmul, .qkv = vk_qkv, .attention = vk_attention, .glu = vk_glu,
     .add_bias = vk_add_bias, .norm_add = vk_norm_add, .scale = vk_scale, .scale_add = vk_scale_add, .zero = vk_zero,
+    .attn_temp = vk_attn_temp,
     .activation = vk_activation, .moe = vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
     .short_conv = vk_short_conv, .mamba2 = vk_mamba2, .gdn_shape = vk_gdn_shape, .gdn = vk_gdn,
     .gated_norm = vk_gated_norm, .gated_qkv = vk_gated_qkv, .attn_gate = vk_attn_gate, .set_draft = vk_set_draft,

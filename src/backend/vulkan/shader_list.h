@@ -50,6 +50,7 @@
     X(rope, "rope.comp", "") \
     X(rmsnorm, "rmsnorm.comp", "") \
     X(eltwise, "eltwise.comp", "") \
+    X(attn_temp, "attn_temp.comp", "") \
     X(keep_rows, "rows.comp", "-DKEEP") \
     X(gather_rows, "rows.comp", "") \
     X(copy, "copy.comp", "") \
