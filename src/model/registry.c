@@ -19,7 +19,8 @@
     X(qwen3moe)       \
     X(mixtral)        \
     X(gpt_oss)        \
-    X(olmo2)
+    X(olmo2)          \
+    X(glm4moe)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)
