@@ -216,6 +216,10 @@ PRESETS = {
                       query_pre_attn_scalar=256),
 }
 
+# GLM-4.5 MoE (glm4moe): presets, config and writers of its own (tools/mkmodel_glm4moe.py).
+import mkmodel_glm4moe as GLM4MOE  # noqa: E402
+PRESETS.update(GLM4MOE.PRESETS)
+
 DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
@@ -1494,6 +1498,8 @@ def scaled(data, factor):
 
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
                random_blocks=False, damp=None):
+    if cfg.arch == "glm4moe":
+        return GLM4MOE.write_gguf(sys.modules[__name__], cfg, path, dtype, seed, name, random_blocks)
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
@@ -1761,6 +1767,8 @@ def gemma3_hf_config(cfg, dtype):
 
 
 def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
+    if cfg.arch == "glm4moe":
+        return GLM4MOE.write_safetensors(sys.modules[__name__], cfg, out_dir, dtype, seed, shards)
     dtype = dtype.upper()
     if dtype not in ST_DTYPES:
         raise ValueError(f"safetensors supports F32, F16 and BF16, not {dtype}")
@@ -1817,6 +1825,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
 # ---------------------------------------------------------------------------------------------------------
 
 def build_config(preset=None, **overrides):
+    if GLM4MOE.wants(preset, overrides):
+        return GLM4MOE.build_config(preset, **overrides)
     kw = dict(PRESETS[preset]) if preset else {}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     if kw.get("rope_scaling") == "none":
