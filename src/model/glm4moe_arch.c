@@ -101,7 +101,10 @@ static int glm4moe_read_gguf(const pith_meta *m, pith_hparams *hp) {
     pith_glm4moe_params *P = pith_arch_params(hp);
     int shared = -1, gating = 0;
     P->hf_attention_bias = P->hf_qk_norm = -1;
-    if (pith_moe_read_gguf(m, hp, false) || pith_meta_int(m, "expert_gating_func", false, &gating) ||
+    /* llama.cpp's glm4moe requires expert_count and expert_used_count (get_key without a default) */
+    if (pith_moe_read_gguf(m, hp, false) || pith_meta_int(m, "expert_count", true, &hp->n_experts) ||
+        pith_meta_int(m, "expert_used_count", true, &hp->n_experts_used) ||
+        pith_meta_int(m, "expert_gating_func", false, &gating) ||
         pith_meta_int(m, "expert_shared_count", true, &shared) ||
         pith_meta_int(m, "rope.dimension_count", false, &P->rope_dim) ||
         pith_meta_int(m, "nextn_predict_layers", false, &hp->n_mtp_layers))
@@ -184,26 +187,28 @@ static int glm4moe_check(const pith_hparams *hp, const char *path, pith_err *err
 }
 
 /* After the schema: the QKV biases and QK norms (all-or-none) from layer 0, against config.json's claims;
- * in every expert layer the router and its selection bias. */
+ * in every expert layer the selection bias (the router and the experts are checked when they load,
+ * moe_load.c). */
 static int glm4moe_finish(pith_model_file *f, pith_hparams *hp, pith_err *err) {
     const pith_glm4moe_params *P = pith_arch_params(hp);
+    const char *path = pith_model_file_path(f);
     if (pith_llama_finish(f, hp, err)) return -1;
     if (P->hf_attention_bias >= 0 && P->hf_attention_bias != hp->has_qkv_bias)
-        return pith_errf(err, "config.json says \"attention_bias\": %s, but the checkpoint has %s Q/K/V biases "
-                              "(blk.0.attn_q.bias)", P->hf_attention_bias ? "true" : "false",
+        return pith_errf(err, "%s: config.json says \"attention_bias\": %s, but the checkpoint has %s Q/K/V "
+                              "biases (blk.0.attn_q.bias)", path, P->hf_attention_bias ? "true" : "false",
                          hp->has_qkv_bias ? "them" : "no");
     if (P->hf_qk_norm >= 0 && P->hf_qk_norm != hp->has_qk_norm)
-        return pith_errf(err, "config.json says \"use_qk_norm\": %s, but the checkpoint has %s Q/K norms "
-                              "(blk.0.attn_q_norm.weight)", P->hf_qk_norm ? "true" : "false",
+        return pith_errf(err, "%s: config.json says \"use_qk_norm\": %s, but the checkpoint has %s Q/K norms "
+                              "(blk.0.attn_q_norm.weight)", path, P->hf_qk_norm ? "true" : "false",
                          hp->has_qk_norm ? "them" : "no");
     for (int l = 0; l < hp->n_layers; l++) {
         if (pith_moe_dense_layer(hp, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "blk.%d.exp_probs_b.bias", l);
         const pith_tensor *t = pith_model_file_tensor(f, name);
-        if (!t) return pith_errf(err, "missing tensor %s (the experts' selection bias)", name);
+        if (!t) return pith_errf(err, "%s: missing tensor %s (the experts' selection bias)", path, name);
         if (pith_tensor_nelems(t) != hp->n_experts || t->ne[0] != hp->n_experts)
-            return pith_errf(err, "tensor %s: %lld elements, expected %d (one per expert)", name,
+            return pith_errf(err, "%s: tensor %s: %lld elements, expected %d (one per expert)", path, name,
                              (long long)pith_tensor_nelems(t), hp->n_experts);
     }
     return 0;
