@@ -1499,6 +1499,8 @@ def scaled(data, factor):
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
                random_blocks=False, damp=None):
     if cfg.arch == "glm4moe":
+        if damp or tokenizer_json or chat_template:
+            raise ValueError("glm4moe: --damp, --tokenizer-json and --chat-template are not written for it")
         return GLM4MOE.write_gguf(sys.modules[__name__], cfg, path, dtype, seed, name, random_blocks)
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
