@@ -17,8 +17,10 @@
  *     intermediate_size; the others route: sigmoid scores, the choice by score + e_score_correction_bias
  *     (GGUF blk.N.exp_probs_b.bias, required in every expert layer as llama.cpp requires it), within the
  *     topk_group best of n_group groups (GGUF expert_group_count / _used_count; llama.cpp's glm4moe reads
- *     neither, real models have 1 group), the chosen scores renormalised when norm_topk_prob (GGUF
- *     expert_weights_norm; llama.cpp's default false) and times routed_scaling_factor (GGUF
+ *     neither, real models have 1 group; transformers scores a closed group's experts 0 where the backend
+ *     leaves them out, the same choice while keys are positive), the chosen scores renormalised when
+ *     norm_topk_prob (GGUF expert_weights_norm; llama.cpp's default false) and times
+ *     routed_scaling_factor (GGUF
  *     expert_weights_scale), plus n_shared_experts ungated shared experts of moe_intermediate_size each
  *     (GGUF expert_shared_count, required as llama.cpp's get_key requires it; the shared width is
  *     count x expert_feed_forward_length, llama.cpp's n_ff_exp * n_expert_shared);
