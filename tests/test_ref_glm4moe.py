@@ -18,8 +18,10 @@ First the reference itself:
 Then Pith against it: GGUF and safetensors F32 from BOS (72 tokens) and from a 77-token prompt prefilled
 in chunks of 7 (--max-batch-tokens 7) and in one, within the "float" tolerance (1e-4); GGUF F32 with the
 F16 cache ("float-kv16"); safetensors BF16 (the stored weights are the reference's, "float"); GGUF Q8_0
-("moe-q32") and Q4_K_M ("qk"); and Pith's GGUF and safetensors F32 logits of one seed against each other.
-Every case prints its measured max error.
+and Q4_K_M against the reference with the kernels' 8-bit activation rounding simulated, within "q32" and
+"qk", and against the exact one within looser bounds, since a routing near-tie flipped by that rounding
+moves a step by up to about 3 (compare_quantized); and Pith's GGUF and safetensors F32 logits of one seed
+against each other. Every case prints its measured max error.
 
 Environment: PITH_BIN, PITH_TEST_TMP. Exit 77 (skip) without numpy and torch."""
 
@@ -78,6 +80,18 @@ def glm_weights(cfg, seed=None, path=None):
             return where[h].tensor(h) if h in where else None
 
     cache = {}
+    types = {}
+    if path is not None and path.endswith(".gguf"):
+        for name in r.tensors:
+            types[name] = G.type_name(r.tensor_type(name))
+
+    def block(name):
+        """The activation block Pith's integer kernels round by for this matrix (0: none, float weights)."""
+        m = name.split(".")
+        if len(m) == 5 and m[3].isdigit():
+            name = f"blk.{m[1]}.{m[2]}_exps.weight"
+        t = types.get(name, "F32")
+        return 32 if t in ("Q8_0", "Q4_0") else 256 if t.endswith("_K") else 0
 
     def w(name):
         if name not in cache:
@@ -87,6 +101,7 @@ def glm_weights(cfg, seed=None, path=None):
 
     def experts(layer, kind):
         return torch.stack([w(f"blk.{layer}.ffn_{kind}.{e}.weight") for e in range(cfg.experts)])
+    w.block = block
     return w, experts
 
 
@@ -152,18 +167,28 @@ def route_by_hand(cfg, logits, bias):
     return out
 
 
-def mlp(x, gate, up, down):
-    return (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
-
-
 def glm_by_hand(cfg, weights, tokens, kv_f16=False, no_bias=False, full_rotary=False, no_shared=False,
-                skip_dense=False, scale=None, no_groups=False, no_qk_norm=False, probe=None):
+                skip_dense=False, scale=None, no_groups=False, no_qk_norm=False, probe=None, act_q8=False):
     """GLM-4.5 MoE in torch float64 (modeling_glm4_moe.py): per layer, h = x + o_proj(attention of
     q, k, v = proj(input_layernorm(x)) (+ biases), per-head q_norm / k_norm where present, partial RoPE),
     y = h + mlp(post_attention_layernorm(h)) with mlp a SwiGLU in the first first_k_dense_replace layers,
     else the routed experts plus the shared experts; then norm and lm_head. The keyword switches turn one
-    feature off (to show it matters); probe(layer, router input) sees what each router sees."""
-    w, experts = weights
+    feature off (to show it matters); probe(layer, router input) sees what each router sees. act_q8
+    rounds the input of every quantized matrix product to 8 bits per block as Pith's integer kernels do
+    (tools/reference.py's quantize_activations_q8; for estimating that error only)."""
+    w = weights[0]
+
+    def aq(x, name):
+        blk = w.block(name) if act_q8 else 0
+        return reference.quantize_activations_q8(x, blk) if blk else x
+
+    def mm(x, name, weight=None):
+        return aq(x, name) @ (w(name) if weight is None else weight).T
+
+    def mlp(x, gate, up, down):
+        g, u, dn = (n if isinstance(n, str) else None for n in (gate, up, down))
+        a = torch.nn.functional.silu(mm(x, g) if g else x @ gate.T) * (mm(x, u) if u else x @ up.T)
+        return mm(a, dn) if dn else a @ down.T
     T, H, KV, hd = len(tokens), cfg.heads, cfg.kv_heads, cfg.head_dim
     rd = hd if full_rotary else cfg.rope_dim
     x = w("token_embd.weight")[torch.tensor(tokens)]
@@ -171,7 +196,7 @@ def glm_by_hand(cfg, weights, tokens, kv_f16=False, no_bias=False, full_rotary=F
     for i in range(cfg.layers):
         b = f"blk.{i}."
         h = rms(x, w(b + "attn_norm.weight"), cfg.eps)
-        q, k, v = (h @ w(b + n + ".weight").T for n in ("attn_q", "attn_k", "attn_v"))
+        q, k, v = (mm(h, b + n + ".weight") for n in ("attn_q", "attn_k", "attn_v"))
         if w(b + "attn_q.bias") is not None:
             q, k, v = q + w(b + "attn_q.bias"), k + w(b + "attn_k.bias"), v + w(b + "attn_v.bias")
         q, k, v = q.view(T, H, hd), k.view(T, KV, hd), v.view(T, KV, hd)
@@ -182,25 +207,24 @@ def glm_by_hand(cfg, weights, tokens, kv_f16=False, no_bias=False, full_rotary=F
             k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
         o = reference.attention(q, k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1), mask,
                                 math.sqrt(hd))
-        x = x + o.reshape(T, H * hd) @ w(b + "attn_output.weight").T
+        x = x + mm(o.reshape(T, H * hd), b + "attn_output.weight")
         h = rms(x, w(b + "post_attention_norm.weight"), cfg.eps)
         if i < cfg.dense_leading:
             if not skip_dense:
-                x = x + mlp(h, w(b + "ffn_gate.weight"), w(b + "ffn_up.weight"), w(b + "ffn_down.weight"))
+                x = x + mlp(h, b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight")
             continue
         if probe:
             probe(i, h)
         bias = torch.zeros(cfg.experts, dtype=torch.float64) if no_bias else w(b + "exp_probs_b.bias")
         c = cfg if scale is None else GLM.Config(**dict(cfg.as_dict(), routed_scale=scale))
         idx, wts = route(c, h @ w(b + "ffn_gate_inp.weight").T, bias, groups=not no_groups)
-        gate, up, down = experts(i, "gate"), experts(i, "up"), experts(i, "down")
         y = torch.zeros_like(x)
         for t in range(T):
             for j in range(cfg.experts_used):
                 e = int(idx[t, j])
-                y[t] += wts[t, j] * mlp(h[t], gate[e], up[e], down[e])
+                y[t] += wts[t, j] * mlp(h[t:t + 1], *(f"{b}ffn_{k}.{e}.weight" for k in ("gate", "up", "down")))[0]
         if cfg.shared and not no_shared:
-            y = y + mlp(h, w(b + "ffn_gate_shexp.weight"), w(b + "ffn_up_shexp.weight"), w(b + "ffn_down_shexp.weight"))
+            y = y + mlp(h, b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight", b + "ffn_down_shexp.weight")
         x = x + y
     out = w("output.weight")
     return (rms(x, w("output_norm.weight"), cfg.eps) @ (w("token_embd.weight") if out is None else out).T).numpy()
@@ -285,15 +309,19 @@ def compare_quantized(pith, tmp, name, model, tok, cfg, weights, kind):
     """A quantized file against the reference on its stored (dequantized) weights. Pith rounds activations
     to 8 bits per block for its integer dot products; with sigmoid routing scaled by routed_scaling_factor,
     a router choice that flips on that rounding (a near-tie of two experts' keys or of two groups' scores)
-    moves that step's logits, and through attention the next few, by up to about 3 on these models. Over
-    seeds 1310 and 1400-1403 of both presets: worst step 0.08-3.3, mean 0.014-0.046 (Q8_0) and 0.018-0.052
-    (Q4_K_M), median step 0.05-0.09; seed 1310's worst steps (1-2 in the logits) sat at routing margins
-    (routing_margins) of 0.0003-0.0066, and steps with margins over 0.02 stayed within 0.42 (a flip one
-    token earlier reaches them through attention). So the checks are: the median
-    step within the kind's ordinary max (most steps route as the reference does, and there the precision
-    is the usual one), the mean within MEAN_BOUND, every step within FLIP_BOUND; and the same bounds must
-    reject the reference without the selection bias, so that they still test the routing."""
-    tol = TOLERANCES[kind][0]
+    moves that step's logits, and through attention the next few, by up to about 3 on these models. So
+    the case is checked against two references:
+      - the same reference rounding every quantized product's input as the kernels do (act_q8): routing
+        then flips where Pith's does, and Pith must agree with it within the kind's ordinary bounds (max
+        on all but FLIP_STEPS steps, where a rounding detail of the simulation may still flip a near-tie,
+        and mean);
+      - the exact reference: every step within FLIP_BOUND and the mean within MEAN_BOUND; the same bounds
+        must reject the exact reference without the selection bias, so that they still test the routing.
+    Measured over seeds 1310 and 1400-1403 of both presets (Q8_0, Q4_K_M): against the simulation max
+    0.02-0.08 and mean 0.004-0.012, except one Q4_K_M case where one flip put 3 steps over 0.4 (max 2.2,
+    mean 0.03; FLIP_STEPS allows two such flips); against the exact reference max 0.08-3.3, mean
+    0.014-0.052, the worst steps at routing margins (routing_margins) of 0.0003-0.0066."""
+    tol, tol_mean, _ = TOLERANCES[kind]
     r = pith_logits(pith, tmp, name, model, tok, cfg.vocab, n_gen=N_GEN_LONG)
     if r is None:
         return
@@ -305,29 +333,27 @@ def compare_quantized(pith, tmp, name, model, tok, cfg, weights, kind):
     ref = glm_by_hand(cfg, weights, toks, probe=lambda i, h: seen.append(
         (h @ w(f"blk.{i}.ffn_gate_inp.weight").T, w(f"blk.{i}.exp_probs_b.bias"))))[rows]
     margin = routing_margins(cfg, seen, len(toks))[rows]
-
-    def stats(ref):
-        step = np.abs(got - ref).max(axis=1)
-        return step, float(np.median(step)), float(np.abs(got - ref).mean())
-
-    def within(step, median, mean):
-        return median <= tol and mean <= MEAN_BOUND and step.max() <= FLIP_BOUND
-    step, median, mean = stats(ref)
-    clear = margin >= MARGIN
-    print(f"{name:34s} max|err| {step.max():.2e} (bound {FLIP_BOUND:g})  median step {median:.2e} (tol {tol:g})  "
-          f"mean {mean:.1e} (tol {MEAN_BOUND:g})  [steps with routing margin >= {MARGIN:g}: "
-          f"{int(clear.sum())}/{len(step)}, max {float(step[clear].max()) if clear.any() else 0:.2e}]", flush=True)
-    if not within(step, median, mean):
-        fail(f"{name}: max {step.max():.3e} (bound {FLIP_BOUND}), median step {median:.3e} (bound {tol}), "
-             f"mean {mean:.4f} (bound {MEAN_BOUND})")
-    wrong = stats(glm_by_hand(cfg, weights, toks, no_bias=True)[rows])
-    if within(*wrong):
-        fail(f"{name}: the bounds accept the reference without the selection bias (max {wrong[0].max():.2f}, "
-             f"median {wrong[1]:.2f}, mean {wrong[2]:.3f})")
+    sim = np.abs(got - glm_by_hand(cfg, weights, toks, act_q8=True)[rows])
+    over = int((sim.max(axis=1) > tol).sum())
+    err = np.abs(got - ref)
+    print(f"{name:34s} vs act-q8 sim: max|err| {sim.max():.2e}, {over} steps over {tol:g} (at most {FLIP_STEPS}), "
+          f"mean {sim.mean():.1e} (tol {tol_mean:g});  vs exact: max|err| {err.max():.2e} (bound {FLIP_BOUND:g}) "
+          f"mean {err.mean():.1e} (tol {MEAN_BOUND:g}), worst step's routing margin "
+          f"{margin[int(err.max(axis=1).argmax())]:.1e}", flush=True)
+    if over > FLIP_STEPS or sim.mean() > tol_mean:
+        fail(f"{name}: against the act-q8 simulation {over} steps over {tol} (at most {FLIP_STEPS}), mean "
+             f"{sim.mean():.4f} (bound {tol_mean})")
+    if err.max() > FLIP_BOUND or err.mean() > MEAN_BOUND:
+        fail(f"{name}: against the exact reference max {err.max():.3e} (bound {FLIP_BOUND}), mean {err.mean():.4f} "
+             f"(bound {MEAN_BOUND})")
+    wrong = np.abs(got - glm_by_hand(cfg, weights, toks, no_bias=True)[rows])
+    if wrong.max() <= FLIP_BOUND and wrong.mean() <= MEAN_BOUND:
+        fail(f"{name}: the bounds accept the reference without the selection bias (max {wrong.max():.2f}, "
+             f"mean {wrong.mean():.3f})")
 
 
-# See compare_quantized (MARGIN: for the information printed; the rounding moves keys by far less).
-MARGIN = 0.02
+# See compare_quantized.
+FLIP_STEPS = 6
 MEAN_BOUND = 0.08
 FLIP_BOUND = 4.0
 
