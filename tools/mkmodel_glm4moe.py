@@ -39,11 +39,12 @@ PRESETS = {
                             vocab=512, theta=1e6, ctx=4096, eps=1e-5, experts=8, experts_used=3, expert_ffn=64,
                             shared=2, dense_leading=2, n_group=4, topk_group=2, routed_scale=1.5,
                             norm_topk=False, partial_rotary=0.5, qk_norm=True, qkv_bias=True, nextn=0),
-    # GLM-4.5-Air's real widths (zai-org/GLM-4.5-Air config.json: hidden 4096, 96 heads of 128, 8 KV heads,
-    # partial_rotary_factor 0.5, 128 experts of 1408, 8 per token, one shared expert, first_k_dense_replace
-    # 1, intermediate 10944, vocab 151552, routed_scaling_factor 1.0, rope_theta 1e6, rms_norm_eps 1e-5,
-    # no QK norm, attention_bias true, one MTP layer) with 4 of its 46 layers (benchmarks; --layers for
-    # more, --random-blocks to write Q8_0 or Q4_K_M quickly: each expert layer holds 2.2 G weights).
+    # GLM-4.5-Air's real widths (its config.json, as a published conversion script copies it: hidden 4096,
+    # 96 heads of 128, 8 KV heads, partial_rotary_factor 0.5, 128 experts of 1408, 8 per token, one shared
+    # expert, first_k_dense_replace 1, intermediate 10944, vocab 151552, routed_scaling_factor 1.0,
+    # rms_norm_eps 1e-5, attention_bias true, no QK norm; the RoPE base, 1e6 here, changes no timing) with
+    # 4 of its 46 layers and without its MTP layer, which Pith does not run (benchmarks; --layers for more,
+    # --random-blocks to write Q8_0 or Q4_K_M quickly: each expert layer holds 2.2 G weights).
     "glm45-air": dict(arch="glm4moe", dim=4096, layers=4, heads=96, kv_heads=8, head_dim=128, ffn=10944,
                       vocab=151552, theta=1e6, ctx=131072, eps=1e-5, experts=128, experts_used=8, expert_ffn=1408,
                       shared=1, dense_leading=1, n_group=1, topk_group=1, routed_scale=1.0, norm_topk=True,
