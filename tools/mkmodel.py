@@ -259,6 +259,10 @@ PRESETS = {
 }
 PRESETS.update(mkmodel_phi3.PRESETS)   # Phi-3 / Phi-4: tools/mkmodel_phi3.py
 
+# GLM-4.5 MoE (glm4moe): presets, config and writers of its own (tools/mkmodel_glm4moe.py).
+import mkmodel_glm4moe as GLM4MOE  # noqa: E402
+PRESETS.update(GLM4MOE.PRESETS)
+
 DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
@@ -1554,6 +1558,10 @@ def scaled(data, factor):
 
 def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=None, chat_template=None,
                random_blocks=False, damp=None):
+    if cfg.arch == "glm4moe":
+        if damp or tokenizer_json or chat_template:
+            raise ValueError("glm4moe: --damp, --tokenizer-json and --chat-template are not written for it")
+        return GLM4MOE.write_gguf(sys.modules[__name__], cfg, path, dtype, seed, name, random_blocks)
     dtype = dtype.upper()
     if dtype not in KQUANT_MIXES:
         G.type_id(dtype)
@@ -1838,6 +1846,8 @@ def gemma3_hf_config(cfg, dtype):
 
 
 def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
+    if cfg.arch == "glm4moe":
+        return GLM4MOE.write_safetensors(sys.modules[__name__], cfg, out_dir, dtype, seed, shards)
     dtype = dtype.upper()
     if dtype not in ST_DTYPES:
         raise ValueError(f"safetensors supports F32, F16 and BF16, not {dtype}")
@@ -1899,6 +1909,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
 # ---------------------------------------------------------------------------------------------------------
 
 def build_config(preset=None, **overrides):
+    if GLM4MOE.wants(preset, overrides):
+        return GLM4MOE.build_config(preset, **overrides)
     kw = dict(PRESETS[preset]) if preset else {}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     if kw.get("rope_scaling") == "none":

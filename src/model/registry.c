@@ -22,7 +22,8 @@
     X(olmo2)          \
     X(qwen3next)      \
     X(phi3)           \
-    X(mistral3)
+    X(mistral3)       \
+    X(glm4moe)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)
