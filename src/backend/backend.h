@@ -104,6 +104,7 @@ typedef struct pith_be_qkv_args {
     const pith_buf *rope_cs;             /* tables from pith_be_rope_tables, or NULL */
     pith_rope_style rope_style;
     int group, layer_index;              /* the layer's KV group and its index in the group */
+    bool v_norm;                         /* each V head RMS-normed without a weight first (Gemma 4) */
 } pith_be_qkv_args;
 
 typedef struct pith_be_attn {
@@ -314,6 +315,10 @@ typedef struct pith_be_mtp_logits_args {
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
     float scale;          /* applied to q.k */
+    /* A second shape for the layers of one memory group (Gemma 4's global layers: wider heads, other KV
+     * heads; the same n_heads and scale): group alt_group has alt_n_kv_heads heads of alt_head_dim.
+     * alt_head_dim 0: every group has the shape above. */
+    int alt_group, alt_n_kv_heads, alt_head_dim;
 } pith_be_attn_shape;
 
 /* The last op of a step: the final norm of the kept rows of x (pith_be_keep_rows) into scratch, the

@@ -166,6 +166,8 @@ static int vk_moe_place(pith_backend *be, char *what, size_t what_size, pith_err
 static int vk_attn_shape(pith_backend *be, const pith_be_attn_shape *s, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     if (c->has_shape) return pith_errf(err, "the attention shape is set once");
+    if (s->alt_head_dim > 0) /* nor V norms: only the models that declare a second shape ask for them */
+        return pith_errf(err, "Vulkan: a second attention shape for one memory group (Gemma 4) is not supported");
     if (s->head_dim < 1 || s->head_dim > 512 || s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads > 65535 ||
         s->n_kv_heads > 65535 || s->n_heads % s->n_kv_heads)
         return pith_errf(err, "Vulkan: attention of %d heads over %d KV heads of %d (the backend takes head widths up "
@@ -527,6 +529,7 @@ static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c)) return;
     if (!c->has_shape || a->group < 0 || a->group >= c->n_groups) return op_failf(c, "Vulkan: qkv without its memory");
+    if (a->v_norm) return op_failf(c, "Vulkan: V norms (Gemma 4) are not supported");
     const pith_kv_cache *m = &c->groups[a->group].meta;
     int hd = c->shape.head_dim, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
     if (a->q->cols < nh * hd || a->k->cols < nkv * hd || a->v->cols < nkv * hd || m->k_dim != nkv * hd ||
