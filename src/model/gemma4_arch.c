@@ -275,6 +275,8 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_str(m, "use_bidirectional_attention", bidir, sizeof bidir) ||
         read_rope_parameters(m, hp, P, &partial))
         return -1;
+    /* null: none (transformers tests it for truth), unlike an absent key */
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m->json, "hidden_size_per_layer_input"))) P->ple_dim = 0;
     if (strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu_tanh"))
         return pith_errf(m->err, "%s: Gemma 4 activation '%s' is not supported (only gelu_pytorch_tanh)", m->path, act);
     if (bias) return pith_errf(m->err, "%s: Gemma 4 with \"attention_bias\" is not supported", m->path);
