@@ -123,6 +123,9 @@ static int global_rope(pith_decoder *d, pith_rope *r, pith_err *err) {
     const pith_gemma4_params *P = pith_gemma4_params_of(hp);
     const int hd = P->head_dim_full, half = hd / 2;
     const pith_tensor *ft = pith_model_file_tensor(d->file, "rope_freqs.weight");
+    /* llama.cpp requires it of a GGUF file with global layers (the converter always writes it) */
+    if (!ft && pith_model_file_format(d->file) == PITH_FORMAT_GGUF)
+        return pith_errf(err, "missing tensor rope_freqs.weight (the global layers' proportional RoPE)");
     if (ft && (ft->type != PITH_F32 || pith_tensor_nelems(ft) != half || (size_t)ft->nbytes < (size_t)half * 4))
         return pith_errf(err, "tensor rope_freqs.weight: expected %d F32 elements (the global layers' head / 2)", half);
     r->style = hp->rope_style;
