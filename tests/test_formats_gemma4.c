@@ -23,7 +23,10 @@ typedef struct variant {
     uint64_t (*extra)(buf *kv);        /* more keys (returns how many) */
     const char *add_tensor;            /* a vector of add_ne0 F32 elements */
     uint64_t add_ne0;
+    bool ple;                          /* per-layer embeddings of PLE per layer (tensors and key) */
 } variant;
+
+enum { PLE = 16 };
 
 static bool global_layer(int l) { return l == LAYERS - 1; }
 
@@ -52,6 +55,17 @@ static int tensor_list(const variant *v, gtensor *ts) {
 #undef LT
     }
     if (v && v->add_tensor) add_gt(ts, &n, v->add_tensor, 0, v->add_ne0, 0);
+    if (v && v->ple) {
+        add_gt(ts, &n, "per_layer_token_embd.weight", 0, LAYERS * PLE, VOCAB);
+        add_gt(ts, &n, "per_layer_model_proj.weight", 0, DIM, LAYERS * PLE);
+        add_gt(ts, &n, "per_layer_proj_norm.weight", 0, PLE, 0);
+        for (int l = 0; l < LAYERS; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.inp_gate.weight", l), add_gt(ts, &n, name, 0, DIM, PLE);
+            snprintf(name, sizeof name, "blk.%d.proj.weight", l), add_gt(ts, &n, name, 0, PLE, DIM);
+            snprintf(name, sizeof name, "blk.%d.post_norm.weight", l), add_gt(ts, &n, name, 0, DIM, 0);
+        }
+    }
     int kept = 0;
     for (int i = 0; i < n; i++) {
         if (v && v->drop_tensor && !strcmp(ts[i].name, v->drop_tensor)) continue;
@@ -104,7 +118,7 @@ static uint64_t base_kvs(const variant *v, buf *kv) {
     if (KEEP("gemma4.final_logit_softcapping")) gguf_kv_f32(kv, "gemma4.final_logit_softcapping", 30.0f), n++;
     if (KEEP("gemma4.attention.shared_kv_layers")) gguf_kv_u32(kv, "gemma4.attention.shared_kv_layers", 0), n++;
     if (KEEP("gemma4.embedding_length_per_layer_input"))
-        gguf_kv_u32(kv, "gemma4.embedding_length_per_layer_input", 0), n++;
+        gguf_kv_u32(kv, "gemma4.embedding_length_per_layer_input", v && v->ple ? PLE : 0), n++;
     gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", 2), n++;
     gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", 1), n++;
 #undef KEEP
@@ -194,6 +208,11 @@ static uint64_t kv_ff_wide(buf *kv) {
     return kv_array_u32(kv, "gemma4.feed_forward_length", ff, LAYERS), 1;
 }
 static uint64_t kv_heads_scalar(buf *kv) { return gguf_kv_u32(kv, "gemma4.attention.head_count_kv", KV), 1; }
+static uint64_t kv_shared_all(buf *kv) { return gguf_kv_u32(kv, "gemma4.attention.shared_kv_layers", 3), 1; }
+static uint64_t kv_ff_short(buf *kv) {
+    static const uint32_t ff[2] = {FFN, FFN};
+    return kv_array_u32(kv, "gemma4.feed_forward_length", ff, 2), 1;
+}
 static uint64_t kv_ple_str(buf *kv) { return gguf_kv_str(kv, "gemma4.embedding_length_per_layer_input", "x"), 1; }
 
 static void test_gguf(void) {
@@ -236,9 +255,10 @@ static void test_gguf(void) {
         uint64_t (*extra)(buf *kv);
         const char *skip, *needle;
     } k[] = {
-        {kv_ple, "gemma4.embedding_length_per_layer_input", "per-layer embeddings"},
+        {kv_ple, "gemma4.embedding_length_per_layer_input", "per_layer_token_embd.weight"},
         {kv_ple_str, "gemma4.embedding_length_per_layer_input", "embedding_length_per_layer_input"},
-        {kv_shared, "gemma4.attention.shared_kv_layers", "attention.shared_kv_layers"},
+        {kv_shared, "gemma4.attention.shared_kv_layers", "earlier global layer, and there is none"},
+        {kv_shared_all, "gemma4.attention.shared_kv_layers", "attention.shared_kv_layers is 3"},
         {kv_experts, NULL, "expert_count"},
         {kv_value_swa, "gemma4.attention.value_length_swa", "value_length_swa"},
         {kv_rot_swa, NULL, "rope.dimension_count_swa"},
@@ -248,12 +268,38 @@ static void test_gguf(void) {
         {kv_heads_mixed, "gemma4.attention.head_count_kv", "different KV head counts"},
         {kv_heads_odd, "gemma4.attention.head_count_kv", "KV heads do not divide"},
         {kv_ff_wide, "gemma4.feed_forward_length", "double-wide"},
+        {kv_ff_short, "gemma4.feed_forward_length", "feed_forward_length has 2 entries"},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         char name[32];
         snprintf(name, sizeof name, "g4-k%zu.gguf", i);
         variant vk = {.skip_key = k[i].skip, .extra = k[i].extra};
         expect_refused(k[i].needle, write_gguf(name, &vk), k[i].needle);
+    }
+    /* per-layer embeddings: they load, and each of their tensors is checked */
+    variant ple = {.ple = true};
+    path = write_gguf("g4-ple.gguf", &ple);
+    rc = pith_model_file_open(path, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(pith_gemma4_params_of(pith_model_file_hparams(f))->ple_dim == PLE);
+        pith_model_file_close(f);
+    }
+    expect_loads("per-layer embeddings", path);
+    variant pv[] = {
+        {.ple = true, .drop_tensor = "per_layer_token_embd.weight"},
+        {.ple = true, .reshape_tensor = "per_layer_token_embd.weight", .reshape_ne0 = PLE},
+        {.ple = true, .drop_tensor = "per_layer_model_proj.weight"},
+        {.ple = true, .reshape_tensor = "per_layer_proj_norm.weight", .reshape_ne0 = 8},
+        {.ple = true, .drop_tensor = "blk.1.inp_gate.weight"},
+        {.ple = true, .reshape_tensor = "blk.2.proj.weight", .reshape_ne0 = 8},
+        {.ple = true, .drop_tensor = "blk.0.post_norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof pv / sizeof *pv; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "g4-p%zu.gguf", i);
+        const char *what = pv[i].drop_tensor ? pv[i].drop_tensor : pv[i].reshape_tensor;
+        expect_refused(what, write_gguf(name, &pv[i]), what);
     }
     /* a scalar head_count_kv: both kinds of layer take it, so the global layer's K (1 head) is refused */
     variant one = {.skip_key = "gemma4.attention.head_count_kv", .extra = kv_heads_scalar};
@@ -360,8 +406,11 @@ static void test_hf(void) {
     struct {
         const char *extra, *drop, *needle;
     } c[] = {
-        {", \"hidden_size_per_layer_input\": 256", NULL, "per-layer embeddings"},
-        {", \"num_kv_shared_layers\": 1", NULL, "num_kv_shared_layers"},
+        {", \"hidden_size_per_layer_input\": 256", NULL, "per_layer_token_embd.weight"},
+        {", \"hidden_size_per_layer_input\": 16, \"vocab_size_per_layer_input\": 30", NULL,
+         "vocab_size_per_layer_input"},
+        {", \"num_kv_shared_layers\": 1", NULL, "earlier global layer, and there is none"},
+        {", \"num_kv_shared_layers\": -1", NULL, "num_kv_shared_layers"},
         {", \"enable_moe_block\": true", NULL, "enable_moe_block"},
         {", \"attention_bias\": true", NULL, "attention_bias"},
         {", \"use_bidirectional_attention\": \"all\"", NULL, "use_bidirectional_attention"},

@@ -2,8 +2,10 @@
 models/gemma4/modeling_gemma4.py (Gemma4TextModel, Gemma4TextDecoderLayer, Gemma4TextAttention,
 Gemma4RMSNorm, Gemma4TextRotaryEmbedding with modeling_rope_utils' _compute_proportional_rope_parameters,
 Gemma4ForCausalLM's soft-cap), on tools/mkmodel.py's test-gemma4 (window layers with heads of 64 and 2 KV
-heads, global layers with heads of 128, 1 KV head and V = K, proportional RoPE, layer scalars, soft-cap 30)
-and test-gemma4-mm (the same as Gemma4ForConditionalGeneration).
+heads, global layers with heads of 128, 1 KV head and V = K, proportional RoPE, layer scalars, soft-cap 30),
+test-gemma4-mm (the same as Gemma4ForConditionalGeneration) and test-gemma4-e (the E2B / E4B kind:
+per-layer embeddings of 128 per layer, the last three layers sharing the K and V of layers 1 and 2, their
+FFN twice as wide).
 
 First the reference itself: its local RoPE and attention against tools/reference.py's (written
 separately), and the weights it reads from a GGUF file and a safetensors directory of one seed against the
@@ -41,6 +43,7 @@ import test_reference_models as trm  # noqa: E402  (its main() runs only as a sc
 
 PRESET = "test-gemma4"
 MM_PRESET = "test-gemma4-mm"
+E_PRESET = "test-gemma4-e"
 GGUF_TYPES = ["F32", "Q8_0", "Q4_K_M"]
 ST_TYPES = ["F32", "BF16"]
 CROSS_FORMAT = trm.TOLERANCES["float"][0]
@@ -120,22 +123,36 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def by_hand(cfg, w, tokens, kv_f16=False, v_norm=True, proportional=True, scalars=True):
+def by_hand(cfg, w, tokens, kv_f16=False, v_norm=True, proportional=True, scalars=True, ple=True, sharing=True):
     """Gemma 4 text in float64. Gemma4RMSNorm: x * (mean(x^2) + eps)^-1/2 * w (no 1 + w; V's without a
     weight). Embeddings times sqrt(hidden) (exact for hidden 256 in every dtype). Per layer: q_norm / k_norm
     per head, RoPE (sliding: default over head_dim at the local base; full: proportional over
     global_head_dim), v_norm, attention with scaling 1, o_proj, post_attention_layernorm, residual;
     pre_feedforward_layernorm, down(gelu_tanh(gate) * up), post_feedforward_layernorm, residual; then times
-    layer_scalar. Final norm, the tied embedding, tanh soft-cap. kv_f16 rounds the cached K (after RoPE)
-    and V to float16 as pith's default cache; the flags drop a feature (to show the cases see it)."""
+    layer_scalar. Per-layer embeddings (Gemma4TextModel.get_per_layer_inputs / project_per_layer_inputs,
+    Gemma4TextDecoderLayer): the per-layer table times sqrt(P) plus the per-layer projection of the scaled
+    embeddings times hidden^-1/2, RMS-normed per layer, both times 2^-1/2; after each layer's FFN
+    x + post_per_layer_input_norm(per_layer_projection(gelu_tanh(per_layer_input_gate(x)) * p_l)). KV
+    sharing: the last num_kv_shared_layers layers take the K and V (as cached) of the last earlier layer of
+    their type (store_full_length_kv). Final norm, the tied embedding, tanh soft-cap. kv_f16 rounds the
+    cached K (after RoPE) and V to float16 as pith's default cache; the flags drop a feature (to show the
+    cases see it; sharing=False gives shared layers the K and V of their own Q projection's layer instead:
+    their source's recomputed from their own input)."""
     T, H = len(tokens), cfg.heads
     kinds = mkmodel_gemma4.layer_kinds(cfg)
+    first = cfg.layers - cfg.kv_shared
+    stored = {}
 
     def norm(x, weight=None):
         y = x * torch.pow((x * x).mean(dim=-1, keepdim=True) + cfg.eps, -0.5)
         return y if weight is None else y * weight
 
     x = w("token_embd.weight")[torch.tensor(tokens)] * math.sqrt(cfg.dim)
+    P = cfg.ple_dim
+    if P:
+        tok = (w("per_layer_token_embd.weight")[torch.tensor(tokens)] * math.sqrt(P)).view(T, cfg.layers, P)
+        proj = ((x @ w("per_layer_model_proj.weight").T) * cfg.dim ** -0.5).view(T, cfg.layers, P)
+        pli = (norm(proj, w("per_layer_proj_norm.weight")) + tok) * 2 ** -0.5
     for i in range(cfg.layers):
         b, full = f"blk.{i}.", kinds[i] == "full_attention"
         hd = cfg.global_head_dim if full else cfg.head_dim
@@ -146,21 +163,30 @@ def by_hand(cfg, w, tokens, kv_f16=False, v_norm=True, proportional=True, scalar
             inv = default_inv(cfg.rope_local_theta, hd)
         h = norm(x, w(b + "attn_norm.weight"))
         q = (h @ w(b + "attn_q.weight").T).view(T, H, hd)
-        kp = h @ w(b + "attn_k.weight").T
-        wv = w(b + "attn_v.weight")
-        vp = kp if wv is None else h @ wv.T            # attention_k_eq_v: V is the K projection
-        k, v = kp.view(T, -1, hd), vp.view(T, -1, hd)
         q = rope(norm(q, w(b + "attn_q_norm.weight")), inv)
-        k = rope(norm(k, w(b + "attn_k_norm.weight")), inv)
-        if v_norm:
-            v = norm(v)
-        if kv_f16:
-            k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+        if i >= first and sharing:
+            k, v = stored[kinds[i]]
+        else:
+            s = b if i < first else f"blk.{max(j for j in range(first) if kinds[j] == kinds[i])}."
+            kp = h @ w(s + "attn_k.weight").T
+            wv = w(s + "attn_v.weight")
+            vp = kp if wv is None else h @ wv.T            # attention_k_eq_v: V is the K projection
+            k, v = kp.view(T, -1, hd), vp.view(T, -1, hd)
+            k = rope(norm(k, w(s + "attn_k_norm.weight")), inv)
+            if v_norm:
+                v = norm(v)
+            if kv_f16:
+                k, v = k.to(torch.float16).to(torch.float64), v.to(torch.float16).to(torch.float64)
+            if i < first:
+                stored[kinds[i]] = k, v
         o = attention(q, k, v, 0 if full else cfg.sliding_window).reshape(T, H * hd) @ w(b + "attn_output.weight").T
         x = x + norm(o, w(b + "post_attention_norm.weight"))
         f = norm(x, w(b + "ffn_norm.weight"))
         f = gelu_tanh(f @ w(b + "ffn_gate.weight").T) * (f @ w(b + "ffn_up.weight").T)
         x = x + norm(f @ w(b + "ffn_down.weight").T, w(b + "post_ffw_norm.weight"))
+        if P and ple:
+            g = gelu_tanh(x @ w(b + "inp_gate.weight").T) * pli[:, i]
+            x = x + norm(g @ w(b + "proj.weight").T, w(b + "post_norm.weight"))
         s = w(b + "layer_output_scale.weight")
         if scalars and s is not None:
             x = x * s[0]
@@ -188,12 +214,17 @@ def check_reference(tmp, tokens, seed):
     for what, kw in (("the V norm", dict(v_norm=False)), ("proportional RoPE (vs all pairs)", dict(proportional=False)),
                      ("the layer scalars", dict(scalars=False))):
         trm.moved(f"gemma4 {what}", base, by_hand(cfg, weights(cfg, seed=seed), tokens, **kw))
-    for preset in (PRESET, MM_PRESET):
+    c = mkmodel.build_config(E_PRESET)
+    base_e = by_hand(c, weights(c, seed=seed), tokens)
+    for what, kw in (("per-layer embeddings", dict(ple=False)), ("KV sharing", dict(sharing=False))):
+        trm.moved(f"gemma4 {what}", base_e, by_hand(c, weights(c, seed=seed), tokens, **kw))
+    for preset in (PRESET, MM_PRESET, E_PRESET):
         c = mkmodel.build_config(preset)
+        base = base_e if preset == E_PRESET else by_hand(c, weights(c, seed=seed), tokens)
         gpath, spath = os.path.join(tmp, f"x-{preset}.gguf"), os.path.join(tmp, f"x-{preset}-st")
         mkmodel.write_safetensors(c, spath, "F32", seed=seed, shards=2)
         paths = [("safetensors", spath)]
-        if preset == PRESET:
+        if preset != MM_PRESET:
             mkmodel.write_gguf(c, gpath, "F32", seed=seed)
             paths.insert(0, ("gguf", gpath))
         for fmt, path in paths:
@@ -216,7 +247,8 @@ def main():
         check_reference(tmp, tokens, seed)
         f32 = {}
         cases = ([(PRESET, "gguf", t) for t in GGUF_TYPES] + [(PRESET, "safetensors", t) for t in ST_TYPES] +
-                 [(MM_PRESET, "safetensors", "F32")])
+                 [(MM_PRESET, "safetensors", "F32")] + [(E_PRESET, "gguf", t) for t in ("F32", "Q8_0")] +
+                 [(E_PRESET, "safetensors", t) for t in ST_TYPES])
         for preset, fmt, dtype in cases:
             cfg = mkmodel.build_config(preset)
             model, tok, n_vocab = trm.make_model(tmp, preset, fmt, dtype, seed)
@@ -227,9 +259,9 @@ def main():
             name = f"{preset} {fmt} {dtype}"
             trm.compare(pith, tmp, name, model, tok, n_vocab, trm.tolerance_kind(dtype), n_gen=trm.N_GEN_LONG,
                         ref_fn=ref)
-            if dtype != "F32" or preset != PRESET:
+            if dtype != "F32" or preset == MM_PRESET:
                 continue
-            f32[fmt] = (model, tok)
+            f32[(preset, fmt)] = (model, tok)
             if fmt == "gguf":
                 trm.compare(pith, tmp, name + " kv-f16", model, tok, n_vocab, "float-kv16", kv_f32=False,
                             n_gen=trm.N_GEN_LONG, ref_fn=ref)
@@ -238,20 +270,20 @@ def main():
                             n_gen=trm.N_GEN_PROMPT, prompt=trm.PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)),
                             ref_fn=ref)
         # pith's two F32 formats of one seed: the same weights, the same kernels
-        cfg = mkmodel.build_config(PRESET)
-        for what, kw in (("from BOS", dict(n_gen=trm.N_GEN_LONG)),
-                         ("prompt/7", dict(n_gen=trm.N_GEN_PROMPT, prompt=trm.PROMPT_TEXT,
-                                           extra=("--max-batch-tokens", "7")))):
-            runs = [trm.pith_logits(pith, tmp, f"{PRESET} {fmt} F32 {what}", *f32[fmt], cfg.vocab, **kw)
-                    for fmt in ("gguf", "safetensors") if fmt in f32]
+        for preset, what, kw in [(p, what, kw) for p in (PRESET, E_PRESET) for what, kw in (
+                ("from BOS", dict(n_gen=trm.N_GEN_LONG)),
+                ("prompt/7", dict(n_gen=trm.N_GEN_PROMPT, prompt=trm.PROMPT_TEXT, extra=("--max-batch-tokens", "7"))))]:
+            cfg = mkmodel.build_config(preset)
+            runs = [trm.pith_logits(pith, tmp, f"{preset} {fmt} F32 {what}", *f32[(preset, fmt)], cfg.vocab, **kw)
+                    for fmt in ("gguf", "safetensors") if (preset, fmt) in f32]
             if len(runs) != 2 or None in runs:
-                trm.fail(f"{PRESET}: no pair of F32 runs to compare {what}")
+                trm.fail(f"{preset}: no pair of F32 runs to compare {what}")
                 continue
             (pa, a), (pb, b) = runs
             err = float(np.abs(a - b).max())
-            print(f"{PRESET}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound {CROSS_FORMAT:g})")
+            print(f"{preset}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound {CROSS_FORMAT:g})")
             if pa != pb or err > CROSS_FORMAT:
-                trm.fail(f"{PRESET}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+                trm.fail(f"{preset}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
     print(f"{time.time() - t0:.1f} s")
     if trm.failures:
         print(f"{len(trm.failures)} failure(s)")

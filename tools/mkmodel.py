@@ -230,6 +230,20 @@ PRESETS = {
                            partial_rotary=0.25, rope_local_theta=10000.0, final_softcap=30.0,
                            layer_types=["sliding_attention", "sliding_attention", "full_attention",
                                         "sliding_attention", "sliding_attention", "full_attention"]),
+    # Gemma 4 E-series: per-layer embeddings (P 128), the last three layers (a window one and a global one
+    # among them) sharing layers 1's and 2's K and V, their FFN twice as wide; global K and V of their own.
+    "test-gemma4-e": dict(arch="gemma4", dim=256, layers=6, heads=4, kv_heads=1, head_dim=64, ffn=512, vocab=512,
+                          theta=1e6, ctx=4096, eps=1e-6, tied=True, sliding_window=16, global_head_dim=128,
+                          k_eq_v=False, partial_rotary=0.25, rope_local_theta=10000.0, final_softcap=30.0,
+                          ple_dim=128, kv_shared=3, double_wide=True,
+                          layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                       "sliding_attention", "sliding_attention", "full_attention"]),
+    # Gemma 4 E2B's real text shape (google/gemma-4-E2B's text_config; benchmarks, written on demand).
+    "gemma4-e2b": dict(arch="gemma4", dim=1536, layers=35, heads=8, kv_heads=1, head_dim=256, ffn=6144,
+                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=512,
+                       global_head_dim=512, k_eq_v=False, partial_rotary=0.25, rope_local_theta=10000.0,
+                       final_softcap=30.0, ple_dim=256, kv_shared=20, double_wide=True,
+                       layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7),
     # Gemma 4 31B's real text shape (benchmarks; google/gemma-4-31B's text_config: 60 layers, 5:1 pattern,
     # window 1024, global heads of 512 with 4 KV heads and K = V; several GB: written on demand).
     "gemma4-31b": dict(arch="gemma4", dim=5376, layers=60, heads=32, kv_heads=16, head_dim=256, ffn=21504,
@@ -254,7 +268,7 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
                 shared_ffn=0, mtp=0, mtp_copy=False, pattern=None, global_head_dim=None, global_kv_heads=None,
-                k_eq_v=None)
+                k_eq_v=None, ple_dim=0, kv_shared=0, double_wide=False)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -1550,7 +1564,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32(f"{a}.block_count", cfg.layers + cfg.mtp)   # llama.cpp counts the MTP layers
     if cfg.mtp:
         w.add_u32(f"{a}.nextn_predict_layers", cfg.mtp)
-    if a not in ("qwen35moe", "nemotron_h"):  # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H
+    if a not in ("qwen35moe", "nemotron_h") and not (a == "gemma4" and cfg.double_wide):
+        # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H and a double-wide Gemma 4
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
     if a in ("qwen35", "qwen35moe"):

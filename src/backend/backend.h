@@ -88,7 +88,8 @@ typedef struct pith_rope {
 
 /* What happens to a token's Q, K and V between their projection and the KV store, in this order: the
  * biases added, the QK norm (per head over head_dim, or over the whole projection), RoPE (rope_cs NULL:
- * none, a NoPE layer), then K and V into the token's slot of the layer's KV group. */
+ * none, a NoPE layer), then K and V into the token's slot of the layer's KV group. k and v NULL: Q alone
+ * (a layer that attends over another layer's K and V: Gemma 4's KV sharing), nothing stored. */
 typedef enum pith_qk_norm {
     PITH_QK_NORM_NONE,
     PITH_QK_NORM_HEAD,    /* RMSNorm of each head (qwen3, gemma3): weights of head_dim */
@@ -384,6 +385,8 @@ typedef struct pith_backend_vt {
     void (*scale_add)(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n);
     /* y = 0 (the output of an op that accumulates, before it) */
     void (*zero)(pith_backend *be, pith_buf *y, int n);
+    /* dst = src's columns [col0, col0 + dst->cols) (Gemma 4: one layer's slice of the per-layer inputs) */
+    void (*copy_cols)(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n);
     /* y = kind(y), elementwise (an ungated MLP) */
     void (*activation)(pith_backend *be, pith_activation kind, pith_buf *y, int n);
     int (*moe)(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
@@ -500,6 +503,9 @@ static inline void pith_be_scale_add(pith_backend *be, pith_buf *x, const pith_b
     be->vt->scale_add(be, x, y, s, n);
 }
 static inline void pith_be_zero(pith_backend *be, pith_buf *y, int n) { be->vt->zero(be, y, n); }
+static inline void pith_be_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    be->vt->copy_cols(be, dst, src, col0, n);
+}
 static inline void pith_be_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
     be->vt->activation(be, kind, y, n);
 }

@@ -16,9 +16,16 @@ typedef struct pith_gemma4_params {
      * not at all. config.json: partial_rotary_factor * head_dim_full / 2; GGUF: rope_freqs.weight. */
     int rope_pairs_full;
     float rope_factor_full;
-    int ple_dim;           /* hidden_size_per_layer_input (per-layer embeddings): refused when > 0 */
-    int kv_shared_layers;  /* num_kv_shared_layers: refused when > 0 */
+    int ple_dim;           /* hidden_size_per_layer_input: each layer's per-layer input width (0: none) */
+    int kv_shared_layers;  /* num_kv_shared_layers: the last ones attend over an earlier layer's K and V */
+    bool double_wide;      /* use_double_wide_mlp: the KV-shared layers' FFN is twice ffn_dim wide */
 } pith_gemma4_params;
+
+/* The first layer that reads another layer's K and V (n_layers when none does). */
+static inline int pith_gemma4_first_shared(const pith_hparams *hp) {
+    const pith_gemma4_params *P = (const pith_gemma4_params *)hp->arch_params;
+    return hp->n_layers - P->kv_shared_layers;
+}
 
 static inline const pith_gemma4_params *pith_gemma4_params_of(const pith_hparams *hp) {
     return (const pith_gemma4_params *)hp->arch_params;

@@ -30,10 +30,19 @@
  *    always global (Gemma4TextConfig forces it); GGUF attention.sliding_window_pattern, one bool per layer
  *    (true = window), or a period.
  *
- * Refused with a message rather than run wrong: per-layer embeddings (hidden_size_per_layer_input > 0;
- * GGUF embedding_length_per_layer_input), KV sharing across layers (num_kv_shared_layers > 0; GGUF
- * attention.shared_kv_layers), the mixture-of-experts block (enable_moe_block; GGUF expert_count), Q/K/V
- * biases, bidirectional attention, a partial rotary on window layers, a RoPE type other than these two. */
+ *  - Per-layer embeddings (the E2B / E4B models; hidden_size_per_layer_input P > 0, GGUF
+ *    embedding_length_per_layer_input): a second token table of n_layers x P per token
+ *    (per_layer_token_embd, times sqrt(P)) plus a projection of the scaled embeddings (per_layer_model_proj
+ *    times hidden^-1/2, RMS-normed per layer by per_layer_proj_norm), summed and times 2^-1/2, give each
+ *    layer its input p_l; after its FFN the layer adds RMSNorm_post_norm(proj(gelu_tanh(inp_gate x) * p_l)).
+ *  - KV sharing: the last num_kv_shared_layers layers (GGUF attention.shared_kv_layers) have no K/V
+ *    projections and attend over the K and V of the last earlier layer of their kind (transformers'
+ *    store_full_length_kv; llama.cpp's n_layer_kv_from_start); under use_double_wide_mlp their FFN is
+ *    2 x intermediate_size wide (GGUF: feed_forward_length per layer).
+ *
+ * Refused with a message rather than run wrong: the mixture-of-experts block (enable_moe_block; GGUF
+ * expert_count), Q/K/V biases, bidirectional attention, a partial rotary on window layers, a RoPE type
+ * other than these two, a per-layer vocabulary other than the model's. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -81,6 +90,16 @@ static bool window_layer(const pith_hparams *hp, int l) {
     return hp->sliding_window > 0 && pith_layer_bit(hp->layer_swa, l);
 }
 
+/* a window layer with K and V of its own */
+static bool window_kv_layer(const pith_hparams *hp, int l) {
+    return window_layer(hp, l) && l < pith_gemma4_first_shared(hp);
+}
+
+/* a layer whose FFN is ffn_dim wide (the double-wide ones are checked by gemma4.c) */
+static bool narrow_ffn(const pith_hparams *hp, int l) {
+    return !pith_gemma4_params_of(hp)->double_wide || l < pith_gemma4_first_shared(hp);
+}
+
 static const pith_tensor_spec global[] = {
     {"token_embd.weight", PITH_D_DIM, PITH_D_VOCAB, PITH_REQUIRED, NULL},
     {"output_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
@@ -93,16 +112,16 @@ static const pith_tensor_spec global[] = {
 static const pith_tensor_spec layer[] = {
     {"attn_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {"attn_q.weight", PITH_D_DIM, PITH_D_Q, PITH_REQUIRED, window_layer},
-    {"attn_k.weight", PITH_D_DIM, PITH_D_KV, PITH_REQUIRED, window_layer},
-    {"attn_v.weight", PITH_D_DIM, PITH_D_KV, PITH_OPTIONAL, window_layer},
+    {"attn_k.weight", PITH_D_DIM, PITH_D_KV, PITH_REQUIRED, window_kv_layer},
+    {"attn_v.weight", PITH_D_DIM, PITH_D_KV, PITH_OPTIONAL, window_kv_layer},
     {"attn_output.weight", PITH_D_Q, PITH_D_DIM, PITH_REQUIRED, window_layer},
     {"attn_q_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, window_layer},
-    {"attn_k_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, window_layer},
+    {"attn_k_norm.weight", PITH_D_HEAD, PITH_D_NONE, PITH_REQUIRED, window_kv_layer},
     {"post_attention_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {"ffn_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
-    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, NULL},
-    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, NULL},
+    {"ffn_gate.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, narrow_ffn},
+    {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, narrow_ffn},
+    {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, narrow_ffn},
     {"post_ffw_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
     {NULL, 0, 0, 0, NULL},
 };
@@ -112,15 +131,16 @@ static void swa_period(pith_hparams *hp, int period) {
         pith_layer_set(hp->layer_swa, l, (l + 1) % period != 0);
 }
 
-/* What this build does not run, from either format. */
-static int refuse_unsupported(const pith_meta *m, const pith_gemma4_params *P, int n_experts, bool gguf) {
-    if (P->ple_dim > 0)
-        return pith_errf(m->err, "%s: Gemma 4 per-layer embeddings (%s %d: the E2B / E4B models) are not supported",
-                         m->path, gguf ? "embedding_length_per_layer_input" : "\"hidden_size_per_layer_input\"",
-                         P->ple_dim);
-    if (P->kv_shared_layers > 0)
-        return pith_errf(m->err, "%s: Gemma 4 KV sharing across layers (%s %d) is not supported", m->path,
-                         gguf ? "attention.shared_kv_layers" : "\"num_kv_shared_layers\"", P->kv_shared_layers);
+/* What this build does not run, and the new widths' ranges, from either format. */
+static int refuse_unsupported(const pith_meta *m, const pith_hparams *hp, const pith_gemma4_params *P, int n_experts,
+                              bool gguf) {
+    if (P->ple_dim < 0 || P->ple_dim > (1 << 16))
+        return pith_errf(m->err, "%s: %s is %d, expected a width in 0..65536", m->path,
+                         gguf ? "embedding_length_per_layer_input" : "\"hidden_size_per_layer_input\"", P->ple_dim);
+    if (P->kv_shared_layers < 0 || P->kv_shared_layers >= hp->n_layers)
+        return pith_errf(m->err, "%s: %s is %d, expected fewer than the %d layers", m->path,
+                         gguf ? "attention.shared_kv_layers" : "\"num_kv_shared_layers\"", P->kv_shared_layers,
+                         hp->n_layers);
     if (n_experts > 0)
         return pith_errf(m->err, "%s: the Gemma 4 mixture-of-experts block (%s) is not supported", m->path,
                          gguf ? "expert_count" : "\"enable_moe_block\"");
@@ -152,7 +172,7 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
     if (rot_swa != -1 && rot_swa != hp->head_dim)
         return pith_errf(m->err, "%s: %s.rope.dimension_count_swa %d: a partial rotary on window layers is not supported",
                          m->path, m->arch, rot_swa);
-    if (refuse_unsupported(m, P, n_experts, true)) return -1;
+    if (refuse_unsupported(m, hp, P, n_experts, true)) return -1;
     /* the window pattern: one bool per layer (true: window), or a period */
     if (hp->sliding_window > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
@@ -195,16 +215,24 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
         hp->n_kv_heads = kinds[0] ? kinds[0] : kinds[1];
         P->n_kv_heads_full = kinds[1] ? kinds[1] : kinds[0];
     }
-    /* a per-layer feed-forward width (the double-wide MLP of KV-shared layers) must be one width */
+    /* per layer feed-forward widths: one width, or the converter's double-wide MLP (twice the width in the
+     * KV-shared layers) */
     snprintf(key, sizeof key, "%s.feed_forward_length", m->arch);
     const pith_gguf_kv *ff = pith_gguf_find(m->gguf, key);
     if (ff && ff->type == PITH_GGUF_ARRAY) {
-        for (uint64_t l = 0; l < ff->arr_n; l++) {
+        int first = hp->n_layers - P->kv_shared_layers;
+        if (ff->arr_n != (uint64_t)hp->n_layers)
+            return pith_errf(m->err, "%s: %s has %llu entries, expected one per layer (%d)", m->path, key,
+                             (unsigned long long)ff->arr_n, hp->n_layers);
+        for (int l = 0; l < hp->n_layers; l++) {
             int64_t v;
-            if (!pith_gguf_arr_i64(ff, l, &v) || v < 1 || v > INT32_MAX || (l && v != hp->ffn_dim))
-                return pith_errf(m->err, "%s: %s: per-layer feed-forward widths (the double-wide MLP) are not supported",
-                                 m->path, key);
-            hp->ffn_dim = (int)v;
+            if (!pith_gguf_arr_i64(ff, (uint64_t)l, &v) || v < 1 || v > (1 << 20))
+                return pith_errf(m->err, "%s: %s entry %d is not a width", m->path, key, l);
+            if (l == 0) hp->ffn_dim = (int)v;
+            else if (l == first && v == 2 * (int64_t)hp->ffn_dim) P->double_wide = true;
+            if (v != hp->ffn_dim * (P->double_wide && l >= first ? 2 : 1))
+                return pith_errf(m->err, "%s: %s: entry %d is %lld; only one width, or twice it in the KV-shared layers "
+                                 "(the double-wide MLP), is supported", m->path, key, l, (long long)v);
         }
     }
     return 0;
@@ -249,7 +277,8 @@ static int read_rope_parameters(const pith_meta *m, pith_hparams *hp, pith_gemma
 static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
     pith_gemma4_params *P = pith_arch_params(hp);
     char act[32] = "gelu_pytorch_tanh", bidir[16] = "";
-    bool k_eq_v = false, moe = false, bias = false, found;
+    bool k_eq_v = false, moe = false, bias = false, double_wide = false, found;
+    int vocab_pl = hp->n_vocab;
     float partial = DEFAULT_PARTIAL_ROTARY;
     int global_kv = 0;
     hp->rope_theta = 1000000.0f;
@@ -272,6 +301,8 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "num_kv_shared_layers", false, &P->kv_shared_layers) ||
         pith_meta_int(m, "hidden_size_per_layer_input", false, &P->ple_dim) ||
         pith_meta_bool(m, "enable_moe_block", &moe) || pith_meta_bool(m, "attention_bias", &bias) ||
+        pith_meta_bool(m, "use_double_wide_mlp", &double_wide) ||
+        pith_meta_int(m, "vocab_size_per_layer_input", false, &vocab_pl) ||
         pith_meta_str(m, "use_bidirectional_attention", bidir, sizeof bidir) ||
         read_rope_parameters(m, hp, P, &partial))
         return -1;
@@ -282,7 +313,12 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
     if (bias) return pith_errf(m->err, "%s: Gemma 4 with \"attention_bias\" is not supported", m->path);
     if (!strcmp(bidir, "all"))
         return pith_errf(m->err, "%s: \"use_bidirectional_attention\": \"all\" (an encoder) is not supported", m->path);
-    if (refuse_unsupported(m, P, moe, false)) return -1;
+    if (refuse_unsupported(m, hp, P, moe, false)) return -1;
+    if (P->ple_dim > 0 && vocab_pl != hp->n_vocab)
+        return pith_errf(m->err, "%s: \"vocab_size_per_layer_input\" %d differs from the vocabulary (%d): not supported",
+                         m->path, vocab_pl, hp->n_vocab);
+    /* Gemma4TextMLP: twice the width where the layer is KV-shared (and some layer is) */
+    P->double_wide = double_wide && P->kv_shared_layers > 0;
     if (P->head_dim_full < 2 || P->head_dim_full % 2 || P->head_dim_full > (1 << 16))
         return pith_errf(m->err, "%s: \"global_head_dim\" is %d, expected an even head width", m->path, P->head_dim_full);
     if (!hp->n_kv_heads) hp->n_kv_heads = hp->n_heads;

@@ -357,16 +357,16 @@ static void qkv_row(row_job *j, int t, int ith) {
     (void)ith;
     const pith_be_qkv_args *a = j->a;
     pith_cpu_be *c = j->c;
-    int hd = pith_cpu_be_head_dim(c, a->group), qd = a->q->cols, kvd = a->k->cols, nh = c->shape.n_heads,
-        nkv = pith_cpu_be_kv_heads(c, a->group);
-    float *q = row_of(a->q, t), *k = row_of(a->k, t), *v = row_of(a->v, t);
+    int hd = pith_cpu_be_head_dim(c, a->group), qd = a->q->cols, kvd = a->k ? a->k->cols : 0, nh = c->shape.n_heads,
+        nkv = a->k ? pith_cpu_be_kv_heads(c, a->group) : 0;
+    float *q = row_of(a->q, t), *k = a->k ? row_of(a->k, t) : NULL, *v = a->k ? row_of(a->v, t) : NULL;
     if (a->bq) {
         for (int i = 0; i < qd; i++) q[i] += a->bq->vec[i];
         for (int i = 0; i < kvd; i++) k[i] += a->bk->vec[i], v[i] += a->bv->vec[i];
     }
     if (a->qk_norm == PITH_QK_NORM_ALL) {
         pith_cpu_be_rmsnorm(q, q, a->q_norm->vec, qd, a->eps);
-        pith_cpu_be_rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
+        if (k) pith_cpu_be_rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
     }
     int half = a->rope_cs ? a->rope_cs->cols / 2 : 0;
     const float *cs = a->rope_cs ? row_of(a->rope_cs, t) : NULL, *sn = cs ? cs + half : NULL;
@@ -387,7 +387,7 @@ static void qkv_row(row_job *j, int t, int ith) {
             float r = (float)(1.0 / sqrt(ss / hd + a->eps));
             for (int i = 0; i < hd; i++) vh[i] *= r;
         }
-    pith_cpu_be_store_kv(c, a->group, a->layer_index, t, k, v);
+    if (k) pith_cpu_be_store_kv(c, a->group, a->layer_index, t, k, v);
 }
 
 void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, const float *k, const float *v) {
@@ -404,7 +404,7 @@ void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, c
 }
 
 static void cpu_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
-    pith_cpu_be_rows(pith_cpu_be_of(be), n, qkv_row, a, 4.0 * (a->q->cols + 2 * a->k->cols));
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, qkv_row, a, 4.0 * (a->q->cols + (a->k ? 2 * a->k->cols : 0)));
 }
 
 static void cpu_attention(pith_backend *be, const pith_be_attn *a, int n) {
@@ -498,6 +498,11 @@ static void scale_add_row(row_job *j, int t, int ith) {
 static void cpu_scale_add(pith_backend *be, pith_buf *x, const pith_buf *y, float s, int n) {
     scale_args a = {.x = x, .y = y, .s = s};
     pith_cpu_be_rows(pith_cpu_be_of(be), n, scale_add_row, &a, 2.0 * x->cols);
+}
+
+static void cpu_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    (void)be;
+    for (int t = 0; t < n; t++) memcpy(row_of(dst, t), row_of(src, t) + col0, (size_t)dst->cols * sizeof(float));
 }
 
 /* One memset: clearing memory is bandwidth, not work to spread over the pool. */
@@ -616,7 +621,7 @@ static const pith_backend_vt cpu_vt = {
     .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .rope_tables = cpu_rope_tables,
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
-    .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
+    .zero = cpu_zero, .copy_cols = cpu_copy_cols, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
     /* Qwen3.5 */
     .gdn_shape = pith_cpu_be_gdn_shape, .gdn = pith_cpu_be_gdn, .gated_norm = pith_cpu_be_gated_norm,
