@@ -8,6 +8,7 @@
 #include "model/gemma4.h"
 #include "pith/model.h"
 #include "pith/modelfile.h"
+#include "pith/tokenizer.h"
 #include "test_formats_util.h"
 
 /* dim 64, 4 heads; window layers 0 and 1: heads of 32, 2 KV heads; global layer 2: heads of 64, 1 KV
@@ -436,8 +437,103 @@ static void test_hf(void) {
     }
 }
 
+/* ---- the GGUF "gemma4" tokenizer ---- */
+
+/* A vocabulary with llama.cpp's Gemma 4 layout (<pad> <eos> <bos> <unk>, the 256 byte tokens, then
+ * pieces with U+2581 for spaces) and merges; "\n\n" is a token no merge makes. */
+#define SP "\xe2\x96\x81"
+static const char *const PIECES[] = {SP, "h", "e", "l", "o", "he", "ll", "hell", "hello", SP "hello", "\n", "\n\n",
+                                     "w", "r", "d", SP "w", "or", SP "wor", "ld", SP "world"};
+static const char *const MERGES[] = {"h e", "l l", "he ll", "hell o", SP " hello", "o r", SP " w", SP "w or", "l d",
+                                     SP "wor ld"};
+enum { N_PIECES = sizeof PIECES / sizeof *PIECES, N_TOK = 4 + 256 + N_PIECES, FIRST_PIECE = 260 };
+
+static int piece_id(const char *text) {
+    for (int i = 0; i < N_PIECES; i++)
+        if (!strcmp(PIECES[i], text)) return FIRST_PIECE + i;
+    return -1;
+}
+
+static const char *write_vocab(const char *name, const char *model, bool merges) {
+    static char texts[N_TOK][16];
+    const char *tokens[N_TOK];
+    static const char *const special[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+    buf kv = {0};
+    uint64_t n = 0;
+    for (int i = 0; i < N_TOK; i++) {
+        if (i < 4) snprintf(texts[i], sizeof texts[i], "%s", special[i]);
+        else if (i < FIRST_PIECE) snprintf(texts[i], sizeof texts[i], "<0x%02X>", i - 4);
+        else snprintf(texts[i], sizeof texts[i], "%s", PIECES[i - FIRST_PIECE]);
+        tokens[i] = texts[i];
+    }
+    gguf_kv_str(&kv, "general.architecture", "gemma4"), n++;
+    gguf_kv_str(&kv, "tokenizer.ggml.model", model), n++;
+    gguf_kv_strs(&kv, "tokenizer.ggml.tokens", tokens, N_TOK), n++;
+    put_gstr(&kv, "tokenizer.ggml.token_type");
+    put_u32(&kv, 9);
+    put_u32(&kv, 5); /* INT32 */
+    put_u64(&kv, N_TOK);
+    for (int i = 0; i < N_TOK; i++) put_u32(&kv, i < 4 ? 3 : i < FIRST_PIECE ? 6 : 1); /* control, byte, normal */
+    n++;
+    if (merges) gguf_kv_strs(&kv, "tokenizer.ggml.merges", MERGES, sizeof MERGES / sizeof *MERGES), n++;
+    gguf_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 2), n++;
+    gguf_kv_u32(&kv, "tokenizer.ggml.eos_token_id", 1), n++;
+    gguf_kv_u32(&kv, "tokenizer.ggml.unknown_token_id", 3), n++;
+    buf file = {0};
+    gguf_build(&file, 3, &kv, n, NULL, 0, 32, 1, NULL);
+    const char *path = tmp_path(name);
+    if (write_file(path, file.p, file.n)) abort();
+    buf_free(&kv);
+    buf_free(&file);
+    return path;
+}
+
+static void expect_ids(const pith_tokenizer *t, const char *text, const int32_t *want, int n_want) {
+    int32_t *ids = NULL;
+    int n = 0;
+    pith_err err = {{0}};
+    int rc = pith_tokenizer_encode(t, text, strlen(text), PITH_TOK_ADD_BOS, &ids, &n, &err);
+    CHECKF(rc == 0, "encode '%s': %s", text, err.msg);
+    bool same = rc == 0 && n == n_want;
+    for (int i = 0; same && i < n; i++) same = ids[i] == want[i];
+    CHECKF(same, "encode '%s': %d ids, first %d", text, n, n > 1 ? ids[1] : -1);
+    /* and back: the text itself (U+2581 as spaces, <0xNN> as bytes) */
+    char out[256];
+    size_t k = 0;
+    pith_detok d;
+    pith_detok_init(&d, t, false);
+    for (int i = 0; rc == 0 && i < n; i++) k += pith_detok_push(&d, ids[i], out + k, sizeof out - k);
+    k += pith_detok_flush(&d, out + k, sizeof out - k);
+    CHECKF(k == strlen(text) && !memcmp(out, text, k), "decode '%s': '%.*s'", text, (int)k, out);
+    free(ids);
+}
+
+static void test_tokenizer(void) {
+    pith_tokenizer *t = NULL;
+    pith_err err = {{0}};
+    int rc = pith_tokenizer_load(write_vocab("g4-tok.gguf", "gemma4", true), 0, &t, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (rc) return;
+    CHECK(pith_tokenizer_bos(t) == 2 && pith_tokenizer_eos(t) == 1 && pith_tokenizer_n_vocab(t) == N_TOK);
+    const int32_t hello_world[] = {2, piece_id("hello"), piece_id(SP "world")};
+    expect_ids(t, "hello world", hello_world, 3);
+    const int32_t space_hello[] = {2, piece_id(SP "hello")}; /* no space prefix: the space is the text's */
+    expect_ids(t, " hello", space_hello, 2);
+    /* a run of newlines that is a token stays whole though no merge makes it; 'a' falls back to its byte */
+    const int32_t newlines[] = {2, 4 + 'a', piece_id("\n\n"), piece_id("he"), piece_id("\n"), 4 + 0xC3, 4 + 0xA9};
+    expect_ids(t, "a\n\nhe\n\xc3\xa9", newlines, 7);
+    pith_tokenizer_free(t);
+    rc = pith_tokenizer_load(write_vocab("g4-tok-nomerges.gguf", "gemma4", false), 0, &t, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "tokenizer.ggml.merges"), "no merges: %s", rc ? err.msg : "loaded");
+    if (!rc) pith_tokenizer_free(t);
+    rc = pith_tokenizer_load(write_vocab("g4-tok-model.gguf", "gemma5", true), 0, &t, &err);
+    CHECKF(rc == -1 && strstr(err.msg, "supported: llama, gpt2, gemma4"), "unknown model: %s", rc ? err.msg : "loaded");
+    if (!rc) pith_tokenizer_free(t);
+}
+
 int main(void) {
     test_gguf();
     test_hf();
+    test_tokenizer();
     return check_summary("test_formats_gemma4");
 }
