@@ -204,7 +204,7 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
     const int qd = hp->n_heads * hd, kvd = (L->kind == LOCAL ? hp->n_kv_heads : P->n_kv_heads_full) * hd;
     char name[64];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
-    bool has_v = !L->shared && pith_model_file_tensor(d->file, name) != NULL;
+    bool has_v = !L->shared && !(L->kind == GLOBAL && P->k_eq_v) && pith_model_file_tensor(d->file, name) != NULL;
     const pith_weight *scalar = NULL;
     const int pd = P->ple_dim;
     if (pith_decoder_vector(d, l, "attn_norm.weight", dim, true, &L->attn_norm, err) ||

@@ -19,6 +19,8 @@ typedef struct pith_gemma4_params {
     int ple_dim;           /* hidden_size_per_layer_input: each layer's per-layer input width (0: none) */
     int kv_shared_layers;  /* num_kv_shared_layers: the last ones attend over an earlier layer's K and V */
     bool double_wide;      /* use_double_wide_mlp: the KV-shared layers' FFN is twice ffn_dim wide */
+    bool k_eq_v;           /* attention_k_eq_v: a global layer's V is its K projection, even where the
+                            * checkpoint holds a v_proj (transformers builds none); GGUF: by attn_v's absence */
 } pith_gemma4_params;
 
 /* The first layer that reads another layer's K and V (n_layers when none does). */

@@ -323,6 +323,7 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
         return pith_errf(m->err, "%s: \"global_head_dim\" is %d, expected an even head width", m->path, P->head_dim_full);
     if (!hp->n_kv_heads) hp->n_kv_heads = hp->n_heads;
     P->n_kv_heads_full = k_eq_v && global_kv > 0 ? global_kv : hp->n_kv_heads;
+    P->k_eq_v = k_eq_v;
     P->rope_pairs_full = (int)(partial * (float)P->head_dim_full / 2.0f);
     /* "sliding_window": null means full attention everywhere */
     const struct cJSON *w = cJSON_GetObjectItemCaseSensitive(m->json, "sliding_window");
