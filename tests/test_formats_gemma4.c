@@ -442,7 +442,7 @@ static void test_hf(void) {
 /* A vocabulary with llama.cpp's Gemma 4 layout (<pad> <eos> <bos> <unk>, the 256 byte tokens, then
  * pieces with U+2581 for spaces) and merges; "\n\n" is a token no merge makes. */
 #define SP "\xe2\x96\x81"
-static const char *const PIECES[] = {SP, "h", "e", "l", "o", "he", "ll", "hell", "hello", SP "hello", "\n", "\n\n",
+static const char *const PIECES[] = {"<|turn>", "<turn|>", SP, "h", "e", "l", "o", "he", "ll", "hell", "hello", SP "hello", "\n", "\n\n",
                                      "w", "r", "d", SP "w", "or", SP "wor", "ld", SP "world"};
 static const char *const MERGES[] = {"h e", "l l", "he ll", "hell o", SP " hello", "o r", SP " w", SP "w or", "l d",
                                      SP "wor ld"};
@@ -473,7 +473,8 @@ static const char *write_vocab(const char *name, const char *model, bool merges)
     put_u32(&kv, 9);
     put_u32(&kv, 5); /* INT32 */
     put_u64(&kv, N_TOK);
-    for (int i = 0; i < N_TOK; i++) put_u32(&kv, i < 4 ? 3 : i < FIRST_PIECE ? 6 : 1); /* control, byte, normal */
+    for (int i = 0; i < N_TOK; i++) /* control, byte, normal (the two turn markers: control) */
+        put_u32(&kv, i < 4 || i == FIRST_PIECE || i == FIRST_PIECE + 1 ? 3 : i < FIRST_PIECE ? 6 : 1);
     n++;
     if (merges) gguf_kv_strs(&kv, "tokenizer.ggml.merges", MERGES, sizeof MERGES / sizeof *MERGES), n++;
     gguf_kv_u32(&kv, "tokenizer.ggml.bos_token_id", 2), n++;
@@ -515,6 +516,16 @@ static void test_tokenizer(void) {
     CHECKF(rc == 0, "%s", err.msg);
     if (rc) return;
     CHECK(pith_tokenizer_bos(t) == 2 && pith_tokenizer_eos(t) == 1 && pith_tokenizer_n_vocab(t) == N_TOK);
+    /* a chat turn ends generation at <turn|>, as llama.cpp's Gemma 4 vocabulary says */
+    CHECK(pith_tokenizer_is_eog(t, piece_id("<turn|>")) && !pith_tokenizer_is_eog(t, piece_id("<|turn>")));
+    CHECK(pith_tokenizer_is_eog(t, 1));
+    int32_t *ids = NULL;
+    int n = 0;
+    rc = pith_tokenizer_encode(t, "<|turn>hello<turn|>", 19, PITH_TOK_PARSE_SPECIAL, &ids, &n, &err);
+    CHECKF(rc == 0 && n == 3 && ids[0] == piece_id("<|turn>") && ids[1] == piece_id("hello") &&
+               ids[2] == piece_id("<turn|>"),
+           "special markers: %d ids", n);
+    free(ids);
     const int32_t hello_world[] = {2, piece_id("hello"), piece_id(SP "world")};
     expect_ids(t, "hello world", hello_world, 3);
     const int32_t space_hello[] = {2, piece_id(SP "hello")}; /* no space prefix: the space is the text's */
