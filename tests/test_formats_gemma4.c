@@ -326,7 +326,8 @@ static int st_list(const char *prefix, bool k_eq_v, const char *drop, stensor *t
     add_st(ts, &n, name, "F32", DIM, 0);
     for (int l = 0; l < LAYERS; l++) {
         int hd = global_layer(l) ? HD_G : HD, kv = (global_layer(l) && k_eq_v ? KV_G : KV) * hd, q = HEADS * hd;
-#define HT(suffix, a, b) (snprintf(name, sizeof name, "%.21slayers.%d." suffix, prefix, l), add_st(ts, &n, name, "F32", a, b))
+#define HT(suffix, a, b)                                                                                           \
+    (snprintf(name, sizeof name, "%.21slayers.%d." suffix, prefix, l), add_st(ts, &n, name, "F32", a, b))
         HT("input_layernorm.weight", DIM, 0);
         HT("self_attn.q_proj.weight", q, DIM);
         HT("self_attn.k_proj.weight", kv, DIM);
@@ -397,7 +398,8 @@ static void test_hf(void) {
             check_hparams(nested ? "text_config" : "config.json", pith_model_file_hparams(f));
             const pith_gemma4_params *P = pith_gemma4_params_of(pith_model_file_hparams(f));
             CHECK(P->rope_pairs_full == HD_G / 8 && P->rope_factor_full == 1.0f);
-            CHECK(pith_model_file_tensor(f, "blk.2.attn_q.weight") && !pith_model_file_tensor(f, "blk.2.attn_v.weight"));
+            CHECK(pith_model_file_tensor(f, "blk.2.attn_q.weight") &&
+                  !pith_model_file_tensor(f, "blk.2.attn_v.weight"));
             pith_model_file_close(f);
         }
         expect_loads(nested ? "text_config" : "config.json", dir);
@@ -442,7 +444,8 @@ static void test_hf(void) {
 /* A vocabulary with llama.cpp's Gemma 4 layout (<pad> <eos> <bos> <unk>, the 256 byte tokens, then
  * pieces with U+2581 for spaces) and merges; "\n\n" is a token no merge makes. */
 #define SP "\xe2\x96\x81"
-static const char *const PIECES[] = {"<|turn>", "<turn|>", SP, "h", "e", "l", "o", "he", "ll", "hell", "hello", SP "hello", "\n", "\n\n",
+static const char *const PIECES[] = {"<|turn>", "<turn|>", SP, "h", "e", "l", "o", "he", "ll", "hell", "hello",
+                                     SP "hello", "\n", "\n\n",
                                      "w", "r", "d", SP "w", "or", SP "wor", "ld", SP "world"};
 static const char *const MERGES[] = {"h e", "l l", "he ll", "hell o", SP " hello", "o r", SP " w", SP "w or", "l d",
                                      SP "wor ld"};

@@ -174,7 +174,8 @@ static int global_rope(pith_decoder *d, pith_rope *r, pith_err *err) {
             float div;
             memcpy(&div, (const unsigned char *)ft->data + 4 * (size_t)i, 4);
             if (!(div > 0) || isnan(div))
-                return pith_errf(err, "tensor rope_freqs.weight: element %d is %g, expected a positive divisor", i, div);
+                return pith_errf(err, "tensor rope_freqs.weight: element %d is %g, expected a positive divisor", i,
+                                 div);
             r->inv_freq[i] = f / div;
         } else {
             r->inv_freq[i] = i < P->rope_pairs_full ? f / P->rope_factor_full : 0.0;

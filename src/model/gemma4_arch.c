@@ -167,11 +167,11 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "expert_count", false, &n_experts))
         return -1;
     if (value_swa != -1 && value_swa != hp->head_dim)
-        return pith_errf(m->err, "%s: %s.attention.value_length_swa %d differs from key_length_swa %d", m->path, m->arch,
-                         value_swa, hp->head_dim);
+        return pith_errf(m->err, "%s: %s.attention.value_length_swa %d differs from key_length_swa %d", m->path,
+                         m->arch, value_swa, hp->head_dim);
     if (rot_swa != -1 && rot_swa != hp->head_dim)
-        return pith_errf(m->err, "%s: %s.rope.dimension_count_swa %d: a partial rotary on window layers is not supported",
-                         m->path, m->arch, rot_swa);
+        return pith_errf(m->err, "%s: %s.rope.dimension_count_swa %d: a partial rotary on window layers is not "
+                         "supported", m->path, m->arch, rot_swa);
     if (refuse_unsupported(m, hp, P, n_experts, true)) return -1;
     /* the window pattern: one bool per layer (true: window), or a period */
     if (hp->sliding_window > 0) {
@@ -231,8 +231,8 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
             if (l == 0) hp->ffn_dim = (int)v;
             else if (l == first && v == 2 * (int64_t)hp->ffn_dim) P->double_wide = true;
             if (v != hp->ffn_dim * (P->double_wide && l >= first ? 2 : 1))
-                return pith_errf(m->err, "%s: %s: entry %d is %lld; only one width, or twice it in the KV-shared layers "
-                                 "(the double-wide MLP), is supported", m->path, key, l, (long long)v);
+                return pith_errf(m->err, "%s: %s: entry %d is %lld; only one width, or twice it in the KV-shared "
+                                 "layers (the double-wide MLP), is supported", m->path, key, l, (long long)v);
         }
     }
     return 0;
@@ -315,12 +315,13 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
         return pith_errf(m->err, "%s: \"use_bidirectional_attention\": \"all\" (an encoder) is not supported", m->path);
     if (refuse_unsupported(m, hp, P, moe, false)) return -1;
     if (P->ple_dim > 0 && vocab_pl != hp->n_vocab)
-        return pith_errf(m->err, "%s: \"vocab_size_per_layer_input\" %d differs from the vocabulary (%d): not supported",
-                         m->path, vocab_pl, hp->n_vocab);
+        return pith_errf(m->err, "%s: \"vocab_size_per_layer_input\" %d differs from the vocabulary (%d): not "
+                         "supported", m->path, vocab_pl, hp->n_vocab);
     /* Gemma4TextMLP: twice the width where the layer is KV-shared (and some layer is) */
     P->double_wide = double_wide && P->kv_shared_layers > 0;
     if (P->head_dim_full < 2 || P->head_dim_full % 2 || P->head_dim_full > (1 << 16))
-        return pith_errf(m->err, "%s: \"global_head_dim\" is %d, expected an even head width", m->path, P->head_dim_full);
+        return pith_errf(m->err, "%s: \"global_head_dim\" is %d, expected an even head width", m->path,
+                         P->head_dim_full);
     if (!hp->n_kv_heads) hp->n_kv_heads = hp->n_heads;
     P->n_kv_heads_full = k_eq_v && global_kv > 0 ? global_kv : hp->n_kv_heads;
     P->k_eq_v = k_eq_v;

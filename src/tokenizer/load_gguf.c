@@ -3,8 +3,8 @@
  * pre-tokenizer named by tokenizer.ggml.pre, "gemma4" (Gemma 4; llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4)
  * BPE over merges of raw UTF-8 characters: spaces become U+2581 first, pieces are runs of newlines and
  * runs of everything else ([^\n]+|[\n]+), a run of newlines that is a token is emitted whole, a character
- * without a token falls back to its <0xNN> bytes, BOS added, no space prefix. Everything is copied out of the file, so the tokenizer
- * does not depend on the pith_gguf staying open. */
+ * without a token falls back to its <0xNN> bytes, BOS added, no space prefix. Everything is copied out of
+ * the file, so the tokenizer does not depend on the pith_gguf staying open. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,8 +67,8 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
         return pith_errf(err, "%s: no tokenizer.ggml.model", pith_gguf_path(g));
     bool spm = str_is(model, "llama"), gemma = str_is(model, "gemma4"), bpe = str_is(model, "gpt2") || gemma;
     if (!spm && !bpe)
-        return pith_errf(err, "%s: unsupported tokenizer model '%.*s' (supported: llama, gpt2, gemma4)", pith_gguf_path(g),
-                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
+        return pith_errf(err, "%s: unsupported tokenizer model '%.*s' (supported: llama, gpt2, gemma4)",
+                         pith_gguf_path(g), (int)(model.len > 64 ? 64 : model.len), model.ptr);
     const pith_gguf_kv *tokens = pith_gguf_find(g, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != PITH_GGUF_ARRAY || tokens->arr_type != PITH_GGUF_STRING || !tokens->arr_strs)
         return pith_errf(err, "%s: tokenizer.ggml.tokens missing or not a string array", pith_gguf_path(g));
