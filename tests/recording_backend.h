@@ -156,6 +156,10 @@ static void rec_zero(pith_backend *be, pith_buf *y, int n) {
     rec_printf(be, "zero b%d/%d n=%d", bid(y), bcols(y), n);
     rec_in(be)->vt->zero(rec_in(be), y, n);
 }
+static void rec_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    rec_printf(be, "copy_cols b%d/%d b%d/%d col0=%d n=%d", bid(dst), bcols(dst), bid(src), bcols(src), col0, n);
+    rec_in(be)->vt->copy_cols(rec_in(be), dst, src, col0, n);
+}
 static void rec_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
     rec_printf(be, "activation %d b%d/%d n=%d", (int)kind, bid(y), bcols(y), n);
     rec_in(be)->vt->activation(rec_in(be), kind, y, n);
@@ -261,7 +265,8 @@ static const pith_backend_vt rec_vt = {
     .rmsnorm = rec_rmsnorm, .matmul = rec_matmul, .qkv = rec_qkv, .attention = rec_attention, .glu = rec_glu,
     .add_bias = rec_add_bias, .norm_add = rec_norm_add, .scale = rec_scale, .scale_add = rec_scale_add,
     .attn_temp = rec_attn_temp,
-    .zero = rec_zero, .activation = rec_activation, .moe = rec_moe, .keep_rows = rec_keep_rows, .head = rec_head,
+    .zero = rec_zero, .copy_cols = rec_copy_cols, .activation = rec_activation, .moe = rec_moe,
+    .keep_rows = rec_keep_rows, .head = rec_head,
     .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
     .gdn_shape = rec_gdn_shape, .gdn = rec_gdn, .gated_norm = rec_gated_norm, .gated_qkv = rec_gated_qkv,
     .attn_gate = rec_attn_gate, .set_draft = rec_set_draft, .mtp_input = rec_mtp_input, .mtp_save = rec_mtp_save,

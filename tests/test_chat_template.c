@@ -53,6 +53,7 @@ static family FAMILIES[] = {
     {"mistral-v0.3", "mistral-v0.3.jinja", NULL, "<s>", "</s>", NULL, false},
     {"gemma", "gemma.jinja", NULL, "<bos>", "<eos>", NULL, false},
     {"gemma3", "gemma3.jinja", NULL, "<bos>", "<eos>", NULL, false},
+    {"gemma4", "gemma4.jinja", NULL, "<bos>", "<eos>", NULL, false},
     {"phi3", "phi3.jinja", NULL, "<s>", "<|endoftext|>", NULL, false},
     {"chatml", "chatml.jinja", NULL, NULL, "<|im_end|>", NULL, false},
     {"qwen2", "qwen2.jinja", NULL, NULL, "<|im_end|>", NULL, false},

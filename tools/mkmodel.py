@@ -43,6 +43,9 @@ the GGUF side):
   YaRN and Llama 4's attention temperature on the queries (`attn_temp_beta`, llama_4_scaling_beta);
   config.json as transformers v5 writes it (`rope_parameters`), `--hf-type multimodal` /
   `multimodal-legacy` as Mistral3ForConditionalGeneration (text model nested, a vision tensor to ignore).
+- `test-gemma4*`, `gemma4-31b`: Gemma 4 text (tools/mkmodel_gemma4.py says what is written and from where):
+  window and global layers of different head widths and KV heads, K = V in the global layers, proportional
+  RoPE (GGUF rope_freqs.weight), a layer_scalar per layer; norms multiply by w in both formats.
 
 A tokenizer comes with every model: GGUF files embed a SentencePiece-style "llama" vocabulary
 (<unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF>, then plain pieces) in tokenizer.ggml.*;
@@ -69,6 +72,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pith_gguf as G  # noqa: E402
 import mkmodel_phi3  # noqa: E402
 import mkmodel_mistral3 as M3  # noqa: E402
+import mkmodel_gemma4 as G4  # noqa: E402
 
 PRESETS = {
     # Real shapes (benchmarks).
@@ -251,6 +255,43 @@ PRESETS = {
     "ministral3-8b": dict(arch="mistral3", dim=4096, layers=34, heads=32, kv_heads=8, head_dim=128, ffn=14336,
                           vocab=131072, theta=1e6, ctx=262144, eps=1e-5, tied=False, rope_scaling="yarn",
                           rope_factor=16.0, rope_orig_ctx=16384, attn_temp_beta=0.1),
+    # Gemma 4: window layers (16 tokens) with heads of 64 and 2 KV heads, global layers (2 and 5) with heads
+    # of 128, 1 KV head and V = K (attention_k_eq_v), proportional RoPE over a quarter of the global head's
+    # pairs, a layer_scalar per layer, logits soft-capped at 30; hidden 256 (an exact sqrt) and every matrix
+    # row a multiple of 256 (the K-quants).
+    "test-gemma4": dict(arch="gemma4", dim=256, layers=6, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=512,
+                        theta=1e6, ctx=4096, eps=1e-6, tied=True, sliding_window=16, global_head_dim=128,
+                        global_kv_heads=1, k_eq_v=True, partial_rotary=0.25, rope_local_theta=10000.0,
+                        final_softcap=30.0,
+                        layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "sliding_attention", "full_attention"]),
+    # The same as Gemma4ForConditionalGeneration (text model under text_config, model.language_model.*).
+    "test-gemma4-mm": dict(arch="gemma4", hf_type="multimodal", dim=256, layers=6, heads=4, kv_heads=2,
+                           head_dim=64, ffn=512, vocab=512, theta=1e6, ctx=4096, eps=1e-6, tied=True,
+                           sliding_window=16, global_head_dim=128, global_kv_heads=1, k_eq_v=True,
+                           partial_rotary=0.25, rope_local_theta=10000.0, final_softcap=30.0,
+                           layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                        "sliding_attention", "sliding_attention", "full_attention"]),
+    # Gemma 4 E-series: per-layer embeddings (P 128), the last three layers (a window one and a global one
+    # among them) sharing layers 1's and 2's K and V, their FFN twice as wide; global K and V of their own.
+    "test-gemma4-e": dict(arch="gemma4", dim=256, layers=6, heads=4, kv_heads=1, head_dim=64, ffn=512, vocab=512,
+                          theta=1e6, ctx=4096, eps=1e-6, tied=True, sliding_window=16, global_head_dim=128,
+                          k_eq_v=False, partial_rotary=0.25, rope_local_theta=10000.0, final_softcap=30.0,
+                          ple_dim=128, kv_shared=3, double_wide=True,
+                          layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                       "sliding_attention", "sliding_attention", "full_attention"]),
+    # Gemma 4 E2B's real text shape (google/gemma-4-E2B's text_config; benchmarks, written on demand).
+    "gemma4-e2b": dict(arch="gemma4", dim=1536, layers=35, heads=8, kv_heads=1, head_dim=256, ffn=6144,
+                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=512,
+                       global_head_dim=512, k_eq_v=False, partial_rotary=0.25, rope_local_theta=10000.0,
+                       final_softcap=30.0, ple_dim=256, kv_shared=20, double_wide=True,
+                       layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7),
+    # Gemma 4 31B's real text shape (benchmarks; google/gemma-4-31B's text_config: 60 layers, 5:1 pattern,
+    # window 1024, global heads of 512 with 4 KV heads and K = V; several GB: written on demand).
+    "gemma4-31b": dict(arch="gemma4", dim=5376, layers=60, heads=32, kv_heads=16, head_dim=256, ffn=21504,
+                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
+                       global_head_dim=512, global_kv_heads=4, k_eq_v=True, partial_rotary=0.25,
+                       rope_local_theta=10000.0, final_softcap=30.0),
     # Gemma 3 4B's real text shape (benchmarks; 262,144-token vocabulary, several GB: written on demand).
     "gemma3-4b": dict(arch="gemma3", dim=2560, layers=34, heads=8, kv_heads=4, head_dim=256, ffn=10240,
                       vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=1024,
@@ -274,7 +315,8 @@ DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_di
                 mamba_heads=None, mamba_groups=None, mamba_state=None, mamba_head_dim=None, granite_rope=None,
                 emb_mult=None, res_mult=None, attn_mult=None, logits_scaling=None,
                 shared_ffn=0, mtp=0, mtp_copy=False, pattern=None, legacy_ssm_in=False,
-                attn_temp_beta=None)
+                attn_temp_beta=None, global_head_dim=None, global_kv_heads=None,
+                k_eq_v=None, ple_dim=0, kv_shared=0, double_wide=False)
 
 HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM", "qwen2"),
            "qwen3": ("Qwen3ForCausalLM", "qwen3"), "smollm3": ("SmolLM3ForCausalLM", "smollm3"),
@@ -285,12 +327,14 @@ HF_ARCH = {"llama": ("LlamaForCausalLM", "llama"), "qwen2": ("Qwen2ForCausalLM",
            "qwen35moe": ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"),
            "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"), "gpt-oss": ("GptOssForCausalLM", "gpt_oss"),
            "olmo2": ("Olmo2ForCausalLM", "olmo2"), "qwen3next": ("Qwen3NextForCausalLM", "qwen3_next"),
-           "phi3": mkmodel_phi3.HF_ARCH, "mistral3": ("Ministral3ForCausalLM", "ministral3")}
+           "phi3": mkmodel_phi3.HF_ARCH, "mistral3": ("Ministral3ForCausalLM", "ministral3"),
+           "gemma4": ("Gemma4ForCausalLM", "gemma4_text")}
 # config.json names for a GGUF architecture that Hugging Face splits further (hf_type).
 HF_TYPES = {("llama", "mistral"): ("MistralForCausalLM", "mistral"),
             ("llama", "mixtral"): ("MixtralForCausalLM", "mixtral"),
             ("qwen35", "multimodal"): ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
-            ("qwen35moe", "multimodal"): ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"), **M3.HF_TYPES}
+            ("qwen35moe", "multimodal"): ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"),
+            ("gemma4", "multimodal"): ("Gemma4ForConditionalGeneration", "gemma4"), **M3.HF_TYPES}
 # Hugging Face names of the router and of expert e's gate, up and down matrices, after "model.layers.N."
 # (modeling_qwen3_moe.py, modeling_mixtral.py).
 HF_EXPERTS = {"qwen3moe": ("mlp.gate.weight", "mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight",
@@ -325,7 +369,8 @@ class Config:
         if self.qkv_bias is None:
             self.qkv_bias = self.arch in ("qwen2", "gpt-oss")
         if self.qk_norm is None:
-            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next")
+            self.qk_norm = self.arch in ("qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2",
+                                         "qwen3next", "gemma4")
         if self.arch in ("qwen35", "qwen35moe", "qwen3next"):
             self.conv_kernel = self.conv_kernel or 4
             self.full_attn_interval = self.full_attn_interval or 4
@@ -356,12 +401,16 @@ class Config:
                 self.rope_local_theta = LLAMA_CPP_GEMMA3_LOCAL_THETA
             if self.query_pre_attn_scalar is None:
                 self.query_pre_attn_scalar = self.head_dim
+        if self.arch == "gemma4":
+            G4.defaults(self)
         if self.arch == "smollm3" and self.no_rope_layers is None:
             self.no_rope_interval = self.no_rope_interval or LLAMA_CPP_SMOLLM3_NO_ROPE_INTERVAL
         self.validate()
 
     def layer_kinds(self):
         """Per layer "sliding_attention" or "full_attention", as transformers' layer_types."""
+        if self.arch == "gemma4":
+            return G4.layer_kinds(self)
         if self.arch == "gemma3" and self.sliding_window:
             if self.layer_types is not None:
                 return list(self.layer_types)
@@ -395,7 +444,7 @@ class Config:
         if self.vocab < 3 + 256 + 1:
             raise ValueError("vocab must hold <unk>, <s>, </s>, 256 byte tokens and at least one piece")
         if self.qkv_bias != (self.arch in ("qwen2", "gpt-oss")) or self.qk_norm != (self.arch in (
-                "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next")):
+                "qwen3", "gemma3", "lfm2", "qwen35", "qwen35moe", "qwen3moe", "olmo2", "qwen3next", "gemma4")):
             raise ValueError("QKV bias is Qwen2's and QK norm Qwen3's, Gemma 3's and OLMo 2's: no real model mixes "
                              "them otherwise")
         if self.rope_scaling not in (None, "llama3", "linear", "yarn") and self.arch != "phi3":
@@ -407,13 +456,15 @@ class Config:
         if self.hf_type is not None and (self.arch, self.hf_type) not in HF_TYPES:
             raise ValueError(f"no Hugging Face type {self.hf_type} for {self.arch}")
         if self.sliding_window is not None:
-            if self.arch not in ("llama", "gemma3", "gpt-oss", "phi3") or self.sliding_window < 1:
+            if self.arch not in ("llama", "gemma3", "gpt-oss", "phi3", "gemma4") or self.sliding_window < 1:
                 raise ValueError("sliding-window: a positive window, for llama (Mistral), gemma3 or gpt-oss")
             if self.arch == "llama" and self.hf_type != "mistral":
                 raise ValueError("a llama sliding window is Mistral's: use --hf-type mistral")
         gemma_only = (self.swa_pattern, self.layer_types if self.arch != "gpt-oss" else None, self.rope_local_theta,
                       self.query_pre_attn_scalar, self.final_softcap)
-        if self.arch != "gemma3" and any(v is not None for v in gemma_only):
+        if self.arch == "gemma4":
+            G4.validate(self)
+        elif self.arch != "gemma3" and any(v is not None for v in gemma_only):
             raise ValueError("layer pattern, local RoPE base, query_pre_attn_scalar and softcap are Gemma 3's")
         if self.arch == "gemma3":
             if self.layer_types is not None and (len(self.layer_types) != self.layers or any(
@@ -667,6 +718,8 @@ def tensor_specs(cfg):
         return olmo2_tensor_specs(cfg)
     if cfg.arch == "phi3":
         return mkmodel_phi3.tensor_specs(cfg)
+    if cfg.arch == "gemma4":
+        return G4.tensor_specs(cfg)
     if cfg.arch == "lfm2":
         return lfm2_tensor_specs(cfg)
     if cfg.arch in ("qwen35", "qwen35moe"):
@@ -1099,7 +1152,7 @@ def hf_multimodal_specs(cfg, specs):
     it is, and the vision tower's tensors."""
     out = [(g, "model.language_model." + h[len("model."):] if h.startswith("model.") else h, s, k)
            for g, h, s, k in specs]
-    return out + QWEN35_VISION
+    return out + (QWEN35_VISION if cfg.arch in ("qwen35", "qwen35moe") else [])
 
 
 def qwen35_text_config(cfg, dtype):
@@ -1580,7 +1633,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_u32(f"{a}.block_count", cfg.layers + cfg.mtp)   # llama.cpp counts the MTP layers
     if cfg.mtp:
         w.add_u32(f"{a}.nextn_predict_layers", cfg.mtp)
-    if a not in ("qwen35moe", "nemotron_h"):  # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H
+    if a not in ("qwen35moe", "nemotron_h") and not (a == "gemma4" and cfg.double_wide):
+        # none for Qwen3.5-MoE (no intermediate_size); per layer for Nemotron-H and a double-wide Gemma 4
         w.add_u32(f"{a}.feed_forward_length", cfg.ffn)
     w.add_u32(f"{a}.attention.head_count", cfg.heads)
     if a in ("qwen35", "qwen35moe", "qwen3next"):
@@ -1598,6 +1652,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         granite_gguf_metadata(cfg, w)
     elif a == "nemotron_h":
         nemotron_gguf_metadata(cfg, w)
+    elif a == "gemma4":
+        G4.gguf_metadata(cfg, w, G)
     elif a == "lfm2":
         # llama.cpp: one KV head count per layer, 0 for a convolution layer; the convolution width.
         w.add_array(f"{a}.attention.head_count_kv",
@@ -1608,8 +1664,8 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     w.add_f32(f"{a}.attention.layer_norm_rms_epsilon", cfg.eps)
     w.add_f32(f"{a}.rope.freq_base", cfg.theta)
     w.add_u32(f"{a}.vocab_size", cfg.vocab)
-    if cfg.head_dim != cfg.dim // cfg.heads or a in ("qwen3", "gemma3", "qwen35", "qwen35moe", "qwen3moe", "gpt-oss",
-                                                     "qwen3next"):
+    if a != "gemma4" and (cfg.head_dim != cfg.dim // cfg.heads or
+                          a in ("qwen3", "gemma3", "qwen35", "qwen35moe", "qwen3moe", "gpt-oss", "qwen3next")):
         w.add_u32(f"{a}.attention.key_length", cfg.head_dim)
         w.add_u32(f"{a}.attention.value_length", cfg.head_dim)
     if a in ("llama", "smollm3"):
@@ -1738,6 +1794,8 @@ def st_encode(x, dtype):
 
 
 def hf_config(cfg, dtype):
+    if cfg.arch == "gemma4":
+        return G4.hf_config(cfg, TORCH_DTYPE[dtype])
     if cfg.arch == "gemma3":
         return gemma3_hf_config(cfg, dtype)
     if cfg.arch == "lfm2":

@@ -88,7 +88,8 @@ typedef struct pith_rope {
 
 /* What happens to a token's Q, K and V between their projection and the KV store, in this order: the
  * biases added, the QK norm (per head over head_dim, or over the whole projection), RoPE (rope_cs NULL:
- * none, a NoPE layer), then K and V into the token's slot of the layer's KV group. */
+ * none, a NoPE layer), then K and V into the token's slot of the layer's KV group. k and v NULL: Q alone
+ * (a layer that attends over another layer's K and V: Gemma 4's KV sharing), nothing stored. */
 typedef enum pith_qk_norm {
     PITH_QK_NORM_NONE,
     PITH_QK_NORM_HEAD,    /* RMSNorm of each head (qwen3, gemma3): weights of head_dim */
@@ -104,6 +105,7 @@ typedef struct pith_be_qkv_args {
     const pith_buf *rope_cs;             /* tables from pith_be_rope_tables, or NULL */
     pith_rope_style rope_style;
     int group, layer_index;              /* the layer's KV group and its index in the group */
+    bool v_norm;                         /* each V head RMS-normed without a weight first (Gemma 4) */
 } pith_be_qkv_args;
 
 typedef struct pith_be_attn {
@@ -316,6 +318,10 @@ typedef struct pith_be_mtp_logits_args {
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
     float scale;          /* applied to q.k */
+    /* A second shape for the layers of one memory group (Gemma 4's global layers: wider heads, other KV
+     * heads; the same n_heads and scale): group alt_group has alt_n_kv_heads heads of alt_head_dim.
+     * alt_head_dim 0: every group has the shape above. */
+    int alt_group, alt_n_kv_heads, alt_head_dim;
 } pith_be_attn_shape;
 
 /* The last op of a step: the final norm of the kept rows of x (pith_be_keep_rows) into scratch, the
@@ -385,6 +391,8 @@ typedef struct pith_backend_vt {
     void (*attn_temp)(pith_backend *be, pith_buf *y, float beta, int length, int n);
     /* y = 0 (the output of an op that accumulates, before it) */
     void (*zero)(pith_backend *be, pith_buf *y, int n);
+    /* dst = src's columns [col0, col0 + dst->cols) (Gemma 4: one layer's slice of the per-layer inputs) */
+    void (*copy_cols)(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n);
     /* y = kind(y), elementwise (an ungated MLP) */
     void (*activation)(pith_backend *be, pith_activation kind, pith_buf *y, int n);
     int (*moe)(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
@@ -503,6 +511,9 @@ static inline void pith_be_scale_add(pith_backend *be, pith_buf *x, const pith_b
 static inline void pith_be_zero(pith_backend *be, pith_buf *y, int n) { be->vt->zero(be, y, n); }
 static inline void pith_be_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
     be->vt->attn_temp(be, y, beta, length, n);
+}
+static inline void pith_be_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    be->vt->copy_cols(be, dst, src, col0, n);
 }
 static inline void pith_be_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
     be->vt->activation(be, kind, y, n);

@@ -138,7 +138,8 @@ int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err)
 int pith_decoder_attn_shape(pith_decoder *d, pith_err *err) {
     const pith_hparams *hp = &d->base.hp;
     float scale = hp->query_scale > 0 ? hp->query_scale : (float)(1.0 / sqrt(hp->head_dim));
-    pith_be_attn_shape s = {hp->n_heads, hp->n_kv_heads, hp->head_dim, scale};
+    pith_be_attn_shape s = {.n_heads = hp->n_heads, .n_kv_heads = hp->n_kv_heads, .head_dim = hp->head_dim,
+                            .scale = scale};
     return d->be->vt->attn_shape(d->be, &s, err);
 }
 

@@ -23,7 +23,8 @@
     X(qwen3next)      \
     X(phi3)           \
     X(mistral3)       \
-    X(glm4moe)
+    X(glm4moe)        \
+    X(gemma4)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

@@ -1,7 +1,10 @@
 /* Tokenizer from GGUF metadata (tokenizer.ggml.*), with llama.cpp's meaning for each key:
  * model "llama" is SentencePiece BPE over scores, "gpt2" byte-level BPE over merges with the
- * pre-tokenizer named by tokenizer.ggml.pre. Everything is copied out of the file, so the tokenizer
- * does not depend on the pith_gguf staying open. */
+ * pre-tokenizer named by tokenizer.ggml.pre, "gemma4" (Gemma 4; llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4)
+ * BPE over merges of raw UTF-8 characters: spaces become U+2581 first, pieces are runs of newlines and
+ * runs of everything else ([^\n]+|[\n]+), a run of newlines that is a token is emitted whole, a character
+ * without a token falls back to its <0xNN> bytes, BOS added, no space prefix. Everything is copied out of
+ * the file, so the tokenizer does not depend on the pith_gguf staying open. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,10 +65,10 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
     pith_str model;
     if (!pith_gguf_get_str(g, "tokenizer.ggml.model", &model))
         return pith_errf(err, "%s: no tokenizer.ggml.model", pith_gguf_path(g));
-    bool spm = str_is(model, "llama"), bpe = str_is(model, "gpt2");
+    bool spm = str_is(model, "llama"), gemma = str_is(model, "gemma4"), bpe = str_is(model, "gpt2") || gemma;
     if (!spm && !bpe)
-        return pith_errf(err, "%s: unsupported tokenizer model '%.*s' (supported: llama, gpt2)", pith_gguf_path(g),
-                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
+        return pith_errf(err, "%s: unsupported tokenizer model '%.*s' (supported: llama, gpt2, gemma4)",
+                         pith_gguf_path(g), (int)(model.len > 64 ? 64 : model.len), model.ptr);
     const pith_gguf_kv *tokens = pith_gguf_find(g, "tokenizer.ggml.tokens");
     if (!tokens || tokens->type != PITH_GGUF_ARRAY || tokens->arr_type != PITH_GGUF_STRING || !tokens->arr_strs)
         return pith_errf(err, "%s: tokenizer.ggml.tokens missing or not a string array", pith_gguf_path(g));
@@ -108,6 +111,14 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
         t->add_bos = true;
         t->add_space_prefix = true;
         t->byte_fallback = true;
+    } else if (gemma) {
+        static const char split[] = "[^\\n]+|[\\n]+";
+        t->model = TOK_MODEL_BPE;
+        t->decode = TOK_DECODE_SPM;
+        t->byte_fallback = true;
+        t->ignore_merges_newlines = true;
+        t->add_bos = true;
+        if (tok_add_pre_split(t, split, sizeof split - 1, TOK_SPLIT_ISOLATED, false, err) != 0) goto fail;
     } else {
         t->model = TOK_MODEL_BPE;
         t->decode = TOK_DECODE_BYTELEVEL;
@@ -132,6 +143,12 @@ int pith_tokenizer_from_gguf(const pith_gguf *g, pith_tokenizer **out, pith_err 
     for (int i = 0; i < PITH_TOK_FIM_COUNT; i++) read_id(g, fim_keys[i], n, &t->fim[i]);
     read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
     read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
+    if (gemma) { /* spaces as SentencePiece's visible space, with no prefix */
+        static const char marker[] = "\xe2\x96\x81";
+        memcpy(t->space_marker, marker, 3);
+        t->space_marker_len = 3;
+        if (tok_add_norm(t, TOK_NORM_REPLACE, " ", 1, marker, 3, err) != 0) goto fail;
+    }
     if (spm) {
         read_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
         t->strip_leading_space = t->add_space_prefix;

@@ -125,6 +125,7 @@ struct pith_tokenizer {
     bool byte_level;          /* BPE over GPT-2 byte-alphabet symbols */
     bool byte_fallback;       /* unknown chars become <0xNN> tokens (else unk) */
     bool ignore_merges;       /* BPE: a pre-token that is itself a token is emitted whole */
+    bool ignore_merges_newlines; /* BPE: the same for a pre-token of newlines alone (llama.cpp's gemma4) */
     bool fuse_unk;
     bool add_space_prefix;    /* SPM: one ' ' before each raw fragment */
     /* The space marker of SentencePiece-style vocabularies ("▁", or ' ' in llama2.c files; for

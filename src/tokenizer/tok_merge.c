@@ -247,7 +247,9 @@ static int32_t bpe_init_symbols(const pith_tokenizer *t, tok_scratch *s, const c
 int tok_bpe_encode(const pith_tokenizer *t, tok_scratch *s, const char *w, size_t n, tok_ids *out) {
     if (n == 0) return 0;
     if (n > INT32_MAX / 2) return -1;
-    if (t->ignore_merges) {
+    bool newlines = t->ignore_merges_newlines;
+    for (size_t i = 0; newlines && i < n; i++) newlines = w[i] == '\n';
+    if (t->ignore_merges || newlines) {
         const char *key = w;
         size_t key_n = n;
         if (t->byte_level) {

@@ -87,6 +87,7 @@ static bool is_eog_name(const char *s, size_t n) {
         "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<eos>", "<|endoftext|>",
         "<|end_of_text|>", "<EOT>", "_<EOT>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
         "<|return|>", "<|call|>",
+        "<turn|>", "<|tool_response>", /* Gemma 4 (llama.cpp's llama-vocab.cpp marks both) */
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return true;

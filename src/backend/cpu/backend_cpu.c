@@ -152,6 +152,13 @@ static int cpu_attn_shape(pith_backend *be, const pith_be_attn_shape *shape, pit
     if (c->has_shape) return pith_errf(err, "the attention shape is set once");
     pith_attn_shape s = {shape->n_heads, shape->n_kv_heads, shape->head_dim, shape->scale};
     if (pith_attn_scratch_init(&c->attn, &s, c->cpu.n_threads, err)) return -1;
+    if (shape->alt_head_dim > 0) {
+        pith_attn_shape alt = {shape->n_heads, shape->alt_n_kv_heads, shape->alt_head_dim, shape->scale};
+        if (pith_attn_scratch_init(&c->attn_alt, &alt, c->cpu.n_threads, err)) {
+            pith_attn_scratch_free(&c->attn);
+            return -1;
+        }
+    }
     c->shape = *shape;
     c->has_shape = true;
     return 0;
@@ -199,6 +206,7 @@ static int cpu_reserve(pith_backend *be, int n, pith_err *err) {
         ok = (c->bufs[i]->host = malloc((size_t)n * c->bufs[i]->cols * sizeof(float))) != NULL;
     if (!ok) return pith_errf(err, "out of memory for a batch of %d tokens", n);
     if (pith_cpu_reserve(&c->cpu, n, widest, err) || (c->has_shape && pith_attn_scratch_reserve(&c->attn, n, err)) ||
+        (c->has_shape && c->shape.alt_head_dim > 0 && pith_attn_scratch_reserve(&c->attn_alt, n, err)) ||
         (c->n_moes > 0 && pith_moe_reserve(&c->cpu, &c->moe_cfg, &c->moe_scratch, n, err)))
         return -1;
     /* Qwen3.5's ops: the DeltaNet scan's scratch, one per thread (it does not grow with the batch) */
@@ -215,9 +223,9 @@ static int cpu_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith
     pith_cpu_be *c = pith_cpu_be_of(be);
     if (pith_kv_host_allocated(&c->kv)) return pith_errf(err, "the model's memory is already allocated (one engine at a time)");
     for (int g = 0; g < lay->n_groups; g++) /* a head's row of a slot must be whole Q8_0 blocks */
-        if (lay->type[g] == PITH_Q8_0 && c->has_shape && c->shape.head_dim % 32)
+        if (lay->type[g] == PITH_Q8_0 && c->has_shape && pith_cpu_be_head_dim(c, g) % 32)
             return pith_errf(err, "a Q8_0 KV cache needs a head dimension that is a multiple of 32, not %d",
-                             c->shape.head_dim);
+                             pith_cpu_be_head_dim(c, g));
     return pith_kv_host_alloc(&c->kv, spec, lay, err);
 }
 
@@ -349,15 +357,16 @@ static void qkv_row(row_job *j, int t, int ith) {
     (void)ith;
     const pith_be_qkv_args *a = j->a;
     pith_cpu_be *c = j->c;
-    int hd = c->shape.head_dim, qd = a->q->cols, kvd = a->k->cols, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
-    float *q = row_of(a->q, t), *k = row_of(a->k, t), *v = row_of(a->v, t);
+    int hd = pith_cpu_be_head_dim(c, a->group), qd = a->q->cols, kvd = a->k ? a->k->cols : 0, nh = c->shape.n_heads,
+        nkv = a->k ? pith_cpu_be_kv_heads(c, a->group) : 0;
+    float *q = row_of(a->q, t), *k = a->k ? row_of(a->k, t) : NULL, *v = a->k ? row_of(a->v, t) : NULL;
     if (a->bq) {
         for (int i = 0; i < qd; i++) q[i] += a->bq->vec[i];
         for (int i = 0; i < kvd; i++) k[i] += a->bk->vec[i], v[i] += a->bv->vec[i];
     }
     if (a->qk_norm == PITH_QK_NORM_ALL) {
         pith_cpu_be_rmsnorm(q, q, a->q_norm->vec, qd, a->eps);
-        pith_cpu_be_rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
+        if (k) pith_cpu_be_rmsnorm(k, k, a->k_norm->vec, kvd, a->eps);
     }
     int half = a->rope_cs ? a->rope_cs->cols / 2 : 0;
     const float *cs = a->rope_cs ? row_of(a->rope_cs, t) : NULL, *sn = cs ? cs + half : NULL;
@@ -370,16 +379,24 @@ static void qkv_row(row_job *j, int t, int ith) {
         if (per_head) pith_cpu_be_rmsnorm(k + h * hd, k + h * hd, a->k_norm->vec, hd, a->eps);
         if (cs) pith_cpu_be_rope(k + h * hd, cs, sn, half, a->rope_style);
     }
-    pith_cpu_be_store_kv(c, a->group, a->layer_index, t, k, v);
+    if (a->v_norm) /* RMSNorm without a weight, in double as pith_cpu_be_rmsnorm */
+        for (int h = 0; h < nkv; h++) {
+            float *vh = v + h * hd;
+            double ss = 0;
+            for (int i = 0; i < hd; i++) ss += (double)vh[i] * vh[i];
+            float r = (float)(1.0 / sqrt(ss / hd + a->eps));
+            for (int i = 0; i < hd; i++) vh[i] *= r;
+        }
+    if (k) pith_cpu_be_store_kv(c, a->group, a->layer_index, t, k, v);
 }
 
 void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, const float *k, const float *v) {
-    int hd = c->shape.head_dim;
+    int hd = pith_cpu_be_head_dim(c, g);
     /* head-major inside the block (kv.h): head h of this slot is row slot % bs of the block's head h */
     const pith_kv_cache *kv = &c->kv.groups[g];
     size_t bs = (size_t)kv->block_size, slot = (size_t)c->step->mem[g].slots[t];
     size_t block_off = pith_kv_k_offset(kv, layer_index, (int)(slot / bs));
-    for (int h = 0; h < c->shape.n_kv_heads; h++) {
+    for (int h = 0; h < pith_cpu_be_kv_heads(c, g); h++) {
         size_t off = block_off + ((size_t)h * bs + slot % bs) * hd;
         pith_kv_store_f32(c->cpu.k, kv->type, k + h * hd, kv->k, off, (size_t)hd);
         pith_kv_store_f32(c->cpu.k, kv->type, v + h * hd, kv->v, off, (size_t)hd);
@@ -387,7 +404,7 @@ void pith_cpu_be_store_kv(const pith_cpu_be *c, int g, int layer_index, int t, c
 }
 
 static void cpu_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
-    pith_cpu_be_rows(pith_cpu_be_of(be), n, qkv_row, a, 4.0 * (a->q->cols + 2 * a->k->cols));
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, qkv_row, a, 4.0 * (a->q->cols + (a->k ? 2 * a->k->cols : 0)));
 }
 
 static void cpu_attention(pith_backend *be, const pith_be_attn *a, int n) {
@@ -402,7 +419,7 @@ static void cpu_attention(pith_backend *be, const pith_be_attn *a, int n) {
         .kv_type = kv->type, .kv_dim = kv->k_dim, .q = a->q->host, .q_ld = a->q->cols, .out = a->out->host,
         .out_ld = a->out->cols, .sinks = a->sinks ? a->sinks->vec : NULL,
     };
-    pith_attention(&c->cpu, &c->attn, &aa);
+    pith_attention(&c->cpu, pith_cpu_be_alt(c, a->group) ? &c->attn_alt : &c->attn, &aa);
 }
 
 typedef struct glu_args {
@@ -502,6 +519,11 @@ static void attn_temp_row(row_job *j, int t, int ith) {
 static void cpu_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, int n) {
     attn_temp_args a = {y, beta, length > 0 ? length : 1};
     pith_cpu_be_rows(pith_cpu_be_of(be), n, attn_temp_row, &a, y->cols);
+}
+
+static void cpu_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    (void)be;
+    for (int t = 0; t < n; t++) memcpy(row_of(dst, t), row_of(src, t) + col0, (size_t)dst->cols * sizeof(float));
 }
 
 /* One memset: clearing memory is bandwidth, not work to spread over the pool. */
@@ -605,6 +627,7 @@ static void cpu_destroy(pith_backend *be) {
     free(c->moes);
     pith_moe_scratch_free(&c->moe_scratch);
     if (c->has_shape) pith_attn_scratch_free(&c->attn);
+    if (c->has_shape && c->shape.alt_head_dim > 0) pith_attn_scratch_free(&c->attn_alt);
     pith_cpu_be_qwen35_free(c);
     free(c->seq_start);
     free(c->seq_end);
@@ -620,7 +643,8 @@ static const pith_backend_vt cpu_vt = {
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
     .attn_temp = cpu_attn_temp,
-    .zero = cpu_zero, .activation = cpu_activation, .moe = cpu_moe, .keep_rows = cpu_keep_rows, .head = cpu_head,
+    .zero = cpu_zero, .copy_cols = cpu_copy_cols, .activation = cpu_activation, .moe = cpu_moe,
+    .keep_rows = cpu_keep_rows, .head = cpu_head,
     .short_conv = pith_cpu_be_short_conv, .mamba2 = pith_cpu_be_mamba2,
     /* Qwen3.5 */
     .gdn_shape = pith_cpu_be_gdn_shape, .gdn = pith_cpu_be_gdn, .gated_norm = pith_cpu_be_gated_norm,

@@ -33,6 +33,7 @@ typedef struct pith_cpu_be {
     pith_backend base;
     pith_cpu cpu;
     pith_attn_scratch attn;
+    pith_attn_scratch attn_alt; /* shape.alt_group's (shape.alt_head_dim > 0) */
     pith_be_attn_shape shape;
     bool has_shape;
     pith_kv_host kv;
@@ -65,6 +66,16 @@ typedef struct pith_cpu_be {
 } pith_cpu_be;
 
 static inline pith_cpu_be *pith_cpu_be_of(pith_backend *be) { return (pith_cpu_be *)be; }
+/* KV group g's heads: the model's shape, or the second one where g is shape.alt_group. */
+static inline bool pith_cpu_be_alt(const pith_cpu_be *c, int g) {
+    return c->shape.alt_head_dim > 0 && g == c->shape.alt_group;
+}
+static inline int pith_cpu_be_head_dim(const pith_cpu_be *c, int g) {
+    return pith_cpu_be_alt(c, g) ? c->shape.alt_head_dim : c->shape.head_dim;
+}
+static inline int pith_cpu_be_kv_heads(const pith_cpu_be *c, int g) {
+    return pith_cpu_be_alt(c, g) ? c->shape.alt_n_kv_heads : c->shape.n_kv_heads;
+}
 static inline float *row_of(const pith_buf *b, int t) { return b->host + (size_t)t * b->cols; }
 
 /* Row jobs: row(j, t, ith) for t in [0, n), claimed in chunks by the pool's threads (ith: the thread);

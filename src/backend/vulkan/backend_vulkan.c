@@ -166,6 +166,8 @@ static int vk_moe_place(pith_backend *be, char *what, size_t what_size, pith_err
 static int vk_attn_shape(pith_backend *be, const pith_be_attn_shape *s, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     if (c->has_shape) return pith_errf(err, "the attention shape is set once");
+    if (s->alt_head_dim > 0) /* nor V norms: only the models that declare a second shape ask for them */
+        return pith_errf(err, "Vulkan: a second attention shape for one memory group (Gemma 4) is not supported");
     if (s->head_dim < 1 || s->head_dim > 512 || s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads > 65535 ||
         s->n_kv_heads > 65535 || s->n_heads % s->n_kv_heads)
         return pith_errf(err, "Vulkan: attention of %d heads over %d KV heads of %d (the backend takes head widths up "
@@ -527,6 +529,7 @@ static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c)) return;
     if (!c->has_shape || a->group < 0 || a->group >= c->n_groups) return op_failf(c, "Vulkan: qkv without its memory");
+    if (a->v_norm || !a->k) return op_failf(c, "Vulkan: V norms and Q-only layers (Gemma 4) are not supported");
     const pith_kv_cache *m = &c->groups[a->group].meta;
     int hd = c->shape.head_dim, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
     if (a->q->cols < nh * hd || a->k->cols < nkv * hd || a->v->cols < nkv * hd || m->k_dim != nkv * hd ||
@@ -614,6 +617,11 @@ static void vk_attn_temp(pith_backend *be, pith_buf *y, float beta, int length, 
 static void vk_zero(pith_backend *be, pith_buf *y, int n) {
     pith_vk *c = pith_vk_of(be);
     if (recording(c)) eltwise(c, buf_addr(y), 0, (size_t)n * y->cols, y->cols, OP_ZERO, 0, 0);
+}
+
+static void vk_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
+    (void)dst, (void)src, (void)col0, (void)n;
+    op_failf(pith_vk_of(be), "Vulkan: copy_cols (Gemma 4's per-layer inputs) is not supported");
 }
 
 static void vk_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
@@ -812,7 +820,7 @@ static const pith_backend_vt vk_vt = {
     .rmsnorm = vk_rmsnorm, .matmul = vk_matmul, .qkv = vk_qkv, .attention = vk_attention, .glu = vk_glu,
     .add_bias = vk_add_bias, .norm_add = vk_norm_add, .scale = vk_scale, .scale_add = vk_scale_add, .zero = vk_zero,
     .attn_temp = vk_attn_temp,
-    .activation = vk_activation, .moe = vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
+    .copy_cols = vk_copy_cols, .activation = vk_activation, .moe = vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
     .short_conv = vk_short_conv, .mamba2 = vk_mamba2, .gdn_shape = vk_gdn_shape, .gdn = vk_gdn,
     .gated_norm = vk_gated_norm, .gated_qkv = vk_gated_qkv, .attn_gate = vk_attn_gate, .set_draft = vk_set_draft,
     .mtp_input = vk_mtp_input, .mtp_save = vk_mtp_save, .mtp_attention = vk_mtp_attention, .mtp_logits = vk_mtp_logits,
