@@ -130,6 +130,9 @@ typedef struct pith_arch {
     /* The architecture reads GGUF's rope.dimension_count itself (a partial rotary); otherwise the loader
      * refuses one that differs from the head dimension. */
     bool partial_rotary;
+    /* The architecture reads GGUF's attention.key_length / value_length itself (DeepSeek's MLA: key and
+     * value heads of different widths); otherwise the loader refuses a value width other than the key's. */
+    bool own_head_widths;
 } pith_arch;
 
 /* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */

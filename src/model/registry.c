@@ -19,7 +19,8 @@
     X(qwen3moe)       \
     X(mixtral)        \
     X(gpt_oss)        \
-    X(olmo2)
+    X(olmo2)          \
+    X(deepseek2)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)
