@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""DeepSeek-V2/V3 (`deepseek2`) against a float64 torch forward written from transformers'
+modeling_deepseek_v3.py (DeepseekV3Attention in its expanded form: K_nope and V per head from kv_b_proj over
+every position, then ordinary attention; DeepseekV3TopkRouter / DeepseekV3MoE; DeepseekV3RotaryEmbedding with
+_compute_yarn_parameters' YaRN; apply_rotary_pos_emb_interleave) and, for the V2-style preset, modeling_deepseek_v2.py's
+DeepseekV2MoEGate (softmax scores, group_limited_greedy, routed_scaling_factor only without renormalisation).
+Pith runs the weight-absorbed form (a latent cache of kv_lora_rank + rope per token), so every case also checks
+the absorption against the expanded attention.
+
+Cases, each printing its measured max error: F32 GGUF (llama.cpp's split attn_k_b / attn_v_b; for the V2 preset
+also a fused-only attn_kv_b file) and F32 safetensors within the "float" tolerance, from BOS (72 tokens) and
+from a prompt prefilled in chunks of 7 and in one; the F16 KV cache; Q8_0 and Q4_K_M GGUF within the quantized
+MoE tolerances; pith's GGUF against its safetensors. Environment as tests/test_reference_models.py."""
+
+import math
+import os
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"skip: {e.name} is not importable (the float64 reference needs numpy and torch)")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import mkmodel_deepseek2 as DS2  # noqa: E402
+import pith_gguf as G  # noqa: E402
+import reference  # noqa: E402
+import test_reference_models as T  # noqa: E402
+
+N_GEN_LONG = 72
+
+
+def weights(c, path):
+    """Canonical name -> float64 tensor as pith reads the file (dequantized): per-expert matrices by their
+    old GGUF names (blk.i.ffn_gate.E.weight); attn_kv_b rebuilt from the split attn_k_b / attn_v_b where the
+    GGUF file has them (pith reads those, quantized on their own)."""
+    if path.endswith(".gguf"):
+        r = G.GGUFReader(path)
+        names = set(r.tensors)
+
+        def fetch(name):
+            parts = name.split(".")
+            if len(parts) == 5 and parts[3].isdigit():
+                return r.tensor(f"blk.{parts[1]}.{parts[2]}_exps.weight")[int(parts[3])]
+            if name.endswith("attn_kv_b.weight") and name.replace("kv_b", "k_b") in names:
+                kb = r.tensor(name.replace("kv_b", "k_b"))     # [H, rank, nope]
+                vb = r.tensor(name.replace("kv_b", "v_b"))     # [H, v, rank]
+                return np.concatenate([kb.transpose(0, 2, 1), vb], axis=1).reshape(-1, c.kv_lora)
+            return r.tensor(name) if name in names else None
+    else:
+        st = reference.SafetensorsFile(os.path.join(path, "model.safetensors"))
+        hf = {g: h for g, h, _, _ in DS2.specs(c)}
+
+        def fetch(name):
+            h = hf.get(name)
+            return st.tensor(h) if h in st.header else None
+
+    cache = {}
+
+    def w(name):
+        if name not in cache:
+            x = fetch(name)
+            cache[name] = None if x is None else torch.from_numpy(np.array(x, dtype=np.float64))
+        return cache[name]
+    return w
+
+
+def yarn(c):
+    """inv_freq over the rope dims and the cos/sin factor, as _compute_yarn_parameters (truncate, beta 32/1);
+    plain theta^(-2i/d) and 1 without YaRN. The scores' factor: yarn_get_mscale(factor, mscale_all_dim)^2."""
+    d = c.rope
+    pos = c.theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if not c.yarn:
+        return 1.0 / pos, 1.0, 1.0
+    f, orig = c.yarn["factor"], c.yarn["orig"]
+
+    def corr(rot):
+        return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(c.theta))
+    lo, hi = max(math.floor(corr(32)), 0), min(math.ceil(corr(1)), d - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+    extra = 1 - ramp
+    inv = (1.0 / (f * pos)) * (1 - extra) + (1.0 / pos) * extra
+
+    def ms(scale, m):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    return inv, ms(f, c.yarn["mscale"]) / ms(f, c.yarn["mscale_all"]), ms(f, c.yarn["mscale_all"]) ** 2
+
+
+def rope_interleave(x, pos, inv, factor):
+    """apply_rotary_pos_emb_interleave on x [T, heads, d]: the pairs (x[2i], x[2i+1]) de-interleaved into
+    halves, then x cos + rotate_half(x) sin with cos, sin times the attention factor."""
+    T, _, d = x.shape
+    x = x.view(T, -1, d // 2, 2).transpose(-1, -2).reshape(T, -1, d)
+    ang = pos[:, None].double() * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :] * factor
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :] * factor
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
+
+
+def by_hand(c, w, tokens, kv_f16=False):
+    """Logits [T, vocab] in float64. kv_f16 rounds what pith's F16 cache holds (the normed latent and the
+    rotated k_pe) to float16."""
+    T, H, N, P, V, R = len(tokens), c.heads, c.nope, c.rope, c.v, c.kv_lora
+    inv, factor, kq = yarn(c)
+    scale = kq / math.sqrt(N + P)
+    pos = torch.arange(T)
+
+    def norm(x, weight):
+        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + c.eps) * weight
+
+    def mlp(h, b, suffix=""):
+        g = torch.nn.functional.silu(h @ w(f"{b}ffn_gate{suffix}.weight").T)
+        return (g * (h @ w(f"{b}ffn_up{suffix}.weight").T)) @ w(f"{b}ffn_down{suffix}.weight").T
+
+    def moe(h, i):
+        b = f"blk.{i}."
+        logits = h @ w(b + "ffn_gate_inp.weight").T
+        E, G_ = c.experts, max(c.groups, 1)
+        if c.v3:   # DeepseekV3TopkRouter
+            scores = logits.sigmoid()
+            choice = scores + (w(b + "exp_probs_b.bias") if c.bias else 0)
+            gs = choice.view(T, G_, E // G_).topk(min(2, E // G_), dim=-1)[0].sum(-1)
+        else:      # DeepseekV2MoEGate
+            scores = logits.softmax(dim=-1)
+            choice = scores
+            gs = choice.view(T, G_, E // G_).max(dim=-1).values
+        if c.groups:
+            gi = gs.topk(c.groups_used, dim=-1)[1]
+            gm = torch.zeros_like(gs).scatter_(1, gi, 1)
+            mask = gm.unsqueeze(-1).expand(T, G_, E // G_).reshape(T, E)
+            choice = choice.masked_fill(~mask.bool(), 0.0)
+        idx = choice.topk(c.experts_used, dim=-1)[1]
+        wt = scores.gather(1, idx)
+        if c.norm_topk:
+            wt = wt / (wt.sum(-1, keepdim=True) + 1e-20)
+        if c.v3 or not c.norm_topk:
+            wt = wt * c.scale
+        out = torch.zeros_like(h)
+        for t in range(T):
+            for j in range(c.experts_used):
+                out[t] += wt[t, j] * mlp(h[t:t + 1], b, "." + str(int(idx[t, j])))[0]
+        if c.shared:
+            out = out + mlp(h, b, "_shexp")
+        return out
+
+    x = w("token_embd.weight")[torch.tensor(tokens)]
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    for i in range(c.layers):
+        b = f"blk.{i}."
+        h = norm(x, w(b + "attn_norm.weight"))
+        if c.q_lora:
+            q = norm(h @ w(b + "attn_q_a.weight").T, w(b + "attn_q_a_norm.weight")) @ w(b + "attn_q_b.weight").T
+        else:
+            q = h @ w(b + "attn_q.weight").T
+        q = q.view(T, H, N + P)
+        kv_a = h @ w(b + "attn_kv_a_mqa.weight").T
+        lat, k_pe = norm(kv_a[:, :R], w(b + "attn_kv_a_norm.weight")), kv_a[:, R:].reshape(T, 1, P)
+        q_pe, k_pe = rope_interleave(q[..., N:], pos, inv, factor), rope_interleave(k_pe, pos, inv, factor)
+        if kv_f16:
+            lat, k_pe = lat.half().double(), k_pe.half().double()
+        kv = (lat @ w(b + "attn_kv_b.weight").T).view(T, H, N + V)
+        k = torch.cat([kv[..., :N], k_pe.expand(T, H, P)], -1)
+        qq = torch.cat([q[..., :N], q_pe], -1)
+        a = torch.softmax(torch.einsum("qhd,khd->hqk", qq, k) * scale + mask, dim=-1)
+        o = torch.einsum("hqk,khd->qhd", a, kv[..., N:]).reshape(T, H * V)
+        x = x + o @ w(b + "attn_output.weight").T
+        h = norm(x, w(b + "ffn_norm.weight"))
+        x = x + (mlp(h, b) if i < c.dense or not c.experts else moe(h, i))
+    return (norm(x, w("output_norm.weight")) @ w("output.weight").T).numpy()
+
+
+def make(tmp, c, fmt, dtype, seed, split=True):
+    if fmt == "gguf":
+        path = os.path.join(tmp, f"{c.preset}-{dtype}{'' if split else '-fused'}.gguf")
+        DS2.write_gguf(c, path, dtype, seed=seed, split=split)
+        return path, None
+    path = os.path.join(tmp, f"{c.preset}-{dtype}-st")
+    DS2.write_safetensors(c, path, dtype, seed=seed)
+    return path, os.path.join(path, "tokenizer.bin")
+
+
+# Quantized weights: pith rounds activations to 8 bits (per 32 or 256) before integer dot products, and the
+# MLA op rounds twice more (q_nope before W_UK^T, the latent output before W_UV). Most steps then land within
+# the dense models' bounds, but where two experts' selection scores nearly tie the rounding flips a router's
+# choice, and with V3's routed scale 2.5 one flipped expert moves that step's logits by 1-3 (seed 2600: Q8_0
+# 3 of 72 steps, Q4_K_M 5 of 72; every other step below 0.25). So the check is per step: at most FLIP_STEPS of
+# the steps may exceed the step bound (each below FLIP_MAX), and the mean error over all steps stays small.
+QUANT = {"Q8_0": (0.3, 0.04), "Q4_K_M": (0.4, 0.06)}   # (step bound, mean bound)
+FLIP_STEPS = 0.1
+FLIP_MAX = 5.0
+
+
+def check_quantized(pith, tmp, name, model, tok, c, dtype, ref):
+    r = T.pith_logits(pith, tmp, name, model, tok, c.vocab, n_gen=N_GEN_LONG)
+    if r is None:
+        return
+    prompt_ids, got = r
+    tokens = prompt_ids + [int(t) for t in got.argmax(axis=1)[:-1]]
+    err = np.abs(got - ref(tokens, False)[len(prompt_ids) - 1:])
+    step = err.max(axis=1)
+    bound, mean_bound = QUANT[dtype]
+    flips = int((step > bound).sum())
+    print(f"{name:34s} max|err| {step.max():.2e}  mean {err.mean():.1e} (bound {mean_bound:g})  steps over {bound:g}: "
+          f"{flips}/{len(step)} (at most {int(FLIP_STEPS * len(step))}); other steps max "
+          f"{step[step <= bound].max():.2e}", flush=True)
+    if flips > FLIP_STEPS * len(step) or step.max() > FLIP_MAX or err.mean() > mean_bound:
+        T.fail(f"{name}: {flips} steps over {bound}, max {step.max():.2e}, mean {err.mean():.3f}")
+
+
+def main():
+    pith = os.environ.get("PITH_BIN")
+    if not pith or not os.access(pith, os.X_OK):
+        print(f"FAIL: PITH_BIN ({pith!r}) is not an executable pith binary")
+        return 1
+    lite = DS2.config("deepseek2-lite", layers=27)
+    mla, per_head = DS2.kv_bytes_per_token(lite)
+    print(f"DeepSeek-V2-Lite (27 layers), F16 cache: MLA {mla} bytes per token "
+          f"((512 + 64) x 27 x 2) against {per_head} for per-head K and V (16 x (192 + 128) x 27 x 2): "
+          f"{per_head / mla:.1f}x smaller")
+    seed = 2600
+    with tempfile.TemporaryDirectory(prefix="ref-deepseek2-", dir=os.environ.get("PITH_TEST_TMP")) as tmp:
+        for preset in ("test-deepseek2", "test-deepseek2-v2"):
+            c = DS2.config(preset)
+            cases = [("gguf", "F32", True), ("safetensors", "F32", True), ("gguf", "Q8_0", True),
+                     ("gguf", "Q4_K_M", True)]
+            if preset == "test-deepseek2-v2":
+                cases.append(("gguf", "F32", False))
+            f32 = {}
+            for fmt, dtype, split in cases:
+                model, tok = make(tmp, c, fmt, dtype, seed, split)
+                w = weights(c, model)
+
+                def ref(toks, kv_f16, w=w):
+                    return by_hand(c, w, toks, kv_f16)
+                name = f"{preset} {fmt} {dtype}{'' if split else ' fused kv_b'}"
+                if dtype != "F32":
+                    check_quantized(pith, tmp, name, model, tok, c, dtype, ref)
+                    continue
+                T.compare(pith, tmp, name, model, tok, c.vocab, "float", n_gen=N_GEN_LONG, ref_fn=ref)
+                if split:
+                    f32[fmt] = (model, tok)
+                for chunk in (7, 2048):
+                    T.compare(pith, tmp, f"{name} prompt/{chunk}", model, tok, c.vocab, "float",
+                              n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)),
+                              ref_fn=ref)
+                if fmt == "gguf" and split:
+                    T.compare(pith, tmp, name + " kv-f16", model, tok, c.vocab, "float-kv16", kv_f32=False,
+                              n_gen=N_GEN_LONG, ref_fn=ref)
+            for what, kw in (("from BOS", dict(n_gen=N_GEN_LONG)),
+                             ("prompt/7", dict(n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT,
+                                               extra=("--max-batch-tokens", "7")))):
+                runs = [T.pith_logits(pith, tmp, f"{preset} {fmt} F32 {what}", *f32[fmt], c.vocab, **kw)
+                        for fmt in ("gguf", "safetensors")]
+                if None in runs:
+                    continue
+                (pa, a), (pb, b) = runs
+                err = float(np.abs(a - b).max())
+                print(f"{preset}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound 1e-4)")
+                if pa != pb or err > 1e-4:
+                    T.fail(f"{preset}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+    if T.failures:
+        print(f"{len(T.failures)} failure(s)")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
