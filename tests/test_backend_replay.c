@@ -140,7 +140,7 @@ int main(void) {
                                     "test-smollm3",   "test-gemma3",    "test-gemma3-softcap", "test-qwen3-yarn",
                                     "test-qwen3moe",  "test-mixtral",   "test-gpt-oss", "test-lfm2",
                                     "test-qwen35",    "test-qwen35moe", "test-olmo2",  "test-granitehybrid",
-                                    "test-granitehybrid-moe", "test-nemotronh"};
+                                    "test-granitehybrid-moe", "test-nemotronh", "test-deepseek2", "test-deepseek2-v2"};
     /* the last: test-qwen35 with its MTP head, loaded with it */
     int n_presets = (int)(sizeof presets / sizeof *presets);
     for (int i = 0; i <= n_presets; i++) {
