@@ -113,7 +113,9 @@ def split_kv_b(kv_b, c):
     return np.ascontiguousarray(w[:, :c.nope, :].transpose(0, 2, 1)), np.ascontiguousarray(w[:, c.nope:, :])
 
 
-def write_gguf(c, path, dtype="F32", seed=0, split=True):
+def write_gguf(c, path, dtype="F32", seed=0, split=True, random_blocks=False):
+    """random_blocks (benchmark files): Q8_0 and K-quant matrices and experts as random blocks (mkmodel's
+    --random-blocks), not quantized random floats; attn_kv_b and its split stay quantized floats."""
     import mkmodel as M
     dtype = dtype.upper()
     a = "deepseek2"
@@ -177,6 +179,15 @@ def write_gguf(c, path, dtype="F32", seed=0, split=True):
             ttype = "F32"
         else:
             ttype = mtype(gname, shape)
+        if random_blocks and ttype in ("Q8_0",) + M.RANDOM_QUANT_TYPES and not gname.endswith("attn_kv_b.weight"):
+            if isinstance(_, list):
+                data = (lambda names=_, s=shape[1:], t=ttype: (b for n in names for b in (
+                    M.random_q8_0_blocks(seed, n, s) if t == "Q8_0" else M.random_quant_blocks(seed, n, s, t))))
+            else:
+                data = (lambda n=gname, s=shape, t=ttype: M.random_q8_0_blocks(seed, n, s) if t == "Q8_0"
+                        else M.random_quant_blocks(seed, n, s, t))
+            w.add_tensor(gname, shape, ttype, data)
+            continue
         if isinstance(_, list):   # stacked experts
             data = (lambda names=_, s=shape[1:], k=kind: (M.random_tensor(seed, n, s, k)[None] for n in names))
             w.add_tensor(gname, shape, ttype, data)
@@ -250,7 +261,7 @@ def main_preset(args):
     c = config(args.preset, **({"layers": args.layers} if args.layers else {}))
     fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
     if fmt == "gguf":
-        write_gguf(c, args.out, args.dtype, args.seed)
+        write_gguf(c, args.out, args.dtype, args.seed, random_blocks=args.random_blocks)
     else:
         write_safetensors(c, args.out, args.dtype, args.seed)
     return c, fmt
