@@ -17,15 +17,17 @@
  *     weights; transformers' V2 rotates complex pairs, V3 likewise under rope_interleave (its default),
  *     rotate-half otherwise;
  *   - scores are scaled by 1/sqrt(nope + rope), times yarn_get_mscale(factor, mscale_all_dim)^2 under
- *     YaRN (transformers), which llama.cpp writes as rope.scaling.yarn_log_multiplier = 0.1 *
+ *     YaRN (transformers' V3, DeepSeek's own V2 code and llama.cpp for both; transformers' V2 port leaves
+ *     the factor out, which this follows not), which llama.cpp writes as rope.scaling.yarn_log_multiplier = 0.1 *
  *     mscale_all_dim; cos and sin are times HF's attention factor mscale(factor, mscale) /
  *     mscale(factor, mscale_all_dim), in llama.cpp rope.scaling.attn_factor (default 1) alone;
  *   - the mixture of experts (moe_arch.c's keys and the core's routing): V3 scores by sigmoid with the
  *     selection bias e_score_correction_bias (GGUF exp_probs_b.bias) and group-limited top-k (n_group,
  *     topk_group), V2 by softmax (topk_method "group_limited_greedy": groups by their best expert;
  *     "greedy": none); routed_scaling_factor (expert_weights_scale; applied whether or not the weights
- *     are renormalised, as V3 and llama.cpp do; V2 itself skips it when norm_topk_prob, which no released
- *     V2 combines with a factor other than 1), norm_topk_prob (expert_weights_norm, default false as
+ *     are renormalised, as V3, transformers' V2 port and llama.cpp do; DeepSeek's own V2 code skips it
+ *     when it renormalises, which no released V2 combines with a factor other than 1), norm_topk_prob
+ *     (renormalised weights; transformers' V2 port ignores it; expert_weights_norm, default false as
  *     llama.cpp), n_shared_experts x moe_intermediate_size ungated shared experts (expert_shared_count
  *     x expert_feed_forward_length), first_k_dense_replace dense layers (leading_dense_block_count);
  *     GGUF without expert_gating_func is softmax (llama.cpp's default for old V2 files);
