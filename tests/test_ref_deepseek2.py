@@ -266,6 +266,19 @@ def main():
                 print(f"{preset}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound 1e-4)")
                 if pa != pb or err > 1e-4:
                     T.fail(f"{preset}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+        # DeepSeek-V2-Lite's attention at its real widths (16 heads, kv_lora_rank 512, nope 128, rope 64, v 128,
+        # YaRN factor 40 over 4096): the latent rows of 576 through the paged attention; fewer and narrower
+        # experts and a small vocabulary keep the float64 reference quick.
+        c = DS2.config("deepseek2-lite", layers=2, vocab=512, ffn=512, experts=8, experts_used=2, expert_ffn=128)
+        c.preset = "lite-widths"
+        for fmt in ("gguf", "safetensors"):
+            model, tok = make(tmp, c, fmt, "F32", seed)
+            w = weights(c, model)
+
+            def ref(toks, kv_f16, w=w):
+                return by_hand(c, w, toks, kv_f16)
+            T.compare(pith, tmp, f"lite-widths {fmt} F32 prompt/7", model, tok, c.vocab, "float",
+                      n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
     if T.failures:
         print(f"{len(T.failures)} failure(s)")
         return 1
