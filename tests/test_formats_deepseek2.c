@@ -327,9 +327,21 @@ static void hf_cases(void) {
               !m->hp.expert_norm_topk);
         pith_model_free(m);
     }
+    /* GLM-4.7-Flash: V3's attention and router, its own defaults, dense layers from mlp_layer_types */
+    dir = write_hf("ds2-hf-glm", "\"architectures\": [\"Glm4MoeLiteForCausalLM\"], \"model_type\": \"glm4_moe_lite\", "
+                                 "\"mlp_layer_types\": [\"dense\", \"sparse\"], ", true);
+    CHECKF(pith_model_load(dir, &o, &m, &err) == 0, "%s", err.msg);
+    if (m) {
+        CHECK(m->hp.expert_gating == PITH_GATING_SIGMOID && m->hp.expert_weights_scale == 1.8f &&
+              m->hp.expert_norm_topk && m->hp.expert_dense_leading == 1 && !strcmp(m->hp.arch, "deepseek2"));
+        pith_model_free(m);
+    }
     static const struct {
         const char *extra, *needle;
     } bad[] = {
+        {"\"architectures\": [\"Glm4MoeLiteForCausalLM\"], \"mlp_layer_types\": [\"sparse\", \"dense\"], ",
+         "mlp_layer_types"},
+        {"\"architectures\": [\"Glm4MoeLiteForCausalLM\"], \"mlp_layer_types\": [\"dense\"], ", "mlp_layer_types"},
         {"\"moe_layer_freq\": 2, ", "moe_layer_freq"},
         {"\"scoring_func\": \"softmax\", ", "scoring_func"},
         {"\"n_shared_experts\": -1, ", "n_shared_experts"},

@@ -31,6 +31,9 @@
  *     llama.cpp), n_shared_experts x moe_intermediate_size ungated shared experts (expert_shared_count
  *     x expert_feed_forward_length), first_k_dense_replace dense layers (leading_dense_block_count);
  *     GGUF without expert_gating_func is softmax (llama.cpp's default for old V2 files);
+ *   - GLM-4.7-Flash (transformers' modular_glm4_moe_lite.py: Glm4MoeLiteForCausalLM, DeepseekV3Attention with
+ *     GLM-4.5's sigmoid router) reads as V3 with its config class's defaults (routed_scaling_factor 1.8,
+ *     norm_topk_prob true) and its dense layers from mlp_layer_types ("dense" entries, which must lead);
  *   - the multi-token-prediction layers (num_nextn_predict_layers; GGUF nextn_predict_layers, counted in
  *     block_count) are not run: their tensors are left unread.
  * Pith's hp.head_dim is v_head_dim and hp.n_kv_heads 1 (the one latent "head"), so that attn_output is
@@ -129,23 +132,41 @@ static int ds2_read_gguf(const pith_meta *m, pith_hparams *hp) {
     return ds2_widths(m, hp);
 }
 
-static bool is_v3(const pith_meta *m) {
+/* "architectures"[0], else "model_type", is `name` or `type`. */
+static bool hf_is(const pith_meta *m, const char *name, const char *type) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(m->json, "architectures");
     const cJSON *first = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, 0) : NULL;
-    if (cJSON_IsString(first)) return strcmp(first->valuestring, "DeepseekV2ForCausalLM") != 0;
+    if (cJSON_IsString(first)) return strcmp(first->valuestring, name) == 0;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(m->json, "model_type");
-    return !(cJSON_IsString(t) && !strcmp(t->valuestring, "deepseek_v2"));
+    return cJSON_IsString(t) && !strcmp(t->valuestring, type);
+}
+
+/* GLM-4.7-Flash's mlp_layer_types: its "dense" layers, which must be the leading ones. */
+static int glm_dense_layers(const pith_meta *m, pith_hparams *hp) {
+    uint64_t dense[PITH_MAX_LAYERS / 64] = {0};
+    bool found;
+    if (pith_meta_layers(m, "mlp_layer_types", hp->n_layers, "dense", dense, &found)) return -1;
+    if (!found) return 0;
+    int lead = 0;
+    while (lead < hp->n_layers && pith_layer_bit(dense, lead)) lead++;
+    for (int l = lead; l < hp->n_layers; l++)
+        if (pith_layer_bit(dense, l))
+            return pith_errf(m->err, "%s: mlp_layer_types: dense layer %d after sparse ones is not supported", m->path, l);
+    hp->expert_dense_leading = lead;
+    return 0;
 }
 
 static int ds2_read_hf(const pith_meta *m, pith_hparams *hp) {
     pith_deepseek2_params *P = pith_arch_params(hp);
-    const bool v3 = is_v3(m);
+    const bool glm = hf_is(m, "Glm4MoeLiteForCausalLM", "glm4_moe_lite");
+    const bool v3 = glm || !hf_is(m, "DeepseekV2ForCausalLM", "deepseek_v2");
     int shared = 0, freq = 1;
     bool interleave = true;
     float mscale_all = 0;
     char scoring[16] = "", method[32] = "";
     hp->expert_norm_topk = v3;              /* the config classes' defaults */
-    hp->expert_weights_scale = v3 ? 2.5f : 1.0f;
+    hp->expert_weights_scale = glm ? 1.8f : v3 ? 2.5f : 1.0f;
+    if (glm) hp->expert_dense_leading = 1; /* mlp_layer_types' default: the first layer dense */
     if (pith_meta_int(m, "q_lora_rank", false, &P->q_lora_rank) ||
         pith_meta_int(m, "kv_lora_rank", true, &P->kv_lora_rank) ||
         pith_meta_int(m, "qk_nope_head_dim", true, &P->qk_nope) ||
@@ -162,6 +183,7 @@ static int ds2_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_str(m, "scoring_func", scoring, sizeof scoring) ||
         pith_meta_str(m, "topk_method", method, sizeof method) || pith_meta_bool(m, "rope_interleave", &interleave))
         return -1;
+    if (glm && glm_dense_layers(m, hp)) return -1;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m->json, "rope_scaling");
     if (cJSON_IsObject(rs)) {
         pith_meta sub = *m;
@@ -195,8 +217,8 @@ static int ds2_check(const pith_hparams *hp, const char *path, pith_err *err) {
 
 const pith_arch pith_arch_deepseek2 = {
     .name = "deepseek2",
-    .hf_archs = (const char *const[]){"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", NULL},
-    .hf_model_types = (const char *const[]){"deepseek_v3", "deepseek_v2", "kimi_k2", NULL},
+    .hf_archs = (const char *const[]){"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "Glm4MoeLiteForCausalLM", NULL},
+    .hf_model_types = (const char *const[]){"deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe_lite", NULL},
     .rope_gguf = PITH_ROPE_ADJACENT,
     .rope_hf = PITH_ROPE_ADJACENT, /* rope_interleave false: read_hf makes it HALF */
     .hf_global = pith_llama_hf_global,
