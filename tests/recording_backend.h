@@ -251,10 +251,10 @@ static int rec_sync(pith_backend *be, pith_err *err) { return rec_in(be)->vt->sy
 
 static int rec_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err) {
     rec_printf(be, "mla_attention q=b%d kv=b%d norm=w%d eps=%a cs=b%d style=%d k_b=w%d.. v_b=w%d.. qa=b%d lat=b%d out=b%d "
-                   "H=%d R=%d P=%d N=%d V=%d g=%d i=%d n=%d",
+                   "H=%d R=%d P=%d N=%d V=%d g=%d i=%d kv_b=w%d g=b%d kvx=b%d ms=b%d min=%d n=%d",
                bid(a->q), bid(a->kv), wid(a->kv_norm), a->eps, bid(a->rope_cs), (int)a->rope_style, wid(a->k_b[0]),
                wid(a->v_b[0]), bid(a->qa), bid(a->lat), bid(a->out), a->n_heads, a->rank, a->rope, a->nope, a->v,
-               a->group, a->layer_index, n);
+               a->group, a->layer_index, wid(a->kv_b), bid(a->g), bid(a->kvx), bid(a->ms), a->expand_min, n);
     return rec_in(be)->vt->mla(rec_in(be), a, n, err);
 }
 

@@ -34,6 +34,10 @@ import reference  # noqa: E402
 import test_reference_models as T  # noqa: E402
 
 N_GEN_LONG = 72
+# ~456 tokens: in one chunk every preset's run is past its expand_min (deepseek2.c: test-deepseek2 128,
+# test-deepseek2-v2 384, DeepSeek-V2-Lite's widths 342), so pith takes the expanded form; in chunks of 7
+# the absorbed one.
+LONG_PROMPT = T.HYBRID_PROMPT * 3
 
 
 def weights(c, path):
@@ -251,6 +255,19 @@ def main():
                     T.compare(pith, tmp, f"{name} prompt/{chunk}", model, tok, c.vocab, "float",
                               n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT, extra=("--max-batch-tokens", str(chunk)),
                               ref_fn=ref)
+                if split:
+                    long_runs = {}
+                    for chunk, form in ((2048, "expanded"), (7, "absorbed")):
+                        long_runs[form] = T.pith_logits(pith, tmp, name, model, tok, c.vocab, n_gen=T.N_GEN_PROMPT,
+                                                        prompt=LONG_PROMPT, extra=("--max-batch-tokens", str(chunk)))
+                        T.compare(pith, tmp, f"{name} long/{chunk} ({form})", model, tok, c.vocab, "float",
+                                  n_gen=T.N_GEN_PROMPT, prompt=LONG_PROMPT, extra=("--max-batch-tokens", str(chunk)),
+                                  ref_fn=ref)
+                    if None not in long_runs.values():
+                        diff = float(np.abs(long_runs["expanded"][1] - long_runs["absorbed"][1]).max())
+                        print(f"{name}: pith expanded (one chunk) vs absorbed (chunks of 7) form: max |diff| {diff:.1e}")
+                        if diff > 1e-4:
+                            T.fail(f"{name}: the expanded and absorbed forms differ by {diff:.2e}")
                 if fmt == "gguf" and split:
                     T.compare(pith, tmp, name + " kv-f16", model, tok, c.vocab, "float-kv16", kv_f32=False,
                               n_gen=N_GEN_LONG, ref_fn=ref)
@@ -279,6 +296,8 @@ def main():
                 return by_hand(c, w, toks, kv_f16)
             T.compare(pith, tmp, f"lite-widths {fmt} F32 prompt/7", model, tok, c.vocab, "float",
                       n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
+            T.compare(pith, tmp, f"lite-widths {fmt} F32 long/2048 (expanded)", model, tok, c.vocab, "float",
+                      n_gen=T.N_GEN_PROMPT, prompt=LONG_PROMPT, extra=("--max-batch-tokens", "2048"), ref_fn=ref)
     if T.failures:
         print(f"{len(T.failures)} failure(s)")
         return 1

@@ -325,8 +325,15 @@ typedef struct pith_be_mtp_logits_args {
  *     scale; values: the same rows, of which the first rank elements are the latent output) into lat
  *     (rows of n_heads x (rank + rope));
  *   - o_h = W_UV_h lat_h[0, rank) into out (rows of n_heads x v), v_b[h] being W_UV_h (v x rank).
+ * The expanded form, for a sequence whose run in the step has at least expand_min tokens (kv_b not NULL):
+ * its context's latents go up through kv_b (W_UKV: n_heads x [nope | v] rows of rank) PITH_BE_MLA_CHUNK
+ * positions at a time (into kvx, rows of n_heads x (nope + v), from g, rows of rank + rope), and each
+ * query head attends with [q_nope | q_pe] over [k_nope | k_pe] and those values (ms: rows of 2 x n_heads,
+ * its running max and sum), as the modeling files compute it. The same function as the absorbed form up
+ * to rounding; which form a token took depends on how many tokens of its sequence the step holds.
  * The model declares the attention shape {n_heads, 1, rank + rope, scale}. A backend without this op
  * leaves it NULL and the model refuses to load on it. */
+#define PITH_BE_MLA_CHUNK 64
 typedef struct pith_be_mla_args {
     pith_buf *q, *kv;
     const pith_weight *kv_norm;
@@ -337,6 +344,10 @@ typedef struct pith_be_mla_args {
     pith_buf *qa, *lat, *out;
     int n_heads, rank, rope, nope, v;
     int group, layer_index;
+    /* the expanded form: kv_b NULL, or expand_min >= PITH_BE_MLA_CHUNK and the buffers */
+    const pith_weight *kv_b;
+    pith_buf *g, *kvx, *ms;
+    int expand_min;
 } pith_be_mla_args;
 
 /* The attention shape every attention op of the model shares. */

@@ -16,7 +16,16 @@
  * W_UK_h^T and W_UV_h come from GGUF's split attn_k_b / attn_v_b (newer converters), else from the fused
  * kv_b_proj (Hugging Face, older GGUF): W_UV_h is a row range of it; W_UK_h^T is its transpose, made here
  * as F32 from F32, F16 or BF16 weights. A quantized fused attn_kv_b without the split tensors is refused
- * (the transpose would need the quantizer; llama.cpp refuses such files too). */
+ * (the transpose would need the quantizer; llama.cpp refuses such files too).
+ *
+ * A sequence with at least expand_min new tokens in a step (a long prefill) takes the expanded form
+ * instead (backend.h), where the file has the fused kv_b (Hugging Face files, and GGUF files from
+ * llama.cpp's converter, which writes it beside the split tensors): expand_min is twice the run length
+ * at which the two forms' multiply-adds per query and context position, heads x (2 rank + rope) against
+ * heads x (nope + rope + v) plus the expansion heads x (nope + v) x rank shared by the run, break even,
+ * 2 (nope + v) rank / (2 rank - nope - v), and at least PITH_BE_MLA_CHUNK (DeepSeek-V2-Lite: 342 tokens;
+ * never where 2 rank <= nope + v). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,7 @@ typedef struct ds2_layer {
     const pith_weight *attn_norm, *ffn_norm;
     const pith_weight *wq, *wq_a, *q_a_norm, *wq_b, *wkv_a, *kv_a_norm;
     const pith_weight **k_b, **v_b; /* [n_heads] each */
+    const pith_weight *kv_b;        /* the fused kv_b for the expanded form, or NULL */
     pith_attn_block attn;           /* its output projection */
     pith_ffn_block ffn;
 } ds2_layer;
@@ -45,6 +55,8 @@ typedef struct ds2 {
     pith_rope rope;
     pith_dec_bufs bufs;
     pith_buf *cs, *qlat, *kv, *qa, *lat;
+    pith_buf *g, *kvx, *ms; /* the expanded form's (NULL: none) */
+    int expand_min;         /* INT_MAX: never */
 } ds2;
 
 static void ds2_free(pith_decoder *d) {
@@ -159,6 +171,12 @@ static int load_layer(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     L->k_b = m->heads + (size_t)2 * l * H;
     L->v_b = L->k_b + H;
     if (load_heads(m, l, L, err)) return -1;
+    char kv_b[64];
+    snprintf(kv_b, sizeof kv_b, "blk.%d.attn_kv_b.weight", l);
+    if (m->expand_min < INT_MAX && pith_model_file_tensor(d->file, kv_b) &&
+        pith_decoder_matrix_rows(d, l, "attn_kv_b.weight", R, H * (P->qk_nope + P->v_dim), 0,
+                                 H * (P->qk_nope + P->v_dim), &L->kv_b, err))
+        return -1;
     if (pith_moe_dense_layer(hp, l)) return pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err);
     static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
                                               "mlp.experts.%d.down_proj.weight"};
@@ -194,6 +212,7 @@ static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pit
             .rope_style = hp->rope_style, .k_b = L->k_b, .v_b = L->v_b, .qa = m->qa, .lat = m->lat, .out = B->att,
             .n_heads = hp->n_heads, .rank = P->kv_lora_rank, .rope = P->qk_rope, .nope = P->qk_nope, .v = P->v_dim,
             .group = d->layer_group[l], .layer_index = d->layer_index[l],
+            .kv_b = m->g ? L->kv_b : NULL, .g = m->g, .kvx = m->kvx, .ms = m->ms, .expand_min = m->expand_min,
         };
         if (pith_be_mla(d->be, &op, n, err)) return -1;
         if (l == hp->n_layers - 1) { /* only the rows that want logits or hidden states go on */
@@ -228,6 +247,12 @@ static int make_bufs(ds2 *m, pith_err *err) {
         return -1;
     if (dense && (!(B->hb = pith_be_buffer(be, hp->ffn_dim, err)) || !(B->hb2 = pith_be_buffer(be, hp->ffn_dim, err))))
         return -1;
+    bool expand = false;
+    for (int l = 0; l < hp->n_layers; l++) expand |= m->layers[l].kv_b != NULL;
+    if (expand && (!(m->g = pith_be_buffer(be, D, err)) ||
+                   !(m->kvx = pith_be_buffer(be, H * (P->qk_nope + P->v_dim), err)) ||
+                   !(m->ms = pith_be_buffer(be, 2 * H, err))))
+        return -1;
     return 0;
 }
 
@@ -239,6 +264,9 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
     pith_decoder *d = &m->d;
     const int L = hp->n_layers, D = P->kv_lora_rank + P->qk_rope;
     int rc = 0;
+    long long wide = P->qk_nope + P->v_dim, den = 2LL * P->kv_lora_rank - wide;
+    long long even = den > 0 ? (2 * wide * P->kv_lora_rank + den - 1) / den : LLONG_MAX;
+    m->expand_min = even >= INT_MAX ? INT_MAX : even < PITH_BE_MLA_CHUNK ? PITH_BE_MLA_CHUNK : (int)even;
     if (!d->be->vt->mla)
         rc = pith_errf(err, "the %s backend has no multi-head latent attention (DeepSeek's MLA): use the CPU",
                        d->be->vt->name);
