@@ -134,6 +134,12 @@ static const char *write_gguf(const char *file, const variant *v) {
         }
 #undef T
     }
+    if (v->nextn > 0 && v->nextn < 100) { /* an MTP layer's tensors after the decoder's: left unread */
+        snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", LAYERS);
+        add_t(ts, &n, name, 0, 2, 2 * DIM, DIM, 1, v);
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", LAYERS);
+        add_t(ts, &n, name, 0, 1, DIM, 1, 1, v);
+    }
     buf out = {0};
     gguf_build(&out, 3, &kv, nkv, ts, n, 32, 11, NULL);
     const char *path = tmp_path(file);
@@ -232,7 +238,7 @@ static void gguf_cases(void) {
 
 /* extra: members put first in config.json (cJSON reads the first of duplicate keys), each ending ", " */
 
-static const char *write_hf(const char *dir_name, const char *extra, bool q_lora) {
+static const char *write_hf(const char *dir_name, const char *extra, bool q_lora, bool mtp) {
     const char *dir = tmp_path(dir_name);
     make_dir(dir);
     stensor ts[64];
@@ -277,6 +283,12 @@ static const char *write_hf(const char *dir_name, const char *extra, bool q_lora
         H("mlp.shared_experts.down_proj.weight", DIM, 2 * EFFN);
 #undef H
     }
+    if (mtp) { /* DeepSeek-V3's MTP layer: model.layers.{num_hidden_layers}.*, left unread */
+        snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", LAYERS);
+        add_st(ts, &n, name, "F32", DIM, 2 * DIM);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", LAYERS);
+        add_st(ts, &n, name, "F32", RANK + ROPE, DIM);
+    }
     buf out = {0};
     st_build(&out, ts, n, 5, 0, NULL);
     char path[512], cfg[2048];
@@ -302,7 +314,7 @@ static void hf_cases(void) {
     /* the V3 defaults (norm_topk_prob true, routed_scaling_factor 2.5, sigmoid, interleaved RoPE), YaRN */
     const char *dir = write_hf("ds2-hf", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, "
                                          "\"original_max_position_embeddings\": 1024, \"mscale\": 0.707, "
-                                         "\"mscale_all_dim\": 0.707}, ", true);
+                                         "\"mscale_all_dim\": 0.707}, \"num_nextn_predict_layers\": 1, ", true, true);
     pith_model *m = NULL;
     pith_err err = {{0}};
     pith_model_options o = {.n_threads = 1};
@@ -320,7 +332,7 @@ static void hf_cases(void) {
         CHECK(m->mem.groups[0].k_dim == RANK + ROPE && m->mem.groups[0].v_dim == 0);
         pith_model_free(m);
     }
-    dir = write_hf("ds2-hf-lite", "\"rope_interleave\": false, \"norm_topk_prob\": false, ", false);
+    dir = write_hf("ds2-hf-lite", "\"rope_interleave\": false, \"norm_topk_prob\": false, ", false, false);
     CHECKF(pith_model_load(dir, &o, &m, &err) == 0, "%s", err.msg);
     if (m) {
         CHECK(pith_deepseek2_params_of(&m->hp)->q_lora_rank == 0 && m->hp.rope_style == PITH_ROPE_HALF &&
@@ -329,7 +341,7 @@ static void hf_cases(void) {
     }
     /* GLM-4.7-Flash: V3's attention and router, its own defaults, dense layers from mlp_layer_types */
     dir = write_hf("ds2-hf-glm", "\"architectures\": [\"Glm4MoeLiteForCausalLM\"], \"model_type\": \"glm4_moe_lite\", "
-                                 "\"mlp_layer_types\": [\"dense\", \"sparse\"], ", true);
+                                 "\"mlp_layer_types\": [\"dense\", \"sparse\"], ", true, false);
     CHECKF(pith_model_load(dir, &o, &m, &err) == 0, "%s", err.msg);
     if (m) {
         CHECK(m->hp.expert_gating == PITH_GATING_SIGMOID && m->hp.expert_weights_scale == 1.8f &&
@@ -351,7 +363,7 @@ static void hf_cases(void) {
         {"\"rope_interleave\": 1, ", "rope_interleave"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        dir = write_hf("ds2-hf-bad", bad[i].extra, true);
+        dir = write_hf("ds2-hf-bad", bad[i].extra, true, false);
         model_fail(bad[i].extra, dir, dir, bad[i].needle); /* config.json, or the directory (the checks) */
     }
 }
