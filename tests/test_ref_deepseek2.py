@@ -9,8 +9,11 @@ the absorption against the expanded attention.
 
 Cases, each printing its measured max error: F32 GGUF (llama.cpp's split attn_k_b / attn_v_b; for the V2 preset
 also a fused-only attn_kv_b file) and F32 safetensors within the "float" tolerance, from BOS (72 tokens) and
-from a prompt prefilled in chunks of 7 and in one; the F16 KV cache; Q8_0 and Q4_K_M GGUF within the quantized
-MoE tolerances; pith's GGUF against its safetensors. Environment as tests/test_reference_models.py."""
+from a prompt prefilled in chunks of 7 and in one; a ~456-token prompt in one chunk (pith's expanded form) and
+in chunks of 7 (absorbed), against the reference and each other; the F16 KV cache; Q8_0 and Q4_K_M GGUF per
+step (check_quantized: router flips counted and explained by a simulation of pith's activation rounding);
+pith's GGUF against its safetensors; DeepSeek-V2-Lite's attention widths. Environment as
+tests/test_reference_models.py."""
 
 import math
 import os
