@@ -73,6 +73,7 @@ import pith_gguf as G  # noqa: E402
 import mkmodel_phi3  # noqa: E402
 import mkmodel_mistral3 as M3  # noqa: E402
 import mkmodel_gemma4 as G4  # noqa: E402
+import mkmodel_deepseek2 as DS2  # noqa: E402  (deepseek2: its presets and writers)
 
 PRESETS = {
     # Real shapes (benchmarks).
@@ -1980,7 +1981,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="presets: " + ", ".join(PRESETS))
-    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--preset", choices=sorted(PRESETS) + sorted(DS2.PRESETS))
     ap.add_argument("--arch", choices=sorted(HF_ARCH))
     ap.add_argument("--dim", type=int)
     ap.add_argument("--layers", type=int)
@@ -2052,6 +2053,14 @@ def main(argv=None):
         print(f"wrote {args.out} (vocabulary of {args.tokenizer_json})", file=sys.stderr)
         return 0
 
+    if args.preset in DS2.PRESETS:
+        try:
+            c, fmt = DS2.main_preset(args)
+        except ValueError as e:
+            print(f"mkmodel: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out} ({fmt}, {args.dtype}, deepseek2, dim {c.dim}, {c.layers} layers)", file=sys.stderr)
+        return 0
     rope = args.rope_scaling
     try:
         cfg = build_config(args.preset, arch=args.arch, dim=args.dim, layers=args.layers, heads=args.heads,

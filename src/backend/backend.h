@@ -314,6 +314,44 @@ typedef struct pith_be_mtp_logits_args {
     int step;
 } pith_be_mtp_logits_args;
 
+/* ---- DeepSeek's multi-head latent attention (model/deepseek2.c) ---- */
+
+/* One layer of MLA in its weight-absorbed form, over a FULL group whose K rows are each token's
+ * [c_kv (rank) | k_pe (rope)] and whose V is K itself (the group declares v_dim 0): per token,
+ *   - c_kv = RMSNorm(kv[0, rank)) by kv_norm, k_pe = RoPE(kv[rank, rank + rope)) (both in place), and
+ *     [c_kv | k_pe] into the token's slot of the group, layer layer_index;
+ *   - per head h, with q_h = [q_nope (nope) | q_pe (rope)] of q: q_pe rotated in place, and the absorbed
+ *     query [W_UK_h^T q_nope | q_pe] into qa (rows of n_heads x (rank + rope)), k_b[h] being W_UK_h^T
+ *     (rank x nope);
+ *   - attention of the absorbed queries over the group's rows (one KV head of rank + rope, the shape's
+ *     scale; values: the same rows, of which the first rank elements are the latent output) into lat
+ *     (rows of n_heads x (rank + rope));
+ *   - o_h = W_UV_h lat_h[0, rank) into out (rows of n_heads x v), v_b[h] being W_UV_h (v x rank).
+ * The expanded form, for a sequence whose run in the step has at least expand_min tokens (kv_b not NULL):
+ * its context's latents go up through kv_b (W_UKV: n_heads x [nope | v] rows of rank) PITH_BE_MLA_CHUNK
+ * positions at a time (into kvx, rows of n_heads x (nope + v), from g, rows of rank + rope), and each
+ * query head attends with [q_nope | q_pe] over [k_nope | k_pe] and those values (ms: rows of 2 x n_heads,
+ * its running max and sum), as the modeling files compute it. The same function as the absorbed form up
+ * to rounding; which form a token took depends on how many tokens of its sequence the step holds.
+ * The model declares the attention shape {n_heads, 1, rank + rope, scale}. A backend without this op
+ * leaves it NULL and the model refuses to load on it. */
+#define PITH_BE_MLA_CHUNK 64
+typedef struct pith_be_mla_args {
+    pith_buf *q, *kv;
+    const pith_weight *kv_norm;
+    float eps;
+    const pith_buf *rope_cs;
+    pith_rope_style rope_style;
+    const pith_weight *const *k_b, *const *v_b;
+    pith_buf *qa, *lat, *out;
+    int n_heads, rank, rope, nope, v;
+    int group, layer_index;
+    /* the expanded form: kv_b NULL, or expand_min >= PITH_BE_MLA_CHUNK and the buffers */
+    const pith_weight *kv_b;
+    pith_buf *g, *kvx, *ms;
+    int expand_min;
+} pith_be_mla_args;
+
 /* The attention shape every attention op of the model shares. */
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
@@ -423,6 +461,9 @@ typedef struct pith_backend_vt {
     void (*mtp_save)(pith_backend *be, const pith_be_mtp_save_args *a);
     void (*mtp_attention)(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
     int (*mtp_logits)(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+
+    /* DeepSeek's MLA (NULL: not supported by this backend) */
+    int (*mla)(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
 
     /* Tests and debugging, never on a step's path: the first n rows of a buffer in or out (host floats),
      * and sync, which runs what the step has issued so far and waits for it (a device backend records
@@ -563,6 +604,11 @@ static inline void pith_be_mtp_attention(pith_backend *be, const pith_be_mtp_att
 }
 static inline int pith_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
     return be->vt->mtp_logits(be, a, n, err);
+}
+
+/* DeepSeek */
+static inline int pith_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err) {
+    return be->vt->mla(be, a, n, err);
 }
 
 #ifdef __cplusplus

@@ -134,6 +134,9 @@ typedef struct pith_arch {
      * (phi3's "longrope"), which the loader then leaves alone instead of refusing them (NULL-terminated;
      * NULL: none). */
     const char *const *hf_rope_kinds;
+    /* The architecture reads GGUF's attention.key_length / value_length itself (DeepSeek's MLA: key and
+     * value heads of different widths); otherwise the loader refuses a value width other than the key's. */
+    bool own_head_widths;
 } pith_arch;
 
 /* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */

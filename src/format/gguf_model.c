@@ -100,7 +100,7 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
         return -1;
     if (hp->n_kv_heads == -1 && !kv_per_layer) hp->n_kv_heads = hp->n_heads;
     if (hp->head_dim <= 0 && hp->n_heads > 0 && hp->dim % hp->n_heads == 0) hp->head_dim = hp->dim / hp->n_heads;
-    if (arch && value_dim != -1 && value_dim != hp->head_dim)
+    if (arch && !arch->own_head_widths && value_dim != -1 && value_dim != hp->head_dim)
         return pith_errf(err, "%s: value head size %d differs from key head size %d (not supported)", f->path,
                          value_dim, hp->head_dim);
     if (arch && arch->read_gguf && arch->read_gguf(&m, hp)) return -1;

@@ -24,7 +24,8 @@
     X(phi3)           \
     X(mistral3)       \
     X(glm4moe)        \
-    X(gemma4)
+    X(gemma4)         \
+    X(deepseek2)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

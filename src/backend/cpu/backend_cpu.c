@@ -651,6 +651,8 @@ static const pith_backend_vt cpu_vt = {
     .gated_qkv = pith_cpu_be_gated_qkv, .attn_gate = pith_cpu_be_attn_gate, .set_draft = pith_cpu_be_set_draft,
     .mtp_input = pith_cpu_be_mtp_input, .mtp_save = pith_cpu_be_mtp_save, .mtp_attention = pith_cpu_be_mtp_attention,
     .mtp_logits = pith_cpu_be_mtp_logits, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
+    /* DeepSeek */
+    .mla = pith_cpu_be_mla,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {

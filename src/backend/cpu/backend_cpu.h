@@ -136,6 +136,8 @@ void pith_cpu_be_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, in
 void pith_cpu_be_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a);
 void pith_cpu_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
 int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+/* DeepSeek's multi-head latent attention (backend_cpu_mla.c). */
+int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
 /* Qwen3.5's scratch and draft memory (cpu_destroy). */
 void pith_cpu_be_qwen35_free(pith_cpu_be *c);
 

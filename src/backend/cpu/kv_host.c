@@ -63,8 +63,9 @@ int pith_kv_host_alloc(pith_kv_host *h, const pith_mem_spec *spec, const pith_me
                              "not %d and %d", g, c->k_dim, c->v_dim);
         }
         size_t slots = (size_t)c->n_blocks * (size_t)c->block_size;
-        size_t krow = pith_kv_bytes(c->type, (size_t)(c->k_dim ? c->k_dim : 32));
-        size_t vrow = pith_kv_bytes(c->type, (size_t)(c->v_dim ? c->v_dim : 32));
+        /* a width of 0 (MLA's V, read from K) takes no bytes: alloc_zeroed still returns a pointer */
+        size_t krow = pith_kv_bytes(c->type, (size_t)c->k_dim);
+        size_t vrow = pith_kv_bytes(c->type, (size_t)c->v_dim);
         c->k = alloc_zeroed(slots, (size_t)c->n_layers, krow, 1, &overflow);
         c->v = alloc_zeroed(slots, (size_t)c->n_layers, vrow, 1, &overflow);
         if (!c->k || !c->v) goto oom;
