@@ -272,7 +272,8 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
                        d->be->vt->name);
     if (!rc) {
         /* scores: q.k / sqrt(nope + rope) times YaRN's mscale^2 (deepseek2_arch.c) */
-        pith_be_attn_shape s = {hp->n_heads, 1, D, (float)(P->kq_mscale2 / sqrt((double)(P->qk_nope + P->qk_rope)))};
+        pith_be_attn_shape s = {.n_heads = hp->n_heads, .n_kv_heads = 1, .head_dim = D,
+                                .scale = (float)(P->kq_mscale2 / sqrt((double)(P->qk_nope + P->qk_rope)))};
         rc = d->be->vt->attn_shape(d->be, &s, err);
     }
     if (!rc && (!(m->layers = calloc((size_t)L, sizeof *m->layers)) ||
