@@ -8,6 +8,7 @@
  *   test_tokenizer_spm.
  * - The tiny random Llama 2 fixture's 32,000-token vocabulary loads and tokenizes like Llama 2.
  * - One tokenizer shared by 4 threads encoding at once gives the same ids as one thread.
+ * - Where the default, Tekken and DeepSeek-V3 pre-tokenizers cut (merges that only happen inside a piece).
  * - Hand-built GGUF files: a minimal byte-level vocabulary with one merge, and broken tokenizer
  *   metadata (unknown model, mismatched arrays, missing merges) refused with an error. */
 #include <dirent.h>
@@ -361,8 +362,67 @@ static void check_handmade(const char *tmp) {
     }
 }
 
+/* Where each pre-tokenizer cuts, seen through merges that can only happen inside one piece: "o W"
+ * (inside "HelloWorld" unless a case change cuts it), "1 2" and "3 4" (inside a run of digits unless it
+ * is cut into threes or ones), ". H" (a punctuation mark kept on the word after it). */
+static void check_pre_splits(const char *tmp) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tok_presplit.gguf", tmp ? tmp : ".");
+    char texts[256][3];
+    const char *ptrs[260];
+    size_t lens[260];
+    size_t n = byte_alphabet(texts, ptrs, lens);
+    const char *extra[] = {"oW", "12", "34", ".H"}; /* ids 256..259 */
+    for (int i = 0; i < 4; i++) ptrs[n] = extra[i], lens[n++] = 2;
+    const char *merges[] = {"o W", "1 2", "3 4", ". H"};
+    static const struct {
+        const char *pre;
+        int32_t hello_world_has_oW, digits[4], n_digits, dot_word_first;
+    } cases[] = {
+        /* gpt-2 style words, digits in threes after \p{N}+, punctuation alone */
+        {"default", 1, {256, 51, 52}, 3, '.'},
+        /* Tekken: a cut before each upper-case run, every digit alone, punctuation joins the next word */
+        {"tekken", 0, {49, 50, 51, 52}, 4, 259},
+        /* DeepSeek-V3: letters of any case together, digits in threes, ASCII punctuation joins a word */
+        {"deepseek-v3", 1, {256, 51, 52}, 3, 259},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        gbuf kv = {0};
+        kv_str(&kv, "tokenizer.ggml.model", "gpt2");
+        kv_str(&kv, "tokenizer.ggml.pre", cases[c].pre);
+        kv_str_array(&kv, "tokenizer.ggml.tokens", ptrs, lens, n);
+        kv_str_array(&kv, "tokenizer.ggml.merges", merges, NULL, 4);
+        CHECK(write_gguf(path, &kv, 4) == 0);
+        free(kv.p);
+        pith_tokenizer *t = NULL;
+        pith_err err = {{0}};
+        CHECKF(pith_tokenizer_load(path, 0, &t, &err) == 0, "%s: %s", cases[c].pre, err.msg);
+        if (!t) continue;
+        int32_t *ids;
+        int m, has = 0;
+        CHECK(pith_tokenizer_encode(t, "HelloWorld", 10, 0, &ids, &m, &err) == 0);
+        for (int i = 0; i < m; i++) has |= ids[i] == 256;
+        CHECKF(has == cases[c].hello_world_has_oW, "%s: HelloWorld %s the o-W merge", cases[c].pre,
+               has ? "has" : "lacks");
+        free(ids);
+        CHECK(pith_tokenizer_encode(t, "1234", 4, 0, &ids, &m, &err) == 0);
+        bool same = m == cases[c].n_digits;
+        for (int i = 0; same && i < m; i++) same = ids[i] == (cases[c].digits[i] == 256 ? 257 : cases[c].digits[i]);
+        CHECKF(same, "%s: 1234 cut otherwise (%d ids)", cases[c].pre, m);
+        free(ids);
+        CHECK(pith_tokenizer_encode(t, ".Hello", 6, 0, &ids, &m, &err) == 0);
+        CHECKF(m > 0 && ids[0] == cases[c].dot_word_first, "%s: .Hello starts with id %d", cases[c].pre,
+               m > 0 ? ids[0] : -1);
+        free(ids);
+        const char *mixed = "Ministral 3 und DeepSeek-V3: 12345 ÉtéÀ\n";
+        tt_encode_decode_ok(t, mixed, strlen(mixed), false);
+        pith_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     check_handmade(getenv("PITH_TEST_TMP"));
+    check_pre_splits(getenv("PITH_TEST_TMP"));
     const char *shared = check_shared_dir();
     if (!shared) return check_failures_ ? check_summary("test_tokenizer_gguf") : CHECK_SKIP; /* the checks above need no assets */
     run_llamacpp_suites(shared);

@@ -328,6 +328,25 @@ static const char *const PRE_DEEPSEEK_LLM[] = {
     NULL,
 };
 
+/* DeepSeek-V3 (and the models on its tokenizer): digits in threes, CJK runs, then words with a leading
+ * ASCII punctuation mark kept on them (llama.cpp's DEEPSEEK3_LLM, from the tokenizer.json splits). */
+static const char *const PRE_DEEPSEEK3[] = {
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+    "?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+/* Mistral's Tekken (Mistral NeMo, Ministral 3, Mistral Small 3.x): words split at lower-to-upper case
+ * changes, every digit alone. This is tokenizer.json's own regex; PCRE2 has the Unicode case classes
+ * that llama.cpp's engine lacks (it rewrites them with lookaheads to the same effect). */
+static const char *const PRE_TEKKEN[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+
 typedef struct pre_entry {
     const char *name;
     const char *const *regexes;
@@ -346,6 +365,8 @@ static const pre_entry PRE_TABLE[] = {
     {"glm4", PRE_LLAMA3, false},
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false},
     {"deepseek-coder", PRE_DEEPSEEK_CODER, false},
+    {"deepseek-v3", PRE_DEEPSEEK3, false},
+    {"tekken", PRE_TEKKEN, true}, /* whole pieces found in the vocabulary first, as tiktoken and llama.cpp do */
     {"falcon", PRE_FALCON, false},
     {"mpt", PRE_GPT2, false},
     {"gpt-2", PRE_GPT2, false},
