@@ -17,6 +17,7 @@ tests/test_reference_models.py."""
 
 import math
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -37,9 +38,9 @@ import reference  # noqa: E402
 import test_reference_models as T  # noqa: E402
 
 N_GEN_LONG = 72
-# ~456 tokens: in one chunk every preset's run is past its expand_min (deepseek2.c: test-deepseek2 128,
-# test-deepseek2-v2 384, DeepSeek-V2-Lite's widths 342), so pith takes the expanded form; in chunks of 7
-# the absorbed one.
+# ~456 tokens: in one chunk the run is past expand_min (64 here: PITH_MLA_EXPAND_MIN, set in main, since
+# pith's default is the absorbed form everywhere), so pith takes the expanded form; in chunks of 7 the
+# absorbed one.
 LONG_PROMPT = T.HYBRID_PROMPT * 3
 
 
@@ -268,6 +269,7 @@ def main():
     if not pith or not os.access(pith, os.X_OK):
         print(f"FAIL: PITH_BIN ({pith!r}) is not an executable pith binary")
         return 1
+    os.environ["PITH_MLA_EXPAND_MIN"] = "64"  # long one-chunk prefills expanded (pith's default: absorbed)
     lite = DS2.config("deepseek2-lite", layers=27)
     mla, per_head = DS2.kv_bytes_per_token(lite)
     print(f"DeepSeek-V2-Lite (27 layers), F16 cache: MLA {mla} bytes per token "
@@ -342,6 +344,13 @@ def main():
                       n_gen=T.N_GEN_PROMPT, prompt=T.PROMPT_TEXT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
             T.compare(pith, tmp, f"lite-widths {fmt} F32 long/2048 (expanded)", model, tok, c.vocab, "float",
                       n_gen=T.N_GEN_PROMPT, prompt=LONG_PROMPT, extra=("--max-batch-tokens", "2048"), ref_fn=ref)
+        # a threshold the op cannot take is refused at load, naming the variable
+        r = subprocess.run([pith, "run", "-m", model, "-p", "", "-n", "1", "-t", "1"], capture_output=True, text=True,
+                           env=dict(os.environ, PITH_MLA_EXPAND_MIN="5"), timeout=120)
+        if r.returncode != 1 or "PITH_MLA_EXPAND_MIN=5" not in r.stderr:
+            T.fail(f"PITH_MLA_EXPAND_MIN=5: exit {r.returncode}, {r.stderr.strip()!r}")
+        else:
+            print("PITH_MLA_EXPAND_MIN=5: refused:", r.stderr.strip().splitlines()[-1])
     if T.failures:
         print(f"{len(T.failures)} failure(s)")
         return 1

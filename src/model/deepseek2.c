@@ -18,13 +18,14 @@
  * as F32 from F32, F16 or BF16 weights. A quantized fused attn_kv_b without the split tensors is refused
  * (the transpose would need the quantizer; llama.cpp refuses such files too).
  *
- * A sequence with at least expand_min new tokens in a step (a long prefill) takes the expanded form
+ * With PITH_MLA_EXPAND_MIN set (below: the absorbed form is the default, being the faster one as written),
+ * a sequence with at least expand_min new tokens in a step (a long prefill) takes the expanded form
  * instead (backend.h), where the file has the fused kv_b (Hugging Face files, and GGUF files from
  * llama.cpp's converter, which writes it beside the split tensors): expand_min is twice the run length
  * at which the two forms' multiply-adds per query and context position, heads x (2 rank + rope) against
  * heads x (nope + rope + v) plus the expansion heads x (nope + v) x rank shared by the run, break even,
  * 2 (nope + v) rank / (2 rank - nope - v), and at least PITH_BE_MLA_CHUNK (DeepSeek-V2-Lite: 342 tokens;
- * never where 2 rank <= nope + v). */
+ * never where 2 rank <= nope + v): PITH_MLA_EXPAND_MIN=auto. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -266,7 +267,23 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
     int rc = 0;
     long long wide = P->qk_nope + P->v_dim, den = 2LL * P->kv_lora_rank - wide;
     long long even = den > 0 ? (2 * wide * P->kv_lora_rank + den - 1) / den : LLONG_MAX;
-    m->expand_min = even >= INT_MAX ? INT_MAX : even < PITH_BE_MLA_CHUNK ? PITH_BE_MLA_CHUNK : (int)even;
+    int estimate = even >= INT_MAX ? INT_MAX : even < PITH_BE_MLA_CHUNK ? PITH_BE_MLA_CHUNK : (int)even;
+    /* The expanded form is exact but, as written (a scalar online softmax per query and head, where the
+     * absorbed form runs on the tiled paged attention), slower at every length measured (DeepSeek-V2-Lite's
+     * shape, 2 threads: pp512 257 against 705 t/s, pp2048 98 against 465; docs/performance.md), so the
+     * absorbed form takes every step unless PITH_MLA_EXPAND_MIN asks otherwise: a number of new tokens
+     * (at least PITH_BE_MLA_CHUNK), "auto" (the multiply-add estimate above) or "never". */
+    m->expand_min = INT_MAX;
+    const char *env = getenv("PITH_MLA_EXPAND_MIN");
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (!strcmp(env, "auto")) m->expand_min = estimate;
+        else if (!strcmp(env, "never")) m->expand_min = INT_MAX;
+        else if (*end == 0 && v >= PITH_BE_MLA_CHUNK && v < INT_MAX) m->expand_min = (int)v;
+        else rc = pith_errf(err, "PITH_MLA_EXPAND_MIN=%s: expected a number of tokens >= %d, \"auto\" or \"never\"",
+                            env, PITH_BE_MLA_CHUNK);
+    }
     if (!d->be->vt->mla)
         rc = pith_errf(err, "the %s backend has no multi-head latent attention (DeepSeek's MLA): use the CPU",
                        d->be->vt->name);
