@@ -19,9 +19,11 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     } else if (arch && arch->build) {
         rc = arch->build(file, opt, out, err);
         if (!rc && opt->mtp && !(*out)->has_mtp) {
+            /* the message first: hp (and the name in it) belongs to the file, which the model frees */
+            pith_errf(err, "%s: Pith cannot run the MTP layers of architecture '%s' yet", path, hp->arch);
             pith_model_free(*out);
             *out = NULL;
-            return pith_errf(err, "%s: Pith cannot run the MTP layers of architecture '%s' yet", path, hp->arch);
+            return -1;
         }
     } else {
         char names[256], shown[PITH_PRINTABLE_CAP];
