@@ -296,7 +296,7 @@ PRESETS = {
                            vocab=262144, theta=1e6, ctx=262144, eps=1e-6, tied=True, sliding_window=1024,
                            global_head_dim=512, global_kv_heads=2, k_eq_v=True, partial_rotary=0.25,
                            rope_local_theta=10000.0, final_softcap=30.0, experts=128, experts_used=8,
-                           expert_ffn=704, layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+                           expert_ffn=704),   # the default pattern: every 6th layer (and the last) global
     # Gemma 4 E2B's real text shape (google/gemma-4-E2B's text_config; benchmarks, written on demand).
     "gemma4-e2b": dict(arch="gemma4", dim=1536, layers=35, heads=8, kv_heads=1, head_dim=256, ffn=6144,
                        vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=512,
