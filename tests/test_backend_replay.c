@@ -141,7 +141,7 @@ int main(void) {
                                     "test-qwen3moe",  "test-mixtral",   "test-gpt-oss", "test-lfm2",
                                     "test-qwen35",    "test-qwen35moe", "test-olmo2",  "test-granitehybrid",
                                     "test-granitehybrid-moe", "test-nemotronh", "test-qwen3next", "test-phi3", "test-phi3-plain",
-                                    "test-mistral3", "test-glm4moe", "test-gemma4", "test-gemma4-e", "test-deepseek2",
+                                    "test-mistral3", "test-glm4moe", "test-gemma4", "test-gemma4-e", "test-gemma4-moe", "test-deepseek2",
                                     "test-deepseek2-v2"};
     /* the last: test-qwen35 with its MTP head, loaded with it */
     int n_presets = (int)(sizeof presets / sizeof *presets);

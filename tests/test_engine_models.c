@@ -402,7 +402,7 @@ static void test_random_models(void) {
     static const char *presets[] = {"test-llama-gqa", "test-qwen2", "test-qwen3", "test-mistral-swa", "test-smollm3",
                                     "test-gemma3", "test-qwen3moe", "test-mixtral", "test-gpt-oss", "test-olmo2",
                                     "test-phi3", "test-phi3-plain", "test-mistral3", "test-glm4moe", "test-gemma4",
-                                    "test-gemma4-e", "test-deepseek2", "test-deepseek2-v2"};
+                                    "test-gemma4-e", "test-gemma4-moe", "test-deepseek2", "test-deepseek2-v2"};
     /* run again on the Vulkan backend by tests/vulkan_run.sh (PITH_DEVICE=vulkan), which has no
      * mixture-of-experts layers yet: those presets are left to the CPU run. Qwen2 (biases) and SmolLM3
      * (NoPE layers) differ from Llama only inside ops that py_test_vulkan_models checks on the device

@@ -25,9 +25,18 @@ typedef struct variant {
     const char *add_tensor;            /* a vector of add_ne0 F32 elements */
     uint64_t add_ne0;
     bool ple;                          /* per-layer embeddings of PLE per layer (tensors and key) */
+    bool moe;                          /* experts in every layer (tensors and keys) */
 } variant;
 
 enum { PLE = 16 };
+/* the experts: EXPERTS of EFF, EXPERTS_USED per token */
+enum { EXPERTS = 4, EXPERTS_USED = 2, EFF = 32 };
+
+static void add_gt3(gtensor *ts, int *n, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+    add_gt(ts, n, name, 0, ne0, ne1);
+    ts[*n - 1].n_dims = 3;
+    ts[*n - 1].ne[2] = ne2;
+}
 
 static bool global_layer(int l) { return l == LAYERS - 1; }
 
@@ -53,6 +62,16 @@ static int tensor_list(const variant *v, gtensor *ts) {
         LT("ffn_up.weight", DIM, FFN);
         LT("ffn_down.weight", FFN, DIM);
         LT("post_ffw_norm.weight", DIM, 0);
+        if (v && v->moe) { /* llama.cpp's names: the router, its scale, the per-expert scales, the norms */
+            LT("ffn_gate_inp.weight", DIM, EXPERTS);
+            LT("ffn_gate_inp.scale", DIM, 0);
+            LT("ffn_down_exps.scale", EXPERTS, 0);
+            LT("pre_ffw_norm_2.weight", DIM, 0);
+            LT("post_ffw_norm_1.weight", DIM, 0);
+            LT("post_ffw_norm_2.weight", DIM, 0);
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", l), add_gt3(ts, &n, name, DIM, 2 * EFF, EXPERTS);
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l), add_gt3(ts, &n, name, EFF, DIM, EXPERTS);
+        }
 #undef LT
     }
     if (v && v->add_tensor) add_gt(ts, &n, v->add_tensor, 0, v->add_ne0, 0);
@@ -120,6 +139,11 @@ static uint64_t base_kvs(const variant *v, buf *kv) {
     if (KEEP("gemma4.attention.shared_kv_layers")) gguf_kv_u32(kv, "gemma4.attention.shared_kv_layers", 0), n++;
     if (KEEP("gemma4.embedding_length_per_layer_input"))
         gguf_kv_u32(kv, "gemma4.embedding_length_per_layer_input", v && v->ple ? PLE : 0), n++;
+    if (v && v->moe) {
+        if (KEEP("gemma4.expert_count")) gguf_kv_u32(kv, "gemma4.expert_count", EXPERTS), n++;
+        if (KEEP("gemma4.expert_used_count")) gguf_kv_u32(kv, "gemma4.expert_used_count", EXPERTS_USED), n++;
+        if (KEEP("gemma4.expert_feed_forward_length")) gguf_kv_u32(kv, "gemma4.expert_feed_forward_length", EFF), n++;
+    }
     gguf_kv_u32(kv, "tokenizer.ggml.bos_token_id", 2), n++;
     gguf_kv_u32(kv, "tokenizer.ggml.eos_token_id", 1), n++;
 #undef KEEP
@@ -130,7 +154,7 @@ static uint64_t base_kvs(const variant *v, buf *kv) {
 /* Writes the variant; rope_freqs.weight holds 1 for the first quarter of the pairs and 1e30 for the rest
  * (convert_hf_to_gguf.py's values), the rest random bytes. */
 static const char *write_gguf(const char *name, const variant *v) {
-    gtensor ts[64];
+    gtensor ts[96];
     int nt = tensor_list(v, ts);
     buf kv = {0}, file = {0};
     uint64_t n_kv = base_kvs(v, &kv), data = 0;
@@ -214,6 +238,8 @@ static uint64_t kv_ff_short(buf *kv) {
     static const uint32_t ff[2] = {FFN, FFN};
     return kv_array_u32(kv, "gemma4.feed_forward_length", ff, 2), 1;
 }
+static uint64_t kv_used_9(buf *kv) { return gguf_kv_u32(kv, "gemma4.expert_used_count", 9), 1; }
+static uint64_t kv_experts_2000(buf *kv) { return gguf_kv_u32(kv, "gemma4.expert_count", 2000), 1; }
 static uint64_t kv_ple_str(buf *kv) { return gguf_kv_str(kv, "gemma4.embedding_length_per_layer_input", "x"), 1; }
 
 static void test_gguf(void) {
@@ -260,7 +286,7 @@ static void test_gguf(void) {
         {kv_ple_str, "gemma4.embedding_length_per_layer_input", "embedding_length_per_layer_input"},
         {kv_shared, "gemma4.attention.shared_kv_layers", "earlier global layer, and there is none"},
         {kv_shared_all, "gemma4.attention.shared_kv_layers", "attention.shared_kv_layers is 3"},
-        {kv_experts, NULL, "expert_count"},
+        {kv_experts, NULL, "expert_used_count"}, /* expert_count alone: llama.cpp reads both the others */
         {kv_value_swa, "gemma4.attention.value_length_swa", "value_length_swa"},
         {kv_rot_swa, NULL, "rope.dimension_count_swa"},
         {kv_period0, "gemma4.attention.sliding_window_pattern", "sliding_window_pattern"},
@@ -302,6 +328,49 @@ static void test_gguf(void) {
         const char *what = pv[i].drop_tensor ? pv[i].drop_tensor : pv[i].reshape_tensor;
         expect_refused(what, write_gguf(name, &pv[i]), what);
     }
+    /* experts: they load, and each of their tensors and keys is checked */
+    variant moe = {.moe = true};
+    path = write_gguf("g4-moe.gguf", &moe);
+    rc = pith_model_file_open(path, &f, &err);
+    CHECKF(rc == 0, "%s", err.msg);
+    if (!rc) {
+        const pith_hparams *hp = pith_model_file_hparams(f);
+        CHECKF(hp->n_experts == EXPERTS && hp->n_experts_used == EXPERTS_USED && hp->expert_ffn_dim == EFF &&
+                   hp->expert_norm_topk && hp->expert_gating == PITH_GATING_SOFTMAX && hp->ffn_dim == FFN,
+               "gguf experts: %d, %d used, width %d", hp->n_experts, hp->n_experts_used, hp->expert_ffn_dim);
+        pith_model_file_close(f);
+    }
+    expect_loads("experts", path);
+    variant mv[] = {
+        {.moe = true, .drop_tensor = "blk.1.ffn_gate_inp.weight"},
+        {.moe = true, .reshape_tensor = "blk.2.ffn_gate_inp.weight", .reshape_ne0 = 32},
+        {.moe = true, .drop_tensor = "blk.0.ffn_gate_inp.scale"},
+        {.moe = true, .reshape_tensor = "blk.1.ffn_gate_inp.scale", .reshape_ne0 = 32},
+        {.moe = true, .reshape_tensor = "blk.0.ffn_down_exps.scale", .reshape_ne0 = 3},
+        {.moe = true, .drop_tensor = "blk.2.pre_ffw_norm_2.weight"},
+        {.moe = true, .drop_tensor = "blk.1.post_ffw_norm_1.weight"},
+        {.moe = true, .reshape_tensor = "blk.0.post_ffw_norm_2.weight", .reshape_ne0 = 32},
+        {.moe = true, .drop_tensor = "blk.2.post_ffw_norm_2.weight"},
+        {.moe = true, .reshape_tensor = "blk.1.ffn_gate_up_exps.weight", .reshape_ne0 = 32},
+        {.moe = true, .drop_tensor = "blk.2.ffn_down_exps.weight"},
+        {.moe = true, .reshape_tensor = "blk.0.ffn_down_exps.weight", .reshape_ne0 = 16},
+        {.moe = true, .skip_key = "gemma4.expert_used_count"},
+        {.moe = true, .skip_key = "gemma4.expert_feed_forward_length"},
+        {.moe = true, .skip_key = "gemma4.expert_used_count", .extra = kv_used_9},
+        {.moe = true, .skip_key = "gemma4.expert_count", .extra = kv_experts_2000},
+    };
+    const char *mneedle[] = {
+        "blk.1.ffn_gate_inp.weight", "blk.2.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.scale",
+        "blk.1.ffn_gate_inp.scale", "blk.0.ffn_down_exps.scale", "blk.2.pre_ffw_norm_2.weight",
+        "blk.1.post_ffw_norm_1.weight", "blk.0.post_ffw_norm_2.weight", "blk.2.post_ffw_norm_2.weight",
+        "blk.1.ffn_gate_up_exps.weight", "blk.2.ffn_down_exps.weight", "blk.0.ffn_down_exps.weight",
+        "expert_used_count", "expert_feed_forward_length", "expert_used_count is 9", "expert_count is 2000",
+    };
+    for (size_t i = 0; i < sizeof mv / sizeof *mv; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "g4-m%zu.gguf", i);
+        expect_refused(mneedle[i], write_gguf(name, &mv[i]), mneedle[i]);
+    }
     /* a scalar head_count_kv: both kinds of layer take it, so the global layer's K (1 head) is refused */
     variant one = {.skip_key = "gemma4.attention.head_count_kv", .extra = kv_heads_scalar};
     path = write_gguf("g4-kv1.gguf", &one);
@@ -317,7 +386,13 @@ static void test_gguf(void) {
 
 /* ---- Hugging Face ---- */
 
-static int st_list(const char *prefix, bool k_eq_v, const char *drop, stensor *ts) {
+static void add_st3(stensor *ts, int *n, const char *name, uint64_t a, uint64_t b, uint64_t c) {
+    add_st(ts, n, name, "F32", a, b);
+    ts[*n - 1].n_dims = 3;
+    ts[*n - 1].shape[2] = c;
+}
+
+static int st_list(const char *prefix, bool k_eq_v, bool moe, const char *drop, stensor *ts) {
     int n = 0;
     char name[96]; /* stensor's name width */
     snprintf(name, sizeof name, "%.40sembed_tokens.weight", prefix);
@@ -341,6 +416,18 @@ static int st_list(const char *prefix, bool k_eq_v, const char *drop, stensor *t
         HT("mlp.up_proj.weight", FFN, DIM);
         HT("mlp.down_proj.weight", DIM, FFN);
         HT("post_feedforward_layernorm.weight", DIM, 0);
+        if (moe) { /* Gemma4TextRouter, Gemma4TextExperts and the norms around them */
+            HT("router.proj.weight", EXPERTS, DIM);
+            HT("router.scale", DIM, 0);
+            HT("router.per_expert_scale", EXPERTS, 0);
+            HT("pre_feedforward_layernorm_2.weight", DIM, 0);
+            HT("post_feedforward_layernorm_1.weight", DIM, 0);
+            HT("post_feedforward_layernorm_2.weight", DIM, 0);
+            snprintf(name, sizeof name, "%.21slayers.%d.experts.gate_up_proj", prefix, l);
+            add_st3(ts, &n, name, EXPERTS, 2 * EFF, DIM);
+            snprintf(name, sizeof name, "%.21slayers.%d.experts.down_proj", prefix, l);
+            add_st3(ts, &n, name, EXPERTS, DIM, EFF);
+        }
 #undef HT
     }
     int kept = 0;
@@ -377,8 +464,9 @@ static const char *write_dir(const char *name, bool nested, const char *extra, c
         snprintf(config, sizeof config, "{\"architectures\": [\"Gemma4ForCausalLM\"]%s, " TEXT_CONFIG "}", extra);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (write_text(path, config)) abort();
-    stensor ts[64];
-    int n = st_list(nested ? "model.language_model." : "model.", true, drop, ts);
+    stensor ts[96];
+    int n = st_list(nested ? "model.language_model." : "model.", true, strstr(extra, "\"enable_moe_block\": true") != NULL,
+                    drop, ts);
     buf file = {0};
     st_build(&file, ts, n, 5, 0, NULL);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -386,6 +474,8 @@ static const char *write_dir(const char *name, bool nested, const char *extra, c
     buf_free(&file);
     return dir;
 }
+
+#define MOE ", \"enable_moe_block\": true, \"num_experts\": 4, \"top_k_experts\": 2, \"moe_intermediate_size\": 32"
 
 static void test_hf(void) {
     for (int nested = 0; nested < 2; nested++) {
@@ -404,6 +494,25 @@ static void test_hf(void) {
         }
         expect_loads(nested ? "text_config" : "config.json", dir);
     }
+    /* experts: the same hyper-parameters as GGUF's, and a model built */
+    {
+        pith_model_file *f = NULL;
+        pith_err err = {{0}};
+        const char *dir = write_dir("g4-st-moe", false, MOE, NULL);
+        int rc = pith_model_file_open(dir, &f, &err);
+        CHECKF(rc == 0, "%s", err.msg);
+        if (!rc) {
+            const pith_hparams *hp = pith_model_file_hparams(f);
+            CHECKF(hp->n_experts == EXPERTS && hp->n_experts_used == EXPERTS_USED && hp->expert_ffn_dim == EFF &&
+                       hp->expert_norm_topk && hp->ffn_dim == FFN,
+                   "config.json experts: %d, %d used, width %d", hp->n_experts, hp->n_experts_used, hp->expert_ffn_dim);
+            CHECK(pith_model_file_tensor(f, "blk.0.ffn_gate_up_exps.weight") &&
+                  pith_model_file_tensor(f, "blk.2.ffn_down_exps.scale"));
+            pith_model_file_close(f);
+        }
+        expect_loads("config.json experts", dir);
+        expect_loads("text_config experts", write_dir("g4-mm-moe", true, MOE, NULL));
+    }
     /* hidden_size_per_layer_input null: none (transformers tests it for truth) */
     expect_loads("null PLE", write_dir("g4-nullple", false, ", \"hidden_size_per_layer_input\": null", NULL));
     struct {
@@ -414,7 +523,7 @@ static void test_hf(void) {
          "vocab_size_per_layer_input"},
         {", \"num_kv_shared_layers\": 1", NULL, "earlier global layer, and there is none"},
         {", \"num_kv_shared_layers\": -1", NULL, "num_kv_shared_layers"},
-        {", \"enable_moe_block\": true", NULL, "enable_moe_block"},
+        {", \"enable_moe_block\": true", NULL, "num_experts"},
         {", \"attention_bias\": true", NULL, "attention_bias"},
         {", \"use_bidirectional_attention\": \"all\"", NULL, "use_bidirectional_attention"},
         {", \"hidden_activation\": \"silu\"", NULL, "activation 'silu'"},
@@ -431,6 +540,18 @@ static void test_hf(void) {
         {"", "model.layers.2.self_attn.q_proj.weight", "blk.2.attn_q.weight"},
         {"", "model.layers.2.self_attn.k_norm.weight", "blk.2.attn_k_norm.weight"},
         {"", "model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight"},
+        /* experts: their keys (before MOE's: the first wins), and each new tensor missing or misshapen */
+        {", \"top_k_experts\": 5" MOE, NULL, "\"top_k_experts\" is 5"},
+        {", \"num_experts\": 0" MOE, NULL, "\"num_experts\" 0"},
+        {", \"enable_moe_block\": true, \"num_experts\": 4, \"top_k_experts\": 2", NULL, "moe_intermediate_size"},
+        {MOE, "model.layers.1.router.proj.weight", "blk.1.ffn_gate_inp.weight"},
+        {MOE, "model.layers.0.router.scale", "blk.0.ffn_gate_inp.scale"},
+        {MOE, "model.layers.2.pre_feedforward_layernorm_2.weight", "blk.2.pre_ffw_norm_2.weight"},
+        {MOE, "model.layers.1.post_feedforward_layernorm_1.weight", "blk.1.post_ffw_norm_1.weight"},
+        {MOE, "model.layers.0.post_feedforward_layernorm_2.weight", "blk.0.post_ffw_norm_2.weight"},
+        {MOE, "model.layers.2.experts.gate_up_proj", "blk.2.ffn_gate_exps.weight"},
+        {MOE, "model.layers.1.experts.down_proj", "blk.1.ffn_down_exps.weight"},
+        {", \"moe_intermediate_size\": 64" MOE, NULL, "ffn_gate_up_exps.weight"},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         char name[32];

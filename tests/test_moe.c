@@ -2,7 +2,8 @@
  * (src/backend/cpu/grouped.h) against a per-expert scalar reference in double, written from the block's
  * definition: router, softmax or sigmoid scores, top-k with selection bias, renormalisation, each chosen
  * expert's gated FFN computed alone, weighted sum, shared expert with its gate, expert biases and the
- * clamped SwiGLU. Awkward shapes: an expert no token chooses, every token on one expert, top-k equal to
+ * clamped SwiGLU, Gemma 4's options (GELU-tanh experts, per-expert weight scales, and the input norms:
+ * the op takes the raw residual, the router reads one RMS norm of it and the experts another). Awkward shapes: an expert no token chooses, every token on one expert, top-k equal to
  * the number of experts, group-limited routing (DeepSeek's and GLM's: groups scored by their best key or
  * their two best, one group open, groups of one) with the weights scaled, widths that are not multiples
  * of the tiles (F32), packed and unpacked weights,
@@ -79,6 +80,7 @@ typedef struct spec {
     int shun;        /* >= 0: no token chooses this expert */
     int n_group, topk_group; /* group-limited routing, 0: none */
     float scale;             /* routed_scale, 0: none */
+    bool gelu, expert_scale, in_norm; /* Gemma 4's options */
 } spec;
 
 typedef struct layer {
@@ -92,7 +94,8 @@ static void build(layer *ly, const spec *s) {
                          .shared_ffn = s->shared ? s->ffn / 2 : 0, .gating = s->gating, .norm_topk = s->norm,
                          .act = s->clamp ? PITH_MOE_SWIGLU_CLAMP : PITH_MOE_SILU, .clamp_alpha = 1.702f,
                          .clamp_limit = 0.5f, .n_group = s->n_group, .topk_group = s->topk_group,
-                         .routed_scale = s->scale};
+                         .routed_scale = s->scale, .in_norm_eps = s->in_norm ? 1e-6f : 0.0f};
+    if (s->gelu) c.act = PITH_MOE_GELU_TANH;
     /* shared width: a multiple of 32 for the quantized types */
     if (s->shared) c.shared_ffn = s->type == PITH_F32 ? s->ffn / 2 + 1 : 32;
     ly->L.cfg = c;
@@ -112,6 +115,14 @@ static void build(layer *ly, const spec *s) {
         if (s->shun >= 0) ly->L.router_bias[s->shun] = -60.0f;
     }
     if (s->select_bias) ly->L.select_bias = rvec(s->E, 0.3f);
+    if (s->expert_scale) { /* positive, and far from 1 */
+        ly->L.expert_scale = rvec(s->E, 1.0f);
+        for (int e = 0; e < s->E; e++) ly->L.expert_scale[e] = 1.5f + ly->L.expert_scale[e];
+    }
+    if (s->in_norm) {
+        ly->L.in_norm = rvec(s->dim, 1.0f);
+        ly->L.router_norm = rvec(s->dim, 4.0f);
+    }
     if (s->biases) {
         ly->L.gate_bias = rvec(s->E * s->ffn, 0.5f);
         ly->L.up_bias = rvec(s->E * s->ffn, 0.5f);
@@ -140,7 +151,8 @@ static void unbuild(layer *ly) {
     pith_matrix_free(&ly->L.sh_down);
     free(ly->L.gate), free(ly->L.up), free(ly->L.down);
     free(ly->L.router_bias), free(ly->L.select_bias), free(ly->L.gate_bias), free(ly->L.up_bias);
-    free(ly->L.down_bias), free(ly->L.sh_gate_inp);
+    free(ly->L.down_bias), free(ly->L.sh_gate_inp), free(ly->L.expert_scale), free(ly->L.in_norm);
+    free(ly->L.router_norm);
     weights *ws[] = {&ly->router, &ly->gate, &ly->up, &ly->down, &ly->sg, &ly->su, &ly->sd};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) free(ws[i]->data);
 }
@@ -163,7 +175,7 @@ static void act_q8(pith_dtype t, const double *x, int n, double *out) {
 }
 
 /* One expert's (or the shared expert's, m = 0) FFN of x, in double. */
-static void ref_ffn(const layer *ly, const weights *g, const weights *u, const weights *d, int m, const float *x,
+static void ref_ffn(const layer *ly, const weights *g, const weights *u, const weights *d, int m, const double *x,
                     double *out, bool experts) {
     const pith_moe_layer *L = &ly->L;
     int dim = g->cols, ffn = g->rows;
@@ -180,6 +192,8 @@ static void ref_ffn(const layer *ly, const weights *g, const weights *u, const w
             gv = gv < lim ? gv : lim;
             uv = uv < -lim ? -lim : uv > lim ? lim : uv;
             h[i] = (uv + 1) * gv * sigm(L->cfg.clamp_alpha * gv);
+        } else if (experts && L->cfg.act == PITH_MOE_GELU_TANH) {
+            h[i] = 0.5 * gv * (1 + tanh(0.7978845608028654 * /* sqrt(2 / pi) */ (gv + 0.044715 * gv * gv * gv))) * uv;
         } else {
             h[i] = gv * sigm(gv) * uv;
         }
@@ -195,14 +209,25 @@ static void ref_ffn(const layer *ly, const weights *g, const weights *u, const w
 }
 
 /* y += moe(x) for one token, by the definition. chosen: its experts, in rank order. */
-static void ref_token(const layer *ly, const float *x, double *y, int *chosen) {
+static void ref_token(const layer *ly, const float *xin, double *y, int *chosen) {
     const pith_moe_layer *L = &ly->L;
     const int E = L->cfg.n_experts, K = L->cfg.top_k, dim = L->cfg.dim;
     double *sc = malloc((size_t)E * sizeof(double)), *o = malloc((size_t)dim * sizeof(double));
+    double *x = malloc((size_t)dim * sizeof(double)), *xr = malloc((size_t)dim * sizeof(double));
+    double ss = 0;
+    for (int k = 0; k < dim; k++) ss += (double)xin[k] * xin[k];
+    for (int k = 0; k < dim; k++) { /* Gemma 4: the experts' and the router's norms of the raw input */
+        double r = 1 / sqrt(ss / dim + L->cfg.in_norm_eps);
+        x[k] = L->in_norm ? xin[k] * r * L->in_norm[k] : xin[k];
+        /* quantized weights: the kernels round the float row the op normed, so the reference rounds
+         * that row too (a value one float step apart can round to the other 8-bit step) */
+        if (L->in_norm && ly->gate.type != PITH_F32) x[k] = xin[k] * (float)r * L->in_norm[k];
+        xr[k] = L->in_norm ? xin[k] * r * L->router_norm[k] / sqrt((double)dim) : xin[k];
+    }
     double mx = -INFINITY, sum = 0;
     for (int e = 0; e < E; e++) {
         double v = 0;
-        for (int k = 0; k < dim; k++) v += welem(&ly->router, 0, e, k) * x[k];
+        for (int k = 0; k < dim; k++) v += welem(&ly->router, 0, e, k) * xr[k];
         sc[e] = v + (L->router_bias ? L->router_bias[e] : 0);
         mx = sc[e] > mx ? sc[e] : mx;
     }
@@ -244,7 +269,8 @@ static void ref_token(const layer *ly, const float *x, double *y, int *chosen) {
     }
     for (int j = 0; j < K; j++) {
         ref_ffn(ly, &ly->gate, &ly->up, &ly->down, chosen[j], x, o, true);
-        double wj = (L->cfg.norm_topk ? w[j] / wsum : w[j]) * (L->cfg.routed_scale > 0 ? L->cfg.routed_scale : 1);
+        double wj = (L->cfg.norm_topk ? w[j] / wsum : w[j]) * (L->cfg.routed_scale > 0 ? L->cfg.routed_scale : 1) *
+                    (L->expert_scale ? L->expert_scale[chosen[j]] : 1);
         for (int i = 0; i < dim; i++) y[i] += wj * o[i];
     }
     if (L->has_shared) {
@@ -257,7 +283,7 @@ static void ref_token(const layer *ly, const float *x, double *y, int *chosen) {
         }
         for (int i = 0; i < dim; i++) y[i] += g * o[i];
     }
-    free(sc), free(o), free(taken), free(w);
+    free(sc), free(o), free(taken), free(w), free(x), free(xr);
 }
 
 static void run_case(pith_cpu *cpu, const spec *s, bool pack) {
@@ -423,6 +449,17 @@ int main(void) {
         /* groups of one expert: the group score is that expert's key alone */
         {"groups of one", PITH_F32, 40, 52, 6, 2, 13, PITH_GATING_SIGMOID, true, .select_bias = true, .favour = -1,
          .shun = -1, .n_group = 6, .topk_group = 3, .scale = 0.5f},
+        /* Gemma 4: GELU-tanh experts, per-expert weight scales, the router and experts on their own norms */
+        {"GELU-tanh experts", PITH_F32, 40, 52, 8, 2, 19, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1,
+         .gelu = true},
+        {"per-expert weight scales", PITH_F32, 40, 52, 8, 3, 21, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1,
+         .expert_scale = true},
+        {"input norms (router apart)", PITH_F32, 40, 52, 8, 2, 23, PITH_GATING_SOFTMAX, true, .favour = -1,
+         .shun = -1, .in_norm = true},
+        {"Gemma 4: all three", PITH_F32, 40, 52, 16, 4, 27, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1,
+         .gelu = true, .expert_scale = true, .in_norm = true},
+        {"Q8_0 Gemma 4: all three", PITH_Q8_0, 64, 96, 8, 2, 31, PITH_GATING_SOFTMAX, true, .favour = -1, .shun = -1,
+         .gelu = true, .expert_scale = true, .in_norm = true},
     };
     for (int scalar = 0; scalar < 2; scalar++) {
         pith_cpu cpu;

@@ -281,6 +281,22 @@ PRESETS = {
                           ple_dim=128, kv_shared=3, double_wide=True,
                           layer_types=["sliding_attention", "sliding_attention", "full_attention",
                                        "sliding_attention", "sliding_attention", "full_attention"]),
+    # Gemma 4 26B-A4B's kind: every layer's dense MLP (512) beside 8 experts of 256 (2 per token; router
+    # scale, per-expert scales, GELU-tanh experts); window layers 0 and 2, global 1 and 3 as test-gemma4's.
+    "test-gemma4-moe": dict(arch="gemma4", dim=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=512,
+                            theta=1e6, ctx=4096, eps=1e-6, tied=True, sliding_window=16, global_head_dim=128,
+                            global_kv_heads=1, k_eq_v=True, partial_rotary=0.25, rope_local_theta=10000.0,
+                            final_softcap=30.0, experts=8, experts_used=2, expert_ffn=256,
+                            layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                         "full_attention"]),
+    # Gemma 4 26B-A4B's real text widths (google/gemma-4-26B-A4B's text_config: hidden 2816, dense MLP 2112,
+    # 128 experts of 704, 8 per token, 16 heads, window layers 256 wide with 8 KV heads, global 512 wide with
+    # 2 and K = V, window 1024) over 6 of its 30 layers (one 5:1 period; benchmarks, written on demand).
+    "gemma4-26b-a4b": dict(arch="gemma4", dim=2816, layers=6, heads=16, kv_heads=8, head_dim=256, ffn=2112,
+                           vocab=262144, theta=1e6, ctx=262144, eps=1e-6, tied=True, sliding_window=1024,
+                           global_head_dim=512, global_kv_heads=2, k_eq_v=True, partial_rotary=0.25,
+                           rope_local_theta=10000.0, final_softcap=30.0, experts=128, experts_used=8,
+                           expert_ffn=704),   # the default pattern: every 6th layer (and the last) global
     # Gemma 4 E2B's real text shape (google/gemma-4-E2B's text_config; benchmarks, written on demand).
     "gemma4-e2b": dict(arch="gemma4", dim=1536, layers=35, heads=8, kv_heads=1, head_dim=256, ffn=6144,
                        vocab=262144, theta=1e6, ctx=131072, eps=1e-6, tied=True, sliding_window=512,
@@ -526,7 +542,7 @@ class Config:
         """"qwen3moe", "mixtral", "gpt-oss" or None (a dense model)."""
         if not self.experts:
             return None
-        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next"):
+        if self.arch in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next", "gemma4"):
             return self.arch
         return "mixtral" if self.arch == "llama" and self.hf_type == "mixtral" else None
 
@@ -1683,7 +1699,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
         # llama.cpp's keys (LLM_KV_EXPERT_*); its Mixtral reads no expert_feed_forward_length.
         w.add_u32(f"{a}.expert_count", cfg.experts)
         w.add_u32(f"{a}.expert_used_count", cfg.experts_used)
-        if a in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next"):
+        if a in ("qwen3moe", "qwen35moe", "gpt-oss", "granitehybrid", "qwen3next", "gemma4"):
             w.add_u32(f"{a}.expert_feed_forward_length", cfg.expert_ffn)
         if cfg.shared_ffn:
             w.add_u32(f"{a}.expert_shared_feed_forward_length", cfg.shared_ffn)
@@ -1919,6 +1935,8 @@ def write_safetensors(cfg, out_dir, dtype="F32", seed=0, shards=1):
     if cfg.arch == "qwen3next":
         import mkmodel_qwen3next
         specs = mkmodel_qwen3next.hf_specs(specs, cfg)
+    if cfg.arch == "gemma4" and cfg.experts:
+        specs = G4.hf_specs(specs, cfg)
     if cfg.arch == "mistral3":
         specs = M3.hf_specs(cfg, specs)
     elif cfg.hf_type == "multimodal":

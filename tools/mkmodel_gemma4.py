@@ -18,7 +18,14 @@ llama.cpp's convert_hf_to_gguf.py (Gemma4Model) and llama-model.cpp (LLM_ARCH_GE
   head_count_kv one count per layer, sliding_window_pattern one bool per layer (true: window),
   rope.dimension_count the global width, rope.dimension_count_swa the window one, rope.freq_base_swa,
   rope_freqs.weight [global_head_dim / 2]: 1 for the pairs that rotate (partial_rotary_factor of them),
-  1e30 for the others (convert_hf_to_gguf.py's generate_extra_tensors).
+  1e30 for the others (convert_hf_to_gguf.py's generate_extra_tensors);
+- experts (experts > 0: enable_moe_block, the 26B-A4B kind; llama.cpp's LLM_ARCH_GEMMA4 tensors): beside
+  every layer's dense MLP, router.proj [experts, hidden] (ffn_gate_inp, F32 in GGUF), router.scale [hidden]
+  (ffn_gate_inp.scale), router.per_expert_scale [experts] (ffn_down_exps.scale), experts.gate_up_proj
+  [experts, 2 x expert_ffn, hidden] with each expert's gate rows first (GGUF: ffn_gate_exps and ffn_up_exps,
+  llama.cpp's unfused form), experts.down_proj [experts, hidden, expert_ffn] (ffn_down_exps),
+  pre_feedforward_layernorm_2 (pre_ffw_norm_2), post_feedforward_layernorm_1 / _2 (post_ffw_norm_1 / _2);
+  GGUF expert_count, expert_used_count, expert_feed_forward_length.
 """
 
 import numpy as np
@@ -103,6 +110,8 @@ def tensor_specs(cfg):
             (b + "post_ffw_norm.weight", h + "post_feedforward_layernorm.weight", (cfg.dim,), "norm"),
             (b + "layer_output_scale.weight", h + "layer_scalar", (1,), "norm"),
         ]
+        if cfg.experts:
+            specs += expert_specs(cfg, i)
         if cfg.ple_dim:
             specs += [
                 (b + "inp_gate.weight", h + "per_layer_input_gate.weight", (cfg.ple_dim, cfg.dim), "matrix"),
@@ -120,6 +129,44 @@ def tensor_specs(cfg):
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
     return specs
+
+
+def expert_specs(cfg, i):
+    """Layer i's router, norms and per-expert matrices (hname None: hf_specs fuses them for safetensors,
+    mkmodel's stack_experts for GGUF)."""
+    b, h, E, F = f"blk.{i}.", f"model.layers.{i}.", cfg.experts, cfg.expert_ffn
+    specs = [
+        (b + "post_ffw_norm_1.weight", h + "post_feedforward_layernorm_1.weight", (cfg.dim,), "norm"),
+        (b + "pre_ffw_norm_2.weight", h + "pre_feedforward_layernorm_2.weight", (cfg.dim,), "norm"),
+        (b + "post_ffw_norm_2.weight", h + "post_feedforward_layernorm_2.weight", (cfg.dim,), "norm"),
+        (b + "ffn_gate_inp.weight", h + "router.proj.weight", (E, cfg.dim), "router"),
+        (b + "ffn_gate_inp.scale", h + "router.scale", (cfg.dim,), "norm"),
+        (b + "ffn_down_exps.scale", h + "router.per_expert_scale", (E,), "norm"),
+    ]
+    for e in range(E):
+        specs += [(b + f"ffn_gate.{e}.weight", None, (F, cfg.dim), "matrix"),
+                  (b + f"ffn_up.{e}.weight", None, (F, cfg.dim), "matrix"),
+                  (b + f"ffn_down.{e}.weight", None, (cfg.dim, F), "matrix")]
+    return specs
+
+
+def hf_specs(specs, cfg):
+    """write_safetensors' view: each layer's per-expert entries as experts.gate_up_proj ([experts][gate |
+    up][hidden]) and experts.down_proj ([experts][hidden][expert_ffn]), mkmodel's Granite kinds gh_exp_in /
+    gh_exp_out (the same per-expert values as the GGUF file)."""
+    out, pend = [], {}
+    for gname, hname, shape, kind in specs:
+        if hname is not None:
+            out.append((gname, hname, shape, kind))
+            continue
+        parts = gname.split(".")   # blk.i.ffn_{gate,up,down}.e.weight
+        pend.setdefault(parts[2], []).append(gname)
+        if parts[2] == "ffn_down" and len(pend["ffn_down"]) == cfg.experts:
+            h, E, F = f"model.layers.{parts[1]}.", cfg.experts, cfg.expert_ffn
+            out.append((tuple(zip(pend.pop("ffn_gate"), pend.pop("ffn_up"))), h + "experts.gate_up_proj",
+                        (E, 2 * F, cfg.dim), "gh_exp_in"))
+            out.append((tuple(pend.pop("ffn_down")), h + "experts.down_proj", (E, cfg.dim, F), "gh_exp_out"))
+    return out
 
 
 def rope_freqs(cfg):
@@ -162,7 +209,9 @@ def hf_text_config(cfg, dtype_name):
         "sliding_window": cfg.sliding_window, "layer_types": layer_kinds(cfg),
         "final_logit_softcapping": cfg.final_softcap, "attention_bias": False,
         "hidden_size_per_layer_input": cfg.ple_dim, "vocab_size_per_layer_input": cfg.vocab,
-        "num_kv_shared_layers": cfg.kv_shared, "enable_moe_block": False,
+        "num_kv_shared_layers": cfg.kv_shared, "enable_moe_block": bool(cfg.experts),
+        "num_experts": cfg.experts or None, "top_k_experts": cfg.experts_used if cfg.experts else None,
+        "moe_intermediate_size": cfg.expert_ffn if cfg.experts else None,
         "use_double_wide_mlp": bool(cfg.double_wide), "bos_token_id": 1, "eos_token_id": 2,
         "rope_parameters": {
             "sliding_attention": {"rope_type": "default", "rope_theta": cfg.rope_local_theta},

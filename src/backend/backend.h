@@ -130,6 +130,7 @@ typedef enum pith_activation {
 typedef enum pith_moe_act {
     PITH_MOE_SILU,         /* silu(g) * u */
     PITH_MOE_SWIGLU_CLAMP, /* GPT-OSS: clamped, (u + 1) * g * sigmoid(alpha * g) */
+    PITH_MOE_GELU_TANH,    /* Gemma 4: gelu_tanh(g) * u */
 } pith_moe_act;
 
 typedef struct pith_moe_config {
@@ -144,6 +145,10 @@ typedef struct pith_moe_config {
     float routed_scale;      /* the chosen weights' factor; 0 means 1 */
     pith_moe_act act;
     float clamp_alpha, clamp_limit; /* PITH_MOE_SWIGLU_CLAMP */
+    /* > 0 (Gemma 4): the op's input is the un-normed residual; the experts read it RMS-normed by the
+     * layer's pre_ffw_norm_2.weight and the router RMS-normed by ffn_gate_inp.scale and 1 / sqrt(dim),
+     * both with this epsilon. 0: experts and router read the input as it is. */
+    float in_norm_eps;
 } pith_moe_config;
 
 /* The most experts a layer may have: every backend's MoE op takes this many. */

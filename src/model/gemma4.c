@@ -9,6 +9,12 @@
  *     v = RMSNorm(h Wv^T) per head, no weight (Wv = Wk in a layer without attn_v.weight)
  *     x = x + RMSNorm_post_attn(Attention(q, k, v) Wo^T)        scores unscaled (scaling 1.0)
  *     x = x + RMSNorm_post_ffw(down(gelu_tanh(gate h') * up h')), h' = RMSNorm_ffn(x)
+ *       (with experts, enable_moe_block: x = x + RMSNorm_post_ffw(RMSNorm_post_ffw_1(that dense MLP)
+ *        + RMSNorm_post_ffw_2(experts(x))), the backend's MoE op on the raw residual x: the router reads
+ *        RMSNorm(x) * router.scale / sqrt(hidden), the experts RMSNorm_pre_ffw_2(x), GELU-tanh experts,
+ *        softmax over all, top k renormalised, times router.per_expert_scale of each chosen expert:
+ *        Gemma4TextDecoderLayer, Gemma4TextRouter; llama.cpp's gemma4-iswa.cpp, whose ffn_gate_inp.scale
+ *        and ffn_down_exps.scale are those two scales)
  *     x = x + RMSNorm_post_norm(proj(gelu_tanh(inp_gate x) * p_l))     (per-layer embeddings, when P > 0)
  *     x = x * layer_scalar
  *   p_l = (RMSNorm_pl(e W_pl^T / sqrt(hidden))[l] + table_pl[token][l] * sqrt(P)) / sqrt(2), e = x at the
@@ -44,6 +50,8 @@ typedef struct gemma4_layer {
     const pith_weight *ffn_norm, *post_ffw_norm;
     const pith_weight *inp_gate, *proj, *post_norm; /* per-layer embeddings, or NULL */
     pith_ffn_block ffn;
+    pith_moe_weights *moe;           /* the experts beside the dense MLP, or NULL */
+    const pith_weight *post_ffw_norm_1, *post_ffw_norm_2; /* with experts: the dense MLP's, the experts' */
     float scalar;                    /* layer_scalar (1: none) */
 } gemma4_layer;
 
@@ -57,6 +65,7 @@ typedef struct gemma4 {
     pith_buf *q[2], *k[2], *v[2], *att[2];
     pith_dec_bufs bufs;              /* x, xb, the FFN's hb / hb2 (its q, k, v, att are the local ones) */
     pith_dec_bufs wide;              /* the same with hb / hb2 twice as wide (double-wide FFN layers) */
+    pith_buf *y1, *y2;               /* dim, with experts: the dense MLP's output, the experts' */
     /* per-layer embeddings */
     const pith_weight *pl_table, *pl_model_proj, *pl_proj_norm;
     float pl_scale;
@@ -73,6 +82,25 @@ static void gemma4_free(pith_decoder *d) {
     free(m->layers);
     pith_rope_free(&m->rope[LOCAL]);
     pith_rope_free(&m->rope[GLOBAL]);
+}
+
+/* A layer with experts (B->xb holds RMSNorm_ffn(x)): the dense MLP into y1, the experts of the raw
+ * residual into y2, then x += RMSNorm_post_ffw(RMSNorm_post_ffw_1(y1) + RMSNorm_post_ffw_2(y2)). */
+static int moe_ffn(gemma4 *m, const gemma4_layer *L, int n, pith_err *err) {
+    pith_decoder *d = &m->d;
+    const pith_dec_bufs *B = L->wide ? &m->wide : &m->bufs;
+    const float eps = d->base.hp.norm_eps;
+    const pith_ffn_block *f = &L->ffn;
+    const pith_be_mm gate_up[] = {{f->gate, B->hb, false}, {f->up, B->hb2, false}}, down = {f->down, m->y1, false};
+    if (pith_be_matmul(d->be, B->xb, gate_up, 2, n, err)) return -1;
+    pith_be_glu(d->be, PITH_GLU_GELU_TANH, B->hb, B->hb2, n);
+    if (pith_be_matmul(d->be, B->hb, &down, 1, n, err)) return -1;
+    pith_be_zero(d->be, m->y2, n);
+    if (pith_be_moe(d->be, L->moe, B->x, m->y2, n, err)) return -1;
+    pith_be_rmsnorm(d->be, m->y1, L->post_ffw_norm_1, eps, B->xb, n);
+    pith_be_norm_add(d->be, B->xb, m->y2, L->post_ffw_norm_2, eps, n);
+    pith_be_norm_add(d->be, B->x, B->xb, L->post_ffw_norm, eps, n);
+    return 0;
 }
 
 static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
@@ -119,7 +147,9 @@ static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, 
         if (pith_be_matmul(d->be, m->att[t], &o, 1, n, err)) return -1;
         pith_be_norm_add(d->be, B->x, B->xb, L->post_attn_norm, hp->norm_eps, n);
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
-        if (pith_ffn_block_forward(d, &L->ffn, L->wide ? &m->wide : B, B->xb, L->post_ffw_norm, n, err)) return -1;
+        if (L->moe ? moe_ffn(m, L, n, err)
+                   : pith_ffn_block_forward(d, &L->ffn, L->wide ? &m->wide : B, B->xb, L->post_ffw_norm, n, err))
+            return -1;
         if (P > 0) {
             /* p_l = (RMSNorm(projected slice) + token slice) / sqrt(2) */
             pith_be_copy_cols(d->be, m->pl_a, m->pl_proj, l * P, n);
@@ -224,6 +254,17 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
                     pith_decoder_matrix_rows(d, l, "proj.weight", pd, dim, 0, dim, &L->proj, err) ||
                     pith_decoder_vector(d, l, "post_norm.weight", dim, true, &L->post_norm, err))))
         return -1;
+    if (hp->n_experts > 0) {
+        pith_moe_config cfg;
+        pith_moe_config_of(hp, &cfg);
+        cfg.act = PITH_MOE_GELU_TANH;  /* hidden_activation (llama.cpp: LLM_FFN_GELU) */
+        cfg.gating = PITH_GATING_SOFTMAX, cfg.norm_topk = true, cfg.routed_scale = 0; /* fixed in both */
+        cfg.in_norm_eps = hp->norm_eps;
+        if (pith_decoder_vector(d, l, "post_ffw_norm_1.weight", dim, true, &L->post_ffw_norm_1, err) ||
+            pith_decoder_vector(d, l, "post_ffw_norm_2.weight", dim, true, &L->post_ffw_norm_2, err) ||
+            d->be->vt->moe_load(d->be, d->file, l, &cfg, NULL, &L->moe, err))
+            return -1;
+    }
     if (!has_v) L->wv = L->wk; /* attention_k_eq_v: V is the K projection (NULL in a KV-shared layer) */
     L->scalar = scalar ? scalar->vec[0] : 1.0f;
     if (!isfinite(L->scalar))
@@ -304,6 +345,10 @@ int pith_gemma4_build(pith_model_file *file, const pith_model_options *opt, pith
     }
     if (!rc && has[LOCAL]) rc = pith_rope_plain(hp, hp->rope_theta_swa, hp->head_dim, &m->rope[LOCAL], err);
     if (!rc && has[GLOBAL]) rc = global_rope(d, &m->rope[GLOBAL], err);
+    if (!rc && hp->n_experts > 0) rc = d->be->vt->moe_place(d->be, d->base.experts, sizeof d->base.experts, err);
+    if (!rc && hp->n_experts > 0 &&
+        (!(m->y1 = pith_be_buffer(d->be, hp->dim, err)) || !(m->y2 = pith_be_buffer(d->be, hp->dim, err))))
+        rc = -1;
     if (!rc) rc = pith_dec_bufs_make(d, hp->ffn_dim, &m->bufs, err);
     if (!rc) {
         m->wide = m->bufs;

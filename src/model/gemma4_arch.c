@@ -40,8 +40,18 @@
  *    store_full_length_kv; llama.cpp's n_layer_kv_from_start); under use_double_wide_mlp their FFN is
  *    2 x intermediate_size wide (GGUF: feed_forward_length per layer).
  *
- * Refused with a message rather than run wrong: the mixture-of-experts block (enable_moe_block; GGUF
- * expert_count), Q/K/V biases, bidirectional attention, a partial rotary on window layers, a RoPE type
+ *  - Experts (the 26B-A4B model; config.json enable_moe_block with num_experts, top_k_experts,
+ *    moe_intermediate_size; GGUF expert_count, expert_used_count, expert_feed_forward_length): every
+ *    layer runs its dense MLP (intermediate_size; GGUF feed_forward_length) and routed experts beside it
+ *    (Gemma4TextDecoderLayer). Tensors (Hugging Face -> GGUF, as llama.cpp's LLM_ARCH_GEMMA4):
+ *    router.proj.weight -> ffn_gate_inp.weight, router.scale -> ffn_gate_inp.scale,
+ *    router.per_expert_scale -> ffn_down_exps.scale, experts.gate_up_proj ([experts][2 x moe width][hidden],
+ *    gate rows first) -> ffn_gate_up_exps.weight (GGUF may split it into ffn_gate_exps and ffn_up_exps),
+ *    experts.down_proj -> ffn_down_exps.weight, pre/post_feedforward_layernorm_2 -> pre/post_ffw_norm_2,
+ *    post_feedforward_layernorm_1 -> post_ffw_norm_1. Softmax gating, the top k renormalised and no
+ *    routed scale are fixed in both (no keys; llama.cpp hard-codes them in gemma4-iswa.cpp).
+ *
+ * Refused with a message rather than run wrong: Q/K/V biases, bidirectional attention, a partial rotary on window layers, a RoPE type
  * other than these two, a per-layer vocabulary other than the model's. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -54,6 +64,7 @@
 #define DEFAULT_GLOBAL_HEAD_DIM 512     /* Gemma4TextConfig's global_head_dim default */
 #define DEFAULT_PARTIAL_ROTARY 0.25f    /* its full_attention rope_parameters default */
 #define DEFAULT_SWA_PERIOD 6
+#define PITH_GEMMA4_MAX_EXPERTS 1024   /* PITH_BE_MAX_EXPERTS: what every backend's MoE op takes */
 
 static const pith_name_map hf_global[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
@@ -83,6 +94,14 @@ static const pith_name_map hf_layer[] = {
     {"per_layer_input_gate.weight", "inp_gate.weight"},
     {"per_layer_projection.weight", "proj.weight"},
     {"post_per_layer_input_norm.weight", "post_norm.weight"},
+    {"router.proj.weight", "ffn_gate_inp.weight"},
+    {"router.scale", "ffn_gate_inp.scale"},
+    {"router.per_expert_scale", "ffn_down_exps.scale"},
+    {"experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {"experts.down_proj", "ffn_down_exps.weight"},
+    {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
+    {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
+    {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
     {NULL, NULL},
 };
 
@@ -98,6 +117,11 @@ static bool window_kv_layer(const pith_hparams *hp, int l) {
 /* a layer whose FFN is ffn_dim wide (the double-wide ones are checked by gemma4.c) */
 static bool narrow_ffn(const pith_hparams *hp, int l) {
     return !pith_gemma4_params_of(hp)->double_wide || l < pith_gemma4_first_shared(hp);
+}
+
+static bool moe_layer(const pith_hparams *hp, int l) {
+    (void)l;
+    return hp->n_experts > 0;
 }
 
 static const pith_tensor_spec global[] = {
@@ -123,6 +147,9 @@ static const pith_tensor_spec layer[] = {
     {"ffn_up.weight", PITH_D_DIM, PITH_D_FFN, PITH_REQUIRED, narrow_ffn},
     {"ffn_down.weight", PITH_D_FFN, PITH_D_DIM, PITH_REQUIRED, narrow_ffn},
     {"post_ffw_norm.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, NULL},
+    /* the experts' norms; the router and experts are bound and shape-checked by the backend's MoE load */
+    {"post_ffw_norm_1.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, moe_layer},
+    {"post_ffw_norm_2.weight", PITH_D_DIM, PITH_D_NONE, PITH_REQUIRED, moe_layer},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -132,8 +159,7 @@ static void swa_period(pith_hparams *hp, int period) {
 }
 
 /* What this build does not run, and the new widths' ranges, from either format. */
-static int refuse_unsupported(const pith_meta *m, const pith_hparams *hp, const pith_gemma4_params *P, int n_experts,
-                              bool gguf) {
+static int refuse_unsupported(const pith_meta *m, pith_hparams *hp, const pith_gemma4_params *P, bool gguf) {
     if (P->ple_dim < 0 || P->ple_dim > (1 << 16))
         return pith_errf(m->err, "%s: %s is %d, expected a width in 0..65536", m->path,
                          gguf ? "embedding_length_per_layer_input" : "\"hidden_size_per_layer_input\"", P->ple_dim);
@@ -141,16 +167,27 @@ static int refuse_unsupported(const pith_meta *m, const pith_hparams *hp, const 
         return pith_errf(m->err, "%s: %s is %d, expected fewer than the %d layers", m->path,
                          gguf ? "attention.shared_kv_layers" : "\"num_kv_shared_layers\"", P->kv_shared_layers,
                          hp->n_layers);
-    if (n_experts > 0)
-        return pith_errf(m->err, "%s: the Gemma 4 mixture-of-experts block (%s) is not supported", m->path,
-                         gguf ? "expert_count" : "\"enable_moe_block\"");
+    if (hp->n_experts == 0) return 0;
+    /* the experts: softmax over all of them, the top k renormalised, no routed scale (fixed in both) */
+    hp->expert_gating = PITH_GATING_SOFTMAX;
+    hp->expert_norm_topk = true;
+    hp->expert_weights_scale = 0;
+    if (hp->n_experts < 1 || hp->n_experts > PITH_GEMMA4_MAX_EXPERTS)
+        return pith_errf(m->err, "%s: %s is %d, expected 1..%d", m->path, gguf ? "expert_count" : "\"num_experts\"",
+                         hp->n_experts, PITH_GEMMA4_MAX_EXPERTS);
+    if (hp->n_experts_used < 1 || hp->n_experts_used > hp->n_experts)
+        return pith_errf(m->err, "%s: %s is %d, expected 1..%d (the experts)", m->path,
+                         gguf ? "expert_used_count" : "\"top_k_experts\"", hp->n_experts_used, hp->n_experts);
+    if (hp->expert_ffn_dim < 1 || hp->expert_ffn_dim > (1 << 20))
+        return pith_errf(m->err, "%s: %s is %d, expected a width", m->path,
+                         gguf ? "expert_feed_forward_length" : "\"moe_intermediate_size\"", hp->expert_ffn_dim);
     return 0;
 }
 
 static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
     pith_gemma4_params *P = pith_arch_params(hp);
     char key[96];
-    int n_experts = 0, value_swa = -1, rot_swa = -1;
+    int value_swa = -1, rot_swa = -1;
     /* the common reader took key_length as the head width: the global layers' */
     P->head_dim_full = hp->head_dim;
     P->rope_factor_full = 1.0f;
@@ -164,7 +201,11 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_float(m, "final_logit_softcapping", false, &hp->final_logit_softcap) ||
         pith_meta_int(m, "embedding_length_per_layer_input", false, &P->ple_dim) ||
         pith_meta_int(m, "attention.shared_kv_layers", false, &P->kv_shared_layers) ||
-        pith_meta_int(m, "expert_count", false, &n_experts))
+        pith_meta_int(m, "expert_count", false, &hp->n_experts))
+        return -1;
+    /* llama.cpp reads both where expert_count is set */
+    if (hp->n_experts > 0 && (pith_meta_int(m, "expert_used_count", true, &hp->n_experts_used) ||
+                              pith_meta_int(m, "expert_feed_forward_length", true, &hp->expert_ffn_dim)))
         return -1;
     if (value_swa != -1 && value_swa != hp->head_dim)
         return pith_errf(m->err, "%s: %s.attention.value_length_swa %d differs from key_length_swa %d", m->path,
@@ -172,7 +213,7 @@ static int gemma4_read_gguf(const pith_meta *m, pith_hparams *hp) {
     if (rot_swa != -1 && rot_swa != hp->head_dim)
         return pith_errf(m->err, "%s: %s.rope.dimension_count_swa %d: a partial rotary on window layers is not "
                          "supported", m->path, m->arch, rot_swa);
-    if (refuse_unsupported(m, hp, P, n_experts, true)) return -1;
+    if (refuse_unsupported(m, hp, P, true)) return -1;
     /* the window pattern: one bool per layer (true: window), or a period */
     if (hp->sliding_window > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch);
@@ -301,6 +342,9 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "num_kv_shared_layers", false, &P->kv_shared_layers) ||
         pith_meta_int(m, "hidden_size_per_layer_input", false, &P->ple_dim) ||
         pith_meta_bool(m, "enable_moe_block", &moe) || pith_meta_bool(m, "attention_bias", &bias) ||
+        (moe && (pith_meta_int(m, "num_experts", true, &hp->n_experts) ||
+                 pith_meta_int(m, "top_k_experts", true, &hp->n_experts_used) ||
+                 pith_meta_int(m, "moe_intermediate_size", true, &hp->expert_ffn_dim))) ||
         pith_meta_bool(m, "use_double_wide_mlp", &double_wide) ||
         pith_meta_int(m, "vocab_size_per_layer_input", false, &vocab_pl) ||
         pith_meta_str(m, "use_bidirectional_attention", bidir, sizeof bidir) ||
@@ -313,7 +357,9 @@ static int gemma4_read_hf(const pith_meta *m, pith_hparams *hp) {
     if (bias) return pith_errf(m->err, "%s: Gemma 4 with \"attention_bias\" is not supported", m->path);
     if (!strcmp(bidir, "all"))
         return pith_errf(m->err, "%s: \"use_bidirectional_attention\": \"all\" (an encoder) is not supported", m->path);
-    if (refuse_unsupported(m, hp, P, moe, false)) return -1;
+    if (moe && hp->n_experts < 1)
+        return pith_errf(m->err, "%s: \"enable_moe_block\" with \"num_experts\" %d", m->path, hp->n_experts);
+    if (refuse_unsupported(m, hp, P, false)) return -1;
     if (P->ple_dim > 0 && vocab_pl != hp->n_vocab)
         return pith_errf(m->err, "%s: \"vocab_size_per_layer_input\" %d differs from the vocabulary (%d): not "
                          "supported", m->path, vocab_pl, hp->n_vocab);

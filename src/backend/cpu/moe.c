@@ -23,6 +23,8 @@ int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *
                          c->topk_group, c->n_group, c->n_experts, c->top_k);
     if (!(c->routed_scale >= 0 && c->routed_scale <= 1e6f))
         return pith_errf(err, "%s: expert weights scale %g out of range", path, (double)c->routed_scale);
+    if (!(c->in_norm_eps >= 0 && c->in_norm_eps < 1))
+        return pith_errf(err, "%s: expert input norm epsilon %g out of range", path, (double)c->in_norm_eps);
     return 0;
 }
 
@@ -45,8 +47,13 @@ int pith_moe_reserve(pith_cpu *c, const pith_moe_config *cfg, pith_moe_scratch *
         s->su = malloc(N * sh * sizeof(float));
         s->sgate = malloc(N * sizeof(float));
     }
+    const bool normed = cfg->in_norm_eps > 0;
+    if (normed) {
+        s->xn = malloc(N * cfg->dim * sizeof(float));
+        s->xr = malloc(N * cfg->dim * sizeof(float));
+    }
     if (!s->logits || !s->sel || !s->wt || !s->pos || !s->offsets || !s->cursor || !s->xg || !s->yg || !s->hg ||
-        !s->hu || (sh && (!s->sg || !s->su || !s->sgate))) {
+        !s->hu || (sh && (!s->sg || !s->su || !s->sgate)) || (normed && (!s->xn || !s->xr))) {
         pith_moe_scratch_free(s);
         return pith_errf(err, "out of memory for the experts of a batch of %d tokens", n);
     }
@@ -74,6 +81,8 @@ void pith_moe_scratch_free(pith_moe_scratch *s) {
     free(s->sg);
     free(s->su);
     free(s->sgate);
+    free(s->xn);
+    free(s->xr);
     memset(s, 0, sizeof *s);
 }
 
@@ -152,6 +161,8 @@ void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, flo
         }
         if (c->norm_topk && chosen > 0)
             for (int j = 0; j < K; j++) w[j] = (float)(w[j] / chosen);
+        if (L->expert_scale)
+            for (int j = 0; j < K; j++) w[j] *= L->expert_scale[s[j]];
         if (c->routed_scale > 0 && c->routed_scale != 1)
             for (int j = 0; j < K; j++) w[j] *= c->routed_scale;
     }
@@ -236,6 +247,14 @@ static void act_row(moe_rows *j, int r) {
         for (int i = 0; i < ffn; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         return;
     }
+    if (L->cfg.act == PITH_MOE_GELU_TANH) { /* as the dense GeGLU (PyTorch's gelu(approximate="tanh")) */
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+        for (int i = 0; i < ffn; i++) {
+            float v = g[i];
+            g[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
+        }
+        return;
+    }
     const float lim = L->cfg.clamp_limit, alpha = L->cfg.clamp_alpha;
     for (int i = 0; i < ffn; i++) {
         float gv = g[i] < lim ? g[i] : lim;
@@ -317,6 +336,24 @@ int pith_moe_loop_from_env(pith_moe_loop *loop, pith_err *err) {
     return 0;
 }
 
+/* RMSNorm of each row in double, scaled as pith_cpu_be_rmsnorm does (x * r * w); the router's input then
+ * times 1 / sqrt(dim), as Gemma4TextRouter's scalar_root_size after its scale. */
+static void input_norms(const pith_moe_layer *L, const float *x, size_t ldx, int n, float *xn, float *xr) {
+    const int dim = L->cfg.dim;
+    const float root = (float)(1.0 / sqrt((double)dim));
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        float *en = xn + (size_t)t * dim, *rn = xr + (size_t)t * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)xt[i] * xt[i];
+        const float r = (float)(1.0 / sqrt(ss / dim + L->cfg.in_norm_eps));
+        for (int i = 0; i < dim; i++) {
+            en[i] = xt[i] * r * L->in_norm[i];
+            rn[i] = xt[i] * r * L->router_norm[i] * root;
+        }
+    }
+}
+
 int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
                      float *y, size_t ldy, pith_moe_loop loop, pith_err *err) {
     const pith_moe_config *cfg = &L->cfg;
@@ -324,8 +361,17 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
     if (n > s->cap) return pith_errf(err, "moe: scratch holds %d tokens, the batch has %d", s->cap, n);
     const int dim = cfg->dim, ffn = cfg->ffn, K = cfg->top_k, E = cfg->n_experts;
     pith_acts a;
-    pith_acts_bind(c, &a, x, n, dim, ldx);
-    if (pith_cpu_matmul(c, &L->router, &a, s->logits, E, false, err)) return -1;
+    if (cfg->in_norm_eps > 0) { /* Gemma 4: the router's and the experts' inputs, each its norm of x */
+        if (!L->in_norm || !L->router_norm) return pith_errf(err, "moe: the layer has no input norms");
+        input_norms(L, x, ldx, n, s->xn, s->xr);
+        pith_acts_bind(c, &a, s->xr, n, dim, dim);
+        if (pith_cpu_matmul(c, &L->router, &a, s->logits, E, false, err)) return -1;
+        x = s->xn, ldx = (size_t)dim;
+        pith_acts_bind(c, &a, x, n, dim, ldx);
+    } else {
+        pith_acts_bind(c, &a, x, n, dim, ldx);
+        if (pith_cpu_matmul(c, &L->router, &a, s->logits, E, false, err)) return -1;
+    }
     if (L->has_shared) {
         const int sh = cfg->shared_ffn;
         const pith_matmul_out gu[] = {{&L->sh_gate, s->sg, sh, false}, {&L->sh_up, s->su, sh, false}};

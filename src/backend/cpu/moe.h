@@ -1,18 +1,21 @@
 /* The mixture-of-experts feed-forward block on the CPU: the backend's routed MoE op (backend.h) and the
  * hybrids' experts.
  *
- * Per token x (the FFN's normed input):
+ * Per token x (the FFN's normed input; with in_norm_eps > 0, Gemma 4's, the un-normed residual r, and
+ * the experts read x = RMSNorm(r) * in_norm while the router reads RMSNorm(r) * router_norm / sqrt(dim)):
  *   logits = R x (+ router bias)                                  R: n_experts x dim
  *   scores = softmax(logits) over all experts, or sigmoid(logits) per expert (gating)
  *   chosen = the top_k experts by score (+ selection bias, exp_probs_b, where the file has one; ties go
  *            to the lower index), in order of that rank; with n_group groups (experts in index order),
  *            only among the topk_group best groups (a group's best key, or with sigmoid gating the sum
  *            of its two best)
- *   w_j    = score of chosen j, divided by the sum over the chosen when norm_topk, times routed_scale
+ *   w_j    = score of chosen j, divided by the sum over the chosen when norm_topk, times the chosen
+ *            expert's own scale (expert_scale[e], where the file has ffn_down_exps.scale), times
+ *            routed_scale
  *   y      = sum_j w_j * down_e(act(gate_e x + bg_e, up_e x + bu_e)) + bd_e        (e = chosen j)
  *          + [sigmoid(s . x) *] down_s(silu(gate_s x) * up_s x)     with a shared expert (and its gate)
- * act is silu(g) * u, or GPT-OSS's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
- * (u' + 1) * g' * sigmoid(alpha * g').
+ * act is silu(g) * u, Gemma 4's gelu_tanh(g) * u, or GPT-OSS's clamped SwiGLU: g' = min(g, limit),
+ * u' = clamp(u, -limit, limit), (u' + 1) * g' * sigmoid(alpha * g').
  *
  * The batch: tokens are grouped by expert with a counting sort (within an expert in batch order), the
  * gathered rows of all experts go through one grouped matrix product for gate and up together and one
@@ -35,6 +38,8 @@ typedef struct pith_moe_layer {
     pith_matrix *gate, *up, *down;      /* [n_experts] each: ffn x dim, ffn x dim, dim x ffn */
     float *gate_bias, *up_bias;         /* [n_experts * ffn], or NULL */
     float *down_bias;                   /* [n_experts * dim], or NULL */
+    float *expert_scale;                /* [n_experts]: each expert's weight's factor, or NULL */
+    float *in_norm, *router_norm;       /* [dim] each, with cfg.in_norm_eps > 0 (else NULL) */
     bool has_shared;
     pith_matrix sh_gate, sh_up, sh_down;
     float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
@@ -53,6 +58,7 @@ typedef struct pith_moe_scratch {
     float *xg, *yg;         /* [cap * top_k * dim] gathered inputs and expert outputs */
     float *hg, *hu;         /* [cap * top_k * ffn] */
     float *sg, *su, *sgate; /* shared expert: [cap * shared_ffn] x 2, [cap] */
+    float *xn, *xr;         /* in_norm_eps > 0: [cap * dim] each, the experts' and the router's inputs */
 } pith_moe_scratch;
 
 /* Checks what the forward pass relies on: 1 <= top_k <= n_experts <= PITH_GROUPED_MAX_GROUPS, widths. */
@@ -63,6 +69,8 @@ int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err
  * Granite), else per-expert 2-D blk.l.ffn_{gate,up,down}.E.weight, else per-expert Hugging Face names
  * (hf_experts: the gate, up and down names after "model.layers.l." with %d for the expert; NULL: none).
  * Router blk.l.ffn_gate_inp.weight (optional bias ffn_gate_inp.bias), selection bias exp_probs_b.bias,
+ * per-expert scales ffn_down_exps.scale (optional; llama.cpp's name for Gemma 4's per_expert_scale), with
+ * cfg->in_norm_eps > 0 the input norms pre_ffw_norm_2.weight and ffn_gate_inp.scale (required),
  * expert biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its
  * gate ffn_gate_inp_shexp.weight (required when cfg->shared_ffn > 0, unless the layer has the dense
  * FFN's names instead: a fused ffn_gate_up.weight or ffn_gate/ffn_up, and ffn_down, as Granite's

@@ -220,7 +220,10 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
     bool found = false;
     if (load_mat(f, NAME("ffn_gate_inp.weight"), E, dim, true, &L->router, NULL, err) ||
         load_vec(f, NAME("ffn_gate_inp.bias"), E, false, &L->router_bias, err) ||
-        load_vec(f, NAME("exp_probs_b.bias"), E, false, &L->select_bias, err))
+        load_vec(f, NAME("exp_probs_b.bias"), E, false, &L->select_bias, err) ||
+        load_vec(f, NAME("ffn_down_exps.scale"), E, false, &L->expert_scale, err) ||
+        (cfg->in_norm_eps > 0 && (load_vec(f, NAME("pre_ffw_norm_2.weight"), dim, true, &L->in_norm, err) ||
+                                  load_vec(f, NAME("ffn_gate_inp.scale"), dim, true, &L->router_norm, err))))
         return pith_err_prefix(err, "layer %d", l);
     if (!pith_model_file_tensor(f, NAME("ffn_gate_exps.weight")) && fused_hf_present(f, l)) {
         L->gate = calloc((size_t)E, sizeof *L->gate);
@@ -332,6 +335,9 @@ void pith_moe_free(pith_moe_layer *L) {
     free(L->up_bias);
     free(L->down_bias);
     free(L->sh_gate_inp);
+    free(L->expert_scale);
+    free(L->in_norm);
+    free(L->router_norm);
     free(L->owned);
     memset(L, 0, sizeof *L);
 }
