@@ -8,7 +8,8 @@
  *   test_tokenizer_spm.
  * - The tiny random Llama 2 fixture's 32,000-token vocabulary loads and tokenizes like Llama 2.
  * - One tokenizer shared by 4 threads encoding at once gives the same ids as one thread.
- * - Where the default, Tekken and DeepSeek-V3 pre-tokenizers cut (merges that only happen inside a piece).
+ * - Where the default, Tekken, DeepSeek-V3 and Kimi K2 pre-tokenizers cut (merges that only happen inside a
+ *   piece).
  * - Hand-built GGUF files: a minimal byte-level vocabulary with one merge, and broken tokenizer
  *   metadata (unknown model, mismatched arrays, missing merges) refused with an error. */
 #include <dirent.h>
@@ -369,29 +370,36 @@ static void check_pre_splits(const char *tmp) {
     char path[4200];
     snprintf(path, sizeof path, "%s/tok_presplit.gguf", tmp ? tmp : ".");
     char texts[256][3];
-    const char *ptrs[260];
-    size_t lens[260];
+    const char *ptrs[264];
+    size_t lens[264];
     size_t n = byte_alphabet(texts, ptrs, lens);
-    const char *extra[] = {"oW", "12", "34", ".H"}; /* ids 256..259 */
-    for (int i = 0; i < 4; i++) ptrs[n] = extra[i], lens[n++] = 2;
-    const char *merges[] = {"o W", "1 2", "3 4", ". H"};
+    /* ids 256..262; "\xc3\xa6\xc4\xb8\xc4\xa9" is U+6587 (a Han character, bytes e6 96 87) in the byte alphabet */
+    const char *extra[] = {"oW", "12", "34", ".H", "\xc3\xa6\xc4\xb8\xc4\xa9" "a", "\xc3\xa6\xc4\xb8",
+                           "\xc3\xa6\xc4\xb8\xc4\xa9"};
+    for (int i = 0; i < 7; i++) ptrs[n] = extra[i], lens[n++] = strlen(extra[i]);
+    /* the Han character's bytes merge first (ids 261, 262), then with a letter after it (260) */
+    const char *merges[] = {"\xc3\xa6 \xc4\xb8", "\xc3\xa6\xc4\xb8 \xc4\xa9", "o W", "1 2", "3 4", ". H",
+                            "\xc3\xa6\xc4\xb8\xc4\xa9 a"};
     static const struct {
         const char *pre;
-        int32_t hello_world_has_oW, digits[4], n_digits, dot_word_first;
+        int32_t hello_world_has_oW, digits[4], n_digits, dot_word_first, han_joins_word;
     } cases[] = {
         /* gpt-2 style words, digits in threes after \p{N}+, punctuation alone */
-        {"default", 1, {256, 51, 52}, 3, '.'},
+        {"default", 1, {256, 51, 52}, 3, '.', 1},
         /* Tekken: a cut before each upper-case run, every digit alone, punctuation joins the next word */
-        {"tekken", 0, {49, 50, 51, 52}, 4, 259},
-        /* DeepSeek-V3: letters of any case together, digits in threes, ASCII punctuation joins a word */
-        {"deepseek-v3", 1, {256, 51, 52}, 3, 259},
+        {"tekken", 0, {49, 50, 51, 52}, 4, 259, 1},
+        /* DeepSeek-V3: letters of any case together, digits in threes, ASCII punctuation joins a word, CJK
+         * runs cut out first */
+        {"deepseek-v3", 1, {256, 51, 52}, 3, 259, 0},
+        /* Kimi K2: o200k's cuts (a case change cuts), digits in threes, Han runs on their own */
+        {"kimi-k2", 0, {256, 51, 52}, 3, 259, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         gbuf kv = {0};
         kv_str(&kv, "tokenizer.ggml.model", "gpt2");
         kv_str(&kv, "tokenizer.ggml.pre", cases[c].pre);
         kv_str_array(&kv, "tokenizer.ggml.tokens", ptrs, lens, n);
-        kv_str_array(&kv, "tokenizer.ggml.merges", merges, NULL, 4);
+        kv_str_array(&kv, "tokenizer.ggml.merges", merges, NULL, 7);
         CHECK(write_gguf(path, &kv, 4) == 0);
         free(kv.p);
         pith_tokenizer *t = NULL;
@@ -414,7 +422,12 @@ static void check_pre_splits(const char *tmp) {
         CHECKF(m > 0 && ids[0] == cases[c].dot_word_first, "%s: .Hello starts with id %d", cases[c].pre,
                m > 0 ? ids[0] : -1);
         free(ids);
-        const char *mixed = "Ministral 3 und DeepSeek-V3: 12345 ÉtéÀ\n";
+        CHECK(pith_tokenizer_encode(t, "\xe6\x96\x87" "a", 4, 0, &ids, &m, &err) == 0);
+        bool joined = m == 1 && ids[0] == 260;
+        CHECKF(joined == (cases[c].han_joins_word != 0), "%s: a Han character %s the letter after it (%d ids)",
+               cases[c].pre, joined ? "joins" : "stays apart from", m);
+        free(ids);
+        const char *mixed = "Ministral 3 und DeepSeek-V3: 12345 ÉtéÀ 中文abc\n";
         tt_encode_decode_ok(t, mixed, strlen(mixed), false);
         pith_tokenizer_free(t);
     }

@@ -347,6 +347,21 @@ static const char *const PRE_TEKKEN[] = {
     NULL,
 };
 
+/* Kimi K2 (tokenization_kimi.py's pat_str): o200k's splits with Han runs cut out on their own and never
+ * joined to other letters. Its classes [X&&[^\p{Han}]] are written (?:(?!\p{Han})[X]) here: PCRE2 has no
+ * class intersection. */
+#define KIMI_NOT_HAN(cls) "(?:(?!\\p{Han})[" cls "])"
+static const char *const PRE_KIMI_K2[] = {
+    "[\\p{Han}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?" KIMI_NOT_HAN("\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}") "*" KIMI_NOT_HAN(
+        "\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}") "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?" KIMI_NOT_HAN("\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}") "+" KIMI_NOT_HAN(
+        "\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}") "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+#undef KIMI_NOT_HAN
+
 typedef struct pre_entry {
     const char *name;
     const char *const *regexes;
@@ -366,7 +381,8 @@ static const pre_entry PRE_TABLE[] = {
     {"deepseek-llm", PRE_DEEPSEEK_LLM, false},
     {"deepseek-coder", PRE_DEEPSEEK_CODER, false},
     {"deepseek-v3", PRE_DEEPSEEK3, false},
-    {"tekken", PRE_TEKKEN, true}, /* whole pieces found in the vocabulary first, as tiktoken and llama.cpp do */
+    {"tekken", PRE_TEKKEN, true},
+    {"kimi-k2", PRE_KIMI_K2, false}, /* whole pieces found in the vocabulary first, as tiktoken and llama.cpp do */
     {"falcon", PRE_FALCON, false},
     {"mpt", PRE_GPT2, false},
     {"gpt-2", PRE_GPT2, false},
