@@ -15,8 +15,12 @@
  *                                                         it, else the decoder's output (vLLM's
  *                                                         SharedHead; embed: nextn.embed_tokens, else
  *                                                         token_embd)
- * Drafting k tokens chains it: the next step pairs the drafted token with g = shared_head_norm(u) in
- * place of h, as vLLM and Qwen3.5's head (qwen35_mtp.c, whose design this file follows) do.
+ * Drafting k tokens chains it: the next step pairs the drafted token with the layer's output u in place
+ * of h. That is u before shared_head_norm, as vLLM's Glm4MoeMultiTokenPredictorLayer.forward returns it
+ * (residual + hidden_states; SharedHead's norm applies only on the way to the logits) and as
+ * transformers' forward_mtp hands it from one MTP layer to the next; Qwen3.5's head (qwen35_mtp.c, whose
+ * design this file otherwise follows) chains the normed state instead, as qwen3_next_mtp.py does. The
+ * decoder's h is its final-normed hidden state (the model's last_hidden_state) in both.
  *
  * Where its memory lives: the head's K/V for the pair (x_p, h_{p-1}) sits at position p of the FULL
  * group as that group's last layer, written by every forward from the batch's own hidden states (so
@@ -217,7 +221,9 @@ int glm4moe_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_
     pith_dec_bufs hb = m->bufs; /* the head's residual is u */
     hb.x = t->u;
     for (int step = 0; step < n_steps; step++) {
-        if (head_input(m, t->h, step, n, err)) return -1;
+        /* step 0 reads the slot's hidden state; a later step the last step's output u (read before
+         * eh_proj overwrites it) */
+        if (head_input(m, t->u, step, n, err)) return -1;
         pith_be_rmsnorm(d->be, t->u, L->attn_norm, hp->norm_eps, t->h, n);
         const pith_be_mm qkv[] = {{A->wq, hb.q, false}, {A->wk, hb.k, false}, {A->wv, hb.v, false}};
         if (pith_be_matmul(d->be, t->h, qkv, 3, n, err)) return -1;
@@ -235,7 +241,7 @@ int glm4moe_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_
         if (pith_attn_block_out(d, A, &hb, NULL, n, err)) return -1;
         pith_be_rmsnorm(d->be, t->u, L->ffn_norm, hp->norm_eps, hb.xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, &hb, hb.xb, NULL, n, err)) return -1;
-        /* g = shared_head_norm(u): the next step's hidden state and the logits' input */
+        /* shared_head_norm(u): the logits' input (u itself is the next step's hidden state) */
         pith_be_rmsnorm(d->be, t->u, t->out_norm, hp->norm_eps, t->h, n);
         const pith_be_mtp_logits_args lg = {t->h, t->output, step};
         if (pith_be_mtp_logits(d->be, &lg, n, err)) return -1;
