@@ -16,8 +16,10 @@ F32), in chunks of 7 tokens (the head's last hidden state carried across batches
 and its K/V across chunks) and in one chunk, then drafts 6 tokens for all of them in one mtp_draft call.
 Every row (the decoder's last logits row and each draft step's) must match the reference within the
 float tolerance 1e-4; each case prints its measured max error. Models: test-glm4moe (Q/K/V biases, no
-QK norm) as GGUF and safetensors F32, and test-glm4moe-qk with an MTP layer (QK norms, expert groups) as
-GGUF F32; the prompt of 70 tokens is longer than every chunk.
+QK norm) as GGUF and safetensors F32, test-glm4moe-qk with an MTP layer (QK norms, expert groups) as
+GGUF F32, and test-glm4moe whose MTP layer has its own embedding and vocabulary head (nextn.embed_tokens,
+nextn.shared_head_head; Hugging Face embed_tokens, shared_head.head) in both formats; the prompt of 70
+tokens is longer than every chunk.
 
 The test checks its own power: the hidden-state input, the embedding input, the head's attention over
 earlier positions and its experts each move the reference's draft logits by far more than the tolerance,
@@ -79,16 +81,17 @@ def head_block(cfg, weights, u, skip=None):
     return glm_by_hand(c1, renamed(w, cfg.experts, m), list(range(u.shape[0])), raw=True)
 
 
-def mtp_logits(cfg, weights, seq, steps, chain_normed=False, zero=None, skip=None):
+def mtp_logits(cfg, weights, seq, steps, chain_normed=False, zero=None, skip=None, shared_only=False):
     """The head's draft logits [steps, vocab] after seq = x_0..x_n (prefill x_0..x_{n-1}, draft from x_n):
     pairs (x_{i+1}, h_i) for i < n, then each step's (drafted token, u') pair; each step's argmax is its
-    draft. chain_normed: chain shared_head_norm(u') instead (Qwen3.5's choice, for the power check)."""
+    draft. chain_normed: chain shared_head_norm(u') instead (Qwen3.5's choice, for the power check);
+    shared_only: the decoder's embedding and head even where the layer has its own (the power check)."""
     w = weights[0]
     L = cfg.layers
     h = decoder_hidden(cfg, weights, seq[:-1])                       # h_0..h_{n-1}
-    emb = w(f"blk.{L}.nextn.embed_tokens.weight")
+    emb = None if shared_only else w(f"blk.{L}.nextn.embed_tokens.weight")
     emb = w("token_embd.weight") if emb is None else emb
-    head = w(f"blk.{L}.nextn.shared_head_head.weight")
+    head = None if shared_only else w(f"blk.{L}.nextn.shared_head_head.weight")
     if head is None:
         head = w("output.weight") if w("output.weight") is not None else w("token_embd.weight")
     enorm, hnorm = w(f"blk.{L}.nextn.enorm.weight"), w(f"blk.{L}.nextn.hnorm.weight")
@@ -131,6 +134,8 @@ def check_power(cfg, weights, toks):
              ("the head's attention", dict(skip=lambda n: n == f"blk.{L}.attn_output.weight")),
              ("the head's routed experts", dict(skip=lambda n: "ffn_down." in n and "shexp" not in n)),
              ("chaining u' (vs shared_head_norm(u'))", dict(chain_normed=True)))
+    if cfg.mtp_own:
+        cases += (("the layer's own embedding and head", dict(shared_only=True)),)
     for what, kw in cases:
         moved = float(np.abs(mtp_logits(cfg, weights, toks, 3, **kw).numpy() - base).max())
         print(f"  {what}: moves the reference's draft logits by up to {moved:.2f}")
@@ -145,10 +150,12 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="glm-mtp-", dir=os.environ.get("PITH_TEST_TMP"))
     worst = 0.0
-    cases = (("test-glm4moe", "gguf"), ("test-glm4moe", "safetensors"), ("test-glm4moe-qk", "gguf"))
-    for preset, fmt in cases:
-        cfg = mkmodel.build_config(preset, mtp=1)
-        path = os.path.join(tmp, f"{preset}.gguf" if fmt == "gguf" else f"{preset}-st")
+    cases = (("test-glm4moe", "gguf", False), ("test-glm4moe", "safetensors", False), ("test-glm4moe-qk", "gguf", False),
+             ("test-glm4moe", "gguf", True), ("test-glm4moe", "safetensors", True))
+    for preset, fmt, own in cases:
+        cfg = GLM.Config(**dict(mkmodel.build_config(preset, mtp=1).as_dict(), mtp_own=own))
+        preset += " (own embedding and head)" if own else ""
+        path = os.path.join(tmp, f"{preset.split()[0]}{'-own' if own else ''}" + (".gguf" if fmt == "gguf" else "-st"))
         if fmt == "gguf":
             mkmodel.write_gguf(cfg, path, "F32", seed=3)
         else:

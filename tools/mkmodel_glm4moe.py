@@ -64,7 +64,7 @@ PRESETS = {
 FIELDS = ("arch", "dim", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "theta", "ctx", "eps",
           "experts", "experts_used", "expert_ffn", "shared", "dense_leading", "n_group", "topk_group",
           "routed_scale", "norm_topk", "partial_rotary", "qk_norm", "qkv_bias", "nextn", "tied", "mtp_copy",
-          "damp")
+          "damp", "mtp_own")
 # mkmodel.py's options that mean the same here (mtp: the MTP layers).
 OVERRIDES = {"dim", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "theta", "ctx", "eps", "experts",
              "experts_used", "expert_ffn", "qk_norm", "qkv_bias", "tied", "mtp", "mtp_copy"}
@@ -74,7 +74,7 @@ class Config:
     """A glm4moe model's settings (attribute names as mkmodel.Config's where they mean the same)."""
 
     def __init__(self, **kw):
-        defaults = dict(PRESETS["test-glm4moe"], tied=False, mtp_copy=False, damp=0)
+        defaults = dict(PRESETS["test-glm4moe"], tied=False, mtp_copy=False, damp=0, mtp_own=False)
         for k in FIELDS:
             setattr(self, k, kw.get(k, defaults[k]))
         # what mkmodel.py's shared code reads of a config
@@ -131,6 +131,10 @@ def tensor_specs(cfg):
                       (b + "nextn.hnorm.weight", h + "hnorm.weight", (cfg.dim,), "ones" if copy else "norm"),
                       (b + "nextn.shared_head_norm.weight", h + "shared_head.norm.weight", (cfg.dim,),
                        "ones" if copy else "norm")]
+            if cfg.mtp_own:   # the layer's own embedding and vocabulary head (llama.cpp: optional)
+                specs += [(b + "nextn.embed_tokens.weight", h + "embed_tokens.weight", (cfg.vocab, cfg.dim), "embed"),
+                          (b + "nextn.shared_head_head.weight", h + "shared_head.head.weight", (cfg.vocab, cfg.dim),
+                           "matrix")]
         specs += [
             (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "norm"),
             (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
