@@ -30,8 +30,17 @@
  * next forward's first token and the draft pair with it). GLM has no recurrent layer, so the model
  * declares a RECURRENT group of no layer whose whole state is that row (dim floats): the engine's slots
  * then carry it through preemption (a snapshot), prefix-cache hits (the checkpoints mtp_save writes,
- * state_checkpoints) and forks exactly as they carry Qwen3.5's, with no new mechanism. A model loaded
- * without the head keeps the plain FULL group it always had.
+ * state_checkpoints) and forks exactly as they carry Qwen3.5's, with no new mechanism (src/core/memory.c
+ * only lets a RECURRENT group name no layer). The alternatives were worse: a row kept by the model
+ * itself would need engine hooks for preemption, prefix hits, forks and rollback, which the slot already
+ * has; the row stored beside the head's K/V in the pool would be rounded to the KV type and tie a
+ * per-sequence value to a position. The price: with the head loaded the engine treats the model as one
+ * with recurrent state, so its prefix cache is served from state snapshots (dim floats each) at the
+ * snapshot points. A model loaded without the head keeps the plain FULL group it always had.
+ *
+ * A forward with the head computes, after the decoder, every token's head input and the head layer's
+ * Q/K/V through the layer library (the query is left unused: the op makes all three), so no row is
+ * dropped before the last layer's FFN.
  *
  * On the backend the head reuses Qwen3.5's ops (backend.h): mtp_input, mtp_save, set_draft, mtp_logits
  * as they are, and mtp_attention with `plain` (a query without gate, optional QK norms, partial RoPE).
