@@ -210,6 +210,14 @@ static void gguf_cases(void) {
             CHECKF(fabs(P->kq_mscale2 - ms * ms) < 1e-6 && m->hp.rope_yarn_mscale == 1.0f, "yarn %g", P->kq_mscale2);
         }
         pith_model_free(m);
+        if (forms[i] != &mtp) continue;
+        /* the MTP layer as a draft source: not run for deepseek2 (GLM-4.5's is, glm4moe_mtp.c) */
+        pith_model_options with_head = o;
+        with_head.mtp = true;
+        m = NULL;
+        CHECKF(pith_model_load(path, &with_head, &m, &err) != 0 && strstr(err.msg, "cannot run the MTP layers"),
+               "deepseek2 with its MTP head: %s", m ? "loaded" : err.msg);
+        pith_model_free(m);
     }
     /* refusals */
     refused("no kv_lora_rank", &(variant){.skip_key = "attention.kv_lora_rank"}, false, "kv_lora_rank");
@@ -329,9 +337,14 @@ static void hf_cases(void) {
               hp->expert_shared_ffn_dim == 2 * EFFN && hp->expert_groups == 2 && hp->expert_dense_leading == 1);
         CHECKF(fabs(P->kq_mscale2 - ms * ms) < 1e-6 && fabs(hp->rope_yarn_mscale - 1.0f) < 1e-6, "%g %g",
                P->kq_mscale2, hp->rope_yarn_mscale);
-        CHECK(m->mem.groups[0].k_dim == RANK + ROPE && m->mem.groups[0].v_dim == 0);
+        CHECK(m->mem.groups[0].k_dim == RANK + ROPE && m->mem.groups[0].v_dim == 0 && hp->n_mtp_layers == 1);
         pith_model_free(m);
     }
+    pith_model_options with_head = {.n_threads = 1, .mtp = true};
+    m = NULL;
+    CHECKF(pith_model_load(dir, &with_head, &m, &err) != 0 && strstr(err.msg, "cannot run the MTP layers"),
+           "deepseek2 (safetensors) with its MTP head: %s", m ? "loaded" : err.msg);
+    pith_model_free(m);
     dir = write_hf("ds2-hf-lite", "\"rope_interleave\": false, \"norm_topk_prob\": false, ", false, false);
     CHECKF(pith_model_load(dir, &o, &m, &err) == 0, "%s", err.msg);
     if (m) {

@@ -168,14 +168,16 @@ def route_by_hand(cfg, logits, bias):
 
 
 def glm_by_hand(cfg, weights, tokens, kv_f16=False, no_bias=False, full_rotary=False, no_shared=False,
-                skip_dense=False, scale=None, no_groups=False, no_qk_norm=False, probe=None, act_q8=False):
+                skip_dense=False, scale=None, no_groups=False, no_qk_norm=False, probe=None, act_q8=False,
+                raw=False):
     """GLM-4.5 MoE in torch float64 (modeling_glm4_moe.py): per layer, h = x + o_proj(attention of
     q, k, v = proj(input_layernorm(x)) (+ biases), per-head q_norm / k_norm where present, partial RoPE),
     y = h + mlp(post_attention_layernorm(h)) with mlp a SwiGLU in the first first_k_dense_replace layers,
     else the routed experts plus the shared experts; then norm and lm_head. The keyword switches turn one
     feature off (to show it matters); probe(layer, router input) sees what each router sees. act_q8
     rounds the input of every quantized matrix product to 8 bits per block as Pith's integer kernels do
-    (tools/reference.py's quantize_activations_q8; for estimating that error only)."""
+    (tools/reference.py's quantize_activations_q8; for estimating that error only). raw: the last
+    layer's output x instead (before the final norm; test_ref_glm4moe_mtp.py's MTP head reads it)."""
     w = weights[0]
 
     def aq(x, name):
@@ -226,6 +228,8 @@ def glm_by_hand(cfg, weights, tokens, kv_f16=False, no_bias=False, full_rotary=F
         if cfg.shared and not no_shared:
             y = y + mlp(h, b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight", b + "ffn_down_shexp.weight")
         x = x + y
+    if raw:
+        return x
     out = w("output.weight")
     return (rms(x, w("output_norm.weight"), cfg.eps) @ (w("token_embd.weight") if out is None else out).T).numpy()
 

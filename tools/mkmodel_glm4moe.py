@@ -39,6 +39,16 @@ PRESETS = {
                             vocab=512, theta=1e6, ctx=4096, eps=1e-5, experts=8, experts_used=3, expert_ffn=64,
                             shared=2, dense_leading=2, n_group=4, topk_group=2, routed_scale=1.5,
                             norm_topk=False, partial_rotary=0.5, qk_norm=True, qkv_bias=True, nextn=0),
+    # The MTP head as a draft source that the model accepts (tests/test_engine_glm4moe_mtp.c): QK norms,
+    # tied embeddings, the decoder's attention and FFN outputs damped by 0.2 (so that greedy decoding
+    # falls into repeating a token) and a copying head (mtp_copy: eh_proj [0 | I], unit hnorm and
+    # shared_head_norm, zero attention output and FFN down projections), whose draft is the token just
+    # sampled: taken in full while the model repeats, in part or not at all before.
+    "test-glm4moe-mtp-copy": dict(arch="glm4moe", dim=256, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=256,
+                                  vocab=512, theta=1e6, ctx=4096, eps=1e-5, experts=8, experts_used=2,
+                                  expert_ffn=64, shared=1, dense_leading=1, n_group=1, topk_group=1,
+                                  routed_scale=2.5, norm_topk=True, partial_rotary=0.5, qk_norm=True,
+                                  qkv_bias=True, nextn=1, tied=True, mtp_copy=True, damp=0.2),
     # GLM-4.5-Air's real widths (its config.json, as a published conversion script copies it: hidden 4096,
     # 96 heads of 128, 8 KV heads, partial_rotary_factor 0.5, 128 experts of 1408, 8 per token, one shared
     # expert, first_k_dense_replace 1, intermediate 10944, vocab 151552, routed_scaling_factor 1.0,
@@ -53,17 +63,18 @@ PRESETS = {
 
 FIELDS = ("arch", "dim", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "theta", "ctx", "eps",
           "experts", "experts_used", "expert_ffn", "shared", "dense_leading", "n_group", "topk_group",
-          "routed_scale", "norm_topk", "partial_rotary", "qk_norm", "qkv_bias", "nextn", "tied")
+          "routed_scale", "norm_topk", "partial_rotary", "qk_norm", "qkv_bias", "nextn", "tied", "mtp_copy",
+          "damp", "mtp_own")
 # mkmodel.py's options that mean the same here (mtp: the MTP layers).
 OVERRIDES = {"dim", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "theta", "ctx", "eps", "experts",
-             "experts_used", "expert_ffn", "qk_norm", "qkv_bias", "tied", "mtp"}
+             "experts_used", "expert_ffn", "qk_norm", "qkv_bias", "tied", "mtp", "mtp_copy"}
 
 
 class Config:
     """A glm4moe model's settings (attribute names as mkmodel.Config's where they mean the same)."""
 
     def __init__(self, **kw):
-        defaults = dict(PRESETS["test-glm4moe"], tied=False)
+        defaults = dict(PRESETS["test-glm4moe"], tied=False, mtp_copy=False, damp=0, mtp_own=False)
         for k in FIELDS:
             setattr(self, k, kw.get(k, defaults[k]))
         # what mkmodel.py's shared code reads of a config
@@ -80,6 +91,8 @@ class Config:
             raise ValueError("glm4moe: groups must divide the experts and leave experts_used of them open")
         if self.nextn < 0 or self.shared < 0:
             raise ValueError("glm4moe: negative MTP layers or shared experts")
+        if self.mtp_copy and self.nextn != 1:
+            raise ValueError("glm4moe: --mtp-copy needs one MTP layer")
 
     def as_dict(self):
         return {k: getattr(self, k) for k in FIELDS}
@@ -108,11 +121,20 @@ def tensor_specs(cfg):
               "tied_embed" if cfg.tied else "embed")]
     for i in range(cfg.layers + cfg.nextn):
         b, h = f"blk.{i}.", f"model.layers.{i}."
+        # the block's output projections: zero in a copying head, damped in the decoder when asked
+        copy = cfg.mtp_copy and i >= cfg.layers
+        out = "zero" if copy else f"damped:{cfg.damp}" if cfg.damp and i < cfg.layers else "matrix"
         if i >= cfg.layers:   # the MTP layer's own tensors, before its decoder block (as llama.cpp's)
-            specs += [(b + "nextn.eh_proj.weight", h + "eh_proj.weight", (cfg.dim, 2 * cfg.dim), "matrix"),
+            specs += [(b + "nextn.eh_proj.weight", h + "eh_proj.weight", (cfg.dim, 2 * cfg.dim),
+                       "copy_hidden" if copy else "matrix"),
                       (b + "nextn.enorm.weight", h + "enorm.weight", (cfg.dim,), "norm"),
-                      (b + "nextn.hnorm.weight", h + "hnorm.weight", (cfg.dim,), "norm"),
-                      (b + "nextn.shared_head_norm.weight", h + "shared_head.norm.weight", (cfg.dim,), "norm")]
+                      (b + "nextn.hnorm.weight", h + "hnorm.weight", (cfg.dim,), "ones" if copy else "norm"),
+                      (b + "nextn.shared_head_norm.weight", h + "shared_head.norm.weight", (cfg.dim,),
+                       "ones" if copy else "norm")]
+            if cfg.mtp_own:   # the layer's own embedding and vocabulary head (llama.cpp: optional)
+                specs += [(b + "nextn.embed_tokens.weight", h + "embed_tokens.weight", (cfg.vocab, cfg.dim), "embed"),
+                          (b + "nextn.shared_head_head.weight", h + "shared_head.head.weight", (cfg.vocab, cfg.dim),
+                           "matrix")]
         specs += [
             (b + "attn_norm.weight", h + "input_layernorm.weight", (cfg.dim,), "norm"),
             (b + "attn_q.weight", h + "self_attn.q_proj.weight", (q_dim, cfg.dim), "matrix"),
@@ -127,26 +149,26 @@ def tensor_specs(cfg):
             specs += [(b + "attn_q_norm.weight", h + "self_attn.q_norm.weight", (cfg.head_dim,), "norm"),
                       (b + "attn_k_norm.weight", h + "self_attn.k_norm.weight", (cfg.head_dim,), "norm")]
         specs += [
-            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), "matrix"),
+            (b + "attn_output.weight", h + "self_attn.o_proj.weight", (cfg.dim, q_dim), out),
             (b + "post_attention_norm.weight", h + "post_attention_layernorm.weight", (cfg.dim,), "norm"),
         ]
         if i < cfg.dense_leading:
             specs += [(b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
                       (b + "ffn_up.weight", h + "mlp.up_proj.weight", (cfg.ffn, cfg.dim), "matrix"),
-                      (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), "matrix")]
+                      (b + "ffn_down.weight", h + "mlp.down_proj.weight", (cfg.dim, cfg.ffn), out)]
             continue
         specs += [(b + "ffn_gate_inp.weight", h + "mlp.gate.weight", (cfg.experts, cfg.dim), "glm_router"),
                   (b + "exp_probs_b.bias", h + "mlp.gate.e_score_correction_bias", (cfg.experts,), "select_bias")]
         for kind, shape in (("gate", (cfg.expert_ffn, cfg.dim)), ("up", (cfg.expert_ffn, cfg.dim)),
                             ("down", (cfg.dim, cfg.expert_ffn))):
-            specs += [(f"{b}ffn_{kind}.{e}.weight", f"{h}mlp.experts.{e}.{kind}_proj.weight", shape, "matrix")
-                      for e in range(cfg.experts)]
+            specs += [(f"{b}ffn_{kind}.{e}.weight", f"{h}mlp.experts.{e}.{kind}_proj.weight", shape,
+                       out if kind == "down" else "matrix") for e in range(cfg.experts)]
         if cfg.shared:
             sh = cfg.shared * cfg.expert_ffn
             specs += [(b + "ffn_gate_shexp.weight", h + "mlp.shared_experts.gate_proj.weight", (sh, cfg.dim), "matrix"),
                       (b + "ffn_up_shexp.weight", h + "mlp.shared_experts.up_proj.weight", (sh, cfg.dim), "matrix"),
                       (b + "ffn_down_shexp.weight", h + "mlp.shared_experts.down_proj.weight", (cfg.dim, sh),
-                       "matrix")]
+                       out)]
     specs.append(("output_norm.weight", "model.norm.weight", (cfg.dim,), "norm"))
     if not cfg.tied:
         specs.append(("output.weight", "lm_head.weight", (cfg.vocab, cfg.dim), "matrix"))
@@ -159,6 +181,10 @@ def random_tensor(M, seed, name, shape, kind):
         return M.random_tensor(seed, name, shape, "matrix")
     if kind == "select_bias":
         return np.abs(M.random_tensor(seed, name, shape, "bias")) * np.float32(1.5)
+    if kind == "ones":   # a norm that changes nothing (the copying MTP head's)
+        return np.ones(shape, dtype=np.float32)
+    if kind.startswith("damped:"):   # a random matrix times the factor after the colon
+        return M.random_tensor(seed, name, shape, "matrix") * np.float32(float(kind.split(":")[1]))
     return M.random_tensor(seed, name, shape, kind)
 
 

@@ -297,7 +297,9 @@ typedef struct pith_be_mtp_save_args {
  * its query heads out of qg (RMS-normed by q_norm into q) and its K heads (normed by k_norm in place),
  * rotated at p + step by rope; K and V kept as the draft position's; then each query head attends over
  * the head's K/V of positions 1..p-1 (layer layer_index of KV group `group`) and of the draft positions
- * p..p+step, times sigmoid(gate), into out. */
+ * p..p+step, times sigmoid(gate), into out. plain (GLM-4.5's head, model/glm4moe_mtp.c): qg holds plain
+ * query rows (n_heads x head_dim, no gate; q may be qg), q_norm and k_norm may be NULL (no norm), RoPE
+ * covers the first 2 * rope->half dimensions of each head, and the output is not gated. */
 typedef struct pith_be_mtp_attn_args {
     const pith_buf *qg;
     pith_buf *q, *k;
@@ -308,6 +310,7 @@ typedef struct pith_be_mtp_attn_args {
     const pith_rope *rope;
     int step;
     int group, layer_index;
+    bool plain;
 } pith_be_mtp_attn_args;
 
 /* A draft step's end: the vocabulary projection of x's rows (one per sequence), each row's argmax the

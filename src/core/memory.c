@@ -17,8 +17,8 @@ const char *pith_mem_kind_name(pith_mem_kind k) {
 static bool kv_type_ok(pith_dtype t) { return pith_kv_bytes(t, 32) != 0; }
 
 size_t pith_mem_unit_bytes(const pith_mem_group *g, pith_dtype type, int block_size) {
+    if (g->kind == PITH_MEM_RECURRENT) return g->state_bytes; /* a group of no layer has its state too */
     if (g->n_layers <= 0) return 0;
-    if (g->kind == PITH_MEM_RECURRENT) return g->state_bytes;
     if (block_size <= 0 || g->k_dim < 0 || g->v_dim < 0 || !kv_type_ok(type)) return 0;
     if (type == PITH_Q8_0 && (g->k_dim % 32 || g->v_dim % 32)) return 0;
     size_t row = pith_kv_bytes(type, (size_t)g->k_dim) + pith_kv_bytes(type, (size_t)g->v_dim);
@@ -35,7 +35,10 @@ int pith_mem_spec_check(const pith_mem_spec *s, int n_layers, pith_err *err) {
         const pith_mem_group *g = &s->groups[gi];
         if (g->kind != PITH_MEM_FULL && g->kind != PITH_MEM_WINDOW && g->kind != PITH_MEM_RECURRENT)
             return pith_errf(err, "memory group %d: unknown kind %d", gi, (int)g->kind);
-        if (g->n_layers < 1 || g->n_layers > n_layers || !g->layers)
+        /* a RECURRENT group may name no layer: a state of the sequence alone (glm4moe_mtp.c's last
+         * hidden state) that snapshots, checkpoints and forks carry like a layer's */
+        int least = g->kind == PITH_MEM_RECURRENT ? 0 : 1;
+        if (g->n_layers < least || g->n_layers > n_layers || (g->n_layers > 0 && !g->layers))
             return pith_errf(err, "memory group %d: %d layers (the model has %d)", gi, g->n_layers, n_layers);
         for (int i = 0; i < g->n_layers; i++) {
             int l = g->layers[i];

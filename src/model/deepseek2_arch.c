@@ -35,7 +35,8 @@
  *     GLM-4.5's sigmoid router) reads as V3 with its config class's defaults (routed_scaling_factor 1.8,
  *     norm_topk_prob true) and its dense layers from mlp_layer_types ("dense" entries, which must lead);
  *   - the multi-token-prediction layers (num_nextn_predict_layers; GGUF nextn_predict_layers, counted in
- *     block_count) are not run: their tensors are left unread.
+ *     block_count) are not run: their tensors are left unread, and loading with the mtp option is refused
+ *     (pith_model_load: the architecture cannot run them; GLM-4.5's can, glm4moe_mtp.c).
  * Pith's hp.head_dim is v_head_dim and hp.n_kv_heads 1 (the one latent "head"), so that attn_output is
  * PITH_D_Q wide; the MLA widths are in pith_deepseek2_params. */
 #include <cjson/cJSON.h>
@@ -121,6 +122,7 @@ static int ds2_read_gguf(const pith_meta *m, pith_hparams *hp) {
     if (nextn < 0 || nextn >= hp->n_layers)
         return pith_errf(m->err, "%s: %s.nextn_predict_layers %d of %d blocks", m->path, m->arch, nextn, hp->n_layers);
     hp->n_layers -= nextn; /* the MTP layers are not run */
+    hp->n_mtp_layers = nextn; /* so that the mtp option is refused as unsupported, not as absent */
     P->kq_mscale2 = 1;
     if (hp->rope_yarn_factor > 0) {
         if (!(isfinite(log_mul) && isfinite(attn) && attn > 0))
@@ -181,8 +183,11 @@ static int ds2_read_hf(const pith_meta *m, pith_hparams *hp) {
         pith_meta_int(m, "n_group", false, &hp->expert_groups) ||
         pith_meta_int(m, "topk_group", false, &hp->expert_groups_used) ||
         pith_meta_str(m, "scoring_func", scoring, sizeof scoring) ||
-        pith_meta_str(m, "topk_method", method, sizeof method) || pith_meta_bool(m, "rope_interleave", &interleave))
+        pith_meta_str(m, "topk_method", method, sizeof method) || pith_meta_bool(m, "rope_interleave", &interleave) ||
+        pith_meta_int(m, "num_nextn_predict_layers", false, &hp->n_mtp_layers))
         return -1;
+    if (hp->n_mtp_layers < 0 || hp->n_mtp_layers > 64)
+        return pith_errf(m->err, "%s: \"num_nextn_predict_layers\" is %d, expected 0..64", m->path, hp->n_mtp_layers);
     if (glm && glm_dense_layers(m, hp)) return -1;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m->json, "rope_scaling");
     if (cJSON_IsObject(rs)) {

@@ -13,31 +13,15 @@
  *                                             scaled weights; see glm4moe_arch.c)
  *   logits = lm_head(RMSNorm_out(x))
  *
- * The MTP layers the file may carry (blk.{n_layers}.*) are not run. */
+ * The MTP layer the file may carry (blk.{n_layers}.*) runs as a draft source for speculative decoding
+ * when the model loads with pith_model_options.mtp (glm4moe_mtp.c); else it is not read. */
 #include "model/glm4moe.h"
 
 #include <stdlib.h>
 
 #include "format/arch.h"
-#include "model/decoder.h"
-#include "model/layers.h"
+#include "model/glm4moe_internal.h"
 #include "model/moe_arch.h"
-#include "model/rope.h"
-
-typedef struct glm4moe_layer {
-    const pith_weight *attn_norm, *ffn_norm;
-    pith_attn_block attn;
-    pith_ffn_block ffn;
-} glm4moe_layer;
-
-typedef struct glm4moe {
-    pith_decoder d; /* first: the base decoder */
-    glm4moe_layer *layers;
-    const pith_weight *embd, *out_norm, *output;
-    pith_rope rope;
-    pith_dec_bufs bufs;
-    pith_buf *cs; /* the step's RoPE tables, rope_dim wide */
-} glm4moe;
 
 /* Hugging Face names of each expert's matrices after "model.layers.N." (GGUF: ffn_*_exps) */
 static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
@@ -47,6 +31,7 @@ static int full_attention(const pith_hparams *hp, int l) { return (void)hp, (voi
 
 static void glm4moe_free(pith_decoder *d) {
     glm4moe *m = (glm4moe *)d;
+    glm4moe_mtp_free(m);
     free(m->layers);
     pith_rope_free(&m->rope);
 }
@@ -66,7 +51,8 @@ static int glm4moe_forward(pith_model *base, const pith_batch *b, float *logits,
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->xb, m->cs, n, err)) return -1;
         pith_attn_block_attend(d, &L->attn, l, B, n);
-        if (l == hp->n_layers - 1) { /* only the rows that want logits or hidden states go on */
+        if (l == hp->n_layers - 1 && !m->mtp) { /* only the rows that want logits or hidden states go on;
+                                                  * the MTP head needs every token's */
             pith_buf *const keep[] = {B->att, B->x};
             if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
             pith_be_keep_rows(d->be, keep, 2);
@@ -75,10 +61,31 @@ static int glm4moe_forward(pith_model *base, const pith_batch *b, float *logits,
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, B, B->xb, NULL, n, err)) return -1;
     }
+    if (m->mtp) {
+        if (glm4moe_mtp_after_decoder(m, b, err)) return -1;
+        pith_buf *const keep[] = {B->x};
+        if (pith_decoder_n_kept(b) > 0) pith_be_keep_rows(d->be, keep, 1);
+    }
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);
 }
 
-static const pith_model_ops glm4moe_ops = PITH_DECODER_OPS(glm4moe_forward);
+static const pith_model_ops glm4moe_ops = {
+    .prepare = pith_decoder_prepare, .mem_alloc = pith_decoder_mem_alloc, .mem_free = pith_decoder_mem_free,
+    .copy_blocks = pith_decoder_copy_blocks, .forward = glm4moe_forward, .mtp_draft = glm4moe_mtp_draft,
+    .destroy = pith_decoder_destroy,
+};
+
+int glm4moe_load_layer(glm4moe *m, int l, glm4moe_layer *L, pith_err *err) {
+    pith_decoder *d = &m->d;
+    const pith_hparams *hp = &d->base.hp;
+    int rc = pith_decoder_vector(d, l, "attn_norm.weight", hp->dim, true, &L->attn_norm, err) ||
+             pith_decoder_vector(d, l, "post_attention_norm.weight", hp->dim, true, &L->ffn_norm, err) ||
+             pith_attn_block_load(d, l, PITH_QK_NORM_HEAD, &L->attn, err);
+    if (rc) return pith_err_prefix(err, "layer %d", l);
+    /* the experts' loader names the layer itself */
+    if (pith_moe_dense_layer(hp, l)) return pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err);
+    return pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err);
+}
 
 int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     *out = NULL;
@@ -96,21 +103,19 @@ int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pit
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     /* Progress: each layer loaded (its matrices repacked), then the experts placed. */
     for (int l = 0; !rc && l < hp->n_layers; l++) {
-        glm4moe_layer *L = &m->layers[l];
-        rc = pith_decoder_vector(d, l, "attn_norm.weight", hp->dim, true, &L->attn_norm, err) ||
-             pith_decoder_vector(d, l, "post_attention_norm.weight", hp->dim, true, &L->ffn_norm, err) ||
-             pith_attn_block_load(d, l, PITH_QK_NORM_HEAD, &L->attn, err);
-        if (rc) rc = pith_err_prefix(err, "layer %d", l);
-        else if (pith_moe_dense_layer(hp, l)) rc = pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err);
-        else rc = pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err);
+        rc = glm4moe_load_layer(m, l, &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);
     }
+    /* the head's layer has experts too: they are placed with the decoder's */
+    if (!rc && opt && opt->mtp) rc = glm4moe_mtp_load(m, err);
     if (!rc) rc = d->be->vt->moe_place(d->be, d->base.experts, sizeof d->base.experts, err);
     /* No scaling: GLM-4.5's configs have none, and none of the scaled forms is tested here. */
     if (!rc) rc = pith_rope_for(hp, file, n_rot, 0, &m->rope, path, err);
     if (!rc) rc = pith_dec_bufs_make(d, hp->expert_dense_leading > 0 ? hp->ffn_dim : 0, &m->bufs, err);
     if (!rc && !(m->cs = pith_be_buffer(d->be, n_rot, err))) rc = -1;
-    if (!rc) rc = pith_decoder_kv_memory(d, hp->n_kv_heads * hp->head_dim, full_attention, err);
+    if (!rc && !m->mtp) rc = pith_decoder_kv_memory(d, hp->n_kv_heads * hp->head_dim, full_attention, err);
+    if (!rc && m->mtp) rc = glm4moe_mtp_memory(m, hp->n_kv_heads * hp->head_dim, err);
+    d->base.has_mtp = m->mtp != NULL;
     if (!rc) pith_decoder_progress(d, 1, 1);
     return pith_decoder_end(d, rc, out, err);
 }

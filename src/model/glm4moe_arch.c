@@ -30,9 +30,9 @@
  *     Glm4MoeModel adds num_nextn_predict_layers) and {arch}.nextn_predict_layers says how many, so the
  *     decoder has block_count - nextn layers; config.json's num_hidden_layers does not count them and
  *     their tensors are model.layers.{num_hidden_layers}.* (transformers ignores them). Either way they
- *     land in blk.{n_layers}.* (eh_proj, enorm, hnorm, shared_head.* as llama.cpp's nextn.* names) and
- *     are accepted but not run: Pith does not draft with GLM's MTP layer (pith_model_load refuses the mtp
- *     option for it). */
+ *     land in blk.{n_layers}.* (eh_proj, enorm, hnorm, shared_head.* as llama.cpp's nextn.* names). They
+ *     are read only when the model loads with the mtp option, as a speculative draft source
+ *     (glm4moe_mtp.c, which checks the head's tensors itself: the schema covers the decoder's layers). */
 #include "model/glm4moe.h"
 
 #include <cjson/cJSON.h>

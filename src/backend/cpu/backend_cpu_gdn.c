@@ -148,12 +148,15 @@ void pith_cpu_be_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, 
 
 /* ---- gated attention ---- */
 
-/* n_heads heads of head_dim: x[h] = rope(rmsnorm(src[h * src_stride]) * norm); x may be src. */
+/* n_heads heads of head_dim: x[h] = rope(rmsnorm(src[h * src_stride]) * norm); x may be src; norm NULL:
+ * no norm (the plain MTP draft's heads without QK norms). */
 static void norm_rope(const pith_cpu_be *c, float *x, const float *src, size_t src_stride, int n_heads,
                       const pith_weight *norm, float eps, const float *cs, int half, pith_rope_style style) {
     int hd = c->shape.head_dim;
     for (int h = 0; h < n_heads; h++) {
-        pith_cpu_be_rmsnorm(x + h * hd, src + (size_t)h * src_stride, norm->vec, hd, eps);
+        if (norm) pith_cpu_be_rmsnorm(x + h * hd, src + (size_t)h * src_stride, norm->vec, hd, eps);
+        else if (x + h * hd != src + (size_t)h * src_stride)
+            memmove(x + h * hd, src + (size_t)h * src_stride, (size_t)hd * sizeof(float));
         if (cs) pith_cpu_be_rope(x + h * hd, cs, cs + half, half, style);
     }
 }
@@ -314,8 +317,8 @@ static void mtp_qk_row(row_job *j, int s, int ith) {
         cs[half + i] = (float)(sin(angle) * ms);
     }
     float *k = row_of(a->k, s);
-    norm_rope(c, row_of(a->q, s), row_of(a->qg, s), 2 * (size_t)hd, c->shape.n_heads, a->q_norm, a->eps, cs, half,
-              a->rope->style);
+    norm_rope(c, row_of(a->q, s), row_of(a->qg, s), (a->plain ? 1 : 2) * (size_t)hd, c->shape.n_heads, a->q_norm,
+              a->eps, cs, half, a->rope->style);
     norm_rope(c, k, k, (size_t)hd, c->shape.n_kv_heads, a->k_norm, a->eps, cs, half, a->rope->style);
     size_t at = ((size_t)s * PITH_BE_MTP_MAX_STEPS + (size_t)a->step) * kv_dim;
     memcpy(c->draft_k + at, k, (size_t)kv_dim * sizeof(float));
@@ -357,6 +360,10 @@ static void mtp_attention_unit(row_job *j, int u, int ith) {
         for (int e = 0; e < hd; e++) o[e] = o[e] * r + w * v[e];
         den = den * r + w;
         mx = nm;
+    }
+    if (a->plain) {
+        for (int e = 0; e < hd; e++) o[e] /= den;
+        return;
     }
     const float *gate = row_of(a->qg, s) + (size_t)h * 2 * hd + hd;
     for (int e = 0; e < hd; e++) o[e] = o[e] / den * sigmoidf(gate[e]);
