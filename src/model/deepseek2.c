@@ -25,7 +25,11 @@
  * at which the two forms' multiply-adds per query and context position, heads x (2 rank + rope) against
  * heads x (nope + rope + v) plus the expansion heads x (nope + v) x rank shared by the run, break even,
  * 2 (nope + v) rank / (2 rank - nope - v), and at least PITH_BE_MLA_CHUNK (DeepSeek-V2-Lite: 342 tokens;
- * never where 2 rank <= nope + v): PITH_MLA_EXPAND_MIN=auto. */
+ * never where 2 rank <= nope + v): PITH_MLA_EXPAND_MIN=auto.
+ *
+ * The multi-token-prediction layer, when the model loads with pith_model_options.mtp, is
+ * deepseek2_mtp.c's (the state both files share: deepseek2_internal.h); it runs after the decoder, so a
+ * model with it keeps every token's row through the last layer. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
