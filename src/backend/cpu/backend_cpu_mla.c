@@ -186,8 +186,8 @@ int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err
 /* ---- a draft step of DeepSeek's MTP head (backend.h: pith_be_mtp_mla_args) ----
  * The draft rows live in the draft memory set_draft made (draft_k: one row of rank + rope per sequence
  * and step, the model's attention shape being one KV head of that width); a scalar online softmax per
- * (sequence, head), as the other heads' draft attention (backend_cpu_gdn.c): a draft step has one query
- * per sequence. */
+ * sequence and head, as the other heads' draft attention (backend_cpu_gdn.c: a draft step has one query
+ * per sequence), the heads in groups that share each row's load. */
 
 /* Sequence s: the latent normed, k_pe and each q_pe rotated at p + step (angles in double, as the
  * step's tables), the row kept as the draft position's, q_pe into the absorbed query. */
@@ -215,22 +215,29 @@ static void mtp_mla_row(row_job *j, int s, int ith) {
     memcpy(c->draft_k + ((size_t)s * PITH_BE_MTP_MAX_STEPS + (size_t)m->step) * D, kv, (size_t)D * sizeof *kv);
 }
 
-/* Sequence u / n_heads, head u % n_heads: the absorbed query over positions 1..p-1 of the group's layer
- * and the draft rows p..p+step; the latent output (rank) into lat. */
+/* Heads per unit of the draft attention: each row of the cache is loaded (and dequantized) once for
+ * that many heads. */
+enum { MTP_MLA_HEADS = 8 };
+
+/* Sequence u / units, heads MTP_MLA_HEADS x (u % units) on (units = the heads' groups): each absorbed
+ * query over positions 1..p-1 of the group's layer and the draft rows p..p+step; the latent outputs
+ * (rank each) into lat. */
 static void mtp_mla_unit(row_job *j, int u, int ith) {
     (void)ith;
     const pith_be_mtp_mla_args *m = j->a;
     const pith_be_mla_args *a = m->mla;
     const pith_cpu_be *c = j->c;
     const pith_batch *b = c->step;
-    const int H = a->n_heads, R = a->rank, D = R + a->rope, s = u / H, h = u % H;
-    const float *q = row_of(a->qa, s) + (size_t)h * D;
-    float *o = row_of(a->lat, s) + (size_t)h * D;
+    const int H = a->n_heads, R = a->rank, D = R + a->rope, units = (H + MTP_MLA_HEADS - 1) / MTP_MLA_HEADS;
+    const int s = u / units, h0 = (u % units) * MTP_MLA_HEADS, nh = H - h0 < MTP_MLA_HEADS ? H - h0 : MTP_MLA_HEADS;
     const pith_kv_cache *kv = &c->kv.groups[a->group];
     const pith_batch_mem *bm = &b->mem[a->group];
     const float scale = c->shape.scale;
-    float krow[PITH_BE_MTP_MAX_HEAD_DIM], mx = -INFINITY, den = 0;
-    memset(o, 0, (size_t)R * sizeof *o);
+    float krow[PITH_BE_MTP_MAX_HEAD_DIM], mx[MTP_MLA_HEADS], den[MTP_MLA_HEADS];
+    for (int h = 0; h < nh; h++) {
+        memset(row_of(a->lat, s) + (size_t)(h0 + h) * D, 0, (size_t)R * sizeof(float));
+        mx[h] = -INFINITY, den[h] = 0;
+    }
     for (int p = 1, p0 = b->positions[s]; p <= p0 + m->step; p++) {
         const float *k = krow;
         if (p < p0) {
@@ -240,15 +247,22 @@ static void mtp_mla_unit(row_job *j, int u, int ith) {
         } else {
             k = c->draft_k + ((size_t)s * PITH_BE_MTP_MAX_STEPS + (size_t)(p - p0)) * D;
         }
-        float d = 0;
-        for (int e = 0; e < D; e++) d += q[e] * k[e];
-        d *= scale;
-        float nm = d > mx ? d : mx, r = expf(mx - nm), w = expf(d - nm);
-        for (int e = 0; e < R; e++) o[e] = o[e] * r + w * k[e];
-        den = den * r + w;
-        mx = nm;
+        for (int h = 0; h < nh; h++) {
+            const float *q = row_of(a->qa, s) + (size_t)(h0 + h) * D;
+            float *o = row_of(a->lat, s) + (size_t)(h0 + h) * D;
+            float d = 0;
+            for (int e = 0; e < D; e++) d += q[e] * k[e];
+            d *= scale;
+            float nm = d > mx[h] ? d : mx[h], r = expf(mx[h] - nm), w = expf(d - nm);
+            for (int e = 0; e < R; e++) o[e] = o[e] * r + w * k[e];
+            den[h] = den[h] * r + w;
+            mx[h] = nm;
+        }
     }
-    for (int e = 0; e < R; e++) o[e] /= den;
+    for (int h = 0; h < nh; h++) {
+        float *o = row_of(a->lat, s) + (size_t)(h0 + h) * D;
+        for (int e = 0; e < R; e++) o[e] /= den[h];
+    }
 }
 
 int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *m, int n, pith_err *err) {
@@ -265,6 +279,7 @@ int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *m, int n, 
     size_t ldq = (size_t)a->q->cols, lda = (size_t)a->qa->cols, ldl = (size_t)a->lat->cols, ldo = (size_t)a->out->cols;
     pith_cpu_be_rows(c, n, mtp_mla_row, m, 4.0 * (a->q->cols + 2 * D));
     if (per_head(c, a->k_b, H, a->q->host, a->nope, (size_t)hd, ldq, a->qa->host, (size_t)D, lda, n, err)) return -1;
-    pith_cpu_be_rows(c, n * H, mtp_mla_unit, m, 4.0 * D * (c->step->positions[0] + m->step));
+    int units = (H + MTP_MLA_HEADS - 1) / MTP_MLA_HEADS;
+    pith_cpu_be_rows(c, n * units, mtp_mla_unit, m, 4.0 * D * MTP_MLA_HEADS * (c->step->positions[0] + m->step));
     return per_head(c, a->v_b, H, a->lat->host, R, (size_t)D, ldl, a->out->host, (size_t)a->v, ldo, n, err);
 }
