@@ -14,7 +14,10 @@
  *                                                         nextn.embed_tokens, else token_embd)
  * Drafting k tokens chains it: the next step pairs the drafted token with u (before shared_head_norm:
  * deepseek_mtp.py's layer returns residual + hidden_states, SharedHead's norm is on the way to the
- * logits only).
+ * logits only). One difference from vLLM, shared with glm4moe_mtp.c: deepseek_mtp.py zeroes the
+ * embedding of the pair at its position 0, (x_1, h_0) (Pith's position 1: "not needed by MTP"); Pith
+ * keeps it, as DeepSeek-V3's report writes the module (every position's Emb(t_{i+k}) with h_i), since
+ * mtp_input, shared with the other heads, has no such mask. Only that one pair of a sequence differs.
  *
  * The design is GLM-4.5's head's (glm4moe_mtp.c says why): the head's latent row [c_kv | k_pe] for the
  * pair (x_p, h_{p-1}) sits at position p of the FULL group as that group's last layer, written by every
