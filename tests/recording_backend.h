@@ -266,6 +266,16 @@ static int rec_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err 
     return rec_in(be)->vt->mla(rec_in(be), a, n, err);
 }
 
+static int rec_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *m, int n, pith_err *err) {
+    const pith_be_mla_args *a = m->mla;
+    rec_printf(be, "mtp_mla q=b%d kv=b%d norm=w%d eps=%a k_b=w%d.. v_b=w%d.. qa=b%d lat=b%d out=b%d H=%d R=%d P=%d "
+                   "N=%d V=%d g=%d i=%d half=%d step=%d n=%d",
+               bid(a->q), bid(a->kv), wid(a->kv_norm), a->eps, wid(a->k_b[0]), wid(a->v_b[0]), bid(a->qa), bid(a->lat),
+               bid(a->out), a->n_heads, a->rank, a->rope, a->nope, a->v, a->group, a->layer_index, m->rope->half, m->step,
+               n);
+    return rec_in(be)->vt->mtp_mla(rec_in(be), m, n, err);
+}
+
 static const pith_backend_vt rec_vt = {
     .name = "recording", .destroy = rec_destroy, .matrix = rec_matrix, .table = rec_table, .vector = rec_vector,
     .moe_load = rec_moe_load, .moe_place = rec_moe_place, .attn_shape = rec_attn_shape, .buffer = rec_buffer,
@@ -279,7 +289,8 @@ static const pith_backend_vt rec_vt = {
     .short_conv = rec_short_conv, .mamba2 = rec_mamba2,
     .gdn_shape = rec_gdn_shape, .gdn = rec_gdn, .gated_norm = rec_gated_norm, .gated_qkv = rec_gated_qkv,
     .attn_gate = rec_attn_gate, .set_draft = rec_set_draft, .mtp_input = rec_mtp_input, .mtp_save = rec_mtp_save,
-    .mtp_attention = rec_mtp_attention, .mtp_logits = rec_mtp_logits, .mla = rec_mla, .buf_write = rec_buf_write,
+    .mtp_attention = rec_mtp_attention, .mtp_logits = rec_mtp_logits, .mla = rec_mla, .mtp_mla = rec_mtp_mla,
+    .buf_write = rec_buf_write,
     .buf_read = rec_buf_read, .sync = rec_sync,
 };
 

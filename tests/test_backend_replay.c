@@ -4,7 +4,7 @@
  * (recording_backend.h). This is the property a device backend relies on to record a step once per
  * batch-size bucket and replay it; a forward of another shape must log something else (so the log
  * does see the shape), and every forward must still compute (the logits are finite). A model loaded
- * with its multi-token-prediction head (Qwen3.5's) replays its drafts too: two drafts of one shape
+ * with its multi-token-prediction head (Qwen3.5's, DeepSeek-V3's) replays its drafts too: two drafts of one shape
  * (sequences, steps) from other tokens, positions and block tables issue the same ops. Models:
  * random-weight files of each architecture in real shapes (tools/mkmodel.py). */
 #include <math.h>
@@ -76,7 +76,8 @@ static void check_drafts(rec_backend *rec, pith_model *m, const char *name) {
     const int32_t pa[2] = {5, 3}, ba[2] = {0, 8}, pb[2] = {22, 33}, bb[2] = {16, 24};
     char *a = draft_log(rec, m, 2, pa, ba, 4, 1, name), *b = draft_log(rec, m, 2, pb, bb, 4, 2, name);
     char *c = draft_log(rec, m, 2, pa, ba, 3, 3, name);
-    CHECKF(a && strstr(a, "mtp_attention") && strstr(a, "mtp_logits"), "%s: the draft's log lacks ops", name);
+    CHECKF(a && (strstr(a, "mtp_attention") || strstr(a, "mtp_mla")) && strstr(a, "mtp_logits"),
+           "%s: the draft's log lacks ops", name);
     bool same = a && b && strcmp(a, b) == 0;
     CHECKF(same, "%s: two drafts of one shape issued different ops:\n--- a\n%s--- b\n%s", name, a ? a : "", b ? b : "");
     CHECKF(a && c && strcmp(a, c) != 0, "%s: a draft of another shape logged the same ops", name);
@@ -143,11 +144,12 @@ int main(void) {
                                     "test-granitehybrid-moe", "test-nemotronh", "test-qwen3next", "test-phi3", "test-phi3-plain",
                                     "test-mistral3", "test-glm4moe", "test-gemma4", "test-gemma4-e", "test-gemma4-moe", "test-deepseek2",
                                     "test-deepseek2-v2"};
-    /* the last: test-qwen35 with its MTP head, loaded with it */
+    /* the last: test-qwen35 and test-deepseek2 with their MTP heads, loaded with them */
+    static const char *mtp_presets[] = {"test-qwen35", "test-deepseek2"};
     int n_presets = (int)(sizeof presets / sizeof *presets);
-    for (int i = 0; i <= n_presets; i++) {
-        bool mtp = i == n_presets;
-        const char *preset = mtp ? "test-qwen35" : presets[i];
+    for (int i = 0; i < n_presets + 2; i++) {
+        bool mtp = i >= n_presets;
+        const char *preset = mtp ? mtp_presets[i - n_presets] : presets[i];
         char path[4200], cmd[9000], name[64];
         snprintf(name, sizeof name, "%s%s", preset, mtp ? " (MTP head)" : "");
         snprintf(path, sizeof path, "%s/replay-%s%s.gguf", tmp, preset, mtp ? "-mtp" : "");

@@ -31,6 +31,7 @@ typedef struct variant {
     int nextn;               /* nextn_predict_layers */
     int k_b_rank;            /* attn_k_b's middle dimension other than RANK */
     bool yarn;
+    bool full_head;          /* with nextn 1: a whole MTP layer (test_formats_deepseek2_mtp.c), not a stub */
 } variant;
 
 static void add_t(gtensor *ts, int *n, const char *name, uint32_t type, int nd, uint64_t a, uint64_t b, uint64_t c,
@@ -92,14 +93,20 @@ static const char *write_gguf(const char *file, const variant *v) {
 #undef U32
 #undef F32
 #undef KEY
-    gtensor ts[64];
+    gtensor ts[96];
     int n = 0;
     char name[64];
     add_t(ts, &n, "token_embd.weight", 0, 2, DIM, VOCAB, 1, v);
     add_t(ts, &n, "output_norm.weight", 0, 1, DIM, 1, 1, v);
     add_t(ts, &n, "output.weight", 0, 2, DIM, VOCAB, 1, v);
-    for (int l = 0; l < LAYERS; l++) {
+    for (int l = 0; l < LAYERS + (v->full_head ? 1 : 0); l++) {
 #define T(suffix, type, nd, a, b, c) (snprintf(name, sizeof name, "blk.%d." suffix, l), add_t(ts, &n, name, type, nd, a, b, c, v))
+        if (l == LAYERS) { /* the MTP layer's own tensors (llama.cpp's nextn.* names), then its block */
+            T("nextn.eh_proj.weight", 0, 2, 2 * DIM, DIM, 1);
+            T("nextn.enorm.weight", 0, 1, DIM, 1, 1);
+            T("nextn.hnorm.weight", 0, 1, DIM, 1, 1);
+            T("nextn.shared_head_norm.weight", 0, 1, DIM, 1, 1);
+        }
         T("attn_norm.weight", 0, 1, DIM, 1, 1);
         T("ffn_norm.weight", 0, 1, DIM, 1, 1);
         if (v->no_q_lora) {
@@ -134,7 +141,7 @@ static const char *write_gguf(const char *file, const variant *v) {
         }
 #undef T
     }
-    if (v->nextn > 0 && v->nextn < 100) { /* an MTP layer's tensors after the decoder's: left unread */
+    if (v->nextn > 0 && v->nextn < 100 && !v->full_head) { /* a stub MTP layer after the decoder's: unread without the mtp option */
         snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", LAYERS);
         add_t(ts, &n, name, 0, 2, 2 * DIM, DIM, 1, v);
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", LAYERS);
@@ -211,11 +218,13 @@ static void gguf_cases(void) {
         }
         pith_model_free(m);
         if (forms[i] != &mtp) continue;
-        /* the MTP layer as a draft source: not run for deepseek2 (GLM-4.5's is, glm4moe_mtp.c) */
+        /* the MTP layer as a draft source (deepseek2_mtp.c): this file's is a stub (two tensors), refused
+         * naming what it lacks (test_formats_deepseek2_mtp.c: a whole head, and each tensor missing) */
         pith_model_options with_head = o;
         with_head.mtp = true;
         m = NULL;
-        CHECKF(pith_model_load(path, &with_head, &m, &err) != 0 && strstr(err.msg, "cannot run the MTP layers"),
+        CHECKF(pith_model_load(path, &with_head, &m, &err) != 0 && strstr(err.msg, "the MTP layer") &&
+                   strstr(err.msg, "missing tensor"),
                "deepseek2 with its MTP head: %s", m ? "loaded" : err.msg);
         pith_model_free(m);
     }
@@ -246,17 +255,29 @@ static void gguf_cases(void) {
 
 /* extra: members put first in config.json (cJSON reads the first of duplicate keys), each ending ", " */
 
+/* A whole MTP layer in write_hf's directories (test_formats_deepseek2_mtp.c), less the tensor hf_skip. */
+static bool hf_full_head;
+static const char *hf_skip;
+
 static const char *write_hf(const char *dir_name, const char *extra, bool q_lora, bool mtp) {
     const char *dir = tmp_path(dir_name);
     make_dir(dir);
-    stensor ts[64];
+    stensor ts[96];
     int n = 0;
     char name[96]; /* stensor's name width */
     add_st(ts, &n, "model.embed_tokens.weight", "F32", VOCAB, DIM);
     add_st(ts, &n, "model.norm.weight", "F32", DIM, 0);
     add_st(ts, &n, "lm_head.weight", "F32", VOCAB, DIM);
-    for (int l = 0; l < LAYERS; l++) {
-#define H(suffix, a, b) (snprintf(name, sizeof name, "model.layers.%d." suffix, l), add_st(ts, &n, name, "F32", a, b))
+    for (int l = 0; l < LAYERS + (mtp && hf_full_head ? 1 : 0); l++) {
+#define H(suffix, a, b)                                                                                               \
+    (snprintf(name, sizeof name, "model.layers.%d." suffix, l),                                                      \
+     (hf_skip && !strcmp(hf_skip, name)) ? (void)0 : add_st(ts, &n, name, "F32", a, b))
+        if (l == LAYERS) {
+            H("eh_proj.weight", DIM, 2 * DIM);
+            H("enorm.weight", DIM, 0);
+            H("hnorm.weight", DIM, 0);
+            H("shared_head.norm.weight", DIM, 0);
+        }
         H("input_layernorm.weight", DIM, 0);
         H("post_attention_layernorm.weight", DIM, 0);
         if (q_lora) {
@@ -291,7 +312,8 @@ static const char *write_hf(const char *dir_name, const char *extra, bool q_lora
         H("mlp.shared_experts.down_proj.weight", DIM, 2 * EFFN);
 #undef H
     }
-    if (mtp) { /* DeepSeek-V3's MTP layer: model.layers.{num_hidden_layers}.*, left unread */
+    if (mtp && !hf_full_head) { /* a stub of DeepSeek-V3's MTP layer (model.layers.{num_hidden_layers}.*): unread without the
+                * mtp option, refused with it */
         snprintf(name, sizeof name, "model.layers.%d.eh_proj.weight", LAYERS);
         add_st(ts, &n, name, "F32", DIM, 2 * DIM);
         snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", LAYERS);
@@ -342,7 +364,8 @@ static void hf_cases(void) {
     }
     pith_model_options with_head = {.n_threads = 1, .mtp = true};
     m = NULL;
-    CHECKF(pith_model_load(dir, &with_head, &m, &err) != 0 && strstr(err.msg, "cannot run the MTP layers"),
+    CHECKF(pith_model_load(dir, &with_head, &m, &err) != 0 && strstr(err.msg, "the MTP layer") &&
+               strstr(err.msg, "missing tensor"),
            "deepseek2 (safetensors) with its MTP head: %s", m ? "loaded" : err.msg);
     pith_model_free(m);
     dir = write_hf("ds2-hf-lite", "\"rope_interleave\": false, \"norm_topk_prob\": false, ", false, false);

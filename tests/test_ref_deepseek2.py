@@ -113,8 +113,9 @@ def rope_interleave(x, pos, inv, factor):
     return x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1) * sin
 
 
-def by_hand(c, w, tokens, kv_f16=False, aq=None):
-    """Logits [T, vocab] in float64. kv_f16 rounds what pith's F16 cache holds (the normed latent and the
+def by_hand(c, w, tokens, kv_f16=False, aq=None, raw=False):
+    """Logits [T, vocab] in float64 (raw: the last block's output x [T, dim] instead, as a torch tensor:
+    test_ref_deepseek2_mtp.py). kv_f16 rounds what pith's F16 cache holds (the normed latent and the
     rotated k_pe) to float16. aq (for information only: the act-q8 simulation) rounds the input of every
     product with quantized weights as pith's integer kernels do, and then takes the absorbed form pith's
     decode takes (q_nope through W_UK, the latent output through W_UV: two more rounded inputs)."""
@@ -197,6 +198,8 @@ def by_hand(c, w, tokens, kv_f16=False, aq=None):
         x = x + q8(o, b + "attn_output.weight") @ w(b + "attn_output.weight").T
         h = norm(x, w(b + "ffn_norm.weight"))
         x = x + (mlp(h, b) if i < c.dense or not c.experts else moe(h, i))
+    if raw:
+        return x
     return (q8(norm(x, w("output_norm.weight")), "output.weight") @ w("output.weight").T).numpy()
 
 

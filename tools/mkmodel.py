@@ -2034,7 +2034,8 @@ def main(argv=None):
     ap.add_argument("--experts", type=int, help="mixture of experts: experts per layer (qwen3moe; llama with "
                     "--hf-type mixtral)")
     ap.add_argument("--experts-used", type=int, help="experts per token (default 2)")
-    ap.add_argument("--mtp", type=int, help="qwen35: write a multi-token-prediction head of this many layers (1)")
+    ap.add_argument("--mtp", type=int, help="qwen35, glm4moe, deepseek2 presets: write a multi-token-prediction head of "
+                    "this many layers (1)")
     ap.add_argument("--mtp-copy", action="store_true", default=None,
                     help="with --mtp: a head that drafts the last sampled token again (accepted where the model "
                          "repeats itself; tests)")

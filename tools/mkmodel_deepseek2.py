@@ -43,6 +43,18 @@ PRESETS = {
                               ffn=256, vocab=512, experts=8, experts_used=3, expert_ffn=64, shared=2, dense=1,
                               groups=4, groups_used=2, scale=1.0, norm_topk=False, bias=False, theta=10000.0,
                               ctx=4096, eps=1e-6, yarn=None),
+    # The MTP head as a draft source that the model accepts (tests/test_engine_deepseek2_mtp.c): the decoder's
+    # attention and FFN outputs damped by 0.2 (so that greedy decoding falls into repeating a token) and a
+    # copying head (mtp_copy: eh_proj [0 | I], unit hnorm and shared_head_norm, zero attention output and FFN
+    # down projections), whose draft is the token just sampled. mtp (any preset): that many nextn layers
+    # (llama.cpp's blk.{layers}.nextn.*, Hugging Face model.layers.{num_hidden_layers}.*); mtp_own: the
+    # layer's own embed_tokens and shared_head.head.
+    "test-deepseek2-mtp-copy": dict(v3=True, dim=256, layers=3, heads=4, q_lora=64, kv_lora=64, rope=32, nope=32,
+                                    v=32, ffn=256, vocab=512, experts=8, experts_used=2, expert_ffn=64, shared=1,
+                                    dense=1, groups=4, groups_used=2, scale=2.5, norm_topk=True, bias=True,
+                                    theta=10000.0, ctx=8192, eps=1e-6,
+                                    yarn=dict(factor=4.0, orig=2048, mscale=0.707, mscale_all=0.707),
+                                    mtp=1, mtp_copy=True, damp=0.2, tied=True),
     "deepseek2-lite": dict(v3=False, dim=2048, layers=4, heads=16, q_lora=0, kv_lora=512, rope=64, nope=128, v=128,
                            ffn=10944, vocab=102400, experts=64, experts_used=6, expert_ffn=1408, shared=2, dense=1,
                            groups=0, groups_used=0, scale=1.0, norm_topk=False, bias=False, theta=10000.0,
@@ -51,12 +63,14 @@ PRESETS = {
 
 
 def config(preset, **over):
-    c = dict(PRESETS[preset])
+    c = dict(mtp=0, mtp_copy=False, damp=0, mtp_own=False, tied=False)
+    c.update(PRESETS[preset])
     c.update(over)
     c = types.SimpleNamespace(**c)
     c.preset = preset
     c.arch = "deepseek2"
-    c.tied = False
+    if c.mtp not in (0, 1) or ((c.mtp_copy or c.mtp_own) and not c.mtp):
+        raise ValueError("deepseek2: --mtp 0 or 1; --mtp-copy needs one MTP layer")
     return c
 
 
@@ -68,9 +82,23 @@ def kv_bytes_per_token(c, elem=2):
 def specs(c):
     """(GGUF name, Hugging Face name, numpy shape, kind) of every tensor; experts one entry per expert."""
     H, hd = c.heads, c.nope + c.rope
-    s = [("token_embd.weight", "model.embed_tokens.weight", (c.vocab, c.dim), "embed")]
-    for i in range(c.layers):
+    s = [("token_embd.weight", "model.embed_tokens.weight", (c.vocab, c.dim), "tied_embed" if c.tied else "embed")]
+    for i in range(c.layers + c.mtp):
         b, h = f"blk.{i}.", f"model.layers.{i}."
+        # the block's output projections: zero in a copying head, damped in the decoder when asked
+        copy = c.mtp_copy and i >= c.layers
+        out = "zero" if copy else f"damped:{c.damp}" if c.damp and i < c.layers else "matrix"
+        if i >= c.layers:   # the MTP layer's own tensors, before its decoder block (as llama.cpp's)
+            s += [(b + "nextn.eh_proj.weight", h + "eh_proj.weight", (c.dim, 2 * c.dim),
+                   "copy_hidden" if copy else "matrix"),
+                  (b + "nextn.enorm.weight", h + "enorm.weight", (c.dim,), "norm"),
+                  (b + "nextn.hnorm.weight", h + "hnorm.weight", (c.dim,), "ones" if copy else "norm"),
+                  (b + "nextn.shared_head_norm.weight", h + "shared_head.norm.weight", (c.dim,),
+                   "ones" if copy else "norm")]
+            if c.mtp_own:
+                s += [(b + "nextn.embed_tokens.weight", h + "embed_tokens.weight", (c.vocab, c.dim), "embed"),
+                      (b + "nextn.shared_head_head.weight", h + "shared_head.head.weight", (c.vocab, c.dim),
+                       "matrix")]
         s += [(b + "attn_norm.weight", h + "input_layernorm.weight", (c.dim,), "norm")]
         if c.q_lora:
             s += [(b + "attn_q_a.weight", h + "self_attn.q_a_proj.weight", (c.q_lora, c.dim), "matrix"),
@@ -82,28 +110,46 @@ def specs(c):
                "matrix"),
               (b + "attn_kv_a_norm.weight", h + "self_attn.kv_a_layernorm.weight", (c.kv_lora,), "norm"),
               (b + "attn_kv_b.weight", h + "self_attn.kv_b_proj.weight", (H * (c.nope + c.v), c.kv_lora), "matrix"),
-              (b + "attn_output.weight", h + "self_attn.o_proj.weight", (c.dim, H * c.v), "matrix"),
+              (b + "attn_output.weight", h + "self_attn.o_proj.weight", (c.dim, H * c.v), out),
               (b + "ffn_norm.weight", h + "post_attention_layernorm.weight", (c.dim,), "norm")]
         if i < c.dense or not c.experts:
             s += [(b + "ffn_gate.weight", h + "mlp.gate_proj.weight", (c.ffn, c.dim), "matrix"),
                   (b + "ffn_up.weight", h + "mlp.up_proj.weight", (c.ffn, c.dim), "matrix"),
-                  (b + "ffn_down.weight", h + "mlp.down_proj.weight", (c.dim, c.ffn), "matrix")]
+                  (b + "ffn_down.weight", h + "mlp.down_proj.weight", (c.dim, c.ffn), out)]
             continue
         s += [(b + "ffn_gate_inp.weight", h + "mlp.gate.weight", (c.experts, c.dim), "router")]
         if c.bias:
             s += [(b + "exp_probs_b.bias", h + "mlp.gate.e_score_correction_bias", (c.experts,), "bias")]
         for kind, shape in (("gate", (c.expert_ffn, c.dim)), ("up", (c.expert_ffn, c.dim)),
                             ("down", (c.dim, c.expert_ffn))):
-            s += [(f"{b}ffn_{kind}.{e}.weight", f"{h}mlp.experts.{e}.{kind}_proj.weight", shape, "matrix")
-                  for e in range(c.experts)]
+            s += [(f"{b}ffn_{kind}.{e}.weight", f"{h}mlp.experts.{e}.{kind}_proj.weight", shape,
+                   out if kind == "down" else "matrix") for e in range(c.experts)]
         if c.shared:
             S = c.shared * c.expert_ffn
             s += [(b + "ffn_gate_shexp.weight", h + "mlp.shared_experts.gate_proj.weight", (S, c.dim), "matrix"),
                   (b + "ffn_up_shexp.weight", h + "mlp.shared_experts.up_proj.weight", (S, c.dim), "matrix"),
-                  (b + "ffn_down_shexp.weight", h + "mlp.shared_experts.down_proj.weight", (c.dim, S), "matrix")]
-    s += [("output_norm.weight", "model.norm.weight", (c.dim,), "norm"),
-          ("output.weight", "lm_head.weight", (c.vocab, c.dim), "matrix")]
+                  (b + "ffn_down_shexp.weight", h + "mlp.shared_experts.down_proj.weight", (c.dim, S), out)]
+    s += [("output_norm.weight", "model.norm.weight", (c.dim,), "norm")]
+    if not c.tied:   # tied (the copying MTP preset, so that the damped decoder repeats tokens): no lm_head
+        s += [("output.weight", "lm_head.weight", (c.vocab, c.dim), "matrix")]
     return s
+
+
+def random_chunks(M, seed, name, shape, kind):
+    """mkmodel's generator, with the two kinds of the MTP presets: "ones" (a norm that changes nothing, the
+    copying head's) and "damped:f" (a random matrix times f)."""
+    if kind == "ones":
+        yield np.ones(shape, dtype=np.float32)
+    elif kind.startswith("damped:"):
+        f = np.float32(float(kind.split(":")[1]))
+        for x in M.random_chunks(seed, name, shape, "matrix"):
+            yield x * f
+    else:
+        yield from M.random_chunks(seed, name, shape, kind)
+
+
+def random_tensor(M, seed, name, shape, kind):
+    return np.concatenate(list(random_chunks(M, seed, name, shape, kind)), axis=0)
 
 
 def split_kv_b(kv_b, c):
@@ -125,7 +171,9 @@ def write_gguf(c, path, dtype="F32", seed=0, split=True, random_blocks=False):
     w.add_u32("general.file_type", M.FILE_TYPE[dtype])
     w.add_u32(f"{a}.context_length", c.ctx)
     w.add_u32(f"{a}.embedding_length", c.dim)
-    w.add_u32(f"{a}.block_count", c.layers)
+    w.add_u32(f"{a}.block_count", c.layers + c.mtp)   # llama.cpp counts the MTP layers
+    if c.mtp:
+        w.add_u32(f"{a}.nextn_predict_layers", c.mtp)
     w.add_u32(f"{a}.feed_forward_length", c.ffn)
     w.add_u32(f"{a}.attention.head_count", c.heads)
     w.add_u32(f"{a}.attention.head_count_kv", 1 if split else c.heads)
@@ -189,11 +237,11 @@ def write_gguf(c, path, dtype="F32", seed=0, split=True, random_blocks=False):
             w.add_tensor(gname, shape, ttype, data)
             continue
         if isinstance(_, list):   # stacked experts
-            data = (lambda names=_, s=shape[1:], k=kind: (M.random_tensor(seed, n, s, k)[None] for n in names))
+            data = (lambda names=_, s=shape[1:], k=kind: (random_tensor(M, seed, n, s, k)[None] for n in names))
             w.add_tensor(gname, shape, ttype, data)
             continue
         if gname.endswith("attn_kv_b.weight"):
-            kv_b = M.random_tensor(seed, gname, shape, kind)
+            kv_b = random_tensor(M, seed, gname, shape, kind)
             if split:
                 k_b, v_b = split_kv_b(kv_b, c)
                 kb_name, vb_name = gname.replace("attn_kv_b", "attn_k_b"), gname.replace("attn_kv_b", "attn_v_b")
@@ -201,7 +249,7 @@ def write_gguf(c, path, dtype="F32", seed=0, split=True, random_blocks=False):
                 w.add_tensor(vb_name, v_b.shape, mtype(vb_name, v_b.shape), v_b)
             w.add_tensor(gname, shape, ttype, kv_b)
             continue
-        w.add_tensor(gname, shape, ttype, lambda n=gname, s=shape, k=kind: M.random_chunks(seed, n, s, k))
+        w.add_tensor(gname, shape, ttype, lambda n=gname, s=shape, k=kind: random_chunks(M, seed, n, s, k))
     w.write()
 
 
@@ -217,9 +265,9 @@ def hf_config(c, dtype):
         "first_k_dense_replace": c.dense, "moe_layer_freq": 1, "norm_topk_prob": bool(c.norm_topk),
         "routed_scaling_factor": c.scale, "n_group": c.groups or 1, "topk_group": c.groups_used or 1,
         "rms_norm_eps": c.eps, "rope_theta": c.theta, "vocab_size": c.vocab, "max_position_embeddings": c.ctx,
-        "tie_word_embeddings": False, "torch_dtype": M.TORCH_DTYPE[dtype], "hidden_act": "silu",
+        "tie_word_embeddings": bool(c.tied), "torch_dtype": M.TORCH_DTYPE[dtype], "hidden_act": "silu",
         "attention_bias": False, "bos_token_id": M.BOS_ID, "eos_token_id": M.EOS_ID,
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": c.mtp,
     }
     if c.v3:
         cfg.update(rope_interleave=True, topk_method="noaux_tc", scoring_func="sigmoid", head_dim=c.rope)
@@ -249,7 +297,7 @@ def write_safetensors(c, out_dir, dtype="F32", seed=0):
     with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hjson)) + hjson)
         for gname, _, shape, kind in sp:
-            for chunk in M.random_chunks(seed, gname, shape, kind):
+            for chunk in random_chunks(M, seed, gname, shape, kind):
                 f.write(M.st_encode(chunk, dtype))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config(c, dtype), f, indent=2)
@@ -258,7 +306,14 @@ def write_safetensors(c, out_dir, dtype="F32", seed=0):
 
 def main_preset(args):
     """mkmodel.py --preset test-deepseek2... (only --dtype, --seed, --out, --format apply)."""
-    c = config(args.preset, **({"layers": args.layers} if args.layers else {}))
+    over = {"layers": args.layers} if args.layers else {}
+    if args.mtp is not None:
+        over["mtp"] = args.mtp
+    if args.mtp_copy is not None:
+        over["mtp_copy"] = args.mtp_copy
+    if getattr(args, "mtp_own", None):
+        over["mtp_own"] = True
+    c = config(args.preset, **over)
     fmt = args.format or ("gguf" if args.out.endswith(".gguf") else "safetensors")
     if fmt == "gguf":
         write_gguf(c, args.out, args.dtype, args.seed, random_blocks=args.random_blocks)

@@ -360,6 +360,20 @@ typedef struct pith_be_mla_args {
     int expand_min;
 } pith_be_mla_args;
 
+/* A draft step of DeepSeek's MTP head (model/deepseek2_mtp.c; set_draft made the step): the absorbed
+ * MLA of `mla` (rope_cs, kv_b and expand_min unused) for each sequence at the step's position p, at the
+ * draft position p + step: kv's row normed and its k_pe rotated at p + step by rope, kept as the draft
+ * position's row (not stored in the group); each head's q_pe rotated there and its absorbed query made
+ * as the mla op makes it; then each head attends over the group's rows of positions 1..p-1 (layer
+ * mla->layer_index; position 0 holds a pair the head never reads) and the draft rows p..p+step, and
+ * o_h = W_UV_h lat_h into mla->out. The backend's draft memory holds the rows (one KV head of
+ * rank + rope: the model's attention shape). */
+typedef struct pith_be_mtp_mla_args {
+    const pith_be_mla_args *mla;
+    const pith_rope *rope;
+    int step;
+} pith_be_mtp_mla_args;
+
 /* The attention shape every attention op of the model shares. */
 typedef struct pith_be_attn_shape {
     int n_heads, n_kv_heads, head_dim;
@@ -472,6 +486,8 @@ typedef struct pith_backend_vt {
 
     /* DeepSeek's MLA (NULL: not supported by this backend) */
     int (*mla)(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
+    /* DeepSeek's MTP head: NULL where the backend has none (the model refuses the head there) */
+    int (*mtp_mla)(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);
 
     /* Tests and debugging, never on a step's path: the first n rows of a buffer in or out (host floats),
      * and sync, which runs what the step has issued so far and waits for it (a device backend records
@@ -617,6 +633,9 @@ static inline int pith_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_
 /* DeepSeek */
 static inline int pith_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err) {
     return be->vt->mla(be, a, n, err);
+}
+static inline int pith_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err) {
+    return be->vt->mtp_mla(be, a, n, err);
 }
 
 #ifdef __cplusplus

@@ -25,7 +25,11 @@
  * at which the two forms' multiply-adds per query and context position, heads x (2 rank + rope) against
  * heads x (nope + rope + v) plus the expansion heads x (nope + v) x rank shared by the run, break even,
  * 2 (nope + v) rank / (2 rank - nope - v), and at least PITH_BE_MLA_CHUNK (DeepSeek-V2-Lite: 342 tokens;
- * never where 2 rank <= nope + v): PITH_MLA_EXPAND_MIN=auto. */
+ * never where 2 rank <= nope + v): PITH_MLA_EXPAND_MIN=auto.
+ *
+ * The multi-token-prediction layer, when the model loads with pith_model_options.mtp, is
+ * deepseek2_mtp.c's (the state both files share: deepseek2_internal.h); it runs after the decoder, so a
+ * model with it keeps every token's row through the last layer. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,36 +38,16 @@
 
 #include "model/decoder.h"
 #include "model/deepseek2.h"
+#include "model/deepseek2_internal.h"
 #include "model/layers.h"
 #include "model/moe_arch.h"
 #include "model/rope.h"
 
-typedef struct ds2_layer {
-    const pith_weight *attn_norm, *ffn_norm;
-    const pith_weight *wq, *wq_a, *q_a_norm, *wq_b, *wkv_a, *kv_a_norm;
-    const pith_weight **k_b, **v_b; /* [n_heads] each */
-    const pith_weight *kv_b;        /* the fused kv_b for the expanded form, or NULL */
-    pith_attn_block attn;           /* its output projection */
-    pith_ffn_block ffn;
-} ds2_layer;
-
-typedef struct ds2 {
-    pith_decoder d; /* first: the base decoder */
-    ds2_layer *layers;
-    const pith_weight **heads;      /* the layers' k_b and v_b arrays */
-    float **owned;                  /* [n_layers] transposed W_UK made at load, or NULL */
-    const pith_weight *embd, *out_norm, *output;
-    pith_rope rope;
-    pith_dec_bufs bufs;
-    pith_buf *cs, *qlat, *kv, *qa, *lat;
-    pith_buf *g, *kvx, *ms; /* the expanded form's (NULL: none) */
-    int expand_min;         /* INT_MAX: never */
-} ds2;
-
 static void ds2_free(pith_decoder *d) {
     ds2 *m = (ds2 *)d;
+    ds2_mtp_free(m);
     if (m->owned)
-        for (int l = 0; l < d->base.hp.n_layers; l++) free(m->owned[l]);
+        for (int l = 0; l <= d->base.hp.n_layers; l++) free(m->owned[l]);
     free(m->owned);
     free(m->heads);
     free(m->layers);
@@ -150,7 +134,7 @@ static int load_heads(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     return 0;
 }
 
-static int load_layer(ds2 *m, int l, ds2_layer *L, pith_err *err) {
+int ds2_load_layer(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
     const pith_deepseek2_params *P = pith_deepseek2_params_of(hp);
@@ -184,12 +168,51 @@ static int load_layer(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     return pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err);
 }
 
+/* Layer l's MLA of the normed rows xb (n of them) into bufs.att, its K rows into layer l of the group. */
+int ds2_attention(ds2 *m, const ds2_layer *L, int l, const pith_buf *xb, int n, pith_err *err) {
+    pith_decoder *d = &m->d;
+    if (ds2_attention_qkv(m, L, xb, n, err)) return -1;
+    const pith_be_mla_args op = ds2_mla_args(m, L, l);
+    return pith_be_mla(d->be, &op, n, err);
+}
+
+/* The query (bufs.q) and the latent row [c_kv | k_pe] (m->kv) of the normed rows xb. */
+int ds2_attention_qkv(ds2 *m, const ds2_layer *L, const pith_buf *xb, int n, pith_err *err) {
+    pith_decoder *d = &m->d;
+    const pith_dec_bufs *B = &m->bufs;
+    const pith_hparams *hp = &d->base.hp;
+    if (L->wq_a) {
+        const pith_be_mm a[] = {{L->wq_a, m->qlat, false}, {L->wkv_a, m->kv, false}};
+        const pith_be_mm qb = {L->wq_b, B->q, false};
+        if (pith_be_matmul(d->be, xb, a, 2, n, err)) return -1;
+        pith_be_rmsnorm(d->be, m->qlat, L->q_a_norm, hp->norm_eps, m->qlat, n);
+        return pith_be_matmul(d->be, m->qlat, &qb, 1, n, err);
+    }
+    const pith_be_mm a[] = {{L->wq, B->q, false}, {L->wkv_a, m->kv, false}};
+    return pith_be_matmul(d->be, xb, a, 2, n, err);
+}
+
+/* The mla op's arguments for layer l (its place in the memory: the decoder's layer l, or the head's). */
+pith_be_mla_args ds2_mla_args(const ds2 *m, const ds2_layer *L, int l) {
+    const pith_decoder *d = &m->d;
+    const pith_dec_bufs *B = &m->bufs;
+    const pith_hparams *hp = &d->base.hp;
+    const pith_deepseek2_params *P = pith_deepseek2_params_of(hp);
+    const pith_be_mla_args op = {
+        .q = B->q, .kv = m->kv, .kv_norm = L->kv_a_norm, .eps = hp->norm_eps, .rope_cs = m->cs,
+        .rope_style = hp->rope_style, .k_b = L->k_b, .v_b = L->v_b, .qa = m->qa, .lat = m->lat, .out = B->att,
+        .n_heads = hp->n_heads, .rank = P->kv_lora_rank, .rope = P->qk_rope, .nope = P->qk_nope, .v = P->v_dim,
+        .group = d->layer_group[l], .layer_index = d->layer_index[l],
+        .kv_b = m->g ? L->kv_b : NULL, .g = m->g, .kvx = m->kvx, .ms = m->ms, .expand_min = m->expand_min,
+    };
+    return op;
+}
+
 static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pith_err *err) {
     ds2 *m = base->impl;
     pith_decoder *d = &m->d;
     const pith_dec_bufs *B = &m->bufs;
     const pith_hparams *hp = &base->hp;
-    const pith_deepseek2_params *P = pith_deepseek2_params_of(hp);
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
@@ -198,25 +221,9 @@ static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pit
     for (int l = 0; l < hp->n_layers; l++) {
         const ds2_layer *L = &m->layers[l];
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
-        if (L->wq_a) {
-            const pith_be_mm a[] = {{L->wq_a, m->qlat, false}, {L->wkv_a, m->kv, false}};
-            const pith_be_mm qb = {L->wq_b, B->q, false};
-            if (pith_be_matmul(d->be, B->xb, a, 2, n, err)) return -1;
-            pith_be_rmsnorm(d->be, m->qlat, L->q_a_norm, hp->norm_eps, m->qlat, n);
-            if (pith_be_matmul(d->be, m->qlat, &qb, 1, n, err)) return -1;
-        } else {
-            const pith_be_mm a[] = {{L->wq, B->q, false}, {L->wkv_a, m->kv, false}};
-            if (pith_be_matmul(d->be, B->xb, a, 2, n, err)) return -1;
-        }
-        const pith_be_mla_args op = {
-            .q = B->q, .kv = m->kv, .kv_norm = L->kv_a_norm, .eps = hp->norm_eps, .rope_cs = m->cs,
-            .rope_style = hp->rope_style, .k_b = L->k_b, .v_b = L->v_b, .qa = m->qa, .lat = m->lat, .out = B->att,
-            .n_heads = hp->n_heads, .rank = P->kv_lora_rank, .rope = P->qk_rope, .nope = P->qk_nope, .v = P->v_dim,
-            .group = d->layer_group[l], .layer_index = d->layer_index[l],
-            .kv_b = m->g ? L->kv_b : NULL, .g = m->g, .kvx = m->kvx, .ms = m->ms, .expand_min = m->expand_min,
-        };
-        if (pith_be_mla(d->be, &op, n, err)) return -1;
-        if (l == hp->n_layers - 1) { /* only the rows that want logits or hidden states go on */
+        if (ds2_attention(m, L, l, B->xb, n, err)) return -1;
+        if (l == hp->n_layers - 1 && !m->mtp) { /* only the rows that want logits or hidden states go on;
+                                                  * the MTP head needs every token's */
             pith_buf *const keep[] = {B->att, B->x};
             if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
             pith_be_keep_rows(d->be, keep, 2);
@@ -225,10 +232,19 @@ static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pit
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, B, B->xb, NULL, n, err)) return -1;
     }
+    if (m->mtp) {
+        if (ds2_mtp_after_decoder(m, b, err)) return -1;
+        pith_buf *const keep[] = {B->x};
+        if (pith_decoder_n_kept(b) > 0) pith_be_keep_rows(d->be, keep, 1);
+    }
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);
 }
 
-static const pith_model_ops ds2_ops = PITH_DECODER_OPS(ds2_forward);
+static const pith_model_ops ds2_ops = {
+    .prepare = pith_decoder_prepare, .mem_alloc = pith_decoder_mem_alloc, .mem_free = pith_decoder_mem_free,
+    .copy_blocks = pith_decoder_copy_blocks, .forward = ds2_forward, .mtp_draft = ds2_mtp_draft,
+    .destroy = pith_decoder_destroy,
+};
 
 static int make_bufs(ds2 *m, pith_err *err) {
     pith_decoder *d = &m->d;
@@ -293,23 +309,28 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
                                 .scale = (float)(P->kq_mscale2 / sqrt((double)(P->qk_nope + P->qk_rope)))};
         rc = d->be->vt->attn_shape(d->be, &s, err);
     }
-    if (!rc && (!(m->layers = calloc((size_t)L, sizeof *m->layers)) ||
-                !(m->heads = calloc((size_t)2 * L * hp->n_heads, sizeof *m->heads)) ||
-                !(m->owned = calloc((size_t)L, sizeof *m->owned))))
+    /* room for the MTP head's layer (index L) too */
+    if (!rc && (!(m->layers = calloc((size_t)L + 1, sizeof *m->layers)) ||
+                !(m->heads = calloc((size_t)2 * (L + 1) * hp->n_heads, sizeof *m->heads)) ||
+                !(m->owned = calloc((size_t)L + 1, sizeof *m->owned))))
         rc = pith_errf(err, "out of memory");
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < L; l++) {
-        rc = load_layer(m, l, &m->layers[l], err);
+        rc = ds2_load_layer(m, l, &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, L);
     }
+    /* the head's layer has experts too: they are placed with the decoder's */
+    if (!rc && opt && opt->mtp) rc = ds2_mtp_load(m, err);
     if (!rc && hp->n_experts > 0) rc = d->be->vt->moe_place(d->be, d->base.experts, sizeof d->base.experts, err);
     if (!rc) rc = pith_rope_for(hp, file, P->qk_rope, PITH_ROPE_CAN_YARN | PITH_ROPE_CAN_LINEAR, &m->rope,
                                 pith_model_file_path(file), err);
     if (!rc) rc = make_bufs(m, err);
-    if (!rc) rc = pith_decoder_kv_memory(d, D, full_attention, err);
-    if (!rc) {
+    if (!rc && !m->mtp) rc = pith_decoder_kv_memory(d, D, full_attention, err);
+    if (!rc && m->mtp) rc = ds2_mtp_memory(m, D, err);
+    d->base.has_mtp = m->mtp != NULL;
+    if (!rc && !m->mtp) {
         /* one row of [c_kv | k_pe] per token and layer: the values are read from it (backend.h: MLA) */
         d->base.mem.groups[0].v_dim = 0;
         rc = pith_mem_spec_check(&d->base.mem, L, err);

@@ -35,8 +35,10 @@
  *     GLM-4.5's sigmoid router) reads as V3 with its config class's defaults (routed_scaling_factor 1.8,
  *     norm_topk_prob true) and its dense layers from mlp_layer_types ("dense" entries, which must lead);
  *   - the multi-token-prediction layers (num_nextn_predict_layers; GGUF nextn_predict_layers, counted in
- *     block_count) are not run: their tensors are left unread, and loading with the mtp option is refused
- *     (pith_model_load: the architecture cannot run them; GLM-4.5's can, glm4moe_mtp.c).
+ *     block_count; their tensors blk.{n_layers}.* with llama.cpp's nextn.* names, Hugging Face's
+ *     model.layers.{num_hidden_layers}.*) are read only when the model loads with the mtp option, as a
+ *     speculative draft source (deepseek2_mtp.c, which checks the head's tensors itself: the schema covers
+ *     the decoder's layers).
  * Pith's hp.head_dim is v_head_dim and hp.n_kv_heads 1 (the one latent "head"), so that attn_output is
  * PITH_D_Q wide; the MLA widths are in pith_deepseek2_params. */
 #include <cjson/cJSON.h>
@@ -66,6 +68,13 @@ static const pith_name_map ds2_hf_layer[] = {
     {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
     {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+    /* the MTP layer's own tensors (model.layers.{num_hidden_layers}.*), as llama.cpp's converter names them */
+    {"eh_proj.weight", "nextn.eh_proj.weight"},
+    {"enorm.weight", "nextn.enorm.weight"},
+    {"hnorm.weight", "nextn.hnorm.weight"},
+    {"embed_tokens.weight", "nextn.embed_tokens.weight"},
+    {"shared_head.head.weight", "nextn.shared_head_head.weight"},
+    {"shared_head.norm.weight", "nextn.shared_head_norm.weight"},
     {NULL, NULL},
 };
 
@@ -122,7 +131,7 @@ static int ds2_read_gguf(const pith_meta *m, pith_hparams *hp) {
     if (nextn < 0 || nextn >= hp->n_layers)
         return pith_errf(m->err, "%s: %s.nextn_predict_layers %d of %d blocks", m->path, m->arch, nextn, hp->n_layers);
     hp->n_layers -= nextn; /* the MTP layers are not run */
-    hp->n_mtp_layers = nextn; /* so that the mtp option is refused as unsupported, not as absent */
+    hp->n_mtp_layers = nextn; /* run as a draft source with the mtp option (deepseek2_mtp.c) */
     P->kq_mscale2 = 1;
     if (hp->rope_yarn_factor > 0) {
         if (!(isfinite(log_mul) && isfinite(attn) && attn > 0))

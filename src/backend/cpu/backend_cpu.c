@@ -652,7 +652,7 @@ static const pith_backend_vt cpu_vt = {
     .mtp_input = pith_cpu_be_mtp_input, .mtp_save = pith_cpu_be_mtp_save, .mtp_attention = pith_cpu_be_mtp_attention,
     .mtp_logits = pith_cpu_be_mtp_logits, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
     /* DeepSeek */
-    .mla = pith_cpu_be_mla,
+    .mla = pith_cpu_be_mla, .mtp_mla = pith_cpu_be_mtp_mla,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {

@@ -138,6 +138,7 @@ void pith_cpu_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a,
 int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
 /* DeepSeek's multi-head latent attention (backend_cpu_mla.c). */
 int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
+int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);
 /* Qwen3.5's scratch and draft memory (cpu_destroy). */
 void pith_cpu_be_qwen35_free(pith_cpu_be *c);
 

@@ -182,3 +182,104 @@ int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err
     }
     return t0 < n ? mla_absorbed(c, a, t0, n, err) : 0;
 }
+
+/* ---- a draft step of DeepSeek's MTP head (backend.h: pith_be_mtp_mla_args) ----
+ * The draft rows live in the draft memory set_draft made (draft_k: one row of rank + rope per sequence
+ * and step, the model's attention shape being one KV head of that width); a scalar online softmax per
+ * sequence and head, as the other heads' draft attention (backend_cpu_gdn.c: a draft step has one query
+ * per sequence), the heads in groups that share each row's load. */
+
+/* Sequence s: the latent normed, k_pe and each q_pe rotated at p + step (angles in double, as the
+ * step's tables), the row kept as the draft position's, q_pe into the absorbed query. */
+static void mtp_mla_row(row_job *j, int s, int ith) {
+    (void)ith;
+    const pith_be_mtp_mla_args *m = j->a;
+    const pith_be_mla_args *a = m->mla;
+    pith_cpu_be *c = j->c;
+    const int R = a->rank, P = a->rope, D = R + P, hd = a->nope + a->rope, half = m->rope->half;
+    float cs[PITH_BE_MTP_MAX_HEAD_DIM];
+    double pos = c->step->positions[s] + m->step, ms = m->rope->mscale;
+    for (int i = 0; i < half; i++) {
+        double angle = pos * m->rope->inv_freq[i];
+        cs[i] = (float)(cos(angle) * ms);
+        cs[half + i] = (float)(sin(angle) * ms);
+    }
+    float *kv = row_of(a->kv, s), *q = row_of(a->q, s), *qa = row_of(a->qa, s);
+    pith_cpu_be_rmsnorm(kv, kv, a->kv_norm->vec, R, a->eps);
+    pith_cpu_be_rope(kv + R, cs, cs + half, half, m->rope->style);
+    for (int h = 0; h < a->n_heads; h++) {
+        float *qp = q + (size_t)h * hd + a->nope;
+        pith_cpu_be_rope(qp, cs, cs + half, half, m->rope->style);
+        memcpy(qa + (size_t)h * D + R, qp, (size_t)P * sizeof *qp);
+    }
+    memcpy(c->draft_k + ((size_t)s * PITH_BE_MTP_MAX_STEPS + (size_t)m->step) * D, kv, (size_t)D * sizeof *kv);
+}
+
+/* Heads per unit of the draft attention: each row of the cache is loaded (and dequantized) once for
+ * that many heads. */
+enum { MTP_MLA_HEADS = 8 };
+
+/* Sequence u / units, heads MTP_MLA_HEADS x (u % units) on (units = the heads' groups): each absorbed
+ * query over positions 1..p-1 of the group's layer and the draft rows p..p+step; the latent outputs
+ * (rank each) into lat. */
+static void mtp_mla_unit(row_job *j, int u, int ith) {
+    (void)ith;
+    const pith_be_mtp_mla_args *m = j->a;
+    const pith_be_mla_args *a = m->mla;
+    const pith_cpu_be *c = j->c;
+    const pith_batch *b = c->step;
+    const int H = a->n_heads, R = a->rank, D = R + a->rope, units = (H + MTP_MLA_HEADS - 1) / MTP_MLA_HEADS;
+    const int s = u / units, h0 = (u % units) * MTP_MLA_HEADS, nh = H - h0 < MTP_MLA_HEADS ? H - h0 : MTP_MLA_HEADS;
+    const pith_kv_cache *kv = &c->kv.groups[a->group];
+    const pith_batch_mem *bm = &b->mem[a->group];
+    const float scale = c->shape.scale;
+    float krow[PITH_BE_MTP_MAX_HEAD_DIM], mx[MTP_MLA_HEADS], den[MTP_MLA_HEADS];
+    for (int h = 0; h < nh; h++) {
+        memset(row_of(a->lat, s) + (size_t)(h0 + h) * D, 0, (size_t)R * sizeof(float));
+        mx[h] = -INFINITY, den[h] = 0;
+    }
+    for (int p = 1, p0 = b->positions[s]; p <= p0 + m->step; p++) {
+        const float *k = krow;
+        if (p < p0) {
+            int block = bm->block_tables[(size_t)s * bm->max_blocks + p / kv->block_size];
+            size_t off = pith_kv_k_offset(kv, a->layer_index, block) + (size_t)(p % kv->block_size) * D;
+            pith_kv_load_f32(c->cpu.k, kv->type, kv->k, off, krow, (size_t)D);
+        } else {
+            k = c->draft_k + ((size_t)s * PITH_BE_MTP_MAX_STEPS + (size_t)(p - p0)) * D;
+        }
+        for (int h = 0; h < nh; h++) {
+            const float *q = row_of(a->qa, s) + (size_t)(h0 + h) * D;
+            float *o = row_of(a->lat, s) + (size_t)(h0 + h) * D;
+            float d = 0;
+            for (int e = 0; e < D; e++) d += q[e] * k[e];
+            d *= scale;
+            float nm = d > mx[h] ? d : mx[h], r = expf(mx[h] - nm), w = expf(d - nm);
+            for (int e = 0; e < R; e++) o[e] = o[e] * r + w * k[e];
+            den[h] = den[h] * r + w;
+            mx[h] = nm;
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        float *o = row_of(a->lat, s) + (size_t)(h0 + h) * D;
+        for (int e = 0; e < R; e++) o[e] /= den[h];
+    }
+}
+
+int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *m, int n, pith_err *err) {
+    pith_cpu_be *c = pith_cpu_be_of(be);
+    const pith_be_mla_args *a = m->mla;
+    const int H = a->n_heads, R = a->rank, D = a->rank + a->rope, hd = a->nope + a->rope;
+    if (!c->has_shape || c->shape.head_dim != D || c->shape.n_kv_heads != 1 || c->shape.n_heads != H ||
+        a->q->cols != H * hd || a->kv->cols != D || a->qa->cols != H * D || a->lat->cols != H * D ||
+        a->out->cols != H * a->v || c->kv.groups[a->group].k_dim != D || 2 * m->rope->half != a->rope ||
+        m->step < 0 || m->step >= c->draft_steps || n > c->draft_cap || !c->draft_k)
+        return pith_errf(err, "mtp_mla: buffers, draft, cache and attention shape disagree (%d heads of %d + %d)", H, R,
+                         a->rope);
+    if (n == 0) return 0;
+    size_t ldq = (size_t)a->q->cols, lda = (size_t)a->qa->cols, ldl = (size_t)a->lat->cols, ldo = (size_t)a->out->cols;
+    pith_cpu_be_rows(c, n, mtp_mla_row, m, 4.0 * (a->q->cols + 2 * D));
+    if (per_head(c, a->k_b, H, a->q->host, a->nope, (size_t)hd, ldq, a->qa->host, (size_t)D, lda, n, err)) return -1;
+    int units = (H + MTP_MLA_HEADS - 1) / MTP_MLA_HEADS;
+    pith_cpu_be_rows(c, n * units, mtp_mla_unit, m, 4.0 * D * MTP_MLA_HEADS * (c->step->positions[0] + m->step));
+    return per_head(c, a->v_b, H, a->lat->host, R, (size_t)D, ldl, a->out->host, (size_t)a->v, ldo, n, err);
+}
