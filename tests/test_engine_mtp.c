@@ -1,14 +1,18 @@
-/* Speculative decoding with the model's own MTP head (PITH_SPEC_MTP) on a random-weight Qwen3.5 with an
- * MTP layer (tools/mkmodel.py --mtp 1, Q8_0):
+/* Speculative decoding with the model's own MTP head (PITH_SPEC_MTP) on random-weight models with an MTP
+ * layer (tools/mkmodel.py, Q8_0): Qwen3.5 (model/qwen35_mtp.c), GLM-4.5's nextn layer (model/glm4moe_mtp.c)
+ * and DeepSeek-V3's (model/deepseek2_mtp.c; latent rows instead of K/V). For each:
  *   - loading the head changes no output: greedy tokens with the head loaded and speculation off equal
  *     those of the model loaded without it;
  *   - with MTP drafts, the greedy tokens are those of decoding without speculation, alone, all at once,
  *     in a pool that forces preemption, with the prefix cache and chunks of 16, with long drafts, and a
- *     chat's next turn served from a state snapshot;
+ *     chat's next turn served from a state snapshot (GLM and DeepSeek keep the last hidden state in a
+ *     RECURRENT group of no layer);
  *   - every draft the engine asked for is the one the head gives for that sequence's tokens computed
- *     from scratch (the model API on fresh memory, one prefill chunk): the head's K/V and its last
+ *     from scratch (the model API on fresh memory, one prefill chunk): the head's memory and its last
  *     hidden state survive chunking, batching, rollback of rejected drafts, preemption and cache hits
- *     bit for bit (its logits against the float64 reference: test_reference_mtp.py);
+ *     bit for bit (its logits against the float64 references: test_reference_mtp.py,
+ *     test_ref_glm4moe_mtp.py, test_ref_deepseek2_mtp.py);
+ *   - drafts are accepted (in full and in part) with a copying head;
  *   - the engine refuses PITH_SPEC_MTP for a model loaded without its head, and loading the head of a
  *     file that has none is an error.
  * Integrity of the engine is checked after every step. */
@@ -248,22 +252,33 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    /* a random head (its drafts are rarely taken: the head's K/V and hidden state checked through its
-     * drafts); a copying head on a model whose layers are damped so that it often repeats a token (drafts
-     * accepted in full and in part: rollback); the same shape without a head */
+    /* per architecture: a random head (its drafts are rarely taken: the head's memory and hidden state
+     * checked through its drafts); a copying head on a model damped so that it often repeats a token
+     * (drafts accepted in full and in part: rollback); the first shape without a head */
+    static const struct {
+        const char *arch, *extra[3];
+    } models[] = {
+        {"qwen35", {"--preset test-qwen35 --mtp 1", "--preset test-qwen35 --mtp 1 --mtp-copy --damp 0:0.2",
+                    "--preset test-qwen35"}},
+        {"glm4moe", {"--preset test-glm4moe", "--preset test-glm4moe-mtp-copy", "--preset test-glm4moe --mtp 0"}},
+        {"deepseek2", {"--preset test-deepseek2 --mtp 1", "--preset test-deepseek2-mtp-copy",
+                       "--preset test-deepseek2"}},
+    };
     static const char *names[3] = {"mtp", "mtp-copy", "plain"};
-    static const char *extra[3] = {"--mtp 1", "--mtp 1 --mtp-copy --damp 0:0.2", ""};
-    char path[3][4200], cmd[13000];
-    for (int i = 0; i < 3; i++) {
-        snprintf(path[i], sizeof path[i], "%s/engine-qwen35-%s-q8.gguf", tmp, names[i]);
-        snprintf(cmd, sizeof cmd,
-                 "/usr/bin/python3 '%s/tools/mkmodel.py' --preset test-qwen35 %s --dtype Q8_0 --seed 7 --out '%s' "
-                 ">/dev/null 2>&1", src, extra[i], path[i]);
-        int rc = system(cmd);
-        CHECKF(rc == 0, "%s failed", cmd);
-        if (rc) return check_summary("test_engine_mtp");
+    for (size_t a = 0; a < sizeof models / sizeof *models; a++) {
+        char path[3][4200], cmd[13000];
+        for (int i = 0; i < 3; i++) {
+            snprintf(path[i], sizeof path[i], "%s/engine-%s-%s-q8.gguf", tmp, models[a].arch, names[i]);
+            snprintf(cmd, sizeof cmd,
+                     "/usr/bin/python3 '%s/tools/mkmodel.py' %s --dtype Q8_0 --seed 7 --out '%s' >/dev/null 2>&1", src,
+                     models[a].extra[i], path[i]);
+            int rc = system(cmd);
+            CHECKF(rc == 0, "%s failed", cmd);
+            if (rc) return check_summary("test_engine_mtp");
+        }
+        printf("== %s\n", models[a].arch);
+        test_model(path[0], path[2], false);
+        test_model(path[1], path[2], true);
     }
-    test_model(path[0], path[2], false);
-    test_model(path[1], path[2], true);
     return check_summary("test_engine_mtp");
 }

@@ -43,7 +43,7 @@ PRESETS = {
                               ffn=256, vocab=512, experts=8, experts_used=3, expert_ffn=64, shared=2, dense=1,
                               groups=4, groups_used=2, scale=1.0, norm_topk=False, bias=False, theta=10000.0,
                               ctx=4096, eps=1e-6, yarn=None),
-    # The MTP head as a draft source that the model accepts (tests/test_engine_deepseek2_mtp.c): the decoder's
+    # The MTP head as a draft source that the model accepts (tests/test_engine_mtp.c): the decoder's
     # attention and FFN outputs damped by 0.2 (so that greedy decoding falls into repeating a token) and a
     # copying head (mtp_copy: eh_proj [0 | I], unit hnorm and shared_head_norm, zero attention output and FFN
     # down projections), whose draft is the token just sampled. mtp (any preset): that many nextn layers

@@ -39,7 +39,7 @@ PRESETS = {
                             vocab=512, theta=1e6, ctx=4096, eps=1e-5, experts=8, experts_used=3, expert_ffn=64,
                             shared=2, dense_leading=2, n_group=4, topk_group=2, routed_scale=1.5,
                             norm_topk=False, partial_rotary=0.5, qk_norm=True, qkv_bias=True, nextn=0),
-    # The MTP head as a draft source that the model accepts (tests/test_engine_glm4moe_mtp.c): QK norms,
+    # The MTP head as a draft source that the model accepts (tests/test_engine_mtp.c): QK norms,
     # tied embeddings, the decoder's attention and FFN outputs damped by 0.2 (so that greedy decoding
     # falls into repeating a token) and a copying head (mtp_copy: eh_proj [0 | I], unit hnorm and
     # shared_head_norm, zero attention output and FFN down projections), whose draft is the token just
