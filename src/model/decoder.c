@@ -247,3 +247,29 @@ void pith_decoder_destroy(pith_model *m) {
     free(d->layer_index);
     free(d);
 }
+
+int pith_decoder_mtp_memory(pith_decoder *d, int k_dim, int v_dim, pith_err *err) {
+    const pith_hparams *hp = &d->base.hp;
+    const int L = hp->n_layers;
+    d->group_layers = malloc((size_t)(L + 1) * sizeof *d->group_layers);
+    d->layer_group = malloc((size_t)(L + 1) * sizeof *d->layer_group);
+    d->layer_index = malloc((size_t)(L + 1) * sizeof *d->layer_index);
+    if (!d->group_layers || !d->layer_group || !d->layer_index) return pith_errf(err, "out of memory");
+    for (int l = 0; l <= L; l++)
+        d->group_layers[l] = l, d->layer_group[l] = PITH_DECODER_MTP_FULL, d->layer_index[l] = l;
+    pith_mem_spec *spec = &d->base.mem;
+    memset(spec, 0, sizeof *spec);
+    spec->n_groups = 2;
+    pith_mem_group *full = &spec->groups[PITH_DECODER_MTP_FULL], *rec = &spec->groups[PITH_DECODER_MTP_RECURRENT];
+    full->kind = PITH_MEM_FULL;
+    full->n_layers = L + 1;
+    full->layers = d->group_layers;
+    full->type = PITH_F16;
+    full->k_dim = k_dim;
+    full->v_dim = v_dim;
+    rec->kind = PITH_MEM_RECURRENT;
+    rec->n_layers = 0;
+    rec->layers = d->group_layers + L + 1;
+    rec->state_bytes = (size_t)hp->dim * sizeof(float);
+    return pith_mem_spec_check(spec, L + 1, err);
+}

@@ -82,6 +82,13 @@ int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const p
  * each left out when no layer is of its kind; layers with hp.layer_mlp set are in neither. The maps get
  * `spare` entries past the decoder's layers for the architecture to fill (Qwen3.5's MTP layer). */
 int pith_decoder_hybrid_memory(pith_decoder *d, int kv_dim, size_t state_floats, int spare, pith_err *err);
+/* The memory of an attention-only model loaded with its MTP head (GLM-4.5's and DeepSeek-V3's nextn layer):
+ * group PITH_DECODER_MTP_FULL holds every layer and the head's as layer n_layers (k_dim of K and v_dim of
+ * V per token, F16; DeepSeek's latent rows have no V), group PITH_DECODER_MTP_RECURRENT no layer, only the
+ * last hidden state (hp.dim floats) of each sequence, so the engine's slots, snapshots and checkpoints
+ * carry it. */
+enum { PITH_DECODER_MTP_FULL = 0, PITH_DECODER_MTP_RECURRENT = 1 };
+int pith_decoder_mtp_memory(pith_decoder *d, int k_dim, int v_dim, pith_err *err);
 
 /* The step begins: the batch checked against the memory and handed to the backend (logits and
  * b->hidden: where the step's outputs go). */

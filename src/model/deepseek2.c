@@ -328,7 +328,7 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
                                 pith_model_file_path(file), err);
     if (!rc) rc = make_bufs(m, err);
     if (!rc && !m->mtp) rc = pith_decoder_kv_memory(d, D, full_attention, err);
-    if (!rc && m->mtp) rc = ds2_mtp_memory(m, D, err);
+    if (!rc && m->mtp) rc = pith_decoder_mtp_memory(d, D, 0, err); /* latent rows [c_kv | k_pe]: no V */
     d->base.has_mtp = m->mtp != NULL;
     if (!rc && !m->mtp) {
         /* one row of [c_kv | k_pe] per token and layer: the values are read from it (backend.h: MLA) */

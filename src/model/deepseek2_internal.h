@@ -4,7 +4,7 @@
  *
  * Invariants: m->d is first (the decoder's impl is m); layers, heads and owned have room for the head's
  * layer (index n_layers) too; m->mtp is NULL unless the head was loaded, and then the memory spec is
- * ds2_mtp_memory's (the head's layer n_layers last in the FULL group, a RECURRENT group of no layer
+ * pith_decoder_mtp_memory's (the head's layer n_layers last in the FULL group, a RECURRENT group of no layer
  * holding each sequence's last hidden state). */
 #ifndef PITH_MODEL_DEEPSEEK2_INTERNAL_H
 #define PITH_MODEL_DEEPSEEK2_INTERNAL_H
@@ -52,7 +52,6 @@ int ds2_mtp_load(ds2 *m, pith_err *err);
 void ds2_mtp_free(ds2 *m);
 /* The memory of a model with the head: every layer and the head's in one FULL group of latent rows
  * (kv_dim wide, V read from K), and a RECURRENT group of no layer whose state is the last hidden state. */
-int ds2_mtp_memory(ds2 *m, int kv_dim, pith_err *err);
 /* After the decoder: m->bufs.x holds every token's hidden state (batch order). Writes the head's latent
  * rows of every token and the sequences' last hidden states; leaves x as it was. */
 int ds2_mtp_after_decoder(ds2 *m, const pith_batch *b, pith_err *err);

@@ -113,8 +113,9 @@ int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pit
     if (!rc) rc = pith_rope_for(hp, file, n_rot, 0, &m->rope, path, err);
     if (!rc) rc = pith_dec_bufs_make(d, hp->expert_dense_leading > 0 ? hp->ffn_dim : 0, &m->bufs, err);
     if (!rc && !(m->cs = pith_be_buffer(d->be, n_rot, err))) rc = -1;
-    if (!rc && !m->mtp) rc = pith_decoder_kv_memory(d, hp->n_kv_heads * hp->head_dim, full_attention, err);
-    if (!rc && m->mtp) rc = glm4moe_mtp_memory(m, hp->n_kv_heads * hp->head_dim, err);
+    const int kv_dim = hp->n_kv_heads * hp->head_dim;
+    if (!rc && !m->mtp) rc = pith_decoder_kv_memory(d, kv_dim, full_attention, err);
+    if (!rc && m->mtp) rc = pith_decoder_mtp_memory(d, kv_dim, kv_dim, err);
     d->base.has_mtp = m->mtp != NULL;
     if (!rc) pith_decoder_progress(d, 1, 1);
     return pith_decoder_end(d, rc, out, err);

@@ -3,7 +3,7 @@
  * weights and buffers live in its backend (backend.h).
  *
  * Invariants: m->d is first (the decoder's impl is m); m->mtp is NULL unless the head was loaded, and
- * then the memory spec is glm4moe_mtp_memory's (the head's layer n_layers last in the FULL group, a
+ * then the memory spec is pith_decoder_mtp_memory's (the head's layer n_layers last in the FULL group, a
  * RECURRENT group of no layer holding each sequence's last hidden state). */
 #ifndef PITH_MODEL_GLM4MOE_INTERNAL_H
 #define PITH_MODEL_GLM4MOE_INTERNAL_H
@@ -38,7 +38,6 @@ int glm4moe_mtp_load(glm4moe *m, pith_err *err);
 void glm4moe_mtp_free(glm4moe *m);
 /* The memory of a model with the head: every layer and the head's in one FULL group, and a RECURRENT
  * group of no layer whose state is the sequence's last hidden state. */
-int glm4moe_mtp_memory(glm4moe *m, int kv_dim, pith_err *err);
 /* After the decoder: m->bufs.x holds every token's hidden state (batch order). Writes the head's K/V of
  * every token and the sequences' last hidden states; leaves x as it was. */
 int glm4moe_mtp_after_decoder(glm4moe *m, const pith_batch *b, pith_err *err);

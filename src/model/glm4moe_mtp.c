@@ -54,8 +54,8 @@
 #include "model/glm4moe_internal.h"
 #include "model/moe_arch.h"
 
-/* The memory groups of a model with the head (glm4moe_mtp_memory). */
-enum { MTP_FULL = 0, MTP_RECURRENT = 1 };
+/* The memory groups of a model with the head (pith_decoder_mtp_memory). */
+enum { MTP_FULL = PITH_DECODER_MTP_FULL, MTP_RECURRENT = PITH_DECODER_MTP_RECURRENT };
 
 struct glm4moe_mtp {
     glm4moe_layer layer;                          /* blk.{n_layers}.*: GLM's decoder block */
@@ -161,30 +161,6 @@ void glm4moe_mtp_free(glm4moe *m) {
     m->mtp = NULL;
 }
 
-int glm4moe_mtp_memory(glm4moe *m, int kv_dim, pith_err *err) {
-    pith_decoder *d = &m->d;
-    const pith_hparams *hp = &d->base.hp;
-    const int L = hp->n_layers;
-    d->group_layers = malloc((size_t)(L + 1) * sizeof *d->group_layers);
-    d->layer_group = malloc((size_t)(L + 1) * sizeof *d->layer_group);
-    d->layer_index = malloc((size_t)(L + 1) * sizeof *d->layer_index);
-    if (!d->group_layers || !d->layer_group || !d->layer_index) return pith_errf(err, "out of memory");
-    for (int l = 0; l <= L; l++) d->group_layers[l] = l, d->layer_group[l] = MTP_FULL, d->layer_index[l] = l;
-    pith_mem_spec *spec = &d->base.mem;
-    memset(spec, 0, sizeof *spec);
-    spec->n_groups = 2;
-    pith_mem_group *full = &spec->groups[MTP_FULL], *rec = &spec->groups[MTP_RECURRENT];
-    full->kind = PITH_MEM_FULL;
-    full->n_layers = L + 1;
-    full->layers = d->group_layers;
-    full->type = PITH_F16;
-    full->k_dim = full->v_dim = kv_dim;
-    rec->kind = PITH_MEM_RECURRENT;
-    rec->n_layers = 0;
-    rec->layers = d->group_layers + L + 1;
-    rec->state_bytes = (size_t)hp->dim * sizeof(float);
-    return pith_mem_spec_check(spec, L + 1, err);
-}
 
 /* The head's input rows (mtp_input at step: < 0 a forward's tokens) through eh_proj into u. */
 static int head_input(glm4moe *m, const pith_buf *hidden, int step, int n, pith_err *err) {
