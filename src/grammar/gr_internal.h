@@ -30,6 +30,14 @@
  * then bounded by it, and all of them are charged, with the lazily grown tables, to GR_MAX_BYTES. */
 #define GR_MAX_ELEMS (1 << 20)
 #define GR_MAX_BYTES ((size_t)512 << 20)
+/* GR_MAX_WORK: the stacks the automaton may visit while it grows (each new state's expansion and the
+ * members each new transition steps), over the grammar's life. Memory alone does not bound the time: an
+ * ambiguous grammar (forty [a-z]{0,10000} in a row) makes a new state of thousands of stacks on every
+ * byte, and spent 1.5 s of one request (30 s under the fuzzer's sanitizers) before reaching 80 MiB
+ * (fuzz_grammar_size). The test suite's schemas and grammars visit at most 53 thousand, the limit test of
+ * test_grammar.c 300 thousand; past the budget (0.1 s) the automaton is outgrown, as for memory, and only
+ * that grammar's requests fail. */
+#define GR_MAX_WORK ((uint64_t)1 << 21)
 
 /* Fills err with the expansion limit's message; returns -1. */
 int gr_too_large(pith_err *err);
@@ -207,6 +215,7 @@ typedef struct gr_pda {
     int32_t *set_hash;
     size_t set_hash_cap;
     size_t bytes_used;     /* every table of the grammar (fixed and lazily grown), for GR_MAX_BYTES */
+    uint64_t visits;       /* stacks visited growing the automaton, for GR_MAX_WORK */
     bool overflow;
 
     /* scratch */

@@ -363,7 +363,7 @@ void pith_grammar_matcher_free(pith_grammar_matcher *m) {
 
 size_t pith_grammar_mask_words(const pith_grammar *g) { return g->mask_words; }
 
-static const char *TOO_LARGE = "grammar: the automaton outgrew its memory limit";
+static const char *TOO_LARGE = "grammar: the automaton outgrew its limits (512 MiB of tables, 2 million stack visits)";
 
 int pith_grammar_matcher_fill_mask(pith_grammar_matcher *m, uint32_t *mask, pith_err *err) {
     pith_grammar *g = m->g;

@@ -35,6 +35,12 @@ static uint32_t hash_arr(const int32_t *a, int n) {
     return h ^ (uint32_t)n;
 }
 
+static bool charge_work(gr_pda *p, uint64_t visits) {
+    p->visits += visits;
+    if (p->visits > GR_MAX_WORK) p->overflow = true;
+    return !p->overflow;
+}
+
 bool gr_pda_charge(gr_pda *p, size_t bytes) {
     p->bytes_used += bytes;
     if (p->bytes_used > GR_MAX_BYTES) p->overflow = true;
@@ -133,6 +139,7 @@ static void expand(gr_pda *p) {
         if (x < 0) { p->overflow = true; return; }
         if (p->node_mark[x] == p->stamp) continue;
         p->node_mark[x] = p->stamp;
+        if (!charge_work(p, 1)) return;
         if (x <= GR_NODE_CTX) { push_out(p, x); continue; }
         int32_t pos = p->node_pos[x];
         const gr_elem *e = &p->elems[pos];
@@ -229,6 +236,7 @@ int32_t gr_pda_step_slow(gr_pda *p, int32_t set, int bc) {
     unsigned byte = p->bclass_rep[bc];
     new_stamp(p);
     int n = p->set_len[set];
+    if (!charge_work(p, (uint64_t)n)) return GR_DEAD;
     for (int i = 0; i < n; i++) {
         int32_t x = p->set_pool[p->set_off[set] + i];
         if (x <= GR_NODE_CTX) continue;
