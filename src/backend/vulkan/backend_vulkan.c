@@ -2,8 +2,8 @@
  *
  * Weights keep the file's blocks as they are: every GGUF block is a whole number of 16-bit words, and
  * the shaders decode them (shaders/dequant.glsl). Vectors are float32. Not here yet, each refused at
- * load with the reason: mixture-of-experts layers, recurrent state (LFM2, Mamba2, Qwen3.5's DeltaNet)
- * and Qwen3.5's MTP head. */
+ * load with the reason: mixture-of-experts layers and Qwen3.5's MTP head. Recurrent state and the
+ * hybrids' mixers are vk_recurrent.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,7 +223,8 @@ static int vk_reserve(pith_backend *be, int n, pith_err *err) {
 static void vk_mem_free(pith_backend *be) {
     pith_vk *c = pith_vk_of(be);
     drop_recorded(c); /* they hold the pools' addresses */
-    for (int g = 0; g < c->n_groups; g++) pith_vk_free(c, &c->groups[g].k), pith_vk_free(c, &c->groups[g].v);
+    for (int g = 0; g < c->n_groups; g++)
+        pith_vk_free(c, &c->groups[g].k), pith_vk_free(c, &c->groups[g].v), pith_vk_free(c, &c->groups[g].state);
     memset(c->groups, 0, sizeof c->groups);
     memset(&c->meta, 0, sizeof c->meta);
     c->n_groups = 0;
@@ -237,9 +238,7 @@ static int vk_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith_
         return pith_errf(err, "a memory layout of %d groups for a spec of %d", lay->n_groups, spec->n_groups);
     for (int g = 0; g < spec->n_groups; g++) {
         const pith_mem_group *mg = &spec->groups[g];
-        if (mg->kind == PITH_MEM_RECURRENT)
-            return pith_errf(err, "the Vulkan backend does not hold recurrent state yet (LFM2, Mamba2 and Qwen3.5 "
-                                  "layers; --device cpu does)");
+        if (mg->kind == PITH_MEM_RECURRENT) continue; /* vk_recurrent.c */
         if (kvtype_of(lay->type[g]) < 0) return pith_errf(err, "Vulkan: a KV cache of %s", pith_dtype_name(lay->type[g]));
         if (mg->k_dim != mg->v_dim)
             return pith_errf(err, "Vulkan: K and V of different widths (%d, %d)", mg->k_dim, mg->v_dim);
@@ -252,6 +251,14 @@ static int vk_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith_
     for (int g = 0; g < spec->n_groups; g++) {
         const pith_mem_group *mg = &spec->groups[g];
         pith_kv_cache *m = &c->groups[g].meta;
+        if (mg->kind == PITH_MEM_RECURRENT) {
+            if (pith_vk_recurrent_alloc(c, g, mg, lay->n_blocks[g], err)) {
+                vk_mem_free(be);
+                return -1;
+            }
+            c->meta.groups[g] = *m;
+            continue;
+        }
         *m = (pith_kv_cache){.kind = mg->kind, .n_layers = mg->n_layers, .k_dim = mg->k_dim, .v_dim = mg->v_dim,
                              .block_size = lay->block_size, .n_blocks = lay->n_blocks[g], .type = lay->type[g]};
         size_t bytes = pith_kv_bytes(m->type, pith_kv_k_offset(m, m->n_layers, 0));
@@ -274,6 +281,7 @@ static int vk_copy_blocks(pith_backend *be, int g, const int32_t *src, const int
     pith_vk *c = pith_vk_of(be);
     if (!c->mem_allocated || g < 0 || g >= c->n_groups) return pith_errf(err, "copy_blocks: no group %d", g);
     const pith_kv_cache *m = &c->groups[g].meta;
+    if (m->kind == PITH_MEM_RECURRENT) return pith_vk_recurrent_copy(c, g, src, dst, n, err);
     for (int i = 0; i < n; i++)
         if (src[i] < 0 || src[i] >= m->n_blocks || dst[i] < 0 || dst[i] >= m->n_blocks)
             return pith_errf(err, "copy_blocks: block %d -> %d outside the pool of %d", src[i], dst[i], m->n_blocks);
@@ -342,7 +350,9 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
         n_kept += wl || wh, n_hidden += wh, n_logits += wl;
     }
     size_t ints = VK_ST_HEADER + 3 * (size_t)n + n_kept + n_hidden + n_logits;
-    for (int g = 0; g < b->n_groups; g++) ints += (size_t)n + (size_t)b->n_seqs * b->mem[g].max_blocks;
+    for (int g = 0; g < b->n_groups; g++)
+        ints += c->groups[g].meta.kind == PITH_MEM_RECURRENT ? pith_vk_recurrent_step_ints(b)
+                                                             : (size_t)n + (size_t)b->n_seqs * b->mem[g].max_blocks;
     int widest = 1;
     for (int i = 0; i < c->n_bufs; i++)
         if (c->bufs[i]->b.cols > widest) widest = c->bufs[i]->b.cols;
@@ -364,6 +374,10 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     PUT(VK_ST_POSITIONS, b->positions, n);
     PUT(VK_ST_SEQ, b->seq, n);
     for (int g = 0; g < b->n_groups; g++) {
+        if (c->groups[g].meta.kind == PITH_MEM_RECURRENT) {
+            at = pith_vk_recurrent_step_put(b, g, s, at);
+            continue;
+        }
         PUT(VK_ST_GROUP + 4 * g, b->mem[g].slots, n);
         PUT(VK_ST_GROUP + 4 * g + 1, b->mem[g].block_tables, (size_t)b->n_seqs * b->mem[g].max_blocks);
         s[VK_ST_GROUP + 4 * g + 2] = b->mem[g].max_blocks;
@@ -707,36 +721,8 @@ static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
     return 0;
 }
 
-/* ---- what is not on this backend yet: refused at load (memory, MoE, DeltaNet), never reached ---- */
+/* ---- what is not on this backend yet: refused at load (MoE, the MTP head), never reached ---- */
 
-static void vk_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run LFM2's short convolution yet");
-}
-static void vk_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run Mamba2 yet");
-}
-static int vk_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err) {
-    (void)be, (void)dk, (void)dv;
-    return pith_errf(err, "the Vulkan backend does not run Qwen3.5's Gated DeltaNet yet (--device cpu does)");
-}
-static void vk_gdn(pith_backend *be, const pith_be_gdn_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run Gated DeltaNet yet");
-}
-static void vk_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run Qwen3.5 yet");
-}
-static void vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run Qwen3.5 yet");
-}
-static void vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run Qwen3.5 yet");
-}
 static int vk_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
                         pith_err *err) {
     (void)be, (void)b, (void)n_vocab, (void)n_steps, (void)draft, (void)logits;
@@ -821,8 +807,9 @@ static const pith_backend_vt vk_vt = {
     .add_bias = vk_add_bias, .norm_add = vk_norm_add, .scale = vk_scale, .scale_add = vk_scale_add, .zero = vk_zero,
     .attn_temp = vk_attn_temp,
     .copy_cols = vk_copy_cols, .activation = vk_activation, .moe = vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
-    .short_conv = vk_short_conv, .mamba2 = vk_mamba2, .gdn_shape = vk_gdn_shape, .gdn = vk_gdn,
-    .gated_norm = vk_gated_norm, .gated_qkv = vk_gated_qkv, .attn_gate = vk_attn_gate, .set_draft = vk_set_draft,
+    .short_conv = pith_vk_short_conv, .mamba2 = pith_vk_mamba2, .gdn_shape = pith_vk_gdn_shape, .gdn = pith_vk_gdn,
+    .gated_norm = pith_vk_gated_norm, .gated_qkv = pith_vk_gated_qkv, .attn_gate = pith_vk_attn_gate,
+    .set_draft = vk_set_draft,
     .mtp_input = vk_mtp_input, .mtp_save = vk_mtp_save, .mtp_attention = vk_mtp_attention, .mtp_logits = vk_mtp_logits,
     .buf_write = vk_buf_write, .buf_read = vk_buf_read, .sync = vk_sync,
 };

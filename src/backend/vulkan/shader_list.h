@@ -54,6 +54,11 @@
     X(keep_rows, "rows.comp", "-DKEEP") \
     X(gather_rows, "rows.comp", "") \
     X(copy, "copy.comp", "") \
+    X(conv, "conv.comp", "") \
+    X(ssd, "ssd.comp", "") \
+    X(gdn, "gdn.comp", "") \
+    X(gated_norm, "gnorm.comp", "") \
+    X(attn_gate, "gate.comp", "") \
     X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {

@@ -35,6 +35,8 @@ enum {
     VK_ST_N_TOKENS = 0, VK_ST_N_SEQS = 1, VK_ST_TOKENS = 2, VK_ST_POSITIONS = 3, VK_ST_SEQ = 4, VK_ST_N_KEPT = 5,
     VK_ST_KEPT = 6, VK_ST_HIDDEN_SRC = 7, VK_ST_LOGIT_SRC = 8, VK_ST_N_LOGITS = 9, VK_ST_N_HIDDEN = 10, VK_ST_GROUP = 16, VK_ST_HEADER = 16 + 4 * PITH_MAX_MEM_GROUPS,
 };
+/* A RECURRENT group's four entries at VK_ST_GROUP + 4 g (shaders/recurrent.glsl: the same numbers) */
+enum { VK_RST_STATE_SLOTS = 0, VK_RST_CHECKPOINTS = 1, VK_RST_SEQ_STARTS = 3 };
 
 typedef struct vk_mem {
     VkBuffer buf;
@@ -68,6 +70,7 @@ typedef struct vk_rope {           /* a RoPE kind's frequencies as fixed-point t
 
 typedef struct vk_group {
     vk_mem k, v;                   /* KV groups */
+    vk_mem state;                  /* RECURRENT groups: meta.n_slots slots of meta.state_bytes (vk_recurrent.c) */
     pith_kv_cache meta;            /* shapes (k, v, state NULL): what batch_check and the ops read */
 } vk_group;
 
@@ -155,6 +158,8 @@ typedef struct pith_vk {
     double shader_ms[PITH_VK_N_SHADERS];
     unsigned long long shader_calls[PITH_VK_N_SHADERS];
 
+    int gdn_dk, gdn_dv;            /* DeltaNet heads as gdn_shape declared them (0: none) */
+
     int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
     char op_err[512];
 } pith_vk;
@@ -188,6 +193,19 @@ const char *pith_vk_result(VkResult r);
 int pith_vk_profile_begin(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
 void pith_vk_profile_end(pith_vk *c);
 void pith_vk_profile_print(const pith_vk *c);
+
+/* vk_recurrent.c: RECURRENT groups' state (mem_alloc, copy_blocks, set_step's entries) and the mixers */
+int pith_vk_recurrent_alloc(pith_vk *c, int g, const pith_mem_group *mg, int n_slots, pith_err *err);
+int pith_vk_recurrent_copy(pith_vk *c, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
+size_t pith_vk_recurrent_step_ints(const pith_batch *b);
+size_t pith_vk_recurrent_step_put(const pith_batch *b, int g, int32_t *step, size_t at);
+void pith_vk_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n);
+void pith_vk_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n);
+int pith_vk_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err);
+void pith_vk_gdn(pith_backend *be, const pith_be_gdn_args *a, int n);
+void pith_vk_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n);
+void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
+void pith_vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n);
 
 /* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
 const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);
