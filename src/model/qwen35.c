@@ -275,8 +275,8 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++)
         if (layer_forward(m, b, l, &n, err)) return -1;
-    if (n == 0) return 0;
-    if (m->mtp) {
+    /* a step that keeps no row still ends with its head (backend.h): a device backend runs it there */
+    if (n > 0 && m->mtp) {
         if (q35_mtp_after_decoder(m, b, err)) return -1;
         pith_buf *const keep[] = {m->bufs.x};
         if (pith_decoder_n_kept(b) > 0) pith_be_keep_rows(d->be, keep, 1);
