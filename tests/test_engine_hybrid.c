@@ -374,8 +374,16 @@ int main(void) {
     }
     static const char *presets[] = {"test-lfm2", "test-qwen35", "test-qwen35moe", "test-granitehybrid",
                                     "test-granitehybrid-moe", "test-nemotronh", "test-qwen3next"};
+    /* run again on the Vulkan backend by tests/vulkan_run.sh (PITH_DEVICE=vulkan), which has no
+     * mixture-of-experts layers yet: those presets are left to the CPU run */
+    const char *dev = getenv("PITH_DEVICE");
+    bool on_vulkan = dev && !strncmp(dev, "vulkan", 6);
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
+        if (on_vulkan && (strstr(presets[i], "moe") || strstr(presets[i], "qwen3next"))) {
+            printf("%s: skipped on %s (no mixture-of-experts layers there yet)\n", presets[i], dev);
+            continue;
+        }
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);
         snprintf(cmd, sizeof cmd,
                  "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype Q8_0 --seed 7 --out '%s' >/dev/null 2>&1",
