@@ -27,6 +27,14 @@
 
 #define MAX_OUT 64
 
+/* On the Vulkan device (tests/vulkan_run.sh sets PITH_DEVICE; lavapipe runs this test about 60 times
+ * slower than the CPU): three prompts of the six (a pair sharing 20 tokens and one more, still enough to
+ * preempt in the small pool), and the speculation cases that run sequences one at a time (cfg 0 and 4:
+ * the same op sequences as cfg 1's, fewer at a time) and the n-gram lookup (a 1537-token prompt; an
+ * engine-side drafter, nothing of the backend's) are left to the CPU run. */
+static bool lite;
+static int n_prompts = 6;
+
 typedef struct out {
     int32_t toks[MAX_OUT];
     int n;
@@ -132,7 +140,7 @@ static void spec_generate(pith_model *m, pith_engine_options o, int32_t (*ids)[S
         CHECKF(0, "%s", err.msg);
         return;
     }
-    for (int i = 0; i < SN; i++) {
+    for (int i = 0; i < n_prompts; i++) {
         pith_request q = {.prompt = ids[i], .n_prompt = SLEN - i, .sampling = pith_sampling_defaults(),
                           .max_tokens = SGEN, .ignore_eos = true, .on_token = collect, .user = &r->res[i]};
         q.sampling.temperature = 0;
@@ -167,13 +175,14 @@ static void test_spec(pith_model *m, const char *path) {
      * prefix cache (the pairs share 20 tokens) and chunks of 16; 4: alone, long drafts */
     int per_seq = (SLEN + SGEN + 15) / 16 + 1;
     for (int cfg = 0; cfg < 5; cfg++) {
+        if (lite && (cfg == 0 || cfg == 4)) continue;
         pith_engine_options o = {.kv_blocks = cfg == 2 ? 2 * per_seq : 256, .max_num_seqs = 8,
                                  .max_batch_tokens = cfg == 3 ? 16 : 0, .no_prefix_cache = cfg != 3,
                                  .spec_type = PITH_SPEC_CUSTOM, .spec_draft = oracle_draft, .spec_user = &orc,
                                  .spec_max_draft = cfg == 4 ? 16 : 5, .spec_max_seqs = 8};
         orc.calls = 0;
         spec_generate(m, o, ids, cfg == 1 || cfg == 2 || cfg == 3, &got);
-        for (int i = 0; i < SN; i++)
+        for (int i = 0; i < n_prompts; i++)
             CHECKF(got.res[i].n == SGEN && !memcmp(got.res[i].toks, base.res[i].toks, SGEN * sizeof(int32_t)),
                    "%s: speculation cfg %d: prompt %d differs", path, cfg, i);
         CHECKF(got.st.spec_accepted_tokens > 0 && got.st.spec_accepted_tokens < got.st.spec_draft_tokens,
@@ -199,7 +208,7 @@ static void test_spec(pith_model *m, const char *path) {
             CHECKF(0, "%s", err.msg);
             break;
         }
-        for (int i = 0; i < SN; i++) {
+        for (int i = 0; i < n_prompts; i++) {
             int n = SLEN - i;
             static int32_t turn[SFULL + 8];
             memcpy(turn, orc.full[i], (size_t)orc.len[i] * sizeof(int32_t));
@@ -228,11 +237,16 @@ static void test_spec(pith_model *m, const char *path) {
     }
     CHECKF(restores > 0 && accepted > 0, "%s: next turns with speculation: %llu state restores, %llu accepted", path,
            (unsigned long long)restores, (unsigned long long)accepted);
-    for (int i = 0; i < SN; i++)
+    for (int i = 0; i < n_prompts; i++)
         CHECKF(next[0][i].n == 16 && !memcmp(next[0][i].toks, next[1][i].toks, 16 * sizeof(int32_t)),
                "%s: next turn %d differs with speculation and the cache", path, i);
     /* Prompt lookup on a repetitive prompt: "L v f(v)" for every token v, then L, so whatever the model
      * says after the prompt's last token L, the lookup has a draft (a random model rarely takes it). */
+    if (lite) {
+        printf("%s: next turns with speculation the same (%llu state restores, %llu accepted); n-gram left to the "
+               "CPU run\n", path, (unsigned long long)restores, (unsigned long long)accepted);
+        return;
+    }
     int V = m->hp.n_vocab, n_rep = 3 * V + 1;
     int32_t *rep = malloc((size_t)n_rep * sizeof *rep);
     for (int v = 0; v < V; v++) rep[3 * v] = 11, rep[3 * v + 1] = v, rep[3 * v + 2] = (v * 7 + 3) % V;
@@ -303,7 +317,7 @@ static void test_model(const char *path) {
             CHECKF(0, "%s", err.msg);
             break;
         }
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < n_prompts; i++) {
             pith_request r = {.prompt = ids[i], .n_prompt = LEN - i, .sampling = pith_sampling_defaults(),
                               .max_tokens = GEN, .ignore_eos = true, .on_token = collect, .user = &res[pass][i]};
             r.sampling.temperature = 0;
@@ -331,7 +345,7 @@ static void test_model(const char *path) {
             CHECKF(0, "%s", err.msg);
             break;
         }
-        for (int i = 0; i < N; i++) {
+        for (int i = 0; i < n_prompts; i++) {
             int n = LEN - i;
             memcpy(turn[i], ids[i], (size_t)n * sizeof(int32_t));
             memcpy(turn[i] + n, res[0][i].toks, GEN * sizeof(int32_t));
@@ -352,11 +366,11 @@ static void test_model(const char *path) {
         pith_engine_free(e);
     }
     CHECKF(restores > 0, "%s: no prompt served from a state snapshot", path);
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < n_prompts; i++)
         CHECKF(next[0][i].n == 16 && !memcmp(next[0][i].toks, next[1][i].toks, 16 * sizeof(int32_t)),
                "%s: next turn %d differs with the cache", path, i);
     for (int pass = 1; pass < 5; pass++)
-        for (int i = 0; i < N; i++)
+        for (int i = 0; i < n_prompts; i++)
             CHECKF(res[0][i].n == GEN && res[pass][i].n == GEN &&
                        !memcmp(res[0][i].toks, res[pass][i].toks, sizeof res[0][i].toks[0] * GEN),
                    "%s: prompt %d differs in pass %d", path, i, pass);
@@ -378,10 +392,20 @@ int main(void) {
      * mixture-of-experts layers yet: those presets are left to the CPU run */
     const char *dev = getenv("PITH_DEVICE");
     bool on_vulkan = dev && !strncmp(dev, "vulkan", 6);
+    lite = on_vulkan;
+    if (lite) n_prompts = 3;
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char path[4200], cmd[9000];
         if (on_vulkan && (strstr(presets[i], "moe") || strstr(presets[i], "qwen3next"))) {
             printf("%s: skipped on %s (no mixture-of-experts layers there yet)\n", presets[i], dev);
+            continue;
+        }
+        /* one preset keeps the device run inside its time (about 45 s on lavapipe): Qwen3.5's, whose layers
+         * use the most of the device's recurrent ops (convolution, delta rule, gated attention); the other
+         * mixers' state handling (checkpoints, copies, position 0) is test_vulkan_recurrent's, and their
+         * models run across chunks, snapshots and replays in py_test_vulkan_models_hybrid */
+        if (on_vulkan && strcmp(presets[i], "test-qwen35")) {
+            printf("%s: left to the CPU run on %s (the device run keeps test-qwen35)\n", presets[i], dev);
             continue;
         }
         snprintf(path, sizeof path, "%s/engine-%s-q8.gguf", tmp, presets[i]);
