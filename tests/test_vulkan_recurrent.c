@@ -1,7 +1,8 @@
 /* The Vulkan backend's recurrent mixers (short_conv, mamba2, gdn, gated_norm, attn_gate) against the
  * CPU backend's ops on the same random inputs, with their state in one RECURRENT memory group (each op
  * at its own offset of the slot, as a model's layers are). Three steps on both backends:
- *   A: three sequences from position 0 (slots 0, 1, 2), which leaves state in every slot;
+ *   A: three sequences from position 0 (slots 0, 1, 2; in the batch last sequence first), which leaves
+ *      state in every slot;
  *   B: sequence 0 from position 0 again on slot 0 (its old state must not be read), sequence 1
  *      continuing from its state (positions 7..9), sequence 2 a one-token decode; checkpoints after
  *      token 2 of sequence 0 (slot 3) and token 1 of sequence 1 (slot 4); then copy_blocks copies
@@ -100,6 +101,7 @@ static int open_sides(pith_err *err) {
 /* A step: n_seqs sequences of len[s] tokens from pos0[s], on state slots slot[s]; ck[t] checkpoints. */
 typedef struct stepdef {
     int n_seqs, len[SLOTS], pos0[SLOTS], slot[SLOTS];
+    bool reversed;       /* the sequences' tokens in the batch last sequence first (batch.h allows any order) */
     int32_t ck[MAXT];
 } stepdef;
 
@@ -111,7 +113,8 @@ static float logits[VOCAB];
 
 static int set_step(const stepdef *d, pith_err *err) {
     int n = 0;
-    for (int s = 0; s < d->n_seqs; s++) {
+    for (int k = 0; k < d->n_seqs; k++) {
+        int s = d->reversed ? d->n_seqs - 1 - k : k;
         slots[s] = d->slot[s];
         for (int i = 0; i < d->len[s]; i++, n++) tok[n] = 0, pos[n] = d->pos0[s] + i, seq[n] = s, want[n] = 0;
     }
@@ -214,7 +217,7 @@ int main(void) {
     if (open_sides(&err)) {
         CHECKF(0, "opening the backends: %s", err.msg);
     } else {
-        stepdef A = {.n_seqs = 3, .len = {4, 6, 2}, .pos0 = {0, 0, 0}, .slot = {0, 1, 2}};
+        stepdef A = {.n_seqs = 3, .len = {4, 6, 2}, .pos0 = {0, 0, 0}, .slot = {0, 1, 2}, .reversed = true};
         stepdef B = {.n_seqs = 3, .len = {5, 3, 1}, .pos0 = {0, 7, 3}, .slot = {0, 1, 2}};
         stepdef C = {.n_seqs = 6, .len = {1, 1, 1, 1, 1, 1}, .pos0 = {5, 10, 4, 3, 9, 3}, .slot = {0, 1, 2, 3, 4, 5}};
         for (int t = 0; t < MAXT; t++) A.ck[t] = B.ck[t] = C.ck[t] = -1;

@@ -36,7 +36,7 @@ enum {
     VK_ST_KEPT = 6, VK_ST_HIDDEN_SRC = 7, VK_ST_LOGIT_SRC = 8, VK_ST_N_LOGITS = 9, VK_ST_N_HIDDEN = 10, VK_ST_GROUP = 16, VK_ST_HEADER = 16 + 4 * PITH_MAX_MEM_GROUPS,
 };
 /* A RECURRENT group's four entries at VK_ST_GROUP + 4 g (shaders/recurrent.glsl: the same numbers) */
-enum { VK_RST_STATE_SLOTS = 0, VK_RST_CHECKPOINTS = 1, VK_RST_SEQ_STARTS = 3 };
+enum { VK_RST_STATE_SLOTS = 0, VK_RST_CHECKPOINTS = 1, VK_RST_SEQ_RUNS = 3 };
 
 typedef struct vk_mem {
     VkBuffer buf;

@@ -95,7 +95,7 @@ int pith_vk_recurrent_copy(pith_vk *c, int g, const int32_t *src, const int32_t 
     return rc ? -1 : 0;
 }
 
-size_t pith_vk_recurrent_step_ints(const pith_batch *b) { return 2 * (size_t)b->n_seqs + 1 + (size_t)b->n_tokens; }
+size_t pith_vk_recurrent_step_ints(const pith_batch *b) { return 3 * (size_t)b->n_seqs + (size_t)b->n_tokens; }
 
 size_t pith_vk_recurrent_step_put(const pith_batch *b, int g, int32_t *s, size_t at) {
     const pith_batch_mem *m = &b->mem[g];
@@ -106,11 +106,11 @@ size_t pith_vk_recurrent_step_put(const pith_batch *b, int g, int32_t *s, size_t
     h[VK_RST_CHECKPOINTS] = (int32_t)at;
     for (int t = 0; t < b->n_tokens; t++) s[at + t] = m->checkpoints ? m->checkpoints[t] : -1;
     at += (size_t)b->n_tokens;
-    h[VK_RST_SEQ_STARTS] = (int32_t)at;
-    for (int t = 0, q = 0; t < b->n_tokens; t++) /* batch.h: a sequence's tokens are contiguous, in order */
-        if (t == 0 || b->seq[t] != b->seq[t - 1]) s[at + q++] = t;
-    s[at + b->n_seqs] = b->n_tokens;
-    return at + (size_t)b->n_seqs + 1;
+    h[VK_RST_SEQ_RUNS] = (int32_t)at;
+    /* batch.h: a sequence's tokens are contiguous (the sequences in any order) */
+    for (int t = b->n_tokens - 1; t >= 0; t--) s[at + 2 * (size_t)b->seq[t]] = t;
+    for (int t = 0; t < b->n_tokens; t++) s[at + 2 * (size_t)b->seq[t] + 1] = t + 1;
+    return at + 2 * (size_t)b->n_seqs;
 }
 
 /* The RECURRENT group an op names, or NULL (the step fails with the reason). */

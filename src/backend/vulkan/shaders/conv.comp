@@ -19,7 +19,7 @@ void main() {
     uint blocks = (p.channels + 63u) / 64u, wg = flat_group(), s = wg / blocks;
     uint c = (wg % blocks) * 64u + gl_LocalInvocationID.x, C = p.channels, K = p.kernel, H = K - 1u;
     if (s >= p.n_seqs || c >= C) return;
-    uint t0 = seq_first(p.step, p.group, s), t1 = seq_first(p.step, p.group, s + 1u);
+    uint t0 = seq_first(p.step, p.group, s), t1 = seq_end(p.step, p.group, s);
     F32 st = slot_floats(p.pool, p.slot_size, state_slot(p.step, p.group, s), p.offset);
     bool shortc = (p.flags & 4u) != 0u;
     float hist[16], wt[16];

@@ -21,7 +21,7 @@ void main() {
     uint wg = flat_group(), s = wg / p.nv, h = wg % p.nv, tid = gl_LocalInvocationID.x, dk = p.dk, dv = p.dv;
     if (s >= p.n_seqs) return;
     uint qh = p.tiled != 0u ? h % p.nk : h / (p.nv / p.nk);
-    uint t0 = seq_first(p.step, p.group, s), t1 = seq_first(p.step, p.group, s + 1u);
+    uint t0 = seq_first(p.step, p.group, s), t1 = seq_end(p.step, p.group, s);
     uint head = p.offset + h * dk * dv;
     F32 st = slot_floats(p.pool, p.slot_size, state_slot(p.step, p.group, s), head);
     if (starts_at_zero(p.step, t0))

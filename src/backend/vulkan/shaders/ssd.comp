@@ -17,7 +17,7 @@ layout(push_constant) uniform P {
 void main() {
     uint wg = flat_group(), s = wg / p.heads, h = wg % p.heads, P_ = p.head_dim, N = p.d_state;
     if (s >= p.n_seqs) return;
-    uint g = h / (p.heads / p.groups), t0 = seq_first(p.step, p.group, s), t1 = seq_first(p.step, p.group, s + 1u);
+    uint g = h / (p.heads / p.groups), t0 = seq_first(p.step, p.group, s), t1 = seq_end(p.step, p.group, s);
     uint head = p.offset + h * P_ * N;
     F32 st = slot_floats(p.pool, p.slot_size, state_slot(p.step, p.group, s), head);
     bool zero = starts_at_zero(p.step, t0);
