@@ -56,7 +56,8 @@ int pith_vk_recurrent_alloc(pith_vk *c, int g, const pith_mem_group *mg, int n_s
     vk_group *G = &c->groups[g];
     if (n_slots < 1) return pith_errf(err, "memory group %d: no state slots", g);
     if (mg->state_bytes == 0 || mg->state_bytes % sizeof(float) || mg->state_bytes / sizeof(float) > UINT32_MAX)
-        return pith_errf(err, "Vulkan: recurrent state slots of %zu bytes (whole floats, under 16 GiB)", mg->state_bytes);
+        return pith_errf(err, "Vulkan: recurrent state slots of %zu bytes (whole floats, under 16 GiB)",
+                         mg->state_bytes);
     G->meta = (pith_kv_cache){.kind = PITH_MEM_RECURRENT, .n_layers = mg->n_layers, .n_slots = n_slots,
                               .state_bytes = mg->state_bytes};
     size_t bytes = (size_t)n_slots * mg->state_bytes;
@@ -144,7 +145,8 @@ typedef struct {
 enum { CONV_SILU = 1, CONV_BIAS = 2, CONV_SHORT = 4 };
 
 static void conv(pith_vk *c, const vk_group *G, int group, VkDeviceAddress x, int x_ld, VkDeviceAddress y, int y_ld,
-                 int channels, const pith_weight *w, const pith_weight *bias, int kernel, uint32_t flags, size_t offset) {
+                 int channels, const pith_weight *w, const pith_weight *bias, int kernel, uint32_t flags,
+                 size_t offset) {
     conv_push p = {x, y, waddr(w), bias ? waddr(bias) : 0, c->step.addr, G->state.addr, (uint32_t)x_ld, (uint32_t)y_ld,
                    (uint32_t)channels, (uint32_t)kernel, flags | (bias ? CONV_BIAS : 0u), (uint32_t)group,
                    (uint32_t)(G->meta.state_bytes / sizeof(float)), (uint32_t)offset, (uint32_t)c->b->n_seqs};
@@ -213,8 +215,9 @@ void pith_vk_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
          a->state_offset);
     ssd_push p = {addr(a->proj), addr(a->y), waddr(a->dt_bias), waddr(a->A), waddr(a->D), c->step.addr, G->state.addr,
                   (uint32_t)a->proj->cols, (uint32_t)a->y->cols, (uint32_t)H, (uint32_t)Gr, (uint32_t)P, (uint32_t)N,
-                  (uint32_t)inner, (uint32_t)conv_ch, (uint32_t)a->group, (uint32_t)(G->meta.state_bytes / sizeof(float)),
-                  (uint32_t)(a->state_offset + conv_floats), (uint32_t)c->b->n_seqs};
+                  (uint32_t)inner, (uint32_t)conv_ch, (uint32_t)a->group,
+                  (uint32_t)(G->meta.state_bytes / sizeof(float)), (uint32_t)(a->state_offset + conv_floats),
+                  (uint32_t)c->b->n_seqs};
     dispatch(c, PITH_VK_SH_ssd, &p, sizeof p, (uint32_t)c->b->n_seqs * (uint32_t)H);
     gnorm(c, a->y, inner, addr(a->proj), a->proj->cols, a->norm, a->norm_group, 0, a->eps, a->out_scale, n);
 }
@@ -225,8 +228,8 @@ int pith_vk_gdn_shape(pith_backend *be, int dk, int dv, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     if (c->gdn_dk) return pith_errf(err, "the DeltaNet shape is set once");
     if (dk < 1 || dv < 1 || dk > VK_GDN_MAX_DK)
-        return pith_errf(err, "Vulkan: DeltaNet heads of %d keys and %d values (the backend takes keys up to %d)", dk, dv,
-                         VK_GDN_MAX_DK);
+        return pith_errf(err, "Vulkan: DeltaNet heads of %d keys and %d values (the backend takes keys up to %d)",
+                         dk, dv, VK_GDN_MAX_DK);
     c->gdn_dk = dk, c->gdn_dv = dv;
     return 0;
 }
@@ -291,7 +294,8 @@ void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n)
     if (!a->q_norm != !a->k_norm) return fail(c, "Vulkan: gated_qkv with a query norm and no key norm, or the reverse");
     gate(c, a->q, a->qg, 0, n);
     /* then the ordinary per-head QK norm, RoPE and KV store, on the query now in q */
-    const pith_be_qkv_args q = {.q = a->q, .k = a->k, .v = (pith_buf *)a->v, .qk_norm = a->q_norm ? PITH_QK_NORM_HEAD : PITH_QK_NORM_NONE,
+    const pith_be_qkv_args q = {.q = a->q, .k = a->k, .v = (pith_buf *)a->v,
+                                .qk_norm = a->q_norm ? PITH_QK_NORM_HEAD : PITH_QK_NORM_NONE,
                                 .q_norm = a->q_norm, .k_norm = a->k_norm, .eps = a->eps, .rope_cs = a->rope_cs,
                                 .rope_style = a->rope_style, .group = a->group, .layer_index = a->layer_index};
     be->vt->qkv(be, &q, n);
