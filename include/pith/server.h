@@ -90,6 +90,8 @@ typedef struct pith_server_options {
                                        response) for this long is closed; 0: 60 */
     int n_threads;                  /* model worker threads; 0: one per online CPU */
     const char *device;             /* where the model runs (pith_model_options.device); NULL: default */
+    const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
+    int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     pith_engine_options engine;     /* see engine.h; engine.max_waiting bounds the queue (429 beyond) */
     bool log_requests;              /* one log line per HTTP request */
     void (*log)(void *user, const char *line); /* NULL: no logging */
