@@ -57,6 +57,7 @@ typedef struct split_buf {
     pith_buf b;
     pith_buf *in[2];
     unsigned valid; /* bit s: side s holds the latest rows */
+    unsigned long long touch[2]; /* the side's epoch + 1 when an op of that epoch used it */
 } split_buf;
 
 typedef struct split_moe {
@@ -84,7 +85,10 @@ typedef struct split {
     bool mem;
     /* the step */
     int n_rows;
-    bool dirty[2];                      /* ops issued since the side last ran them (DEV) */
+    bool dirty[2];                      /* ops issued since the side last ran them (DEV), the op being
+                                           issued (last) not yet among them: its own moves come first */
+    int last;                           /* the side of the op being issued, or -1 */
+    unsigned long long epoch[2];        /* counts the times a side ran what was issued to it */
     float *host;
     size_t host_cap;
     unsigned long long moves[2];        /* rows moved into each side (tests, debugging) */
@@ -109,17 +113,32 @@ static void fail_err(split *s, const pith_err *e) { fail(s, "%s", e->msg); }
 
 /* ---- moving rows between the sides ---- */
 
+/* the op issued before the current one counts as issued */
+static void fold(split *s) {
+    if (s->last >= 0) s->dirty[s->last] = true;
+    s->last = -1;
+}
+
 static int run_side(split *s, int side, pith_err *err) {
     if (!s->dirty[side]) return 0;
     s->dirty[side] = false;
+    s->epoch[side]++;
     return s->be[side]->vt->sync(s->be[side], err);
+}
+
+/* run side first when an op issued to it and not yet run used b: a move must not overtake it */
+static int run_if_touched(split *s, const split_buf *b, int side, pith_err *err) {
+    return b->touch[side] == s->epoch[side] + 1 ? run_side(s, side, err) : 0;
 }
 
 /* b's latest rows onto side, if it lacks them */
 static pith_buf *need(split *s, const pith_buf *pb, int side) {
     if (!pb) return NULL;
     split_buf *b = (split_buf *)pb;
-    if (!b->valid || (b->valid & (1u << side))) return b->in[side];
+    if (!b->valid || (b->valid & (1u << side))) {
+        b->touch[side] = s->epoch[side] + 1;
+        return b->in[side];
+    }
     int from = 1 - side, n = s->n_rows < s->cap ? s->n_rows : s->cap;
     size_t count = (size_t)n * b->b.cols;
     pith_err e;
@@ -131,7 +150,7 @@ static pith_buf *need(split *s, const pith_buf *pb, int side) {
         }
         s->host = h, s->host_cap = count;
     }
-    if (n > 0 && (run_side(s, from, &e) || run_side(s, side, &e) ||
+    if (n > 0 && (run_if_touched(s, b, from, &e) || run_if_touched(s, b, side, &e) ||
                   s->be[from]->vt->buf_read(s->be[from], b->in[from], n, s->host, &e) ||
                   s->be[side]->vt->buf_write(s->be[side], b->in[side], n, s->host, &e))) {
         fail_err(s, &e);
@@ -139,6 +158,7 @@ static pith_buf *need(split *s, const pith_buf *pb, int side) {
     }
     s->moves[side] += (unsigned long long)n;
     b->valid |= 1u << side;
+    b->touch[side] = s->epoch[side] + 1;
     return b->in[side];
 }
 
@@ -148,6 +168,7 @@ static pith_buf *out(split *s, pith_buf *pb, int side, bool reads) {
     split_buf *b = (split_buf *)pb;
     if (reads) need(s, pb, side);
     b->valid = 1u << side;
+    b->touch[side] = s->epoch[side] + 1;
     return b->in[side];
 }
 
@@ -160,11 +181,14 @@ static const pith_weight *W(split *s, const pith_weight *pw, int side) {
     return w->inner;
 }
 
-/* the side an op issued now runs on: marks it as having work to run */
-static int op_side(split *s) {
-    s->dirty[s->side] = true;
-    return s->side;
+/* an op on side begins: the ops before it are issued, it is issued once its moves are done */
+static int op_on(split *s, int side) {
+    fold(s);
+    s->last = side;
+    return side;
 }
+
+static int op_side(split *s) { return op_on(s, s->side); }
 
 /* ---- load ---- */
 
@@ -368,6 +392,8 @@ static int sp_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     split *s = sp(be);
     s->op_failed = 0;
     s->dirty[CPU] = s->dirty[DEV] = false;
+    s->last = -1;
+    s->epoch[CPU]++, s->epoch[DEV]++;
     s->n_rows = b->n_tokens;
     for (int i = 0; i < s->n_bufs; i++) s->bufs[i]->valid = 0;
     for (int side = 0; side < 2; side++) {
@@ -504,8 +530,7 @@ static void sp_activation(pith_backend *be, pith_activation kind, pith_buf *y, i
 static int sp_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *o, int n, pith_err *err) {
     split *s = sp(be);
     const split_moe *m = (const split_moe *)w;
-    int d = m->side;
-    s->dirty[d] = true;
+    int d = op_on(s, m->side);
     const pith_buf *ii = need(s, in, d);
     pith_buf *oi = out(s, o, d, true);
     if (s->op_failed) return pith_errf(err, "%s", s->op_err);
@@ -533,7 +558,8 @@ static int sp_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
     o.norm = W(s, h->norm, d), o.output = W(s, h->output, d);
     if (s->op_failed) return pith_errf(err, "%s", s->op_err);
     int rc = s->be[d]->vt->head(s->be[d], &o, n_kept, n_logits, n_vocab, err);
-    s->dirty[d] = false;
+    s->dirty[d] = false, s->last = -1;
+    s->epoch[d]++;
     return rc;
 }
 
@@ -590,6 +616,7 @@ static int sp_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int
 static int sp_buf_write(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err) {
     split *s = sp(be);
     split_buf *sb = (split_buf *)b;
+    fold(s);
     for (int side = 0; side < 2; side++)
         if (run_side(s, side, err) || s->be[side]->vt->buf_write(s->be[side], sb->in[side], n, src, err)) return -1;
     sb->valid = 3;
@@ -600,12 +627,14 @@ static int sp_buf_read(pith_backend *be, const pith_buf *b, int n, float *dst, p
     split *s = sp(be);
     const split_buf *sb = (const split_buf *)b;
     int side = sb->valid & (1u << CPU) ? CPU : sb->valid ? DEV : CPU;
+    fold(s);
     if (run_side(s, side, err)) return -1;
     return s->be[side]->vt->buf_read(s->be[side], sb->in[side], n, dst, err);
 }
 
 static int sp_sync(pith_backend *be, pith_err *err) {
     split *s = sp(be);
+    fold(s);
     for (int side = 0; side < 2; side++)
         if (run_side(s, side, err)) return -1;
     return 0;
@@ -749,6 +778,7 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
     s->first_dev = n_layers - ngl;
     s->n_cpu_moe = n_cpu_moe;
     s->side = side_of_layer(s, PITH_BE_LAYER_INPUT);
+    s->last = -1;
     if (what && what_size) {
         size_t used = strlen(what);
         char moe[64] = "";
