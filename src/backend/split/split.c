@@ -710,23 +710,34 @@ static void layer_bytes(const pith_model_file *f, int n_layers, size_t *per_laye
     }
 }
 
-/* -ngl auto: the most last layers whose weights, with the head's, fit in 7/8 of the device's free memory
- * (the rest for the KV pools of those layers and the activations, sized later by the engine). */
+/* -ngl auto: the most last layers that fit in the device's free memory with their KV pools and the
+ * activations, judged at load, before the engine sizes either: the activations of a batch of
+ * AUTO_BATCH tokens (the engine's default --max-batch-tokens) and AUTO_POSITIONS positions of F16 K and
+ * V per layer. A longer context or a larger batch may need a smaller -ngl: the device then refuses the
+ * allocation with its sizes (pith_vk_alloc), never overcommits. */
+enum { AUTO_BATCH = 2048, AUTO_POSITIONS = 4096 };
+
 static int auto_layers(pith_backend *dev, const pith_model_file *f, int n_layers, char *what, size_t what_size,
                        int *n, pith_err *err) {
     size_t free_bytes, output;
+    if (!f) return pith_errf(err, "-ngl auto needs the model file");
     if (pith_backend_vulkan_free_memory(dev, &free_bytes, err)) return -1;
+    const pith_hparams *hp = pith_model_file_hparams(f);
+    size_t qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+    size_t act = (size_t)AUTO_BATCH * sizeof(float) * (3 * (size_t)hp->dim + 2 * qd + 2 * kvd + 2 * (size_t)hp->ffn_dim +
+                                                       (size_t)hp->head_dim);
+    size_t kv = 2 * kvd * 2 * AUTO_POSITIONS;
     size_t *per = calloc((size_t)n_layers, sizeof *per);
     if (!per) return pith_errf(err, "out of memory");
     layer_bytes(f, n_layers, per, &output);
-    size_t budget = free_bytes / 8 * 7, used = output;
+    size_t budget = free_bytes > act ? free_bytes - act : 0, used = output, weights = output;
     *n = 0;
     if (used <= budget)
-        for (int l = n_layers - 1; l >= 0 && used + per[l] <= budget; l--) used += per[l], ++*n;
+        for (int l = n_layers - 1; l >= 0 && used + per[l] + kv <= budget; l--) used += per[l] + kv, weights += per[l], ++*n;
     free(per);
     if (what && what_size)
-        snprintf(what, what_size, "-ngl auto: %d of %d layers on the device (%.1f MiB of weights, %.1f MiB free)",
-                 *n, n_layers, (double)(*n ? used : 0) / (1 << 20), (double)free_bytes / (1 << 20));
+        snprintf(what, what_size, "-ngl auto: %d of %d layers on the device (%.1f MiB of weights; %.1f MiB free)", *n,
+                 n_layers, (double)(*n ? weights : 0) / (1 << 20), (double)free_bytes / (1 << 20));
     return 0;
 }
 
