@@ -46,7 +46,7 @@ static pith_backend *make(const char *device, const char *ngl, int n_cpu_moe, ch
     pith_backend *be = NULL;
     pith_err err;
     if (pith_backend_create_split(device, 1, LAYERS, ngl, n_cpu_moe, NULL, what, cap, &be, &err)) {
-        fprintf(stderr, "create_split(%s, -ngl %s): %s\n", device, ngl, err.msg);
+        fprintf(stderr, "create_split(%s, -ngl %s): %s\n", device, ngl ? ngl : "(none)", err.msg);
         return NULL;
     }
     return be;
@@ -58,6 +58,12 @@ static void check_choices(void) {
     CHECK(pith_backend_create_split("cpu", 1, LAYERS, "2", 0, NULL, NULL, 0, &be, &err) != 0 && !be);
     CHECKF(strstr(err.msg, "--device vulkan") != NULL, "%s", err.msg);
     char what[160];
+    be = make("cpu", "0", 0, what, sizeof what);
+    CHECK(be && !strcmp(be->vt->name, "cpu"));
+    pith_backend_free(be);
+    be = make("cpu", NULL, -1, what, sizeof what); /* --cpu-moe on the CPU: nothing to move */
+    CHECK(be && !strcmp(be->vt->name, "cpu"));
+    pith_backend_free(be);
     be = make("vulkan", "0", 0, what, sizeof what);
     CHECK(be && !strcmp(be->vt->name, "cpu"));
     pith_backend_free(be);

@@ -754,10 +754,10 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
     int index;
     bool vulkan;
     if (pith_backend_parse_device(name, &index, &vulkan, err)) return -1;
-    if (!vulkan) {
-        if (ngl != 0)
+    if (!vulkan) { /* experts on the CPU are where everything is already */
+        if (given && ngl != 0)
             return pith_errf(err, "-ngl %s places layers on a device, but the model runs on %s: add --device vulkan",
-                             gpu_layers ? gpu_layers : "", name);
+                             gpu_layers, name);
         return pith_backend_cpu_create(n_threads, out_be, err);
     }
     if (n_layers < 1) return pith_errf(err, "partial offload: a model of %d layers", n_layers);
