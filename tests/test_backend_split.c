@@ -3,8 +3,10 @@
  * backends, an architecture that never names its layers refused at reserve, and the memory really
  * split: with 1 of 4 layers on the device, the device's memory grows by that layer's K and V pool only
  * (a quarter of the whole), the CPU's pool holds the other three; a group with no layer on the device
- * costs it one layer's pool (the batch names its blocks there). Whole models across the sides, against
+ * costs it one layer's pool (the batch names its blocks there); and every op the CPU backend has, the
+ * split wraps (an op added to backend.h without a wrapper fails here). Whole models across the sides, against
  * the references and the single backends: tests/test_vulkan_split.py. Skips without a Vulkan device. */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -161,10 +163,32 @@ done:
     pith_backend_free(be);
 }
 
+/* Every op the CPU backend has, the split has too: an op added to backend.h without a wrapper here
+ * would be a NULL call through the split (the vtable after its name is function pointers only). */
+static void check_vtable(pith_backend *split_be, pith_backend *cpu) {
+    typedef void (*fn)(void);
+    enum { N = (sizeof(pith_backend_vt) - offsetof(pith_backend_vt, destroy)) / sizeof(fn) };
+    fn a[N], b[N];
+    memcpy(a, (const char *)split_be->vt + offsetof(pith_backend_vt, destroy), sizeof a);
+    memcpy(b, (const char *)cpu->vt + offsetof(pith_backend_vt, destroy), sizeof b);
+    /* where NULL means "not here" (the model refuses at load): MLA and DeepSeek's MTP head */
+    const size_t optional[] = {offsetof(pith_backend_vt, mla), offsetof(pith_backend_vt, mtp_mla)};
+    for (int i = 0; i < N; i++) {
+        size_t at = offsetof(pith_backend_vt, destroy) + (size_t)i * sizeof(fn);
+        bool opt = at == optional[0] || at == optional[1];
+        CHECKF(opt || !b[i] || a[i], "vtable entry at byte %zu: the CPU backend has it, the split not", at);
+    }
+}
+
 int main(void) {
     check_parse();
     if (!usable_device()) return check_summary("test_backend_split") ? 1 : CHECK_SKIP;
     check_choices();
     check_memory();
+    pith_backend *be = make("vulkan", "1", 0, NULL, 0), *cpu = make("cpu", NULL, 0, NULL, 0);
+    CHECK(be && cpu);
+    if (be && cpu) check_vtable(be, cpu);
+    pith_backend_free(be);
+    pith_backend_free(cpu);
     return check_summary("test_backend_split");
 }
