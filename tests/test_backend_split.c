@@ -2,7 +2,7 @@
  * abc and "" refused with the reason), -ngl on the CPU refused, 0 and all layers handing out the plain
  * backends, an architecture that never names its layers refused at reserve, and the memory really
  * split: with 1 of 4 layers on the device, the device's memory grows by that layer's K and V pool only
- * (a quarter of the whole), the CPU's pool holds the other three; a group with no layer on the device
+ * (a quarter of the whole; the CPU backend is given the other three); a group with no layer on the device
  * costs it one layer's pool (the batch names its blocks there); and every op the CPU backend has, the
  * split wraps (an op added to backend.h without a wrapper fails here). Whole models across the sides, against
  * the references and the single backends: tests/test_vulkan_split.py. Skips without a Vulkan device. */

@@ -3,8 +3,8 @@
 tests/test_reference_models.py and against the CPU alone and the device alone.
 
 Cases (random-weight models of tools/mkmodel.py, F32, F32 cache unless said):
-  - Llama (GQA), Qwen3 (QK norm) and Gemma 3 (local and global layers: each side holds some of both
-    groups' layers) with -ngl at a middle layer: the float tolerance (1e-4) against the reference, the
+  - Llama (GQA), Qwen3 (QK norm) and Gemma 3 (two KV groups, local and global layers, split across the
+    sides) with -ngl at a middle layer: the float tolerance (1e-4) against the reference, the
     same greedy tokens as the CPU alone and the device alone, their logits within it too; Gemma 3's
     prompt prefilled in chunks of 7 as well; OLMo 2, Phi-3 and Mistral 3 against the CPU alone;
   - the device's steps replayed (PITH_VK_REPLAY=1) give the bits of steps recorded every time (0);
