@@ -36,14 +36,14 @@ typedef struct pith_assets_options {
     int n_threads;                   /* for the model; 0: all online CPUs */
     const char *device;              /* where the model runs (pith_model_options.device); NULL: default */
     bool mtp;                        /* load the model's MTP head too (pith_model_options.mtp) */
-    const char *gpu_layers;          /* partial offload (pith_model_options.gpu_layers); NULL: none */
-    int n_cpu_moe;                   /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     /* Notices worth a log line (the model has no usable chat template, ...); may be NULL. */
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
     /* Model loading progress (see pith_model_options); may be NULL. */
     void (*progress)(void *user, double done);
     void *progress_user;
+    const char *gpu_layers;          /* partial offload (pith_model_options.gpu_layers); NULL: none */
+    int n_cpu_moe;                   /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
 } pith_assets_options;
 
 PITH_API int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);

@@ -77,10 +77,10 @@ struct pith_model {
                                state in a RECURRENT group's slot) */
     float mtp_cost;         /* has_mtp: the weight bytes a draft step reads over those of a decode step
                                (the speculation policy's break-even acceptance: core/spec.h) */
-    char placement[160];    /* partial offload (pith_model_options.gpu_layers): which layers run where,
-                               one line; "" otherwise */
     char experts[160];      /* mixture of experts: how the experts are held, one line ("repacked (auto:
                                ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
+    char placement[160];    /* partial offload (pith_model_options.gpu_layers): which layers run where,
+                               one line; "" otherwise */
 };
 
 typedef struct pith_model_options {

@@ -90,8 +90,6 @@ typedef struct pith_server_options {
                                        response) for this long is closed; 0: 60 */
     int n_threads;                  /* model worker threads; 0: one per online CPU */
     const char *device;             /* where the model runs (pith_model_options.device); NULL: default */
-    const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
-    int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     pith_engine_options engine;     /* see engine.h; engine.max_waiting bounds the queue (429 beyond) */
     bool log_requests;              /* one log line per HTTP request */
     void (*log)(void *user, const char *line); /* NULL: no logging */
@@ -115,6 +113,8 @@ typedef struct pith_server_options {
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
     pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
+    const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
+    int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };
