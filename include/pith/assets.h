@@ -42,6 +42,8 @@ typedef struct pith_assets_options {
     /* Model loading progress (see pith_model_options); may be NULL. */
     void (*progress)(void *user, double done);
     void *progress_user;
+    const char *gpu_layers;          /* partial offload (pith_model_options.gpu_layers); NULL: none */
+    int n_cpu_moe;                   /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
 } pith_assets_options;
 
 PITH_API int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);

@@ -79,6 +79,8 @@ struct pith_model {
                                (the speculation policy's break-even acceptance: core/spec.h) */
     char experts[160];      /* mixture of experts: how the experts are held, one line ("repacked (auto:
                                ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
+    char placement[160];    /* partial offload (pith_model_options.gpu_layers): which layers run where,
+                               one line; "" otherwise */
 };
 
 typedef struct pith_model_options {
@@ -94,6 +96,12 @@ typedef struct pith_model_options {
     /* Where the model runs: "cpu", "vulkan" (the first usable Vulkan device) or "vulkan:N" (`pith
      * devices` lists them); NULL or "": the environment's PITH_DEVICE, else the CPU. */
     const char *device;
+    /* Partial offload (llama.cpp's -ngl, --n-cpu-moe) with a device: gpu_layers "N" puts the last N
+     * layers on the device and the rest on the CPU ("0": the CPU alone), "auto" as many as its memory
+     * holds; NULL or "": every layer on the device. n_cpu_moe > 0 keeps the experts of layers
+     * [0, n_cpu_moe) on the CPU, < 0 every layer's; 0: none. pith_model.placement says what went where. */
+    const char *gpu_layers;
+    int n_cpu_moe;
 } pith_model_options;
 
 PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,

@@ -113,6 +113,8 @@ typedef struct pith_server_options {
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
     pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
+    const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
+    int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

@@ -495,7 +495,16 @@ typedef struct pith_backend_vt {
     int (*buf_write)(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err);
     int (*buf_read)(pith_backend *be, const pith_buf *b, int n, float *dst, pith_err *err);
     int (*sync)(pith_backend *be, pith_err *err);
+
+    /* Partial offload (src/backend/split/): the weights bound and the ops issued from here on belong to
+     * this layer (0..n_layers - 1), to the input (PITH_BE_LAYER_INPUT: embeddings, RoPE tables) or to the
+     * output (PITH_BE_LAYER_OUTPUT: the final norm and head). NULL in a single backend, which has one
+     * side for everything; an architecture calls it at load and in its forward (pith_be_begin_layer). */
+    void (*begin_layer)(pith_backend *be, int layer);
 } pith_backend_vt;
+
+#define PITH_BE_LAYER_INPUT (-1)
+#define PITH_BE_LAYER_OUTPUT (-2)
 
 struct pith_backend {
     const pith_backend_vt *vt;
@@ -517,6 +526,22 @@ int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err);
  * throughput (GFLOP/s, FMA chains), and its name (backend/info.h: pith_backend_device_probe). */
 int pith_backend_vulkan_probe(int device, size_t bytes, double *gbs, double *gflops, char *name, size_t name_cap,
                               pith_err *err);
+
+/* One model across a device and the CPU (src/backend/split/split.c says how): the model's n_layers
+ * layers split by gpu_layers (parsed by pith_backend_parse_gpu_layers: the last N on the device, or
+ * "auto": as many as the device's memory holds, judged by the file's tensors' bytes), and the experts of the first n_cpu_moe MoE layers (< 0: all) kept on the CPU. Creates the
+ * plain CPU backend for 0 layers on the device, the plain device backend for all of them without CPU
+ * experts. what (may be NULL) gets one line saying what went where. */
+int pith_backend_create_split(const char *device, int n_threads, int n_layers, const char *gpu_layers,
+                              int n_cpu_moe, const pith_model_file *file, char *what, size_t what_size,
+                              pith_backend **out, pith_err *err);
+/* A split backend's side (device: the device's, else the CPU's), or NULL for another backend (tests). */
+pith_backend *pith_backend_split_side(pith_backend *be, bool device);
+/* -ngl's value: "auto" (*n = -1) or a count of layers 0..100000. */
+int pith_backend_parse_gpu_layers(const char *s, int *n, pith_err *err);
+/* The device-local bytes a Vulkan backend may still allocate (its heaps, less what it holds, under
+ * PITH_VK_MEMORY), for -ngl auto. */
+int pith_backend_vulkan_free_memory(pith_backend *be, size_t *bytes, pith_err *err);
 
 /* The backend a device string names: "cpu", "vulkan" (the first usable Vulkan device) or "vulkan:N".
  * NULL or "": the environment's PITH_DEVICE, else "cpu". n_threads is the CPU backend's. */
@@ -599,6 +624,10 @@ static inline void pith_be_mamba2(pith_backend *be, const pith_be_mamba2_args *a
 }
 static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, int n_bufs) {
     be->vt->keep_rows(be, bufs, n_bufs);
+}
+
+static inline void pith_be_begin_layer(pith_backend *be, int layer) {
+    if (be->vt->begin_layer) be->vt->begin_layer(be, layer);
 }
 
 /* Qwen3.5 */

@@ -22,3 +22,9 @@ int pith_backend_vulkan_list(char *out, size_t cap, pith_err *err) {
     if (cap > 0) snprintf(out, cap, "vulkan: not in this build (configured without libvulkan-dev and glslc)\n");
     return 0;
 }
+
+int pith_backend_vulkan_free_memory(pith_backend *be, size_t *bytes, pith_err *err) {
+    (void)be;
+    *bytes = 0;
+    return pith_errf(err, "this build of pith has no Vulkan backend");
+}

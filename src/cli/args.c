@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/info.h"
 #include "cli/cli.h"
 
@@ -49,6 +50,16 @@ bool cli_parse_device(const char *cmd, const char *opt, const char *s) {
     pith_err err;
     if (!*s || pith_backend_parse_device(s, &index, &vulkan, &err)) {
         fprintf(stderr, "pith %s: %s: %s\n", cmd, opt, *s ? err.msg : "the device is empty (cpu, vulkan or vulkan:N)");
+        return false;
+    }
+    return true;
+}
+
+bool cli_parse_gpu_layers(const char *cmd, const char *opt, const char *s) {
+    int n;
+    pith_err err;
+    if (pith_backend_parse_gpu_layers(s, &n, &err)) {
+        fprintf(stderr, "pith %s: %s %s: expected a number of layers (0 or more) or auto\n", cmd, opt, s);
         return false;
     }
     return true;

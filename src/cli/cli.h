@@ -21,6 +21,9 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, size_t *out
 /* Checks a device string (cpu, vulkan, vulkan:N) without opening it; on failure prints "pith CMD: OPT: ..."
  * and returns false. */
 bool cli_parse_device(const char *cmd, const char *opt, const char *s);
+/* -ngl's value: a count of layers or auto (backend.h: pith_backend_parse_gpu_layers); false after an error
+ * line. */
+bool cli_parse_gpu_layers(const char *cmd, const char *opt, const char *s);
 /* Returns argv[*i + 1] and advances *i, or prints "option needs a value" and returns NULL. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

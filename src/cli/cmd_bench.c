@@ -29,6 +29,8 @@
 typedef struct bench_opts {
     const char *model;
     const char *device;   /* --device; NULL: PITH_DEVICE, else the CPU */
+    const char *gpu_layers; /* -ngl */
+    int n_cpu_moe;          /* --n-cpu-moe; -1: --cpu-moe */
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
     int depths[MAX_DEPTHS];
@@ -68,6 +70,10 @@ static void bench_usage(FILE *out) {
             "  -dev, --device DEV      cpu, vulkan or vulkan:N (default: $PITH_DEVICE, else cpu). On a Vulkan\n"
             "                          device the probes run there: bandwidth is a copy between two device\n"
             "                          buffers (bytes read + written), the pp peak the device's FP32 FMA rate\n"
+            "  -ngl, --gpu-layers N    with a device: the last N layers on it, the rest on the CPU (0: the CPU\n"
+            "                          alone; auto: as many as its memory holds; default: every layer)\n"
+            "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
+            "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
             "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"
             "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
             "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
@@ -150,6 +156,14 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
+            VALUE(); if (!cli_parse_gpu_layers("bench", a, v)) return -1;
+            o->gpu_layers = v;
+        } else if (!strcmp(a, "--cpu-moe")) {
+            o->n_cpu_moe = -1;
+        } else if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe")) {
+            VALUE(); if (!cli_parse_int("bench", a, v, 0, 100000, &iv)) return -1;
+            o->n_cpu_moe = (int)iv;
         } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
             VALUE(); if (!cli_parse_device("bench", a, v)) return -1;
             o->device = v;
@@ -526,10 +540,11 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     cli_progress bar;
     cli_progress_start(&bar, "loading model");
     pith_model_options mo = {.n_threads = threads, .device = o->device, .progress = cli_progress_update,
-                             .progress_user = &bar};
+                             .progress_user = &bar, .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe};
     int load_rc = pith_model_load(o->model, &mo, &m, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;
+    if (m->placement[0]) fprintf(stderr, "pith bench: offload: %s\n", m->placement);
     c->hp = m->hp;
     snprintf(c->experts, sizeof c->experts, "%s", m->experts);
     if (pith_bench_weights_of(m, &c->w, err)) goto done;

@@ -30,6 +30,8 @@ typedef struct run_opts {
     int n_predict;
     int n_threads;
     const char *device;
+    const char *gpu_layers;    /* -ngl */
+    int n_cpu_moe;             /* --n-cpu-moe; -1: --cpu-moe */
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
@@ -63,6 +65,10 @@ static void run_usage(FILE *out) {
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
             "  -dev, --device DEV      where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                          or vulkan:N ('pith devices' lists them; default: $PITH_DEVICE, else cpu)\n"
+            "  -ngl, --gpu-layers N    with a device: the last N layers on it, the rest on the CPU (0: the CPU\n"
+            "                          alone; auto: as many as its memory holds; default: every layer)\n"
+            "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
+            "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 or -1 = off (default 40)\n"
             "      --top-p P           nucleus sampling, 1 = off (default 0.95)\n"
@@ -137,6 +143,14 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             VALUE(); if (!cli_parse_int("run", a, v, 1, 1024, &iv)) return -1;
             o->n_threads = (int)iv;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
+            VALUE(); if (!cli_parse_gpu_layers("run", a, v)) return -1;
+            o->gpu_layers = v;
+        } else if (!strcmp(a, "--cpu-moe")) {
+            o->n_cpu_moe = -1;
+        } else if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe")) {
+            VALUE(); if (!cli_parse_int("run", a, v, 0, 100000, &iv)) return -1;
+            o->n_cpu_moe = (int)iv;
         } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
             VALUE(); if (!cli_parse_device("run", a, v)) return -1;
             o->device = v;
@@ -398,7 +412,8 @@ int pith_cmd_run(int argc, char **argv) {
     cli_progress_start(&bar, "loading model");
     pith_assets_options ao = {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
-        .n_threads = o.n_threads, .device = o.device, .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
+        .n_threads = o.n_threads, .device = o.device, .gpu_layers = o.gpu_layers, .n_cpu_moe = o.n_cpu_moe,
+        .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
         .progress_user = &bar,
     };
     int load_rc = pith_assets_load(&ao, &a, &err);
@@ -408,6 +423,7 @@ int pith_cmd_run(int argc, char **argv) {
         free(o.prompt_buf);
         return 1;
     }
+    if (a.model->placement[0]) fprintf(stderr, "pith run: offload: %s\n", a.model->placement);
     if (a.model->experts[0]) fprintf(stderr, "pith run: experts %s\n", a.model->experts);
     cli_sigint_install();
     int rc = 0;

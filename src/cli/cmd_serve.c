@@ -91,6 +91,10 @@ static void serve_usage(FILE *out) {
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
+            "  -ngl, --gpu-layers N      with a device: the last N layers on it, the rest on the CPU (0:\n"
+            "                            the CPU alone; auto: as many as its memory holds; default: all)\n"
+            "      --cpu-moe             with a device: every MoE layer's experts on the CPU\n"
+            "      --n-cpu-moe N         with a device: the experts of the first N layers on the CPU\n"
             "\n"
             "engine:\n");
     cli_engine_usage(out);
@@ -278,6 +282,14 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_memory)) return -1;
         } else if (!strcmp(a, "--max-body")) {
             VALUE(); if (!cli_parse_size("serve", a, v, &s->max_body_bytes)) return -1;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers") || !strcmp(a, "--n-gpu-layers")) {
+            VALUE(); if (!cli_parse_gpu_layers("serve", a, v)) return -1;
+            s->gpu_layers = v;
+        } else if (!strcmp(a, "--cpu-moe")) {
+            s->n_cpu_moe = -1;
+        } else if (!strcmp(a, "--n-cpu-moe") || !strcmp(a, "-ncmoe")) {
+            VALUE(); if (!cli_parse_int("serve", a, v, 0, 100000, &iv)) return -1;
+            s->n_cpu_moe = (int)iv;
         } else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) {
             VALUE(); if (!cli_parse_device("serve", a, v)) return -1;
             s->device = v;

@@ -20,7 +20,9 @@ pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_mo
     d->base.impl = d;
     d->file = file;
     d->opt = opt;
-    if (pith_backend_create(opt ? opt->device : NULL, opt ? opt->n_threads : 0, &d->be, err)) {
+    if (pith_backend_create_split(opt ? opt->device : NULL, opt ? opt->n_threads : 0, d->base.hp.n_layers,
+                                  opt ? opt->gpu_layers : NULL, opt ? opt->n_cpu_moe : 0, file, d->base.placement,
+                                  sizeof d->base.placement, &d->be, err)) {
         free(d);
         return NULL;
     }
@@ -209,6 +211,7 @@ int pith_decoder_hybrid_memory(pith_decoder *d, int kv_dim, size_t state_floats,
 }
 
 int pith_decoder_step(pith_decoder *d, const pith_batch *b, float *logits, pith_err *err) {
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT); /* the step's first ops: embeddings, RoPE tables */
     return d->be->vt->set_step(d->be, b, &d->base.mem, d->base.hp.n_vocab, logits, err);
 }
 

@@ -176,6 +176,7 @@ int pith_head_forward_scaled(pith_decoder *d, const pith_dec_bufs *b, const pith
      * the step's recorded work at */
     int n_kept = pith_decoder_n_kept(batch);
     const pith_hparams *hp = &d->base.hp;
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, logit_scale};
     return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), hp->n_vocab, err);
 }

@@ -58,6 +58,7 @@ static int mistral3_forward(pith_model *base, const pith_batch *b, float *logits
     pith_be_embed(d->be, m->embd, 0, B->x, n);
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         const mistral3_layer *L = &m->layers[l];
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->xb, m->cs, n, err)) return -1;
@@ -92,10 +93,13 @@ int pith_mistral3_build(pith_model_file *file, const pith_model_options *opt, pi
                        d->be->vt->name, m->temp_beta);
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         mistral3_layer *L = &m->layers[l];
         rc = pith_decoder_vector(d, l, "attn_norm.weight", hp->dim, true, &L->attn_norm, err) ||
              pith_decoder_vector(d, l, "ffn_norm.weight", hp->dim, true, &L->ffn_norm, err) ||

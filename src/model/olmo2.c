@@ -91,6 +91,7 @@ static int olmo2_forward(pith_model *base, const pith_batch *b, float *logits, p
     pith_be_embed(d->be, m->embd, 0, B->x, n);
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         const olmo2_layer *L = &m->layers[l];
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->x, m->cs, n, err)) return -1;
         pith_attn_block_attend(d, &L->attn, l, B, n);
@@ -115,10 +116,13 @@ static int olmo2_build(pith_model_file *file, const pith_model_options *opt, pit
     pith_decoder *d = &m->d;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         olmo2_layer *L = &m->layers[l];
         rc = pith_attn_block_load(d, l, PITH_QK_NORM_ALL, &L->attn, err) ||
              pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err) ||

@@ -9,7 +9,8 @@
 
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err) {
     pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP,
-                             .device = srv->device};
+                             .device = srv->device,
+                             .gpu_layers = srv->gpu_layers, .n_cpu_moe = srv->n_cpu_moe};
     return pith_model_load(path, &mo, out, err);
 }
 

@@ -143,11 +143,13 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     const char *model_path = several ? "" : o->model_path;
     if (dup_opt(&s->model_path, model_path) || dup_opt(&s->tokenizer_path, o->tokenizer_path) ||
         dup_opt(&s->chat_template_path, o->chat_template_path) || dup_opt(&s->device, o->device) ||
+        dup_opt(&s->gpu_layers, o->gpu_layers) ||
         dup_opt(&s->host, o->host ? o->host : "127.0.0.1") ||
         (o->model_name ? dup_opt(&s->model_name, o->model_name) : !(s->model_name = default_model_name(model_path)))) {
         pith_server_free(s);
         return pith_errf(err, "out of memory");
     }
+    s->n_cpu_moe = o->n_cpu_moe;
     if (!s->engine_opt.draft_device) s->engine_opt.draft_device = s->device; /* a draft runs beside its target */
     for (int i = 0; i < o->n_api_keys; i++) {
         if (auth_add_key(&s->keys, o->api_keys[i], err)) {
@@ -257,12 +259,13 @@ int server_create_model(pith_server *front, const char *name, const char *path, 
     s->port = front->port;
     if (dup_opt(&s->model_path, path) || dup_opt(&s->model_name, name) || dup_opt(&s->host, front->host) ||
         dup_opt(&s->tokenizer_path, front->tokenizer_path) || dup_opt(&s->chat_template_path, front->chat_template_path) ||
-        dup_opt(&s->device, front->device) || !(s->weights_path = strdup(path)) ||
+        dup_opt(&s->device, front->device) || dup_opt(&s->gpu_layers, front->gpu_layers) || !(s->weights_path = strdup(path)) ||
         !(s->versions = malloc(sizeof *s->versions)) || !(s->versions[0] = strdup("0"))) {
         pith_server_free(s);
         return pith_errf(err, "out of memory");
     }
     s->n_versions = 1;
+    s->n_cpu_moe = front->n_cpu_moe;
     if (front->engine_opt.draft_device == front->device) s->engine_opt.draft_device = s->device;
     *out = s;
     return 0;
@@ -290,6 +293,7 @@ static void log_summary(pith_server *s, double load_s) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     log_int(&f, "threads", s->n_threads > 0 ? s->n_threads : cpus > 0 ? cpus : 1);
     log_str(&f, "device", pith_backend_device_or_env(s->device));
+    if (s->model->placement[0]) log_str(&f, "offload", s->model->placement);
     log_str(&f, "kernels", pith_backend_cpu_kernel_name(pith_backend_force_scalar()));
     pith_engine_stats st;
     pith_engine_get_stats(s->engine, &st);
@@ -325,6 +329,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     pith_assets_options ao = {
         .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
         .chat_template_path = s->chat_template_path, .n_threads = s->n_threads, .device = s->device,
+        .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe,
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
@@ -427,6 +432,7 @@ void pith_server_free(pith_server *s) {
     pthread_mutex_destroy(&s->jobs_lock);
     free(s->model_path);
     free(s->device);
+    free(s->gpu_layers);
     free(s->tokenizer_path);
     free(s->chat_template_path);
     free(s->model_name);

@@ -30,6 +30,8 @@ typedef struct conn_guard conn_guard;
 struct pith_server {
     /* configuration (strings owned) */
     char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host, *device;
+    char *gpu_layers;      /* partial offload (pith_server_options.gpu_layers), or NULL */
+    int n_cpu_moe;
     size_t max_body;
     /* Request bodies held in memory at once, all connections together (parsed JSON takes a multiple
      * of its text): a body that would go over waits a moment for room, then gets 503 (http.c). */
