@@ -71,6 +71,8 @@ typedef struct vk_group {
     pith_kv_cache meta;            /* shapes (k, v, state NULL): what batch_check and the ops read */
 } vk_group;
 
+typedef struct vk_moe vk_moe;    /* vk_moe.c: the MoE layers and their scratch rows */
+
 #define VK_MAX_ROPES 8
 #define VK_MAX_RECORDED 16
 
@@ -155,6 +157,8 @@ typedef struct pith_vk {
     double shader_ms[PITH_VK_N_SHADERS];
     unsigned long long shader_calls[PITH_VK_N_SHADERS];
 
+    vk_moe *moe;                   /* NULL until a MoE layer loads */
+
     int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
     char op_err[512];
 } pith_vk;
@@ -188,6 +192,13 @@ const char *pith_vk_result(VkResult r);
 int pith_vk_profile_begin(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
 void pith_vk_profile_end(pith_vk *c);
 void pith_vk_profile_print(const pith_vk *c);
+
+/* vk_moe.c: backend.h's moe_load and moe; the layers freed with the backend (their weights and buffers
+ * are the backend's own) */
+int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
+                     const char *const hf_experts[3], pith_moe_weights **out, pith_err *err);
+int pith_vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
+void pith_vk_moe_free(pith_vk *c);
 
 /* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
 const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);
