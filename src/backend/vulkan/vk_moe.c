@@ -1,8 +1,9 @@
 /* Mixture-of-experts layers on the Vulkan backend: backend.h's moe_load and moe ops (the math:
  * backend/cpu/moe.h; the passes: shaders/moe.comp).
  *
- * Load: the CPU's pith_moe_load finds the layer's tensors in the file (GGUF's stacked 3-D experts, fused
- * gate and up, per-expert 2-D and Hugging Face names, GPT-OSS's rearranged experts) as views; each kind
+ * Load: backend/moe_file.h finds the layer's tensors in the file as the CPU backend does (GGUF's stacked
+ * 3-D experts, fused gate and up, per-expert 2-D and Hugging Face names, GPT-OSS's rearranged experts)
+ * as views; each kind
  * of expert matrix goes to the device as one weight of n_experts * rows rows in the file's block format
  * (expert e's rows from row e * rows), the router, the shared expert and every vector as the backend's
  * own weights (so they die with it, as every weight does). The views are dropped after the upload.
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/moe.h"
+#include "backend/moe_file.h"
 #include "backend/vulkan/vk.h"
 
 struct pith_moe_weights {
@@ -40,15 +41,6 @@ struct vk_moe {
 static const vk_weight *vw(const pith_weight *w) { return w->impl; }
 static VkDeviceAddress addr(const pith_weight *w) { return w ? vw(w)->mem.addr : 0; }
 
-/* The file type of a CPU weight type (the views carry pith_wtype), or -1. */
-static int dtype_of(pith_wtype t) {
-    static const pith_dtype all[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K,
-                                     PITH_Q5_K, PITH_Q6_K, PITH_IQ4_NL, PITH_IQ4_XS, PITH_MXFP4};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (pith_wtype_of(all[i]) == (int)t) return (int)all[i];
-    return -1;
-}
-
 static bool device_type(pith_dtype t) {
     switch (t) {
     case PITH_F32: case PITH_F16: case PITH_BF16: case PITH_Q8_0: case PITH_Q4_0: case PITH_Q4_K: case PITH_Q5_K:
@@ -58,13 +50,12 @@ static bool device_type(pith_dtype t) {
 }
 
 /* E matrices of one kind (views of the file, or of the CPU loader's own copy) as one stacked weight. */
-static int upload_stack(pith_vk *c, const pith_matrix *ms, int E, const char *what, const pith_weight **out,
+static int upload_stack(pith_vk *c, const pith_moe_mat *ms, int E, const char *what, const pith_weight **out,
                         pith_err *err) {
-    int dt = dtype_of(ms[0].type);
-    if (dt < 0 || !device_type((pith_dtype)dt))
+    pith_dtype dt = ms[0].type;
+    if (!device_type(dt))
         return pith_errf(err, "%s of type %s: not on the Vulkan backend (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
-                              "Q6_K and MXFP4 are; --device cpu runs every type)",
-                         what, dt < 0 ? "?" : pith_dtype_name((pith_dtype)dt));
+                              "Q6_K and MXFP4 are; --device cpu runs every type)", what, pith_dtype_name(dt));
     size_t rb = ms[0].row_bytes, per = rb * (size_t)ms[0].rows;
     if (rb % 2)
         return pith_errf(err, "%s: rows of %zu bytes (%s) are not whole 16-bit words, as the Vulkan shaders read them",
@@ -83,7 +74,7 @@ static int upload_stack(pith_vk *c, const pith_matrix *ms, int E, const char *wh
         if (!(copy = malloc(per * (size_t)E))) return pith_errf(err, "out of memory");
         for (int e = 0; e < E; e++) memcpy(copy + (size_t)e * per, ms[e].data, per);
     }
-    pith_tensor t = {.name = what, .type = (pith_dtype)dt, .n_dims = 2,
+    pith_tensor t = {.name = what, .type = dt, .n_dims = 2,
                      .ne = {ms[0].cols, (int64_t)ms[0].rows * E, 1, 1}, .data = copy ? copy : ms[0].data,
                      .nbytes = per * (size_t)E};
     pith_weight *w = NULL;
@@ -117,15 +108,15 @@ static int scratch(pith_vk *c, const pith_moe_config *cfg, pith_err *err) {
     return 0;
 }
 
-static int load_layer(pith_vk *c, pith_moe_layer *L, pith_moe_weights *w, pith_err *err) {
+static int load_layer(pith_vk *c, pith_moe_file_layer *L, pith_moe_weights *w, pith_err *err) {
     const pith_moe_config *cfg = &L->cfg;
     const int E = cfg->n_experts;
     char what[96];
     int l = w->layer;
-    int rt = dtype_of(L->router.type);
+    pith_dtype rt = L->router.type;
     if (rt != PITH_F32 && rt != PITH_F16 && rt != PITH_BF16)
         return pith_errf(err, "layer %d: a router of type %s is not on the Vulkan backend (F32, F16 and BF16 are)", l,
-                         rt < 0 ? "?" : pith_dtype_name((pith_dtype)rt));
+                         pith_dtype_name(rt));
     if (L->gate[0].type != L->up[0].type)
         return pith_errf(err, "layer %d: expert gate and up of different types are not on the Vulkan backend", l);
     snprintf(what, sizeof what, "layer %d: router", l);
@@ -161,7 +152,6 @@ int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, cons
                      const char *const hf_experts[3], pith_moe_weights **out, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     *out = NULL;
-    if (pith_moe_config_check(cfg, "experts", err)) return -1;
     if (cfg->in_norm_eps > 0)
         return pith_errf(err, "the Vulkan backend does not run Gemma 4's mixture-of-experts layers (their input "
                               "norms) yet (--device cpu does)");
@@ -176,10 +166,10 @@ int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, cons
     c->moe->layers[c->moe->n_layers++] = w;
     w->cfg = *cfg;
     w->layer = layer;
-    pith_moe_layer L;
-    int rc = pith_moe_load(f, layer, cfg, hf_experts, &L, err);
+    pith_moe_file_layer L;
+    int rc = pith_moe_file_load(f, layer, cfg, hf_experts, &L, err);
     if (!rc) rc = load_layer(c, &L, w, err);
-    pith_moe_free(&L);
+    pith_moe_file_free(&L);
     if (!rc) rc = scratch(c, cfg, err);
     if (rc) return -1;
     *out = w;
