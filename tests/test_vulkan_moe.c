@@ -6,7 +6,9 @@
  * scales; a shared expert with and without its gate), every expert type the device reads (F32 with
  * widths that are not multiples of 32, F16, BF16, Q8_0, Q4_0, Q4_K with Q6_K downs, Q5_K, MXFP4), stacked
  * 3-D and per-expert tensors, and the awkward routings: an expert no token picks, every token on one
- * expert, top_k == n_experts, one token, 7, and a batch of 40.
+ * expert, top_k == n_experts, one token, 7, and a batch of 40. Each case runs the device's grouped form
+ * (the default: tokens sorted by expert on the device) and its per-(token, rank) form (PITH_VK_MOE=token),
+ * which must give the same bits.
  *
  * The reference is the CPU backend on the F32 path: a second file holds the same layer with every expert
  * dequantized to F32 (the CPU's quantized kernels round the activations to 8 bits first, the shaders do
@@ -209,6 +211,14 @@ static void check_case(const spec *s) {
         CHECKF(ra == 0, "%s n=%d on the CPU: %s", s->name, n, err.msg);
         int rb = run("vulkan", fs.dev, &cfg, x, y0, n, yb, &err);
         CHECKF(rb == 0, "%s n=%d on Vulkan: %s", s->name, n, err.msg);
+        /* the per-(token, rank) form: the same sums in the same order, so the same bits */
+        float *yt = malloc(m * 4);
+        setenv("PITH_VK_MOE", "token", 1);
+        int rt = run("vulkan", fs.dev, &cfg, x, y0, n, yt, &err);
+        unsetenv("PITH_VK_MOE");
+        CHECKF(rt == 0, "%s n=%d on Vulkan by token: %s", s->name, n, err.msg);
+        if (!rb && !rt) CHECKF(!memcmp(yb, yt, m * 4), "%s n=%d: the grouped and per-token forms differ", s->name, n);
+        free(yt);
         if (!ra && !rb) {
             double mx = 0, d = 0;
             for (size_t i = 0; i < m; i++) {

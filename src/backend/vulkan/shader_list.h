@@ -79,6 +79,26 @@
     X(moe_down_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN") \
     X(moe_down_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN") \
     X(moe_down_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN") \
+    X(moe_gup_f32, "moe.comp", "-DWTYPE=0 -DGATE_UP_GROUPED") \
+    X(moe_gup_f16, "moe.comp", "-DWTYPE=1 -DGATE_UP_GROUPED") \
+    X(moe_gup_bf16, "moe.comp", "-DWTYPE=2 -DGATE_UP_GROUPED") \
+    X(moe_gup_q8_0, "moe.comp", "-DWTYPE=3 -DGATE_UP_GROUPED") \
+    X(moe_gup_q4_0, "moe.comp", "-DWTYPE=4 -DGATE_UP_GROUPED") \
+    X(moe_gup_q4_k, "moe.comp", "-DWTYPE=5 -DGATE_UP_GROUPED") \
+    X(moe_gup_q5_k, "moe.comp", "-DWTYPE=6 -DGATE_UP_GROUPED") \
+    X(moe_gup_q6_k, "moe.comp", "-DWTYPE=7 -DGATE_UP_GROUPED") \
+    X(moe_gup_mxfp4, "moe.comp", "-DWTYPE=8 -DGATE_UP_GROUPED") \
+    X(moe_gdown_f32, "moe.comp", "-DWTYPE=0 -DDOWN_GROUPED") \
+    X(moe_gdown_f16, "moe.comp", "-DWTYPE=1 -DDOWN_GROUPED") \
+    X(moe_gdown_bf16, "moe.comp", "-DWTYPE=2 -DDOWN_GROUPED") \
+    X(moe_gdown_q8_0, "moe.comp", "-DWTYPE=3 -DDOWN_GROUPED") \
+    X(moe_gdown_q4_0, "moe.comp", "-DWTYPE=4 -DDOWN_GROUPED") \
+    X(moe_gdown_q4_k, "moe.comp", "-DWTYPE=5 -DDOWN_GROUPED") \
+    X(moe_gdown_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN_GROUPED") \
+    X(moe_gdown_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN_GROUPED") \
+    X(moe_gdown_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN_GROUPED") \
+    X(moe_sort, "moe.comp", "-DWTYPE=0 -DSORT") \
+    X(moe_combine, "moe.comp", "-DWTYPE=0 -DCOMBINE") \
     X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {

@@ -14,8 +14,13 @@
  * (grown by reserve with the others), shared by every layer: a layer's op uses them only between its own
  * dispatches.
  *
- * The experts' products are per (token, rank): each invocation multiplies one token's input by one row
- * of its chosen expert. Not here (refused at load, naming what): Gemma 4's input norms, a router of a
+ * The experts' products, in one of two forms that give the same bits (each dot product adds in one order):
+ * grouped (the default): the (token, rank) pairs sorted by expert on the device (a counting sort), then
+ * each expert's rows multiplied over its gathered tokens, read once per 8 of them, and a pass that sums
+ * each token's expert outputs in rank order; or per (token, rank) (PITH_VK_MOE=token): each invocation
+ * multiplies one token's input by one row of its chosen expert. The dispatches' sizes are the batch's
+ * and the layer's (experts x rows), never the routing's: the grouped passes read each expert's count
+ * from the sort rows, so a replayed step routes anew. Not here (refused at load, naming what): Gemma 4's input norms, a router of a
  * block type, gate and up (or the shared expert's) of different types, expert types the shaders lack. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +40,10 @@ struct pith_moe_weights {
 struct vk_moe {
     pith_moe_weights **layers;
     int n_layers;
-    pith_buf *route, *h; /* [n][2 top_k + 1], [n][max(top_k ffn, shared_ffn)] */
+    bool by_token;       /* PITH_VK_MOE=token: the per-(token, rank) form, else the grouped one */
+    /* [n][2 top_k + 1] route rows; [n][max(top_k ffn, shared_ffn)] hidden rows; the grouped form's
+     * [n][top_k dim] expert outputs and its sort rows (offsets [E + 1], list [n top_k], pos [n top_k]) */
+    pith_buf *route, *h, *yg, *sort;
 };
 
 static const vk_weight *vw(const pith_weight *w) { return w->impl; }
@@ -105,6 +113,11 @@ static int scratch(pith_vk *c, const pith_moe_config *cfg, pith_err *err) {
         if (!(c->moe->route = c->base.vt->buffer(&c->base, rc, err))) return -1;
     if (!c->moe->h || c->moe->h->cols < hc)
         if (!(c->moe->h = c->base.vt->buffer(&c->base, hc, err))) return -1;
+    int yc = cfg->top_k * cfg->dim, sc = 2 * cfg->top_k + cfg->n_experts + 1;
+    if (!c->moe->yg || c->moe->yg->cols < yc)
+        if (!(c->moe->yg = c->base.vt->buffer(&c->base, yc, err))) return -1;
+    if (!c->moe->sort || c->moe->sort->cols < sc)
+        if (!(c->moe->sort = c->base.vt->buffer(&c->base, sc, err))) return -1;
     return 0;
 }
 
@@ -157,7 +170,13 @@ int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, cons
                               "norms) yet (--device cpu does)");
     if (cfg->n_group > 1024)
         return pith_errf(err, "Vulkan: %d expert groups (the backend takes up to 1024)", cfg->n_group);
-    if (!c->moe && !(c->moe = calloc(1, sizeof *c->moe))) return pith_errf(err, "out of memory");
+    if (!c->moe) {
+        const char *form = getenv("PITH_VK_MOE");
+        if (form && *form && strcmp(form, "token") && strcmp(form, "grouped"))
+            return pith_errf(err, "PITH_VK_MOE=%s: expected grouped or token", form);
+        if (!(c->moe = calloc(1, sizeof *c->moe))) return pith_errf(err, "out of memory");
+        c->moe->by_token = form && !strcmp(form, "token");
+    }
     pith_moe_weights **grown = realloc(c->moe->layers, (size_t)(c->moe->n_layers + 1) * sizeof *grown);
     if (!grown) return pith_errf(err, "out of memory");
     c->moe->layers = grown;
@@ -222,14 +241,33 @@ int pith_vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in,
     p.w = addr(w->router), p.v = addr(w->sh_inp), p.x = xa, p.a1 = addr(w->router_bias), p.a2 = addr(w->select_bias);
     p.a3 = addr(w->expert_scale), p.rows = (uint32_t)cfg->n_experts, p.cols = dim, p.x_ld = (uint32_t)in->cols;
     if (dispatch(c, PITH_VK_SH_moe_route_f32, w->router, &p, N, err)) return -1;
-    p = base;
-    p.w = addr(w->gate), p.v = addr(w->up), p.x = xa, p.o = ha, p.a1 = addr(w->gate_bias), p.a2 = addr(w->up_bias);
-    p.rows = ffn, p.cols = dim, p.x_ld = (uint32_t)in->cols, p.o_ld = (uint32_t)h->cols;
-    if (dispatch(c, PITH_VK_SH_moe_up_f32, w->gate, &p, N * K * ((ffn + 63) / 64), err)) return -1;
-    p = base;
-    p.w = addr(w->down), p.x = ha, p.o = oa, p.a1 = addr(w->down_bias), p.rows = dim, p.cols = ffn;
-    p.x_ld = (uint32_t)h->cols, p.o_ld = (uint32_t)out->cols;
-    if (dispatch(c, PITH_VK_SH_moe_down_f32, w->down, &p, N * ((dim + 63) / 64), err)) return -1;
+    if (c->moe->by_token) {
+        p = base;
+        p.w = addr(w->gate), p.v = addr(w->up), p.x = xa, p.o = ha, p.a1 = addr(w->gate_bias), p.a2 = addr(w->up_bias);
+        p.rows = ffn, p.cols = dim, p.x_ld = (uint32_t)in->cols, p.o_ld = (uint32_t)h->cols;
+        if (dispatch(c, PITH_VK_SH_moe_up_f32, w->gate, &p, N * K * ((ffn + 63) / 64), err)) return -1;
+        p = base;
+        p.w = addr(w->down), p.x = ha, p.o = oa, p.a1 = addr(w->down_bias), p.rows = dim, p.cols = ffn;
+        p.x_ld = (uint32_t)h->cols, p.o_ld = (uint32_t)out->cols;
+        if (dispatch(c, PITH_VK_SH_moe_down_f32, w->down, &p, N * ((dim + 63) / 64), err)) return -1;
+    } else { /* sorted by expert on the device; each expert's rows read once per 8 of its tokens */
+        const uint32_t E = (uint32_t)cfg->n_experts;
+        VkDeviceAddress sa = ((const vk_buf *)c->moe->sort)->mem.addr, ya = ((const vk_buf *)c->moe->yg)->mem.addr;
+        p = base;
+        p.a3 = sa;
+        if (pith_vk_dispatch(c, c->cmd, PITH_VK_SH_moe_sort, &p, sizeof p, 1, 1, err)) return -1;
+        p = base;
+        p.w = addr(w->gate), p.v = addr(w->up), p.x = xa, p.o = ha, p.a1 = addr(w->gate_bias), p.a2 = addr(w->up_bias);
+        p.a3 = sa, p.rows = ffn, p.cols = dim, p.x_ld = (uint32_t)in->cols, p.o_ld = ffn;
+        if (dispatch(c, PITH_VK_SH_moe_gup_f32, w->gate, &p, E * ((ffn + 63) / 64), err)) return -1;
+        p = base;
+        p.w = addr(w->down), p.x = ha, p.o = ya, p.a3 = sa, p.rows = dim, p.cols = ffn, p.x_ld = ffn, p.o_ld = dim;
+        if (dispatch(c, PITH_VK_SH_moe_gdown_f32, w->down, &p, E * ((dim + 63) / 64), err)) return -1;
+        p = base;
+        p.x = ya, p.o = oa, p.a1 = addr(w->down_bias), p.a3 = sa, p.rows = dim, p.x_ld = dim;
+        p.o_ld = (uint32_t)out->cols;
+        if (pith_vk_dispatch(c, c->cmd, PITH_VK_SH_moe_combine, &p, sizeof p, N * ((dim + 63) / 64), 1, err)) return -1;
+    }
     if (w->sh_gate) {
         const uint32_t sh = (uint32_t)cfg->shared_ffn;
         p = base;

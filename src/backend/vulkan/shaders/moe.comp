@@ -55,6 +55,25 @@ float dot_row(U16 w, uint row, F32 x, uint xo) {
     return tot;
 }
 
+// The expert's activation of gate gv and up uv (row: the stacked row, for the biases; ~0: the shared
+// expert, SiLU without biases)
+float activate(float gv, float uv, uint row) {
+    uint act = p.flags & 3u;
+    if (row == ~0u) {
+        act = 0u;
+    } else {
+        if (p.a1 != 0ul) gv += F32(p.a1).v[row];
+        if (p.a2 != 0ul) uv += F32(p.a2).v[row];
+    }
+    if (act == 0u) return gv / (1.0 + exp(-gv)) * uv;
+    if (act == 2u) { // gelu_tanh as eltwise.comp writes it: (1 + tanh(u)) / 2 = 1 / (1 + exp(-2u))
+        float z = 0.7978845608028654 * (gv + 0.044715 * gv * gv * gv);
+        return gv / (1.0 + exp(-2.0 * z)) * uv;
+    }
+    float gc = min(gv, p.limit), uc = clamp(uv, -p.limit, p.limit);
+    return (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
+}
+
 #ifdef ROUTE
 layout(local_size_x = 64) in;
 shared float sc[1024];  // scores (PITH_BE_MAX_EXPERTS)
@@ -154,19 +173,7 @@ void main() {
     F32 x = F32(p.x);
     float gv = dot_row(U16(p.w), row, x, t * p.x_ld);
     float uv = dot_row(U16(p.v), row, x, t * p.x_ld);
-    if (p.a1 != 0ul) gv += F32(p.a1).v[row];
-    if (p.a2 != 0ul) uv += F32(p.a2).v[row];
-    float h;
-    uint act = shared_mode ? 0u : (p.flags & 3u);
-    if (act == 0u) {
-        h = gv / (1.0 + exp(-gv)) * uv;
-    } else if (act == 2u) { // gelu_tanh as eltwise.comp writes it: (1 + tanh(u)) / 2 = 1 / (1 + exp(-2u))
-        float z = 0.7978845608028654 * (gv + 0.044715 * gv * gv * gv);
-        h = gv / (1.0 + exp(-2.0 * z)) * uv;
-    } else {
-        float gc = min(gv, p.limit), uc = clamp(uv, -p.limit, p.limit);
-        h = (uc + 1.0) * gc / (1.0 + exp(-p.alpha * gc));
-    }
+    float h = activate(gv, uv, shared_mode ? ~0u : row);
     if (shared_mode && (p.flags & 32u) != 0u) h *= 1.0 / (1.0 + exp(-r.v[t * p.r_ld + 2u * p.K]));
     F32(p.o).v[t * p.o_ld + j * p.rows + i] = h;
 }
@@ -191,6 +198,137 @@ void main() {
             if (p.a1 != 0ul) s += F32(p.a1).v[e * p.rows + i];
             acc += wj * s;
         }
+    }
+    o.v[oi] = acc;
+}
+#elif defined(SORT)
+// The grouped form's counting sort (one invocation: n * top_k pairs): the sort rows hold offsets[E + 1],
+// then list[n K] (the pair t * K + j of each gathered row, experts in index order, tokens in batch order
+// within an expert), then pos[n K] (the gathered row of each pair).
+layout(local_size_x = 1) in;
+shared uint cursor[1024];
+
+void main() {
+    uint E = p.E, K = p.K, NK = p.n * p.K;
+    F32 r = F32(p.r);
+    I32 so = I32(p.a3);
+    for (uint e = 0u; e < E; e++) cursor[e] = 0u;
+    for (uint q = 0u; q < NK; q++) cursor[uint(r.v[(q / K) * p.r_ld + q % K])]++;
+    uint at = 0u;
+    for (uint e = 0u; e < E; e++) {
+        so.v[e] = int(at);
+        uint c = cursor[e];
+        cursor[e] = at;
+        at += c;
+    }
+    so.v[E] = int(at);
+    for (uint q = 0u; q < NK; q++) {
+        uint e = uint(r.v[(q / K) * p.r_ld + q % K]), row = cursor[e]++;
+        so.v[E + 1u + row] = int(q);
+        so.v[E + 1u + NK + q] = int(row);
+    }
+}
+#elif defined(GATE_UP_GROUPED) || defined(DOWN_GROUPED)
+// The grouped products: a workgroup per (expert, 64 rows); each invocation reads its row of the expert
+// once per NT of the expert's gathered rows and keeps a sum per row, adding in dot_row's order, so every
+// result has the bits of the per-(token, rank) form. GATE_UP: x the op's input (row of pair q: token
+// q / K), o the hidden rows (gathered row g at g * rows). DOWN: x the hidden rows (g * cols), o the expert
+// outputs (g * rows).
+layout(local_size_x = 64) in;
+#define NT 8u
+
+void main() {
+    uint per_e = (p.rows + 63u) / 64u, g = flat_group();
+    uint e = g / per_e, i = (g % per_e) * 64u + gl_LocalInvocationID.x;
+    if (e >= p.E || i >= p.rows) return;
+    I32 so = I32(p.a3);
+    uint E = p.E, g0 = uint(so.v[e]), g1 = uint(so.v[e + 1u]);
+    uint row = e * p.rows + i, units = (p.cols + 31u) / 32u, base = row * p.row_words;
+    F32 x = F32(p.x), o = F32(p.o);
+    for (uint c0 = g0; c0 < g1; c0 += NT) {
+        uint nt = min(NT, g1 - c0);
+        uint xo[NT];
+        for (uint k = 0u; k < NT; k++) {
+#ifdef GATE_UP_GROUPED
+            xo[k] = k < nt ? (uint(so.v[E + 1u + c0 + k]) / p.K) * p.x_ld : 0u;
+#else
+            xo[k] = (c0 + k) * p.x_ld;
+#endif
+        }
+        precise float tot[NT];
+#ifdef GATE_UP_GROUPED
+        precise float totu[NT];
+#endif
+        for (uint k = 0u; k < NT; k++) {
+            tot[k] = 0.0;
+#ifdef GATE_UP_GROUPED
+            totu[k] = 0.0;
+#endif
+        }
+        for (uint cls = 0u; cls < VL; cls++) {
+            precise float acc[NT];
+#ifdef GATE_UP_GROUPED
+            precise float accu[NT];
+#endif
+            for (uint k = 0u; k < NT; k++) {
+                acc[k] = 0.0;
+#ifdef GATE_UP_GROUPED
+                accu[k] = 0.0;
+#endif
+            }
+            for (uint u = cls; u < units; u += VL) {
+                float v[32];
+                dequant_unit(U16(p.w), base, u, v);
+                uint lim = min(32u, p.cols - u * 32u);
+                for (uint k = 0u; k < nt; k++) {
+                    precise float s = 0.0;
+                    for (uint q = 0u; q < lim; q++) s += v[q] * x.v[xo[k] + u * 32u + q];
+                    acc[k] += s;
+                }
+#ifdef GATE_UP_GROUPED
+                dequant_unit(U16(p.v), base, u, v);
+                for (uint k = 0u; k < nt; k++) {
+                    precise float s = 0.0;
+                    for (uint q = 0u; q < lim; q++) s += v[q] * x.v[xo[k] + u * 32u + q];
+                    accu[k] += s;
+                }
+#endif
+            }
+            for (uint k = 0u; k < nt; k++) {
+                tot[k] += acc[k];
+#ifdef GATE_UP_GROUPED
+                totu[k] += accu[k];
+#endif
+            }
+        }
+        for (uint k = 0u; k < nt; k++) {
+#ifdef GATE_UP_GROUPED
+            o.v[(c0 + k) * p.o_ld + i] = activate(tot[k], totu[k], row);
+#else
+            o.v[(c0 + k) * p.o_ld + i] = tot[k];
+#endif
+        }
+    }
+}
+#elif defined(COMBINE)
+// The grouped form's sum: out[t][i] += w_j (expert output of (t, j) + down bias) over ranks j in order.
+layout(local_size_x = 64) in;
+
+void main() {
+    uint per_tok = (p.rows + 63u) / 64u, g = flat_group();
+    uint t = g / per_tok, i = (g % per_tok) * 64u + gl_LocalInvocationID.x;
+    if (t >= p.n || i >= p.rows) return;
+    F32 o = F32(p.o), x = F32(p.x), r = F32(p.r);
+    I32 so = I32(p.a3);
+    uint NK = p.n * p.K, oi = t * p.o_ld + i;
+    precise float acc = o.v[oi];
+    for (uint j = 0u; j < p.K; j++) {
+        uint e = uint(r.v[t * p.r_ld + j]);
+        float wj = r.v[t * p.r_ld + p.K + j];
+        uint gr = uint(so.v[p.E + 1u + NK + t * p.K + j]);
+        float s = x.v[gr * p.x_ld + i];
+        if (p.a1 != 0ul) s += F32(p.a1).v[e * p.rows + i];
+        acc += wj * s;
     }
     o.v[oi] = acc;
 }
