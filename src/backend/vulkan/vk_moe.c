@@ -168,8 +168,9 @@ int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, cons
     if (cfg->in_norm_eps > 0)
         return pith_errf(err, "the Vulkan backend does not run Gemma 4's mixture-of-experts layers (their input "
                               "norms) yet (--device cpu does)");
-    if (cfg->n_group > 1024)
-        return pith_errf(err, "Vulkan: %d expert groups (the backend takes up to 1024)", cfg->n_group);
+    if (cfg->n_experts > 1024 || cfg->n_group > 1024) /* moe.comp's shared arrays */
+        return pith_errf(err, "Vulkan: %d experts in %d groups (the backend takes up to 1024)", cfg->n_experts,
+                         cfg->n_group);
     if (!c->moe) {
         const char *form = getenv("PITH_VK_MOE");
         if (form && *form && strcmp(form, "token") && strcmp(form, "grouped"))
