@@ -3,14 +3,14 @@
  *
  * Load: backend/moe_file.h finds the layer's tensors in the file as the CPU backend does (GGUF's stacked
  * 3-D experts, fused gate and up, per-expert 2-D and Hugging Face names, GPT-OSS's rearranged experts)
- * as views; each kind
- * of expert matrix goes to the device as one weight of n_experts * rows rows in the file's block format
- * (expert e's rows from row e * rows), the router, the shared expert and every vector as the backend's
- * own weights (so they die with it, as every weight does). The views are dropped after the upload.
+ * as views; each kind of expert matrix goes to the device as one weight of n_experts * rows rows in the
+ * file's block format (expert e's rows from row e * rows), the router, the shared expert and every vector
+ * as the backend's own weights (so they die with it, as every weight does). The views are dropped after
+ * the upload.
  *
  * The op is replay-safe: the routing (each token's experts and weights) is written by the device into
  * the route rows and read back only by the device; the host records the same dispatches for every batch
- * of the same size. The route rows and the experts' hidden rows are activation buffers of the backend
+ * of the same size. The route, hidden, expert-output and sort rows are activation buffers of the backend
  * (grown by reserve with the others), shared by every layer: a layer's op uses them only between its own
  * dispatches.
  *
@@ -20,8 +20,10 @@
  * each token's expert outputs in rank order; or per (token, rank) (PITH_VK_MOE=token): each invocation
  * multiplies one token's input by one row of its chosen expert. The dispatches' sizes are the batch's
  * and the layer's (experts x rows), never the routing's: the grouped passes read each expert's count
- * from the sort rows, so a replayed step routes anew. Not here (refused at load, naming what): Gemma 4's input norms, a router of a
- * block type, gate and up (or the shared expert's) of different types, expert types the shaders lack. */
+ * from the sort rows, so a replayed step routes anew.
+ *
+ * Not here (refused at load, naming what): Gemma 4's input norms, a router of a block type, gate and up
+ * (or the shared expert's) of different types, expert types the shaders lack, more than 1024 experts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

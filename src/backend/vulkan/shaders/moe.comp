@@ -11,6 +11,9 @@
 //           times sigmoid(shared gate logit) when gated.
 //   DOWN    an invocation per (token, output row): out += sum over ranks in rank order of w_j (down_e h_j
 //           + down bias); SHARED mode: out += down h.
+// The grouped form (vk_moe.c's default) replaces GATE_UP and DOWN by SORT (the pairs by expert),
+// GATE_UP_GROUPED and DOWN_GROUPED (a workgroup per expert and 64 rows, over its gathered pairs) and
+// COMBINE (each token's expert outputs summed in rank order): the same sums, so the same bits.
 // Every dot product adds its 32-column units in matmul.comp's order (classes of u mod 32).
 #include "common.glsl"
 #include "dequant.glsl"
