@@ -10,7 +10,9 @@ only float32 arithmetic in another order separates the device from the reference
 Cases: Qwen3-MoE (softmax, norm_topk) and Mixtral in GGUF F32, Q8_0 and MXFP4 (stacked 3-D experts) and
 safetensors F32 (one tensor per expert, Hugging Face names); test-qwen3moe-st (norm_topk_prob false);
 GPT-OSS (clamped SwiGLU with expert biases, sinks, windows) in GGUF F32 and MXFP4 and safetensors F32
-(the fused gate_up experts the loader rearranges), over 72 tokens; the prompt (many tokens on each
+(the fused gate_up experts the loader rearranges), over 72 tokens; GLM-4.5 (sigmoid routing, selection
+bias, expert groups, shared expert, routed scale) in GGUF F32 and Q8_0 against test_ref_glm4moe.py's
+reference; the prompt (many tokens on each
 expert) prefilled in chunks of 7 and in one for Qwen3-MoE and GPT-OSS F32; then the replayed decode steps
 (PITH_VK_REPLAY=1, the default) give the logits of steps recorded every time (PITH_VK_REPLAY=0) bit for
 bit. Skips (77) as test_vulkan_models.py does."""
@@ -78,6 +80,21 @@ def run_logits(tmp, model, tok, n_vocab, n_gen, env):
     return np.frombuffer(open(out, "rb").read(), dtype="<f4").reshape(n_gen, n_vocab)
 
 
+def check_glm(tmp, seed):
+    """GLM-4.5 (sigmoid routing with a selection bias, expert groups in test-glm4moe-qk, a shared expert,
+    the routed scale) against tests/test_ref_glm4moe.py's float64 forward written from transformers."""
+    import test_ref_glm4moe as GL
+    for preset, dtype in (("test-glm4moe", "F32"), ("test-glm4moe-qk", "F32"), ("test-glm4moe-qk", "Q8_0")):
+        cfg = R.mkmodel.build_config(preset)
+        model, tok, n_vocab = R.make_model(tmp, preset, "gguf", dtype, seed)
+        weights = GL.glm_weights(cfg, path=model)
+
+        def ref(toks, kv_f16, cfg=cfg, weights=weights):
+            return GL.glm_by_hand(cfg, weights, toks, kv_f16=kv_f16)
+        R.compare(PITH, tmp, f"vulkan {preset} gguf {dtype}", model, tok, n_vocab, "float", ref_fn=ref)
+        seed += 1
+
+
 def check_replay(tmp):
     model, tok, n_vocab = R.make_model(tmp, "test-qwen3moe", "gguf", "Q8_0", 760)
     a = run_logits(tmp, model, tok, n_vocab, 24, {"PITH_VK_REPLAY": "1"})
@@ -104,6 +121,7 @@ def main():
                     R.compare(PITH, tmp, f"vulkan {preset} prompt, chunks of {chunk}", model, tok, n_vocab, "float",
                               n_gen=R.N_GEN_PROMPT, prompt=R.PROMPT_TEXT, extra=("--max-batch-tokens", chunk))
             seed += 1
+        check_glm(tmp, seed)
         check_replay(tmp)
     print(f"{len(R.failures)} failures in {time.time() - t0:.0f} s")
     for f in R.failures:
