@@ -315,6 +315,7 @@ static inline void random_blocks(pith_dtype t, int n, uint8_t *out) {
             put_f16(o + 2, rnd_uniform(0.0f, 0.01f));
             break;
         case PITH_Q6_K: put_f16(o + 208, rnd_uniform(-0.002f, 0.002f)); break;
+        case PITH_MXFP4: o[0] = (uint8_t)(118 + rnd_u64() % 8); break; /* scales 2^-10..2^-3 */
         default: break;
         }
     }

@@ -401,7 +401,7 @@ int main(void) {
         {PITH_F32, 1, 7},    {PITH_F32, 33, 100},  {PITH_F32, 70, 256},  {PITH_F16, 1, 7},    {PITH_F16, 33, 100},
         {PITH_F16, 70, 256}, {PITH_BF16, 33, 100}, {PITH_BF16, 70, 256}, {PITH_Q8_0, 1, 96},  {PITH_Q8_0, 70, 512},
         {PITH_Q4_0, 33, 96}, {PITH_Q4_0, 70, 512}, {PITH_Q4_K, 1, 256},  {PITH_Q4_K, 70, 768}, {PITH_Q5_K, 33, 512},
-        {PITH_Q5_K, 7, 768}, {PITH_Q6_K, 33, 256}, {PITH_Q6_K, 70, 768},
+        {PITH_Q5_K, 7, 768}, {PITH_Q6_K, 33, 256}, {PITH_Q6_K, 70, 768}, {PITH_MXFP4, 1, 256}, {PITH_MXFP4, 70, 512},
     };
     /* each product kernel (PITH_VK_MATMUL), on the same weights and inputs */
     static const char *kinds[] = {"rows", "tiles"};
@@ -447,8 +447,8 @@ int main(void) {
             if (n > 2) check_elementwise(&r, OP_KEEP, cols, n, NULL, NULL, "");
         }
     }
-    static const pith_dtype ttypes[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K};
-    for (int i = 0; i < 8; i++) {
+    static const pith_dtype ttypes[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_MXFP4};
+    for (int i = 0; i < (int)(sizeof ttypes / sizeof *ttypes); i++) {
         size_t nb;
         uint8_t *raw = random_weights(ttypes[i], VOCAB, 256, &nb);
         pith_weight *tw[2];

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/quants.h"
 #include "backend/cpu/moe.h"
+#include "backend/moe_file.h"
 #include "util/meminfo.h"
 
 /* A vector of n elements (ne[0] == n, any element type), as owned floats; absent is NULL. */
@@ -339,5 +340,64 @@ void pith_moe_free(pith_moe_layer *L) {
     free(L->in_norm);
     free(L->router_norm);
     free(L->owned);
+    memset(L, 0, sizeof *L);
+}
+
+/* ---- backend/moe_file.h: the same tensors for another backend ---- */
+
+/* The file type of a weight type, or PITH_F32 with *ok false. */
+static pith_dtype file_type(pith_wtype t, bool *ok) {
+    static const pith_dtype all[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K,
+                                     PITH_Q5_K, PITH_Q6_K, PITH_IQ4_NL, PITH_IQ4_XS, PITH_MXFP4};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (pith_wtype_of(all[i]) == (int)t) return *ok = true, all[i];
+    return *ok = false, PITH_F32;
+}
+
+static int mat_view(const pith_matrix *m, pith_moe_mat *v, pith_err *err) {
+    bool ok;
+    *v = (pith_moe_mat){.type = file_type(m->type, &ok), .rows = m->rows, .cols = m->cols, .row_bytes = m->row_bytes,
+                        .data = m->data};
+    return ok ? 0 : pith_errf(err, "an expert weight of a type with no file type");
+}
+
+int pith_moe_file_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
+                       pith_moe_file_layer *out, pith_err *err) {
+    memset(out, 0, sizeof *out);
+    if (pith_moe_config_check(cfg, "experts", err)) return -1;
+    pith_moe_layer *L = calloc(1, sizeof *L);
+    if (!(out->impl = L)) return pith_errf(err, "out of memory");
+    if (pith_moe_load(f, l, cfg, hf_experts, L, err)) return -1;
+    const int E = cfg->n_experts;
+    out->cfg = *cfg;
+    out->gate = calloc((size_t)E, sizeof *out->gate);
+    out->up = calloc((size_t)E, sizeof *out->up);
+    out->down = calloc((size_t)E, sizeof *out->down);
+    if (!out->gate || !out->up || !out->down) return pith_errf(err, "out of memory");
+    if (mat_view(&L->router, &out->router, err)) return -1;
+    for (int e = 0; e < E; e++)
+        if (mat_view(&L->gate[e], &out->gate[e], err) || mat_view(&L->up[e], &out->up[e], err) ||
+            mat_view(&L->down[e], &out->down[e], err))
+            return -1;
+    out->has_shared = L->has_shared;
+    if (L->has_shared && (mat_view(&L->sh_gate, &out->sh_gate, err) || mat_view(&L->sh_up, &out->sh_up, err) ||
+                          mat_view(&L->sh_down, &out->sh_down, err)))
+        return -1;
+    /* the vectors move to the view (pith_moe_free then leaves them alone) */
+    float **from[] = {&L->router_bias, &L->select_bias, &L->expert_scale, &L->gate_bias, &L->up_bias, &L->down_bias,
+                      &L->in_norm, &L->router_norm, &L->sh_gate_inp};
+    float **to[] = {&out->router_bias, &out->select_bias, &out->expert_scale, &out->gate_bias, &out->up_bias,
+                    &out->down_bias, &out->in_norm, &out->router_norm, &out->sh_gate_inp};
+    for (size_t i = 0; i < sizeof from / sizeof *from; i++) *to[i] = *from[i], *from[i] = NULL;
+    return 0;
+}
+
+void pith_moe_file_free(pith_moe_file_layer *L) {
+    if (L->impl) pith_moe_free(L->impl);
+    free(L->impl);
+    free(L->gate), free(L->up), free(L->down);
+    float *vs[] = {L->router_bias, L->select_bias, L->expert_scale, L->gate_bias, L->up_bias, L->down_bias,
+                   L->in_norm, L->router_norm, L->sh_gate_inp};
+    for (size_t i = 0; i < sizeof vs / sizeof *vs; i++) free(vs[i]);
     memset(L, 0, sizeof *L);
 }

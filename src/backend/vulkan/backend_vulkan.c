@@ -2,8 +2,8 @@
  *
  * Weights keep the file's blocks as they are: every GGUF block is a whole number of 16-bit words, and
  * the shaders decode them (shaders/dequant.glsl). Vectors are float32. Not here yet, each refused at
- * load with the reason: mixture-of-experts layers and Qwen3.5's MTP head. Recurrent state and the
- * hybrids' mixers are vk_recurrent.c's. */
+ * load with the reason: Qwen3.5's MTP head. Recurrent state and the hybrids' mixers are
+ * vk_recurrent.c's, mixture-of-experts layers vk_moe.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,7 @@ static int wtype_of(pith_dtype t) {
     case PITH_Q4_K: return 5;
     case PITH_Q5_K: return 6;
     case PITH_Q6_K: return 7;
+    case PITH_MXFP4: return 8;
     default: return -1;
     }
 }
@@ -89,7 +90,7 @@ static int upload_matrix(pith_backend *be, const pith_tensor *t, const char *nam
     int type = wtype_of(t->type);
     if (type < 0)
         return pith_errf(err, "tensor %s: type %s is not on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K, "
-                              "Q5_K and Q6_K are; --device cpu runs every type)", name, pith_dtype_name(t->type));
+                              "Q5_K, Q6_K and MXFP4 are; --device cpu runs every type)", name, pith_dtype_name(t->type));
     if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > INT32_MAX / 4 ||
         t->ne[1] > INT32_MAX / 4)
         return pith_errf(err, "tensor %s: expected a 2-D matrix", name);
@@ -149,12 +150,6 @@ static int vk_vector(pith_backend *be, float *data, int n, pith_weight **out, pi
     }
     w->w.rows = 1, w->w.cols = n, w->w.vector = true, w->w.type = PITH_F32, w->w.vec = data;
     return add_weight(c, w, out, err);
-}
-
-static int vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
-                       const char *const hf_experts[3], pith_moe_weights **out, pith_err *err) {
-    (void)be, (void)f, (void)layer, (void)cfg, (void)hf_experts, (void)out;
-    return pith_errf(err, "the Vulkan backend does not run mixture-of-experts layers yet (--device cpu does)");
 }
 
 static int vk_moe_place(pith_backend *be, char *what, size_t what_size, pith_err *err) {
@@ -644,11 +639,6 @@ static void vk_activation(pith_backend *be, pith_activation kind, pith_buf *y, i
     if (recording(c)) eltwise(c, buf_addr(y), 0, (size_t)n * y->cols, y->cols, OP_RELU2, 0, 0);
 }
 
-static int vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err) {
-    (void)be, (void)w, (void)in, (void)out, (void)n;
-    return pith_errf(err, "the Vulkan backend does not run mixture-of-experts layers yet");
-}
-
 typedef struct {
     uint64_t src, dst, step;
     uint32_t cols, src_ld, dst_ld, list, n;
@@ -779,6 +769,7 @@ static void vk_destroy(pith_backend *be) {
     pith_vk *c = pith_vk_of(be);
     if (c->dev) vkDeviceWaitIdle(c->dev);
     pith_vk_profile_print(c);
+    pith_vk_moe_free(c);
     vk_mem_free(be);
     drop_recorded(c);
     for (int i = 0; i < c->n_bufs; i++) pith_vk_free(c, &c->bufs[i]->mem), free(c->bufs[i]);
@@ -800,13 +791,13 @@ static void vk_destroy(pith_backend *be) {
 
 static const pith_backend_vt vk_vt = {
     .name = "vulkan", .destroy = vk_destroy, .matrix = vk_matrix, .table = vk_table, .vector = vk_vector,
-    .moe_load = vk_moe_load, .moe_place = vk_moe_place, .attn_shape = vk_attn_shape, .buffer = vk_buffer,
+    .moe_load = pith_vk_moe_load, .moe_place = vk_moe_place, .attn_shape = vk_attn_shape, .buffer = vk_buffer,
     .reserve = vk_reserve, .mem_alloc = vk_mem_alloc, .mem_free = vk_mem_free, .mem_allocated = vk_mem_allocated,
     .copy_blocks = vk_copy_blocks, .set_step = vk_set_step, .embed = vk_embed, .rope_tables = vk_rope_tables,
     .rmsnorm = vk_rmsnorm, .matmul = vk_matmul, .qkv = vk_qkv, .attention = vk_attention, .glu = vk_glu,
     .add_bias = vk_add_bias, .norm_add = vk_norm_add, .scale = vk_scale, .scale_add = vk_scale_add, .zero = vk_zero,
     .attn_temp = vk_attn_temp,
-    .copy_cols = vk_copy_cols, .activation = vk_activation, .moe = vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
+    .copy_cols = vk_copy_cols, .activation = vk_activation, .moe = pith_vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
     .short_conv = pith_vk_short_conv, .mamba2 = pith_vk_mamba2, .gdn_shape = pith_vk_gdn_shape, .gdn = pith_vk_gdn,
     .gated_norm = pith_vk_gated_norm, .gated_qkv = pith_vk_gated_qkv, .attn_gate = pith_vk_attn_gate,
     .set_draft = vk_set_draft,

@@ -15,6 +15,7 @@
     X(matvec_q4_k, "matmul.comp", "-DWTYPE=5 -DMATVEC") \
     X(matvec_q5_k, "matmul.comp", "-DWTYPE=6 -DMATVEC") \
     X(matvec_q6_k, "matmul.comp", "-DWTYPE=7 -DMATVEC") \
+    X(matvec_mxfp4, "matmul.comp", "-DWTYPE=8 -DMATVEC") \
     X(mm_f32, "matmul.comp", "-DWTYPE=0") \
     X(mm_f16, "matmul.comp", "-DWTYPE=1") \
     X(mm_bf16, "matmul.comp", "-DWTYPE=2") \
@@ -23,6 +24,7 @@
     X(mm_q4_k, "matmul.comp", "-DWTYPE=5") \
     X(mm_q5_k, "matmul.comp", "-DWTYPE=6") \
     X(mm_q6_k, "matmul.comp", "-DWTYPE=7") \
+    X(mm_mxfp4, "matmul.comp", "-DWTYPE=8") \
     X(mmrow_f32, "matmul.comp", "-DWTYPE=0 -DPER_ROW") \
     X(mmrow_f16, "matmul.comp", "-DWTYPE=1 -DPER_ROW") \
     X(mmrow_bf16, "matmul.comp", "-DWTYPE=2 -DPER_ROW") \
@@ -31,6 +33,7 @@
     X(mmrow_q4_k, "matmul.comp", "-DWTYPE=5 -DPER_ROW") \
     X(mmrow_q5_k, "matmul.comp", "-DWTYPE=6 -DPER_ROW") \
     X(mmrow_q6_k, "matmul.comp", "-DWTYPE=7 -DPER_ROW") \
+    X(mmrow_mxfp4, "matmul.comp", "-DWTYPE=8 -DPER_ROW") \
     X(embed_f32, "embed.comp", "-DWTYPE=0") \
     X(embed_f16, "embed.comp", "-DWTYPE=1") \
     X(embed_bf16, "embed.comp", "-DWTYPE=2") \
@@ -39,6 +42,7 @@
     X(embed_q4_k, "embed.comp", "-DWTYPE=5") \
     X(embed_q5_k, "embed.comp", "-DWTYPE=6") \
     X(embed_q6_k, "embed.comp", "-DWTYPE=7") \
+    X(embed_mxfp4, "embed.comp", "-DWTYPE=8") \
     X(qkv_f32, "qkv.comp", "-DKVTYPE=0") \
     X(qkv_f16, "qkv.comp", "-DKVTYPE=1") \
     X(qkv_bf16, "qkv.comp", "-DKVTYPE=2") \
@@ -59,6 +63,47 @@
     X(gdn, "gdn.comp", "") \
     X(gated_norm, "gnorm.comp", "") \
     X(attn_gate, "gate.comp", "") \
+    X(moe_route_f32, "moe.comp", "-DWTYPE=0 -DROUTE") \
+    X(moe_route_f16, "moe.comp", "-DWTYPE=1 -DROUTE") \
+    X(moe_route_bf16, "moe.comp", "-DWTYPE=2 -DROUTE") \
+    X(moe_up_f32, "moe.comp", "-DWTYPE=0 -DGATE_UP") \
+    X(moe_up_f16, "moe.comp", "-DWTYPE=1 -DGATE_UP") \
+    X(moe_up_bf16, "moe.comp", "-DWTYPE=2 -DGATE_UP") \
+    X(moe_up_q8_0, "moe.comp", "-DWTYPE=3 -DGATE_UP") \
+    X(moe_up_q4_0, "moe.comp", "-DWTYPE=4 -DGATE_UP") \
+    X(moe_up_q4_k, "moe.comp", "-DWTYPE=5 -DGATE_UP") \
+    X(moe_up_q5_k, "moe.comp", "-DWTYPE=6 -DGATE_UP") \
+    X(moe_up_q6_k, "moe.comp", "-DWTYPE=7 -DGATE_UP") \
+    X(moe_up_mxfp4, "moe.comp", "-DWTYPE=8 -DGATE_UP") \
+    X(moe_down_f32, "moe.comp", "-DWTYPE=0 -DDOWN") \
+    X(moe_down_f16, "moe.comp", "-DWTYPE=1 -DDOWN") \
+    X(moe_down_bf16, "moe.comp", "-DWTYPE=2 -DDOWN") \
+    X(moe_down_q8_0, "moe.comp", "-DWTYPE=3 -DDOWN") \
+    X(moe_down_q4_0, "moe.comp", "-DWTYPE=4 -DDOWN") \
+    X(moe_down_q4_k, "moe.comp", "-DWTYPE=5 -DDOWN") \
+    X(moe_down_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN") \
+    X(moe_down_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN") \
+    X(moe_down_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN") \
+    X(moe_gup_f32, "moe.comp", "-DWTYPE=0 -DGATE_UP_GROUPED") \
+    X(moe_gup_f16, "moe.comp", "-DWTYPE=1 -DGATE_UP_GROUPED") \
+    X(moe_gup_bf16, "moe.comp", "-DWTYPE=2 -DGATE_UP_GROUPED") \
+    X(moe_gup_q8_0, "moe.comp", "-DWTYPE=3 -DGATE_UP_GROUPED") \
+    X(moe_gup_q4_0, "moe.comp", "-DWTYPE=4 -DGATE_UP_GROUPED") \
+    X(moe_gup_q4_k, "moe.comp", "-DWTYPE=5 -DGATE_UP_GROUPED") \
+    X(moe_gup_q5_k, "moe.comp", "-DWTYPE=6 -DGATE_UP_GROUPED") \
+    X(moe_gup_q6_k, "moe.comp", "-DWTYPE=7 -DGATE_UP_GROUPED") \
+    X(moe_gup_mxfp4, "moe.comp", "-DWTYPE=8 -DGATE_UP_GROUPED") \
+    X(moe_gdown_f32, "moe.comp", "-DWTYPE=0 -DDOWN_GROUPED") \
+    X(moe_gdown_f16, "moe.comp", "-DWTYPE=1 -DDOWN_GROUPED") \
+    X(moe_gdown_bf16, "moe.comp", "-DWTYPE=2 -DDOWN_GROUPED") \
+    X(moe_gdown_q8_0, "moe.comp", "-DWTYPE=3 -DDOWN_GROUPED") \
+    X(moe_gdown_q4_0, "moe.comp", "-DWTYPE=4 -DDOWN_GROUPED") \
+    X(moe_gdown_q4_k, "moe.comp", "-DWTYPE=5 -DDOWN_GROUPED") \
+    X(moe_gdown_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN_GROUPED") \
+    X(moe_gdown_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN_GROUPED") \
+    X(moe_gdown_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN_GROUPED") \
+    X(moe_sort, "moe.comp", "-DWTYPE=0 -DSORT") \
+    X(moe_combine, "moe.comp", "-DWTYPE=0 -DCOMBINE") \
     X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {

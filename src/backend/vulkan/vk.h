@@ -74,6 +74,8 @@ typedef struct vk_group {
     pith_kv_cache meta;            /* shapes (k, v, state NULL): what batch_check and the ops read */
 } vk_group;
 
+typedef struct vk_moe vk_moe;    /* vk_moe.c: the MoE layers and their scratch rows */
+
 #define VK_MAX_ROPES 8
 #define VK_MAX_RECORDED 16
 
@@ -159,6 +161,7 @@ typedef struct pith_vk {
     unsigned long long shader_calls[PITH_VK_N_SHADERS];
 
     int gdn_dk, gdn_dv;            /* DeltaNet heads as gdn_shape declared them (0: none) */
+    vk_moe *moe;                   /* NULL until a MoE layer loads */
 
     int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
     char op_err[512];
@@ -206,6 +209,12 @@ void pith_vk_gdn(pith_backend *be, const pith_be_gdn_args *a, int n);
 void pith_vk_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n);
 void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
 void pith_vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n);
+/* vk_moe.c: backend.h's moe_load and moe; the layers freed with the backend (their weights and buffers
+ * are the backend's own) */
+int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,
+                     const char *const hf_experts[3], pith_moe_weights **out, pith_err *err);
+int pith_vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in, pith_buf *out, int n, pith_err *err);
+void pith_vk_moe_free(pith_vk *c);
 
 /* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
 const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);

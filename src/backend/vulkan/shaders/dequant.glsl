@@ -8,6 +8,9 @@
 //   Q5_K: Q4_K with 32 bytes of fifth bits (bit u of byte l: unit u, value l) before the nibbles
 //   Q6_K: per 256: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, f16 d
 //         x = d sc (q - 32)
+//   MXFP4: per 32: one E8M0 byte e, 16 bytes of E2M1 codes (low nibbles 0..15, high 16..31): 17 bytes, so
+//         a block starts on any byte (a row of an even number of blocks is whole words)
+//         x = kv[code] 2^(e - 128), kv the doubled E2M1 values (backend/cpu/mxfp4.h)
 #define WT_F32 0
 #define WT_F16 1
 #define WT_BF16 2
@@ -16,6 +19,7 @@
 #define WT_Q4_K 5
 #define WT_Q5_K 6
 #define WT_Q6_K 7
+#define WT_MXFP4 8
 
 #if WTYPE == WT_Q4_K || WTYPE == WT_Q5_K
 // GGML's 6-bit scale and min of sub-block j (0..7) from the 12 bytes at byte offset s
@@ -91,6 +95,15 @@ void dequant_unit(U16 w, uint base, uint u, out float o[32]) {
         lo = k >= 2u ? lo >> 4 : lo & 0xFu;
         uint hi = (byte_at(w, qh + l) >> (2u * k)) & 3u;
         o[l] = d * float(sbyte(byte_at(w, sc + (l >> 4)))) * float(int(lo | (hi << 4)) - 32);
+    }
+#elif WTYPE == WT_MXFP4
+    const float kv[16] = float[16](0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+    uint B = base * 2u + u * 17u;
+    float d = ldexp(1.0, int(byte_at(w, B)) - 128);
+    for (uint j = 0u; j < 16u; j++) {
+        uint q = byte_at(w, B + 1u + j);
+        o[j] = d * kv[q & 0xFu];
+        o[j + 16u] = d * kv[q >> 4];
     }
 #else
 #error "unknown WTYPE"
