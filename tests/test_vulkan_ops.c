@@ -1,7 +1,7 @@
 /* The Vulkan backend's ops, one at a time, against the CPU backend and a float64 reference, on awkward
  * shapes: widths that are not multiples of 32 (the device pads float rows), one row and many (matrix-
  * vector and tiled products), several products in one call with one accumulating, every weight type the
- * device multiplies (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) as raw random GGUF blocks. Both
+ * device multiplies (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) as raw random GGUF blocks. Both
  * backends run the same step (one sequence of n tokens over a small KV pool); inputs go in with
  * buf_write and results come back with buf_read. The ops that read the KV pool and the step's
  * positions (qkv, attention, rope tables, head) are checked end to end instead: every dense
@@ -402,6 +402,7 @@ int main(void) {
         {PITH_F16, 70, 256}, {PITH_BF16, 33, 100}, {PITH_BF16, 70, 256}, {PITH_Q8_0, 1, 96},  {PITH_Q8_0, 70, 512},
         {PITH_Q4_0, 33, 96}, {PITH_Q4_0, 70, 512}, {PITH_Q4_K, 1, 256},  {PITH_Q4_K, 70, 768}, {PITH_Q5_K, 33, 512},
         {PITH_Q5_K, 7, 768}, {PITH_Q6_K, 33, 256}, {PITH_Q6_K, 70, 768},
+        {PITH_IQ4_NL, 1, 96}, {PITH_IQ4_NL, 70, 512}, {PITH_IQ4_XS, 33, 256}, {PITH_IQ4_XS, 7, 768},
     };
     /* each product kernel (PITH_VK_MATMUL), on the same weights and inputs */
     static const char *kinds[] = {"rows", "tiles"};
@@ -447,8 +448,9 @@ int main(void) {
             if (n > 2) check_elementwise(&r, OP_KEEP, cols, n, NULL, NULL, "");
         }
     }
-    static const pith_dtype ttypes[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K};
-    for (int i = 0; i < 8; i++) {
+    static const pith_dtype ttypes[] = {PITH_F32,  PITH_F16,  PITH_BF16, PITH_Q8_0,   PITH_Q4_0,
+                                        PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_IQ4_NL, PITH_IQ4_XS};
+    for (int i = 0; i < (int)(sizeof ttypes / sizeof *ttypes); i++) {
         size_t nb;
         uint8_t *raw = random_weights(ttypes[i], VOCAB, 256, &nb);
         pith_weight *tw[2];

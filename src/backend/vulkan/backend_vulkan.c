@@ -22,6 +22,8 @@ static int wtype_of(pith_dtype t) {
     case PITH_Q4_K: return 5;
     case PITH_Q5_K: return 6;
     case PITH_Q6_K: return 7;
+    case PITH_IQ4_NL: return 8;
+    case PITH_IQ4_XS: return 9;
     default: return -1;
     }
 }
@@ -89,7 +91,7 @@ static int upload_matrix(pith_backend *be, const pith_tensor *t, const char *nam
     int type = wtype_of(t->type);
     if (type < 0)
         return pith_errf(err, "tensor %s: type %s is not on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K, "
-                              "Q5_K and Q6_K are; --device cpu runs every type)", name, pith_dtype_name(t->type));
+                              "Q5_K, Q6_K, IQ4_NL and IQ4_XS are; --device cpu runs every type)", name, pith_dtype_name(t->type));
     if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > INT32_MAX / 4 ||
         t->ne[1] > INT32_MAX / 4)
         return pith_errf(err, "tensor %s: expected a 2-D matrix", name);

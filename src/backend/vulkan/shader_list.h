@@ -15,6 +15,8 @@
     X(matvec_q4_k, "matmul.comp", "-DWTYPE=5 -DMATVEC") \
     X(matvec_q5_k, "matmul.comp", "-DWTYPE=6 -DMATVEC") \
     X(matvec_q6_k, "matmul.comp", "-DWTYPE=7 -DMATVEC") \
+    X(matvec_iq4_nl, "matmul.comp", "-DWTYPE=8 -DMATVEC") \
+    X(matvec_iq4_xs, "matmul.comp", "-DWTYPE=9 -DMATVEC") \
     X(mm_f32, "matmul.comp", "-DWTYPE=0") \
     X(mm_f16, "matmul.comp", "-DWTYPE=1") \
     X(mm_bf16, "matmul.comp", "-DWTYPE=2") \
@@ -23,6 +25,8 @@
     X(mm_q4_k, "matmul.comp", "-DWTYPE=5") \
     X(mm_q5_k, "matmul.comp", "-DWTYPE=6") \
     X(mm_q6_k, "matmul.comp", "-DWTYPE=7") \
+    X(mm_iq4_nl, "matmul.comp", "-DWTYPE=8") \
+    X(mm_iq4_xs, "matmul.comp", "-DWTYPE=9") \
     X(mmrow_f32, "matmul.comp", "-DWTYPE=0 -DPER_ROW") \
     X(mmrow_f16, "matmul.comp", "-DWTYPE=1 -DPER_ROW") \
     X(mmrow_bf16, "matmul.comp", "-DWTYPE=2 -DPER_ROW") \
@@ -31,6 +35,8 @@
     X(mmrow_q4_k, "matmul.comp", "-DWTYPE=5 -DPER_ROW") \
     X(mmrow_q5_k, "matmul.comp", "-DWTYPE=6 -DPER_ROW") \
     X(mmrow_q6_k, "matmul.comp", "-DWTYPE=7 -DPER_ROW") \
+    X(mmrow_iq4_nl, "matmul.comp", "-DWTYPE=8 -DPER_ROW") \
+    X(mmrow_iq4_xs, "matmul.comp", "-DWTYPE=9 -DPER_ROW") \
     X(embed_f32, "embed.comp", "-DWTYPE=0") \
     X(embed_f16, "embed.comp", "-DWTYPE=1") \
     X(embed_bf16, "embed.comp", "-DWTYPE=2") \
@@ -39,6 +45,8 @@
     X(embed_q4_k, "embed.comp", "-DWTYPE=5") \
     X(embed_q5_k, "embed.comp", "-DWTYPE=6") \
     X(embed_q6_k, "embed.comp", "-DWTYPE=7") \
+    X(embed_iq4_nl, "embed.comp", "-DWTYPE=8") \
+    X(embed_iq4_xs, "embed.comp", "-DWTYPE=9") \
     X(qkv_f32, "qkv.comp", "-DKVTYPE=0") \
     X(qkv_f16, "qkv.comp", "-DKVTYPE=1") \
     X(qkv_bf16, "qkv.comp", "-DKVTYPE=2") \
