@@ -62,6 +62,8 @@
     X(keep_rows, "rows.comp", "-DKEEP") \
     X(gather_rows, "rows.comp", "") \
     X(copy, "copy.comp", "") \
+    X(head_norm, "headnorm.comp", "") \
+    X(copy_cols, "cols.comp", "") \
     X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {
