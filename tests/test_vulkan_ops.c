@@ -19,6 +19,7 @@
  *     by the gate: |a - b| <= 1e-5 (|b| + 1e-3).
  *   - embedding rows, relu^2, bias, scale, x += s y, zero and moving rows: 2 ulp (one rounding each
  *     side, an FMA contracted or not).
+ *   - copy_cols: exact.
  * Out of device memory: a KV pool larger than the device holds is refused with its size, and the same
  * backend then allocates a pool that fits. Skips (77) when no Vulkan device can run pith here. */
 #include <math.h>
@@ -353,6 +354,26 @@ done:
     for (int s = 0; s < 2; s++) free(out[s][0]), free(out[s][1]);
 }
 
+/* copy_cols (Gemma 4's per-layer slices): dst = columns [col0, col0 + dst->cols) of src, exactly, on
+ * both backends. */
+static void check_copy_cols(rig *r, int src_cols, int dst_cols, int col0, int n) {
+    pith_err err;
+    float *in = randv((size_t)n * src_cols, -3, 3), *out = malloc((size_t)n * dst_cols * sizeof *out);
+    int rc = !in || !out || step(r, n, &err) || put(r, src_cols, 0, n, in, &err);
+    CHECKF(!rc, "copy_cols: setting up: %s", in && out ? err.msg : "out of memory");
+    for (int s = 0; !rc && s < 2; s++) {
+        r->s[s].be->vt->copy_cols(r->s[s].be, B(r, s, dst_cols, 2), B(r, s, src_cols, 0), col0, n);
+        rc = get(r, s, dst_cols, 2, n, out, &err);
+        CHECKF(!rc, "copy_cols on %s: %s", r->s[s].name, err.msg);
+        bool same = true;
+        for (int t = 0; !rc && t < n; t++)
+            same &= memcmp(out + (size_t)t * dst_cols, in + (size_t)t * src_cols + col0, (size_t)dst_cols * 4) == 0;
+        CHECKF(rc || same, "copy_cols of columns %d..%d of %d, %d rows on %s: not the source's values", col0,
+               col0 + dst_cols, src_cols, n, r->s[s].name);
+    }
+    free(in), free(out);
+}
+
 /* ---- out of device memory ---- */
 
 static void check_oom(void) {
@@ -467,6 +488,9 @@ int main(void) {
         }
         parked[n_parked++] = raw;
     }
+    check_copy_cols(&r, 768, 100, 512, 5);
+    check_copy_cols(&r, 256, 33, 0, NMAX);
+    check_copy_cols(&r, 256, 256, 0, 1);
     rig_close(&r);
     for (int i = 0; i < n_parked; i++) free(parked[i]);
     for (int i = 0; i < MAX_MM_CASES; i++)
