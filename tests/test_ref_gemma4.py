@@ -15,7 +15,10 @@ generator's; the V norm, the proportional RoPE and the layer scalars each move i
 the tolerance (so the cases could not pass with one of them dropped). Then pith against it: GGUF F32 (F32
 and F16 cache), Q8_0 and Q4_K_M, safetensors F32 and BF16, the multimodal layout F32, from BOS (72 tokens:
 more than four windows of 16) and from a 77-token prompt prefilled in chunks of 7 and in one; and pith's
-GGUF and safetensors F32 logits of one seed against each other. Each case prints its measured max error.
+GGUF and safetensors F32 logits of one seed against each other. Then, where a Vulkan device can run pith,
+test-gemma4 and test-gemma4-e GGUF F32 on it (from BOS and from the prompt in chunks of 7, to the float
+tolerance), and test-gemma4-e's replayed decode steps against steps recorded every time, bit for bit.
+Each case prints its measured max error.
 
 Environment: PITH_BIN (pith binary), PITH_TEST_TMP (scratch). Exit 77 (skip) when torch or numpy is
 missing."""
@@ -296,6 +299,52 @@ def check_reference(tmp, tokens, seed):
                 trm.fail(f"{preset}: the {fmt} file's weights differ from the generator's ({err:.2e} in the logits)")
 
 
+def check_vulkan(pith, tmp, seed):
+    """The GGUF F32 cases of test-gemma4 (the second attention shape, the V norm, proportional RoPE) and
+    test-gemma4-e (per-layer embeddings through copy_cols, Q-only KV-shared layers, double-wide FFNs) on
+    the first Vulkan device, when there is one, from BOS and from the prompt in chunks of 7; and the
+    e preset's replayed decode steps against steps recorded every time (PITH_VK_REPLAY=0), bit for bit.
+    Held to the float tolerance, as every F32 case on the device (test_vulkan_models.py)."""
+    import subprocess
+    r = subprocess.run([pith, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    if b"vulkan:0" not in r.stdout:
+        print("note: no Vulkan device; the gemma4 cases ran on the CPU only")
+        return
+    old = {k: os.environ.get(k) for k in ("PITH_DEVICE", "PITH_VK_REPLAY")}
+    os.environ["PITH_DEVICE"] = "vulkan"
+    try:
+        for preset in (PRESET, E_PRESET):
+            cfg = mkmodel.build_config(preset)
+            model, tok, n_vocab = trm.make_model(tmp, preset, "gguf", "F32", seed)
+            w = weights(cfg, path=model)
+
+            def ref(toks, kv_f16, w=w, cfg=cfg):
+                return by_hand(cfg, w, toks, kv_f16=kv_f16)
+            trm.compare(pith, tmp, f"{preset} gguf F32 vulkan", model, tok, n_vocab, "float", n_gen=trm.N_GEN_LONG,
+                        ref_fn=ref)
+            trm.compare(pith, tmp, f"{preset} gguf F32 vulkan prompt/7", model, tok, n_vocab, "float",
+                        n_gen=trm.N_GEN_PROMPT, prompt=trm.PROMPT_TEXT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
+            if preset != E_PRESET:
+                continue
+            runs = []
+            for replay in ("1", "0"):
+                os.environ["PITH_VK_REPLAY"] = replay
+                runs.append(trm.pith_logits(pith, tmp, f"{preset} vulkan replay {replay}", model, tok, n_vocab,
+                                            n_gen=24))
+            if None not in runs:
+                same = np.array_equal(runs[0][1], runs[1][1])
+                print(f"{preset} vulkan: 24 decode steps replayed vs recorded every step: "
+                      f"{'identical' if same else 'DIFFERENT'}")
+                if not same:
+                    trm.fail(f"{preset} vulkan: replayed steps differ from recorded ones")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main():
     pith = os.environ.get("PITH_BIN")
     if not pith or not os.access(pith, os.X_OK):
@@ -349,6 +398,7 @@ def main():
             print(f"{preset}: pith GGUF vs safetensors F32, {what}: max |diff| {err:.1e} (bound {CROSS_FORMAT:g})")
             if pa != pb or err > CROSS_FORMAT:
                 trm.fail(f"{preset}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+        check_vulkan(pith, tmp, seed)
     print(f"{time.time() - t0:.1f} s")
     if trm.failures:
         print(f"{len(trm.failures)} failure(s)")

@@ -5,20 +5,23 @@ own by-hand references compute the float64 logits).
 
 Tolerances, and why they differ from the CPU's: the Vulkan shaders multiply float32 activations by the
 weights decoded exactly (dequant.glsl), where the CPU kernels round activations to 8 bits per block
-for integer dot products. So every weight type, Q8_0, Q4_0 and the K-quants included, is held to the
-float tolerance (1e-4 on logits of standard deviation ~1): only float32 arithmetic in another order
-separates the shaders from the float64 reference. The F16 cache cases use the reference's F16-cache
+for integer dot products. So every weight type, Q8_0, Q4_0, the K-quants and IQ4_NL / IQ4_XS included,
+is held to the float tolerance (1e-4 on logits of standard deviation ~1): only float32 arithmetic in
+another order separates the shaders from the float64 reference. (The decode itself is exact: an IQ4
+value is an f16 scale times a 6-bit sub-block scale times a table entry of at most 7 bits, 23
+significant bits at most, so float32 holds the reference's weight exactly.) The F16 cache cases use the reference's F16-cache
 simulation and its bound (1e-3), as on the CPU.
 
 Cases: Llama (MHA and GQA with Llama 3 RoPE scaling), Qwen2 (biases), Qwen3 (QK norm) in GGUF F32, F16,
-BF16, Q8_0 and Q4_0 and safetensors F32; the K-quants (Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M); Mistral's
+BF16, Q8_0 and Q4_0 and safetensors F32; the K-quants (Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M) and IQ4_NL and
+IQ4_XS; Mistral's
 sliding window, SmolLM3's no-RoPE layers and Gemma 3 (local and global layers, soft-capping) over 72
 generated tokens (more than three windows), and their 77-token prompt prefilled in chunks of 7 and in
 one chunk; linear RoPE scaling and YaRN; OLMo 2 (its whole-projection QK norm, against its own
 reference). Then the engine's paths on the device: the replayed decode steps give the logits of steps
 recorded every time (PITH_VK_REPLAY=0) bit for bit; the BF16 and Q8_0 caches against the CPU's (both
-round the cache the same way); an IQ4_NL file is refused at load with the reason. The hybrid
-(recurrent) architectures have their own device test: tests/test_vulkan_models_hybrid.py.
+round the cache the same way); a DeepSeek file (latent attention) is refused at load with the reason.
+The hybrid (recurrent) architectures have their own device test: tests/test_vulkan_models_hybrid.py.
 
 Skips (77) when the build has no Vulkan backend or no device can run it (`pith devices` says why), or
 without torch and numpy."""
@@ -104,7 +107,7 @@ def check_kv_types(tmp):
 
 
 def check_refusals(tmp):
-    for preset, dtype, want in (("test-llama-gqa", "IQ4_NL", "IQ4_NL"),):
+    for preset, dtype, want in (("test-deepseek2", "F32", "latent attention"),):
         model, tok, n_vocab = R.make_model(tmp, preset, "gguf", dtype, 702)
         cmd = [PITH, "run", "-m", model, "-p", "", "-n", "2", "--temp", "0"]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
@@ -130,7 +133,7 @@ def main():
                                   "float-kv16", kv_f32=False)
                     seed += 1
         for preset in R.KQUANT_PRESETS:
-            for dtype in ("Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"):
+            for dtype in ("Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "IQ4_NL", "IQ4_XS"):
                 model, tok, n_vocab = R.make_model(tmp, preset, "gguf", dtype, seed)
                 R.compare(PITH, tmp, f"vulkan {preset} gguf {dtype}", model, tok, n_vocab, "float")
                 seed += 1

@@ -1,7 +1,7 @@
 /* The Vulkan backend's ops, one at a time, against the CPU backend and a float64 reference, on awkward
  * shapes: widths that are not multiples of 32 (the device pads float rows), one row and many (matrix-
  * vector and tiled products), several products in one call with one accumulating, every weight type the
- * device multiplies (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) as raw random GGUF blocks. Both
+ * device multiplies (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) as raw random GGUF blocks. Both
  * backends run the same step (one sequence of n tokens over a small KV pool); inputs go in with
  * buf_write and results come back with buf_read. The ops that read the KV pool and the step's
  * positions (qkv, attention, rope tables, head) are checked end to end instead: every dense
@@ -19,6 +19,7 @@
  *     by the gate: |a - b| <= 1e-5 (|b| + 1e-3).
  *   - embedding rows, relu^2, bias, scale, x += s y, zero and moving rows: 2 ulp (one rounding each
  *     side, an FMA contracted or not).
+ *   - copy_cols: exact.
  * Out of device memory: a KV pool larger than the device holds is refused with its size, and the same
  * backend then allocates a pool that fits. Skips (77) when no Vulkan device can run pith here. */
 #include <math.h>
@@ -353,6 +354,26 @@ done:
     for (int s = 0; s < 2; s++) free(out[s][0]), free(out[s][1]);
 }
 
+/* copy_cols (Gemma 4's per-layer slices): dst = columns [col0, col0 + dst->cols) of src, exactly, on
+ * both backends. */
+static void check_copy_cols(rig *r, int src_cols, int dst_cols, int col0, int n) {
+    pith_err err;
+    float *in = randv((size_t)n * src_cols, -3, 3), *out = malloc((size_t)n * dst_cols * sizeof *out);
+    int rc = !in || !out || step(r, n, &err) || put(r, src_cols, 0, n, in, &err);
+    CHECKF(!rc, "copy_cols: setting up: %s", in && out ? err.msg : "out of memory");
+    for (int s = 0; !rc && s < 2; s++) {
+        r->s[s].be->vt->copy_cols(r->s[s].be, B(r, s, dst_cols, 2), B(r, s, src_cols, 0), col0, n);
+        rc = get(r, s, dst_cols, 2, n, out, &err);
+        CHECKF(!rc, "copy_cols on %s: %s", r->s[s].name, err.msg);
+        bool same = true;
+        for (int t = 0; !rc && t < n; t++)
+            same &= memcmp(out + (size_t)t * dst_cols, in + (size_t)t * src_cols + col0, (size_t)dst_cols * 4) == 0;
+        CHECKF(rc || same, "copy_cols of columns %d..%d of %d, %d rows on %s: not the source's values", col0,
+               col0 + dst_cols, src_cols, n, r->s[s].name);
+    }
+    free(in), free(out);
+}
+
 /* ---- out of device memory ---- */
 
 static void check_oom(void) {
@@ -402,6 +423,7 @@ int main(void) {
         {PITH_F16, 70, 256}, {PITH_BF16, 33, 100}, {PITH_BF16, 70, 256}, {PITH_Q8_0, 1, 96},  {PITH_Q8_0, 70, 512},
         {PITH_Q4_0, 33, 96}, {PITH_Q4_0, 70, 512}, {PITH_Q4_K, 1, 256},  {PITH_Q4_K, 70, 768}, {PITH_Q5_K, 33, 512},
         {PITH_Q5_K, 7, 768}, {PITH_Q6_K, 33, 256}, {PITH_Q6_K, 70, 768}, {PITH_MXFP4, 1, 256}, {PITH_MXFP4, 70, 512},
+        {PITH_IQ4_NL, 1, 96}, {PITH_IQ4_NL, 70, 512}, {PITH_IQ4_XS, 33, 256}, {PITH_IQ4_XS, 7, 768},
     };
     /* each product kernel (PITH_VK_MATMUL), on the same weights and inputs */
     static const char *kinds[] = {"rows", "tiles"};
@@ -447,7 +469,8 @@ int main(void) {
             if (n > 2) check_elementwise(&r, OP_KEEP, cols, n, NULL, NULL, "");
         }
     }
-    static const pith_dtype ttypes[] = {PITH_F32, PITH_F16, PITH_BF16, PITH_Q8_0, PITH_Q4_0, PITH_Q4_K, PITH_Q5_K, PITH_Q6_K, PITH_MXFP4};
+    static const pith_dtype ttypes[] = {PITH_F32,  PITH_F16,  PITH_BF16, PITH_Q8_0,  PITH_Q4_0,   PITH_Q4_K,
+                                        PITH_Q5_K, PITH_Q6_K, PITH_MXFP4, PITH_IQ4_NL, PITH_IQ4_XS};
     for (int i = 0; i < (int)(sizeof ttypes / sizeof *ttypes); i++) {
         size_t nb;
         uint8_t *raw = random_weights(ttypes[i], VOCAB, 256, &nb);
@@ -465,6 +488,9 @@ int main(void) {
         }
         parked[n_parked++] = raw;
     }
+    check_copy_cols(&r, 768, 100, 512, 5);
+    check_copy_cols(&r, 256, 33, 0, NMAX);
+    check_copy_cols(&r, 256, 256, 0, 1);
     rig_close(&r);
     for (int i = 0; i < n_parked; i++) free(parked[i]);
     for (int i = 0; i < MAX_MM_CASES; i++)

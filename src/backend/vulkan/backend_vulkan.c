@@ -23,6 +23,8 @@ static int wtype_of(pith_dtype t) {
     case PITH_Q5_K: return 6;
     case PITH_Q6_K: return 7;
     case PITH_MXFP4: return 8;
+    case PITH_IQ4_NL: return 9;
+    case PITH_IQ4_XS: return 10;
     default: return -1;
     }
 }
@@ -90,7 +92,7 @@ static int upload_matrix(pith_backend *be, const pith_tensor *t, const char *nam
     int type = wtype_of(t->type);
     if (type < 0)
         return pith_errf(err, "tensor %s: type %s is not on the Vulkan backend yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K, "
-                              "Q5_K, Q6_K and MXFP4 are; --device cpu runs every type)", name, pith_dtype_name(t->type));
+                              "Q5_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS are; --device cpu runs every type)", name, pith_dtype_name(t->type));
     if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > INT32_MAX / 4 ||
         t->ne[1] > INT32_MAX / 4)
         return pith_errf(err, "tensor %s: expected a 2-D matrix", name);
@@ -161,12 +163,7 @@ static int vk_moe_place(pith_backend *be, char *what, size_t what_size, pith_err
 static int vk_attn_shape(pith_backend *be, const pith_be_attn_shape *s, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     if (c->has_shape) return pith_errf(err, "the attention shape is set once");
-    if (s->alt_head_dim > 0) /* nor V norms: only the models that declare a second shape ask for them */
-        return pith_errf(err, "Vulkan: a second attention shape for one memory group (Gemma 4) is not supported");
-    if (s->head_dim < 1 || s->head_dim > 512 || s->n_heads < 1 || s->n_kv_heads < 1 || s->n_heads > 65535 ||
-        s->n_kv_heads > 65535 || s->n_heads % s->n_kv_heads)
-        return pith_errf(err, "Vulkan: attention of %d heads over %d KV heads of %d (the backend takes head widths up "
-                              "to 512 and whole query groups)", s->n_heads, s->n_kv_heads, s->head_dim);
+    if (pith_vk_check_shape(s, err)) return -1;
     c->shape = *s;
     c->has_shape = true;
     return 0;
@@ -237,9 +234,10 @@ static int vk_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith_
         if (kvtype_of(lay->type[g]) < 0) return pith_errf(err, "Vulkan: a KV cache of %s", pith_dtype_name(lay->type[g]));
         if (mg->k_dim != mg->v_dim)
             return pith_errf(err, "Vulkan: K and V of different widths (%d, %d)", mg->k_dim, mg->v_dim);
-        if (lay->type[g] == PITH_Q8_0 && c->has_shape && c->shape.head_dim % 32)
-            return pith_errf(err, "a Q8_0 KV cache needs a head dimension that is a multiple of 32, not %d",
-                             c->shape.head_dim);
+        int g_kv, g_hd;
+        pith_vk_group_shape(c, g, &g_kv, &g_hd);
+        if (lay->type[g] == PITH_Q8_0 && c->has_shape && g_hd % 32)
+            return pith_errf(err, "a Q8_0 KV cache needs a head dimension that is a multiple of 32, not %d", g_hd);
     }
     c->n_groups = spec->n_groups;
     c->meta.n_groups = spec->n_groups;
@@ -538,23 +536,28 @@ static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c)) return;
     if (!c->has_shape || a->group < 0 || a->group >= c->n_groups) return op_failf(c, "Vulkan: qkv without its memory");
-    if (a->v_norm || !a->k) return op_failf(c, "Vulkan: V norms and Q-only layers (Gemma 4) are not supported");
     const pith_kv_cache *m = &c->groups[a->group].meta;
-    int hd = c->shape.head_dim, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
-    if (a->q->cols < nh * hd || a->k->cols < nkv * hd || a->v->cols < nkv * hd || m->k_dim != nkv * hd ||
-        a->layer_index < 0 || a->layer_index >= m->n_layers)
+    int hd, nh = c->shape.n_heads, nkv;
+    pith_vk_group_shape(c, a->group, &nkv, &hd);
+    if (a->q->cols < nh * hd || (a->k && (a->k->cols < nkv * hd || !a->v || a->v->cols < nkv * hd)) ||
+        m->k_dim != nkv * hd || a->layer_index < 0 || a->layer_index >= m->n_layers)
         return op_failf(c, "Vulkan: qkv buffers do not fit the attention shape");
-    if (a->bq) bias(c, a->q, a->bq, n), bias(c, a->k, a->bk, n), bias(c, a->v, a->bv, n);
+    if (a->bq) bias(c, a->q, a->bq, n);
+    if (a->bq && a->k) bias(c, a->k, a->bk, n), bias(c, a->v, a->bv, n);
     /* A norm over the whole projection reads every head: it runs first, by rows, since qkv.comp's
      * workgroups (one per head) write their heads back in place */
-    if (a->qk_norm == PITH_QK_NORM_ALL) norm(c, a->q, a->q_norm, a->eps, a->q, 0, n), norm(c, a->k, a->k_norm, a->eps, a->k, 0, n);
+    if (a->qk_norm == PITH_QK_NORM_ALL) norm(c, a->q, a->q_norm, a->eps, a->q, 0, n);
+    if (a->qk_norm == PITH_QK_NORM_ALL && a->k) norm(c, a->k, a->k_norm, a->eps, a->k, 0, n);
+    pith_err e; /* Gemma 4's V norm, before qkv.comp stores V */
+    if (a->v_norm && a->k && pith_vk_head_norm(c, a->v, nkv, hd, a->eps, n, &e)) return op_fail(c, &e);
+    if (!a->k) nkv = 0; /* Q alone (KV sharing): no K heads, nothing stored */
     uint32_t flags = (uint32_t)(a->qk_norm == PITH_QK_NORM_HEAD ? 1 : 0) |
                      (a->rope_cs ? 8u : 0u) | (a->rope_style == PITH_ROPE_ADJACENT ? 16u : 0u) |
                      ((uint32_t)a->group << 8);
-    qkv_push p = {buf_addr(a->q), buf_addr(a->k), buf_addr(a->v), a->q_norm ? wt(a->q_norm)->mem.addr : 0,
+    qkv_push p = {buf_addr(a->q), a->k ? buf_addr(a->k) : 0, a->v ? buf_addr(a->v) : 0, a->q_norm ? wt(a->q_norm)->mem.addr : 0,
                   a->k_norm ? wt(a->k_norm)->mem.addr : 0, a->rope_cs ? buf_addr(a->rope_cs) : 0, c->step.addr,
                   layer_base(&c->groups[a->group].k, m, a->layer_index), layer_base(&c->groups[a->group].v, m, a->layer_index),
-                  (uint32_t)a->q->cols, (uint32_t)a->k->cols, (uint32_t)a->v->cols, (uint32_t)hd,
+                  (uint32_t)a->q->cols, a->k ? (uint32_t)a->k->cols : 0, a->v ? (uint32_t)a->v->cols : 0, (uint32_t)hd,
                   (uint32_t)nh | (uint32_t)nkv << 16, (uint32_t)m->block_size, (uint32_t)m->k_dim, flags,
                   a->rope_cs ? (uint32_t)a->rope_cs->cols : 0, (uint32_t)n, a->eps};
     dispatch(c, PITH_VK_SH_qkv_f32 + kvtype_of(m->type), &p, sizeof p, (uint32_t)n * (uint32_t)(nh + nkv), 1);
@@ -571,7 +574,8 @@ static void vk_attention(pith_backend *be, const pith_be_attn *a, int n) {
     if (!recording(c)) return;
     if (!c->has_shape || a->group < 0 || a->group >= c->n_groups) return op_failf(c, "Vulkan: attention without its memory");
     const pith_kv_cache *m = &c->groups[a->group].meta;
-    int hd = c->shape.head_dim, nh = c->shape.n_heads, nkv = c->shape.n_kv_heads;
+    int hd, nh = c->shape.n_heads, nkv;
+    pith_vk_group_shape(c, a->group, &nkv, &hd);
     if (a->layer_index < 0 || a->layer_index >= m->n_layers || a->out->cols < nh * hd)
         return op_failf(c, "Vulkan: attention buffers do not fit the attention shape");
     attn_push p = {buf_addr(a->q), buf_addr(a->out), a->sinks ? wt(a->sinks)->mem.addr : 0,
@@ -629,8 +633,9 @@ static void vk_zero(pith_backend *be, pith_buf *y, int n) {
 }
 
 static void vk_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, int col0, int n) {
-    (void)dst, (void)src, (void)col0, (void)n;
-    op_failf(pith_vk_of(be), "Vulkan: copy_cols (Gemma 4's per-layer inputs) is not supported");
+    pith_vk *c = pith_vk_of(be);
+    pith_err e;
+    if (recording(c) && pith_vk_copy_cols(c, dst, src, col0, n, &e)) op_fail(c, &e);
 }
 
 static void vk_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {

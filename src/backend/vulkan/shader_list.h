@@ -16,6 +16,8 @@
     X(matvec_q5_k, "matmul.comp", "-DWTYPE=6 -DMATVEC") \
     X(matvec_q6_k, "matmul.comp", "-DWTYPE=7 -DMATVEC") \
     X(matvec_mxfp4, "matmul.comp", "-DWTYPE=8 -DMATVEC") \
+    X(matvec_iq4_nl, "matmul.comp", "-DWTYPE=9 -DMATVEC") \
+    X(matvec_iq4_xs, "matmul.comp", "-DWTYPE=10 -DMATVEC") \
     X(mm_f32, "matmul.comp", "-DWTYPE=0") \
     X(mm_f16, "matmul.comp", "-DWTYPE=1") \
     X(mm_bf16, "matmul.comp", "-DWTYPE=2") \
@@ -25,6 +27,8 @@
     X(mm_q5_k, "matmul.comp", "-DWTYPE=6") \
     X(mm_q6_k, "matmul.comp", "-DWTYPE=7") \
     X(mm_mxfp4, "matmul.comp", "-DWTYPE=8") \
+    X(mm_iq4_nl, "matmul.comp", "-DWTYPE=9") \
+    X(mm_iq4_xs, "matmul.comp", "-DWTYPE=10") \
     X(mmrow_f32, "matmul.comp", "-DWTYPE=0 -DPER_ROW") \
     X(mmrow_f16, "matmul.comp", "-DWTYPE=1 -DPER_ROW") \
     X(mmrow_bf16, "matmul.comp", "-DWTYPE=2 -DPER_ROW") \
@@ -34,6 +38,8 @@
     X(mmrow_q5_k, "matmul.comp", "-DWTYPE=6 -DPER_ROW") \
     X(mmrow_q6_k, "matmul.comp", "-DWTYPE=7 -DPER_ROW") \
     X(mmrow_mxfp4, "matmul.comp", "-DWTYPE=8 -DPER_ROW") \
+    X(mmrow_iq4_nl, "matmul.comp", "-DWTYPE=9 -DPER_ROW") \
+    X(mmrow_iq4_xs, "matmul.comp", "-DWTYPE=10 -DPER_ROW") \
     X(embed_f32, "embed.comp", "-DWTYPE=0") \
     X(embed_f16, "embed.comp", "-DWTYPE=1") \
     X(embed_bf16, "embed.comp", "-DWTYPE=2") \
@@ -43,6 +49,8 @@
     X(embed_q5_k, "embed.comp", "-DWTYPE=6") \
     X(embed_q6_k, "embed.comp", "-DWTYPE=7") \
     X(embed_mxfp4, "embed.comp", "-DWTYPE=8") \
+    X(embed_iq4_nl, "embed.comp", "-DWTYPE=9") \
+    X(embed_iq4_xs, "embed.comp", "-DWTYPE=10") \
     X(qkv_f32, "qkv.comp", "-DKVTYPE=0") \
     X(qkv_f16, "qkv.comp", "-DKVTYPE=1") \
     X(qkv_bf16, "qkv.comp", "-DKVTYPE=2") \
@@ -104,6 +112,8 @@
     X(moe_gdown_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN_GROUPED") \
     X(moe_sort, "moe.comp", "-DWTYPE=0 -DSORT") \
     X(moe_combine, "moe.comp", "-DWTYPE=0 -DCOMBINE") \
+    X(head_norm, "headnorm.comp", "") \
+    X(copy_cols, "cols.comp", "") \
     X(fma_peak, "fma_peak.comp", "")
 
 typedef enum pith_vk_shader {

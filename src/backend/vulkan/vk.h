@@ -219,4 +219,12 @@ void pith_vk_moe_free(pith_vk *c);
 /* vk_rope.c: the frequencies of r as rope.comp reads them (made at first sight, kept) */
 const vk_rope *pith_vk_rope(pith_vk *c, const pith_rope *r, pith_err *err);
 
+/* vk_gemma4.c: the attention shapes (the second one for one group, Gemma 4's global layers) checked at
+ * attn_shape, and the shape a group's layers attend with; the V norm (each of `heads` heads of hd in x
+ * RMS-normed in place, no weight) and copy_cols, recorded into the step's command buffer. */
+int pith_vk_check_shape(const pith_be_attn_shape *s, pith_err *err);
+void pith_vk_group_shape(const pith_vk *c, int group, int *n_kv_heads, int *head_dim);
+int pith_vk_head_norm(pith_vk *c, const pith_buf *x, int heads, int hd, float eps, int n, pith_err *err);
+int pith_vk_copy_cols(pith_vk *c, pith_buf *dst, const pith_buf *src, int col0, int n, pith_err *err);
+
 #endif

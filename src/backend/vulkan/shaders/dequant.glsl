@@ -11,6 +11,9 @@
 //   MXFP4: per 32: one E8M0 byte e, 16 bytes of E2M1 codes (low nibbles 0..15, high 16..31): 17 bytes, so
 //         a block starts on any byte (a row of an even number of blocks is whole words)
 //         x = kv[code] 2^(e - 128), kv the doubled E2M1 values (backend/cpu/mxfp4.h)
+//   IQ4_NL: Q4_0's block, the nibble an index into the 16-entry non-linear table V   x = d V[q]
+//   IQ4_XS: per 256: f16 d, 16 bits of scale highs (2 per sub-block), 4 bytes of scale lows (a nibble
+//         per sub-block), then per 32 16 bytes of nibbles as IQ4_NL's     x = d (ls - 32) V[q]
 #define WT_F32 0
 #define WT_F16 1
 #define WT_BF16 2
@@ -20,6 +23,14 @@
 #define WT_Q5_K 6
 #define WT_Q6_K 7
 #define WT_MXFP4 8
+#define WT_IQ4_NL 9
+#define WT_IQ4_XS 10
+
+#if WTYPE == WT_IQ4_NL || WTYPE == WT_IQ4_XS
+// GGML's kvalues_iq4nl (the CPU's pith_iq4_values)
+const float iq4_values[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0,
+                                       53.0, 69.0, 89.0, 113.0);
+#endif
 
 #if WTYPE == WT_Q4_K || WTYPE == WT_Q5_K
 // GGML's 6-bit scale and min of sub-block j (0..7) from the 12 bytes at byte offset s
@@ -104,6 +115,28 @@ void dequant_unit(U16 w, uint base, uint u, out float o[32]) {
         uint q = byte_at(w, B + 1u + j);
         o[j] = d * kv[q & 0xFu];
         o[j + 16u] = d * kv[q >> 4];
+    }
+#elif WTYPE == WT_IQ4_NL
+    uint s = base + u * 9u;
+    float d = f16_at(w, s);
+    for (uint j = 0u; j < 8u; j++) {
+        uint q = uint(w.v[s + 1u + j]);
+        o[2u * j] = d * iq4_values[q & 0xFu];
+        o[2u * j + 1u] = d * iq4_values[(q >> 8) & 0xFu];
+        o[2u * j + 16u] = d * iq4_values[(q >> 4) & 0xFu];
+        o[2u * j + 17u] = d * iq4_values[q >> 12];
+    }
+#elif WTYPE == WT_IQ4_XS
+    uint sb = base + (u >> 3) * 68u, j = u & 7u, B = sb * 2u;
+    uint ls = ((byte_at(w, B + 4u + (j >> 1)) >> (4u * (j & 1u))) & 0xFu) | (((uint(w.v[sb + 1u]) >> (2u * j)) & 3u) << 4);
+    float a = f16_at(w, sb) * float(int(ls) - 32);
+    uint qs = sb + 4u + 8u * j;
+    for (uint l = 0u; l < 8u; l++) {
+        uint q = uint(w.v[qs + l]);
+        o[2u * l] = a * iq4_values[q & 0xFu];
+        o[2u * l + 1u] = a * iq4_values[(q >> 8) & 0xFu];
+        o[2u * l + 16u] = a * iq4_values[(q >> 4) & 0xFu];
+        o[2u * l + 17u] = a * iq4_values[q >> 12];
     }
 #else
 #error "unknown WTYPE"
