@@ -15,6 +15,9 @@
 # concurrent streams (pith run -f with 64 prompts). GPU_BENCH_QUICK=1: TinyLlama Q4_0 only;
 # GPU_BENCH_SHAPES, GPU_BENCH_TYPES and GPU_BENCH_DEVICE (e.g. vulkan:0, lavapipe) override the lists;
 # GPU_BENCH_CHECKS=0 skips the checks; PYTHON names a python3 with numpy (tools/mkmodel.py).
+# Then (issue 37) Qwen3-30B-A3B- and GPT-OSS-20B-shaped files with all their layers (Q4_K_M and MXFP4
+# experts) on the device whole and with --cpu-moe (experts on the CPU): decode tokens/s and pp512;
+# GPU_BENCH_MOE=0 skips them, GPU_BENCH_MOE_SHAPES overrides the list ("shape:dtype" words).
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-bench-out}
@@ -68,4 +71,15 @@ for shape in $shapes; do
         rm -f "$m"
     done
 done
+if [ "${GPU_BENCH_MOE:-1}" = 1 ]; then
+    for sd in ${GPU_BENCH_MOE_SHAPES:-qwen3-30b-a3b:Q4_K_M gpt-oss-20b:MXFP4}; do
+        shape=${sd%%:*} t=${sd#*:} m=$out/models/$shape-$t.gguf
+        "${PYTHON:-python3}" tools/mkmodel.py --preset "$shape" --dtype "$t" --random-blocks --seed 1 --out "$m" >/dev/null ||
+            { log "mkmodel $shape $t failed"; continue; }
+        log "$shape $t ($(du -h "$m" | cut -f1)): whole on $dev, then --cpu-moe (experts on the CPU, $(nproc) cores)"
+        "$pith" bench -m "$m" -dev "$dev" -p 512 -n 128 -r 2 2>&1 | quiet | tee -a "$out/summary.txt"
+        "$pith" bench -m "$m" -dev "$dev" --cpu-moe -t "$(nproc)" -p 512 -n 128 -r 2 2>&1 | quiet | tee -a "$out/summary.txt"
+        rm -f "$m"
+    done
+fi
 log "done"

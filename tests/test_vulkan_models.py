@@ -108,7 +108,9 @@ def check_kv_types(tmp):
 
 def check_refusals(tmp):
     for preset, dtype, want in (("test-deepseek2", "F32", "latent attention"),):
-        model, tok, n_vocab = R.make_model(tmp, preset, "gguf", dtype, 702)
+        model = os.path.join(tmp, f"refused-{preset}.gguf")
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "tools", "mkmodel.py"), "--preset", preset, "--dtype",
+                        dtype, "--seed", "702", "--out", model], check=True, stdout=subprocess.DEVNULL)
         cmd = [PITH, "run", "-m", model, "-p", "", "-n", "2", "--temp", "0"]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         msg = r.stderr.decode(errors="replace")

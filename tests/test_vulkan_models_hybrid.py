@@ -1,8 +1,9 @@
 """The Vulkan backend on the hybrid (recurrent) architectures' random-weight models, run by `pith run --device
 vulkan`, against the float64 torch references of tests/test_reference_models.py (tools/reference.py):
 LFM2 (gated short convolutions), Qwen3.5 (Gated DeltaNet, gated attention with partial RoPE), Granite
-4.0-H and Nemotron-H (Mamba2: convolution, SSD scan, grouped gated norm). The presets with experts are
-left to the CPU tests until the device runs mixture-of-experts layers.
+4.0-H and Nemotron-H (Mamba2: convolution, SSD scan, grouped gated norm); and the hybrids with experts, Qwen3.5-MoE
+and Granite 4.0-H MoE, from BOS in F32 (their mixers are the cases above; their MoE op is checked on
+every routing by test_vulkan_moe).
 
 Cases, per preset: GGUF F32 from BOS (24 tokens); Q8_0 from BOS (the shaders decode the weights exactly
 and multiply float32 activations, so it is held to the float tolerance, as in test_vulkan_models.py);
@@ -27,6 +28,7 @@ import test_vulkan_models as V  # noqa: E402  (exits 77 itself without a device,
 
 R, np = V.R, V.np
 PRESETS = ["test-lfm2", "test-qwen35", "test-granitehybrid", "test-nemotronh"]
+MOE_PRESETS = ["test-qwen35moe", "test-granitehybrid-moe"]
 
 
 def prompt_logits(tmp, model, n_vocab, replay):
@@ -67,6 +69,10 @@ def main():
             R.compare(V.PITH, tmp, f"vulkan {preset} gguf Q8_0 prompt, chunks of 7", model, tok, n_vocab, "float",
                       n_gen=R.N_GEN_PROMPT, prompt=R.PROMPT_TEXT, extra=("--max-batch-tokens", "7"))
             check_replay(tmp, preset, model, n_vocab)
+        for preset in MOE_PRESETS:
+            model, tok, n_vocab = R.make_model(tmp, preset, "gguf", "F32", seed)
+            R.compare(V.PITH, tmp, f"vulkan {preset} gguf F32", model, tok, n_vocab, "float")
+            seed += 1
     print(f"{len(R.failures)} failures in {time.time() - t0:.0f} s")
     for f in R.failures:
         print("FAIL:", f)

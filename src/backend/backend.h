@@ -537,8 +537,6 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
                               pith_backend **out, pith_err *err);
 /* A split backend's side (device: the device's, else the CPU's), or NULL for another backend (tests). */
 pith_backend *pith_backend_split_side(pith_backend *be, bool device);
-/* -ngl's value: "auto" (*n = -1) or a count of layers 0..100000. */
-int pith_backend_parse_gpu_layers(const char *s, int *n, pith_err *err);
 /* The device-local bytes a Vulkan backend may still allocate (its heaps, less what it holds, under
  * PITH_VK_MEMORY), for -ngl auto. */
 int pith_backend_vulkan_free_memory(pith_backend *be, size_t *bytes, pith_err *err);

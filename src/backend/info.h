@@ -35,6 +35,8 @@ int pith_backend_device_probe(const char *device, size_t bytes, double *gbs, dou
 
 /* Checks a device string ("cpu", "vulkan", "vulkan:N") without opening anything: 0 or -1 with err. */
 int pith_backend_parse_device(const char *device, int *vulkan_index, bool *is_vulkan, pith_err *err);
+/* -ngl's value: "auto" (*n = -1) or a count of layers 0..100000 (split.c; backend.h: pith_backend_create_split). */
+int pith_backend_parse_gpu_layers(const char *s, int *n, pith_err *err);
 
 /* The device string a model loaded with `device` runs on: device when non-empty, else PITH_DEVICE when
  * set and non-empty, else "cpu". Static or the argument: never freed. */

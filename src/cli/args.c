@@ -8,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
 #include "backend/info.h"
 #include "cli/cli.h"
 
