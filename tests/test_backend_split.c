@@ -3,8 +3,11 @@
  * backends, an architecture that never names its layers refused at reserve, and the memory really
  * split: with 1 of 4 layers on the device, the device's memory grows by that layer's K and V pool only
  * (a quarter of the whole; the CPU backend is given the other three); a group with no layer on the device
- * costs it one layer's pool (the batch names its blocks there); and every op the CPU backend has, the
- * split wraps (an op added to backend.h without a wrapper fails here). Whole models across the sides, against
+ * costs it one layer's pool (the batch names its blocks there); a recurrent group's slots split by layer
+ * the same way, and a slot that is not equal shares per layer (an MTP head's tail) refused; a matrix
+ * bound on one side and used by an op on the other fails the op with the reason (and is never handed to
+ * the other backend); and every op the CPU backend has, the split wraps (an op added to backend.h without
+ * a wrapper fails here). Whole models across the sides, against
  * the references and the single backends: tests/test_vulkan_split.py. Skips without a Vulkan device. */
 #include <stddef.h>
 #include <stdint.h>
@@ -152,14 +155,47 @@ static void check_memory(void) {
     two.groups[1].n_layers = 2, two.groups[1].layers = mixed_global;
     part = device_bytes(be, &two, &lay2);
     CHECKF(part >= 2 * layer && part < 3 * layer, "mixed groups: %zu bytes on the device", part);
-    /* recurrent state is not split yet: refused with the reason */
+    /* recurrent state (the hybrids' mixers): each layer an equal share of the slot, the device holding
+     * its one layer's share of every slot */
+    enum { SHARE = 4096 * sizeof(float) };
     pith_mem_spec rec = {.n_groups = 1};
-    rec.groups[0] = (pith_mem_group){.kind = PITH_MEM_RECURRENT, .n_layers = LAYERS, .layers = all, .state_bytes = 64};
+    rec.groups[0] = (pith_mem_group){.kind = PITH_MEM_RECURRENT, .n_layers = LAYERS, .layers = all,
+                                     .state_bytes = LAYERS * SHARE};
+    part = device_bytes(be, &rec, &lay);
+    printf("recurrent slots of 4 layers, -ngl 1: %zu bytes on the device (one layer's shares: %zu)\n", part,
+           (size_t)BLOCKS * SHARE);
+    CHECKF(part >= (size_t)BLOCKS * SHARE && part < 2 * (size_t)BLOCKS * SHARE, "recurrent: %zu bytes", part);
+    /* a slot with more than the layers' shares (an MTP head's hidden-state tail): refused with the reason */
+    rec.groups[0].state_bytes = LAYERS * SHARE + sizeof(float);
     CHECK(be->vt->mem_alloc(be, &rec, &lay, &err) != 0);
-    CHECKF(strstr(err.msg, "recurrent") != NULL, "%s", err.msg);
+    CHECKF(strstr(err.msg, "equal shares") != NULL, "%s", err.msg);
     CHECK(!be->vt->mem_allocated(be));
 done:
     pith_backend_free(gpu);
+    pith_backend_free(be);
+}
+
+/* A matrix bound under layer 0 (the CPU) used by an op of layer 3 (the device): the op fails with the
+ * reason, and the device backend never sees the CPU's weight. */
+static void check_wrong_side(void) {
+    enum { ROWS = 8, COLS = 32 };
+    static float data[ROWS * COLS];
+    pith_tensor t = {.name = "blk.0.w.weight", .type = PITH_F32, .n_dims = 2, .ne = {COLS, ROWS, 1, 1},
+                     .data = data, .nbytes = sizeof data};
+    pith_err err;
+    pith_weight *w = NULL;
+    pith_backend *be = make("vulkan", "1", 0, NULL, 0);
+    CHECK(be != NULL);
+    if (!be) return;
+    pith_be_begin_layer(be, 0);
+    pith_buf *in = pith_be_buffer(be, COLS, &err), *out = pith_be_buffer(be, ROWS, &err);
+    CHECK(in && out && be->vt->matrix(be, &t, t.name, &w, &err) == 0);
+    for (int l = 0; l < LAYERS; l++) pith_be_begin_layer(be, l);
+    if (in && out && w && pith_be_reserve(be, 4, &err) == 0) {
+        const pith_be_mm mm = {w, out, false};
+        CHECK(pith_be_matmul(be, in, &mm, 1, 4, &err) != 0);
+        CHECKF(strstr(err.msg, "other side") != NULL, "%s", err.msg);
+    }
     pith_backend_free(be);
 }
 
@@ -185,6 +221,7 @@ int main(void) {
     if (!usable_device()) return check_summary("test_backend_split") ? 1 : CHECK_SKIP;
     check_choices();
     check_memory();
+    check_wrong_side();
     pith_backend *be = make("vulkan", "1", 0, NULL, 0), *cpu = make("cpu", NULL, 0, NULL, 0);
     CHECK(be && cpu);
     if (be && cpu) check_vtable(be, cpu);

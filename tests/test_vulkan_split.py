@@ -12,11 +12,20 @@ Cases (random-weight models of tools/mkmodel.py, F32, F32 cache unless said):
     alone, and the run reports preemptions;
   - Qwen3-MoE with --cpu-moe (attention on the device, experts on the CPU; every device step goes to
     the CPU and back), with and without -ngl, against the reference, and batched as above;
+  - the hybrids, whose recurrent state is split by layer (each side's slots hold its layers' share):
+    LFM2, Qwen3.5, Granite 4.0-H and Nemotron-H with -ngl at a middle layer against the reference, in
+    one chunk and in chunks of 7, and against the CPU alone and the device alone; Qwen3.5-MoE with
+    -ngl and --cpu-moe against the reference; Gemma 4 (two attention shapes), Gemma 4 E (per-layer
+    inputs; KV-shared layers on the device attending over K and V the CPU holds) and GLM-4.5 against
+    the CPU alone;
+  - the hybrids batched as above with speculative decoding from a draft model (a random Qwen3: drafts
+    proposed and rejected, so each side rolls its share of the state back to a checkpoint): the text of
+    the CPU alone;
   - -ngl auto reports what it placed (every layer with the device's memory, a part of them under
     PITH_VK_MEMORY, and then runs within the tolerance);
-  - refusals with the reason: -ngl -3, -ngl abc, -ngl without a device, and an architecture that does
-    not name its layers (LFM2).
-The memory split itself (the device holds only its layers' KV): tests/test_backend_split.c.
+  - refusals with the reason: -ngl -3, -ngl abc, -ngl without a device, and a Qwen3.5 MTP head
+    (--spec-type mtp: its slot keeps a hidden-state tail, not equal shares per layer).
+The memory split itself (the device holds only its layers' KV and state): tests/test_backend_split.c.
 
 Skips (77) when the build has no Vulkan backend or no device can run it, or without torch and numpy."""
 
@@ -104,20 +113,37 @@ def run_batch(tmp, model, device, extra):
     return r.stdout, r.stderr.decode(errors="replace")
 
 
-def check_batch(tmp, preset, seed, split_extra):
+def check_batch(tmp, preset, seed, split_extra, draft=False):
     model, _, _ = R.make_model(tmp, preset, "gguf", "F32", seed)
     pool = ("--kv-blocks", "24", "--block-size", "4", "--max-batch-tokens", "7")
+    if draft:  # a random Qwen3 of the same vocabulary: it proposes, the target mostly rejects
+        pool += ("-md", R.make_model(tmp, "test-qwen3", "gguf", "F32", seed + 100)[0])
     cpu, _ = run_batch(tmp, model, "cpu", pool)
     split, log = run_batch(tmp, model, V.DEVICE, (*pool, *split_extra))
     m = re.search(r"(\d+) preemptions, prefix cache (\d+) of", log)
-    print(f"{preset} {' '.join(split_extra)}, 6 prompts at once: text {'equal' if cpu == split else 'DIFFERENT'} to "
-          f"the CPU alone's; {m.group(0) if m else 'no engine line'}")
+    d = re.search(r"(\d+) of (\d+) draft tokens accepted", log)
+    print(f"{preset} {' '.join(split_extra)}{' with a draft model' if draft else ''}, 6 prompts at once: text "
+          f"{'equal' if cpu == split else 'DIFFERENT'} to the CPU alone's; {m.group(0) if m else 'no engine line'}"
+          f"{'; ' + d.group(0) if draft and d else ''}")
     if cpu is None or split is None:
         return
     if cpu != split:
         R.fail(f"{preset} {' '.join(split_extra)}: batched text differs from the CPU alone's")
-    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
+    if not m or int(m.group(1)) == 0 or (not draft and int(m.group(2)) == 0):
         R.fail(f"{preset}: expected preemptions and prefix-cache hits: {log[-300:]}")
+    if draft and (not d or int(d.group(2)) == 0 or int(d.group(1)) == int(d.group(2))):
+        R.fail(f"{preset}: expected drafts, some of them rejected: {log[-300:]}")
+
+
+def check_hybrids(tmp):
+    for i, (preset, ngl) in enumerate((("test-lfm2", 3), ("test-qwen35", 3), ("test-granitehybrid", 3),
+                                       ("test-nemotronh", 3))):
+        check_model(tmp, preset, 820 + i, ngl, chunked=True)
+    model, tok, n_vocab = R.make_model(tmp, "test-qwen35moe", "gguf", "F32", 825)
+    R.compare(PITH, tmp, "test-qwen35moe -ngl 2 --cpu-moe", model, tok, n_vocab, "float",
+              extra=("-ngl", "2", "--cpu-moe"))
+    for i, (preset, ngl) in enumerate((("test-gemma4", 3), ("test-gemma4-e", 2), ("test-glm4moe", 1))):
+        check_against_cpu(tmp, preset, 826 + i, ngl)
 
 
 def check_moe(tmp):
@@ -141,8 +167,9 @@ def check_refusals(tmp):
     refused(model, ("-ngl", "-3"), "expected a number of layers")
     refused(model, ("-ngl", "abc"), "expected a number of layers")
     refused(model, ("-ngl", "1"), "--device vulkan", device="cpu")
-    lfm2, _, _ = R.make_model(tmp, "test-lfm2", "gguf", "F32", 814)
-    refused(lfm2, ("-ngl", "1"), "does not name its layers")
+    mtp = os.path.join(tmp, "qwen35-mtp.gguf")
+    R.mkmodel.write_gguf(R.mkmodel.build_config("test-qwen35", mtp=1), mtp, "F32", seed=814)
+    refused(mtp, ("-ngl", "2", "--spec-type", "mtp"), "equal shares")
 
 
 def check_auto(tmp):
@@ -177,6 +204,9 @@ def main():
         check_replay(tmp)
         check_batch(tmp, "test-qwen3", 809, ("-ngl", "1"))
         check_batch(tmp, "test-qwen3moe", 810, ("-ngl", "1", "--cpu-moe"))
+        check_hybrids(tmp)
+        check_batch(tmp, "test-qwen35", 830, ("-ngl", "3"), draft=True)
+        check_batch(tmp, "test-granitehybrid", 831, ("-ngl", "3"), draft=True)
         check_moe(tmp)
         check_auto(tmp)
         check_refusals(tmp)

@@ -124,6 +124,7 @@ static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, 
     for (int l = 0; l < hp->n_layers; l++) {
         const gemma4_layer *L = &m->layers[l];
         const int t = L->kind, g = d->layer_group[l];
+        pith_be_begin_layer(d->be, l);
         const pith_mem_group *grp = &base->mem.groups[g];
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
         const pith_be_mm qkv[] = {{L->wq, m->q[t], false}, {L->wk, m->k[t], false}, {L->wv, m->v[t], false}};
@@ -335,11 +336,14 @@ int pith_gemma4_build(pith_model_file *file, const pith_model_options *opt, pith
     m->embed_scale = embed_scale(file, "token_embd.weight", hp->dim);
     int rc = 0;
     if (!(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    if (!rc && P->ple_dim > 0) rc = load_ple(m, err); /* the per-layer inputs are computed with the embeddings */
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
-    if (!rc && P->ple_dim > 0) rc = load_ple(m, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         rc = load_layer(d, l, &m->layers[l], err);
         if (!rc) has[m->layers[l].kind] = true, pith_decoder_progress(d, l + 1, hp->n_layers);
     }

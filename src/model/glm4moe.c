@@ -48,6 +48,7 @@ static int glm4moe_forward(pith_model *base, const pith_batch *b, float *logits,
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < hp->n_layers; l++) {
         const glm4moe_layer *L = &m->layers[l];
+        pith_be_begin_layer(d->be, l);
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->xb, m->cs, n, err)) return -1;
         pith_attn_block_attend(d, &L->attn, l, B, n);
@@ -98,11 +99,14 @@ int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pit
     pith_decoder *d = &m->d;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     /* Progress: each layer loaded (its matrices repacked), then the experts placed. */
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         rc = glm4moe_load_layer(m, l, &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);
     }

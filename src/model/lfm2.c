@@ -96,10 +96,13 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     m->K = hp->conv_kernel;
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "token_embd_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         rc = load_layer(m, l, err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers);
     }
@@ -153,7 +156,9 @@ static int lfm2_forward(pith_model *base, const pith_batch *b, float *logits, pi
     if (n == 0) return 0;
     pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
-    for (int l = 0; l < base->hp.n_layers; l++)
+    for (int l = 0; l < base->hp.n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, &n, err)) return -1;
+    }
     return pith_head_forward(d, &m->bufs, m->out_norm, m->output, b, err);
 }

@@ -82,10 +82,13 @@ int pith_nemotronh_build(pith_model_file *file, const pith_model_options *opt, p
     for (int l = 0; l < hp->n_layers; l++) any_mlp |= pith_layer_bit(hp->layer_mlp, l);
     int rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         rc = load_layer(m, l, err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers);
     }
@@ -111,6 +114,7 @@ static int nh_forward(pith_model *base, const pith_batch *b, float *logits, pith
     pith_be_embed(d->be, m->embd, 0, B->x, n);
     for (int l = 0; l < hp->n_layers; l++) {
         const nh_layer *L = &m->layers[l];
+        pith_be_begin_layer(d->be, l);
         /* a last MLP layer needs only the rows that are read out; the mixers need every token */
         if (l == hp->n_layers - 1 && L->kind == NH_MLP) {
             if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);

@@ -181,11 +181,14 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc) rc = pith_be_gdn_shape(d->be, P->gdn_k_dim, P->gdn_v_dim, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
     if (!rc) rc = pith_decoder_output(d, &m->output, err);
     /* Progress: each layer loaded (its matrices repacked), then the experts placed. */
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         rc = q35_load_layer(m, l, pith_layer_bit(hp->layer_recurrent, l), &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);
     }
@@ -273,8 +276,10 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (n == 0) return 0;
     pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
-    for (int l = 0; l < base->hp.n_layers; l++)
+    for (int l = 0; l < base->hp.n_layers; l++) {
+        pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, &n, err)) return -1;
+    }
     /* a step that keeps no row still ends with its head (backend.h): a device backend runs it there */
     if (n > 0 && m->mtp) {
         if (q35_mtp_after_decoder(m, b, err)) return -1;
