@@ -2,12 +2,13 @@
 tests/test_reference_models.py (tools/mkmodel.py writes them), run by `pith run --device vulkan`, against
 the float64 references of tools/reference.py (test_vulkan_models.py's machinery and reasons).
 
-Tolerance: "float" (1e-4 on logits of standard deviation ~1) for every weight type, Q8_0 and MXFP4
+Tolerance: "float" (1e-4 on logits of standard deviation ~1) for every weight type, Q8_0, MXFP4 and IQ4
 included: the shaders multiply float32 activations by the weights decoded exactly, so no 8-bit rounding
 upstream can flip a router's choice as it can on the CPU (whose quantized MoE cases get moe-q32's 1.0):
 only float32 arithmetic in another order separates the device from the reference.
 
-Cases: Qwen3-MoE (softmax, norm_topk) and Mixtral in GGUF F32, Q8_0 and MXFP4 (stacked 3-D experts) and
+Cases: Qwen3-MoE (softmax, norm_topk) and Mixtral in GGUF F32, Q8_0 and MXFP4 (stacked 3-D experts; Qwen3-MoE
+also IQ4_NL and IQ4_XS) and
 safetensors F32 (one tensor per expert, Hugging Face names); test-qwen3moe-st (norm_topk_prob false);
 GPT-OSS (clamped SwiGLU with expert biases, sinks, windows) in GGUF F32 and MXFP4 and safetensors F32
 (the fused gate_up experts the loader rearranges), over 72 tokens; GLM-4.5 (sigmoid routing, selection
@@ -55,6 +56,8 @@ CASES = [  # preset, format, type, tokens generated, prompt cases
     ("test-qwen3moe", "gguf", "F32", R.N_GEN, True),
     ("test-qwen3moe", "gguf", "Q8_0", R.N_GEN, False),
     ("test-qwen3moe", "gguf", "MXFP4", R.N_GEN, False),
+    ("test-qwen3moe", "gguf", "IQ4_NL", R.N_GEN, False),
+    ("test-qwen3moe", "gguf", "IQ4_XS", R.N_GEN, False),
     ("test-qwen3moe", "safetensors", "F32", R.N_GEN, False),
     ("test-qwen3moe-st", "safetensors", "F32", R.N_GEN, False),
     ("test-mixtral", "gguf", "F32", R.N_GEN, False),

@@ -83,6 +83,8 @@
     X(moe_up_q5_k, "moe.comp", "-DWTYPE=6 -DGATE_UP") \
     X(moe_up_q6_k, "moe.comp", "-DWTYPE=7 -DGATE_UP") \
     X(moe_up_mxfp4, "moe.comp", "-DWTYPE=8 -DGATE_UP") \
+    X(moe_up_iq4_nl, "moe.comp", "-DWTYPE=9 -DGATE_UP") \
+    X(moe_up_iq4_xs, "moe.comp", "-DWTYPE=10 -DGATE_UP") \
     X(moe_down_f32, "moe.comp", "-DWTYPE=0 -DDOWN") \
     X(moe_down_f16, "moe.comp", "-DWTYPE=1 -DDOWN") \
     X(moe_down_bf16, "moe.comp", "-DWTYPE=2 -DDOWN") \
@@ -92,6 +94,8 @@
     X(moe_down_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN") \
     X(moe_down_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN") \
     X(moe_down_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN") \
+    X(moe_down_iq4_nl, "moe.comp", "-DWTYPE=9 -DDOWN") \
+    X(moe_down_iq4_xs, "moe.comp", "-DWTYPE=10 -DDOWN") \
     X(moe_gup_f32, "moe.comp", "-DWTYPE=0 -DGATE_UP_GROUPED") \
     X(moe_gup_f16, "moe.comp", "-DWTYPE=1 -DGATE_UP_GROUPED") \
     X(moe_gup_bf16, "moe.comp", "-DWTYPE=2 -DGATE_UP_GROUPED") \
@@ -101,6 +105,8 @@
     X(moe_gup_q5_k, "moe.comp", "-DWTYPE=6 -DGATE_UP_GROUPED") \
     X(moe_gup_q6_k, "moe.comp", "-DWTYPE=7 -DGATE_UP_GROUPED") \
     X(moe_gup_mxfp4, "moe.comp", "-DWTYPE=8 -DGATE_UP_GROUPED") \
+    X(moe_gup_iq4_nl, "moe.comp", "-DWTYPE=9 -DGATE_UP_GROUPED") \
+    X(moe_gup_iq4_xs, "moe.comp", "-DWTYPE=10 -DGATE_UP_GROUPED") \
     X(moe_gdown_f32, "moe.comp", "-DWTYPE=0 -DDOWN_GROUPED") \
     X(moe_gdown_f16, "moe.comp", "-DWTYPE=1 -DDOWN_GROUPED") \
     X(moe_gdown_bf16, "moe.comp", "-DWTYPE=2 -DDOWN_GROUPED") \
@@ -110,6 +116,8 @@
     X(moe_gdown_q5_k, "moe.comp", "-DWTYPE=6 -DDOWN_GROUPED") \
     X(moe_gdown_q6_k, "moe.comp", "-DWTYPE=7 -DDOWN_GROUPED") \
     X(moe_gdown_mxfp4, "moe.comp", "-DWTYPE=8 -DDOWN_GROUPED") \
+    X(moe_gdown_iq4_nl, "moe.comp", "-DWTYPE=9 -DDOWN_GROUPED") \
+    X(moe_gdown_iq4_xs, "moe.comp", "-DWTYPE=10 -DDOWN_GROUPED") \
     X(moe_sort, "moe.comp", "-DWTYPE=0 -DSORT") \
     X(moe_combine, "moe.comp", "-DWTYPE=0 -DCOMBINE") \
     X(head_norm, "headnorm.comp", "") \

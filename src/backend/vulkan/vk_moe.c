@@ -54,7 +54,7 @@ static VkDeviceAddress addr(const pith_weight *w) { return w ? vw(w)->mem.addr :
 static bool device_type(pith_dtype t) {
     switch (t) {
     case PITH_F32: case PITH_F16: case PITH_BF16: case PITH_Q8_0: case PITH_Q4_0: case PITH_Q4_K: case PITH_Q5_K:
-    case PITH_Q6_K: case PITH_MXFP4: return true;
+    case PITH_Q6_K: case PITH_MXFP4: case PITH_IQ4_NL: case PITH_IQ4_XS: return true;
     default: return false;
     }
 }
@@ -65,7 +65,7 @@ static int upload_stack(pith_vk *c, const pith_moe_mat *ms, int E, const char *w
     pith_dtype dt = ms[0].type;
     if (!device_type(dt))
         return pith_errf(err, "%s of type %s: not on the Vulkan backend (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
-                              "Q6_K and MXFP4 are; --device cpu runs every type)", what, pith_dtype_name(dt));
+                              "Q6_K, MXFP4, IQ4_NL and IQ4_XS are; --device cpu runs every type)", what, pith_dtype_name(dt));
     size_t rb = ms[0].row_bytes, per = rb * (size_t)ms[0].rows;
     if (rb % 2)
         return pith_errf(err, "%s: rows of %zu bytes (%s) are not whole 16-bit words, as the Vulkan shaders read them",
