@@ -10,8 +10,10 @@
   same, `pith bench --device vulkan` prints the device's probes, and `pith serve --device vulkan`
   answers a completion (and one constrained by a grammar) and logs its device, and gives the same completion after a weight reload and
   after sleep and wake (the device's pools freed and allocated again, its recorded steps dropped);
-- out of device memory (PITH_VK_MEMORY caps the heap): weights or a KV pool that do not fit are refused
-  at load with the sizes (status 1, never a crash), and the same model runs once they fit."""
+- out of device memory (PITH_VK_MEMORY caps the heap): with every layer asked for (-ngl 99), weights or
+  a KV pool that do not fit are refused at load with the sizes (status 1, never a crash), and the same
+  model runs once they fit; without -ngl (auto, the default with a device) the model runs with what
+  fits on the device, the rest on the CPU, says so, and writes the CPU's text."""
 import json
 import os
 import re
@@ -99,20 +101,28 @@ class OnVulkan(unittest.TestCase):
             self.assertEqual(out, cpu[1], (extra, env))
 
     def test_out_of_memory(self):
-        rc, _, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "4M"})
+        rc, _, err = greedy(["--device", "vulkan", "-ngl", "99"], env={"PITH_VK_MEMORY": "4M"})
         self.assertEqual(rc, 1, err)
         self.assertRegex(err, r"tensor \S+ \([0-9.]+ MiB\): Vulkan: [0-9.]+ MiB do not fit on .*4\.0 MiB heap \(PITH_VK_MEMORY\)")
-        rc, _, err = greedy(["--device", "vulkan", "--kv-blocks", "20000"], env={"PITH_VK_MEMORY": "64M"})
+        rc, _, err = greedy(["--device", "vulkan", "-ngl", "99", "--kv-blocks", "20000"], env={"PITH_VK_MEMORY": "64M"})
         self.assertEqual(rc, 1, err)
         self.assertRegex(err, r"the KV pool of group 0 \(20000 blocks of 16 tokens, K and V [0-9.]+ MiB each\)")
         rc, out, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "64M"})
         self.assertEqual(rc, 0, err)
         self.assertEqual(out, greedy(["--device", "cpu"])[1])
+        self.assertRegex(err, r"-ngl auto: (\d+) of \1 layers on the device")
+        # the default fits what it can: no layer (the CPU alone), or some of them (split)
+        for cap, want in (("4M", r"-ngl auto: 0 of 4 layers on the device"),
+                          ("32M", r"-ngl auto: [1-3] of 4 layers on the device .*; layers 0-\d on the CPU")):
+            rc, out, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": cap})
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, greedy(["--device", "cpu"])[1], cap)
+            self.assertRegex(err, want, cap)
         rc, _, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "lots"})
         self.assertEqual(rc, 1, err)
         self.assertIn("PITH_VK_MEMORY=lots", err)
         e = dict(os.environ, PITH_VK_MEMORY="4M")
-        r = subprocess.run([pith_bin(), "serve", "-m", MODEL, "--port", "0", "--device", "vulkan"], env=e,
+        r = subprocess.run([pith_bin(), "serve", "-m", MODEL, "--port", "0", "--device", "vulkan", "-ngl", "99"], env=e,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn(b"do not fit", r.stderr)

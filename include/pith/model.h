@@ -98,7 +98,7 @@ typedef struct pith_model_options {
     const char *device;
     /* Partial offload (llama.cpp's -ngl, --n-cpu-moe) with a device: gpu_layers "N" puts the last N
      * layers on the device and the rest on the CPU ("0": the CPU alone), "auto" as many as its memory
-     * holds; NULL or "": every layer on the device. n_cpu_moe > 0 keeps the experts of layers
+     * holds (NULL or "": auto too; every layer where the loader has no file to judge by). n_cpu_moe > 0 keeps the experts of layers
      * [0, n_cpu_moe) on the CPU, < 0 every layer's; 0: none. pith_model.placement says what went where. */
     const char *gpu_layers;
     int n_cpu_moe;

@@ -529,7 +529,9 @@ int pith_backend_vulkan_probe(int device, size_t bytes, double *gbs, double *gfl
 
 /* One model across a device and the CPU (src/backend/split/split.c says how): the model's n_layers
  * layers split by gpu_layers (parsed by pith_backend_parse_gpu_layers: the last N on the device, or
- * "auto": as many as the device's memory holds, judged by the file's tensors' bytes), and the experts of the first n_cpu_moe MoE layers (< 0: all) kept on the CPU. Creates the
+ * "auto": as many as the device's memory holds, judged by the file's tensors' bytes; NULL or "" with a
+ * device: auto, or every layer without a file), and the experts of the first n_cpu_moe MoE layers
+ * (< 0: all) kept on the CPU. Creates the
  * plain CPU backend for 0 layers on the device, the plain device backend for all of them without CPU
  * experts. what (may be NULL) gets one line saying what went where. */
 int pith_backend_create_split(const char *device, int n_threads, int n_layers, const char *gpu_layers,

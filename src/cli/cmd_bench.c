@@ -71,7 +71,7 @@ static void bench_usage(FILE *out) {
             "                          device the probes run there: bandwidth is a copy between two device\n"
             "                          buffers (bytes read + written), the pp peak the device's FP32 FMA rate\n"
             "  -ngl, --gpu-layers N    with a device: the last N layers on it, the rest on the CPU (0: the CPU\n"
-            "                          alone; auto: as many as its memory holds; default: every layer)\n"
+            "                          alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
             "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"

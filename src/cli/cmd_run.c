@@ -66,7 +66,7 @@ static void run_usage(FILE *out) {
             "  -dev, --device DEV      where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                          or vulkan:N ('pith devices' lists them; default: $PITH_DEVICE, else cpu)\n"
             "  -ngl, --gpu-layers N    with a device: the last N layers on it, the rest on the CPU (0: the CPU\n"
-            "                          alone; auto: as many as its memory holds; default: every layer)\n"
+            "                          alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"

@@ -92,7 +92,7 @@ static void serve_usage(FILE *out) {
             "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
             "  -ngl, --gpu-layers N      with a device: the last N layers on it, the rest on the CPU (0:\n"
-            "                            the CPU alone; auto: as many as its memory holds; default: all)\n"
+            "                            the CPU alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe             with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N         with a device: the experts of the first N layers on the CPU\n"
             "\n"

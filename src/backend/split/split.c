@@ -810,13 +810,25 @@ int pith_backend_parse_gpu_layers(const char *v, int *n, pith_err *err) {
     return 0;
 }
 
-/* Weight bytes of layer l (its blk.l. tensors) and of the rest (the head's and the embeddings'). */
-static void layer_bytes(const pith_model_file *f, int n_layers, size_t *per_layer, size_t *output) {
+/* An expert tensor: stacked (blk.L.ffn_gate_exps.weight, ..._up_exps, ..._down_exps, ..._gate_up_exps)
+ * or one per expert (blk.L.ffn_gate.E.weight). */
+static bool expert_tensor(const char *name) {
+    int l, e, used = 0;
+    char kind[8];
+    if (strstr(name, "_exps.")) return true;
+    return sscanf(name, "blk.%d.ffn_%7[a-z].%d.weight%n", &l, kind, &e, &used) == 3 && used > 0 && !name[used];
+}
+
+/* Weight bytes of layer l on the device (its blk.l. tensors, less its experts where they stay on the
+ * CPU) and of the rest (the head's and the embeddings'). */
+static void layer_bytes(const pith_model_file *f, int n_layers, int n_cpu_moe, size_t *per_layer, size_t *output) {
     *output = 0;
     for (int i = 0; i < pith_model_file_n_tensors(f); i++) {
         const pith_tensor *t = pith_model_file_tensor_at(f, i);
         int l;
-        if (t && sscanf(t->name, "blk.%d.", &l) == 1 && l >= 0 && l < n_layers) per_layer[l] += t->nbytes;
+        if (t && sscanf(t->name, "blk.%d.", &l) == 1 && l >= 0 && l < n_layers) {
+            if (!((n_cpu_moe < 0 || l < n_cpu_moe) && expert_tensor(t->name))) per_layer[l] += t->nbytes;
+        }
         else if (t && (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight")))
             *output += t->nbytes;
     }
@@ -833,8 +845,8 @@ static void layer_bytes(const pith_model_file *f, int n_layers, size_t *per_laye
  * allocation with its sizes (pith_vk_alloc), never overcommits. */
 enum { AUTO_BATCH = 2048, AUTO_POSITIONS = 4096 };
 
-static int auto_layers(pith_backend *dev, const pith_model_file *f, int n_layers, char *what, size_t what_size,
-                       int *n, pith_err *err) {
+static int auto_layers(pith_backend *dev, const pith_model_file *f, int n_layers, int n_cpu_moe, char *what,
+                       size_t what_size, int *n, pith_err *err) {
     size_t free_bytes, output;
     if (!f) return pith_errf(err, "-ngl auto needs the model file");
     if (pith_backend_vulkan_free_memory(dev, &free_bytes, err)) return -1;
@@ -845,7 +857,7 @@ static int auto_layers(pith_backend *dev, const pith_model_file *f, int n_layers
     size_t kv = 2 * kvd * 2 * AUTO_POSITIONS;
     size_t *per = calloc((size_t)n_layers, sizeof *per);
     if (!per) return pith_errf(err, "out of memory");
-    layer_bytes(f, n_layers, per, &output);
+    layer_bytes(f, n_layers, n_cpu_moe, per, &output);
     size_t budget = free_bytes > act ? free_bytes - act : 0, used = output, weights = output;
     *n = 0;
     if (used <= budget)
@@ -863,13 +875,15 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
     *out_be = NULL;
     if (what && what_size) what[0] = 0;
     bool given = gpu_layers && *gpu_layers;
-    if (!given && n_cpu_moe == 0) return pith_backend_create(device, n_threads, out_be, err);
-    int ngl = n_layers;
+    /* with a device and no -ngl: auto, what its memory holds (all of a model that fits: the device
+     * alone); without the file to judge by (tests), every layer */
+    int ngl = given || !file ? n_layers : -1;
     if (given && pith_backend_parse_gpu_layers(gpu_layers, &ngl, err)) return -1;
     const char *name = pith_backend_device_or_env(device);
     int index;
     bool vulkan;
     if (pith_backend_parse_device(name, &index, &vulkan, err)) return -1;
+    if (!vulkan && !given && n_cpu_moe == 0) return pith_backend_create(device, n_threads, out_be, err);
     if (!vulkan) { /* experts on the CPU are where everything is already */
         if (given && ngl != 0)
             return pith_errf(err, "-ngl %s places layers on a device, but the model runs on %s: add --device vulkan",
@@ -879,7 +893,7 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
     if (n_layers < 1) return pith_errf(err, "partial offload: a model of %d layers", n_layers);
     pith_backend *dev = NULL, *cpu = NULL;
     if (pith_backend_vulkan_create(index, &dev, err)) return pith_err_prefix(err, "device %s", name);
-    if (ngl < 0 && auto_layers(dev, file, n_layers, what, what_size, &ngl, err)) goto fail;
+    if (ngl < 0 && auto_layers(dev, file, n_layers, n_cpu_moe, what, what_size, &ngl, err)) goto fail;
     if (ngl > n_layers) ngl = n_layers;
     if (ngl == 0) {
         pith_backend_free(dev);
