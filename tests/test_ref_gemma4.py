@@ -16,7 +16,7 @@ the tolerance (so the cases could not pass with one of them dropped). Then pith 
 and F16 cache), Q8_0 and Q4_K_M, safetensors F32 and BF16, the multimodal layout F32, from BOS (72 tokens:
 more than four windows of 16) and from a 77-token prompt prefilled in chunks of 7 and in one; and pith's
 GGUF and safetensors F32 logits of one seed against each other. Then, where a Vulkan device can run pith,
-test-gemma4 and test-gemma4-e GGUF F32 on it (from BOS and from the prompt in chunks of 7, to the float
+test-gemma4, test-gemma4-e and test-gemma4-moe GGUF F32 on it (from BOS and from the prompt in chunks of 7, to the float
 tolerance), and test-gemma4-e's replayed decode steps against steps recorded every time, bit for bit.
 Each case prints its measured max error.
 
@@ -301,8 +301,9 @@ def check_reference(tmp, tokens, seed):
 
 def check_vulkan(pith, tmp, seed):
     """The GGUF F32 cases of test-gemma4 (the second attention shape, the V norm, proportional RoPE) and
-    test-gemma4-e (per-layer embeddings through copy_cols, Q-only KV-shared layers, double-wide FFNs) on
-    the first Vulkan device, when there is one, from BOS and from the prompt in chunks of 7; and the
+    test-gemma4-e (per-layer embeddings through copy_cols, Q-only KV-shared layers, double-wide FFNs) and
+    test-gemma4-moe (the router's and the experts' input norms on the device) on the first Vulkan device,
+    when there is one, from BOS and from the prompt in chunks of 7; and the
     e preset's replayed decode steps against steps recorded every time (PITH_VK_REPLAY=0), bit for bit.
     Held to the float tolerance, as every F32 case on the device (test_vulkan_models.py)."""
     import subprocess
@@ -313,7 +314,7 @@ def check_vulkan(pith, tmp, seed):
     old = {k: os.environ.get(k) for k in ("PITH_DEVICE", "PITH_VK_REPLAY")}
     os.environ["PITH_DEVICE"] = "vulkan"
     try:
-        for preset in (PRESET, E_PRESET):
+        for preset in (PRESET, E_PRESET, MOE_PRESET):
             cfg = mkmodel.build_config(preset)
             model, tok, n_vocab = trm.make_model(tmp, preset, "gguf", "F32", seed)
             w = weights(cfg, path=model)

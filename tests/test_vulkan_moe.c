@@ -16,8 +16,9 @@
  * not), so only float32 arithmetic in another order separates the two, and the routing is the same
  * (router and input identical; random scores are far from ties). Tolerance: 1e-5 of the output's largest
  * magnitude (sums of at most a few hundred products, each side within (terms) u of the exact; measured
- * ~1e-7), where a wrong expert, weight or bias moves outputs by their whole scale. Also: Gemma 4's
- * input-normed experts are refused at load, naming what.
+ * ~1e-7), where a wrong expert, weight or bias moves outputs by their whole scale. Gemma 4's input norms
+ * (the router and the experts each reading their RMS norm of the input) in F32 and Q4_K; a gated shared
+ * expert with them (no model has one) is refused at load, naming what.
  * Skips (77) when no Vulkan device can run pith here. */
 #include <math.h>
 #include <stdint.h>
@@ -42,6 +43,7 @@ typedef struct spec {
     int favour, shun;           /* -1: none */
     int n_group, topk_group;
     float scale;
+    bool in_norm;               /* Gemma 4: the router and the experts read their norms of the input */
 } spec;
 
 /* the data of the model files, freed with the case */
@@ -120,7 +122,8 @@ static pith_moe_config config_of(const spec *s) {
     return (pith_moe_config){.dim = s->dim, .n_experts = s->E, .top_k = s->K, .ffn = s->ffn,
                              .shared_ffn = s->shared ? (s->type == PITH_F32 ? 45 : 64) : 0, .gating = s->gating,
                              .norm_topk = s->norm, .n_group = s->n_group, .topk_group = s->topk_group,
-                             .routed_scale = s->scale, .act = s->act, .clamp_alpha = 1.702f, .clamp_limit = 7.0f};
+                             .routed_scale = s->scale, .act = s->act, .clamp_alpha = 1.702f, .clamp_limit = 7.0f,
+                             .in_norm_eps = s->in_norm ? 1e-6f : 0};
 }
 
 static void build(files *fs, const spec *s) {
@@ -134,6 +137,10 @@ static void build(files *fs, const spec *s) {
         if (s->favour >= 0) b[s->favour] = 60.0f;
         if (s->shun >= 0) b[s->shun] = -60.0f;
         add_both(fs, "blk.0.ffn_gate_inp.bias", s->E, 1, b);
+    }
+    if (s->in_norm) {
+        add_both(fs, "blk.0.pre_ffw_norm_2.weight", s->dim, 1, randv(fs, (size_t)s->dim, 0.5f, 1.5f));
+        add_both(fs, "blk.0.ffn_gate_inp.scale", s->dim, 1, randv(fs, (size_t)s->dim, 0.5f, 1.5f));
     }
     if (s->select_bias) add_both(fs, "blk.0.exp_probs_b.bias", s->E, 1, randv(fs, (size_t)s->E, -0.3f, 0.3f));
     if (s->escale) add_both(fs, "blk.0.ffn_down_exps.scale", s->E, 1, randv(fs, (size_t)s->E, 0.5f, 2.5f));
@@ -267,32 +274,32 @@ int main(void) {
         return CHECK_SKIP;
     }
     const pith_expert_gating SM = PITH_GATING_SOFTMAX, SG = PITH_GATING_SIGMOID;
-    static spec cases[20];
+    static spec cases[22];
     int nc = 0;
     /* name, type, down, dim, ffn, E, K, gating, norm, sbias, shared, sgate, biases, split, escale, act, favour, shun, groups */
-    cases[nc++] = (spec){"F32 softmax (Mixtral)", PITH_F32, PITH_F32, 40, 70, 8, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"F32 softmax, no norm_topk (Qwen2-MoE)", PITH_F32, PITH_F32, 64, 32, 8, 3, SM, false, 0, 1, 1, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"F32 sigmoid, groups, scale (DeepSeek-V3)", PITH_F32, PITH_F32, 64, 40, 16, 4, SG, true, 1, 1, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 4, 2, 2.5f};
-    cases[nc++] = (spec){"F32 softmax groups (DeepSeek-V2)", PITH_F32, PITH_F32, 32, 32, 16, 3, SM, false, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 8, 3, 16.0f};
-    cases[nc++] = (spec){"F32 top_k == n_experts", PITH_F32, PITH_F32, 32, 64, 4, 4, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"F32 all on one, one shunned", PITH_F32, PITH_F32, 32, 64, 8, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, 3, 5, 0, 0, 0};
-    cases[nc++] = (spec){"F32 clamped SwiGLU, biases (GPT-OSS)", PITH_F32, PITH_F32, 64, 64, 8, 2, SM, true, 0, 0, 0, 1, 0, 0, PITH_MOE_SWIGLU_CLAMP, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"F32 GELU-tanh, expert scales", PITH_F32, PITH_F32, 64, 32, 8, 2, SM, true, 0, 0, 0, 0, 0, 1, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"F16 per-expert tensors", PITH_F16, PITH_F32, 64, 64, 4, 2, SM, true, 0, 0, 0, 0, 1, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"BF16 shared expert gated", PITH_BF16, PITH_F32, 64, 64, 4, 2, SM, true, 0, 1, 1, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"Q8_0 shared (ungated)", PITH_Q8_0, PITH_F32, 64, 64, 8, 2, SM, true, 0, 1, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"Q4_0 per-expert tensors", PITH_Q4_0, PITH_F32, 64, 96, 8, 2, SM, false, 0, 0, 0, 0, 1, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"Q4_K gate/up, Q6_K down", PITH_Q4_K, PITH_Q6_K, 256, 256, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"Q5_K", PITH_Q5_K, PITH_F32, 256, 256, 4, 2, SG, true, 1, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"MXFP4 clamped SwiGLU (GPT-OSS)", PITH_MXFP4, PITH_F32, 64, 128, 8, 2, SM, true, 0, 0, 0, 1, 0, 0, PITH_MOE_SWIGLU_CLAMP, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"IQ4_NL", PITH_IQ4_NL, PITH_F32, 64, 64, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
-    cases[nc++] = (spec){"IQ4_XS gate/up, Q4_K down", PITH_IQ4_XS, PITH_Q4_K, 256, 256, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0};
+    cases[nc++] = (spec){"F32 softmax (Mixtral)", PITH_F32, PITH_F32, 40, 70, 8, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 softmax, no norm_topk (Qwen2-MoE)", PITH_F32, PITH_F32, 64, 32, 8, 3, SM, false, 0, 1, 1, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 sigmoid, groups, scale (DeepSeek-V3)", PITH_F32, PITH_F32, 64, 40, 16, 4, SG, true, 1, 1, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 4, 2, 2.5f, false};
+    cases[nc++] = (spec){"F32 softmax groups (DeepSeek-V2)", PITH_F32, PITH_F32, 32, 32, 16, 3, SM, false, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 8, 3, 16.0f, false};
+    cases[nc++] = (spec){"F32 top_k == n_experts", PITH_F32, PITH_F32, 32, 64, 4, 4, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 all on one, one shunned", PITH_F32, PITH_F32, 32, 64, 8, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, 3, 5, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 clamped SwiGLU, biases (GPT-OSS)", PITH_F32, PITH_F32, 64, 64, 8, 2, SM, true, 0, 0, 0, 1, 0, 0, PITH_MOE_SWIGLU_CLAMP, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 GELU-tanh, expert scales", PITH_F32, PITH_F32, 64, 32, 8, 2, SM, true, 0, 0, 0, 0, 0, 1, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F16 per-expert tensors", PITH_F16, PITH_F32, 64, 64, 4, 2, SM, true, 0, 0, 0, 0, 1, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"BF16 shared expert gated", PITH_BF16, PITH_F32, 64, 64, 4, 2, SM, true, 0, 1, 1, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"Q8_0 shared (ungated)", PITH_Q8_0, PITH_F32, 64, 64, 8, 2, SM, true, 0, 1, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"Q4_0 per-expert tensors", PITH_Q4_0, PITH_F32, 64, 96, 8, 2, SM, false, 0, 0, 0, 0, 1, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"Q4_K gate/up, Q6_K down", PITH_Q4_K, PITH_Q6_K, 256, 256, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"Q5_K", PITH_Q5_K, PITH_F32, 256, 256, 4, 2, SG, true, 1, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"MXFP4 clamped SwiGLU (GPT-OSS)", PITH_MXFP4, PITH_F32, 64, 128, 8, 2, SM, true, 0, 0, 0, 1, 0, 0, PITH_MOE_SWIGLU_CLAMP, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"IQ4_NL", PITH_IQ4_NL, PITH_F32, 64, 64, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"IQ4_XS gate/up, Q4_K down", PITH_IQ4_XS, PITH_Q4_K, 256, 256, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_SILU, -1, -1, 0, 0, 0, false};
+    cases[nc++] = (spec){"F32 input norms, scales (Gemma 4)", PITH_F32, PITH_F32, 64, 32, 8, 2, SM, true, 0, 0, 0, 0, 0, 1, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0, true};
+    cases[nc++] = (spec){"Q4_K input norms (Gemma 4)", PITH_Q4_K, PITH_F32, 256, 256, 8, 2, SM, true, 0, 0, 0, 0, 0, 1, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0, true};
     for (int i = 0; i < nc; i++) check_case(&cases[i]);
     printf("worst: %.2e of the output's scale\n", worst_case);
 
-    spec g4 = {"Gemma 4 input norms", PITH_F32, PITH_F32, 32, 32, 4, 2, SM, true, 0, 0, 0, 0, 0, 0, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0};
-    pith_moe_config c4 = config_of(&g4);
-    c4.in_norm_eps = 1e-6f;
-    check_refusal(&g4, c4, "Gemma 4");
+    spec g4 = {"gated shared expert with input norms", PITH_F32, PITH_F32, 32, 32, 4, 2, SM, true, 0, 1, 1, 0, 0, 0, PITH_MOE_GELU_TANH, -1, -1, 0, 0, 0, true};
+    check_refusal(&g4, config_of(&g4), "gated shared expert with input norms");
     return check_summary("test_vulkan_moe");
 }

@@ -16,15 +16,15 @@ Cases (random-weight models of tools/mkmodel.py, F32, F32 cache unless said):
     LFM2, Qwen3.5, Granite 4.0-H and Nemotron-H with -ngl at a middle layer against the reference, in
     one chunk and in chunks of 7, and against the CPU alone and the device alone; Qwen3.5-MoE with
     -ngl and --cpu-moe against the reference; Gemma 4 (two attention shapes), Gemma 4 E (per-layer
-    inputs; KV-shared layers on the device attending over K and V the CPU holds) and GLM-4.5 against
-    the CPU alone;
+    inputs; KV-shared layers on the device attending over K and V the CPU holds), Gemma 4's MoE kind
+    (with -ngl, and with --cpu-moe) and GLM-4.5 against the CPU alone;
   - the hybrids batched as above with speculative decoding from a draft model (a random Qwen3: drafts
     proposed and rejected, so each side rolls its share of the state back to a checkpoint): the text of
     the CPU alone;
   - -ngl auto reports what it placed (every layer with the device's memory, a part of them under
     PITH_VK_MEMORY, and then runs within the tolerance);
   - refusals with the reason: -ngl -3, -ngl abc, -ngl without a device, and a Qwen3.5 MTP head
-    (--spec-type mtp: its slot keeps a hidden-state tail, not equal shares per layer).
+    (--spec-type mtp) at load.
 The memory split itself (the device holds only its layers' KV and state): tests/test_backend_split.c.
 
 Skips (77) when the build has no Vulkan backend or no device can run it, or without torch and numpy."""
@@ -75,18 +75,20 @@ def check_model(tmp, preset, seed, ngl, chunked=False, n_gen=R.N_GEN):
             R.fail(f"{preset} -ngl {ngl} vs {other}: tokens equal {same}, max |diff| {err:.3e} > {2 * TOL}")
 
 
-def check_against_cpu(tmp, preset, seed, ngl):
+def check_against_cpu(tmp, preset, seed, ngl, extra=()):
     """Architectures whose reference is their own test's: the split against the CPU alone."""
     model, tok, n_vocab = R.make_model(tmp, preset, "gguf", "F32", seed)
-    split = logits(tmp, model, tok, n_vocab, 12, V.DEVICE, ("-ngl", str(ngl)))
+    args = ("-ngl", str(ngl), *extra)
+    split = logits(tmp, model, tok, n_vocab, 12, V.DEVICE, args)
     cpu = logits(tmp, model, tok, n_vocab, 12, "cpu")
     if split is None or cpu is None:
         return
     err = float(np.abs(split - cpu).max())
     same = np.array_equal(split.argmax(axis=1), cpu.argmax(axis=1))
-    print(f"{preset} -ngl {ngl} vs the CPU alone: greedy tokens {'equal' if same else 'DIFFERENT'}, max |diff| {err:.2e}")
+    name = f"{preset} {' '.join(args)}"
+    print(f"{name} vs the CPU alone: greedy tokens {'equal' if same else 'DIFFERENT'}, max |diff| {err:.2e}")
     if not same or err > 2 * TOL:
-        R.fail(f"{preset} -ngl {ngl} vs the CPU alone: tokens equal {same}, max |diff| {err:.3e}")
+        R.fail(f"{name} vs the CPU alone: tokens equal {same}, max |diff| {err:.3e}")
 
 
 def check_replay(tmp):
@@ -142,8 +144,10 @@ def check_hybrids(tmp):
     model, tok, n_vocab = R.make_model(tmp, "test-qwen35moe", "gguf", "F32", 825)
     R.compare(PITH, tmp, "test-qwen35moe -ngl 2 --cpu-moe", model, tok, n_vocab, "float",
               extra=("-ngl", "2", "--cpu-moe"))
-    for i, (preset, ngl) in enumerate((("test-gemma4", 3), ("test-gemma4-e", 2), ("test-glm4moe", 1))):
+    for i, (preset, ngl) in enumerate((("test-gemma4", 3), ("test-gemma4-e", 2), ("test-glm4moe", 1),
+                                       ("test-gemma4-moe", 2))):
         check_against_cpu(tmp, preset, 826 + i, ngl)
+    check_against_cpu(tmp, "test-gemma4-moe", 829, 3, ("--cpu-moe",))
 
 
 def check_moe(tmp):
@@ -169,7 +173,7 @@ def check_refusals(tmp):
     refused(model, ("-ngl", "1"), "--device vulkan", device="cpu")
     mtp = os.path.join(tmp, "qwen35-mtp.gguf")
     R.mkmodel.write_gguf(R.mkmodel.build_config("test-qwen35", mtp=1), mtp, "F32", seed=814)
-    refused(mtp, ("-ngl", "2", "--spec-type", "mtp"), "equal shares")
+    refused(mtp, ("-ngl", "2", "--spec-type", "mtp"), "does not run Qwen3.5's MTP head")
 
 
 def check_auto(tmp):

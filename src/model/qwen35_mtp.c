@@ -24,6 +24,7 @@
  * projections, mtp_attention, the output projection and FFN of the layer library, and mtp_logits (the
  * greedy token, the next step's input). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/qwen35_internal.h"
 
@@ -47,6 +48,8 @@ static size_t tail_offset(const q35 *m) {
 int q35_mtp_load(q35 *m, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
+    if (strcmp(d->be->vt->name, "cpu") != 0) /* refused here, not at the first step */
+        return pith_errf(err, "the %s backend does not run Qwen3.5's MTP head (the CPU backend does)", d->be->vt->name);
     if (hp->n_experts > 0) return pith_errf(err, "MTP heads with experts (qwen35moe) are not supported yet");
     if (hp->n_mtp_layers != 1)
         return pith_errf(err, "%d MTP layers: Pith runs heads of one layer (Qwen3.5's)", hp->n_mtp_layers);

@@ -22,8 +22,13 @@
  * and the layer's (experts x rows), never the routing's: the grouped passes read each expert's count
  * from the sort rows, so a replayed step routes anew.
  *
- * Not here (refused at load, naming what): Gemma 4's input norms, a router of a block type, gate and up
+ * Gemma 4's input norms (in_norm_eps > 0): the op's input is the residual; the backend's RMSNorm op makes
+ * the experts' input (by pre_ffw_norm_2) and the router's (by ffn_gate_inp.scale, 1 / sqrt(dim) folded
+ * into that weight at load) into two more shared rows first.
+ *
+ * Not here (refused at load, naming what): a router of a block type, gate and up
  * (or the shared expert's) of different types, expert types the shaders lack, more than 1024 experts. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,7 @@ struct pith_moe_weights {
     const pith_weight *router, *gate, *up, *down;
     const pith_weight *router_bias, *select_bias, *expert_scale, *gate_bias, *up_bias, *down_bias;
     const pith_weight *sh_gate, *sh_up, *sh_down, *sh_inp; /* sh_inp: NULL when the shared expert is ungated */
+    const pith_weight *in_norm, *router_norm;              /* Gemma 4; router_norm times 1 / sqrt(dim) */
 };
 
 struct vk_moe {
@@ -46,6 +52,7 @@ struct vk_moe {
     /* [n][2 top_k + 1] route rows; [n][max(top_k ffn, shared_ffn)] hidden rows; the grouped form's
      * [n][top_k dim] expert outputs and its sort rows (offsets [E + 1], list [n top_k], pos [n top_k]) */
     pith_buf *route, *h, *yg, *sort;
+    pith_buf *xn, *xr; /* Gemma 4: the experts' and the router's normed inputs [n][dim] */
 };
 
 static const vk_weight *vw(const pith_weight *w) { return w->impl; }
@@ -120,6 +127,12 @@ static int scratch(pith_vk *c, const pith_moe_config *cfg, pith_err *err) {
         if (!(c->moe->yg = c->base.vt->buffer(&c->base, yc, err))) return -1;
     if (!c->moe->sort || c->moe->sort->cols < sc)
         if (!(c->moe->sort = c->base.vt->buffer(&c->base, sc, err))) return -1;
+    if (cfg->in_norm_eps > 0) { /* exactly dim wide: the norm op reads rows of its buffer's width */
+        if (!c->moe->xn || c->moe->xn->cols != cfg->dim)
+            if (!(c->moe->xn = c->base.vt->buffer(&c->base, cfg->dim, err))) return -1;
+        if (!c->moe->xr || c->moe->xr->cols != cfg->dim)
+            if (!(c->moe->xr = c->base.vt->buffer(&c->base, cfg->dim, err))) return -1;
+    }
     return 0;
 }
 
@@ -148,6 +161,14 @@ static int load_layer(pith_vk *c, pith_moe_file_layer *L, pith_moe_weights *w, p
         upload_vec(c, &L->up_bias, E * cfg->ffn, &w->up_bias, err) ||
         upload_vec(c, &L->down_bias, E * cfg->dim, &w->down_bias, err))
         return -1;
+    if (cfg->in_norm_eps > 0) {
+        if (!L->in_norm || !L->router_norm) return pith_errf(err, "layer %d: the experts' input norms are missing", l);
+        const float root = (float)(1.0 / sqrt((double)cfg->dim));
+        for (int i = 0; i < cfg->dim; i++) L->router_norm[i] *= root;
+        if (upload_vec(c, &L->in_norm, cfg->dim, &w->in_norm, err) ||
+            upload_vec(c, &L->router_norm, cfg->dim, &w->router_norm, err))
+            return -1;
+    }
     if (L->has_shared) {
         if (L->sh_gate.type != L->sh_up.type)
             return pith_errf(err, "layer %d: a shared expert's gate and up of different types are not on the Vulkan "
@@ -158,6 +179,8 @@ static int load_layer(pith_vk *c, pith_moe_file_layer *L, pith_moe_weights *w, p
         if (upload_stack(c, &L->sh_up, 1, what, &w->sh_up, err)) return -1;
         snprintf(what, sizeof what, "layer %d: shared expert down", l);
         if (upload_stack(c, &L->sh_down, 1, what, &w->sh_down, err)) return -1;
+        if (L->sh_gate_inp && cfg->in_norm_eps > 0) /* its gate would read the router's norm, not the experts' */
+            return pith_errf(err, "layer %d: a gated shared expert with input norms is not on the Vulkan backend", l);
         if (upload_vec(c, &L->sh_gate_inp, cfg->dim, &w->sh_inp, err)) return -1;
     }
     return 0;
@@ -167,9 +190,6 @@ int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, cons
                      const char *const hf_experts[3], pith_moe_weights **out, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     *out = NULL;
-    if (cfg->in_norm_eps > 0)
-        return pith_errf(err, "the Vulkan backend does not run Gemma 4's mixture-of-experts layers (their input "
-                              "norms) yet (--device cpu does)");
     if (cfg->n_experts > 1024 || cfg->n_group > 1024) /* moe.comp's shared arrays */
         return pith_errf(err, "Vulkan: %d experts in %d groups (the backend takes up to 1024)", cfg->n_experts,
                          cfg->n_group);
@@ -230,7 +250,13 @@ int pith_vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in,
     if (!c->recording) return pith_errf(err, "Vulkan: an op outside a step");
     if (c->op_failed) return 0; /* the head reports the first failure */
     if (n > c->cap) return pith_errf(err, "moe: %d rows, the buffers hold %d", n, c->cap);
-    const pith_buf *route = c->moe->route, *h = c->moe->h;
+    if (w->in_norm) { /* Gemma 4: the router and the experts each read their norm of the residual */
+        if (in->cols != cfg->dim) return pith_errf(err, "moe: input norms over rows of %d, experts of %d", in->cols, cfg->dim);
+        be->vt->rmsnorm(be, in, w->router_norm, cfg->in_norm_eps, c->moe->xr, n);
+        be->vt->rmsnorm(be, in, w->in_norm, cfg->in_norm_eps, c->moe->xn, n);
+    }
+    const pith_buf *route = c->moe->route, *h = c->moe->h, *rin = w->in_norm ? c->moe->xr : in;
+    if (w->in_norm) in = c->moe->xn;
     VkDeviceAddress ra = ((const vk_buf *)route)->mem.addr, ha = ((const vk_buf *)h)->mem.addr;
     VkDeviceAddress xa = ((const vk_buf *)in)->mem.addr, oa = ((const vk_buf *)out)->mem.addr;
     const uint32_t N = (uint32_t)n, K = (uint32_t)cfg->top_k, dim = (uint32_t)cfg->dim, ffn = (uint32_t)cfg->ffn;
@@ -241,8 +267,9 @@ int pith_vk_moe(pith_backend *be, const pith_moe_weights *w, const pith_buf *in,
                      .groups = cfg->n_group > 1 ? (uint32_t)cfg->n_group | (uint32_t)cfg->topk_group << 16 : 0,
                      .routed_scale = cfg->routed_scale, .alpha = cfg->clamp_alpha, .limit = cfg->clamp_limit};
     moe_push p = base;
-    p.w = addr(w->router), p.v = addr(w->sh_inp), p.x = xa, p.a1 = addr(w->router_bias), p.a2 = addr(w->select_bias);
-    p.a3 = addr(w->expert_scale), p.rows = (uint32_t)cfg->n_experts, p.cols = dim, p.x_ld = (uint32_t)in->cols;
+    p.w = addr(w->router), p.v = addr(w->sh_inp), p.x = ((const vk_buf *)rin)->mem.addr, p.a1 = addr(w->router_bias);
+    p.a2 = addr(w->select_bias), p.a3 = addr(w->expert_scale), p.rows = (uint32_t)cfg->n_experts, p.cols = dim;
+    p.x_ld = (uint32_t)rin->cols;
     if (dispatch(c, PITH_VK_SH_moe_route_f32, w->router, &p, N, err)) return -1;
     if (c->moe->by_token) {
         p = base;
