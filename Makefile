@@ -6,7 +6,7 @@ CC ?= cc
 PREFIX ?= /usr/local
 # ctest, then the skipped tests and why ("skipped: NAME: reason", from ctest's JUnit file); ctest's
 # exit status is kept.
-CTEST_SKIPS = rm -f Testing/skips-junit.xml; ctest --output-junit Testing/skips-junit.xml --output-on-failure -j $(JOBS); rc=$$?; \
+CTEST_SKIPS = rm -f Testing/skips-junit.xml; ctest --output-junit Testing/skips-junit.xml --output-on-failure -j $(JOBS) $(CTEST_ARGS); rc=$$?; \
 	python3 ../scripts/ctest-skips.py Testing/skips-junit.xml || true; exit $$rc
 
 .PHONY: all test install asan asan-test clang clean
