@@ -101,6 +101,7 @@ class OnVulkan(unittest.TestCase):
             self.assertEqual(out, cpu[1], (extra, env))
 
     def test_out_of_memory(self):
+        cpu_text = greedy(["--device", "cpu"])[1]
         rc, _, err = greedy(["--device", "vulkan", "-ngl", "99"], env={"PITH_VK_MEMORY": "4M"})
         self.assertEqual(rc, 1, err)
         self.assertRegex(err, r"tensor \S+ \([0-9.]+ MiB\): Vulkan: [0-9.]+ MiB do not fit on .*4\.0 MiB heap \(PITH_VK_MEMORY\)")
@@ -109,14 +110,14 @@ class OnVulkan(unittest.TestCase):
         self.assertRegex(err, r"the KV pool of group 0 \(20000 blocks of 16 tokens, K and V [0-9.]+ MiB each\)")
         rc, out, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "64M"})
         self.assertEqual(rc, 0, err)
-        self.assertEqual(out, greedy(["--device", "cpu"])[1])
+        self.assertEqual(out, cpu_text)
         self.assertRegex(err, r"-ngl auto: (\d+) of \1 layers on the device")
         # the default fits what it can: no layer (the CPU alone), or some of them (split)
         for cap, want in (("4M", r"-ngl auto: 0 of 4 layers on the device"),
                           ("32M", r"-ngl auto: [1-3] of 4 layers on the device .*; layers 0-\d on the CPU")):
             rc, out, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": cap})
             self.assertEqual(rc, 0, err)
-            self.assertEqual(out, greedy(["--device", "cpu"])[1], cap)
+            self.assertEqual(out, cpu_text, cap)
             self.assertRegex(err, want, cap)
         rc, _, err = greedy(["--device", "vulkan"], env={"PITH_VK_MEMORY": "lots"})
         self.assertEqual(rc, 1, err)

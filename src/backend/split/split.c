@@ -495,7 +495,7 @@ static int mem_side(split *s, int g, int index) {
 /* A recurrent op's state: the float offset in the whole slot (a layer's share, layer_index * share)
  * into the offset in its side's slot; the op runs on that side (begin_layer's, as its layer). */
 static size_t local_state(split *s, int g, size_t offset, int *side) {
-    size_t per = s->whole && g >= 0 && g < s->whole->n_groups ? s->rec_per[g] : 0, i = per ? offset / per : 0;
+    size_t per = in_group(s, g, 0) ? s->rec_per[g] : 0, i = per ? offset / per : 0;
     if (!per || offset % per || i >= (size_t)s->whole->groups[g].n_layers) {
         if (per) fail(s, "%s", "partial offload: a recurrent op's state is not one layer's equal share of its slot");
         *side = op_side(s);
@@ -827,9 +827,9 @@ static void layer_bytes(const pith_model_file *f, int n_layers, int n_cpu_moe, s
         const pith_tensor *t = pith_model_file_tensor_at(f, i);
         int l;
         if (t && sscanf(t->name, "blk.%d.", &l) == 1 && l >= 0 && l < n_layers) {
-            if (!((n_cpu_moe < 0 || l < n_cpu_moe) && expert_tensor(t->name))) per_layer[l] += t->nbytes;
-        }
-        else if (t && (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight")))
+            bool on_cpu = (n_cpu_moe < 0 || l < n_cpu_moe) && expert_tensor(t->name);
+            if (!on_cpu) per_layer[l] += t->nbytes;
+        } else if (t && (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight")))
             *output += t->nbytes;
     }
     if (!pith_model_file_tensor(f, "output.weight")) {
@@ -883,7 +883,6 @@ int pith_backend_create_split(const char *device, int n_threads, int n_layers, c
     int index;
     bool vulkan;
     if (pith_backend_parse_device(name, &index, &vulkan, err)) return -1;
-    if (!vulkan && !given && n_cpu_moe == 0) return pith_backend_create(device, n_threads, out_be, err);
     if (!vulkan) { /* experts on the CPU are where everything is already */
         if (given && ngl != 0)
             return pith_errf(err, "-ngl %s places layers on a device, but the model runs on %s: add --device vulkan",
