@@ -474,7 +474,8 @@ typedef struct pith_backend_vt {
     void (*gated_norm)(pith_backend *be, const pith_be_gated_norm_args *a, int n);
     void (*gated_qkv)(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
     void (*attn_gate)(pith_backend *be, const pith_be_attn_gate_args *a, int n);
-    /* The MTP head's draft (model.h: mtp_draft): checks the batch as mtp_draft takes it against the
+    /* The MTP head's draft (model.h: mtp_draft), NULL with the mtp_* ops where the backend has none (the
+     * models refuse their heads at load there): checks the batch as mtp_draft takes it against the
      * memory and makes it the step the draft's ops read; draft[s * n_steps + i] and, when logits is not
      * NULL, the rows of logits ([n_seqs * n_steps] x n_vocab) are where mtp_logits leaves its results. */
     int (*set_draft)(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,

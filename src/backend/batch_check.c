@@ -1,5 +1,7 @@
 #include "backend/batch_check.h"
 
+#include "backend/backend.h"
+
 #include <stdlib.h>
 
 static int check_kv_group(const pith_batch *b, int g, const pith_mem_group *mg, const pith_kv_cache *c, pith_err *err) {
@@ -72,6 +74,40 @@ int pith_batch_check(const pith_batch *b, const pith_mem_spec *spec, const pith_
         if (c->k_dim != mg->k_dim || c->v_dim != mg->v_dim || c->n_layers != mg->n_layers)
             return pith_errf(err, "memory group %d was allocated for another shape", g);
         if (check_kv_group(b, g, mg, c, err)) return -1;
+    }
+    return 0;
+}
+
+int pith_draft_check(const pith_batch *b, const pith_kv_host *mem, int n_vocab, int n_steps, int max_tokens,
+                     pith_err *err) {
+    if (n_steps < 1 || n_steps > PITH_BE_MTP_MAX_STEPS)
+        return pith_errf(err, "mtp_draft: %d steps (1..%d)", n_steps, PITH_BE_MTP_MAX_STEPS);
+    if (b->n_tokens < 1 || b->n_tokens != b->n_seqs || b->n_tokens > max_tokens)
+        return pith_errf(err, "mtp_draft: %d tokens for %d sequences (one each, at most %d)", b->n_tokens, b->n_seqs,
+                         max_tokens);
+    if (b->n_groups != mem->n_groups)
+        return pith_errf(err, "mtp_draft: the batch has %d memory groups, the model %d", b->n_groups, mem->n_groups);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int p = b->positions[s];
+        if (b->seq[s] != s || b->tokens[s] < 0 || b->tokens[s] >= n_vocab || p < 1)
+            return pith_errf(err, "mtp_draft: token %d is not a sequence's next token at a position >= 1", s);
+        for (int g = 0; g < mem->n_groups; g++) {
+            const pith_kv_cache *kv = &mem->groups[g];
+            const pith_batch_mem *bm = &b->mem[g];
+            if (kv->kind == PITH_MEM_RECURRENT) {
+                int32_t slot = bm->state_slots ? bm->state_slots[s] : -1;
+                if (slot < 0 || slot >= kv->n_slots)
+                    return pith_errf(err, "mtp_draft: sequence %d: state slot %d out of range", s, (int)slot);
+                continue;
+            }
+            if (!bm->block_tables || (p - 1) / kv->block_size >= bm->max_blocks)
+                return pith_errf(err, "mtp_draft: sequence %d's block table does not reach position %d", s, p - 1);
+            for (int k = 0; k <= (p - 1) / kv->block_size; k++) {
+                int32_t blk = bm->block_tables[(size_t)s * bm->max_blocks + k];
+                if (blk < 0 || blk >= kv->n_blocks)
+                    return pith_errf(err, "mtp_draft: sequence %d: block %d out of range", s, (int)blk);
+            }
+        }
     }
     return 0;
 }

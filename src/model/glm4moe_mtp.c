@@ -44,7 +44,7 @@
  *
  * On the backend the head reuses Qwen3.5's ops (backend.h): mtp_input, mtp_save, set_draft, mtp_logits
  * as they are, and mtp_attention with `plain` (a query without gate, optional QK norms, partial RoPE).
- * Only the CPU backend runs them: the load refuses the head elsewhere. */
+ * A backend without them (set_draft NULL: partial offload) has the load refuse the head. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +111,9 @@ static int check_layer(const pith_decoder *d, int l, pith_err *err) {
 int glm4moe_mtp_load(glm4moe *m, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
-    if (strcmp(d->be->vt->name, "cpu") != 0)
-        return pith_errf(err, "the %s backend does not run GLM's MTP layer (the CPU backend does)", d->be->vt->name);
+    if (!d->be->vt->set_draft) /* refused here, not at the first step */
+        return pith_errf(err, "the %s backend does not run MTP heads (the CPU and Vulkan backends do, the whole model "
+                              "on one device)", d->be->vt->name);
     if (hp->n_mtp_layers != 1)
         return pith_errf(err, "%d MTP layers: Pith runs heads of one layer (GLM-4.5's)", hp->n_mtp_layers);
     if (hp->head_dim > PITH_BE_MTP_MAX_HEAD_DIM)

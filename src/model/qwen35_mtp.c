@@ -48,8 +48,9 @@ static size_t tail_offset(const q35 *m) {
 int q35_mtp_load(q35 *m, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
-    if (strcmp(d->be->vt->name, "cpu") != 0) /* refused here, not at the first step */
-        return pith_errf(err, "the %s backend does not run Qwen3.5's MTP head (the CPU backend does)", d->be->vt->name);
+    if (!d->be->vt->set_draft) /* refused here, not at the first step */
+        return pith_errf(err, "the %s backend does not run MTP heads (the CPU and Vulkan backends do, the whole model "
+                              "on one device)", d->be->vt->name);
     if (hp->n_experts > 0) return pith_errf(err, "MTP heads with experts (qwen35moe) are not supported yet");
     if (hp->n_mtp_layers != 1)
         return pith_errf(err, "%d MTP layers: Pith runs heads of one layer (Qwen3.5's)", hp->n_mtp_layers);

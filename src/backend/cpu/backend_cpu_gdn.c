@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/batch_check.h"
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/kv_rows.h"
 #include "backend/cpu/quants.h"
@@ -219,43 +220,14 @@ static int draft_memory(pith_cpu_be *c, int n, int n_vocab, pith_err *err) {
     return 0;
 }
 
-/* The batch as mtp_draft takes it (model.h): one token per sequence at a position p >= 1 whose blocks
- * 0..(p - 1) / block_size are in each KV group's table, a state slot in each RECURRENT group. */
+/* The batch as mtp_draft takes it (batch_check.h: pith_draft_check). */
 int pith_cpu_be_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft,
                           float *logits, pith_err *err) {
     pith_cpu_be *c = pith_cpu_be_of(be);
     if (!pith_kv_host_allocated(&c->kv) || !c->has_shape) return pith_errf(err, "mtp_draft: no memory allocated");
-    if (n_steps < 1 || n_steps > PITH_BE_MTP_MAX_STEPS)
-        return pith_errf(err, "mtp_draft: %d steps (1..%d)", n_steps, PITH_BE_MTP_MAX_STEPS);
     if (c->shape.head_dim > PITH_BE_MTP_MAX_HEAD_DIM)
         return pith_errf(err, "MTP head: head width %d over %d", c->shape.head_dim, PITH_BE_MTP_MAX_HEAD_DIM);
-    if (b->n_tokens < 1 || b->n_tokens != b->n_seqs || b->n_tokens > c->cap)
-        return pith_errf(err, "mtp_draft: %d tokens for %d sequences (one each, at most %d)", b->n_tokens, b->n_seqs,
-                         c->cap);
-    if (b->n_groups != c->kv.n_groups)
-        return pith_errf(err, "mtp_draft: the batch has %d memory groups, the model %d", b->n_groups, c->kv.n_groups);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int p = b->positions[s];
-        if (b->seq[s] != s || b->tokens[s] < 0 || b->tokens[s] >= n_vocab || p < 1)
-            return pith_errf(err, "mtp_draft: token %d is not a sequence's next token at a position >= 1", s);
-        for (int g = 0; g < c->kv.n_groups; g++) {
-            const pith_kv_cache *kv = &c->kv.groups[g];
-            const pith_batch_mem *bm = &b->mem[g];
-            if (kv->kind == PITH_MEM_RECURRENT) {
-                int32_t slot = bm->state_slots ? bm->state_slots[s] : -1;
-                if (slot < 0 || slot >= kv->n_slots)
-                    return pith_errf(err, "mtp_draft: sequence %d: state slot %d out of range", s, (int)slot);
-                continue;
-            }
-            if (!bm->block_tables || (p - 1) / kv->block_size >= bm->max_blocks)
-                return pith_errf(err, "mtp_draft: sequence %d's block table does not reach position %d", s, p - 1);
-            for (int k = 0; k <= (p - 1) / kv->block_size; k++) {
-                int32_t blk = bm->block_tables[(size_t)s * bm->max_blocks + k];
-                if (blk < 0 || blk >= kv->n_blocks)
-                    return pith_errf(err, "mtp_draft: sequence %d: block %d out of range", s, (int)blk);
-            }
-        }
-    }
+    if (pith_draft_check(b, &c->kv, n_vocab, n_steps, c->cap, err)) return -1;
     if (draft_memory(c, b->n_seqs, n_vocab, err)) return -1;
     for (int s = 0; s <= b->n_seqs; s++) c->seq_start[s] = s;
     c->step = b;

@@ -703,30 +703,6 @@ static void sp_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int 
     if (!s->op_failed) s->be[d]->vt->attn_gate(s->be[d], &o, n);
 }
 
-/* ---- not split yet: the MTP heads (their slot tail is refused at mem_alloc; each op says so too) ---- */
-
-static int sp_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
-                        pith_err *err) {
-    (void)be, (void)b, (void)n_vocab, (void)n_steps, (void)draft, (void)logits;
-    return pith_errf(err, "partial offload does not run multi-token-prediction drafts yet");
-}
-static void sp_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n) {
-    (void)a, (void)n;
-    fail(sp(be), "%s", "partial offload does not run MTP heads yet");
-}
-static void sp_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a) {
-    (void)a;
-    fail(sp(be), "%s", "partial offload does not run MTP heads yet");
-}
-static void sp_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n) {
-    (void)a, (void)n;
-    fail(sp(be), "%s", "partial offload does not run MTP heads yet");
-}
-static int sp_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
-    (void)be, (void)a, (void)n;
-    return pith_errf(err, "partial offload does not run MTP heads yet");
-}
-
 /* ---- tests and debugging ---- */
 
 static int sp_buf_write(pith_backend *be, pith_buf *b, int n, const float *src, pith_err *err) {
@@ -783,8 +759,7 @@ static const pith_backend_vt split_vt = {
     .attn_temp = sp_attn_temp, .zero = sp_zero, .copy_cols = sp_copy_cols, .activation = sp_activation,
     .moe = sp_moe, .keep_rows = sp_keep_rows, .head = sp_head, .short_conv = sp_short_conv, .mamba2 = sp_mamba2,
     .gdn_shape = sp_gdn_shape, .gdn = sp_gdn, .gated_norm = sp_gated_norm, .gated_qkv = sp_gated_qkv,
-    .attn_gate = sp_attn_gate, .set_draft = sp_set_draft, .mtp_input = sp_mtp_input, .mtp_save = sp_mtp_save,
-    .mtp_attention = sp_mtp_attention, .mtp_logits = sp_mtp_logits, .buf_write = sp_buf_write,
+    .attn_gate = sp_attn_gate, .buf_write = sp_buf_write, /* no MTP heads (NULL: the models refuse them) */
     .buf_read = sp_buf_read, .sync = sp_sync, .begin_layer = sp_begin_layer,
 };
 

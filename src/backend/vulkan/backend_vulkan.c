@@ -1,9 +1,10 @@
 /* The Vulkan backend's ops (backend.h) as compute dispatches (vk.h says how a step runs and replays).
  *
  * Weights keep the file's blocks as they are: every GGUF block is a whole number of 16-bit words, and
- * the shaders decode them (shaders/dequant.glsl). Vectors are float32. Not here yet, each refused at
- * load with the reason: Qwen3.5's MTP head. Recurrent state and the hybrids' mixers are
- * vk_recurrent.c's, mixture-of-experts layers vk_moe.c's. */
+ * the shaders decode them (shaders/dequant.glsl). Vectors are float32. Not here: DeepSeek's MLA (its
+ * vtable entries are NULL; the model refuses to load here). Recurrent state and the hybrids' mixers are
+ * vk_recurrent.c's, mixture-of-experts layers vk_moe.c's, the MTP head's vk_mtp.c's. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static int wtype_of(pith_dtype t) {
     }
 }
 
-static int kvtype_of(pith_dtype t) {
+int pith_vk_kvtype(pith_dtype t) {
     switch (t) {
     case PITH_F32: return 0;
     case PITH_F16: return 1;
@@ -64,6 +65,13 @@ static bool recording(pith_vk *c) {
 static void dispatch(pith_vk *c, pith_vk_shader s, const void *push, uint32_t size, uint32_t gx, uint32_t gy) {
     pith_err e;
     if (pith_vk_dispatch(c, c->cmd, s, push, size, gx, gy, &e)) op_fail(c, &e);
+}
+
+/* the helpers other files of the backend record through (vk.h) */
+bool pith_vk_recording(pith_vk *c) { return recording(c); }
+void pith_vk_fail(pith_vk *c, const char *msg) { op_failf(c, msg); }
+void pith_vk_record(pith_vk *c, pith_vk_shader s, const void *push, uint32_t size, uint32_t gx, uint32_t gy) {
+    dispatch(c, s, push, size, gx, gy);
 }
 
 static VkDeviceAddress buf_addr(const pith_buf *b) { return ((const vk_buf *)b)->mem.addr; }
@@ -231,7 +239,7 @@ static int vk_mem_alloc(pith_backend *be, const pith_mem_spec *spec, const pith_
     for (int g = 0; g < spec->n_groups; g++) {
         const pith_mem_group *mg = &spec->groups[g];
         if (mg->kind == PITH_MEM_RECURRENT) continue; /* vk_recurrent.c */
-        if (kvtype_of(lay->type[g]) < 0) return pith_errf(err, "Vulkan: a KV cache of %s", pith_dtype_name(lay->type[g]));
+        if (pith_vk_kvtype(lay->type[g]) < 0) return pith_errf(err, "Vulkan: a KV cache of %s", pith_dtype_name(lay->type[g]));
         if (mg->k_dim != mg->v_dim)
             return pith_errf(err, "Vulkan: K and V of different widths (%d, %d)", mg->k_dim, mg->v_dim);
         int g_kv, g_hd;
@@ -294,20 +302,22 @@ static int vk_copy_blocks(pith_backend *be, int g, const int32_t *src, const int
 
 /* ---- the step ---- */
 
-static int grow_host(pith_vk *c, vk_mem *m, size_t bytes, pith_err *err) {
+int pith_vk_grow(pith_vk *c, vk_mem *m, size_t bytes, bool host, pith_err *err) {
     if (m->buf && m->size >= bytes) return 0;
-    drop_recorded(c);
+    drop_recorded(c); /* they hold its address */
     pith_vk_free(c, m);
-    return pith_vk_alloc(c, bytes + bytes / 2, true, m, err);
+    return pith_vk_alloc(c, bytes + bytes / 2, host, m, err);
 }
 
-static bool same_shape(const vk_recorded *r, const pith_batch *b, int n_kept, int n_hidden, int n_logits) {
-    if (r->n_tokens != b->n_tokens || r->n_seqs != b->n_seqs || r->n_kept != n_kept || r->n_hidden != n_hidden ||
-        r->n_logits != n_logits)
-        return false;
+int pith_vk_grow_host(pith_vk *c, vk_mem *m, size_t bytes, pith_err *err) { return pith_vk_grow(c, m, bytes, true, err); }
+
+static bool same_shape(const vk_recorded *r, const pith_vk *c) {
+    const pith_batch *b = c->b;
     /* the block tables' width is not part of the shape: the shaders read it from the step buffer, so a
      * decode step keeps replaying as its sequences grow past a block */
-    return true;
+    return r->n_tokens == b->n_tokens && r->n_seqs == b->n_seqs && r->n_kept == c->n_kept &&
+           r->n_hidden == c->n_hidden && r->n_logits == c->n_logits && r->draft_steps == c->draft_steps &&
+           r->draft_logits == (c->draft_logits_out != NULL);
 }
 
 static int begin_cmd(pith_vk *c, VkCommandBuffer *cmd, pith_err *err) {
@@ -325,9 +335,7 @@ static int begin_cmd(pith_vk *c, VkCommandBuffer *cmd, pith_err *err) {
     return 0;
 }
 
-static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spec *spec, int n_vocab, float *logits,
-                       pith_err *err) {
-    pith_vk *c = pith_vk_of(be);
+void pith_vk_step_reset(pith_vk *c) {
     if (c->recording) { /* a step that never reached its head (an op's error): dropped */
         vkEndCommandBuffer(c->cmd);
         if (c->keep_recording) vkFreeCommandBuffers(c->dev, c->pool, 1, &c->cmd);
@@ -335,31 +343,28 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     c->cmd = VK_NULL_HANDLE;
     c->recording = c->replaying = false;
     c->op_failed = 0;
-    if (!c->mem_allocated && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (pith_batch_check(b, spec, &c->meta, n_vocab, err) || vk_reserve(be, b->n_tokens, err)) return -1;
-    int n = b->n_tokens, n_kept = 0, n_hidden = 0, n_logits = 0;
-    for (int t = 0; t < n; t++) {
-        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
-        n_kept += wl || wh, n_hidden += wh, n_logits += wl;
-    }
-    size_t ints = VK_ST_HEADER + 3 * (size_t)n + n_kept + n_hidden + n_logits;
+    c->draft_steps = 0;
+    c->draft_out = NULL, c->draft_logits_out = NULL;
+}
+
+size_t pith_vk_step_ints(const pith_vk *c, const pith_batch *b) {
+    size_t ints = VK_ST_HEADER + 3 * (size_t)b->n_tokens;
     for (int g = 0; g < b->n_groups; g++)
         ints += c->groups[g].meta.kind == PITH_MEM_RECURRENT ? pith_vk_recurrent_step_ints(b)
-                                                             : (size_t)n + (size_t)b->n_seqs * b->mem[g].max_blocks;
-    int widest = 1;
-    for (int i = 0; i < c->n_bufs; i++)
-        if (c->bufs[i]->b.cols > widest) widest = c->bufs[i]->b.cols;
-    if (grow_host(c, &c->step, ints * sizeof(int32_t), err) ||
-        grow_host(c, &c->logits, (size_t)(n_logits > 0 ? n_logits : 1) * n_vocab * sizeof(float), err) ||
-        grow_host(c, &c->hidden, (size_t)(n_hidden > 0 ? n_hidden : 1) * widest * sizeof(float), err))
-        return -1;
+                                                             : (size_t)b->n_tokens + (size_t)b->n_seqs * b->mem[g].max_blocks;
+    return ints;
+}
+
+size_t pith_vk_step_put(const pith_vk *c, const pith_batch *b) {
     int32_t *s = c->step.map;
+    int n = b->n_tokens;
     memset(s, 0, VK_ST_HEADER * sizeof *s);
     size_t at = VK_ST_HEADER;
 #define PUT(slot, src, count)                                                                                          \
     do {                                                                                                               \
         s[slot] = (int32_t)at;                                                                                         \
-        memcpy(s + at, src, (size_t)(count) * sizeof(int32_t));                                                        \
+        if (src) memcpy(s + at, src, (size_t)(count) * sizeof(int32_t));                                              \
+        else memset(s + at, 0xFF, (size_t)(count) * sizeof(int32_t));                                                 \
         at += (size_t)(count);                                                                                         \
     } while (0)
     s[VK_ST_N_TOKENS] = n, s[VK_ST_N_SEQS] = b->n_seqs;
@@ -376,22 +381,13 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
         s[VK_ST_GROUP + 4 * g + 2] = b->mem[g].max_blocks;
     }
 #undef PUT
-    /* the kept rows, then (by their index among the kept) the hidden rows and the logits rows */
-    s[VK_ST_N_KEPT] = n_kept, s[VK_ST_KEPT] = (int32_t)at;
-    s[VK_ST_N_HIDDEN] = n_hidden, s[VK_ST_HIDDEN_SRC] = (int32_t)(at + n_kept);
-    s[VK_ST_N_LOGITS] = n_logits, s[VK_ST_LOGIT_SRC] = (int32_t)(at + n_kept + n_hidden);
-    for (int t = 0, r = 0, h = 0, l = 0; t < n; t++) {
-        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
-        if (!wl && !wh) continue;
-        if (wh) s[at + n_kept + h++] = r;
-        if (wl) s[at + n_kept + n_hidden + l++] = r;
-        s[at + r++] = t;
-    }
-    c->b = b, c->out_logits = logits, c->n_vocab = n_vocab;
-    c->n_kept = n_kept, c->n_hidden = n_hidden, c->n_logits = n_logits;
+    return at;
+}
+
+int pith_vk_step_begin(pith_vk *c, pith_err *err) {
     c->steps++;
     for (int i = 0; c->replay && i < c->n_rec; i++)
-        if (same_shape(&c->rec[i], b, n_kept, n_hidden, n_logits)) {
+        if (same_shape(&c->rec[i], c)) {
             c->replaying = true;
             c->cmd = c->rec[i].cmd;
             c->rec[i].uses++;
@@ -407,29 +403,54 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     return pith_vk_profile_begin(c, c->cmd, err);
 }
 
-/* ---- ops ---- */
+static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spec *spec, int n_vocab, float *logits,
+                       pith_err *err) {
+    pith_vk *c = pith_vk_of(be);
+    pith_vk_step_reset(c);
+    if (!c->mem_allocated && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
+    if (pith_batch_check(b, spec, &c->meta, n_vocab, err) || vk_reserve(be, b->n_tokens, err)) return -1;
+    int n = b->n_tokens, n_kept = 0, n_hidden = 0, n_logits = 0;
+    for (int t = 0; t < n; t++) {
+        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
+        n_kept += wl || wh, n_hidden += wh, n_logits += wl;
+    }
+    size_t ints = pith_vk_step_ints(c, b) + n_kept + n_hidden + n_logits;
+    int widest = 1;
+    for (int i = 0; i < c->n_bufs; i++)
+        if (c->bufs[i]->b.cols > widest) widest = c->bufs[i]->b.cols;
+    if (pith_vk_grow_host(c, &c->step, ints * sizeof(int32_t), err) ||
+        pith_vk_grow_host(c, &c->logits, (size_t)(n_logits > 0 ? n_logits : 1) * n_vocab * sizeof(float), err) ||
+        pith_vk_grow_host(c, &c->hidden, (size_t)(n_hidden > 0 ? n_hidden : 1) * widest * sizeof(float), err))
+        return -1;
+    int32_t *s = c->step.map;
+    size_t at = pith_vk_step_put(c, b);
+    /* the kept rows, then (by their index among the kept) the hidden rows and the logits rows */
+    s[VK_ST_N_KEPT] = n_kept, s[VK_ST_KEPT] = (int32_t)at;
+    s[VK_ST_N_HIDDEN] = n_hidden, s[VK_ST_HIDDEN_SRC] = (int32_t)(at + n_kept);
+    s[VK_ST_N_LOGITS] = n_logits, s[VK_ST_LOGIT_SRC] = (int32_t)(at + n_kept + n_hidden);
+    for (int t = 0, r = 0, h = 0, l = 0; t < n; t++) {
+        bool wl = b->want_logits[t] != 0, wh = b->want_hidden && b->want_hidden[t];
+        if (!wl && !wh) continue;
+        if (wh) s[at + n_kept + h++] = r;
+        if (wl) s[at + n_kept + n_hidden + l++] = r;
+        s[at + r++] = t;
+    }
+    c->b = b, c->out_logits = logits, c->n_vocab = n_vocab;
+    c->n_kept = n_kept, c->n_hidden = n_hidden, c->n_logits = n_logits;
+    return pith_vk_step_begin(c, err);
+}
 
-typedef struct {
-    uint64_t table, o, step;
-    uint32_t row_words, cols, o_ld, n;
-    float scale;
-} embed_push;
+/* ---- ops ---- */
 
 static void vk_embed(pith_backend *be, const pith_weight *table, float scale, pith_buf *out, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c)) return;
     const vk_weight *w = wt(table);
     if (table->cols != out->cols) return op_failf(c, "Vulkan: an embedding wider than its buffer");
-    embed_push p = {w->mem.addr, buf_addr(out), c->step.addr, w->row_words, (uint32_t)table->cols, (uint32_t)out->cols,
+    vk_embed_push p = {w->mem.addr, buf_addr(out), c->step.addr, w->row_words, (uint32_t)table->cols, (uint32_t)out->cols,
                     (uint32_t)n, scale};
     dispatch(c, PITH_VK_SH_embed_f32 + w->wtype, &p, sizeof p, (uint32_t)n, 1);
 }
-
-typedef struct {
-    uint64_t freq, cs, step;
-    uint32_t half, cs_ld, n;
-    float mscale;
-} rope_push;
 
 static void vk_rope_tables(pith_backend *be, const pith_rope *r, pith_buf *cs, int n) {
     pith_vk *c = pith_vk_of(be);
@@ -438,8 +459,8 @@ static void vk_rope_tables(pith_backend *be, const pith_rope *r, pith_buf *cs, i
     const vk_rope *k = pith_vk_rope(c, r, &e); /* made at the first step that names it, kept */
     if (!k) return op_fail(c, &e);
     if (cs->cols < 2 * r->half) return op_failf(c, "Vulkan: RoPE tables wider than their buffer");
-    rope_push p = {k->freq.addr, buf_addr(cs), c->step.addr, (uint32_t)r->half, (uint32_t)cs->cols, (uint32_t)n,
-                   (float)r->mscale};
+    vk_rope_push p = {k->freq.addr, buf_addr(cs), c->step.addr, (uint32_t)r->half, (uint32_t)cs->cols, (uint32_t)n,
+                   (float)r->mscale, 0};
     dispatch(c, PITH_VK_SH_rope, &p, sizeof p, ((uint32_t)n * r->half + 63) / 64, 1);
 }
 
@@ -488,6 +509,10 @@ static void matmul_one(pith_vk *c, const pith_buf *in, const pith_weight *w, VkD
         dispatch(c, PITH_VK_SH_mm_f32 + v->wtype, &p, sizeof p, ((uint32_t)w->rows + 63) / 64, ((uint32_t)n + 63) / 64);
 }
 
+void pith_vk_matmul_rows(pith_vk *c, const pith_buf *in, const pith_weight *w, VkDeviceAddress out, int out_ld, int n) {
+    matmul_one(c, in, w, out, out_ld, false, n);
+}
+
 static int vk_matmul(pith_backend *be, const pith_buf *in, const pith_be_mm *outs, int n_outs, int n, pith_err *err) {
     pith_vk *c = pith_vk_of(be);
     if (n_outs < 1 || n_outs > PITH_BE_MAX_MM) return pith_errf(err, "%d products in one matmul", n_outs);
@@ -522,16 +547,6 @@ static void bias(pith_vk *c, pith_buf *y, const pith_weight *b, int n) {
     eltwise(c, buf_addr(y), wt(b)->mem.addr, (size_t)n * y->cols, y->cols, OP_ADD_BIAS, 0, 0);
 }
 
-typedef struct {
-    uint64_t q, k, v, qn, kn, cs, step, kc, vc;
-    uint32_t q_ld, k_ld, v_ld, hd, heads, bs, kv_dim, flags, cs_ld, n;
-    float eps;
-} qkv_push;
-
-static VkDeviceAddress layer_base(const vk_mem *m, const pith_kv_cache *meta, int layer_index) {
-    return m->addr + pith_kv_bytes(meta->type, pith_kv_k_offset(meta, layer_index, 0));
-}
-
 static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c)) return;
@@ -539,35 +554,31 @@ static void vk_qkv(pith_backend *be, const pith_be_qkv_args *a, int n) {
     const pith_kv_cache *m = &c->groups[a->group].meta;
     int hd, nh = c->shape.n_heads, nkv;
     pith_vk_group_shape(c, a->group, &nkv, &hd);
-    if (a->q->cols < nh * hd || (a->k && (a->k->cols < nkv * hd || !a->v || a->v->cols < nkv * hd)) ||
-        m->k_dim != nkv * hd || a->layer_index < 0 || a->layer_index >= m->n_layers)
+    if ((!a->q && !a->k) || (a->q && a->q->cols < nh * hd) ||
+        (a->k && (a->k->cols < nkv * hd || !a->v || a->v->cols < nkv * hd)) || m->k_dim != nkv * hd ||
+        a->layer_index < 0 || a->layer_index >= m->n_layers)
         return op_failf(c, "Vulkan: qkv buffers do not fit the attention shape");
-    if (a->bq) bias(c, a->q, a->bq, n);
+    if (a->bq && a->q) bias(c, a->q, a->bq, n);
     if (a->bq && a->k) bias(c, a->k, a->bk, n), bias(c, a->v, a->bv, n);
     /* A norm over the whole projection reads every head: it runs first, by rows, since qkv.comp's
      * workgroups (one per head) write their heads back in place */
-    if (a->qk_norm == PITH_QK_NORM_ALL) norm(c, a->q, a->q_norm, a->eps, a->q, 0, n);
+    if (a->qk_norm == PITH_QK_NORM_ALL && a->q) norm(c, a->q, a->q_norm, a->eps, a->q, 0, n);
     if (a->qk_norm == PITH_QK_NORM_ALL && a->k) norm(c, a->k, a->k_norm, a->eps, a->k, 0, n);
     pith_err e; /* Gemma 4's V norm, before qkv.comp stores V */
     if (a->v_norm && a->k && pith_vk_head_norm(c, a->v, nkv, hd, a->eps, n, &e)) return op_fail(c, &e);
     if (!a->k) nkv = 0; /* Q alone (KV sharing): no K heads, nothing stored */
+    if (!a->q) nh = 0;  /* K and V alone (an MTP head's forward) */
     uint32_t flags = (uint32_t)(a->qk_norm == PITH_QK_NORM_HEAD ? 1 : 0) |
                      (a->rope_cs ? 8u : 0u) | (a->rope_style == PITH_ROPE_ADJACENT ? 16u : 0u) |
                      ((uint32_t)a->group << 8);
-    qkv_push p = {buf_addr(a->q), a->k ? buf_addr(a->k) : 0, a->v ? buf_addr(a->v) : 0, a->q_norm ? wt(a->q_norm)->mem.addr : 0,
+    vk_qkv_push p = {a->q ? buf_addr(a->q) : 0, a->k ? buf_addr(a->k) : 0, a->v ? buf_addr(a->v) : 0, a->q_norm ? wt(a->q_norm)->mem.addr : 0,
                   a->k_norm ? wt(a->k_norm)->mem.addr : 0, a->rope_cs ? buf_addr(a->rope_cs) : 0, c->step.addr,
-                  layer_base(&c->groups[a->group].k, m, a->layer_index), layer_base(&c->groups[a->group].v, m, a->layer_index),
-                  (uint32_t)a->q->cols, a->k ? (uint32_t)a->k->cols : 0, a->v ? (uint32_t)a->v->cols : 0, (uint32_t)hd,
+                  pith_vk_layer_base(&c->groups[a->group].k, m, a->layer_index), pith_vk_layer_base(&c->groups[a->group].v, m, a->layer_index),
+                  a->q ? (uint32_t)a->q->cols : 0, a->k ? (uint32_t)a->k->cols : 0, a->v ? (uint32_t)a->v->cols : 0, (uint32_t)hd,
                   (uint32_t)nh | (uint32_t)nkv << 16, (uint32_t)m->block_size, (uint32_t)m->k_dim, flags,
                   a->rope_cs ? (uint32_t)a->rope_cs->cols : 0, (uint32_t)n, a->eps};
-    dispatch(c, PITH_VK_SH_qkv_f32 + kvtype_of(m->type), &p, sizeof p, (uint32_t)n * (uint32_t)(nh + nkv), 1);
+    dispatch(c, PITH_VK_SH_qkv_f32 + pith_vk_kvtype(m->type), &p, sizeof p, (uint32_t)n * (uint32_t)(nh + nkv), 1);
 }
-
-typedef struct {
-    uint64_t q, o, sinks, kc, vc, step;
-    uint32_t q_ld, o_ld, hd, heads, bs, kv_dim, window, flags, n;
-    float scale;
-} attn_push;
 
 static void vk_attention(pith_backend *be, const pith_be_attn *a, int n) {
     pith_vk *c = pith_vk_of(be);
@@ -578,13 +589,13 @@ static void vk_attention(pith_backend *be, const pith_be_attn *a, int n) {
     pith_vk_group_shape(c, a->group, &nkv, &hd);
     if (a->layer_index < 0 || a->layer_index >= m->n_layers || a->out->cols < nh * hd)
         return op_failf(c, "Vulkan: attention buffers do not fit the attention shape");
-    attn_push p = {buf_addr(a->q), buf_addr(a->out), a->sinks ? wt(a->sinks)->mem.addr : 0,
-                   layer_base(&c->groups[a->group].k, m, a->layer_index), layer_base(&c->groups[a->group].v, m, a->layer_index),
+    vk_attn_push p = {buf_addr(a->q), buf_addr(a->out), a->sinks ? wt(a->sinks)->mem.addr : 0,
+                   pith_vk_layer_base(&c->groups[a->group].k, m, a->layer_index), pith_vk_layer_base(&c->groups[a->group].v, m, a->layer_index),
                    c->step.addr, (uint32_t)a->q->cols, (uint32_t)a->out->cols, (uint32_t)hd,
                    (uint32_t)nh | (uint32_t)nkv << 16, (uint32_t)m->block_size, (uint32_t)m->k_dim,
                    (uint32_t)(a->window > 0 ? a->window : 0), (a->sinks ? 1u : 0u) | ((uint32_t)a->group << 8),
-                   (uint32_t)n, c->shape.scale};
-    dispatch(c, PITH_VK_SH_attn_f32 + kvtype_of(m->type), &p, sizeof p, (uint32_t)n * (uint32_t)nh, 1);
+                   (uint32_t)n, c->shape.scale, 0, 0, 0, 0, 0};
+    dispatch(c, PITH_VK_SH_attn_f32 + pith_vk_kvtype(m->type), &p, offsetof(vk_attn_push, dk), (uint32_t)n * (uint32_t)nh, 1);
 }
 
 static void vk_glu(pith_backend *be, pith_glu kind, pith_buf *gate, const pith_buf *up, int n) {
@@ -676,6 +687,22 @@ static void finish_recording(pith_vk *c) {
     r->cmd = c->cmd;
     r->n_tokens = b->n_tokens, r->n_seqs = b->n_seqs, r->n_kept = c->n_kept, r->n_hidden = c->n_hidden;
     r->n_logits = c->n_logits;
+    r->draft_steps = c->draft_steps, r->draft_logits = c->draft_logits_out != NULL;
+}
+
+int pith_vk_step_end(pith_vk *c, pith_err *err) {
+    if (c->recording) finish_recording(c);
+    if (c->op_failed) {
+        c->replaying = false;
+        return pith_errf(err, "%s", c->op_err);
+    }
+    if (!c->replaying && !c->cmd) return pith_errf(err, "Vulkan: a step's end outside a step");
+    c->replaying = false;
+    int rc = pith_vk_submit_wait(c, c->cmd, err);
+    c->cmd = VK_NULL_HANDLE;
+    if (rc) return -1;
+    pith_vk_profile_end(c);
+    return 0;
 }
 
 static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int n_logits, int n_vocab, pith_err *err) {
@@ -698,46 +725,15 @@ static int vk_head(pith_backend *be, const pith_be_head_args *h, int n_kept, int
                 eltwise(c, c->logits.addr, 0, (size_t)n_logits * n_vocab, n_vocab, OP_LOGITS, h->logit_scale, h->softcap);
         }
     }
-    if (c->recording) finish_recording(c);
-    if (c->op_failed) {
-        c->replaying = false;
-        return pith_errf(err, "%s", c->op_err);
-    }
-    if (!c->replaying && !c->cmd) return pith_errf(err, "Vulkan: a head outside a step");
-    c->replaying = false;
-    if (pith_vk_submit_wait(c, c->cmd, err)) return -1;
-    pith_vk_profile_end(c);
+    if (c->draft_steps) c->op_failed = c->op_failed ? c->op_failed : (snprintf(c->op_err, sizeof c->op_err,
+                                                                          "Vulkan: a head in an MTP draft"), 1);
+    if (pith_vk_step_end(c, err)) return -1;
     if (n_logits) memcpy(c->out_logits, c->logits.map, (size_t)n_logits * n_vocab * sizeof(float));
     if (c->n_hidden && n_kept) {
         const float *src = c->hidden.map;
         memcpy(c->b->hidden, src, (size_t)c->n_hidden * h->x->cols * sizeof(float));
     }
-    c->cmd = VK_NULL_HANDLE;
     return 0;
-}
-
-/* ---- what is not on this backend yet: refused at load (MoE, the MTP head), never reached ---- */
-
-static int vk_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
-                        pith_err *err) {
-    (void)be, (void)b, (void)n_vocab, (void)n_steps, (void)draft, (void)logits;
-    return pith_errf(err, "the Vulkan backend does not run multi-token-prediction drafts yet");
-}
-static void vk_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run MTP heads yet");
-}
-static void vk_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a) {
-    (void)a;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run MTP heads yet");
-}
-static void vk_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n) {
-    (void)a, (void)n;
-    op_failf(pith_vk_of(be), "the Vulkan backend does not run MTP heads yet");
-}
-static int vk_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
-    (void)be, (void)a, (void)n;
-    return pith_errf(err, "the Vulkan backend does not run MTP heads yet");
 }
 
 /* ---- tests and debugging: rows in and out of a buffer, and the work recorded so far run now ---- */
@@ -789,6 +785,7 @@ static void vk_destroy(pith_backend *be) {
     pith_vk_free(c, &c->step);
     pith_vk_free(c, &c->logits);
     pith_vk_free(c, &c->hidden);
+    pith_vk_free(c, &c->draft_k), pith_vk_free(c, &c->draft_v), pith_vk_free(c, &c->draft_cs);
     pith_vk_free(c, &c->staging);
     pith_vk_close(c);
     free(c);
@@ -805,8 +802,8 @@ static const pith_backend_vt vk_vt = {
     .copy_cols = vk_copy_cols, .activation = vk_activation, .moe = pith_vk_moe, .keep_rows = vk_keep_rows, .head = vk_head,
     .short_conv = pith_vk_short_conv, .mamba2 = pith_vk_mamba2, .gdn_shape = pith_vk_gdn_shape, .gdn = pith_vk_gdn,
     .gated_norm = pith_vk_gated_norm, .gated_qkv = pith_vk_gated_qkv, .attn_gate = pith_vk_attn_gate,
-    .set_draft = vk_set_draft,
-    .mtp_input = vk_mtp_input, .mtp_save = vk_mtp_save, .mtp_attention = vk_mtp_attention, .mtp_logits = vk_mtp_logits,
+    .set_draft = pith_vk_set_draft, .mtp_input = pith_vk_mtp_input, .mtp_save = pith_vk_mtp_save,
+    .mtp_attention = pith_vk_mtp_attention, .mtp_logits = pith_vk_mtp_logits,
     .buf_write = vk_buf_write, .buf_read = vk_buf_read, .sync = vk_sync,
 };
 

@@ -59,6 +59,13 @@
     X(attn_f16, "attention.comp", "-DKVTYPE=1") \
     X(attn_bf16, "attention.comp", "-DKVTYPE=2") \
     X(attn_q8_0, "attention.comp", "-DKVTYPE=3") \
+    X(mtp_attn_f32, "attention.comp", "-DKVTYPE=0 -DDRAFT") \
+    X(mtp_attn_f16, "attention.comp", "-DKVTYPE=1 -DDRAFT") \
+    X(mtp_attn_bf16, "attention.comp", "-DKVTYPE=2 -DDRAFT") \
+    X(mtp_attn_q8_0, "attention.comp", "-DKVTYPE=3 -DDRAFT") \
+    X(mtp_input, "mtp.comp", "-DINPUT") \
+    X(mtp_save, "mtp.comp", "") \
+    X(argmax, "argmax.comp", "") \
     X(rope, "rope.comp", "") \
     X(rmsnorm, "rmsnorm.comp", "") \
     X(eltwise, "eltwise.comp", "") \

@@ -33,7 +33,7 @@
 /* The step buffer's header (shaders/common.glsl: the same numbers) */
 enum {
     VK_ST_N_TOKENS = 0, VK_ST_N_SEQS = 1, VK_ST_TOKENS = 2, VK_ST_POSITIONS = 3, VK_ST_SEQ = 4, VK_ST_N_KEPT = 5,
-    VK_ST_KEPT = 6, VK_ST_HIDDEN_SRC = 7, VK_ST_LOGIT_SRC = 8, VK_ST_N_LOGITS = 9, VK_ST_N_HIDDEN = 10, VK_ST_GROUP = 16, VK_ST_HEADER = 16 + 4 * PITH_MAX_MEM_GROUPS,
+    VK_ST_KEPT = 6, VK_ST_HIDDEN_SRC = 7, VK_ST_LOGIT_SRC = 8, VK_ST_N_LOGITS = 9, VK_ST_N_HIDDEN = 10, VK_ST_DRAFT = 11, VK_ST_GROUP = 16, VK_ST_HEADER = 16 + 4 * PITH_MAX_MEM_GROUPS,
 };
 /* A RECURRENT group's four entries at VK_ST_GROUP + 4 g (shaders/recurrent.glsl: the same numbers) */
 enum { VK_RST_STATE_SLOTS = 0, VK_RST_CHECKPOINTS = 1, VK_RST_SEQ_RUNS = 3 };
@@ -82,6 +82,8 @@ typedef struct vk_moe vk_moe;    /* vk_moe.c: the MoE layers and their scratch r
 typedef struct vk_recorded {       /* a step's command buffer, replayed for steps of the same shape */
     VkCommandBuffer cmd;
     int n_tokens, n_seqs, n_kept, n_hidden, n_logits;
+    int draft_steps;               /* an MTP draft's (0: a forward) */
+    bool draft_logits;             /* the draft hands out its logits */
     unsigned long long uses;
 } vk_recorded;
 
@@ -163,6 +165,14 @@ typedef struct pith_vk {
     int gdn_dk, gdn_dv;            /* DeltaNet heads as gdn_shape declared them (0: none) */
     vk_moe *moe;                   /* NULL until a MoE layer loads */
 
+    /* An MTP draft (vk_mtp.c; set_draft to the last step's mtp_logits, recorded and replayed as a step):
+     * the K/V of its positions (device, float32 rows of kv_dim, PITH_BE_MTP_MAX_STEPS per sequence),
+     * its RoPE tables, and where its tokens and logits go. */
+    int draft_steps;               /* 0: no draft */
+    vk_mem draft_k, draft_v, draft_cs;
+    int32_t *draft_out;
+    float *draft_logits_out;
+
     int op_failed;                 /* an op could not record (its reason in op_err): head fails the step */
     char op_err[512];
 } pith_vk;
@@ -197,6 +207,68 @@ int pith_vk_profile_begin(pith_vk *c, VkCommandBuffer cmd, pith_err *err);
 void pith_vk_profile_end(pith_vk *c);
 void pith_vk_profile_print(const pith_vk *c);
 
+/* backend_vulkan.c: what the other files record through. A step: reset (drops a step that never
+ * ended), its per-step data (step_ints int32 of header and arrays, put into the step buffer by step_put,
+ * which returns where the arrays end), begin (replays a recorded step of the same shape, else records),
+ * then its ops, and end (submits the step and waits for it; the first op's fault fails it). */
+bool pith_vk_recording(pith_vk *c);
+void pith_vk_fail(pith_vk *c, const char *msg);
+void pith_vk_record(pith_vk *c, pith_vk_shader s, const void *push, uint32_t size, uint32_t gx, uint32_t gy);
+void pith_vk_matmul_rows(pith_vk *c, const pith_buf *in, const pith_weight *w, VkDeviceAddress out, int out_ld, int n);
+int pith_vk_kvtype(pith_dtype t); /* kv.glsl's KV_* for a KV cache type, or -1 */
+/* grows m to hold bytes (dropping the recorded steps, which hold its address) */
+int pith_vk_grow(pith_vk *c, vk_mem *m, size_t bytes, bool host, pith_err *err);
+int pith_vk_grow_host(pith_vk *c, vk_mem *m, size_t bytes, pith_err *err);
+void pith_vk_step_reset(pith_vk *c);
+size_t pith_vk_step_ints(const pith_vk *c, const pith_batch *b);
+size_t pith_vk_step_put(const pith_vk *c, const pith_batch *b);
+int pith_vk_step_begin(pith_vk *c, pith_err *err);
+int pith_vk_step_end(pith_vk *c, pith_err *err);
+
+static inline VkDeviceAddress pith_vk_buf_addr(const pith_buf *b) { return ((const vk_buf *)b)->mem.addr; }
+static inline VkDeviceAddress pith_vk_weight_addr(const pith_weight *w) { return ((const vk_weight *)w->impl)->mem.addr; }
+/* where layer layer_index of a KV group's K (or V) pool starts */
+static inline VkDeviceAddress pith_vk_layer_base(const vk_mem *m, const pith_kv_cache *meta, int layer_index) {
+    return m->addr + pith_kv_bytes(meta->type, pith_kv_k_offset(meta, layer_index, 0));
+}
+
+/* Push constants of the shaders more than one file records (the shaders' blocks: the same fields) */
+typedef struct {                   /* embed.comp */
+    uint64_t table, o, step;
+    uint32_t row_words, cols, o_ld, n;
+    float scale;
+} vk_embed_push;
+
+typedef struct {                   /* rope.comp */
+    uint64_t freq, cs, step;
+    uint32_t half, cs_ld, n;
+    float mscale;
+    int32_t pos_add;
+} vk_rope_push;
+
+typedef struct {                   /* qkv.comp */
+    uint64_t q, k, v, qn, kn, cs, step, kc, vc;
+    uint32_t q_ld, k_ld, v_ld, hd, heads, bs, kv_dim, flags, cs_ld, n;
+    float eps;
+} vk_qkv_push;
+
+typedef struct {                   /* attention.comp (dk and the fields after it: the DRAFT variant's) */
+    uint64_t q, o, sinks, kc, vc, step;
+    uint32_t q_ld, o_ld, hd, heads, bs, kv_dim, window, flags, n;
+    float scale;
+    uint64_t dk, dv, gate;
+    uint32_t gate_ld, dstep;
+} vk_attn_push;
+
+/* vk_mtp.c: the MTP head's draft and ops (backend.h: set_draft, mtp_*); the draft's memory is freed
+ * with the backend */
+int pith_vk_set_draft(pith_backend *be, const pith_batch *b, int n_vocab, int n_steps, int32_t *draft, float *logits,
+                      pith_err *err);
+void pith_vk_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, int n);
+void pith_vk_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a);
+void pith_vk_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
+int pith_vk_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+
 /* vk_recurrent.c: RECURRENT groups' state (mem_alloc, copy_blocks, set_step's entries) and the mixers */
 int pith_vk_recurrent_alloc(pith_vk *c, int g, const pith_mem_group *mg, int n_slots, pith_err *err);
 int pith_vk_recurrent_copy(pith_vk *c, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err);
@@ -209,6 +281,8 @@ void pith_vk_gdn(pith_backend *be, const pith_be_gdn_args *a, int n);
 void pith_vk_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n);
 void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n);
 void pith_vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n);
+/* gate.comp: mode 0 copies each head's query half of qg into a, mode 1 multiplies a by the gate half */
+void pith_vk_gate(pith_vk *c, const pith_buf *a, const pith_buf *qg, int mode, int n);
 /* vk_moe.c: backend.h's moe_load and moe; the layers freed with the backend (their weights and buffers
  * are the backend's own) */
 int pith_vk_moe_load(pith_backend *be, const pith_model_file *f, int layer, const pith_moe_config *cfg,

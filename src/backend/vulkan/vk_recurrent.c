@@ -275,7 +275,7 @@ typedef struct {
     uint32_t a_ld, qg_ld, hd, heads, mode, count;
 } gate_push;
 
-static void gate(pith_vk *c, const pith_buf *a, const pith_buf *qg, int mode, int n) {
+void pith_vk_gate(pith_vk *c, const pith_buf *a, const pith_buf *qg, int mode, int n) {
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
     size_t count = (size_t)n * nh * hd;
     if (count > UINT32_MAX) return fail(c, "Vulkan: a gated attention over more than 2^32 values");
@@ -287,12 +287,11 @@ static void gate(pith_vk *c, const pith_buf *a, const pith_buf *qg, int mode, in
 void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
     if (!recording(c) || n == 0) return;
-    if (!a->q) return fail(c, "Vulkan: K and V without a query (Qwen3.5's MTP head) are not supported");
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
-    if (!c->has_shape || a->qg->cols < 2 * nh * hd || a->q->cols < nh * hd)
+    if (!c->has_shape || (a->q && (a->qg->cols < 2 * nh * hd || a->q->cols < nh * hd)))
         return fail(c, "Vulkan: gated_qkv's buffers do not fit the attention shape");
     if (!a->q_norm != !a->k_norm) return fail(c, "Vulkan: gated_qkv with a query norm and no key norm, or the reverse");
-    gate(c, a->q, a->qg, 0, n);
+    if (a->q) pith_vk_gate(c, a->q, a->qg, 0, n); /* no query: K and V alone (the MTP head's forward) */
     /* then the ordinary per-head QK norm, RoPE and KV store, on the query now in q */
     const pith_be_qkv_args q = {.q = a->q, .k = a->k, .v = (pith_buf *)a->v,
                                 .qk_norm = a->q_norm ? PITH_QK_NORM_HEAD : PITH_QK_NORM_NONE,
@@ -307,5 +306,5 @@ void pith_vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n)
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
     if (!c->has_shape || a->qg->cols < 2 * nh * hd || a->att->cols < nh * hd)
         return fail(c, "Vulkan: attn_gate's buffers do not fit the attention shape");
-    gate(c, a->att, a->qg, 1, n);
+    pith_vk_gate(c, a->att, a->qg, 1, n);
 }

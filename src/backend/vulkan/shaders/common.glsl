@@ -21,10 +21,14 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64 { uint64
 #define ST_LOGIT_SRC 8
 #define ST_N_LOGITS 9
 #define ST_N_HIDDEN 10
+#define ST_DRAFT 11 // an MTP draft's tokens [n_seqs][n_steps] (vk_mtp.c)
 #define ST_GROUP 16  // + 4 * g: the group's slots, block tables, max_blocks
 #define ST_SLOTS 0
 #define ST_TABLES 1
 #define ST_MAX_BLOCKS 2
+// An MTP draft keeps the K/V of its positions as float32 rows of kv_dim, MTP_MAX_STEPS per sequence
+// (backend.h: PITH_BE_MTP_MAX_STEPS): sequence s's draft position p0 + i at row s * MTP_MAX_STEPS + i.
+#define MTP_MAX_STEPS 16u
 
 // A dispatch wider than 65535 workgroups spreads over y (the portable limit of x).
 uint flat_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }

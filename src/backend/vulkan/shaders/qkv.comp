@@ -2,7 +2,9 @@
 // The QK norm and RoPE of one head of one token (a workgroup each: the n_heads query heads, then the
 // n_kv_heads K heads), then, for a K head, that head's K and V into the token's slot of the layer's KV
 // group (backend.h: pith_be_qkv_args; biases are added before, by the eltwise shader). Head-major
-// blocks: head h of slot s is at block * bs * kv_dim + (h * bs + s % bs) * hd of the layer.
+// blocks: head h of slot s is at block * bs * kv_dim + (h * bs + s % bs) * hd of the layer. An MTP
+// draft's step (flag bit 5; kc and vc the draft's float32 rows, common.glsl) stores K and V as the
+// draft position's row instead, the draft step in flag bits 16-23.
 #include "common.glsl"
 layout(local_size_x = 64) in;
 shared float src[512];
@@ -16,7 +18,8 @@ layout(push_constant) uniform P {
     uint q_ld, k_ld, v_ld, hd;
     uint heads;   // n_heads | n_kv_heads << 16
     uint bs, kv_dim;
-    uint flags;   // bits 0-1: QK norm (1 per head; 2, the whole projection, see below); 3: RoPE; 4: adjacent pairs; 8-15: group
+    uint flags;   // bits 0-1: QK norm (1 per head; 2, the whole projection, see below); 3: RoPE; 4: adjacent pairs;
+                  // 5: an MTP draft's K/V; 8-15: group; 16-23: the draft step
     uint cs_ld, n;
     float eps;
 } p;
@@ -73,10 +76,14 @@ void main() {
     }
     for (uint i = tid; i < hd; i += 64u) buf.v[off + i] = src[i];
     if (isq) return;
-    uint g = (p.flags >> 8) & 0xFFu;
-    int base = p.step.v[ST_GROUP + 4 * int(g) + ST_SLOTS];
-    uint slot = uint(p.step.v[base + int(t)]);
-    uint e = (slot / p.bs) * p.bs * p.kv_dim + (head * p.bs + slot % p.bs) * hd;
+    uint g = (p.flags >> 8) & 0xFFu, e;
+    if ((p.flags & 32u) != 0u) {
+        e = (t * MTP_MAX_STEPS + ((p.flags >> 16) & 0xFFu)) * p.kv_dim + head * hd;
+    } else {
+        int base = p.step.v[ST_GROUP + 4 * int(g) + ST_SLOTS];
+        uint slot = uint(p.step.v[base + int(t)]);
+        e = (slot / p.bs) * p.bs * p.kv_dim + (head * p.bs + slot % p.bs) * hd;
+    }
     kv_store(p.kc, e, hd, tid, 64u);
     barrier();
     for (uint i = tid; i < hd; i += 64u) src[i] = p.v.v[t * p.v_ld + head * hd + i];

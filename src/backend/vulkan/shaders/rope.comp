@@ -1,5 +1,6 @@
 #version 450
-// RoPE's tables for the step's positions: row t = [cos | sin] of pos[t] * inv_freq[i], times mscale.
+// RoPE's tables for the step's positions: row t = [cos | sin] of (pos[t] + pos_add) * inv_freq[i], times
+// mscale (pos_add: an MTP draft's step, backend.h: mtp_attention; 0 otherwise).
 // The angle is reduced exactly: freq holds each frequency in turns per position as a 64-bit fixed-point
 // fraction (vk_rope.c), so pos * freq mod 2^64 is the angle's fraction of a turn with no error growing
 // with the position (the CPU computes the angle in double for the same reason); cos and sin then come
@@ -12,13 +13,14 @@ layout(push_constant) uniform P {
     I32 step;
     uint half_, cs_ld, n;
     float mscale;
+    int pos_add;
 } p;
 
 void main() {
     uint id = flat_group() * 64u + gl_LocalInvocationID.x;
     if (id >= p.n * p.half_) return;
     uint t = id / p.half_, i = id % p.half_;
-    uint64_t pos = uint64_t(p.step.v[p.step.v[ST_POSITIONS] + int(t)]);
+    uint64_t pos = uint64_t(p.step.v[p.step.v[ST_POSITIONS] + int(t)] + p.pos_add);
     uint64_t turns = pos * p.freq.v[i];
     uint q = uint((turns + (uint64_t(1) << 61)) >> 62) & 3u;
     int64_t r = int64_t(turns - (uint64_t(q) << 62));
