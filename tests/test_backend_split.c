@@ -207,11 +207,15 @@ static void check_vtable(pith_backend *split_be, pith_backend *cpu) {
     fn a[N], b[N];
     memcpy(a, (const char *)split_be->vt + offsetof(pith_backend_vt, destroy), sizeof a);
     memcpy(b, (const char *)cpu->vt + offsetof(pith_backend_vt, destroy), sizeof b);
-    /* where NULL means "not here" (the model refuses at load): MLA and DeepSeek's MTP head */
-    const size_t optional[] = {offsetof(pith_backend_vt, mla), offsetof(pith_backend_vt, mtp_mla)};
+    /* where NULL means "not here" (the model refuses at load): MLA and the MTP heads' ops */
+    const size_t optional[] = {offsetof(pith_backend_vt, mla),           offsetof(pith_backend_vt, mtp_mla),
+                               offsetof(pith_backend_vt, set_draft),     offsetof(pith_backend_vt, mtp_input),
+                               offsetof(pith_backend_vt, mtp_save),      offsetof(pith_backend_vt, mtp_attention),
+                               offsetof(pith_backend_vt, mtp_logits)};
     for (int i = 0; i < N; i++) {
         size_t at = offsetof(pith_backend_vt, destroy) + (size_t)i * sizeof(fn);
-        bool opt = at == optional[0] || at == optional[1];
+        bool opt = false;
+        for (size_t k = 0; k < sizeof optional / sizeof *optional; k++) opt = opt || at == optional[k];
         CHECKF(opt || !b[i] || a[i], "vtable entry at byte %zu: the CPU backend has it, the split not", at);
     }
 }

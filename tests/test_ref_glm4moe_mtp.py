@@ -25,7 +25,10 @@ The test checks its own power: the hidden-state input, the embedding input, the 
 earlier positions and its experts each move the reference's draft logits by far more than the tolerance,
 and chaining u rather than shared_head_norm(u) (Qwen3.5's choice) changes the later draft steps.
 
-Environment: PITH_MTP_LOGITS (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch and numpy."""
+Where a Vulkan device can run pith (lavapipe in CI), the GGUF cases run again on the device (PITH_DEVICE,
+src/backend/vulkan/vk_mtp.c: the plain query of mtp_attention), held to the same tolerance.
+
+Environment: PITH_MTP_LOGITS (the tool), PITH_BIN, PITH_TEST_TMP. Exit 77 (skip) without torch and numpy."""
 
 import os
 import subprocess
@@ -37,6 +40,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import test_ref_glm4moe as R  # noqa: E402  (exits 77 without numpy / torch)
 from test_ref_glm4moe import GLM, fail, glm_by_hand, glm_weights, mkmodel, np, rms, torch  # noqa: E402
+from test_reference_mtp import vulkan_device  # noqa: E402
 
 TOL = 1e-4
 STEPS = 6
@@ -118,9 +122,10 @@ def sequences(vocab):
     return [[1] + [int(t) for t in rng.integers(3, vocab, size=n - 1)] for n in lens]
 
 
-def run_tool(tool, model, chunk, seqs, out):
+def run_tool(tool, model, chunk, seqs, out, device=None):
     args = [tool, model, str(STEPS), str(chunk), out] + [",".join(map(str, s)) for s in seqs]
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    env = dict(os.environ, PITH_DEVICE=device) if device else None
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600, env=env)
     if r.returncode:
         fail(f"{' '.join(args[:5])}: {r.stderr.decode(errors='replace')}")
     return np.fromfile(out, dtype=np.float32)
@@ -150,6 +155,8 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="glm-mtp-", dir=os.environ.get("PITH_TEST_TMP"))
     worst = 0.0
+    device = vulkan_device()
+    print(f"Vulkan: {device or 'no device can run pith here: the CPU cases only'}")
     cases = (("test-glm4moe", "gguf", False), ("test-glm4moe", "safetensors", False), ("test-glm4moe-qk", "gguf", False),
              ("test-glm4moe", "gguf", True), ("test-glm4moe", "safetensors", True))
     for preset, fmt, own in cases:
@@ -166,15 +173,18 @@ def main():
         for s in seqs:
             target = glm_by_hand(cfg, weights, s[:-1])[-1]
             want.append(np.concatenate([target[None], mtp_logits(cfg, weights, s, STEPS).numpy()]))
-        for chunk in (7, 1000):
-            got = run_tool(tool, path, chunk, seqs, os.path.join(tmp, "out.bin")).reshape(len(seqs), STEPS + 1, -1)
+        devices = [None] + ([device] if fmt == "gguf" and device else [])
+        for dev, chunk in [(d, c) for d in devices for c in (7, 1000)]:
+            got = run_tool(tool, path, chunk, seqs, os.path.join(tmp, "out.bin"), dev)
+            got = got.reshape(len(seqs), STEPS + 1, -1)
+            where = f"{preset} {fmt}{' on ' + dev if dev else ''}"
             for i, s in enumerate(seqs):
                 err = np.abs(got[i] - want[i]).max(axis=1)
                 worst = max(worst, float(err.max()))
-                print(f"{preset} {fmt}, chunks of {chunk}, sequence of {len(s)} tokens: max |error| target "
+                print(f"{where}, chunks of {chunk}, sequence of {len(s)} tokens: max |error| target "
                       f"{err[0]:.1e}, drafts {' '.join(f'{e:.1e}' for e in err[1:])}")
                 if err.max() > TOL:
-                    fail(f"{preset} {fmt} chunk {chunk} sequence {i}: logits off by {err.max():.2e} (tolerance {TOL})")
+                    fail(f"{where} chunk {chunk} sequence {i}: logits off by {err.max():.2e} (tolerance {TOL})")
         if fmt == "gguf":
             check_power(cfg, weights, seqs[1])
     print(f"GLM-4.5's MTP head against the float64 reference: max |error| {worst:.2e} (tolerance {TOL})")

@@ -11,6 +11,9 @@ Every row (the decoder's last logits row and each draft step's) must match the r
 1e-5 here), and each draft token must be its row's argmax (the tool checks that). A prompt of 70 tokens
 is longer than two of the DeltaNet's 64-token chunks.
 
+Where a Vulkan device can run pith (lavapipe in CI), the GGUF model's cases run again on the device
+(PITH_DEVICE=vulkan: src/backend/vulkan/vk_mtp.c), held to the same tolerance as every F32 case there.
+
 The test checks its own power: the hidden-state input, the embedding input and the head's attention over
 earlier positions each move the reference's draft logits by far more than the tolerance.
 
@@ -49,9 +52,10 @@ def sequences(vocab):
     return [[1] + [int(t) for t in rng.integers(3, vocab, size=n - 1)] for n in lens]
 
 
-def run_tool(tool, model, chunk, seqs, out):
+def run_tool(tool, model, chunk, seqs, out, device=None):
     args = [tool, model, str(STEPS), str(chunk), out] + [",".join(map(str, s)) for s in seqs]
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    env = dict(os.environ, PITH_DEVICE=device) if device else None
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600, env=env)
     if r.returncode:
         fail(f"{' '.join(args[:5])}: {r.stderr.decode(errors='replace')}")
     return np.fromfile(out, dtype=np.float32)
@@ -82,6 +86,18 @@ def check_power(m, toks):
             fail(f"{what} moves the draft logits by only {moved:.2e}")
 
 
+def vulkan_device():
+    """The first Vulkan device that can run pith, or None (the device cases then say so)."""
+    pith = os.environ.get("PITH_BIN")
+    if not pith or not os.path.exists(pith):
+        return None
+    r = subprocess.run([pith, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    for line in r.stdout.decode(errors="replace").splitlines():
+        if line.startswith("vulkan:") and "cannot run" not in line:
+            return ":".join(line.split(":")[:2])
+    return None
+
+
 def main():
     tool = os.environ.get("PITH_MTP_LOGITS")
     if not tool or not os.path.exists(tool):
@@ -89,6 +105,8 @@ def main():
         return 77
     tmp = tempfile.mkdtemp(prefix="mtp-", dir=os.environ.get("PITH_TEST_TMP"))
     worst = 0.0
+    device = vulkan_device()
+    print(f"Vulkan: {device or 'no device can run pith here: the CPU cases only'}")
     for fmt in ("gguf", "safetensors"):
         path = os.path.join(tmp, "q35-mtp.gguf" if fmt == "gguf" else "q35-mtp-st")
         cfg = mkmodel.build_config("test-qwen35", mtp=1)
@@ -102,15 +120,18 @@ def main():
         for s in seqs:
             target = reference.forward(m, s[:-1])[-1].numpy()
             want.append(np.concatenate([target[None], reference.qwen35_mtp_logits(m, s, STEPS).numpy()]))
-        for chunk in (7, 1000):
-            got = run_tool(tool, path, chunk, seqs, os.path.join(tmp, "out.bin")).reshape(len(seqs), STEPS + 1, -1)
+        devices = [None] + ([device] if fmt == "gguf" and device else [])
+        for dev, chunk in [(d, c) for d in devices for c in (7, 1000)]:
+            got = run_tool(tool, path, chunk, seqs, os.path.join(tmp, "out.bin"), dev)
+            got = got.reshape(len(seqs), STEPS + 1, -1)
+            where = f"{fmt}{' on ' + dev if dev else ''}"
             for i, s in enumerate(seqs):
                 err = np.abs(got[i] - want[i]).max(axis=1)
                 worst = max(worst, float(err.max()))
-                print(f"{fmt}, chunks of {chunk}, sequence of {len(s)} tokens: max |error| target {err[0]:.1e}, "
+                print(f"{where}, chunks of {chunk}, sequence of {len(s)} tokens: max |error| target {err[0]:.1e}, "
                       f"drafts {' '.join(f'{e:.1e}' for e in err[1:])}")
                 if err.max() > TOL:
-                    fail(f"{fmt} chunk {chunk} sequence {i}: logits off by {err.max():.2e} (tolerance {TOL})")
+                    fail(f"{where} chunk {chunk} sequence {i}: logits off by {err.max():.2e} (tolerance {TOL})")
         if fmt == "gguf":
             check_power(m, seqs[0])
     print(f"MTP head against the float64 reference: max |error| {worst:.2e} (tolerance {TOL})")

@@ -24,7 +24,7 @@ Cases (random-weight models of tools/mkmodel.py, F32, F32 cache unless said):
   - -ngl auto reports what it placed (every layer with the device's memory, a part of them under
     PITH_VK_MEMORY, and then runs within the tolerance);
   - refusals with the reason: -ngl -3, -ngl abc, -ngl without a device, and a Qwen3.5 MTP head
-    (--spec-type mtp) at load.
+    (--spec-type mtp) split at load; the same head on the whole device gives the CPU's greedy text.
 The memory split itself (the device holds only its layers' KV and state): tests/test_backend_split.c.
 
 Skips (77) when the build has no Vulkan backend or no device can run it, or without torch and numpy."""
@@ -173,7 +173,20 @@ def check_refusals(tmp):
     refused(model, ("-ngl", "1"), "--device vulkan", device="cpu")
     mtp = os.path.join(tmp, "qwen35-mtp.gguf")
     R.mkmodel.write_gguf(R.mkmodel.build_config("test-qwen35", mtp=1), mtp, "F32", seed=814)
-    refused(mtp, ("-ngl", "2", "--spec-type", "mtp"), "does not run Qwen3.5's MTP head")
+    refused(mtp, ("-ngl", "2", "--spec-type", "mtp"), "does not run MTP heads")
+    # whole on the device, the head drafts there (vk_mtp.c): the CPU's greedy text without speculation
+    texts = []
+    for device, extra in (("cpu", ()), (V.DEVICE, ("-ngl", "99", "--spec-type", "mtp"))):
+        cmd = [PITH, "run", "-m", mtp, "-p", "", "-n", "24", "--temp", "0", *extra]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                           env={**os.environ, "PITH_DEVICE": device})
+        if r.returncode:
+            R.fail(f"{' '.join(cmd)} on {device}: exit {r.returncode}: {r.stderr.decode(errors='replace')[-300:]}")
+        texts.append(r.stdout)
+    print(f"Qwen3.5 with its MTP head drafting on {V.DEVICE}: {'the CPU' if texts[0] == texts[1] else 'NOT the CPU'}'s "
+          "text without speculation")
+    if texts[0] != texts[1]:
+        R.fail("the MTP head's drafts on the device changed the greedy text")
 
 
 def check_auto(tmp):
