@@ -111,7 +111,11 @@ static enum MHD_Result queue(http_request *r, int status, struct MHD_Response *r
         }
     }
     if (status == 405 || r->preflight) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
-    if (r->close || atomic_load(&r->srv->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* A drain closes kept-alive connections: replies to requests that came in during it, and refusals
+     * once it is on. A success decided before the drain began keeps its connection, so that the
+     * client's next request on it gets the drain's answer rather than a connection closed under it. */
+    if (r->close || r->drain_seen || (status >= 500 && atomic_load(&r->srv->draining)))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (rc == MHD_YES) {
@@ -369,6 +373,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->url = url;
         r->t_arrival = server_now();
         r->id = (uint64_t)atomic_fetch_add(&srv->n_requests, 1) + 1;
+        r->drain_seen = atomic_load(&srv->draining);
         quiet_drop = false;
         *req_cls = r;
         r->track = conn_guard_track(conn);

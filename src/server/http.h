@@ -37,6 +37,7 @@ typedef struct http_request {
     api_error early_error;
     bool preflight;             /* an OPTIONS request: 204 once the body is in */
     bool close;                 /* answer with Connection: close */
+    bool drain_seen;            /* the server was draining when the request came in: its reply closes */
     char allow[48];             /* the path's methods, for Allow and preflight replies */
     char *body;                 /* NUL-terminated once complete */
     size_t body_len, body_cap;
