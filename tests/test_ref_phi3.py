@@ -16,7 +16,8 @@ Then pith against it, printing each case's max error:
   (beyond it: the long factors), every case above in both;
 - Q8_0 and Q4_K_M GGUF within the quantized tolerances ("q32", "qk"), BF16 safetensors within "float"
   against the reference on the file's own (rounded) weights;
-- pith's GGUF and safetensors F32 logits of one seed against each other.
+- pith's GGUF and safetensors F32 logits of one seed against each other;
+- where a Vulkan device can run pith, the GGUF F32 cases again on the device (check_vulkan).
 
 Pith chooses LongRoPE's list by the configured context, as llama.cpp does (model/phi3.c); transformers
 switches by the longest position of each forward call, which agrees with the cases here since every
@@ -268,6 +269,39 @@ def check_pith(pith, tmp):
         seed += 1
 
 
+def check_vulkan(pith, tmp):
+    """The GGUF F32 files of test-phi3 (LongRoPE past the original context, partial rotary) and
+    test-phi3-plain (its window) on the first Vulkan device, when there is one, in every context of
+    contexts() from BOS and from the prompt in chunks of 7, against the same reference with the float
+    tolerance (every F32 case on the device: test_vulkan_models.py)."""
+    import subprocess
+    r = subprocess.run([pith, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    if b"vulkan:0" not in r.stdout:
+        print("note: no Vulkan device; the phi3 cases ran on the CPU only")
+        return
+    old = os.environ.get("PITH_DEVICE")
+    os.environ["PITH_DEVICE"] = "vulkan"
+    try:
+        for preset in ("test-phi3", "test-phi3-plain"):
+            cfg = mkmodel.build_config(preset)
+            model, tok, n_vocab = R.make_model(tmp, preset, "gguf", "F32", SEED + 50)
+            w = phi3_weights(cfg, path=model)
+            for label, ctx, long, n_bos, prompt in contexts(cfg):
+                name = f"{preset} gguf F32 vulkan{' ' + label if label else ''}"
+                c = ("-c", str(ctx))
+
+                def ref(toks, kv_f16, w=w, long=long):
+                    return phi3_by_hand(cfg, w, toks, long=long, kv_f16=kv_f16)
+                R.compare(pith, tmp, name, model, tok, n_vocab, "float", n_gen=n_bos, extra=c, ref_fn=ref)
+                R.compare(pith, tmp, f"{name} prompt/7", model, tok, n_vocab, "float", n_gen=N_GEN_PROMPT,
+                          prompt=prompt, extra=c + ("--max-batch-tokens", "7"), ref_fn=ref)
+    finally:
+        if old is None:
+            del os.environ["PITH_DEVICE"]
+        else:
+            os.environ["PITH_DEVICE"] = old
+
+
 def main():
     pith = os.environ.get("PITH_BIN")
     if not pith or not os.access(pith, os.X_OK):
@@ -277,6 +311,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ref-phi3-", dir=os.environ.get("PITH_TEST_TMP")) as tmp:
         check_reference(tmp)
         check_pith(pith, tmp)
+        check_vulkan(pith, tmp)
     print(f"{time.time() - t0:.0f} s")
     if R.failures:
         print(f"{len(R.failures)} failure(s)")

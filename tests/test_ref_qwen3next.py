@@ -17,14 +17,16 @@ each from BOS (72 tokens) and the GGUF / safetensors F32 ones also from a 153-to
 test-qwen3next-k (widths multiples of 256) in Q4_K_M and Q6_K, all three under "q32-delta", Qwen3.5's
 quantized tolerance: the rounded activations feed the DeltaNet's gates, L2 norms and recurrent state, and
 the router can flip on them (measured: Q8_0 0.70 max / 0.046 mean, Q4_K_M 0.57 / 0.051, Q6_K 0.51 / 0.039,
-above "qk"'s 0.4); pith's GGUF and safetensors F32 logits of one seed against each other. Each case
-prints its measured max error.
+above "qk"'s 0.4); pith's GGUF and safetensors F32 logits of one seed against each other; where a Vulkan
+device can run pith, the GGUF F32 file again on the device, from BOS and from the prompt in chunks of 7
+(check_vulkan). Each case prints its measured max error.
 
 Environment: PITH_BIN, PITH_TEST_TMP. Exit 77 (skip) when torch or numpy is missing."""
 
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -385,6 +387,30 @@ def ref_for(model):
     return ref
 
 
+def check_vulkan(pith, tmp, f32):
+    """test-qwen3next's GGUF F32 file on the first Vulkan device, when there is one (its experts, fused
+    projections and partial RoPE there), from BOS and from the prompt in chunks of 7, against the same
+    reference with the float tolerance (every F32 case on the device: test_vulkan_models.py)."""
+    r = subprocess.run([pith, "devices"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    if b"vulkan:0" not in r.stdout:
+        print("note: no Vulkan device; the qwen3next cases ran on the CPU only")
+        return
+    model, tok = f32["gguf"]
+    ref, n_vocab = ref_for(model), mkmodel.build_config(PRESET).vocab
+    old = os.environ.get("PITH_DEVICE")
+    os.environ["PITH_DEVICE"] = "vulkan"
+    try:
+        T.compare(pith, tmp, f"{PRESET} gguf F32 vulkan", model, tok, n_vocab, "float", n_gen=T.N_GEN_LONG,
+                  ref_fn=ref)
+        T.compare(pith, tmp, f"{PRESET} gguf F32 vulkan prompt/7", model, tok, n_vocab, "float", n_gen=T.N_GEN_HYBRID,
+                  prompt=T.HYBRID_PROMPT, extra=("--max-batch-tokens", "7"), ref_fn=ref)
+    finally:
+        if old is None:
+            del os.environ["PITH_DEVICE"]
+        else:
+            os.environ["PITH_DEVICE"] = old
+
+
 def main():
     pith = os.environ.get("PITH_BIN")
     if not pith or not os.access(pith, os.X_OK):
@@ -432,6 +458,7 @@ def main():
                   f"(bound {CROSS_FORMAT_BOUND:g})")
             if pa != pb or err > CROSS_FORMAT_BOUND:
                 fail(f"{PRESET}: pith's GGUF and safetensors logits differ by {err:.2e} {what}")
+        check_vulkan(pith, tmp, f32)
     print(f"{time.time() - t0:.1f} s")
     if T.failures:
         print(f"{len(T.failures)} failure(s)")
