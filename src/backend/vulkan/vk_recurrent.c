@@ -24,31 +24,6 @@
 
 #define VK_GDN_MAX_DK 256 /* gdn.comp's shared arrays */
 
-/* The step's first fault is kept for the head (backend_vulkan.c: op_fail does the same). */
-static void fail(pith_vk *c, const char *msg) {
-    if (c->op_failed++) return;
-    snprintf(c->op_err, sizeof c->op_err, "%s", msg);
-}
-
-/* Whether an op records now (a replayed step records nothing). */
-static bool recording(pith_vk *c) {
-    if (c->replaying) return false;
-    if (!c->recording) {
-        fail(c, "Vulkan: an op outside a step");
-        return false;
-    }
-    return !c->op_failed;
-}
-
-static void dispatch(pith_vk *c, pith_vk_shader s, const void *push, uint32_t size, uint32_t gx) {
-    pith_err e;
-    if (pith_vk_dispatch(c, c->cmd, s, push, size, gx, 1, &e)) {
-        if (!c->op_failed++) snprintf(c->op_err, sizeof c->op_err, "%s", e.msg);
-    }
-}
-
-static VkDeviceAddress addr(const pith_buf *b) { return ((const vk_buf *)b)->mem.addr; }
-static VkDeviceAddress waddr(const pith_weight *w) { return ((const vk_weight *)w->impl)->mem.addr; }
 
 /* ---- memory ---- */
 
@@ -119,7 +94,7 @@ static const vk_group *state_group(pith_vk *c, int g, const char *op) {
     if (g < 0 || g >= c->n_groups || c->groups[g].meta.kind != PITH_MEM_RECURRENT) {
         char msg[160];
         snprintf(msg, sizeof msg, "Vulkan: %s names group %d, not a recurrent memory group", op, g);
-        fail(c, msg);
+        pith_vk_fail(c, msg);
         return NULL;
     }
     return &c->groups[g];
@@ -131,7 +106,7 @@ static bool state_fits(pith_vk *c, const vk_group *G, size_t offset, size_t floa
     char msg[160];
     snprintf(msg, sizeof msg, "Vulkan: %s's state (floats %zu..%zu) outside its slot of %zu floats", op, offset,
              offset + floats, G->meta.state_bytes / sizeof(float));
-    fail(c, msg);
+    pith_vk_fail(c, msg);
     return false;
 }
 
@@ -147,10 +122,11 @@ enum { CONV_SILU = 1, CONV_BIAS = 2, CONV_SHORT = 4 };
 static void conv(pith_vk *c, const vk_group *G, int group, VkDeviceAddress x, int x_ld, VkDeviceAddress y, int y_ld,
                  int channels, const pith_weight *w, const pith_weight *bias, int kernel, uint32_t flags,
                  size_t offset) {
-    conv_push p = {x, y, waddr(w), bias ? waddr(bias) : 0, c->step.addr, G->state.addr, (uint32_t)x_ld, (uint32_t)y_ld,
+    conv_push p = {x, y, pith_vk_weight_addr(w), bias ? pith_vk_weight_addr(bias) : 0, c->step.addr, G->state.addr,
+                   (uint32_t)x_ld, (uint32_t)y_ld,
                    (uint32_t)channels, (uint32_t)kernel, flags | (bias ? CONV_BIAS : 0u), (uint32_t)group,
                    (uint32_t)(G->meta.state_bytes / sizeof(float)), (uint32_t)offset, (uint32_t)c->b->n_seqs};
-    dispatch(c, PITH_VK_SH_conv, &p, sizeof p, (uint32_t)c->b->n_seqs * (((uint32_t)channels + 63) / 64));
+    pith_vk_record(c, PITH_VK_SH_conv, &p, sizeof p, (uint32_t)c->b->n_seqs * (((uint32_t)channels + 63) / 64), 1);
 }
 
 static bool conv_ok(pith_vk *c, const pith_weight *w, int channels, int kernel, const char *op) {
@@ -158,20 +134,21 @@ static bool conv_ok(pith_vk *c, const pith_weight *w, int channels, int kernel, 
     char msg[160];
     snprintf(msg, sizeof msg, "Vulkan: %s's convolution of %d channels by %d (weights of %d; widths 1..%d)", op,
              channels, kernel, w->cols, PITH_BE_MAX_CONV_KERNEL);
-    fail(c, msg);
+    pith_vk_fail(c, msg);
     return false;
 }
 
 void pith_vk_short_conv(pith_backend *be, const pith_be_short_conv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     const vk_group *G = state_group(c, a->group, "short_conv");
     int dim = a->out->cols;
     if (!G || !conv_ok(c, a->w, dim, a->kernel, "short_conv") ||
         !state_fits(c, G, a->state_offset, (size_t)(a->kernel - 1) * dim, "short_conv"))
         return;
-    if (a->in->cols < 3 * dim) return fail(c, "Vulkan: short_conv's input rows are narrower than [B | C | x]");
-    conv(c, G, a->group, addr(a->in), a->in->cols, addr(a->out), dim, dim, a->w, NULL, a->kernel, CONV_SHORT,
+    if (a->in->cols < 3 * dim) return pith_vk_fail(c, "Vulkan: short_conv's input rows are narrower than [B | C | x]");
+    conv(c, G, a->group, pith_vk_buf_addr(a->in), a->in->cols, pith_vk_buf_addr(a->out), dim, dim, a->w, NULL,
+         a->kernel, CONV_SHORT,
          a->state_offset);
 }
 
@@ -190,18 +167,19 @@ typedef struct {
 
 static void gnorm(pith_vk *c, const pith_buf *x, int width, VkDeviceAddress z, int z_ld, const pith_weight *w,
                   int group, int mode, float eps, float scale, int n) {
-    gnorm_push p = {addr(x), z, waddr(w), (uint32_t)x->cols, (uint32_t)z_ld, (uint32_t)group,
+    gnorm_push p = {pith_vk_buf_addr(x), z, pith_vk_weight_addr(w), (uint32_t)x->cols, (uint32_t)z_ld, (uint32_t)group,
                     (uint32_t)(width / group), (uint32_t)mode, (uint32_t)n, eps, scale};
-    dispatch(c, PITH_VK_SH_gated_norm, &p, sizeof p, (uint32_t)n * p.n_groups);
+    pith_vk_record(c, PITH_VK_SH_gated_norm, &p, sizeof p, (uint32_t)n * p.n_groups, 1);
 }
 
 void pith_vk_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     const vk_group *G = state_group(c, a->group, "mamba2");
     if (!G) return;
     const int H = a->n_heads, Gr = a->n_groups, P = a->head_dim, N = a->d_state;
-    if (H < 1 || Gr < 1 || H % Gr || P < 1 || N < 1) return fail(c, "Vulkan: mamba2's heads and groups do not divide");
+    if (H < 1 || Gr < 1 || H % Gr || P < 1 || N < 1)
+        return pith_vk_fail(c, "Vulkan: mamba2's heads and groups do not divide");
     int inner = H * P, conv_ch = inner + 2 * Gr * N;
     size_t conv_floats = (size_t)(a->kernel > 1 ? a->kernel - 1 : 0) * conv_ch;
     if (!conv_ok(c, a->conv_w, conv_ch, a->kernel, "mamba2") ||
@@ -209,17 +187,18 @@ void pith_vk_mamba2(pith_backend *be, const pith_be_mamba2_args *a, int n) {
         return;
     if (a->proj->cols < inner + conv_ch + H || a->y->cols < inner || a->norm->cols != inner || a->norm_group < 1 ||
         inner % a->norm_group)
-        return fail(c, "Vulkan: mamba2's buffers do not fit its shape");
-    VkDeviceAddress proj = addr(a->proj) + (VkDeviceAddress)inner * sizeof(float);
+        return pith_vk_fail(c, "Vulkan: mamba2's buffers do not fit its shape");
+    VkDeviceAddress proj = pith_vk_buf_addr(a->proj) + (VkDeviceAddress)inner * sizeof(float);
     conv(c, G, a->group, proj, a->proj->cols, proj, a->proj->cols, conv_ch, a->conv_w, a->conv_b, a->kernel, CONV_SILU,
          a->state_offset);
-    ssd_push p = {addr(a->proj), addr(a->y), waddr(a->dt_bias), waddr(a->A), waddr(a->D), c->step.addr, G->state.addr,
+    ssd_push p = {pith_vk_buf_addr(a->proj), pith_vk_buf_addr(a->y), pith_vk_weight_addr(a->dt_bias),
+                  pith_vk_weight_addr(a->A), pith_vk_weight_addr(a->D), c->step.addr, G->state.addr,
                   (uint32_t)a->proj->cols, (uint32_t)a->y->cols, (uint32_t)H, (uint32_t)Gr, (uint32_t)P, (uint32_t)N,
                   (uint32_t)inner, (uint32_t)conv_ch, (uint32_t)a->group,
                   (uint32_t)(G->meta.state_bytes / sizeof(float)), (uint32_t)(a->state_offset + conv_floats),
                   (uint32_t)c->b->n_seqs};
-    dispatch(c, PITH_VK_SH_ssd, &p, sizeof p, (uint32_t)c->b->n_seqs * (uint32_t)H);
-    gnorm(c, a->y, inner, addr(a->proj), a->proj->cols, a->norm, a->norm_group, 0, a->eps, a->out_scale, n);
+    pith_vk_record(c, PITH_VK_SH_ssd, &p, sizeof p, (uint32_t)c->b->n_seqs * (uint32_t)H, 1);
+    gnorm(c, a->y, inner, pith_vk_buf_addr(a->proj), a->proj->cols, a->norm, a->norm_group, 0, a->eps, a->out_scale, n);
 }
 
 /* ---- Qwen3.5 (conv.comp, gdn.comp, gnorm.comp, gate.comp, and the attention's qkv op) ---- */
@@ -241,33 +220,35 @@ typedef struct {
 
 void pith_vk_gdn(pith_backend *be, const pith_be_gdn_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     const vk_group *G = state_group(c, a->group, "gdn");
     if (!G) return;
     int nk = a->n_k_heads, nv = a->n_v_heads, dk = a->dk, dv = a->dv, C = a->qkv->cols;
     if (dk != c->gdn_dk || dv != c->gdn_dv || nk < 1 || nv < 1 || nv % nk || C != 2 * nk * dk + nv * dv ||
         a->beta->cols != a->alpha->cols || a->beta->cols < nv || a->out->cols < nv * dv)
-        return fail(c, "Vulkan: gdn's buffers do not fit the DeltaNet shape gdn_shape declared");
+        return pith_vk_fail(c, "Vulkan: gdn's buffers do not fit the DeltaNet shape gdn_shape declared");
     size_t conv_floats = (size_t)(a->kernel - 1) * C;
     if (!conv_ok(c, a->conv_w, C, a->kernel, "gdn") ||
         !state_fits(c, G, a->state_offset, conv_floats + (size_t)nv * dk * dv, "gdn"))
         return;
-    conv(c, G, a->group, addr(a->qkv), C, addr(a->qkv), C, C, a->conv_w, NULL, a->kernel, CONV_SILU, a->state_offset);
-    gdn_push p = {addr(a->qkv), addr(a->beta), addr(a->alpha), addr(a->out), waddr(a->dt_bias), waddr(a->ssm_a),
+    conv(c, G, a->group, pith_vk_buf_addr(a->qkv), C, pith_vk_buf_addr(a->qkv), C, C, a->conv_w, NULL, a->kernel,
+         CONV_SILU, a->state_offset);
+    gdn_push p = {pith_vk_buf_addr(a->qkv), pith_vk_buf_addr(a->beta), pith_vk_buf_addr(a->alpha),
+                  pith_vk_buf_addr(a->out), pith_vk_weight_addr(a->dt_bias), pith_vk_weight_addr(a->ssm_a),
                   c->step.addr, G->state.addr, (uint32_t)C, (uint32_t)a->beta->cols, (uint32_t)a->out->cols,
                   (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, a->qk_tiled ? 1u : 0u, (uint32_t)a->group,
                   (uint32_t)(G->meta.state_bytes / sizeof(float)), (uint32_t)(a->state_offset + conv_floats),
                   (uint32_t)c->b->n_seqs};
-    dispatch(c, PITH_VK_SH_gdn, &p, sizeof p, (uint32_t)c->b->n_seqs * (uint32_t)nv);
+    pith_vk_record(c, PITH_VK_SH_gdn, &p, sizeof p, (uint32_t)c->b->n_seqs * (uint32_t)nv, 1);
 }
 
 void pith_vk_gated_norm(pith_backend *be, const pith_be_gated_norm_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     int hv = a->w->cols;
     if (hv < 1 || a->x->cols % hv || a->z->cols < a->x->cols)
-        return fail(c, "Vulkan: gated_norm's rows are not whole heads of its weights");
-    gnorm(c, a->x, a->x->cols, addr(a->z), a->z->cols, a->w, hv, 1, a->eps, 0, n);
+        return pith_vk_fail(c, "Vulkan: gated_norm's rows are not whole heads of its weights");
+    gnorm(c, a->x, a->x->cols, pith_vk_buf_addr(a->z), a->z->cols, a->w, hv, 1, a->eps, 0, n);
 }
 
 typedef struct {
@@ -278,19 +259,21 @@ typedef struct {
 void pith_vk_gate(pith_vk *c, const pith_buf *a, const pith_buf *qg, int mode, int n) {
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
     size_t count = (size_t)n * nh * hd;
-    if (count > UINT32_MAX) return fail(c, "Vulkan: a gated attention over more than 2^32 values");
-    gate_push p = {addr(a), addr(qg), (uint32_t)a->cols, (uint32_t)qg->cols, (uint32_t)hd, (uint32_t)nh,
+    if (count > UINT32_MAX) return pith_vk_fail(c, "Vulkan: a gated attention over more than 2^32 values");
+    gate_push p = {pith_vk_buf_addr(a), pith_vk_buf_addr(qg), (uint32_t)a->cols, (uint32_t)qg->cols, (uint32_t)hd,
+                   (uint32_t)nh,
                    (uint32_t)mode, (uint32_t)count};
-    dispatch(c, PITH_VK_SH_attn_gate, &p, sizeof p, (uint32_t)((count + 255) / 256));
+    pith_vk_record(c, PITH_VK_SH_attn_gate, &p, sizeof p, (uint32_t)((count + 255) / 256), 1);
 }
 
 void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
     if (!c->has_shape || (a->q && (a->qg->cols < 2 * nh * hd || a->q->cols < nh * hd)))
-        return fail(c, "Vulkan: gated_qkv's buffers do not fit the attention shape");
-    if (!a->q_norm != !a->k_norm) return fail(c, "Vulkan: gated_qkv with a query norm and no key norm, or the reverse");
+        return pith_vk_fail(c, "Vulkan: gated_qkv's buffers do not fit the attention shape");
+    if (!a->q_norm != !a->k_norm)
+        return pith_vk_fail(c, "Vulkan: gated_qkv with a query norm and no key norm, or the reverse");
     if (a->q) pith_vk_gate(c, a->q, a->qg, 0, n); /* no query: K and V alone (the MTP head's forward) */
     /* then the ordinary per-head QK norm, RoPE and KV store, on the query now in q */
     const pith_be_qkv_args q = {.q = a->q, .k = a->k, .v = (pith_buf *)a->v,
@@ -302,9 +285,9 @@ void pith_vk_gated_qkv(pith_backend *be, const pith_be_gated_qkv_args *a, int n)
 
 void pith_vk_attn_gate(pith_backend *be, const pith_be_attn_gate_args *a, int n) {
     pith_vk *c = pith_vk_of(be);
-    if (!recording(c) || n == 0) return;
+    if (!pith_vk_recording(c) || n == 0) return;
     int hd = c->shape.head_dim, nh = c->shape.n_heads;
     if (!c->has_shape || a->qg->cols < 2 * nh * hd || a->att->cols < nh * hd)
-        return fail(c, "Vulkan: attn_gate's buffers do not fit the attention shape");
+        return pith_vk_fail(c, "Vulkan: attn_gate's buffers do not fit the attention shape");
     pith_vk_gate(c, a->att, a->qg, 1, n);
 }
