@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Pith needs to build and test on Debian 12 (run as root, or with sudo available).
 # Build: gcc/clang, cmake, cJSON, PCRE2, libmicrohttpd; the Vulkan backend's headers, loader and shader
-# compiler (libvulkan-dev, glslc) and Mesa's lavapipe, which runs its shaders on the CPU (mesa-vulkan-drivers).
+# compiler (libvulkan-dev, glslc) and Mesa's lavapipe, which runs its shaders on the CPU (mesa-vulkan-drivers);
+# Open MPI (libopenmpi-dev, openmpi-bin) for tensor parallelism and its tests (docs/distributed.md).
 # Tests: torch + numpy + jinja2 (Debian's python3)
 # as independent references, promtool, Chromium (the web page test, headless), and the npm packages
 # named in package.json.
@@ -33,7 +34,7 @@ if [ "$MODE" = build ]; then
 fi
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $BUILD_PKGS \
-    clang libclang-rt-14-dev mesa-vulkan-drivers \
+    clang libclang-rt-14-dev mesa-vulkan-drivers libopenmpi-dev openmpi-bin \
     python3 python3-numpy python3-torch python3-jinja2 python3-sentencepiece \
     python3-zmq python3-msgpack python3-yaml \
     prometheus chromium >/dev/null

@@ -102,6 +102,11 @@ typedef struct pith_model_options {
      * [0, n_cpu_moe) on the CPU, < 0 every layer's; 0: none. pith_model.placement says what went where. */
     const char *gpu_layers;
     int n_cpu_moe;
+    /* Tensor parallelism over the ranks of comm (pith/dist.h; NULL: none), tp of them (the communicator's
+     * size: a check). On rank 0 the model runs every op on all ranks; elsewhere it is the rank's shard,
+     * for pith_dist_worker. */
+    struct pith_comm *comm;
+    int tp;
 } pith_model_options;
 
 PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,

@@ -12,6 +12,7 @@
 #include "cli/progress.h"
 #include "cli/run_batch.h"
 #include "pith/assets.h"
+#include "pith/dist.h"
 #include "pith/engine.h"
 #include "pith/model.h"
 #include "pith/sampler.h"
@@ -32,6 +33,7 @@ typedef struct run_opts {
     const char *device;
     const char *gpu_layers;    /* -ngl */
     int n_cpu_moe;             /* --n-cpu-moe; -1: --cpu-moe */
+    int tp;                    /* --tp */
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
@@ -69,6 +71,7 @@ static void run_usage(FILE *out) {
             "                          alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
+            CLI_TP_USAGE
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 or -1 = off (default 40)\n"
             "      --top-p P           nucleus sampling, 1 = off (default 0.95)\n"
@@ -120,7 +123,11 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         long long iv;
         double fv;
 #define VALUE() do { if (!(v = cli_value("run", argc, argv, &i))) return -1; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        int tp_rc = cli_tp_arg("run", argc, argv, &i, &o->tp);
+        if (tp_rc < 0) return -1;
+        if (tp_rc > 0) {
+            continue;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
@@ -393,17 +400,19 @@ int pith_cmd_run(int argc, char **argv) {
         return PITH_EXIT_USAGE;
     }
 
+    pith_comm *comm;
+    if (!cli_dist_begin("run", o.tp, &comm)) return 1;
     pith_err err = {{0}};
     if (o.prompt_file) {
         size_t len;
         if (cli_read_file(o.prompt_file, &o.prompt_buf, &len, &err)) {
             fprintf(stderr, "pith run: %s\n", err.msg);
-            return 1;
+            return cli_dist_end(comm, 1);
         }
         if (strlen(o.prompt_buf) != len) {
             fprintf(stderr, "pith run: %s holds a NUL byte\n", o.prompt_file);
             free(o.prompt_buf);
-            return 1;
+            return cli_dist_end(comm, 1);
         }
         o.prompt = o.prompt_buf;
     }
@@ -414,14 +423,19 @@ int pith_cmd_run(int argc, char **argv) {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
         .n_threads = o.n_threads, .device = o.device, .gpu_layers = o.gpu_layers, .n_cpu_moe = o.n_cpu_moe,
         .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
-        .progress_user = &bar,
+        .progress_user = &bar, .comm = comm, .tp = o.tp,
     };
+    if (pith_comm_rank(comm) != 0) {
+        cli_progress_end(&bar);
+        free(o.prompt_buf);
+        return cli_dist_worker("run", comm, &ao);
+    }
     int load_rc = pith_assets_load(&ao, &a, &err);
     cli_progress_end(&bar);
     if (load_rc) {
         fprintf(stderr, "pith run: %s\n", err.msg);
         free(o.prompt_buf);
-        return 1;
+        return cli_dist_end(comm, 1);
     }
     if (a.model->placement[0]) fprintf(stderr, "pith run: offload: %s\n", a.model->placement);
     if (a.model->experts[0]) fprintf(stderr, "pith run: experts %s\n", a.model->experts);
@@ -441,5 +455,5 @@ int pith_cmd_run(int argc, char **argv) {
     if (rc && rc != 130) fprintf(stderr, "pith run: %s\n", err.msg);
     pith_assets_free(&a);
     free(o.prompt_buf);
-    return rc == 130 ? 130 : rc ? 1 : 0;
+    return cli_dist_end(comm, rc == 130 ? 130 : rc ? 1 : 0);
 }

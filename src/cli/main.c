@@ -5,6 +5,7 @@
 
 #include "backend/info.h"
 #include "cli/cli.h"
+#include "pith/dist.h"
 
 #ifndef PITH_VERSION
 #define PITH_VERSION "unknown"
@@ -58,8 +59,8 @@ static int print_version(void) {
 #else
     const char *cc = "unknown compiler";
 #endif
-    printf("pith %s\ncompiler: %s\nkernels: %s (chosen for this CPU)\n", PITH_VERSION, cc,
-           pith_backend_cpu_kernel_name(false));
+    printf("pith %s\ncompiler: %s\nkernels: %s (chosen for this CPU)\nmpi: %s\n", PITH_VERSION, cc,
+           pith_backend_cpu_kernel_name(false), pith_dist_have_mpi() ? "yes (--tp)" : "no (built without MPI)");
     return fflush(stdout) || ferror(stdout) ? 1 : 0;
 }
 

@@ -31,6 +31,8 @@ pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_mo
 
 int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err) {
     *out = NULL;
+    if (!rc && d->opt && d->opt->comm && d->opt->tp > 1 && !d->tp.comm)
+        rc = pith_errf(err, "architecture '%s' does not run tensor-parallel yet (--tp)", d->base.hp.arch);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(d->file));
         pith_decoder_destroy(&d->base);
@@ -51,38 +53,90 @@ static const pith_tensor *find(const pith_decoder *d, int layer, const char *nam
     return pith_model_file_tensor(d->file, full);
 }
 
-int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err) {
-    char full[128];
-    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+int pith_decoder_bind_part(pith_decoder *d, const pith_tensor *t, const char *full, int row0, int rows, int col0,
+                           int cols, const pith_weight **out, pith_err *err) {
     *out = NULL;
-    if (!t) return pith_errf(err, "missing tensor %s", full);
-    pith_weight *w;
-    if (pith_be_matrix(d->be, t, full, &w, err)) return -1;
-    *out = w;
-    return 0;
-}
-
-int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
-                             const pith_weight **out, pith_err *err) {
-    char full[128];
-    const pith_tensor *t = find(d, layer, name, full, sizeof full);
-    *out = NULL;
-    if (!t) return pith_errf(err, "missing tensor %s", full);
-    if (t->ne[0] != cols || t->ne[1] != total || t->ne[2] != 1 || t->ne[3] != 1)
-        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", full, (long long)t->ne[0],
-                         (long long)t->ne[1], cols, total);
-    size_t rb = pith_dtype_row_bytes(t->type, cols);
-    if (!rb || t->nbytes / rb < (size_t)total || row0 < 0 || rows < 1 || row0 + rows > total)
+    int64_t C = t->ne[0], R = t->ne[1];
+    size_t rb = pith_dtype_row_bytes(t->type, C);
+    if (t->ne[2] != 1 || t->ne[3] != 1 || !rb || t->nbytes / rb < (size_t)R || row0 < 0 || rows < 1 ||
+        row0 + rows > R || col0 < 0 || cols < 1 || col0 + cols > C)
         return pith_errf(err, "tensor %s: bad type or size", full);
     /* the part as a tensor of its own: the backend reads its bytes while binding, not the struct later */
     pith_tensor part = *t;
     part.ne[1] = rows;
     part.data = (const uint8_t *)t->data + (size_t)row0 * rb;
     part.nbytes = rb * (size_t)rows;
+    if (col0 != 0 || cols != C) {
+        int64_t blk = pith_dtype_block_elems(t->type);
+        if (col0 % blk || cols % blk)
+            return pith_errf(err, "tensor %s: a shard boundary at column %d falls inside a %s block of %lld "
+                                  "elements", full, col0 % blk ? col0 : col0 + cols, pith_dtype_name(t->type),
+                             (long long)blk);
+        size_t prb = pith_dtype_row_bytes(t->type, cols), off = pith_dtype_row_bytes(t->type, col0);
+        void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
+        uint8_t *copy = grown ? malloc(prb * (size_t)rows) : NULL;
+        if (grown) d->tp.owned = grown;
+        if (!copy) return pith_errf(err, "out of memory");
+        d->tp.owned[d->tp.n_owned++] = copy;
+        for (int r = 0; r < rows; r++) memcpy(copy + (size_t)r * prb, (const uint8_t *)part.data + (size_t)r * rb + off, prb);
+        part.ne[0] = cols;
+        part.data = copy;
+        part.nbytes = prb * (size_t)rows;
+    }
     pith_weight *w;
     if (pith_be_matrix(d->be, &part, full, &w, err)) return -1;
     *out = w;
     return 0;
+}
+
+int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    if (d->tp.comm) {
+        int C = (int)t->ne[0], R = (int)t->ne[1], N = d->tp.size, r = d->tp.rank;
+        switch (pith_decoder_shard_kind(name)) {
+        case PITH_SHARD_ROWS:
+            if (R % N) return pith_errf(err, "tensor %s: %d rows do not divide by %d ranks", full, R, N);
+            return pith_decoder_bind_part(d, t, full, r * (R / N), R / N, 0, C, out, err);
+        case PITH_SHARD_COLS:
+            if (C % N) return pith_errf(err, "tensor %s: %d columns do not divide by %d ranks", full, C, N);
+            return pith_decoder_bind_part(d, t, full, 0, R, r * (C / N), C / N, out, err);
+        default: break;
+        }
+    }
+    pith_weight *w;
+    if (pith_be_matrix(d->be, t, full, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+/* Sharded, the caller's shape is this rank's: a row-sharded tensor of `total` rows here is one of size *
+ * total rows in the file, each part of `rows` (a fused [gate | up]: two) sharded on its own; a column-
+ * sharded one has size * cols columns. */
+int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
+                             const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    int col0 = 0, file_cols = cols, file_total = total;
+    pith_shard_kind kind = d->tp.comm ? pith_decoder_shard_kind(name) : PITH_SHARD_NONE;
+    if (kind == PITH_SHARD_ROWS && rows > 0 && total % rows == 0 && row0 % rows == 0) {
+        file_total = total * d->tp.size;
+        row0 = row0 / rows * rows * d->tp.size + d->tp.rank * rows;
+    } else if (kind == PITH_SHARD_COLS) {
+        file_cols = cols * d->tp.size;
+        col0 = d->tp.rank * cols;
+    } else if (kind != PITH_SHARD_NONE) {
+        return pith_errf(err, "tensor %s: rows [%d, %d) of %d cannot be sharded", full, row0, row0 + rows, total);
+    }
+    if (t->ne[0] != file_cols || t->ne[1] != file_total || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", full, (long long)t->ne[0],
+                         (long long)t->ne[1], file_cols, file_total);
+    if (row0 < 0 || rows < 1 || row0 + rows > file_total) return pith_errf(err, "tensor %s: bad type or size", full);
+    return pith_decoder_bind_part(d, t, full, row0, rows, col0, cols, out, err);
 }
 
 int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
@@ -114,11 +168,16 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
     *out = NULL;
     if (!t) return required ? pith_errf(err, "missing tensor %s", full) : 0;
     int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
-    if (pith_tensor_nelems(t) != n) return pith_errf(err, "tensor %s: expected %d elements", full, n);
-    if (!width || (size_t)t->nbytes < (size_t)n * width) return pith_errf(err, "tensor %s: bad type or size", full);
+    /* sharded: a per-head vector (biases, sinks, a whole-projection QK norm) of size * n is this rank's n */
+    int64_t first = 0;
+    if (d->tp.comm && pith_decoder_shard_kind(name) == PITH_SHARD_VECTOR && pith_tensor_nelems(t) == (int64_t)n * d->tp.size)
+        first = (int64_t)d->tp.rank * n;
+    else if (pith_tensor_nelems(t) != n)
+        return pith_errf(err, "tensor %s: expected %d elements", full, n);
+    if (!width || (size_t)t->nbytes < (size_t)(first + n) * width) return pith_errf(err, "tensor %s: bad type or size", full);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return pith_errf(err, "out of memory");
-    const uint8_t *src = t->data;
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)first * width;
     for (int i = 0; i < n; i++) {
         uint16_t h = 0;
         if (width == 2) memcpy(&h, src + 2 * (size_t)i, 2);
@@ -132,9 +191,15 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
 }
 
 int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err) {
-    return pith_decoder_matrix(d, -1, pith_model_file_tensor(d->file, "output.weight") ? "output.weight"
-                                                                                         : "token_embd.weight",
-                               out, err);
+    const char *name = pith_model_file_tensor(d->file, "output.weight") ? "output.weight" : "token_embd.weight";
+    if (!d->tp.comm) return pith_decoder_matrix(d, -1, name, out, err);
+    /* vocabulary-parallel: this rank's rows of the head */
+    const pith_tensor *t = pith_model_file_tensor(d->file, name);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", name);
+    if (t->ne[1] != d->base.hp.n_vocab)
+        return pith_errf(err, "tensor %s: %lld rows for a vocabulary of %d", name, (long long)t->ne[1], d->base.hp.n_vocab);
+    return pith_decoder_bind_part(d, t, name, d->tp.vocab0, d->tp.n_vocab, 0, (int)t->ne[0], out, err);
 }
 
 int pith_decoder_attn_shape(pith_decoder *d, pith_err *err) {
@@ -245,6 +310,8 @@ void pith_decoder_destroy(pith_model *m) {
     pith_decoder *d = m->impl;
     if (d->free_arch) d->free_arch(d);
     pith_backend_free(d->be);
+    for (int i = 0; i < d->tp.n_owned; i++) free(d->tp.owned[i]);
+    free(d->tp.owned);
     free(d->group_layers);
     free(d->layer_group);
     free(d->layer_index);

@@ -21,6 +21,20 @@
 extern "C" {
 #endif
 
+/* Tensor parallelism (pith/dist.h): which share of the model this rank holds. With comm NULL the decoder
+ * holds the whole model. Otherwise base.hp's n_heads, n_kv_heads and ffn_dim are this rank's (the file's
+ * divided by size), and the tensors bind as shards: Q, K, V, gate and up by rows (heads, FFN columns),
+ * the attention output and FFN down projections by columns, the output head by vocabulary rows
+ * [vocab0, vocab0 + n_vocab); norms and embeddings whole. Partial sums of the two column-sharded
+ * products are summed across ranks (pith_decoder_allreduce) before they join the residual. */
+typedef struct pith_decoder_shard {
+    struct pith_comm *comm;
+    int rank, size;
+    int vocab0, n_vocab;
+    void **owned;      /* column shards copied out of the file (the backend may keep pointers into them) */
+    int n_owned;
+} pith_decoder_shard;
+
 typedef struct pith_decoder pith_decoder;
 struct pith_decoder {
     pith_model base;
@@ -31,6 +45,7 @@ struct pith_decoder {
     int *group_layers, *layer_group, *layer_index;
     /* the architecture's own cleanup (its layer arrays, RoPE tables), before the backend goes; or NULL */
     void (*free_arch)(pith_decoder *d);
+    pith_decoder_shard tp;
 };
 
 /* Model ops shared by every decoder; the architecture gives its forward. */
@@ -71,6 +86,33 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);
 /* The output projection: output.weight, else the tied embeddings. */
 int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err);
+
+/* Tensor parallelism: an architecture whose forward pass runs sharded (its layers from the layer library,
+ * model/layers.h) calls this right after pith_decoder_new, before it binds a tensor. Without
+ * opt->comm it does nothing. Otherwise it checks the backend holds its buffers on the host (the sums go
+ * through the communicator there), that n_heads, n_kv_heads and ffn_dim divide by the ranks, refuses
+ * experts (expert parallelism is not built yet), and makes base.hp this rank's. A decoder built with
+ * opt->comm that never called it fails at pith_decoder_end, naming the architecture. */
+int pith_decoder_shard_begin(pith_decoder *d, pith_err *err);
+/* How a tensor (its name after "blk.N.") is sharded: Megatron's split of the layer library's blocks. */
+typedef enum pith_shard_kind {
+    PITH_SHARD_NONE,    /* whole on every rank */
+    PITH_SHARD_ROWS,    /* attn_{q,k,v}, ffn_{gate,up,gate_up}: heads, FFN columns */
+    PITH_SHARD_COLS,    /* attn_output, ffn_down: their inputs' heads and FFN columns */
+    PITH_SHARD_VECTOR,  /* attn_{q,k,v}.bias, attn_sinks, attn_{q,k}_norm: per head (when not head_dim wide) */
+} pith_shard_kind;
+pith_shard_kind pith_decoder_shard_kind(const char *name);
+/* Sums y's n rows across the ranks (nothing when not sharded). A failure aborts the job: the other
+ * ranks are in the same sum and cannot be left behind. */
+int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err);
+/* The output head's rows on this rank: hp.n_vocab unsharded. */
+static inline int pith_decoder_head_vocab(const pith_decoder *d) {
+    return d->tp.comm ? d->tp.n_vocab : d->base.hp.n_vocab;
+}
+/* Binds rows [row0, row0 + rows) and columns [col0, col0 + cols) of a 2-D tensor (a column part is copied
+ * out of the file, on a block boundary of its type). */
+int pith_decoder_bind_part(pith_decoder *d, const pith_tensor *t, const char *full, int row0, int rows, int col0,
+                           int cols, const pith_weight **out, pith_err *err);
 
 /* The KV memory of attention layers: a FULL group of the layers with window_of(l) == 0 and a WINDOW group
  * of the others (one window for all of them), each with kv_dim of K and V per token. */

@@ -64,6 +64,15 @@ void pith_attn_block_attend(pith_decoder *d, const pith_attn_block *a, int l, co
 /* y = product (+ bias): into x directly, or into xb and then x += RMSNorm(xb). */
 static int block_out(pith_decoder *d, const pith_weight *w, const pith_weight *bias, const pith_buf *in,
                      const pith_dec_bufs *b, const pith_weight *post_norm, int n, pith_err *err) {
+    if (d->tp.comm) {
+        /* tensor-parallel: this rank's partial product, summed across ranks, then the bias once */
+        const pith_be_mm mm = {w, b->xb, false};
+        if (pith_be_matmul(d->be, in, &mm, 1, n, err) || pith_decoder_allreduce(d, b->xb, n, err)) return -1;
+        if (bias) pith_be_add_bias(d->be, b->xb, bias, n);
+        if (post_norm) pith_be_norm_add(d->be, b->x, b->xb, post_norm, d->base.hp.norm_eps, n);
+        else pith_be_scale_add(d->be, b->x, b->xb, 1.0f, n);
+        return 0;
+    }
     pith_buf *y = post_norm ? b->xb : b->x;
     const pith_be_mm mm = {w, y, post_norm == NULL};
     if (pith_be_matmul(d->be, in, &mm, 1, n, err)) return -1;
@@ -178,5 +187,5 @@ int pith_head_forward_scaled(pith_decoder *d, const pith_dec_bufs *b, const pith
     const pith_hparams *hp = &d->base.hp;
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
     pith_be_head_args h = {b->x, b->xb, norm, hp->norm_eps, output, hp->final_logit_softcap, logit_scale};
-    return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), hp->n_vocab, err);
+    return pith_be_head(d->be, &h, n_kept, pith_batch_n_logits(batch), pith_decoder_head_vocab(d), err);
 }

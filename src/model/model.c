@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "dist/lockstep.h"
 #include "format/arch.h"
 #include "format/printable.h"
 
@@ -14,7 +15,9 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     if (!opt) opt = &defaults;
     const pith_arch *arch = pith_arch_find(hp->arch);
     int rc;
-    if (opt->mtp && hp->n_mtp_layers == 0 && arch) {
+    if (opt->tp > 1 && !opt->comm) {
+        rc = pith_errf(err, "--tp %d needs the ranks' communicator (start with mpirun -np %d)", opt->tp, opt->tp);
+    } else if (opt->mtp && hp->n_mtp_layers == 0 && arch) {
         rc = pith_errf(err, "%s: the file has no multi-token-prediction (MTP) layers", path);
     } else if (arch && arch->build) {
         rc = arch->build(file, opt, out, err);
@@ -31,8 +34,13 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
                        pith_printable(shown, sizeof shown, hp->arch, strlen(hp->arch)),
                        pith_arch_names(names, sizeof names, false));
     }
-    if (rc) pith_model_file_close(file);
-    return rc;
+    if (rc) {
+        pith_model_file_close(file);
+        return rc;
+    }
+    /* tensor parallelism: rank 0 drives every rank's shard; the others hand theirs to pith_dist_worker */
+    if (opt->comm && opt->tp > 1 && pith_comm_rank(opt->comm) == 0) return pith_dist_leader(*out, opt->comm, out, err);
+    return 0;
 }
 
 int pith_model_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err) {

@@ -1,0 +1,59 @@
+/* Distributed inference: a model split over ranks that run in lockstep (docs/distributed.md).
+ *
+ * A communicator (pith_comm) joins the ranks of one job: the processes `mpirun -np N` started (MPI, where
+ * the build found it), or N threads of one process (a local group: tests, and a build without MPI).
+ *
+ * Tensor parallelism (pith_model_options.comm and .tp): every rank loads its shard of the model (its
+ * attention heads and their KV, its columns of the FFN, its rows of the vocabulary), and the ranks run
+ * each op of the forward pass together, summing the partial products of the attention output and FFN
+ * down projections across ranks (an allreduce). Rank 0 owns the engine: pith_model_load there returns a
+ * model that, for each op the engine calls (prepare, mem_alloc, copy_blocks, forward ...), first hands the
+ * op and its data to the other ranks, then runs its own shard, gathers the logits rows of every rank and
+ * agrees with them on the outcome. On the other ranks pith_model_load returns the shard, and the caller
+ * runs pith_dist_worker with it until rank 0 frees its model.
+ *
+ * Invariants: every rank of a communicator calls the same collective operations in the same order
+ * (rank 0's model is the only caller on rank 0, the worker loop the only one elsewhere); an op fails on
+ * every rank or on none (the ranks agree on each op's status before returning). */
+#ifndef PITH_DIST_H
+#define PITH_DIST_H
+
+#include "pith/api.h"
+#include "pith/model.h"
+#include "pith/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pith_comm pith_comm;
+
+/* True when the library was built with MPI (pith_comm_mpi works). */
+PITH_API bool pith_dist_have_mpi(void);
+/* Joins the MPI job this process was started in (MPI_Init_thread, serialized: any one thread at a time
+ * may run collective ops, the engine's thread included). Once per process; pith_comm_free finalizes. An
+ * error when built without MPI. */
+PITH_API int pith_comm_mpi(int *argc, char ***argv, pith_comm **out, pith_err *err);
+/* n communicators of one group whose ranks are threads of this process: out[r] is rank r's, to be used
+ * by one thread each; free each (the group goes with the last). */
+PITH_API int pith_comm_local_group(int n, pith_comm **out, pith_err *err);
+PITH_API int pith_comm_rank(const pith_comm *c);
+PITH_API int pith_comm_size(const pith_comm *c);
+PITH_API void pith_comm_free(pith_comm *c);
+/* Ends the job on every rank at once (MPI_Abort; a local group: every later op fails), for a rank that
+ * fails where the others may be waiting for it. */
+PITH_API void pith_comm_abort_job(pith_comm *c, int code);
+
+/* Rank r's share of n_vocab logits columns under tensor parallelism over `size` ranks: [*v0, *v0 + *nv). */
+PITH_API void pith_dist_vocab_share(int n_vocab, int size, int rank, int *v0, int *nv);
+
+/* A rank other than 0: runs the ops rank 0's model sends to `shard` (pith_model_load's model there) until
+ * rank 0 frees its model. 0 then; -1 (err set) when the job cannot go on (the shard failed an op in a
+ * way the ranks cannot agree on, or the communicator failed). The caller frees the shard. */
+PITH_API int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

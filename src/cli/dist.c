@@ -1,0 +1,65 @@
+/* --tp on the command line (cli.h): joining the MPI job, and the part of a rank other than 0. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "pith/assets.h"
+#include "pith/dist.h"
+
+int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp) {
+    if (strcmp(argv[*i], "--tp") != 0 && strcmp(argv[*i], "--tensor-parallel-size") != 0) return 0;
+    const char *opt = argv[*i];
+    const char *v = cli_value(cmd, argc, argv, i);
+    long long n;
+    if (!v || !cli_parse_int(cmd, opt, v, 1, 256, &n)) return -1;
+    *tp = (int)n;
+    return 1;
+}
+
+bool cli_dist_begin(const char *cmd, int tp, pith_comm **comm) {
+    *comm = NULL;
+    if (tp <= 1) return true;
+    pith_err err = {{0}};
+    if (pith_comm_mpi(NULL, NULL, comm, &err)) {
+        fprintf(stderr, "pith %s: --tp %d: %s\n", cmd, tp, err.msg);
+        return false;
+    }
+    int size = pith_comm_size(*comm);
+    if (size != tp) {
+        if (pith_comm_rank(*comm) == 0)
+            fprintf(stderr, "pith %s: --tp %d in a job of %d ranks: start it with mpirun -np %d\n", cmd, tp, size, tp);
+        pith_comm_free(*comm);
+        *comm = NULL;
+        return false;
+    }
+    return true;
+}
+
+int cli_dist_worker(const char *cmd, pith_comm *comm, const pith_assets_options *ao) {
+    pith_assets_options quiet = *ao;
+    quiet.progress = NULL, quiet.progress_user = NULL, quiet.log = NULL;
+    pith_assets a;
+    pith_err err = {{0}};
+    int rank = pith_comm_rank(comm);
+    if (pith_assets_load(&quiet, &a, &err)) {
+        fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
+        return cli_dist_end(comm, 1);
+    }
+    int rc = pith_dist_worker(a.model, comm, &err);
+    if (rc) fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
+    pith_assets_free(&a);
+    return cli_dist_end(comm, rc ? 1 : 0);
+}
+
+int cli_dist_end(pith_comm *comm, int rc) {
+    if (!comm) return rc;
+    if (rc != 0 && rc != 130) {
+        fflush(stdout);
+        fflush(stderr);
+        /* the others may be waiting in a collective for this rank: end the job rather than hang it */
+        pith_comm_abort_job(comm, rc);
+    }
+    pith_comm_free(comm);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* The communicator behind pith/dist.h: the few collective operations lockstep inference needs, over
+ * MPI (comm_mpi.c, the only file that includes mpi.h) or threads of one process (comm_local.c).
+ *
+ * Every op is collective: each rank of the group calls it, in the same order, with the same sizes; rank 0
+ * is the root of bcast and gather. Results are bit-identical on every rank (allreduce sums in one fixed
+ * order for a given group), which keeps the ranks' replicated state (the residual stream) equal. An op
+ * that fails returns -1 with err set; the group cannot be used after that (pith_comm_abort ends it). */
+#ifndef PITH_DIST_COMM_H
+#define PITH_DIST_COMM_H
+
+#include <stddef.h>
+
+#include "pith/dist.h"
+
+typedef struct pith_comm_vt {
+    int (*bcast)(pith_comm *c, void *buf, size_t bytes, pith_err *err);
+    int (*allreduce_sum)(pith_comm *c, float *x, size_t n, pith_err *err);
+    int (*allreduce_max)(pith_comm *c, int *v, pith_err *err);
+    /* rank 0's recv gets every rank's `bytes` in rank order ([size * bytes]); elsewhere recv is unused */
+    int (*gather)(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err);
+    void (*abort)(pith_comm *c, int code);
+    void (*free)(pith_comm *c);
+} pith_comm_vt;
+
+struct pith_comm {
+    const pith_comm_vt *vt;
+    int rank, size;
+};
+
+static inline int pith_comm_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
+    return c->vt->bcast(c, buf, bytes, err);
+}
+static inline int pith_comm_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
+    return c->vt->allreduce_sum(c, x, n, err);
+}
+static inline int pith_comm_allreduce_max(pith_comm *c, int *v, pith_err *err) {
+    return c->vt->allreduce_max(c, v, err);
+}
+static inline int pith_comm_gather(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err) {
+    return c->vt->gather(c, send, bytes, recv, err);
+}
+/* Ends the whole job (MPI_Abort) or, for a local group, marks it failed so every later op fails. */
+static inline void pith_comm_abort(pith_comm *c, int code) { c->vt->abort(c, code); }
+
+#endif

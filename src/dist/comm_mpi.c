@@ -1,0 +1,100 @@
+/* The MPI communicator (pith_comm_mpi): the only file that includes mpi.h. Built when CMake finds MPI
+ * (Debian: libopenmpi-dev); comm_mpi_absent.c stands in otherwise.
+ *
+ * Errors: MPI_COMM_WORLD keeps MPI's default handler (errors are fatal), so a rank that dies takes the
+ * job down through the launcher (mpirun, srun) rather than leaving the others blocked in a collective;
+ * pith_comm_abort is MPI_Abort. Messages larger than an int's count go in pieces. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "dist/comm.h"
+
+typedef struct mpi_comm {
+    pith_comm c;
+} mpi_comm;
+
+#define PIECE ((size_t)1 << 30)
+
+static int fail(int rc, const char *what, pith_err *err) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return pith_errf(err, "MPI %s: %.*s", what, len, msg);
+}
+
+static int mpi_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
+    (void)c;
+    for (size_t off = 0; off < bytes; off += PIECE) {
+        size_t n = bytes - off < PIECE ? bytes - off : PIECE;
+        int rc = MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return fail(rc, "broadcast", err);
+    }
+    return 0;
+}
+
+static int mpi_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
+    (void)c;
+    for (size_t off = 0; off < n; off += PIECE / 4) {
+        size_t k = n - off < PIECE / 4 ? n - off : PIECE / 4;
+        int rc = MPI_Allreduce(MPI_IN_PLACE, x + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return fail(rc, "allreduce", err);
+    }
+    return 0;
+}
+
+static int mpi_allreduce_max(pith_comm *c, int *v, pith_err *err) {
+    (void)c;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : fail(rc, "allreduce", err);
+}
+
+static int mpi_gather(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err) {
+    (void)c;
+    if (bytes > INT_MAX) return pith_errf(err, "MPI gather: %zu bytes per rank is too many", bytes);
+    int rc = MPI_Gather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? 0 : fail(rc, "gather", err);
+}
+
+static void mpi_abort(pith_comm *c, int code) {
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
+}
+
+static void mpi_free(pith_comm *c) {
+    free(c);
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+
+static const pith_comm_vt mpi_vt = {
+    .bcast = mpi_bcast, .allreduce_sum = mpi_allreduce_sum, .allreduce_max = mpi_allreduce_max,
+    .gather = mpi_gather, .abort = mpi_abort, .free = mpi_free,
+};
+
+bool pith_dist_have_mpi(void) { return true; }
+
+int pith_comm_mpi(int *argc, char ***argv, pith_comm **out, pith_err *err) {
+    *out = NULL;
+    int inited = 0, provided = 0;
+    MPI_Initialized(&inited);
+    if (inited) return pith_errf(err, "MPI is already initialized in this process");
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) return fail(rc, "init", err);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        return pith_errf(err, "this MPI library offers no serialized thread support (the engine's thread "
+                              "runs the collectives)");
+    }
+    mpi_comm *m = calloc(1, sizeof *m);
+    if (!m) {
+        MPI_Finalize();
+        return pith_errf(err, "out of memory");
+    }
+    m->c.vt = &mpi_vt;
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->c.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m->c.size);
+    *out = &m->c;
+    return 0;
+}

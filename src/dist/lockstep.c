@@ -1,0 +1,372 @@
+/* Lockstep tensor parallelism: rank 0's model sends each op to the other ranks before running its own
+ * shard, and the worker loop on every other rank runs what it receives (pith/dist.h).
+ *
+ * An op is a fixed header broadcast from rank 0, then, for the ops that carry arrays (copy_blocks,
+ * forward), one broadcast of int32s. A forward's payload is the whole batch: tokens, positions, sequence
+ * ids, the rows that want logits or hidden states, and each memory group's slots, block tables, state
+ * slots and checkpoints. Every rank then runs the op on its shard; the ranks agree on its status (the
+ * largest of each rank's, rank + 1 on failure, 0 on success) and, for a forward that succeeded, rank 0
+ * gathers each rank's logits columns (its share of the vocabulary, padded to the largest share) and
+ * lays them side by side. Hidden rows need no gathering: the residual is the same on every rank.
+ *
+ * Bytes per step: the batch, about 4 * (4 + groups) * n_tokens int32s plus the block tables, from rank 0;
+ * the logits, n_logits * n_vocab floats, to rank 0; and inside the forward two allreduces of n_tokens *
+ * dim floats per layer (model/decoder_shard.c). */
+#include "dist/lockstep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+
+enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD };
+
+/* Group flags in a forward's payload: which of the group's arrays follow. */
+enum { HAS_SLOTS = 1, HAS_TABLES = 2, HAS_STATE = 4, HAS_CHECKPOINTS = 8 };
+
+typedef struct op_msg {
+    int32_t op;
+    int32_t a[7];
+    int64_t payload;  /* int32s in the payload broadcast that follows (0: none) */
+} op_msg;
+
+/* A scratch array that grows. */
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static void *grow(scratch *s, size_t bytes) {
+    if (bytes <= s->cap) return s->p;
+    void *p = realloc(s->p, bytes);
+    if (!p) return NULL;
+    s->p = p, s->cap = bytes;
+    return p;
+}
+
+/* ---- the batch on the wire ---- */
+
+static size_t batch_ints(const pith_batch *b) {
+    size_t n = (size_t)b->n_tokens, s = (size_t)b->n_seqs, k = 4 * n + (b->want_hidden ? n : 0);
+    for (int g = 0; g < b->n_groups; g++) {
+        const pith_batch_mem *m = &b->mem[g];
+        k += 2 + (m->slots ? n : 0) + (m->block_tables ? s * (size_t)m->max_blocks : 0) + (m->state_slots ? s : 0) +
+             (m->checkpoints ? n : 0);
+    }
+    return k;
+}
+
+static int32_t *put(int32_t *w, const int32_t *src, size_t n) {
+    memcpy(w, src, n * sizeof *w);
+    return w + n;
+}
+
+static void batch_pack(const pith_batch *b, int32_t *w) {
+    size_t n = (size_t)b->n_tokens, s = (size_t)b->n_seqs;
+    w = put(w, b->tokens, n);
+    w = put(w, b->positions, n);
+    w = put(w, b->seq, n);
+    for (size_t t = 0; t < n; t++) *w++ = b->want_logits[t];
+    if (b->want_hidden)
+        for (size_t t = 0; t < n; t++) *w++ = b->want_hidden[t];
+    for (int g = 0; g < b->n_groups; g++) {
+        const pith_batch_mem *m = &b->mem[g];
+        *w++ = m->max_blocks;
+        *w++ = (m->slots ? HAS_SLOTS : 0) | (m->block_tables ? HAS_TABLES : 0) | (m->state_slots ? HAS_STATE : 0) |
+               (m->checkpoints ? HAS_CHECKPOINTS : 0);
+        if (m->slots) w = put(w, m->slots, n);
+        if (m->block_tables) w = put(w, m->block_tables, s * (size_t)m->max_blocks);
+        if (m->state_slots) w = put(w, m->state_slots, s);
+        if (m->checkpoints) w = put(w, m->checkpoints, n);
+    }
+}
+
+/* A batch whose arrays point into the payload r (want_* rewritten as bytes into flags). The payload came
+ * from rank 0's batch_pack of a batch the engine built, so its counts are trusted; they are still checked
+ * against the payload's length, so a corrupt message fails cleanly. */
+static int batch_unpack(pith_batch *b, pith_batch_mem *mem, const op_msg *m, int32_t *r, uint8_t *flags,
+                        pith_err *err) {
+    const int32_t *end = r + m->payload;
+    int n = m->a[0], s = m->a[1], groups = m->a[2];
+    bool hidden = m->a[3] != 0;
+    if (n < 0 || s < 0 || groups < 0 || groups > PITH_MAX_MEM_GROUPS) return pith_errf(err, "lockstep: a bad batch header");
+    memset(b, 0, sizeof *b);
+    b->n_tokens = n, b->n_seqs = s, b->n_groups = groups, b->mem = mem;
+    if (end - r < (ptrdiff_t)(4 + hidden) * n) return pith_errf(err, "lockstep: a short batch");
+    b->tokens = r, r += n;
+    b->positions = r, r += n;
+    b->seq = r, r += n;
+    for (int t = 0; t < n; t++) flags[t] = (uint8_t)(r[t] != 0);
+    b->want_logits = flags, r += n;
+    if (hidden) {
+        for (int t = 0; t < n; t++) flags[n + t] = (uint8_t)(r[t] != 0);
+        b->want_hidden = flags + n, r += n;
+    }
+    for (int g = 0; g < groups; g++) {
+        if (end - r < 2) return pith_errf(err, "lockstep: a short batch");
+        pith_batch_mem *gm = &mem[g];
+        memset(gm, 0, sizeof *gm);
+        gm->max_blocks = r[0];
+        int has = r[1];
+        r += 2;
+        size_t need = (has & HAS_SLOTS ? (size_t)n : 0) + (has & HAS_STATE ? (size_t)s : 0) +
+                      (has & HAS_CHECKPOINTS ? (size_t)n : 0) +
+                      (has & HAS_TABLES ? (size_t)s * (size_t)(gm->max_blocks > 0 ? gm->max_blocks : 0) : 0);
+        if (gm->max_blocks < 0 || (size_t)(end - r) < need) return pith_errf(err, "lockstep: a short batch");
+        if (has & HAS_SLOTS) gm->slots = r, r += n;
+        if (has & HAS_TABLES) gm->block_tables = r, r += (size_t)s * (size_t)gm->max_blocks;
+        if (has & HAS_STATE) gm->state_slots = r, r += s;
+        if (has & HAS_CHECKPOINTS) gm->checkpoints = r, r += n;
+    }
+    return 0;
+}
+
+/* ---- what every rank runs ---- */
+
+typedef struct rank_state {
+    pith_model *shard;
+    pith_comm *c;
+    scratch payload, flags, logits, gathered, hidden;
+} rank_state;
+
+/* The ranks' agreement on an op's status: 0 when every rank succeeded, else the last failing rank + 1. */
+static int agree(rank_state *st, int rc, pith_err *err) {
+    int v = rc ? st->c->rank + 1 : 0;
+    if (pith_comm_allreduce_max(st->c, &v, err)) return -2;
+    return v;
+}
+
+/* One op on this rank, its status agreed with the others; -2: the communicator failed. */
+static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batch, float *out_logits, pith_err *err) {
+    pith_model *sh = st->shard;
+    pith_comm *c = st->c;
+    int rc = 0;
+    switch (m->op) {
+    case OP_PREPARE: {
+        pith_model_limits lim = {m->a[0], m->a[1], m->a[2], m->a[3]};
+        rc = pith_model_prepare(sh, &lim, err);
+        return agree(st, rc, err);
+    }
+    case OP_MEM_ALLOC: {
+        pith_mem_layout lay;
+        if ((size_t)m->payload * sizeof(int32_t) < sizeof lay) rc = pith_errf(err, "lockstep: a short layout");
+        else memcpy(&lay, st->payload.p, sizeof lay), rc = pith_model_mem_alloc(sh, &lay, err);
+        return agree(st, rc, err);
+    }
+    case OP_MEM_FREE:
+        pith_model_mem_free(sh);
+        return 0;
+    case OP_COPY: {
+        int32_t *ids = st->payload.p;
+        rc = pith_model_copy_blocks(sh, m->a[0], ids, ids + m->a[1], m->a[1], err);
+        return agree(st, rc, err);
+    }
+    case OP_FORWARD: {
+        pith_batch local;
+        pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
+        const pith_batch *b = leader_batch;
+        if (!b) {
+            uint8_t *flags = grow(&st->flags, 2 * (size_t)(m->a[0] > 0 ? m->a[0] : 1));
+            rc = flags ? batch_unpack(&local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
+            b = &local;
+            /* the others are about to run the forward's collectives: a rank that cannot join ends the job */
+            if (rc) pith_comm_abort(c, 1);
+        }
+        int v0, nv, vmax = 0;
+        pith_dist_vocab_share(sh->hp.n_vocab, c->size, c->rank, &v0, &nv);
+        pith_dist_vocab_share(sh->hp.n_vocab, c->size, 0, &v0, &vmax);
+        size_t n_logits = rc ? 0 : (size_t)pith_batch_n_logits(b);
+        float *lg = rc ? NULL : grow(&st->logits, (n_logits ? n_logits : 1) * (size_t)vmax * sizeof(float));
+        if (!rc && !lg) rc = pith_errf(err, "out of memory");
+        if (!rc && !leader_batch && b->want_hidden) {
+            /* rank 0 keeps the hidden rows; the others need somewhere to put theirs */
+            float *h = grow(&st->hidden, ((size_t)pith_batch_n_hidden(b) + 1) * (size_t)sh->hp.dim * sizeof(float));
+            if (!h) rc = pith_errf(err, "out of memory");
+            else local.hidden = h;
+        }
+        if (!rc) rc = pith_model_forward(sh, b, lg, err);
+        int v = agree(st, rc, err);
+        if (v != 0 || n_logits == 0) return v;
+        float *all = c->rank == 0 ? grow(&st->gathered, (size_t)c->size * n_logits * (size_t)vmax * sizeof(float)) : NULL;
+        /* rank 0 cannot refuse the gather now that the others send: an allocation failure ends the job */
+        if (c->rank == 0 && !all) {
+            pith_comm_abort(c, 1);
+            return pith_errf(err, "out of memory gathering the logits");
+        }
+        if (pith_comm_gather(c, lg, n_logits * (size_t)vmax * sizeof(float), all, err)) return -2;
+        if (c->rank == 0) {
+            int V = sh->hp.n_vocab;
+            for (int r = 0; r < c->size; r++) {
+                int r0, rn;
+                pith_dist_vocab_share(V, c->size, r, &r0, &rn);
+                const float *src = all + (size_t)r * n_logits * (size_t)vmax;
+                for (size_t row = 0; row < n_logits; row++)
+                    memcpy(out_logits + row * (size_t)V + r0, src + row * (size_t)rn, (size_t)rn * sizeof(float));
+            }
+        }
+        return 0;
+    }
+    default:
+        return pith_errf(err, "lockstep: unknown op %d", m->op), -2;
+    }
+}
+
+static void rank_state_free(rank_state *st) {
+    free(st->payload.p);
+    free(st->flags.p);
+    free(st->logits.p);
+    free(st->gathered.p);
+    free(st->hidden.p);
+}
+
+int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
+    if (!shard || !c || c->rank == 0) return pith_errf(err, "pith_dist_worker runs on ranks other than 0");
+    rank_state st = {.shard = shard, .c = c};
+    int rc = 0;
+    for (;;) {
+        op_msg m;
+        if (pith_comm_bcast(c, &m, sizeof m, err)) {
+            rc = -1;
+            break;
+        }
+        if (m.op == OP_EXIT) break;
+        if (m.payload > 0) {
+            void *p = grow(&st.payload, (size_t)m.payload * sizeof(int32_t));
+            if (!p) {
+                pith_comm_abort(c, 1);
+                rc = pith_errf(err, "out of memory");
+                break;
+            }
+            if (pith_comm_bcast(c, p, (size_t)m.payload * sizeof(int32_t), err)) {
+                rc = -1;
+                break;
+            }
+        }
+        pith_err op_err = {0};
+        int v = run_op(&st, &m, NULL, NULL, &op_err);
+        if (v == -2) {
+            *err = op_err;
+            rc = -1;
+            break;
+        }
+        /* an op this rank failed: the ranks agreed on it and rank 0 reports it; say why here */
+        if (v == c->rank + 1) fprintf(stderr, "pith rank %d: %s\n", c->rank, op_err.msg);
+    }
+    rank_state_free(&st);
+    return rc;
+}
+
+/* ---- rank 0's model ---- */
+
+typedef struct leader {
+    pith_model base;
+    rank_state st;
+    bool dead;        /* the communicator failed: every op fails from now on */
+} leader;
+
+static int send_op(leader *L, op_msg *m, const void *payload, pith_err *err) {
+    if (L->dead) return pith_errf(err, "the tensor-parallel job has failed");
+    if (pith_comm_bcast(L->st.c, m, sizeof *m, err) ||
+        (m->payload > 0 && pith_comm_bcast(L->st.c, (void *)payload, (size_t)m->payload * sizeof(int32_t), err))) {
+        L->dead = true;
+        return -1;
+    }
+    return 0;
+}
+
+/* rank 0's outcome of an op: its own error, or the failing rank's */
+static int outcome(leader *L, int v, pith_err *err) {
+    if (v == 0) return 0;
+    if (v == -2) L->dead = true;
+    else if (v > 1) pith_errf(err, "rank %d of %d failed (its standard error says why)", v - 1, L->st.c->size);
+    return -1;
+}
+
+static int leader_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err) {
+    leader *L = m->impl;
+    op_msg msg = {.op = OP_PREPARE, .a = {lim->max_batch_tokens, lim->max_num_seqs, lim->max_seq_len, lim->max_logits}};
+    if (send_op(L, &msg, NULL, err)) return -1;
+    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+}
+
+static int leader_mem_alloc(pith_model *m, const pith_mem_layout *lay, pith_err *err) {
+    leader *L = m->impl;
+    size_t ints = (sizeof *lay + sizeof(int32_t) - 1) / sizeof(int32_t);
+    int32_t *p = grow(&L->st.payload, ints * sizeof *p);
+    if (!p) return pith_errf(err, "out of memory");
+    memset(p, 0, ints * sizeof *p);
+    memcpy(p, lay, sizeof *lay);
+    op_msg msg = {.op = OP_MEM_ALLOC, .payload = (int64_t)ints};
+    if (send_op(L, &msg, p, err)) return -1;
+    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+}
+
+static void leader_mem_free(pith_model *m) {
+    leader *L = m->impl;
+    op_msg msg = {.op = OP_MEM_FREE};
+    pith_err err = {0};
+    if (!send_op(L, &msg, NULL, &err)) run_op(&L->st, &msg, NULL, NULL, &err);
+    else pith_model_mem_free(L->st.shard);
+}
+
+static int leader_copy_blocks(pith_model *m, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
+    leader *L = m->impl;
+    int32_t *ids = grow(&L->st.payload, 2 * (size_t)n * sizeof *ids);
+    if (!ids) return pith_errf(err, "out of memory");
+    memcpy(ids, src, (size_t)n * sizeof *ids);
+    memcpy(ids + n, dst, (size_t)n * sizeof *ids);
+    op_msg msg = {.op = OP_COPY, .a = {g, n}, .payload = 2 * (int64_t)n};
+    if (send_op(L, &msg, ids, err)) return -1;
+    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+}
+
+static int leader_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err) {
+    leader *L = m->impl;
+    size_t k = batch_ints(b);
+    int32_t *w = grow(&L->st.payload, k * sizeof *w);
+    if (!w) return pith_errf(err, "out of memory");
+    batch_pack(b, w);
+    op_msg msg = {.op = OP_FORWARD, .a = {b->n_tokens, b->n_seqs, b->n_groups, b->want_hidden != NULL}, .payload = (int64_t)k};
+    if (send_op(L, &msg, w, err)) return -1;
+    return outcome(L, run_op(&L->st, &msg, b, logits, err), err);
+}
+
+static void leader_destroy(pith_model *m) {
+    leader *L = m->impl;
+    op_msg msg = {.op = OP_EXIT};
+    pith_err err = {0};
+    if (!L->dead) send_op(L, &msg, NULL, &err);
+    pith_model *sh = L->st.shard;
+    sh->ops->destroy(sh); /* the file is the leader's now: pith_model_free closes it */
+    rank_state_free(&L->st);
+    free(L);
+}
+
+static const pith_model_ops leader_ops = {
+    .prepare = leader_prepare, .mem_alloc = leader_mem_alloc, .mem_free = leader_mem_free,
+    .copy_blocks = leader_copy_blocks, .forward = leader_forward, .destroy = leader_destroy,
+};
+
+int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err *err) {
+    *out = NULL;
+    leader *L = calloc(1, sizeof *L);
+    if (!L) {
+        pith_model_free(shard);
+        return pith_errf(err, "out of memory");
+    }
+    L->st.shard = shard;
+    L->st.c = c;
+    L->base.ops = &leader_ops;
+    L->base.impl = L;
+    L->base.hp = *pith_model_file_hparams(shard->file); /* the whole model's: the shard's are its share */
+    L->base.mem = shard->mem;
+    L->base.file = shard->file;
+    L->base.has_hidden = shard->has_hidden;
+    L->base.state_checkpoints = shard->state_checkpoints;
+    memcpy(L->base.experts, shard->experts, sizeof L->base.experts);
+    snprintf(L->base.placement, sizeof L->base.placement, "tensor-parallel over %d ranks (rank 0: heads and FFN "
+             "columns 1/%d, vocabulary rows 1/%d)", c->size, c->size, c->size);
+    *out = &L->base;
+    return 0;
+}

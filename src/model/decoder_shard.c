@@ -1,0 +1,65 @@
+/* Tensor parallelism in the decoder (decoder.h: pith_decoder_shard): which tensors split how, this rank's
+ * hyper-parameters, and the sums across ranks. Megatron's split: a block's first products (Q, K, V; gate
+ * and up) by output rows, so each rank computes whole heads and whole FFN columns with no communication,
+ * and its last product (the attention output, FFN down) by input columns, so each rank's product is a
+ * partial sum of the full output, summed across ranks once per block. */
+#include <string.h>
+
+#include "dist/comm.h"
+#include "model/decoder.h"
+
+pith_shard_kind pith_decoder_shard_kind(const char *name) {
+    static const char *const rows[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                       "ffn_gate.weight", "ffn_up.weight", "ffn_gate_up.weight"};
+    static const char *const cols[] = {"attn_output.weight", "ffn_down.weight"};
+    static const char *const vecs[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_sinks.weight",
+                                       "attn_q_norm.weight", "attn_k_norm.weight"};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        if (!strcmp(name, rows[i])) return PITH_SHARD_ROWS;
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
+        if (!strcmp(name, cols[i])) return PITH_SHARD_COLS;
+    for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++)
+        if (!strcmp(name, vecs[i])) return PITH_SHARD_VECTOR;
+    return PITH_SHARD_NONE;
+}
+
+static int divides(int n, int size, const char *what, pith_err *err) {
+    if (n % size == 0) return 0;
+    return pith_errf(err, "--tp %d: %s (%d) does not divide by %d", size, what, n, size);
+}
+
+int pith_decoder_shard_begin(pith_decoder *d, pith_err *err) {
+    const pith_model_options *opt = d->opt;
+    if (!opt || !opt->comm || opt->tp <= 1) return 0;
+    pith_comm *c = opt->comm;
+    pith_hparams *hp = &d->base.hp;
+    int N = c->size;
+    if (opt->tp != N) return pith_errf(err, "--tp %d with %d ranks: start as many ranks as --tp says", opt->tp, N);
+    if (strcmp(d->be->vt->name, "cpu") != 0)
+        return pith_errf(err, "--tp runs on the CPU backend only for now (this model is on %s)", d->be->vt->name);
+    if (hp->n_experts > 0)
+        return pith_errf(err, "--tp: models with experts are not sharded yet (expert parallelism is to come)");
+    if (opt->mtp) return pith_errf(err, "--tp: the MTP head is not sharded yet");
+    if (divides(hp->n_heads, N, "the number of attention heads", err) ||
+        divides(hp->n_kv_heads, N, "the number of KV heads", err) ||
+        divides(hp->ffn_dim, N, "the FFN width", err))
+        return -1;
+    if (hp->n_vocab < N) return pith_errf(err, "--tp %d: a vocabulary of %d is too small to share", N, hp->n_vocab);
+    hp->n_heads /= N;
+    hp->n_kv_heads /= N;
+    hp->ffn_dim /= N;
+    d->tp.comm = c;
+    d->tp.rank = c->rank;
+    d->tp.size = N;
+    pith_dist_vocab_share(hp->n_vocab, N, c->rank, &d->tp.vocab0, &d->tp.n_vocab);
+    return 0;
+}
+
+int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {
+    if (!d->tp.comm || n == 0) return 0;
+    if (pith_comm_allreduce_sum(d->tp.comm, y->host, (size_t)n * (size_t)y->cols, err)) {
+        pith_comm_abort(d->tp.comm, 1);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,143 @@
+"""Tensor parallelism over MPI processes (`mpirun --oversubscribe -np N pith run --tp N`, one thread per
+rank), end to end through the CLI; tests/test_dist_tp.c checks the same code with threads as ranks, on
+every sharded architecture and the engine's features.
+
+- -np 2 and -np 4: the greedy text equals one process's, and every step's logits row (--logits-out) is
+  within 5e-4 of one process's relative to the row's largest logit (test_dist_tp.c says why);
+- a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
+  with a message naming the problem, within the time bound, no rank left behind;
+- a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
+  30 s instead of hanging.
+
+Skips with a reason where mpirun is missing or pith was built without MPI. As root, Open MPI needs
+OMPI_ALLOW_RUN_AS_ROOT and its confirmation, which the test sets."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+import numpy as np
+
+from pithtest import main, pith_bin, run_pith, skip, tmp_dir
+
+SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+BOUND = 30  # seconds a failed job may take to end everywhere
+
+
+def mpirun():
+    for d in os.environ.get("PATH", "/usr/bin").split(":"):
+        if os.access(os.path.join(d, "mpirun"), os.X_OK):
+            return os.path.join(d, "mpirun")
+    return None
+
+
+def model(preset, dtype="F32", ctx=None):
+    path = os.path.join(tmp_dir(), "mpi-%s-%s%s.gguf" % (preset, dtype, "-%d" % ctx if ctx else ""))
+    if not os.path.exists(path):
+        subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tools", "mkmodel.py"), "--preset", preset,
+                        "--dtype", dtype, "--seed", "5", "--out", path] + (["--ctx", str(ctx)] if ctx else []),
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def job(n, args, timeout=120):
+    cmd = [mpirun(), "--oversubscribe", "-np", str(n), pith_bin()] + args
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=ENV)
+
+
+class TensorParallel(unittest.TestCase):
+    def generate(self, path, n, tp=None):
+        logits = os.path.join(tmp_dir(), "mpi-logits-%d.f32" % (tp or 1))
+        args = ["run", "-m", path, "-p", "The quick brown fox", "-n", "24", "--temp", "0", "-t", "1",
+                "--ignore-eos", "--logits-out", logits]
+        r = job(n, args + ["--tp", str(tp)]) if tp else run_pith(args)
+        self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
+        return r.stdout, np.fromfile(logits, dtype="<f4")
+
+    def check_same(self, preset, tps):
+        path = model(preset)
+        text, ref = self.generate(path, 1)
+        self.assertGreater(ref.size, 0)
+        for tp in tps:
+            got_text, got = self.generate(path, tp, tp)
+            self.assertEqual(got_text, text, "--tp %d: the greedy text differs" % tp)
+            self.assertEqual(got.shape, ref.shape)
+            vocab = ref.size // 24
+            ref2, got2 = ref.reshape(24, vocab), got.reshape(24, vocab)
+            rel = np.abs(got2 - ref2).max(axis=1) / np.abs(ref2).max(axis=1)
+            self.assertLessEqual(rel.max(), 5e-4, "--tp %d: logits differ by %.3g of the row's largest" % (tp, rel.max()))
+            print("%s --tp %d over MPI: same text, logits within %.2g of one process's" % (preset, tp, rel.max()))
+
+    def test_llama_2_and_4_ranks(self):
+        self.check_same("test-llama", [2, 4])
+
+    def test_gemma3_2_ranks(self):
+        self.check_same("test-gemma3", [2])
+
+    def test_refusals(self):
+        path = model("test-llama")
+        t = time.time()
+        r = job(2, ["run", "-m", path, "-p", "x", "-n", "2", "--tp", "4"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"--tp 4 in a job of 2 ranks", r.stderr)
+        r = run_pith(["run", "-m", path, "-p", "x", "-n", "2", "--tp", "2"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"--tp 2 in a job of 1 ranks", r.stderr)
+        r = job(2, ["run", "-m", model("test-lfm2"), "-p", "x", "-n", "2", "--tp", "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn(b"does not run tensor-parallel yet", r.stderr)
+        self.assertLess(time.time() - t, 3 * BOUND)
+
+    def test_killed_rank_ends_the_job(self):
+        path = model("test-llama", ctx=131072)  # a generation that lasts minutes unless stopped
+        cmd = [mpirun(), "--oversubscribe", "-np", "2", pith_bin(), "run", "-m", path, "-p", "Once", "-n", "-1",
+               "--ignore-eos", "-t", "1", "--tp", "2"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+        try:
+            victim, deadline = None, time.time() + 30
+            while victim is None and time.time() < deadline and p.poll() is None:
+                victim = rank_pid(p.pid, 1)
+                time.sleep(0.2)
+            self.assertIsNotNone(victim, "rank 1 never started")
+            time.sleep(1.0)  # mid-generation
+            self.assertIsNone(p.poll(), "the job ended before a rank was killed")
+            t = time.time()
+            os.kill(victim, signal.SIGKILL)
+            rc = p.wait(timeout=BOUND)
+            took = time.time() - t
+            self.assertNotEqual(rc, 0, "the job succeeded with a rank killed")
+            print("a killed rank ended the job in %.1f s (exit %d)" % (took, rc))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
+
+
+def rank_pid(root, rank):
+    """The pid of the pith process of `rank` under the mpirun process `root`."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%s/stat" % pid, "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == root and b"OMPI_COMM_WORLD_RANK=%d" % rank in env:
+            return int(pid)
+    return None
+
+
+if __name__ == "__main__":
+    if not mpirun():
+        skip("mpirun is not installed (Debian: openmpi-bin)")
+    v = run_pith(["--version"]).stdout
+    if b"mpi: yes" not in v:
+        skip("this pith was built without MPI (Debian: libopenmpi-dev)")
+    main()

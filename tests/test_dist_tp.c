@@ -1,0 +1,400 @@
+/* Tensor parallelism (pith/dist.h) with its ranks as threads of this process (a local group), so it runs
+ * in every build, MPI or not, and under the sanitizers; tests/test_dist_mpi.py runs the same code over
+ * MPI processes.
+ *
+ * Model level, for each architecture that runs sharded (random weights, F32, written by tools/mkmodel.py):
+ * a batch of two sequences' prompts (40 and 23 tokens: past Mistral's window of 16), three decode steps,
+ * a step that also wants hidden rows, and a fork (copy_blocks) decoding on both branches; over 2 and 4
+ * ranks, every logits row within 5e-4 of one process's, relative to the row's largest logit, and the same
+ * argmax wherever one process's top two differ by more than that. Why 5e-4: each rank's partial product
+ * sums 1/N of the terms, and the allreduce adds the N partials in another order than one dot product
+ * does. That is a rounding difference of order 2^-24 per addition, which a random-weight network then
+ * amplifies layer by layer: any reordering shows it, and one process's logits on test-gemma3 move by
+ * 6.5e-5 of the largest when only its kernel table changes (AVX2 against AVX-512). Sharding here moves
+ * them by 1e-6 (threads as ranks) to 6e-5 (over MPI, another prompt). 5e-4 leaves a factor of about eight
+ * over that and still fails on any misplaced head, column or vocabulary row (errors of order 1).
+ *
+ * Hidden rows come back identical in bits on rank 0 to what it computes (the residual is replicated),
+ * and within the same tolerance of one process's.
+ *
+ * Engine level (Llama with GQA, Q8_0: quantized blocks split across ranks): eight random prompts in pairs
+ * sharing 20 tokens give the same greedy tokens under --tp 2 as in one process: each alone, all at once
+ * (prefix-cache hits), all at once in a pool of about two sequences (preemptions), and with speculative
+ * decoding (a draft oracle with planted errors, so the verifier's rows are checked too).
+ *
+ * Refusals: a dimension that does not divide (KV heads over 4 ranks), a Q4_K block split by a shard
+ * boundary, an architecture not sharded yet; each a clear error on every rank, no hang. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "engine_run.h"
+#include "model_mem.h"
+#include "pith/dist.h"
+#include "pith/engine.h"
+
+/* ---- the worker ranks ---- */
+
+typedef struct worker {
+    pthread_t th;
+    const char *path;
+    pith_comm *comm;
+    int tp;
+    int rc;
+    pith_err err;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp};
+    pith_model *m;
+    w->rc = pith_model_load(w->path, &mo, &m, &w->err);
+    if (w->rc == 0) {
+        w->rc = pith_dist_worker(m, w->comm, &w->err);
+        pith_model_free(m);
+    }
+    return NULL;
+}
+
+typedef struct group {
+    pith_comm *comm[8];
+    worker w[8];
+    int n;
+} group;
+
+/* Starts ranks 1..n-1 and loads rank 0's model; NULL (err set) when rank 0's load failed, after the
+ * others are joined (they fail the same way). */
+static pith_model *group_start(group *g, const char *path, int n, pith_err *err) {
+    memset(g, 0, sizeof *g);
+    g->n = n;
+    if (pith_comm_local_group(n, g->comm, err)) return NULL;
+    for (int r = 1; r < n; r++) {
+        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = n};
+        pthread_create(&g->w[r].th, NULL, worker_main, &g->w[r]);
+    }
+    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = n};
+    pith_model *m;
+    if (pith_model_load(path, &mo, &m, err)) m = NULL;
+    return m;
+}
+
+/* Frees rank 0's model (the others leave their loop) and joins them: true when they all ended cleanly
+ * (or, with failed_load, all failed to load too). */
+static bool group_end(group *g, pith_model *m, bool failed_load) {
+    pith_model_free(m);
+    bool ok = true;
+    for (int r = 1; r < g->n; r++) {
+        pthread_join(g->w[r].th, NULL);
+        if ((g->w[r].rc != 0) != failed_load) {
+            fprintf(stderr, "rank %d: rc %d: %s\n", r, g->w[r].rc, g->w[r].err.msg);
+            ok = false;
+        }
+    }
+    for (int r = 0; r < g->n; r++) pith_comm_free(g->comm[r]);
+    return ok;
+}
+
+static bool make_model(const char *preset, const char *dtype, char *path, size_t cap) {
+    const char *src = getenv("PITH_SOURCE_DIR"), *tmp = getenv("PITH_TEST_TMP");
+    if (!src || !tmp) return false;
+    char cmd[9000];
+    snprintf(path, cap, "%s/tp-%s-%s.gguf", tmp, preset, dtype);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype %s --seed 11 --out '%s' >/dev/null",
+             src, preset, dtype, path);
+    int rc = system(cmd);
+    CHECKF(rc == 0, "%s failed", cmd);
+    return rc == 0;
+}
+
+/* ---- model level ---- */
+
+enum { BS = 16, NB = 24, MAXB = 8, MAXT = 64, STEPS = 6, MAXROWS = 64 };
+
+typedef struct run_out {
+    int n_rows[STEPS];
+    float *logits[STEPS];    /* [n_rows][n_vocab] */
+    float *hidden;           /* step 4's hidden rows */
+    int n_hidden;
+} run_out;
+
+static void run_out_free(run_out *o) {
+    for (int s = 0; s < STEPS; s++) free(o->logits[s]);
+    free(o->hidden);
+}
+
+/* The steps of the file comment on model m, whose memory it allocates and frees. */
+static bool run_steps(pith_model *m, run_out *o, pith_err *err) {
+    memset(o, 0, sizeof *o);
+    const int V = m->hp.n_vocab;
+    if (tm_alloc(m, BS, NB, MAXT, PITH_F32, err)) return false;
+    /* sequence s holds blocks [s * MAXB, (s + 1) * MAXB); the fork (sequence 2 from step 5) blocks 16.. */
+    int32_t tables[3 * MAXB];
+    for (int i = 0; i < 3 * MAXB; i++) tables[i] = i;
+    int len[3] = {0, 0, 0};
+    uint32_t x = 99;
+    bool ok = true;
+    for (int step = 0; step < STEPS && ok; step++) {
+        int32_t tok[MAXT], pos[MAXT], seq[MAXT], slot[MAXT];
+        uint8_t want[MAXT], want_h[MAXT];
+        int n = 0, n_seqs = step == 5 ? 3 : 2;
+        if (step == 5) {
+            /* fork sequence 1 into 2: its whole blocks and its partial last one */
+            int nb = (len[1] + BS - 1) / BS;
+            int32_t src[MAXB], dst[MAXB];
+            for (int i = 0; i < nb; i++) src[i] = tables[MAXB + i], dst[i] = tables[2 * MAXB + i];
+            for (int g = 0; g < m->mem.n_groups && ok; g++)
+                if (pith_model_copy_blocks(m, g, src, dst, nb, err)) ok = false;
+            len[2] = len[1];
+        }
+        for (int s = 0; s < n_seqs; s++) {
+            int k = step == 0 ? (s == 0 ? 40 : 23) : 1;
+            for (int i = 0; i < k; i++, n++) {
+                x = x * 1103515245u + 12345u;
+                tok[n] = s == 2 ? tok[n - 1] : (int32_t)((x >> 8) % (uint32_t)V); /* the fork repeats 1's token */
+                pos[n] = len[s];
+                seq[n] = s;
+                slot[n] = tables[s * MAXB + len[s] / BS] * BS + len[s] % BS;
+                want[n] = 1;
+                want_h[n] = step == 4;
+                len[s]++;
+            }
+        }
+        tm_batch b;
+        tm_batch_init(&b, m, n, tok, pos, seq, slot, want, n_seqs, MAXB, tables);
+        if (step == 4) {
+            o->n_hidden = n;
+            o->hidden = malloc((size_t)n * (size_t)m->hp.dim * sizeof(float));
+            b.b.want_hidden = want_h;
+            b.b.hidden = o->hidden;
+        }
+        o->n_rows[step] = n;
+        o->logits[step] = malloc((size_t)n * (size_t)V * sizeof(float));
+        if (!o->logits[step] || pith_model_forward(m, &b.b, o->logits[step], err)) ok = false;
+    }
+    pith_model_mem_free(m);
+    return ok;
+}
+
+/* max |a - b| over a row, relative to the row's largest |b|; and whether b's argmax is clear of its
+ * runner-up by more than tol (then a's argmax must be the same). */
+static double row_error(const float *a, const float *b, int V, double tol, bool *argmax_ok) {
+    double big = 0, diff = 0;
+    int ia = 0, ib = 0;
+    for (int v = 0; v < V; v++) {
+        if (fabs(b[v]) > big) big = fabs(b[v]);
+        if (fabs((double)a[v] - b[v]) > diff) diff = fabs((double)a[v] - b[v]);
+        if (a[v] > a[ia]) ia = v;
+        if (b[v] > b[ib]) ib = v;
+    }
+    double second = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (v != ib && b[v] > second) second = b[v];
+    double rel = diff / (big > 0 ? big : 1);
+    *argmax_ok = ia == ib || b[ib] - second <= tol * big;
+    return rel;
+}
+
+static void test_model_level(const char *preset) {
+    char path[4200];
+    if (!make_model(preset, "F32", path, sizeof path)) return;
+    pith_err err;
+    pith_model_options mo = {.n_threads = 1};
+    pith_model *one;
+    if (pith_model_load(path, &mo, &one, &err)) {
+        CHECKF(0, "%s: %s", preset, err.msg);
+        return;
+    }
+    run_out ref;
+    bool ok = run_steps(one, &ref, &err);
+    CHECKF(ok, "%s, one process: %s", preset, err.msg);
+    const int V = one->hp.n_vocab, dim = one->hp.dim, kv_heads = one->hp.n_kv_heads;
+    pith_model_free(one);
+    const double tol = 5e-4;
+    for (int tp = 2; tp <= 4 && ok; tp *= 2) {
+        if (kv_heads % tp) continue; /* test_refusals checks this refusal */
+        group g;
+        pith_model *m = group_start(&g, path, tp, &err);
+        CHECKF(m != NULL, "%s --tp %d: %s", preset, tp, err.msg);
+        run_out got;
+        bool ran = m && run_steps(m, &got, &err);
+        CHECKF(!m || ran, "%s --tp %d: %s", preset, tp, err.msg);
+        double worst = 0;
+        int bad_argmax = 0;
+        for (int s = 0; ran && s < STEPS; s++) {
+            CHECK(got.n_rows[s] == ref.n_rows[s]);
+            for (int r = 0; r < ref.n_rows[s]; r++) {
+                bool am;
+                double e = row_error(got.logits[s] + (size_t)r * V, ref.logits[s] + (size_t)r * V, V, tol, &am);
+                if (e > worst) worst = e;
+                bad_argmax += !am;
+            }
+        }
+        if (ran) {
+            double hworst = 0;
+            for (size_t i = 0; i < (size_t)ref.n_hidden * dim; i++) {
+                double e = fabs((double)got.hidden[i] - ref.hidden[i]) / (1 + fabs(ref.hidden[i]));
+                if (e > hworst) hworst = e;
+            }
+            CHECKF(worst <= tol, "%s --tp %d: logits differ by %.3g of the largest (tolerance %g)", preset, tp, worst, tol);
+            CHECKF(bad_argmax == 0, "%s --tp %d: %d rows with another clear argmax", preset, tp, bad_argmax);
+            CHECKF(hworst <= tol, "%s --tp %d: hidden rows differ by %.3g", preset, tp, hworst);
+            printf("%s --tp %d: logits within %.2g of one process's (relative to each row's largest), hidden rows "
+                   "within %.2g, same argmax\n", preset, tp, worst, hworst);
+            run_out_free(&got);
+        }
+        CHECKF(group_end(&g, m, m == NULL), "%s --tp %d: a worker rank failed", preset, tp);
+    }
+    run_out_free(&ref);
+}
+
+/* ---- engine level ---- */
+
+#define MAX_OUT 64
+typedef struct out {
+    int32_t toks[MAX_OUT];
+    int n;
+} out;
+
+static void collect(const pith_token_event *ev, void *user) {
+    out *o = user;
+    if (!ev->final && o->n < MAX_OUT) o->toks[o->n++] = ev->token;
+}
+
+enum { N2 = 8, GEN2 = 20, LEN = 36, PASSES = 4 };
+static int32_t ids[N2][LEN];
+
+typedef struct spec_oracle {
+    const out *expect;
+    uint64_t calls;
+} spec_oracle;
+
+/* Drafts the expected continuation of a prompt with one planted error at a varying place. */
+static int oracle_draft(void *user, uint64_t id, const int32_t *tokens, int n, int32_t *draft, int max) {
+    spec_oracle *o = user;
+    o->calls++;
+    for (int i = 0; i < N2; i++) {
+        int np = LEN - i;
+        if (n < np || memcmp(tokens, ids[i], (size_t)np * sizeof *tokens)) continue;
+        int have = n - np, k = 0, wrong = (int)((id * 7 + (uint64_t)n) % (uint64_t)(max + 2));
+        for (; k < max && have + k < o->expect[i].n; k++) {
+            int32_t t = o->expect[i].toks[have + k];
+            draft[k] = k == wrong ? (t > 0 ? t - 1 : t + 1) : t;
+        }
+        return k;
+    }
+    return 0;
+}
+
+/* pass 0: each alone, no cache; 1: all at once (prefix hits); 2: all at once in a pool of about two
+ * sequences (preemptions); 3: all at once speculating from pass 0's output of one process. */
+static void engine_passes(pith_model *m, const out *expect, out res[PASSES][N2], pith_engine_stats st[PASSES]) {
+    int per_seq = (LEN + GEN2 + 15) / 16;
+    int kv[PASSES] = {64, 256, per_seq * 2, per_seq * 3}, seqs[PASSES] = {1, 8, 8, 8};
+    spec_oracle orc = {.expect = expect};
+    for (int pass = 0; pass < PASSES; pass++) {
+        pith_engine_options o = {.kv_blocks = kv[pass], .max_num_seqs = seqs[pass], .max_batch_tokens = 40,
+                                 .no_prefix_cache = pass == 0};
+        if (pass == 3) {
+            o.spec_type = PITH_SPEC_CUSTOM;
+            o.spec_draft = oracle_draft;
+            o.spec_user = &orc;
+            o.spec_max_draft = 5;
+            o.spec_max_seqs = 8;
+        }
+        pith_engine *e = NULL;
+        pith_err err;
+        if (pith_engine_create(m, NULL, &o, &e, &err)) {
+            CHECKF(0, "engine: %s", err.msg);
+            return;
+        }
+        for (int i = 0; i < N2; i++) {
+            pith_request r = {.prompt = ids[i], .n_prompt = LEN - i, .sampling = pith_sampling_defaults(),
+                              .max_tokens = GEN2, .ignore_eos = true, .on_token = collect, .user = &res[pass][i]};
+            r.sampling.temperature = 0;
+            CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            if (pass == 0) run(e);
+        }
+        run(e);
+        pith_engine_get_stats(e, &st[pass]);
+        pith_engine_free(e);
+    }
+}
+
+static void test_engine_level(void) {
+    char path[4200];
+    if (!make_model("test-llama-gqa", "Q8_0", path, sizeof path)) return;
+    pith_err err;
+    pith_model_options mo = {.n_threads = 1};
+    pith_model *one;
+    if (pith_model_load(path, &mo, &one, &err)) {
+        CHECKF(0, "%s", err.msg);
+        return;
+    }
+    uint32_t x = 4242;
+    for (int i = 0; i < N2; i++)
+        for (int k = 0; k < LEN; k++) {
+            x = x * 1103515245u + 12345u;
+            ids[i][k] = k < 20 && (i & 1) ? ids[i - 1][k] : (int32_t)((x >> 8) % (uint32_t)one->hp.n_vocab);
+        }
+    static out ref[PASSES][N2], got[PASSES][N2];
+    pith_engine_stats st_ref[PASSES], st[PASSES];
+    memset(ref, 0, sizeof ref);
+    memset(got, 0, sizeof got);
+    engine_passes(one, ref[0], ref, st_ref);
+    pith_model_free(one);
+    group g;
+    pith_model *m = group_start(&g, path, 2, &err);
+    CHECKF(m != NULL, "--tp 2: %s", err.msg);
+    if (m) engine_passes(m, ref[0], got, st);
+    CHECKF(group_end(&g, m, m == NULL), "--tp 2: a worker rank failed");
+    if (!m) return;
+    int same = 0;
+    for (int p = 0; p < PASSES; p++)
+        for (int i = 0; i < N2; i++) {
+            bool eq = got[p][i].n == GEN2 && ref[p][i].n == GEN2 &&
+                      !memcmp(got[p][i].toks, ref[p][i].toks, sizeof(int32_t) * GEN2) &&
+                      !memcmp(got[p][i].toks, ref[0][i].toks, sizeof(int32_t) * GEN2);
+            CHECKF(eq, "--tp 2, pass %d, prompt %d: tokens differ from one process's", p, i);
+            same += eq;
+        }
+    CHECKF(st[1].prefix_cache_hits > 0, "--tp 2: no prefix-cache hit");
+    CHECKF(st[2].preemptions > 0, "--tp 2: no preemption in the small pool");
+    CHECKF(st[3].spec_accepted_tokens > 0 && st[3].spec_accepted_tokens < st[3].spec_draft_tokens,
+           "--tp 2: %llu of %llu draft tokens accepted", (unsigned long long)st[3].spec_accepted_tokens,
+           (unsigned long long)st[3].spec_draft_tokens);
+    printf("engine --tp 2 (Q8_0): %d of %d outputs the same as one process's, alone, batched with %llu prefix-cache "
+           "hits, under %llu preemptions and speculating (%llu of %llu drafts accepted)\n", same, PASSES * N2,
+           (unsigned long long)st[1].prefix_cache_hits, (unsigned long long)st[2].preemptions,
+           (unsigned long long)st[3].spec_accepted_tokens, (unsigned long long)st[3].spec_draft_tokens);
+}
+
+/* ---- refusals ---- */
+
+static void expect_refusal(const char *preset, const char *dtype, int tp, const char *needle) {
+    char path[4200];
+    if (!make_model(preset, dtype, path, sizeof path)) return;
+    group g;
+    pith_err err = {{0}};
+    pith_model *m = group_start(&g, path, tp, &err);
+    CHECKF(m == NULL, "%s %s --tp %d loaded", preset, dtype, tp);
+    CHECKF(m || strstr(err.msg, needle), "%s %s --tp %d: \"%s\" does not say \"%s\"", preset, dtype, tp, err.msg, needle);
+    CHECKF(group_end(&g, m, m == NULL), "%s --tp %d: the other ranks did not refuse it too", preset, tp);
+    if (!m) printf("refused as it should be: %s\n", err.msg);
+}
+
+int main(void) {
+    if (!getenv("PITH_SOURCE_DIR") || !getenv("PITH_TEST_TMP")) {
+        printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
+        return CHECK_SKIP;
+    }
+    static const char *presets[] = {"test-llama", "test-llama-gqa", "test-qwen2", "test-qwen3", "test-mistral-swa",
+                                    "test-smollm3", "test-gemma3"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) test_model_level(presets[i]);
+    test_engine_level();
+    expect_refusal("test-llama-gqa", "F32", 4, "KV heads (2) does not divide by 4");
+    expect_refusal("test-llama-gqa", "Q4_K", 2, "inside a Q4_K block");
+    expect_refusal("test-lfm2", "F32", 2, "does not run tensor-parallel yet");
+    expect_refusal("test-qwen3moe", "F32", 2, "experts");
+    return check_summary("test_dist_tp");
+}
