@@ -46,14 +46,15 @@ def run_pith(args, timeout=300, input=None):
 class Server:
     """`pith serve --port 0 ARGS` for a test: base URL, JSON posts, the log. Use as a context manager."""
 
-    def __init__(self, args, ready_timeout=60):
+    def __init__(self, args, ready_timeout=60, launcher=(), env=None):
+        """launcher: words before the pith binary (mpirun and its options); env: the process's environment."""
         import re
         import threading
         import time
         import urllib.request
         self.log = []
-        self.proc = subprocess.Popen([pith_bin(), "serve", "--port", "0"] + list(args), stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(list(launcher) + [pith_bin(), "serve", "--port", "0"] + list(args),
+                                     stderr=subprocess.PIPE, text=True, env=env)
         found = threading.Event()
 
         def reader():
@@ -84,13 +85,15 @@ class Server:
                 raise RuntimeError("server not ready: " + "".join(self.log))
             time.sleep(0.02)
 
-    def post(self, route, body, timeout=120):
-        """(status, parsed JSON body)."""
+    def post(self, route, body, timeout=120, key=None):
+        """(status, parsed JSON body); key: a bearer token (--api-key, --admin-key)."""
         import json
         import urllib.error
         import urllib.request
-        req = urllib.request.Request(self.base + route, data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
+        headers = {"content-type": "application/json"}
+        if key:
+            headers["authorization"] = "Bearer " + key
+        req = urllib.request.Request(self.base + route, data=json.dumps(body).encode(), headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, json.loads(r.read())

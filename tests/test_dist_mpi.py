@@ -7,19 +7,22 @@ every sharded architecture and the engine's features.
 - a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
   with a message naming the problem, within the time bound, no rank left behind;
 - a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
-  30 s instead of hanging.
+  30 s instead of hanging;
+- `pith serve --tp 2` answers as one process's server does, refuses weight reload and sleep (409), and a
+  SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0.
 
 Skips with a reason where mpirun is missing or pith was built without MPI. As root, Open MPI needs
 OMPI_ALLOW_RUN_AS_ROOT and its confirmation, which the test sets."""
 import os
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
 import numpy as np
 
-from pithtest import main, pith_bin, run_pith, skip, tmp_dir
+from pithtest import Server, main, pith_bin, run_pith, skip, tmp_dir
 
 SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -115,6 +118,48 @@ class TensorParallel(unittest.TestCase):
                 p.kill()
                 p.wait()
             p.stderr.close()
+
+
+class ServeTensorParallel(unittest.TestCase):
+    def test_serve_drains_on_sigterm(self):
+        """`mpirun -np 2 pith serve --tp 2`: the greedy text of one process's server; weight reload and sleep
+        refused with 409; SIGTERM to rank 0 with a request in flight: the request completes, every rank
+        exits 0."""
+        path = model("test-llama", ctx=131072)
+        body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+        with Server(["-m", path, "-t", "1"]) as one:
+            _, want = one.post("/v1/completions", body)
+        srv = Server(["-m", path, "-t", "1", "--tp", "2", "--admin-key", "k"], launcher=[mpirun(), "--oversubscribe", "-np", "2"],
+                     env=ENV)
+        try:
+            status, got = srv.post("/v1/completions", body)
+            self.assertEqual(status, 200, got)
+            self.assertEqual(got["choices"][0]["text"], want["choices"][0]["text"])
+            status, err = srv.post("/v1/admin/sleep", {}, key="k")
+            self.assertEqual(status, 409, err)
+            status, err = srv.post("/v1/admin/reload", {"path": path}, key="k")
+            self.assertEqual(status, 409, err)
+            self.assertIn("--tp", err["error"]["message"])
+            rank0 = rank_pid(srv.pid, 0)
+            self.assertIsNotNone(rank0)
+            done = {}
+
+            def long_request():
+                done["r"] = srv.post("/v1/completions", dict(body, max_tokens=4000), timeout=BOUND)
+
+            t = threading.Thread(target=long_request)
+            t.start()
+            time.sleep(0.3)
+            os.kill(rank0, signal.SIGTERM)
+            t.join(BOUND)
+            self.assertEqual(done.get("r", (0,))[0], 200, "the request in flight was lost")
+            self.assertEqual(done["r"][1]["usage"]["completion_tokens"], 4000)
+            self.assertEqual(srv.proc.wait(BOUND), 0, "".join(srv.log))
+            self.assertTrue(any("draining" in line for line in srv.log))
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
 
 
 def rank_pid(root, rank):

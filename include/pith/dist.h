@@ -18,6 +18,8 @@
 #ifndef PITH_DIST_H
 #define PITH_DIST_H
 
+#include <stdint.h>
+
 #include "pith/api.h"
 #include "pith/model.h"
 #include "pith/status.h"
@@ -46,6 +48,25 @@ PITH_API void pith_comm_abort_job(pith_comm *c, int code);
 
 /* Rank r's share of n_vocab logits columns under tensor parallelism over `size` ranks: [*v0, *v0 + *nv). */
 PITH_API void pith_dist_vocab_share(int n_vocab, int size, int rank, int *v0, int *nv);
+
+/* What a rank's collectives cost so far: how many, the bytes they carried (a gather: what rank 0
+ * receives) and the wall time spent in them, waiting for the other ranks included. */
+typedef struct pith_dist_stats {
+    uint64_t collectives;
+    uint64_t bytes;
+    double seconds;
+} pith_dist_stats;
+/* Rank 0's, for a model pith_model_load returned there under tensor parallelism; false for another model. */
+PITH_API bool pith_dist_get_stats(const pith_model *m, pith_dist_stats *out);
+
+/* The links between the ranks, measured now on all of them (rank 0's model, between steps): the time of
+ * one allreduce of 4 bytes (latency) and the rate of allreduces of 1 MiB of floats (payload bytes per
+ * second). */
+typedef struct pith_dist_probe {
+    double latency_s;
+    double allreduce_bytes_per_s;
+} pith_dist_probe;
+PITH_API int pith_dist_probe_links(pith_model *m, pith_dist_probe *out, pith_err *err);
 
 /* A rank other than 0: runs the ops rank 0's model sends to `shard` (pith_model_load's model there) until
  * rank 0 frees its model. 0 then; -1 (err set) when the job cannot go on (the shard failed an op in a

@@ -115,6 +115,10 @@ typedef struct pith_server_options {
     pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
     const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
     int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
+    /* Tensor parallelism (pith/dist.h): rank 0 serves, the other ranks run pith_dist_worker; one model
+     * only, and no weight reload or sleep (the other ranks would need the new weights too) */
+    struct pith_comm *comm;
+    int tp;
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

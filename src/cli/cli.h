@@ -56,19 +56,17 @@ int cli_read_file(const char *path, char **data, size_t *len, pith_err *err);
 
 /* Tensor parallelism (--tp N, docs/distributed.md). cli_dist_begin joins the MPI job when tp > 1 (the
  * job must have tp ranks) and sets *comm (NULL when tp <= 1); false after an error line. A rank other than
- * 0 then calls cli_dist_worker, which loads the model with the same options as rank 0 (quietly), runs
+ * 0 then calls cli_dist_worker, which loads the model with the model options rank 0 uses (quietly), runs
  * the ops rank 0 sends until it is done and returns the exit code. cli_dist_end ends the rank's part:
  * with rc 0 it leaves the job; otherwise it aborts it, so no rank is left waiting for this one. */
 struct pith_comm;
-struct pith_assets_options;
 bool cli_dist_begin(const char *cmd, int tp, struct pith_comm **comm);
-int cli_dist_worker(const char *cmd, struct pith_comm *comm, const struct pith_assets_options *ao);
+int cli_dist_worker(const char *cmd, struct pith_comm *comm, const char *model_path, const pith_model_options *mo);
 int cli_dist_end(struct pith_comm *comm, int rc);
 /* "--tp N" (1..256) at argv[*i]: stores it and returns 1; 0 when not that option; -1 after an error line. */
 int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp);
-#define CLI_TP_USAGE                                                                                     \
-    "      --tp N              tensor parallelism over N MPI ranks: start with mpirun -np N (the\n"     \
-    "                          CPU backend; docs/distributed.md); default 1\n"
+/* --tp's help lines, aligned as the command's other options (wide: serve's column). */
+const char *cli_tp_help(bool wide);
 
 int pith_cmd_run(int argc, char **argv);
 int pith_cmd_serve(int argc, char **argv);

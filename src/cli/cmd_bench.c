@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "pith/bench.h"
+#include "pith/dist.h"
 #include "pith/model.h"
 
 #define MAX_THREAD_COUNTS 16
@@ -31,6 +32,8 @@ typedef struct bench_opts {
     const char *device;   /* --device; NULL: PITH_DEVICE, else the CPU */
     const char *gpu_layers; /* -ngl */
     int n_cpu_moe;          /* --n-cpu-moe; -1: --cpu-moe */
+    int tp;                 /* --tp: ranks, each with threads[0] threads */
+    struct pith_comm *comm; /* the MPI job's, with --tp */
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
     int depths[MAX_DEPTHS];
@@ -74,6 +77,9 @@ static void bench_usage(FILE *out) {
             "                          alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
+            "%s"
+            "                          (one -t: threads per rank; the probes run with tp x threads\n"
+            "                          threads, the ranks' share of this machine)\n"
             "  -p, --n-prompt N        prompt tokens for pp; 0 skips pp (default 512)\n"
             "  -n, --n-gen N           generated tokens for tg; 0 skips tg (default 128)\n"
             "  -r, --repetitions N     timed repetitions of each test (default 5)\n"
@@ -108,7 +114,7 @@ static void bench_usage(FILE *out) {
             "baselines of the grouped expert products.\n"
             "PITH_MOE_EXPERTS=mapped|repacked|auto: a mixture of experts' experts kept in the file's mapping\n"
             "or repacked at load (auto, the default: mapped when they exceed half of MemAvailable); the\n"
-            "header's \"experts held\" line says which.\n");
+            "header's \"experts held\" line says which.\n", cli_tp_help(false));
 }
 
 /* A comma-separated list of at most max integers in lo..hi for option opt (what: "thread counts"). */
@@ -152,7 +158,11 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         const char *v;
         long long iv;
 #define VALUE() do { if (!(v = cli_value("bench", argc, argv, &i))) return -1; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        int tp_rc = cli_tp_arg("bench", argc, argv, &i, &o->tp);
+        if (tp_rc < 0) return -1;
+        if (tp_rc > 0) {
+            continue;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE(); o->model = v;
@@ -270,6 +280,9 @@ typedef struct test_result {
     const char *ratio_kind;  /* "bandwidth", "int8_peak" or "fma_peak" */
     const char *peak_isa;    /* pp: the instructions the peak was timed with */
     double cpu_share;        /* CPU time / (wall time x threads) over the repetitions */
+    /* --tp: rank 0's collectives per token of the test, and what the link probe predicts for them */
+    bool tp;
+    double tp_collectives, tp_bytes, tp_seconds, tp_predicted;
 } test_result;
 
 typedef struct bench_ctx {
@@ -284,6 +297,8 @@ typedef struct bench_ctx {
     bool header_done;
     bool on_device;          /* a Vulkan device: its probes (pith_backend_device_probe) replace the CPU's */
     char device_name[256];   /* on_device: the device the probe ran on */
+    pith_dist_probe links;   /* --tp: the links between the ranks, measured after loading */
+    char tp_notes[2048];     /* --tp: a line per test, printed after the table */
 } bench_ctx;
 
 /* The device's copy reads and writes at most 1 GiB: enough to stream at full bandwidth, and two such
@@ -369,8 +384,11 @@ static void print_row(bench_ctx *c, const test_result *r) {
     char test[48];
     if (r->depth) snprintf(test, sizeof test, "%s%d @ d%d", r->kind, r->n_tokens, r->depth);
     else snprintf(test, sizeof test, "%s%d", r->kind, r->n_tokens);
-    printf("| %s | %s | %.1f | %d | %s | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
-           base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), r->threads, test, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
+    char threads[32];
+    if (c->o->tp > 1) snprintf(threads, sizeof threads, "tp %d x %d", c->o->tp, r->threads);
+    else snprintf(threads, sizeof threads, "%d", r->threads);
+    printf("| %s | %s | %.1f | %s | %s | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
+           base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), threads, test, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
            r->bw_before / 1e9, r->bw_after / 1e9, achieved, r->achieved / r->peak, 100 * r->cpu_share);
     fflush(stdout);
 }
@@ -402,6 +420,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddNumberToObject(j, "ffn_dim", c->hp.ffn_dim);
     cJSON_AddNumberToObject(j, "n_vocab", c->hp.n_vocab);
     cJSON_AddNumberToObject(j, "threads", r->threads);
+    if (o->tp > 1) cJSON_AddNumberToObject(j, "tp", o->tp);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "n_tokens", r->n_tokens);
     cJSON_AddNumberToObject(j, "depth", r->depth);
@@ -430,6 +449,14 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddStringToObject(j, "ratio_kind", r->ratio_kind);
     cJSON_AddNumberToObject(j, "ratio", r->achieved / r->peak);
     cJSON_AddNumberToObject(j, "cpu_share", r->cpu_share);
+    if (r->tp) {
+        cJSON_AddNumberToObject(j, "tp_collectives_per_token", r->tp_collectives);
+        cJSON_AddNumberToObject(j, "tp_bytes_per_token", r->tp_bytes);
+        cJSON_AddNumberToObject(j, "tp_comm_seconds_per_token", r->tp_seconds);
+        cJSON_AddNumberToObject(j, "tp_predicted_seconds_per_token", r->tp_predicted);
+        cJSON_AddNumberToObject(j, "tp_link_latency_s", c->links.latency_s);
+        cJSON_AddNumberToObject(j, "tp_link_bytes_per_s", c->links.allreduce_bytes_per_s);
+    }
     cJSON_AddStringToObject(j, "probe_isa", c->isa);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
@@ -450,7 +477,24 @@ static int report(bench_ctx *c, const test_result *r, pith_err *err) {
         c->header_done = true;
     }
     print_row(c, r);
+    if (r->tp) {
+        size_t len = strlen(c->tp_notes);
+        snprintf(c->tp_notes + len, sizeof c->tp_notes - len,
+                 "- %s%d: %.0f collectives and %.1f KiB per token, %.0f us per token in them (%.1f%% of the "
+                 "token's time); the links predict %.0f us\n", r->kind, r->n_tokens, r->tp_collectives,
+                 r->tp_bytes / 1024, r->tp_seconds * 1e6, 100 * r->tp_seconds * r->tps.mean, r->tp_predicted * 1e6);
+    }
     return ferror(stdout) ? pith_errf(err, "writing the output failed (stdout)") : 0;
+}
+
+/* --tp: the test's collectives per token (stats before and after its repetitions of `tokens` tokens). */
+static void tp_costs(const bench_ctx *c, const pith_dist_stats *a, const pith_dist_stats *b, double tokens,
+                     test_result *r) {
+    r->tp = true;
+    r->tp_collectives = (double)(b->collectives - a->collectives) / tokens;
+    r->tp_bytes = (double)(b->bytes - a->bytes) / tokens;
+    r->tp_seconds = (b->seconds - a->seconds) / tokens;
+    r->tp_predicted = r->tp_collectives * c->links.latency_s + r->tp_bytes / c->links.allreduce_bytes_per_s;
 }
 
 /* Runs `reps` timed repetitions of one test; samples[i] is tokens per second. */
@@ -491,7 +535,10 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
         fprintf(stderr, "pith bench: pp%d x %d\n", o->n_prompt, o->reps);
         double peak1, bw1;
         double share;
+        pith_dist_stats s0, s1;
+        bool tp = pith_dist_get_stats(m, &s0);
         if (run_reps(run, o, true, threads, samples, &share, err)) goto done;
+        pith_dist_get_stats(m, &s1);
         if (measure_limits(c, probe, &bw1, &peak1, err)) goto done;
         test_result r = {.kind = "pp", .n_tokens = o->n_prompt, .depth = depth, .threads = threads,
                          .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
@@ -500,6 +547,7 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
                          .peak_isa = c->peak_isa,
                          .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
+        if (tp) tp_costs(c, &s0, &s1, (double)o->reps * o->n_prompt, &r);
         /* Every token runs every layer matmul; the output matrix runs once, for the last prompt token
          * (the engine asks for no other logits row, whatever the number of steps). Attention is not
          * counted, at any depth. */
@@ -511,12 +559,16 @@ static int bench_depth(bench_ctx *c, pith_model *m, pith_probe *probe, int threa
     if (o->n_gen) {
         fprintf(stderr, "pith bench: tg%d x %d\n", o->n_gen, o->reps);
         double bw1, share;
+        pith_dist_stats s0, s1;
+        bool tp = pith_dist_get_stats(m, &s0);
         if (run_reps(run, o, false, threads, samples, &share, err)) goto done;
+        pith_dist_get_stats(m, &s1);
         if (measure_limits(c, probe, &bw1, NULL, err)) goto done;
         test_result r = {.kind = "tg", .n_tokens = o->n_gen, .depth = depth, .threads = threads,
                          .samples = samples, .n_samples = o->reps, .bw_before = bw, .bw_after = bw1,
                          .peak = 0.5 * (bw + bw1), .ratio_kind = "bandwidth", .cpu_share = share};
         pith_bench_stats_of(samples, o->reps, &r.tps);
+        if (tp) tp_costs(c, &s0, &s1, (double)o->reps * o->n_gen, &r);
         /* weight bytes, and a recurrent model's state (read and written once per token: the memory it
          * declares per sequence); the K/V a token reads at depth is not counted */
         r.achieved = ((double)c->w.size_bytes + 2.0 * (double)c->state_bytes) * r.tps.mean;
@@ -540,11 +592,13 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     cli_progress bar;
     cli_progress_start(&bar, "loading model");
     pith_model_options mo = {.n_threads = threads, .device = o->device, .progress = cli_progress_update,
-                             .progress_user = &bar, .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe};
+                             .progress_user = &bar, .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe,
+                             .comm = o->comm, .tp = o->tp};
     int load_rc = pith_model_load(o->model, &mo, &m, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;
     if (m->placement[0]) fprintf(stderr, "pith bench: offload: %s\n", m->placement);
+    if (o->tp > 1 && pith_dist_probe_links(m, &c->links, err)) goto done;
     c->hp = m->hp;
     snprintf(c->experts, sizeof c->experts, "%s", m->experts);
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
@@ -567,12 +621,19 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         c->isa = "vulkan";
         c->peak_isa = "vulkan fp32 fma";
     } else {
-        if (pith_probe_new(threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
+        /* under --tp the ranks on this machine use tp x threads cores: the limits are those cores' */
+        int probe_threads = threads * (o->tp > 1 ? o->tp : 1);
+        if (pith_probe_new(probe_threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
         c->isa = pith_probe_isa(probe);
         c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type) : pith_probe_fma_isa(probe, c->w.type);
     }
     for (int i = 0; i < o->n_depths; i++)
         if (bench_depth(c, m, probe, threads, o->depths[i], samples, err)) goto done;
+    if (c->tp_notes[0] && !o->json)
+        printf("\ntensor parallelism over %d ranks (rank 0's collectives, waiting for the others included; "
+               "the links measured after loading: %.1f us per allreduce of 4 bytes, %.2f GB/s of payload in "
+               "allreduces of 1 MiB; predicted = collectives x latency + bytes / rate):\n%s",
+               o->tp, c->links.latency_s * 1e6, c->links.allreduce_bytes_per_s / 1e9, c->tp_notes);
     rc = 0;
 done:
     pith_probe_free(probe);
@@ -596,6 +657,21 @@ int pith_cmd_bench(int argc, char **argv) {
     bool force_scalar = pith_backend_force_scalar();
     bench_ctx c = {.o = &o};
     pith_err err = {{0}};
+    if (o.tp > 1) {
+        if (o.spec_type != PITH_SPEC_OFF || o.n_thread_counts != 1) {
+            fprintf(stderr, "pith bench: --tp takes one thread count (-t: threads per rank) and no --spec-type\n");
+            return PITH_EXIT_USAGE;
+        }
+        if (!cli_dist_begin("bench", o.tp, &o.comm)) return 1;
+        if (pith_comm_rank(o.comm) != 0) {
+            pith_model_options mo = {.n_threads = o.threads[0], .device = o.device, .gpu_layers = o.gpu_layers,
+                                     .n_cpu_moe = o.n_cpu_moe, .comm = o.comm, .tp = o.tp};
+            return cli_dist_worker("bench", o.comm, o.model, &mo);
+        }
+        int rc = bench_threads(&c, o.threads[0], force_scalar, &err);
+        if (rc) fprintf(stderr, "pith bench: %s\n", err.msg);
+        return cli_dist_end(o.comm, rc == -2 ? PITH_EXIT_USAGE : rc ? 1 : 0);
+    }
     if (o.spec_type != PITH_SPEC_OFF) {
         if (strcmp(pith_backend_device_or_env(o.device), "cpu")) {
             fprintf(stderr, "pith bench: --spec-type is measured on the CPU only (its ratios divide by the CPU's "

@@ -71,7 +71,7 @@ static void run_usage(FILE *out) {
             "                          alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe           with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N       with a device: the experts of the first N layers on the CPU\n"
-            CLI_TP_USAGE
+            "%s"
             "      --temp T            temperature, 0 = greedy (default 0.8)\n"
             "      --top-k K           keep the K most likely tokens, 0 or -1 = off (default 40)\n"
             "      --top-p P           nucleus sampling, 1 = off (default 0.95)\n"
@@ -107,7 +107,7 @@ static void run_usage(FILE *out) {
             "(with -f, the results already finished; with --chat, the reply so far, and the chat ends);\n"
             "a second Ctrl-C exits at once. Exit status 130.\n"
             "Long options that take a value also take the form --option=value.\n"
-            "\n");
+            "\n", cli_tp_help(false));
     run_batch_usage(out);
 }
 
@@ -428,7 +428,9 @@ int pith_cmd_run(int argc, char **argv) {
     if (pith_comm_rank(comm) != 0) {
         cli_progress_end(&bar);
         free(o.prompt_buf);
-        return cli_dist_worker("run", comm, &ao);
+        pith_model_options mo = {.n_threads = ao.n_threads, .device = ao.device, .gpu_layers = ao.gpu_layers,
+                                 .n_cpu_moe = ao.n_cpu_moe, .mtp = ao.mtp, .comm = comm, .tp = o.tp};
+        return cli_dist_worker("run", comm, o.model, &mo);
     }
     int load_rc = pith_assets_load(&ao, &a, &err);
     cli_progress_end(&bar);

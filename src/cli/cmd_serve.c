@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "pith/dist.h"
 #include "pith/server.h"
 #include "server/log.h"
 
@@ -95,8 +96,9 @@ static void serve_usage(FILE *out) {
             "                            the CPU alone; auto, the default: as many as its memory holds)\n"
             "      --cpu-moe             with a device: every MoE layer's experts on the CPU\n"
             "      --n-cpu-moe N         with a device: the experts of the first N layers on the CPU\n"
+            "%s"
             "\n"
-            "engine:\n");
+            "engine:\n", cli_tp_help(true));
     cli_engine_usage(out);
     fprintf(out,
             "      --max-queue N         requests waiting beyond the running ones before 429 (default 256)\n"
@@ -166,6 +168,9 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             if (!cli_parse_int("serve", a, v, lo, hi, &iv)) return -1;            \
             field = (int)iv;                                                      \
         }
+        int tp_rc = cli_tp_arg("serve", argc, argv, &i, &s->tp);
+        if (tp_rc < 0) return -1;
+        if (tp_rc > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -335,6 +340,10 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "pith serve: -m %s: with several models (-m NAME=PATH, --models-dir) every -m needs a NAME=\n", s->model_path);
         return -1;
     }
+    if (several && s->tp > 1) {
+        fprintf(stderr, "pith serve: --tp serves one model (-m PATH), not several\n");
+        return -1;
+    }
     if (several && s->model_name) {
         fprintf(stderr, "pith serve: --model-name names the one model; with several, -m NAME=PATH names each\n");
         return -1;
@@ -406,7 +415,28 @@ int pith_cmd_serve(int argc, char **argv) {
         serve_opts_free(&o);
         return PITH_EXIT_USAGE;
     }
+    if (o.srv.tp > 1) {
+        if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
+            cli_no_default_model("serve");
+            serve_opts_free(&o);
+            return PITH_EXIT_USAGE;
+        }
+        if (!cli_dist_begin("serve", o.srv.tp, &o.srv.comm)) {
+            serve_opts_free(&o);
+            return 1;
+        }
+        if (pith_comm_rank(o.srv.comm) != 0) {
+            pith_model_options mo = {.n_threads = o.srv.n_threads, .device = o.srv.device,
+                                     .gpu_layers = o.srv.gpu_layers, .n_cpu_moe = o.srv.n_cpu_moe,
+                                     .mtp = o.srv.engine.spec_type == PITH_SPEC_MTP, .comm = o.srv.comm,
+                                     .tp = o.srv.tp};
+            int rc = cli_dist_worker("serve", o.srv.comm, o.srv.model_path, &mo);
+            serve_opts_free(&o);
+            return rc;
+        }
+    }
     int rc = serve(&o);
+    rc = cli_dist_end(o.srv.comm, rc);
     serve_opts_free(&o);
     return rc;
 }

@@ -1,10 +1,10 @@
 /* --tp on the command line (cli.h): joining the MPI job, and the part of a rank other than 0. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "pith/assets.h"
 #include "pith/dist.h"
 
 int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp) {
@@ -36,19 +36,23 @@ bool cli_dist_begin(const char *cmd, int tp, pith_comm **comm) {
     return true;
 }
 
-int cli_dist_worker(const char *cmd, pith_comm *comm, const pith_assets_options *ao) {
-    pith_assets_options quiet = *ao;
-    quiet.progress = NULL, quiet.progress_user = NULL, quiet.log = NULL;
-    pith_assets a;
+int cli_dist_worker(const char *cmd, pith_comm *comm, const char *model_path, const pith_model_options *mo) {
+    /* Rank 0 decides when the job ends (a SIGTERM there drains its requests first, then releases the
+     * others): a stop signal a launcher forwards to every rank must not end this one under it. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    pith_model_options quiet = *mo;
+    quiet.progress = NULL, quiet.progress_user = NULL;
+    pith_model *m;
     pith_err err = {{0}};
     int rank = pith_comm_rank(comm);
-    if (pith_assets_load(&quiet, &a, &err)) {
+    if (pith_model_load(model_path, &quiet, &m, &err)) {
         fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
         return cli_dist_end(comm, 1);
     }
-    int rc = pith_dist_worker(a.model, comm, &err);
+    int rc = pith_dist_worker(m, comm, &err);
     if (rc) fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
-    pith_assets_free(&a);
+    pith_model_free(m);
     return cli_dist_end(comm, rc ? 1 : 0);
 }
 
@@ -62,4 +66,11 @@ int cli_dist_end(pith_comm *comm, int rc) {
     }
     pith_comm_free(comm);
     return rc;
+}
+
+const char *cli_tp_help(bool wide) {
+    return wide ? "      --tp N                tensor parallelism over N MPI ranks: start with mpirun -np N\n"
+                  "                            (the CPU backend, one model; docs/distributed.md); default 1\n"
+                : "      --tp N              tensor parallelism over N MPI ranks: start with mpirun -np N\n"
+                  "                          (the CPU backend, one model; docs/distributed.md); default 1\n";
 }

@@ -9,6 +9,7 @@
 #define PITH_DIST_COMM_H
 
 #include <stddef.h>
+#include <time.h>
 
 #include "pith/dist.h"
 
@@ -25,19 +26,38 @@ typedef struct pith_comm_vt {
 struct pith_comm {
     const pith_comm_vt *vt;
     int rank, size;
+    pith_dist_stats stats;  /* this rank's collectives so far (pith_dist_get_stats) */
 };
 
+static inline double pith_comm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Each op counts itself: one collective, its payload's bytes (a gather: what the root receives), and the
+ * wall time inside it, waiting for the others included (the price of lockstep). */
+static inline int pith_comm_counted(pith_comm *c, double t0, size_t bytes, int rc) {
+    c->stats.collectives++;
+    c->stats.bytes += bytes;
+    c->stats.seconds += pith_comm_now() - t0;
+    return rc;
+}
 static inline int pith_comm_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
-    return c->vt->bcast(c, buf, bytes, err);
+    double t0 = pith_comm_now();
+    return pith_comm_counted(c, t0, bytes, c->vt->bcast(c, buf, bytes, err));
 }
 static inline int pith_comm_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
-    return c->vt->allreduce_sum(c, x, n, err);
+    double t0 = pith_comm_now();
+    return pith_comm_counted(c, t0, n * sizeof *x, c->vt->allreduce_sum(c, x, n, err));
 }
 static inline int pith_comm_allreduce_max(pith_comm *c, int *v, pith_err *err) {
-    return c->vt->allreduce_max(c, v, err);
+    double t0 = pith_comm_now();
+    return pith_comm_counted(c, t0, sizeof *v, c->vt->allreduce_max(c, v, err));
 }
 static inline int pith_comm_gather(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err) {
-    return c->vt->gather(c, send, bytes, recv, err);
+    double t0 = pith_comm_now();
+    return pith_comm_counted(c, t0, bytes * (size_t)c->size, c->vt->gather(c, send, bytes, recv, err));
 }
 /* Ends the whole job (MPI_Abort) or, for a local group, marks it failed so every later op fails. */
 static inline void pith_comm_abort(pith_comm *c, int code) { c->vt->abort(c, code); }

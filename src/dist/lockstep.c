@@ -20,7 +20,10 @@
 
 #include "dist/comm.h"
 
-enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD };
+enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD, OP_PROBE };
+
+/* The link probe (pith_dist_probe_links): allreduces of one float, then of 1 MiB. */
+enum { PROBE_SMALL = 200, PROBE_BIG = 20, PROBE_BIG_FLOATS = 1 << 18 };
 
 /* Group flags in a forward's payload: which of the group's arrays follow. */
 enum { HAS_SLOTS = 1, HAS_TABLES = 2, HAS_STATE = 4, HAS_CHECKPOINTS = 8 };
@@ -207,6 +210,24 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
         }
         return 0;
     }
+    case OP_PROBE: {
+        float *x = grow(&st->logits, PROBE_BIG_FLOATS * sizeof(float));
+        rc = agree(st, x ? 0 : pith_errf(err, "out of memory"), err);
+        if (rc) return rc;
+        memset(x, 0, PROBE_BIG_FLOATS * sizeof(float));
+        double t0 = pith_comm_now();
+        for (int i = 0; i < PROBE_SMALL; i++)
+            if (pith_comm_allreduce_sum(c, x, 1, err)) return -2;
+        double t1 = pith_comm_now();
+        for (int i = 0; i < PROBE_BIG; i++)
+            if (pith_comm_allreduce_sum(c, x, PROBE_BIG_FLOATS, err)) return -2;
+        double t2 = pith_comm_now();
+        if (out_logits) {
+            out_logits[0] = (float)((t1 - t0) / PROBE_SMALL);
+            out_logits[1] = (float)((t2 - t1) / PROBE_BIG);
+        }
+        return 0;
+    }
     default:
         return pith_errf(err, "lockstep: unknown op %d", m->op), -2;
     }
@@ -343,6 +364,15 @@ static void leader_destroy(pith_model *m) {
     free(L);
 }
 
+static int leader_probe(leader *L, pith_dist_probe *out, pith_err *err) {
+    op_msg msg = {.op = OP_PROBE};
+    float t[2];
+    if (send_op(L, &msg, NULL, err) || outcome(L, run_op(&L->st, &msg, NULL, t, err), err)) return -1;
+    double big = t[1] - t[0] > 0 ? t[1] - t[0] : t[1];
+    *out = (pith_dist_probe){.latency_s = t[0], .allreduce_bytes_per_s = PROBE_BIG_FLOATS * sizeof(float) / big};
+    return 0;
+}
+
 static const pith_model_ops leader_ops = {
     .prepare = leader_prepare, .mem_alloc = leader_mem_alloc, .mem_free = leader_mem_free,
     .copy_blocks = leader_copy_blocks, .forward = leader_forward, .destroy = leader_destroy,
@@ -369,4 +399,15 @@ int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err
              "columns 1/%d, vocabulary rows 1/%d)", c->size, c->size, c->size);
     *out = &L->base;
     return 0;
+}
+
+bool pith_dist_get_stats(const pith_model *m, pith_dist_stats *out) {
+    if (!m || m->ops != &leader_ops) return false;
+    *out = ((const leader *)m->impl)->st.c->stats;
+    return true;
+}
+
+int pith_dist_probe_links(pith_model *m, pith_dist_probe *out, pith_err *err) {
+    if (!m || m->ops != &leader_ops) return pith_errf(err, "not a tensor-parallel model");
+    return leader_probe(m->impl, out, err);
 }
