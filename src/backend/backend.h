@@ -149,6 +149,12 @@ typedef struct pith_moe_config {
      * layer's pre_ffw_norm_2.weight and the router RMS-normed by ffn_gate_inp.scale and 1 / sqrt(dim),
      * both with this epsilon. 0: experts and router read the input as it is. */
     float in_norm_eps;
+    /* Expert parallelism (model/decoder.h): this rank holds and runs experts [expert0, expert0 + n_local)
+     * only, adding nothing for a token's other chosen experts (their ranks add theirs; the sum across
+     * ranks is the layer's output); the router still scores every expert. n_local 0: every expert.
+     * shared_elsewhere: the shared expert is another rank's (rank 0 runs it), so it is not added here. */
+    int expert0, n_local;
+    bool shared_elsewhere;
 } pith_moe_config;
 
 /* The most experts a layer may have: every backend's MoE op takes this many. */

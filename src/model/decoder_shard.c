@@ -37,13 +37,14 @@ int pith_decoder_shard_begin(pith_decoder *d, pith_err *err) {
     if (opt->tp != N) return pith_errf(err, "--tp %d with %d ranks: start as many ranks as --tp says", opt->tp, N);
     if (strcmp(d->be->vt->name, "cpu") != 0)
         return pith_errf(err, "--tp runs on the CPU backend only for now (this model is on %s)", d->be->vt->name);
-    if (hp->n_experts > 0)
-        return pith_errf(err, "--tp: models with experts are not sharded yet (expert parallelism is to come)");
     if (opt->mtp) return pith_errf(err, "--tp: the MTP head is not sharded yet");
     if (divides(hp->n_heads, N, "the number of attention heads", err) ||
         divides(hp->n_kv_heads, N, "the number of KV heads", err) ||
-        divides(hp->ffn_dim, N, "the FFN width", err))
+        divides(hp->ffn_dim, N, "the FFN width", err) ||
+        (hp->n_experts > 0 && divides(hp->n_experts, N, "the number of experts", err)))
         return -1;
+    /* experts split by expert (each rank a 1/N share, whole), the dense FFN layers by columns */
+    if (hp->n_experts > 0 && hp->expert_ffn_dim == 0) hp->expert_ffn_dim = hp->ffn_dim;
     if (hp->n_vocab < N) return pith_errf(err, "--tp %d: a vocabulary of %d is too small to share", N, hp->n_vocab);
     hp->n_heads /= N;
     hp->n_kv_heads /= N;

@@ -14,6 +14,8 @@ int pith_dec_bufs_make(pith_decoder *d, int ffn, pith_dec_bufs *b, pith_err *err
         !(b->v = pith_be_buffer(be, kvd, err)) || !(b->att = pith_be_buffer(be, qd, err)))
         return -1;
     if (ffn > 0 && (!(b->hb = pith_be_buffer(be, ffn, err)) || !(b->hb2 = pith_be_buffer(be, ffn, err)))) return -1;
+    /* expert parallelism: each rank's experts' share of the output, before the sum across ranks */
+    if (d->tp.comm && hp->n_experts > 0 && !(b->y = pith_be_buffer(be, hp->dim, err))) return -1;
     return 0;
 }
 
@@ -148,11 +150,23 @@ int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts
         cfg.clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
         cfg.clamp_limit = swiglu_limit;
     }
+    if (d->tp.comm) { /* expert parallelism: this rank's experts; the shared expert on rank 0 */
+        cfg.n_local = cfg.n_experts / d->tp.size;
+        cfg.expert0 = d->tp.rank * cfg.n_local;
+        cfg.shared_elsewhere = d->tp.rank != 0;
+    }
     return d->be->vt->moe_load(d->be, d->file, l, &cfg, hf_experts, &f->moe, err);
 }
 
 int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_dec_bufs *b, const pith_buf *in,
                            const pith_weight *post_norm, int n, pith_err *err) {
+    if (f->moe && d->tp.comm) { /* expert parallelism: the ranks' shares summed, then into x */
+        if (!b->y) return pith_errf(err, "experts under --tp need the buffer y");
+        pith_be_zero(d->be, b->y, n);
+        if (pith_be_moe(d->be, f->moe, in, b->y, n, err) || pith_decoder_allreduce(d, b->y, n, err)) return -1;
+        pith_be_scale_add(d->be, b->x, b->y, f->out_scale != 0 ? f->out_scale : 1.0f, n);
+        return 0;
+    }
     if (f->moe && f->out_scale == 0) return pith_be_moe(d->be, f->moe, in, b->x, n, err);
     if (f->moe) {
         if (!b->y) return pith_errf(err, "experts with an output scale need the buffer y");

@@ -25,6 +25,9 @@ int pith_moe_config_check(const pith_moe_config *c, const char *path, pith_err *
         return pith_errf(err, "%s: expert weights scale %g out of range", path, (double)c->routed_scale);
     if (!(c->in_norm_eps >= 0 && c->in_norm_eps < 1))
         return pith_errf(err, "%s: expert input norm epsilon %g out of range", path, (double)c->in_norm_eps);
+    if (c->n_local < 0 || c->expert0 < 0 || c->expert0 + c->n_local > c->n_experts)
+        return pith_errf(err, "%s: experts [%d, %d) of %d held here", path, c->expert0, c->expert0 + c->n_local,
+                         c->n_experts);
     return 0;
 }
 
@@ -168,18 +171,27 @@ void pith_moe_route(const pith_moe_layer *L, float *logits, int n, int *sel, flo
     }
 }
 
-/* Counting sort of the (token, rank) pairs by expert: pos gives each pair's gathered row; with gather,
- * the input rows are copied into xg in that order. */
+/* Whether this rank runs expert e (expert parallelism: pith_moe_config.n_local). */
+static inline bool local_expert(const pith_moe_config *c, int e) {
+    return c->n_local == 0 || (e >= c->expert0 && e < c->expert0 + c->n_local);
+}
+
+/* Counting sort of the (token, rank) pairs by expert: pos gives each pair's gathered row (-1: another
+ * rank's expert); with gather, the input rows are copied into xg in that order. */
 static void group_rows(const pith_moe_layer *L, pith_moe_scratch *s, const float *x, size_t ldx, int n,
                        bool gather) {
     const int E = L->cfg.n_experts, K = L->cfg.top_k, dim = L->cfg.dim;
     memset(s->cursor, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < n * K; i++) s->cursor[s->sel[i]]++;
+    for (int i = 0; i < n * K; i++) s->cursor[s->sel[i]] += local_expert(&L->cfg, s->sel[i]);
     s->offsets[0] = 0;
     for (int e = 0; e < E; e++) s->offsets[e + 1] = s->offsets[e] + s->cursor[e];
     memcpy(s->cursor, s->offsets, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
         for (int j = 0; j < K; j++) {
+            if (!local_expert(&L->cfg, s->sel[t * K + j])) {
+                s->pos[t * K + j] = -1;
+                continue;
+            }
             int r = s->cursor[s->sel[t * K + j]]++;
             s->pos[t * K + j] = r;
             if (gather) memcpy(s->xg + (size_t)r * dim, x + (size_t)t * ldx, (size_t)dim * sizeof(float));
@@ -270,6 +282,7 @@ static void combine_row(moe_rows *j, int t) {
     const int K = L->cfg.top_k, dim = L->cfg.dim;
     float *y = j->y + (size_t)t * j->ldy;
     for (int k = 0; k < K; k++) {
+        if (s->pos[t * K + k] < 0) continue; /* another rank's expert */
         float w = s->wt[t * K + k];
         const float *row = s->yg + (size_t)s->pos[t * K + k] * dim;
         const float *bd = L->down_bias ? L->down_bias + (size_t)s->sel[t * K + k] * dim : NULL;
@@ -315,6 +328,7 @@ static int experts_by_token(pith_cpu *c, const pith_moe_layer *L, pith_moe_scrat
     for (int t = 0; t < n; t++)
         for (int k = 0; k < K; k++) {
             const int e = s->sel[t * K + k], r = s->pos[t * K + k];
+            if (r < 0) continue; /* another rank's expert */
             pith_acts a;
             pith_acts_bind(c, &a, s->xg + (size_t)r * dim, 1, dim, dim);
             const pith_matmul_out gu[] = {{&L->gate[e], s->hg + (size_t)r * ffn, ffn, false},
@@ -372,7 +386,8 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
         pith_acts_bind(c, &a, x, n, dim, ldx);
         if (pith_cpu_matmul(c, &L->router, &a, s->logits, E, false, err)) return -1;
     }
-    if (L->has_shared) {
+    const bool shared = L->has_shared && !cfg->shared_elsewhere;
+    if (shared) {
         const int sh = cfg->shared_ffn;
         const pith_matmul_out gu[] = {{&L->sh_gate, s->sg, sh, false}, {&L->sh_up, s->su, sh, false}};
         if (pith_cpu_matmul_many(c, &a, gu, 2, err)) return -1;
@@ -386,7 +401,8 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
     pith_moe_route(L, s->logits, n, s->sel, s->wt);
     /* Quantized activations are scattered from x straight into the grouped product's scratch, each
      * token quantized once for its top_k rows; float ones (and the baseline loops) read gathered rows. */
-    const bool gather = loop != PITH_MOE_GROUPED || pith_act_format_of(L->gate[0].type) == PITH_ACT_F32;
+    const bool gather = loop != PITH_MOE_GROUPED || pith_act_format_of(L->gate[0].type) == PITH_ACT_F32 ||
+                        cfg->n_local > 0; /* the scatter fills every pair's row: here only the local ones */
     group_rows(L, s, x, ldx, n, gather);
     moe_rows j = {.L = L, .s = s, .y = y, .ldy = ldy};
     if (loop == PITH_MOE_BY_EXPERT) {
@@ -398,12 +414,12 @@ int pith_moe_forward(pith_cpu *c, const pith_moe_layer *L, pith_moe_scratch *s, 
         if (gather ? pith_cpu_matmul_grouped(c, s->xg, dim, dim, s->offsets, E, gu, 2, err)
                    : pith_cpu_matmul_grouped_scatter(c, x, ldx, dim, n, s->pos, K, s->offsets, E, gu, 2, err))
             return -1;
-        run_rows(c, &j, act_row, n * K, 8 * ffn);
+        run_rows(c, &j, act_row, s->offsets[E], 8 * ffn);
         const pith_grouped_out d = {L->down, s->yg, dim};
         if (pith_cpu_matmul_grouped(c, s->hg, ffn, ffn, s->offsets, E, &d, 1, err)) return -1;
     }
     run_rows(c, &j, combine_row, n, 2 * K * dim);
-    if (L->has_shared) {
+    if (shared) {
         run_rows(c, &j, shared_row, n, 8 * cfg->shared_ffn);
         pith_acts_bind(c, &a, s->sg, n, cfg->shared_ffn, cfg->shared_ffn);
         if (pith_cpu_matmul(c, &L->sh_down, &a, y, ldy, true, err)) return -1;

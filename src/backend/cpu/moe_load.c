@@ -260,12 +260,18 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
     return 0;
 }
 
+/* Whether this rank holds expert e (pith_moe_config.n_local). */
+static bool local(const pith_moe_config *c, int e) {
+    return c->n_local == 0 || (e >= c->expert0 && e < c->expert0 + c->n_local);
+}
+
 uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L) {
     if (L->owned || !L->gate) return 0;
     uint64_t n = 0;
     const pith_matrix *kinds[] = {L->gate, L->up, L->down};
     for (int k = 0; k < 3; k++)
-        for (int e = 0; e < L->cfg.n_experts; e++) n += (uint64_t)kinds[k][e].rows * kinds[k][e].row_bytes;
+        for (int e = 0; e < L->cfg.n_experts; e++)
+            if (local(&L->cfg, e)) n += (uint64_t)kinds[k][e].rows * kinds[k][e].row_bytes;
     return n;
 }
 
@@ -308,13 +314,15 @@ int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err) {
     if (L->mapped && !L->owned) {
         const pith_matrix *kinds[] = {L->gate, L->up, L->down};
         for (int k = 0; k < 3; k++)
-            for (int e = 0; e < L->cfg.n_experts; e++) drop_pages(&kinds[k][e]);
+            for (int e = 0; e < L->cfg.n_experts; e++)
+                if (local(&L->cfg, e)) drop_pages(&kinds[k][e]);
     }
+    /* another rank's experts stay unread views of the file (expert parallelism) */
     for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->owned); e++)
-        if (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
-            pith_matrix_pack(c, &L->down[e], err))
+        if (local(&L->cfg, e) && (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
+                                  pith_matrix_pack(c, &L->down[e], err)))
             return -1;
-    if (L->has_shared && (pith_matrix_pack(c, &L->sh_gate, err) || pith_matrix_pack(c, &L->sh_up, err) ||
+    if (L->has_shared && !L->cfg.shared_elsewhere && (pith_matrix_pack(c, &L->sh_gate, err) || pith_matrix_pack(c, &L->sh_up, err) ||
                           pith_matrix_pack(c, &L->sh_down, err)))
         return -1;
     return 0;
