@@ -36,6 +36,8 @@ int pith_attn_block_load(pith_decoder *d, int l, pith_qk_norm qk, pith_attn_bloc
         pith_decoder_vector(d, l, "attn_k_norm.weight", kn, hp->has_qk_norm, &a->k_norm, err))
         return -1;
     if (a->bq && (!a->bk || !a->bv)) return pith_errf(err, "layer %d: attn_q.bias without attn_k.bias and attn_v.bias", l);
+    if (d->tp.comm && a->q_norm && qk == PITH_QK_NORM_ALL)
+        return pith_errf(err, "--tp: a QK norm over the whole projection spans every rank's heads (not sharded yet)");
     if (!a->q_norm != !a->k_norm) return pith_errf(err, "layer %d: attn_q_norm.weight and attn_k_norm.weight go together", l);
     a->qk_norm = a->q_norm ? (qk == PITH_QK_NORM_NONE ? PITH_QK_NORM_HEAD : qk) : PITH_QK_NORM_NONE;
     return 0;
