@@ -7,7 +7,8 @@ every sharded architecture and the engine's features.
 - a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
   with a message naming the problem, within the time bound, no rank left behind;
 - a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
-  30 s instead of hanging;
+  30 s instead of hanging; a rank stopped (SIGSTOP) there ends it through the others' watchdog within
+  PITH_TP_TIMEOUT plus 30 s, saying so;
 - `pith serve --tp 2` answers as one process's server does, refuses weight reload and sleep (409), and a
   SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0.
 
@@ -160,6 +161,44 @@ class ServeTensorParallel(unittest.TestCase):
             if srv.proc.poll() is None:
                 srv.proc.kill()
                 srv.proc.wait()
+
+
+class StoppedRank(unittest.TestCase):
+    def test_stopped_rank_ends_the_job(self):
+        """A rank that stops answering (SIGSTOP) mid-generation: the others' watchdog ends the job within
+        PITH_TP_TIMEOUT (3 s here) plus the bound, with a message saying so."""
+        path = model("test-llama", ctx=131072)
+        cmd = [mpirun(), "--oversubscribe", "-np", "2", pith_bin(), "run", "-m", path, "-p", "Once", "-n", "-1",
+               "--ignore-eos", "-t", "1", "--tp", "2"]
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(ENV, PITH_TP_TIMEOUT="3"))
+        victim = None
+        try:
+            deadline = time.time() + 30
+            while victim is None and time.time() < deadline and p.poll() is None:
+                victim = rank_pid(p.pid, 1)
+                time.sleep(0.2)
+            self.assertIsNotNone(victim, "rank 1 never started")
+            time.sleep(1.0)
+            self.assertIsNone(p.poll(), "the job ended before a rank was stopped")
+            t = time.time()
+            os.kill(victim, signal.SIGSTOP)
+            rc = p.wait(timeout=3 + BOUND)
+            took = time.time() - t
+            err = p.stderr.read()
+            self.assertNotEqual(rc, 0)
+            self.assertIn(b"no answer from the other ranks", err)
+            print("a stopped rank ended the job in %.1f s (PITH_TP_TIMEOUT=3, exit %d)" % (took, rc))
+        finally:
+            if victim:
+                try:
+                    os.kill(victim, signal.SIGCONT)
+                    os.kill(victim, signal.SIGKILL)
+                except OSError:
+                    pass
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stderr.close()
 
 
 def rank_pid(root, rank):

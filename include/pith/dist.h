@@ -42,6 +42,11 @@ PITH_API int pith_comm_local_group(int n, pith_comm **out, pith_err *err);
 PITH_API int pith_comm_rank(const pith_comm *c);
 PITH_API int pith_comm_size(const pith_comm *c);
 PITH_API void pith_comm_free(pith_comm *c);
+/* A thread that ends the job (pith_comm_abort_job) when this rank has been inside one collective for
+ * longer than timeout_s: another rank died without the launcher noticing, or stopped answering. A
+ * worker waiting for rank 0's next op is idle, not inside a collective, however long it waits. It says
+ * so on stderr first. Stopped by pith_comm_free. */
+PITH_API int pith_comm_watchdog(pith_comm *c, double timeout_s, pith_err *err);
 /* Ends the job on every rank at once (MPI_Abort; a local group: every later op fails), for a rank that
  * fails where the others may be waiting for it. */
 PITH_API void pith_comm_abort_job(pith_comm *c, int code);

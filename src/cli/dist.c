@@ -26,6 +26,25 @@ bool cli_dist_begin(const char *cmd, int tp, pith_comm **comm) {
         return false;
     }
     int size = pith_comm_size(*comm);
+    /* a rank that dies without the launcher noticing, or stops answering, ends the job within this */
+    double timeout = 60;
+    const char *t = getenv("PITH_TP_TIMEOUT");
+    if (t && *t) {
+        char *end;
+        timeout = strtod(t, &end);
+        if (*end || !(timeout > 0 && timeout < 1e6)) {
+            fprintf(stderr, "pith %s: PITH_TP_TIMEOUT=%s: expected seconds (> 0)\n", cmd, t);
+            pith_comm_free(*comm);
+            *comm = NULL;
+            return false;
+        }
+    }
+    if (pith_comm_watchdog(*comm, timeout, &err)) {
+        fprintf(stderr, "pith %s: --tp %d: %s\n", cmd, tp, err.msg);
+        pith_comm_free(*comm);
+        *comm = NULL;
+        return false;
+    }
     if (size != tp) {
         if (pith_comm_rank(*comm) == 0)
             fprintf(stderr, "pith %s: --tp %d in a job of %d ranks: start it with mpirun -np %d\n", cmd, tp, size, tp);

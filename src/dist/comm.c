@@ -1,11 +1,19 @@
 /* The communicator's common entry points (pith/dist.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "dist/comm.h"
 
 int pith_comm_rank(const pith_comm *c) { return c ? c->rank : 0; }
 int pith_comm_size(const pith_comm *c) { return c ? c->size : 1; }
 
+static void watchdog_stop(pith_comm *c);
+
 void pith_comm_free(pith_comm *c) {
-    if (c) c->vt->free(c);
+    if (!c) return;
+    watchdog_stop(c);
+    c->vt->free(c);
 }
 
 void pith_dist_vocab_share(int n_vocab, int size, int rank, int *v0, int *nv) {
@@ -18,4 +26,71 @@ void pith_dist_vocab_share(int n_vocab, int size, int rank, int *v0, int *nv) {
 
 void pith_comm_abort_job(pith_comm *c, int code) {
     if (c) c->vt->abort(c, code);
+}
+
+/* ---- the watchdog ---- */
+
+struct comm_watchdog {
+    pthread_t thread;
+    pith_comm *c;
+    int64_t timeout_ns;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop;
+};
+
+static void *watchdog_main(void *arg) {
+    struct comm_watchdog *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&w->wake, &w->lock, &until);
+        int64_t since = atomic_load_explicit(&w->c->busy_since_ns, memory_order_relaxed);
+        if (!w->stop && since && pith_comm_now_ns() - since > w->timeout_ns) {
+            fprintf(stderr, "pith rank %d of %d: no answer from the other ranks for %.0f s inside one collective "
+                            "(a rank died or stopped): ending the job\n",
+                    w->c->rank, w->c->size, 1e-9 * (double)w->timeout_ns);
+            fflush(stderr);
+            pith_comm_abort(w->c, 1);
+            w->stop = true;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+int pith_comm_watchdog(pith_comm *c, double timeout_s, pith_err *err) {
+    if (!c || c->watchdog) return pith_errf(err, "a watchdog needs a communicator without one");
+    if (!(timeout_s > 0 && timeout_s < 1e6)) return pith_errf(err, "watchdog timeout %g s out of range", timeout_s);
+    struct comm_watchdog *w = calloc(1, sizeof *w);
+    if (!w) return pith_errf(err, "out of memory");
+    w->c = c;
+    w->timeout_ns = (int64_t)(timeout_s * 1e9);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    if (pthread_create(&w->thread, NULL, watchdog_main, w)) {
+        pthread_mutex_destroy(&w->lock);
+        pthread_cond_destroy(&w->wake);
+        free(w);
+        return pith_errf(err, "cannot start the watchdog thread");
+    }
+    c->watchdog = w;
+    return 0;
+}
+
+static void watchdog_stop(pith_comm *c) {
+    struct comm_watchdog *w = c->watchdog;
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->wake);
+    free(w);
+    c->watchdog = NULL;
 }

@@ -8,7 +8,9 @@
 #ifndef PITH_DIST_COMM_H
 #define PITH_DIST_COMM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "pith/dist.h"
@@ -27,36 +29,52 @@ struct pith_comm {
     const pith_comm_vt *vt;
     int rank, size;
     pith_dist_stats stats;  /* this rank's collectives so far (pith_dist_get_stats) */
+    /* When the collective this rank is in began (CLOCK_MONOTONIC ns), 0 outside one and while a worker
+     * waits for rank 0's next op (idle, however long): what the watchdog (pith_comm_watchdog) reads. */
+    _Atomic int64_t busy_since_ns;
+    struct comm_watchdog *watchdog;
 };
 
-static inline double pith_comm_now(void) {
+static inline int64_t pith_comm_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+static inline double pith_comm_now(void) { return 1e-9 * (double)pith_comm_now_ns(); }
+
+static inline int64_t pith_comm_enter(pith_comm *c) {
+    int64_t t0 = pith_comm_now_ns();
+    atomic_store_explicit(&c->busy_since_ns, t0, memory_order_relaxed);
+    return t0;
 }
 
 /* Each op counts itself: one collective, its payload's bytes (a gather: what the root receives), and the
  * wall time inside it, waiting for the others included (the price of lockstep). */
-static inline int pith_comm_counted(pith_comm *c, double t0, size_t bytes, int rc) {
+static inline int pith_comm_counted(pith_comm *c, int64_t t0, size_t bytes, int rc) {
+    atomic_store_explicit(&c->busy_since_ns, 0, memory_order_relaxed);
     c->stats.collectives++;
     c->stats.bytes += bytes;
-    c->stats.seconds += pith_comm_now() - t0;
+    c->stats.seconds += 1e-9 * (double)(pith_comm_now_ns() - t0);
     return rc;
 }
 static inline int pith_comm_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
-    double t0 = pith_comm_now();
+    int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, bytes, c->vt->bcast(c, buf, bytes, err));
 }
+/* A worker's wait for rank 0's next op: idle for the watchdog and the stats, however long it takes. */
+static inline int pith_comm_bcast_idle(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
+    return c->vt->bcast(c, buf, bytes, err);
+}
 static inline int pith_comm_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
-    double t0 = pith_comm_now();
+    int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, n * sizeof *x, c->vt->allreduce_sum(c, x, n, err));
 }
 static inline int pith_comm_allreduce_max(pith_comm *c, int *v, pith_err *err) {
-    double t0 = pith_comm_now();
+    int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, sizeof *v, c->vt->allreduce_max(c, v, err));
 }
 static inline int pith_comm_gather(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err) {
-    double t0 = pith_comm_now();
+    int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, bytes * (size_t)c->size, c->vt->gather(c, send, bytes, recv, err));
 }
 /* Ends the whole job (MPI_Abort) or, for a local group, marks it failed so every later op fails. */

@@ -247,7 +247,7 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
     int rc = 0;
     for (;;) {
         op_msg m;
-        if (pith_comm_bcast(c, &m, sizeof m, err)) {
+        if (pith_comm_bcast_idle(c, &m, sizeof m, err)) {
             rc = -1;
             break;
         }
