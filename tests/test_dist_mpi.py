@@ -26,8 +26,12 @@ import numpy as np
 from pithtest import Server, main, pith_bin, run_pith, skip, tmp_dir
 
 SRC = os.environ.get("PITH_SOURCE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# Under the sanitizers (make asan-test) leak checking is off for the MPI processes: Open MPI's own
+# components leave allocations at exit (from dlopen'ed modules that LSan cannot name, so no suppression
+# matches them). Pith's side of the same code runs leak-checked in test_dist_tp, ranks as threads.
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+           OMPI_MCA_rmaps_base_oversubscribe="1",
+           ASAN_OPTIONS=":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "detect_leaks=0"])))
 BOUND = 30  # seconds a failed job may take to end everywhere
 
 
@@ -87,7 +91,8 @@ class TensorParallel(unittest.TestCase):
         r = job(2, ["run", "-m", path, "-p", "x", "-n", "2", "--tp", "4"])
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"--tp 4 in a job of 2 ranks", r.stderr)
-        r = run_pith(["run", "-m", path, "-p", "x", "-n", "2", "--tp", "2"])
+        r = subprocess.run([pith_bin(), "run", "-m", path, "-p", "x", "-n", "2", "--tp", "2"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120, env=ENV)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"--tp 2 in a job of 1 ranks", r.stderr)
         r = job(2, ["run", "-m", model("test-lfm2"), "-p", "x", "-n", "2", "--tp", "2"])
