@@ -17,6 +17,9 @@
 
 typedef struct pith_comm_vt {
     int (*bcast)(pith_comm *c, void *buf, size_t bytes, pith_err *err);
+    /* the same, for a wait that may last (a worker waiting for rank 0's next op): it may sleep between
+     * polls instead of spinning, so idle ranks leave the cores to others; NULL: bcast */
+    int (*bcast_idle)(pith_comm *c, void *buf, size_t bytes, pith_err *err);
     int (*allreduce_sum)(pith_comm *c, float *x, size_t n, pith_err *err);
     int (*allreduce_max)(pith_comm *c, int *v, pith_err *err);
     /* rank 0's recv gets every rank's `bytes` in rank order ([size * bytes]); elsewhere recv is unused */
@@ -61,9 +64,14 @@ static inline int pith_comm_bcast(pith_comm *c, void *buf, size_t bytes, pith_er
     int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, bytes, c->vt->bcast(c, buf, bytes, err));
 }
-/* A worker's wait for rank 0's next op: idle for the watchdog and the stats, however long it takes. */
-static inline int pith_comm_bcast_idle(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
-    return c->vt->bcast(c, buf, bytes, err);
+/* The broadcast of each op's header, which every rank calls as this one (an MPI nonblocking collective
+ * matches only its kind): on a worker, waiting for rank 0's next op, idle for the watchdog and the stats
+ * however long it takes; on rank 0 counted as any collective. */
+static inline int pith_comm_bcast_op(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
+    int (*op)(pith_comm *, void *, size_t, pith_err *) = c->vt->bcast_idle ? c->vt->bcast_idle : c->vt->bcast;
+    if (c->rank != 0) return op(c, buf, bytes, err);
+    int64_t t0 = pith_comm_enter(c);
+    return pith_comm_counted(c, t0, bytes, op(c, buf, bytes, err));
 }
 static inline int pith_comm_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
     int64_t t0 = pith_comm_enter(c);

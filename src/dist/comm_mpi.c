@@ -33,6 +33,32 @@ static int mpi_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
     return 0;
 }
 
+/* A nonblocking broadcast polled: spinning for the first 200 us (the next step usually comes that soon),
+ * then sleeping between polls, 50 us growing to 1 ms, so an idle rank does not hold a core (MPI's blocking
+ * calls spin for as long as they wait). */
+static int mpi_bcast_idle(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
+    if (bytes > PIECE) return pith_errf(err, "MPI broadcast: an op header of %zu bytes", bytes);
+    MPI_Request req;
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return fail(rc, "broadcast", err);
+    if (c->rank == 0) { /* the root sends: nothing to wait for but the send */
+        rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        return rc == MPI_SUCCESS ? 0 : fail(rc, "broadcast", err);
+    }
+    int64_t t0 = pith_comm_now_ns();
+    long nap_us = 50;
+    for (;;) {
+        int done = 0;
+        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return fail(rc, "broadcast", err);
+        if (done) return 0;
+        if (pith_comm_now_ns() - t0 < 200000) continue;
+        struct timespec nap = {0, nap_us * 1000};
+        nanosleep(&nap, NULL);
+        if (nap_us < 1000) nap_us *= 2;
+    }
+}
+
 static int mpi_allreduce_sum(pith_comm *c, float *x, size_t n, pith_err *err) {
     (void)c;
     for (size_t off = 0; off < n; off += PIECE / 4) {
@@ -69,7 +95,7 @@ static void mpi_free(pith_comm *c) {
 }
 
 static const pith_comm_vt mpi_vt = {
-    .bcast = mpi_bcast, .allreduce_sum = mpi_allreduce_sum, .allreduce_max = mpi_allreduce_max,
+    .bcast = mpi_bcast, .bcast_idle = mpi_bcast_idle, .allreduce_sum = mpi_allreduce_sum, .allreduce_max = mpi_allreduce_max,
     .gather = mpi_gather, .abort = mpi_abort, .free = mpi_free,
 };
 

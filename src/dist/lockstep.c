@@ -247,7 +247,7 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
     int rc = 0;
     for (;;) {
         op_msg m;
-        if (pith_comm_bcast_idle(c, &m, sizeof m, err)) {
+        if (pith_comm_bcast_op(c, &m, sizeof m, err)) {
             rc = -1;
             break;
         }
@@ -288,7 +288,7 @@ typedef struct leader {
 
 static int send_op(leader *L, op_msg *m, const void *payload, pith_err *err) {
     if (L->dead) return pith_errf(err, "the tensor-parallel job has failed");
-    if (pith_comm_bcast(L->st.c, m, sizeof *m, err) ||
+    if (pith_comm_bcast_op(L->st.c, m, sizeof *m, err) ||
         (m->payload > 0 && pith_comm_bcast(L->st.c, (void *)payload, (size_t)m->payload * sizeof(int32_t), err))) {
         L->dead = true;
         return -1;
