@@ -25,8 +25,13 @@
  * are checked too); and one process's tokens, except after a near tie that the difference between the two
  * models' logits there explains (check_divergence).
  *
+ * Pipeline parallelism (the Llama family's forward runs a stage's layers): 2 stages, and 2 stages of 2
+ * ranks, at model level (the same steps, the batch cut into micro-batches where long enough: the prompts'
+ * step) and at engine level (Llama with GQA over 2 stages, Qwen3-MoE over 2 x 2).
+ *
  * Refusals: a dimension that does not divide (KV heads over 4 ranks), a Q4_K block split by a shard
- * boundary, an architecture not sharded yet; each a clear error on every rank, no hang. */
+ * boundary, an architecture not sharded yet, a stage without a layer of one of the model's memory groups,
+ * an architecture without stages under --pp; each a clear error on every rank, no hang. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -43,14 +48,14 @@ typedef struct worker {
     pthread_t th;
     const char *path;
     pith_comm *comm;
-    int tp;
+    int tp, pp;
     int rc;
     pith_err err;
 } worker;
 
 static void *worker_main(void *arg) {
     worker *w = arg;
-    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp};
+    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp};
     pith_model *m;
     w->rc = pith_model_load(w->path, &mo, &m, &w->err);
     if (w->rc == 0) {
@@ -66,17 +71,17 @@ typedef struct group {
     int n;
 } group;
 
-/* Starts ranks 1..n-1 and loads rank 0's model; NULL (err set) when rank 0's load failed, after the
- * others are joined (they fail the same way). */
-static pith_model *group_start(group *g, const char *path, int n, pith_err *err) {
+/* Starts ranks 1..tp x pp - 1 and loads rank 0's model; NULL (err set) when rank 0's load failed (the
+ * others fail the same way). */
+static pith_model *group_start(group *g, const char *path, int tp, int pp, pith_err *err) {
     memset(g, 0, sizeof *g);
-    g->n = n;
+    int n = g->n = tp * pp;
     if (pith_comm_local_group(n, g->comm, err)) return NULL;
     for (int r = 1; r < n; r++) {
-        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = n};
+        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = tp, .pp = pp};
         pthread_create(&g->w[r].th, NULL, worker_main, &g->w[r]);
     }
-    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = n};
+    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = tp, .pp = pp};
     pith_model *m;
     if (pith_model_load(path, &mo, &m, err)) m = NULL;
     return m;
@@ -198,7 +203,7 @@ static double row_error(const float *a, const float *b, int V, double tol, bool 
     return rel;
 }
 
-static void test_model_level(const char *preset) {
+static void test_model_level(const char *preset, bool pipelined) {
     char path[4200];
     if (!make_model(preset, "F32", path, sizeof path)) return;
     pith_err err;
@@ -214,14 +219,20 @@ static void test_model_level(const char *preset) {
     const int V = one->hp.n_vocab, dim = one->hp.dim, kv_heads = one->hp.n_kv_heads;
     pith_model_free(one);
     const double tol = 5e-4;
-    for (int tp = 2; tp <= 4 && ok; tp *= 2) {
+    /* tensor parallelism over 2 and 4 ranks, 2 pipeline stages, and 2 stages of 2 ranks */
+    static const int layouts[][2] = {{2, 1}, {4, 1}, {1, 2}, {2, 2}};
+    for (size_t li = 0; li < sizeof layouts / sizeof *layouts && ok; li++) {
+        int tp = layouts[li][0], pp = layouts[li][1];
         if (kv_heads % tp) continue; /* test_refusals checks this refusal */
+        if (pp > 1 && !pipelined) continue;
+        char what[64];
+        snprintf(what, sizeof what, "--tp %d --pp %d", tp, pp);
         group g;
-        pith_model *m = group_start(&g, path, tp, &err);
-        CHECKF(m != NULL, "%s --tp %d: %s", preset, tp, err.msg);
+        pith_model *m = group_start(&g, path, tp, pp, &err);
+        CHECKF(m != NULL, "%s %s: %s", preset, what, err.msg);
         run_out got;
         bool ran = m && run_steps(m, &got, &err);
-        CHECKF(!m || ran, "%s --tp %d: %s", preset, tp, err.msg);
+        CHECKF(!m || ran, "%s %s: %s", preset, what, err.msg);
         double worst = 0;
         int bad_argmax = 0;
         for (int s = 0; ran && s < STEPS; s++) {
@@ -239,14 +250,14 @@ static void test_model_level(const char *preset) {
                 double e = fabs((double)got.hidden[i] - ref.hidden[i]) / (1 + fabs(ref.hidden[i]));
                 if (e > hworst) hworst = e;
             }
-            CHECKF(worst <= tol, "%s --tp %d: logits differ by %.3g of the largest (tolerance %g)", preset, tp, worst, tol);
-            CHECKF(bad_argmax == 0, "%s --tp %d: %d rows with another clear argmax", preset, tp, bad_argmax);
-            CHECKF(hworst <= tol, "%s --tp %d: hidden rows differ by %.3g", preset, tp, hworst);
-            printf("%s --tp %d: logits within %.2g of one process's (relative to each row's largest), hidden rows "
-                   "within %.2g, same argmax\n", preset, tp, worst, hworst);
+            CHECKF(worst <= tol, "%s %s: logits differ by %.3g of the largest (tolerance %g)", preset, what, worst, tol);
+            CHECKF(bad_argmax == 0, "%s %s: %d rows with another clear argmax", preset, what, bad_argmax);
+            CHECKF(hworst <= tol, "%s %s: hidden rows differ by %.3g", preset, what, hworst);
+            printf("%s %s: logits within %.2g of one process's (relative to each row's largest), hidden rows "
+                   "within %.2g, same argmax\n", preset, what, worst, hworst);
             run_out_free(&got);
         }
-        CHECKF(group_end(&g, m, m == NULL), "%s --tp %d: a worker rank failed", preset, tp);
+        CHECKF(group_end(&g, m, m == NULL), "%s %s: a worker rank failed", preset, what);
     }
     run_out_free(&ref);
 }
@@ -377,7 +388,7 @@ static void check_divergence(const char *preset, pith_model *one, pith_model *tp
     free(b);
 }
 
-static void test_engine_level(const char *preset) {
+static void test_engine_level(const char *preset, int tp, int pp) {
     char path[4200];
     if (!make_model(preset, "Q8_0", path, sizeof path)) return;
     pith_err err;
@@ -399,11 +410,11 @@ static void test_engine_level(const char *preset) {
     memset(got, 0, sizeof got);
     engine_passes(one, ref[0], ref, st_ref);
     group g;
-    pith_model *m = group_start(&g, path, 2, &err);
-    CHECKF(m != NULL, "%s --tp 2: %s", preset, err.msg);
+    pith_model *m = group_start(&g, path, tp, pp, &err);
+    CHECKF(m != NULL, "%s --tp %d --pp %d: %s", preset, tp, pp, err.msg);
     if (m) engine_passes(m, ref[0], got, st);
     if (!m) {
-        CHECKF(group_end(&g, m, true), "%s --tp 2: a worker rank failed", preset);
+        CHECKF(group_end(&g, m, true), "%s: a worker rank failed", preset);
         pith_model_free(one);
         return;
     }
@@ -423,28 +434,28 @@ static void test_engine_level(const char *preset) {
         if (k == GEN2) same++;
         else check_divergence(preset, one, m, i, &ref[0][i], k, &near_ties);
     }
-    CHECKF(group_end(&g, m, false), "%s --tp 2: a worker rank failed", preset);
+    CHECKF(group_end(&g, m, false), "%s --tp %d --pp %d: a worker rank failed", preset, tp, pp);
     pith_model_free(one);
     CHECKF(st[1].prefix_cache_hits > 0, "--tp 2: no prefix-cache hit");
     CHECKF(st[2].preemptions > 0, "--tp 2: no preemption in the small pool");
     CHECKF(st[3].spec_accepted_tokens > 0 && st[3].spec_accepted_tokens < st[3].spec_draft_tokens,
            "--tp 2: %llu of %llu draft tokens accepted", (unsigned long long)st[3].spec_accepted_tokens,
            (unsigned long long)st[3].spec_draft_tokens);
-    printf("%s engine --tp 2 (Q8_0): %d of %d prompts give one process's tokens (%d diverge at a near tie), and the "
+    printf("%s engine --tp %d --pp %d (Q8_0): %d of %d prompts give one process's tokens (%d diverge at a near tie), and the "
            "same alone, batched with %llu prefix-cache hits, under %llu preemptions and speculating (%llu of %llu "
-           "drafts accepted)\n", preset, same, N2, near_ties,
+           "drafts accepted)\n", preset, tp, pp, same, N2, near_ties,
            (unsigned long long)st[1].prefix_cache_hits, (unsigned long long)st[2].preemptions,
            (unsigned long long)st[3].spec_accepted_tokens, (unsigned long long)st[3].spec_draft_tokens);
 }
 
 /* ---- refusals ---- */
 
-static void expect_refusal(const char *preset, const char *dtype, int tp, const char *needle) {
+static void expect_refusal(const char *preset, const char *dtype, int tp, int pp, const char *needle) {
     char path[4200];
     if (!make_model(preset, dtype, path, sizeof path)) return;
     group g;
     pith_err err = {{0}};
-    pith_model *m = group_start(&g, path, tp, &err);
+    pith_model *m = group_start(&g, path, tp, pp, &err);
     CHECKF(m == NULL, "%s %s --tp %d loaded", preset, dtype, tp);
     CHECKF(m || strstr(err.msg, needle), "%s %s --tp %d: \"%s\" does not say \"%s\"", preset, dtype, tp, err.msg, needle);
     CHECKF(group_end(&g, m, m == NULL), "%s --tp %d: the other ranks did not refuse it too", preset, tp);
@@ -456,16 +467,24 @@ int main(void) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;
     }
-    static const char *presets[] = {"test-llama", "test-llama-gqa", "test-qwen2", "test-qwen3", "test-mistral-swa",
-                                    "test-smollm3", "test-gemma3", "test-mistral3", "test-qwen3moe",
-                                    "test-mixtral", "test-gpt-oss", "test-glm4moe"};
-    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) test_model_level(presets[i]);
-    test_engine_level("test-llama-gqa");
-    test_engine_level("test-qwen3moe");
-    expect_refusal("test-llama-gqa", "F32", 4, "KV heads (2) does not divide by 4");
-    expect_refusal("test-llama-gqa", "Q4_K", 2, "inside a Q4_K block");
-    expect_refusal("test-lfm2", "F32", 2, "does not run tensor-parallel yet");
+    /* the Llama family's forward runs in pipeline stages too (model/llama.c) */
+    static const struct { const char *preset; bool stages; } models[] = {
+        {"test-llama", true}, {"test-llama-gqa", true}, {"test-qwen2", true}, {"test-qwen3", true},
+        {"test-mistral-swa", true}, {"test-smollm3", true}, {"test-gemma3", false}, {"test-mistral3", false},
+        {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", false},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
+    test_engine_level("test-llama-gqa", 2, 1);
+    test_engine_level("test-qwen3moe", 2, 1);
+    test_engine_level("test-llama-gqa", 1, 2);
+    test_engine_level("test-qwen3moe", 2, 2);
+    expect_refusal("test-llama-gqa", "F32", 4, 1, "KV heads (2) does not divide by 4");
+    expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
+    expect_refusal("test-lfm2", "F32", 2, 1, "does not run tensor-parallel yet");
     /* its QK norm's statistic spans every head, which the ranks split: refused until that sum is shared */
-    expect_refusal("test-olmo2", "F32", 2, "does not run tensor-parallel yet");
+    expect_refusal("test-olmo2", "F32", 2, 1, "does not run tensor-parallel yet");
+    /* 7 layers, the only full-attention one is layer 5: the first of two stages would have none */
+    expect_refusal("test-gemma3", "F32", 1, 2, "holds none of the model's full-attention layers");
+    expect_refusal("test-mistral3", "F32", 1, 2, "does not run in pipeline stages yet");
     return check_summary("test_dist_tp");
 }

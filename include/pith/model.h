@@ -81,6 +81,8 @@ struct pith_model {
                                ...)", "mapped from the file (...)"; PITH_MOE_EXPERTS, README); "" otherwise */
     char placement[160];    /* partial offload (pith_model_options.gpu_layers): which layers run where,
                                one line; "" otherwise */
+    int tp, pp;             /* the parallel layout it was loaded in (pith_model_options.tp, .pp); 1, 1
+                               in one process */
 };
 
 typedef struct pith_model_options {
@@ -107,6 +109,9 @@ typedef struct pith_model_options {
      * for pith_dist_worker. */
     struct pith_comm *comm;
     int tp;
+    /* Pipeline parallelism: pp stages of consecutive layers (pith/dist.h), each of tp ranks; the
+     * communicator holds tp x pp ranks, stage s being ranks [s tp, (s + 1) tp). 0 or 1: one stage. */
+    int pp;
 } pith_model_options;
 
 PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,

@@ -24,6 +24,12 @@ typedef struct pith_comm_vt {
     int (*allreduce_max)(pith_comm *c, int *v, pith_err *err);
     /* rank 0's recv gets every rank's `bytes` in rank order ([size * bytes]); elsewhere recv is unused */
     int (*gather)(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err);
+    /* point to point (pipeline stages): send returns once dst may have the bytes (it may wait for dst's
+     * recv); recv waits for src's send of exactly that many bytes */
+    int (*send)(pith_comm *c, int dst, const void *buf, size_t bytes, pith_err *err);
+    int (*recv)(pith_comm *c, int src, void *buf, size_t bytes, pith_err *err);
+    /* collective: the ranks that give the same color form a communicator of their own, ranked by key */
+    int (*split)(pith_comm *c, int color, int key, pith_comm **out, pith_err *err);
     void (*abort)(pith_comm *c, int code);
     void (*free)(pith_comm *c);
 } pith_comm_vt;
@@ -31,7 +37,9 @@ typedef struct pith_comm_vt {
 struct pith_comm {
     const pith_comm_vt *vt;
     int rank, size;
-    pith_dist_stats stats;  /* this rank's collectives so far (pith_dist_get_stats) */
+    pith_comm *world;       /* the communicator this one is a part of (pith_comm_split), or itself: its
+                               stats and busy mark cover every collective of the rank */
+    pith_dist_stats stats;  /* the world's: this rank's collectives so far (pith_dist_get_stats) */
     /* When the collective this rank is in began (CLOCK_MONOTONIC ns), 0 outside one and while a worker
      * waits for rank 0's next op (idle, however long): what the watchdog (pith_comm_watchdog) reads. */
     _Atomic int64_t busy_since_ns;
@@ -47,17 +55,18 @@ static inline double pith_comm_now(void) { return 1e-9 * (double)pith_comm_now_n
 
 static inline int64_t pith_comm_enter(pith_comm *c) {
     int64_t t0 = pith_comm_now_ns();
-    atomic_store_explicit(&c->busy_since_ns, t0, memory_order_relaxed);
+    atomic_store_explicit(&c->world->busy_since_ns, t0, memory_order_relaxed);
     return t0;
 }
 
 /* Each op counts itself: one collective, its payload's bytes (a gather: what the root receives), and the
  * wall time inside it, waiting for the others included (the price of lockstep). */
 static inline int pith_comm_counted(pith_comm *c, int64_t t0, size_t bytes, int rc) {
-    atomic_store_explicit(&c->busy_since_ns, 0, memory_order_relaxed);
-    c->stats.collectives++;
-    c->stats.bytes += bytes;
-    c->stats.seconds += 1e-9 * (double)(pith_comm_now_ns() - t0);
+    pith_comm *w = c->world;
+    atomic_store_explicit(&w->busy_since_ns, 0, memory_order_relaxed);
+    w->stats.collectives++;
+    w->stats.bytes += bytes;
+    w->stats.seconds += 1e-9 * (double)(pith_comm_now_ns() - t0);
     return rc;
 }
 static inline int pith_comm_bcast(pith_comm *c, void *buf, size_t bytes, pith_err *err) {
@@ -84,6 +93,20 @@ static inline int pith_comm_allreduce_max(pith_comm *c, int *v, pith_err *err) {
 static inline int pith_comm_gather(pith_comm *c, const void *send, size_t bytes, void *recv, pith_err *err) {
     int64_t t0 = pith_comm_enter(c);
     return pith_comm_counted(c, t0, bytes * (size_t)c->size, c->vt->gather(c, send, bytes, recv, err));
+}
+static inline int pith_comm_send(pith_comm *c, int dst, const void *buf, size_t bytes, pith_err *err) {
+    int64_t t0 = pith_comm_enter(c);
+    return pith_comm_counted(c, t0, bytes, c->vt->send(c, dst, buf, bytes, err));
+}
+static inline int pith_comm_recv(pith_comm *c, int src, void *buf, size_t bytes, pith_err *err) {
+    int64_t t0 = pith_comm_enter(c);
+    return pith_comm_counted(c, t0, bytes, c->vt->recv(c, src, buf, bytes, err));
+}
+/* The part of c of the ranks with this color (collective over c); freed with pith_comm_free, before
+ * its world. Its collectives count in the world's stats and busy mark, so the world's watchdog watches
+ * them too. */
+static inline int pith_comm_split(pith_comm *c, int color, int key, pith_comm **out, pith_err *err) {
+    return c->vt->split(c, color, key, out, err);
 }
 /* Ends the whole job (MPI_Abort) or, for a local group, marks it failed so every later op fails. */
 static inline void pith_comm_abort(pith_comm *c, int code) { c->vt->abort(c, code); }

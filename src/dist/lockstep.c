@@ -129,9 +129,85 @@ static int batch_unpack(pith_batch *b, pith_batch_mem *mem, const op_msg *m, int
 
 typedef struct rank_state {
     pith_model *shard;
-    pith_comm *c;
-    scratch payload, flags, logits, gathered, hidden;
+    pith_comm *c;          /* every rank */
+    int tp, pp, stage;     /* the layout (pith_model.tp, .pp) and this rank's stage */
+    pith_comm *last;       /* the last stage's ranks (the vocabulary's shares), on them; c when pp is 1 */
+    scratch payload, flags, logits, gathered, hidden, sub;
 } rank_state;
+
+/* The layout and, with stages and tensor parallelism both, the last stage's part of the world
+ * (collective: every rank calls it at the same point, right after loading). */
+static int rank_state_init(rank_state *st, pith_model *shard, pith_comm *c, pith_err *err) {
+    memset(st, 0, sizeof *st);
+    st->shard = shard;
+    st->c = c;
+    st->tp = shard->tp > 1 ? shard->tp : 1;
+    st->pp = shard->pp > 1 ? shard->pp : 1;
+    st->stage = c->rank / st->tp;
+    st->last = c;
+    if (st->pp > 1 && st->tp > 1 && pith_comm_split(c, st->stage == st->pp - 1, c->rank % st->tp, &st->last, err))
+        return -1;
+    return 0;
+}
+
+/* ---- micro-batches: a batch cut into consecutive token ranges ---- */
+
+/* How many micro-batches a forward of n tokens runs in: with stages, enough for each stage to work on
+ * one while the next works on the one before, and each of at least 32 tokens (each micro-batch reads the
+ * stage's weights again: a decode step of a few sequences stays whole). */
+static int micro_batches(const rank_state *st, int n) {
+    if (st->pp <= 1) return 1;
+    int m = 2 * st->pp, most = n / 32;
+    return m < most ? m : most > 1 ? most : 1;
+}
+
+/* The tokens [t0, t1) of b as a batch of their own, their sequences numbered anew in order (a sequence
+ * cut between micro-batches continues in the next at its next position: the earlier part's memory is
+ * written by then, on every stage). scratch holds the sequence ids, tables and slots it makes. */
+static int batch_slice(const pith_batch *b, int t0, int t1, scratch *sc, pith_batch *out, pith_batch_mem *mem,
+                       pith_err *err) {
+    int n = t1 - t0, n_seqs = 0;
+    for (int t = t0; t < t1; t++) n_seqs += t == t0 || b->seq[t] != b->seq[t - 1];
+    size_t ints = (size_t)n + (size_t)n_seqs;
+    for (int g = 0; g < b->n_groups; g++)
+        ints += (size_t)n_seqs * ((b->mem[g].block_tables ? (size_t)b->mem[g].max_blocks : 0) + 1);
+    int32_t *w = grow(sc, ints * sizeof *w);
+    if (!w) return pith_errf(err, "out of memory");
+    int32_t *seq = w, *old = w + n; /* the new sequence ids; each new sequence's old id */
+    w += n + n_seqs;
+    for (int t = t0, s = -1; t < t1; t++) {
+        if (t == t0 || b->seq[t] != b->seq[t - 1]) old[++s] = b->seq[t];
+        seq[t - t0] = s;
+    }
+    *out = *b;
+    out->n_tokens = n;
+    out->n_seqs = n_seqs;
+    out->tokens = b->tokens + t0;
+    out->positions = b->positions + t0;
+    out->seq = seq;
+    out->want_logits = b->want_logits + t0;
+    if (b->want_hidden) out->want_hidden = b->want_hidden + t0; /* the caller points hidden at its rows */
+    for (int g = 0; g < b->n_groups; g++) {
+        const pith_batch_mem *bm = &b->mem[g];
+        mem[g] = *bm;
+        if (bm->slots) mem[g].slots = bm->slots + t0;
+        if (bm->checkpoints) mem[g].checkpoints = bm->checkpoints + t0;
+        if (bm->block_tables) {
+            for (int s = 0; s < n_seqs; s++)
+                memcpy(w + (size_t)s * bm->max_blocks, bm->block_tables + (size_t)old[s] * bm->max_blocks,
+                       (size_t)bm->max_blocks * sizeof *w);
+            mem[g].block_tables = w;
+            w += (size_t)n_seqs * bm->max_blocks;
+        }
+        if (bm->state_slots) {
+            for (int s = 0; s < n_seqs; s++) w[s] = bm->state_slots[old[s]];
+            mem[g].state_slots = w;
+            w += n_seqs;
+        }
+    }
+    out->mem = mem;
+    return 0;
+}
 
 /* The ranks' agreement on an op's status: 0 when every rank succeeded, else the last failing rank + 1. */
 static int agree(rank_state *st, int rc, pith_err *err) {
@@ -176,36 +252,82 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
             /* the others are about to run the forward's collectives: a rank that cannot join ends the job */
             if (rc) pith_comm_abort(c, 1);
         }
-        int v0, nv, vmax = 0;
-        pith_dist_vocab_share(sh->hp.n_vocab, c->size, c->rank, &v0, &nv);
-        pith_dist_vocab_share(sh->hp.n_vocab, c->size, 0, &v0, &vmax);
+        /* this rank's share of the vocabulary: on the last stage, split over its ranks */
+        const int V = sh->hp.n_vocab, on_last = st->stage == st->pp - 1;
+        int v0, nv = V, vmax = V;
+        if (st->tp > 1) {
+            pith_dist_vocab_share(V, st->tp, c->rank % st->tp, &v0, &nv);
+            pith_dist_vocab_share(V, st->tp, 0, &v0, &vmax);
+        }
         size_t n_logits = rc ? 0 : (size_t)pith_batch_n_logits(b);
+        size_t n_hidden = rc || !b->want_hidden ? 0 : (size_t)pith_batch_n_hidden(b);
         float *lg = rc ? NULL : grow(&st->logits, (n_logits ? n_logits : 1) * (size_t)vmax * sizeof(float));
         if (!rc && !lg) rc = pith_errf(err, "out of memory");
-        if (!rc && !leader_batch && b->want_hidden) {
-            /* rank 0 keeps the hidden rows; the others need somewhere to put theirs */
-            float *h = grow(&st->hidden, ((size_t)pith_batch_n_hidden(b) + 1) * (size_t)sh->hp.dim * sizeof(float));
-            if (!h) rc = pith_errf(err, "out of memory");
-            else local.hidden = h;
+        float *hidden = b->hidden;
+        if (!rc && n_hidden && (!leader_batch || st->pp > 1)) {
+            /* the hidden rows come from the last stage: its ranks (and rank 0's stage) need scratch */
+            hidden = grow(&st->hidden, (n_hidden + 1) * (size_t)sh->hp.dim * sizeof(float));
+            if (!hidden) rc = pith_errf(err, "out of memory");
         }
-        if (!rc) rc = pith_model_forward(sh, b, lg, err);
+        /* the micro-batches in order: each stage passes each on to the next as soon as it is done */
+        int mbs = rc ? 0 : micro_batches(st, b->n_tokens);
+        for (int k = 0, rows = 0, hrows = 0; k < mbs && !rc; k++) {
+            int t0 = (int)((long long)b->n_tokens * k / mbs), t1 = (int)((long long)b->n_tokens * (k + 1) / mbs);
+            pith_batch sub;
+            pith_batch_mem sub_mem[PITH_MAX_MEM_GROUPS];
+            if (mbs == 1) sub = *b;
+            else rc = batch_slice(b, t0, t1, &st->sub, &sub, sub_mem, err);
+            if (rc) break;
+            sub.hidden = hidden ? hidden + (size_t)hrows * (size_t)sh->hp.dim : NULL;
+            rc = pith_model_forward(sh, &sub, lg + (size_t)rows * (size_t)nv, err);
+            rows += pith_batch_n_logits(&sub);
+            hrows += pith_batch_n_hidden(&sub);
+        }
         int v = agree(st, rc, err);
-        if (v != 0 || n_logits == 0) return v;
-        float *all = c->rank == 0 ? grow(&st->gathered, (size_t)c->size * n_logits * (size_t)vmax * sizeof(float)) : NULL;
-        /* rank 0 cannot refuse the gather now that the others send: an allocation failure ends the job */
-        if (c->rank == 0 && !all) {
+        if (v != 0 || (n_logits == 0 && n_hidden == 0)) return v;
+        /* the last stage's ranks gather their vocabulary shares on its first rank */
+        pith_comm *lc = st->last;
+        const bool assembler = on_last && (st->tp == 1 || lc->rank == 0);
+        const bool direct = assembler && c->rank == 0; /* pp 1: rank 0 assembles into the engine's rows */
+        float *full = NULL;
+        if (n_logits && assembler && !direct) full = grow(&st->gathered, n_logits * (size_t)V * sizeof(float) +
+                                                              (st->tp > 1 ? (size_t)st->tp * n_logits * (size_t)vmax * sizeof(float) : 0));
+        if (n_logits && assembler && !direct && !full) {
             pith_comm_abort(c, 1);
             return pith_errf(err, "out of memory gathering the logits");
         }
-        if (pith_comm_gather(c, lg, n_logits * (size_t)vmax * sizeof(float), all, err)) return -2;
-        if (c->rank == 0) {
-            int V = sh->hp.n_vocab;
-            for (int r = 0; r < c->size; r++) {
-                int r0, rn;
-                pith_dist_vocab_share(V, c->size, r, &r0, &rn);
-                const float *src = all + (size_t)r * n_logits * (size_t)vmax;
-                for (size_t row = 0; row < n_logits; row++)
-                    memcpy(out_logits + row * (size_t)V + r0, src + row * (size_t)rn, (size_t)rn * sizeof(float));
+        float *dst = direct ? out_logits : full;
+        if (n_logits && on_last && st->tp > 1) {
+            float *all = NULL;
+            if (assembler) {
+                all = direct ? grow(&st->gathered, (size_t)st->tp * n_logits * (size_t)vmax * sizeof(float))
+                             : full + n_logits * (size_t)V;
+                if (!all) {
+                    pith_comm_abort(c, 1);
+                    return pith_errf(err, "out of memory gathering the logits");
+                }
+            }
+            if (pith_comm_gather(lc, lg, n_logits * (size_t)vmax * sizeof(float), all, err)) return -2;
+            if (assembler)
+                for (int r = 0; r < st->tp; r++) {
+                    int r0, rn;
+                    pith_dist_vocab_share(V, st->tp, r, &r0, &rn);
+                    const float *src = all + (size_t)r * n_logits * (size_t)vmax;
+                    for (size_t row = 0; row < n_logits; row++)
+                        memcpy(dst + row * (size_t)V + r0, src + row * (size_t)rn, (size_t)rn * sizeof(float));
+                }
+        } else if (n_logits && assembler) {
+            memcpy(dst, lg, n_logits * (size_t)V * sizeof(float));
+        }
+        if (st->pp > 1) { /* the last stage's first rank sends its rows to rank 0 */
+            const int from = (st->pp - 1) * st->tp;
+            size_t lb = n_logits * (size_t)V * sizeof(float), hb = n_hidden * (size_t)sh->hp.dim * sizeof(float);
+            if (c->rank == from) {
+                if ((lb && pith_comm_send(c, 0, full, lb, err)) || (hb && pith_comm_send(c, 0, hidden, hb, err))) return -2;
+            } else if (c->rank == 0) {
+                if ((lb && pith_comm_recv(c, from, out_logits, lb, err)) ||
+                    (hb && pith_comm_recv(c, from, b->hidden, hb, err)))
+                    return -2;
             }
         }
         return 0;
@@ -234,6 +356,8 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
 }
 
 static void rank_state_free(rank_state *st) {
+    if (st->last != st->c) pith_comm_free(st->last);
+    free(st->sub.p);
     free(st->payload.p);
     free(st->flags.p);
     free(st->logits.p);
@@ -243,7 +367,8 @@ static void rank_state_free(rank_state *st) {
 
 int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
     if (!shard || !c || c->rank == 0) return pith_errf(err, "pith_dist_worker runs on ranks other than 0");
-    rank_state st = {.shard = shard, .c = c};
+    rank_state st;
+    if (rank_state_init(&st, shard, c, err)) return -1;
     int rc = 0;
     for (;;) {
         op_msg m;
@@ -385,8 +510,11 @@ int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err
         pith_model_free(shard);
         return pith_errf(err, "out of memory");
     }
-    L->st.shard = shard;
-    L->st.c = c;
+    if (rank_state_init(&L->st, shard, c, err)) {
+        free(L);
+        pith_model_free(shard);
+        return -1;
+    }
     L->base.ops = &leader_ops;
     L->base.impl = L;
     L->base.hp = *pith_model_file_hparams(shard->file); /* the whole model's: the shard's are its share */
@@ -395,8 +523,15 @@ int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err
     L->base.has_hidden = shard->has_hidden;
     L->base.state_checkpoints = shard->state_checkpoints;
     memcpy(L->base.experts, shard->experts, sizeof L->base.experts);
-    snprintf(L->base.placement, sizeof L->base.placement, "tensor-parallel over %d ranks (rank 0: heads and FFN "
-             "columns 1/%d, vocabulary rows 1/%d)", c->size, c->size, c->size);
+    L->base.tp = shard->tp;
+    L->base.pp = shard->pp;
+    if (L->st.pp > 1)
+        snprintf(L->base.placement, sizeof L->base.placement, "%d pipeline stages of %d rank%s each (rank 0: the first "
+                 "stage's layers%s)", L->st.pp, L->st.tp, L->st.tp > 1 ? "s" : "",
+                 L->st.tp > 1 ? ", its heads and FFN columns split" : "");
+    else
+        snprintf(L->base.placement, sizeof L->base.placement, "tensor-parallel over %d ranks (rank 0: heads and FFN "
+                 "columns 1/%d, vocabulary rows 1/%d)", c->size, c->size, c->size);
     *out = &L->base;
     return 0;
 }

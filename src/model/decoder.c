@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pith/dist.h"
+
 pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_model_options *opt,
                                const pith_model_ops *ops, void (*free_arch)(pith_decoder *d), pith_err *err) {
     pith_decoder *d = size >= sizeof *d ? calloc(1, size) : NULL;
@@ -31,8 +33,8 @@ pith_decoder *pith_decoder_new(size_t size, pith_model_file *file, const pith_mo
 
 int pith_decoder_end(pith_decoder *d, int rc, pith_model **out, pith_err *err) {
     *out = NULL;
-    if (!rc && d->opt && d->opt->comm && d->opt->tp > 1 && !d->tp.comm)
-        rc = pith_errf(err, "architecture '%s' does not run tensor-parallel yet (--tp)", d->base.hp.arch);
+    if (!rc && d->opt && d->opt->comm && (d->opt->tp > 1 || d->opt->pp > 1) && !d->tp.begun)
+        rc = pith_errf(err, "architecture '%s' does not run tensor-parallel yet (--tp, --pp)", d->base.hp.arch);
     if (rc) {
         pith_err_prefix(err, "%s", pith_model_file_path(d->file));
         pith_decoder_destroy(&d->base);
@@ -223,13 +225,22 @@ int pith_decoder_kv_memory(pith_decoder *d, int kv_dim, int (*window_of)(const p
     int n = 0;
     for (int windowed = 0; windowed < 2; windowed++) {
         int first = n;
+        /* a pipeline stage lists its own layers only, and every stage must have the same groups (the
+         * engine's layout is rank 0's) */
+        bool any = false;
         for (int l = 0; l < L; l++) {
             if ((window_of(hp, l) > 0) != (windowed == 1)) continue;
+            any = true;
+            if (!pith_decoder_has_layer(d, l)) continue;
             d->layer_group[l] = spec->n_groups;
             d->layer_index[l] = n - first;
             d->group_layers[n++] = l;
         }
-        if (n == first) continue;
+        if (!any) continue;
+        if (n == first)
+            return pith_errf(err, "--pp %d: stage %d (layers %d..%d) holds none of the model's %s layers; every "
+                                  "stage needs some of each kind (fewer stages)", d->tp.n_stages, d->tp.stage,
+                             d->tp.l0, d->tp.l1 - 1, windowed ? "sliding-window" : "full-attention");
         pith_mem_group *g = &spec->groups[spec->n_groups++];
         g->kind = windowed ? PITH_MEM_WINDOW : PITH_MEM_FULL;
         g->window = windowed ? window_of(hp, d->group_layers[first]) : 0;
@@ -312,6 +323,7 @@ void pith_decoder_destroy(pith_model *m) {
     pith_backend_free(d->be);
     for (int i = 0; i < d->tp.n_owned; i++) free(d->tp.owned[i]);
     free(d->tp.owned);
+    pith_comm_free(d->tp.comm); /* the stage's part of the world (its own is the caller's) */
     free(d->group_layers);
     free(d->layer_group);
     free(d->layer_index);

@@ -28,11 +28,17 @@ extern "C" {
  * [vocab0, vocab0 + n_vocab); norms and embeddings whole. Partial sums of the two column-sharded
  * products are summed across ranks (pith_decoder_allreduce) before they join the residual. */
 typedef struct pith_decoder_shard {
-    struct pith_comm *comm;
+    struct pith_comm *comm;  /* this stage's tensor-parallel ranks (owned: a part of world), or NULL */
     int rank, size;
     int vocab0, n_vocab;
     void **owned;      /* column shards copied out of the file (the backend may keep pointers into them) */
     int n_owned;
+    /* Pipeline parallelism (opt->pp > 1): this rank's stage holds layers [l0, l1) and their memory; the
+     * first stage embeds, each other receives the residual from the stage before (the rank of the same
+     * tensor-parallel rank there), and the last runs the head. Without it: one stage, every layer. */
+    struct pith_comm *world;
+    int stage, n_stages, l0, l1;
+    bool begun;        /* pith_decoder_shard_begin ran with a communicator */
 } pith_decoder_shard;
 
 typedef struct pith_decoder pith_decoder;
@@ -93,7 +99,20 @@ int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err)
  * through the communicator there), that n_heads, n_kv_heads and ffn_dim divide by the ranks, refuses
  * experts (expert parallelism is not built yet), and makes base.hp this rank's. A decoder built with
  * opt->comm that never called it fails at pith_decoder_end, naming the architecture. */
-int pith_decoder_shard_begin(pith_decoder *d, pith_err *err);
+int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err);
+/* stages: the architecture's forward runs a layer range (pith_decoder_has_layer, pith_decoder_stage_recv
+ * and _send below); false refuses opt->pp > 1. */
+/* Whether this rank holds layer l (its weights and memory): every layer without pipeline stages. */
+static inline bool pith_decoder_has_layer(const pith_decoder *d, int l) {
+    return !d->tp.world || d->tp.n_stages <= 1 || (l >= d->tp.l0 && l < d->tp.l1);
+}
+static inline bool pith_decoder_first_stage(const pith_decoder *d) { return d->tp.stage == 0; }
+static inline bool pith_decoder_last_stage(const pith_decoder *d) {
+    return !d->tp.world || d->tp.stage == d->tp.n_stages - 1;
+}
+/* The residual's n rows from the stage before / to the stage after. A failure ends the job. */
+int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err);
+int pith_decoder_stage_send(pith_decoder *d, const pith_buf *x, int n, pith_err *err);
 /* How a tensor (its name after "blk.N.") is sharded: Megatron's split of the layer library's blocks. */
 typedef enum pith_shard_kind {
     PITH_SHARD_NONE,    /* whole on every rank */

@@ -28,16 +28,34 @@ static int divides(int n, int size, const char *what, pith_err *err) {
     return pith_errf(err, "--tp %d: %s (%d) does not divide by %d", size, what, n, size);
 }
 
-int pith_decoder_shard_begin(pith_decoder *d, pith_err *err) {
+int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
     const pith_model_options *opt = d->opt;
-    if (!opt || !opt->comm || opt->tp <= 1) return 0;
-    pith_comm *c = opt->comm;
+    if (!opt || !opt->comm || (opt->tp <= 1 && opt->pp <= 1)) return 0;
+    pith_comm *world = opt->comm;
     pith_hparams *hp = &d->base.hp;
-    int N = c->size;
-    if (opt->tp != N) return pith_errf(err, "--tp %d with %d ranks: start as many ranks as --tp says", opt->tp, N);
+    const int tp = opt->tp > 1 ? opt->tp : 1, pp = opt->pp > 1 ? opt->pp : 1;
+    d->tp.begun = true;
+    if (tp * pp != world->size)
+        return pith_errf(err, "--tp %d --pp %d with %d ranks: start tp x pp ranks", tp, pp, world->size);
+    d->tp.world = world;
+    d->tp.stage = world->rank / tp;
+    d->tp.n_stages = pp;
+    d->tp.l0 = d->tp.stage * hp->n_layers / pp;
+    d->tp.l1 = (d->tp.stage + 1) * hp->n_layers / pp;
+    /* collective over every rank: the ranks of each stage form its tensor-parallel group */
+    pith_comm *c = NULL;
+    if (tp > 1 && pith_comm_split(world, d->tp.stage, world->rank % tp, &c, err)) return -1;
+    d->tp.comm = c;
     if (strcmp(d->be->vt->name, "cpu") != 0)
-        return pith_errf(err, "--tp runs on the CPU backend only for now (this model is on %s)", d->be->vt->name);
-    if (opt->mtp) return pith_errf(err, "--tp: the MTP head is not sharded yet");
+        return pith_errf(err, "--tp and --pp run on the CPU backend only for now (this model is on %s)", d->be->vt->name);
+    if (pp > 1 && !stages) return pith_errf(err, "--pp: this architecture does not run in pipeline stages yet");
+    if (pp > hp->n_layers) return pith_errf(err, "--pp %d: the model has %d layers", pp, hp->n_layers);
+    if (opt->mtp) return pith_errf(err, "--tp, --pp: the MTP head is not sharded yet");
+    if (tp == 1) { /* stages alone: the whole width of every layer of this stage */
+        d->tp.n_vocab = hp->n_vocab;
+        return 0;
+    }
+    const int N = tp;
     if (divides(hp->n_heads, N, "the number of attention heads", err) ||
         divides(hp->n_kv_heads, N, "the number of KV heads", err) ||
         divides(hp->ffn_dim, N, "the FFN width", err) ||
@@ -49,7 +67,6 @@ int pith_decoder_shard_begin(pith_decoder *d, pith_err *err) {
     hp->n_heads /= N;
     hp->n_kv_heads /= N;
     hp->ffn_dim /= N;
-    d->tp.comm = c;
     d->tp.rank = c->rank;
     d->tp.size = N;
     pith_dist_vocab_share(hp->n_vocab, N, c->rank, &d->tp.vocab0, &d->tp.n_vocab);
@@ -60,6 +77,26 @@ int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {
     if (!d->tp.comm || n == 0) return 0;
     if (pith_comm_allreduce_sum(d->tp.comm, y->host, (size_t)n * (size_t)y->cols, err)) {
         pith_comm_abort(d->tp.comm, 1);
+        return -1;
+    }
+    return 0;
+}
+
+int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err) {
+    pith_comm *w = d->tp.world;
+    int from = w->rank - (d->tp.size > 1 ? d->tp.size : 1);
+    if (pith_comm_recv(w, from, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
+        pith_comm_abort(w, 1);
+        return -1;
+    }
+    return 0;
+}
+
+int pith_decoder_stage_send(pith_decoder *d, const pith_buf *x, int n, pith_err *err) {
+    pith_comm *w = d->tp.world;
+    int to = w->rank + (d->tp.size > 1 ? d->tp.size : 1);
+    if (pith_comm_send(w, to, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
+        pith_comm_abort(w, 1);
         return -1;
     }
     return 0;

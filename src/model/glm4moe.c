@@ -97,7 +97,7 @@ int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pit
     glm4moe *m = (glm4moe *)pith_decoder_new(sizeof *m, file, opt, &glm4moe_ops, glm4moe_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    int rc = pith_decoder_shard_begin(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
     hp = &d->base.hp; /* this rank's share under tensor parallelism */
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");

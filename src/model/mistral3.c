@@ -87,7 +87,7 @@ int pith_mistral3_build(pith_model_file *file, const pith_model_options *opt, pi
     pith_decoder *d = &m->d;
     m->temp_beta = p->attn_temp_beta;
     m->temp_length = p->attn_temp_length;
-    int rc = pith_decoder_shard_begin(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
     hp = &d->base.hp; /* this rank's share under tensor parallelism */
     if (m->temp_beta != 0 && !d->be->vt->attn_temp)
         rc = pith_errf(err, "the %s backend has no attention temperature op (Mistral 3's llama_4_scaling_beta %g)",

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "dist/comm.h"
 #include "dist/lockstep.h"
 #include "format/arch.h"
 #include "format/printable.h"
@@ -15,8 +16,8 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
     if (!opt) opt = &defaults;
     const pith_arch *arch = pith_arch_find(hp->arch);
     int rc;
-    if (opt->tp > 1 && !opt->comm) {
-        rc = pith_errf(err, "--tp %d needs the ranks' communicator (start with mpirun -np %d)", opt->tp, opt->tp);
+    if ((opt->tp > 1 || opt->pp > 1) && !opt->comm) {
+        rc = pith_errf(err, "--tp %d --pp %d needs the ranks' communicator (start with mpirun)", opt->tp, opt->pp);
     } else if (opt->mtp && hp->n_mtp_layers == 0 && arch) {
         rc = pith_errf(err, "%s: the file has no multi-token-prediction (MTP) layers", path);
     } else if (arch && arch->build) {
@@ -34,12 +35,32 @@ int pith_model_load(const char *path, const pith_model_options *opt, pith_model 
                        pith_printable(shown, sizeof shown, hp->arch, strlen(hp->arch)),
                        pith_arch_names(names, sizeof names, false));
     }
+    /* the ranks agree on the load: one that failed (a stage without a layer of some group, memory) fails
+     * them all, instead of leaving the others waiting for it */
+    const bool dist = opt->comm && (opt->tp > 1 || opt->pp > 1);
+    if (dist) {
+        pith_err agree_err = {{0}};
+        int v = rc ? pith_comm_rank(opt->comm) + 1 : 0;
+        if (pith_comm_allreduce_max(opt->comm, &v, &agree_err)) v = -1;
+        if (v != 0 && !rc) {
+            pith_model_free(*out);
+            *out = NULL;
+            rc = v > 0 ? pith_errf(err, "%s: rank %d of %d failed to load the model (its standard error says why)", path,
+                                   v - 1, pith_comm_size(opt->comm))
+                       : pith_errf(err, "%s: %s", path, agree_err.msg);
+            return rc;
+        }
+    }
     if (rc) {
         pith_model_file_close(file);
         return rc;
     }
-    /* tensor parallelism: rank 0 drives every rank's shard; the others hand theirs to pith_dist_worker */
-    if (opt->comm && opt->tp > 1 && pith_comm_rank(opt->comm) == 0) return pith_dist_leader(*out, opt->comm, out, err);
+    (*out)->tp = opt->tp > 1 ? opt->tp : 1;
+    (*out)->pp = opt->pp > 1 ? opt->pp : 1;
+    /* tensor and pipeline parallelism: rank 0 drives every rank's shard; the others hand theirs to
+     * pith_dist_worker */
+    if (opt->comm && ((*out)->tp > 1 || (*out)->pp > 1) && pith_comm_rank(opt->comm) == 0)
+        return pith_dist_leader(*out, opt->comm, out, err);
     return 0;
 }
 
