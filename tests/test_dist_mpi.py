@@ -1,9 +1,10 @@
-"""Tensor parallelism over MPI processes (`mpirun --oversubscribe -np N pith run --tp N`, one thread per
-rank), end to end through the CLI; tests/test_dist_tp.c checks the same code with threads as ranks, on
-every sharded architecture and the engine's features.
+"""Tensor and pipeline parallelism over MPI processes (`mpirun --oversubscribe -np N pith run --tp T --pp P`,
+one thread per rank), end to end through the CLI; tests/test_dist_tp.c checks the same code with threads
+as ranks, on every sharded architecture and the engine's features.
 
-- -np 2 and -np 4: the greedy text equals one process's, and every step's logits row (--logits-out) is
-  within 5e-4 of one process's relative to the row's largest logit (test_dist_tp.c says why);
+- --tp 2, --tp 4, --pp 2 and --tp 2 --pp 2 (Llama), --tp 2 (Gemma 3), --tp 2 and --pp 2 (Qwen3-MoE): the
+  greedy text equals one process's, and every step's logits row (--logits-out) is within 5e-4 of one
+  process's relative to the row's largest logit (test_dist_tp.c says why);
 - a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
   with a message naming the problem, within the time bound, no rank left behind;
 - a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
@@ -57,44 +58,49 @@ def job(n, args, timeout=120):
 
 
 class TensorParallel(unittest.TestCase):
-    def generate(self, path, n, tp=None):
-        logits = os.path.join(tmp_dir(), "mpi-logits-%d.f32" % (tp or 1))
+    def generate(self, path, tp=1, pp=1):
+        logits = os.path.join(tmp_dir(), "mpi-logits-%d-%d.f32" % (tp, pp))
         args = ["run", "-m", path, "-p", "The quick brown fox", "-n", "24", "--temp", "0", "-t", "1",
                 "--ignore-eos", "--logits-out", logits]
-        r = job(n, args + ["--tp", str(tp)]) if tp else run_pith(args)
+        r = job(tp * pp, args + ["--tp", str(tp), "--pp", str(pp)]) if tp * pp > 1 else run_pith(args)
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         return r.stdout, np.fromfile(logits, dtype="<f4")
 
-    def check_same(self, preset, tps):
+    def check_same(self, preset, layouts):
         path = model(preset)
-        text, ref = self.generate(path, 1)
+        text, ref = self.generate(path)
         self.assertGreater(ref.size, 0)
-        for tp in tps:
-            got_text, got = self.generate(path, tp, tp)
-            self.assertEqual(got_text, text, "--tp %d: the greedy text differs" % tp)
+        for tp, pp in layouts:
+            got_text, got = self.generate(path, tp, pp)
+            self.assertEqual(got_text, text, "--tp %d --pp %d: the greedy text differs" % (tp, pp))
             self.assertEqual(got.shape, ref.shape)
             vocab = ref.size // 24
             ref2, got2 = ref.reshape(24, vocab), got.reshape(24, vocab)
             rel = np.abs(got2 - ref2).max(axis=1) / np.abs(ref2).max(axis=1)
-            self.assertLessEqual(rel.max(), 5e-4, "--tp %d: logits differ by %.3g of the row's largest" % (tp, rel.max()))
-            print("%s --tp %d over MPI: same text, logits within %.2g of one process's" % (preset, tp, rel.max()))
+            self.assertLessEqual(rel.max(), 5e-4, "--tp %d --pp %d: logits differ by %.3g of the row's largest" %
+                                 (tp, pp, rel.max()))
+            print("%s --tp %d --pp %d over MPI: same text, logits within %.2g of one process's" % (preset, tp, pp,
+                                                                                                 rel.max()))
 
     def test_llama_2_and_4_ranks(self):
-        self.check_same("test-llama", [2, 4])
+        self.check_same("test-llama", [(2, 1), (4, 1), (1, 2), (2, 2)])
 
     def test_gemma3_2_ranks(self):
-        self.check_same("test-gemma3", [2])
+        self.check_same("test-gemma3", [(2, 1)])
+
+    def test_moe_2_ranks(self):
+        self.check_same("test-qwen3moe", [(2, 1), (1, 2)])
 
     def test_refusals(self):
         path = model("test-llama")
         t = time.time()
         r = job(2, ["run", "-m", path, "-p", "x", "-n", "2", "--tp", "4"])
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"--tp 4 in a job of 2 ranks", r.stderr)
+        self.assertIn(b"--tp 4 --pp 1 in a job of 2 ranks", r.stderr)
         r = subprocess.run([pith_bin(), "run", "-m", path, "-p", "x", "-n", "2", "--tp", "2"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=120, env=ENV)
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"--tp 2 in a job of 1 ranks", r.stderr)
+        self.assertIn(b"--tp 2 --pp 1 in a job of 1 ranks", r.stderr)
         r = job(2, ["run", "-m", model("test-lfm2"), "-p", "x", "-n", "2", "--tp", "2"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"does not run tensor-parallel yet", r.stderr)

@@ -231,7 +231,16 @@ static void test_model_level(const char *preset, bool pipelined) {
         pith_model *m = group_start(&g, path, tp, pp, &err);
         CHECKF(m != NULL, "%s %s: %s", preset, what, err.msg);
         run_out got;
+        pith_dist_stats st0 = {0}, st1 = {0};
+        if (m) CHECK(pith_dist_get_stats(m, &st0));
         bool ran = m && run_steps(m, &got, &err);
+        if (ran) {
+            pith_dist_get_stats(m, &st1);
+            /* with stages the prompts' step runs as 4 micro-batches (PITH_PP_MIN_TOKENS=4), the others whole */
+            uint64_t steps = st1.forwards - st0.forwards, mbs = st1.micro_batches - st0.micro_batches;
+            CHECKF(steps == STEPS && mbs == (pp > 1 ? STEPS + 3 : STEPS), "%s %s: %llu micro-batches in %llu steps",
+                   preset, what, (unsigned long long)mbs, (unsigned long long)steps);
+        }
         CHECKF(!m || ran, "%s %s: %s", preset, what, err.msg);
         double worst = 0;
         int bad_argmax = 0;
@@ -463,6 +472,9 @@ static void expect_refusal(const char *preset, const char *dtype, int tp, int pp
 }
 
 int main(void) {
+    /* micro-batches of 4 tokens and more: the prompts' step (63 tokens) and the engine's prefill chunks
+     * (40) run as 4 micro-batches through the stages, sequences cut between them */
+    setenv("PITH_PP_MIN_TOKENS", "4", 1);
     if (!getenv("PITH_SOURCE_DIR") || !getenv("PITH_TEST_TMP")) {
         printf("SKIP: PITH_SOURCE_DIR / PITH_TEST_TMP not set (run through ctest)\n");
         return CHECK_SKIP;

@@ -45,7 +45,7 @@ typedef struct pith_assets_options {
     const char *gpu_layers;          /* partial offload (pith_model_options.gpu_layers); NULL: none */
     int n_cpu_moe;                   /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     struct pith_comm *comm;          /* tensor parallelism (pith_model_options.comm, .tp; pith/dist.h) */
-    int tp;
+    int tp, pp;
 } pith_assets_options;
 
 PITH_API int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);

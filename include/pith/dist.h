@@ -60,6 +60,7 @@ typedef struct pith_dist_stats {
     uint64_t collectives;
     uint64_t bytes;
     double seconds;
+    uint64_t forwards, micro_batches; /* forward steps, and the micro-batches they ran in (pipeline stages) */
 } pith_dist_stats;
 /* Rank 0's, for a model pith_model_load returned there under tensor parallelism; false for another model. */
 PITH_API bool pith_dist_get_stats(const pith_model *m, pith_dist_stats *out);

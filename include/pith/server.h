@@ -118,7 +118,7 @@ typedef struct pith_server_options {
     /* Tensor parallelism (pith/dist.h): rank 0 serves, the other ranks run pith_dist_worker; one model
      * only, and no weight reload or sleep (the other ranks would need the new weights too) */
     struct pith_comm *comm;
-    int tp;
+    int tp, pp;
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

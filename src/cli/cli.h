@@ -54,17 +54,19 @@ pith_run_action cli_run_check(void *interrupted);
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 int cli_read_file(const char *path, char **data, size_t *len, pith_err *err);
 
-/* Tensor parallelism (--tp N, docs/distributed.md). cli_dist_begin joins the MPI job when tp > 1 (the
- * job must have tp ranks) and sets *comm (NULL when tp <= 1); false after an error line. A rank other than
+/* Tensor and pipeline parallelism (--tp N, --pp M, docs/distributed.md). cli_dist_begin joins the MPI job
+ * when tp or pp > 1 (the job must have tp x pp ranks) and sets *comm (NULL otherwise); false after an
+ * error line. A rank other than
  * 0 then calls cli_dist_worker, which loads the model with the model options rank 0 uses (quietly), runs
  * the ops rank 0 sends until it is done and returns the exit code. cli_dist_end ends the rank's part:
  * with rc 0 it leaves the job; otherwise it aborts it, so no rank is left waiting for this one. */
 struct pith_comm;
-bool cli_dist_begin(const char *cmd, int tp, struct pith_comm **comm);
+bool cli_dist_begin(const char *cmd, int tp, int pp, struct pith_comm **comm);
 int cli_dist_worker(const char *cmd, struct pith_comm *comm, const char *model_path, const pith_model_options *mo);
 int cli_dist_end(struct pith_comm *comm, int rc);
-/* "--tp N" (1..256) at argv[*i]: stores it and returns 1; 0 when not that option; -1 after an error line. */
-int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp);
+/* "--tp N" or "--pp M" (1..256) at argv[*i]: stores it and returns 1; 0 when not one of them; -1 after
+ * an error line. */
+int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp);
 /* --tp's help lines, aligned as the command's other options (wide: serve's column). */
 const char *cli_tp_help(bool wide);
 

@@ -32,7 +32,7 @@ typedef struct bench_opts {
     const char *device;   /* --device; NULL: PITH_DEVICE, else the CPU */
     const char *gpu_layers; /* -ngl */
     int n_cpu_moe;          /* --n-cpu-moe; -1: --cpu-moe */
-    int tp;                 /* --tp: ranks, each with threads[0] threads */
+    int tp, pp;             /* --tp, --pp: ranks (tp x pp), each with threads[0] threads */
     struct pith_comm *comm; /* the MPI job's, with --tp */
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
@@ -158,7 +158,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         const char *v;
         long long iv;
 #define VALUE() do { if (!(v = cli_value("bench", argc, argv, &i))) return -1; } while (0)
-        int tp_rc = cli_tp_arg("bench", argc, argv, &i, &o->tp);
+        int tp_rc = cli_tp_arg("bench", argc, argv, &i, &o->tp, &o->pp);
         if (tp_rc < 0) return -1;
         if (tp_rc > 0) {
             continue;
@@ -384,8 +384,9 @@ static void print_row(bench_ctx *c, const test_result *r) {
     char test[48];
     if (r->depth) snprintf(test, sizeof test, "%s%d @ d%d", r->kind, r->n_tokens, r->depth);
     else snprintf(test, sizeof test, "%s%d", r->kind, r->n_tokens);
-    char threads[32];
-    if (c->o->tp > 1) snprintf(threads, sizeof threads, "tp %d x %d", c->o->tp, r->threads);
+    char threads[64];
+    if (c->o->pp > 1) snprintf(threads, sizeof threads, "pp %d x tp %d x %d", c->o->pp, c->o->tp > 1 ? c->o->tp : 1, r->threads);
+    else if (c->o->tp > 1) snprintf(threads, sizeof threads, "tp %d x %d", c->o->tp, r->threads);
     else snprintf(threads, sizeof threads, "%d", r->threads);
     printf("| %s | %s | %.1f | %s | %s | %.2f ± %.2f | %.1f (%.1f/%.1f) | %s | %.2f | %.0f%% |\n",
            base_name(c->o->model), c->w.format, (double)c->w.size_bytes / (1 << 20), threads, test, r->tps.mean, r->tps.stddev, 0.5 * (r->bw_before + r->bw_after) / 1e9,
@@ -421,6 +422,7 @@ static int print_json(bench_ctx *c, const test_result *r) {
     cJSON_AddNumberToObject(j, "n_vocab", c->hp.n_vocab);
     cJSON_AddNumberToObject(j, "threads", r->threads);
     if (o->tp > 1) cJSON_AddNumberToObject(j, "tp", o->tp);
+    if (o->pp > 1) cJSON_AddNumberToObject(j, "pp", o->pp);
     cJSON_AddStringToObject(j, "test", test);
     cJSON_AddNumberToObject(j, "n_tokens", r->n_tokens);
     cJSON_AddNumberToObject(j, "depth", r->depth);
@@ -593,12 +595,12 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     cli_progress_start(&bar, "loading model");
     pith_model_options mo = {.n_threads = threads, .device = o->device, .progress = cli_progress_update,
                              .progress_user = &bar, .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe,
-                             .comm = o->comm, .tp = o->tp};
+                             .comm = o->comm, .tp = o->tp, .pp = o->pp};
     int load_rc = pith_model_load(o->model, &mo, &m, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;
     if (m->placement[0]) fprintf(stderr, "pith bench: offload: %s\n", m->placement);
-    if (o->tp > 1 && pith_dist_probe_links(m, &c->links, err)) goto done;
+    if ((o->tp > 1 || o->pp > 1) && pith_dist_probe_links(m, &c->links, err)) goto done;
     c->hp = m->hp;
     snprintf(c->experts, sizeof c->experts, "%s", m->experts);
     if (pith_bench_weights_of(m, &c->w, err)) goto done;
@@ -622,7 +624,7 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         c->peak_isa = "vulkan fp32 fma";
     } else {
         /* under --tp the ranks on this machine use tp x threads cores: the limits are those cores' */
-        int probe_threads = threads * (o->tp > 1 ? o->tp : 1);
+        int probe_threads = threads * (o->tp > 1 ? o->tp : 1) * (o->pp > 1 ? o->pp : 1);
         if (pith_probe_new(probe_threads, (size_t)c->probe_mib << 20, force_scalar, &probe, err)) goto done;
         c->isa = pith_probe_isa(probe);
         c->peak_isa = c->w.quantized ? pith_probe_int8_isa(probe, c->w.type) : pith_probe_fma_isa(probe, c->w.type);
@@ -633,7 +635,7 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
         printf("\ntensor parallelism over %d ranks (rank 0's collectives, waiting for the others included; "
                "the links measured after loading: %.1f us per allreduce of 4 bytes, %.2f GB/s of payload in "
                "allreduces of 1 MiB; predicted = collectives x latency + bytes / rate):\n%s",
-               o->tp, c->links.latency_s * 1e6, c->links.allreduce_bytes_per_s / 1e9, c->tp_notes);
+               (o->tp > 1 ? o->tp : 1) * (o->pp > 1 ? o->pp : 1), c->links.latency_s * 1e6, c->links.allreduce_bytes_per_s / 1e9, c->tp_notes);
     rc = 0;
 done:
     pith_probe_free(probe);
@@ -657,15 +659,15 @@ int pith_cmd_bench(int argc, char **argv) {
     bool force_scalar = pith_backend_force_scalar();
     bench_ctx c = {.o = &o};
     pith_err err = {{0}};
-    if (o.tp > 1) {
+    if (o.tp > 1 || o.pp > 1) {
         if (o.spec_type != PITH_SPEC_OFF || o.n_thread_counts != 1) {
-            fprintf(stderr, "pith bench: --tp takes one thread count (-t: threads per rank) and no --spec-type\n");
+            fprintf(stderr, "pith bench: --tp and --pp take one thread count (-t: threads per rank) and no --spec-type\n");
             return PITH_EXIT_USAGE;
         }
-        if (!cli_dist_begin("bench", o.tp, &o.comm)) return 1;
+        if (!cli_dist_begin("bench", o.tp, o.pp, &o.comm)) return 1;
         if (pith_comm_rank(o.comm) != 0) {
             pith_model_options mo = {.n_threads = o.threads[0], .device = o.device, .gpu_layers = o.gpu_layers,
-                                     .n_cpu_moe = o.n_cpu_moe, .comm = o.comm, .tp = o.tp};
+                                     .n_cpu_moe = o.n_cpu_moe, .comm = o.comm, .tp = o.tp, .pp = o.pp};
             return cli_dist_worker("bench", o.comm, o.model, &mo);
         }
         int rc = bench_threads(&c, o.threads[0], force_scalar, &err);

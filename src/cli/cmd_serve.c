@@ -168,7 +168,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             if (!cli_parse_int("serve", a, v, lo, hi, &iv)) return -1;            \
             field = (int)iv;                                                      \
         }
-        int tp_rc = cli_tp_arg("serve", argc, argv, &i, &s->tp);
+        int tp_rc = cli_tp_arg("serve", argc, argv, &i, &s->tp, &s->pp);
         if (tp_rc < 0) return -1;
         if (tp_rc > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -340,8 +340,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "pith serve: -m %s: with several models (-m NAME=PATH, --models-dir) every -m needs a NAME=\n", s->model_path);
         return -1;
     }
-    if (several && s->tp > 1) {
-        fprintf(stderr, "pith serve: --tp serves one model (-m PATH), not several\n");
+    if (several && (s->tp > 1 || s->pp > 1)) {
+        fprintf(stderr, "pith serve: --tp and --pp serve one model (-m PATH), not several\n");
         return -1;
     }
     if (several && s->model_name) {
@@ -415,13 +415,13 @@ int pith_cmd_serve(int argc, char **argv) {
         serve_opts_free(&o);
         return PITH_EXIT_USAGE;
     }
-    if (o.srv.tp > 1) {
+    if (o.srv.tp > 1 || o.srv.pp > 1) {
         if (!o.srv.model_path && !(o.srv.model_path = cli_default_model())) {
             cli_no_default_model("serve");
             serve_opts_free(&o);
             return PITH_EXIT_USAGE;
         }
-        if (!cli_dist_begin("serve", o.srv.tp, &o.srv.comm)) {
+        if (!cli_dist_begin("serve", o.srv.tp, o.srv.pp, &o.srv.comm)) {
             serve_opts_free(&o);
             return 1;
         }
@@ -429,7 +429,7 @@ int pith_cmd_serve(int argc, char **argv) {
             pith_model_options mo = {.n_threads = o.srv.n_threads, .device = o.srv.device,
                                      .gpu_layers = o.srv.gpu_layers, .n_cpu_moe = o.srv.n_cpu_moe,
                                      .mtp = o.srv.engine.spec_type == PITH_SPEC_MTP, .comm = o.srv.comm,
-                                     .tp = o.srv.tp};
+                                     .tp = o.srv.tp, .pp = o.srv.pp};
             int rc = cli_dist_worker("serve", o.srv.comm, o.srv.model_path, &mo);
             serve_opts_free(&o);
             return rc;

@@ -7,22 +7,25 @@
 #include "cli/cli.h"
 #include "pith/dist.h"
 
-int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp) {
-    if (strcmp(argv[*i], "--tp") != 0 && strcmp(argv[*i], "--tensor-parallel-size") != 0) return 0;
+int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp) {
     const char *opt = argv[*i];
+    bool is_tp = !strcmp(opt, "--tp") || !strcmp(opt, "--tensor-parallel-size");
+    if (!is_tp && strcmp(opt, "--pp") != 0 && strcmp(opt, "--pipeline-parallel-size") != 0) return 0;
     const char *v = cli_value(cmd, argc, argv, i);
     long long n;
     if (!v || !cli_parse_int(cmd, opt, v, 1, 256, &n)) return -1;
-    *tp = (int)n;
+    *(is_tp ? tp : pp) = (int)n;
     return 1;
 }
 
-bool cli_dist_begin(const char *cmd, int tp, pith_comm **comm) {
+bool cli_dist_begin(const char *cmd, int tp, int pp, pith_comm **comm) {
     *comm = NULL;
-    if (tp <= 1) return true;
+    tp = tp > 1 ? tp : 1;
+    pp = pp > 1 ? pp : 1;
+    if (tp * pp <= 1) return true;
     pith_err err = {{0}};
     if (pith_comm_mpi(NULL, NULL, comm, &err)) {
-        fprintf(stderr, "pith %s: --tp %d: %s\n", cmd, tp, err.msg);
+        fprintf(stderr, "pith %s: --tp %d --pp %d: %s\n", cmd, tp, pp, err.msg);
         return false;
     }
     int size = pith_comm_size(*comm);
@@ -40,14 +43,15 @@ bool cli_dist_begin(const char *cmd, int tp, pith_comm **comm) {
         }
     }
     if (pith_comm_watchdog(*comm, timeout, &err)) {
-        fprintf(stderr, "pith %s: --tp %d: %s\n", cmd, tp, err.msg);
+        fprintf(stderr, "pith %s: --tp %d --pp %d: %s\n", cmd, tp, pp, err.msg);
         pith_comm_free(*comm);
         *comm = NULL;
         return false;
     }
-    if (size != tp) {
+    if (size != tp * pp) {
         if (pith_comm_rank(*comm) == 0)
-            fprintf(stderr, "pith %s: --tp %d in a job of %d ranks: start it with mpirun -np %d\n", cmd, tp, size, tp);
+            fprintf(stderr, "pith %s: --tp %d --pp %d in a job of %d ranks: start it with mpirun -np %d\n", cmd, tp, pp,
+                    size, tp * pp);
         pith_comm_free(*comm);
         *comm = NULL;
         return false;
@@ -88,8 +92,12 @@ int cli_dist_end(pith_comm *comm, int rc) {
 }
 
 const char *cli_tp_help(bool wide) {
-    return wide ? "      --tp N                tensor parallelism over N MPI ranks: start with mpirun -np N\n"
-                  "                            (the CPU backend, one model; docs/distributed.md); default 1\n"
-                : "      --tp N              tensor parallelism over N MPI ranks: start with mpirun -np N\n"
-                  "                          (the CPU backend, one model; docs/distributed.md); default 1\n";
+    return wide ? "      --tp N                tensor parallelism over N MPI ranks (the CPU backend, one model;\n"
+                  "                            docs/distributed.md); default 1\n"
+                  "      --pp M                M pipeline stages of --tp ranks each: start with mpirun -np N*M;\n"
+                  "                            default 1\n"
+                : "      --tp N              tensor parallelism over N MPI ranks (the CPU backend, one model;\n"
+                  "                          docs/distributed.md); default 1\n"
+                  "      --pp M              M pipeline stages of --tp ranks each: start with mpirun -np N*M;\n"
+                  "                          default 1\n";
 }

@@ -131,6 +131,7 @@ typedef struct rank_state {
     pith_model *shard;
     pith_comm *c;          /* every rank */
     int tp, pp, stage;     /* the layout (pith_model.tp, .pp) and this rank's stage */
+    int micro_min;         /* the fewest tokens of a micro-batch (PITH_PP_MIN_TOKENS, default 32) */
     pith_comm *last;       /* the last stage's ranks (the vocabulary's shares), on them; c when pp is 1 */
     scratch payload, flags, logits, gathered, hidden, sub;
 } rank_state;
@@ -145,6 +146,8 @@ static int rank_state_init(rank_state *st, pith_model *shard, pith_comm *c, pith
     st->pp = shard->pp > 1 ? shard->pp : 1;
     st->stage = c->rank / st->tp;
     st->last = c;
+    const char *mm = getenv("PITH_PP_MIN_TOKENS");
+    st->micro_min = mm && atoi(mm) > 0 ? atoi(mm) : 32;
     if (st->pp > 1 && st->tp > 1 && pith_comm_split(c, st->stage == st->pp - 1, c->rank % st->tp, &st->last, err))
         return -1;
     return 0;
@@ -153,11 +156,12 @@ static int rank_state_init(rank_state *st, pith_model *shard, pith_comm *c, pith
 /* ---- micro-batches: a batch cut into consecutive token ranges ---- */
 
 /* How many micro-batches a forward of n tokens runs in: with stages, enough for each stage to work on
- * one while the next works on the one before, and each of at least 32 tokens (each micro-batch reads the
- * stage's weights again: a decode step of a few sequences stays whole). */
+ * one while the next works on the one before, and each of at least micro_min tokens (each micro-batch
+ * reads the stage's weights again: a decode step of a few sequences stays whole). Every rank computes the
+ * same count (PITH_PP_MIN_TOKENS must be the same on every rank: mpirun -x). */
 static int micro_batches(const rank_state *st, int n) {
     if (st->pp <= 1) return 1;
-    int m = 2 * st->pp, most = n / 32;
+    int m = 2 * st->pp, most = n / st->micro_min;
     return m < most ? m : most > 1 ? most : 1;
 }
 
@@ -271,6 +275,8 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
         }
         /* the micro-batches in order: each stage passes each on to the next as soon as it is done */
         int mbs = rc ? 0 : micro_batches(st, b->n_tokens);
+        c->world->stats.forwards++;
+        c->world->stats.micro_batches += (uint64_t)mbs;
         for (int k = 0, rows = 0, hrows = 0; k < mbs && !rc; k++) {
             int t0 = (int)((long long)b->n_tokens * k / mbs), t1 = (int)((long long)b->n_tokens * (k + 1) / mbs);
             pith_batch sub;

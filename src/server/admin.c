@@ -104,8 +104,8 @@ enum MHD_Result handle_admin_reload(http_request *r) {
     if (label && (!*label || strlen(label) > 128))
         return admin_fail(r, body, 400, "invalid_value", "'version' must hold 1 to 128 bytes");
 
-    if (srv->tp > 1)
-        return admin_fail(r, body, 409, "unsupported", "weights cannot be reloaded under --tp yet (every rank "
+    if (srv->tp > 1 || srv->pp > 1)
+        return admin_fail(r, body, 409, "unsupported", "weights cannot be reloaded under --tp or --pp yet (every rank "
                                                         "would need its shard of them)");
     pthread_mutex_lock(&srv->admin_lock);
     pith_engine *e = srv->engine;
@@ -245,8 +245,8 @@ enum MHD_Result handle_admin_sleep(http_request *r) {
     cJSON *body = admin_begin(r, &rc);
     if (!body) return rc;
     pith_server *srv = r->srv;
-    if (srv->tp > 1)
-        return admin_fail(r, body, 409, "unsupported", "the server cannot sleep under --tp yet (the weights of "
+    if (srv->tp > 1 || srv->pp > 1)
+        return admin_fail(r, body, 409, "unsupported", "the server cannot sleep under --tp or --pp yet (the weights of "
                                                         "every rank would have to be released and loaded again)");
     pthread_mutex_lock(&srv->admin_lock);
     double t0 = server_now();

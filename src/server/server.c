@@ -152,6 +152,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->n_cpu_moe = o->n_cpu_moe;
     s->comm = o->comm;
     s->tp = o->tp;
+    s->pp = o->pp;
     if (!s->engine_opt.draft_device) s->engine_opt.draft_device = s->device; /* a draft runs beside its target */
     for (int i = 0; i < o->n_api_keys; i++) {
         if (auth_add_key(&s->keys, o->api_keys[i], err)) {
@@ -331,7 +332,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     pith_assets_options ao = {
         .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
         .chat_template_path = s->chat_template_path, .n_threads = s->n_threads, .device = s->device,
-        .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe, .comm = s->comm, .tp = s->tp,
+        .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe, .comm = s->comm, .tp = s->tp, .pp = s->pp,
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;

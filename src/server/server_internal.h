@@ -32,8 +32,8 @@ struct pith_server {
     char *model_path, *tokenizer_path, *chat_template_path, *model_name, *host, *device;
     char *gpu_layers;      /* partial offload (pith_server_options.gpu_layers), or NULL */
     int n_cpu_moe;
-    struct pith_comm *comm;   /* tensor parallelism (pith_server_options.comm, tp) */
-    int tp;
+    struct pith_comm *comm;   /* tensor parallelism (pith_server_options.comm, tp, pp) */
+    int tp, pp;
     size_t max_body;
     /* Request bodies held in memory at once, all connections together (parsed JSON takes a multiple
      * of its text): a body that would go over waits a moment for room, then gets 503 (http.c). */
