@@ -634,7 +634,9 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     if (c->tp_notes[0] && !o->json)
         printf("\ntensor parallelism over %d ranks (rank 0's collectives, waiting for the others included; "
                "the links measured after loading: %.1f us per allreduce of 4 bytes, %.2f GB/s of payload in "
-               "allreduces of 1 MiB; predicted = collectives x latency + bytes / rate):\n%s",
+               "allreduces of 1 MiB; predicted = collectives x latency + bytes / rate; the probes ran on rank 0, "
+               "whose cores are its own only where mpirun binds each rank to its cores, its default: "
+               "--bind-to none lets them measure the job's):\n%s",
                (o->tp > 1 ? o->tp : 1) * (o->pp > 1 ? o->pp : 1), c->links.latency_s * 1e6, c->links.allreduce_bytes_per_s / 1e9, c->tp_notes);
     rc = 0;
 done:
