@@ -22,7 +22,9 @@
  * between them): eight random prompts in pairs sharing 20 tokens give the same greedy tokens under --tp 2
  * each alone, all at once (prefix-cache hits), all at once in a pool of about two sequences
  * (preemptions), and with speculative decoding (a draft oracle with planted errors, so the verifier's rows
- * are checked too); and one process's tokens, except after a near tie that the difference between the two
+ * are checked too); a request of n = 3 samples (forks of one prefill, temperature 0.9) gives one process's
+ * three samples (Llama; Qwen3-MoE's the same in two runs: its Q8_0 logits differ by more than rounding,
+ * which moves a draw now and then); and one process's tokens, except after a near tie that the difference between the two
  * models' logits there explains (check_divergence).
  *
  * Pipeline parallelism (the Llama family's forward runs a stage's layers): 2 stages, and 2 stages of 2
@@ -345,6 +347,29 @@ static void engine_passes(pith_model *m, const out *expect, out res[PASSES][N2],
     }
 }
 
+/* n > 1: one prompt's three samples (temperature 0.9, seeds 11, 12, 13), forked from one prefill. */
+static void collect_sibling(const pith_token_event *ev, void *user) {
+    out *outs = user;
+    if (ev->index >= 0 && ev->index < 3) collect(ev, &outs[ev->index]);
+}
+
+static void forks(pith_model *m, out res[3]) {
+    pith_engine_options o = {.max_num_seqs = 4};
+    pith_engine *e = NULL;
+    pith_err err;
+    if (pith_engine_create(m, NULL, &o, &e, &err)) {
+        CHECKF(0, "engine: %s", err.msg);
+        return;
+    }
+    pith_request r = {.prompt = ids[0], .n_prompt = LEN, .sampling = pith_sampling_defaults(), .max_tokens = GEN2,
+                      .ignore_eos = true, .on_token = collect_sibling, .user = res, .n = 3};
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 11;
+    CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+    run(e);
+    pith_engine_free(e);
+}
+
 /* m's logits after prompt i and the first k tokens of o, into lg; false on failure. */
 static bool logits_at(pith_model *m, int i, const out *o, int k, float *lg) {
     int32_t tok[LEN + GEN2], pos[LEN + GEN2], seq[LEN + GEN2], slot[LEN + GEN2], tables[8];
@@ -419,10 +444,18 @@ static void test_engine_level(const char *preset, int tp, int pp) {
     memset(ref, 0, sizeof ref);
     memset(got, 0, sizeof got);
     engine_passes(one, ref[0], ref, st_ref);
+    static out fork_ref[3], fork_got[3];
+    memset(fork_ref, 0, sizeof fork_ref);
+    memset(fork_got, 0, sizeof fork_got);
+    forks(one, fork_ref);
     group g;
     pith_model *m = group_start(&g, path, tp, pp, &err);
     CHECKF(m != NULL, "%s --tp %d --pp %d: %s", preset, tp, pp, err.msg);
     if (m) engine_passes(m, ref[0], got, st);
+    if (m) forks(m, fork_got);
+    static out fork_again[3];
+    memset(fork_again, 0, sizeof fork_again);
+    if (m) forks(m, fork_again);
     if (!m) {
         CHECKF(group_end(&g, m, true), "%s: a worker rank failed", preset);
         pith_model_free(one);
@@ -430,6 +463,19 @@ static void test_engine_level(const char *preset, int tp, int pp) {
     }
     /* Under --tp every pass gives pass 0's tokens, as in one process (the engine's features); against
      * one process's, the same tokens up to a near tie (check_divergence), if anywhere. */
+    /* sampled siblings: under the same layout the same tokens again; against one process the same where
+     * the logits differ by rounding alone (the dense model: the same draws give the same tokens), not
+     * where they differ by Q8_0 steps or swapped experts (the MoE: 1.4e-2 of the largest logit, which
+     * moves a draw now and then) */
+    bool dense = strcmp(preset, "test-qwen3moe") != 0;
+    for (int k = 0; k < 3; k++) {
+        CHECKF(fork_got[k].n == GEN2 && !memcmp(fork_got[k].toks, fork_again[k].toks, sizeof(int32_t) * GEN2),
+               "%s --tp %d --pp %d: sample %d of n = 3 differs between two runs", preset, tp, pp, k);
+        CHECKF(!dense || !memcmp(fork_got[k].toks, fork_ref[k].toks, sizeof(int32_t) * GEN2),
+               "%s --tp %d --pp %d: sample %d of n = 3 differs from one process's", preset, tp, pp, k);
+    }
+    CHECKF(memcmp(fork_ref[0].toks, fork_ref[1].toks, sizeof(int32_t) * GEN2) ||
+           memcmp(fork_ref[1].toks, fork_ref[2].toks, sizeof(int32_t) * GEN2), "%s: n = 3 gave three equal samples", preset);
     int same = 0, near_ties = 0;
     for (int p = 0; p < PASSES; p++)
         for (int i = 0; i < N2; i++) {
@@ -453,9 +499,10 @@ static void test_engine_level(const char *preset, int tp, int pp) {
            (unsigned long long)st[3].spec_draft_tokens);
     printf("%s engine --tp %d --pp %d (Q8_0): %d of %d prompts give one process's tokens (%d diverge at a near tie), and the "
            "same alone, batched with %llu prefix-cache hits, under %llu preemptions and speculating (%llu of %llu "
-           "drafts accepted)\n", preset, tp, pp, same, N2, near_ties,
+           "drafts accepted); n = 3 samples the same %s\n", preset, tp, pp, same, N2, near_ties,
            (unsigned long long)st[1].prefix_cache_hits, (unsigned long long)st[2].preemptions,
-           (unsigned long long)st[3].spec_accepted_tokens, (unsigned long long)st[3].spec_draft_tokens);
+           (unsigned long long)st[3].spec_accepted_tokens, (unsigned long long)st[3].spec_draft_tokens,
+           dense ? "as one process's" : "in two runs");
 }
 
 /* ---- refusals ---- */
