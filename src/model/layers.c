@@ -1,6 +1,7 @@
 /* The layer library (layers.h). */
 #include "model/layers.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,10 +37,35 @@ int pith_attn_block_load(pith_decoder *d, int l, pith_qk_norm qk, pith_attn_bloc
         pith_decoder_vector(d, l, "attn_k_norm.weight", kn, hp->has_qk_norm, &a->k_norm, err))
         return -1;
     if (a->bq && (!a->bk || !a->bv)) return pith_errf(err, "layer %d: attn_q.bias without attn_k.bias and attn_v.bias", l);
-    if (d->tp.comm && a->q_norm && qk == PITH_QK_NORM_ALL)
-        return pith_errf(err, "--tp: a QK norm over the whole projection spans every rank's heads (not sharded yet)");
+    if (d->tp.comm && a->q_norm && qk == PITH_QK_NORM_ALL) {
+        /* its statistic spans every rank's heads: pith_attn_block_qkv sums it across ranks */
+        if (a->bq) return pith_errf(err, "layer %d: --tp: QKV biases before a QK norm over the whole projection", l);
+        if (!(a->tp_sumsq = pith_be_buffer(d->be, 1, err))) return -1;
+    }
     if (!a->q_norm != !a->k_norm) return pith_errf(err, "layer %d: attn_q_norm.weight and attn_k_norm.weight go together", l);
     a->qk_norm = a->q_norm ? (qk == PITH_QK_NORM_NONE ? PITH_QK_NORM_HEAD : qk) : PITH_QK_NORM_NONE;
+    return 0;
+}
+
+/* Tensor parallelism: the RMSNorm of each row of x over the whole projection, of which this rank holds
+ * x->cols columns and w's matching share: each row's sum of squares summed across ranks first. On the host
+ * buffers of the CPU backend, the one that runs sharded (decoder_shard.c), like the sums themselves. */
+static int tp_norm_all(pith_decoder *d, pith_buf *x, const pith_weight *w, pith_buf *sumsq, int n, float eps,
+                       pith_err *err) {
+    const int cols = x->cols;
+    for (int t = 0; t < n; t++) {
+        const float *r = x->host + (size_t)t * cols;
+        double s = 0;
+        for (int i = 0; i < cols; i++) s += (double)r[i] * r[i];
+        sumsq->host[t] = (float)s;
+    }
+    if (pith_decoder_allreduce(d, sumsq, n, err)) return -1;
+    const double total = (double)cols * d->tp.size;
+    for (int t = 0; t < n; t++) {
+        float *r = x->host + (size_t)t * cols;
+        float scale = (float)(1.0 / sqrt(sumsq->host[t] / total + eps));
+        for (int i = 0; i < cols; i++) r[i] = r[i] * scale * w->vec[i];
+    }
     return 0;
 }
 
@@ -52,6 +78,12 @@ int pith_attn_block_qkv(pith_decoder *d, const pith_attn_block *a, int l, const 
         .q_norm = a->q_norm, .k_norm = a->k_norm, .eps = d->base.hp.norm_eps, .rope_cs = rope_cs,
         .rope_style = d->base.hp.rope_style, .group = d->layer_group[l], .layer_index = d->layer_index[l],
     };
+    if (a->tp_sumsq) { /* the norm here, across ranks; the op then ropes and stores */
+        if (tp_norm_all(d, b->q, a->q_norm, a->tp_sumsq, n, op.eps, err) ||
+            tp_norm_all(d, b->k, a->k_norm, a->tp_sumsq, n, op.eps, err))
+            return -1;
+        op.qk_norm = PITH_QK_NORM_NONE, op.q_norm = op.k_norm = NULL;
+    }
     pith_be_qkv(d->be, &op, n);
     return 0;
 }

@@ -47,6 +47,8 @@ typedef struct pith_attn_block {
     pith_qk_norm qk_norm;
     const pith_weight *q_norm, *k_norm;
     float out_scale;                        /* 0: none (see above); set by the architecture after load */
+    pith_buf *tp_sumsq;                     /* tensor parallelism with a QK norm over the whole projection:
+                                               each row's sum of squares, summed across ranks */
 } pith_attn_block;
 
 /* attn_{q,k,v,output}.weight; attn_{q,k,v}.bias (required when hp.has_qkv_bias), attn_output.bias and

@@ -114,7 +114,9 @@ static int olmo2_build(pith_model_file *file, const pith_model_options *opt, pit
     olmo2 *m = (olmo2 *)pith_decoder_new(sizeof *m, file, opt, &olmo2_ops, olmo2_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    int rc = pith_decoder_attn_shape(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's share under tensor parallelism */
+    if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
