@@ -11,7 +11,9 @@ as ranks, on every sharded architecture and the engine's features.
   30 s instead of hanging; a rank stopped (SIGSTOP) there ends it through the others' watchdog within
   PITH_TP_TIMEOUT plus 30 s, saying so;
 - `pith serve --tp 2` answers as one process's server does, refuses weight reload and sleep (409), and a
-  SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0.
+  SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0;
+- a rank of `pith serve --tp 2` killed with requests in flight: each gets a 503 saying a rank failed (a
+  stream as its last event), and the job exits non-zero.
 
 Skips with a reason where mpirun is missing or pith was built without MPI. As root, Open MPI needs
 OMPI_ALLOW_RUN_AS_ROOT and its confirmation, which the test sets."""
@@ -171,6 +173,58 @@ class ServeTensorParallel(unittest.TestCase):
             self.assertEqual(done["r"][1]["usage"]["completion_tokens"], 3000)
             self.assertEqual(srv.proc.wait(DRAIN), 0, "".join(srv.log))
             self.assertTrue(any("draining" in line for line in srv.log))
+        finally:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
+
+
+class ServeRankDies(unittest.TestCase):
+    def test_requests_in_flight_get_an_error(self):
+        """`mpirun -np 2 pith serve --tp 2` with two requests in flight (one streamed) when rank 1 is killed:
+        rank 0 finds it gone within 100 ms, before the launcher's SIGTERM and SIGKILL (a second apart)
+        reach it, and both clients get a 503 naming the failure (the stream as its last event) rather than a
+        connection reset; the job exits non-zero within the bound."""
+        path = model("test-llama", ctx=131072)
+        srv = Server(["-m", path, "-t", "1", "--tp", "2"], launcher=[mpirun(), "--oversubscribe", "-np", "2"], env=ENV)
+        try:
+            body = {"prompt": "Once upon a time", "max_tokens": 100000, "temperature": 0, "ignore_eos": True}
+            got = {}
+
+            def plain():
+                got["plain"] = srv.post("/v1/completions", body, timeout=BOUND)
+
+            def streamed():
+                import http.client
+                import json
+                conn = http.client.HTTPConnection(srv.base[len("http://"):], timeout=BOUND)
+                conn.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)),
+                             {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                got["stream"] = (resp.status, resp.read().decode(errors="replace"))
+                conn.close()
+
+            threads = [threading.Thread(target=plain), threading.Thread(target=streamed)]
+            for t in threads:
+                t.start()
+            time.sleep(1.5)  # both generating
+            victim = rank_pid(srv.pid, 1)
+            self.assertIsNotNone(victim)
+            t0 = time.time()
+            os.kill(victim, signal.SIGKILL)
+            for t in threads:
+                t.join(BOUND)
+            status, err = got.get("plain", (0, None))
+            self.assertEqual(status, 503, err)
+            self.assertIn("another rank of this tensor-parallel job failed", err["error"]["message"])
+            self.assertIn("rank 1", err["error"]["message"])
+            sstatus, text = got.get("stream", (0, ""))
+            self.assertEqual(sstatus, 200)  # the stream had begun: its error is its last event
+            self.assertIn("another rank of this tensor-parallel job failed", text)
+            rc = srv.proc.wait(BOUND)
+            self.assertNotEqual(rc, 0)
+            print("a killed rank: both requests in flight answered with 503, the job ended in %.1f s (exit %d)" %
+                  (time.time() - t0, rc))
         finally:
             if srv.proc.poll() is None:
                 srv.proc.kill()

@@ -42,11 +42,22 @@ PITH_API int pith_comm_local_group(int n, pith_comm **out, pith_err *err);
 PITH_API int pith_comm_rank(const pith_comm *c);
 PITH_API int pith_comm_size(const pith_comm *c);
 PITH_API void pith_comm_free(pith_comm *c);
-/* A thread that ends the job (pith_comm_abort_job) when this rank has been inside one collective for
- * longer than timeout_s: another rank died without the launcher noticing, or stopped answering. A
- * worker waiting for rank 0's next op is idle, not inside a collective, however long it waits. It says
- * so on stderr first. Stopped by pith_comm_free. */
+/* A thread that ends the job (pith_comm_fail) when this rank has been inside one collective for longer
+ * than timeout_s (another rank stopped answering, or died without the launcher noticing), or, every
+ * 100 ms, when a rank on this host (the same host name and process namespace) is gone or a zombie: a
+ * rank that died, found before the launcher's SIGTERM and SIGKILL reach this one. A worker waiting for
+ * rank 0's next op is idle, not inside a collective, however long it waits. Stopped by pith_comm_free. */
 PITH_API int pith_comm_watchdog(pith_comm *c, double timeout_s, pith_err *err);
+/* What runs when the job fails (pith_comm_fail), on the thread that found it, before the job ends: rank
+ * 0's server answers its requests in flight with an error there (the engine's thread may be blocked in
+ * a collective that will never end). It should return within about a second: a launcher that noticed a
+ * rank die sends the others SIGTERM, then SIGKILL a second later (Open MPI's odls_base_sigkill_timeout).
+ * Set before the watchdog may fire; one per job, on its world communicator. */
+typedef void (*pith_comm_failure_fn)(void *user, const char *why);
+PITH_API void pith_comm_on_failure(pith_comm *c, pith_comm_failure_fn fn, void *user);
+/* The job cannot go on, because of why: says so on stderr, runs the failure hook (once, whichever thread
+ * comes first; a second caller only ends the job), then ends it (pith_comm_abort_job). */
+PITH_API void pith_comm_fail(pith_comm *c, const char *why);
 /* Ends the job on every rank at once (MPI_Abort; a local group: every later op fails), for a rank that
  * fails where the others may be waiting for it. */
 PITH_API void pith_comm_abort_job(pith_comm *c, int code);

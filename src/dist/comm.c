@@ -28,6 +28,23 @@ void pith_comm_abort_job(pith_comm *c, int code) {
     if (c) c->vt->abort(c, code);
 }
 
+void pith_comm_on_failure(pith_comm *c, pith_comm_failure_fn fn, void *user) {
+    if (!c) return;
+    c->world->on_failure_user = user;
+    c->world->on_failure = fn;
+}
+
+void pith_comm_fail(pith_comm *c, const char *why) {
+    if (!c) return;
+    pith_comm *w = c->world;
+    if (!atomic_exchange(&w->failing, true)) {
+        fprintf(stderr, "pith rank %d of %d: %s: ending the job\n", w->rank, w->size, why);
+        fflush(stderr);
+        if (w->on_failure) w->on_failure(w->on_failure_user, why);
+    }
+    pith_comm_abort(w, 1);
+}
+
 /* ---- the watchdog ---- */
 
 struct comm_watchdog {
@@ -39,24 +56,29 @@ struct comm_watchdog {
     bool stop;
 };
 
+/* Wakes every 100 ms: a dead rank on this host is found within that, a stopped one within the timeout. */
 static void *watchdog_main(void *arg) {
     struct comm_watchdog *w = arg;
+    pith_comm *c = w->c;
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 250 * 1000 * 1000;
+        until.tv_nsec += 100 * 1000 * 1000;
         if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&w->wake, &w->lock, &until);
-        int64_t since = atomic_load_explicit(&w->c->busy_since_ns, memory_order_relaxed);
-        if (!w->stop && since && pith_comm_now_ns() - since > w->timeout_ns) {
-            fprintf(stderr, "pith rank %d of %d: no answer from the other ranks for %.0f s inside one collective "
-                            "(a rank died or stopped): ending the job\n",
-                    w->c->rank, w->c->size, 1e-9 * (double)w->timeout_ns);
-            fflush(stderr);
-            pith_comm_abort(w->c, 1);
-            w->stop = true;
-        }
+        if (w->stop) break;
+        char why[256];
+        int64_t since = atomic_load_explicit(&c->busy_since_ns, memory_order_relaxed);
+        if (since && pith_comm_now_ns() - since > w->timeout_ns)
+            snprintf(why, sizeof why, "no answer from the other ranks for %.0f s inside one collective (a rank "
+                                      "died or stopped)", 1e-9 * (double)w->timeout_ns);
+        else if (!(c->vt->dead_peer && c->vt->dead_peer(c, why, sizeof why)))
+            continue;
+        w->stop = true;
+        pthread_mutex_unlock(&w->lock); /* pith_comm_free may be waiting to stop this thread */
+        pith_comm_fail(c, why);
+        return NULL;
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;

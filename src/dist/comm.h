@@ -9,6 +9,7 @@
 #define PITH_DIST_COMM_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -31,6 +32,8 @@ typedef struct pith_comm_vt {
     /* collective: the ranks that give the same color form a communicator of their own, ranked by key */
     int (*split)(pith_comm *c, int color, int key, pith_comm **out, pith_err *err);
     void (*abort)(pith_comm *c, int code);
+    /* a rank of this job on this host that is gone (its description in why), or 0; NULL: none can be seen */
+    int (*dead_peer)(pith_comm *c, char *why, size_t n);
     void (*free)(pith_comm *c);
 } pith_comm_vt;
 
@@ -44,6 +47,10 @@ struct pith_comm {
      * waits for rank 0's next op (idle, however long): what the watchdog (pith_comm_watchdog) reads. */
     _Atomic int64_t busy_since_ns;
     struct comm_watchdog *watchdog;
+    /* the world's: pith_comm_on_failure's hook, and whether pith_comm_fail ran */
+    pith_comm_failure_fn on_failure;
+    void *on_failure_user;
+    atomic_bool failing;
 };
 
 static inline int64_t pith_comm_now_ns(void) {

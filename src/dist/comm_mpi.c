@@ -3,16 +3,29 @@
  *
  * Errors: MPI_COMM_WORLD keeps MPI's default handler (errors are fatal), so a rank that dies takes the
  * job down through the launcher (mpirun, srun) rather than leaving the others blocked in a collective;
- * pith_comm_abort is MPI_Abort. Messages larger than an int's count go in pieces. */
+ * pith_comm_abort is MPI_Abort. Each rank knows where every other runs (pid, host and pid namespace), so
+ * the watchdog sees a rank on its own host die before the launcher does. Messages larger than an int's
+ * count go in pieces. */
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "dist/comm.h"
 
+/* Where a rank runs: its pid, and a hash of its host name and pid namespace (pids mean the same only
+ * where both match: two containers may share a host name). */
+typedef struct rank_place {
+    int64_t pid;
+    uint64_t where;
+} rank_place;
+
 typedef struct mpi_comm {
     pith_comm c;
-    MPI_Comm comm;   /* MPI_COMM_WORLD, or a part of it (pith_comm_split) */
+    MPI_Comm comm;        /* MPI_COMM_WORLD, or a part of it (pith_comm_split) */
+    rank_place *places;   /* the world's: every rank's, from the start */
 } mpi_comm;
 
 static MPI_Comm comm_of(const pith_comm *c) { return ((const mpi_comm *)c)->comm; }
@@ -128,12 +141,52 @@ static void mpi_part_free(pith_comm *c) {
     free(c);
 }
 
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static rank_place my_place(void) {
+    char host[MPI_MAX_PROCESSOR_NAME] = "", ns[128] = "";
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    ssize_t k = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    uint64_t h = fnv1a(14695981039346656037ull, host, (size_t)(len > 0 ? len : 0));
+    h = fnv1a(h, ns, k > 0 ? (size_t)k : 0);
+    return (rank_place){.pid = (int64_t)getpid(), .where = h};
+}
+
+/* A process gone from /proc, or a zombie its launcher has not reaped yet. */
+static bool process_gone(int64_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name, which may hold spaces */
+    return paren && (paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+static int mpi_dead_peer(pith_comm *c, char *why, size_t n) {
+    const rank_place *p = ((mpi_comm *)c)->places;
+    if (!p) return 0;
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank || p[r].where != p[c->rank].where || !process_gone(p[r].pid)) continue;
+        snprintf(why, n, "rank %d (pid %lld on this host) died", r, (long long)p[r].pid);
+        return 1;
+    }
+    return 0;
+}
+
 static void mpi_abort(pith_comm *c, int code) {
     (void)c;
     MPI_Abort(MPI_COMM_WORLD, code ? code : 1);
 }
 
 static void mpi_free(pith_comm *c) {
+    free(((mpi_comm *)c)->places);
     free(c);
     int done = 0;
     MPI_Finalized(&done);
@@ -143,6 +196,7 @@ static void mpi_free(pith_comm *c) {
 static const pith_comm_vt mpi_vt = {
     .bcast = mpi_bcast, .bcast_idle = mpi_bcast_idle, .allreduce_sum = mpi_allreduce_sum, .allreduce_max = mpi_allreduce_max,
     .gather = mpi_gather, .send = mpi_send, .recv = mpi_recv, .split = mpi_split, .abort = mpi_abort, .free = mpi_free,
+    .dead_peer = mpi_dead_peer,
 };
 
 /* A part of the world (pith_comm_split): freed without finalizing MPI. */
@@ -176,6 +230,19 @@ int pith_comm_mpi(int *argc, char ***argv, pith_comm **out, pith_err *err) {
     m->c.world = &m->c;
     MPI_Comm_rank(MPI_COMM_WORLD, &m->c.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m->c.size);
+    rank_place me = my_place();
+    if (!(m->places = calloc((size_t)m->c.size, sizeof *m->places))) {
+        free(m);
+        MPI_Abort(MPI_COMM_WORLD, 1); /* the others are in the allgather below */
+        return pith_errf(err, "out of memory");
+    }
+    rc = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, m->places, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) {
+        free(m->places);
+        free(m);
+        MPI_Finalize();
+        return fail(rc, "allgather", err);
+    }
     *out = &m->c;
     return 0;
 }

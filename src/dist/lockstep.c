@@ -255,7 +255,7 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
             rc = flags ? batch_unpack(&local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
             b = &local;
             /* the others are about to run the forward's collectives: a rank that cannot join ends the job */
-            if (rc) pith_comm_abort(c, 1);
+            if (rc) pith_comm_fail(c, err->msg);
         }
         /* this rank's share of the vocabulary: on the last stage, split over its ranks */
         const int V = sh->hp.n_vocab, on_last = st->stage == st->pp - 1;
@@ -300,8 +300,9 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
         if (n_logits && assembler && !direct) full = grow(&st->gathered, n_logits * (size_t)V * sizeof(float) +
                                                               (st->tp > 1 ? (size_t)st->tp * n_logits * (size_t)vmax * sizeof(float) : 0));
         if (n_logits && assembler && !direct && !full) {
-            pith_comm_abort(c, 1);
-            return pith_errf(err, "out of memory gathering the logits");
+            pith_errf(err, "out of memory gathering the logits");
+            pith_comm_fail(c, err->msg);
+            return -1;
         }
         float *dst = direct ? out_logits : full;
         if (n_logits && on_last && st->tp > 1) {
@@ -310,8 +311,9 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
                 all = direct ? grow(&st->gathered, (size_t)st->tp * n_logits * (size_t)vmax * sizeof(float))
                              : full + n_logits * (size_t)V;
                 if (!all) {
-                    pith_comm_abort(c, 1);
-                    return pith_errf(err, "out of memory gathering the logits");
+                    pith_errf(err, "out of memory gathering the logits");
+                    pith_comm_fail(c, err->msg);
+                    return -1;
                 }
             }
             if (pith_comm_gather(lc, lg, n_logits * (size_t)vmax * sizeof(float), all, err)) return -2;
@@ -387,8 +389,8 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
         if (m.payload > 0) {
             void *p = grow(&st.payload, (size_t)m.payload * sizeof(int32_t));
             if (!p) {
-                pith_comm_abort(c, 1);
                 rc = pith_errf(err, "out of memory");
+                pith_comm_fail(c, err->msg);
                 break;
             }
             if (pith_comm_bcast(c, p, (size_t)m.payload * sizeof(int32_t), err)) {

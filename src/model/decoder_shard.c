@@ -76,7 +76,7 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
 int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {
     if (!d->tp.comm || n == 0) return 0;
     if (pith_comm_allreduce_sum(d->tp.comm, y->host, (size_t)n * (size_t)y->cols, err)) {
-        pith_comm_abort(d->tp.comm, 1);
+        pith_comm_fail(d->tp.comm, err->msg);
         return -1;
     }
     return 0;
@@ -86,7 +86,7 @@ int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err) 
     pith_comm *w = d->tp.world;
     int from = w->rank - (d->tp.size > 1 ? d->tp.size : 1);
     if (pith_comm_recv(w, from, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
-        pith_comm_abort(w, 1);
+        pith_comm_fail(w, err->msg);
         return -1;
     }
     return 0;
@@ -96,7 +96,7 @@ int pith_decoder_stage_send(pith_decoder *d, const pith_buf *x, int n, pith_err 
     pith_comm *w = d->tp.world;
     int to = w->rank + (d->tp.size > 1 ? d->tp.size : 1);
     if (pith_comm_send(w, to, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
-        pith_comm_abort(w, 1);
+        pith_comm_fail(w, err->msg);
         return -1;
     }
     return 0;

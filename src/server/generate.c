@@ -98,6 +98,11 @@ void gen_cancelled_error(pith_server *srv, api_error *e) {
     else api_errorf(e, 503, "aborted", NULL, "the request was aborted by the server's administrator");
 }
 
+void server_model_error(pith_server *srv, api_error *e) {
+    if (srv->job_failure[0]) api_errorf(e, 503, "job_failed", NULL, "%s", srv->job_failure);
+    else api_errorf(e, 500, "internal_error", NULL, "the model failed while generating");
+}
+
 /* Moves the prompts' ids into p for the response (return_token_ids, prompt_logprobs). 0 or -1. */
 static int keep_prompts(gen_params *p, gen_prompt *prompts, int n) {
     if (!(p->prompt_ids = calloc((size_t)n, sizeof *p->prompt_ids)) || !(p->prompt_n = calloc((size_t)n, sizeof *p->prompt_n)))
@@ -143,7 +148,7 @@ static enum MHD_Result wait_and_answer(http_request *r, gen_kind kind, gen_param
         errored |= out.choices[i].finish == PITH_FINISH_ERROR;
     }
     if (failed) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
-    else if (errored) rc = http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "the model failed while generating"), &e));
+    else if (errored) rc = http_send_error(r, (server_model_error(r->srv, &e), &e));
     else if (cancelled) rc = http_send_error(r, (gen_cancelled_error(r->srv, &e), &e));
     else rc = http_send_json(r, 200, kind == GEN_MESSAGES ? messages_object(&out) : out_response(&out));
     out_free(&out);

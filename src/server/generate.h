@@ -47,6 +47,9 @@ int gen_check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, cons
 void gen_prompts_free(gen_prompt *prompts, int n);
 /* The error for a choice cancelled by the server: shutting down (drain), or aborted by an admin. */
 void gen_cancelled_error(pith_server *srv, api_error *e);
+/* The error for a choice the model failed: 503 when another rank of a tensor-parallel job failed (the
+ * request may succeed elsewhere), else 500. */
+void server_model_error(pith_server *srv, api_error *e);
 
 /* chat_completions.c: renders body.messages with the chat template and encodes it. */
 int chat_build_prompt(pith_server *srv, const cJSON *body, gen_prompt *out, api_error *err);

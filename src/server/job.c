@@ -208,7 +208,23 @@ int job_cancel(job *j) {
 }
 
 void job_release(job *j) {
-    if (j) job_unref(j);
+    if (!j) return;
+    pthread_mutex_lock(&j->lock);
+    j->released = true;
+    pthread_mutex_unlock(&j->lock);
+    job_unref(j);
+}
+
+int jobs_unanswered(pith_server *srv) {
+    int n = 0;
+    pthread_mutex_lock(&srv->jobs_lock);
+    for (job *j = srv->jobs; j; j = j->next) {
+        pthread_mutex_lock(&j->lock);
+        n += !j->released;
+        pthread_mutex_unlock(&j->lock);
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+    return n;
 }
 
 void jobs_cancel_all(pith_server *srv) {
@@ -229,3 +245,24 @@ void jobs_cancel_all(pith_server *srv) {
     }
     free(list);
 }
+
+void jobs_fail_all(pith_server *srv) {
+    pthread_mutex_lock(&srv->jobs_lock);
+    for (job *j = srv->jobs; j; j = j->next) {
+        pthread_mutex_lock(&j->lock);
+        for (int i = 0; i < j->n_choices; i++) {
+            job_choice *c = &j->choices[i];
+            if (!c->submitted || c->done) continue;
+            pith_token_event ev = {.index = 0, .token = -1, .text = "", .final = true,
+                                   .finish_reason = PITH_FINISH_ERROR, .error = ""};
+            if (!push_event(j, &ev, c->index)) j->oom = true;
+            c->done = true;
+            j->n_done++;
+            /* the engine's reference stays: its thread will never deliver this request's final event */
+        }
+        pthread_cond_broadcast(&j->cond);
+        pthread_mutex_unlock(&j->lock);
+    }
+    pthread_mutex_unlock(&srv->jobs_lock);
+}
+

@@ -65,6 +65,7 @@ typedef struct job {
     job_event *events;
     int n_events, cap_events;
     bool oom;                   /* an event could not be stored: the response is failed */
+    bool released;              /* the HTTP side is done with it (its response went out) */
     struct job *prev, *next;    /* in srv->jobs */
 } job;
 
@@ -89,5 +90,10 @@ void job_release(job *j);
 
 /* Cancels every live job's requests (drain deadline). */
 void jobs_cancel_all(pith_server *srv);
+/* Ends every live job's unfinished requests with an error event, without the engine: another rank of a
+ * tensor-parallel job failed, and the engine's thread may never return from its collective. */
+void jobs_fail_all(pith_server *srv);
+/* Live jobs whose HTTP side has not finished its response. */
+int jobs_unanswered(pith_server *srv);
 
 #endif

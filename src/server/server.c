@@ -14,6 +14,7 @@
 #include "backend/info.h"
 #include "pith/assets.h"
 #include "pith/bench.h"
+#include "pith/dist.h"
 #include "server/http.h"
 #include "server/models.h"
 #include "server/job.h"
@@ -119,6 +120,24 @@ static pith_server *server_alloc(void) {
     return s;
 }
 
+/* Another rank of a tensor-parallel job failed (pith_comm_on_failure), on the thread that found it: the
+ * engine's thread may never come back from the collective it is in, so the requests in flight are
+ * answered here (each with an error saying why), new ones refused, and the job ends when this returns:
+ * within about 0.8 s, before a launcher's SIGKILL (see pith_comm_on_failure). */
+static void server_rank_failed(void *user, const char *why) {
+    pith_server *s = user;
+    atomic_store(&s->ready, false);
+    atomic_store(&s->draining, true);
+    snprintf(s->job_failure, sizeof s->job_failure, "another rank of this tensor-parallel job failed (%s)", why);
+    jobs_fail_all(s);
+    for (int waited_ms = 0; waited_ms < 800; waited_ms += 10) { /* the connection threads send the errors */
+        if (jobs_unanswered(s) == 0) break;
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+    server_log(s, PITH_LOG_ERROR, "%s: the requests in flight were answered with an error", s->job_failure);
+}
+
 int pith_server_create(const pith_server_options *o, pith_server **out, pith_err *err) {
     *out = NULL;
     bool several = o->n_models > 0 || (o->models_dir && *o->models_dir);
@@ -153,6 +172,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->comm = o->comm;
     s->tp = o->tp;
     s->pp = o->pp;
+    if (s->comm) pith_comm_on_failure(s->comm, server_rank_failed, s);
     if (!s->engine_opt.draft_device) s->engine_opt.draft_device = s->device; /* a draft runs beside its target */
     for (int i = 0; i < o->n_api_keys; i++) {
         if (auth_add_key(&s->keys, o->api_keys[i], err)) {

@@ -33,6 +33,8 @@ struct pith_server {
     char *gpu_layers;      /* partial offload (pith_server_options.gpu_layers), or NULL */
     int n_cpu_moe;
     struct pith_comm *comm;   /* tensor parallelism (pith_server_options.comm, tp, pp) */
+    char job_failure[256];    /* why another rank's failure ends the job (server_rank_failed), or "";
+                               * written once, before the error events that point at it */
     int tp, pp;
     size_t max_body;
     /* Request bodies held in memory at once, all connections together (parsed JSON takes a multiple

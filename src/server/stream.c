@@ -94,8 +94,11 @@ static void pump(gen_stream *st) {
                 gen_cancelled_error(st->r->srv, &e);
                 put_error(st, e.status, e.code, e.message);
             }
-            else
-                put_error(st, 500, "internal_error", "the model failed while generating");
+            else {
+                api_error e;
+                server_model_error(st->r->srv, &e);
+                put_error(st, e.status, e.code, e.message);
+            }
             break;
         }
         if (st->resp) {
