@@ -141,6 +141,88 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     return pith_decoder_bind_part(d, t, full, row0, rows, col0, cols, out, err);
 }
 
+int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int cols, int n_parts,
+                              const int *part_rows, const bool *whole, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    const int N = d->tp.comm ? d->tp.size : 1, r = d->tp.comm ? d->tp.rank : 0;
+    int64_t file_rows = 0, rows = 0;
+    for (int k = 0; k < n_parts; k++) {
+        bool all = N == 1 || (whole && whole[k]);
+        if (!all && part_rows[k] % N)
+            return pith_errf(err, "tensor %s: part %d's %d rows do not divide by %d ranks", full, k, part_rows[k], N);
+        file_rows += part_rows[k];
+        rows += all ? part_rows[k] : part_rows[k] / N;
+    }
+    if (t->ne[0] != cols || t->ne[1] != file_rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %lld]", full, (long long)t->ne[0],
+                         (long long)t->ne[1], cols, (long long)file_rows);
+    if (N == 1) return pith_decoder_bind_part(d, t, full, 0, (int)rows, 0, cols, out, err);
+    /* this rank's rows of each part, copied into one run */
+    size_t rb = pith_dtype_row_bytes(t->type, cols);
+    if (!rb || t->nbytes < rb * (size_t)file_rows) return pith_errf(err, "tensor %s: bad type or size", full);
+    void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
+    uint8_t *copy = grown ? malloc(rb * (size_t)rows) : NULL;
+    if (grown) d->tp.owned = grown;
+    if (!copy) return pith_errf(err, "out of memory");
+    d->tp.owned[d->tp.n_owned++] = copy;
+    uint8_t *w = copy;
+    for (int k = 0, at = 0; k < n_parts; at += part_rows[k++]) {
+        bool all = whole && whole[k];
+        int take = all ? part_rows[k] : part_rows[k] / N, from = at + (all ? 0 : r * take);
+        memcpy(w, (const uint8_t *)t->data + (size_t)from * rb, (size_t)take * rb);
+        w += (size_t)take * rb;
+    }
+    pith_tensor part = *t;
+    part.ne[1] = rows;
+    part.data = copy;
+    part.nbytes = rb * (size_t)rows;
+    pith_weight *bound;
+    if (pith_be_matrix(d->be, &part, full, &bound, err)) return -1;
+    *out = bound;
+    return 0;
+}
+
+int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int n_parts, const int *part_elems,
+                              const bool *whole, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    const int N = d->tp.comm ? d->tp.size : 1, r = d->tp.comm ? d->tp.rank : 0;
+    int64_t file_n = 0, n = 0;
+    for (int k = 0; k < n_parts; k++) {
+        bool all = N == 1 || (whole && whole[k]);
+        if (!all && part_elems[k] % N)
+            return pith_errf(err, "tensor %s: part %d's %d elements do not divide by %d ranks", full, k, part_elems[k], N);
+        file_n += part_elems[k];
+        n += all ? part_elems[k] : part_elems[k] / N;
+    }
+    int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
+    if (pith_tensor_nelems(t) != file_n) return pith_errf(err, "tensor %s: expected %lld elements", full, (long long)file_n);
+    if (!width || (size_t)t->nbytes < (size_t)file_n * (size_t)width) return pith_errf(err, "tensor %s: bad type or size", full);
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    if (!v) return pith_errf(err, "out of memory");
+    float *o = v;
+    for (int k = 0, at = 0; k < n_parts; at += part_elems[k++]) {
+        bool all = N == 1 || (whole && whole[k]);
+        int take = all ? part_elems[k] : part_elems[k] / N, from = at + (all ? 0 : r * take);
+        for (int i = 0; i < take; i++) {
+            const uint8_t *src = (const uint8_t *)t->data + (size_t)(from + i) * (size_t)width;
+            uint16_t h = 0;
+            if (width == 2) memcpy(&h, src, 2);
+            if (t->type == PITH_F32) memcpy(o++, src, 4);
+            else *o++ = t->type == PITH_F16 ? pith_f16_to_f32(h) : pith_bf16_to_f32(h);
+        }
+    }
+    pith_weight *w;
+    if (pith_be_vector(d->be, v, (int)n, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
 int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
                            pith_err *err) {
     if (pith_decoder_matrix(d, layer, name, out, err)) return -1;

@@ -84,6 +84,16 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
  * (Hugging Face's [gate | up]). */
 int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
                              const pith_weight **out, pith_err *err);
+/* A fused projection: a matrix of `cols` columns whose rows are n_parts parts stacked (LFM2's [B | C | x],
+ * Phi-3's [Q | K | V], Mamba2's [z | x | B | C | dt]), part k of part_rows[k] rows in the file. Sharded,
+ * each part's rows split over the ranks and this rank's share of each is bound, in order, as one matrix
+ * (copied out of the file), except the parts whole[k] marks (whole may be NULL), which every rank holds
+ * entire (Mamba2's B and C when its groups do not divide). Unsharded: the whole tensor. */
+int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int cols, int n_parts,
+                              const int *part_rows, const bool *whole, const pith_weight **out, pith_err *err);
+/* The same for a vector of parts (a fused convolution's weights, [channels][kernel] per part). */
+int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int n_parts, const int *part_elems,
+                              const bool *whole, const pith_weight **out, pith_err *err);
 /* The same, checked to be rows x cols: for the tensors an architecture's schema gives no symbolic shape. */
 int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
                            pith_err *err);

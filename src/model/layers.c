@@ -117,6 +117,11 @@ static int block_out(pith_decoder *d, const pith_weight *w, const pith_weight *b
     return 0;
 }
 
+int pith_block_out_proj(pith_decoder *d, const pith_weight *w, const pith_buf *in, const pith_dec_bufs *b, int n,
+                        pith_err *err) {
+    return block_out(d, w, NULL, in, b, NULL, n, err);
+}
+
 /* A block's output times out_scale through the input of its last product (an exact 1 changes nothing). */
 static void scale_input(pith_decoder *d, pith_buf *in, float out_scale, int n) {
     if (out_scale != 0 && out_scale != 1.0f) pith_be_scale(d->be, in, out_scale, n);

@@ -88,6 +88,11 @@ int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts
 int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_dec_bufs *b, const pith_buf *in,
                            const pith_weight *post_norm, int n, pith_err *err);
 
+/* A block's last product (a recurrent mixer's out-projection) of `in` added to b->x: sharded, this rank's
+ * partial product summed across ranks first (through b->xb). */
+int pith_block_out_proj(pith_decoder *d, const pith_weight *w, const pith_buf *in, const pith_dec_bufs *b, int n,
+                        pith_err *err);
+
 /* The MoE configuration from the hyper-parameters (softmax or sigmoid gating, top-k, widths; silu(g) * u). */
 void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg);
 

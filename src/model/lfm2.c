@@ -18,7 +18,9 @@
  * Checkpoints (batch.h): a sequence's run is convolved in pieces ending at its checkpointed tokens, and
  * after each piece the state (the last K-1 inputs up to that token) is copied to the checkpoint slot.
  * RoPE is plain theta (a file that declares a scaling is refused: rope.h). Built from the layer library
- * (model/layers.h) over the backend interface; the short convolution is the backend's short_conv op. */
+ * (model/layers.h) over the backend interface; the short convolution is the backend's short_conv op.
+ * Under --tp the convolution splits by channel (each rank its dim / N channels of B, C and x, their
+ * kernels and state, and its columns of out_proj, summed across ranks), attention and FFN as Megatron. */
 #include "model/lfm2.h"
 
 #include <stdio.h>
@@ -39,6 +41,7 @@ typedef struct lfm2_layer {
 typedef struct lfm2 {
     pith_decoder d; /* first: the base decoder */
     int K;
+    int conv_dim;   /* the convolution's channels on this rank: dim, or dim / N under --tp */
     lfm2_layer *layers;
     const pith_weight *embd, *out_norm, *output;
     pith_rope rope;
@@ -50,7 +53,7 @@ static int load_layer(lfm2 *m, int l, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
     lfm2_layer *L = &m->layers[l];
-    int dim = hp->dim;
+    int dim = hp->dim, cd = m->conv_dim;
     L->conv = pith_layer_bit(hp->layer_recurrent, l);
     if (pith_decoder_vector(d, l, "attn_norm.weight", dim, true, &L->attn_norm, err) ||
         pith_decoder_vector(d, l, "ffn_norm.weight", dim, true, &L->ffn_norm, err) ||
@@ -70,9 +73,11 @@ static int load_layer(lfm2 *m, int l, pith_err *err) {
     if (pith_decoder_vector(d, l, "shortconv.in_proj.bias", 3 * dim, false, &bias[0], err) ||
         pith_decoder_vector(d, l, "shortconv.conv.bias", dim, false, &bias[1], err) || bias[0] || bias[1])
         return pith_errf(err, "layer %d: short convolution biases are not supported", l);
-    if (pith_decoder_vector(d, l, "shortconv.conv.weight", dim * m->K, true, &L->conv_w, err) ||
-        pith_decoder_matrix(d, l, "shortconv.in_proj.weight", &L->in_proj, err) ||
-        pith_decoder_matrix(d, l, "shortconv.out_proj.weight", &L->out_proj, err))
+    /* sharded by channel: this rank's rows of each of B, C and x, its channels' kernels, its columns of out */
+    const int parts[3] = {dim, dim, dim}, kernels = dim * m->K;
+    if (pith_decoder_vector_parts(d, l, "shortconv.conv.weight", 1, &kernels, NULL, &L->conv_w, err) ||
+        pith_decoder_matrix_parts(d, l, "shortconv.in_proj.weight", dim, 3, parts, NULL, &L->in_proj, err) ||
+        pith_decoder_matrix_rows(d, l, "shortconv.out_proj.weight", cd, dim, 0, dim, &L->out_proj, err))
         return pith_err_prefix(err, "layer %d", l);
     return 0;
 }
@@ -94,7 +99,12 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     pith_decoder *d = &m->d;
     d->base.state_checkpoints = true; /* the short_conv op copies the state after checkpointed tokens */
     m->K = hp->conv_kernel;
-    int rc = pith_decoder_attn_shape(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's heads and FFN columns */
+    const int N = d->tp.comm ? d->tp.size : 1;
+    if (!rc && hp->dim % N) rc = pith_errf(err, "--tp %d: the convolution's %d channels do not divide by %d", N, hp->dim, N);
+    m->conv_dim = hp->dim / N;
+    if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
@@ -108,10 +118,10 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     }
     if (!rc) rc = pith_rope_for(hp, file, hp->head_dim, 0, &m->rope, pith_model_file_path(file), err);
     if (!rc) rc = pith_dec_bufs_make(d, hp->ffn_dim, &m->bufs, err);
-    if (!rc && (!(m->cs = pith_be_buffer(d->be, hp->head_dim, err)) || !(m->bcx = pith_be_buffer(d->be, 3 * hp->dim, err)) ||
-                !(m->cx = pith_be_buffer(d->be, hp->dim, err))))
+    if (!rc && (!(m->cs = pith_be_buffer(d->be, hp->head_dim, err)) || !(m->bcx = pith_be_buffer(d->be, 3 * m->conv_dim, err)) ||
+                !(m->cx = pith_be_buffer(d->be, m->conv_dim, err))))
         rc = -1;
-    if (!rc) rc = pith_decoder_hybrid_memory(d, hp->n_kv_heads * hp->head_dim, (size_t)(m->K - 1) * (size_t)hp->dim, 0, err);
+    if (!rc) rc = pith_decoder_hybrid_memory(d, hp->n_kv_heads * hp->head_dim, (size_t)(m->K - 1) * (size_t)m->conv_dim, 0, err);
     return pith_decoder_end(d, rc, out, err);
 }
 
@@ -125,12 +135,12 @@ static int layer_forward(lfm2 *m, const pith_batch *b, int l, int *n_rows, pith_
     int n = b->n_tokens;
     pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
     if (L->conv) {
-        const pith_be_mm in = {L->in_proj, m->bcx, false}, out = {L->out_proj, B->x, true};
+        const pith_be_mm in = {L->in_proj, m->bcx, false};
         pith_be_short_conv_args sc = {m->bcx, m->cx, L->conv_w, m->K, d->layer_group[l],
-                                      (size_t)d->layer_index[l] * (m->K - 1) * hp->dim};
+                                      (size_t)d->layer_index[l] * (m->K - 1) * m->conv_dim};
         if (pith_be_matmul(d->be, B->xb, &in, 1, n, err)) return -1;
         pith_be_short_conv(d->be, &sc, n);
-        if (pith_be_matmul(d->be, m->cx, &out, 1, n, err)) return -1;
+        if (pith_block_out_proj(d, L->out_proj, m->cx, B, n, err)) return -1;
     } else {
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->xb, m->cs, n, err)) return -1;
         pith_attn_block_attend(d, &L->attn, l, B, n);
