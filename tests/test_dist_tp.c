@@ -595,13 +595,16 @@ int main(void) {
         {"test-olmo2", false}, /* its QK norm over the whole projection: the statistic summed across ranks */
         {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", false},
         {"test-lfm2", false}, /* its short convolution split by channel */
+        {"test-nemotronh", false}, {"test-granitehybrid", false}, /* Mamba2 heads, B/C by group */
+        {"test-granitehybrid-moe", false}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
     test_engine_level("test-llama-gqa", 2, 1);
     test_engine_level("test-qwen3moe", 2, 1);
     test_engine_level("test-llama-gqa", 1, 2);
     test_engine_level("test-qwen3moe", 2, 2);
-    test_engine_level("test-lfm2", 2, 1); /* a hybrid: its states snapshotted, restored, preempted */
+    test_engine_level("test-lfm2", 2, 1); /* hybrids: their states snapshotted, restored, preempted */
+    test_engine_level("test-nemotronh", 2, 1);
     expect_refusal("test-llama-gqa", "F32", 4, 1, "KV heads (2) does not divide by 4");
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
     expect_refusal("test-qwen35", "F32", 2, 1, "does not run tensor-parallel yet");

@@ -192,7 +192,8 @@ typedef struct pith_be_short_conv_args {
  *         xBC: dt = softplus(dt + dt_bias[h]), S = exp(dt A[h]) S + dt x B^T, y = S C + D[h] x, from the
  *         sequence's SSM state S ([H][P][N]);
  *   y = RMSNorm(y * silu(z)) per group of norm_group elements (norm_group == inner: one norm), times
- *         norm, times out_scale (0 or 1: none), into y (rows of inner).
+ *         norm, times out_scale (0 or 1: none), into y (rows of inner); with norm NULL (the CPU backend,
+ *         under tensor parallelism, whose norm spans ranks) y * silu(z) alone.
  * The layer's state in the sequence's slot, from float state_offset: the convolution's [kernel - 1]
  * [conv] floats, oldest first, then the SSM state. After a token the step names a checkpoint for, both
  * are copied into that slot too. The op runs over every token of the step (n is its n_tokens). */

@@ -108,7 +108,10 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     for (int l = 0; l < hp->n_layers; l++)
         m->rope |= !pith_layer_bit(hp->layer_recurrent, l) && !pith_layer_bit(hp->layer_no_rope, l);
     m->res_scale = P->residual_scale > 0 ? P->residual_scale : 1.0f;
-    int rc = pith_decoder_attn_shape(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's heads, FFN columns and experts */
+    if (!rc) rc = pith_mamba2_shard(d, &m->md, err);
+    if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);

@@ -50,7 +50,7 @@ int pith_attn_block_load(pith_decoder *d, int l, pith_qk_norm qk, pith_attn_bloc
 /* Tensor parallelism: the RMSNorm of each row of x over the whole projection, of which this rank holds
  * x->cols columns and w's matching share: each row's sum of squares summed across ranks first. On the host
  * buffers of the CPU backend, the one that runs sharded (decoder_shard.c), like the sums themselves. */
-static int tp_norm_all(pith_decoder *d, pith_buf *x, const pith_weight *w, pith_buf *sumsq, int n, float eps,
+int pith_tp_rmsnorm(pith_decoder *d, pith_buf *x, const pith_weight *w, pith_buf *sumsq, int n, float eps,
                        pith_err *err) {
     const int cols = x->cols;
     for (int t = 0; t < n; t++) {
@@ -79,8 +79,8 @@ int pith_attn_block_qkv(pith_decoder *d, const pith_attn_block *a, int l, const 
         .rope_style = d->base.hp.rope_style, .group = d->layer_group[l], .layer_index = d->layer_index[l],
     };
     if (a->tp_sumsq) { /* the norm here, across ranks; the op then ropes and stores */
-        if (tp_norm_all(d, b->q, a->q_norm, a->tp_sumsq, n, op.eps, err) ||
-            tp_norm_all(d, b->k, a->k_norm, a->tp_sumsq, n, op.eps, err))
+        if (pith_tp_rmsnorm(d, b->q, a->q_norm, a->tp_sumsq, n, op.eps, err) ||
+            pith_tp_rmsnorm(d, b->k, a->k_norm, a->tp_sumsq, n, op.eps, err))
             return -1;
         op.qk_norm = PITH_QK_NORM_NONE, op.q_norm = op.k_norm = NULL;
     }

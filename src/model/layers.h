@@ -93,6 +93,12 @@ int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_
 int pith_block_out_proj(pith_decoder *d, const pith_weight *w, const pith_buf *in, const pith_dec_bufs *b, int n,
                         pith_err *err);
 
+/* Tensor parallelism: the RMSNorm of each of x's n rows over a width split across ranks (x and w hold
+ * this rank's columns): each row's sum of squares (into sumsq, a 1-column buffer) summed across ranks
+ * first. On the CPU backend's host buffers, the one that runs sharded. */
+int pith_tp_rmsnorm(pith_decoder *d, pith_buf *x, const pith_weight *w, pith_buf *sumsq, int n, float eps,
+                    pith_err *err);
+
 /* The MoE configuration from the hyper-parameters (softmax or sigmoid gating, top-k, widths; silu(g) * u). */
 void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg);
 

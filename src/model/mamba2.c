@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "format/arch.h"
+#include "model/layers.h"
 
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d) {
     const pith_mamba2_params *P = pith_arch_params(hp);
@@ -20,6 +21,27 @@ void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims 
     d->norm_group = grouped && d->G > 0 ? d->inner / d->G : d->inner;
     d->conv_floats = (size_t)(d->K > 1 ? d->K - 1 : 0) * d->conv_dim;
     d->ssm_floats = (size_t)d->H * d->P * d->N;
+    d->ranks = 1;
+}
+
+int pith_mamba2_shard(const pith_decoder *d, pith_mamba2_dims *md, pith_err *err) {
+    if (!d->tp.comm) return 0;
+    const int R = d->tp.size;
+    if (md->H % R) return pith_errf(err, "--tp %d: the %d Mamba2 heads do not divide by %d", R, md->H, R);
+    if (md->G % R && md->G != 1)
+        return pith_errf(err, "--tp %d: %d Mamba2 B/C groups neither divide by %d nor are one group", R, md->G, R);
+    md->ranks = R;
+    md->bc_whole = md->G % R != 0;
+    md->norm_across = md->norm_group > md->inner / R;
+    md->H /= R;
+    if (!md->bc_whole) md->G /= R;
+    md->inner = md->H * md->P;
+    md->conv_dim = md->inner + 2 * md->G * md->N;
+    md->proj_dim = md->inner + md->conv_dim + md->H;
+    if (!md->norm_across) md->norm_group = md->inner < md->norm_group ? md->inner : md->norm_group;
+    md->conv_floats = (size_t)(md->K > 1 ? md->K - 1 : 0) * md->conv_dim;
+    md->ssm_floats = (size_t)md->H * md->P * md->N;
+    return 0;
 }
 
 int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err *err) {
@@ -66,19 +88,26 @@ int pith_mamba2_finish_hf(pith_model_file *f, const pith_hparams *hp, pith_err *
 }
 
 int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_mamba2_layer *L, pith_err *err) {
-    const int dim = d->base.hp.dim;
+    const int dim = d->base.hp.dim, R = md->ranks;
     char n[96];
     snprintf(n, sizeof n, "blk.%d.ssm_conv1d.weight", l);
     const pith_tensor *c = pith_model_file_tensor(d->file, n);
     if (c && c->ne[0] != md->K) return pith_errf(err, "tensor %s: width %lld, expected %d", n, (long long)c->ne[0], md->K);
-    if (pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, md->proj_dim, 0, md->proj_dim, &L->ssm_in, err) ||
+    /* the file's widths, in parts: [z | x | B | C | dt] rows of ssm_in, [x | B | C] channels of the
+     * convolution; sharded, each part splits over the ranks except B and C held whole */
+    const int inner = md->inner * R, bc = md->G * md->N * (md->bc_whole ? 1 : R), H = md->H * R, K = md->K;
+    const bool in_whole[5] = {false, false, md->bc_whole, md->bc_whole, false};
+    const bool *conv_whole = in_whole + 1;
+    const int in_rows[5] = {inner, inner, bc, bc, H}, conv_w[3] = {inner * K, bc * K, bc * K},
+              conv_b[3] = {inner, bc, bc};
+    if (pith_decoder_matrix_parts(d, l, "ssm_in.weight", dim, 5, in_rows, in_whole, &L->ssm_in, err) ||
         pith_decoder_matrix_rows(d, l, "ssm_out.weight", md->inner, dim, 0, dim, &L->ssm_out, err) ||
-        pith_decoder_vector(d, l, "ssm_conv1d.weight", md->conv_dim * md->K, true, &L->conv_w, err) ||
-        pith_decoder_vector(d, l, "ssm_conv1d.bias", md->conv_dim, true, &L->conv_b, err) ||
-        pith_decoder_vector(d, l, "ssm_dt.bias", md->H, true, &L->dt_bias, err) ||
-        pith_decoder_vector(d, l, "ssm_a", md->H, true, &L->ssm_a, err) ||
-        pith_decoder_vector(d, l, "ssm_d", md->H, true, &L->ssm_d, err) ||
-        pith_decoder_vector(d, l, "ssm_norm.weight", md->inner, true, &L->ssm_norm, err))
+        pith_decoder_vector_parts(d, l, "ssm_conv1d.weight", 3, conv_w, conv_whole, &L->conv_w, err) ||
+        pith_decoder_vector_parts(d, l, "ssm_conv1d.bias", 3, conv_b, conv_whole, &L->conv_b, err) ||
+        pith_decoder_vector_parts(d, l, "ssm_dt.bias", 1, &H, NULL, &L->dt_bias, err) ||
+        pith_decoder_vector_parts(d, l, "ssm_a", 1, &H, NULL, &L->ssm_a, err) ||
+        pith_decoder_vector_parts(d, l, "ssm_d", 1, &H, NULL, &L->ssm_d, err) ||
+        pith_decoder_vector_parts(d, l, "ssm_norm.weight", 1, &inner, NULL, &L->ssm_norm, err))
         return -1;
     for (int h = 0; h < md->H; h++)
         if (!(L->ssm_a->vec[h] < 0))
@@ -87,21 +116,38 @@ int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_ma
 }
 
 int pith_mamba2_bufs_make(pith_decoder *d, const pith_mamba2_dims *md, pith_mamba2_bufs *b, pith_err *err) {
-    return !(b->proj = pith_be_buffer(d->be, md->proj_dim, err)) || !(b->y = pith_be_buffer(d->be, md->inner, err)) ? -1
-                                                                                                                   : 0;
+    if (!(b->proj = pith_be_buffer(d->be, md->proj_dim, err)) || !(b->y = pith_be_buffer(d->be, md->inner, err)))
+        return -1;
+    if (md->ranks > 1 && !(b->part = pith_be_buffer(d->be, d->base.hp.dim, err))) return -1;
+    if (md->norm_across && !(b->sumsq = pith_be_buffer(d->be, 1, err))) return -1;
+    return 0;
 }
 
 int pith_mamba2_forward(pith_decoder *d, const pith_mamba2_layer *L, const pith_mamba2_dims *md, int l,
                         const pith_mamba2_bufs *b, const pith_buf *in, pith_buf *x, float eps, float out_scale, int n,
                         pith_err *err) {
-    const pith_be_mm proj = {L->ssm_in, b->proj, false}, out = {L->ssm_out, x, true};
+    const pith_be_mm proj = {L->ssm_in, b->proj, false};
     const pith_be_mamba2_args op = {
         .proj = b->proj, .y = b->y, .conv_w = L->conv_w, .conv_b = L->conv_b, .dt_bias = L->dt_bias, .A = L->ssm_a,
-        .D = L->ssm_d, .norm = L->ssm_norm, .kernel = md->K, .n_heads = md->H, .n_groups = md->G, .head_dim = md->P,
-        .d_state = md->N, .norm_group = md->norm_group, .eps = eps, .out_scale = out_scale,
-        .group = d->layer_group[l], .state_offset = (size_t)d->layer_index[l] * (md->conv_floats + md->ssm_floats),
+        .D = L->ssm_d, .norm = md->norm_across ? NULL : L->ssm_norm, .kernel = md->K, .n_heads = md->H,
+        .n_groups = md->G, .head_dim = md->P, .d_state = md->N, .norm_group = md->norm_group, .eps = eps,
+        .out_scale = out_scale, .group = d->layer_group[l],
+        .state_offset = (size_t)d->layer_index[l] * (md->conv_floats + md->ssm_floats),
     };
     if (pith_be_matmul(d->be, in, &proj, 1, n, err)) return -1;
     pith_be_mamba2(d->be, &op, n);
-    return pith_be_matmul(d->be, b->y, &out, 1, n, err);
+    if (md->ranks == 1) {
+        const pith_be_mm out = {L->ssm_out, x, true};
+        return pith_be_matmul(d->be, b->y, &out, 1, n, err);
+    }
+    /* sharded: the norm over the whole width across ranks (the op only gated), then this rank's partial
+     * out-projection summed across ranks */
+    if (md->norm_across) {
+        if (pith_tp_rmsnorm(d, b->y, L->ssm_norm, b->sumsq, n, eps, err)) return -1;
+        if (out_scale != 0 && out_scale != 1.0f) pith_be_scale(d->be, b->y, out_scale, n);
+    }
+    const pith_be_mm out = {L->ssm_out, b->part, false};
+    if (pith_be_matmul(d->be, b->y, &out, 1, n, err) || pith_decoder_allreduce(d, b->part, n, err)) return -1;
+    pith_be_scale_add(d->be, x, b->part, 1.0f, n);
+    return 0;
 }

@@ -35,15 +35,26 @@ typedef struct pith_mamba2_params {
     int d_state;    /* N */
 } pith_mamba2_params;
 
+/* This rank's widths: the whole mixer's, or under --tp (pith_mamba2_shard) its share. */
 typedef struct pith_mamba2_dims {
     int K, H, G, P, N, inner, conv_dim, proj_dim;
     int norm_group;                 /* elements per RMS group of the gated norm */
     size_t conv_floats, ssm_floats; /* state per layer */
+    int ranks;                      /* 1, or the tensor-parallel ranks sharing the mixer */
+    bool bc_whole;                  /* sharded with one B/C group: every rank holds B and C whole */
+    bool norm_across;               /* sharded, the gated norm spans ranks (one group over the whole width) */
 } pith_mamba2_dims;
 
 /* From hp's conv_kernel and the architecture's pith_mamba2_params; grouped: the gated norm per B/C group (inner / G
  * elements), else over the whole inner width. */
 void pith_mamba2_dims_of(const pith_hparams *hp, bool grouped, pith_mamba2_dims *d);
+/* Under --tp (d's shard, after pith_decoder_shard_begin): md becomes this rank's share, Megatron's split
+ * of the heads: H / ranks heads with their channels of z, x and dt, their A, D, dt bias and norm
+ * weights, their SSM state, and the out-projection's matching columns (summed across ranks). B and C go by
+ * group (G / ranks each, the heads' own) when G divides, or whole on every rank when G is 1 (Granite
+ * 4.0-H); other group counts are refused. A gated norm per group stays on its rank; one over the whole
+ * width sums each row's squares across ranks. Without a shard it does nothing. */
+int pith_mamba2_shard(const pith_decoder *d, pith_mamba2_dims *md, pith_err *err);
 /* Checks conv width, head counts and widths and that G divides H; messages name path. */
 int pith_mamba2_check_hparams(const pith_hparams *hp, const char *path, pith_err *err);
 
@@ -68,6 +79,7 @@ int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_ma
 /* The mixer's buffers: proj (proj_dim: ssm_in's output) and y (inner: ssm_out's input). */
 typedef struct pith_mamba2_bufs {
     pith_buf *proj, *y;
+    pith_buf *part, *sumsq;   /* sharded: the out-projection's partial sum (dim), the norm's sums of squares */
 } pith_mamba2_bufs;
 int pith_mamba2_bufs_make(pith_decoder *d, const pith_mamba2_dims *md, pith_mamba2_bufs *b, pith_err *err);
 

@@ -80,7 +80,10 @@ int pith_nemotronh_build(pith_model_file *file, const pith_model_options *opt, p
     pith_mamba2_dims_of(hp, true, &m->md); /* MambaRMSNormGated: per group in both formats */
     bool any_mlp = false;
     for (int l = 0; l < hp->n_layers; l++) any_mlp |= pith_layer_bit(hp->layer_mlp, l);
-    int rc = pith_decoder_attn_shape(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's heads and MLP columns */
+    if (!rc) rc = pith_mamba2_shard(d, &m->md, err);
+    if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);

@@ -9,6 +9,7 @@
  * products, 2 x head_dim x d_state per token and head, plus its intra-chunk terms).
  * Checkpoints (batch.h): a run is cut after every token with a checkpoint, and each unit copies its
  * channels of the convolution state or its head of the SSM state into the checkpoint slot. */
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
@@ -85,6 +86,11 @@ static void gated_norm_row(row_job *j, int t, int ith) {
     const pith_be_mamba2_args *a = j->a;
     int inner = a->y->cols;
     float *y = row_of(a->y, t);
+    if (!a->norm) { /* the gate alone: tensor parallelism norms across ranks after (backend.h) */
+        const float *z = row_of(a->proj, t);
+        for (int i = 0; i < inner; i++) y[i] *= z[i] / (1.0f + expf(-z[i]));
+        return;
+    }
     pith_gated_rmsnorm_grouped(y, row_of(a->proj, t), a->norm->vec, inner, a->norm_group, a->eps);
     if (a->out_scale != 0 && a->out_scale != 1.0f)
         for (int i = 0; i < inner; i++) y[i] *= a->out_scale;
