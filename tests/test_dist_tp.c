@@ -596,6 +596,7 @@ int main(void) {
         {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", false},
         {"test-lfm2", false}, /* its short convolution split by channel */
         {"test-nemotronh", false}, {"test-granitehybrid", false}, /* Mamba2 heads, B/C by group */
+        {"test-phi3", false}, /* fused [Q | K | V] of unequal parts */
         {"test-granitehybrid-moe", false}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);

@@ -115,8 +115,8 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
 }
 
 /* Sharded, the caller's shape is this rank's: a row-sharded tensor of `total` rows here is one of size *
- * total rows in the file, each part of `rows` (a fused [gate | up]: two) sharded on its own; a column-
- * sharded one has size * cols columns. */
+ * total rows in the file, each part (a fused [gate | up], Phi-3's [Q | K | V]) sharded on its own, so the
+ * part at row0 here starts at row size * row0 there; a column-sharded one has size * cols columns. */
 int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
                              const pith_weight **out, pith_err *err) {
     char full[128];
@@ -125,9 +125,10 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     if (!t) return pith_errf(err, "missing tensor %s", full);
     int col0 = 0, file_cols = cols, file_total = total;
     pith_shard_kind kind = d->tp.comm ? pith_decoder_shard_kind(name) : PITH_SHARD_NONE;
-    if (kind == PITH_SHARD_ROWS && rows > 0 && total % rows == 0 && row0 % rows == 0) {
+    if (kind == PITH_SHARD_ROWS && rows > 0 && row0 >= 0 && row0 + rows <= total) {
+        /* every part before this one is sharded too, so it starts at size times its offset here */
         file_total = total * d->tp.size;
-        row0 = row0 / rows * rows * d->tp.size + d->tp.rank * rows;
+        row0 = row0 * d->tp.size + d->tp.rank * rows;
     } else if (kind == PITH_SHARD_COLS) {
         file_cols = cols * d->tp.size;
         col0 = d->tp.rank * cols;

@@ -145,7 +145,9 @@ int pith_phi3_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!m) return -1;
     pith_decoder *d = &m->d;
     int n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim;
-    int rc = pith_decoder_attn_shape(d, err);
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's heads and FFN columns: its rows of each part of the fused projections */
+    if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
