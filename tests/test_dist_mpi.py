@@ -2,7 +2,8 @@
 one thread per rank), end to end through the CLI; tests/test_dist_tp.c checks the same code with threads
 as ranks, on every sharded architecture and the engine's features.
 
-- --tp 2, --tp 4, --pp 2 and --tp 2 --pp 2 (Llama), --tp 2 (Gemma 3), --tp 2 and --pp 2 (Qwen3-MoE): the
+- --tp 2, --tp 4, --pp 2 and --tp 2 --pp 2 (Llama), --tp 2 (Gemma 3, Granite 4.0-H with experts), --tp 2
+  and --pp 2 (Qwen3-MoE): the
   greedy text equals one process's, and every step's logits row (--logits-out) is within 5e-4 of one
   process's relative to the row's largest logit (test_dist_tp.c says why);
 - a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
@@ -93,6 +94,11 @@ class TensorParallel(unittest.TestCase):
 
     def test_moe_2_ranks(self):
         self.check_same("test-qwen3moe", [(2, 1), (1, 2)])
+
+    def test_hybrid_2_ranks(self):
+        # Granite 4.0-H with experts: Mamba2 heads split, its one B/C group whole on each rank, the gated
+        # norm summed across ranks, the experts split by expert
+        self.check_same("test-granitehybrid-moe", [(2, 1)])
 
     def test_refusals(self):
         path = model("test-llama")
