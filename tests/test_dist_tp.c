@@ -597,6 +597,8 @@ int main(void) {
         {"test-lfm2", false}, /* its short convolution split by channel */
         {"test-nemotronh", false}, {"test-granitehybrid", false}, /* Mamba2 heads, B/C by group */
         {"test-phi3", false}, /* fused [Q | K | V] of unequal parts */
+        {"test-qwen35", false}, {"test-qwen35moe", false}, /* DeltaNet by key head, value heads tiled */
+        {"test-qwen3next", false}, {"test-qwen3next-legacy", false}, /* grouped; fused [q | k | v | z] */
         {"test-granitehybrid-moe", false}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
@@ -608,7 +610,7 @@ int main(void) {
     test_engine_level("test-nemotronh", 2, 1);
     expect_refusal("test-llama-gqa", "F32", 4, 1, "KV heads (2) does not divide by 4");
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
-    expect_refusal("test-qwen35", "F32", 2, 1, "does not run tensor-parallel yet");
+    expect_refusal("test-gemma4", "F32", 2, 1, "does not run tensor-parallel yet");
     /* 7 layers, the only full-attention one is layer 5: the first of two stages would have none */
     expect_refusal("test-gemma3", "F32", 1, 2, "holds none of the model's full-attention layers");
     expect_refusal("test-mistral3", "F32", 1, 2, "does not run in pipeline stages yet");

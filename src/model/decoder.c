@@ -142,26 +142,52 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     return pith_decoder_bind_part(d, t, full, row0, rows, col0, cols, out, err);
 }
 
+/* Sizes of the parts this rank binds (sharded: each SPLIT part's share; SKIP parts none) and of the
+ * whole in the file; an error when a split part does not divide. */
+static int parts_sizes(const pith_decoder *d, const char *full, const char *what, int n_parts, const int *size,
+                       const unsigned char *mode, int64_t *file_total, int64_t *bound, pith_err *err) {
+    const int N = d->tp.comm ? d->tp.size : 1;
+    *file_total = *bound = 0;
+    for (int k = 0; k < n_parts; k++) {
+        int how = mode ? mode[k] : PITH_PART_SPLIT;
+        if (how == PITH_PART_SPLIT && size[k] % N)
+            return pith_errf(err, "tensor %s: part %d's %d %s do not divide by %d ranks", full, k, size[k], what, N);
+        *file_total += size[k];
+        *bound += how == PITH_PART_SKIP ? 0 : how == PITH_PART_WHOLE ? size[k] : size[k] / N;
+    }
+    return 0;
+}
+
+/* Part k's [first, first + count) in the file's units (rows, elements) for this rank. */
+static void part_range(const pith_decoder *d, int at, int size, int how, int *first, int *count) {
+    const int N = d->tp.comm ? d->tp.size : 1, r = d->tp.comm ? d->tp.rank : 0;
+    *count = how == PITH_PART_SKIP ? 0 : how == PITH_PART_WHOLE ? size : size / N;
+    *first = at + (how == PITH_PART_SPLIT ? r * *count : 0);
+}
+
 int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int cols, int n_parts,
-                              const int *part_rows, const bool *whole, const pith_weight **out, pith_err *err) {
+                              const int *part_rows, const unsigned char *mode, const pith_weight **out,
+                              pith_err *err) {
     char full[128];
     const pith_tensor *t = find(d, layer, name, full, sizeof full);
     *out = NULL;
     if (!t) return pith_errf(err, "missing tensor %s", full);
-    const int N = d->tp.comm ? d->tp.size : 1, r = d->tp.comm ? d->tp.rank : 0;
-    int64_t file_rows = 0, rows = 0;
-    for (int k = 0; k < n_parts; k++) {
-        bool all = N == 1 || (whole && whole[k]);
-        if (!all && part_rows[k] % N)
-            return pith_errf(err, "tensor %s: part %d's %d rows do not divide by %d ranks", full, k, part_rows[k], N);
-        file_rows += part_rows[k];
-        rows += all ? part_rows[k] : part_rows[k] / N;
-    }
+    int64_t file_rows, rows;
+    if (parts_sizes(d, full, "rows", n_parts, part_rows, mode, &file_rows, &rows, err)) return -1;
     if (t->ne[0] != cols || t->ne[1] != file_rows || t->ne[2] != 1 || t->ne[3] != 1)
         return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %lld]", full, (long long)t->ne[0],
                          (long long)t->ne[1], cols, (long long)file_rows);
-    if (N == 1) return pith_decoder_bind_part(d, t, full, 0, (int)rows, 0, cols, out, err);
-    /* this rank's rows of each part, copied into one run */
+    if (rows < 1) return pith_errf(err, "tensor %s: no rows bound", full);
+    /* one run of rows: a view of the file; several: this rank's rows of each part, copied into one */
+    int runs = 0, first0 = 0;
+    for (int k = 0, at = 0, end = -1; k < n_parts; at += part_rows[k++]) {
+        int first, count;
+        part_range(d, at, part_rows[k], mode ? mode[k] : PITH_PART_SPLIT, &first, &count);
+        if (!count) continue;
+        if (first != end) runs++, first0 = runs == 1 ? first : first0;
+        end = first + count;
+    }
+    if (runs == 1) return pith_decoder_bind_part(d, t, full, first0, (int)rows, 0, cols, out, err);
     size_t rb = pith_dtype_row_bytes(t->type, cols);
     if (!rb || t->nbytes < rb * (size_t)file_rows) return pith_errf(err, "tensor %s: bad type or size", full);
     void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
@@ -171,10 +197,10 @@ int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int 
     d->tp.owned[d->tp.n_owned++] = copy;
     uint8_t *w = copy;
     for (int k = 0, at = 0; k < n_parts; at += part_rows[k++]) {
-        bool all = whole && whole[k];
-        int take = all ? part_rows[k] : part_rows[k] / N, from = at + (all ? 0 : r * take);
-        memcpy(w, (const uint8_t *)t->data + (size_t)from * rb, (size_t)take * rb);
-        w += (size_t)take * rb;
+        int first, count;
+        part_range(d, at, part_rows[k], mode ? mode[k] : PITH_PART_SPLIT, &first, &count);
+        memcpy(w, (const uint8_t *)t->data + (size_t)first * rb, (size_t)count * rb);
+        w += (size_t)count * rb;
     }
     pith_tensor part = *t;
     part.ne[1] = rows;
@@ -186,21 +212,67 @@ int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int 
     return 0;
 }
 
-int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int n_parts, const int *part_elems,
-                              const bool *whole, const pith_weight **out, pith_err *err) {
+int pith_decoder_matrix_col_parts(pith_decoder *d, int layer, const char *name, int rows, int n_parts,
+                                  const int *part_cols, const pith_weight **out, pith_err *err) {
     char full[128];
     const pith_tensor *t = find(d, layer, name, full, sizeof full);
     *out = NULL;
     if (!t) return pith_errf(err, "missing tensor %s", full);
-    const int N = d->tp.comm ? d->tp.size : 1, r = d->tp.comm ? d->tp.rank : 0;
-    int64_t file_n = 0, n = 0;
-    for (int k = 0; k < n_parts; k++) {
-        bool all = N == 1 || (whole && whole[k]);
-        if (!all && part_elems[k] % N)
-            return pith_errf(err, "tensor %s: part %d's %d elements do not divide by %d ranks", full, k, part_elems[k], N);
-        file_n += part_elems[k];
-        n += all ? part_elems[k] : part_elems[k] / N;
+    int64_t file_cols, cols;
+    if (parts_sizes(d, full, "columns", n_parts, part_cols, NULL, &file_cols, &cols, err)) return -1;
+    if (t->ne[0] != file_cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%lld, %d]", full, (long long)t->ne[0],
+                         (long long)t->ne[1], (long long)file_cols, rows);
+    if (n_parts == 1 || !d->tp.comm) {
+        int first, count;
+        part_range(d, 0, (int)file_cols, n_parts == 1 ? PITH_PART_SPLIT : PITH_PART_WHOLE, &first, &count);
+        return pith_decoder_bind_part(d, t, full, 0, rows, first, count, out, err);
     }
+    const int64_t blk = pith_dtype_block_elems(t->type);
+    size_t rb = pith_dtype_row_bytes(t->type, file_cols), crb = pith_dtype_row_bytes(t->type, cols);
+    if (!rb || !crb || t->nbytes < rb * (size_t)rows) return pith_errf(err, "tensor %s: bad type or size", full);
+    for (int k = 0, at = 0; k < n_parts; at += part_cols[k++]) {
+        int first, count;
+        part_range(d, at, part_cols[k], PITH_PART_SPLIT, &first, &count);
+        if (first % blk || count % blk)
+            return pith_errf(err, "tensor %s: a shard boundary at column %d falls inside a %s block of %lld "
+                                  "elements", full, first % blk ? first : first + count, pith_dtype_name(t->type),
+                             (long long)blk);
+    }
+    void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
+    uint8_t *copy = grown ? malloc(crb * (size_t)rows) : NULL;
+    if (grown) d->tp.owned = grown;
+    if (!copy) return pith_errf(err, "out of memory");
+    d->tp.owned[d->tp.n_owned++] = copy;
+    for (int r = 0; r < rows; r++) {
+        uint8_t *w = copy + (size_t)r * crb;
+        const uint8_t *src = (const uint8_t *)t->data + (size_t)r * rb;
+        for (int k = 0, at = 0; k < n_parts; at += part_cols[k++]) {
+            int first, count;
+            part_range(d, at, part_cols[k], PITH_PART_SPLIT, &first, &count);
+            size_t off = pith_dtype_row_bytes(t->type, first), len = pith_dtype_row_bytes(t->type, count);
+            memcpy(w, src + off, len);
+            w += len;
+        }
+    }
+    pith_tensor part = *t;
+    part.ne[0] = cols;
+    part.data = copy;
+    part.nbytes = crb * (size_t)rows;
+    pith_weight *bound;
+    if (pith_be_matrix(d->be, &part, full, &bound, err)) return -1;
+    *out = bound;
+    return 0;
+}
+
+int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int n_parts, const int *part_elems,
+                              const unsigned char *mode, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    int64_t file_n, n;
+    if (parts_sizes(d, full, "elements", n_parts, part_elems, mode, &file_n, &n, err)) return -1;
     int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
     if (pith_tensor_nelems(t) != file_n) return pith_errf(err, "tensor %s: expected %lld elements", full, (long long)file_n);
     if (!width || (size_t)t->nbytes < (size_t)file_n * (size_t)width) return pith_errf(err, "tensor %s: bad type or size", full);
@@ -208,10 +280,10 @@ int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int 
     if (!v) return pith_errf(err, "out of memory");
     float *o = v;
     for (int k = 0, at = 0; k < n_parts; at += part_elems[k++]) {
-        bool all = N == 1 || (whole && whole[k]);
-        int take = all ? part_elems[k] : part_elems[k] / N, from = at + (all ? 0 : r * take);
-        for (int i = 0; i < take; i++) {
-            const uint8_t *src = (const uint8_t *)t->data + (size_t)(from + i) * (size_t)width;
+        int first, count;
+        part_range(d, at, part_elems[k], mode ? mode[k] : PITH_PART_SPLIT, &first, &count);
+        for (int i = 0; i < count; i++) {
+            const uint8_t *src = (const uint8_t *)t->data + (size_t)(first + i) * (size_t)width;
             uint16_t h = 0;
             if (width == 2) memcpy(&h, src, 2);
             if (t->type == PITH_F32) memcpy(o++, src, 4);

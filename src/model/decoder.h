@@ -85,15 +85,23 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
 int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int cols, int total, int row0, int rows,
                              const pith_weight **out, pith_err *err);
 /* A fused projection: a matrix of `cols` columns whose rows are n_parts parts stacked (LFM2's [B | C | x],
- * Phi-3's [Q | K | V], Mamba2's [z | x | B | C | dt]), part k of part_rows[k] rows in the file. Sharded,
- * each part's rows split over the ranks and this rank's share of each is bound, in order, as one matrix
- * (copied out of the file), except the parts whole[k] marks (whole may be NULL), which every rank holds
- * entire (Mamba2's B and C when its groups do not divide). Unsharded: the whole tensor. */
+ * Mamba2's [z | x | B | C | dt], Qwen3-Next's [q | k | v | z]), part k of part_rows[k] rows in the file.
+ * mode[k] (NULL: all SPLIT) says what this rank binds of part k: sharded, SPLIT its share of the part's
+ * rows (unsharded, all of them), WHOLE all of them on every rank (Mamba2's B and C when its groups do
+ * not divide), SKIP none (the part another weight binds). The parts bound are one matrix, in order: a
+ * view of the file where they are one run of rows, else copied out of it. */
+enum { PITH_PART_SPLIT = 0, PITH_PART_WHOLE = 1, PITH_PART_SKIP = 2 };
 int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int cols, int n_parts,
-                              const int *part_rows, const bool *whole, const pith_weight **out, pith_err *err);
+                              const int *part_rows, const unsigned char *mode, const pith_weight **out,
+                              pith_err *err);
+/* The same by columns (a projection whose inputs are parts: Qwen3.5's out-projection over value heads in
+ * GGUF's tiled order): `rows` rows, each rank its share of every part's columns, copied side by side
+ * (each share on a block boundary of the tensor's type). */
+int pith_decoder_matrix_col_parts(pith_decoder *d, int layer, const char *name, int rows, int n_parts,
+                                  const int *part_cols, const pith_weight **out, pith_err *err);
 /* The same for a vector of parts (a fused convolution's weights, [channels][kernel] per part). */
 int pith_decoder_vector_parts(pith_decoder *d, int layer, const char *name, int n_parts, const int *part_elems,
-                              const bool *whole, const pith_weight **out, pith_err *err);
+                              const unsigned char *mode, const pith_weight **out, pith_err *err);
 /* The same, checked to be rows x cols: for the tensors an architecture's schema gives no symbolic shape. */
 int pith_decoder_matrix_of(pith_decoder *d, int layer, const char *name, int rows, int cols, const pith_weight **out,
                            pith_err *err);

@@ -96,8 +96,9 @@ int pith_mamba2_load(pith_decoder *d, int l, const pith_mamba2_dims *md, pith_ma
     /* the file's widths, in parts: [z | x | B | C | dt] rows of ssm_in, [x | B | C] channels of the
      * convolution; sharded, each part splits over the ranks except B and C held whole */
     const int inner = md->inner * R, bc = md->G * md->N * (md->bc_whole ? 1 : R), H = md->H * R, K = md->K;
-    const bool in_whole[5] = {false, false, md->bc_whole, md->bc_whole, false};
-    const bool *conv_whole = in_whole + 1;
+    const unsigned char bc_mode = md->bc_whole ? PITH_PART_WHOLE : PITH_PART_SPLIT;
+    const unsigned char in_whole[5] = {PITH_PART_SPLIT, PITH_PART_SPLIT, bc_mode, bc_mode, PITH_PART_SPLIT};
+    const unsigned char *conv_whole = in_whole + 1;
     const int in_rows[5] = {inner, inner, bc, bc, H}, conv_w[3] = {inner * K, bc * K, bc * K},
               conv_b[3] = {inner, bc, bc};
     if (pith_decoder_matrix_parts(d, l, "ssm_in.weight", dim, 5, in_rows, in_whole, &L->ssm_in, err) ||

@@ -61,23 +61,43 @@ int q35_load_layer(q35 *m, int l, bool delta, q35_layer *L, pith_err *err) {
         if (c && c->ne[0] != m->K)
             return pith_errf(err, "layer %d: tensor %s: width %lld, expected %d", l, name, (long long)c->ne[0], m->K);
         /* Qwen3-Next's fused projections (qwen3next_arch.c reorders their rows at load): ssm_in is
-         * [q | k | v | z], ssm_ba [beta | alpha]; Qwen3.5's files have neither */
+         * [q | k | v | z], ssm_ba [beta | alpha]; Qwen3.5's files have neither. Sharded by key head: each
+         * rank its nk / N key heads and the value heads that read them, which in GGUF's tiled order (value
+         * head h reads key head h % nk) are every nk-th: there the value parts are nv / nk runs of nk heads,
+         * each split over the ranks, so that this rank's value head h' reads its key head h' % (nk / N) */
         snprintf(name, sizeof name, "blk.%d.ssm_in.weight", l);
-        int fused_in = pith_model_file_tensor(d->file, name) != NULL, cv = m->conv_dim, vd = m->value_dim;
+        int fused_in = pith_model_file_tensor(d->file, name) != NULL;
         snprintf(name, sizeof name, "blk.%d.ssm_ba.weight", l);
         int fused_ba = pith_model_file_tensor(d->file, name) != NULL;
-        if ((fused_in ? pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, cv + vd, 0, cv, &L->wqkv, err) ||
-                            pith_decoder_matrix_rows(d, l, "ssm_in.weight", dim, cv + vd, cv, vd, &L->wz, err)
-                      : pith_decoder_matrix_of(d, l, "attn_qkv.weight", cv, dim, &L->wqkv, err) ||
-                            pith_decoder_matrix_of(d, l, "attn_gate.weight", vd, dim, &L->wz, err)) ||
-            (fused_ba ? pith_decoder_matrix_rows(d, l, "ssm_ba.weight", dim, 2 * nv, 0, nv, &L->wb, err) ||
-                            pith_decoder_matrix_rows(d, l, "ssm_ba.weight", dim, 2 * nv, nv, nv, &L->wa, err)
-                      : pith_decoder_matrix_of(d, l, "ssm_beta.weight", nv, dim, &L->wb, err) ||
-                            pith_decoder_matrix_of(d, l, "ssm_alpha.weight", nv, dim, &L->wa, err)) ||
-            pith_decoder_matrix_of(d, l, "ssm_out.weight", dim, m->value_dim, &L->wout, err) ||
-            pith_decoder_vector(d, l, "ssm_conv1d.weight", m->conv_dim * m->K, true, &L->conv_w, err) ||
-            pith_decoder_vector(d, l, "ssm_dt.bias", nv, true, &L->dt_bias, err) ||
-            pith_decoder_vector(d, l, "ssm_a", nv, true, &L->ssm_a, err) ||
+        const int nk = P->gdn_k_heads, dk = P->gdn_k_dim, dv = P->gdn_v_dim, K = m->K;
+        const int runs = m->qk_tiled ? nv / nk : 1, run_heads = nv / runs;
+        enum { MAXP = 2 + 2 * 64 };
+        if (runs > 64) return pith_errf(err, "layer %d: %d value heads per key head is too many", l, runs);
+        int rows[MAXP], conv[MAXP], heads[MAXP], cols[64];
+        unsigned char qkv_mode[MAXP], z_mode[MAXP], b_mode[MAXP], a_mode[MAXP];
+        rows[0] = rows[1] = nk * dk, conv[0] = conv[1] = nk * dk * K;
+        qkv_mode[0] = qkv_mode[1] = PITH_PART_SPLIT, z_mode[0] = z_mode[1] = PITH_PART_SKIP;
+        for (int r = 0; r < runs; r++) {
+            rows[2 + r] = rows[2 + runs + r] = run_heads * dv, conv[2 + r] = run_heads * dv * K;
+            qkv_mode[2 + r] = PITH_PART_SPLIT, qkv_mode[2 + runs + r] = PITH_PART_SKIP;
+            z_mode[2 + r] = PITH_PART_SKIP, z_mode[2 + runs + r] = PITH_PART_SPLIT;
+            heads[r] = heads[runs + r] = run_heads, cols[r] = run_heads * dv;
+            b_mode[r] = PITH_PART_SPLIT, b_mode[runs + r] = PITH_PART_SKIP;
+            a_mode[r] = PITH_PART_SKIP, a_mode[runs + r] = PITH_PART_SPLIT;
+        }
+        const int n_qkv = 2 + runs, n_all = 2 + 2 * runs;
+        if ((fused_in ? pith_decoder_matrix_parts(d, l, "ssm_in.weight", dim, n_all, rows, qkv_mode, &L->wqkv, err) ||
+                            pith_decoder_matrix_parts(d, l, "ssm_in.weight", dim, n_all, rows, z_mode, &L->wz, err)
+                      : pith_decoder_matrix_parts(d, l, "attn_qkv.weight", dim, n_qkv, rows, NULL, &L->wqkv, err) ||
+                            pith_decoder_matrix_parts(d, l, "attn_gate.weight", dim, runs, rows + 2, NULL, &L->wz, err)) ||
+            (fused_ba ? pith_decoder_matrix_parts(d, l, "ssm_ba.weight", dim, 2 * runs, heads, b_mode, &L->wb, err) ||
+                            pith_decoder_matrix_parts(d, l, "ssm_ba.weight", dim, 2 * runs, heads, a_mode, &L->wa, err)
+                      : pith_decoder_matrix_parts(d, l, "ssm_beta.weight", dim, runs, heads, NULL, &L->wb, err) ||
+                            pith_decoder_matrix_parts(d, l, "ssm_alpha.weight", dim, runs, heads, NULL, &L->wa, err)) ||
+            pith_decoder_matrix_col_parts(d, l, "ssm_out.weight", dim, runs, cols, &L->wout, err) ||
+            pith_decoder_vector_parts(d, l, "ssm_conv1d.weight", n_qkv, conv, NULL, &L->conv_w, err) ||
+            pith_decoder_vector_parts(d, l, "ssm_dt.bias", runs, heads, NULL, &L->dt_bias, err) ||
+            pith_decoder_vector_parts(d, l, "ssm_a", runs, heads, NULL, &L->ssm_a, err) ||
             pith_decoder_vector(d, l, "ssm_norm.weight", P->gdn_v_dim, true, &L->ssm_norm, err))
             return pith_err_prefix(err, "layer %d", l);
         return 0;
@@ -145,9 +165,8 @@ static int declare_memory(q35 *m, pith_err *err) {
 static int make_buffers(q35 *m, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
-    const pith_qwen35_params *P = pith_arch_params(hp);
     pith_backend *be = d->be;
-    int nv = P->gdn_v_heads;
+    int nv = m->n_v_heads;
     if (pith_dec_bufs_make(d, hp->n_experts > 0 ? 0 : hp->ffn_dim, &m->bufs, err)) return -1;
     return !(m->cs = pith_be_buffer(be, m->n_rot, err)) || !(m->qg = pith_be_buffer(be, 2 * m->q_dim, err)) ||
                    !(m->qkv = pith_be_buffer(be, m->conv_dim, err)) || !(m->z = pith_be_buffer(be, m->value_dim, err)) ||
@@ -165,18 +184,24 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!m) return -1;
     pith_decoder *d = &m->d;
     d->base.state_checkpoints = true; /* the gdn op (and mtp_save) copy the state after checkpointed tokens */
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's attention heads and FFN columns */
+    const int R = d->tp.comm ? d->tp.size : 1;
+    if (!rc && (P->gdn_k_heads % R || P->gdn_v_heads % P->gdn_k_heads))
+        rc = pith_errf(err, "--tp %d: the DeltaNet's %d key heads do not divide by %d", R, P->gdn_k_heads, R);
+    m->n_k_heads = P->gdn_k_heads / R;
+    m->n_v_heads = P->gdn_v_heads / R;
     m->q_dim = hp->n_heads * hp->head_dim;
     m->kv_dim = hp->n_kv_heads * hp->head_dim;
     m->n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim;
     m->K = hp->conv_kernel;
-    m->key_dim = P->gdn_k_heads * P->gdn_k_dim;
-    m->value_dim = P->gdn_v_heads * P->gdn_v_dim;
+    m->key_dim = m->n_k_heads * P->gdn_k_dim;
+    m->value_dim = m->n_v_heads * P->gdn_v_dim;
     m->conv_dim = 2 * m->key_dim + m->value_dim;
     m->conv_floats = (size_t)(m->K - 1) * m->conv_dim;
-    m->state_floats = (size_t)P->gdn_v_heads * P->gdn_k_dim * P->gdn_v_dim;
+    m->state_floats = (size_t)m->n_v_heads * P->gdn_k_dim * P->gdn_v_dim;
     m->qk_tiled = pith_model_file_format(file) == PITH_FORMAT_GGUF && !P->qk_grouped;
-    int rc = 0;
-    if ((long long)m->conv_dim * m->K > INT_MAX)
+    if (!rc && (long long)m->conv_dim * m->K > INT_MAX)
         rc = pith_errf(err, "DeltaNet convolution of %d channels by %d is too large", m->conv_dim, m->K);
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc) rc = pith_be_gdn_shape(d->be, P->gdn_k_dim, P->gdn_v_dim, err);
@@ -237,15 +262,14 @@ static int delta_mixer(q35 *m, int l, int n, pith_err *err) {
     if (pith_be_matmul(d->be, m->bufs.xb, proj, 4, n, err)) return -1;
     const pith_be_gdn_args gdn = {
         .qkv = m->qkv, .beta = m->beta, .alpha = m->alpha, .out = m->dn, .conv_w = L->conv_w, .dt_bias = L->dt_bias,
-        .ssm_a = L->ssm_a, .kernel = m->K, .n_k_heads = P->gdn_k_heads, .n_v_heads = P->gdn_v_heads,
+        .ssm_a = L->ssm_a, .kernel = m->K, .n_k_heads = m->n_k_heads, .n_v_heads = m->n_v_heads,
         .dk = P->gdn_k_dim, .dv = P->gdn_v_dim, .qk_tiled = m->qk_tiled, .group = d->layer_group[l],
         .state_offset = (size_t)d->layer_index[l] * (m->conv_floats + m->state_floats),
     };
     pith_be_gdn(d->be, &gdn, n);
     const pith_be_gated_norm_args norm = {m->dn, m->z, L->ssm_norm, hp->norm_eps};
     pith_be_gated_norm(d->be, &norm, n);
-    const pith_be_mm out = {L->wout, m->bufs.x, true};
-    return pith_be_matmul(d->be, m->dn, &out, 1, n, err);
+    return pith_block_out_proj(d, L->wout, m->dn, &m->bufs, n, err);
 }
 
 static int layer_forward(q35 *m, const pith_batch *b, int l, int *n_rows, pith_err *err) {

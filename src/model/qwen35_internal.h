@@ -30,7 +30,8 @@ typedef struct q35_layer {
 
 typedef struct q35 {
     pith_decoder d; /* first: the base decoder */
-    int q_dim, kv_dim, n_rot, K, key_dim, value_dim, conv_dim;
+    int q_dim, kv_dim, n_rot, K, key_dim, value_dim, conv_dim;   /* this rank's (decoder.h: shard) */
+    int n_k_heads, n_v_heads;         /* the DeltaNet's key and value heads on this rank */
     size_t conv_floats, state_floats; /* per DeltaNet layer */
     bool qk_tiled;
     q35_layer *layers;
