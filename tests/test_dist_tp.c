@@ -18,7 +18,7 @@
  * Hidden rows come back identical in bits on rank 0 to what it computes (the residual is replicated),
  * and within the same tolerance of one process's.
  *
- * Engine level (Llama with GQA, Qwen3-MoE and LFM2, Q8_0: quantized blocks split across ranks, experts split
+ * Engine level (Llama with GQA, Qwen3-MoE, LFM2 and Nemotron-H in Q8_0, Qwen3.5 in F32: quantized blocks split across ranks, experts split
  * between them): eight random prompts in pairs sharing 20 tokens give the same greedy tokens under --tp 2
  * each alone, all at once (prefix-cache hits), all at once in a pool of about two sequences
  * (preemptions), and with speculative decoding (a draft oracle with planted errors, so the verifier's rows
@@ -458,9 +458,9 @@ static void check_divergence(const char *preset, pith_model *one, pith_model *tp
     free(b);
 }
 
-static void test_engine_level(const char *preset, int tp, int pp) {
+static void test_engine_level(const char *preset, const char *dtype, int tp, int pp) {
     char path[4200];
-    if (!make_model(preset, "Q8_0", path, sizeof path)) return;
+    if (!make_model(preset, dtype, path, sizeof path)) return;
     pith_err err;
     pith_model_options mo = {.n_threads = 1};
     pith_model *one;
@@ -558,9 +558,9 @@ static void test_engine_level(const char *preset, int tp, int pp) {
     CHECKF(st[3].spec_accepted_tokens > 0 && st[3].spec_accepted_tokens < st[3].spec_draft_tokens,
            "--tp 2: %llu of %llu draft tokens accepted", (unsigned long long)st[3].spec_accepted_tokens,
            (unsigned long long)st[3].spec_draft_tokens);
-    printf("%s engine --tp %d --pp %d (Q8_0): %d of %d prompts give one process's tokens (%d diverge at a near tie), and the "
+    printf("%s engine --tp %d --pp %d (%s): %d of %d prompts give one process's tokens (%d diverge at a near tie), and the "
            "same alone, batched with %llu prefix-cache hits, under %llu preemptions and speculating (%llu of %llu "
-           "drafts accepted); n = 3 samples the same %s\n", preset, tp, pp, same, N2, near_ties,
+           "drafts accepted); n = 3 samples the same %s\n", preset, tp, pp, dtype, same, N2, near_ties,
            (unsigned long long)st[1].prefix_cache_hits, (unsigned long long)st[2].preemptions,
            (unsigned long long)st[3].spec_accepted_tokens, (unsigned long long)st[3].spec_draft_tokens,
            dense ? "as one process's" : "in two runs");
@@ -602,12 +602,15 @@ int main(void) {
         {"test-granitehybrid-moe", false}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
-    test_engine_level("test-llama-gqa", 2, 1);
-    test_engine_level("test-qwen3moe", 2, 1);
-    test_engine_level("test-llama-gqa", 1, 2);
-    test_engine_level("test-qwen3moe", 2, 2);
-    test_engine_level("test-lfm2", 2, 1); /* hybrids: their states snapshotted, restored, preempted */
-    test_engine_level("test-nemotronh", 2, 1);
+    test_engine_level("test-llama-gqa", "Q8_0", 2, 1);
+    test_engine_level("test-qwen3moe", "Q8_0", 2, 1);
+    test_engine_level("test-llama-gqa", "Q8_0", 1, 2);
+    test_engine_level("test-qwen3moe", "Q8_0", 2, 2);
+    test_engine_level("test-lfm2", "Q8_0", 2, 1); /* hybrids: their states snapshotted, restored, preempted */
+    test_engine_level("test-nemotronh", "Q8_0", 2, 1);
+    /* F32: Qwen3.5's random Q8_0 model moves by 3.2e-2 of the largest logit where a prompt parts from one
+     * process's (Q8_0 steps amplified through its DeltaNet layers), past check_divergence's bound */
+    test_engine_level("test-qwen35", "F32", 2, 1);
     expect_refusal("test-llama-gqa", "F32", 4, 1, "KV heads (2) does not divide by 4");
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
     expect_refusal("test-gemma4", "F32", 2, 1, "does not run tensor-parallel yet");
