@@ -110,7 +110,7 @@ class TensorParallel(unittest.TestCase):
                            stderr=subprocess.PIPE, timeout=120, env=ENV)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"--tp 2 --pp 1 in a job of 1 ranks", r.stderr)
-        r = job(2, ["run", "-m", model("test-gemma4"), "-p", "x", "-n", "2", "--tp", "2"])
+        r = job(2, ["run", "-m", model("test-deepseek2"), "-p", "x", "-n", "2", "--tp", "2"])
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"does not run tensor-parallel yet", r.stderr)
         self.assertLess(time.time() - t, 3 * BOUND)

@@ -98,6 +98,11 @@ int pith_decoder_matrix(pith_decoder *d, int layer, const char *name, const pith
     if (!t) return pith_errf(err, "missing tensor %s", full);
     if (d->tp.comm) {
         int C = (int)t->ne[0], R = (int)t->ne[1], N = d->tp.size, r = d->tp.rank;
+        if (pith_decoder_kv_copied(d, name)) { /* the one KV head this rank's query heads read, whole */
+            int kv = d->tp.kv_file, h = r * kv / N;
+            if (R % kv) return pith_errf(err, "tensor %s: %d rows do not divide by %d KV heads", full, R, kv);
+            return pith_decoder_bind_part(d, t, full, h * (R / kv), R / kv, 0, C, out, err);
+        }
         switch (pith_decoder_shard_kind(name)) {
         case PITH_SHARD_ROWS:
             if (R % N) return pith_errf(err, "tensor %s: %d rows do not divide by %d ranks", full, R, N);
@@ -125,7 +130,13 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     if (!t) return pith_errf(err, "missing tensor %s", full);
     int col0 = 0, file_cols = cols, file_total = total;
     pith_shard_kind kind = d->tp.comm ? pith_decoder_shard_kind(name) : PITH_SHARD_NONE;
-    if (kind == PITH_SHARD_ROWS && rows > 0 && row0 >= 0 && row0 + rows <= total) {
+    if (d->tp.kv_copy && !strcmp(name, "attn_qkv.weight"))
+        return pith_errf(err, "tensor %s: --tp %d with %d KV heads: a fused QKV projection cannot copy a KV head",
+                         full, d->tp.size, d->tp.kv_file);
+    if (pith_decoder_kv_copied(d, name) && row0 == 0 && rows == total) { /* one KV head, whole */
+        file_total = total * d->tp.kv_file;
+        row0 = d->tp.rank * d->tp.kv_file / d->tp.size * rows;
+    } else if (kind == PITH_SHARD_ROWS && rows > 0 && row0 >= 0 && row0 + rows <= total) {
         /* every part before this one is sharded too, so it starts at size times its offset here */
         file_total = total * d->tp.size;
         row0 = row0 * d->tp.size + d->tp.rank * rows;
@@ -327,7 +338,10 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
     int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
     /* sharded: a per-head vector (biases, sinks, a whole-projection QK norm) of size * n is this rank's n */
     int64_t first = 0;
-    if (d->tp.comm && pith_decoder_shard_kind(name) == PITH_SHARD_VECTOR && pith_tensor_nelems(t) == (int64_t)n * d->tp.size)
+    if (pith_decoder_kv_copied(d, name) && pith_tensor_nelems(t) == (int64_t)n * d->tp.kv_file)
+        first = (int64_t)(d->tp.rank * d->tp.kv_file / d->tp.size) * n; /* the copied KV head's */
+    else if (d->tp.comm && pith_decoder_shard_kind(name) == PITH_SHARD_VECTOR &&
+             pith_tensor_nelems(t) == (int64_t)n * d->tp.size)
         first = (int64_t)d->tp.rank * n;
     else if (pith_tensor_nelems(t) != n)
         return pith_errf(err, "tensor %s: expected %d elements", full, n);

@@ -31,6 +31,10 @@ typedef struct pith_decoder_shard {
     struct pith_comm *comm;  /* this stage's tensor-parallel ranks (owned: a part of world), or NULL */
     int rank, size;
     int vocab0, n_vocab;
+    /* Fewer KV heads than ranks (a divisor of them): each rank holds a copy of the one KV head its query
+     * heads read, head rank * kv_file / size of the file's kv_file (base.hp.n_kv_heads is then 1). */
+    bool kv_copy;
+    int kv_file;
     void **owned;      /* column shards copied out of the file (the backend may keep pointers into them) */
     int n_owned;
     /* Pipeline parallelism (opt->pp > 1): this rank's stage holds layers [l0, l1) and their memory; the
@@ -139,6 +143,9 @@ typedef enum pith_shard_kind {
     PITH_SHARD_VECTOR,  /* attn_{q,k,v}.bias, attn_sinks, attn_{q,k}_norm: per head (when not head_dim wide) */
 } pith_shard_kind;
 pith_shard_kind pith_decoder_shard_kind(const char *name);
+/* Whether tensor `name` (after "blk.N.") is a K or V projection or bias this rank holds one head of whole,
+ * a copy (decoder.h: pith_decoder_shard.kv_copy). */
+bool pith_decoder_kv_copied(const pith_decoder *d, const char *name);
 /* Sums y's n rows across the ranks (nothing when not sharded). A failure aborts the job: the other
  * ranks are in the same sum and cannot be left behind. */
 int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err);

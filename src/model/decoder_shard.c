@@ -57,8 +57,14 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
         return 0;
     }
     const int N = tp;
+    /* fewer KV heads than ranks: each rank a copy of the one its query heads read (the query heads of
+     * a KV head are consecutive, so those of a rank read one) */
+    const bool kv_copy = hp->n_kv_heads < N && N % hp->n_kv_heads == 0;
     if (divides(hp->n_heads, N, "the number of attention heads", err) ||
-        divides(hp->n_kv_heads, N, "the number of KV heads", err) ||
+        (!kv_copy && hp->n_kv_heads < N &&
+         pith_errf(err, "--tp %d: the number of KV heads (%d) neither divides by %d nor divides it", N,
+                   hp->n_kv_heads, N)) ||
+        (!kv_copy && divides(hp->n_kv_heads, N, "the number of KV heads", err)) ||
         divides(hp->ffn_dim, N, "the FFN width", err) ||
         (hp->n_experts > 0 && divides(hp->n_experts, N, "the number of experts", err)))
         return -1;
@@ -66,12 +72,22 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
     if (hp->n_experts > 0 && hp->expert_ffn_dim == 0) hp->expert_ffn_dim = hp->ffn_dim;
     if (hp->n_vocab < N) return pith_errf(err, "--tp %d: a vocabulary of %d is too small to share", N, hp->n_vocab);
     hp->n_heads /= N;
-    hp->n_kv_heads /= N;
+    d->tp.kv_copy = kv_copy;
+    d->tp.kv_file = hp->n_kv_heads;
+    hp->n_kv_heads = kv_copy ? 1 : hp->n_kv_heads / N;
     hp->ffn_dim /= N;
     d->tp.rank = c->rank;
     d->tp.size = N;
     pith_dist_vocab_share(hp->n_vocab, N, c->rank, &d->tp.vocab0, &d->tp.n_vocab);
     return 0;
+}
+
+bool pith_decoder_kv_copied(const pith_decoder *d, const char *name) {
+    static const char *const kv[] = {"attn_k.weight", "attn_v.weight", "attn_k.bias", "attn_v.bias"};
+    if (!d->tp.kv_copy) return false;
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        if (!strcmp(name, kv[i])) return true;
+    return false;
 }
 
 int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {

@@ -27,7 +27,10 @@
  * The two kinds of layer keep their K and V in two memory groups of different widths per token: the
  * WINDOW group (n_kv_heads x head_dim) and the FULL group (n_kv_heads_full x head_dim_full, set on the
  * spec after pith_decoder_kv_memory), and the backend attends over each with its own head shape
- * (pith_be_attn_shape's second shape, for the FULL group). */
+ * (pith_be_attn_shape's second shape, for the FULL group). Under --tp each rank holds its share of both
+ * kinds' heads, of the MLP's columns and of the experts (summed across ranks after the attention output
+ * and each MLP); with fewer global KV heads than ranks, each rank a copy of the one its query heads read;
+ * the per-layer embeddings are whole on every rank. */
 #include "model/gemma4.h"
 
 #include <math.h>
@@ -94,9 +97,10 @@ static int moe_ffn(gemma4 *m, const gemma4_layer *L, int n, pith_err *err) {
     const pith_be_mm gate_up[] = {{f->gate, B->hb, false}, {f->up, B->hb2, false}}, down = {f->down, m->y1, false};
     if (pith_be_matmul(d->be, B->xb, gate_up, 2, n, err)) return -1;
     pith_be_glu(d->be, PITH_GLU_GELU_TANH, B->hb, B->hb2, n);
-    if (pith_be_matmul(d->be, B->hb, &down, 1, n, err)) return -1;
+    if (pith_be_matmul(d->be, B->hb, &down, 1, n, err) || pith_decoder_allreduce(d, m->y1, n, err)) return -1;
     pith_be_zero(d->be, m->y2, n);
-    if (pith_be_moe(d->be, L->moe, B->x, m->y2, n, err)) return -1;
+    /* under --tp this rank's experts (expert parallelism), summed across ranks like the dense MLP's columns */
+    if (pith_be_moe(d->be, L->moe, B->x, m->y2, n, err) || pith_decoder_allreduce(d, m->y2, n, err)) return -1;
     pith_be_rmsnorm(d->be, m->y1, L->post_ffw_norm_1, eps, B->xb, n);
     pith_be_norm_add(d->be, B->xb, m->y2, L->post_ffw_norm_2, eps, n);
     pith_be_norm_add(d->be, B->x, B->xb, L->post_ffw_norm, eps, n);
@@ -145,7 +149,7 @@ static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, 
             pith_be_keep_rows(d->be, keep, P > 0 ? 4 : 2);
         }
         const pith_be_mm o = {L->wo, B->xb, false};
-        if (pith_be_matmul(d->be, m->att[t], &o, 1, n, err)) return -1;
+        if (pith_be_matmul(d->be, m->att[t], &o, 1, n, err) || pith_decoder_allreduce(d, B->xb, n, err)) return -1;
         pith_be_norm_add(d->be, B->x, B->xb, L->post_attn_norm, hp->norm_eps, n);
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (L->moe ? moe_ffn(m, L, n, err)
@@ -225,6 +229,20 @@ static int load_wide_ffn(pith_decoder *d, int l, pith_ffn_block *f, pith_err *er
            pith_decoder_matrix_rows(d, l, "ffn_down.weight", F, dim, 0, dim, &f->down, err);
 }
 
+/* K or V of kvd rows here: sharded by head, or (copy) the one global KV head this rank's query heads read,
+ * whole: head rank * n / ranks of the file's n. */
+static int bind_kv(pith_decoder *d, int l, const char *name, bool copy, int kvd, const pith_weight **out,
+                   pith_err *err) {
+    const int dim = d->base.hp.dim;
+    if (!copy) return pith_decoder_matrix_rows(d, l, name, dim, kvd, 0, kvd, out, err);
+    const int n = pith_gemma4_params_of(&d->base.hp)->n_kv_heads_full, mine = d->tp.rank * n / d->tp.size;
+    int rows[64];
+    unsigned char mode[64];
+    if (n > 64) return pith_errf(err, "%d global KV heads is too many", n);
+    for (int h = 0; h < n; h++) rows[h] = kvd, mode[h] = h == mine ? PITH_PART_WHOLE : PITH_PART_SKIP;
+    return pith_decoder_matrix_parts(d, l, name, dim, n, rows, mode, out, err);
+}
+
 static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
     const pith_hparams *hp = &d->base.hp;
     const pith_gemma4_params *P = pith_gemma4_params_of(hp);
@@ -232,8 +250,11 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
     L->kind = window_of(hp, l) > 0 ? LOCAL : GLOBAL;
     L->shared = l >= pith_gemma4_first_shared(hp);
     L->wide = L->shared && P->double_wide;
-    const int hd = L->kind == LOCAL ? hp->head_dim : P->head_dim_full;
-    const int qd = hp->n_heads * hd, kvd = (L->kind == LOCAL ? hp->n_kv_heads : P->n_kv_heads_full) * hd;
+    const int hd = L->kind == LOCAL ? hp->head_dim : P->head_dim_full, R = d->tp.comm ? d->tp.size : 1;
+    const int nkv = L->kind == LOCAL ? hp->n_kv_heads : P->n_kv_heads_full < R ? 1 : P->n_kv_heads_full / R;
+    const int qd = hp->n_heads * hd, kvd = nkv * hd;
+    /* fewer global KV heads than ranks: each rank holds a copy of the one its query heads read */
+    const bool kv_copy = L->kind == GLOBAL && P->n_kv_heads_full < R;
     char name[64];
     snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
     bool has_v = !L->shared && !(L->kind == GLOBAL && P->k_eq_v) && pith_model_file_tensor(d->file, name) != NULL;
@@ -241,8 +262,8 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
     const int pd = P->ple_dim;
     if (pith_decoder_vector(d, l, "attn_norm.weight", dim, true, &L->attn_norm, err) ||
         pith_decoder_matrix_rows(d, l, "attn_q.weight", dim, qd, 0, qd, &L->wq, err) ||
-        (!L->shared && pith_decoder_matrix_rows(d, l, "attn_k.weight", dim, kvd, 0, kvd, &L->wk, err)) ||
-        (has_v && pith_decoder_matrix_rows(d, l, "attn_v.weight", dim, kvd, 0, kvd, &L->wv, err)) ||
+        (!L->shared && bind_kv(d, l, "attn_k.weight", kv_copy, kvd, &L->wk, err)) ||
+        (has_v && bind_kv(d, l, "attn_v.weight", kv_copy, kvd, &L->wv, err)) ||
         pith_decoder_matrix_rows(d, l, "attn_output.weight", qd, dim, 0, dim, &L->wo, err) ||
         pith_decoder_vector(d, l, "attn_q_norm.weight", hd, true, &L->q_norm, err) ||
         (!L->shared && pith_decoder_vector(d, l, "attn_k_norm.weight", hd, true, &L->k_norm, err)) ||
@@ -261,6 +282,10 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
         cfg.act = PITH_MOE_GELU_TANH;  /* hidden_activation (llama.cpp: LLM_FFN_GELU) */
         cfg.gating = PITH_GATING_SOFTMAX, cfg.norm_topk = true, cfg.routed_scale = 0; /* fixed in both */
         cfg.in_norm_eps = hp->norm_eps;
+        if (d->tp.comm) { /* expert parallelism: this rank's share of the experts */
+            cfg.n_local = cfg.n_experts / d->tp.size;
+            cfg.expert0 = d->tp.rank * cfg.n_local;
+        }
         if (pith_decoder_vector(d, l, "post_ffw_norm_1.weight", dim, true, &L->post_ffw_norm_1, err) ||
             pith_decoder_vector(d, l, "post_ffw_norm_2.weight", dim, true, &L->post_ffw_norm_2, err) ||
             d->be->vt->moe_load(d->be, d->file, l, &cfg, NULL, &L->moe, err))
@@ -331,11 +356,16 @@ int pith_gemma4_build(pith_model_file *file, const pith_model_options *opt, pith
     gemma4 *m = (gemma4 *)pith_decoder_new(sizeof *m, file, opt, &gemma4_ops, gemma4_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    const int hd[2] = {hp->head_dim, P->head_dim_full}, nkv[2] = {hp->n_kv_heads, P->n_kv_heads_full};
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp; /* this rank's heads and FFN columns */
+    const int R = d->tp.comm ? d->tp.size : 1;
+    const int nkv_full = P->n_kv_heads_full;
+    if (!rc && (nkv_full < R ? R % nkv_full : nkv_full % R))
+        rc = pith_errf(err, "--tp %d: the global layers' %d KV heads neither divide by %d nor divide it", R, nkv_full, R);
+    const int hd[2] = {hp->head_dim, P->head_dim_full}, nkv[2] = {hp->n_kv_heads, nkv_full < R ? 1 : nkv_full / R};
     bool has[2] = {false, false};
     m->embed_scale = embed_scale(file, "token_embd.weight", hp->dim);
-    int rc = 0;
-    if (!(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
+    if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
     if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     if (!rc && P->ple_dim > 0) rc = load_ple(m, err); /* the per-layer inputs are computed with the embeddings */

@@ -21,6 +21,9 @@ int pith_dec_bufs_make(pith_decoder *d, int ffn, pith_dec_bufs *b, pith_err *err
 }
 
 int pith_attn_block_load(pith_decoder *d, int l, pith_qk_norm qk, pith_attn_block *a, pith_err *err) {
+    if (d->tp.kv_copy && qk == PITH_QK_NORM_ALL) /* its K statistic would count a copied head twice */
+        return pith_errf(err, "layer %d: --tp %d with %d KV heads: a K norm over the whole projection cannot copy a "
+                              "KV head", l, d->tp.size, d->tp.kv_file);
     const pith_hparams *hp = &d->base.hp;
     int qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim;
     int qn = qk == PITH_QK_NORM_ALL ? qd : hp->head_dim, kn = qk == PITH_QK_NORM_ALL ? kvd : hp->head_dim;
