@@ -6,7 +6,7 @@ as ranks, on every sharded architecture and the engine's features.
   and --pp 2 (Qwen3-MoE): the
   greedy text equals one process's, and every step's logits row (--logits-out) is within 5e-4 of one
   process's relative to the row's largest logit (test_dist_tp.c says why);
-- a job of another size than --tp, --tp without mpirun, and a model that does not shard: each exits 1
+- a job of another size than --tp, --tp without mpirun, and a model that does not shard over 3 ranks: each exits 1
   with a message naming the problem, within the time bound, no rank left behind;
 - a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
   30 s instead of hanging; a rank stopped (SIGSTOP) there ends it through the others' watchdog within
@@ -110,9 +110,9 @@ class TensorParallel(unittest.TestCase):
                            stderr=subprocess.PIPE, timeout=120, env=ENV)
         self.assertEqual(r.returncode, 1)
         self.assertIn(b"--tp 2 --pp 1 in a job of 1 ranks", r.stderr)
-        r = job(2, ["run", "-m", model("test-deepseek2"), "-p", "x", "-n", "2", "--tp", "2"])
+        r = job(3, ["run", "-m", model("test-llama"), "-p", "x", "-n", "2", "--tp", "3"])
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn(b"does not run tensor-parallel yet", r.stderr)
+        self.assertIn(b"the number of attention heads (4) does not divide by 3", r.stderr)
         self.assertLess(time.time() - t, 3 * BOUND)
 
     def test_killed_rank_ends_the_job(self):

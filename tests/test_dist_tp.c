@@ -36,7 +36,7 @@
  * step) and at engine level (Llama with GQA over 2 stages, Qwen3-MoE over 2 x 2).
  *
  * Refusals: a dimension that does not divide (8 attention heads over 3 ranks), a Q4_K block split by a shard
- * boundary, an architecture not sharded yet, a stage without a layer of one of the model's memory groups,
+ * boundary, a stage without a layer of one of the model's memory groups,
  * an architecture without stages under --pp; each a clear error on every rank, no hang. */
 #include <math.h>
 #include <pthread.h>
@@ -607,6 +607,7 @@ int main(void) {
         {"test-qwen35", false}, {"test-qwen35moe", false}, /* DeltaNet by key head, value heads tiled */
         {"test-qwen3next", false}, {"test-qwen3next-legacy", false}, /* grouped; fused [q | k | v | z] */
         {"test-gemma4", false}, {"test-gemma4-e", false}, {"test-gemma4-moe", false}, /* two head shapes, PLE */
+        {"test-deepseek2", false}, {"test-deepseek2-v2", false}, /* MLA: query heads split, latent rows whole */
         {"test-granitehybrid-moe", false}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
@@ -621,7 +622,6 @@ int main(void) {
     test_engine_level("test-qwen35", "F32", 2, 1);
     expect_refusal("test-llama-gqa", "F32", 3, 1, "the number of attention heads (8) does not divide by 3");
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
-    expect_refusal("test-deepseek2", "F32", 2, 1, "does not run tensor-parallel yet");
     /* 7 layers, the only full-attention one is layer 5: the first of two stages would have none */
     expect_refusal("test-gemma3", "F32", 1, 2, "holds none of the model's full-attention layers");
     expect_refusal("test-mistral3", "F32", 1, 2, "does not run in pipeline stages yet");

@@ -10,7 +10,8 @@
 
 pith_shard_kind pith_decoder_shard_kind(const char *name) {
     static const char *const rows[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight",
-                                       "ffn_gate.weight", "ffn_up.weight", "ffn_gate_up.weight", "attn_qkv.weight"};
+                                       "ffn_gate.weight", "ffn_up.weight", "ffn_gate_up.weight", "attn_qkv.weight",
+                                       "attn_q_b.weight", "attn_kv_b.weight"};
     static const char *const cols[] = {"attn_output.weight", "ffn_down.weight", "shortconv.out_proj.weight",
                                        "ssm_out.weight"};
     static const char *const vecs[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_sinks.weight",

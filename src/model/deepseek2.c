@@ -88,7 +88,9 @@ static int load_heads(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &d->base.hp;
     const pith_deepseek2_params *P = pith_deepseek2_params_of(hp);
+    /* this rank's heads: [h0, h0 + H) of the file's HF (all of them unsharded) */
     const int H = hp->n_heads, R = P->kv_lora_rank, N = P->qk_nope, V = P->v_dim;
+    const int HF = d->tp.comm ? H * d->tp.size : H, h0 = d->tp.comm ? d->tp.rank * H : 0;
     char kn[64], vn[64], fn[64];
     snprintf(kn, sizeof kn, "blk.%d.attn_k_b.weight", l);
     snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", l);
@@ -96,40 +98,41 @@ static int load_heads(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     const pith_tensor *kb = pith_model_file_tensor(d->file, kn), *vb = pith_model_file_tensor(d->file, vn);
     if (kb || vb) {
         if (!kb || !vb) return pith_errf(err, "missing tensor %s (it goes with %s)", kb ? vn : kn, kb ? kn : vn);
-        if (kb->ne[0] != N || kb->ne[1] != R || kb->ne[2] != H || kb->ne[3] != 1)
+        if (kb->ne[0] != N || kb->ne[1] != R || kb->ne[2] != HF || kb->ne[3] != 1)
             return pith_errf(err, "tensor %s: shape [%lld, %lld, %lld], expected [%d, %d, %d]", kn, (long long)kb->ne[0],
-                             (long long)kb->ne[1], (long long)kb->ne[2], N, R, H);
-        if (vb->ne[0] != R || vb->ne[1] != V || vb->ne[2] != H || vb->ne[3] != 1)
+                             (long long)kb->ne[1], (long long)kb->ne[2], N, R, HF);
+        if (vb->ne[0] != R || vb->ne[1] != V || vb->ne[2] != HF || vb->ne[3] != 1)
             return pith_errf(err, "tensor %s: shape [%lld, %lld, %lld], expected [%d, %d, %d]", vn, (long long)vb->ne[0],
-                             (long long)vb->ne[1], (long long)vb->ne[2], R, V, H);
+                             (long long)vb->ne[1], (long long)vb->ne[2], R, V, HF);
         for (int h = 0; h < H; h++)
-            if (bind_part(d, kb, kn, (int64_t)h * R * N, R, N, &L->k_b[h], err) ||
-                bind_part(d, vb, vn, (int64_t)h * V * R, V, R, &L->v_b[h], err))
+            if (bind_part(d, kb, kn, (int64_t)(h0 + h) * R * N, R, N, &L->k_b[h], err) ||
+                bind_part(d, vb, vn, (int64_t)(h0 + h) * V * R, V, R, &L->v_b[h], err))
                 return -1;
         return 0;
     }
     const pith_tensor *kv = pith_model_file_tensor(d->file, fn);
     if (!kv) return pith_errf(err, "missing tensor %s (or the split %s and %s)", fn, kn, vn);
     const int per = N + V;
-    if (kv->ne[0] != R || kv->ne[1] != (int64_t)H * per || kv->ne[2] != 1 || kv->ne[3] != 1)
+    if (kv->ne[0] != R || kv->ne[1] != (int64_t)HF * per || kv->ne[2] != 1 || kv->ne[3] != 1)
         return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", fn, (long long)kv->ne[0],
-                         (long long)kv->ne[1], R, H * per);
+                         (long long)kv->ne[1], R, HF * per);
     if (kv->type != PITH_F32 && kv->type != PITH_F16 && kv->type != PITH_BF16)
         return pith_errf(err, "tensor %s: a %s fused kv_b without attn_k_b / attn_v_b cannot be absorbed "
                               "(convert the model again: newer converters write the split tensors)", fn,
                          pith_dtype_name(kv->type));
-    if (kv->nbytes < (size_t)R * H * per * (kv->type == PITH_F32 ? 4 : 2))
+    if (kv->nbytes < (size_t)R * HF * per * (kv->type == PITH_F32 ? 4 : 2))
         return pith_errf(err, "tensor %s: data is shorter than its shape", fn);
     float *t = m->owned[l] = malloc((size_t)H * R * N * sizeof *t);
     if (!t) return pith_errf(err, "out of memory");
     for (int h = 0; h < H; h++)
         for (int r = 0; r < R; r++)
-            for (int i = 0; i < N; i++) t[((size_t)h * R + r) * N + i] = elem_f32(kv, ((size_t)h * per + i) * R + r);
+            for (int i = 0; i < N; i++)
+                t[((size_t)h * R + r) * N + i] = elem_f32(kv, ((size_t)(h0 + h) * per + i) * R + r);
     pith_tensor tt = {.name = kv->name, .type = PITH_F32, .n_dims = 3, .ne = {N, R, H, 1}, .data = t,
                       .nbytes = (size_t)H * R * N * sizeof *t};
     for (int h = 0; h < H; h++)
         if (bind_part(d, &tt, fn, (int64_t)h * R * N, R, N, &L->k_b[h], err) ||
-            bind_part(d, kv, fn, ((int64_t)h * per + N) * R, V, R, &L->v_b[h], err))
+            bind_part(d, kv, fn, ((int64_t)(h0 + h) * per + N) * R, V, R, &L->v_b[h], err))
             return -1;
     return 0;
 }
@@ -264,6 +267,8 @@ static int make_bufs(ds2 *m, pith_err *err) {
         return -1;
     if (dense && (!(B->hb = pith_be_buffer(be, hp->ffn_dim, err)) || !(B->hb2 = pith_be_buffer(be, hp->ffn_dim, err))))
         return -1;
+    /* under --tp the experts' shares are summed across ranks through y (layers.h) */
+    if (hp->n_experts > 0 && d->tp.comm && !(B->y = pith_be_buffer(be, hp->dim, err))) return -1;
     bool expand = false;
     for (int l = 0; l < hp->n_layers; l++) expand |= m->layers[l].kv_b != NULL;
     if (expand && (!(m->g = pith_be_buffer(be, D, err)) ||
@@ -280,7 +285,10 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
     if (!m) return -1;
     pith_decoder *d = &m->d;
     const int L = hp->n_layers, D = P->kv_lora_rank + P->qk_rope;
-    int rc = 0;
+    /* under --tp each rank its query heads (their W_UK, W_UV and output columns), the latent rows of
+     * every token whole (one row all heads read, computed on each rank) */
+    int rc = pith_decoder_shard_begin(d, false, err);
+    hp = &d->base.hp;
     long long wide = P->qk_nope + P->v_dim, den = 2LL * P->kv_lora_rank - wide;
     long long even = den > 0 ? (2 * wide * P->kv_lora_rank + den - 1) / den : LLONG_MAX;
     int estimate = even >= INT_MAX ? INT_MAX : even < PITH_BE_MLA_CHUNK ? PITH_BE_MLA_CHUNK : (int)even;
