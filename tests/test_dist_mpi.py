@@ -11,8 +11,8 @@ as ranks, on every sharded architecture and the engine's features.
 - a rank killed (SIGKILL) in the middle of a long generation ends the whole job with an error within
   30 s instead of hanging; a rank stopped (SIGSTOP) there ends it through the others' watchdog within
   PITH_TP_TIMEOUT plus 30 s, saying so;
-- `pith serve --tp 2` answers as one process's server does, refuses weight reload and sleep (409), and a
-  SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0;
+- `pith serve --tp 2` answers as one process's server does, reloads weights (one process's text on the
+  new ones), sleeps and wakes, and a SIGTERM to rank 0 drains: the request in flight completes and every rank exits 0;
 - a rank of `pith serve --tp 2` killed with requests in flight: each gets a 503 saying a rank failed (a
   stream as its last event), and the job exits non-zero.
 
@@ -47,11 +47,12 @@ def mpirun():
     return None
 
 
-def model(preset, dtype="F32", ctx=None):
-    path = os.path.join(tmp_dir(), "mpi-%s-%s%s.gguf" % (preset, dtype, "-%d" % ctx if ctx else ""))
+def model(preset, dtype="F32", ctx=None, seed=5):
+    path = os.path.join(tmp_dir(), "mpi-%s-%s%s%s.gguf" % (preset, dtype, "-%d" % ctx if ctx else "",
+                                                          "" if seed == 5 else "-s%d" % seed))
     if not os.path.exists(path):
         subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tools", "mkmodel.py"), "--preset", preset,
-                        "--dtype", dtype, "--seed", "5", "--out", path] + (["--ctx", str(ctx)] if ctx else []),
+                        "--dtype", dtype, "--seed", str(seed), "--out", path] + (["--ctx", str(ctx)] if ctx else []),
                        check=True, stdout=subprocess.DEVNULL)
     return path
 
@@ -143,24 +144,36 @@ class TensorParallel(unittest.TestCase):
 
 class ServeTensorParallel(unittest.TestCase):
     def test_serve_drains_on_sigterm(self):
-        """`mpirun -np 2 pith serve --tp 2`: the greedy text of one process's server; weight reload and sleep
-        refused with 409; SIGTERM to rank 0 with a request in flight: the request completes, every rank
-        exits 0."""
-        path = model("test-llama", ctx=131072)
+        """`mpirun -np 2 pith serve --tp 2`: the greedy text of one process's server; a weight reload (every
+        rank its shard) gives one process's text on the new weights, a reload of a missing file 400 with the
+        served weights running on, a sleep and a wake the same text again; SIGTERM to rank 0 with a request
+        in flight: the request completes, every rank exits 0."""
+        path, other = model("test-llama", ctx=131072), model("test-llama", ctx=131072, seed=6)
         body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
-        with Server(["-m", path, "-t", "1"]) as one:
-            _, want = one.post("/v1/completions", body)
+        want = []
+        for p in (path, other):
+            with Server(["-m", p, "-t", "1"]) as one:
+                want.append(one.post("/v1/completions", body)[1]["choices"][0]["text"])
+        self.assertNotEqual(want[0], want[1])
         srv = Server(["-m", path, "-t", "1", "--tp", "2", "--admin-key", "k", "--drain-timeout", str(DRAIN)], launcher=[mpirun(), "--oversubscribe", "-np", "2"],
                      env=ENV)
         try:
             status, got = srv.post("/v1/completions", body)
             self.assertEqual(status, 200, got)
-            self.assertEqual(got["choices"][0]["text"], want["choices"][0]["text"])
-            status, err = srv.post("/v1/admin/sleep", {}, key="k")
-            self.assertEqual(status, 409, err)
-            status, err = srv.post("/v1/admin/reload", {"path": path}, key="k")
-            self.assertEqual(status, 409, err)
-            self.assertIn("--tp", err["error"]["message"])
+            self.assertEqual(got["choices"][0]["text"], want[0])
+            # a reload: every rank loads its shard of the new weights; then a sleep and a wake
+            status, res = srv.post("/v1/admin/reload", {"path": other, "version": "v2"}, key="k")
+            self.assertEqual(status, 200, res)
+            status, got = srv.post("/v1/completions", body)
+            self.assertEqual(got["choices"][0]["text"], want[1], "after the reload")
+            status, res = srv.post("/v1/admin/reload", {"path": "/nonexistent.gguf"}, key="k")
+            self.assertEqual(status, 400, res)
+            status, res = srv.post("/v1/admin/sleep", {}, key="k")
+            self.assertEqual(status, 200, res)
+            status, res = srv.post("/v1/admin/wake", {}, key="k")
+            self.assertEqual(status, 200, res)
+            status, got = srv.post("/v1/completions", body)
+            self.assertEqual(got["choices"][0]["text"], want[1], "after a sleep and a wake")
             rank0 = rank_pid(srv.pid, 0)
             self.assertIsNotNone(rank0)
             done = {}

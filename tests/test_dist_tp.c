@@ -64,10 +64,7 @@ static void *worker_main(void *arg) {
     pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp};
     pith_model *m;
     w->rc = pith_model_load(w->path, &mo, &m, &w->err);
-    if (w->rc == 0) {
-        w->rc = pith_dist_worker(m, w->comm, &w->err);
-        pith_model_free(m);
-    }
+    if (w->rc == 0) w->rc = pith_dist_worker(m, w->comm, &w->err); /* frees m */
     return NULL;
 }
 
@@ -109,16 +106,20 @@ static bool group_end(group *g, pith_model *m, bool failed_load) {
     return ok;
 }
 
-static bool make_model(const char *preset, const char *dtype, char *path, size_t cap) {
+static bool make_model_seed(const char *preset, const char *dtype, int seed, char *path, size_t cap) {
     const char *src = getenv("PITH_SOURCE_DIR"), *tmp = getenv("PITH_TEST_TMP");
     if (!src || !tmp) return false;
     char cmd[9000];
-    snprintf(path, cap, "%s/tp-%s-%s.gguf", tmp, preset, dtype);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype %s --seed 11 --out '%s' >/dev/null",
-             src, preset, dtype, path);
+    snprintf(path, cap, "%s/tp-%s-%s%s%.0d.gguf", tmp, preset, dtype, seed == 11 ? "" : "-", seed == 11 ? 0 : seed);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tools/mkmodel.py' --preset %s --dtype %s --seed %d --out '%s' >/dev/null",
+             src, preset, dtype, seed, path);
     int rc = system(cmd);
     CHECKF(rc == 0, "%s failed", cmd);
     return rc == 0;
+}
+
+static bool make_model(const char *preset, const char *dtype, char *path, size_t cap) {
+    return make_model_seed(preset, dtype, 11, path, cap);
 }
 
 /* ---- model level ---- */
@@ -573,6 +574,115 @@ static void test_engine_level(const char *preset, const char *dtype, int tp, int
            dense ? "as one process's" : "in two runs");
 }
 
+/* ---- weight reload ---- */
+
+/* Greedy tokens of prompt 0 on an engine over m. */
+static void greedy(pith_engine *e, out *o) {
+    memset(o, 0, sizeof *o);
+    pith_request r = {.prompt = ids[0], .n_prompt = LEN, .sampling = pith_sampling_defaults(), .max_tokens = GEN2,
+                      .ignore_eos = true, .on_token = collect, .user = o};
+    r.sampling.temperature = 0;
+    pith_err err;
+    CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+    run(e);
+}
+
+/* A weight reload under --tp (pith_dist_reload, then the engine's swap): every rank loads its shard of
+ * other weights of the same shape beside the served ones, the engine swaps to them, and prompt 0 then
+ * gives what one process gives on those weights; a reload of a missing file fails on every rank and the
+ * served model runs on. Then a server's sleep and wake: the engine asleep, every rank's weights released
+ * (pith_dist_release), loaded again through the released model, the engine woken on them: the same
+ * tokens. The ranks end cleanly with the last model. */
+static void test_reload(const char *preset, int tp, int pp) {
+    char a[4200], b[4200];
+    if (!make_model(preset, "F32", a, sizeof a) || !make_model_seed(preset, "F32", 12, b, sizeof b)) return;
+    pith_model_options mo = {.n_threads = 1};
+    pith_err err;
+    out want[2], got[3];
+    for (int k = 0; k < 2; k++) {
+        pith_model *one;
+        if (pith_model_load(k ? b : a, &mo, &one, &err)) {
+            CHECKF(0, "%s", err.msg);
+            return;
+        }
+        pith_engine *e;
+        pith_engine_options eo = {.max_num_seqs = 2};
+        if (pith_engine_create(one, NULL, &eo, &e, &err) == 0) {
+            greedy(e, &want[k]);
+            pith_engine_free(e);
+        }
+        pith_model_free(one);
+    }
+    CHECKF(memcmp(want[0].toks, want[1].toks, sizeof want[0].toks), "%s: the two weights give the same tokens", preset);
+    group g;
+    pith_model *m = group_start(&g, a, tp, pp, &err);
+    CHECKF(m != NULL, "%s --tp %d --pp %d: %s", preset, tp, pp, err.msg);
+    if (!m) {
+        group_end(&g, m, true);
+        return;
+    }
+    pith_engine *e;
+    pith_engine_options eo = {.max_num_seqs = 2};
+    if (pith_engine_create(m, NULL, &eo, &e, &err)) {
+        CHECKF(0, "engine: %s", err.msg);
+        group_end(&g, m, false);
+        return;
+    }
+    greedy(e, &got[0]);
+    pith_model *fresh = NULL, *old = NULL;
+    pith_err miss = {{0}};
+    CHECK(pith_dist_reload(m, "/nonexistent/weights.gguf", &mo, &fresh, &miss) != 0 && fresh == NULL);
+    CHECKF(strstr(miss.msg, "nonexistent") != NULL, "a missing file's reload says \"%s\"", miss.msg);
+    greedy(e, &got[1]); /* the served model runs on */
+    int rc = pith_dist_reload(m, b, &mo, &fresh, &err);
+    CHECKF(rc == 0, "%s --tp %d --pp %d: reload: %s", preset, tp, pp, err.msg);
+    if (rc == 0) {
+        CHECK(pith_engine_pause(e, PITH_PAUSE_DRAIN, 0, &err) == 0);
+        rc = pith_engine_swap_model(e, fresh, PITH_SWAP_DRAIN, &old, &err);
+        CHECKF(rc == 0, "swap: %s", err.msg);
+        CHECK(pith_engine_resume(e, &err) == 0);
+        if (rc == 0) {
+            pith_model_free(old); /* every rank frees its shard of the old weights */
+            m = fresh;
+        } else {
+            pith_model_free(fresh);
+        }
+    }
+    greedy(e, &got[2]);
+    /* asleep: the KV memory and the weights released on every rank, then loaded again for the wake */
+    out woke;
+    memset(&woke, 0, sizeof woke);
+    CHECK(pith_engine_pause(e, PITH_PAUSE_DRAIN, 0, &err) == 0);
+    rc = pith_engine_sleep(e, &err);
+    CHECKF(rc == 0, "sleep: %s", err.msg);
+    if (rc == 0) {
+        CHECKF(pith_dist_release(m, &err) == 0, "release: %s", err.msg);
+        CHECK(m->file == NULL);
+        pith_model *again = NULL;
+        rc = pith_dist_reload(m, b, &mo, &again, &err);
+        CHECKF(rc == 0, "%s: the reload that wakes: %s", preset, err.msg);
+        if (rc == 0 && pith_engine_wake(e, again, &err) == 0) {
+            pith_model_free(m); /* the released handle: its place on every rank goes */
+            m = again;
+            greedy(e, &woke);
+        } else {
+            CHECKF(0, "wake: %s", err.msg);
+            pith_model_free(again);
+        }
+    }
+    pith_engine_free(e);
+    CHECKF(!memcmp(woke.toks, want[1].toks, sizeof woke.toks), "%s --tp %d --pp %d: after a sleep and a wake, tokens "
+           "differ from one process's", preset, tp, pp);
+    CHECKF(!memcmp(got[0].toks, want[0].toks, sizeof got[0].toks) && !memcmp(got[1].toks, want[0].toks, sizeof got[1].toks),
+           "%s --tp %d --pp %d: the served weights' tokens differ from one process's", preset, tp, pp);
+    CHECKF(!memcmp(got[2].toks, want[1].toks, sizeof got[2].toks),
+           "%s --tp %d --pp %d: after the reload, tokens differ from one process's on the new weights", preset, tp, pp);
+    CHECKF(group_end(&g, m, false), "%s --tp %d --pp %d: a worker rank failed after the reload", preset, tp, pp);
+    printf("%s --tp %d --pp %d: a reload swaps every rank's shard (one process's tokens on the new weights), as "
+           "does a sleep that releases every rank's weights and a wake that loads them again; a missing file fails "
+           "on every rank and the served weights run on\n", preset, tp, pp);
+}
+
 /* ---- refusals ---- */
 
 static void expect_refusal(const char *preset, const char *dtype, int tp, int pp, const char *needle) {
@@ -620,6 +730,9 @@ int main(void) {
     /* F32: Qwen3.5's random Q8_0 model moves by 3.2e-2 of the largest logit where a prompt parts from one
      * process's (Q8_0 steps amplified through its DeltaNet layers), past check_divergence's bound */
     test_engine_level("test-qwen35", "F32", 2, 1);
+    test_reload("test-llama-gqa", 2, 1);
+    test_reload("test-qwen35", 2, 1); /* a hybrid: its states' pools made anew on every rank */
+    test_reload("test-llama-gqa", 2, 2);
     expect_refusal("test-llama-gqa", "F32", 3, 1, "the number of attention heads (8) does not divide by 3");
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
     /* 7 layers, the only full-attention one is layer 5: the first of two stages would have none */

@@ -10,7 +10,7 @@
  * model that, for each op the engine calls (prepare, mem_alloc, copy_blocks, forward ...), first hands the
  * op and its data to the other ranks, then runs its own shard, gathers the logits rows of every rank and
  * agrees with them on the outcome. On the other ranks pith_model_load returns the shard, and the caller
- * runs pith_dist_worker with it until rank 0 frees its model.
+ * runs pith_dist_worker with it until rank 0 frees its model (and any it reloaded since).
  *
  * Invariants: every rank of a communicator calls the same collective operations in the same order
  * (rank 0's model is the only caller on rank 0, the worker loop the only one elsewhere); an op fails on
@@ -85,10 +85,22 @@ typedef struct pith_dist_probe {
 } pith_dist_probe;
 PITH_API int pith_dist_probe_links(pith_model *m, pith_dist_probe *out, pith_err *err);
 
-/* A rank other than 0: runs the ops rank 0's model sends to `shard` (pith_model_load's model there) until
- * rank 0 frees its model. 0 then; -1 (err set) when the job cannot go on (the shard failed an op in a
- * way the ranks cannot agree on, or the communicator failed). The caller frees the shard. */
+/* A rank other than 0: runs the ops rank 0's models send, first to `shard` (pith_model_load's model
+ * there, which it takes over), then also to each model rank 0 reloads (pith_dist_reload), loading its
+ * shard with rank 0; it frees each when rank 0 frees its own, and returns when rank 0 has freed them all.
+ * 0 then; -1 (err set) when the job cannot go on (the shard failed an op in a way the ranks cannot agree
+ * on, or the communicator failed). */
 PITH_API int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err);
+/* Rank 0: loads the model at path (mo: its options; the job's communicator and layout are m's) on every
+ * rank, each its shard, beside m, which runs on (an op of m in flight finishes first; m's ops wait while
+ * this loads). The ranks agree on the outcome: *out, a model of the same job, or -1 with err (the
+ * others then failed too, and m runs on). The other ranks load with rank 0's threads. For a weight
+ * reload: the engine swaps to *out (pith_engine_swap_model), then the caller frees m. */
+PITH_API int pith_dist_reload(pith_model *m, const char *path, const pith_model_options *mo, pith_model **out,
+                              pith_err *err);
+/* Rank 0: frees m's weights on every rank (a server's sleep; the engine no longer uses m) and keeps m as
+ * the job's handle for pith_dist_reload only (wake), to be freed after. No op may run on m after this. */
+PITH_API int pith_dist_release(pith_model *m, pith_err *err);
 
 #ifdef __cplusplus
 }

@@ -73,9 +73,8 @@ int cli_dist_worker(const char *cmd, pith_comm *comm, const char *model_path, co
         fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
         return cli_dist_end(comm, 1);
     }
-    int rc = pith_dist_worker(m, comm, &err);
+    int rc = pith_dist_worker(m, comm, &err); /* frees m, and the models rank 0 reloads after it */
     if (rc) fprintf(stderr, "pith %s (rank %d): %s\n", cmd, rank, err.msg);
-    pith_model_free(m);
     return cli_dist_end(comm, rc ? 1 : 0);
 }
 

@@ -13,6 +13,7 @@ static void watchdog_stop(pith_comm *c);
 void pith_comm_free(pith_comm *c) {
     if (!c) return;
     watchdog_stop(c);
+    pthread_mutex_destroy(&c->lockstep_lock);
     c->vt->free(c);
 }
 

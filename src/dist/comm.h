@@ -8,6 +8,7 @@
 #ifndef PITH_DIST_COMM_H
 #define PITH_DIST_COMM_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,6 +48,11 @@ struct pith_comm {
      * waits for rank 0's next op (idle, however long): what the watchdog (pith_comm_watchdog) reads. */
     _Atomic int64_t busy_since_ns;
     struct comm_watchdog *watchdog;
+    /* the world's, on rank 0: one model op at a time across the models loaded on this job (the engine's
+     * thread runs ops, an admin thread a reload: lockstep.c); and how many models the job has loaded
+     * (each rank counts alike: a model's ops carry its number) */
+    pthread_mutex_t lockstep_lock;
+    int lockstep_models;
     /* the world's: pith_comm_on_failure's hook, and whether pith_comm_fail ran */
     pith_comm_failure_fn on_failure;
     void *on_failure_user;

@@ -204,6 +204,7 @@ static local_comm *comm_new(local_group *g, int rank, pith_comm *world) {
     if (!lc) return NULL;
     lc->c = (pith_comm){.vt = &local_vt, .rank = rank, .size = g->n};
     lc->c.world = world ? world : &lc->c;
+    pthread_mutex_init(&lc->c.lockstep_lock, NULL);
     lc->g = g;
     return lc;
 }
@@ -259,7 +260,7 @@ int pith_comm_local_group(int n, pith_comm **out, pith_err *err) {
     for (int r = 0; r < n; r++) {
         local_comm *lc = comm_new(g, r, NULL);
         if (!lc) {
-            for (int k = 0; k < r; k++) free(out[k]), out[k] = NULL;
+            for (int k = 0; k < r; k++) pthread_mutex_destroy(&out[k]->lockstep_lock), free(out[k]), out[k] = NULL;
             group_free(g);
             return pith_errf(err, "out of memory");
         }

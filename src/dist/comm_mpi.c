@@ -130,6 +130,7 @@ static int mpi_split(pith_comm *c, int color, int key, pith_comm **out, pith_err
     }
     m->c.vt = &mpi_part_vt;
     m->c.world = c->world;
+    pthread_mutex_init(&m->c.lockstep_lock, NULL);
     MPI_Comm_rank(m->comm, &m->c.rank);
     MPI_Comm_size(m->comm, &m->c.size);
     *out = &m->c;
@@ -243,6 +244,7 @@ int pith_comm_mpi(int *argc, char ***argv, pith_comm **out, pith_err *err) {
         MPI_Finalize();
         return fail(rc, "allgather", err);
     }
+    pthread_mutex_init(&m->c.lockstep_lock, NULL);
     *out = &m->c;
     return 0;
 }

@@ -14,13 +14,14 @@
  * dim floats per layer (model/decoder_shard.c). */
 #include "dist/lockstep.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
 
-enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD, OP_PROBE };
+enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD, OP_PROBE, OP_LOAD, OP_RELEASE };
 
 /* The link probe (pith_dist_probe_links): allreduces of one float, then of 1 MiB. */
 enum { PROBE_SMALL = 200, PROBE_BIG = 20, PROBE_BIG_FLOATS = 1 << 18 };
@@ -30,7 +31,8 @@ enum { HAS_SLOTS = 1, HAS_TABLES = 2, HAS_STATE = 4, HAS_CHECKPOINTS = 8 };
 
 typedef struct op_msg {
     int32_t op;
-    int32_t a[7];
+    int32_t model;    /* which of the job's models (the ranks number them alike, in the order they load) */
+    int32_t a[6];
     int64_t payload;  /* int32s in the payload broadcast that follows (0: none) */
 } op_msg;
 
@@ -374,20 +376,79 @@ static void rank_state_free(rank_state *st) {
     free(st->hidden.p);
 }
 
-int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
-    if (!shard || !c || c->rank == 0) return pith_errf(err, "pith_dist_worker runs on ranks other than 0");
+/* A model a worker runs ops for: its number in the job and its state. */
+typedef struct worker_model {
+    int id;
     rank_state st;
-    if (rank_state_init(&st, shard, c, err)) return -1;
-    int rc = 0;
-    for (;;) {
+} worker_model;
+
+/* OP_LOAD on a worker: the model at the payload's path with rank 0's options (threads, experts kept on
+ * the CPU) and the job's layout, loaded with rank 0 (model.c agrees on the outcome), numbered as rank 0
+ * numbers it. -2: the job cannot go on. */
+static int worker_load(worker_model **models, int *n, const op_msg *m, const int32_t *payload, pith_comm *c,
+                       pith_err *err) {
+    const rank_state *first = &(*models)[0].st;
+    size_t len = (size_t)(m->a[2] > 0 ? m->a[2] : 0);
+    if ((size_t)m->payload * sizeof(int32_t) < len + 1) return pith_errf(err, "lockstep: a short path"), -2;
+    const char *path = (const char *)payload;
+    pith_model_options o = {.n_threads = m->a[0], .n_cpu_moe = m->a[1], .comm = c, .tp = first->tp, .pp = first->pp};
+    pith_model *shard;
+    pith_err load_err = {0};
+    if (pith_model_load(path, &o, &shard, &load_err)) { /* every rank failed with it: rank 0 reports */
+        fprintf(stderr, "pith rank %d: reload: %s\n", c->rank, load_err.msg);
+        return 0;
+    }
+    worker_model *grown = realloc(*models, (size_t)(*n + 1) * sizeof *grown);
+    if (!grown) {
+        pith_model_free(shard);
+        return pith_errf(err, "out of memory"), -2;
+    }
+    *models = grown;
+    worker_model *w = &grown[*n];
+    w->id = c->world->lockstep_models++;
+    if (rank_state_init(&w->st, shard, c, err)) {
+        pith_model_free(shard);
+        return -2;
+    }
+    (*n)++;
+    return 0;
+}
+
+int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
+    if (!shard || !c || c->rank == 0) {
+        pith_model_free(shard);
+        return pith_errf(err, "pith_dist_worker runs on ranks other than 0");
+    }
+    worker_model *models = malloc(sizeof *models);
+    int n = 0, rc = 0;
+    if (!models) {
+        pith_model_free(shard);
+        return pith_errf(err, "out of memory");
+    }
+    models[0].id = c->world->lockstep_models++;
+    if (rank_state_init(&models[0].st, shard, c, err)) {
+        free(models);
+        pith_model_free(shard);
+        return -1;
+    }
+    n = 1;
+    scratch payload = {0};
+    while (n > 0) {
         op_msg m;
         if (pith_comm_bcast_op(c, &m, sizeof m, err)) {
             rc = -1;
             break;
         }
-        if (m.op == OP_EXIT) break;
-        if (m.payload > 0) {
-            void *p = grow(&st.payload, (size_t)m.payload * sizeof(int32_t));
+        int k = 0;
+        while (k < n && models[k].id != m.model) k++;
+        if (k == n) {
+            rc = pith_errf(err, "lockstep: an op for model %d, which this rank does not hold", (int)m.model);
+            pith_comm_fail(c, err->msg);
+            break;
+        }
+        rank_state *st = &models[k].st;
+        if (m.payload > 0) { /* into the model's state, where run_op reads it (a load's path: aside) */
+            void *p = grow(m.op == OP_LOAD ? &payload : &st->payload, (size_t)m.payload * sizeof(int32_t));
             if (!p) {
                 rc = pith_errf(err, "out of memory");
                 pith_comm_fail(c, err->msg);
@@ -398,8 +459,31 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
                 break;
             }
         }
+        if (m.op == OP_LOAD) {
+            if (worker_load(&models, &n, &m, payload.p, c, err) == -2) {
+                rc = -1;
+                break;
+            }
+            continue;
+        }
+        if (m.op == OP_EXIT) { /* rank 0 freed that model: so does this rank (the job ends with its last) */
+            pith_model_free(st->shard);
+            rank_state_free(st);
+            models[k] = models[--n];
+            continue;
+        }
+        if (m.op == OP_RELEASE) { /* its weights go; its place stays, for a reload (a server's sleep) */
+            pith_model_free(st->shard);
+            st->shard = NULL;
+            continue;
+        }
+        if (!st->shard) {
+            rc = pith_errf(err, "lockstep: op %d for model %d, whose weights were released", (int)m.op, (int)m.model);
+            pith_comm_fail(c, err->msg);
+            break;
+        }
         pith_err op_err = {0};
-        int v = run_op(&st, &m, NULL, NULL, &op_err);
+        int v = run_op(st, &m, NULL, NULL, &op_err);
         if (v == -2) {
             *err = op_err;
             rc = -1;
@@ -408,7 +492,12 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
         /* an op this rank failed: the ranks agreed on it and rank 0 reports it; say why here */
         if (v == c->rank + 1) fprintf(stderr, "pith rank %d: %s\n", c->rank, op_err.msg);
     }
-    rank_state_free(&st);
+    for (int k = 0; k < n; k++) {
+        pith_model_free(models[k].st.shard);
+        rank_state_free(&models[k].st);
+    }
+    free(models);
+    free(payload.p);
     return rc;
 }
 
@@ -417,11 +506,14 @@ int pith_dist_worker(pith_model *shard, pith_comm *c, pith_err *err) {
 typedef struct leader {
     pith_model base;
     rank_state st;
+    int id;           /* its number in the job (op_msg.model) */
     bool dead;        /* the communicator failed: every op fails from now on */
 } leader;
 
+/* Sends op m (and its payload) to the other ranks; the caller holds the job's lockstep lock. */
 static int send_op(leader *L, op_msg *m, const void *payload, pith_err *err) {
     if (L->dead) return pith_errf(err, "the tensor-parallel job has failed");
+    m->model = L->id;
     if (pith_comm_bcast_op(L->st.c, m, sizeof *m, err) ||
         (m->payload > 0 && pith_comm_bcast(L->st.c, (void *)payload, (size_t)m->payload * sizeof(int32_t), err))) {
         L->dead = true;
@@ -438,11 +530,20 @@ static int outcome(leader *L, int v, pith_err *err) {
     return -1;
 }
 
+/* One op on every rank: sent, run here, its outcome agreed. One at a time across the job's models (an
+ * admin thread's reload beside the engine's ops). */
+static int leader_op(leader *L, op_msg *m, const void *payload, const pith_batch *b, float *out, pith_err *err) {
+    pthread_mutex_t *lock = &L->st.c->world->lockstep_lock;
+    pthread_mutex_lock(lock);
+    int rc = send_op(L, m, payload, err);
+    if (!rc) rc = outcome(L, run_op(&L->st, m, b, out, err), err);
+    pthread_mutex_unlock(lock);
+    return rc;
+}
+
 static int leader_prepare(pith_model *m, const pith_model_limits *lim, pith_err *err) {
-    leader *L = m->impl;
     op_msg msg = {.op = OP_PREPARE, .a = {lim->max_batch_tokens, lim->max_num_seqs, lim->max_seq_len, lim->max_logits}};
-    if (send_op(L, &msg, NULL, err)) return -1;
-    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+    return leader_op(m->impl, &msg, NULL, NULL, NULL, err);
 }
 
 static int leader_mem_alloc(pith_model *m, const pith_mem_layout *lay, pith_err *err) {
@@ -453,16 +554,14 @@ static int leader_mem_alloc(pith_model *m, const pith_mem_layout *lay, pith_err 
     memset(p, 0, ints * sizeof *p);
     memcpy(p, lay, sizeof *lay);
     op_msg msg = {.op = OP_MEM_ALLOC, .payload = (int64_t)ints};
-    if (send_op(L, &msg, p, err)) return -1;
-    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+    return leader_op(L, &msg, p, NULL, NULL, err);
 }
 
 static void leader_mem_free(pith_model *m) {
     leader *L = m->impl;
     op_msg msg = {.op = OP_MEM_FREE};
     pith_err err = {0};
-    if (!send_op(L, &msg, NULL, &err)) run_op(&L->st, &msg, NULL, NULL, &err);
-    else pith_model_mem_free(L->st.shard);
+    if (leader_op(L, &msg, NULL, NULL, NULL, &err) && L->dead) pith_model_mem_free(L->st.shard);
 }
 
 static int leader_copy_blocks(pith_model *m, int g, const int32_t *src, const int32_t *dst, int n, pith_err *err) {
@@ -472,8 +571,7 @@ static int leader_copy_blocks(pith_model *m, int g, const int32_t *src, const in
     memcpy(ids, src, (size_t)n * sizeof *ids);
     memcpy(ids + n, dst, (size_t)n * sizeof *ids);
     op_msg msg = {.op = OP_COPY, .a = {g, n}, .payload = 2 * (int64_t)n};
-    if (send_op(L, &msg, ids, err)) return -1;
-    return outcome(L, run_op(&L->st, &msg, NULL, NULL, err), err);
+    return leader_op(L, &msg, ids, NULL, NULL, err);
 }
 
 static int leader_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err) {
@@ -483,17 +581,19 @@ static int leader_forward(pith_model *m, const pith_batch *b, float *logits, pit
     if (!w) return pith_errf(err, "out of memory");
     batch_pack(b, w);
     op_msg msg = {.op = OP_FORWARD, .a = {b->n_tokens, b->n_seqs, b->n_groups, b->want_hidden != NULL}, .payload = (int64_t)k};
-    if (send_op(L, &msg, w, err)) return -1;
-    return outcome(L, run_op(&L->st, &msg, b, logits, err), err);
+    return leader_op(L, &msg, w, b, logits, err);
 }
 
 static void leader_destroy(pith_model *m) {
     leader *L = m->impl;
     op_msg msg = {.op = OP_EXIT};
     pith_err err = {0};
+    pthread_mutex_t *lock = &L->st.c->world->lockstep_lock;
+    pthread_mutex_lock(lock);
     if (!L->dead) send_op(L, &msg, NULL, &err);
+    pthread_mutex_unlock(lock);
     pith_model *sh = L->st.shard;
-    sh->ops->destroy(sh); /* the file is the leader's now: pith_model_free closes it */
+    if (sh) sh->ops->destroy(sh); /* the file is the leader's now: pith_model_free closes it */
     rank_state_free(&L->st);
     free(L);
 }
@@ -501,7 +601,7 @@ static void leader_destroy(pith_model *m) {
 static int leader_probe(leader *L, pith_dist_probe *out, pith_err *err) {
     op_msg msg = {.op = OP_PROBE};
     float t[2];
-    if (send_op(L, &msg, NULL, err) || outcome(L, run_op(&L->st, &msg, NULL, t, err), err)) return -1;
+    if (leader_op(L, &msg, NULL, NULL, t, err)) return -1;
     double big = t[1] - t[0] > 0 ? t[1] - t[0] : t[1];
     *out = (pith_dist_probe){.latency_s = t[0], .allreduce_bytes_per_s = PROBE_BIG_FLOATS * sizeof(float) / big};
     return 0;
@@ -524,6 +624,7 @@ int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err
         pith_model_free(shard);
         return -1;
     }
+    L->id = c->world->lockstep_models++;
     L->base.ops = &leader_ops;
     L->base.impl = L;
     L->base.hp = *pith_model_file_hparams(shard->file); /* the whole model's: the shard's are its share */
@@ -554,4 +655,45 @@ bool pith_dist_get_stats(const pith_model *m, pith_dist_stats *out) {
 int pith_dist_probe_links(pith_model *m, pith_dist_probe *out, pith_err *err) {
     if (!m || m->ops != &leader_ops) return pith_errf(err, "not a tensor-parallel model");
     return leader_probe(m->impl, out, err);
+}
+
+int pith_dist_reload(pith_model *m, const char *path, const pith_model_options *mo, pith_model **out, pith_err *err) {
+    *out = NULL;
+    if (!m || m->ops != &leader_ops) return pith_errf(err, "not a tensor-parallel model");
+    leader *L = m->impl;
+    size_t len = strlen(path);
+    if (len > (1u << 20)) return pith_errf(err, "a path of %zu bytes", len);
+    size_t ints = len / sizeof(int32_t) + 1;
+    int32_t *p = calloc(ints, sizeof *p);
+    if (!p) return pith_errf(err, "out of memory");
+    memcpy(p, path, len);
+    pith_model_options o = *mo;
+    o.comm = L->st.c, o.tp = m->tp, o.pp = m->pp;
+    /* the others load with rank 0's options, as one job */
+    op_msg msg = {.op = OP_LOAD, .a = {o.n_threads, o.n_cpu_moe, (int32_t)len}, .payload = (int64_t)ints};
+    pthread_mutex_t *lock = &L->st.c->world->lockstep_lock;
+    pthread_mutex_lock(lock);
+    int rc = send_op(L, &msg, p, err);
+    if (!rc) rc = pith_model_load(path, &o, out, err);
+    pthread_mutex_unlock(lock);
+    free(p);
+    return rc;
+}
+
+int pith_dist_release(pith_model *m, pith_err *err) {
+    if (!m || m->ops != &leader_ops) return pith_errf(err, "not a tensor-parallel model");
+    leader *L = m->impl;
+    if (!L->st.shard) return 0;
+    op_msg msg = {.op = OP_RELEASE};
+    pthread_mutex_t *lock = &L->st.c->world->lockstep_lock;
+    pthread_mutex_lock(lock);
+    int rc = send_op(L, &msg, NULL, err);
+    pthread_mutex_unlock(lock);
+    if (rc) return -1;
+    pith_model *sh = L->st.shard;
+    sh->ops->destroy(sh);
+    pith_model_file_close(m->file); /* the leader's (pith_dist_leader took the shard's over) */
+    m->file = NULL;
+    L->st.shard = NULL;
+    return 0;
 }

@@ -8,6 +8,7 @@
 #endif
 #include <string.h>
 
+#include "pith/dist.h"
 #include "server/generate.h"
 #include "server/params.h"
 
@@ -104,9 +105,6 @@ enum MHD_Result handle_admin_reload(http_request *r) {
     if (label && (!*label || strlen(label) > 128))
         return admin_fail(r, body, 400, "invalid_value", "'version' must hold 1 to 128 bytes");
 
-    if (srv->tp > 1 || srv->pp > 1)
-        return admin_fail(r, body, 409, "unsupported", "weights cannot be reloaded under --tp or --pp yet (every rank "
-                                                        "would need its shard of them)");
     pthread_mutex_lock(&srv->admin_lock);
     pith_engine *e = srv->engine;
     if (pith_engine_asleep(e)) {
@@ -245,9 +243,6 @@ enum MHD_Result handle_admin_sleep(http_request *r) {
     cJSON *body = admin_begin(r, &rc);
     if (!body) return rc;
     pith_server *srv = r->srv;
-    if (srv->tp > 1 || srv->pp > 1)
-        return admin_fail(r, body, 409, "unsupported", "the server cannot sleep under --tp or --pp yet (the weights of "
-                                                        "every rank would have to be released and loaded again)");
     pthread_mutex_lock(&srv->admin_lock);
     double t0 = server_now();
     pith_err err;
@@ -255,10 +250,12 @@ enum MHD_Result handle_admin_sleep(http_request *r) {
         pthread_mutex_unlock(&srv->admin_lock);
         return admin_fail(r, body, 409, "asleep", "the server is already asleep");
     }
-    /* The engine no longer uses the model: its weights go too (mapped file, repacked copies). */
+    /* The engine no longer uses the model: its weights go too (mapped file, repacked copies); under --tp
+     * on every rank, the model kept as the job's handle to load them again on wake. */
     pith_model *m = srv->model;
     set_model(srv, NULL);
-    pith_model_free(m);
+    if (srv->comm && pith_dist_release(m, &err) == 0) srv->asleep_job = m;
+    else pith_model_free(m);
 #ifdef __GLIBC__
     malloc_trim(0); /* freed heap pages back to the system, so RSS shows the release */
 #endif
@@ -290,6 +287,8 @@ enum MHD_Result handle_admin_wake(http_request *r) {
         return admin_fail(r, body, 500, "wake_failed", "the weights could not be loaded again (the server log says why)");
     }
     set_model(srv, m);
+    pith_model_free(srv->asleep_job); /* the old handle: its ranks' places go (the new model has its own) */
+    srv->asleep_job = NULL;
     if (srv->admin_paused) pith_engine_pause(srv->engine, PITH_PAUSE_KEEP, 0, &err); /* asleep while paused: stays paused */
     pthread_mutex_unlock(&srv->admin_lock);
     server_log(srv, PITH_LOG_INFO, "awake: weights loaded again in %.2f s", server_now() - t0);

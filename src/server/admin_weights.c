@@ -1,4 +1,5 @@
-/* Loading weights for a reload or a wake, and checking that new weights can replace the served ones:
+/* Loading weights for a reload or a wake (under --tp, on every rank: pith_dist_reload), and checking that
+ * new weights can replace the served ones:
  * the engine checks architecture, shapes and memory layout (pith_engine_swap_model); here the
  * tokenizer, when the new weights carry one (a GGUF with tokenizer metadata, a directory with
  * tokenizer.json), must be the served one token for token. A safetensors directory of weights alone, as
@@ -7,10 +8,14 @@
 
 #include <string.h>
 
+#include "pith/dist.h"
+
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err) {
     pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP,
                              .device = srv->device,
                              .gpu_layers = srv->gpu_layers, .n_cpu_moe = srv->n_cpu_moe};
+    /* under --tp / --pp every rank loads its shard, with the served model's job (pith/dist.h) */
+    if (srv->comm) return pith_dist_reload(srv->model ? srv->model : srv->asleep_job, path, &mo, out, err);
     return pith_model_load(path, &mo, out, err);
 }
 

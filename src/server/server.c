@@ -435,6 +435,7 @@ void pith_server_free(pith_server *s) {
     pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
+    pith_model_free(s->asleep_job); /* asleep under --tp: the job's handle (its ranks end with it) */
     if (!s->model_server) { /* a model server borrows these from its front */
         auth_free(&s->keys);
         auth_free(&s->admin_keys);

@@ -95,6 +95,8 @@ struct pith_server {
     int pooling;                   /* under model_lock: srv->model's embedding pooling (PITH_EMBED_*), */
     char pooling_error[200];       /* or PITH_EMBED_OFF and why; set with the model (server_model_pooling) */
     char *weights_path;            /* where the weights served now came from */
+    pith_model *asleep_job;        /* under admin_lock: asleep under --tp, the served model with its weights
+                                    * released on every rank (pith_dist_release), kept to load them again */
     auth_keys admin_keys;          /* none: every admin endpoint answers 403 */
     pthread_mutex_t admin_lock;    /* one admin operation at a time; lock order: admin_lock, then
                                     * model_lock or versions_lock (never both); jobs_lock is never held
