@@ -164,6 +164,10 @@ PRESETS = {
     "test-nemotronh": dict(arch="nemotron_h", dim=128, layers=7, heads=4, kv_heads=2, ffn=256, vocab=512,
                            ctx=4096, eps=1e-5, tied=False, pattern="M-M*-M-", conv_kernel=4, mamba_heads=8,
                            mamba_groups=2, mamba_state=16, mamba_head_dim=32),
+    # The same with an attention layer in each half (pipeline stages need every kind in each: test_dist_tp).
+    "test-nemotronh-pp": dict(arch="nemotron_h", dim=128, layers=8, heads=4, kv_heads=2, ffn=256, vocab=512,
+                              ctx=4096, eps=1e-5, tied=False, pattern="M*M-M*M-", conv_kernel=4, mamba_heads=8,
+                              mamba_groups=2, mamba_state=16, mamba_head_dim=32),
     # Granite-4.0-H-1B-like shape (benchmarks): 40 layers, 4 of them attention, 48 Mamba heads of 64 with a
     # state of 128, a 4096-wide shared MLP, a 100k vocabulary, Granite 4.0's multipliers.
     "granite-4.0-h-1b": dict(arch="granitehybrid", dim=1536, layers=40, heads=12, kv_heads=4, head_dim=128,

@@ -433,13 +433,20 @@ int pith_decoder_hybrid_memory(pith_decoder *d, int kv_dim, size_t state_floats,
     memset(spec, 0, sizeof *spec);
     for (int rec = 0, n = 0; rec < 2; rec++) {
         int first = n;
+        bool any = false; /* a pipeline stage lists its own layers, and must have some of each kind */
         for (int l = 0; l < L; l++) {
             if (pith_layer_bit(hp->layer_mlp, l) || pith_layer_bit(hp->layer_recurrent, l) != (rec == 1)) continue;
+            any = true;
+            if (!pith_decoder_has_layer(d, l)) continue;
             d->layer_group[l] = spec->n_groups;
             d->layer_index[l] = n - first;
             d->group_layers[n++] = l;
         }
-        if (n == first) continue;
+        if (!any) continue;
+        if (n == first)
+            return pith_errf(err, "--pp %d: stage %d (layers %d..%d) holds none of the model's %s layers; every "
+                                  "stage needs some of each kind (fewer stages)", d->tp.n_stages, d->tp.stage,
+                             d->tp.l0, d->tp.l1 - 1, rec ? "recurrent" : "attention");
         pith_mem_group *g = &spec->groups[spec->n_groups++];
         g->n_layers = n - first;
         g->layers = &d->group_layers[first];

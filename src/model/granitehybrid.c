@@ -108,17 +108,19 @@ int pith_granitehybrid_build(pith_model_file *file, const pith_model_options *op
     for (int l = 0; l < hp->n_layers; l++)
         m->rope |= !pith_layer_bit(hp->layer_recurrent, l) && !pith_layer_bit(hp->layer_no_rope, l);
     m->res_scale = P->residual_scale > 0 ? P->residual_scale : 1.0f;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's heads, FFN columns and experts */
     if (!rc) rc = pith_mamba2_shard(d, &m->md, err);
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         rc = load_layer(m, l, err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);
@@ -174,11 +176,14 @@ static int gh_forward(pith_model *base, const pith_batch *b, float *logits, pith
     if (n == 0) return 0;
     const pith_granite_params *P = pith_arch_params(&base->hp);
     float emb = P->embedding_scale;
-    pith_be_embed(d->be, m->embd, emb > 0 && emb != 1.0f ? emb : 0, m->bufs.x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, emb > 0 && emb != 1.0f ? emb : 0, m->bufs.x, n);
+    else if (pith_decoder_stage_recv(d, m->bufs.x, n, err)) return -1;
     if (m->cs) pith_be_rope_tables(d->be, &m->rope_f, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, &n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, m->bufs.x, n, err);
     return pith_head_forward_scaled(d, &m->bufs, m->out_norm, m->output, P->logit_scale, b, err);
 }

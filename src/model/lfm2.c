@@ -99,7 +99,7 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     pith_decoder *d = &m->d;
     d->base.state_checkpoints = true; /* the short_conv op copies the state after checkpointed tokens */
     m->K = hp->conv_kernel;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's heads and FFN columns */
     const int N = d->tp.comm ? d->tp.size : 1;
     if (!rc && hp->dim % N) rc = pith_errf(err, "--tp %d: the convolution's %d channels do not divide by %d", N, hp->dim, N);
@@ -107,11 +107,14 @@ int pith_lfm2_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "token_embd_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d))
+        rc = pith_decoder_vector(d, -1, "token_embd_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         rc = load_layer(m, l, err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers);
@@ -164,11 +167,14 @@ static int lfm2_forward(pith_model *base, const pith_batch *b, float *logits, pi
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
+    else if (pith_decoder_stage_recv(d, m->bufs.x, n, err)) return -1;
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, &n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, m->bufs.x, n, err);
     return pith_head_forward(d, &m->bufs, m->out_norm, m->output, b, err);
 }

@@ -80,17 +80,19 @@ int pith_nemotronh_build(pith_model_file *file, const pith_model_options *opt, p
     pith_mamba2_dims_of(hp, true, &m->md); /* MambaRMSNormGated: per group in both formats */
     bool any_mlp = false;
     for (int l = 0; l < hp->n_layers; l++) any_mlp |= pith_layer_bit(hp->layer_mlp, l);
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's heads and MLP columns */
     if (!rc) rc = pith_mamba2_shard(d, &m->md, err);
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         rc = load_layer(m, l, err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers);
@@ -114,8 +116,10 @@ static int nh_forward(pith_model *base, const pith_batch *b, float *logits, pith
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, B->x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, B->x, n);
+    else if (pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         const nh_layer *L = &m->layers[l];
         pith_be_begin_layer(d->be, l);
         /* a last MLP layer needs only the rows that are read out; the mixers need every token */
@@ -136,6 +140,7 @@ static int nh_forward(pith_model *base, const pith_batch *b, float *logits, pith
         }
         if (rc) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     if (m->layers[hp->n_layers - 1].kind != NH_MLP) {
         if ((n = pith_decoder_n_kept(b)) == 0) return pith_head_forward(d, B, m->out_norm, m->output, b, err);
         pith_be_keep_rows(d->be, keep, 1);
