@@ -710,13 +710,13 @@ int main(void) {
     /* the Llama family's forward runs in pipeline stages too (model/llama.c) */
     static const struct { const char *preset; bool stages; } models[] = {
         {"test-llama", true}, {"test-llama-gqa", true}, {"test-qwen2", true}, {"test-qwen3", true},
-        {"test-mistral-swa", true}, {"test-smollm3", true}, {"test-gemma3", false}, {"test-mistral3", false},
-        {"test-olmo2", false}, /* its QK norm over the whole projection: the statistic summed across ranks */
-        {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", false},
+        {"test-mistral-swa", true}, {"test-smollm3", true}, {"test-gemma3", true}, {"test-mistral3", true},
+        {"test-olmo2", true}, /* its QK norm over the whole projection: the statistic summed across ranks */
+        {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", true},
         {"test-lfm2", true}, /* its short convolution split by channel */
         {"test-nemotronh", true}, {"test-granitehybrid", true}, /* Mamba2 heads, B/C by group */
         {"test-nemotronh-pp", true}, /* an attention layer in each of two stages */
-        {"test-phi3", false}, /* fused [Q | K | V] of unequal parts */
+        {"test-phi3", true}, /* fused [Q | K | V] of unequal parts */
         {"test-qwen35", false}, {"test-qwen35moe", false}, /* DeltaNet by key head, value heads tiled */
         {"test-qwen3next", false}, {"test-qwen3next-legacy", false}, /* grouped; fused [q | k | v | z] */
         {"test-gemma4", false}, {"test-gemma4-e", false}, {"test-gemma4-moe", false}, /* two head shapes, PLE */
@@ -740,6 +740,5 @@ int main(void) {
     expect_refusal("test-llama-gqa", "Q4_K", 2, 1, "inside a Q4_K block");
     /* 7 layers, the only full-attention one is layer 5: the first of two stages would have none */
     expect_refusal("test-gemma3", "F32", 1, 2, "holds none of the model's full-attention layers");
-    expect_refusal("test-mistral3", "F32", 1, 2, "does not run in pipeline stages yet");
     return check_summary("test_dist_tp");
 }

@@ -44,9 +44,11 @@ static int glm4moe_forward(pith_model *base, const pith_batch *b, float *logits,
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, B->x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, B->x, n);
+    else if (pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         const glm4moe_layer *L = &m->layers[l];
         pith_be_begin_layer(d->be, l);
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
@@ -62,6 +64,7 @@ static int glm4moe_forward(pith_model *base, const pith_batch *b, float *logits,
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, B, B->xb, NULL, n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     if (m->mtp) {
         if (glm4moe_mtp_after_decoder(m, b, err)) return -1;
         pith_buf *const keep[] = {B->x};
@@ -97,17 +100,19 @@ int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pit
     glm4moe *m = (glm4moe *)pith_decoder_new(sizeof *m, file, opt, &glm4moe_ops, glm4moe_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's share under tensor parallelism */
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     /* Progress: each layer loaded (its matrices repacked), then the experts placed. */
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         rc = glm4moe_load_layer(m, l, &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);

@@ -88,9 +88,11 @@ static int olmo2_forward(pith_model *base, const pith_batch *b, float *logits, p
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, B->x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, B->x, n);
+    else if (pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         const olmo2_layer *L = &m->layers[l];
         if (pith_attn_block_qkv(d, &L->attn, l, B, B->x, m->cs, n, err)) return -1;
@@ -104,6 +106,7 @@ static int olmo2_forward(pith_model *base, const pith_batch *b, float *logits, p
             pith_ffn_block_forward(d, &L->ffn, B, B->x, L->post_ffw_norm, n, err))
             return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);
 }
 
@@ -114,16 +117,18 @@ static int olmo2_build(pith_model_file *file, const pith_model_options *opt, pit
     olmo2 *m = (olmo2 *)pith_decoder_new(sizeof *m, file, opt, &olmo2_ops, olmo2_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's share under tensor parallelism */
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         olmo2_layer *L = &m->layers[l];
         rc = pith_attn_block_load(d, l, PITH_QK_NORM_ALL, &L->attn, err) ||

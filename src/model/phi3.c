@@ -100,9 +100,11 @@ static int phi3_forward(pith_model *base, const pith_batch *b, float *logits, pi
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, B->x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, B->x, n);
+    else if (pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     pith_be_rope_tables(d->be, m->rope, m->cs, n);
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         const phi3_layer *L = &m->layers[l];
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
@@ -117,6 +119,7 @@ static int phi3_forward(pith_model *base, const pith_batch *b, float *logits, pi
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, B, B->xb, NULL, n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);
 }
 
@@ -145,16 +148,18 @@ int pith_phi3_build(pith_model_file *file, const pith_model_options *opt, pith_m
     if (!m) return -1;
     pith_decoder *d = &m->d;
     int n_rot = P->rope_dim > 0 ? P->rope_dim : hp->head_dim;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's heads and FFN columns: its rows of each part of the fused projections */
     if (!rc) rc = pith_decoder_attn_shape(d, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         phi3_layer *L = &m->layers[l];
         rc = pith_decoder_vector(d, l, "attn_norm.weight", hp->dim, true, &L->attn_norm, err) ||
