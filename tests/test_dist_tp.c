@@ -710,7 +710,7 @@ int main(void) {
     /* the Llama family's forward runs in pipeline stages too (model/llama.c) */
     static const struct { const char *preset; bool stages; } models[] = {
         {"test-llama", true}, {"test-llama-gqa", true}, {"test-qwen2", true}, {"test-qwen3", true},
-        {"test-mistral-swa", true}, {"test-smollm3", true}, {"test-gemma3", true}, {"test-mistral3", true},
+        {"test-mistral-swa", true}, {"test-smollm3", true}, {"test-gemma3", true}, {"test-gemma3-pp", true}, {"test-mistral3", true},
         {"test-olmo2", true}, /* its QK norm over the whole projection: the statistic summed across ranks */
         {"test-qwen3moe", true}, {"test-mixtral", true}, {"test-gpt-oss", true}, {"test-glm4moe", true},
         {"test-lfm2", true}, /* its short convolution split by channel */

@@ -117,6 +117,12 @@ PRESETS = {
                         theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=16, swa_pattern=6,
                         rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
                         query_pre_attn_scalar=96),
+    # 12 layers, global at 5 and 11 (every 6th, as GGUF's gemma3 must): a full-attention layer in each of
+    # two pipeline stages (test_dist_tp).
+    "test-gemma3-pp": dict(arch="gemma3", dim=128, layers=12, heads=4, kv_heads=2, head_dim=32, ffn=256, vocab=512,
+                           theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=16, swa_pattern=6,
+                           rope_local_theta=10000.0, rope_scaling="linear", rope_factor=8.0,
+                           query_pre_attn_scalar=32),
     # The same with final logit softcapping tanh(x / 2) * 2 (GGUF gemma3.final_logit_softcapping).
     "test-gemma3-softcap": dict(arch="gemma3", dim=256, layers=7, heads=4, kv_heads=2, head_dim=96, ffn=512,
                                 vocab=512, theta=1e6, ctx=1024, eps=1e-6, tied=True, sliding_window=16,
