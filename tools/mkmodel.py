@@ -291,6 +291,14 @@ PRESETS = {
                           ple_dim=128, kv_shared=3, double_wide=True,
                           layer_types=["sliding_attention", "sliding_attention", "full_attention",
                                        "sliding_attention", "sliding_attention", "full_attention"]),
+    # The same in 8 layers, the last 2 KV-shared (their sources, 4 and 5, in the second half): pipeline
+    # stages with per-layer embeddings and KV sharing (test_dist_tp).
+    "test-gemma4-e-pp": dict(arch="gemma4", dim=256, layers=8, heads=4, kv_heads=1, head_dim=64, ffn=512, vocab=512,
+                             theta=1e6, ctx=4096, eps=1e-6, tied=True, sliding_window=16, global_head_dim=128,
+                             k_eq_v=False, partial_rotary=0.25, rope_local_theta=10000.0, final_softcap=30.0,
+                             ple_dim=128, kv_shared=2, double_wide=True,
+                             layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                          "sliding_attention", "full_attention", "sliding_attention", "full_attention"]),
     # Gemma 4 26B-A4B's kind: every layer's dense MLP (512) beside 8 experts of 256 (2 per token; router
     # scale, per-expert scales, GELU-tanh experts); window layers 0 and 2, global 1 and 3 as test-gemma4's.
     "test-gemma4-moe": dict(arch="gemma4", dim=256, layers=4, heads=4, kv_heads=2, head_dim=64, ffn=512, vocab=512,

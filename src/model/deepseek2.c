@@ -219,9 +219,11 @@ static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, B->x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, B->x, n);
+    else if (pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         const ds2_layer *L = &m->layers[l];
         pith_be_rmsnorm(d->be, B->x, L->attn_norm, hp->norm_eps, B->xb, n);
         if (ds2_attention(m, L, l, B->xb, n, err)) return -1;
@@ -235,6 +237,7 @@ static int ds2_forward(pith_model *base, const pith_batch *b, float *logits, pit
         pith_be_rmsnorm(d->be, B->x, L->ffn_norm, hp->norm_eps, B->xb, n);
         if (pith_ffn_block_forward(d, &L->ffn, B, B->xb, NULL, n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     if (m->mtp) {
         if (ds2_mtp_after_decoder(m, b, err)) return -1;
         pith_buf *const keep[] = {B->x};
@@ -287,7 +290,7 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
     const int L = hp->n_layers, D = P->kv_lora_rank + P->qk_rope;
     /* under --tp each rank its query heads (their W_UK, W_UV and output columns), the latent rows of
      * every token whole (one row all heads read, computed on each rank) */
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp;
     long long wide = P->qk_nope + P->v_dim, den = 2LL * P->kv_lora_rank - wide;
     long long even = den > 0 ? (2 * wide * P->kv_lora_rank + den - 1) / den : LLONG_MAX;
@@ -322,10 +325,13 @@ int pith_deepseek2_build(pith_model_file *file, const pith_model_options *opt, p
                 !(m->heads = calloc((size_t)2 * (L + 1) * hp->n_heads, sizeof *m->heads)) ||
                 !(m->owned = calloc((size_t)L + 1, sizeof *m->owned))))
         rc = pith_errf(err, "out of memory");
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    if (!rc && pith_decoder_last_stage(d))
+        rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < L; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         rc = ds2_load_layer(m, l, &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, L);
     }

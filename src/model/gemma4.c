@@ -115,17 +115,21 @@ static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, 
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, m->embed_scale, B->x, n);
     const int P = pith_gemma4_params_of(hp)->ple_dim;
+    /* the first stage embeds; another receives the residual, after the per-layer inputs (which come from
+     * the embeddings) are made from its own */
+    if (pith_decoder_first_stage(d) || P > 0) pith_be_embed(d->be, m->embd, m->embed_scale, B->x, n);
     if (P > 0) { /* project_per_layer_inputs: both parts for every layer, from the scaled embeddings */
         pith_be_embed(d->be, m->pl_table, m->pl_scale, m->pl_tok, n);
         const pith_be_mm pm = {m->pl_model_proj, m->pl_proj, false};
         if (pith_be_matmul(d->be, B->x, &pm, 1, n, err)) return -1;
         pith_be_scale(d->be, m->pl_proj, (float)(1.0 / sqrt((double)hp->dim)), n);
     }
+    if (!pith_decoder_first_stage(d) && pith_decoder_stage_recv(d, B->x, n, err)) return -1;
     for (int t = LOCAL; t <= GLOBAL; t++)
         if (m->cs[t]) pith_be_rope_tables(d->be, &m->rope[t], m->cs[t], n);
     for (int l = 0; l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         const gemma4_layer *L = &m->layers[l];
         const int t = L->kind, g = d->layer_group[l];
         pith_be_begin_layer(d->be, l);
@@ -170,6 +174,7 @@ static int gemma4_forward(pith_model *base, const pith_batch *b, float *logits, 
         }
         if (L->scalar != 1.0f) pith_be_scale(d->be, B->x, L->scalar, n);
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, B->x, n, err);
     return pith_head_forward(d, B, m->out_norm, m->output, b, err);
 }
 
@@ -344,6 +349,10 @@ static int declare_memory(gemma4 *m, int kv_local, int kv_global, pith_err *err)
         if (src < 0)
             return pith_errf(err, "layer %d shares the K and V of an earlier %s layer, and there is none", l,
                              m->layers[l].kind == LOCAL ? "window" : "global");
+        if (!pith_decoder_has_layer(d, l)) continue;
+        if (!pith_decoder_has_layer(d, src))
+            return pith_errf(err, "--pp %d: layer %d shares the K and V of layer %d, which stage %d does not hold "
+                                  "(fewer stages)", d->tp.n_stages, l, src, d->tp.stage);
         d->layer_group[l] = d->layer_group[src];
         d->layer_index[l] = d->layer_index[src];
     }
@@ -356,7 +365,7 @@ int pith_gemma4_build(pith_model_file *file, const pith_model_options *opt, pith
     gemma4 *m = (gemma4 *)pith_decoder_new(sizeof *m, file, opt, &gemma4_ops, gemma4_free, err);
     if (!m) return -1;
     pith_decoder *d = &m->d;
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's heads and FFN columns */
     const int R = d->tp.comm ? d->tp.size : 1;
     const int nkv_full = P->n_kv_heads_full;
@@ -367,12 +376,19 @@ int pith_gemma4_build(pith_model_file *file, const pith_model_options *opt, pith
     m->embed_scale = embed_scale(file, "token_embd.weight", hp->dim);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings (every stage with per-layer
+     * embeddings: their inputs come from the token's embedding), the last the head */
+    if (!rc && (pith_decoder_first_stage(d) || P->ple_dim > 0))
+        rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     if (!rc && P->ple_dim > 0) rc = load_ple(m, err); /* the per-layer inputs are computed with the embeddings */
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) { /* another stage's: its kind still names its memory group */
+            m->layers[l].kind = window_of(hp, l) > 0 ? LOCAL : GLOBAL;
+            continue;
+        }
         pith_be_begin_layer(d->be, l);
         rc = load_layer(d, l, &m->layers[l], err);
         if (!rc) has[m->layers[l].kind] = true, pith_decoder_progress(d, l + 1, hp->n_layers);

@@ -184,7 +184,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!m) return -1;
     pith_decoder *d = &m->d;
     d->base.state_checkpoints = true; /* the gdn op (and mtp_save) copy the state after checkpointed tokens */
-    int rc = pith_decoder_shard_begin(d, false, err);
+    int rc = pith_decoder_shard_begin(d, true, err);
     hp = &d->base.hp; /* this rank's attention heads and FFN columns */
     const int R = d->tp.comm ? d->tp.size : 1;
     if (!rc && (P->gdn_k_heads % R || P->gdn_v_heads % P->gdn_k_heads))
@@ -207,12 +207,14 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc) rc = pith_be_gdn_shape(d->be, P->gdn_k_dim, P->gdn_v_dim, err);
     if (!rc && !(m->layers = calloc((size_t)hp->n_layers, sizeof *m->layers))) rc = pith_errf(err, "out of memory");
     pith_be_begin_layer(d->be, PITH_BE_LAYER_INPUT);
-    if (!rc) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
+    /* a pipeline stage holds its layers only; the first stage the embeddings, the last the head */
+    if (!rc && pith_decoder_first_stage(d)) rc = pith_decoder_table(d, "token_embd.weight", &m->embd, err);
     pith_be_begin_layer(d->be, PITH_BE_LAYER_OUTPUT);
-    if (!rc) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
-    if (!rc) rc = pith_decoder_output(d, &m->output, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_vector(d, -1, "output_norm.weight", hp->dim, true, &m->out_norm, err);
+    if (!rc && pith_decoder_last_stage(d)) rc = pith_decoder_output(d, &m->output, err);
     /* Progress: each layer loaded (its matrices repacked), then the experts placed. */
     for (int l = 0; !rc && l < hp->n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         rc = q35_load_layer(m, l, pith_layer_bit(hp->layer_recurrent, l), &m->layers[l], err);
         if (!rc) pith_decoder_progress(d, l + 1, hp->n_layers + 1);
@@ -298,12 +300,15 @@ static int q35_forward(pith_model *base, const pith_batch *b, float *logits, pit
     if (pith_decoder_step(d, b, logits, err)) return -1;
     int n = b->n_tokens;
     if (n == 0) return 0;
-    pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
+    if (pith_decoder_first_stage(d)) pith_be_embed(d->be, m->embd, 0, m->bufs.x, n);
+    else if (pith_decoder_stage_recv(d, m->bufs.x, n, err)) return -1;
     pith_be_rope_tables(d->be, &m->rope, m->cs, n);
     for (int l = 0; l < base->hp.n_layers; l++) {
+        if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, &n, err)) return -1;
     }
+    if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, m->bufs.x, n, err);
     /* a step that keeps no row still ends with its head (backend.h): a device backend runs it there */
     if (n > 0 && m->mtp) {
         if (q35_mtp_after_decoder(m, b, err)) return -1;
