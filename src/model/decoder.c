@@ -149,8 +149,7 @@ int pith_decoder_matrix_rows(pith_decoder *d, int layer, const char *name, int c
     if (t->ne[0] != file_cols || t->ne[1] != file_total || t->ne[2] != 1 || t->ne[3] != 1)
         return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", full, (long long)t->ne[0],
                          (long long)t->ne[1], file_cols, file_total);
-    if (row0 < 0 || rows < 1 || row0 + rows > file_total) return pith_errf(err, "tensor %s: bad type or size", full);
-    return pith_decoder_bind_part(d, t, full, row0, rows, col0, cols, out, err);
+    return pith_decoder_bind_part(d, t, full, row0, rows, col0, cols, out, err); /* it checks the range */
 }
 
 /* Sizes of the parts this rank binds (sharded: each SPLIT part's share; SKIP parts none) and of the

@@ -100,22 +100,23 @@ int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {
     return 0;
 }
 
-int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err) {
+/* The residual's n rows between this stage and the next (send) or the one before (receive), with the rank
+ * of the same tensor-parallel rank there. */
+static int stage_pass(pith_decoder *d, float *rows, int cols, int n, bool send, pith_err *err) {
     pith_comm *w = d->tp.world;
-    int from = w->rank - (d->tp.size > 1 ? d->tp.size : 1);
-    if (pith_comm_recv(w, from, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
+    int step = d->tp.size > 1 ? d->tp.size : 1;
+    size_t bytes = (size_t)n * (size_t)cols * sizeof(float);
+    if (send ? pith_comm_send(w, w->rank + step, rows, bytes, err) : pith_comm_recv(w, w->rank - step, rows, bytes, err)) {
         pith_comm_fail(w, err->msg);
         return -1;
     }
     return 0;
 }
 
+int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err) {
+    return stage_pass(d, x->host, x->cols, n, false, err);
+}
+
 int pith_decoder_stage_send(pith_decoder *d, const pith_buf *x, int n, pith_err *err) {
-    pith_comm *w = d->tp.world;
-    int to = w->rank + (d->tp.size > 1 ? d->tp.size : 1);
-    if (pith_comm_send(w, to, x->host, (size_t)n * (size_t)x->cols * sizeof(float), err)) {
-        pith_comm_fail(w, err->msg);
-        return -1;
-    }
-    return 0;
+    return stage_pass(d, x->host, x->cols, n, true, err);
 }
