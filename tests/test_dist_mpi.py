@@ -63,20 +63,20 @@ def job(n, args, timeout=120):
 
 
 class TensorParallel(unittest.TestCase):
-    def generate(self, path, tp=1, pp=1):
+    def generate(self, path, tp=1, pp=1, extra=()):
         logits = os.path.join(tmp_dir(), "mpi-logits-%d-%d.f32" % (tp, pp))
         args = ["run", "-m", path, "-p", "The quick brown fox", "-n", "24", "--temp", "0", "-t", "1",
                 "--ignore-eos", "--logits-out", logits]
-        r = job(tp * pp, args + ["--tp", str(tp), "--pp", str(pp)]) if tp * pp > 1 else run_pith(args)
+        r = job(tp * pp, args + ["--tp", str(tp), "--pp", str(pp)] + list(extra)) if tp * pp > 1 else run_pith(args)
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace"))
         return r.stdout, np.fromfile(logits, dtype="<f4")
 
-    def check_same(self, preset, layouts):
+    def check_same(self, preset, layouts, extra=()):
         path = model(preset)
         text, ref = self.generate(path)
         self.assertGreater(ref.size, 0)
         for tp, pp in layouts:
-            got_text, got = self.generate(path, tp, pp)
+            got_text, got = self.generate(path, tp, pp, extra)
             self.assertEqual(got_text, text, "--tp %d --pp %d: the greedy text differs" % (tp, pp))
             self.assertEqual(got.shape, ref.shape)
             vocab = ref.size // 24
@@ -95,6 +95,10 @@ class TensorParallel(unittest.TestCase):
 
     def test_moe_2_ranks(self):
         self.check_same("test-qwen3moe", [(2, 1), (1, 2)])
+
+    def test_moe_experts_by_column(self):
+        # --no-ep: every expert's hidden width split across the ranks instead of the experts
+        self.check_same("test-qwen3moe", [(2, 1)], ["--no-ep"])
 
     def test_hybrid_2_ranks(self):
         # Granite 4.0-H with experts: Mamba2 heads split, its one B/C group whole on each rank, the gated

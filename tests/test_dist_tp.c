@@ -55,13 +55,14 @@ typedef struct worker {
     const char *path;
     pith_comm *comm;
     int tp, pp;
+    bool no_ep;
     int rc;
     pith_err err;
 } worker;
 
 static void *worker_main(void *arg) {
     worker *w = arg;
-    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp};
+    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp, .no_ep = w->no_ep};
     pith_model *m;
     w->rc = pith_model_load(w->path, &mo, &m, &w->err);
     if (w->rc == 0) w->rc = pith_dist_worker(m, w->comm, &w->err); /* frees m */
@@ -74,6 +75,9 @@ typedef struct group {
     int n;
 } group;
 
+/* Experts split by column in the groups group_start makes (pith_model_options.no_ep), or by expert. */
+static bool experts_by_column;
+
 /* Starts ranks 1..tp x pp - 1 and loads rank 0's model; NULL (err set) when rank 0's load failed (the
  * others fail the same way). */
 static pith_model *group_start(group *g, const char *path, int tp, int pp, pith_err *err) {
@@ -81,10 +85,10 @@ static pith_model *group_start(group *g, const char *path, int tp, int pp, pith_
     int n = g->n = tp * pp;
     if (pith_comm_local_group(n, g->comm, err)) return NULL;
     for (int r = 1; r < n; r++) {
-        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = tp, .pp = pp};
+        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = tp, .pp = pp, .no_ep = experts_by_column};
         pthread_create(&g->w[r].th, NULL, worker_main, &g->w[r]);
     }
-    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = tp, .pp = pp};
+    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = tp, .pp = pp, .no_ep = experts_by_column};
     pith_model *m;
     if (pith_model_load(path, &mo, &m, err)) m = NULL;
     return m;
@@ -232,7 +236,7 @@ static void test_model_level(const char *preset, bool pipelined) {
         int tp = layouts[li][0], pp = layouts[li][1];
         if (pp > 1 && !pipelined) continue;
         char what[64];
-        snprintf(what, sizeof what, "--tp %d --pp %d", tp, pp);
+        snprintf(what, sizeof what, "--tp %d --pp %d%s", tp, pp, experts_by_column ? " --no-ep" : "");
         group g;
         pith_model *m = group_start(&g, path, tp, pp, &err);
         /* a shape 4 ranks cannot share: a width that does not divide, or a KV head that cannot be copied to
@@ -735,6 +739,12 @@ int main(void) {
         {"test-granitehybrid-moe", true}, /* one B/C group, whole on each rank; the norm across ranks */
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_model_level(models[i].preset, models[i].stages);
+    /* tensor-parallel experts (--no-ep): every expert's hidden width split by column instead */
+    static const char *const moe[] = {"test-qwen3moe", "test-mixtral", "test-gpt-oss", "test-glm4moe",
+                                      "test-granitehybrid-moe", "test-qwen35moe", "test-gemma4-moe", "test-deepseek2"};
+    experts_by_column = true;
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) test_model_level(moe[i], true);
+    experts_by_column = false;
     test_engine_level("test-llama-gqa", "Q8_0", 2, 1);
     test_engine_level("test-qwen3moe", "Q8_0", 2, 1);
     test_engine_level("test-llama-gqa", "Q8_0", 1, 2);

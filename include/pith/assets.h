@@ -46,6 +46,7 @@ typedef struct pith_assets_options {
     int n_cpu_moe;                   /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     struct pith_comm *comm;          /* tensor parallelism (pith_model_options.comm, .tp; pith/dist.h) */
     int tp, pp;
+    bool no_ep;
 } pith_assets_options;
 
 PITH_API int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err);

@@ -112,6 +112,10 @@ typedef struct pith_model_options {
     /* Pipeline parallelism: pp stages of consecutive layers (pith/dist.h), each of tp ranks; the
      * communicator holds tp x pp ranks, stage s being ranks [s tp, (s + 1) tp). 0 or 1: one stage. */
     int pp;
+    /* With tp > 1, a mixture of experts' layers split by expert (expert parallelism: each rank 1/tp of the
+     * experts, whole; the default), or, no_ep, by column (tensor-parallel experts: each rank 1/tp of every
+     * expert's hidden width: even work per rank whatever the routing, on widths that split on blocks). */
+    bool no_ep;
 } pith_model_options;
 
 PITH_API int pith_model_load(const char *path, const pith_model_options *opt, pith_model **out,

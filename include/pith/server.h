@@ -116,9 +116,10 @@ typedef struct pith_server_options {
     const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
     int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
     /* Tensor parallelism (pith/dist.h): rank 0 serves, the other ranks run pith_dist_worker; one model
-     * only, and no weight reload or sleep (the other ranks would need the new weights too) */
+     * only (a reload, a sleep and a wake act on every rank); no_ep: pith_model_options.no_ep */
     struct pith_comm *comm;
     int tp, pp;
+    bool no_ep;
 } pith_server_options;
 
 enum { PITH_LOG_ERROR = 1, PITH_LOG_WARN = 2, PITH_LOG_INFO = 3, PITH_LOG_DEBUG = 4 };

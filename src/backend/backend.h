@@ -155,6 +155,11 @@ typedef struct pith_moe_config {
      * shared_elsewhere: the shared expert is another rank's (rank 0 runs it), so it is not added here. */
     int expert0, n_local;
     bool shared_elsewhere;
+    /* Tensor-parallel experts instead (col_parts > 1; the CPU backend): this rank holds columns
+     * [col_part F / col_parts, (col_part + 1) F / col_parts) of every expert's hidden width F (its rows
+     * of gate and up, its columns of down) and runs every chosen expert on them; the sum across ranks is
+     * the layer's output (the down bias is added on part 0 only). ffn stays the file's F. */
+    int col_part, col_parts;
 } pith_moe_config;
 
 /* The most experts a layer may have: every backend's MoE op takes this many. */

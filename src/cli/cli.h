@@ -66,7 +66,7 @@ int cli_dist_worker(const char *cmd, struct pith_comm *comm, const char *model_p
 int cli_dist_end(struct pith_comm *comm, int rc);
 /* "--tp N" or "--pp M" (1..256) at argv[*i]: stores it and returns 1; 0 when not one of them; -1 after
  * an error line. */
-int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp);
+int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp, bool *no_ep);
 /* --tp's help lines, aligned as the command's other options (wide: serve's column). */
 const char *cli_tp_help(bool wide);
 

@@ -33,6 +33,7 @@ typedef struct bench_opts {
     const char *gpu_layers; /* -ngl */
     int n_cpu_moe;          /* --n-cpu-moe; -1: --cpu-moe */
     int tp, pp;             /* --tp, --pp: ranks (tp x pp), each with threads[0] threads */
+    bool no_ep;             /* --no-ep */
     struct pith_comm *comm; /* the MPI job's, with --tp */
     int threads[MAX_THREAD_COUNTS];
     int n_thread_counts;
@@ -158,7 +159,7 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         const char *v;
         long long iv;
 #define VALUE() do { if (!(v = cli_value("bench", argc, argv, &i))) return -1; } while (0)
-        int tp_rc = cli_tp_arg("bench", argc, argv, &i, &o->tp, &o->pp);
+        int tp_rc = cli_tp_arg("bench", argc, argv, &i, &o->tp, &o->pp, &o->no_ep);
         if (tp_rc < 0) return -1;
         if (tp_rc > 0) {
             continue;
@@ -595,7 +596,8 @@ static int bench_threads(bench_ctx *c, int threads, bool force_scalar, pith_err 
     cli_progress_start(&bar, "loading model");
     pith_model_options mo = {.n_threads = threads, .device = o->device, .progress = cli_progress_update,
                              .progress_user = &bar, .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe,
-                             .comm = o->comm, .tp = o->tp, .pp = o->pp};
+                             .comm = o->comm, .tp = o->tp, .pp = o->pp,
+                             .no_ep = o->no_ep};
     int load_rc = pith_model_load(o->model, &mo, &m, err);
     cli_progress_end(&bar);
     if (load_rc) goto done;
@@ -669,7 +671,7 @@ int pith_cmd_bench(int argc, char **argv) {
         if (!cli_dist_begin("bench", o.tp, o.pp, &o.comm)) return 1;
         if (pith_comm_rank(o.comm) != 0) {
             pith_model_options mo = {.n_threads = o.threads[0], .device = o.device, .gpu_layers = o.gpu_layers,
-                                     .n_cpu_moe = o.n_cpu_moe, .comm = o.comm, .tp = o.tp, .pp = o.pp};
+                                     .n_cpu_moe = o.n_cpu_moe, .comm = o.comm, .tp = o.tp, .pp = o.pp, .no_ep = o.no_ep};
             return cli_dist_worker("bench", o.comm, o.model, &mo);
         }
         int rc = bench_threads(&c, o.threads[0], force_scalar, &err);

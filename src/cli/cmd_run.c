@@ -34,6 +34,7 @@ typedef struct run_opts {
     const char *gpu_layers;    /* -ngl */
     int n_cpu_moe;             /* --n-cpu-moe; -1: --cpu-moe */
     int tp, pp;                /* --tp, --pp */
+    bool no_ep;                /* --no-ep */
     bool ignore_eos;
     bool seed_given;
     pith_sampling_params sp;
@@ -123,7 +124,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
         long long iv;
         double fv;
 #define VALUE() do { if (!(v = cli_value("run", argc, argv, &i))) return -1; } while (0)
-        int tp_rc = cli_tp_arg("run", argc, argv, &i, &o->tp, &o->pp);
+        int tp_rc = cli_tp_arg("run", argc, argv, &i, &o->tp, &o->pp, &o->no_ep);
         if (tp_rc < 0) return -1;
         if (tp_rc > 0) {
             continue;
@@ -423,14 +424,14 @@ int pith_cmd_run(int argc, char **argv) {
         .model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template_path = o.chat_template,
         .n_threads = o.n_threads, .device = o.device, .gpu_layers = o.gpu_layers, .n_cpu_moe = o.n_cpu_moe,
         .mtp = o.batch.engine.spec_type == PITH_SPEC_MTP, .progress = cli_progress_update,
-        .progress_user = &bar, .comm = comm, .tp = o.tp, .pp = o.pp,
+        .progress_user = &bar, .comm = comm, .tp = o.tp, .pp = o.pp, .no_ep = o.no_ep,
     };
     if (pith_comm_rank(comm) != 0) {
         cli_progress_end(&bar);
         free(o.prompt_buf);
         pith_model_options mo = {.n_threads = ao.n_threads, .device = ao.device, .gpu_layers = ao.gpu_layers,
                                  .n_cpu_moe = ao.n_cpu_moe, .mtp = ao.mtp, .comm = comm, .tp = o.tp,
-                                 .pp = o.pp};
+                                 .pp = o.pp, .no_ep = o.no_ep};
         return cli_dist_worker("run", comm, o.model, &mo);
     }
     int load_rc = pith_assets_load(&ao, &a, &err);

@@ -168,7 +168,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             if (!cli_parse_int("serve", a, v, lo, hi, &iv)) return -1;            \
             field = (int)iv;                                                      \
         }
-        int tp_rc = cli_tp_arg("serve", argc, argv, &i, &s->tp, &s->pp);
+        int tp_rc = cli_tp_arg("serve", argc, argv, &i, &s->tp, &s->pp, &s->no_ep);
         if (tp_rc < 0) return -1;
         if (tp_rc > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -429,7 +429,7 @@ int pith_cmd_serve(int argc, char **argv) {
             pith_model_options mo = {.n_threads = o.srv.n_threads, .device = o.srv.device,
                                      .gpu_layers = o.srv.gpu_layers, .n_cpu_moe = o.srv.n_cpu_moe,
                                      .mtp = o.srv.engine.spec_type == PITH_SPEC_MTP, .comm = o.srv.comm,
-                                     .tp = o.srv.tp, .pp = o.srv.pp};
+                                     .tp = o.srv.tp, .pp = o.srv.pp, .no_ep = o.srv.no_ep};
             int rc = cli_dist_worker("serve", o.srv.comm, o.srv.model_path, &mo);
             serve_opts_free(&o);
             return rc;

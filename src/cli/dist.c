@@ -7,8 +7,12 @@
 #include "cli/cli.h"
 #include "pith/dist.h"
 
-int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp) {
+int cli_tp_arg(const char *cmd, int argc, char **argv, int *i, int *tp, int *pp, bool *no_ep) {
     const char *opt = argv[*i];
+    if (!strcmp(opt, "--ep") || !strcmp(opt, "--no-ep") || !strcmp(opt, "--enable-expert-parallel")) {
+        *no_ep = !strcmp(opt, "--no-ep");
+        return 1;
+    }
     bool is_tp = !strcmp(opt, "--tp") || !strcmp(opt, "--tensor-parallel-size");
     if (!is_tp && strcmp(opt, "--pp") != 0 && strcmp(opt, "--pipeline-parallel-size") != 0) return 0;
     const char *v = cli_value(cmd, argc, argv, i);
@@ -95,8 +99,12 @@ const char *cli_tp_help(bool wide) {
                   "                            docs/distributed.md); default 1\n"
                   "      --pp M                M pipeline stages of --tp ranks each: start with mpirun -np N*M;\n"
                   "                            default 1\n"
+                  "      --ep, --no-ep         with --tp, a mixture of experts split by expert (the default) or\n"
+                  "                            by column (each rank a share of every expert)\n"
                 : "      --tp N              tensor parallelism over N MPI ranks (the CPU backend, one model;\n"
                   "                          docs/distributed.md); default 1\n"
                   "      --pp M              M pipeline stages of --tp ranks each: start with mpirun -np N*M;\n"
-                  "                          default 1\n";
+                  "                          default 1\n"
+                  "      --ep, --no-ep       with --tp, a mixture of experts split by expert (the default) or\n"
+                  "                          by column (each rank a share of every expert)\n";
 }

@@ -383,7 +383,7 @@ typedef struct worker_model {
 } worker_model;
 
 /* OP_LOAD on a worker: the model at the payload's path with rank 0's options (threads, experts kept on
- * the CPU) and the job's layout, loaded with rank 0 (model.c agrees on the outcome), numbered as rank 0
+ * the CPU, how experts split) and the job's layout, loaded with rank 0 (model.c agrees on the outcome), numbered as rank 0
  * numbers it. -2: the job cannot go on. */
 static int worker_load(worker_model **models, int *n, const op_msg *m, const int32_t *payload, pith_comm *c,
                        pith_err *err) {
@@ -391,7 +391,8 @@ static int worker_load(worker_model **models, int *n, const op_msg *m, const int
     size_t len = (size_t)(m->a[2] > 0 ? m->a[2] : 0);
     if ((size_t)m->payload * sizeof(int32_t) < len + 1) return pith_errf(err, "lockstep: a short path"), -2;
     const char *path = (const char *)payload;
-    pith_model_options o = {.n_threads = m->a[0], .n_cpu_moe = m->a[1], .comm = c, .tp = first->tp, .pp = first->pp};
+    pith_model_options o = {.n_threads = m->a[0], .n_cpu_moe = m->a[1], .comm = c, .tp = first->tp, .pp = first->pp,
+                            .no_ep = m->a[3] != 0};
     pith_model *shard;
     pith_err load_err = {0};
     if (pith_model_load(path, &o, &shard, &load_err)) { /* every rank failed with it: rank 0 reports */
@@ -670,7 +671,7 @@ int pith_dist_reload(pith_model *m, const char *path, const pith_model_options *
     pith_model_options o = *mo;
     o.comm = L->st.c, o.tp = m->tp, o.pp = m->pp;
     /* the others load with rank 0's options, as one job */
-    op_msg msg = {.op = OP_LOAD, .a = {o.n_threads, o.n_cpu_moe, (int32_t)len}, .payload = (int64_t)ints};
+    op_msg msg = {.op = OP_LOAD, .a = {o.n_threads, o.n_cpu_moe, (int32_t)len, o.no_ep}, .payload = (int64_t)ints};
     pthread_mutex_t *lock = &L->st.c->world->lockstep_lock;
     pthread_mutex_lock(lock);
     int rc = send_op(L, &msg, p, err);

@@ -173,7 +173,7 @@ int pith_assets_load(const pith_assets_options *o, pith_assets *a, pith_err *err
     pith_model_options mo = {.n_threads = o->n_threads, .progress = o->progress, .progress_user = o->progress_user,
                              .mtp = o->mtp, .device = o->device,
                              .gpu_layers = o->gpu_layers, .n_cpu_moe = o->n_cpu_moe, .comm = o->comm,
-                             .tp = o->tp, .pp = o->pp};
+                             .tp = o->tp, .pp = o->pp, .no_ep = o->no_ep};
     if (pith_model_load(o->model_path, &mo, &a->model, err)) return -1;
     if (load_tokenizer(o, a->model, &a->tok, err)) goto fail;
     if (pith_tokenizer_n_vocab(a->tok) > a->model->hp.n_vocab) {

@@ -43,6 +43,7 @@ typedef struct pith_decoder_shard {
     struct pith_comm *world;
     int stage, n_stages, l0, l1;
     bool begun;        /* pith_decoder_shard_begin ran with a communicator */
+    bool experts_by_column; /* pith_model_options.no_ep: tensor-parallel experts (pith_decoder_moe_shard) */
 } pith_decoder_shard;
 
 typedef struct pith_decoder pith_decoder;
@@ -149,6 +150,9 @@ bool pith_decoder_kv_copied(const pith_decoder *d, const char *name);
 /* Sums y's n rows across the ranks (nothing when not sharded). A failure aborts the job: the other
  * ranks are in the same sum and cannot be left behind. */
 int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err);
+/* A mixture of experts' layer under --tp: this rank's experts (expert parallelism) or its columns of every
+ * expert (pith_model_options.no_ep), the shared expert on rank 0; nothing unsharded. */
+void pith_decoder_moe_shard(const pith_decoder *d, pith_moe_config *cfg);
 /* The output head's rows on this rank: hp.n_vocab unsharded. */
 static inline int pith_decoder_head_vocab(const pith_decoder *d) {
     return d->tp.comm ? d->tp.n_vocab : d->base.hp.n_vocab;

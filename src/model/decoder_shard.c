@@ -67,7 +67,7 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
                    hp->n_kv_heads, N)) ||
         (!kv_copy && divides(hp->n_kv_heads, N, "the number of KV heads", err)) ||
         divides(hp->ffn_dim, N, "the FFN width", err) ||
-        (hp->n_experts > 0 && divides(hp->n_experts, N, "the number of experts", err)))
+        (hp->n_experts > 0 && !opt->no_ep && divides(hp->n_experts, N, "the number of experts", err)))
         return -1;
     /* experts split by expert (each rank a 1/N share, whole), the dense FFN layers by columns */
     if (hp->n_experts > 0 && hp->expert_ffn_dim == 0) hp->expert_ffn_dim = hp->ffn_dim;
@@ -79,6 +79,7 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
     hp->ffn_dim /= N;
     d->tp.rank = c->rank;
     d->tp.size = N;
+    d->tp.experts_by_column = opt->no_ep;
     pith_dist_vocab_share(hp->n_vocab, N, c->rank, &d->tp.vocab0, &d->tp.n_vocab);
     return 0;
 }
@@ -119,4 +120,16 @@ int pith_decoder_stage_recv(pith_decoder *d, pith_buf *x, int n, pith_err *err) 
 
 int pith_decoder_stage_send(pith_decoder *d, const pith_buf *x, int n, pith_err *err) {
     return stage_pass(d, x->host, x->cols, n, true, err);
+}
+
+void pith_decoder_moe_shard(const pith_decoder *d, pith_moe_config *cfg) {
+    if (!d->tp.comm) return;
+    if (d->tp.experts_by_column) { /* every expert, this rank's columns of each */
+        cfg->col_part = d->tp.rank;
+        cfg->col_parts = d->tp.size;
+    } else { /* expert parallelism: this rank's experts, whole */
+        cfg->n_local = cfg->n_experts / d->tp.size;
+        cfg->expert0 = d->tp.rank * cfg->n_local;
+    }
+    cfg->shared_elsewhere = d->tp.rank != 0; /* the shared expert whole, on rank 0 */
 }

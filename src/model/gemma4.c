@@ -287,10 +287,7 @@ static int load_layer(pith_decoder *d, int l, gemma4_layer *L, pith_err *err) {
         cfg.act = PITH_MOE_GELU_TANH;  /* hidden_activation (llama.cpp: LLM_FFN_GELU) */
         cfg.gating = PITH_GATING_SOFTMAX, cfg.norm_topk = true, cfg.routed_scale = 0; /* fixed in both */
         cfg.in_norm_eps = hp->norm_eps;
-        if (d->tp.comm) { /* expert parallelism: this rank's share of the experts */
-            cfg.n_local = cfg.n_experts / d->tp.size;
-            cfg.expert0 = d->tp.rank * cfg.n_local;
-        }
+        pith_decoder_moe_shard(d, &cfg);
         if (pith_decoder_vector(d, l, "post_ffw_norm_1.weight", dim, true, &L->post_ffw_norm_1, err) ||
             pith_decoder_vector(d, l, "post_ffw_norm_2.weight", dim, true, &L->post_ffw_norm_2, err) ||
             d->be->vt->moe_load(d->be, d->file, l, &cfg, NULL, &L->moe, err))

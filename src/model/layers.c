@@ -192,11 +192,7 @@ int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts
         cfg.clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */
         cfg.clamp_limit = swiglu_limit;
     }
-    if (d->tp.comm) { /* expert parallelism: this rank's experts; the shared expert on rank 0 */
-        cfg.n_local = cfg.n_experts / d->tp.size;
-        cfg.expert0 = d->tp.rank * cfg.n_local;
-        cfg.shared_elsewhere = d->tp.rank != 0;
-    }
+    pith_decoder_moe_shard(d, &cfg);
     return d->be->vt->moe_load(d->be, d->file, l, &cfg, hf_experts, &f->moe, err);
 }
 

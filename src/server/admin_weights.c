@@ -13,7 +13,7 @@
 int admin_load_model(pith_server *srv, const char *path, pith_model **out, pith_err *err) {
     pith_model_options mo = {.n_threads = srv->n_threads, .mtp = srv->engine_opt.spec_type == PITH_SPEC_MTP,
                              .device = srv->device,
-                             .gpu_layers = srv->gpu_layers, .n_cpu_moe = srv->n_cpu_moe};
+                             .gpu_layers = srv->gpu_layers, .n_cpu_moe = srv->n_cpu_moe, .no_ep = srv->no_ep};
     /* under --tp / --pp every rank loads its shard, with the served model's job (pith/dist.h) */
     if (srv->comm) return pith_dist_reload(srv->model ? srv->model : srv->asleep_job, path, &mo, out, err);
     return pith_model_load(path, &mo, out, err);

@@ -172,6 +172,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     s->comm = o->comm;
     s->tp = o->tp;
     s->pp = o->pp;
+    s->no_ep = o->no_ep;
     if (s->comm) pith_comm_on_failure(s->comm, server_rank_failed, s);
     if (!s->engine_opt.draft_device) s->engine_opt.draft_device = s->device; /* a draft runs beside its target */
     for (int i = 0; i < o->n_api_keys; i++) {
@@ -352,7 +353,7 @@ int pith_server_load(pith_server *s, pith_err *err) {
     pith_assets_options ao = {
         .model_path = s->model_path, .tokenizer_path = s->tokenizer_path,
         .chat_template_path = s->chat_template_path, .n_threads = s->n_threads, .device = s->device,
-        .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe, .comm = s->comm, .tp = s->tp, .pp = s->pp,
+        .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe, .comm = s->comm, .tp = s->tp, .pp = s->pp, .no_ep = s->no_ep,
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;

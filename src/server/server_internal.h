@@ -36,6 +36,7 @@ struct pith_server {
     char job_failure[256];    /* why another rank's failure ends the job (server_rank_failed), or "";
                                * written once, before the error events that point at it */
     int tp, pp;
+    bool no_ep;
     size_t max_body;
     /* Request bodies held in memory at once, all connections together (parsed JSON takes a multiple
      * of its text): a body that would go over waits a moment for room, then gets 503 (http.c). */

@@ -44,6 +44,7 @@ typedef struct pith_moe_layer {
     pith_matrix sh_gate, sh_up, sh_down;
     float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
     void *owned;                        /* experts rearranged at load (GPT-OSS Hugging Face), or NULL */
+    void *split;                        /* tensor-parallel experts: this rank's columns of every down, or NULL */
     bool mapped;                        /* set before pith_moe_pack: the experts stay in the file's mapping */
 } pith_moe_layer;
 

@@ -14,6 +14,10 @@
 #include "backend/moe_file.h"
 #include "util/meminfo.h"
 
+static pith_dtype file_type(pith_wtype t, bool *ok);
+static int moe_load_whole(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
+                               pith_moe_layer *L, pith_err *err);
+
 /* A vector of n elements (ne[0] == n, any element type), as owned floats; absent is NULL. */
 static int load_vec(const pith_model_file *f, const char *name, int64_t n, bool required, float **out, pith_err *err) {
     *out = NULL;
@@ -208,8 +212,61 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
     return load_vec(f, n, (int64_t)E * dim, false, &L->down_bias, err);
 }
 
+/* Tensor-parallel experts (pith_moe_config.col_parts > 1): this rank's share of every expert's hidden
+ * width, [f0, f0 + f): its rows of gate and up (views, moved), its columns of down (copied, on the type's
+ * block boundaries, into L->split), its share of the gate and up biases; the down bias on part 0 only.
+ * The layer then runs as one whose experts are f wide (cfg.ffn), and its output is this rank's part of
+ * the sum. */
+static int split_columns(pith_moe_layer *L, pith_err *err) {
+    const int P = L->cfg.col_parts, E = L->cfg.n_experts, F = L->cfg.ffn, dim = L->cfg.dim;
+    if (F % P) return pith_errf(err, "the experts' width %d does not divide by %d ranks (--no-ep)", F, P);
+    const int f = F / P, f0 = L->cfg.col_part * f;
+    bool ok;
+    const pith_dtype dt = file_type(L->down[0].type, &ok);
+    const int64_t blk = pith_dtype_block_elems(dt);
+    if (!ok || f % blk)
+        return pith_errf(err, "the experts' width %d over %d ranks: a share of %d columns falls inside a %s block of "
+                              "%lld (--no-ep; expert parallelism splits whole experts)", F, P, f, pith_dtype_name(dt),
+                         (long long)blk);
+    const size_t rb = pith_dtype_row_bytes(dt, f), off = pith_dtype_row_bytes(dt, f0);
+    uint8_t *buf = malloc((size_t)E * (size_t)dim * rb);
+    if (!(L->split = buf)) return pith_errf(err, "out of memory");
+    for (int e = 0; e < E; e++) {
+        for (int k = 0; k < 2; k++) { /* gate and up: rows f0.. of each */
+            pith_matrix *m = k ? &L->up[e] : &L->gate[e];
+            m->data += (size_t)f0 * m->row_bytes;
+            m->rows = f;
+        }
+        pith_matrix *d = &L->down[e];
+        uint8_t *to = buf + (size_t)e * dim * rb;
+        for (int r = 0; r < dim; r++) memcpy(to + (size_t)r * rb, d->data + (size_t)r * d->row_bytes + off, rb);
+        d->data = to;
+        d->cols = f;
+        d->row_bytes = rb;
+    }
+    float *const biases[2] = {L->gate_bias, L->up_bias};
+    for (int k = 0; k < 2; k++)
+        if (biases[k])
+            for (int e = 0; e < E; e++) memmove(biases[k] + (size_t)e * f, biases[k] + (size_t)e * F + f0, (size_t)f * sizeof(float));
+    if (L->down_bias && L->cfg.col_part != 0) {
+        free(L->down_bias);
+        L->down_bias = NULL;
+    }
+    L->cfg.ffn = f;
+    return 0;
+}
+
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err) {
+    if (cfg->col_parts > 1 && cfg->n_local > 0)
+        return pith_errf(err, "layer %d: experts split both by expert and by column", l);
+    if (moe_load_whole(f, l, cfg, hf_experts, L, err)) return -1;
+    if (cfg->col_parts > 1 && split_columns(L, err)) return pith_err_prefix(err, "layer %d", l);
+    return 0;
+}
+
+static int moe_load_whole(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
+                               pith_moe_layer *L, pith_err *err) {
     memset(L, 0, sizeof *L);
     L->cfg = *cfg;
     const int E = cfg->n_experts, dim = cfg->dim, ffn = cfg->ffn, sh = cfg->shared_ffn;
@@ -266,7 +323,7 @@ static bool local(const pith_moe_config *c, int e) {
 }
 
 uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L) {
-    if (L->owned || !L->gate) return 0;
+    if (L->owned || L->split || !L->gate) return 0;
     uint64_t n = 0;
     const pith_matrix *kinds[] = {L->gate, L->up, L->down};
     for (int k = 0; k < 3; k++)
@@ -311,14 +368,14 @@ static void drop_pages(const pith_matrix *m) {
 
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err) {
     if (pith_matrix_pack(c, &L->router, err)) return -1;
-    if (L->mapped && !L->owned) {
+    if (L->mapped && !L->owned && !L->split) {
         const pith_matrix *kinds[] = {L->gate, L->up, L->down};
         for (int k = 0; k < 3; k++)
             for (int e = 0; e < L->cfg.n_experts; e++)
                 if (local(&L->cfg, e)) drop_pages(&kinds[k][e]);
     }
     /* another rank's experts stay unread views of the file (expert parallelism) */
-    for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->owned); e++)
+    for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->owned && !L->split); e++)
         if (local(&L->cfg, e) && (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
                                   pith_matrix_pack(c, &L->down[e], err)))
             return -1;
@@ -348,6 +405,7 @@ void pith_moe_free(pith_moe_layer *L) {
     free(L->in_norm);
     free(L->router_norm);
     free(L->owned);
+    free(L->split);
     memset(L, 0, sizeof *L);
 }
 
