@@ -55,14 +55,15 @@ typedef struct worker {
     const char *path;
     pith_comm *comm;
     int tp, pp;
-    bool no_ep;
+    bool no_ep, mtp;
     int rc;
     pith_err err;
 } worker;
 
 static void *worker_main(void *arg) {
     worker *w = arg;
-    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp, .no_ep = w->no_ep};
+    pith_model_options mo = {.n_threads = 1, .comm = w->comm, .tp = w->tp, .pp = w->pp, .no_ep = w->no_ep,
+                             .mtp = w->mtp};
     pith_model *m;
     w->rc = pith_model_load(w->path, &mo, &m, &w->err);
     if (w->rc == 0) w->rc = pith_dist_worker(m, w->comm, &w->err); /* frees m */
@@ -75,8 +76,9 @@ typedef struct group {
     int n;
 } group;
 
-/* Experts split by column in the groups group_start makes (pith_model_options.no_ep), or by expert. */
-static bool experts_by_column;
+/* Experts split by column in the groups group_start makes (pith_model_options.no_ep), or by expert; and
+ * whether they load the file's MTP head (pith_model_options.mtp). */
+static bool experts_by_column, with_mtp;
 
 /* Starts ranks 1..tp x pp - 1 and loads rank 0's model; NULL (err set) when rank 0's load failed (the
  * others fail the same way). */
@@ -85,10 +87,12 @@ static pith_model *group_start(group *g, const char *path, int tp, int pp, pith_
     int n = g->n = tp * pp;
     if (pith_comm_local_group(n, g->comm, err)) return NULL;
     for (int r = 1; r < n; r++) {
-        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = tp, .pp = pp, .no_ep = experts_by_column};
+        g->w[r] = (worker){.path = path, .comm = g->comm[r], .tp = tp, .pp = pp, .no_ep = experts_by_column,
+                           .mtp = with_mtp};
         pthread_create(&g->w[r].th, NULL, worker_main, &g->w[r]);
     }
-    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = tp, .pp = pp, .no_ep = experts_by_column};
+    pith_model_options mo = {.n_threads = 1, .comm = g->comm[0], .tp = tp, .pp = pp, .no_ep = experts_by_column,
+                             .mtp = with_mtp};
     pith_model *m;
     if (pith_model_load(path, &mo, &m, err)) m = NULL;
     return m;
@@ -700,6 +704,74 @@ static void test_reload(const char *preset, int tp, int pp) {
            "on every rank and the served weights run on\n", preset, tp, pp);
 }
 
+/* ---- MTP heads ---- */
+
+/* Speculative decoding with the file's MTP head under --tp 2: the head's layer sharded like the
+ * decoder's, each draft step's greedy token settled across the vocabulary's shares. Four prompts, greedy:
+ * one process's tokens, drafts accepted (a head that copies the decoder), and as many as one process's
+ * where as many were proposed (F32: the drafts are argmaxes of logits a rounding apart). */
+static void test_mtp(const char *name, const char *mkargs) {
+    const char *src = getenv("PITH_SOURCE_DIR"), *tmp = getenv("PITH_TEST_TMP");
+    char path[4200], cmd[9000];
+    snprintf(path, sizeof path, "%s/tp-mtp-%s.gguf", tmp, name);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tools/mkmodel.py' %s --dtype F32 --seed 7 --out '%s' >/dev/null",
+             src, mkargs, path);
+    if (system(cmd) != 0) {
+        CHECKF(0, "%s failed", cmd);
+        return;
+    }
+    pith_err err;
+    out res[2][4];
+    pith_engine_stats st[2];
+    memset(res, 0, sizeof res);
+    for (int k = 0; k < 2; k++) {
+        pith_model *m = NULL;
+        group g;
+        if (k == 0) {
+            pith_model_options mo = {.n_threads = 1, .mtp = true};
+            if (pith_model_load(path, &mo, &m, &err)) m = NULL;
+        } else {
+            with_mtp = true;
+            m = group_start(&g, path, 2, 1, &err);
+            with_mtp = false;
+        }
+        CHECKF(m != NULL, "%s %s: %s", name, k ? "--tp 2" : "one process", err.msg);
+        pith_engine *e = NULL;
+        pith_engine_options eo = {.max_num_seqs = 4, .spec_type = PITH_SPEC_MTP, .spec_max_draft = 5,
+                                  .spec_max_seqs = 4};
+        if (m && pith_engine_create(m, NULL, &eo, &e, &err) == 0) {
+            for (int i = 0; i < 4; i++) {
+                pith_request r = {.prompt = ids[i], .n_prompt = LEN - i, .sampling = pith_sampling_defaults(),
+                                  .max_tokens = GEN2, .ignore_eos = true, .on_token = collect, .user = &res[k][i]};
+                r.sampling.temperature = 0;
+                CHECKF(pith_engine_submit(e, &r, NULL, &err) == 0, "submit: %s", err.msg);
+            }
+            run(e);
+            pith_engine_get_stats(e, &st[k]);
+            pith_engine_free(e);
+        } else if (m) {
+            CHECKF(0, "%s: engine: %s", name, err.msg);
+        }
+        if (k == 0) pith_model_free(m);
+        else CHECKF(group_end(&g, m, m == NULL), "%s --tp 2: a worker rank failed", name);
+        if (!m) return;
+    }
+    for (int i = 0; i < 4; i++)
+        CHECKF(res[1][i].n == GEN2 && !memcmp(res[0][i].toks, res[1][i].toks, sizeof res[0][i].toks),
+               "%s --tp 2 with its MTP head: prompt %d's tokens differ from one process's", name, i);
+    /* where the speculation policy proposed as many drafts (its break-even comes from each rank's own bytes
+     * read: Qwen3.5's head keeps eh_proj whole on every rank, so it drafts less often there), the same
+     * ones were taken */
+    CHECKF(st[1].spec_draft_tokens != st[0].spec_draft_tokens || st[1].spec_accepted_tokens == st[0].spec_accepted_tokens,
+           "%s --tp 2: %llu of %llu drafts accepted, one process %llu of %llu", name,
+           (unsigned long long)st[1].spec_accepted_tokens, (unsigned long long)st[1].spec_draft_tokens,
+           (unsigned long long)st[0].spec_accepted_tokens, (unsigned long long)st[0].spec_draft_tokens);
+    CHECKF(st[1].spec_accepted_tokens > 0, "%s --tp 2: no MTP draft accepted", name);
+    printf("%s --tp 2 with its MTP head: one process's tokens, %llu of %llu drafts accepted (one process %llu of "
+           "%llu)\n", name, (unsigned long long)st[1].spec_accepted_tokens, (unsigned long long)st[1].spec_draft_tokens,
+           (unsigned long long)st[0].spec_accepted_tokens, (unsigned long long)st[0].spec_draft_tokens);
+}
+
 /* ---- refusals ---- */
 
 static void expect_refusal(const char *preset, const char *dtype, int tp, int pp, const char *needle) {
@@ -754,6 +826,9 @@ int main(void) {
     /* F32: Qwen3.5's random Q8_0 model moves by 3.2e-2 of the largest logit where a prompt parts from one
      * process's (Q8_0 steps amplified through its DeltaNet layers), past check_divergence's bound */
     test_engine_level("test-qwen35", "F32", 2, 1);
+    test_mtp("qwen35", "--preset test-qwen35 --mtp 1 --mtp-copy --damp 0:0.2");
+    test_mtp("glm4moe", "--preset test-glm4moe-mtp-copy");
+    test_mtp("deepseek2", "--preset test-deepseek2-mtp-copy");
     test_reload("test-llama-gqa", 2, 1);
     test_reload("test-qwen35", 2, 1); /* a hybrid: its states' pools made anew on every rank */
     test_reload("test-llama-gqa", 2, 2);

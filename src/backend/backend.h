@@ -327,11 +327,16 @@ typedef struct pith_be_mtp_attn_args {
 
 /* A draft step's end: the vocabulary projection of x's rows (one per sequence), each row's argmax the
  * sequence's draft token of this step (into the draft set_draft named, and the next step's input), the
- * rows into the logits set_draft named, when it named any. */
+ * rows into the logits set_draft named, when it named any. Tensor parallelism (the CPU backend; best not
+ * NULL): output holds this rank's vocabulary rows [vocab0, vocab0 + output->rows) of set_draft's
+ * n_vocab, tokens are vocab0 + the row's argmax, and best gets each row's largest logit, for the ranks
+ * to settle the draft token (mtp_pick); no logits rows then. */
 typedef struct pith_be_mtp_logits_args {
     const pith_buf *x;
     const pith_weight *output;
     int step;
+    int vocab0;
+    float *best;
 } pith_be_mtp_logits_args;
 
 /* ---- DeepSeek's multi-head latent attention (model/deepseek2.c) ---- */
@@ -496,6 +501,9 @@ typedef struct pith_backend_vt {
     void (*mtp_save)(pith_backend *be, const pith_be_mtp_save_args *a);
     void (*mtp_attention)(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
     int (*mtp_logits)(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+    /* Sets each sequence's draft token of this step (the draft's entry and the next step's input) to
+     * tokens[s]: the ranks' choice under tensor parallelism. NULL where the backend runs unsharded only. */
+    void (*mtp_pick)(pith_backend *be, int step, const int32_t *tokens, int n);
 
     /* DeepSeek's MLA (NULL: not supported by this backend) */
     int (*mla)(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);

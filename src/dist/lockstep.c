@@ -21,7 +21,8 @@
 
 #include "dist/comm.h"
 
-enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD, OP_PROBE, OP_LOAD, OP_RELEASE };
+enum { OP_EXIT = 1, OP_PREPARE, OP_MEM_ALLOC, OP_MEM_FREE, OP_COPY, OP_FORWARD, OP_PROBE, OP_LOAD, OP_RELEASE,
+       OP_MTP_DRAFT };
 
 /* The link probe (pith_dist_probe_links): allreduces of one float, then of 1 MiB. */
 enum { PROBE_SMALL = 200, PROBE_BIG = 20, PROBE_BIG_FLOATS = 1 << 18 };
@@ -343,6 +344,24 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
         }
         return 0;
     }
+    case OP_MTP_DRAFT: { /* the batch as a forward's; drafts into out_logits's place (rank 0: the engine's) */
+        pith_batch local;
+        pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
+        const pith_batch *b = leader_batch;
+        if (!b) {
+            uint8_t *flags = grow(&st->flags, 2 * (size_t)(m->a[0] > 0 ? m->a[0] : 1));
+            rc = flags ? batch_unpack(&local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
+            b = &local;
+            if (rc) pith_comm_fail(c, err->msg); /* the others are about to draft together */
+        }
+        int32_t *draft = (int32_t *)out_logits;
+        if (!rc && !draft) {
+            draft = grow(&st->logits, (size_t)(m->a[0] > 0 ? m->a[0] : 1) * (size_t)m->a[4] * sizeof *draft);
+            if (!draft) rc = pith_errf(err, "out of memory");
+        }
+        if (!rc) rc = pith_model_mtp_draft(sh, b, m->a[4], draft, NULL, err);
+        return agree(st, rc, err);
+    }
     case OP_PROBE: {
         float *x = grow(&st->logits, PROBE_BIG_FLOATS * sizeof(float));
         rc = agree(st, x ? 0 : pith_errf(err, "out of memory"), err);
@@ -585,6 +604,18 @@ static int leader_forward(pith_model *m, const pith_batch *b, float *logits, pit
     return leader_op(L, &msg, w, b, logits, err);
 }
 
+static int leader_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft, float *logits,
+                            pith_err *err) {
+    leader *L = m->impl;
+    if (logits) return pith_errf(err, "the draft's logits rows are not gathered under --tp");
+    size_t k = batch_ints(b);
+    int32_t *w = grow(&L->st.payload, k * sizeof *w);
+    if (!w) return pith_errf(err, "out of memory");
+    batch_pack(b, w);
+    op_msg msg = {.op = OP_MTP_DRAFT, .a = {b->n_tokens, b->n_seqs, b->n_groups, 0, n_steps}, .payload = (int64_t)k};
+    return leader_op(L, &msg, w, b, (float *)draft, err); /* run_op drafts into it */
+}
+
 static void leader_destroy(pith_model *m) {
     leader *L = m->impl;
     op_msg msg = {.op = OP_EXIT};
@@ -610,7 +641,8 @@ static int leader_probe(leader *L, pith_dist_probe *out, pith_err *err) {
 
 static const pith_model_ops leader_ops = {
     .prepare = leader_prepare, .mem_alloc = leader_mem_alloc, .mem_free = leader_mem_free,
-    .copy_blocks = leader_copy_blocks, .forward = leader_forward, .destroy = leader_destroy,
+    .copy_blocks = leader_copy_blocks, .forward = leader_forward, .mtp_draft = leader_mtp_draft,
+    .destroy = leader_destroy,
 };
 
 int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err *err) {
@@ -633,6 +665,8 @@ int pith_dist_leader(pith_model *shard, pith_comm *c, pith_model **out, pith_err
     L->base.file = shard->file;
     L->base.has_hidden = shard->has_hidden;
     L->base.state_checkpoints = shard->state_checkpoints;
+    L->base.has_mtp = shard->has_mtp;
+    L->base.mtp_cost = shard->mtp_cost;
     memcpy(L->base.experts, shard->experts, sizeof L->base.experts);
     L->base.tp = shard->tp;
     L->base.pp = shard->pp;

@@ -360,6 +360,18 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
     return 0;
 }
 
+int pith_decoder_output_named(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err) {
+    char full[128];
+    const pith_tensor *t = find(d, layer, name, full, sizeof full);
+    *out = NULL;
+    if (!t) return pith_errf(err, "missing tensor %s", full);
+    if (t->ne[1] != d->base.hp.n_vocab || t->ne[0] != d->base.hp.dim || t->ne[2] != 1 || t->ne[3] != 1)
+        return pith_errf(err, "tensor %s: shape [%lld, %lld], expected [%d, %d]", full, (long long)t->ne[0],
+                         (long long)t->ne[1], d->base.hp.dim, d->base.hp.n_vocab);
+    if (!d->tp.comm) return pith_decoder_bind_part(d, t, full, 0, d->base.hp.n_vocab, 0, (int)t->ne[0], out, err);
+    return pith_decoder_bind_part(d, t, full, d->tp.vocab0, d->tp.n_vocab, 0, (int)t->ne[0], out, err);
+}
+
 int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err) {
     const char *name = pith_model_file_tensor(d->file, "output.weight") ? "output.weight" : "token_embd.weight";
     if (!d->tp.comm) return pith_decoder_matrix(d, -1, name, out, err);

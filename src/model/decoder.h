@@ -115,6 +115,9 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
 int pith_decoder_table(pith_decoder *d, const char *name, const pith_weight **out, pith_err *err);
 /* The output projection: output.weight, else the tied embeddings. */
 int pith_decoder_output(pith_decoder *d, const pith_weight **out, pith_err *err);
+/* Another vocabulary projection (an MTP head's own, layer's `name`: [dim, n_vocab]), vocabulary-parallel
+ * under --tp like the output. */
+int pith_decoder_output_named(pith_decoder *d, int layer, const char *name, const pith_weight **out, pith_err *err);
 
 /* Tensor parallelism: an architecture whose forward pass runs sharded (its layers from the layer library,
  * model/layers.h) calls this right after pith_decoder_new, before it binds a tensor. Without
@@ -153,6 +156,14 @@ int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err);
 /* A mixture of experts' layer under --tp: this rank's experts (expert parallelism) or its columns of every
  * expert (pith_model_options.no_ep), the shared expert on rank 0; nothing unsharded. */
 void pith_decoder_moe_shard(const pith_decoder *d, pith_moe_config *cfg);
+/* The same over n floats of host memory. */
+int pith_decoder_allreduce_floats(pith_decoder *d, float *x, size_t n, pith_err *err);
+/* An MTP draft step's vocabulary projection and greedy token (pith_be_mtp_logits over the output head's
+ * rows here); sharded, the ranks' best logits settle each sequence's token (its first maximum over the
+ * whole vocabulary), which every rank's backend then drafts from (mtp_pick). draft and n_steps: the
+ * draft set_draft named. */
+int pith_decoder_mtp_logits(pith_decoder *d, const pith_buf *x, const pith_weight *output, int step, int n,
+                            const int32_t *draft, int n_steps, pith_err *err);
 /* The output head's rows on this rank: hp.n_vocab unsharded. */
 static inline int pith_decoder_head_vocab(const pith_decoder *d) {
     return d->tp.comm ? d->tp.n_vocab : d->base.hp.n_vocab;

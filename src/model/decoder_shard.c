@@ -3,6 +3,8 @@
  * and up) by output rows, so each rank computes whole heads and whole FFN columns with no communication,
  * and its last product (the attention output, FFN down) by input columns, so each rank's product is a
  * partial sum of the full output, summed across ranks once per block. */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
@@ -52,7 +54,7 @@ int pith_decoder_shard_begin(pith_decoder *d, bool stages, pith_err *err) {
         return pith_errf(err, "--tp and --pp run on the CPU backend only for now (this model is on %s)", d->be->vt->name);
     if (pp > 1 && !stages) return pith_errf(err, "--pp: this architecture does not run in pipeline stages yet");
     if (pp > hp->n_layers) return pith_errf(err, "--pp %d: the model has %d layers", pp, hp->n_layers);
-    if (opt->mtp) return pith_errf(err, "--tp, --pp: the MTP head is not sharded yet");
+    if (opt->mtp && pp > 1) return pith_errf(err, "--pp: the MTP head does not run in pipeline stages yet (--tp does)");
     if (tp == 1) { /* stages alone: the whole width of every layer of this stage */
         d->tp.n_vocab = hp->n_vocab;
         return 0;
@@ -93,8 +95,12 @@ bool pith_decoder_kv_copied(const pith_decoder *d, const char *name) {
 }
 
 int pith_decoder_allreduce(pith_decoder *d, pith_buf *y, int n, pith_err *err) {
+    return pith_decoder_allreduce_floats(d, y->host, (size_t)n * (size_t)y->cols, err);
+}
+
+int pith_decoder_allreduce_floats(pith_decoder *d, float *x, size_t n, pith_err *err) {
     if (!d->tp.comm || n == 0) return 0;
-    if (pith_comm_allreduce_sum(d->tp.comm, y->host, (size_t)n * (size_t)y->cols, err)) {
+    if (pith_comm_allreduce_sum(d->tp.comm, x, n, err)) {
         pith_comm_fail(d->tp.comm, err->msg);
         return -1;
     }
@@ -132,4 +138,43 @@ void pith_decoder_moe_shard(const pith_decoder *d, pith_moe_config *cfg) {
         cfg->expert0 = d->tp.rank * cfg->n_local;
     }
     cfg->shared_elsewhere = d->tp.rank != 0; /* the shared expert whole, on rank 0 */
+}
+
+int pith_decoder_mtp_logits(pith_decoder *d, const pith_buf *x, const pith_weight *output, int step, int n,
+                            const int32_t *draft, int n_steps, pith_err *err) {
+    if (!d->tp.comm) {
+        const pith_be_mtp_logits_args lg = {x, output, step, 0, NULL};
+        return pith_be_mtp_logits(d->be, &lg, n, err);
+    }
+    /* each rank's best (logit, token) of its vocabulary share, laid out by rank and summed: every rank
+     * then sees them all (token ids are exact in a float below 2^24) and takes the largest logit, the
+     * lowest rank on a tie: the first maximum over the whole vocabulary, as one process's argmax */
+    const int R = d->tp.size, r = d->tp.rank;
+    float *all = calloc((size_t)R * (size_t)n * 2, sizeof *all), *best = malloc((size_t)n * sizeof *best);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (!all) { /* it cannot join the sum the others are in */
+        free(best), free(tok);
+        pith_errf(err, "out of memory");
+        pith_comm_fail(d->tp.comm, err->msg);
+        return -1;
+    }
+    int rc = !best || !tok ? pith_errf(err, "out of memory") : 0;
+    const pith_be_mtp_logits_args lg = {x, output, step, d->tp.vocab0, best};
+    if (!rc) rc = pith_be_mtp_logits(d->be, &lg, n, err);
+    for (int s = 0; s < n; s++) { /* a rank that failed offers nothing (the ranks agree on the failure after) */
+        all[((size_t)r * n + s) * 2] = rc ? -INFINITY : best[s];
+        all[((size_t)r * n + s) * 2 + 1] = rc ? 0.0f : (float)draft[(size_t)s * n_steps + step];
+    }
+    if (pith_decoder_allreduce_floats(d, all, (size_t)R * n * 2, err)) rc = -1;
+    for (int s = 0; !rc && s < n; s++) {
+        int pick = 0;
+        for (int k = 1; k < R; k++)
+            if (all[((size_t)k * n + s) * 2] > all[((size_t)pick * n + s) * 2]) pick = k;
+        tok[s] = (int32_t)all[((size_t)pick * n + s) * 2 + 1];
+    }
+    if (!rc) d->be->vt->mtp_pick(d->be, step, tok, n);
+    free(tok);
+    free(best);
+    free(all);
+    return rc;
 }

@@ -110,7 +110,7 @@ int ds2_mtp_load(ds2 *m, pith_err *err) {
         pith_decoder_vector(d, L, "nextn.enorm.weight", dim, true, &t->enorm, err) ||
         pith_decoder_vector(d, L, "nextn.hnorm.weight", dim, true, &t->hnorm, err) ||
         pith_decoder_vector(d, L, "nextn.shared_head_norm.weight", dim, true, &t->out_norm, err) ||
-        (own_head && pith_decoder_matrix_of(d, L, "nextn.shared_head_head.weight", hp->n_vocab, dim, &t->output, err)))
+        (own_head && pith_decoder_output_named(d, L, "nextn.shared_head_head.weight", &t->output, err)))
         return pith_err_prefix(err, "the MTP layer");
     if (own_embd) {
         snprintf(name, sizeof name, "blk.%d.nextn.embed_tokens.weight", L);
@@ -182,6 +182,7 @@ int ds2_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &base->hp;
     if (!t) return pith_errf(err, "this model was not loaded with an MTP head");
+    if (logits && d->tp.comm) return pith_errf(err, "the draft's logits rows are not gathered under --tp");
     if (pith_be_set_draft(d->be, b, hp->n_vocab, n_steps, draft, logits, err)) return -1;
     int n = b->n_tokens;
     const ds2_layer *L = t->layer;
@@ -201,8 +202,7 @@ int ds2_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
         if (pith_ffn_block_forward(d, &L->ffn, &hb, hb.xb, NULL, n, err)) return -1;
         /* shared_head_norm(u): the logits' input (u itself is the next step's hidden state) */
         pith_be_rmsnorm(d->be, t->u, t->out_norm, hp->norm_eps, t->h, n);
-        const pith_be_mtp_logits_args lg = {t->h, t->output, step};
-        if (pith_be_mtp_logits(d->be, &lg, n, err)) return -1;
+        if (pith_decoder_mtp_logits(d, t->h, t->output, step, n, draft, n_steps, err)) return -1;
     }
     return 0;
 }

@@ -91,7 +91,7 @@ static int check_matrix(const pith_decoder *d, int l, const char *name, int rows
 }
 
 static int check_layer(const pith_decoder *d, int l, pith_err *err) {
-    const pith_hparams *hp = &d->base.hp;
+    const pith_hparams *hp = pith_model_file_hparams(d->file); /* the whole layer's shapes, under --tp too */
     int qd = hp->n_heads * hp->head_dim, kvd = hp->n_kv_heads * hp->head_dim;
     if (check_matrix(d, l, "attn_q.weight", qd, hp->dim, err) || check_matrix(d, l, "attn_k.weight", kvd, hp->dim, err) ||
         check_matrix(d, l, "attn_v.weight", kvd, hp->dim, err) ||
@@ -132,7 +132,7 @@ int glm4moe_mtp_load(glm4moe *m, pith_err *err) {
         pith_decoder_vector(d, L, "nextn.enorm.weight", dim, true, &t->enorm, err) ||
         pith_decoder_vector(d, L, "nextn.hnorm.weight", dim, true, &t->hnorm, err) ||
         pith_decoder_vector(d, L, "nextn.shared_head_norm.weight", dim, true, &t->out_norm, err) ||
-        (own_head && pith_decoder_matrix_of(d, L, "nextn.shared_head_head.weight", hp->n_vocab, dim, &t->output, err)))
+        (own_head && pith_decoder_output_named(d, L, "nextn.shared_head_head.weight", &t->output, err)))
         return pith_err_prefix(err, "the MTP layer");
     if (own_embd) {
         snprintf(name, sizeof name, "blk.%d.nextn.embed_tokens.weight", L);
@@ -200,6 +200,7 @@ int glm4moe_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &base->hp;
     if (!t) return pith_errf(err, "this model was not loaded with an MTP head");
+    if (logits && d->tp.comm) return pith_errf(err, "the draft's logits rows are not gathered under --tp");
     if (pith_be_set_draft(d->be, b, hp->n_vocab, n_steps, draft, logits, err)) return -1;
     int n = b->n_tokens;
     const glm4moe_layer *L = &t->layer;
@@ -229,8 +230,7 @@ int glm4moe_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_
         if (pith_ffn_block_forward(d, &L->ffn, &hb, hb.xb, NULL, n, err)) return -1;
         /* shared_head_norm(u): the logits' input (u itself is the next step's hidden state) */
         pith_be_rmsnorm(d->be, t->u, t->out_norm, hp->norm_eps, t->h, n);
-        const pith_be_mtp_logits_args lg = {t->h, t->output, step};
-        if (pith_be_mtp_logits(d->be, &lg, n, err)) return -1;
+        if (pith_decoder_mtp_logits(d, t->h, t->output, step, n, draft, n_steps, err)) return -1;
     }
     return 0;
 }

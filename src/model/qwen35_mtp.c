@@ -125,6 +125,7 @@ int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
     pith_decoder *d = &m->d;
     const pith_hparams *hp = &base->hp;
     if (!t) return pith_errf(err, "this model was not loaded with an MTP head");
+    if (logits && d->tp.comm) return pith_errf(err, "the draft's logits rows are not gathered under --tp");
     if (pith_be_set_draft(d->be, b, hp->n_vocab, n_steps, draft, logits, err)) return -1;
     int n = b->n_tokens;
     const q35_layer *L = &t->layer;
@@ -143,8 +144,7 @@ int q35_mtp_draft(pith_model *base, const pith_batch *b, int n_steps, int32_t *d
         if (pith_ffn_block_forward(d, &L->ffn, &hb, hb.xb, NULL, n, err)) return -1;
         /* g = shared_head_norm(u): the next step's hidden state and the logits' input */
         pith_be_rmsnorm(d->be, t->u, t->out_norm, hp->norm_eps, t->h, n);
-        const pith_be_mtp_logits_args lg = {t->h, m->output, step};
-        if (pith_be_mtp_logits(d->be, &lg, n, err)) return -1;
+        if (pith_decoder_mtp_logits(d, t->h, m->output, step, n, draft, n_steps, err)) return -1;
     }
     return 0;
 }

@@ -650,7 +650,7 @@ static const pith_backend_vt cpu_vt = {
     .gdn_shape = pith_cpu_be_gdn_shape, .gdn = pith_cpu_be_gdn, .gated_norm = pith_cpu_be_gated_norm,
     .gated_qkv = pith_cpu_be_gated_qkv, .attn_gate = pith_cpu_be_attn_gate, .set_draft = pith_cpu_be_set_draft,
     .mtp_input = pith_cpu_be_mtp_input, .mtp_save = pith_cpu_be_mtp_save, .mtp_attention = pith_cpu_be_mtp_attention,
-    .mtp_logits = pith_cpu_be_mtp_logits, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
+    .mtp_logits = pith_cpu_be_mtp_logits, .mtp_pick = pith_cpu_be_mtp_pick, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
     /* DeepSeek */
     .mla = pith_cpu_be_mla, .mtp_mla = pith_cpu_be_mtp_mla,
 };

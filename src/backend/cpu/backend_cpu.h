@@ -136,6 +136,7 @@ void pith_cpu_be_mtp_input(pith_backend *be, const pith_be_mtp_input_args *a, in
 void pith_cpu_be_mtp_save(pith_backend *be, const pith_be_mtp_save_args *a);
 void pith_cpu_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a, int n);
 int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err);
+void pith_cpu_be_mtp_pick(pith_backend *be, int step, const int32_t *tokens, int n);
 /* DeepSeek's multi-head latent attention (backend_cpu_mla.c). */
 int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
 int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);

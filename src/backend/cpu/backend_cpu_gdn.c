@@ -351,8 +351,9 @@ void pith_cpu_be_mtp_attention(pith_backend *be, const pith_be_mtp_attn_args *a,
 int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, int n, pith_err *err) {
     pith_cpu_be *c = pith_cpu_be_of(be);
     int V = c->draft_vocab, steps = c->draft_steps;
+    if (a->best) V = a->output->rows; /* tensor parallelism: this rank's share of the vocabulary */
     const cpu_weight *w = a->output->impl;
-    if (a->output->cols != a->x->cols || a->output->rows != V)
+    if (a->output->cols != a->x->cols || a->output->rows != V || V > c->draft_vocab)
         return pith_errf(err, "mtp_logits: a [%d x %d] weight does not take rows of %d into %d logits", a->output->rows,
                          a->output->cols, a->x->cols, V);
     pith_acts acts;
@@ -360,10 +361,16 @@ int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, i
     if (pith_cpu_matmul(&c->cpu, &w->m, &acts, c->draft_logits, V, false, err)) return -1;
     for (int s = 0; s < n; s++) {
         const float *row = c->draft_logits + (size_t)s * V;
-        c->draft_tok[s] = pith_row_argmax(row, V);
+        c->draft_tok[s] = a->vocab0 + pith_row_argmax(row, V);
         c->draft_out[s * steps + a->step] = c->draft_tok[s];
+        if (a->best) a->best[s] = row[c->draft_tok[s] - a->vocab0];
         if (c->draft_logits_out)
             memcpy(c->draft_logits_out + ((size_t)s * steps + a->step) * V, row, (size_t)V * sizeof(float));
     }
     return 0;
+}
+
+void pith_cpu_be_mtp_pick(pith_backend *be, int step, const int32_t *tokens, int n) {
+    pith_cpu_be *c = pith_cpu_be_of(be);
+    for (int s = 0; s < n; s++) c->draft_tok[s] = c->draft_out[s * c->draft_steps + step] = tokens[s];
 }
