@@ -224,6 +224,17 @@ static int agree(rank_state *st, int rc, pith_err *err) {
     return v;
 }
 
+/* An op's batch: rank 0's own, else read from the payload into local (mem: its groups). A rank that cannot
+ * read it ends the job (*rc set): the others are about to run the op's collectives. */
+static const pith_batch *op_batch(rank_state *st, const op_msg *m, const pith_batch *leader_batch, pith_batch *local,
+                                  pith_batch_mem *mem, int *rc, pith_err *err) {
+    if (leader_batch) return leader_batch;
+    uint8_t *flags = grow(&st->flags, 2 * (size_t)(m->a[0] > 0 ? m->a[0] : 1));
+    *rc = flags ? batch_unpack(local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
+    if (*rc) pith_comm_fail(st->c, err->msg);
+    return local;
+}
+
 /* One op on this rank, its status agreed with the others; -2: the communicator failed. */
 static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batch, float *out_logits, pith_err *err) {
     pith_model *sh = st->shard;
@@ -252,14 +263,7 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
     case OP_FORWARD: {
         pith_batch local;
         pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
-        const pith_batch *b = leader_batch;
-        if (!b) {
-            uint8_t *flags = grow(&st->flags, 2 * (size_t)(m->a[0] > 0 ? m->a[0] : 1));
-            rc = flags ? batch_unpack(&local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
-            b = &local;
-            /* the others are about to run the forward's collectives: a rank that cannot join ends the job */
-            if (rc) pith_comm_fail(c, err->msg);
-        }
+        const pith_batch *b = op_batch(st, m, leader_batch, &local, mem, &rc, err);
         /* this rank's share of the vocabulary: on the last stage, split over its ranks */
         const int V = sh->hp.n_vocab, on_last = st->stage == st->pp - 1;
         int v0, nv = V, vmax = V;
@@ -347,13 +351,7 @@ static int run_op(rank_state *st, const op_msg *m, const pith_batch *leader_batc
     case OP_MTP_DRAFT: { /* the batch as a forward's; drafts into out_logits's place (rank 0: the engine's) */
         pith_batch local;
         pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
-        const pith_batch *b = leader_batch;
-        if (!b) {
-            uint8_t *flags = grow(&st->flags, 2 * (size_t)(m->a[0] > 0 ? m->a[0] : 1));
-            rc = flags ? batch_unpack(&local, mem, m, st->payload.p, flags, err) : pith_errf(err, "out of memory");
-            b = &local;
-            if (rc) pith_comm_fail(c, err->msg); /* the others are about to draft together */
-        }
+        const pith_batch *b = op_batch(st, m, leader_batch, &local, mem, &rc, err);
         int32_t *draft = (int32_t *)out_logits;
         if (!rc && !draft) {
             draft = grow(&st->logits, (size_t)(m->a[0] > 0 ? m->a[0] : 1) * (size_t)m->a[4] * sizeof *draft);

@@ -55,6 +55,17 @@ static const pith_tensor *find(const pith_decoder *d, int layer, const char *nam
     return pith_model_file_tensor(d->file, full);
 }
 
+/* A block of bytes the decoder keeps until it is destroyed (a shard copied out of the file: the backend
+ * may keep pointers into it); NULL with err set. */
+static uint8_t *owned_block(pith_decoder *d, size_t bytes, pith_err *err) {
+    void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
+    uint8_t *block = grown ? malloc(bytes ? bytes : 1) : NULL;
+    if (grown) d->tp.owned = grown;
+    if (!block) return pith_errf(err, "out of memory"), NULL;
+    d->tp.owned[d->tp.n_owned++] = block;
+    return block;
+}
+
 int pith_decoder_bind_part(pith_decoder *d, const pith_tensor *t, const char *full, int row0, int rows, int col0,
                            int cols, const pith_weight **out, pith_err *err) {
     *out = NULL;
@@ -75,11 +86,8 @@ int pith_decoder_bind_part(pith_decoder *d, const pith_tensor *t, const char *fu
                                   "elements", full, col0 % blk ? col0 : col0 + cols, pith_dtype_name(t->type),
                              (long long)blk);
         size_t prb = pith_dtype_row_bytes(t->type, cols), off = pith_dtype_row_bytes(t->type, col0);
-        void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
-        uint8_t *copy = grown ? malloc(prb * (size_t)rows) : NULL;
-        if (grown) d->tp.owned = grown;
-        if (!copy) return pith_errf(err, "out of memory");
-        d->tp.owned[d->tp.n_owned++] = copy;
+        uint8_t *copy = owned_block(d, prb * (size_t)rows, err);
+        if (!copy) return -1;
         for (int r = 0; r < rows; r++) memcpy(copy + (size_t)r * prb, (const uint8_t *)part.data + (size_t)r * rb + off, prb);
         part.ne[0] = cols;
         part.data = copy;
@@ -200,12 +208,8 @@ int pith_decoder_matrix_parts(pith_decoder *d, int layer, const char *name, int 
     if (runs == 1) return pith_decoder_bind_part(d, t, full, first0, (int)rows, 0, cols, out, err);
     size_t rb = pith_dtype_row_bytes(t->type, cols);
     if (!rb || t->nbytes < rb * (size_t)file_rows) return pith_errf(err, "tensor %s: bad type or size", full);
-    void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
-    uint8_t *copy = grown ? malloc(rb * (size_t)rows) : NULL;
-    if (grown) d->tp.owned = grown;
-    if (!copy) return pith_errf(err, "out of memory");
-    d->tp.owned[d->tp.n_owned++] = copy;
-    uint8_t *w = copy;
+    uint8_t *copy = owned_block(d, rb * (size_t)rows, err), *w = copy;
+    if (!copy) return -1;
     for (int k = 0, at = 0; k < n_parts; at += part_rows[k++]) {
         int first, count;
         part_range(d, at, part_rows[k], mode ? mode[k] : PITH_PART_SPLIT, &first, &count);
@@ -249,11 +253,8 @@ int pith_decoder_matrix_col_parts(pith_decoder *d, int layer, const char *name, 
                                   "elements", full, first % blk ? first : first + count, pith_dtype_name(t->type),
                              (long long)blk);
     }
-    void **grown = realloc(d->tp.owned, (size_t)(d->tp.n_owned + 1) * sizeof *grown);
-    uint8_t *copy = grown ? malloc(crb * (size_t)rows) : NULL;
-    if (grown) d->tp.owned = grown;
-    if (!copy) return pith_errf(err, "out of memory");
-    d->tp.owned[d->tp.n_owned++] = copy;
+    uint8_t *copy = owned_block(d, crb * (size_t)rows, err);
+    if (!copy) return -1;
     for (int r = 0; r < rows; r++) {
         uint8_t *w = copy + (size_t)r * crb;
         const uint8_t *src = (const uint8_t *)t->data + (size_t)r * rb;
