@@ -211,7 +211,7 @@ static void check_vtable(pith_backend *split_be, pith_backend *cpu) {
     const size_t optional[] = {offsetof(pith_backend_vt, mla),           offsetof(pith_backend_vt, mtp_mla),
                                offsetof(pith_backend_vt, set_draft),     offsetof(pith_backend_vt, mtp_input),
                                offsetof(pith_backend_vt, mtp_save),      offsetof(pith_backend_vt, mtp_attention),
-                               offsetof(pith_backend_vt, mtp_logits)};
+                               offsetof(pith_backend_vt, mtp_logits),    offsetof(pith_backend_vt, mtp_pick)};
     for (int i = 0; i < N; i++) {
         size_t at = offsetof(pith_backend_vt, destroy) + (size_t)i * sizeof(fn);
         bool opt = false;

@@ -11,7 +11,7 @@ step's broadcast, the status agreement and the logits gather):
   bytes_read(N)  dense weights / N, plus for a mixture of experts the experts of the busiest host: each
                  layer waits for the host holding most of the token's k chosen experts (E[max load] of k
                  experts drawn from n_experts split in N equal ranges, by simulation), times one expert's
-                 bytes, summed over the layers;
+                 bytes, summed over the layers; with --no-ep (experts split by column) k experts / N;
   eta            the share of B_mem a host's decode reaches, and the lockstep's waiting: measured here
                  (--eta, from pith bench --tp on this machine; docs/performance.md);
   C, alpha(N)    collectives per token, each costing ceil(log2 N) link latencies (a small allreduce is
@@ -66,11 +66,13 @@ def params(m):
     return dense, expert
 
 
-def token_time(m, hosts, net, b_mem, eta):
+def token_time(m, hosts, net, b_mem, eta, by_column=False):
     dense, expert = params(m)
     bpw = BITS / 8
     read = dense * bpw / hosts
-    if m["experts"]:
+    if m["experts"] and by_column:  # --no-ep: every host 1/N of each chosen expert
+        read += m["layers"] * m["used"] * expert * bpw / hosts
+    elif m["experts"]:
         read += m["layers"] * expected_max_load(m["used"], m["experts"], hosts) * expert * bpw
     t = read / (b_mem * eta)
     if hosts > 1:
@@ -92,11 +94,12 @@ def main():
     for name, m in MODELS.items():
         dense, expert = params(m)
         total = dense + (m["layers"] * m["experts"] * expert if m["experts"] else 0)
-        for net_name, net in NETS.items():
-            for hosts in (1, 2, 4, 8):
-                t = token_time(m, hosts, net, a.b_mem, a.eta)
-                rows.append(dict(model=name, net=net_name, hosts=hosts, tok_s=1 / t,
-                                 weights_gb_per_host=total * BITS / 8 / hosts / 1e9))
+        for split in ([False, True] if m["experts"] else [False]):
+            for net_name, net in NETS.items():
+                for hosts in (1, 2, 4, 8):
+                    t = token_time(m, hosts, net, a.b_mem, a.eta, split)
+                    rows.append(dict(model=name + (" --no-ep" if split else ""), net=net_name, hosts=hosts,
+                                     tok_s=1 / t, weights_gb_per_host=total * BITS / 8 / hosts / 1e9))
     if a.json:
         print(json.dumps(rows, indent=1))
         return
