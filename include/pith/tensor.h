@@ -57,6 +57,10 @@ PITH_API size_t pith_dtype_row_bytes(pith_dtype type, int64_t n);
 /* Number of elements (product of ne), or -1 on overflow. */
 PITH_API int64_t pith_tensor_nelems(const pith_tensor *t);
 
+/* Elements [first, first + n) of a float tensor (F32, F16 or BF16) as float32 into out; false for another
+ * type or a range outside the tensor's bytes. */
+PITH_API bool pith_tensor_floats(const pith_tensor *t, int64_t first, int64_t n, float *out);
+
 /* Scalar conversions (portable; used by reference paths and loaders). */
 PITH_API float pith_f16_to_f32(uint16_t h);
 PITH_API uint16_t pith_f32_to_f16(float f);

@@ -123,8 +123,19 @@ typedef enum pith_glu {
 
 /* An ungated MLP's activation, in place. */
 typedef enum pith_activation {
-    PITH_ACTIVATION_RELU2, /* relu(x)^2 (Nemotron-H's "relu2") */
+    PITH_ACTIVATION_RELU2,     /* relu(x)^2 (Nemotron-H's "relu2") */
+    PITH_ACTIVATION_GELU_TANH, /* GELU, tanh approximation (the vision encoders' MLPs: gelu_pytorch_tanh) */
 } pith_activation;
+
+/* Bidirectional attention inside each span of `span` consecutive rows (one image's patches in a vision
+ * encoder's step, whose n rows are n / span whole spans): row t of out is softmax(q_t K^T / sqrt(head_dim))
+ * V per head over the rows of t's span, q, k, v and out rows of n_heads * head_dim. No cache: an encoder
+ * sees its whole input at once. */
+typedef struct pith_be_span_attn {
+    const pith_buf *q, *k, *v;
+    pith_buf *out;
+    int n_heads, head_dim, span;
+} pith_be_span_attn;
 
 /* The routed mixture-of-experts FFN (src/backend/cpu/moe.h documents the math): its configuration. */
 typedef enum pith_moe_act {
@@ -510,6 +521,22 @@ typedef struct pith_backend_vt {
     /* DeepSeek's MTP head: NULL where the backend has none (the model refuses the head there) */
     int (*mtp_mla)(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);
 
+    /* Vision encoders (model/vision.h); NULL in a backend that has none (the encoder refuses to load
+     * there). An encoder's step is n rows, whole spans of one image's patches each: set_rows copies the
+     * step's input (the patches' pixels, flattened) into a buffer, as set_step does the tokens, and the
+     * ops after it read only buffers and weights. */
+    int (*set_rows)(pith_backend *be, pith_buf *dst, const float *rows, int n, pith_err *err);
+    /* out = (x - mean) / sqrt(var + eps) * w + b per row (b NULL: none); mean and variance in double */
+    void (*layernorm)(pith_backend *be, const pith_buf *x, const pith_weight *w, const pith_weight *b, float eps,
+                      pith_buf *out, int n);
+    /* x[t] += row t % period of rows, a vector weight of period * x->cols floats (learned position
+     * embeddings, one row per patch of an image) */
+    void (*add_rows)(pith_backend *be, pith_buf *x, const pith_weight *rows, int n);
+    void (*span_attention)(pith_backend *be, const pith_be_span_attn *a, int n);
+    /* each span of side * side rows (a row-major grid of patches) averaged over k x k windows into
+     * (side / k)^2 rows of out, row-major too; n is the input's rows */
+    void (*pool_avg)(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n);
+
     /* Tests and debugging, never on a step's path: the first n rows of a buffer in or out (host floats),
      * and sync, which runs what the step has issued so far and waits for it (a device backend records
      * ops and runs them at the head; such a step is then not replayed). */
@@ -649,6 +676,28 @@ static inline void pith_be_keep_rows(pith_backend *be, pith_buf *const *bufs, in
 
 static inline void pith_be_begin_layer(pith_backend *be, int layer) {
     if (be->vt->begin_layer) be->vt->begin_layer(be, layer);
+}
+
+/* vision encoders */
+static inline bool pith_be_has_vision(const pith_backend *be) {
+    const pith_backend_vt *v = be->vt;
+    return v->set_rows && v->layernorm && v->add_rows && v->span_attention && v->pool_avg;
+}
+static inline int pith_be_set_rows(pith_backend *be, pith_buf *dst, const float *rows, int n, pith_err *err) {
+    return be->vt->set_rows(be, dst, rows, n, err);
+}
+static inline void pith_be_layernorm(pith_backend *be, const pith_buf *x, const pith_weight *w, const pith_weight *b,
+                                     float eps, pith_buf *out, int n) {
+    be->vt->layernorm(be, x, w, b, eps, out, n);
+}
+static inline void pith_be_add_rows(pith_backend *be, pith_buf *x, const pith_weight *rows, int n) {
+    be->vt->add_rows(be, x, rows, n);
+}
+static inline void pith_be_span_attention(pith_backend *be, const pith_be_span_attn *a, int n) {
+    be->vt->span_attention(be, a, n);
+}
+static inline void pith_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n) {
+    be->vt->pool_avg(be, in, out, side, k, n);
 }
 
 /* Qwen3.5 */

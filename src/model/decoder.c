@@ -335,7 +335,6 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
     const pith_tensor *t = find(d, layer, name, full, sizeof full);
     *out = NULL;
     if (!t) return required ? pith_errf(err, "missing tensor %s", full) : 0;
-    int width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
     /* sharded: a per-head vector (biases, sinks, a whole-projection QK norm) of size * n is this rank's n */
     int64_t first = 0;
     if (pith_decoder_kv_copied(d, name) && pith_tensor_nelems(t) == (int64_t)n * d->tp.kv_file)
@@ -345,15 +344,11 @@ int pith_decoder_vector(pith_decoder *d, int layer, const char *name, int n, boo
         first = (int64_t)d->tp.rank * n;
     else if (pith_tensor_nelems(t) != n)
         return pith_errf(err, "tensor %s: expected %d elements", full, n);
-    if (!width || (size_t)t->nbytes < (size_t)(first + n) * width) return pith_errf(err, "tensor %s: bad type or size", full);
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return pith_errf(err, "out of memory");
-    const uint8_t *src = (const uint8_t *)t->data + (size_t)first * width;
-    for (int i = 0; i < n; i++) {
-        uint16_t h = 0;
-        if (width == 2) memcpy(&h, src + 2 * (size_t)i, 2);
-        if (t->type == PITH_F32) memcpy(&v[i], src + 4 * (size_t)i, 4);
-        else v[i] = t->type == PITH_F16 ? pith_f16_to_f32(h) : pith_bf16_to_f32(h);
+    if (!pith_tensor_floats(t, first, n, v)) {
+        free(v);
+        return pith_errf(err, "tensor %s: bad type or size", full);
     }
     pith_weight *w;
     if (pith_be_vector(d->be, v, n, &w, err)) return -1;

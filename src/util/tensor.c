@@ -132,3 +132,16 @@ uint16_t pith_f32_to_bf16(float f) {
     x += 0x7fff + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
 }
+
+bool pith_tensor_floats(const pith_tensor *t, int64_t first, int64_t n, float *out) {
+    size_t width = t->type == PITH_F32 ? 4 : t->type == PITH_F16 || t->type == PITH_BF16 ? 2 : 0;
+    if (!width || first < 0 || n < 0 || t->nbytes < (size_t)(first + n) * width) return false;
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)first * width;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = 0;
+        if (width == 2) memcpy(&h, src + 2 * (size_t)i, 2);
+        if (t->type == PITH_F32) memcpy(&out[i], src + 4 * (size_t)i, 4);
+        else out[i] = t->type == PITH_F16 ? pith_f16_to_f32(h) : pith_bf16_to_f32(h);
+    }
+    return true;
+}

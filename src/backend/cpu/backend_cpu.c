@@ -538,6 +538,10 @@ static void activation_row(row_job *j, int t, int ith) {
     float *x = row_of(a->x, t);
     if (a->kind == PITH_ACTIVATION_RELU2)
         for (int i = 0; i < a->x->cols; i++) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
+    if (a->kind == PITH_ACTIVATION_GELU_TANH) {
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi), as glu_row */
+        for (int i = 0; i < a->x->cols; i++) x[i] = 0.5f * x[i] * (1.0f + tanhf(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+    }
 }
 
 static void cpu_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
@@ -653,6 +657,9 @@ static const pith_backend_vt cpu_vt = {
     .mtp_logits = pith_cpu_be_mtp_logits, .mtp_pick = pith_cpu_be_mtp_pick, .buf_write = cpu_buf_write, .buf_read = cpu_buf_read, .sync = cpu_sync,
     /* DeepSeek */
     .mla = pith_cpu_be_mla, .mtp_mla = pith_cpu_be_mtp_mla,
+    /* vision encoders */
+    .set_rows = pith_cpu_be_set_rows, .layernorm = pith_cpu_be_layernorm, .add_rows = pith_cpu_be_add_rows,
+    .span_attention = pith_cpu_be_span_attention, .pool_avg = pith_cpu_be_pool_avg,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {

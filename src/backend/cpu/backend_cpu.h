@@ -139,6 +139,13 @@ int pith_cpu_be_mtp_logits(pith_backend *be, const pith_be_mtp_logits_args *a, i
 void pith_cpu_be_mtp_pick(pith_backend *be, int step, const int32_t *tokens, int n);
 /* DeepSeek's multi-head latent attention (backend_cpu_mla.c). */
 int pith_cpu_be_mla(pith_backend *be, const pith_be_mla_args *a, int n, pith_err *err);
+/* The vision encoders' ops (backend_cpu_vision.c). */
+int pith_cpu_be_set_rows(pith_backend *be, pith_buf *dst, const float *rows, int n, pith_err *err);
+void pith_cpu_be_layernorm(pith_backend *be, const pith_buf *x, const pith_weight *w, const pith_weight *b, float eps,
+                           pith_buf *out, int n);
+void pith_cpu_be_add_rows(pith_backend *be, pith_buf *x, const pith_weight *rows, int n);
+void pith_cpu_be_span_attention(pith_backend *be, const pith_be_span_attn *a, int n);
+void pith_cpu_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n);
 int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);
 /* Qwen3.5's scratch and draft memory (cpu_destroy). */
 void pith_cpu_be_qwen35_free(pith_cpu_be *c);

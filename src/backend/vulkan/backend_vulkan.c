@@ -651,7 +651,10 @@ static void vk_copy_cols(pith_backend *be, pith_buf *dst, const pith_buf *src, i
 
 static void vk_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
     pith_vk *c = pith_vk_of(be);
-    (void)kind; /* PITH_ACTIVATION_RELU2 is the only one */
+    if (kind != PITH_ACTIVATION_RELU2) { /* the vision encoders' GELU: they do not run here (no set_rows) */
+        op_failf(c, "Vulkan: only the relu^2 activation is implemented");
+        return;
+    }
     if (recording(c)) eltwise(c, buf_addr(y), 0, (size_t)n * y->cols, y->cols, OP_RELU2, 0, 0);
 }
 

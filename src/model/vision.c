@@ -1,0 +1,323 @@
+/* Gemma 3's vision encoder (model/vision.h): SigLIP blocks and the Gemma 3 projector, loaded from a
+ * llama.cpp projector file. The math follows transformers' SiglipVisionTransformer and
+ * Gemma3MultiModalProjector; the names and layouts follow llama.cpp's clip conventions. */
+#include "model/vision.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pith/gguf.h"
+
+typedef struct vision_block {
+    const pith_weight *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    pith_weight *q, *k, *v, *o, *up, *down;
+    const pith_weight *q_b, *k_b, *v_b, *o_b, *up_b, *down_b;
+} vision_block;
+
+struct pith_vision {
+    pith_vision_hparams hp;
+    pith_gguf *g;
+    pith_backend *be;
+    pith_tensor patch_t, proj_t; /* 2-D views of the patch kernel and of the transposed projection */
+    float *proj_data;
+    pith_weight *patch_w, *proj;
+    const pith_weight *patch_b, *pos, *post_w, *post_b, *soft_norm;
+    vision_block *blk;
+    pith_buf *in, *x, *xb, *q, *k, *v, *att, *hb, *pooled, *normed, *y;
+    float *rows; /* host: the step's patches, [n][3 * patch * patch] */
+    int rows_cap;
+};
+
+static int get_int(const pith_gguf *g, const char *key, bool required, int dflt, int *out, pith_err *err) {
+    int64_t v;
+    if (!pith_gguf_get_i64(g, key, &v)) {
+        if (required) return pith_errf(err, "%s: missing metadata key %s", pith_gguf_path(g), key);
+        v = dflt;
+    }
+    if (v < 1 || v > (1 << 20)) return pith_errf(err, "%s: %s = %lld is out of range", pith_gguf_path(g), key, (long long)v);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_floats3(const pith_gguf *g, const char *key, float dflt, float out[3], pith_err *err) {
+    const pith_gguf_kv *kv = pith_gguf_find(g, key);
+    for (int i = 0; i < 3; i++) out[i] = dflt;
+    if (!kv) return 0;
+    double d;
+    if (kv->type != PITH_GGUF_ARRAY || kv->arr_n != 3)
+        return pith_errf(err, "%s: %s is not an array of 3 numbers", pith_gguf_path(g), key);
+    for (int i = 0; i < 3; i++) {
+        if (!pith_gguf_arr_f64(kv, (uint64_t)i, &d)) return pith_errf(err, "%s: %s is not numeric", pith_gguf_path(g), key);
+        out[i] = (float)d;
+    }
+    return 0;
+}
+
+static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, pith_err *err) {
+    const pith_tensor *t = pith_gguf_find_tensor(v->g, name);
+    if (!t) {
+        pith_errf(err, "%s: missing tensor %s", pith_gguf_path(v->g), name);
+        return NULL;
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        pith_errf(err, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", pith_gguf_path(v->g),
+                  name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                  (long long)ne0, (long long)ne1);
+        return NULL;
+    }
+    return t;
+}
+
+/* A float tensor of ne0 x ne1 elements as a vector weight (biases, norms, the position table). */
+static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, const pith_weight **out, pith_err *err) {
+    const pith_tensor *t = tensor(v, name, ne0, ne1, err);
+    if (!t) return -1;
+    int n = (int)(ne0 * ne1);
+    float *data = malloc((size_t)n * sizeof *data);
+    if (!data) return pith_errf(err, "out of memory");
+    if (!pith_tensor_floats(t, 0, n, data)) {
+        free(data);
+        return pith_errf(err, "%s: tensor %s is %s, not a float type", pith_gguf_path(v->g), name, pith_dtype_name(t->type));
+    }
+    pith_weight *w;
+    if (pith_be_vector(v->be, data, n, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+static int vec(pith_vision *v, const char *name, int n, const pith_weight **out, pith_err *err) {
+    return floats(v, name, n, 1, out, err);
+}
+
+static int mat(pith_vision *v, const char *name, int rows, int cols, pith_weight **out, pith_err *err) {
+    const pith_tensor *t = tensor(v, name, cols, rows, err);
+    if (!t) return -1;
+    return pith_be_matrix(v->be, t, name, out, err) ? pith_err_prefix(err, "%s: %s", pith_gguf_path(v->g), name) : 0;
+}
+
+static int hparams(pith_vision *v, pith_err *err) {
+    pith_vision_hparams *hp = &v->hp;
+    const pith_gguf *g = v->g;
+    pith_str s;
+    if (!pith_gguf_get_str(g, "clip.projector_type", &s))
+        return pith_errf(err, "%s: not a projector file (no clip.projector_type)", pith_gguf_path(g));
+    if (!pith_str_eq(s, "gemma3"))
+        return pith_errf(err, "%s: projector type '%.*s' is not supported (supported: gemma3)", pith_gguf_path(g),
+                         (int)(s.len > 64 ? 64 : s.len), s.ptr);
+    bool has = true;
+    if (pith_gguf_get_bool(g, "clip.has_vision_encoder", &has) && !has)
+        return pith_errf(err, "%s: the projector file has no vision encoder", pith_gguf_path(g));
+    hp->projector = PITH_VISION_GEMMA3;
+    double eps = 1e-6;
+    pith_gguf_get_f64(g, "clip.vision.attention.layer_norm_epsilon", &eps);
+    hp->eps = (float)eps;
+    if (get_int(g, "clip.vision.image_size", true, 0, &hp->image_size, err) ||
+        get_int(g, "clip.vision.patch_size", true, 0, &hp->patch_size, err) ||
+        get_int(g, "clip.vision.embedding_length", true, 0, &hp->dim, err) ||
+        get_int(g, "clip.vision.feed_forward_length", true, 0, &hp->ffn, err) ||
+        get_int(g, "clip.vision.block_count", true, 0, &hp->n_layers, err) ||
+        get_int(g, "clip.vision.attention.head_count", true, 0, &hp->n_heads, err) ||
+        get_int(g, "clip.vision.projector.scale_factor", false, 4, &hp->pool, err) ||
+        get_floats3(g, "clip.vision.image_mean", 0.5f, hp->mean, err) ||
+        get_floats3(g, "clip.vision.image_std", 0.5f, hp->std, err))
+        return -1;
+    for (int c = 0; c < 3; c++)
+        if (!(hp->std[c] > 0)) return pith_errf(err, "%s: image_std[%d] is not positive", pith_gguf_path(g), c);
+    if (hp->image_size % hp->patch_size)
+        return pith_errf(err, "%s: image size %d is not a multiple of the patch size %d", pith_gguf_path(g),
+                         hp->image_size, hp->patch_size);
+    hp->patches_per_side = hp->image_size / hp->patch_size;
+    if (hp->patches_per_side % hp->pool)
+        return pith_errf(err, "%s: %d patches per side do not pool by %d", pith_gguf_path(g), hp->patches_per_side,
+                         hp->pool);
+    if (hp->dim % hp->n_heads || hp->dim / hp->n_heads > 512)
+        return pith_errf(err, "%s: width %d over %d heads (heads of at most 512)", pith_gguf_path(g), hp->dim,
+                         hp->n_heads);
+    int side = hp->patches_per_side / hp->pool;
+    hp->tokens_per_image = side * side;
+    const pith_tensor *p = pith_gguf_find_tensor(g, "mm.input_projection.weight");
+    if (!p) return pith_errf(err, "%s: missing tensor mm.input_projection.weight", pith_gguf_path(g));
+    /* transformers' [vision width][text width] matrix, stored as it is (x @ W): ne = [text width, dim] */
+    if (p->ne[1] != hp->dim || p->ne[0] < 1 || p->ne[0] > (1 << 20) || p->ne[2] != 1 || p->ne[3] != 1)
+        return pith_errf(err, "%s: mm.input_projection.weight has shape [%lld, %lld], expected [text width, %d]",
+                         pith_gguf_path(g), (long long)p->ne[0], (long long)p->ne[1], hp->dim);
+    hp->out_dim = (int)p->ne[0];
+    return 0;
+}
+
+/* The patch kernel, [dim][3][patch][patch] in the file, is one product over each patch's pixels in that
+ * order; the projection is transposed here so that it is a product like any other (y = x W^T). */
+static int bind_embeddings(pith_vision *v, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    int p = hp->patch_size, n_patch = hp->patches_per_side * hp->patches_per_side;
+    const pith_tensor *k = pith_gguf_find_tensor(v->g, "v.patch_embd.weight");
+    if (!k) return pith_errf(err, "%s: missing tensor v.patch_embd.weight", pith_gguf_path(v->g));
+    if (k->ne[0] != p || k->ne[1] != p || k->ne[2] != 3 || k->ne[3] != hp->dim)
+        return pith_errf(err, "%s: v.patch_embd.weight is not [%d, %d, 3, %d]", pith_gguf_path(v->g), p, p, hp->dim);
+    v->patch_t = *k;
+    v->patch_t.n_dims = 2;
+    v->patch_t.ne[0] = 3 * p * p;
+    v->patch_t.ne[1] = hp->dim;
+    v->patch_t.ne[2] = v->patch_t.ne[3] = 1;
+    /* the position table, [n_patch][dim], is one vector that add_rows reads row by row */
+    if (pith_be_matrix(v->be, &v->patch_t, "v.patch_embd.weight", &v->patch_w, err))
+        return pith_err_prefix(err, "%s: v.patch_embd.weight", pith_gguf_path(v->g));
+    if (
+        vec(v, "v.patch_embd.bias", hp->dim, &v->patch_b, err) ||
+        floats(v, "v.position_embd.weight", hp->dim, n_patch, &v->pos, err))
+        return -1;
+    const pith_tensor *pr = pith_gguf_find_tensor(v->g, "mm.input_projection.weight");
+    size_t n = (size_t)hp->out_dim * hp->dim;
+    float *src = malloc(n * sizeof *src);
+    v->proj_data = malloc(n * sizeof *v->proj_data);
+    if (!src || !v->proj_data) {
+        free(src);
+        return pith_errf(err, "out of memory");
+    }
+    if (!pith_tensor_floats(pr, 0, (int64_t)n, src)) {
+        free(src);
+        return pith_errf(err, "%s: mm.input_projection.weight is %s, not a float type", pith_gguf_path(v->g),
+                         pith_dtype_name(pr->type));
+    }
+    for (int i = 0; i < hp->dim; i++)
+        for (int o = 0; o < hp->out_dim; o++) v->proj_data[(size_t)o * hp->dim + i] = src[(size_t)i * hp->out_dim + o];
+    free(src);
+    v->proj_t = (pith_tensor){.name = "mm.input_projection.weight", .type = PITH_F32, .n_dims = 2,
+                              .ne = {hp->dim, hp->out_dim, 1, 1}, .data = v->proj_data, .nbytes = n * sizeof(float)};
+    if (pith_be_matrix(v->be, &v->proj_t, "mm.input_projection.weight", &v->proj, err))
+        return pith_err_prefix(err, "%s: mm.input_projection.weight", pith_gguf_path(v->g));
+    return 0;
+}
+
+static int bind_block(pith_vision *v, int l, vision_block *b, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    int d = hp->dim, f = hp->ffn;
+    char nm[16][64];
+    const char *part[16] = {"ln1.weight",     "ln1.bias",      "ln2.weight",     "ln2.bias",
+                            "attn_q.weight",  "attn_q.bias",   "attn_k.weight",  "attn_k.bias",
+                            "attn_v.weight",  "attn_v.bias",   "attn_out.weight", "attn_out.bias",
+                            "ffn_up.weight",  "ffn_up.bias",   "ffn_down.weight", "ffn_down.bias"};
+    for (int i = 0; i < 16; i++) snprintf(nm[i], sizeof nm[i], "v.blk.%d.%s", l, part[i]);
+    /* Older projector files name the MLP's first product ffn_down and its second ffn_up: the shapes
+     * say which is which (the first reads the block's width). */
+    const pith_tensor *up = pith_gguf_find_tensor(v->g, nm[12]);
+    int iu = 12, id = 14;
+    if (up && up->ne[0] == f && up->ne[1] == d && f != d) iu = 14, id = 12;
+    if (vec(v, nm[0], d, &b->ln1_w, err) || vec(v, nm[1], d, &b->ln1_b, err) || vec(v, nm[2], d, &b->ln2_w, err) ||
+        vec(v, nm[3], d, &b->ln2_b, err) || mat(v, nm[4], d, d, &b->q, err) || vec(v, nm[5], d, &b->q_b, err) ||
+        mat(v, nm[6], d, d, &b->k, err) || vec(v, nm[7], d, &b->k_b, err) || mat(v, nm[8], d, d, &b->v, err) ||
+        vec(v, nm[9], d, &b->v_b, err) || mat(v, nm[10], d, d, &b->o, err) || vec(v, nm[11], d, &b->o_b, err) ||
+        mat(v, nm[iu], f, d, &b->up, err) || vec(v, nm[iu + 1], f, &b->up_b, err) ||
+        mat(v, nm[id], d, f, &b->down, err) || vec(v, nm[id + 1], d, &b->down_b, err))
+        return -1;
+    return 0;
+}
+
+int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err) {
+    *out = NULL;
+    if (!pith_be_has_vision(be))
+        return pith_errf(err, "the %s backend cannot run a vision encoder yet", be->kernels[0] ? be->kernels : "chosen");
+    pith_vision *v = calloc(1, sizeof *v);
+    if (!v) return pith_errf(err, "out of memory");
+    v->be = be;
+    int rc = pith_gguf_open(path, &v->g, err) || hparams(v, err) || bind_embeddings(v, err) ? -1 : 0;
+    const pith_vision_hparams *hp = &v->hp;
+    if (!rc && !(v->blk = calloc((size_t)hp->n_layers, sizeof *v->blk))) rc = pith_errf(err, "out of memory");
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = bind_block(v, l, &v->blk[l], err);
+    if (!rc && (vec(v, "v.post_ln.weight", hp->dim, &v->post_w, err) || vec(v, "v.post_ln.bias", hp->dim, &v->post_b, err) ||
+                vec(v, "mm.soft_emb_norm.weight", hp->dim, &v->soft_norm, err)))
+        rc = -1;
+    pith_buf **bufs[] = {&v->x, &v->xb, &v->q, &v->k, &v->v, &v->att, &v->pooled, &v->normed};
+    for (size_t i = 0; !rc && i < sizeof bufs / sizeof *bufs; i++)
+        if (!(*bufs[i] = pith_be_buffer(be, hp->dim, err))) rc = -1;
+    if (!rc && (!(v->in = pith_be_buffer(be, 3 * hp->patch_size * hp->patch_size, err)) ||
+                !(v->hb = pith_be_buffer(be, hp->ffn, err)) || !(v->y = pith_be_buffer(be, hp->out_dim, err))))
+        rc = -1;
+    if (rc) {
+        pith_vision_free(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void pith_vision_free(pith_vision *v) {
+    if (!v) return;
+    /* weights and buffers die with the backend (backend.h); the file and the host copies are ours */
+    free(v->blk);
+    free(v->proj_data);
+    free(v->rows);
+    pith_gguf_close(v->g);
+    free(v);
+}
+
+const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v) { return &v->hp; }
+
+/* Each patch's pixels in the kernel's order: channel, then row, then column. */
+static void patches_of(const pith_vision_hparams *hp, const float *img, float *rows) {
+    int s = hp->image_size, p = hp->patch_size, side = hp->patches_per_side;
+    for (int py = 0; py < side; py++)
+        for (int px = 0; px < side; px++) {
+            float *r = rows + (size_t)(py * side + px) * 3 * p * p;
+            for (int c = 0; c < 3; c++)
+                for (int y = 0; y < p; y++)
+                    memcpy(r + (c * p + y) * p, img + ((size_t)c * s + py * p + y) * s + px * p, (size_t)p * sizeof *r);
+        }
+}
+
+static int matmul1(pith_backend *be, const pith_buf *in, pith_weight *w, pith_buf *out, bool acc, int n, pith_err *err) {
+    pith_be_mm mm = {.w = w, .out = out, .accumulate = acc};
+    return pith_be_matmul(be, in, &mm, 1, n, err);
+}
+
+static int block_forward(pith_vision *v, const vision_block *b, int n, pith_err *err) {
+    pith_backend *be = v->be;
+    const pith_vision_hparams *hp = &v->hp;
+    pith_be_layernorm(be, v->x, b->ln1_w, b->ln1_b, hp->eps, v->xb, n);
+    pith_be_mm qkv[3] = {{.w = b->q, .out = v->q}, {.w = b->k, .out = v->k}, {.w = b->v, .out = v->v}};
+    if (pith_be_matmul(be, v->xb, qkv, 3, n, err)) return -1;
+    pith_be_add_bias(be, v->q, b->q_b, n);
+    pith_be_add_bias(be, v->k, b->k_b, n);
+    pith_be_add_bias(be, v->v, b->v_b, n);
+    int n_patch = hp->patches_per_side * hp->patches_per_side;
+    pith_be_span_attn a = {v->q, v->k, v->v, v->att, hp->n_heads, hp->dim / hp->n_heads, n_patch};
+    pith_be_span_attention(be, &a, n);
+    if (matmul1(be, v->att, b->o, v->x, true, n, err)) return -1;
+    pith_be_add_bias(be, v->x, b->o_b, n);
+    pith_be_layernorm(be, v->x, b->ln2_w, b->ln2_b, hp->eps, v->xb, n);
+    if (matmul1(be, v->xb, b->up, v->hb, false, n, err)) return -1;
+    pith_be_add_bias(be, v->hb, b->up_b, n);
+    pith_be_activation(be, PITH_ACTIVATION_GELU_TANH, v->hb, n);
+    if (matmul1(be, v->hb, b->down, v->x, true, n, err)) return -1;
+    pith_be_add_bias(be, v->x, b->down_b, n);
+    return 0;
+}
+
+int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    pith_backend *be = v->be;
+    int n_patch = hp->patches_per_side * hp->patches_per_side, width = 3 * hp->patch_size * hp->patch_size;
+    if (n_images < 1 || n_images > (1 << 20) / n_patch) return pith_errf(err, "%d images in one encoder step", n_images);
+    int n = n_images * n_patch, n_out = n_images * hp->tokens_per_image;
+    if (n > v->rows_cap) {
+        float *grown = realloc(v->rows, (size_t)n * width * sizeof *grown);
+        if (!grown) return pith_errf(err, "out of memory for %d images' patches", n_images);
+        v->rows = grown;
+        v->rows_cap = n;
+    }
+    size_t img_floats = (size_t)3 * hp->image_size * hp->image_size;
+    for (int i = 0; i < n_images; i++) patches_of(hp, pixels + i * img_floats, v->rows + (size_t)i * n_patch * width);
+    if (pith_be_reserve(be, n, err) || pith_be_set_rows(be, v->in, v->rows, n, err) ||
+        matmul1(be, v->in, v->patch_w, v->x, false, n, err))
+        return -1;
+    pith_be_add_bias(be, v->x, v->patch_b, n);
+    pith_be_add_rows(be, v->x, v->pos, n);
+    for (int l = 0; l < hp->n_layers; l++)
+        if (block_forward(v, &v->blk[l], n, err)) return pith_err_prefix(err, "vision block %d", l);
+    pith_be_layernorm(be, v->x, v->post_w, v->post_b, hp->eps, v->xb, n);
+    pith_be_pool_avg(be, v->xb, v->pooled, hp->patches_per_side, hp->pool, n);
+    pith_be_rmsnorm(be, v->pooled, v->soft_norm, hp->eps, v->normed, n_out);
+    if (matmul1(be, v->normed, v->proj, v->y, false, n_out, err)) return -1;
+    return be->vt->buf_read(be, v->y, n_out, out, err);
+}

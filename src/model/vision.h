@@ -1,0 +1,54 @@
+/* Vision encoders: an image's pixels in, the rows a text model reads in place of its image tokens' embeddings
+ * out. The encoder is written over the backend interface (backend.h, the vision ops), as the decoders are.
+ *
+ * Today: Gemma 3's, from llama.cpp's projector files (`--mmproj`, clip.projector_type "gemma3"): a SigLIP
+ * vision transformer (patch embedding as one product over each patch's pixels, learned position
+ * embeddings, pre-LayerNorm blocks of bidirectional attention and a GELU MLP, a final LayerNorm) and
+ * Gemma 3's projector (average pooling of the patch grid by k x k, an RMSNorm whose weights the file holds
+ * as 1 + w, a product to the text model's width).
+ *
+ * Invariants: the encoder owns its file (weights may view it) and its buffers in the backend it was
+ * opened on; one encode call is one encoder step of whole images; the output rows are in the image's
+ * row-major token order, tokens_per_image per image. Nothing here knows about requests or caches. */
+#ifndef PITH_MODEL_VISION_H
+#define PITH_MODEL_VISION_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pith_vision_projector {
+    PITH_VISION_GEMMA3,
+} pith_vision_projector;
+
+typedef struct pith_vision_hparams {
+    pith_vision_projector projector;
+    int image_size, patch_size; /* square input of image_size pixels, patches of patch_size */
+    int dim, ffn, n_layers, n_heads;
+    float eps;                  /* the LayerNorms' (and the projector's RMSNorm's) */
+    float mean[3], std[3];      /* the pixel normalization the encoder was trained with (0..1 pixels) */
+    int pool;                   /* Gemma 3: the k of the k x k average pooling */
+    int out_dim;                /* the text model's hidden width */
+    int patches_per_side, tokens_per_image;
+} pith_vision_hparams;
+
+typedef struct pith_vision pith_vision;
+
+/* Opens a projector file and binds its weights in be (which must have the vision ops: the CPU backend
+ * does). Refuses other projector types, missing or misshapen tensors and inconsistent sizes with a message
+ * naming them. */
+int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err);
+void pith_vision_free(pith_vision *v);
+const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
+
+/* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
+ * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
+int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
