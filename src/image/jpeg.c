@@ -129,8 +129,7 @@ int pith_image_decode_jpeg(const uint8_t *bytes, size_t n, uint64_t max_pixels, 
         }
         if (cmyk) cmyk_to_rgb(d.cmyk_row, row, w);
     }
-    /* Not jpeg_finish_decompress: every row is in, and what follows (only the EOI marker, unless the
-     * file has trailing junk) changes nothing; a file that lacks just its EOI decodes, as in PIL. */
+    /* Not jpeg_finish_decompress: every row is in, and nothing after the last scan could change them */
     *orientation = exif_orientation(&c);
     jpeg_destroy_decompress(&c);
     free(d.cmyk_row);
