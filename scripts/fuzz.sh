@@ -31,6 +31,10 @@ cmake --build "$out" --target pith_internal -j "$(nproc)" >/dev/null
 libs=$(pkg-config --libs libcjson libpcre2-8 libmicrohttpd)
 # A library built with the Vulkan backend needs the loader.
 ar t "$out/libpith_internal.a" | grep -q '^vk_device' && libs="$libs $(pkg-config --libs vulkan)"
+# The image decoders' libraries (src/image/), those that are installed: CMake builds each format it finds.
+for pc in libjpeg libpng libwebp libwebpdemux; do
+    if pkg-config --exists "$pc"; then libs="$libs $(pkg-config --libs "$pc")"; fi
+done
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     for f in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$f" .c | sed 's/^fuzz_//')"); done

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything Pith needs to build and test on Debian 12 (run as root, or with sudo available).
-# Build: gcc/clang, cmake, cJSON, PCRE2, libmicrohttpd; the Vulkan backend's headers, loader and shader
+# Build: gcc/clang, cmake, cJSON, PCRE2, libmicrohttpd, the image decoders (libjpeg-turbo, libpng, libwebp:
+# docs/multimodal.md); the Vulkan backend's headers, loader and shader
 # compiler (libvulkan-dev, glslc) and Mesa's lavapipe, which runs its shaders on the CPU (mesa-vulkan-drivers);
 # Open MPI (libopenmpi-dev, openmpi-bin) for tensor parallelism and its tests (docs/distributed.md).
-# Tests: torch + numpy + jinja2 (Debian's python3)
+# Tests: torch + numpy + jinja2 + PIL (Debian's python3)
 # as independent references, promtool, Chromium (the web page test, headless), and the npm packages
 # named in package.json.
 #
@@ -25,6 +26,7 @@ export DEBIAN_FRONTEND=noninteractive
 # What building `pith` needs, in both modes.
 BUILD_PKGS="build-essential cmake pkg-config git \
     libcjson-dev libpcre2-dev libmicrohttpd-dev libzmq3-dev libssl-dev \
+    libjpeg-dev libpng-dev libwebp-dev \
     libvulkan-dev glslc"
 $SUDO apt-get update -qq
 if [ "$MODE" = build ]; then
@@ -35,7 +37,7 @@ fi
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $BUILD_PKGS \
     clang libclang-rt-14-dev mesa-vulkan-drivers libopenmpi-dev openmpi-bin \
-    python3 python3-numpy python3-torch python3-jinja2 python3-sentencepiece \
+    python3 python3-numpy python3-torch python3-jinja2 python3-sentencepiece python3-pil \
     python3-zmq python3-msgpack python3-yaml \
     prometheus chromium >/dev/null
 # Node.js and npm: Debian's packages where the machine has none (some machines carry a Node.js build

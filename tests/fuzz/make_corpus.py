@@ -128,7 +128,43 @@ def spm_model(n_vocab, byte_fallback=True):
     return out
 
 
+def images():
+    """The image target (fuzz_image.c): small encoded images (a few hundred bytes) reaching each decoder path: JPEG baseline,
+    progressive, gray, CMYK and with an EXIF orientation; PNG RGB, RGBA, gray, palette with tRNS, 16-bit
+    and with eXIf; WebP lossy, lossless with alpha, animated and with EXIF. Pillow writes them."""
+    import io
+    from PIL import Image
+    px = bytes((x * 37 + y * 11 + c * 90) % 256 for y in range(6) for x in range(8) for c in range(3))
+    rgb = Image.frombytes("RGB", (8, 6), px)
+
+    def enc(im, fmt, **kw):
+        buf = io.BytesIO()
+        im.save(buf, fmt, **kw)
+        return buf.getvalue()
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    put("image", "baseline.jpg", enc(rgb, "JPEG", quality=50, optimize=True))
+    put("image", "progressive.jpg", enc(rgb, "JPEG", quality=50, progressive=True))
+    put("image", "gray.jpg", enc(rgb.convert("L"), "JPEG", quality=50, optimize=True))
+    put("image", "cmyk.jpg", enc(rgb.convert("CMYK"), "JPEG", quality=50, optimize=True))
+    put("image", "exif6.jpg", enc(rgb, "JPEG", quality=50, optimize=True, exif=exif.tobytes()))
+    put("image", "rgb.png", enc(rgb, "PNG"))
+    put("image", "rgba.png", enc(rgb.convert("RGBA"), "PNG"))
+    put("image", "gray.png", enc(rgb.convert("L"), "PNG"))
+    put("image", "palette-trns.png", enc(rgb.convert("P", palette=Image.ADAPTIVE, colors=4), "PNG",
+                                              transparency=1))
+    put("image", "gray16.png", enc(rgb.convert("L").convert("I"), "PNG"))
+    put("image", "exif6.png", enc(rgb, "PNG", exif=exif.tobytes()))
+    put("image", "lossy.webp", enc(rgb, "WEBP", quality=50))
+    put("image", "lossless-alpha.webp", enc(rgb.convert("RGBA"), "WEBP", lossless=True))
+    put("image", "exif6.webp", enc(rgb, "WEBP", lossless=True, exif=exif.tobytes()))
+    put("image", "anim.webp", enc(rgb, "WEBP", save_all=True, append_images=[rgb.rotate(90)], duration=50,
+                                        lossless=True))
+
+
 def main():
+    images()
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in MODELS.items():
             path = os.path.join(tmp, name + ".gguf")
