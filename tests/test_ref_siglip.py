@@ -16,8 +16,8 @@ Then tool_vision_encode (the encoder through the CPU backend) against it, on the
   4304 and two layers against float64 give errors of some 1e-7 relative, 1e-5 leaves room for other
   kernels' summation orders while a wrong piece (a missing bias of 0.05, a pooling off by one patch)
   moves the output by 1e-2 or more;
-- F16 weights as llama.cpp ships them (matrices and the projection F16, embeddings F32), 448 pixels (1024
-  patches, 64 tokens), the reference reading the file's rounded weights; tolerance 1e-5 as above
+- F16 weights as llama.cpp ships them (matrices and the projection F16, embeddings F32), 280 pixels (400
+  patches, 25 tokens), the reference reading the file's rounded weights; tolerance 1e-5 as above
   (measured 5e-7: the CPU backend's F16 products keep the activations in float32);
 - the first image alone gives the rows it got in the batch (tolerance 1e-5: the same ops, tiled
   differently);
@@ -260,14 +260,14 @@ class Encoder(unittest.TestCase):
         write_mmproj(legacy, cfg, w, image, legacy_mlp=True)
         self.compare(run_tool(legacy, px, self.tmp).reshape(got.shape), got, 1e-6, "older MLP naming")
 
-    def test_f16_448(self):
-        image, cfg = 448, dict(SO400M)
+    def test_f16_280(self):
+        image, cfg = 280, dict(SO400M)
         w = make_weights(cfg, 1, image, seed=12)
         path = os.path.join(self.tmp, "f16.gguf")
         f = write_mmproj(path, cfg, w, image, matrix_type="F16")
         px = random_pixels(np.random.default_rng(6), 1, image)
         got = run_tool(path, px, self.tmp)
-        self.compare(got, reference(f, image, cfg, px[0]), 1e-5, "F16 matrices, 448 px (64 tokens)")
+        self.compare(got, reference(f, image, cfg, px[0]), 1e-5, "F16 matrices, 280 px (25 tokens)")
 
     def test_small_pool(self):
         """A test model's scale factor (clip.vision.projector.scale_factor): 2 instead of 4."""

@@ -803,12 +803,16 @@ def quantize_activations_q8(x, block=32):
     return (q * d).reshape(shape)
 
 
-def causal_mask(T, window=None):
-    """[T, T] additive mask: query p sees keys [0, p], or [p - window + 1, p] with a window."""
+def causal_mask(T, window=None, spans=()):
+    """[T, T] additive mask: query p sees keys [0, p], or [p - window + 1, p] with a window; and, for each
+    (start, end) of spans, the queries in [start, end) see every key of it too (Gemma 3's image tokens:
+    transformers' token_type_ids mask joined to the causal one by OR)."""
     q, k = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = k <= q
     if window is not None:
         allowed = allowed & (k > q - window)
+    for a, b in spans:
+        allowed = allowed | ((q >= a) & (q < b) & (k >= a) & (k < b))
     zero = torch.zeros((), dtype=torch.float64)
     return torch.where(allowed, zero, torch.tensor(float("-inf"), dtype=torch.float64))
 
@@ -1203,11 +1207,14 @@ def round_kv(t, kind):
     raise ValueError(f"unknown KV kind {kind}")
 
 
-def forward(m, tokens, act_q8=False, kv_f16=False):
+def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=()):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
     quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
-    float16 (True or "f16"), bfloat16 ("bf16") or Q8_0 blocks of 32 along the head dimension ("q8_0")."""
+    float16 (True or "f16"), bfloat16 ("bf16") or Q8_0 blocks of 32 along the head dimension ("q8_0").
+    Images (the llama-style decoders, Gemma 3): embeds maps positions to rows that replace those tokens'
+    scaled embeddings (transformers' masked_scatter of the image features), spans lists the (start, end)
+    of each image whose tokens see one another (causal_mask)."""
     block = 32 if act_q8 is True else int(act_q8)
     aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -1227,6 +1234,8 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
     x = m.w("token_embd.weight")[tok]
     if m.embed_scale is not None:
         x = x * m.embed_scale
+    for p, row in (embeds or {}).items():
+        x[p] = torch.as_tensor(row, dtype=torch.float64)
     masks = {}
     denominator = math.sqrt(m.query_pre_attn_scalar if m.query_pre_attn_scalar is not None else hd)
 
@@ -1239,7 +1248,7 @@ def forward(m, tokens, act_q8=False, kv_f16=False):
         sliding = m.layer_types[i] == "sliding_attention" and m.sliding_window is not None
         window = m.sliding_window if sliding else None
         if window not in masks:
-            masks[window] = causal_mask(T, window)
+            masks[window] = causal_mask(T, window, spans)
         h = norm(x, p + "attn_norm.weight")
         hq = aq(h)
         q = hq @ m.w(p + "attn_q.weight").T

@@ -30,7 +30,16 @@
  *     state back to the last accepted token this way);
  *   - any set of tokens may ask for logits (want_logits), several per sequence included;
  *   - want_hidden is NULL, or any set of tokens asks for their final hidden state (a token may want both);
- *     it is non-NULL only for a model with has_hidden set (model.h).
+ *     it is non-NULL only for a model with has_hidden set (model.h);
+ *   - embed_rows is NULL, or token t with embed_rows[t] >= 0 enters the model as row embed_rows[t] of
+ *     embeds (hp.dim floats: an image's encoded patches, already in the text model's width) instead of
+ *     its id's embedding, unscaled (an embedding scale such as Gemma's sqrt(dim) is the token table's);
+ *     its id is then only a placeholder (the image token). Non-NULL only for a model with has_embeds;
+ *   - attend_last is NULL, or token t at position p attends to positions lo..attend_last[t] of its
+ *     sequence, where p <= attend_last[t] <= the sequence's last position in this batch (Gemma 3's image
+ *     tokens see their whole image: the core keeps an image span in one batch and sets its last position
+ *     for each of its tokens, their own position for the others). Non-NULL only for a model with
+ *     bidirectional_spans (model.h).
  *
  * Output: forward fills one row of n_vocab logits for each token with want_logits[i] != 0, in batch
  * order (row r belongs to the r-th such token). When want_hidden is non-NULL it also fills hidden with
@@ -65,6 +74,10 @@ typedef struct pith_batch {
     const uint8_t *want_logits; /* [n_tokens] nonzero: produce a logits row for this token */
     const uint8_t *want_hidden; /* [n_tokens] nonzero: produce a final hidden-state row; or NULL */
     float *hidden;              /* output, [pith_batch_n_hidden(b) * hp.dim]; used when want_hidden is set */
+    const int32_t *embed_rows;  /* [n_tokens] a row of embeds, or -1: the token's embedding; or NULL */
+    const float *embeds;        /* [n_embeds][hp.dim], host memory; used when embed_rows is set */
+    int n_embeds;
+    const int32_t *attend_last; /* [n_tokens] the last position each token attends to; or NULL (causal) */
     int n_seqs;
     int n_groups;               /* the model's memory groups, in the order of its spec */
     const pith_batch_mem *mem;  /* [n_groups] */

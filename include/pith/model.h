@@ -68,6 +68,10 @@ struct pith_model {
     pith_model_file *file;  /* owned; NULL for models not backed by a file (tests) */
     void *impl;             /* architecture-specific state */
     bool has_hidden;        /* forward honours want_hidden (batch.h): the model can serve embeddings */
+    bool has_embeds;        /* forward honours embed_rows (batch.h): rows from a vision encoder in place of
+                               embeddings (image inputs) */
+    bool bidirectional_spans; /* forward honours attend_last (batch.h): Gemma 3's image tokens see their
+                               whole image */
     bool state_checkpoints; /* forward honours RECURRENT checkpoints (batch.h): speculative decoding
                                can roll its state back */
     bool has_mtp;           /* loaded with its MTP head (pith_model_options.mtp): mtp_draft works. Its
@@ -128,7 +132,9 @@ PITH_API int pith_model_mem_alloc(pith_model *m, const pith_mem_layout *layout, 
 PITH_API void pith_model_mem_free(pith_model *m);
 PITH_API int pith_model_copy_blocks(pith_model *m, int group, const int32_t *src, const int32_t *dst, int n,
                                     pith_err *err);
-/* Refuses a batch with want_hidden for a model without has_hidden, or without a hidden buffer. */
+/* Refuses a batch with want_hidden for a model without has_hidden, or without a hidden buffer; with
+ * embed_rows for a model without has_embeds (or without embeds), with attend_last for one without
+ * bidirectional_spans. */
 PITH_API int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_err *err);
 /* Refuses a model without has_mtp, or n_steps out of 1..16. */
 PITH_API int pith_model_mtp_draft(pith_model *m, const pith_batch *b, int n_steps, int32_t *draft,

@@ -51,6 +51,16 @@ int pith_batch_check(const pith_batch *b, const pith_mem_spec *spec, const pith_
         else
             last[2 * s] = pos, last[2 * s + 1] = i;
     }
+    if (!rc && b->embed_rows && (!b->embeds || b->n_embeds < 0))
+        rc = pith_errf(err, "batch: embedding rows without their embeddings");
+    for (int i = 0; i < b->n_tokens && !rc && b->embed_rows; i++)
+        if (b->embed_rows[i] < -1 || b->embed_rows[i] >= b->n_embeds)
+            rc = pith_errf(err, "batch: token %d reads embedding row %d of %d", i, b->embed_rows[i], b->n_embeds);
+    /* a token may look ahead only at positions this batch writes (its sequence's last one here) */
+    for (int i = 0; i < b->n_tokens && !rc && b->attend_last; i++)
+        if (b->attend_last[i] < b->positions[i] || b->attend_last[i] > last[2 * b->seq[i]])
+            rc = pith_errf(err, "batch: token %d (position %d) attends up to position %d, outside [%d, %d]", i,
+                           b->positions[i], b->attend_last[i], b->positions[i], last[2 * b->seq[i]]);
     free(last);
     if (rc) return -1;
     for (int g = 0; g < spec->n_groups; g++) {

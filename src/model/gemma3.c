@@ -22,5 +22,9 @@ static float embed_scale(const pith_model_file *file) {
 
 int pith_gemma3_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
     pith_decoder_variant v = {.embed_scale = embed_scale(file), .gelu_tanh = true, .post_norms = true};
-    return pith_decoder_build(file, opt, &v, out, err);
+    if (pith_decoder_build(file, opt, &v, out, err)) return -1;
+    /* images (model/vision.h): the encoder's rows enter unscaled, and an image's tokens see one another
+     * (transformers' token_type_ids mask; llama.cpp decodes an image non-causally) */
+    (*out)->has_embeds = (*out)->bidirectional_spans = true;
+    return 0;
 }

@@ -94,6 +94,10 @@ int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_e
         return pith_errf(err, "batch carries %d memory groups; the model declared %d", b->n_groups, m->mem.n_groups);
     if (b->want_hidden && (!m->has_hidden || !b->hidden))
         return pith_errf(err, m->has_hidden ? "batch asks for hidden states without a buffer" : "this model cannot return hidden states");
+    if (b->embed_rows && (!m->has_embeds || !b->embeds))
+        return pith_errf(err, m->has_embeds ? "batch names embedding rows without embeddings" : "this model takes no image inputs");
+    if (b->attend_last && !m->bidirectional_spans)
+        return pith_errf(err, "this model's attention is causal only (the batch asks for look-ahead spans)");
     return m->ops->forward(m, b, logits, err);
 }
 

@@ -126,8 +126,8 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
     float *mx = scores + (size_t)nq * C, *sum = mx + nq, *acc = sum + nq;
     int maxpos = 0, minlo = a->positions[t0];
     for (int t = t0; t < t1; t++) {
-        int p = a->positions[t], lo = attn_lo(a, p);
-        maxpos = p > maxpos ? p : maxpos;
+        int lo = attn_lo(a, a->positions[t]), hi = attn_hi(a, t);
+        maxpos = hi > maxpos ? hi : maxpos;
         minlo = lo < minlo ? lo : minlo;
     }
     /* The sink is one more logit without a value: starting the running max at it and the sum at
@@ -155,8 +155,8 @@ static void attend_item(const attn_job *j, int item, float *scratch) {
             small_matmul(k, kc, hd, jn, hd, q, hd, group, scores + (size_t)(t - t0) * group * C, C, false);
         }
         for (int i = 0; i < nq; i++) {
-            int p = a->positions[t0 + i / group];
-            int first = attn_lo(a, p) - j0, lim = p - j0 + 1;
+            int t = t0 + i / group;
+            int first = attn_lo(a, a->positions[t]) - j0, lim = attn_hi(a, t) - j0 + 1;
             first = first < 0 ? 0 : first > jn ? jn : first;
             lim = lim < first ? first : lim > jn ? jn : lim;
             float *s = scores + (size_t)i * C;
@@ -203,8 +203,7 @@ void pith_attention(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a) 
     int n_runs = 0;
     double work = 0;
     for (int t = 0; t < a->n_tokens; t++) {
-        int p = a->positions[t];
-        work += (double)(p - attn_lo(a, p) + 1) * s->shape.n_heads * s->shape.head_dim;
+        work += (double)(attn_hi(a, t) - attn_lo(a, a->positions[t]) + 1) * s->shape.n_heads * s->shape.head_dim;
     }
     for (int t = 0; t < a->n_tokens;) {
         int e = t + 1;

@@ -1,7 +1,8 @@
 /* Causal attention over a paged KV cache, for one layer and every token of a batch, optionally
  * sliding-window and with attention sinks.
  *
- * Each query token t (sequence s, position p) attends to positions lo..p of s, where lo = 0 for full
+ * Each query token t (sequence s, position p) attends to positions lo..hi of s, hi = p (causal) or
+ * a->last[t] (look-ahead inside an image span), where lo = 0 for full
  * attention and lo = max(0, p - window + 1) with a window (position j is masked when p - j >= window,
  * as in Hugging Face and llama.cpp). The K/V sit in the cache slots named by s's block table (batch.h),
  * head-major inside each block (kv.h). The cache rows must already hold this batch's own K/V.
@@ -58,6 +59,8 @@ typedef struct pith_attn_args {
     float *out;          /* [n_tokens][out_ld], same head layout */
     size_t out_ld;
     int window;          /* > 0: sliding window of this many positions (the query's own included); 0: full */
+    const int32_t *last; /* NULL, or [n_tokens] the last position each query sees (>= its own, stored:
+                            image tokens that see their whole image, batch.h attend_last); NULL: its own */
     const float *sinks;  /* NULL or [n_heads] raw sink logits */
 } pith_attn_args;
 

@@ -9,6 +9,9 @@ static inline int attn_lo(const pith_attn_args *a, int p) {
     return a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
 }
 
+/* Highest position query t sees. */
+static inline int attn_hi(const pith_attn_args *a, int t) { return a->last ? a->last[t] : a->positions[t]; }
+
 /* Converts rows j0..j0+n-1 of sequence seq (this KV head's part of each slot) to float rows of hd, from
  * any KV type (kv.h: pith_kv_row_to_f32). A block holds each head's rows contiguously, so this is one
  * conversion per block touched. */

@@ -230,7 +230,7 @@ static TZ void item_prepare(const tiled_job *j, int item, float *scratch, item_c
     x->minlo = INT_MAX;
     for (int i = 0; i < x->nb * L; i++) {
         if (i < x->nq) {
-            int p = a->positions[x->t0 + i / group], lo = attn_lo(a, p);
+            int t = x->t0 + i / group, p = attn_hi(a, t), lo = attn_lo(a, a->positions[t]);
             x->p[i] = p;
             x->lo[i] = lo;
             x->maxpos = p > x->maxpos ? p : x->maxpos;
@@ -461,7 +461,7 @@ void attn_tiled_run(pith_cpu *c, pith_attn_scratch *s, const pith_attn_args *a, 
             if ((t1 - t0) * group > L) continue;
             int maxpos = 0, minlo = INT_MAX;
             for (int t = t0; t < t1; t++) {
-                int p = a->positions[t], lo = attn_lo(a, p);
+                int p = attn_hi(a, t), lo = attn_lo(a, a->positions[t]);
                 maxpos = p > maxpos ? p : maxpos;
                 minlo = lo < minlo ? lo : minlo;
             }

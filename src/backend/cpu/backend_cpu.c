@@ -262,6 +262,11 @@ static void embed_row(row_job *j, int t, int ith) {
     (void)ith;
     const embed_args *a = j->a;
     int dim = a->out->cols;
+    const pith_batch *b = j->c->step;
+    if (b->embed_rows && b->embed_rows[t] >= 0) { /* an image's row, as the encoder left it (batch.h) */
+        memcpy(row_of(a->out, t), b->embeds + (size_t)b->embed_rows[t] * dim, (size_t)dim * sizeof(float));
+        return;
+    }
     const uint8_t *src = (const uint8_t *)a->table->table->data + (size_t)j->c->step->tokens[t] * a->table->m.row_bytes;
     float *x = row_of(a->out, t);
     pith_dequantize_row(a->table->table->type, src, x, dim);
@@ -417,7 +422,7 @@ static void cpu_attention(pith_backend *be, const pith_be_attn *a, int n) {
         .max_blocks = b->mem[a->group].max_blocks, .block_size = kv->block_size, .window = a->window,
         .k_cache = (const uint8_t *)kv->k + layer_off, .v_cache = (const uint8_t *)kv->v + layer_off,
         .kv_type = kv->type, .kv_dim = kv->k_dim, .q = a->q->host, .q_ld = a->q->cols, .out = a->out->host,
-        .out_ld = a->out->cols, .sinks = a->sinks ? a->sinks->vec : NULL,
+        .out_ld = a->out->cols, .sinks = a->sinks ? a->sinks->vec : NULL, .last = b->attend_last,
     };
     pith_attention(&c->cpu, pith_cpu_be_alt(c, a->group) ? &c->attn_alt : &c->attn, &aa);
 }

@@ -1,0 +1,135 @@
+/* Test helper for tests/test_ref_gemma3_vision.py: a text model's logits for a prompt with images in it,
+ * straight through the model API (batch.h's embed_rows and attend_last), for the float64 reference.
+ *
+ *   tool_image_logits MODEL MMPROJ PIXELS CHUNK OUT SEQ [SEQ ...]
+ *
+ * Each SEQ is comma-separated token ids where -1 stands for an image: tokens_per_image placeholder tokens
+ * (id 0) whose inputs are the encoder's rows for the next image of PIXELS (float32, normalized, [3][size]
+ * [size] per image, the images of every SEQ in order). The images are encoded in one encoder step; the
+ * sequences are prefilled together, CHUNK tokens of each per forward pass, except that a chunk never ends
+ * inside an image (it runs on to the image's end, as the engine schedules them), and every token of an
+ * image attends to the whole image. OUT gets, as float32, every position's logits row, sequence after
+ * sequence. Exit 0, or 1 with a message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "model/vision.h"
+#include "pith/model.h"
+
+#define MAX_SEQS 4
+#define MAX_LEN 512
+#define BLOCK 16
+
+static int fail(const char *what, const pith_err *err) {
+    fprintf(stderr, "tool_image_logits: %s%s%s\n", what, err ? ": " : "", err ? err->msg : "");
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 7) return fail("usage: tool_image_logits MODEL MMPROJ PIXELS CHUNK OUT SEQ [SEQ ...]", NULL);
+    int chunk = atoi(argv[4]), n_seqs = argc - 6;
+    if (n_seqs > MAX_SEQS || chunk < 1) return fail("bad arguments", NULL);
+    pith_err err;
+    pith_backend *be;
+    pith_vision *v;
+    if (pith_backend_cpu_create(1, &be, &err)) return fail("backend", &err);
+    if (pith_vision_open(argv[2], be, &v, &err)) return fail("mmproj", &err);
+    const pith_vision_hparams *vh = pith_vision_hparams_of(v);
+    const int tpi = vh->tokens_per_image;
+    /* the sequences, images expanded; span_end[s][p]: one past the last position of p's image, or 0 */
+    static int32_t toks[MAX_SEQS][MAX_LEN], rowof[MAX_SEQS][MAX_LEN], span_end[MAX_SEQS][MAX_LEN];
+    int len[MAX_SEQS], n_images = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        len[s] = 0;
+        for (char *p = argv[6 + s]; *p;) {
+            long id = strtol(p, &p, 10);
+            if (*p == ',') p++;
+            int n = id < 0 ? tpi : 1;
+            if (len[s] + n > MAX_LEN) return fail("a sequence is too long", NULL);
+            for (int i = 0; i < n; i++, len[s]++) {
+                toks[s][len[s]] = id < 0 ? 0 : (int32_t)id;
+                rowof[s][len[s]] = id < 0 ? n_images * tpi + i : -1;
+                span_end[s][len[s]] = id < 0 ? len[s] - i + tpi : 0;
+            }
+            n_images += id < 0;
+        }
+    }
+    size_t img_floats = (size_t)3 * vh->image_size * vh->image_size;
+    float *px = malloc((n_images ? n_images : 1) * img_floats * sizeof *px);
+    float *embeds = malloc((size_t)(n_images ? n_images : 1) * tpi * vh->out_dim * sizeof *embeds);
+    FILE *f = fopen(argv[3], "rb");
+    if (!px || !embeds || !f || fread(px, sizeof *px, n_images * img_floats, f) != n_images * img_floats)
+        return fail("cannot read the pixels", NULL);
+    fclose(f);
+    if (n_images && pith_vision_encode(v, px, n_images, embeds, &err)) return fail("encode", &err);
+
+    pith_model *m;
+    pith_model_options mo = {.n_threads = 2};
+    if (pith_model_load(argv[1], &mo, &m, &err)) return fail("load", &err);
+    if (m->hp.dim != vh->out_dim) return fail("the projector's output width is not the model's", NULL);
+    const int V = m->hp.n_vocab, nb = MAX_LEN / BLOCK;
+    pith_model_limits lim = {.max_batch_tokens = MAX_SEQS * MAX_LEN, .max_num_seqs = MAX_SEQS, .max_seq_len = MAX_LEN,
+                             .max_logits = MAX_SEQS * MAX_LEN};
+    pith_mem_layout lay = {.block_size = BLOCK, .n_groups = m->mem.n_groups};
+    for (int g = 0; g < m->mem.n_groups; g++) {
+        lay.type[g] = PITH_F32; /* the reference's float64 differs by float32 rounding only */
+        lay.n_blocks[g] = m->mem.groups[g].kind == PITH_MEM_RECURRENT ? MAX_SEQS : MAX_SEQS * nb;
+    }
+    if (pith_model_prepare(m, &lim, &err) || pith_model_mem_alloc(m, &lay, &err)) return fail("memory", &err);
+    static int32_t tables[PITH_MAX_MEM_GROUPS][MAX_SEQS * MAX_LEN / BLOCK], states[PITH_MAX_MEM_GROUPS][MAX_SEQS];
+    static int32_t bt[MAX_SEQS * MAX_LEN], bp[MAX_SEQS * MAX_LEN], bs[MAX_SEQS * MAX_LEN], slots[MAX_SEQS * MAX_LEN];
+    static int32_t erow[MAX_SEQS * MAX_LEN], last[MAX_SEQS * MAX_LEN];
+    static uint8_t want[MAX_SEQS * MAX_LEN];
+    pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
+    size_t total = 0;
+    for (int s = 0; s < n_seqs; s++) total += (size_t)len[s];
+    float *logits = malloc(total * V * sizeof(float)), *rows = malloc(total * V * sizeof(float));
+    if (!logits || !rows) return fail("out of memory", NULL);
+    int done[MAX_SEQS] = {0};
+    for (;;) {
+        int n = 0, k = 0, map[MAX_SEQS];
+        for (int s = 0; s < n_seqs; s++) {
+            int end = done[s] + chunk < len[s] ? done[s] + chunk : len[s];
+            if (end > 0 && end < len[s] && span_end[s][end - 1] > end) end = span_end[s][end - 1]; /* whole images */
+            if (done[s] >= end) continue;
+            map[k] = s;
+            for (int p = done[s]; p < end; p++, n++) {
+                bt[n] = toks[s][p], bp[n] = p, bs[n] = k, slots[n] = (s * nb + p / BLOCK) * BLOCK + p % BLOCK;
+                erow[n] = rowof[s][p], last[n] = span_end[s][p] ? span_end[s][p] - 1 : p, want[n] = 1;
+            }
+            done[s] = end;
+            k++;
+        }
+        if (n == 0) break;
+        for (int g = 0; g < m->mem.n_groups; g++) {
+            mem[g] = (pith_batch_mem){0};
+            for (int i = 0; i < k; i++) {
+                states[g][i] = map[i];
+                for (int j = 0; j < nb; j++) tables[g][i * nb + j] = map[i] * nb + j;
+            }
+            if (m->mem.groups[g].kind == PITH_MEM_RECURRENT) mem[g].state_slots = states[g];
+            else mem[g].slots = slots, mem[g].block_tables = tables[g], mem[g].max_blocks = nb;
+        }
+        pith_batch b = {.n_tokens = n, .tokens = bt, .positions = bp, .seq = bs, .want_logits = want, .n_seqs = k,
+                        .embed_rows = erow, .embeds = embeds, .n_embeds = n_images * tpi, .attend_last = last,
+                        .n_groups = m->mem.n_groups, .mem = mem};
+        if (pith_model_forward(m, &b, rows, &err)) return fail("forward", &err);
+        for (int i = 0; i < n; i++) { /* rows in batch order, to each sequence's place */
+            size_t at = (size_t)bp[i];
+            for (int s = 0; s < map[bs[i]]; s++) at += (size_t)len[s];
+            memcpy(logits + at * V, rows + (size_t)i * V, (size_t)V * sizeof(float));
+        }
+    }
+    FILE *out = fopen(argv[5], "wb");
+    if (!out || fwrite(logits, sizeof(float), total * V, out) != total * V || fclose(out)) return fail("cannot write OUT", NULL);
+    free(logits);
+    free(rows);
+    free(px);
+    free(embeds);
+    pith_model_free(m);
+    pith_vision_free(v);
+    pith_backend_free(be);
+    return 0;
+}
