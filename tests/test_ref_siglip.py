@@ -22,6 +22,9 @@ Then tool_vision_encode (the encoder through the CPU backend) against it, on the
 - the first image alone gives the rows it got in the batch (tolerance 1e-5: the same ops, tiled
   differently);
 - a file with the older MLP naming (fc1 as ffn_down) gives the same rows;
+- a real file (PNG and JPEG written by Pillow, 300 x 200 with EXIF orientation 6 on the JPEG) prepared
+  as transformers' Gemma3ImageProcessor does with Pillow (exif_transpose, convert RGB, resize to the
+  square with BILINEAR, / 255, normalize): the prepared pixels within 1e-6, the rows within 1e-5;
 - refusals: another projector type, a missing tensor, a patch grid that does not pool.
 
 Environment: PITH_VISION_ENCODE (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch or numpy."""
@@ -279,6 +282,40 @@ class Encoder(unittest.TestCase):
         got = run_tool(path, px, self.tmp).reshape(3, 16, 48)
         for i in range(3):
             self.compare(got[i], reference(f, image, cfg, px[i]), 1e-5, f"small, pooled by 2, image {i} of 3")
+
+    def test_image_file(self):
+        try:
+            from PIL import Image, ImageOps
+        except ImportError:
+            self.skipTest("PIL is missing (Debian: python3-pil)")
+        image, cfg = 112, dict(SO400M, dim=64, ffn=96, heads=4, out_dim=48)
+        w = make_weights(cfg, 1, image, seed=15)
+        path = os.path.join(self.tmp, "file.gguf")
+        f = write_mmproj(path, cfg, w, image)
+        rng = np.random.default_rng(9)
+        yy, xx = np.mgrid[0:200, 0:300]
+        arr = np.stack([xx * 255 // 299, yy * 255 // 199, (xx + yy) % 256], -1).astype(np.int64)
+        arr = np.clip(arr + rng.integers(-40, 41, arr.shape), 0, 255).astype(np.uint8)
+        tool = os.environ.get("PITH_VISION_ENCODE")
+        for name, kw in (("img.png", {}), ("img.jpg", {"quality": 90})):
+            img = Image.fromarray(arr)
+            fpath = os.path.join(self.tmp, name)
+            if name.endswith(".jpg"):
+                exif = img.getexif()
+                exif[0x0112] = 6
+                img.save(fpath, exif=exif.tobytes(), **kw)
+            else:
+                img.save(fpath, **kw)
+            # Gemma3ImageProcessor with Pillow: orientation applied, RGB, bilinear to the square, rescale, normalize
+            ref_img = ImageOps.exif_transpose(Image.open(fpath)).convert("RGB").resize((image, image), Image.BILINEAR)
+            px = ((np.asarray(ref_img, dtype=np.float64) / 255.0 - MEAN) / STD).transpose(2, 0, 1)
+            out = os.path.join(self.tmp, "file.f32")
+            r = subprocess.run([tool, path, "--image", fpath, out, "2"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = np.fromfile(out, dtype=np.float32).astype(np.float64)
+            n_px = 3 * image * image
+            self.compare(got[:n_px].reshape(px.shape), px, 1e-6, f"{name}: prepared pixels against Pillow's")
+            self.compare(got[n_px:], reference(f, image, cfg, px).reshape(-1), 1e-5, f"{name}: the encoder's rows")
 
     def test_refusals(self):
         image, cfg = 112, dict(SO400M, dim=64, ffn=96, heads=4, out_dim=48)

@@ -321,3 +321,12 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
     if (matmul1(be, v->normed, v->proj, v->y, false, n_out, err)) return -1;
     return be->vt->buf_read(be, v->y, n_out, out, err);
 }
+
+int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    pith_image sized = {0};
+    if (pith_image_resize(img, hp->image_size, hp->image_size, PITH_RESIZE_BILINEAR, &sized, err)) return -1;
+    pith_image_to_tensor(&sized, hp->mean, hp->std, 1.0f / 255.0f, pixels);
+    pith_image_free(&sized);
+    return 0;
+}

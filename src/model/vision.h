@@ -14,6 +14,7 @@
 #define PITH_MODEL_VISION_H
 
 #include "backend/backend.h"
+#include "image/image.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,11 @@ typedef struct pith_vision pith_vision;
 int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err);
 void pith_vision_free(pith_vision *v);
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
+
+/* An image as the model's processor prepares it, into pixels ([3][image_size][image_size]): Gemma 3
+ * (transformers' Gemma3ImageProcessor, pan-and-scan off, its default) resizes to image_size square with
+ * PIL's bilinear filter, rescales by 1/255 and normalizes by the file's mean and std. */
+int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err);
 
 /* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
  * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
