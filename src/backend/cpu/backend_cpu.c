@@ -443,12 +443,7 @@ static void glu_row(row_job *j, int t, int ith) {
         j->c->cpu.k->silu_mul(g, u, n);
         return;
     }
-    /* GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) of the gate, times up */
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int i = 0; i < n; i++) {
-        float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * u[i];
-    }
+    for (int i = 0; i < n; i++) g[i] = pith_gelu_tanh(g[i]) * u[i];
 }
 
 static void cpu_glu(pith_backend *be, pith_glu kind, pith_buf *gate, const pith_buf *up, int n) {
@@ -543,10 +538,8 @@ static void activation_row(row_job *j, int t, int ith) {
     float *x = row_of(a->x, t);
     if (a->kind == PITH_ACTIVATION_RELU2)
         for (int i = 0; i < a->x->cols; i++) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
-    if (a->kind == PITH_ACTIVATION_GELU_TANH) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi), as glu_row */
-        for (int i = 0; i < a->x->cols; i++) x[i] = 0.5f * x[i] * (1.0f + tanhf(k * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
-    }
+    if (a->kind == PITH_ACTIVATION_GELU_TANH)
+        for (int i = 0; i < a->x->cols; i++) x[i] = pith_gelu_tanh(x[i]);
 }
 
 static void cpu_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {

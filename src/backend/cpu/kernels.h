@@ -22,6 +22,7 @@
 #ifndef PITH_CPU_KERNELS_H
 #define PITH_CPU_KERNELS_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -124,5 +125,11 @@ int pith_wtype_of(pith_dtype type);
 pith_act_format pith_act_format_of(pith_wtype w);
 /* Bytes of one activation row of k elements in format f (k a multiple of the block size). */
 size_t pith_act_row_bytes(pith_act_format f, int k);
+
+/* GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")): the dense GeGLU, the experts'
+ * and the vision encoders' MLPs share this one expression, so they round alike. */
+static inline float pith_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f /* sqrt(2 / pi) */ * (x + 0.044715f * x * x * x)));
+}
 
 #endif

@@ -260,11 +260,7 @@ static void act_row(moe_rows *j, int r) {
         return;
     }
     if (L->cfg.act == PITH_MOE_GELU_TANH) { /* as the dense GeGLU (PyTorch's gelu(approximate="tanh")) */
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        for (int i = 0; i < ffn; i++) {
-            float v = g[i];
-            g[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v))) * u[i];
-        }
+        for (int i = 0; i < ffn; i++) g[i] = pith_gelu_tanh(g[i]) * u[i];
         return;
     }
     const float lim = L->cfg.clamp_limit, alpha = L->cfg.clamp_alpha;
