@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "model/vision.h"
+#include "model_mem.h"
 #include "pith/model.h"
 
 #define MAX_SEQS 4
@@ -70,26 +71,21 @@ int main(int argc, char **argv) {
     if (pith_model_load(argv[1], &mo, &m, &err)) return fail("load", &err);
     if (m->hp.dim != vh->out_dim) return fail("the projector's output width is not the model's", NULL);
     const int V = m->hp.n_vocab, nb = MAX_LEN / BLOCK;
-    pith_model_limits lim = {.max_batch_tokens = MAX_SEQS * MAX_LEN, .max_num_seqs = MAX_SEQS, .max_seq_len = MAX_LEN,
-                             .max_logits = MAX_SEQS * MAX_LEN};
-    pith_mem_layout lay = {.block_size = BLOCK, .n_groups = m->mem.n_groups};
-    for (int g = 0; g < m->mem.n_groups; g++) {
-        lay.type[g] = PITH_F32; /* the reference's float64 differs by float32 rounding only */
-        lay.n_blocks[g] = m->mem.groups[g].kind == PITH_MEM_RECURRENT ? MAX_SEQS : MAX_SEQS * nb;
-    }
-    if (pith_model_prepare(m, &lim, &err) || pith_model_mem_alloc(m, &lay, &err)) return fail("memory", &err);
-    static int32_t tables[PITH_MAX_MEM_GROUPS][MAX_SEQS * MAX_LEN / BLOCK], states[PITH_MAX_MEM_GROUPS][MAX_SEQS];
+    /* K/V in F32: the reference's float64 differs by float32 rounding only; sequence s owns blocks s * nb.. */
+    if (tm_alloc(m, BLOCK, MAX_SEQS * nb, MAX_SEQS * MAX_LEN, PITH_F32, &err)) return fail("memory", &err);
+    static int32_t tables[MAX_SEQS * MAX_LEN / BLOCK];
     static int32_t bt[MAX_SEQS * MAX_LEN], bp[MAX_SEQS * MAX_LEN], bs[MAX_SEQS * MAX_LEN], slots[MAX_SEQS * MAX_LEN];
     static int32_t erow[MAX_SEQS * MAX_LEN], last[MAX_SEQS * MAX_LEN];
     static uint8_t want[MAX_SEQS * MAX_LEN];
-    pith_batch_mem mem[PITH_MAX_MEM_GROUPS];
+    tm_batch tb;
     size_t total = 0;
     for (int s = 0; s < n_seqs; s++) total += (size_t)len[s];
     float *logits = malloc(total * V * sizeof(float)), *rows = malloc(total * V * sizeof(float));
     if (!logits || !rows) return fail("out of memory", NULL);
     int done[MAX_SEQS] = {0};
     for (;;) {
-        int n = 0, k = 0, map[MAX_SEQS];
+        int n = 0, k = 0;
+        int32_t map[MAX_SEQS];
         for (int s = 0; s < n_seqs; s++) {
             int end = done[s] + chunk < len[s] ? done[s] + chunk : len[s];
             if (end > 0 && end < len[s] && span_end[s][end - 1] > end) end = span_end[s][end - 1]; /* whole images */
@@ -103,19 +99,12 @@ int main(int argc, char **argv) {
             k++;
         }
         if (n == 0) break;
-        for (int g = 0; g < m->mem.n_groups; g++) {
-            mem[g] = (pith_batch_mem){0};
-            for (int i = 0; i < k; i++) {
-                states[g][i] = map[i];
-                for (int j = 0; j < nb; j++) tables[g][i * nb + j] = map[i] * nb + j;
-            }
-            if (m->mem.groups[g].kind == PITH_MEM_RECURRENT) mem[g].state_slots = states[g];
-            else mem[g].slots = slots, mem[g].block_tables = tables[g], mem[g].max_blocks = nb;
-        }
-        pith_batch b = {.n_tokens = n, .tokens = bt, .positions = bp, .seq = bs, .want_logits = want, .n_seqs = k,
-                        .embed_rows = erow, .embeds = embeds, .n_embeds = n_images * tpi, .attend_last = last,
-                        .n_groups = m->mem.n_groups, .mem = mem};
-        if (pith_model_forward(m, &b, rows, &err)) return fail("forward", &err);
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < nb; j++) tables[i * nb + j] = map[i] * nb + j;
+        tm_batch_init(&tb, m, n, bt, bp, bs, slots, want, k, nb, tables);
+        for (int g = 0; g < m->mem.n_groups; g++) tb.mem[g].state_slots = map; /* sequence s keeps slot s */
+        tb.b.embed_rows = erow, tb.b.embeds = embeds, tb.b.n_embeds = n_images * tpi, tb.b.attend_last = last;
+        if (pith_model_forward(m, &tb.b, rows, &err)) return fail("forward", &err);
         for (int i = 0; i < n; i++) { /* rows in batch order, to each sequence's place */
             size_t at = (size_t)bp[i];
             for (int s = 0; s < map[bs[i]]; s++) at += (size_t)len[s];
