@@ -14,6 +14,11 @@
  * was not reset or lost a token changes the output, which fake_next_for (computed from the token list,
  * without any cache) predicts independently.
  *
+ * Media (batch.h embed_rows): on a model with has_embeds, a token entering as an embedding row counts
+ * as the id in the row's first float, so an image's rows reach the cache and the logits as tokens
+ * would (a missing or wrong row changes the output). With
+ * bidirectional_spans it checks attend_last against the batch (a span cut between batches shows).
+ *
  * Values are small integers (ids < 2048, positions < 2048), exact in F16 as in F32. */
 #ifndef PITH_TEST_ENGINE_FAKE_MODEL_H
 #define PITH_TEST_ENGINE_FAKE_MODEL_H
@@ -69,6 +74,9 @@ typedef struct fake_state {
     uint32_t *slot_stamp[FAKE_MAX_GROUPS]; /* per slot: the call number that last wrote it */
     int max_held[FAKE_MAX_GROUPS]; /* most blocks one batch's tables named in a KV group (all sequences) */
     int prepared;             /* prepare calls */
+    uint64_t embed_rows_seen; /* tokens that entered as embedding rows */
+    int32_t *eff;             /* [cap_eff] scratch: the id each batch token counts as */
+    int cap_eff;
     pith_model_limits limits;
 } fake_state;
 
@@ -157,6 +165,33 @@ static int fake_forward(pith_model *m, const pith_batch *b, float *logits, pith_
         last_pos[s] = p;
         if (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab) FAKE_VIOLATION(st, "token id %d", b->tokens[i]);
     }
+    /* The id each token counts as: its own, or its embedding row's first float (batch.h: embed_rows). */
+    if (b->n_tokens > st->cap_eff) {
+        free(st->eff);
+        st->cap_eff = 0;
+        if (!(st->eff = malloc((size_t)b->n_tokens * sizeof *st->eff))) return pith_errf(err, "out of memory");
+        st->cap_eff = b->n_tokens;
+    }
+    int32_t *eff = st->eff;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int r = b->embed_rows ? b->embed_rows[i] : -1;
+        eff[i] = b->tokens[i];
+        if ((b->embed_rows && !m->has_embeds) || (b->attend_last && !m->bidirectional_spans)) {
+            FAKE_VIOLATION(st, "media fields for a model without them");
+        }
+        if (r >= b->n_embeds || (r >= 0 && !b->embeds)) {
+            FAKE_VIOLATION(st, "token %d (id %d): embedding row %d of %d", i, b->tokens[i], r, b->n_embeds);
+        }
+        if (r >= 0) {
+            eff[i] = (int32_t)b->embeds[(size_t)r * (size_t)m->hp.dim];
+            st->embed_rows_seen++;
+        }
+        int s = b->seq[i], p = b->positions[i];
+        if (b->attend_last && (b->attend_last[i] < p || b->attend_last[i] > last_pos[s])) {
+            FAKE_VIOLATION(st, "token %d at %d attends to %d, past its sequence's last position %d in the batch", i, p,
+                           b->attend_last[i], last_pos[s]);
+        }
+    }
     for (int g = 0; g < st->n_groups; g++) {
         const fake_group_def *d = &st->defs[g];
         pith_kv_cache *c = &st->mem.groups[g];
@@ -187,9 +222,9 @@ static int fake_forward(pith_model *m, const pith_batch *b, float *logits, pith_
             if (st->slot_stamp[g][slot] == (uint32_t)st->calls) FAKE_VIOLATION(st, "group %d: slot %d written twice", g, slot);
             st->slot_stamp[g][slot] = (uint32_t)st->calls;
             for (int l = 0; l < c->n_layers; l++) {
-                fake_store(c, c->k, fake_slot_index(c, l, slot, false), (float)b->tokens[i]);
+                fake_store(c, c->k, fake_slot_index(c, l, slot, false), (float)eff[i]);
                 fake_store(c, c->k, fake_slot_index(c, l, slot, false) + 1, (float)p);
-                fake_store(c, c->v, fake_slot_index(c, l, slot, true), -(float)b->tokens[i]);
+                fake_store(c, c->v, fake_slot_index(c, l, slot, true), -(float)eff[i]);
             }
         }
     }
@@ -203,7 +238,7 @@ static int fake_forward(pith_model *m, const pith_batch *b, float *logits, pith_
             const pith_batch_mem *bm = &b->mem[g];
             if (d->kind == PITH_MEM_RECURRENT) {
                 fake_rstate *rs = (fake_rstate *)(c->state + (size_t)bm->state_slots[s] * c->state_bytes);
-                rs->hash = fake_hash_step(rs->hash, b->tokens[i]);
+                rs->hash = fake_hash_step(rs->hash, eff[i]);
                 rs->count++;
                 h = fake_combine(h, g, rs->hash);
                 if (bm->checkpoints && bm->checkpoints[i] >= 0) { /* batch.h: the state right after token i */
@@ -268,6 +303,7 @@ static int fake_copy_blocks(pith_model *m, int g, const int32_t *src, const int3
 
 static void fake_destroy(pith_model *m) {
     fake_mem_free(m);
+    free(((fake_state *)m->impl)->eff);
     free(m->impl);
     free(m);
 }

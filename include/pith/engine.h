@@ -73,6 +73,34 @@ typedef enum pith_kv_type {
 PITH_API const char *pith_kv_type_name(pith_kv_type t);
 PITH_API int pith_kv_type_parse(const char *s);
 
+/* Inputs that are not tokens (images; audio later): a span of prompt positions that the model reads as
+ * an encoder's output rows instead of its tokens' embeddings (batch.h: embed_rows). The prompt holds
+ * placeholder ids there (the model's image token), so lengths, positions and usage count them as
+ * tokens. The engine runs the encoder inside its steps, for the spans a step computes, batched across
+ * requests, and keeps the output in an encoder cache (by content hash, within a byte budget), so an
+ * image is encoded once however often it is computed (preemption, n > 1, a second turn). The prefix
+ * cache names blocks by the hashes of the spans they overlap as well as their tokens: the same image
+ * in a follow-up turn is a hit, another image at the same place is not. For a model whose image tokens
+ * attend to each other both ways (model.h: bidirectional_spans), a span is always computed in one
+ * batch: it must fit max_batch_tokens. */
+typedef struct pith_media {
+    int pos;                 /* first prompt position of the span */
+    int n_tokens;            /* positions it covers: the rows the encoder makes of it */
+    const float *input;      /* the encoder's input (an image's pixels as the model's processor prepares them) */
+    size_t n_input;          /* floats */
+    uint64_t hash;           /* names the content for the caches; 0: the engine hashes input */
+} pith_media;
+
+/* The encoder the engine runs for media spans (a vision tower and its projector). */
+typedef struct pith_encoder {
+    int out_dim;             /* floats per output row: must be the model's hp.dim */
+    /* Encodes n items: out[i] receives items[i]->n_tokens rows of out_dim floats. Called on the stepping
+     * thread, once per step that needs items not in the encoder cache. 0, or -1 with err (the requests
+     * that needed these items then finish with PITH_FINISH_ERROR; the rest of the step goes on). */
+    int (*encode)(void *user, const pith_media *const *items, int n, float *const *out, pith_err *err);
+    void *user;
+} pith_encoder;
+
 /* Zero-initialised options are valid and mean the defaults given here. */
 typedef struct pith_engine_options {
     int block_size;          /* tokens per KV block, every group; 0: 16 */
@@ -120,6 +148,11 @@ typedef struct pith_engine_options {
     const char *draft_model_path;
     int draft_threads;
     const char *draft_device;
+    /* Media spans (pith_media): the encoder (NULL: requests with media are refused), which must outlive
+     * the engine, and the encoder cache's budget in bytes (0: 256 MiB; outputs larger than the budget
+     * are used for their step and not kept). */
+    const pith_encoder *encoder;
+    size_t encoder_cache_bytes;
 } pith_engine_options;
 
 typedef enum pith_finish_reason {
@@ -259,6 +292,11 @@ typedef struct pith_request {
      * the filters; where the grammar is complete and nothing may follow, the request finishes with
      * stop. The grammar must be compiled for the engine tokenizer's vocabulary (same size). */
     pith_grammar *grammar;
+    /* Media spans of the prompt (pith_media), in increasing pos, not overlapping, inside the prompt;
+     * needs the engine's encoder and a model with has_embeds (model.h), else the submit is refused. Not
+     * with embed. */
+    const pith_media *media;
+    int n_media;
     pith_token_cb on_token;  /* may be NULL (the request then runs for its stats alone) */
     void *user;
 } pith_request;
@@ -317,6 +355,9 @@ typedef struct pith_engine_stats {
     uint64_t requests_failed;       /* finished with PITH_FINISH_ERROR */
     uint64_t weight_generation;     /* pith_engine_weight_generation */
     uint64_t requests_restarted;    /* restart events sent by swaps in recompute mode */
+    uint64_t media_encoded;         /* media items run through the encoder */
+    uint64_t media_cache_hits;      /* media items a step needed and found in the encoder cache */
+    size_t encoder_cache_bytes;     /* held by the encoder cache now */
     bool paused;                    /* admission paused (pith_engine_pause, or asleep) */
     bool asleep;                    /* KV memory released (pith_engine_sleep) */
 } pith_engine_stats;

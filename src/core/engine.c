@@ -66,6 +66,10 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.max_num_seqs == 0) o.max_num_seqs = 64;
     if (o.max_batch_tokens == 0) o.max_batch_tokens = 2048;
     if (o.max_waiting == 0) o.max_waiting = 4096;
+    if (o.encoder_cache_bytes == 0) o.encoder_cache_bytes = (size_t)256 << 20;
+    if (o.encoder && (!o.encoder->encode || o.encoder->out_dim != m->hp.dim))
+        return pith_errf(err, "the encoder makes rows of %d floats; the model's width is %d", o.encoder->out_dim, m->hp.dim);
+    if (o.encoder && !m->has_embeds) return pith_errf(err, "this model cannot read encoder rows (no image input)");
     if (o.block_size < 1 || o.block_size > 4096) return pith_errf(err, "block size must be in 1..4096, not %d", o.block_size);
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
     if (o.max_batch_tokens < 1 || o.max_batch_tokens > (1 << 24)) return pith_errf(err, "max_batch_tokens must be in 1..16777216, not %d", o.max_batch_tokens);
@@ -221,6 +225,8 @@ int pith_engine_create(pith_model *model, const pith_tokenizer *tok, const pith_
         pith_engine_free(e);
         return -1;
     }
+    e->sc.whole_spans = model->bidirectional_spans;
+    enc_cache_init(&e->enc, o->encoder_cache_bytes);
     size_t nt = (size_t)o->max_batch_tokens, ns = (size_t)o->max_num_seqs;
     e->b_tokens = malloc(nt * sizeof *e->b_tokens);
     e->b_positions = malloc(nt * sizeof *e->b_positions);
@@ -298,6 +304,12 @@ void pith_engine_free(pith_engine *e) {
     free(e->b_nrows);
     free(e->raw_row);
     free(e->fork_row);
+    engine_media_done(e);
+    free(e->m_items);
+    enc_cache_free(&e->enc);
+    free(e->b_embed_rows);
+    free(e->b_embeds);
+    free(e->b_attend_last);
     free(e->b_want_hidden);
     free(e->hidden);
     free(e->emb_out);
@@ -340,6 +352,17 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
                          pith_grammar_vocab_size(pith_grammar_get_vocab(r->grammar)), e->n_vocab);
     if (r->embed != PITH_EMBED_OFF && !e->n_embd)
         return pith_errf(err, "this model cannot return hidden states, so it cannot serve embeddings");
+    if (r->n_media != 0) {
+        if (!e->opt.encoder)
+            return pith_errf(err, e->model->has_embeds ? "this engine has no encoder for images (load the projector: --mmproj)"
+                                                       : "this model does not take images");
+        if (r->embed != PITH_EMBED_OFF) return pith_errf(err, "embedding requests take no images");
+        if (r->prompt_logprobs) return pith_errf(err, "prompt logprobs are not available for prompts with images");
+        for (int i = 0; i < r->n_media && r->media && e->sc.whole_spans; i++)
+            if (r->media[i].n_tokens > e->opt.max_batch_tokens)
+                return pith_errf(err, "image %d takes %d tokens, which must be computed in one batch of at most %d "
+                                 "(max_batch_tokens)", i, r->media[i].n_tokens, e->opt.max_batch_tokens);
+    }
     return 0;
 }
 
@@ -356,7 +379,18 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
     if (r->embed != PITH_EMBED_OFF) max_len = r->n_prompt;
     const int n = r->n > 1 ? r->n : 1;
     seq *s;
-    if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) return PITH_SUBMIT_INVALID;
+    media_set *ms = NULL;
+    if (r->n_media && media_set_create(r->media, r->n_media, r->n_prompt, &ms, err)) {
+        pthread_mutex_lock(&e->lock);
+        e->stats.requests_rejected += (uint64_t)n;
+        pthread_mutex_unlock(&e->lock);
+        return PITH_SUBMIT_INVALID;
+    }
+    if (seq_create(r, max_len, e->opt.block_size, e->mem.n_groups, e->tok, &s, err)) {
+        media_set_unref(ms);
+        return PITH_SUBMIT_INVALID;
+    }
+    s->media = ms; /* the request's reference */
     if (n > 1 && !(s->forks = calloc((size_t)n - 1, sizeof *s->forks))) {
         seq_free(s);
         pith_errf(err, "out of memory");
@@ -369,6 +403,7 @@ int pith_engine_submit(pith_engine *e, const pith_request *r, uint64_t *id, pith
             seq_free(s);
             return PITH_SUBMIT_INVALID;
         }
+        c->media = media_set_ref(ms);
         c->sampling.seed += (uint64_t)i;
         c->sibling = i;
         c->fork_parent = s;
@@ -518,6 +553,9 @@ void engine_publish_stats(pith_engine *e) {
     st->generation_tokens = e->n_generated;
     st->weight_generation = e->generation;
     st->requests_restarted = e->n_restarted;
+    st->media_encoded = e->n_media_encoded;
+    st->media_cache_hits = e->n_media_hits;
+    st->encoder_cache_bytes = e->enc.bytes;
     st->paused = e->hold;
     st->asleep = e->asleep;
     pthread_mutex_unlock(&e->lock);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "core/enc_cache.h"
 #include "core/mem.h"
 #include "core/sched.h"
 #include "core/seq.h"
@@ -14,6 +15,16 @@
 /* Logits rows a batch may ask for beyond one per sequence: prompt rows of prompt_logprobs requests
  * (a longer prompt takes more steps). */
 #define ENGINE_PROMPT_ROWS 32
+
+/* One media span's rows for the current step (step_media.c): in the encoder cache (pinned) or, when
+ * larger than its budget, in memory of the step's own (own, freed after the step). */
+typedef struct engine_media_item {
+    uint64_t hash;
+    int rows;
+    const float *data;
+    float *own;
+    bool fresh;                /* encoded this step (not found in the cache) */
+} engine_media_item;
 
 /* What must not change when weights are swapped (engine_admin.c): kept at sleep, when the model may be
  * freed before the wake. */
@@ -64,6 +75,15 @@ struct pith_engine {
     uint8_t *b_want_hidden;    /* [max_batch_tokens], allocated at the first embedding request */
     float *hidden;             /* [max_batch_tokens * n_embd] final hidden rows, likewise */
     float *emb_out;            /* [n_embd] the normalised vector of a final event, likewise */
+    /* Media spans (step_media.c): the encoder cache and, allocated at the first batch with a span, the
+     * batch's embedding rows and attention ends (batch.h). */
+    enc_cache enc;
+    int32_t *b_embed_rows;     /* [max_batch_tokens] */
+    float *b_embeds;           /* [max_batch_tokens * hp.dim] */
+    int32_t *b_attend_last;    /* [max_batch_tokens] */
+    engine_media_item *m_items; /* this step's spans */
+    int n_m_items, cap_m_items;
+    uint64_t n_media_encoded, n_media_hits;
     uint64_t n_forwards;
     uint64_t n_computed_tokens;
     uint64_t n_generated;
@@ -117,6 +137,16 @@ void engine_publish_stats(pith_engine *e);
 int engine_cancel_live(pith_engine *e);
 /* Grows a list of sequence pointers (doubling). 0 or -1. */
 int engine_grow_list(seq ***list, int *cap, int need);
+
+/* step_media.c. After scheduling, before build_batch: encodes (or finds in the encoder cache) every media
+ * span this step's tokens enter. A request whose encoding failed finishes with an error and leaves the
+ * batch. Returns how many sequences were finished so. */
+int engine_media_prepare(pith_engine *e);
+/* Sets b's embed_rows/embeds (and attend_last for whole spans) from what engine_media_prepare found;
+ * leaves them NULL when no token of b is in a span. 0, or -1 with err (out of memory). */
+int engine_media_batch(pith_engine *e, pith_batch *b, pith_err *err);
+/* After the forward pass: the cache's rows may go (unpins them). */
+void engine_media_done(pith_engine *e);
 
 /* logprobs.c: prompt rows and logprobs. */
 /* True when the token at position p of s asks for a logits row. */

@@ -76,13 +76,18 @@ int mem_available(const mem *m, int g) {
     return is_kv(mg) ? kv_pool_available(&mg->pool) : mg->n_free_slots;
 }
 
-/* Chain hashes of s's first n full blocks (they depend only on the tokens, so they are computed once). */
+/* Chain hashes of s's first n full blocks (they depend only on the tokens and the media spans, so they
+ * are computed once). A block overlapping a media span also hashes the span's content (media.h): its
+ * placeholder tokens are the same for every image. */
 static void hash_blocks(const mem *m, seq *s, int n) {
     const int bs = m->block_size;
     for (; s->n_hashed < n; s->n_hashed++) {
         int i = s->n_hashed;
         uint64_t parent = i ? s->names[i - 1] : s->salt;
-        s->names[i] = kv_pool_chain_hash(parent, &s->tokens[(size_t)i * bs], bs);
+        uint64_t h = kv_pool_chain_hash(parent, &s->tokens[(size_t)i * bs], bs);
+        uint64_t media = media_block_key(s->media, i * bs, (i + 1) * bs);
+        if (media) h = kv_pool_chain_hash(h ^ media, &s->tokens[(size_t)i * bs], 0);
+        s->names[i] = h;
     }
 }
 

@@ -122,6 +122,7 @@ static void schedule_tokens(sched *sc, seq *s, int n) {
 static bool reserve_and_schedule(sched *sc, seq *s, int want) {
     for (;;) {
         int end = mem_grow(sc->mem, s, s->n_computed + want);
+        if (sc->whole_spans) end = media_chunk_end(s->media, s->n_computed, end, end);
         if (end > s->n_computed) {
             schedule_tokens(sc, s, end - s->n_computed);
             return true;
@@ -134,10 +135,13 @@ static bool reserve_and_schedule(sched *sc, seq *s, int want) {
 
 static int budget_left(const sched *sc) { return sc->max_batch_tokens - sc->n_batch_tokens; }
 
-/* Prompt tokens of s to schedule now: up to the budget and the next snapshot point (mem.h). */
+/* Prompt tokens of s to schedule now: up to the budget and the next snapshot point (mem.h), and with
+ * whole_spans to a media span's edge (0 when the span it is in does not fit the budget). */
 static int chunk_want(const sched *sc, const seq *s) {
-    int want = mem_chunk_end(sc->mem, s) - s->n_computed;
-    return want < budget_left(sc) ? want : budget_left(sc);
+    int c = s->n_computed, want = mem_chunk_end(sc->mem, s) - c;
+    if (want > budget_left(sc)) want = budget_left(sc);
+    if (sc->whole_spans) want = media_chunk_end(s->media, c, c + want, c + budget_left(sc)) - c;
+    return want;
 }
 
 void sched_schedule(sched *sc) {
@@ -174,7 +178,8 @@ void sched_schedule(sched *sc) {
             i++;
             continue;
         }
-        if (reserve_and_schedule(sc, s, chunk_want(sc, s))) i++;
+        int want = chunk_want(sc, s);
+        if (want == 0 || reserve_and_schedule(sc, s, want)) i++; /* 0: its span waits for a roomier step */
     }
 
     while (sc->n_waiting > 0 && budget_left(sc) > 0) {
@@ -186,7 +191,8 @@ void sched_schedule(sched *sc) {
             insert_ordered(sc->running, &sc->n_running, w);
             /* Admission placed at least the first uncached token in every group; more where it can. */
             int end = mem_grow(sc->mem, w, w->n_computed + chunk_want(sc, w));
-            schedule_tokens(sc, w, end - w->n_computed);
+            if (sc->whole_spans) end = media_chunk_end(w->media, w->n_computed, end, end);
+            if (end > w->n_computed) schedule_tokens(sc, w, end - w->n_computed);
             continue;
         }
         seq *victim = sc->n_running > 0 ? sc->running[sc->n_running - 1] : NULL;

@@ -12,6 +12,8 @@
  *      (mem_admit: the prefix cache's hit plus what the first uncached token needs in every group);
  *      when one cannot be, a running sequence of strictly lower priority is preempted to make room,
  *      else admission stops (no overtaking within the queue).
+ * With whole_spans, a chunk that would end inside a media span ends before it, or, when it starts in the
+ * span, takes the rest of it or waits for a step with room (never preempting for the budget).
  * A preempted sequence frees its memory (its computed full blocks stay in the prefix cache), returns to
  * the waiting queue and later recomputes its tokens.
  *
@@ -29,6 +31,8 @@ typedef struct sched {
     mem *mem;
     int max_num_seqs;
     int max_batch_tokens;
+    bool whole_spans;          /* media spans are computed in one batch (the model's bidirectional_spans):
+                                  a chunk never ends inside one (media.h: media_chunk_end) */
 
     seq **waiting;
     int n_waiting;

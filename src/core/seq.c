@@ -84,6 +84,7 @@ void seq_free(seq *s) {
     free(s->forks);
     pith_sampler_free(s->sampler);
     pith_grammar_matcher_free(s->matcher);
+    media_set_unref(s->media);
     free(s->tokens);
     free(s->blocks);
     free(s->names);

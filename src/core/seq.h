@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/media.h"
 #include "pith/engine.h"
 #include "pith/memory.h"
 
@@ -94,6 +95,7 @@ typedef struct seq {
                                   until the first hidden row */
     int n_pooled;              /* positions 0..n_pooled-1 are in pool (a recompute after preemption
                                   skips them) */
+    media_set *media;          /* the prompt's media spans (media.h), shared with siblings; NULL: none */
     pith_grammar_matcher *matcher; /* structured output (request.grammar), or NULL; kept over preemption */
     pith_token_cb on_token;
     void *user;

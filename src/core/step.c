@@ -510,7 +510,9 @@ static bool step(pith_engine *e, pith_err *err) {
     sched_schedule(sc);
     trim_drafts(e);
     engine_fit_rows(e);
+    if (engine_media_prepare(e) > 0) progressed = true;
     if (sc->n_batch == 0) {
+        engine_media_done(e);
         if (sc->n_waiting > 0 && sc->n_running == 0) {
             /* Cannot happen (a lone sequence always fits); never leave a request stranded if it does. */
             seq *s = sc->waiting[0];
@@ -528,10 +530,12 @@ static bool step(pith_engine *e, pith_err *err) {
     int rc = run_copies(e, err); /* restores into the slots of sequences admitted with a hit */
     if (!rc) rc = embed_buffers(e, err);
     int n_tokens = build_batch(e, &b);
+    if (!rc) rc = engine_media_batch(e, &b, err);
     if (!rc) {
         rc = pith_model_forward(e->model, &b, e->logits, err);
         e->n_forwards++;
     }
+    engine_media_done(e); /* the batch's rows are copies: the cache may evict from here on */
     if (!rc) rc = pool_hidden(e, &b, err);
     if (rc) {
         fail_batch(e, n_seqs, err);
@@ -592,5 +596,6 @@ int engine_check(pith_engine *e, pith_err *err) {
     }
     if (e->sc.n_running > e->opt.max_num_seqs)
         return pith_errf(err, "%d sequences running, limit %d", e->sc.n_running, e->opt.max_num_seqs);
+    if (enc_cache_check(&e->enc, err)) return -1;
     return mem_check(&e->mem, e->sc.running, e->sc.n_running, err);
 }
