@@ -25,7 +25,7 @@ SUDO=""
 export DEBIAN_FRONTEND=noninteractive
 # What building `pith` needs, in both modes.
 BUILD_PKGS="build-essential cmake pkg-config git \
-    libcjson-dev libpcre2-dev libmicrohttpd-dev libzmq3-dev libssl-dev \
+    libcjson-dev libpcre2-dev libmicrohttpd-dev libzmq3-dev libssl-dev libcurl4-openssl-dev \
     libjpeg-dev libpng-dev libwebp-dev \
     libvulkan-dev glslc"
 $SUDO apt-get update -qq

@@ -112,6 +112,14 @@ typedef struct pith_server_options {
     const char *const *allowed_hosts; /* when bound to a loopback address, Host names accepted besides
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
+    /* Images in requests (OpenAI image_url parts): data: URLs always; http(s) URLs fetched only from
+     * these hosts, and only when built with libcurl. */
+    const char *const *allowed_media_domains; /* n_allowed_media_domains hosts: "example.com" (exact, any
+                                       case), or "*.example.com" for any name below it; none: http(s)
+                                       image URLs are refused */
+    int n_allowed_media_domains;
+    size_t media_max_bytes;         /* largest image, decoded or fetched; 0: 20 MiB; larger gets 413 */
+    double media_timeout_s;         /* a fetch (connect, redirects, transfer) lasts at most this; 0: 10 */
     pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
     const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
     int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */
