@@ -133,6 +133,33 @@ class Gemma3Vision(unittest.TestCase):
         self.check(got[0], self.expected(self.seqs[0], [0, 1]), "batched, sequence 0 (images 0, 1), chunk 7")
         self.check(got[1], self.expected(self.seqs[1], [2, 3]), "batched, sequence 1 (images 2, 3), chunk 7")
 
+    def engine(self, seqs, images, batch, blocks):
+        pin, out = os.path.join(self.tmp, "px.f32"), os.path.join(self.tmp, "rows.f32")
+        np.asarray(self.pixels[images], dtype=np.float32).tofile(pin)
+        r = subprocess.run([self.tool, self.model, self.mmproj, pin, f"engine:{batch}:{blocks}", out] +
+                           [",".join(map(str, s)) for s in seqs], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(2, len(seqs), self.ref.n_vocab)
+        words = [line.split() for line in r.stdout.splitlines()]
+        cached = {int(w[1]): int(w[2]) for w in words if w[0] == "cached"}
+        stats = [w for w in words if w[0] == "encoded"][0]
+        return rows, cached, int(stats[1])
+
+    def test_engine(self):
+        """The engine's media spans: both requests at once, the encoder inside the step, batches of TPI + 3
+        tokens (a chunk that would cut an image ends before it), then both again from the prefix cache."""
+        want = [self.expected(self.seqs[0], [0, 1])[-1], self.expected(self.seqs[1], [2, 3])[-1]]
+        rows, cached, encoded = self.engine(self.seqs, [0, 1, 2, 3], TPI + 3, 0)
+        for turn in (0, 1):
+            for s in (0, 1):
+                self.check(rows[turn][s][None], want[s][None], f"engine, turn {turn + 1}, request {s}: last prompt row")
+        self.assertEqual(encoded, 4, "each image is encoded once")
+        for s in (0, 1):
+            n, spans = expand(self.seqs[s])
+            # the hit covers every full block but the last prompt token's, past both images
+            self.assertGreaterEqual(cached[s], (n - 1) // 16 * 16, f"second turn of request {s}: {cached[s]} cached")
+            self.assertGreater(cached[s], spans[-1][1] - 16)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

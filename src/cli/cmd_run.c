@@ -9,6 +9,7 @@
 
 #include "cli/chat.h"
 #include "cli/cli.h"
+#include "cli/images.h"
 #include "cli/progress.h"
 #include "cli/run_batch.h"
 #include "pith/assets.h"
@@ -28,6 +29,9 @@ typedef struct run_opts {
     const char *logits_out;
     const char *chat_template;
     bool chat;
+    const char *mmproj;        /* --mmproj: the vision projector */
+    const char *images[CLI_MAX_IMAGES]; /* --image, in order */
+    int n_images;
     int n_predict;
     int n_threads;
     const char *device;
@@ -62,7 +66,10 @@ static void run_usage(FILE *out) {
             "                          -f is the batch file of one prompt per line)\n"
             "      --chat              interactive chat: each line of stdin is a user turn, rendered with\n"
             "                          the model's chat template (ChatML when it has none)\n"
-            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
+            "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3)\n"
+            "      --image FILE        a JPEG, PNG or WebP image for the prompt (repeatable, up to 16);\n"
+            "                          the prompt's <start_of_image> markers place them, else they come\n"
+            "                          first (docs/multimodal.md)\n"            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
             "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS); -1: until\n"
             "                          EOS or the context is full\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
@@ -143,6 +150,15 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
             o->chat = true;
         } else if (!strcmp(a, "--chat-template")) {
             VALUE(); o->chat_template = v;
+        } else if (!strcmp(a, "--mmproj")) {
+            VALUE(); o->mmproj = v;
+        } else if (!strcmp(a, "--image")) {
+            VALUE();
+            if (o->n_images == CLI_MAX_IMAGES) {
+                fprintf(stderr, "pith run: at most %d --image\n", CLI_MAX_IMAGES);
+                return -1;
+            }
+            o->images[o->n_images++] = v;
         } else if (!strcmp(a, "--logits-out")) {
             VALUE(); o->logits_out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -299,12 +315,22 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
     int32_t *ids = NULL;
     int n_prompt = 0;
     int flags = PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL;
-    if (pith_tokenizer_encode(tok, o->prompt, strlen(o->prompt), flags, &ids, &n_prompt, err)) return -1;
+    cli_images ci = {0};
+    if (o->n_images > 0) {
+        if (cli_images_open(&ci, o->mmproj, o->images, o->n_images, o->n_threads, err)) return -1;
+        if (cli_images_prompt(&ci, tok, o->prompt, &ids, &n_prompt, err)) {
+            cli_images_free(&ci);
+            return -1;
+        }
+    } else if (pith_tokenizer_encode(tok, o->prompt, strlen(o->prompt), flags, &ids, &n_prompt, err)) {
+        return -1;
+    }
     if (n_prompt == 0) {
         free(ids);
         return pith_errf(err, "the prompt encodes to no tokens and the tokenizer has no BOS token");
     }
     pith_engine_options eo = o->batch.engine;
+    if (ci.n > 0) eo.encoder = &ci.enc;
     if (eo.max_num_seqs == 0) eo.max_num_seqs = 1; /* one sequence: a pool for one, unless told otherwise */
     run_stream s = {.limit = o->n_predict < 0 ? INT_MAX : o->n_predict};
     int rc = -1;
@@ -320,7 +346,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
          * max_tokens 0 would mean "up to the length limit". */
         .max_tokens = o->n_predict > 0 ? o->n_predict : o->n_predict < 0 ? 0 : 1,
         .ignore_eos = o->ignore_eos, .return_logits = s.logits_file != NULL,
-        .on_token = on_run_token, .user = &s,
+        .on_token = on_run_token, .user = &s, .media = ci.media, .n_media = ci.n,
     };
     double t0 = now_s();
     if (pith_engine_submit(s.e, &q, NULL, err)) goto done;
@@ -360,6 +386,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
     rc = interrupted ? 130 : 0;
 done:
     pith_engine_free(s.e);
+    cli_images_free(&ci);
     if (s.logits_file && fclose(s.logits_file) && rc == 0) rc = pith_errf(err, "writing %s failed", o->logits_out);
     free(ids);
     return rc;
@@ -382,6 +409,14 @@ int pith_cmd_run(int argc, char **argv) {
 
     if (o.chat && (o.batch.prompts_path || o.logits_out)) {
         fprintf(stderr, "pith run: --chat cannot be combined with -f or --logits-out\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.n_images > 0 && (o.chat || o.batch.prompts_path || o.tp > 1 || o.pp > 1)) {
+        fprintf(stderr, "pith run: --image is for a single prompt (-p), in one process\n");
+        return PITH_EXIT_USAGE;
+    }
+    if (o.mmproj && o.n_images == 0) {
+        fprintf(stderr, "pith run: --mmproj without --image: nothing to encode\n");
         return PITH_EXIT_USAGE;
     }
     if (o.batch.prompts_path && o.logits_out) {

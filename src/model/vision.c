@@ -330,3 +330,32 @@ int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *p
     pith_image_free(&sized);
     return 0;
 }
+
+/* Images per encoder step: the activations grow with the patches (4096 per 896-pixel image), so a step
+ * with many images is cut into a few. */
+#define VISION_STEP_IMAGES 4
+
+static int encode_items(void *user, const pith_media *const *items, int n, float *const *out, pith_err *err) {
+    pith_vision *v = user;
+    const pith_vision_hparams *hp = &v->hp;
+    const size_t img = (size_t)3 * hp->image_size * hp->image_size, rows = (size_t)hp->tokens_per_image * hp->out_dim;
+    for (int i = 0; i < n; i++)
+        if (items[i]->n_input != img || items[i]->n_tokens != hp->tokens_per_image)
+            return pith_errf(err, "image %d: %zu input floats and %d tokens; this encoder takes %zu and makes %d", i,
+                             items[i]->n_input, items[i]->n_tokens, img, hp->tokens_per_image);
+    float *px = malloc(VISION_STEP_IMAGES * img * sizeof *px), *y = malloc(VISION_STEP_IMAGES * rows * sizeof *y);
+    int rc = px && y ? 0 : pith_errf(err, "out of memory for %d images", n);
+    for (int i = 0; i < n && !rc; i += VISION_STEP_IMAGES) {
+        int k = n - i < VISION_STEP_IMAGES ? n - i : VISION_STEP_IMAGES;
+        for (int j = 0; j < k; j++) memcpy(px + j * img, items[i + j]->input, img * sizeof *px);
+        rc = pith_vision_encode(v, px, k, y, err);
+        for (int j = 0; j < k && !rc; j++) memcpy(out[i + j], y + j * rows, rows * sizeof *y);
+    }
+    free(px);
+    free(y);
+    return rc;
+}
+
+void pith_vision_encoder(pith_vision *v, pith_encoder *out) {
+    *out = (pith_encoder){.out_dim = v->hp.out_dim, .encode = encode_items, .user = v};
+}

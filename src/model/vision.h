@@ -15,6 +15,8 @@
 
 #include "backend/backend.h"
 #include "image/image.h"
+#include "pith/engine.h"
+#include "pith/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +54,23 @@ int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *p
 /* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
  * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
 int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err);
+
+/* The image marker a chat template writes for an image part (Gemma 3's "<start_of_image>"). */
+const char *pith_vision_marker(const pith_vision *v);
+
+/* A prompt with images, as the model's processor makes it: every image marker in text stands for the
+ * next of n_images images (pixels[i], from pith_vision_preprocess) and is expanded as the processor
+ * does (Gemma 3: "\n\n<start_of_image>", tokens_per_image "<image_soft_token>", "<end_of_image>\n\n"),
+ * then the whole text is tokenized with tok (flags: pith_tokenizer_encode's; special tokens are always
+ * parsed) into *ids (malloc'd), and media[0..n_images) get the spans of image tokens. Refuses a
+ * tokenizer without the model's image tokens, and a marker count other than n_images. */
+int pith_vision_prompt(const pith_vision *v, const pith_tokenizer *tok, const char *text, size_t len, int flags,
+                       float *const *pixels, int n_images, int32_t **ids, int *n_ids, pith_media *media, pith_err *err);
+
+/* The engine's encoder (engine.h: pith_encoder) over v: items are preprocessed images (n_input ==
+ * 3 * image_size^2, n_tokens == tokens_per_image, else the item is refused with an error), encoded a few
+ * at a time in one encoder step. v must outlive the engine. */
+void pith_vision_encoder(pith_vision *v, pith_encoder *out);
 
 #ifdef __cplusplus
 }

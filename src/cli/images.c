@@ -1,0 +1,66 @@
+#include "cli/images.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "cli/cli.h"
+#include "image/image.h"
+#include "model/vision.h"
+
+void cli_images_free(cli_images *ci) {
+    for (int i = 0; i < ci->n; i++) free(ci->pixels[i]);
+    pith_vision_free(ci->v);
+    pith_backend_free(ci->be);
+    memset(ci, 0, sizeof *ci);
+}
+
+/* Decodes and prepares one file into pixels (malloc'd). */
+static int prepare(const pith_vision *v, const char *path, float **pixels, pith_err *err) {
+    char *bytes;
+    size_t len;
+    if (cli_read_file(path, &bytes, &len, err)) return -1;
+    pith_image img = {0};
+    const pith_vision_hparams *hp = pith_vision_hparams_of(v);
+    int rc = pith_image_decode((const uint8_t *)bytes, len, NULL, &img, err);
+    free(bytes);
+    if (!rc && !(*pixels = malloc((size_t)3 * hp->image_size * hp->image_size * sizeof **pixels)))
+        rc = pith_errf(err, "out of memory");
+    if (!rc) rc = pith_vision_preprocess(v, &img, *pixels, err);
+    pith_image_free(&img);
+    return rc ? pith_err_prefix(err, "%s", path) : 0;
+}
+
+int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err) {
+    memset(ci, 0, sizeof *ci);
+    if (n > CLI_MAX_IMAGES) return pith_errf(err, "%d images: at most %d", n, CLI_MAX_IMAGES);
+    if (!mmproj) return pith_errf(err, "--image needs the model's projector file (--mmproj FILE)");
+    if (pith_backend_cpu_create(n_threads, &ci->be, err) || pith_vision_open(mmproj, ci->be, &ci->v, err)) {
+        pith_err_prefix(err, "%s", mmproj);
+        cli_images_free(ci);
+        return -1;
+    }
+    pith_vision_encoder(ci->v, &ci->enc);
+    for (; ci->n < n; ci->n++) {
+        if (prepare(ci->v, paths[ci->n], &ci->pixels[ci->n], err)) {
+            cli_images_free(ci);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *prompt, int32_t **ids, int *n_ids,
+                      pith_err *err) {
+    const char *marker = pith_vision_marker(ci->v);
+    size_t ml = strlen(marker), pl = strlen(prompt);
+    bool has = strstr(prompt, marker) != NULL;
+    char *text = malloc(pl + (has ? 0 : (size_t)ci->n * ml) + 1);
+    if (!text) return pith_errf(err, "out of memory");
+    size_t at = 0;
+    for (int i = 0; i < ci->n && !has; i++, at += ml) memcpy(text + at, marker, ml);
+    memcpy(text + at, prompt, pl + 1);
+    int rc = pith_vision_prompt(ci->v, tok, text, at + pl, PITH_TOK_ADD_BOS, ci->pixels, ci->n, ids, n_ids, ci->media, err);
+    free(text);
+    return rc;
+}

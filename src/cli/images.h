@@ -1,0 +1,38 @@
+/* Images for `pith run` (--mmproj, --image): the projector file opened on a CPU backend of its own, each
+ * image file decoded and prepared as the model's processor does, and the prompt tokenized with their
+ * spans (model/vision.h), ready for one engine request. Owns all of it until cli_images_free. */
+#ifndef PITH_CLI_IMAGES_H
+#define PITH_CLI_IMAGES_H
+
+#include "pith/engine.h"
+#include "pith/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CLI_MAX_IMAGES 16
+
+typedef struct cli_images {
+    struct pith_backend *be;
+    struct pith_vision *v;
+    pith_encoder enc;          /* for pith_engine_options.encoder */
+    float *pixels[CLI_MAX_IMAGES];
+    pith_media media[CLI_MAX_IMAGES];
+    int n;
+} cli_images;
+
+/* Opens mmproj (n_threads worker threads) and prepares the n image files. 0, or -1 with err naming the
+ * file that failed; *ci is then empty. */
+int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err);
+/* The prompt's ids (BOS added, special tokens parsed) with the images' spans in ci->media. A prompt
+ * without the model's image marker gets one per image at its start. */
+int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *prompt, int32_t **ids, int *n_ids,
+                      pith_err *err);
+void cli_images_free(cli_images *ci);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
