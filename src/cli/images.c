@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
 #include "image/image.h"
 #include "model/vision.h"
@@ -11,7 +10,6 @@
 void cli_images_free(cli_images *ci) {
     for (int i = 0; i < ci->n; i++) free(ci->pixels[i]);
     pith_vision_free(ci->v);
-    pith_backend_free(ci->be);
     memset(ci, 0, sizeof *ci);
 }
 
@@ -35,8 +33,7 @@ int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths
     memset(ci, 0, sizeof *ci);
     if (n > CLI_MAX_IMAGES) return pith_errf(err, "%d images: at most %d", n, CLI_MAX_IMAGES);
     if (!mmproj) return pith_errf(err, "--image needs the model's projector file (--mmproj FILE)");
-    if (pith_backend_cpu_create(n_threads, &ci->be, err) || pith_vision_open(mmproj, ci->be, &ci->v, err)) {
-        pith_err_prefix(err, "%s", mmproj);
+    if (pith_vision_load(mmproj, n_threads, &ci->v, err)) { /* the error names the file */
         cli_images_free(ci);
         return -1;
     }

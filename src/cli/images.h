@@ -1,4 +1,4 @@
-/* Images for `pith run` (--mmproj, --image): the projector file opened on a CPU backend of its own, each
+/* Images for `pith run` (--mmproj, --image): the projector file (on a CPU backend of its own), each
  * image file decoded and prepared as the model's processor does, and the prompt tokenized with their
  * spans (model/vision.h), ready for one engine request. Owns all of it until cli_images_free. */
 #ifndef PITH_CLI_IMAGES_H
@@ -14,7 +14,6 @@ extern "C" {
 #define CLI_MAX_IMAGES 16
 
 typedef struct cli_images {
-    struct pith_backend *be;
     struct pith_vision *v;
     pith_encoder enc;          /* for pith_engine_options.encoder */
     float *pixels[CLI_MAX_IMAGES];

@@ -19,6 +19,7 @@ struct pith_vision {
     pith_vision_hparams hp;
     pith_gguf *g;
     pith_backend *be;
+    pith_backend *own_be;        /* pith_vision_load's: freed with the encoder */
     pith_tensor patch_t, proj_t; /* 2-D views of the patch kernel and of the transposed projection */
     float *proj_data;
     pith_weight *patch_w, *proj;
@@ -249,7 +250,21 @@ void pith_vision_free(pith_vision *v) {
     free(v->proj_data);
     free(v->rows);
     pith_gguf_close(v->g);
+    pith_backend *own = v->own_be;
     free(v);
+    pith_backend_free(own); /* last: the weights and buffers above lived in it */
+}
+
+int pith_vision_load(const char *path, int n_threads, pith_vision **out, pith_err *err) {
+    pith_backend *be;
+    *out = NULL;
+    if (pith_backend_cpu_create(n_threads, &be, err)) return -1;
+    if (pith_vision_open(path, be, out, err)) {
+        pith_backend_free(be);
+        return -1;
+    }
+    (*out)->own_be = be;
+    return 0;
 }
 
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v) { return &v->hp; }

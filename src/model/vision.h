@@ -43,6 +43,9 @@ typedef struct pith_vision pith_vision;
  * does). Refuses other projector types, missing or misshapen tensors and inconsistent sizes with a message
  * naming them. */
 int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err);
+/* pith_vision_open on a CPU backend of its own (n_threads workers; 0: one per online CPU), which
+ * pith_vision_free frees: for callers outside the model layer (the CLI, the server). */
+int pith_vision_load(const char *path, int n_threads, pith_vision **out, pith_err *err);
 void pith_vision_free(pith_vision *v);
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
 
