@@ -162,8 +162,9 @@ static void test_helpers(void) {
     float other[4] = {1, 2, 3, 5};
     pith_media a = {.pos = 0, .n_tokens = 4, .input = in, .n_input = 4}, b = a;
     b.input = other;
-    media_set *sa, *sb;
-    CHECK(media_set_create(&a, 1, 8, &sa, &err) == 0 && media_set_create(&b, 1, 8, &sb, &err) == 0);
+    media_set *sa = NULL, *sb = NULL;
+    CHECK(media_set_create(&a, 1, 8, &sa, &err) == 0);
+    CHECK(media_set_create(&b, 1, 8, &sb, &err) == 0);
     CHECK(media_block_key(sa, 0, 4) != media_block_key(sb, 0, 4)); /* another image: another name */
     media_set_unref(sa);
     media_set_unref(sb);
