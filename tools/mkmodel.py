@@ -339,7 +339,7 @@ PRESETS.update(mkmodel_phi3.PRESETS)   # Phi-3 / Phi-4: tools/mkmodel_phi3.py
 import mkmodel_glm4moe as GLM4MOE  # noqa: E402
 PRESETS.update(GLM4MOE.PRESETS)
 
-DEFAULTS = dict(arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
+DEFAULTS = dict(image_tokens=False, arch="llama", dim=128, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=512,
                 theta=10000.0, ctx=2048, eps=1e-5, tied=False, qkv_bias=None, qk_norm=None, rope_scaling=None,
                 rope_factor=8.0, rope_low_freq=1.0, rope_high_freq=4.0, rope_orig_ctx=8192,
                 hf_type=None, sliding_window=None, swa_pattern=None, layer_types=None, rope_local_theta=None,
@@ -603,8 +603,12 @@ class Config:
 # ---------------------------------------------------------------------------------------------------------
 # Vocabulary.
 
-def vocabulary(n_vocab):
-    """(pieces with '▁' for spaces, scores, token types) for a SentencePiece-style llama vocabulary."""
+GEMMA3_IMAGE_TOKENS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+
+
+def vocabulary(n_vocab, image_tokens=False):
+    """(pieces with '▁' for spaces, scores, token types) for a SentencePiece-style llama vocabulary. With
+    image_tokens the last three pieces are Gemma 3's image control tokens (GEMMA3_IMAGE_TOKENS)."""
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [2, 3, 3] + [6] * 256   # unknown, control, byte
     letters = "etaoinshrdlucmfwypvbgkjqxz"
@@ -638,6 +642,10 @@ def vocabulary(n_vocab):
     for i in range(n_special, n_vocab):
         if len(pieces[i]) == 1:
             scores[i] = -1e6 - i
+    if image_tokens:
+        for k, t in enumerate(GEMMA3_IMAGE_TOKENS):
+            i = n_vocab - 3 + k
+            pieces[i], types[i], scores[i] = t, 3, 0.0
     return pieces, scores, types
 
 
@@ -1724,7 +1732,7 @@ def write_gguf(cfg, path, dtype="F32", seed=0, name="random", tokenizer_json=Non
     if tokenizer_json:
         add_hf_bpe_vocabulary(w, tokenizer_json, cfg.vocab, chat_template)
     else:
-        pieces, scores, types = vocabulary(cfg.vocab)
+        pieces, scores, types = vocabulary(cfg.vocab, cfg.image_tokens)
         w.add_str("tokenizer.ggml.model", "llama")
         w.add_array("tokenizer.ggml.tokens", pieces, G.STRING)
         w.add_array("tokenizer.ggml.scores", np.array(scores, dtype=np.float32), G.FLOAT32)
@@ -2067,6 +2075,9 @@ def main(argv=None):
     ap.add_argument("--tokenizer-json", help="GGUF: embed this Hugging Face byte-level BPE tokenizer.json (and the "
                     "tokenizer_config.json beside it) as a gpt2 vocabulary; --vocab at least its size")
     ap.add_argument("--chat-template", help="GGUF: a Jinja file written as tokenizer.chat_template")
+    ap.add_argument("--image-tokens", action="store_true", default=None,
+                    help="GGUF: the vocabulary's last three pieces are Gemma 3's image tokens (<start_of_image>, "
+                         "<end_of_image>, <image_soft_token>), for tests of prompts with images")
     ap.add_argument("--vocab-only", action="store_true", help="with --tokenizer-json: write only the vocabulary")
     ap.add_argument("--random-blocks", action="store_true",
                     help="GGUF MXFP4, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices (and the K-quant mixes) as random "
@@ -2107,6 +2118,7 @@ def main(argv=None):
                            rope_factor=args.rope_factor, rope_low_freq=args.rope_low_freq,
                            rope_high_freq=args.rope_high_freq, rope_orig_ctx=args.rope_orig_ctx,
                            rope_scaling=rope, hf_type=args.hf_type, sliding_window=args.sliding_window,
+                           image_tokens=args.image_tokens,
                            swa_pattern=args.swa_pattern, rope_local_theta=args.rope_local_theta,
                            query_pre_attn_scalar=args.query_pre_attn_scalar, final_softcap=args.final_softcap,
                            no_rope_interval=args.no_rope_interval, experts=args.experts,

@@ -112,10 +112,10 @@ typedef struct pith_server_options {
     const char *const *allowed_hosts; /* when bound to a loopback address, Host names accepted besides
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
-    /* Images in requests (OpenAI image_url parts), read by src/server/media.c: data: URLs always; http(s)
-     * URLs fetched only from these hosts, and only when built with libcurl. Not used yet: the server
-     * does not accept image parts so far (docs/multimodal.md, Not yet), and pith serve has no flags
-     * for them. */
+    /* Images in requests (docs/multimodal.md): the vision projector file (llama.cpp's mmproj GGUF; NULL:
+     * the model takes no images), loaded beside the model (one model only). Image parts may be data:
+     * URLs always, http(s) URLs only from these hosts (and only when built with libcurl). */
+    const char *mmproj_path;
     const char *const *allowed_media_domains; /* n_allowed_media_domains hosts: "example.com" (exact, any
                                        case), or "*.example.com" for any name below it; none: http(s)
                                        image URLs are refused */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "backend/info.h"
+#include "cli/bench_image.h"
 #include "cli/bench_spec.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
@@ -48,6 +49,8 @@ typedef struct bench_opts {
     const char *draft_model, *prompts_file;
     int spec_max_draft;
     bool reps_given, n_gen_given;
+    /* the image mode (bench_image.h) */
+    const char *mmproj, *image;
 } bench_opts;
 
 static void bench_usage(FILE *out) {
@@ -104,7 +107,14 @@ static void bench_usage(FILE *out) {
             "  -md, --draft-model PATH   the draft model (same vocabulary as -m; implies --spec-type draft)\n"
             "  -f, --file PATH         the prompts, one per line\n"
             "      --spec-max-draft N  tokens per draft (default 8, at most 16)\n"
-            "      --json              one JSON object per test (one per line) instead of the table\n"
+            "\n"
+            "Image mode: with --mmproj, the encoder time of one image and the text model's prefill of a prompt\n"
+            "of one image's tokens (BOS, the image, 8 text tokens; the rows from the encoder cache), -r times\n"
+            "each, with their share of the compute peak (FP32 FMA for the encoder; the model's weights' peak\n"
+            "for the prefill), measured with the same threads just before (CPU only):\n"
+            "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3)\n"
+            "      --image FILE        the image to encode (default: a 640x480 synthetic gradient)\n"
+            "\n"            "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"
             "\n"
             "PITH_FORCE_SCALAR=1 selects the portable kernels, for the model and the probes alike;\n"
@@ -228,6 +238,10 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "--spec-max-draft")) {
             VALUE(); if (!cli_parse_int("bench", a, v, 1, 16, &iv)) return -1;
             o->spec_max_draft = (int)iv;
+        } else if (!strcmp(a, "--mmproj")) {
+            VALUE(); o->mmproj = v;
+        } else if (!strcmp(a, "--image")) {
+            VALUE(); o->image = v;
         } else if (!strcmp(a, "--no-warmup")) {
             o->warmup = false;
         } else if (!strcmp(a, "--json")) {
@@ -237,6 +251,14 @@ static int parse_bench_args(int argc, char **argv, bench_opts *o) {
             return -1;
         }
 #undef VALUE
+    }
+    if (o->image && !o->mmproj) {
+        fprintf(stderr, "pith bench: --image needs --mmproj (the image mode)\n");
+        return -1;
+    }
+    if (o->mmproj && (o->spec_type != PITH_SPEC_OFF || o->prompts_file || o->tp > 1 || o->pp > 1)) {
+        fprintf(stderr, "pith bench: the image mode (--mmproj) runs alone: no --spec-type, -f, --tp or --pp\n");
+        return -1;
     }
     if (o->spec_type != PITH_SPEC_OFF || o->prompts_file) {
         if (o->spec_type == PITH_SPEC_OFF || !o->prompts_file) {
@@ -677,6 +699,19 @@ int pith_cmd_bench(int argc, char **argv) {
         int rc = bench_threads(&c, o.threads[0], force_scalar, &err);
         if (rc) fprintf(stderr, "pith bench: %s\n", err.msg);
         return cli_dist_end(o.comm, rc == -2 ? PITH_EXIT_USAGE : rc ? 1 : 0);
+    }
+    if (o.mmproj) {
+        if (strcmp(pith_backend_device_or_env(o.device), "cpu")) {
+            fprintf(stderr, "pith bench: the image mode runs on the CPU (the vision ops are CPU-only so far); leave out "
+                            "--device and PITH_DEVICE\n");
+            return PITH_EXIT_USAGE;
+        }
+        bench_image_opts io = {.model = o.model, .mmproj = o.mmproj, .image = o.image, .threads = o.threads,
+                               .n_thread_counts = o.n_thread_counts, .reps = o.reps, .json = o.json,
+                               .warmup = o.warmup, .force_scalar = force_scalar};
+        int rc = cli_bench_image(&io, &err);
+        if (rc) fprintf(stderr, "pith bench: %s\n", err.msg);
+        return rc ? 1 : 0;
     }
     if (o.spec_type != PITH_SPEC_OFF) {
         if (strcmp(pith_backend_device_or_env(o.device), "cpu")) {

@@ -23,6 +23,7 @@
 #define MAX_KEYS 64
 #define MAX_CORS 64
 #define MAX_HOSTS 64
+#define MAX_MEDIA_DOMAINS 256
 #define MAX_MODELS 256
 
 typedef struct serve_opts {
@@ -34,6 +35,8 @@ typedef struct serve_opts {
     pith_server_model models[MAX_MODELS];
     char *model_args[MAX_MODELS]; /* -m NAME=PATH copies, split at '=' in place */
     char *hosts_buf;   /* --allowed-hosts values, split at commas in place */
+    const char *media_domains[MAX_MEDIA_DOMAINS];
+    char *media_domain_copies[MAX_MEDIA_DOMAINS]; /* what media_domains points at, owned */
     double drain_timeout_s;
 } serve_opts;
 
@@ -55,6 +58,9 @@ static void serve_usage(FILE *out) {
             "      --chat-template FILE  Jinja chat template overriding the model's (default: the model's,\n"
             "                            else ChatML)\n"
             "      --model-name NAME     model id clients use (default: the model file's base name)\n"
+            "      --mmproj FILE         the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3): chat\n"
+            "                            image_url parts, Responses input_image and Messages image blocks\n"
+            "                            (docs/multimodal.md; one model only)\n"
             "\n"
             "several models (the request's \"model\" picks one; see docs/api.md, Several models):\n"
             "  -m, --model NAME=PATH     serve PATH as NAME (repeatable; loaded on first use)\n"
@@ -89,6 +95,13 @@ static void serve_usage(FILE *out) {
             "      --allowed-hosts H,H   on a loopback address, Host names accepted besides localhost,\n"
             "                            127.x.x.x and [::1]; * for any (default: those only, others get\n"
             "                            403, which stops DNS rebinding)\n"
+            "      --allowed-media-domains H,H  hosts whose http(s) image URLs (image_url parts) the server\n"
+            "                            fetches; *.example.com for any name below example.com (repeatable;\n"
+            "                            default: none, only data: URLs are accepted)\n"
+            "      --media-max-bytes BYTES  largest image, sent as data: or fetched, e.g. 5M (default 20M);\n"
+            "                            larger gets 413\n"
+            "      --media-timeout SECONDS  how long fetching one image URL may take, connecting and\n"
+            "                            redirects included (default 10)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
@@ -153,6 +166,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     s->admin_keys = o->admin_keys;
     s->cors_origins = o->cors;
     s->allowed_hosts = o->hosts;
+    s->allowed_media_domains = o->media_domains;
     s->models = o->models;
     e->max_waiting = 256;
     o->drain_timeout_s = 30;
@@ -203,6 +217,8 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             VALUE(); s->tokenizer_path = v;
         } else if (!strcmp(a, "--chat-template")) {
             VALUE(); s->chat_template_path = v;
+        } else if (!strcmp(a, "--mmproj")) {
+            VALUE(); s->mmproj_path = v;
         } else if (!strcmp(a, "--model-name")) {
             VALUE(); s->model_name = v;
         } else if (!strcmp(a, "--host")) {
@@ -237,6 +253,34 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
                 fprintf(stderr, "pith serve: --allowed-hosts needs at least one name (or *)\n");
                 return -1;
             }
+        } else if (!strcmp(a, "--allowed-media-domains")) {
+            VALUE();
+            const char *p = v;
+            while (*p) {
+                size_t len = strcspn(p, ",");
+                if (len) {
+                    if (memchr(p, '/', len) || memchr(p, '@', len) || memchr(p, ' ', len) ||
+                        (len == 1 && *p == '*')) {
+                        fprintf(stderr, "pith serve: --allowed-media-domains takes host names (or *.DOMAIN), "
+                                        "not '%.*s'\n", (int)len, p);
+                        return -1;
+                    }
+                    if (s->n_allowed_media_domains == MAX_MEDIA_DOMAINS) {
+                        fprintf(stderr, "pith serve: at most %d --allowed-media-domains names\n", MAX_MEDIA_DOMAINS);
+                        return -1;
+                    }
+                    char *h = strndup(p, len);
+                    if (!h) return -1;
+                    o->media_domain_copies[s->n_allowed_media_domains] = h;
+                    o->media_domains[s->n_allowed_media_domains++] = h;
+                }
+                p += len + (p[len] == ',');
+            }
+        } else if (!strcmp(a, "--media-max-bytes")) {
+            VALUE(); if (!cli_parse_size("serve", a, v, &s->media_max_bytes)) return -1;
+        } else if (!strcmp(a, "--media-timeout")) {
+            VALUE(); if (!cli_parse_float("serve", a, v, 0.001, 86400, &fv)) return -1;
+            s->media_timeout_s = fv;
         } else if (!strcmp(a, "--api-key-file")) {
             VALUE(); s->api_key_file = v;
         } else if (!strcmp(a, "--admin-key")) {
@@ -401,6 +445,7 @@ static int serve(serve_opts *op);
 static void serve_opts_free(serve_opts *o) {
     free(o->hosts_buf);
     for (int i = 0; i < o->srv.n_models; i++) free(o->model_args[i]);
+    for (int i = 0; i < o->srv.n_allowed_media_domains; i++) free(o->media_domain_copies[i]);
 }
 
 int pith_cmd_serve(int argc, char **argv) {

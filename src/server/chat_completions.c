@@ -7,7 +7,10 @@
 #include "server/buf.h"
 #include "server/generate.h"
 #include "server/handlers.h"
+#include "server/images.h"
+#include "server/server_internal.h"
 #include "server/tools.h"
+#include "model/vision.h"
 
 #define MAX_MESSAGES 4096
 
@@ -19,9 +22,11 @@ static int check_content(const cJSON *content, int i, api_error *err) {
     cJSON_ArrayForEach(part, content) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        const char *url;
+        if (server_image_part(part, &url)) continue; /* checked when loaded (images.c) */
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
             return api_errorf(err, 400, "unsupported_content", "messages",
-                              "messages[%d]: only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", i);
+                              "messages[%d]: only text and image_url content parts are supported", i);
     }
     return 0;
 }
@@ -45,8 +50,10 @@ static int check_messages(const cJSON *msgs, api_error *err) {
 }
 
 /* A copy of the messages where each list of text parts becomes one string (parts joined by "\n", as
- * vLLM does): most templates only know string content. */
-static cJSON *flatten_messages(const cJSON *msgs) {
+ * vLLM does): most templates only know string content. An image part becomes the model's image marker
+ * (marker; NULL: no images are served, and check_content let none through to here unless loading them
+ * refuses first). */
+static cJSON *flatten_messages(const cJSON *msgs, const char *marker) {
     cJSON *copy = cJSON_Duplicate(msgs, true);
     cJSON *m;
     cJSON_ArrayForEach(m, copy) {
@@ -57,7 +64,9 @@ static cJSON *flatten_messages(const cJSON *msgs) {
         int i = 0;
         cJSON_ArrayForEach(part, content) {
             if (i++) buf_puts(&text, "\n");
-            buf_puts(&text, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
+            const char *url;
+            if (server_image_part(part, &url)) buf_puts(&text, marker ? marker : "");
+            else buf_puts(&text, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
         }
         bool ok = !text.failed && cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(text.data ? text.data : ""));
         buf_free(&text);
@@ -111,7 +120,7 @@ int chat_render_text(pith_server *srv, const cJSON *body, char **text, size_t *l
     api_error verr = {0};
     cJSON *vars = template_vars(body, &verr);
     if (!vars) return verr.status ? (*err = verr, -1) : api_errorf(err, 500, "internal_error", NULL, "out of memory");
-    cJSON *flat = flatten_messages(msgs);
+    cJSON *flat = flatten_messages(msgs, srv->vision ? pith_vision_marker(srv->vision) : NULL);
     if (!flat) {
         cJSON_Delete(vars);
         return api_errorf(err, 500, "internal_error", NULL, "out of memory");
@@ -147,20 +156,39 @@ int chat_build_prompt_tools(pith_server *srv, const cJSON *body, chat_tools *too
     memset(out, 0, sizeof *out);
     char *text;
     size_t len;
-    if (chat_render_text(srv, body, &text, &len, err)) return -1;
+    server_images im;
+    /* images first: a bad one is refused before the template runs */
+    if (server_images_load(srv, cJSON_GetObjectItemCaseSensitive(body, "messages"), &im, err)) return -1;
+    if (chat_render_text(srv, body, &text, &len, err)) {
+        server_images_free(&im);
+        return -1;
+    }
     pith_err why;
     int rc;
     tools_note_prompt(tools, text, len);
-    rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
-    free(text);
-    if (rc) {
-        server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
-        return api_errorf(err, 400, "invalid_value", "messages", "the messages could not be tokenized");
+    if (im.n > 0) {
+        rc = server_images_prompt(srv, &im, text, len, &out->ids, &out->n, err);
+        free(text);
+        if (rc || !(out->images = malloc(sizeof *out->images))) {
+            server_images_free(&im);
+            free(out->ids);
+            memset(out, 0, sizeof *out);
+            return rc ? -1 : api_errorf(err, 500, "internal_error", NULL, "out of memory");
+        }
+        *out->images = im;
+    } else {
+        rc = pith_tokenizer_encode(srv->tok, text, len, PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL, &out->ids, &out->n, &why);
+        free(text);
+        if (rc) {
+            server_log(srv, PITH_LOG_ERROR, "tokenizer: %s", why.msg);
+            return api_errorf(err, 400, "invalid_value", "messages", "the messages could not be tokenized");
+        }
     }
     int bos = pith_tokenizer_bos(srv->tok);
     if (out->n >= 2 && bos >= 0 && out->ids[0] == bos && out->ids[1] == bos) {
         memmove(out->ids, out->ids + 1, (size_t)(out->n - 1) * sizeof *out->ids);
         out->n--;
+        for (int i = 0; out->images && i < out->images->n; i++) out->images->media[i].pos--;
     }
     return 0;
 }

@@ -1,4 +1,5 @@
 #include "server/generate.h"
+#include "server/images.h"
 
 #include <stdlib.h>
 #ifdef __GLIBC__
@@ -54,8 +55,15 @@ int gen_check_model(pith_server *srv, const char *model, api_error *err) {
                       model, srv->model_name);
 }
 
+void gen_prompt_clear(gen_prompt *p) {
+    free(p->ids);
+    if (p->images) server_images_free(p->images);
+    free(p->images);
+    memset(p, 0, sizeof *p);
+}
+
 void gen_prompts_free(gen_prompt *prompts, int n) {
-    for (int i = 0; prompts && i < n; i++) free(prompts[i].ids);
+    for (int i = 0; prompts && i < n; i++) gen_prompt_clear(&prompts[i]);
     free(prompts);
 }
 
@@ -185,6 +193,7 @@ enum MHD_Result gen_run(http_request *r, gen_kind kind, gen_params *p, gen_promp
             .prompt_logprobs = p->prompt_logprobs >= 0 && i % p->n == 0,
             .prompt_top_logprobs = p->prompt_logprobs > 0 ? p->prompt_logprobs : 0,
             .grammar = p->grammar,
+            .media = pr->images ? pr->images->media : NULL, .n_media = pr->images ? pr->images->n : 0,
         };
         q.sampling.seed = seed + (uint64_t)i;
         pith_err why;

@@ -13,6 +13,7 @@
 typedef struct gen_prompt {
     int32_t *ids;   /* owned */
     int n;
+    struct server_images *images; /* owned; NULL: none (images.h: their spans in ids) */
 } gen_prompt;
 
 /* Refuses with 503 while the model is loading or the server drains. Returns true when a response was
@@ -45,6 +46,8 @@ int gen_check_lengths(pith_server *srv, gen_kind kind, const gen_params *p, cons
                       api_error *err);
 
 void gen_prompts_free(gen_prompt *prompts, int n);
+/* Frees one prompt's ids and images (a prompt held by value: /tokenize, count_tokens) and zeroes it. */
+void gen_prompt_clear(gen_prompt *p);
 /* The error for a choice cancelled by the server: shutting down (drain), or aborted by an admin. */
 void gen_cancelled_error(pith_server *srv, api_error *e);
 /* The error for a choice the model failed: 503 when another rank of a tensor-parallel job failed (the

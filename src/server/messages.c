@@ -74,9 +74,43 @@ static const char *call_name(const cJSON *msgs, const char *id) {
     return NULL;
 }
 
+/* An image block as a chat image_url part: base64 sources become data: URLs, url sources stay URLs
+ * (fetched only from the allowed hosts: media.h). NULL with err when malformed. */
+static cJSON *image_part(const cJSON *block, int i, int k, api_error *err) {
+    const cJSON *src = field(block, "source");
+    const char *st = type_of(src);
+    buf url = {0};
+    if (st && !strcmp(st, "base64")) {
+        const cJSON *mt = field(src, "media_type"), *data = field(src, "data");
+        if (!cJSON_IsString(mt) || !cJSON_IsString(data)) {
+            api_errorf(err, 400, "invalid_value", "messages",
+                       "messages[%d].content[%d]: a base64 image source needs media_type and data", i, k);
+            return NULL;
+        }
+        buf_printf(&url, "data:%s;base64,", mt->valuestring);
+        buf_puts(&url, data->valuestring);
+    } else if (st && !strcmp(st, "url") && cJSON_IsString(field(src, "url"))) {
+        buf_puts(&url, field(src, "url")->valuestring);
+    } else {
+        api_errorf(err, 400, "invalid_value", "messages",
+                   "messages[%d].content[%d]: an image block needs a base64 or url source", i, k);
+        return NULL;
+    }
+    cJSON *p = url.failed ? NULL : cJSON_CreateObject(), *iu = p ? cJSON_AddObjectToObject(p, "image_url") : NULL;
+    if (!iu || !cJSON_AddStringToObject(p, "type", "image_url") || !cJSON_AddStringToObject(iu, "url", url.data)) {
+        cJSON_Delete(p);
+        p = NULL;
+        api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    }
+    buf_free(&url);
+    return p;
+}
+
 static int user_message(const cJSON *content, int i, cJSON *msgs, api_error *err) {
     buf text = {0};
-    int rc = 0, n_text = 0, n_results = 0, k = 0;
+    int rc = 0, n_text = 0, n_results = 0, k = 0, n_images = 0;
+    cJSON *parts = cJSON_CreateArray(); /* text and images in order, used when there are images */
+    if (!parts) return api_errorf(err, 500, "internal_error", NULL, "out of memory");
     if (cJSON_IsString(content)) {
         buf_puts(&text, content->valuestring);
         n_text = 1;
@@ -98,6 +132,18 @@ static int user_message(const cJSON *content, int i, cJSON *msgs, api_error *err
             }
             if (n_text++) buf_puts(&text, "\n");
             buf_puts(&text, t->valuestring);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "type", "text");
+            cJSON_AddStringToObject(p, "text", t->valuestring);
+            cJSON_AddItemToArray(parts, p);
+        } else if (!strcmp(type, "image")) {
+            cJSON *p = image_part(b, i, k, err);
+            if (!p) {
+                rc = -1;
+                break;
+            }
+            cJSON_AddItemToArray(parts, p);
+            n_images++;
         } else if (!strcmp(type, "tool_result")) {
             const cJSON *id = field(b, "tool_use_id"), *c = field(b, "content"), *is_error = field(b, "is_error");
             if (!cJSON_IsString(id)) {
@@ -121,7 +167,7 @@ static int user_message(const cJSON *content, int i, cJSON *msgs, api_error *err
             buf_free(&out);
             cJSON_AddItemToArray(msgs, m);
             n_results++;
-        } else if (!strcmp(type, "image") || !strcmp(type, "document")) {
+        } else if (!strcmp(type, "document")) {
             rc = refuse_media(type, i, k, err);
             break;
         } else {
@@ -132,8 +178,17 @@ static int user_message(const cJSON *content, int i, cJSON *msgs, api_error *err
         if (rc) break;
         k++;
     }
-    if (!rc && (n_text || !n_results)) cJSON_AddItemToArray(msgs, message("user", text.len ? text.data : ""));
+    if (!rc && n_images) { /* the chat path places the images where they were (chat_completions.c) */
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddItemToObject(m, "content", parts);
+        parts = NULL;
+        cJSON_AddItemToArray(msgs, m);
+    } else if (!rc && (n_text || !n_results)) {
+        cJSON_AddItemToArray(msgs, message("user", text.len ? text.data : ""));
+    }
     if (!rc && text.failed) rc = api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    cJSON_Delete(parts);
     buf_free(&text);
     return rc;
 }
@@ -466,7 +521,8 @@ static enum MHD_Result count_tokens(http_request *r) {
     bool ok = body && !gen_check_model(r->srv, model ? model->valuestring : NULL, &e) &&
               !tools_request(r->srv, body, &tools, &e) && !chat_build_prompt_tools(r->srv, body, tools, &prompt, &e);
     chat_tools_free(tools);
-    free(prompt.ids);
+    int n_tokens = prompt.n;
+    gen_prompt_clear(&prompt);
     cJSON_Delete(body);
     cJSON_Delete(req);
     if (!ok) {
@@ -474,7 +530,7 @@ static enum MHD_Result count_tokens(http_request *r) {
         return http_send_error(r, &e);
     }
     cJSON *out = cJSON_CreateObject();
-    if (!out || !cJSON_AddNumberToObject(out, "input_tokens", prompt.n)) {
+    if (!out || !cJSON_AddNumberToObject(out, "input_tokens", n_tokens)) {
         cJSON_Delete(out);
         return http_send_error(r, (api_errorf(&e, 500, "internal_error", NULL, "out of memory"), &e));
     }

@@ -4,6 +4,7 @@
  * text.format, max_output_tokens, temperature and top_p map onto their chat names), which then runs
  * through the chat path (template, tools, grammar); responses_out.c writes the answer in the Responses
  * shapes. Nothing is stored: previous_response_id and background are refused. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,27 +27,68 @@ static cJSON *message(const char *role, cJSON *content) {
     return m;
 }
 
-/* A message item's content: a string, or a list of input_text / output_text parts (joined). */
-static int item_text(const cJSON *content, int i, buf *out, api_error *err) {
+/* A message item's content as chat content: a string, or a list of input_text / output_text parts
+ * (joined into one string); with input_image parts, a list of chat parts (text and image_url, in order),
+ * which the chat path flattens the same way with the model's image marker in place of each image. */
+static int item_content(const cJSON *content, int i, cJSON **out, api_error *err) {
+    *out = NULL;
     if (cJSON_IsString(content)) {
-        buf_puts(out, content->valuestring);
-        return 0;
+        *out = cJSON_CreateString(content->valuestring);
+        return *out ? 0 : api_errorf(err, 500, "internal_error", NULL, "out of memory");
     }
     if (!cJSON_IsArray(content))
         return api_errorf(err, 400, "invalid_type", "input", "input[%d].content must be a string or a list of parts", i);
+    bool images = false;
     const cJSON *part;
-    int k = 0;
     cJSON_ArrayForEach(part, content) {
-        const cJSON *type = field(part, "type"), *text = field(part, "text");
-        if (!cJSON_IsString(type) || !cJSON_IsString(text) ||
-            (strcmp(type->valuestring, "input_text") && strcmp(type->valuestring, "output_text") &&
-             strcmp(type->valuestring, "text")))
-            return api_errorf(err, 400, "unsupported_content", "input",
-                              "input[%d].content[%d]: only text parts (input_text, output_text) are supported", i, k);
-        if (k++) buf_puts(out, "\n");
-        buf_puts(out, text->valuestring);
+        const cJSON *type = field(part, "type");
+        images |= cJSON_IsString(type) && !strcmp(type->valuestring, "input_image");
     }
-    return 0;
+    buf text = {0};
+    cJSON *parts = images ? cJSON_CreateArray() : NULL;
+    int k = 0, rc = 0;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = field(part, "type"), *t = field(part, "text");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "input_image")) {
+            const cJSON *url = field(part, "image_url");
+            if (!cJSON_IsString(url)) {
+                rc = api_errorf(err, 400, "invalid_value", "input",
+                                "input[%d].content[%d]: an input_image part needs image_url (file_id is not supported)", i, k);
+                break;
+            }
+            cJSON *p = cJSON_CreateObject(), *iu = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "type", "image_url");
+            cJSON_AddStringToObject(iu, "url", url->valuestring);
+            cJSON_AddItemToObject(p, "image_url", iu);
+            cJSON_AddItemToArray(parts, p);
+        } else if (!cJSON_IsString(type) || !cJSON_IsString(t) ||
+                   (strcmp(type->valuestring, "input_text") && strcmp(type->valuestring, "output_text") &&
+                    strcmp(type->valuestring, "text"))) {
+            rc = api_errorf(err, 400, "unsupported_content", "input",
+                            "input[%d].content[%d]: only text parts (input_text, output_text) and input_image are supported",
+                            i, k);
+            break;
+        } else if (parts) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "type", "text");
+            cJSON_AddStringToObject(p, "text", t->valuestring);
+            cJSON_AddItemToArray(parts, p);
+        } else {
+            if (k) buf_puts(&text, "\n");
+            buf_puts(&text, t->valuestring);
+        }
+        k++;
+    }
+    if (!rc) *out = parts ? parts : cJSON_CreateString(text.data ? text.data : "");
+    else cJSON_Delete(parts);
+    bool failed = text.failed;
+    buf_free(&text);
+    if (!rc && (failed || !*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        rc = api_errorf(err, 500, "internal_error", NULL, "out of memory");
+    }
+    return rc;
 }
 
 /* The assistant message that function_call items attach to: the last message when it is an assistant
@@ -79,14 +121,10 @@ static int input_items(const cJSON *input, cJSON *msgs, api_error *err) {
                                           strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer")))
                 return api_errorf(err, 400, "invalid_value", "input",
                                   "input[%d].role must be \"user\", \"assistant\", \"system\" or \"developer\"", i);
-            buf text = {0};
-            if (item_text(field(it, "content"), i, &text, err)) {
-                buf_free(&text);
-                return -1;
-            }
+            cJSON *content;
+            if (item_content(field(it, "content"), i, &content, err)) return -1;
             const char *r = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
-            cJSON_AddItemToArray(msgs, message(r, cJSON_CreateString(text.data ? text.data : "")));
-            buf_free(&text);
+            cJSON_AddItemToArray(msgs, message(r, content));
         } else if (!strcmp(t, "function_call")) {
             const cJSON *call_id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
             if (!cJSON_IsString(call_id) || !cJSON_IsString(name) || !cJSON_IsString(args))

@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 
 #include "backend/info.h"
+#include "model/vision.h"
 #include "pith/assets.h"
 #include "pith/bench.h"
 #include "pith/dist.h"
@@ -231,6 +232,29 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
             return pith_errf(err, "out of memory");
         }
     }
+    if (several && o->mmproj_path) {
+        pith_server_free(s);
+        return pith_errf(err, "--mmproj is for one model: with several models, images are not served yet");
+    }
+    if (dup_opt(&s->mmproj_path, o->mmproj_path) ||
+        (o->n_allowed_media_domains > 0 &&
+         !(s->media_domains = calloc((size_t)o->n_allowed_media_domains, sizeof *s->media_domains)))) {
+        pith_server_free(s);
+        return pith_errf(err, "out of memory");
+    }
+    for (int i = 0; i < o->n_allowed_media_domains; i++) {
+        const char *h = o->allowed_media_domains[i];
+        if (!h || !*h || strlen(h) > 253 || strpbrk(h, " /\t\r\n:@") || !strcmp(h, "*")) {
+            pith_server_free(s);
+            return pith_errf(err, "allowed media domain '%.100s' is not a host name or *.domain", h ? h : "");
+        }
+        if (!(s->media_domains[s->n_media_domains++] = strdup(h))) {
+            pith_server_free(s);
+            return pith_errf(err, "out of memory");
+        }
+    }
+    s->media = (media_limits){.allowed_domains = (const char *const *)s->media_domains, .n_allowed = s->n_media_domains,
+                              .max_bytes = o->media_max_bytes, .timeout_s = o->media_timeout_s};
     if (o->kv_events.endpoint && kv_events_new(&o->kv_events, &s->kv_events, err)) { /* before binding */
         pith_server_free(s);
         return -1;
@@ -357,6 +381,14 @@ int pith_server_load(pith_server *s, pith_err *err) {
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
     if (pith_assets_load(&ao, &a, err)) return -1;
+    if (s->mmproj_path) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
+        if (pith_vision_load(s->mmproj_path, s->n_threads, &s->vision, err)) {
+            pith_assets_free(&a);
+            return pith_err_prefix(err, "--mmproj");
+        }
+        pith_vision_encoder(s->vision, &s->encoder);
+        s->engine_opt.encoder = &s->encoder;
+    }
     pith_engine *e = NULL;
     kv_source *src = NULL;
     /* KV events start before the engine's thread, so the sink sees every block named */
@@ -366,6 +398,9 @@ int pith_server_load(pith_server *s, pith_err *err) {
         pith_engine_free(e);
         kv_source_free(src); /* after its engine */
         pith_assets_free(&a);
+        pith_vision_free(s->vision);
+        s->vision = NULL;
+        s->engine_opt.encoder = NULL;
         return -1;
     }
     s->kv_source = src;
@@ -436,6 +471,7 @@ void pith_server_free(pith_server *s) {
     pith_grammar_vocab_free(s->grammar_vocab);
     pith_assets a = {.model = s->model, .tok = s->tok, .chat = s->chat, .bos_text = s->bos_text, .eos_text = s->eos_text};
     pith_assets_free(&a);
+    pith_vision_free(s->vision); /* after the engine, which ran it */
     pith_model_free(s->asleep_job); /* asleep under --tp: the job's handle (its ranks end with it) */
     if (!s->model_server) { /* a model server borrows these from its front */
         auth_free(&s->keys);
@@ -450,6 +486,9 @@ void pith_server_free(pith_server *s) {
     pthread_mutex_destroy(&s->versions_lock);
     for (int i = 0; i < s->n_allowed_hosts; i++) free(s->allowed_hosts[i]);
     free(s->allowed_hosts);
+    for (int i = 0; i < s->n_media_domains; i++) free(s->media_domains[i]);
+    free(s->media_domains);
+    free(s->mmproj_path);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);
     pthread_cond_destroy(&s->body_freed);

@@ -21,6 +21,7 @@
 #include "server/auth.h"
 #include "server/cors.h"
 #include "server/log.h"
+#include "server/media.h"
 #include "server/metrics.h"
 
 struct MHD_Daemon;
@@ -54,6 +55,14 @@ struct pith_server {
     int n_allowed_hosts;
     int n_threads;
     pith_engine_options engine_opt;
+    /* Images (docs/multimodal.md): the projector file (--mmproj), its encoder once loaded (the engine's
+     * encoder: engine_opt.encoder points at `encoder`), and where image URLs may come from. */
+    char *mmproj_path;
+    struct pith_vision *vision;
+    pith_encoder encoder;
+    char **media_domains;
+    int n_media_domains;
+    media_limits media;        /* points into media_domains */
     bool log_requests;
     log_ctx log;
     auth_keys keys;

@@ -84,6 +84,14 @@ static enum MHD_Result tokenize(http_request *r) {
     if (get_flag(body, "with_pieces", NULL, false, &with_pieces, &e)) return fail(r, body, &e);
     if (cJSON_GetObjectItemCaseSensitive(body, "messages")) {
         if (chat_build_prompt(srv, body, &p, &e)) return fail(r, body, &e);
+        if (p.images) { /* the ids are the answer: the images' pixels are not needed */
+            int32_t *ids = p.ids;
+            p.ids = NULL;
+            int n = p.n;
+            gen_prompt_clear(&p);
+            p.ids = ids;
+            p.n = n;
+        }
     } else if (cJSON_IsString(prompt)) {
         bool add_special, parse_special;
         if (get_flag(body, "add_special_tokens", "add_special", true, &add_special, &e) ||

@@ -1,0 +1,109 @@
+#include "server/images.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/image.h"
+#include "model/vision.h"
+#include "server/server_internal.h"
+
+bool server_image_part(const cJSON *part, const char **url) {
+    *url = NULL;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "image_url")) return false;
+    const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    if (cJSON_IsString(iu)) {
+        *url = iu->valuestring;
+    } else {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(iu, "url");
+        if (cJSON_IsString(u)) *url = u->valuestring;
+    }
+    return true;
+}
+
+void server_images_free(server_images *im) {
+    for (int i = 0; i < im->n; i++) free(im->pixels[i]);
+    memset(im, 0, sizeof *im);
+}
+
+/* One image: bytes, decoded, prepared into *pixels. */
+static int load_one(pith_server *srv, const char *url, int i, int k, float **pixels, api_error *err) {
+    uint8_t *bytes;
+    size_t n;
+    if (media_fetch(&srv->media, url, "messages", &bytes, &n, err)) return -1;
+    pith_image img = {0};
+    pith_image_limits lim = {.max_bytes = srv->media.max_bytes ? srv->media.max_bytes : MEDIA_DEFAULT_MAX_BYTES};
+    pith_err why;
+    int rc = pith_image_decode(bytes, n, &lim, &img, &why);
+    free(bytes);
+    if (rc) /* the decoder's messages are Pith's own: the format, the size, where the file is broken */
+        return api_errorf(err, 400, "invalid_image", "messages", "messages[%d].content[%d]: %s", i, k, why.msg);
+    const pith_vision_hparams *hp = pith_vision_hparams_of(srv->vision);
+    *pixels = malloc((size_t)3 * hp->image_size * hp->image_size * sizeof **pixels);
+    rc = *pixels ? pith_vision_preprocess(srv->vision, &img, *pixels, &why) : -1;
+    pith_image_free(&img);
+    if (rc) {
+        free(*pixels);
+        *pixels = NULL;
+        return api_errorf(err, 500, "internal_error", NULL, "out of memory for an image");
+    }
+    return 0;
+}
+
+int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, api_error *err) {
+    memset(out, 0, sizeof *out);
+    int i = 0;
+    const cJSON *m;
+    const cJSON *list = cJSON_IsArray(msgs) ? msgs : NULL; /* the messages' shape is checked after */
+    cJSON_ArrayForEach(m, list) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content"), *part;
+        const cJSON *parts = cJSON_IsArray(content) ? content : NULL;
+        int k = 0;
+        cJSON_ArrayForEach(part, parts) {
+            const char *url;
+            if (server_image_part(part, &url)) {
+                if (!srv->vision) {
+                    server_images_free(out);
+                    return api_errorf(err, 400, "unsupported_content", "messages",
+                                      "messages[%d].content[%d]: the served model takes no images (start the server with "
+                                      "--mmproj for a vision model)", i, k);
+                }
+                if (out->n == SERVER_MAX_IMAGES) {
+                    server_images_free(out);
+                    return api_errorf(err, 400, "invalid_value", "messages", "at most %d images in a request", SERVER_MAX_IMAGES);
+                }
+                if (!url) {
+                    server_images_free(out);
+                    return api_errorf(err, 400, "invalid_value", "messages",
+                                      "messages[%d].content[%d]: an image_url part needs image_url.url", i, k);
+                }
+                if (load_one(srv, url, i, k, &out->pixels[out->n], err)) {
+                    if (err->message[0] && !strstr(err->message, "messages[")) { /* say which part */
+                        char m2[sizeof err->message];
+                        snprintf(m2, sizeof m2, "messages[%d].content[%d]: %.300s", i, k, err->message);
+                        memcpy(err->message, m2, sizeof m2);
+                    }
+                    server_images_free(out);
+                    return -1;
+                }
+                out->n++;
+            }
+            k++;
+        }
+        i++;
+    }
+    return 0;
+}
+
+int server_images_prompt(pith_server *srv, server_images *im, const char *text, size_t len, int32_t **ids, int *n_ids,
+                         api_error *err) {
+    pith_err why;
+    if (pith_vision_prompt(srv->vision, srv->tok, text, len, PITH_TOK_ADD_BOS, im->pixels, im->n, ids, n_ids, im->media,
+                           &why)) {
+        server_log(srv, PITH_LOG_WARN, "image prompt: %s", why.msg);
+        return api_errorf(err, 400, "invalid_value", "messages",
+                          "the images cannot be placed in this conversation: %s", why.msg);
+    }
+    return 0;
+}
