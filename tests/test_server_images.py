@@ -9,7 +9,8 @@ Messages API's image block. Bad input, each a 4xx with its code and the server h
 corrupt PNG, a truncated one, a 30000x30000 PNG header, a non-image data: URL, a host off the allow list
 (no connection made), a redirect off it, a slow server (the fetch timeout), too many images, an image_url
 without a URL; and a server without --mmproj refuses image parts. The numerics of the encoder and the
-engine's image spans are test_ref_siglip's and test_ref_gemma3_vision's. Skipped without numpy or PIL."""
+engine's image spans are test_ref_siglip's and test_ref_gemma3_vision's. Last, `pith bench --mmproj` runs
+both image tests and reports positive times and shares of the peak. Skipped without numpy or PIL."""
 
 import base64
 import http.server
@@ -202,6 +203,20 @@ def main():
         r = s.post("/v1/chat/completions", chat(data_url(red)))
         check(r[0] == 400 and code_of(r) == "unsupported_content", f"no --mmproj: {r[0]} {code_of(r)}")
     httpd.shutdown()
+
+    # pith bench's image mode: both tests, their numbers and their shares of the peak
+    import json
+    r = pithtest.run_pith(["bench", "-m", model, "--mmproj", mmproj, "-r", "2", "-t", "1", "--json"], timeout=300)
+    rows = [json.loads(line) for line in r.stdout.decode().splitlines() if line.startswith("{")]
+    tests = {row["test"]: row for row in rows}
+    check(r.returncode == 0 and set(tests) == {"image-encode", "image-prefill"},
+          f"pith bench --mmproj: exit {r.returncode}, tests {sorted(tests)} {r.stderr.decode()[-300:]}")
+    if set(tests) == {"image-encode", "image-prefill"}:
+        enc, pre = tests["image-encode"], tests["image-prefill"]
+        check(enc["tokens"] == TPI and enc["ms_mean"] > 0 and 0 < enc["of_peak"] < 1.5,
+              f"bench: encode {enc['ms_mean']} ms, {enc['of_peak']:.3f} of peak")
+        check(pre["image_tokens"] == TPI and pre["tok_s_mean"] > 0 and 0 < pre["of_peak"] < 1.5,
+              f"bench: image prefill {pre['tok_s_mean']} tok/s, {pre['of_peak']:.3f} of peak")
     if failures:
         print(f"{len(failures)} failure(s)")
         sys.exit(1)

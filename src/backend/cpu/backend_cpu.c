@@ -630,6 +630,10 @@ static void cpu_destroy(pith_backend *be) {
     pith_moe_scratch_free(&c->moe_scratch);
     if (c->has_shape) pith_attn_scratch_free(&c->attn);
     if (c->has_shape && c->shape.alt_head_dim > 0) pith_attn_scratch_free(&c->attn_alt);
+    if (c->has_span_attn) pith_attn_scratch_free(&c->span_attn);
+    free(c->span_k);
+    free(c->span_v);
+    free(c->span_idx);
     pith_cpu_be_qwen35_free(c);
     free(c->seq_start);
     free(c->seq_end);

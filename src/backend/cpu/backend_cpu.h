@@ -34,6 +34,13 @@ typedef struct pith_cpu_be {
     pith_cpu cpu;
     pith_attn_scratch attn;
     pith_attn_scratch attn_alt; /* shape.alt_group's (shape.alt_head_dim > 0) */
+    /* span attention (backend_cpu_vision.c) through the attention kernels: its scratch for the shape it
+     * was made for, the spans' K/V laid out as cache blocks, and the index arrays of its one batch */
+    pith_attn_scratch span_attn;
+    bool has_span_attn;
+    float *span_k, *span_v;
+    int32_t *span_idx;          /* positions, sequences, last, block tables: 4 * span_cap */
+    size_t span_cap;            /* rows */
     pith_be_attn_shape shape;
     bool has_shape;
     pith_kv_host kv;

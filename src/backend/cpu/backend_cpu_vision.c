@@ -1,8 +1,11 @@
 /* The vision encoders' ops on the CPU (backend.h: set_rows, layernorm, add_rows, span_attention,
- * pool_avg). Rows are independent in every one, so each runs as row jobs on the backend's pool; span
- * attention is one job per (row, head), an online softmax over its span's keys in chunks, so it needs
- * no scratch however long the span. */
+ * pool_avg). Rows are independent in every one but attention, so each runs as row jobs on the backend's
+ * pool. Span attention runs on the decoders' attention kernels (attention.h: the tiled AVX-512 path
+ * where the kernel table has it): each span is one sequence whose K/V are laid out as one cache block of
+ * span slots, and every query sees the whole block. Where the scratch for that cannot be had, one job per
+ * (row, head) does an online softmax over the span's keys, with no scratch at all. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
@@ -98,10 +101,72 @@ static void span_attention_job(row_job *j, int job, int ith) {
     for (int e = 0; e < hd; e++) o[e] = acc[e] / l;
 }
 
+typedef struct span_kv_args {
+    const pith_be_span_attn *a;
+    float *k, *v;
+} span_kv_args;
+
+/* Row t's K and V into its span's block, head-major as the cache holds them (kv.h). */
+static void span_kv_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const span_kv_args *s = j->a;
+    const pith_be_span_attn *a = s->a;
+    int hd = a->head_dim, span = a->span, block = t / span, slot = t % span;
+    for (int h = 0; h < a->n_heads; h++) {
+        size_t at = (((size_t)block * a->n_heads + h) * span + slot) * hd;
+        memcpy(s->k + at, row_of(a->k, t) + (size_t)h * hd, (size_t)hd * sizeof(float));
+        memcpy(s->v + at, row_of(a->v, t) + (size_t)h * hd, (size_t)hd * sizeof(float));
+    }
+}
+
+/* The scratch for n rows of this shape; false when memory is short (the caller falls back). */
+static bool span_scratch(pith_cpu_be *c, const pith_be_span_attn *a, int n) {
+    pith_attn_shape shape = {.n_heads = a->n_heads, .n_kv_heads = a->n_heads, .head_dim = a->head_dim,
+                             .scale = 1.0f / sqrtf((float)a->head_dim)};
+    pith_err err;
+    if (c->has_span_attn && (c->span_attn.shape.n_heads != shape.n_heads || c->span_attn.shape.head_dim != shape.head_dim)) {
+        pith_attn_scratch_free(&c->span_attn);
+        c->has_span_attn = false;
+    }
+    if (!c->has_span_attn) {
+        if (pith_attn_scratch_init(&c->span_attn, &shape, c->cpu.n_threads, &err)) return false;
+        c->has_span_attn = true;
+    }
+    if (pith_attn_scratch_reserve(&c->span_attn, n, &err)) return false;
+    size_t dim = (size_t)a->n_heads * a->head_dim;
+    if ((size_t)n > c->span_cap) {
+        float *k = malloc((size_t)n * dim * sizeof *k), *v = malloc((size_t)n * dim * sizeof *v);
+        int32_t *idx = malloc((size_t)4 * n * sizeof *idx);
+        if (!k || !v || !idx) {
+            free(k), free(v), free(idx);
+            return false;
+        }
+        free(c->span_k), free(c->span_v), free(c->span_idx);
+        c->span_k = k, c->span_v = v, c->span_idx = idx;
+        c->span_cap = (size_t)n;
+    }
+    return true;
+}
+
 void pith_cpu_be_span_attention(pith_backend *be, const pith_be_span_attn *a, int n) {
     /* model/vision.c refuses wider heads at load; a span never straddles the step's end */
     if (a->head_dim > SPAN_MAX_HEAD_DIM || a->span < 1 || n % a->span) return;
-    pith_cpu_be_rows(pith_cpu_be_of(be), n * a->n_heads, span_attention_job, a, 4.0 * a->span * a->head_dim);
+    pith_cpu_be *c = pith_cpu_be_of(be);
+    if (!span_scratch(c, a, n)) {
+        pith_cpu_be_rows(c, n * a->n_heads, span_attention_job, a, 4.0 * a->span * a->head_dim);
+        return;
+    }
+    span_kv_args kv = {a, c->span_k, c->span_v};
+    pith_cpu_be_rows(c, n, span_kv_row, &kv, 2.0 * a->n_heads * a->head_dim);
+    int32_t *pos = c->span_idx, *seq = pos + n, *last = seq + n, *tables = last + n;
+    for (int t = 0; t < n; t++) pos[t] = t % a->span, seq[t] = t / a->span, last[t] = a->span - 1;
+    for (int b = 0; b < n / a->span; b++) tables[b] = b;
+    pith_attn_args aa = {
+        .n_tokens = n, .positions = pos, .seq = seq, .block_tables = tables, .max_blocks = 1, .block_size = a->span,
+        .k_cache = c->span_k, .v_cache = c->span_v, .kv_type = PITH_F32, .kv_dim = a->n_heads * a->head_dim,
+        .q = a->q->host, .q_ld = (size_t)a->q->cols, .out = a->out->host, .out_ld = (size_t)a->out->cols, .last = last,
+    };
+    pith_attention(&c->cpu, &c->span_attn, &aa);
 }
 
 typedef struct pool_args {
