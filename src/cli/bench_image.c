@@ -111,7 +111,7 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
     if (pixels_of(o, v, px, err)) goto done;
     /* the encoder */
     double enc_peak, model_peak;
-    if (pith_probe_fma_peak(probe, PITH_F32, PEAK_REPS, &enc_peak, err)) goto done;
+    if (pith_probe_fma_peak(probe, vh->weight_type, PEAK_REPS, &enc_peak, err)) goto done;
     if (o->warmup && pith_vision_encode(v, px, 1, rows, err)) goto done;
     for (int i = 0; i < o->reps; i++) {
         double t0 = pith_bench_now();
@@ -149,18 +149,18 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
                "\"tokens\":%d,\"threads\":%d,\"isa\":\"%s\",\"ms_mean\":%.3f,\"ms_stddev\":%.3f,\"gflops\":%.2f,"
                "\"peak_gflops\":%.2f,\"of_peak\":%.4f}\n",
                o->mmproj, vh->image_size, vh->patches_per_side * vh->patches_per_side, vh->n_layers, vh->dim,
-               vh->tokens_per_image, threads, pith_probe_fma_isa(probe, PITH_F32), es.mean * 1e3, es.stddev * 1e3,
+               vh->tokens_per_image, threads, pith_probe_fma_isa(probe, vh->weight_type), es.mean * 1e3, es.stddev * 1e3,
                e_ops / es.mean / 1e9, enc_peak / 1e9, e_ops / es.mean / enc_peak);
         printf("{\"test\":\"image-prefill\",\"model\":\"%s\",\"format\":\"%s\",\"tokens\":%d,\"image_tokens\":%d,"
                "\"threads\":%d,\"tok_s_mean\":%.2f,\"ms_mean\":%.3f,\"ms_stddev\":%.3f,\"peak_gops\":%.2f,\"of_peak\":%.4f}\n",
                o->model, w.format, n, vh->tokens_per_image, threads, n / ps.mean, ps.mean * 1e3, ps.stddev * 1e3,
                model_peak / 1e9, p_ops / ps.mean / model_peak);
     } else {
-        printf("image encoder: %s: %dx%d pixels, %d patches, %d layers of width %d (ffn %d), %d tokens of %d; "
+        printf("image encoder: %s: %s, %dx%d pixels, %d patches, %d layers of width %d (ffn %d), %d tokens of %d; "
                "%d thread%s, peak %.1f GFLOP/s (%s, measured now)\n",
-               o->mmproj, vh->image_size, vh->image_size, vh->patches_per_side * vh->patches_per_side, vh->n_layers,
+               o->mmproj, pith_dtype_name(vh->weight_type), vh->image_size, vh->image_size, vh->patches_per_side * vh->patches_per_side, vh->n_layers,
                vh->dim, vh->ffn, vh->tokens_per_image, vh->out_dim, threads, threads == 1 ? "" : "s", enc_peak / 1e9,
-               pith_probe_fma_isa(probe, PITH_F32));
+               pith_probe_fma_isa(probe, vh->weight_type));
         printf("  encode one image:   %9.2f ms +- %.2f   %8.1f GFLOP/s   %5.1f %% of peak\n", es.mean * 1e3,
                es.stddev * 1e3, e_ops / es.mean / 1e9, 100 * e_ops / es.mean / enc_peak);
         printf("text model: %s: %s, dim %d, %d layers; peak %.1f G%s/s (%s)\n", o->model, w.format, m->hp.dim,

@@ -137,6 +137,8 @@ static int hparams(pith_vision *v, pith_err *err) {
                          hp->n_heads);
     int side = hp->patches_per_side / hp->pool;
     hp->tokens_per_image = side * side;
+    const pith_tensor *q0 = pith_gguf_find_tensor(g, "v.blk.0.attn_q.weight");
+    hp->weight_type = q0 ? q0->type : PITH_F32;
     const pith_tensor *p = pith_gguf_find_tensor(g, "mm.input_projection.weight");
     if (!p) return pith_errf(err, "%s: missing tensor mm.input_projection.weight", pith_gguf_path(g));
     /* transformers' [vision width][text width] matrix, stored as it is (x @ W): ne = [text width, dim] */

@@ -35,6 +35,7 @@ typedef struct pith_vision_hparams {
     int pool;                   /* Gemma 3: the k of the k x k average pooling */
     int out_dim;                /* the text model's hidden width */
     int patches_per_side, tokens_per_image;
+    pith_dtype weight_type;     /* the blocks' matrices' (the first block's Q): what the kernels run on */
 } pith_vision_hparams;
 
 typedef struct pith_vision pith_vision;
