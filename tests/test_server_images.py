@@ -204,6 +204,30 @@ def main():
         check(r[0] == 400 and code_of(r) == "unsupported_content", f"no --mmproj: {r[0]} {code_of(r)}")
     httpd.shutdown()
 
+    # pith run --image and --chat's /image
+    red_path, bad_path = os.path.join(tmp, "red.png"), os.path.join(tmp, "bad.png")
+    with open(red_path, "wb") as f:
+        f.write(red)
+    with open(bad_path, "wb") as f:
+        f.write(red[:len(red) // 2])
+    args = ["run", "-m", model, "--mmproj", mmproj, "-n", "5", "--temp", "0", "-t", "2"]
+    one = pithtest.run_pith(args + ["--image", red_path, "-p", "Describe it."])
+    two = pithtest.run_pith(args + ["--image", red_path, "-p", "Describe it."])
+    none = pithtest.run_pith(["run", "-m", model, "-n", "5", "--temp", "0", "-t", "2", "-p", "Describe it."])
+    check(one.returncode == 0 and one.stdout == two.stdout, f"pith run --image: exit {one.returncode}, the same twice")
+    import re
+    count = lambda r: int(re.search(rb"prompt (\d+) tokens", r.stderr).group(1)) if re.search(rb"prompt (\d+) tokens", r.stderr) else -1  # noqa: E731
+    check(count(one) >= count(none) + TPI + 2 and count(none) > 0,
+          f"pith run --image: the image adds its tokens ({count(one)} against {count(none)} without)")
+    r = pithtest.run_pith(args + ["--image", bad_path, "-p", "Describe it."])
+    check(r.returncode == 1 and b"bad.png" in r.stderr, f"pith run --image with a truncated PNG: exit {r.returncode}, "
+          f"{r.stderr.decode()[-200:]}")
+    chat_in = f"/image {red_path}\nDescribe it.\n/image {bad_path}\nAnd now?\n".encode()
+    r = pithtest.run_pith(args + ["--chat"], input=chat_in)
+    err_text = r.stderr.decode()
+    check(r.returncode == 0 and "goes with your next message" in err_text and "bad.png" in err_text,
+          f"pith run --chat with /image (a good one, then a bad one the chat survives): exit {r.returncode} {err_text[-300:]}")
+
     # pith bench's image mode: both tests, their numbers and their shares of the peak
     import json
     r = pithtest.run_pith(["bench", "-m", model, "--mmproj", mmproj, "-r", "2", "-t", "1", "--json"], timeout=300)

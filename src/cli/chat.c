@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/images.h"
 
 typedef struct reply {
     FILE *out;
@@ -49,9 +50,11 @@ static bool append_message(cJSON *messages, const char *role, const char *conten
     return cJSON_AddItemToArray(messages, msg);
 }
 
-/* Renders the conversation and encodes it. */
+/* Renders the conversation and encodes it; with images (ci not NULL), their spans in ci->media
+ * (*n_media of them). */
 static int render(const pith_tokenizer *tok, const pith_chat_template *tmpl, const cli_chat_opts *o,
-                  cJSON *messages, int32_t **ids, int *n_ids, pith_err *err) {
+                  cJSON *messages, cli_images *ci, int32_t **ids, int *n_ids, int *n_media, pith_err *err) {
+    *n_media = 0;
     pith_chat_options co = {.add_generation_prompt = true, .bos_token = o->bos_text, .eos_token = o->eos_text};
     char *prompt = NULL;
     size_t prompt_len = 0;
@@ -59,7 +62,8 @@ static int render(const pith_tokenizer *tok, const pith_chat_template *tmpl, con
     /* Templates usually write the BOS token themselves; add one only when they do not. */
     int flags = PITH_TOK_PARSE_SPECIAL;
     if (!o->bos_text || strncmp(prompt, o->bos_text, strlen(o->bos_text))) flags |= PITH_TOK_ADD_BOS;
-    int rc = pith_tokenizer_encode(tok, prompt, prompt_len, flags, ids, n_ids, err);
+    int rc = ci && ci->n ? cli_images_text(ci, tok, prompt, prompt_len, flags, ids, n_ids, n_media, err)
+                         : pith_tokenizer_encode(tok, prompt, prompt_len, flags, ids, n_ids, err);
     free(prompt);
     return rc;
 }
@@ -92,20 +96,21 @@ static void drop_oldest_turn(cJSON *messages, int at) {
  * stderr; the turn is removed and the chat goes on), 2 when interrupted (Ctrl-C: the reply is cut
  * short), or -1 with err. */
 static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_template *tmpl,
-                    const cli_chat_opts *o, cJSON *messages, reply *r, pith_err *err) {
+                    const cli_chat_opts *o, cJSON *messages, cli_images *ci, reply *r, pith_err *err) {
     int ctx = pith_engine_max_seq_len(e);
     int room = o->n_predict > 0 && o->n_predict < ctx / 2 ? o->n_predict : ctx / 2;
     int dropped = 0;
     for (;;) {
         int32_t *ids = NULL;
-        int n_ids = 0;
-        if (render(tok, tmpl, o, messages, &ids, &n_ids, err)) return -1;
+        int n_ids = 0, n_media = 0;
+        if (render(tok, tmpl, o, messages, ci, &ids, &n_ids, &n_media, err)) return -1;
         int rc = -1;
         pith_err why = {{0}};
         if (n_ids + room <= ctx) {
             pith_request req = {
                 .prompt = ids, .n_prompt = n_ids, .sampling = o->sampling,
                 .max_tokens = o->n_predict < 0 ? 0 : o->n_predict, .on_token = on_token, .user = r,
+                .media = n_media ? ci->media : NULL, .n_media = n_media,
             };
             rc = pith_engine_submit(e, &req, NULL, &why);
         } else {
@@ -142,7 +147,17 @@ static int one_turn(pith_engine *e, const pith_tokenizer *tok, const pith_chat_t
 int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template *tmpl, const cli_chat_opts *o,
              FILE *in, FILE *out, pith_err *err) {
     pith_engine *e = NULL;
-    if (pith_engine_create(m, tok, &o->engine, &e, err)) return -1;
+    cli_images ci = {0};
+    int pending = 0; /* images attached to the next user turn */
+    pith_engine_options eo = o->engine;
+    if (o->mmproj) {
+        if (cli_images_open(&ci, o->mmproj, NULL, 0, o->n_threads, err)) return -1;
+        eo.encoder = &ci.enc;
+    }
+    if (pith_engine_create(m, tok, &eo, &e, err)) {
+        cli_images_free(&ci);
+        return -1;
+    }
     cJSON *messages = cJSON_CreateArray();
     char *line = NULL;
     size_t line_cap = 0;
@@ -165,7 +180,32 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
         if (n < 0) break;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (n == 0) continue;
-        if (!append_message(messages, "user", line)) {
+        if (!strncmp(line, "/image ", 7) || !strcmp(line, "/image")) {
+            const char *path = line + 6;
+            while (*path == ' ') path++;
+            pith_err why;
+            if (!o->mmproj) fprintf(stderr, "pith run: /image needs the model's projector (--mmproj FILE)\n");
+            else if (!*path) fprintf(stderr, "pith run: /image FILE\n");
+            else if (cli_images_add(&ci, path, &why)) fprintf(stderr, "pith run: %s\n", why.msg);
+            else pending++, fprintf(stderr, "pith run: %s goes with your next message\n", path);
+            turn--;
+            continue;
+        }
+        char *content = line;
+        if (pending) { /* the images' markers before the text, as a chat client sends image parts first */
+            const char *marker = cli_images_marker(&ci);
+            size_t ml = strlen(marker);
+            if (!(content = malloc((size_t)pending * ml + (size_t)n + 1))) {
+                pith_errf(err, "out of memory");
+                goto done;
+            }
+            for (int i = 0; i < pending; i++) memcpy(content + (size_t)i * ml, marker, ml);
+            memcpy(content + (size_t)pending * ml, line, (size_t)n + 1);
+            pending = 0;
+        }
+        bool added = append_message(messages, "user", content);
+        if (content != line) free(content);
+        if (!added) {
             pith_errf(err, "out of memory");
             goto done;
         }
@@ -173,7 +213,7 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
         cli_chat_opts turn_opts = *o;
         turn_opts.sampling.seed = o->sampling.seed + (uint64_t)turn;
         reply r = {.out = out};
-        int trc = one_turn(e, tok, tmpl, &turn_opts, messages, &r, err);
+        int trc = one_turn(e, tok, tmpl, &turn_opts, messages, o->mmproj ? &ci : NULL, &r, err);
         if (trc == 2) { /* Ctrl-C: end the chat after what was written */
             fputc('\n', out);
             fflush(out);
@@ -198,5 +238,6 @@ done:
     free(line);
     cJSON_Delete(messages);
     pith_engine_free(e);
+    cli_images_free(&ci);
     return rc;
 }

@@ -3,7 +3,9 @@
  * Each line read from `in` is one user turn (an empty line is ignored; end of input ends the chat).
  * The conversation so far is rendered with the model's chat template and generated through the engine,
  * so every turn reuses the previous turns' KV blocks from the prefix cache. The reply streams to `out`.
- * With a system prompt (-p), it opens the conversation. */
+ * With a system prompt (-p), it opens the conversation. With a projector (--mmproj), a line "/image FILE"
+ * attaches an image to the next user turn (the model's image marker goes before its text); the images
+ * stay in the conversation, so later turns find them in the prefix cache. */
 #ifndef PITH_CLI_CHAT_H
 #define PITH_CLI_CHAT_H
 
@@ -19,6 +21,8 @@ typedef struct cli_chat_opts {
     int n_predict;                    /* most tokens per reply */
     pith_engine_options engine;
     bool interactive;                 /* print a "> " prompt on stderr before each turn */
+    const char *mmproj;               /* the vision projector, or NULL: /image is refused */
+    int n_threads;                    /* the projector's threads */
 } cli_chat_opts;
 
 /* Returns 0 at the end of input, 130 after Ctrl-C (cli_sigint_install: the reply so far stays

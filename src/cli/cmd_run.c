@@ -69,7 +69,8 @@ static void run_usage(FILE *out) {
             "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3)\n"
             "      --image FILE        a JPEG, PNG or WebP image for the prompt (repeatable, up to 16);\n"
             "                          the prompt's <start_of_image> markers place them, else they come\n"
-            "                          first (docs/multimodal.md)\n"            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
+            "                          first (docs/multimodal.md); in --chat, a line \"/image FILE\"\n"
+            "                          attaches one to the next message\n"            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
             "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS); -1: until\n"
             "                          EOS or the context is full\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
@@ -412,11 +413,11 @@ int pith_cmd_run(int argc, char **argv) {
         return PITH_EXIT_USAGE;
     }
     if (o.n_images > 0 && (o.chat || o.batch.prompts_path || o.tp > 1 || o.pp > 1)) {
-        fprintf(stderr, "pith run: --image is for a single prompt (-p), in one process\n");
+        fprintf(stderr, "pith run: --image is for a single prompt (-p), in one process (in --chat: /image FILE)\n");
         return PITH_EXIT_USAGE;
     }
-    if (o.mmproj && o.n_images == 0) {
-        fprintf(stderr, "pith run: --mmproj without --image: nothing to encode\n");
+    if (o.mmproj && o.n_images == 0 && !o.chat) {
+        fprintf(stderr, "pith run: --mmproj without --image (or --chat's /image): nothing to encode\n");
         return PITH_EXIT_USAGE;
     }
     if (o.batch.prompts_path && o.logits_out) {
@@ -484,6 +485,7 @@ int pith_cmd_run(int argc, char **argv) {
         cli_chat_opts co = {
             .system_prompt = o.prompt, .bos_text = a.bos_text, .eos_text = a.eos_text, .sampling = o.sp,
             .n_predict = o.n_predict, .engine = o.batch.engine, .interactive = isatty(STDIN_FILENO),
+            .mmproj = o.mmproj, .n_threads = o.n_threads,
         };
         rc = cli_chat(a.model, a.tok, a.chat, &co, stdin, stdout, &err);
     } else if (o.batch.prompts_path) {

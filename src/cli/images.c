@@ -61,3 +61,23 @@ int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *pro
     free(text);
     return rc;
 }
+
+int cli_images_add(cli_images *ci, const char *path, pith_err *err) {
+    if (ci->n == CLI_MAX_IMAGES) return pith_errf(err, "at most %d images in a conversation", CLI_MAX_IMAGES);
+    if (prepare(ci->v, path, &ci->pixels[ci->n], err)) return -1;
+    ci->n++;
+    return 0;
+}
+
+const char *cli_images_marker(const cli_images *ci) { return pith_vision_marker(ci->v); }
+
+int cli_images_text(cli_images *ci, const pith_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+                    int *n_ids, int *n_media, pith_err *err) {
+    const char *marker = pith_vision_marker(ci->v);
+    size_t ml = strlen(marker);
+    int k = 0;
+    for (const char *p = text; (p = strstr(p, marker)) && p < text + len; p += ml) k++;
+    if (k > ci->n) return pith_errf(err, "the conversation holds %d image markers for %d images", k, ci->n);
+    *n_media = k;
+    return pith_vision_prompt(ci->v, tok, text, len, flags, ci->pixels + (ci->n - k), k, ids, n_ids, ci->media, err);
+}

@@ -28,6 +28,15 @@ int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths
  * without the model's image marker gets one per image at its start. */
 int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *prompt, int32_t **ids, int *n_ids,
                       pith_err *err);
+/* Decodes and prepares one more image file (--chat's /image). */
+int cli_images_add(cli_images *ci, const char *path, pith_err *err);
+/* The model's image marker (what a chat message holds for each image). */
+const char *cli_images_marker(const cli_images *ci);
+/* A rendered conversation (flags: pith_tokenizer_encode's) into ids, its k markers standing for the
+ * newest k images (older turns, with their images, may have been dropped): *n_media = k spans in
+ * ci->media. */
+int cli_images_text(cli_images *ci, const pith_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
+                    int *n_ids, int *n_media, pith_err *err);
 void cli_images_free(cli_images *ci);
 
 #ifdef __cplusplus
