@@ -208,6 +208,34 @@ describe('web page', () => {
     await close();
   });
 
+  test('an attached image goes as an image_url part; refused here (no --mmproj), it comes back', async () => {
+    const { page, sent, errors, close } = await newPage(open);
+    await page.locator('#model', { hasText: /./ }).waitFor();
+    // a 1x1 PNG
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==', 'base64');
+    await page.setInputFiles('#attach', { name: 'dot.png', mimeType: 'image/png', buffer: png });
+    await page.locator('#attached img').waitFor();
+    await page.fill('#input', 'What is this?');
+    await page.press('#input', 'Enter');
+    const err = page.locator('.msg.error');
+    await err.waitFor();
+    const body = sent.at(-1);
+    assert.deepEqual(body.messages.at(-1), {
+      role: 'user',
+      content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,' + png.toString('base64') } },
+                { type: 'text', text: 'What is this?' }],
+    });
+    assert.match(await err.textContent(), /takes no images.*\(400\)/s);
+    assert.equal(await page.inputValue('#input'), 'What is this?', 'the text comes back');
+    assert.equal(await page.locator('#attached img').count(), 1, 'the image comes back');
+    await page.locator('#attached img').click(); // removes it
+    assert.equal(await page.locator('#attached img').count(), 0);
+    await say(page, 'And God said', 1);
+    assert.deepEqual(sent.at(-1).messages, [{ role: 'user', content: 'And God said' }]);
+    assert.deepEqual(errors, []);
+    await close();
+  });
+
   test('an API error is shown, the message given back, the conversation unchanged', async () => {
     const { page, sent, close } = await newPage(open);
     await page.locator('#model', { hasText: /./ }).waitFor();
