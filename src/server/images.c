@@ -66,8 +66,8 @@ int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, 
                 if (!srv->vision) {
                     server_images_free(out);
                     return api_errorf(err, 400, "unsupported_content", "messages",
-                                      "messages[%d].content[%d]: the served model takes no images (start the server with "
-                                      "--mmproj for a vision model)", i, k);
+                                      "messages[%d].content[%d]: images need a vision model: the served model takes none "
+                                      "(start the server with --mmproj)", i, k);
                 }
                 if (out->n == SERVER_MAX_IMAGES) {
                     server_images_free(out);

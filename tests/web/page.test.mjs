@@ -225,7 +225,7 @@ describe('web page', () => {
       content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,' + png.toString('base64') } },
                 { type: 'text', text: 'What is this?' }],
     });
-    assert.match(await err.textContent(), /takes no images.*\(400\)/s);
+    assert.match(await err.textContent(), /images need a vision model.*\(400\)/s);
     assert.equal(await page.inputValue('#input'), 'What is this?', 'the text comes back');
     assert.equal(await page.locator('#attached img').count(), 1, 'the image comes back');
     await page.locator('#attached img').click(); // removes it
