@@ -31,8 +31,9 @@ cmake --build "$out" --target pith_internal -j "$(nproc)" >/dev/null
 libs=$(pkg-config --libs libcjson libpcre2-8 libmicrohttpd)
 # A library built with the Vulkan backend needs the loader.
 ar t "$out/libpith_internal.a" | grep -q '^vk_device' && libs="$libs $(pkg-config --libs vulkan)"
-# The image decoders' libraries (src/image/), those that are installed: CMake builds each format it finds.
-for pc in libjpeg libpng libwebp libwebpdemux; do
+# The optional libraries CMake builds with when it finds them: the image decoders (src/image/), libcurl
+# (the server's image URLs, src/server/media.c) and ZMQ (KV-cache events).
+for pc in libjpeg libpng libwebp libwebpdemux libcurl libzmq; do
     if pkg-config --exists "$pc"; then libs="$libs $(pkg-config --libs "$pc")"; fi
 done
 targets=("$@")

@@ -8,6 +8,7 @@
 #include "pith/chat.h"
 #include "server/generate.h"
 #include "server/handlers.h"
+#include "server/images.h"
 
 static pith_server srv;
 static pith_model model;
@@ -78,8 +79,14 @@ int gen_check_model(pith_server *s, const char *name, api_error *err) {
 void gen_trim_after(const http_request *r) {
     (void)r;
 }
+void gen_prompt_clear(gen_prompt *p) {
+    free(p->ids);
+    if (p->images) server_images_free(p->images);
+    free(p->images);
+    memset(p, 0, sizeof *p);
+}
 void gen_prompts_free(gen_prompt *prompts, int n) {
-    for (int i = 0; prompts && i < n; i++) free(prompts[i].ids);
+    for (int i = 0; prompts && i < n; i++) gen_prompt_clear(&prompts[i]);
     free(prompts);
 }
 int gen_check_lengths(pith_server *s, gen_kind kind, const gen_params *p, const gen_prompt *pr, int *max_tokens,
