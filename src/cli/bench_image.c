@@ -23,27 +23,28 @@ static double encoder_ops(const pith_vision_hparams *hp) {
     return patch + hp->n_layers * layer + 2.0 * hp->tokens_per_image * d * hp->out_dim;
 }
 
-/* The image to encode, prepared as the model's processor does. */
-static int pixels_of(const bench_image_opts *o, const pith_vision *v, float *px, pith_err *err) {
-    pith_image img = {0};
-    int rc = 0;
+/* The image to encode, prepared as the model's processor does, into *px (malloc'd). */
+static int pixels_of(const bench_image_opts *o, const pith_vision *v, float **px, pith_err *err) {
+    *px = NULL;
     if (o->image) {
         char *bytes;
         size_t len;
         if (cli_read_file(o->image, &bytes, &len, err)) return -1;
-        rc = pith_image_decode((const uint8_t *)bytes, len, NULL, &img, err);
+        int rc = pith_vision_prepare_bytes(v, (const uint8_t *)bytes, len, NULL, px, err);
         free(bytes);
-        if (rc) return pith_err_prefix(err, "%s", o->image);
-    } else {
-        img = (pith_image){.width = 640, .height = 480};
-        if (!(img.data = malloc((size_t)640 * 480 * 3))) return pith_errf(err, "out of memory");
-        for (int y = 0; y < 480; y++)
-            for (int x = 0; x < 640; x++) {
-                uint8_t *p = &img.data[((size_t)y * 640 + x) * 3];
-                p[0] = (uint8_t)(x * 255 / 639), p[1] = (uint8_t)(y * 255 / 479), p[2] = (uint8_t)((x + y) & 255);
-            }
+        return rc ? pith_err_prefix(err, "%s", o->image) : 0;
     }
-    rc = pith_vision_preprocess(v, &img, px, err);
+    pith_image img = {.width = 640, .height = 480};
+    if (!(img.data = malloc((size_t)640 * 480 * 3)) || !(*px = malloc(pith_vision_input_floats(v) * sizeof **px))) {
+        free(img.data);
+        return pith_errf(err, "out of memory");
+    }
+    for (int y = 0; y < 480; y++)
+        for (int x = 0; x < 640; x++) {
+            uint8_t *p = &img.data[((size_t)y * 640 + x) * 3];
+            p[0] = (uint8_t)(x * 255 / 639), p[1] = (uint8_t)(y * 255 / 479), p[2] = (uint8_t)((x + y) & 255);
+        }
+    int rc = pith_vision_preprocess(v, &img, *px, err);
     pith_image_free(&img);
     return rc;
 }
@@ -99,16 +100,15 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
     pith_bench_weights w;
     if (pith_bench_weights_of(m, &w, err) || pith_probe_new(threads, (size_t)256 << 20, o->force_scalar, &probe, err))
         goto done;
-    size_t img = (size_t)3 * vh->image_size * vh->image_size;
-    px = malloc(img * sizeof *px);
+    size_t img = pith_vision_input_floats(v);
     rows = malloc((size_t)vh->tokens_per_image * vh->out_dim * sizeof *rows);
     int n = 1 + vh->tokens_per_image + TEXT_AFTER;
     ids = malloc((size_t)n * sizeof *ids);
-    if (!px || !rows || !ids) {
+    if (!rows || !ids) {
         pith_errf(err, "out of memory");
         goto done;
     }
-    if (pixels_of(o, v, px, err)) goto done;
+    if (pixels_of(o, v, &px, err)) goto done;
     /* the encoder */
     double enc_peak, model_peak;
     if (pith_probe_fma_peak(probe, vh->weight_type, PEAK_REPS, &enc_peak, err)) goto done;

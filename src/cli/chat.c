@@ -193,14 +193,10 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
         }
         char *content = line;
         if (pending) { /* the images' markers before the text, as a chat client sends image parts first */
-            const char *marker = cli_images_marker(&ci);
-            size_t ml = strlen(marker);
-            if (!(content = malloc((size_t)pending * ml + (size_t)n + 1))) {
+            if (!(content = cli_images_marked(&ci, pending, line))) {
                 pith_errf(err, "out of memory");
                 goto done;
             }
-            for (int i = 0; i < pending; i++) memcpy(content + (size_t)i * ml, marker, ml);
-            memcpy(content + (size_t)pending * ml, line, (size_t)n + 1);
             pending = 0;
         }
         bool added = append_message(messages, "user", content);

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "image/image.h"
 #include "model/vision.h"
 
 void cli_images_free(cli_images *ci) {
@@ -18,14 +17,8 @@ static int prepare(const pith_vision *v, const char *path, float **pixels, pith_
     char *bytes;
     size_t len;
     if (cli_read_file(path, &bytes, &len, err)) return -1;
-    pith_image img = {0};
-    const pith_vision_hparams *hp = pith_vision_hparams_of(v);
-    int rc = pith_image_decode((const uint8_t *)bytes, len, NULL, &img, err);
+    int rc = pith_vision_prepare_bytes(v, (const uint8_t *)bytes, len, NULL, pixels, err);
     free(bytes);
-    if (!rc && !(*pixels = malloc((size_t)3 * hp->image_size * hp->image_size * sizeof **pixels)))
-        rc = pith_errf(err, "out of memory");
-    if (!rc) rc = pith_vision_preprocess(v, &img, *pixels, err);
-    pith_image_free(&img);
     return rc ? pith_err_prefix(err, "%s", path) : 0;
 }
 
@@ -49,15 +42,11 @@ int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths
 
 int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *prompt, int32_t **ids, int *n_ids,
                       pith_err *err) {
-    const char *marker = pith_vision_marker(ci->v);
-    size_t ml = strlen(marker), pl = strlen(prompt);
-    bool has = strstr(prompt, marker) != NULL;
-    char *text = malloc(pl + (has ? 0 : (size_t)ci->n * ml) + 1);
+    bool has = strstr(prompt, pith_vision_marker(ci->v)) != NULL;
+    char *text = cli_images_marked(ci, has ? 0 : ci->n, prompt);
     if (!text) return pith_errf(err, "out of memory");
-    size_t at = 0;
-    for (int i = 0; i < ci->n && !has; i++, at += ml) memcpy(text + at, marker, ml);
-    memcpy(text + at, prompt, pl + 1);
-    int rc = pith_vision_prompt(ci->v, tok, text, at + pl, PITH_TOK_ADD_BOS, ci->pixels, ci->n, ids, n_ids, ci->media, err);
+    int rc = pith_vision_prompt(ci->v, tok, text, strlen(text), PITH_TOK_ADD_BOS, ci->pixels, ci->n, ids, n_ids,
+                                ci->media, err);
     free(text);
     return rc;
 }
@@ -69,7 +58,15 @@ int cli_images_add(cli_images *ci, const char *path, pith_err *err) {
     return 0;
 }
 
-const char *cli_images_marker(const cli_images *ci) { return pith_vision_marker(ci->v); }
+char *cli_images_marked(const cli_images *ci, int n, const char *text) {
+    const char *marker = pith_vision_marker(ci->v);
+    size_t ml = strlen(marker), tl = strlen(text);
+    char *out = malloc((size_t)n * ml + tl + 1);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) memcpy(out + (size_t)i * ml, marker, ml);
+    memcpy(out + (size_t)n * ml, text, tl + 1);
+    return out;
+}
 
 int cli_images_text(cli_images *ci, const pith_tokenizer *tok, const char *text, size_t len, int flags, int32_t **ids,
                     int *n_ids, int *n_media, pith_err *err) {

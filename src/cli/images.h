@@ -30,8 +30,9 @@ int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *pro
                       pith_err *err);
 /* Decodes and prepares one more image file (--chat's /image). */
 int cli_images_add(cli_images *ci, const char *path, pith_err *err);
-/* The model's image marker (what a chat message holds for each image). */
-const char *cli_images_marker(const cli_images *ci);
+/* text with n of the model's image markers before it (malloc'd; NULL when out of memory): where a
+ * prompt or a chat message places n images. */
+char *cli_images_marked(const cli_images *ci, int n, const char *text);
 /* A rendered conversation (flags: pith_tokenizer_encode's) into ids, its k markers standing for the
  * newest k images (older turns, with their images, may have been dropped): *n_media = k spans in
  * ci->media. */

@@ -12,7 +12,7 @@ static engine_media_item *find_item(pith_engine *e, uint64_t hash, int rows) {
     return NULL;
 }
 
-/* Calls fn for each span of s that its scheduled tokens [n_computed, n_computed + n_sched) enter. */
+/* Iterates sp over the spans of s that its scheduled tokens [n_computed, n_computed + n_sched) enter. */
 #define FOR_SCHEDULED_SPANS(s, sp)                                                                               \
     for (const media_span *sp = (s)->media ? (s)->media->spans : NULL,                                           \
                           *sp##_end = (s)->media ? (s)->media->spans + (s)->media->n : NULL;                     \

@@ -323,7 +323,7 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
         v->rows = grown;
         v->rows_cap = n;
     }
-    size_t img_floats = (size_t)3 * hp->image_size * hp->image_size;
+    size_t img_floats = pith_vision_input_floats(v);
     for (int i = 0; i < n_images; i++) patches_of(hp, pixels + i * img_floats, v->rows + (size_t)i * n_patch * width);
     if (pith_be_reserve(be, n, err) || pith_be_set_rows(be, v->in, v->rows, n, err) ||
         matmul1(be, v->in, v->patch_w, v->x, false, n, err))
@@ -348,6 +348,22 @@ int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *p
     return 0;
 }
 
+size_t pith_vision_input_floats(const pith_vision *v) { return (size_t)3 * v->hp.image_size * v->hp.image_size; }
+
+int pith_vision_prepare_bytes(const pith_vision *v, const uint8_t *bytes, size_t n, const pith_image_limits *lim,
+                              float **pixels, pith_err *err) {
+    *pixels = NULL;
+    pith_image img = {0};
+    if (pith_image_decode(bytes, n, lim, &img, err)) return -1;
+    int rc = (*pixels = malloc(pith_vision_input_floats(v) * sizeof **pixels)) ? 0 : pith_errf(err, "out of memory");
+    if (!rc) rc = pith_vision_preprocess(v, &img, *pixels, err); /* fails only for memory (the resize) */
+    pith_image_free(&img);
+    if (!rc) return 0;
+    free(*pixels);
+    *pixels = NULL;
+    return -2;
+}
+
 /* Images per encoder step: the activations grow with the patches (4096 per 896-pixel image), so a step
  * with many images is cut into a few. */
 #define VISION_STEP_IMAGES 4
@@ -355,7 +371,7 @@ int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *p
 static int encode_items(void *user, const pith_media *const *items, int n, float *const *out, pith_err *err) {
     pith_vision *v = user;
     const pith_vision_hparams *hp = &v->hp;
-    const size_t img = (size_t)3 * hp->image_size * hp->image_size, rows = (size_t)hp->tokens_per_image * hp->out_dim;
+    const size_t img = pith_vision_input_floats(v), rows = (size_t)hp->tokens_per_image * hp->out_dim;
     for (int i = 0; i < n; i++)
         if (items[i]->n_input != img || items[i]->n_tokens != hp->tokens_per_image)
             return pith_errf(err, "image %d: %zu input floats and %d tokens; this encoder takes %zu and makes %d", i,

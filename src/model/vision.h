@@ -55,6 +55,15 @@ const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
  * PIL's bilinear filter, rescales by 1/255 and normalizes by the file's mean and std. */
 int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err);
 
+/* Floats of one prepared image: 3 * image_size^2. */
+size_t pith_vision_input_floats(const pith_vision *v);
+
+/* An image file's bytes, decoded (lim: pith_image_decode's; NULL: the defaults) and prepared as above into
+ * *pixels (malloc'd, pith_vision_input_floats of them). 0; -1 with err (the decoder's message) when the
+ * bytes are not an image it can use; -2 with err when memory ran out. *pixels is NULL on failure. */
+int pith_vision_prepare_bytes(const pith_vision *v, const uint8_t *bytes, size_t n, const pith_image_limits *lim,
+                              float **pixels, pith_err *err);
+
 /* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
  * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
 int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err);

@@ -66,7 +66,7 @@ int pith_vision_prompt(const pith_vision *v, const pith_tokenizer *tok, const ch
         while (j < *n_ids && (*ids)[j] == soft) j++;
         if (k == n_images || j - i != hp->tokens_per_image) break;
         media[k] = (pith_media){.pos = i, .n_tokens = j - i, .input = pixels[k],
-                                .n_input = (size_t)3 * hp->image_size * hp->image_size};
+                                .n_input = pith_vision_input_floats(v)};
         k++;
         i = j;
     }

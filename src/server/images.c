@@ -32,22 +32,13 @@ static int load_one(pith_server *srv, const char *url, int i, int k, float **pix
     uint8_t *bytes;
     size_t n;
     if (media_fetch(&srv->media, url, "messages", &bytes, &n, err)) return -1;
-    pith_image img = {0};
     pith_image_limits lim = {.max_bytes = srv->media.max_bytes ? srv->media.max_bytes : MEDIA_DEFAULT_MAX_BYTES};
     pith_err why;
-    int rc = pith_image_decode(bytes, n, &lim, &img, &why);
+    int rc = pith_vision_prepare_bytes(srv->vision, bytes, n, &lim, pixels, &why);
     free(bytes);
-    if (rc) /* the decoder's messages are Pith's own: the format, the size, where the file is broken */
+    if (rc == -1) /* the decoder's messages are Pith's own: the format, the size, where the file is broken */
         return api_errorf(err, 400, "invalid_image", "messages", "messages[%d].content[%d]: %s", i, k, why.msg);
-    const pith_vision_hparams *hp = pith_vision_hparams_of(srv->vision);
-    *pixels = malloc((size_t)3 * hp->image_size * hp->image_size * sizeof **pixels);
-    rc = *pixels ? pith_vision_preprocess(srv->vision, &img, *pixels, &why) : -1;
-    pith_image_free(&img);
-    if (rc) {
-        free(*pixels);
-        *pixels = NULL;
-        return api_errorf(err, 500, "internal_error", NULL, "out of memory for an image");
-    }
+    if (rc) return api_errorf(err, 500, "internal_error", NULL, "out of memory for an image");
     return 0;
 }
 
