@@ -392,3 +392,8 @@ static int encode_items(void *user, const pith_media *const *items, int n, float
 void pith_vision_encoder(pith_vision *v, pith_encoder *out) {
     *out = (pith_encoder){.out_dim = v->hp.out_dim, .encode = encode_items, .user = v};
 }
+
+bool pith_vision_in_model(const char *model_path) {
+    (void)model_path;
+    return false; /* filled in with the Hugging Face loader */
+}

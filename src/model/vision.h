@@ -48,6 +48,11 @@ int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith
  * pith_vision_free frees: for callers outside the model layer (the CLI, the server). */
 int pith_vision_load(const char *path, int n_threads, pith_vision **out, pith_err *err);
 void pith_vision_free(pith_vision *v);
+/* Whether a model path (what -m names) carries its own vision tower, so that pith_vision_open(model_path)
+ * opens it without a separate projector file: a Hugging Face directory (or its config.json) of a
+ * multimodal class whose config has a "vision_config" (Gemma3ForConditionalGeneration). Cheap: reads the
+ * config only; false for GGUF files and on any error. */
+bool pith_vision_in_model(const char *model_path);
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
 
 /* An image as the model's processor prepares it, into pixels ([3][image_size][image_size]): Gemma 3
