@@ -29,6 +29,7 @@ Then tool_vision_encode (the encoder through the CPU backend) against it, on the
 
 Environment: PITH_VISION_ENCODE (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch or numpy."""
 
+import json
 import os
 import subprocess
 import sys
@@ -123,6 +124,98 @@ def write_mmproj(path, cfg, w, image, pool=None, matrix_type="F32", projector="g
     put("mm.input_projection.weight", w["proj"], "F16" if matrix_type == "F16" else "F32")
     g.write()
     return rounded
+
+
+def read_safetensors(path):
+    """name -> float64 array of an F32 safetensors file."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype="<f4").reshape(t["shape"]).astype(np.float64)
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, arr in tensors.items():
+        b = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(arr)), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as fh:
+        fh.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def write_hf_multimodal(out_dir, text_cfg, cfg, w, image, pool, seed, layout="legacy", processor=None,
+                        drop=None, vision_config=True):
+    """A Gemma3ForConditionalGeneration checkpoint as transformers saves one: tools/mkmodel.py's text model
+    (seed) under "language_model.model." (layout "legacy", the released checkpoints) or
+    "model.language_model." ("nested", transformers >= 4.52), the vision tower's and projector's weights w
+    under SiglipVisionModel's and Gemma3MultiModalProjector's names (the soft norm as w, not 1 + w),
+    config.json with text_config and vision_config, and preprocessor_config.json (processor: its keys)."""
+    import mkmodel
+    text_dir = out_dir + ".text"
+    mkmodel.write_safetensors(text_cfg, text_dir, "F32", seed=seed)
+    text = read_safetensors(os.path.join(text_dir, "model.safetensors"))
+    with open(os.path.join(text_dir, "config.json")) as fh:
+        text_config = json.load(fh)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {}
+    for name, arr in text.items():
+        if layout == "legacy":
+            tensors["language_model." + name] = arr
+        else:
+            tensors["model.language_model." + name[len("model."):] if name.startswith("model.") else name] = arr
+    tower = "vision_tower.vision_model." if layout == "legacy" else "model.vision_tower.vision_model."
+    proj = "multi_modal_projector." if layout == "legacy" else "model.multi_modal_projector."
+    v = {"embeddings.patch_embedding.weight": w["patch_w"], "embeddings.patch_embedding.bias": w["patch_b"],
+         "embeddings.position_embedding.weight": w["pos"], "post_layernorm.weight": w["post_w"],
+         "post_layernorm.bias": w["post_b"]}
+    for i, b in enumerate(w["blk"]):
+        pre = f"encoder.layers.{i}."
+        for hf, key in (("layer_norm1.weight", "ln1_w"), ("layer_norm1.bias", "ln1_b"), ("layer_norm2.weight", "ln2_w"),
+                        ("layer_norm2.bias", "ln2_b"), ("self_attn.q_proj.weight", "q"), ("self_attn.q_proj.bias", "q_b"),
+                        ("self_attn.k_proj.weight", "k"), ("self_attn.k_proj.bias", "k_b"),
+                        ("self_attn.v_proj.weight", "v"), ("self_attn.v_proj.bias", "v_b"),
+                        ("self_attn.out_proj.weight", "o"), ("self_attn.out_proj.bias", "o_b"),
+                        ("mlp.fc1.weight", "fc1"), ("mlp.fc1.bias", "fc1_b"), ("mlp.fc2.weight", "fc2"),
+                        ("mlp.fc2.bias", "fc2_b")):
+            v[pre + hf] = b[key]
+    for name, arr in v.items():
+        if drop != name:
+            tensors[tower + name] = arr
+    tensors[proj + "mm_input_projection_weight"] = w["proj"]
+    tensors[proj + "mm_soft_emb_norm.weight"] = w["soft"]
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    for k in ("architectures", "torch_dtype"):
+        text_config.pop(k, None)
+    tpi = (image // cfg["patch"] // pool) ** 2
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "text_config": text_config, "mm_tokens_per_image": tpi, "boi_token_index": 255999,
+              "eoi_token_index": 256000, "image_token_index": 262144}
+    if vision_config:
+        config["vision_config"] = {"model_type": "siglip_vision_model", "hidden_size": cfg["dim"],
+                                   "intermediate_size": cfg["ffn"], "num_hidden_layers": len(w["blk"]),
+                                   "num_attention_heads": cfg["heads"], "image_size": image,
+                                   "patch_size": cfg["patch"], "layer_norm_eps": cfg["eps"], "vision_use_head": False}
+    with open(os.path.join(out_dir, "config.json"), "w") as fh:
+        json.dump(config, fh, indent=2)
+    pre = {"image_processor_type": "Gemma3ImageProcessor", "do_resize": True, "size": {"height": image, "width": image},
+           "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": MEAN,
+           "image_std": STD, "do_pan_and_scan": False}
+    pre.update(processor or {})
+    with open(os.path.join(out_dir, "preprocessor_config.json"), "w") as fh:
+        json.dump(pre, fh, indent=2)
+    return out_dir
 
 
 def gelu_tanh(x):
@@ -316,6 +409,35 @@ class Encoder(unittest.TestCase):
             n_px = 3 * image * image
             self.compare(got[:n_px].reshape(px.shape), px, 1e-6, f"{name}: prepared pixels against Pillow's")
             self.compare(got[n_px:], reference(f, image, cfg, px).reshape(-1), 1e-5, f"{name}: the encoder's rows")
+
+    def test_hf_directory(self):
+        """Gemma3ForConditionalGeneration's vision tower from a Hugging Face directory, in both of
+        transformers' layouts: the reference, and the very rows of the same weights from a projector GGUF."""
+        import mkmodel
+        image, text_cfg = 112, mkmodel.build_config("test-gemma3")
+        cfg = dict(SO400M, dim=64, ffn=96, heads=4, out_dim=text_cfg.dim, pool=2)
+        w = make_weights(cfg, 2, image, seed=16)
+        gguf = os.path.join(self.tmp, "hf_twin.gguf")
+        f = write_mmproj(gguf, cfg, w, image, pool=2)
+        px = random_pixels(np.random.default_rng(10), 2, image)
+        from_gguf = run_tool(gguf, px, self.tmp).reshape(2, 16, cfg["out_dim"])
+        for layout in ("legacy", "nested"):
+            d = write_hf_multimodal(os.path.join(self.tmp, f"hf_{layout}"), text_cfg, cfg, w, image, 2, 17, layout)
+            for path in (d, os.path.join(d, "config.json")):
+                got = run_tool(path, px, self.tmp).reshape(2, 16, cfg["out_dim"])
+                for i in range(2):
+                    self.compare(got[i], reference(f, image, cfg, px[i]), 1e-5, f"Hugging Face ({layout}), image {i}")
+                self.compare(got, from_gguf, 1e-6, f"Hugging Face ({layout}) against the projector GGUF")
+        bad = [(dict(processor={"do_pan_and_scan": True}), "only the default preprocessing"),
+               (dict(processor={"size": {"height": 224, "width": 224}}), "differs from the vision tower's image size"),
+               (dict(vision_config=False), "no vision tower Pith can run"),
+               (dict(drop="encoder.layers.1.mlp.fc2.weight"), "missing tensor v.blk.1.ffn_down.weight")]
+        for i, (kw, msg) in enumerate(bad):
+            d = write_hf_multimodal(os.path.join(self.tmp, f"hf_bad{i}"), text_cfg, cfg, w, image, 2, 17, **kw)
+            r = run_tool(d, px, self.tmp, expect_fail=True)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn(msg, r.stderr)
+            print(f"refused: {r.stderr.strip()}")
 
     def test_refusals(self):
         image, cfg = 112, dict(SO400M, dim=64, ffn=96, heads=4, out_dim=48)

@@ -511,8 +511,8 @@ static void test_arch_errors(void) {
         {"unknown", "GPT2LMHeadModel", "",
          "unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, Gemma3ForCausalLM", false},
-        {"multimodal", "Gemma3ForConditionalGeneration", ", \"text_config\": {\"model_type\": \"gemma3_text\"}",
-         "multimodal Gemma 3", true},
+        {"multimodal_text_config", "Gemma3ForConditionalGeneration", ", \"text_config\": 3",
+         "\"text_config\" is not an object", true},
         {"activation", "Gemma3ForCausalLM", ", \"hidden_activation\": \"relu\"", "activation 'relu'", true},
         {"qpas", "Gemma3ForCausalLM", ", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar", true},
         {"pattern", "Gemma3ForCausalLM", ", \"sliding_window_pattern\": 0", "\"sliding_window_pattern\" is 0", true},
@@ -541,6 +541,15 @@ static void test_arch_errors(void) {
         CHECKF(strstr(err.msg, cases[i].needle) != NULL, "%s: '%s' lacks '%s'", cases[i].label, err.msg,
                cases[i].needle);
         CHECKF(strstr(err.msg, "config.json") != NULL, "%s: %s", cases[i].label, err.msg);
+    }
+    { /* a text_config without the sizes takes Gemma3TextConfig's defaults (width 2304, vocabulary 262208),
+       * which this model's tensors contradict */
+        pith_model_file *f;
+        pith_err err = {{0}};
+        int rc = open_hf("hf_arch_err", &base_gemma, "Gemma3ForConditionalGeneration",
+                         ", \"text_config\": {\"model_type\": \"gemma3_text\"}", &f, &err, NULL, NULL);
+        CHECK(rc == -1 && f == NULL);
+        CHECKF(strstr(err.msg, "expected [2304, 262208]") != NULL, "%s", err.msg);
     }
     /* a Gemma-only tensor missing: the HF name maps to it, the schema wants it */
     const char *dir = model_dir("hf_gemma_missing");

@@ -137,6 +137,10 @@ typedef struct pith_arch {
     /* The architecture reads GGUF's attention.key_length / value_length itself (DeepSeek's MLA: key and
      * value heads of different widths); otherwise the loader refuses a value width other than the key's. */
     bool own_head_widths;
+    /* The text config class's defaults, as a JSON object (NULL: none): transformers saves only the keys
+     * that differ from its class's defaults (Gemma3ForConditionalGeneration's "text_config" leaves out the
+     * head counts and the vocabulary), so a key the text config lacks is read as this object gives it. */
+    const char *hf_defaults;
 } pith_arch;
 
 /* The architecture's private hyper-parameters (NULL when it declares none). Hooks write through it. */

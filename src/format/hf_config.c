@@ -119,6 +119,28 @@ static int read_rope_scaling(const pith_meta *c, pith_hparams *hp, const pith_ar
                      c->path, pith_printable(shown, sizeof shown, t, strlen(t)), factor);
 }
 
+static int parse_text(const pith_meta *outer, const pith_meta *m, pith_hparams *hp, const pith_arch **arch);
+
+/* m's config with the keys it lacks taken from defaults (the descriptor's JSON): a copy in *merged that
+ * m->json then points at, freed by the caller. */
+static int with_defaults(pith_meta *m, const char *defaults, cJSON **merged) {
+    cJSON *d = cJSON_Parse(defaults), *copy = cJSON_Duplicate(m->json, true);
+    if (!d || !copy) {
+        cJSON_Delete(d);
+        cJSON_Delete(copy);
+        return pith_errf(m->err, "%s: out of memory (or a malformed descriptor default)", m->path);
+    }
+    for (cJSON *kv = d->child, *next; kv; kv = next) {
+        next = kv->next;
+        if (cJSON_HasObjectItem(copy, kv->string)) continue;
+        cJSON_AddItemToObject(copy, kv->string, cJSON_DetachItemViaPointer(d, kv));
+    }
+    cJSON_Delete(d);
+    m->json = copy;
+    *merged = copy;
+    return 0;
+}
+
 static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arch) {
     if (find_arch(outer, arch)) return -1;
     /* A multimodal class (Qwen3_5ForConditionalGeneration) nests its text model's config under
@@ -130,7 +152,14 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
         if (!cJSON_IsObject(tc)) return pith_errf(outer->err, "%s: \"text_config\" is not an object", outer->path);
         nested.json = tc;
     }
-    const pith_meta *m = &nested;
+    cJSON *merged = NULL;
+    if ((*arch)->hf_defaults && with_defaults(&nested, (*arch)->hf_defaults, &merged)) return -1;
+    int rc = parse_text(outer, &nested, hp, arch);
+    cJSON_Delete(merged);
+    return rc;
+}
+
+static int parse_text(const pith_meta *outer, const pith_meta *m, pith_hparams *hp, const pith_arch **arch) {
     snprintf(hp->arch, sizeof hp->arch, "%s", (*arch)->name);
     hp->rope_style = (*arch)->rope_hf;
     hp->rope_theta = 10000.0f;
@@ -151,7 +180,7 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
         json_token(m, "bos_token_id", &hp->bos_id) || json_token(m, "eos_token_id", &hp->eos_id) ||
         pith_meta_bool(m, "tie_word_embeddings", &hp->tied_embeddings))
         return -1;
-    if (nested.json != outer->json && pith_meta_bool(outer, "tie_word_embeddings", &hp->tied_embeddings)) return -1;
+    if (m->json != outer->json && pith_meta_bool(outer, "tie_word_embeddings", &hp->tied_embeddings)) return -1;
     if ((*arch)->read_hf && (*arch)->read_hf(m, hp)) return -1;
     if (!hp->n_kv_heads) hp->n_kv_heads = hp->n_heads;
     return 0;

@@ -23,7 +23,10 @@
  * llama.cpp: 1/sqrt(dim / n_heads) for the 62-layer 27B, else 1/sqrt(head_dim). Soft-capping
  * (final_logit_softcapping, attn_logit_softcapping) is null in Gemma 3 but honoured where given.
  * Embeddings are tied unless the file has output.weight; the forward pass scales them by sqrt(dim).
- * The multimodal Gemma3ForConditionalGeneration (text model under "text_config") is refused. */
+ * The multimodal Gemma3ForConditionalGeneration nests the text model's config under "text_config" and its
+ * tensors under "language_model.model." (or "model.language_model."); its vision tower and projector
+ * ("vision_tower.*", "multi_modal_projector.*") are the vision encoder's (model/vision.h), not read here.
+ * transformers saves only what differs from Gemma3TextConfig's defaults, so those are the defaults here. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -153,9 +156,6 @@ static int read_rope_parameters(const pith_meta *m, pith_hparams *hp) {
 }
 
 static int gemma3_read_hf(const pith_meta *m, pith_hparams *hp) {
-    if (pith_meta_has(m, "text_config"))
-        return pith_errf(m->err, "%s: multimodal Gemma 3 (Gemma3ForConditionalGeneration, the text model under "
-                         "\"text_config\") is not supported; use a text-only Gemma3ForCausalLM checkpoint", m->path);
     char act[32] = "gelu_pytorch_tanh";
     float qpas = 256.0f;
     int pattern = 6;
@@ -239,6 +239,11 @@ const pith_arch pith_arch_gemma3 = {
     .name = "gemma3",
     .hf_archs = (const char *const[]){"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", NULL},
     .hf_model_types = (const char *const[]){"gemma3_text", "gemma3", NULL},
+    .hf_text_config = true,
+    /* transformers' Gemma3TextConfig */
+    .hf_defaults = "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, "
+                   "\"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                   "\"head_dim\": 256, \"rms_norm_eps\": 1e-6, \"bos_token_id\": 2, \"eos_token_id\": 1}",
     .rope_gguf = PITH_ROPE_HALF,
     .rope_hf = PITH_ROPE_HALF,
     .hf_global = hf_global,

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/vision_internal.h"
 #include "pith/gguf.h"
 
 typedef struct vision_block {
@@ -17,7 +18,9 @@ typedef struct vision_block {
 
 struct pith_vision {
     pith_vision_hparams hp;
-    pith_gguf *g;
+    pith_gguf *g;            /* the projector GGUF, or */
+    pith_model_file *mf;     /* the Hugging Face checkpoint */
+    const char *path;        /* named in errors */
     pith_backend *be;
     pith_backend *own_be;        /* pith_vision_load's: freed with the encoder */
     pith_tensor patch_t, proj_t; /* 2-D views of the patch kernel and of the transposed projection */
@@ -55,14 +58,19 @@ static int get_floats3(const pith_gguf *g, const char *key, float dflt, float ou
     return 0;
 }
 
+/* A tensor by its clip name, in either kind of file. */
+static const pith_tensor *find(const pith_vision *v, const char *name) {
+    return v->g ? pith_gguf_find_tensor(v->g, name) : vision_hf_tensor(v->mf, name);
+}
+
 static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, pith_err *err) {
-    const pith_tensor *t = pith_gguf_find_tensor(v->g, name);
+    const pith_tensor *t = find(v, name);
     if (!t) {
-        pith_errf(err, "%s: missing tensor %s", pith_gguf_path(v->g), name);
+        pith_errf(err, "%s: missing tensor %s", v->path, name);
         return NULL;
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        pith_errf(err, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", pith_gguf_path(v->g),
+        pith_errf(err, "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", v->path,
                   name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                   (long long)ne0, (long long)ne1);
         return NULL;
@@ -70,8 +78,9 @@ static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, 
     return t;
 }
 
-/* A float tensor of ne0 x ne1 elements as a vector weight (biases, norms, the position table). */
-static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, const pith_weight **out, pith_err *err) {
+/* A float tensor of ne0 x ne1 elements plus `add` as a vector weight (biases, norms, the position table). */
+static int floats_plus(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, float add, const pith_weight **out,
+                       pith_err *err) {
     const pith_tensor *t = tensor(v, name, ne0, ne1, err);
     if (!t) return -1;
     int n = (int)(ne0 * ne1);
@@ -79,12 +88,17 @@ static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, co
     if (!data) return pith_errf(err, "out of memory");
     if (!pith_tensor_floats(t, 0, n, data)) {
         free(data);
-        return pith_errf(err, "%s: tensor %s is %s, not a float type", pith_gguf_path(v->g), name, pith_dtype_name(t->type));
+        return pith_errf(err, "%s: tensor %s is %s, not a float type", v->path, name, pith_dtype_name(t->type));
     }
+    for (int i = 0; add != 0.0f && i < n; i++) data[i] += add;
     pith_weight *w;
     if (pith_be_vector(v->be, data, n, &w, err)) return -1;
     *out = w;
     return 0;
+}
+
+static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, const pith_weight **out, pith_err *err) {
+    return floats_plus(v, name, ne0, ne1, 0.0f, out, err);
 }
 
 static int vec(pith_vision *v, const char *name, int n, const pith_weight **out, pith_err *err) {
@@ -94,12 +108,11 @@ static int vec(pith_vision *v, const char *name, int n, const pith_weight **out,
 static int mat(pith_vision *v, const char *name, int rows, int cols, pith_weight **out, pith_err *err) {
     const pith_tensor *t = tensor(v, name, cols, rows, err);
     if (!t) return -1;
-    return pith_be_matrix(v->be, t, name, out, err) ? pith_err_prefix(err, "%s: %s", pith_gguf_path(v->g), name) : 0;
+    return pith_be_matrix(v->be, t, name, out, err) ? pith_err_prefix(err, "%s: %s", v->path, name) : 0;
 }
 
-static int hparams(pith_vision *v, pith_err *err) {
-    pith_vision_hparams *hp = &v->hp;
-    const pith_gguf *g = v->g;
+/* A projector GGUF's metadata (llama.cpp's clip keys). */
+static int gguf_hparams(const pith_gguf *g, pith_vision_hparams *hp, pith_err *err) {
     pith_str s;
     if (!pith_gguf_get_str(g, "clip.projector_type", &s))
         return pith_errf(err, "%s: not a projector file (no clip.projector_type)", pith_gguf_path(g));
@@ -110,41 +123,51 @@ static int hparams(pith_vision *v, pith_err *err) {
     if (pith_gguf_get_bool(g, "clip.has_vision_encoder", &has) && !has)
         return pith_errf(err, "%s: the projector file has no vision encoder", pith_gguf_path(g));
     hp->projector = PITH_VISION_GEMMA3;
+    hp->resample = PITH_RESIZE_BILINEAR;
     double eps = 1e-6;
     pith_gguf_get_f64(g, "clip.vision.attention.layer_norm_epsilon", &eps);
     hp->eps = (float)eps;
-    if (get_int(g, "clip.vision.image_size", true, 0, &hp->image_size, err) ||
-        get_int(g, "clip.vision.patch_size", true, 0, &hp->patch_size, err) ||
-        get_int(g, "clip.vision.embedding_length", true, 0, &hp->dim, err) ||
-        get_int(g, "clip.vision.feed_forward_length", true, 0, &hp->ffn, err) ||
-        get_int(g, "clip.vision.block_count", true, 0, &hp->n_layers, err) ||
-        get_int(g, "clip.vision.attention.head_count", true, 0, &hp->n_heads, err) ||
-        get_int(g, "clip.vision.projector.scale_factor", false, 4, &hp->pool, err) ||
-        get_floats3(g, "clip.vision.image_mean", 0.5f, hp->mean, err) ||
-        get_floats3(g, "clip.vision.image_std", 0.5f, hp->std, err))
-        return -1;
+    return get_int(g, "clip.vision.image_size", true, 0, &hp->image_size, err) ||
+                   get_int(g, "clip.vision.patch_size", true, 0, &hp->patch_size, err) ||
+                   get_int(g, "clip.vision.embedding_length", true, 0, &hp->dim, err) ||
+                   get_int(g, "clip.vision.feed_forward_length", true, 0, &hp->ffn, err) ||
+                   get_int(g, "clip.vision.block_count", true, 0, &hp->n_layers, err) ||
+                   get_int(g, "clip.vision.attention.head_count", true, 0, &hp->n_heads, err) ||
+                   get_int(g, "clip.vision.projector.scale_factor", false, 4, &hp->pool, err) ||
+                   get_floats3(g, "clip.vision.image_mean", 0.5f, hp->mean, err) ||
+                   get_floats3(g, "clip.vision.image_std", 0.5f, hp->std, err)
+               ? -1
+               : 0;
+}
+
+/* The sizes from either kind of file, checked, and what the tensors tell (the text width, the type). */
+static int hparams(pith_vision *v, pith_err *err) {
+    pith_vision_hparams *hp = &v->hp;
+    if (v->g ? gguf_hparams(v->g, hp, err) : vision_hf_hparams(v->mf, hp, err)) return -1;
+    if (hp->image_size < 1 || hp->patch_size < 1 || hp->dim < 1 || hp->ffn < 1 || hp->n_layers < 1 ||
+        hp->n_heads < 1 || hp->pool < 1 || hp->image_size > (1 << 16) || hp->dim > (1 << 20) || hp->ffn > (1 << 20) ||
+        hp->n_layers > 4096 || !(hp->eps > 0))
+        return pith_errf(err, "%s: a vision size is out of range", v->path);
     for (int c = 0; c < 3; c++)
-        if (!(hp->std[c] > 0)) return pith_errf(err, "%s: image_std[%d] is not positive", pith_gguf_path(g), c);
+        if (!(hp->std[c] > 0)) return pith_errf(err, "%s: image_std[%d] is not positive", v->path, c);
     if (hp->image_size % hp->patch_size)
-        return pith_errf(err, "%s: image size %d is not a multiple of the patch size %d", pith_gguf_path(g),
-                         hp->image_size, hp->patch_size);
+        return pith_errf(err, "%s: image size %d is not a multiple of the patch size %d", v->path, hp->image_size,
+                         hp->patch_size);
     hp->patches_per_side = hp->image_size / hp->patch_size;
     if (hp->patches_per_side % hp->pool)
-        return pith_errf(err, "%s: %d patches per side do not pool by %d", pith_gguf_path(g), hp->patches_per_side,
-                         hp->pool);
+        return pith_errf(err, "%s: %d patches per side do not pool by %d", v->path, hp->patches_per_side, hp->pool);
     if (hp->dim % hp->n_heads || hp->dim / hp->n_heads > 512)
-        return pith_errf(err, "%s: width %d over %d heads (heads of at most 512)", pith_gguf_path(g), hp->dim,
-                         hp->n_heads);
+        return pith_errf(err, "%s: width %d over %d heads (heads of at most 512)", v->path, hp->dim, hp->n_heads);
     int side = hp->patches_per_side / hp->pool;
     hp->tokens_per_image = side * side;
-    const pith_tensor *q0 = pith_gguf_find_tensor(g, "v.blk.0.attn_q.weight");
+    const pith_tensor *q0 = find(v, "v.blk.0.attn_q.weight");
     hp->weight_type = q0 ? q0->type : PITH_F32;
-    const pith_tensor *p = pith_gguf_find_tensor(g, "mm.input_projection.weight");
-    if (!p) return pith_errf(err, "%s: missing tensor mm.input_projection.weight", pith_gguf_path(g));
+    const pith_tensor *p = find(v, "mm.input_projection.weight");
+    if (!p) return pith_errf(err, "%s: missing tensor mm.input_projection.weight", v->path);
     /* transformers' [vision width][text width] matrix, stored as it is (x @ W): ne = [text width, dim] */
     if (p->ne[1] != hp->dim || p->ne[0] < 1 || p->ne[0] > (1 << 20) || p->ne[2] != 1 || p->ne[3] != 1)
         return pith_errf(err, "%s: mm.input_projection.weight has shape [%lld, %lld], expected [text width, %d]",
-                         pith_gguf_path(g), (long long)p->ne[0], (long long)p->ne[1], hp->dim);
+                         v->path, (long long)p->ne[0], (long long)p->ne[1], hp->dim);
     hp->out_dim = (int)p->ne[0];
     return 0;
 }
@@ -154,10 +177,10 @@ static int hparams(pith_vision *v, pith_err *err) {
 static int bind_embeddings(pith_vision *v, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     int p = hp->patch_size, n_patch = hp->patches_per_side * hp->patches_per_side;
-    const pith_tensor *k = pith_gguf_find_tensor(v->g, "v.patch_embd.weight");
-    if (!k) return pith_errf(err, "%s: missing tensor v.patch_embd.weight", pith_gguf_path(v->g));
+    const pith_tensor *k = find(v, "v.patch_embd.weight");
+    if (!k) return pith_errf(err, "%s: missing tensor v.patch_embd.weight", v->path);
     if (k->ne[0] != p || k->ne[1] != p || k->ne[2] != 3 || k->ne[3] != hp->dim)
-        return pith_errf(err, "%s: v.patch_embd.weight is not [%d, %d, 3, %d]", pith_gguf_path(v->g), p, p, hp->dim);
+        return pith_errf(err, "%s: v.patch_embd.weight is not [%d, %d, 3, %d]", v->path, p, p, hp->dim);
     v->patch_t = *k;
     v->patch_t.n_dims = 2;
     v->patch_t.ne[0] = 3 * p * p;
@@ -165,12 +188,12 @@ static int bind_embeddings(pith_vision *v, pith_err *err) {
     v->patch_t.ne[2] = v->patch_t.ne[3] = 1;
     /* the position table, [n_patch][dim], is one vector that add_rows reads row by row */
     if (pith_be_matrix(v->be, &v->patch_t, "v.patch_embd.weight", &v->patch_w, err))
-        return pith_err_prefix(err, "%s: v.patch_embd.weight", pith_gguf_path(v->g));
+        return pith_err_prefix(err, "%s: v.patch_embd.weight", v->path);
     if (
         vec(v, "v.patch_embd.bias", hp->dim, &v->patch_b, err) ||
         floats(v, "v.position_embd.weight", hp->dim, n_patch, &v->pos, err))
         return -1;
-    const pith_tensor *pr = pith_gguf_find_tensor(v->g, "mm.input_projection.weight");
+    const pith_tensor *pr = find(v, "mm.input_projection.weight");
     size_t n = (size_t)hp->out_dim * hp->dim;
     float *src = malloc(n * sizeof *src);
     v->proj_data = malloc(n * sizeof *v->proj_data);
@@ -180,7 +203,7 @@ static int bind_embeddings(pith_vision *v, pith_err *err) {
     }
     if (!pith_tensor_floats(pr, 0, (int64_t)n, src)) {
         free(src);
-        return pith_errf(err, "%s: mm.input_projection.weight is %s, not a float type", pith_gguf_path(v->g),
+        return pith_errf(err, "%s: mm.input_projection.weight is %s, not a float type", v->path,
                          pith_dtype_name(pr->type));
     }
     for (int i = 0; i < hp->dim; i++)
@@ -189,7 +212,7 @@ static int bind_embeddings(pith_vision *v, pith_err *err) {
     v->proj_t = (pith_tensor){.name = "mm.input_projection.weight", .type = PITH_F32, .n_dims = 2,
                               .ne = {hp->dim, hp->out_dim, 1, 1}, .data = v->proj_data, .nbytes = n * sizeof(float)};
     if (pith_be_matrix(v->be, &v->proj_t, "mm.input_projection.weight", &v->proj, err))
-        return pith_err_prefix(err, "%s: mm.input_projection.weight", pith_gguf_path(v->g));
+        return pith_err_prefix(err, "%s: mm.input_projection.weight", v->path);
     return 0;
 }
 
@@ -204,7 +227,7 @@ static int bind_block(pith_vision *v, int l, vision_block *b, pith_err *err) {
     for (int i = 0; i < 16; i++) snprintf(nm[i], sizeof nm[i], "v.blk.%d.%s", l, part[i]);
     /* Older projector files name the MLP's first product ffn_down and its second ffn_up: the shapes
      * say which is which (the first reads the block's width). */
-    const pith_tensor *up = pith_gguf_find_tensor(v->g, nm[12]);
+    const pith_tensor *up = find(v, nm[12]);
     int iu = 12, id = 14;
     if (up && up->ne[0] == f && up->ne[1] == d && f != d) iu = 14, id = 12;
     if (vec(v, nm[0], d, &b->ln1_w, err) || vec(v, nm[1], d, &b->ln1_b, err) || vec(v, nm[2], d, &b->ln2_w, err) ||
@@ -224,12 +247,15 @@ int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith
     pith_vision *v = calloc(1, sizeof *v);
     if (!v) return pith_errf(err, "out of memory");
     v->be = be;
-    int rc = pith_gguf_open(path, &v->g, err) || hparams(v, err) || bind_embeddings(v, err) ? -1 : 0;
+    int rc = vision_hf_path(path) ? pith_model_file_open(path, &v->mf, err) : pith_gguf_open(path, &v->g, err);
+    if (!rc) v->path = v->g ? pith_gguf_path(v->g) : pith_model_file_path(v->mf);
+    if (!rc) rc = hparams(v, err) || bind_embeddings(v, err) ? -1 : 0;
     const pith_vision_hparams *hp = &v->hp;
     if (!rc && !(v->blk = calloc((size_t)hp->n_layers, sizeof *v->blk))) rc = pith_errf(err, "out of memory");
     for (int l = 0; !rc && l < hp->n_layers; l++) rc = bind_block(v, l, &v->blk[l], err);
     if (!rc && (vec(v, "v.post_ln.weight", hp->dim, &v->post_w, err) || vec(v, "v.post_ln.bias", hp->dim, &v->post_b, err) ||
-                vec(v, "mm.soft_emb_norm.weight", hp->dim, &v->soft_norm, err)))
+                /* Gemma's RMSNorm multiplies by 1 + w: llama.cpp's converter stores 1 + w, transformers w */
+                floats_plus(v, "mm.soft_emb_norm.weight", hp->dim, 1, v->g ? 0.0f : 1.0f, &v->soft_norm, err)))
         rc = -1;
     pith_buf **bufs[] = {&v->x, &v->xb, &v->q, &v->k, &v->v, &v->att, &v->pooled, &v->normed};
     for (size_t i = 0; !rc && i < sizeof bufs / sizeof *bufs; i++)
@@ -252,6 +278,7 @@ void pith_vision_free(pith_vision *v) {
     free(v->proj_data);
     free(v->rows);
     pith_gguf_close(v->g);
+    pith_model_file_close(v->mf);
     pith_backend *own = v->own_be;
     free(v);
     pith_backend_free(own); /* last: the weights and buffers above lived in it */
@@ -342,7 +369,7 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
 int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     pith_image sized = {0};
-    if (pith_image_resize(img, hp->image_size, hp->image_size, PITH_RESIZE_BILINEAR, &sized, err)) return -1;
+    if (pith_image_resize(img, hp->image_size, hp->image_size, hp->resample, &sized, err)) return -1;
     pith_image_to_tensor(&sized, hp->mean, hp->std, 1.0f / 255.0f, pixels);
     pith_image_free(&sized);
     return 0;
@@ -391,9 +418,4 @@ static int encode_items(void *user, const pith_media *const *items, int n, float
 
 void pith_vision_encoder(pith_vision *v, pith_encoder *out) {
     *out = (pith_encoder){.out_dim = v->hp.out_dim, .encode = encode_items, .user = v};
-}
-
-bool pith_vision_in_model(const char *model_path) {
-    (void)model_path;
-    return false; /* filled in with the Hugging Face loader */
 }

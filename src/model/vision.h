@@ -36,11 +36,13 @@ typedef struct pith_vision_hparams {
     int out_dim;                /* the text model's hidden width */
     int patches_per_side, tokens_per_image;
     pith_dtype weight_type;     /* the blocks' matrices' (the first block's Q): what the kernels run on */
+    int resample;               /* the processor's resize filter (image.h's PITH_RESIZE_*: bilinear) */
 } pith_vision_hparams;
 
 typedef struct pith_vision pith_vision;
 
-/* Opens a projector file and binds its weights in be (which must have the vision ops: the CPU backend
+/* Opens a projector file (llama.cpp's mmproj GGUF) or a Hugging Face checkpoint with a vision tower (a
+ * directory, or its config.json: Gemma3ForConditionalGeneration) and binds its weights in be (which must have the vision ops: the CPU backend
  * does). Refuses other projector types, missing or misshapen tensors and inconsistent sizes with a message
  * naming them. */
 int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err);
