@@ -72,6 +72,8 @@ class Gemma3Vision(unittest.TestCase):
         cls.mmproj = os.path.join(cls.tmp, "mmproj.gguf")
         w = S.make_weights(VISION, 2, IMAGE, seed=4101)
         cls.vw = S.write_mmproj(cls.mmproj, VISION, w, IMAGE, pool=VISION["pool"])
+        # the same text model and vision tower as one Gemma3ForConditionalGeneration directory
+        cls.hf = S.write_hf_multimodal(os.path.join(cls.tmp, "hf"), cfg, VISION, w, IMAGE, VISION["pool"], 4100)
         cls.pixels = S.random_pixels(np.random.default_rng(4102), 4, IMAGE)
         cls.features = [S.reference(cls.vw, IMAGE, VISION, cls.pixels[i]) for i in range(4)]
         rng = np.random.default_rng(4103)
@@ -133,10 +135,11 @@ class Gemma3Vision(unittest.TestCase):
         self.check(got[0], self.expected(self.seqs[0], [0, 1]), "batched, sequence 0 (images 0, 1), chunk 7")
         self.check(got[1], self.expected(self.seqs[1], [2, 3]), "batched, sequence 1 (images 2, 3), chunk 7")
 
-    def engine(self, seqs, images, batch, blocks):
+    def engine(self, seqs, images, batch, blocks, hf=False):
         pin, out = os.path.join(self.tmp, "px.f32"), os.path.join(self.tmp, "rows.f32")
         np.asarray(self.pixels[images], dtype=np.float32).tofile(pin)
-        r = subprocess.run([self.tool, self.model, self.mmproj, pin, f"engine:{batch}:{blocks}", out] +
+        model, mmproj = (self.hf, self.hf) if hf else (self.model, self.mmproj)
+        r = subprocess.run([self.tool, model, mmproj, pin, f"engine:{batch}:{blocks}", out] +
                            [",".join(map(str, s)) for s in seqs], capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         rows = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(2, len(seqs), self.ref.n_vocab)
@@ -148,11 +151,21 @@ class Gemma3Vision(unittest.TestCase):
     def test_engine(self):
         """The engine's media spans: both requests at once, the encoder inside the step, batches of TPI + 3
         tokens (a chunk that would cut an image ends before it), then both again from the prefix cache."""
+        self.engine_case(False)
+
+    def test_engine_hf_directory(self):
+        """The same with the text model and the vision tower both read from one Gemma3ForConditionalGeneration
+        directory (transformers' names, the norms as w rather than 1 + w)."""
+        self.engine_case(True)
+
+    def engine_case(self, hf):
         want = [self.expected(self.seqs[0], [0, 1])[-1], self.expected(self.seqs[1], [2, 3])[-1]]
-        rows, cached, encoded = self.engine(self.seqs, [0, 1, 2, 3], TPI + 3, 0)
+        rows, cached, encoded = self.engine(self.seqs, [0, 1, 2, 3], TPI + 3, 0, hf)
+        src = "Hugging Face directory" if hf else "GGUF + mmproj"
         for turn in (0, 1):
             for s in (0, 1):
-                self.check(rows[turn][s][None], want[s][None], f"engine, turn {turn + 1}, request {s}: last prompt row")
+                self.check(rows[turn][s][None], want[s][None],
+                           f"engine ({src}), turn {turn + 1}, request {s}: last prompt row")
         self.assertEqual(encoded, 4, "each image is encoded once")
         for s in (0, 1):
             n, spans = expand(self.seqs[s])
