@@ -66,7 +66,9 @@ static void run_usage(FILE *out) {
             "                          -f is the batch file of one prompt per line)\n"
             "      --chat              interactive chat: each line of stdin is a user turn, rendered with\n"
             "                          the model's chat template (ChatML when it has none)\n"
-            "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3)\n"
+            "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF, or a Hugging\n"
+            "                          Face directory with the vision tower: Gemma 3); a model directory\n"
+            "                          with its vision tower needs none\n"
             "      --image FILE        a JPEG, PNG or WebP image for the prompt (repeatable, up to 16);\n"
             "                          the prompt's <start_of_image> markers place them, else they come\n"
             "                          first (docs/multimodal.md); in --chat, a line \"/image FILE\"\n"
@@ -416,6 +418,7 @@ int pith_cmd_run(int argc, char **argv) {
         fprintf(stderr, "pith run: --image is for a single prompt (-p), in one process (in --chat: /image FILE)\n");
         return PITH_EXIT_USAGE;
     }
+    if (o.n_images > 0 || o.chat) o.mmproj = cli_images_projector(o.mmproj, o.model);
     if (o.mmproj && o.n_images == 0 && !o.chat) {
         fprintf(stderr, "pith run: --mmproj without --image (or --chat's /image): nothing to encode\n");
         return PITH_EXIT_USAGE;

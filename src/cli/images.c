@@ -22,10 +22,15 @@ static int prepare(const pith_vision *v, const char *path, float **pixels, pith_
     return rc ? pith_err_prefix(err, "%s", path) : 0;
 }
 
+const char *cli_images_projector(const char *mmproj, const char *model) {
+    if (mmproj) return mmproj;
+    return model && pith_vision_in_model(model) ? model : NULL;
+}
+
 int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err) {
     memset(ci, 0, sizeof *ci);
     if (n > CLI_MAX_IMAGES) return pith_errf(err, "%d images: at most %d", n, CLI_MAX_IMAGES);
-    if (!mmproj) return pith_errf(err, "--image needs the model's projector file (--mmproj FILE)");
+    if (!mmproj) return pith_errf(err, "--image needs the model's projector file (--mmproj FILE), or a model directory with its vision tower");
     if (pith_vision_load(mmproj, n_threads, &ci->v, err)) { /* the error names the file */
         cli_images_free(ci);
         return -1;

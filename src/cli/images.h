@@ -21,6 +21,10 @@ typedef struct cli_images {
     int n;
 } cli_images;
 
+/* The projector a model's images go through: mmproj when given, else the model itself when it carries
+ * its vision tower (a Hugging Face directory of Gemma3ForConditionalGeneration), else NULL. */
+const char *cli_images_projector(const char *mmproj, const char *model);
+
 /* Opens mmproj (n_threads worker threads) and prepares the n image files. 0, or -1 with err naming the
  * file that failed; *ci is then empty. */
 int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err);
