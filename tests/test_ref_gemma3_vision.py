@@ -173,6 +173,35 @@ class Gemma3Vision(unittest.TestCase):
             self.assertGreaterEqual(cached[s], (n - 1) // 16 * 16, f"second turn of request {s}: {cached[s]} cached")
             self.assertGreater(cached[s], spans[-1][1] - 16)
 
+    def test_cli_hf_directory(self):
+        """pith run -m DIR --image: a model directory with its vision tower needs no --mmproj, and gives the
+        logits of the same weights as GGUF + projector GGUF (the tokenizer, with Gemma 3's image tokens,
+        from a GGUF: the test directory has none). F32 K/V, as everywhere here: F16's rounding of K and V would
+        turn the last bits the two files differ in (1 + w of the soft norm, rounded once or twice) into 1e-4."""
+        exe = os.environ.get("PITH_BIN")
+        if not exe or not os.path.exists(exe):
+            self.skipTest("PITH_BIN is not set (run through ctest)")
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("PIL is missing (Debian: python3-pil)")
+        tok = os.path.join(self.tmp, "tok-image.gguf")
+        mkmodel.write_gguf(mkmodel.build_config("test-gemma3", image_tokens=True), tok, "F32", seed=1)
+        png = os.path.join(self.tmp, "cli.png")
+        Image.fromarray(np.random.default_rng(4104).integers(0, 256, (60, 80, 3)).astype(np.uint8)).save(png)
+        rows = {}
+        for what, args in (("directory", ["-m", self.hf]), ("GGUF + mmproj", ["-m", self.model, "--mmproj", self.mmproj])):
+            out = os.path.join(self.tmp, "cli-logits.f32")
+            r = subprocess.run([exe, "run", *args, "--tokenizer", tok, "--image", png, "-p", "Look: <start_of_image> now",
+                                "-n", "4", "--temp", "0", "-t", "2", "--kv-f32", "--logits-out", out],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rows[what] = np.fromfile(out, dtype=np.float32).astype(np.float64)
+        self.assertEqual(rows["directory"].size, 4 * self.ref.n_vocab)
+        err = np.abs(rows["directory"] - rows["GGUF + mmproj"]).max()
+        print(f"pith run --image: directory against GGUF + mmproj, max |error| {err:.2e} (tolerance {TOL:g})")
+        self.assertLess(err, TOL)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
