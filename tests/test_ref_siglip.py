@@ -431,7 +431,8 @@ class Encoder(unittest.TestCase):
         bad = [(dict(processor={"do_pan_and_scan": True}), "only the default preprocessing"),
                (dict(processor={"size": {"height": 224, "width": 224}}), "differs from the vision tower's image size"),
                (dict(vision_config=False), "no vision tower Pith can run"),
-               (dict(drop="encoder.layers.1.mlp.fc2.weight"), "missing tensor v.blk.1.ffn_down.weight")]
+               (dict(drop="encoder.layers.1.mlp.fc2.weight"),
+                "missing tensor vision_tower.vision_model.encoder.layers.1.mlp.fc2.weight (llama.cpp's v.blk.1.ffn_down")]
         for i, (kw, msg) in enumerate(bad):
             d = write_hf_multimodal(os.path.join(self.tmp, f"hf_bad{i}"), text_cfg, cfg, w, image, 2, 17, **kw)
             r = run_tool(d, px, self.tmp, expect_fail=True)

@@ -65,6 +65,11 @@ static const pith_tensor *find(const pith_vision *v, const char *name) {
 
 static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, pith_err *err) {
     const pith_tensor *t = find(v, name);
+    char hf[256];
+    if (!t && v->mf && vision_hf_name(name, hf, sizeof hf)) {
+        pith_errf(err, "%s: missing tensor %s (llama.cpp's %s)", v->path, hf, name);
+        return NULL;
+    }
     if (!t) {
         pith_errf(err, "%s: missing tensor %s", v->path, name);
         return NULL;

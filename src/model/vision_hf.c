@@ -179,10 +179,33 @@ static const struct { const char *clip, *hf; } layer_names[] = {
     {"ffn_up", "mlp.fc1"},           {"ffn_down", "mlp.fc2"},
 };
 
-static const pith_tensor *either_layout(const pith_model_file *f, const char *part, bool projector) {
-    static const char *const towers[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model."};
-    static const char *const projectors[] = {"multi_modal_projector.", "model.multi_modal_projector."};
-    char name[256];
+/* The name after the tower's or the projector's prefix into part; false for a name with no counterpart. */
+static bool hf_part(const char *clip_name, char *part, size_t cap, bool *projector) {
+    for (size_t i = 0; i < sizeof global_names / sizeof *global_names; i++)
+        if (!strcmp(clip_name, global_names[i].clip)) {
+            *projector = global_names[i].projector;
+            return snprintf(part, cap, "%s", global_names[i].hf) < (int)cap;
+        }
+    int l, n = 0;
+    if (sscanf(clip_name, "v.blk.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return false;
+    const char *rest = clip_name + n, *dot = strchr(rest, '.');
+    if (!dot) return false;
+    *projector = false;
+    for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++) {
+        size_t k = strlen(layer_names[i].clip);
+        if ((size_t)(dot - rest) == k && !strncmp(rest, layer_names[i].clip, k))
+            return snprintf(part, cap, "encoder.layers.%d.%s%s", l, layer_names[i].hf, dot) < (int)cap;
+    }
+    return false;
+}
+
+static const char *const towers[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model."};
+static const char *const projectors[] = {"multi_modal_projector.", "model.multi_modal_projector."};
+
+const pith_tensor *vision_hf_tensor(const pith_model_file *f, const char *clip_name) {
+    char part[200], name[256];
+    bool projector;
+    if (!hf_part(clip_name, part, sizeof part, &projector)) return NULL;
     for (int i = 0; i < 2; i++) {
         snprintf(name, sizeof name, "%s%s", projector ? projectors[i] : towers[i], part);
         const pith_tensor *t = pith_model_file_tensor(f, name);
@@ -191,20 +214,9 @@ static const pith_tensor *either_layout(const pith_model_file *f, const char *pa
     return NULL;
 }
 
-const pith_tensor *vision_hf_tensor(const pith_model_file *f, const char *clip_name) {
-    for (size_t i = 0; i < sizeof global_names / sizeof *global_names; i++)
-        if (!strcmp(clip_name, global_names[i].clip))
-            return either_layout(f, global_names[i].hf, global_names[i].projector);
-    int l, n = 0;
-    if (sscanf(clip_name, "v.blk.%d.%n", &l, &n) != 1 || n == 0 || l < 0) return NULL;
-    const char *rest = clip_name + n, *dot = strchr(rest, '.');
-    if (!dot) return NULL;
-    for (size_t i = 0; i < sizeof layer_names / sizeof *layer_names; i++) {
-        size_t k = strlen(layer_names[i].clip);
-        if ((size_t)(dot - rest) != k || strncmp(rest, layer_names[i].clip, k)) continue;
-        char part[160];
-        snprintf(part, sizeof part, "encoder.layers.%d.%s%s", l, layer_names[i].hf, dot);
-        return either_layout(f, part, false);
-    }
-    return NULL;
+bool vision_hf_name(const char *clip_name, char *out, size_t cap) {
+    char part[200];
+    bool projector;
+    return hf_part(clip_name, part, sizeof part, &projector) &&
+           snprintf(out, cap, "%s%s", projector ? projectors[0] : towers[0], part) < (int)cap;
 }

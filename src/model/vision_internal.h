@@ -25,4 +25,7 @@ int vision_hf_hparams(const pith_model_file *f, pith_vision_hparams *hp, pith_er
  * "model.vision_tower.vision_model.*"); NULL when absent. */
 const pith_tensor *vision_hf_tensor(const pith_model_file *f, const char *clip_name);
 
+/* The released checkpoints' name for a clip name (for messages); false when there is none. */
+bool vision_hf_name(const char *clip_name, char *out, size_t cap);
+
 #endif
