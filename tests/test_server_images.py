@@ -8,9 +8,21 @@ host gives the very tokens of the data: URL (and hits the cache); n = 2; Respons
 Messages API's image block. Bad input, each a 4xx with its code and the server healthy afterwards: a
 corrupt PNG, a truncated one, a 30000x30000 PNG header, a non-image data: URL, a host off the allow list
 (no connection made), a redirect off it, a slow server (the fetch timeout), too many images, an image_url
-without a URL; and a server without --mmproj refuses image parts. The numerics of the encoder and the
-engine's image spans are test_ref_siglip's and test_ref_gemma3_vision's. Last, `pith bench --mmproj` runs
-both image tests and reports positive times and shares of the peak. Skipped without numpy or PIL."""
+without a URL; and a server without --mmproj refuses image parts.
+
+Several models (the same two files): `-m a=... -m b=... --mmproj a=PROJ` answers an image for a with its
+tokens in usage and refuses it for b (unsupported_content, naming b) while b answers text, and a's loaded
+bytes exceed b's by the projector file; a --models-dir model c as a directory holding its GGUF and
+mmproj-c.gguf takes images (neither that file nor a mmproj*.gguf beside the models is listed as a model),
+and a directory with two mmproj files fails its load with both named while the server goes on; a plain
+--mmproj FILE with two models, --mmproj NAME=FILE with an unknown NAME, and two projectors for one model
+are startup errors. A Hugging Face directory with its vision tower (the same weights) takes images with no
+--mmproj, served alone (the start-up summary names it as the projector) and beside a GGUF model that
+refuses them.
+
+The numerics of the encoder and the engine's image spans are test_ref_siglip's and
+test_ref_gemma3_vision's. Last, `pith bench --mmproj` runs both image tests and reports positive times and
+shares of the peak. Skipped without numpy or PIL."""
 
 import base64
 import http.server
@@ -123,13 +135,114 @@ def code_of(r):
     return r[1].get("error", {}).get("code") if isinstance(r[1], dict) else None
 
 
+def text_chat(**kw):
+    body = {"messages": [{"role": "user", "content": "Describe the image."}], "max_tokens": 6, "temperature": 0}
+    body.update(kw)
+    return body
+
+
+def several_models(tmp, model, mmproj, red):
+    """Images with several models per server: a projector per model (--mmproj NAME=FILE, a mmproj*.gguf in a
+    --models-dir directory), a model without one refusing images, and the startup errors."""
+    admin = "images-admin-key"
+    with Server(["-m", f"a={model}", "-m", f"b={model}", "--mmproj", f"a={mmproj}", "--admin-key", admin,
+                 "-t", "2"]) as s:
+        text_a = s.post("/v1/chat/completions", text_chat(model="a"))
+        img_a = s.post("/v1/chat/completions", chat(data_url(red), model="a"))
+        check(text_a[0] == 200 and img_a[0] == 200, f"several models: text and image to a: {text_a[0]} {img_a[0]} {img_a[1]}")
+        if text_a[0] == 200 and img_a[0] == 200:
+            extra = img_a[1]["usage"]["prompt_tokens"] - text_a[1]["usage"]["prompt_tokens"]
+            check(extra >= TPI + 2, f"several models: a's image adds {extra} prompt tokens (at least {TPI} + 2)")
+        bytes_a = s.metric("pith_models_loaded_bytes")
+        img_b = s.post("/v1/chat/completions", chat(data_url(red), model="b"))
+        msg = img_b[1].get("error", {}).get("message", "") if isinstance(img_b[1], dict) else ""
+        check(img_b[0] == 400 and code_of(img_b) == "unsupported_content" and "'b'" in msg,
+              f"several models: an image to b (no projector) is refused: {img_b[0]} {code_of(img_b)} {msg}")
+        text_b = s.post("/v1/chat/completions", text_chat(model="b"))
+        check(text_b[0] == 200 and text_a[0] == 200 and text_b[1]["choices"] == text_a[1]["choices"],
+              f"several models: b answers text (as a does): {text_b[0]}")
+        bytes_b = s.metric("pith_models_loaded_bytes") - bytes_a
+        size = os.path.getsize(mmproj)
+        check(bytes_a - bytes_b == size, f"--models-mem accounting: a ({bytes_a:.0f} bytes) counts its projector "
+              f"({size}) beyond b ({bytes_b:.0f})")
+        rc = s.close()
+        check(rc == 0, f"several models: the server drains and exits 0: {rc}")
+
+    # --models-dir: c/ holds a model and its projector; d/ a model and two projectors; a projector beside
+    # the models is none of them
+    mdir = os.path.join(tmp, "models-dir")
+    if os.path.exists(mdir):
+        import shutil
+        shutil.rmtree(mdir)
+    for sub, projs in (("c", ["mmproj-c.gguf"]), ("d", ["mmproj-1.gguf", "mmproj-2.gguf"])):
+        os.makedirs(os.path.join(mdir, sub))
+        os.symlink(model, os.path.join(mdir, sub, "model.gguf"))
+        for p in projs:
+            os.symlink(mmproj, os.path.join(mdir, sub, p))
+    os.symlink(model, os.path.join(mdir, "plain.gguf"))
+    os.symlink(mmproj, os.path.join(mdir, "mmproj-stray.gguf"))
+    with Server(["--models-dir", mdir, "--admin-key", admin, "-t", "2"]) as s:
+        import json
+        import urllib.request
+        with urllib.request.urlopen(s.base + "/v1/models", timeout=30) as r:
+            ids = sorted(m["id"] for m in json.loads(r.read())["data"])
+        check(ids == ["c", "d", "plain"], f"--models-dir lists c, d and plain, no projector: {ids}")
+        text_c = s.post("/v1/chat/completions", text_chat(model="c"))
+        img_c = s.post("/v1/chat/completions", chat(data_url(red), model="c"))
+        check(text_c[0] == 200 and img_c[0] == 200, f"--models-dir: c/ with mmproj-c.gguf takes an image: {img_c[0]} {img_c[1]}")
+        if text_c[0] == 200 and img_c[0] == 200:
+            extra = img_c[1]["usage"]["prompt_tokens"] - text_c[1]["usage"]["prompt_tokens"]
+            check(extra >= TPI + 2, f"--models-dir: c's image adds {extra} prompt tokens")
+        plain = s.post("/v1/chat/completions", chat(data_url(red), model="plain"))
+        check(plain[0] == 400 and code_of(plain) == "unsupported_content", f"--models-dir: plain.gguf takes no images: {plain[0]}")
+        d = s.post("/v1/admin/models/load", {"model": "d"}, key=admin)
+        msg = d[1].get("error", {}).get("message", "") if isinstance(d[1], dict) else ""
+        check(d[0] == 500 and "mmproj-1.gguf" in msg and "mmproj-2.gguf" in msg,
+              f"--models-dir: d/ with two projectors fails to load, naming them: {d[0]} {msg}")
+        again = s.post("/v1/chat/completions", chat(data_url(red), model="c"))
+        check(again[0] == 200, f"--models-dir: the server goes on after d's failure: {again[0]}")
+
+    # startup errors: exit non-zero at once with the reason
+    for what, args, want in (
+            ("a plain --mmproj FILE with two models", ["--mmproj", mmproj], "NAME=FILE"),
+            ("--mmproj with an unknown NAME", ["--mmproj", f"nosuch={mmproj}"], "nosuch"),
+            ("two projectors for one model", ["--mmproj", f"a={mmproj}", "--mmproj", f"a={mmproj}"], "two projectors")):
+        r = pithtest.run_pith(["serve", "--port", "0", "-m", f"a={model}", "-m", f"b={model}"] + args, timeout=30)
+        err = r.stderr.decode()
+        check(r.returncode != 0 and want in err, f"{what}: exit {r.returncode}, {err.strip()[-200:]}")
+
+
+def vision_in_model(tmp, model, vision_w, red):
+    """A Hugging Face directory carrying its vision tower (pith_vision_in_model) is its own projector, with
+    one model and with several; its tokenizer (with the image tokens) is the GGUF's, as the directory has
+    none."""
+    if not hasattr(S, "write_hf_multimodal"):
+        print("skip: test_ref_siglip cannot write a Hugging Face directory")
+        return
+    hf = S.write_hf_multimodal(os.path.join(tmp, "hf-gemma3"), mkmodel.build_config("test-gemma3", image_tokens=True),
+                               VISION, vision_w, IMAGE, VISION["pool"], 4200)
+    with Server(["-m", hf, "--tokenizer", model, "-t", "2"]) as s:
+        text = s.post("/v1/chat/completions", text_chat())
+        img = s.post("/v1/chat/completions", chat(data_url(red)))
+        extra = img[1]["usage"]["prompt_tokens"] - text[1]["usage"]["prompt_tokens"] if img[0] == text[0] == 200 else -1
+        check(extra >= TPI + 2, f"one model, a directory with its vision tower, no --mmproj: {img[0]}, the image adds {extra} tokens")
+        check(any("projector" in line and hf in line for line in s.log),
+              "the start-up summary names the directory as the projector")
+    with Server(["-m", f"h={hf}", "-m", f"g={model}", "--tokenizer", model, "-t", "2"]) as s:
+        img_h = s.post("/v1/chat/completions", chat(data_url(red), model="h"))
+        img_g = s.post("/v1/chat/completions", chat(data_url(red), model="g"))
+        check(img_h[0] == 200 and img_g[0] == 400 and code_of(img_g) == "unsupported_content",
+              f"several models: the directory h takes images, the GGUF g without a projector does not: {img_h[0]} {img_g[0]}")
+
+
 def main():
     tmp = os.path.join(pithtest.tmp_dir(), "server_images")
     os.makedirs(tmp, exist_ok=True)
     model = os.path.join(tmp, "test-gemma3-image-tokens.gguf")
     mkmodel.write_gguf(mkmodel.build_config("test-gemma3", image_tokens=True), model, "F32", seed=4200)
     mmproj = os.path.join(tmp, "mmproj.gguf")
-    S.write_mmproj(mmproj, VISION, S.make_weights(VISION, 2, IMAGE, seed=4201), IMAGE, pool=VISION["pool"])
+    vision_w = S.make_weights(VISION, 2, IMAGE, seed=4201)
+    S.write_mmproj(mmproj, VISION, vision_w, IMAGE, pool=VISION["pool"])
 
     red, blue = png((200, 20, 20)), png((20, 20, 200), (64, 48))
     Remote.body = red
@@ -203,6 +316,9 @@ def main():
         r = s.post("/v1/chat/completions", chat(data_url(red)))
         check(r[0] == 400 and code_of(r) == "unsupported_content", f"no --mmproj: {r[0]} {code_of(r)}")
     httpd.shutdown()
+
+    several_models(tmp, model, mmproj, red)
+    vision_in_model(tmp, model, vision_w, red)
 
     # pith run --image and --chat's /image
     red_path, bad_path = os.path.join(tmp, "red.png"), os.path.join(tmp, "bad.png")

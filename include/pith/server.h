@@ -51,6 +51,8 @@ typedef struct pith_kv_events_options {
 typedef struct pith_server_model {
     const char *name;               /* the id clients use */
     const char *path;               /* GGUF file, Hugging Face directory or llama2.c checkpoint */
+    const char *mmproj_path;        /* its vision projector (llama.cpp's mmproj GGUF); NULL: the model's
+                                       own vision tower if it carries one (docs/api.md, Images), else none */
 } pith_server_model;
 
 /* Zero-initialised options are valid (except model_path, needed unless models or models_dir are given)
@@ -68,7 +70,8 @@ typedef struct pith_server_options {
     const pith_server_model *models; /* n_models named model paths */
     int n_models;
     const char *models_dir;         /* each entry a model named after it: NAME.gguf (the first file of a
-                                       split one), or a directory NAME holding config.json */
+                                       split one), or a directory NAME holding config.json or one model's
+                                       GGUF file(s), and maybe its projector, mmproj*.gguf */
     int models_max;                 /* loaded at once; 0: no limit */
     size_t models_mem;              /* bytes loaded at once (weights + memory pools); 0: no limit */
     double models_ttl_s;            /* unload a model idle this long; 0: never */
@@ -113,8 +116,10 @@ typedef struct pith_server_options {
                                        localhost, 127.0.0.0/8 and [::1] ("*": any); others get 403 */
     int n_allowed_hosts;
     /* Images in requests (docs/multimodal.md): the vision projector file (llama.cpp's mmproj GGUF; NULL:
-     * the model takes no images), loaded beside the model (one model only). Image parts may be data:
-     * URLs always, http(s) URLs only from these hosts (and only when built with libcurl). */
+     * the model's own vision tower if it carries one, else no images), loaded beside the model. One model
+     * only: with several, each pith_server_model names its own (setting this too is an error). Image
+     * parts may be data: URLs always, http(s) URLs only from these hosts (and only when built with
+     * libcurl); these limits apply to every model. */
     const char *mmproj_path;
     const char *const *allowed_media_domains; /* n_allowed_media_domains hosts: "example.com" (exact, any
                                        case), or "*.example.com" for any name below it; none: http(s)

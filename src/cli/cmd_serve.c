@@ -34,6 +34,8 @@ typedef struct serve_opts {
     const char *hosts[MAX_HOSTS];
     pith_server_model models[MAX_MODELS];
     char *model_args[MAX_MODELS]; /* -m NAME=PATH copies, split at '=' in place */
+    const char *mmproj_args[MAX_MODELS]; /* --mmproj values, paired with the models after parsing */
+    int n_mmproj;
     char *hosts_buf;   /* --allowed-hosts values, split at commas in place */
     const char *media_domains[MAX_MEDIA_DOMAINS];
     char *media_domain_copies[MAX_MEDIA_DOMAINS]; /* what media_domains points at, owned */
@@ -60,16 +62,21 @@ static void serve_usage(FILE *out) {
             "      --model-name NAME     model id clients use (default: the model file's base name)\n"
             "      --mmproj FILE         the model's vision projector (llama.cpp's mmproj GGUF: Gemma 3): chat\n"
             "                            image_url parts, Responses input_image and Messages image blocks\n"
-            "                            (docs/multimodal.md; one model only)\n"
+            "                            (docs/multimodal.md); without it, a model that carries its own\n"
+            "                            vision tower (a Hugging Face directory) uses that\n"
             "\n"
             "several models (the request's \"model\" picks one; see docs/api.md, Several models):\n"
             "  -m, --model NAME=PATH     serve PATH as NAME (repeatable; loaded on first use)\n"
+            "      --mmproj NAME=FILE    the vision projector of the model -m NAME=PATH (repeatable); a\n"
+            "                            plain --mmproj FILE is refused here (which model would it go with?)\n"
             "      --models-dir DIR      serve every model in DIR: NAME.gguf, or a directory NAME with\n"
-            "                            config.json (new entries are found when a request names them)\n"
+            "                            config.json or one model's GGUF file(s); in a directory, a file\n"
+            "                            mmproj*.gguf is that model's projector (two: its load fails).\n"
+            "                            New entries are found when a request names them\n"
             "      --models-max N        models loaded at once; the least recently used idle one is\n"
             "                            unloaded to make room (default: no limit)\n"
-            "      --models-mem BYTES    bytes loaded at once, weight files and memory pools (e.g. 16G;\n"
-            "                            default: no limit)\n"
+            "      --models-mem BYTES    bytes loaded at once: weight and projector files, memory pools\n"
+            "                            (e.g. 16G; default: no limit)\n"
             "      --models-ttl SECONDS  unload a model idle this long (default: never)\n"
             "      --models-load-timeout SECONDS  how long a request waits for its model to load\n"
             "                            (default 300); POST /v1/admin/models/load and /unload with\n"
@@ -155,6 +162,45 @@ static void serve_usage(FILE *out) {
             "  -h, --help                show this help\n");
 }
 
+/* The --mmproj values to their models: with one model, one plain FILE; with several, each NAME=FILE goes
+ * to the model -m NAME=PATH (a model of --models-dir takes the mmproj*.gguf of its directory instead).
+ * NAME=FILE is told from a file path as -m's NAME=PATH is: no '/' before the '=' and no such file.
+ * 0, or -1 with a message printed. */
+static int pair_projectors(serve_opts *o, bool several) {
+    pith_server_options *s = &o->srv;
+    if (!several) {
+        if (o->n_mmproj > 1) {
+            fprintf(stderr, "pith serve: --mmproj is given %d times; one model takes one projector\n", o->n_mmproj);
+            return -1;
+        }
+        s->mmproj_path = o->n_mmproj ? o->mmproj_args[0] : NULL;
+        return 0;
+    }
+    for (int k = 0; k < o->n_mmproj; k++) {
+        const char *v = o->mmproj_args[k];
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || memchr(v, '/', (size_t)(eq - v)) || !access(v, F_OK) || !eq[1]) {
+            fprintf(stderr, "pith serve: --mmproj %s: with several models, pair each projector with its model: "
+                            "--mmproj NAME=FILE, NAME as in -m NAME=PATH\n", v);
+            return -1;
+        }
+        size_t len = (size_t)(eq - v);
+        int i = 0;
+        while (i < s->n_models && (strlen(o->models[i].name) != len || strncmp(o->models[i].name, v, len))) i++;
+        if (i == s->n_models) {
+            fprintf(stderr, "pith serve: --mmproj %s: no model is named '%.*s' (the names are given with -m NAME=PATH; "
+                            "a model of --models-dir takes the mmproj*.gguf of its own directory)\n", v, (int)len, v);
+            return -1;
+        }
+        if (o->models[i].mmproj_path) {
+            fprintf(stderr, "pith serve: --mmproj: the model '%s' is given two projectors\n", o->models[i].name);
+            return -1;
+        }
+        o->models[i].mmproj_path = eq + 1;
+    }
+    return 0;
+}
+
 /* Returns 0 to continue, 1 for --help, -1 on a usage error (message printed). */
 static int parse_serve_args(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
@@ -218,7 +264,12 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         } else if (!strcmp(a, "--chat-template")) {
             VALUE(); s->chat_template_path = v;
         } else if (!strcmp(a, "--mmproj")) {
-            VALUE(); s->mmproj_path = v;
+            VALUE();
+            if (o->n_mmproj == MAX_MODELS) {
+                fprintf(stderr, "pith serve: at most %d --mmproj options\n", MAX_MODELS);
+                return -1;
+            }
+            o->mmproj_args[o->n_mmproj++] = v;
         } else if (!strcmp(a, "--model-name")) {
             VALUE(); s->model_name = v;
         } else if (!strcmp(a, "--host")) {
@@ -392,6 +443,7 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
         fprintf(stderr, "pith serve: --model-name names the one model; with several, -m NAME=PATH names each\n");
         return -1;
     }
+    if (pair_projectors(o, several)) return -1;
     if (!several && (s->models_max || s->models_mem || s->models_ttl_s > 0 || s->models_load_timeout_s > 0)) {
         fprintf(stderr, "pith serve: --models-max, --models-mem, --models-ttl and --models-load-timeout need several "
                         "models (-m NAME=PATH or --models-dir)\n");

@@ -56,6 +56,11 @@ int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, 
             if (server_image_part(part, &url)) {
                 if (!srv->vision) {
                     server_images_free(out);
+                    if (srv->model_server) /* one of several: say which, and how it gets a projector */
+                        return api_errorf(err, 400, "unsupported_content", "messages",
+                                          "messages[%d].content[%d]: the model '%.100s' takes no images (it has no "
+                                          "vision projector: --mmproj %.100s=FILE, or a mmproj*.gguf in its "
+                                          "--models-dir directory)", i, k, srv->model_name, srv->model_name);
                     return api_errorf(err, 400, "unsupported_content", "messages",
                                       "messages[%d].content[%d]: images need a vision model: the served model takes none "
                                       "(start the server with --mmproj)", i, k);

@@ -21,6 +21,8 @@ static const char *const state_names[] = {"unloaded", "loading", "loaded", "unlo
 
 typedef struct slot {
     char *name, *path;
+    char *mmproj;         /* the projector given (-m NAME=PATH, --mmproj NAME=FILE), or NULL */
+    char *dir;            /* a --models-dir directory the model came from (its mmproj*.gguf), or NULL */
     slot_state state;
     pith_server *srv;     /* LOADED and UNLOADING */
     int active;           /* requests holding srv */
@@ -70,7 +72,16 @@ static bool name_ok(const char *name) {
     return true;
 }
 
-static int add_slot(models *m, const char *name, const char *path, pith_err *err) {
+static void slot_free(slot *s) {
+    if (!s) return;
+    free(s->name);
+    free(s->path);
+    free(s->mmproj);
+    free(s->dir);
+    free(s);
+}
+
+static int add_slot(models *m, const char *name, const char *path, const char *mmproj, const char *dir, pith_err *err) {
     if (m->n == m->cap) {
         int cap = m->cap ? 2 * m->cap : 8;
         slot **s = realloc(m->slots, (size_t)cap * sizeof *s);
@@ -79,36 +90,74 @@ static int add_slot(models *m, const char *name, const char *path, pith_err *err
         m->cap = cap;
     }
     slot *s = calloc(1, sizeof *s);
-    if (!s || !(s->name = strdup(name)) || !(s->path = strdup(path))) {
-        if (s) free(s->name);
-        free(s);
+    if (!s || !(s->name = strdup(name)) || !(s->path = strdup(path)) || (mmproj && !(s->mmproj = strdup(mmproj))) ||
+        (dir && !(s->dir = strdup(dir)))) {
+        slot_free(s);
         return pith_errf(err, "out of memory");
     }
     m->slots[m->n++] = s;
     return 0;
 }
 
+/* Whether a GGUF file name is a model's first (or only) file: NAME.gguf, or of a split model only the
+ * first part, NAME-00001-of-0000N.gguf; *stem_len: the length of NAME. Projectors (mmproj*.gguf) are
+ * never models. */
+static bool gguf_first_file(const char *file, size_t *stem_len) {
+    size_t n = strlen(file);
+    if (n <= 5 || strcmp(file + n - 5, ".gguf") || server_is_mmproj_name(file)) return false;
+    n -= 5;
+    const char *split = n >= 15 ? file + n - 15 : NULL; /* "-00001-of-00003" */
+    if (split && split[0] == '-' && !strncmp(split + 6, "-of-", 4)) {
+        if (strncmp(split, "-00001", 6)) return false;
+        n -= 15;
+    }
+    *stem_len = n;
+    return true;
+}
+
+static int only_first_gguf(const struct dirent *de) {
+    size_t n;
+    return de->d_name[0] != '.' && gguf_first_file(de->d_name, &n);
+}
+
+/* The model file of a directory without config.json: its one model GGUF (of a split one the first part),
+ * beside which its projector may lie (llama.cpp's router keeps multimodal and split models so), into
+ * file. 0, or -1 when it holds none or several. */
+static int dir_gguf(const char *dir, char *file, size_t cap) {
+    struct dirent **entries = NULL;
+    int n = scandir(dir, &entries, only_first_gguf, alphasort);
+    if (n < 0) return -1;
+    char p[4096];
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        int w = snprintf(p, sizeof p, "%s/%s", dir, entries[i]->d_name);
+        if (w > 0 && (size_t)w < sizeof p && (size_t)w < cap && !stat(p, &st) && S_ISREG(st.st_mode) && !found++)
+            memcpy(file, p, (size_t)w + 1);
+        free(entries[i]);
+    }
+    free(entries);
+    return found == 1 ? 0 : -1;
+}
+
 /* The model a directory entry holds, named after it: NAME.gguf (of a split file, only the first part,
- * NAME-00001-of-0000N.gguf), or a directory NAME with config.json. "" when it holds none. */
-static void entry_model(const char *dir, const char *entry, char *name, size_t cap, char *path, size_t pcap) {
-    name[0] = 0;
+ * NAME-00001-of-0000N.gguf; never a projector, mmproj*.gguf), or a directory NAME with config.json (the
+ * path is the directory) or one model's GGUF file(s) (the path is its file). "" when it holds none.
+ * sub: the directory NAME's path, where a mmproj*.gguf is the model's projector (server_model_projector);
+ * "" for a file. */
+static void entry_model(const char *dir, const char *entry, char *name, size_t cap, char *path, char *sub, size_t pcap) {
+    name[0] = sub[0] = 0;
     if (entry[0] == '.' || snprintf(path, pcap, "%s/%s", dir, entry) >= (int)pcap) return;
     struct stat st;
     if (stat(path, &st)) return;
     size_t n = strlen(entry);
-    if (S_ISREG(st.st_mode) && n > 5 && !strcmp(entry + n - 5, ".gguf")) {
-        n -= 5;
-        const char *split = n >= 15 ? entry + n - 15 : NULL; /* "-00001-of-00003" */
-        if (split && split[0] == '-' && !strncmp(split + 6, "-of-", 4)) {
-            if (strncmp(split, "-00001", 6)) return;
-            n -= 15;
-        }
+    if (S_ISREG(st.st_mode) && gguf_first_file(entry, &n)) {
         if (n < cap) snprintf(name, cap, "%.*s", (int)n, entry);
-    } else if (S_ISDIR(st.st_mode)) {
+    } else if (S_ISDIR(st.st_mode) && n < cap) {
         char cfg[4200];
-        if (snprintf(cfg, sizeof cfg, "%s/config.json", path) < (int)sizeof cfg && !stat(cfg, &st) && S_ISREG(st.st_mode) &&
-            n < cap)
-            memcpy(name, entry, n + 1);
+        memcpy(sub, path, strlen(path) + 1);
+        bool hf = snprintf(cfg, sizeof cfg, "%s/config.json", sub) < (int)sizeof cfg && !stat(cfg, &st) && S_ISREG(st.st_mode);
+        if (hf || !dir_gguf(sub, path, pcap)) memcpy(name, entry, n + 1);
     }
     if (name[0] && !name_ok(name)) name[0] = 0;
 }
@@ -119,12 +168,12 @@ static int scan_dir(models *m, pith_err *err) {
     struct dirent **entries = NULL;
     int n = scandir(m->dir, &entries, NULL, alphasort); /* the listing in name order */
     if (n < 0) return pith_errf(err, "cannot read the models directory %s", m->dir);
-    char name[NAME_MAX_BYTES + 1], path[4096];
+    char name[NAME_MAX_BYTES + 1], path[4096], sub[4096];
     int rc = 0;
     for (int i = 0; i < n; i++) {
         if (!rc) {
-            entry_model(m->dir, entries[i]->d_name, name, sizeof name, path, sizeof path);
-            if (name[0] && !find(m, name)) rc = add_slot(m, name, path, err);
+            entry_model(m->dir, entries[i]->d_name, name, sizeof name, path, sub, sizeof path);
+            if (name[0] && !find(m, name)) rc = add_slot(m, name, path, NULL, sub[0] ? sub : NULL, err);
         }
         free(entries[i]);
     }
@@ -148,6 +197,21 @@ static size_t files_size(const char *path) {
     }
     closedir(d);
     return total;
+}
+
+/* Bytes of a model's projector file beside its model's (0 for none, and for a vision tower inside the
+ * model's own files, which files_size(path) counts already). */
+static size_t projector_size(const char *model_path, const char *projector) {
+    return projector && strcmp(projector, model_path) ? files_size(projector) : 0;
+}
+
+/* The same before the load, from the rule that load will apply (server_model_projector). */
+static size_t projector_estimate(const slot *s) {
+    char *proj = NULL;
+    pith_err ignored; /* two projectors: the load fails and says so */
+    size_t n = server_model_projector(s->path, s->mmproj, s->dir, &proj, &ignored) ? 0 : projector_size(s->path, proj);
+    free(proj);
+    return n;
 }
 
 /* ---- loading and unloading (under m->lock unless said otherwise) ---- */
@@ -176,13 +240,14 @@ static void *load_thread(void *arg) {
     double t0 = server_now();
     pith_err err = {{0}};
     pith_server *srv = NULL;
-    int rc = server_create_model(m->front, s->name, s->path, &srv, &err);
+    int rc = server_create_model(m->front, s->name, s->path, s->mmproj, s->dir, &srv, &err);
     if (!rc) rc = pith_server_load(srv, &err);
-    size_t bytes = 0;
+    size_t bytes = 0, files = 0;
     if (!rc) {
         pith_engine_stats st;
         pith_engine_get_stats(srv->engine, &st);
-        bytes = files_size(s->path) + st.mem_bytes;
+        files = files_size(s->path) + (srv->vision ? projector_size(s->path, srv->projector) : 0);
+        bytes = files + st.mem_bytes;
     }
     pthread_mutex_lock(&m->lock);
     m->n_loading--;
@@ -211,7 +276,7 @@ static void *load_thread(void *arg) {
         m->n_loaded++;
         m->loaded_bytes += bytes;
         m->loads++;
-        size_t pools = bytes - files_size(s->path);
+        size_t pools = bytes - files;
         if (pools > m->pool_bytes_seen) m->pool_bytes_seen = pools;
         /* The load was admitted on an estimate; the measured size may be over --models-mem: idle
          * models go, least recently used first, until it holds (busy ones go once they are idle). */
@@ -269,12 +334,13 @@ static slot *lru_idle_except(models *m, const slot *keep) {
 
 static slot *lru_idle(models *m) { return lru_idle_except(m, NULL); }
 
-/* What loading s will take: its measured size when it was loaded before, else its files and the
- * pools the engine options ask for (--kv-mem), or the largest pools a model here has taken so far. */
+/* What loading s will take: its measured size when it was loaded before, else its files (its projector's
+ * too) and the pools the engine options ask for (--kv-mem), or the largest pools a model here has taken
+ * so far. */
 static size_t estimate(const models *m, const slot *s) {
     if (s->bytes) return s->bytes;
     size_t kv = m->front->engine_opt.kv_mem_bytes;
-    return files_size(s->path) + (kv ? kv : m->pool_bytes_seen);
+    return files_size(s->path) + projector_estimate(s) + (kv ? kv : m->pool_bytes_seen);
 }
 
 typedef enum { START_STARTED, START_WAIT, START_NEVER, START_ERROR } start_result;
@@ -355,7 +421,7 @@ int models_create(pith_server *front, const pith_server_options *o, models **out
                            "not starting with '.')", pm->name ? pm->name : "", NAME_MAX_BYTES);
         else if (!pm->path || !*pm->path) rc = pith_errf(err, "model '%s' has no path", pm->name);
         else if (find(m, pm->name)) rc = pith_errf(err, "model name '%s' is given twice", pm->name);
-        else rc = add_slot(m, pm->name, pm->path, err);
+        else rc = add_slot(m, pm->name, pm->path, pm->mmproj_path && *pm->mmproj_path ? pm->mmproj_path : NULL, NULL, err);
     }
     if (!rc && o->models_dir && *o->models_dir) {
         struct stat st;
@@ -363,7 +429,7 @@ int models_create(pith_server *front, const pith_server_options *o, models **out
         else if (stat(m->dir, &st) || !S_ISDIR(st.st_mode)) rc = pith_errf(err, "--models-dir %s is not a directory", m->dir);
         else rc = scan_dir(m, err);
     }
-    if (!rc && m->n == 0) rc = pith_errf(err, "no models: the models directory holds no NAME.gguf file and no directory with config.json");
+    if (!rc && m->n == 0) rc = pith_errf(err, "no models: the models directory holds no NAME.gguf file and no directory with config.json or a model's GGUF file");
     if (!rc && m->ttl_s > 0) {
         if (pthread_create(&m->reaper, NULL, reaper_thread, m)) rc = pith_errf(err, "cannot start the idle-model thread");
         else m->reaper_started = true;
@@ -420,11 +486,8 @@ void models_free(models *m) {
     pthread_mutex_unlock(&m->lock);
     if (m->reaper_started) pthread_join(m->reaper, NULL);
     for (int i = 0; i < m->n; i++) {
-        slot *s = m->slots[i];
-        pith_server_free(s->srv);
-        free(s->name);
-        free(s->path);
-        free(s);
+        pith_server_free(m->slots[i]->srv);
+        slot_free(m->slots[i]);
     }
     free(m->slots);
     free(m->dir);

@@ -232,9 +232,10 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
             return pith_errf(err, "out of memory");
         }
     }
-    if (several && o->mmproj_path) {
+    if (several && o->mmproj_path) { /* which model would it go with? */
         pith_server_free(s);
-        return pith_errf(err, "--mmproj is for one model: with several models, images are not served yet");
+        return pith_errf(err, "--mmproj %s: with several models, pair each projector with its model: --mmproj NAME=FILE "
+                              "(NAME as in -m NAME=PATH)", o->mmproj_path);
     }
     if (dup_opt(&s->mmproj_path, o->mmproj_path) ||
         (o->n_allowed_media_domains > 0 &&
@@ -286,7 +287,8 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     return 0;
 }
 
-int server_create_model(pith_server *front, const char *name, const char *path, pith_server **out, pith_err *err) {
+int server_create_model(pith_server *front, const char *name, const char *path, const char *mmproj, const char *dir,
+                        pith_server **out, pith_err *err) {
     *out = NULL;
     pith_server *s = server_alloc();
     if (!s) return pith_errf(err, "out of memory");
@@ -304,8 +306,10 @@ int server_create_model(pith_server *front, const char *name, const char *path, 
     s->admin_keys = front->admin_keys;
     s->cors = front->cors;
     s->kv_events = front->kv_events; /* borrowed: its engine attaches a source at load */
+    s->media = front->media;         /* its allowed domains borrowed too */
     s->port = front->port;
     if (dup_opt(&s->model_path, path) || dup_opt(&s->model_name, name) || dup_opt(&s->host, front->host) ||
+        dup_opt(&s->mmproj_path, mmproj) || dup_opt(&s->mmproj_dir, dir) ||
         dup_opt(&s->tokenizer_path, front->tokenizer_path) || dup_opt(&s->chat_template_path, front->chat_template_path) ||
         dup_opt(&s->device, front->device) || dup_opt(&s->gpu_layers, front->gpu_layers) || !(s->weights_path = strdup(path)) ||
         !(s->versions = malloc(sizeof *s->versions)) || !(s->versions[0] = strdup("0"))) {
@@ -331,6 +335,7 @@ static void log_summary(pith_server *s, double load_s) {
     log_fields f = {0};
     log_str(&f, "model", s->model_name);
     log_str(&f, "path", s->model_path);
+    if (s->vision) log_str(&f, "projector", s->projector);
     log_str(&f, "arch", s->model->hp.arch);
     pith_bench_weights w;
     pith_err why;
@@ -380,11 +385,21 @@ int pith_server_load(pith_server *s, pith_err *err) {
         .gpu_layers = s->gpu_layers, .n_cpu_moe = s->n_cpu_moe, .comm = s->comm, .tp = s->tp, .pp = s->pp, .no_ep = s->no_ep,
         .mtp = s->engine_opt.spec_type == PITH_SPEC_MTP, .log = assets_log, .log_ctx = s,
     };
+    /* The projector (server_model_projector: --mmproj, a mmproj*.gguf beside a --models-dir model, or the
+     * model's own vision tower). Under --tp/--pp only one given: the ranks take no images, so a model
+     * carrying a vision tower serves text there rather than failing to load. */
+    if (s->comm ? dup_opt(&s->projector, s->mmproj_path)
+                : server_model_projector(s->model_path, s->mmproj_path, s->mmproj_dir, &s->projector, err)) {
+        if (s->comm) pith_errf(err, "out of memory");
+        return -1;
+    }
     if (pith_assets_load(&ao, &a, err)) return -1;
-    if (s->mmproj_path) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
-        if (pith_vision_load(s->mmproj_path, s->n_threads, &s->vision, err)) {
+    if (s->projector) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
+        if (pith_vision_load(s->projector, s->n_threads, &s->vision, err)) {
             pith_assets_free(&a);
-            return pith_err_prefix(err, "--mmproj");
+            if (s->mmproj_path) return pith_err_prefix(err, "--mmproj");
+            if (!strcmp(s->projector, s->model_path)) return pith_err_prefix(err, "the model's vision tower");
+            return pith_err_prefix(err, "the projector %.200s", s->projector);
         }
         pith_vision_encoder(s->vision, &s->encoder);
         s->engine_opt.encoder = &s->encoder;
@@ -489,6 +504,8 @@ void pith_server_free(pith_server *s) {
     for (int i = 0; i < s->n_media_domains; i++) free(s->media_domains[i]);
     free(s->media_domains);
     free(s->mmproj_path);
+    free(s->mmproj_dir);
+    free(s->projector);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->jobs_changed);
     pthread_cond_destroy(&s->body_freed);

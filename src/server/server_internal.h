@@ -55,9 +55,13 @@ struct pith_server {
     int n_allowed_hosts;
     int n_threads;
     pith_engine_options engine_opt;
-    /* Images (docs/multimodal.md): the projector file (--mmproj), its encoder once loaded (the engine's
-     * encoder: engine_opt.encoder points at `encoder`), and where image URLs may come from. */
-    char *mmproj_path;
+    /* Images (docs/multimodal.md): the projector file given (--mmproj FILE, or NAME=FILE for a model
+     * server), the directory a model server's model came from in --models-dir (its mmproj*.gguf), the
+     * projector chosen at load (server_model_projector), its encoder once loaded (the engine's encoder:
+     * engine_opt.encoder points at `encoder`), and where image URLs may come from (a model server's
+     * `media` is a copy of its front's: the domains are borrowed). */
+    char *mmproj_path, *mmproj_dir;
+    char *projector;
     struct pith_vision *vision;
     pith_encoder encoder;
     char **media_domains;
@@ -133,8 +137,19 @@ struct pith_server {
     atomic_uint_fast64_t n_requests; /* request numbers in log lines */
 };
 
-/* A model server for `name` at `path` sharing front's configuration (models.h); not loaded yet. */
-int server_create_model(pith_server *front, const char *name, const char *path, pith_server **out, pith_err *err);
+/* A model server for `name` at `path` sharing front's configuration (models.h); not loaded yet. mmproj:
+ * its projector given (-m NAME=PATH with --mmproj NAME=FILE), or NULL; dir: the --models-dir directory
+ * it came from, where a mmproj*.gguf is its projector, or NULL (server_model_projector decides at load). */
+int server_create_model(pith_server *front, const char *name, const char *path, const char *mmproj, const char *dir,
+                        pith_server **out, pith_err *err);
+/* The vision projector a model is served with (docs/api.md, Images), one rule for every server: `given`
+ * (--mmproj) when set; else, for a model from a --models-dir directory `dir`, the one file there whose
+ * name starts with "mmproj" and ends in ".gguf" (two or more: an error naming them); else model_path
+ * itself when it carries its own vision tower (pith_vision_in_model); else none. *out: malloc'd, or
+ * NULL for none. 0, or -1 with err. Reads directory listings and a config, never weights. */
+int server_model_projector(const char *model_path, const char *given, const char *dir, char **out, pith_err *err);
+/* Whether a file name is a projector's by llama.cpp's convention (mmproj*.gguf): never a model. */
+bool server_is_mmproj_name(const char *name);
 /* The front server's model listing entry for a loaded model server (routes_info.c). */
 struct cJSON;
 struct cJSON *server_model_json(pith_server *srv);
