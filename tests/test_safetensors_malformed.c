@@ -85,8 +85,13 @@ static void test_safetensors_errors(void) {
     raw_st(&b, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 8]}}", 8);
     st_fail("st_shape_frac", &b, "shape holds");
     buf_free(&b);
-    raw_st(&b, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1,1,1,1,2], \"data_offsets\": [0, 8]}}", 8);
-    st_fail("st_dims", &b, "has 5 dimensions");
+    raw_st(&b, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1,1,1,1,1,1,2], \"data_offsets\": [0, 8]}}", 8);
+    st_fail("st_dims", &b, "has 7 dimensions (at most 6)");
+    buf_free(&b);
+    /* five or six dimensions fold their outermost into the fourth: the product must not overflow */
+    raw_st(&b, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4503599627370496,4503599627370496,1,1,1], "
+               "\"data_offsets\": [0, 8]}}", 8);
+    st_fail("st_dims_fold_overflow", &b, "dimensions overflow");
     buf_free(&b);
     raw_st(&b, "{\"a\": {\"dtype\": \"F32\", \"shape\": [4503599627370496, 4503599627370496], \"data_offsets\": [0, 8]}}", 8);
     st_fail("st_overflow", &b, "dimensions overflow");

@@ -49,10 +49,12 @@ static int parse_tensor(const char *path, const cJSON *item, const uint8_t *data
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     if (!cJSON_IsArray(shape)) return pith_errf(err, "%s: tensor '%s': shape is missing or not an array", path, name);
+    /* A tensor of more dimensions than PITH_MAX_DIMS (a Conv3d's [out][in][t][h][w]: Qwen-VL's patch
+     * embedding) keeps its layout with its outermost ones folded into the last: ne[3] is their product. */
     int n_dims = cJSON_GetArraySize(shape);
-    if (n_dims > PITH_MAX_DIMS)
-        return pith_errf(err, "%s: tensor '%s' has %d dimensions (at most %d)", path, name, n_dims, PITH_MAX_DIMS);
-    t->n_dims = n_dims;
+    if (n_dims > PITH_MAX_DIMS + 2)
+        return pith_errf(err, "%s: tensor '%s' has %d dimensions (at most %d)", path, name, n_dims, PITH_MAX_DIMS + 2);
+    t->n_dims = n_dims < PITH_MAX_DIMS ? n_dims : PITH_MAX_DIMS;
     for (int d = 0; d < PITH_MAX_DIMS; d++) t->ne[d] = 1;
     int d = n_dims - 1;
     const cJSON *dim;
@@ -61,7 +63,11 @@ static int parse_tensor(const char *path, const cJSON *item, const uint8_t *data
         if (!as_count(dim, &v))
             return pith_errf(err, "%s: tensor '%s': shape holds something other than a non-negative integer", path,
                              name);
-        t->ne[d--] = (int64_t)v;
+        int at = d < PITH_MAX_DIMS ? d : PITH_MAX_DIMS - 1;
+        d--;
+        if (v > (uint64_t)INT64_MAX || (v > 0 && (uint64_t)t->ne[at] > (uint64_t)INT64_MAX / v))
+            return pith_errf(err, "%s: tensor '%s' dimensions overflow", path, name);
+        t->ne[at] *= (int64_t)v; /* 1 before, but for folded dimensions */
     }
     int64_t nel = pith_tensor_nelems(t);
     size_t esize = pith_dtype_block_bytes(t->type);
