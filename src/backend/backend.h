@@ -125,6 +125,7 @@ typedef enum pith_glu {
 typedef enum pith_activation {
     PITH_ACTIVATION_RELU2,     /* relu(x)^2 (Nemotron-H's "relu2") */
     PITH_ACTIVATION_GELU_TANH, /* GELU, tanh approximation (the vision encoders' MLPs: gelu_pytorch_tanh) */
+    PITH_ACTIVATION_GELU,      /* GELU with erf, exact (nn.GELU(): Qwen-VL's patch merger) */
 } pith_activation;
 
 /* Bidirectional attention inside each span of `span` consecutive rows (one image's patches in a vision
@@ -536,6 +537,14 @@ typedef struct pith_backend_vt {
     /* each span of side * side rows (a row-major grid of patches) averaged over k x k windows into
      * (side / k)^2 rows of out, row-major too; n is the input's rows */
     void (*pool_avg)(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n);
+    /* Rotary embedding of each row by its own angles (a 2-D RoPE whose positions are a patch's row and
+     * column): every head of x's row t (heads of 2 * cs->cols / 2 = head_dim elements) rotates its halves,
+     * x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, with cs's row t = [cos (head_dim / 2) | sin (head_dim / 2)]
+     * (rotate-half pairs (i, i + head_dim / 2)). NULL where the backend has no such op. */
+    void (*rope_rows)(pith_backend *be, pith_buf *x, const pith_buf *cs, int n);
+    /* out's row r = in's rows k r .. k r + k - 1 side by side (out->cols == k * in->cols): k consecutive
+     * patches merged into one token's input; n is in's rows, a multiple of k. NULL where absent. */
+    void (*group_rows)(pith_backend *be, const pith_buf *in, pith_buf *out, int k, int n);
 
     /* Tests and debugging, never on a step's path: the first n rows of a buffer in or out (host floats),
      * and sync, which runs what the step has issued so far and waits for it (a device backend records
@@ -698,6 +707,12 @@ static inline void pith_be_span_attention(pith_backend *be, const pith_be_span_a
 }
 static inline void pith_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n) {
     be->vt->pool_avg(be, in, out, side, k, n);
+}
+static inline void pith_be_rope_rows(pith_backend *be, pith_buf *x, const pith_buf *cs, int n) {
+    be->vt->rope_rows(be, x, cs, n);
+}
+static inline void pith_be_group_rows(pith_backend *be, const pith_buf *in, pith_buf *out, int k, int n) {
+    be->vt->group_rows(be, in, out, k, n);
 }
 
 /* Qwen3.5 */

@@ -1,6 +1,7 @@
-/* Gemma 3's vision encoder (model/vision.h): SigLIP blocks and the Gemma 3 projector, loaded from a
- * llama.cpp projector file. The math follows transformers' SiglipVisionTransformer and
- * Gemma3MultiModalProjector; the names and layouts follow llama.cpp's clip conventions. */
+/* The vision encoders (model/vision.h): what every tower shares (opening either kind of file, the
+ * pre-LayerNorm ViT blocks, the API), and Gemma 3's: SigLIP's embeddings and the Gemma 3 projector. The
+ * math follows transformers' SiglipVisionTransformer and Gemma3MultiModalProjector; the names and layouts
+ * follow llama.cpp's clip conventions. Qwen3-VL's tower is vision_qwen3vl.c. */
 #include "model/vision.h"
 
 #include <stdio.h>
@@ -10,30 +11,7 @@
 #include "model/vision_internal.h"
 #include "pith/gguf.h"
 
-typedef struct vision_block {
-    const pith_weight *ln1_w, *ln1_b, *ln2_w, *ln2_b;
-    pith_weight *q, *k, *v, *o, *up, *down;
-    const pith_weight *q_b, *k_b, *v_b, *o_b, *up_b, *down_b;
-} vision_block;
-
-struct pith_vision {
-    pith_vision_hparams hp;
-    pith_gguf *g;            /* the projector GGUF, or */
-    pith_model_file *mf;     /* the Hugging Face checkpoint */
-    const char *path;        /* named in errors */
-    pith_backend *be;
-    pith_backend *own_be;        /* pith_vision_load's: freed with the encoder */
-    pith_tensor patch_t, proj_t; /* 2-D views of the patch kernel and of the transposed projection */
-    float *proj_data;
-    pith_weight *patch_w, *proj;
-    const pith_weight *patch_b, *pos, *post_w, *post_b, *soft_norm;
-    vision_block *blk;
-    pith_buf *in, *x, *xb, *q, *k, *v, *att, *hb, *pooled, *normed, *y;
-    float *rows; /* host: the step's patches, [n][3 * patch * patch] */
-    int rows_cap;
-};
-
-static int get_int(const pith_gguf *g, const char *key, bool required, int dflt, int *out, pith_err *err) {
+int vision_get_int(const pith_gguf *g, const char *key, bool required, int dflt, int *out, pith_err *err) {
     int64_t v;
     if (!pith_gguf_get_i64(g, key, &v)) {
         if (required) return pith_errf(err, "%s: missing metadata key %s", pith_gguf_path(g), key);
@@ -44,7 +22,7 @@ static int get_int(const pith_gguf *g, const char *key, bool required, int dflt,
     return 0;
 }
 
-static int get_floats3(const pith_gguf *g, const char *key, float dflt, float out[3], pith_err *err) {
+int vision_get_floats3(const pith_gguf *g, const char *key, float dflt, float out[3], pith_err *err) {
     const pith_gguf_kv *kv = pith_gguf_find(g, key);
     for (int i = 0; i < 3; i++) out[i] = dflt;
     if (!kv) return 0;
@@ -59,14 +37,14 @@ static int get_floats3(const pith_gguf *g, const char *key, float dflt, float ou
 }
 
 /* A tensor by its clip name, in either kind of file. */
-static const pith_tensor *find(const pith_vision *v, const char *name) {
-    return v->g ? pith_gguf_find_tensor(v->g, name) : vision_hf_tensor(v->mf, name);
+const pith_tensor *vision_find(const pith_vision *v, const char *name) {
+    return v->g ? pith_gguf_find_tensor(v->g, name) : vision_hf_tensor(v->mf, v->hp.projector, name);
 }
 
 static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, pith_err *err) {
-    const pith_tensor *t = find(v, name);
+    const pith_tensor *t = vision_find(v, name);
     char hf[256];
-    if (!t && v->mf && vision_hf_name(name, hf, sizeof hf)) {
+    if (!t && v->mf && vision_hf_name(v->hp.projector, name, hf, sizeof hf)) {
         pith_errf(err, "%s: missing tensor %s (llama.cpp's %s)", v->path, hf, name);
         return NULL;
     }
@@ -84,8 +62,8 @@ static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, 
 }
 
 /* A float tensor of ne0 x ne1 elements plus `add` as a vector weight (biases, norms, the position table). */
-static int floats_plus(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, float add, const pith_weight **out,
-                       pith_err *err) {
+int vision_floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, float add, const pith_weight **out,
+                  pith_err *err) {
     const pith_tensor *t = tensor(v, name, ne0, ne1, err);
     if (!t) return -1;
     int n = (int)(ne0 * ne1);
@@ -103,14 +81,14 @@ static int floats_plus(pith_vision *v, const char *name, int64_t ne0, int64_t ne
 }
 
 static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, const pith_weight **out, pith_err *err) {
-    return floats_plus(v, name, ne0, ne1, 0.0f, out, err);
+    return vision_floats(v, name, ne0, ne1, 0.0f, out, err);
 }
 
 static int vec(pith_vision *v, const char *name, int n, const pith_weight **out, pith_err *err) {
     return floats(v, name, n, 1, out, err);
 }
 
-static int mat(pith_vision *v, const char *name, int rows, int cols, pith_weight **out, pith_err *err) {
+int vision_mat(pith_vision *v, const char *name, int rows, int cols, pith_weight **out, pith_err *err) {
     const pith_tensor *t = tensor(v, name, cols, rows, err);
     if (!t) return -1;
     return pith_be_matrix(v->be, t, name, out, err) ? pith_err_prefix(err, "%s: %s", v->path, name) : 0;
@@ -121,34 +99,61 @@ static int gguf_hparams(const pith_gguf *g, pith_vision_hparams *hp, pith_err *e
     pith_str s;
     if (!pith_gguf_get_str(g, "clip.projector_type", &s))
         return pith_errf(err, "%s: not a projector file (no clip.projector_type)", pith_gguf_path(g));
-    if (!pith_str_eq(s, "gemma3"))
-        return pith_errf(err, "%s: projector type '%.*s' is not supported (supported: gemma3)", pith_gguf_path(g),
-                         (int)(s.len > 64 ? 64 : s.len), s.ptr);
     bool has = true;
     if (pith_gguf_get_bool(g, "clip.has_vision_encoder", &has) && !has)
         return pith_errf(err, "%s: the projector file has no vision encoder", pith_gguf_path(g));
+    if (pith_str_eq(s, "qwen3vl_merger")) return qwen3vl_gguf_hparams(g, hp, err);
+    if (!pith_str_eq(s, "gemma3"))
+        return pith_errf(err, "%s: projector type '%.*s' is not supported (supported: gemma3, qwen3vl_merger)",
+                         pith_gguf_path(g), (int)(s.len > 64 ? 64 : s.len), s.ptr);
     hp->projector = PITH_VISION_GEMMA3;
     hp->resample = PITH_RESIZE_BILINEAR;
     double eps = 1e-6;
     pith_gguf_get_f64(g, "clip.vision.attention.layer_norm_epsilon", &eps);
     hp->eps = (float)eps;
-    return get_int(g, "clip.vision.image_size", true, 0, &hp->image_size, err) ||
-                   get_int(g, "clip.vision.patch_size", true, 0, &hp->patch_size, err) ||
-                   get_int(g, "clip.vision.embedding_length", true, 0, &hp->dim, err) ||
-                   get_int(g, "clip.vision.feed_forward_length", true, 0, &hp->ffn, err) ||
-                   get_int(g, "clip.vision.block_count", true, 0, &hp->n_layers, err) ||
-                   get_int(g, "clip.vision.attention.head_count", true, 0, &hp->n_heads, err) ||
-                   get_int(g, "clip.vision.projector.scale_factor", false, 4, &hp->pool, err) ||
-                   get_floats3(g, "clip.vision.image_mean", 0.5f, hp->mean, err) ||
-                   get_floats3(g, "clip.vision.image_std", 0.5f, hp->std, err)
+    return vision_get_int(g, "clip.vision.image_size", true, 0, &hp->image_size, err) ||
+                   vision_get_int(g, "clip.vision.patch_size", true, 0, &hp->patch_size, err) ||
+                   vision_get_int(g, "clip.vision.embedding_length", true, 0, &hp->dim, err) ||
+                   vision_get_int(g, "clip.vision.feed_forward_length", true, 0, &hp->ffn, err) ||
+                   vision_get_int(g, "clip.vision.block_count", true, 0, &hp->n_layers, err) ||
+                   vision_get_int(g, "clip.vision.attention.head_count", true, 0, &hp->n_heads, err) ||
+                   vision_get_int(g, "clip.vision.projector.scale_factor", false, 4, &hp->pool, err) ||
+                   vision_get_floats3(g, "clip.vision.image_mean", 0.5f, hp->mean, err) ||
+                   vision_get_floats3(g, "clip.vision.image_std", 0.5f, hp->std, err)
                ? -1
                : 0;
+}
+
+/* Qwen3-VL's sizes checked, and its text width from the merger's last product. */
+static int qwen_hparams(pith_vision *v, pith_err *err) {
+    pith_vision_hparams *hp = &v->hp;
+    if (hp->patch_size < 1 || hp->patch_size > 1024 || hp->dim < 1 || hp->dim > (1 << 16) || hp->ffn < 1 ||
+        hp->ffn > (1 << 20) || hp->n_layers < 1 || hp->n_layers > 4096 || hp->n_heads < 1 || hp->merge < 1 ||
+        hp->merge > 8 || hp->temporal < 1 || hp->temporal > 8 || hp->pos_side < 1 || !(hp->eps > 0) ||
+        !(hp->rope_theta > 0) || hp->min_pixels < 1 || hp->max_pixels < hp->min_pixels)
+        return pith_errf(err, "%s: a vision size is out of range", v->path);
+    for (int c = 0; c < 3; c++)
+        if (!(hp->std[c] > 0)) return pith_errf(err, "%s: image_std[%d] is not positive", v->path, c);
+    if (hp->dim % hp->n_heads || hp->dim / hp->n_heads > 512 || hp->dim / hp->n_heads % 4)
+        return pith_errf(err, "%s: width %d over %d heads (heads of at most 512, a multiple of 4 for the 2-D RoPE)",
+                         v->path, hp->dim, hp->n_heads);
+    const pith_tensor *q0 = vision_find(v, "v.blk.0.attn_qkv.weight");
+    hp->weight_type = q0 ? q0->type : PITH_F32;
+    const pith_tensor *p = vision_find(v, "mm.2.weight");
+    if (!p) return pith_errf(err, "%s: missing tensor mm.2.weight (the patch merger's last product)", v->path);
+    if (p->ne[0] != (int64_t)hp->dim * hp->merge * hp->merge || p->ne[1] < 1 || p->ne[1] > (1 << 20) || p->ne[2] != 1 ||
+        p->ne[3] != 1)
+        return pith_errf(err, "%s: mm.2.weight has shape [%lld, %lld], expected [%d, text width]", v->path,
+                         (long long)p->ne[0], (long long)p->ne[1], hp->dim * hp->merge * hp->merge);
+    hp->out_dim = (int)p->ne[1];
+    return 0;
 }
 
 /* The sizes from either kind of file, checked, and what the tensors tell (the text width, the type). */
 static int hparams(pith_vision *v, pith_err *err) {
     pith_vision_hparams *hp = &v->hp;
     if (v->g ? gguf_hparams(v->g, hp, err) : vision_hf_hparams(v->mf, hp, err)) return -1;
+    if (hp->projector == PITH_VISION_QWEN3VL) return qwen_hparams(v, err);
     if (hp->image_size < 1 || hp->patch_size < 1 || hp->dim < 1 || hp->ffn < 1 || hp->n_layers < 1 ||
         hp->n_heads < 1 || hp->pool < 1 || hp->image_size > (1 << 16) || hp->dim > (1 << 20) || hp->ffn > (1 << 20) ||
         hp->n_layers > 4096 || !(hp->eps > 0))
@@ -165,9 +170,9 @@ static int hparams(pith_vision *v, pith_err *err) {
         return pith_errf(err, "%s: width %d over %d heads (heads of at most 512)", v->path, hp->dim, hp->n_heads);
     int side = hp->patches_per_side / hp->pool;
     hp->tokens_per_image = side * side;
-    const pith_tensor *q0 = find(v, "v.blk.0.attn_q.weight");
+    const pith_tensor *q0 = vision_find(v, "v.blk.0.attn_q.weight");
     hp->weight_type = q0 ? q0->type : PITH_F32;
-    const pith_tensor *p = find(v, "mm.input_projection.weight");
+    const pith_tensor *p = vision_find(v, "mm.input_projection.weight");
     if (!p) return pith_errf(err, "%s: missing tensor mm.input_projection.weight", v->path);
     /* transformers' [vision width][text width] matrix, stored as it is (x @ W): ne = [text width, dim] */
     if (p->ne[1] != hp->dim || p->ne[0] < 1 || p->ne[0] > (1 << 20) || p->ne[2] != 1 || p->ne[3] != 1)
@@ -182,7 +187,7 @@ static int hparams(pith_vision *v, pith_err *err) {
 static int bind_embeddings(pith_vision *v, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     int p = hp->patch_size, n_patch = hp->patches_per_side * hp->patches_per_side;
-    const pith_tensor *k = find(v, "v.patch_embd.weight");
+    const pith_tensor *k = vision_find(v, "v.patch_embd.weight");
     if (!k) return pith_errf(err, "%s: missing tensor v.patch_embd.weight", v->path);
     if (k->ne[0] != p || k->ne[1] != p || k->ne[2] != 3 || k->ne[3] != hp->dim)
         return pith_errf(err, "%s: v.patch_embd.weight is not [%d, %d, 3, %d]", v->path, p, p, hp->dim);
@@ -198,7 +203,7 @@ static int bind_embeddings(pith_vision *v, pith_err *err) {
         vec(v, "v.patch_embd.bias", hp->dim, &v->patch_b, err) ||
         floats(v, "v.position_embd.weight", hp->dim, n_patch, &v->pos, err))
         return -1;
-    const pith_tensor *pr = find(v, "mm.input_projection.weight");
+    const pith_tensor *pr = vision_find(v, "mm.input_projection.weight");
     size_t n = (size_t)hp->out_dim * hp->dim;
     float *src = malloc(n * sizeof *src);
     v->proj_data = malloc(n * sizeof *v->proj_data);
@@ -221,28 +226,71 @@ static int bind_embeddings(pith_vision *v, pith_err *err) {
     return 0;
 }
 
-static int bind_block(pith_vision *v, int l, vision_block *b, pith_err *err) {
+/* Rows [part * d, part * d + d) of a fused [3d][d] QKV matrix: a view of its data (rows are whole, so
+ * this holds for any type), bound as a matrix of its own. */
+static int qkv_part(pith_vision *v, const pith_tensor *t, int part, pith_tensor *view, pith_weight **out, pith_err *err) {
+    int d = v->hp.dim;
+    size_t row = pith_dtype_row_bytes(t->type, d);
+    *view = *t;
+    view->n_dims = 2;
+    view->ne[1] = d;
+    view->data = (const char *)t->data + (size_t)part * d * row;
+    view->nbytes = (size_t)d * row;
+    return pith_be_matrix(v->be, view, t->name, out, err) ? pith_err_prefix(err, "%s: %s", v->path, t->name) : 0;
+}
+
+/* The bias of a fused QKV projection, a third at a time. */
+static int qkv_bias(pith_vision *v, const char *name, int part, const pith_weight **out, pith_err *err) {
+    int d = v->hp.dim;
+    const pith_tensor *t = tensor(v, name, 3 * (int64_t)d, 1, err);
+    if (!t) return -1;
+    float *data = malloc((size_t)d * sizeof *data);
+    if (!data) return pith_errf(err, "out of memory");
+    if (!pith_tensor_floats(t, (int64_t)part * d, d, data)) {
+        free(data);
+        return pith_errf(err, "%s: tensor %s is %s, not a float type", v->path, name, pith_dtype_name(t->type));
+    }
+    pith_weight *w;
+    if (pith_be_vector(v->be, data, d, &w, err)) return -1;
+    *out = w;
+    return 0;
+}
+
+int vision_bind_block(pith_vision *v, int l, vision_block *b, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     int d = hp->dim, f = hp->ffn;
-    char nm[16][64];
-    const char *part[16] = {"ln1.weight",     "ln1.bias",      "ln2.weight",     "ln2.bias",
+    char nm[18][64];
+    const char *part[18] = {"ln1.weight",     "ln1.bias",      "ln2.weight",     "ln2.bias",
                             "attn_q.weight",  "attn_q.bias",   "attn_k.weight",  "attn_k.bias",
                             "attn_v.weight",  "attn_v.bias",   "attn_out.weight", "attn_out.bias",
-                            "ffn_up.weight",  "ffn_up.bias",   "ffn_down.weight", "ffn_down.bias"};
-    for (int i = 0; i < 16; i++) snprintf(nm[i], sizeof nm[i], "v.blk.%d.%s", l, part[i]);
+                            "ffn_up.weight",  "ffn_up.bias",   "ffn_down.weight", "ffn_down.bias",
+                            "attn_qkv.weight", "attn_qkv.bias"};
+    for (int i = 0; i < 18; i++) snprintf(nm[i], sizeof nm[i], "v.blk.%d.%s", l, part[i]);
     /* Older projector files name the MLP's first product ffn_down and its second ffn_up: the shapes
      * say which is which (the first reads the block's width). */
-    const pith_tensor *up = find(v, nm[12]);
+    const pith_tensor *up = vision_find(v, nm[12]);
     int iu = 12, id = 14;
     if (up && up->ne[0] == f && up->ne[1] == d && f != d) iu = 14, id = 12;
     if (vec(v, nm[0], d, &b->ln1_w, err) || vec(v, nm[1], d, &b->ln1_b, err) || vec(v, nm[2], d, &b->ln2_w, err) ||
-        vec(v, nm[3], d, &b->ln2_b, err) || mat(v, nm[4], d, d, &b->q, err) || vec(v, nm[5], d, &b->q_b, err) ||
-        mat(v, nm[6], d, d, &b->k, err) || vec(v, nm[7], d, &b->k_b, err) || mat(v, nm[8], d, d, &b->v, err) ||
-        vec(v, nm[9], d, &b->v_b, err) || mat(v, nm[10], d, d, &b->o, err) || vec(v, nm[11], d, &b->o_b, err) ||
-        mat(v, nm[iu], f, d, &b->up, err) || vec(v, nm[iu + 1], f, &b->up_b, err) ||
-        mat(v, nm[id], d, f, &b->down, err) || vec(v, nm[id + 1], d, &b->down_b, err))
+        vec(v, nm[3], d, &b->ln2_b, err) || vision_mat(v, nm[10], d, d, &b->o, err) ||
+        vec(v, nm[11], d, &b->o_b, err) || vision_mat(v, nm[iu], f, d, &b->up, err) ||
+        vec(v, nm[iu + 1], f, &b->up_b, err) || vision_mat(v, nm[id], d, f, &b->down, err) ||
+        vec(v, nm[id + 1], d, &b->down_b, err))
         return -1;
-    return 0;
+    if (hp->fused_qkv) { /* Qwen-VL: one [3d][d] product, Q, K and V in that order */
+        const pith_tensor *qkv = tensor(v, nm[16], d, 3 * (int64_t)d, err);
+        if (!qkv) return -1;
+        pith_weight **w[3] = {&b->q, &b->k, &b->v};
+        const pith_weight **bias[3] = {&b->q_b, &b->k_b, &b->v_b};
+        for (int i = 0; i < 3; i++)
+            if (qkv_part(v, qkv, i, &b->qkv_view[i], w[i], err) || qkv_bias(v, nm[17], i, bias[i], err)) return -1;
+        return 0;
+    }
+    return vision_mat(v, nm[4], d, d, &b->q, err) || vec(v, nm[5], d, &b->q_b, err) ||
+                   vision_mat(v, nm[6], d, d, &b->k, err) || vec(v, nm[7], d, &b->k_b, err) ||
+                   vision_mat(v, nm[8], d, d, &b->v, err) || vec(v, nm[9], d, &b->v_b, err)
+               ? -1
+               : 0;
 }
 
 int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith_err *err) {
@@ -254,15 +302,20 @@ int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith
     v->be = be;
     int rc = vision_hf_path(path) ? pith_model_file_open(path, &v->mf, err) : pith_gguf_open(path, &v->g, err);
     if (!rc) v->path = v->g ? pith_gguf_path(v->g) : pith_model_file_path(v->mf);
-    if (!rc) rc = hparams(v, err) || bind_embeddings(v, err) ? -1 : 0;
+    if (!rc) rc = hparams(v, err);
     const pith_vision_hparams *hp = &v->hp;
+    bool qwen = hp->projector == PITH_VISION_QWEN3VL;
     if (!rc && !(v->blk = calloc((size_t)hp->n_layers, sizeof *v->blk))) rc = pith_errf(err, "out of memory");
-    for (int l = 0; !rc && l < hp->n_layers; l++) rc = bind_block(v, l, &v->blk[l], err);
-    if (!rc && (vec(v, "v.post_ln.weight", hp->dim, &v->post_w, err) || vec(v, "v.post_ln.bias", hp->dim, &v->post_b, err) ||
-                /* Gemma's RMSNorm multiplies by 1 + w: llama.cpp's converter stores 1 + w, transformers w */
-                floats_plus(v, "mm.soft_emb_norm.weight", hp->dim, 1, v->g ? 0.0f : 1.0f, &v->soft_norm, err)))
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = vision_bind_block(v, l, &v->blk[l], err);
+    if (!rc && qwen) rc = qwen3vl_open(v, err);
+    if (!rc && !qwen &&
+        (bind_embeddings(v, err) || vec(v, "v.post_ln.weight", hp->dim, &v->post_w, err) ||
+         vec(v, "v.post_ln.bias", hp->dim, &v->post_b, err) ||
+         /* Gemma's RMSNorm multiplies by 1 + w: llama.cpp's converter stores 1 + w, transformers w */
+         vision_floats(v, "mm.soft_emb_norm.weight", hp->dim, 1, v->g ? 0.0f : 1.0f, &v->soft_norm, err) ||
+         !(v->pooled = pith_be_buffer(be, hp->dim, err)) || !(v->normed = pith_be_buffer(be, hp->dim, err))))
         rc = -1;
-    pith_buf **bufs[] = {&v->x, &v->xb, &v->q, &v->k, &v->v, &v->att, &v->pooled, &v->normed};
+    pith_buf **bufs[] = {&v->x, &v->xb, &v->q, &v->k, &v->v, &v->att};
     for (size_t i = 0; !rc && i < sizeof bufs / sizeof *bufs; i++)
         if (!(*bufs[i] = pith_be_buffer(be, hp->dim, err))) rc = -1;
     if (!rc && (!(v->in = pith_be_buffer(be, 3 * hp->patch_size * hp->patch_size, err)) ||
@@ -279,6 +332,7 @@ int pith_vision_open(const char *path, pith_backend *be, pith_vision **out, pith
 void pith_vision_free(pith_vision *v) {
     if (!v) return;
     /* weights and buffers die with the backend (backend.h); the file and the host copies are ours */
+    qwen3vl_free(v);
     free(v->blk);
     free(v->proj_data);
     free(v->rows);
@@ -315,12 +369,12 @@ static void patches_of(const pith_vision_hparams *hp, const float *img, float *r
         }
 }
 
-static int matmul1(pith_backend *be, const pith_buf *in, pith_weight *w, pith_buf *out, bool acc, int n, pith_err *err) {
+int vision_matmul1(pith_backend *be, const pith_buf *in, pith_weight *w, pith_buf *out, bool acc, int n, pith_err *err) {
     pith_be_mm mm = {.w = w, .out = out, .accumulate = acc};
     return pith_be_matmul(be, in, &mm, 1, n, err);
 }
 
-static int block_forward(pith_vision *v, const vision_block *b, int n, pith_err *err) {
+int vision_block_forward(pith_vision *v, const vision_block *b, int span, int n, pith_err *err) {
     pith_backend *be = v->be;
     const pith_vision_hparams *hp = &v->hp;
     pith_be_layernorm(be, v->x, b->ln1_w, b->ln1_b, hp->eps, v->xb, n);
@@ -329,22 +383,35 @@ static int block_forward(pith_vision *v, const vision_block *b, int n, pith_err 
     pith_be_add_bias(be, v->q, b->q_b, n);
     pith_be_add_bias(be, v->k, b->k_b, n);
     pith_be_add_bias(be, v->v, b->v_b, n);
-    int n_patch = hp->patches_per_side * hp->patches_per_side;
-    pith_be_span_attn a = {v->q, v->k, v->v, v->att, hp->n_heads, hp->dim / hp->n_heads, n_patch};
+    if (v->cs) { /* Qwen-VL's 2-D RoPE: the step's tables, a row per patch */
+        pith_be_rope_rows(be, v->q, v->cs, n);
+        pith_be_rope_rows(be, v->k, v->cs, n);
+    }
+    pith_be_span_attn a = {v->q, v->k, v->v, v->att, hp->n_heads, hp->dim / hp->n_heads, span};
     pith_be_span_attention(be, &a, n);
-    if (matmul1(be, v->att, b->o, v->x, true, n, err)) return -1;
+    if (vision_matmul1(be, v->att, b->o, v->x, true, n, err)) return -1;
     pith_be_add_bias(be, v->x, b->o_b, n);
     pith_be_layernorm(be, v->x, b->ln2_w, b->ln2_b, hp->eps, v->xb, n);
-    if (matmul1(be, v->xb, b->up, v->hb, false, n, err)) return -1;
+    if (vision_matmul1(be, v->xb, b->up, v->hb, false, n, err)) return -1;
     pith_be_add_bias(be, v->hb, b->up_b, n);
     pith_be_activation(be, PITH_ACTIVATION_GELU_TANH, v->hb, n);
-    if (matmul1(be, v->hb, b->down, v->x, true, n, err)) return -1;
+    if (vision_matmul1(be, v->hb, b->down, v->x, true, n, err)) return -1;
     pith_be_add_bias(be, v->x, b->down_b, n);
     return 0;
 }
 
+int pith_vision_encode_image(pith_vision *v, const float *pixels, int height, int width, float *out, pith_err *err) {
+    if (v->hp.projector == PITH_VISION_QWEN3VL) return qwen3vl_encode(v, pixels, height, width, out, err);
+    if (height != v->hp.image_size || width != v->hp.image_size)
+        return pith_errf(err, "a %dx%d image: this encoder takes %dx%d", width, height, v->hp.image_size,
+                         v->hp.image_size);
+    return pith_vision_encode(v, pixels, 1, out, err);
+}
+
 int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
+    if (hp->projector != PITH_VISION_GEMMA3)
+        return pith_errf(err, "this encoder takes images of any size: encode them one at a time");
     pith_backend *be = v->be;
     int n_patch = hp->patches_per_side * hp->patches_per_side, width = 3 * hp->patch_size * hp->patch_size;
     if (n_images < 1 || n_images > (1 << 20) / n_patch) return pith_errf(err, "%d images in one encoder step", n_images);
@@ -358,16 +425,16 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
     size_t img_floats = pith_vision_input_floats(v);
     for (int i = 0; i < n_images; i++) patches_of(hp, pixels + i * img_floats, v->rows + (size_t)i * n_patch * width);
     if (pith_be_reserve(be, n, err) || pith_be_set_rows(be, v->in, v->rows, n, err) ||
-        matmul1(be, v->in, v->patch_w, v->x, false, n, err))
+        vision_matmul1(be, v->in, v->patch_w, v->x, false, n, err))
         return -1;
     pith_be_add_bias(be, v->x, v->patch_b, n);
     pith_be_add_rows(be, v->x, v->pos, n);
     for (int l = 0; l < hp->n_layers; l++)
-        if (block_forward(v, &v->blk[l], n, err)) return pith_err_prefix(err, "vision block %d", l);
+        if (vision_block_forward(v, &v->blk[l], n_patch, n, err)) return pith_err_prefix(err, "vision block %d", l);
     pith_be_layernorm(be, v->x, v->post_w, v->post_b, hp->eps, v->xb, n);
     pith_be_pool_avg(be, v->xb, v->pooled, hp->patches_per_side, hp->pool, n);
     pith_be_rmsnorm(be, v->pooled, v->soft_norm, hp->eps, v->normed, n_out);
-    if (matmul1(be, v->normed, v->proj, v->y, false, n_out, err)) return -1;
+    if (vision_matmul1(be, v->normed, v->proj, v->y, false, n_out, err)) return -1;
     return be->vt->buf_read(be, v->y, n_out, out, err);
 }
 

@@ -24,11 +24,13 @@ extern "C" {
 
 typedef enum pith_vision_projector {
     PITH_VISION_GEMMA3,
+    PITH_VISION_QWEN3VL,        /* Qwen3-VL's tower and patch merger (Qwen3.5: without DeepStack) */
 } pith_vision_projector;
 
 typedef struct pith_vision_hparams {
     pith_vision_projector projector;
-    int image_size, patch_size; /* square input of image_size pixels, patches of patch_size */
+    int image_size, patch_size; /* square input of image_size pixels (0: any size, Qwen3-VL), patches of
+                                   patch_size */
     int dim, ffn, n_layers, n_heads;
     float eps;                  /* the LayerNorms' (and the projector's RMSNorm's) */
     float mean[3], std[3];      /* the pixel normalization the encoder was trained with (0..1 pixels) */
@@ -37,6 +39,14 @@ typedef struct pith_vision_hparams {
     int patches_per_side, tokens_per_image;
     pith_dtype weight_type;     /* the blocks' matrices' (the first block's Q): what the kernels run on */
     int resample;               /* the processor's resize filter (image.h's PITH_RESIZE_*: bilinear) */
+    /* Qwen3-VL: an image of any size (within the pixel budget, sides multiples of patch_size * merge)
+     * whose k x k blocks of patches (k = merge) become one token each; the patch embedding is a Conv3d over
+     * `temporal` copies of the image; the learned positions are a pos_side x pos_side grid, interpolated to
+     * the image's; a 2-D RoPE of base rope_theta in the attention; Q, K and V from one fused product. */
+    int merge, temporal, pos_side;
+    long min_pixels, max_pixels;
+    float rope_theta;
+    bool fused_qkv;
 } pith_vision_hparams;
 
 typedef struct pith_vision pith_vision;
@@ -74,6 +84,11 @@ int pith_vision_prepare_bytes(const pith_vision *v, const uint8_t *bytes, size_t
 /* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
  * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
 int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float *out, pith_err *err);
+
+/* One image of height x width ([3][height][width] prepared pixels) into its tokens' rows of out_dim:
+ * tokens_per_image of them (Gemma 3: height and width must be image_size), or (height / (patch_size *
+ * merge)) x (width / ...) in row-major order (Qwen3-VL: sides multiples of patch_size * merge). */
+int pith_vision_encode_image(pith_vision *v, const float *pixels, int height, int width, float *out, pith_err *err);
 
 /* The image marker a chat template writes for an image part (Gemma 3's "<start_of_image>"). */
 const char *pith_vision_marker(const pith_vision *v);

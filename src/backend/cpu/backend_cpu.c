@@ -540,6 +540,8 @@ static void activation_row(row_job *j, int t, int ith) {
         for (int i = 0; i < a->x->cols; i++) x[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
     if (a->kind == PITH_ACTIVATION_GELU_TANH)
         for (int i = 0; i < a->x->cols; i++) x[i] = pith_gelu_tanh(x[i]);
+    if (a->kind == PITH_ACTIVATION_GELU)
+        for (int i = 0; i < a->x->cols; i++) x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440)));
 }
 
 static void cpu_activation(pith_backend *be, pith_activation kind, pith_buf *y, int n) {
@@ -662,6 +664,7 @@ static const pith_backend_vt cpu_vt = {
     /* vision encoders */
     .set_rows = pith_cpu_be_set_rows, .layernorm = pith_cpu_be_layernorm, .add_rows = pith_cpu_be_add_rows,
     .span_attention = pith_cpu_be_span_attention, .pool_avg = pith_cpu_be_pool_avg,
+    .rope_rows = pith_cpu_be_rope_rows, .group_rows = pith_cpu_be_group_rows,
 };
 
 int pith_backend_cpu_create(int n_threads, pith_backend **out, pith_err *err) {

@@ -153,6 +153,8 @@ void pith_cpu_be_layernorm(pith_backend *be, const pith_buf *x, const pith_weigh
 void pith_cpu_be_add_rows(pith_backend *be, pith_buf *x, const pith_weight *rows, int n);
 void pith_cpu_be_span_attention(pith_backend *be, const pith_be_span_attn *a, int n);
 void pith_cpu_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n);
+void pith_cpu_be_rope_rows(pith_backend *be, pith_buf *x, const pith_buf *cs, int n);
+void pith_cpu_be_group_rows(pith_backend *be, const pith_buf *in, pith_buf *out, int k, int n);
 int pith_cpu_be_mtp_mla(pith_backend *be, const pith_be_mtp_mla_args *a, int n, pith_err *err);
 /* Qwen3.5's scratch and draft memory (cpu_destroy). */
 void pith_cpu_be_qwen35_free(pith_cpu_be *c);

@@ -1,5 +1,5 @@
 /* The vision encoders' ops on the CPU (backend.h: set_rows, layernorm, add_rows, span_attention,
- * pool_avg). Rows are independent in every one but attention, so each runs as row jobs on the backend's
+ * pool_avg, rope_rows, group_rows). Rows are independent in every one but attention, so each runs as row jobs on the backend's
  * pool. Span attention runs on the decoders' attention kernels (attention.h: the tiled AVX-512 path
  * where the kernel table has it): each span is one sequence whose K/V are laid out as one cache block of
  * span slots, and every query sees the whole block. Where the scratch for that cannot be had, one job per
@@ -197,4 +197,48 @@ void pith_cpu_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, i
     pool_args a = {in, out, side, k};
     int n_out = n / (side * side) * (side / k) * (side / k);
     pith_cpu_be_rows(pith_cpu_be_of(be), n_out, pool_row, &a, (double)k * k * in->cols);
+}
+
+typedef struct rope_rows_args {
+    pith_buf *x;
+    const pith_buf *cs;
+} rope_rows_args;
+
+static void rope_rows_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const rope_rows_args *a = j->a;
+    int half = a->cs->cols / 2, hd = 2 * half;
+    float *x = row_of(a->x, t);
+    const float *c = row_of(a->cs, t), *s = c + half;
+    for (int h = 0; h + hd <= a->x->cols; h += hd)
+        for (int i = 0; i < half; i++) {
+            float x1 = x[h + i], x2 = x[h + half + i];
+            x[h + i] = x1 * c[i] - x2 * s[i];
+            x[h + half + i] = x2 * c[i] + x1 * s[i];
+        }
+}
+
+void pith_cpu_be_rope_rows(pith_backend *be, pith_buf *x, const pith_buf *cs, int n) {
+    rope_rows_args a = {x, cs};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, rope_rows_row, &a, 3.0 * x->cols);
+}
+
+typedef struct group_args {
+    const pith_buf *in;
+    pith_buf *out;
+    int k;
+} group_args;
+
+static void group_row(row_job *j, int r, int ith) {
+    (void)ith;
+    const group_args *a = j->a;
+    size_t w = (size_t)a->in->cols;
+    float *y = row_of(a->out, r);
+    for (int i = 0; i < a->k; i++) memcpy(y + i * w, row_of(a->in, r * a->k + i), w * sizeof *y);
+}
+
+void pith_cpu_be_group_rows(pith_backend *be, const pith_buf *in, pith_buf *out, int k, int n) {
+    if (k < 1 || n % k || out->cols != k * in->cols) return; /* the encoder checks the shapes */
+    group_args a = {in, out, k};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n / k, group_row, &a, (double)k * in->cols);
 }
