@@ -39,7 +39,12 @@
  *     sequence, where p <= attend_last[t] <= the sequence's last position in this batch (Gemma 3's image
  *     tokens see their whole image: the core keeps an image span in one batch and sets its last position
  *     for each of its tokens, their own position for the others). Non-NULL only for a model with
- *     bidirectional_spans (model.h).
+ *     bidirectional_spans (model.h);
+ *   - rope_pos is NULL, or token t's RoPE turns by the three positions rope_pos[3t .. 3t + 2] (temporal,
+ *     row, column) instead of its position: M-RoPE (Qwen2/3-VL, Qwen3.5), whose image tokens sit on their
+ *     image's grid and whose later tokens continue from the grid's largest position + 1, so the three may
+ *     differ from the token's position and from one another. Attention and memory still follow
+ *     positions. Non-NULL only for a model with has_mrope (model.h).
  *
  * Output: forward fills one row of n_vocab logits for each token with want_logits[i] != 0, in batch
  * order (row r belongs to the r-th such token). When want_hidden is non-NULL it also fills hidden with
@@ -78,6 +83,7 @@ typedef struct pith_batch {
     const float *embeds;        /* [n_embeds][hp.dim], host memory; used when embed_rows is set */
     int n_embeds;
     const int32_t *attend_last; /* [n_tokens] the last position each token attends to; or NULL (causal) */
+    const int32_t *rope_pos;    /* [n_tokens * 3] M-RoPE positions (temporal, row, column); or NULL */
     int n_seqs;
     int n_groups;               /* the model's memory groups, in the order of its spec */
     const pith_batch_mem *mem;  /* [n_groups] */

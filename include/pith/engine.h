@@ -82,13 +82,17 @@ PITH_API int pith_kv_type_parse(const char *s);
  * cache names blocks by the hashes of the spans they overlap as well as their tokens: the same image
  * in a follow-up turn is a hit, another image at the same place is not. For a model whose image tokens
  * attend to each other both ways (model.h: bidirectional_spans), a span is always computed in one
- * batch: it must fit max_batch_tokens. */
+ * batch: it must fit max_batch_tokens. For a model with M-RoPE (model.h: has_mrope), every span gives its
+ * grid (rows x cols tokens, row-major): its tokens turn by their place on it, and the tokens after it
+ * continue from the grid's largest position + 1 (transformers' get_rope_index; batch.h: rope_pos). */
 typedef struct pith_media {
     int pos;                 /* first prompt position of the span */
     int n_tokens;            /* positions it covers: the rows the encoder makes of it */
     const float *input;      /* the encoder's input (an image's pixels as the model's processor prepares them) */
     size_t n_input;          /* floats */
     uint64_t hash;           /* names the content for the caches; 0: the engine hashes input */
+    int rows, cols;          /* the tokens as a grid (rows * cols == n_tokens); 0, 0: none (required for a
+                                model with has_mrope, and by an encoder of images of any size) */
 } pith_media;
 
 /* The encoder the engine runs for media spans (a vision tower and its projector). */

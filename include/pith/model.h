@@ -72,6 +72,9 @@ struct pith_model {
                                embeddings (image inputs) */
     bool bidirectional_spans; /* forward honours attend_last (batch.h): Gemma 3's image tokens see their
                                whole image */
+    bool has_mrope;         /* forward honours rope_pos (batch.h): M-RoPE, image tokens placed on their
+                               image's grid (Qwen3.5); the engine then sets rope_pos for every token of a
+                               sequence with images, from its spans' grids (engine.h: pith_media) */
     bool state_checkpoints; /* forward honours RECURRENT checkpoints (batch.h): speculative decoding
                                can roll its state back */
     bool has_mtp;           /* loaded with its MTP head (pith_model_options.mtp): mtp_draft works. Its

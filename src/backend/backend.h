@@ -84,6 +84,11 @@ typedef struct pith_rope {
     double *inv_freq;     /* [half], owned by whoever filled it (src/model/rope.c) */
     double mscale;        /* YaRN's attention factor; 1 otherwise */
     pith_rope_style style;
+    /* M-RoPE, interleaved as Qwen3-VL and Qwen3.5 lay it out (sections[0] + [1] + [2] == half; all 0: none):
+     * in a step with rope_pos (batch.h), frequency i turns with the row component when i % 3 == 1 and
+     * i < 3 sections[1], the column one when i % 3 == 2 and i < 3 sections[2], else the temporal one;
+     * without rope_pos every component is the token's position, which is plain RoPE. */
+    int sections[3];
 } pith_rope;
 
 /* What happens to a token's Q, K and V between their projection and the KV store, in this order: the

@@ -310,6 +310,7 @@ void pith_engine_free(pith_engine *e) {
     free(e->b_embed_rows);
     free(e->b_embeds);
     free(e->b_attend_last);
+    free(e->b_rope_pos);
     free(e->b_want_hidden);
     free(e->hidden);
     free(e->emb_out);
@@ -358,6 +359,9 @@ static int validate_request(const pith_engine *e, const pith_request *r, pith_er
                                                        : "this model does not take images");
         if (r->embed != PITH_EMBED_OFF) return pith_errf(err, "embedding requests take no images");
         if (r->prompt_logprobs) return pith_errf(err, "prompt logprobs are not available for prompts with images");
+        for (int i = 0; i < r->n_media && r->media && e->model->has_mrope; i++)
+            if (r->media[i].rows < 1 || r->media[i].cols < 1)
+                return pith_errf(err, "image %d has no grid (rows x cols): this model places image tokens in 2-D", i);
         for (int i = 0; i < r->n_media && r->media && e->sc.whole_spans; i++)
             if (r->media[i].n_tokens > e->opt.max_batch_tokens)
                 return pith_errf(err, "image %d takes %d tokens, which must be computed in one batch of at most %d "

@@ -81,6 +81,7 @@ struct pith_engine {
     int32_t *b_embed_rows;     /* [max_batch_tokens] */
     float *b_embeds;           /* [max_batch_tokens * hp.dim] */
     int32_t *b_attend_last;    /* [max_batch_tokens] */
+    int32_t *b_rope_pos;       /* [3 * max_batch_tokens]: M-RoPE positions (step_media.c) */
     engine_media_item *m_items; /* this step's spans */
     int n_m_items, cap_m_items;
     uint64_t n_media_encoded, n_media_hits;
@@ -146,6 +147,8 @@ int engine_media_prepare(pith_engine *e);
  * leaves them NULL when no token of b is in a span. 0, or -1 with err (out of memory). */
 int engine_media_batch(pith_engine *e, pith_batch *b, pith_err *err);
 /* After the forward pass: the cache's rows may go (unpins them). */
+/* M-RoPE positions for the batch (batch.h: rope_pos) when the model has them and a sequence has images. */
+int engine_media_rope(pith_engine *e, pith_batch *b, pith_err *err);
 void engine_media_done(pith_engine *e);
 
 /* logprobs.c: prompt rows and logprobs. */

@@ -36,6 +36,9 @@ int media_set_create(const pith_media *m, int n, int n_prompt, media_set **out, 
             return pith_errf(err, "media item %d starts at %d, inside or before item %d", i, x->pos, i - 1);
         if (!x->input || x->n_input == 0 || x->n_input > ((size_t)1 << 32))
             return pith_errf(err, "media item %d has no encoder input", i);
+        if ((x->rows || x->cols) && (x->rows < 1 || x->cols < 1 || (int64_t)x->rows * x->cols != x->n_tokens))
+            return pith_errf(err, "media item %d: a grid of %d x %d does not hold its %d tokens", i, x->rows, x->cols,
+                             x->n_tokens);
         total += x->n_input;
     }
     media_set *ms = calloc(1, sizeof *ms);
@@ -53,9 +56,12 @@ int media_set_create(const pith_media *m, int n, int n_prompt, media_set **out, 
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         memcpy(ms->inputs + off, m[i].input, m[i].n_input * sizeof *ms->inputs);
-        ms->spans[i] = (media_span){.pos = m[i].pos, .n_tokens = m[i].n_tokens, .input = ms->inputs + off,
-                                    .n_input = m[i].n_input,
-                                    .hash = m[i].hash ? m[i].hash : media_hash_input(m[i].input, m[i].n_input)};
+        uint64_t h = m[i].hash ? m[i].hash : media_hash_input(m[i].input, m[i].n_input);
+        /* the same floats laid out as another grid (a constant 64 x 96 image and a 96 x 64 one) are
+         * another input */
+        if (m[i].rows) h = (h ^ ((uint64_t)m[i].rows << 32 | (uint32_t)m[i].cols)) * 0x9e3779b97f4a7c15ull;
+        ms->spans[i] = (media_span){.pos = m[i].pos, .n_tokens = m[i].n_tokens, .rows = m[i].rows, .cols = m[i].cols,
+                                    .input = ms->inputs + off, .n_input = m[i].n_input, .hash = h ? h : 1};
         off += m[i].n_input;
     }
     *out = ms;
@@ -112,4 +118,18 @@ int media_chunk_end(const media_set *ms, int c, int end, int limit) {
     if (end >= stop) return end;
     if (sp->pos > c) return sp->pos;
     return stop <= limit ? stop : c;
+}
+
+void media_rope_pos(const media_set *ms, int p, int32_t out[3]) {
+    int delta = 0;
+    for (int i = 0; ms && i < ms->n && ms->spans[i].pos <= p; i++) {
+        const media_span *sp = &ms->spans[i];
+        if (p < sp->pos + sp->n_tokens && sp->cols > 0) {
+            int base = sp->pos + delta, k = p - sp->pos;
+            out[0] = base, out[1] = base + k / sp->cols, out[2] = base + k % sp->cols;
+            return;
+        }
+        if (sp->cols > 0) delta += (sp->rows > sp->cols ? sp->rows : sp->cols) - sp->n_tokens;
+    }
+    out[0] = out[1] = out[2] = p + delta;
 }

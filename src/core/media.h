@@ -19,6 +19,7 @@
 
 typedef struct media_span {
     int pos, n_tokens;
+    int rows, cols;            /* the grid, or 0, 0 */
     uint64_t hash;
     const float *input;        /* into the set's own copy */
     size_t n_input;
@@ -42,6 +43,11 @@ uint64_t media_hash_input(const float *input, size_t n);
 /* What block [a, b) of positions must add to its name: a hash of every span it overlaps (its content
  * hash and where in the block it starts and ends), or 0 when it overlaps none. ms may be NULL. */
 uint64_t media_block_key(const media_set *ms, int a, int b);
+
+/* Position p's three M-RoPE positions (batch.h: rope_pos): on its span's grid inside one, else p plus
+ * what the grids before it saved (each span of n tokens on an r x c grid advances the positions by
+ * max(r, c) instead of n). ms may be NULL (then all three are p). */
+void media_rope_pos(const media_set *ms, int p, int32_t out[3]);
 
 /* The index of the span holding position p, or -1. ms may be NULL. */
 int media_span_at(const media_set *ms, int p);

@@ -531,6 +531,7 @@ static bool step(pith_engine *e, pith_err *err) {
     if (!rc) rc = embed_buffers(e, err);
     int n_tokens = build_batch(e, &b);
     if (!rc) rc = engine_media_batch(e, &b, err);
+    if (!rc) rc = engine_media_rope(e, &b, err);
     if (!rc) {
         rc = pith_model_forward(e->model, &b, e->logits, err);
         e->n_forwards++;

@@ -1,6 +1,7 @@
 /* Media spans in a step: the encoder runs for the spans this step's tokens enter that the encoder cache
  * does not hold (all of them in one call, across requests), and the batch gets their rows in place of
- * the placeholder tokens' embeddings (batch.h: embed_rows, attend_last). */
+ * the placeholder tokens' embeddings (batch.h: embed_rows, attend_last), and for an M-RoPE model every
+ * token of a sequence with images its three positions (rope_pos). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +43,8 @@ static int encode_fresh(pith_engine *e, int n_fresh, pith_err *err) {
             FOR_SCHEDULED_SPANS(sc->batch[i], sp) {
                 if (sp->hash == it->hash && sp->n_tokens == it->rows) {
                     items[m] = (pith_media){.pos = sp->pos, .n_tokens = sp->n_tokens, .input = sp->input,
-                                            .n_input = sp->n_input, .hash = sp->hash};
+                                            .n_input = sp->n_input, .hash = sp->hash, .rows = sp->rows,
+                                            .cols = sp->cols};
                     break;
                 }
             }
@@ -161,6 +163,22 @@ int engine_media_batch(pith_engine *e, pith_batch *b, pith_err *err) {
     b->embeds = e->b_embeds;
     b->n_embeds = n_rows;
     if (sc->whole_spans) b->attend_last = e->b_attend_last;
+    return 0;
+}
+
+int engine_media_rope(pith_engine *e, pith_batch *b, pith_err *err) {
+    const sched *sc = &e->sc;
+    if (!e->model->has_mrope) return 0;
+    bool any = false;
+    for (int i = 0; i < sc->n_batch && !any; i++) any = sc->batch[i]->media && sc->batch[i]->media->n > 0;
+    if (!any) return 0; /* every position is the token's own: plain RoPE */
+    if (!e->b_rope_pos && !(e->b_rope_pos = malloc((size_t)3 * e->opt.max_batch_tokens * sizeof *e->b_rope_pos)))
+        return pith_errf(err, "out of memory for the batch's M-RoPE positions");
+    for (int i = 0, t = 0; i < sc->n_batch; i++) {
+        const seq *s = sc->batch[i];
+        for (int j = 0; j < s->n_sched; j++, t++) media_rope_pos(s->media, s->n_computed + j, &e->b_rope_pos[3 * t]);
+    }
+    b->rope_pos = e->b_rope_pos;
     return 0;
 }
 

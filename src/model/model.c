@@ -96,6 +96,8 @@ int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_e
         return pith_errf(err, m->has_hidden ? "batch asks for hidden states without a buffer" : "this model cannot return hidden states");
     if (b->embed_rows && (!m->has_embeds || !b->embeds))
         return pith_errf(err, m->has_embeds ? "batch names embedding rows without embeddings" : "this model takes no image inputs");
+    if (b->rope_pos && !m->has_mrope)
+        return pith_errf(err, "this model's RoPE takes one position per token (the batch gives M-RoPE positions)");
     if (b->attend_last && !m->bidirectional_spans)
         return pith_errf(err, "this model's attention is causal only (the batch asks for look-ahead spans)");
     return m->ops->forward(m, b, logits, err);

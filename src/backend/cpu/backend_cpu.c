@@ -291,8 +291,10 @@ static void rope_row(row_job *j, int t, int ith) {
     int half = a->r->half;
     float *cs = row_of(a->cs, t), *sn = cs + half;
     double pos = j->c->step->positions[t], ms = a->r->mscale;
+    const int32_t *mpos = a->r->sections[0] && j->c->step->rope_pos ? j->c->step->rope_pos + 3 * (size_t)t : NULL;
     for (int i = 0; i < half; i++) {
-        double angle = pos * a->r->inv_freq[i];
+        int c = !mpos ? 0 : i % 3 == 1 && i < 3 * a->r->sections[1] ? 1 : i % 3 == 2 && i < 3 * a->r->sections[2] ? 2 : 0;
+        double angle = (mpos ? mpos[c] : pos) * a->r->inv_freq[i];
         cs[i] = (float)(cos(angle) * ms);
         sn[i] = (float)(sin(angle) * ms);
     }

@@ -408,7 +408,7 @@ static int vk_set_step(pith_backend *be, const pith_batch *b, const pith_mem_spe
     pith_vk *c = pith_vk_of(be);
     pith_vk_step_reset(c);
     if (!c->mem_allocated && spec->n_groups > 0) return pith_errf(err, "the model's memory is not allocated");
-    if (b->embed_rows || b->attend_last) return pith_errf(err, "Vulkan: image inputs are not supported on this device yet");
+    if (b->embed_rows || b->attend_last || b->rope_pos) return pith_errf(err, "Vulkan: image inputs are not supported on this device yet");
     if (pith_batch_check(b, spec, &c->meta, n_vocab, err) || vk_reserve(be, b->n_tokens, err)) return -1;
     int n = b->n_tokens, n_kept = 0, n_hidden = 0, n_logits = 0;
     for (int t = 0; t < n; t++) {
