@@ -15,17 +15,22 @@
 #define TEXT_AFTER 8 /* text tokens after the image: the prompt a chat turn makes of it, roughly */
 
 /* Operations of one encoder step of one image (2 per multiply-add): the patch embedding, per layer the
- * four attention projections, the scores and the weighted sum, the MLP, then the projector. */
-static double encoder_ops(const pith_vision_hparams *hp) {
-    double n = (double)hp->patches_per_side * hp->patches_per_side, d = hp->dim, f = hp->ffn;
+ * four attention projections, the scores and the weighted sum, the MLP, then the projector (Gemma 3's
+ * product, or Qwen3-VL's merger of two products of merge^2 times the width). */
+static double encoder_ops(const pith_vision_hparams *hp, const pith_vision_input *in) {
+    double n = (double)(in->height / hp->patch_size) * (in->width / hp->patch_size), d = hp->dim, f = hp->ffn;
+    double tokens = (double)in->rows * in->cols;
     double patch = 2 * n * (3.0 * hp->patch_size * hp->patch_size) * d;
     double layer = 2 * n * d * 4 * d + 2 * 2 * n * n * d + 2 * 2 * n * d * f;
-    return patch + hp->n_layers * layer + 2.0 * hp->tokens_per_image * d * hp->out_dim;
+    double wide = d * hp->merge * hp->merge;
+    double proj = hp->projector == PITH_VISION_QWEN3VL ? 2 * tokens * wide * (wide + hp->out_dim)
+                                                        : 2.0 * tokens * d * hp->out_dim;
+    return patch + hp->n_layers * layer + proj;
 }
 
-/* The image to encode, prepared as the model's processor does, into *px (malloc'd). */
-static int pixels_of(const bench_image_opts *o, const pith_vision *v, float **px, pith_err *err) {
-    *px = NULL;
+/* The image to encode, prepared as the model's processor does. */
+static int pixels_of(const bench_image_opts *o, const pith_vision *v, pith_vision_input *px, pith_err *err) {
+    *px = (pith_vision_input){0};
     if (o->image) {
         char *bytes;
         size_t len;
@@ -35,16 +40,13 @@ static int pixels_of(const bench_image_opts *o, const pith_vision *v, float **px
         return rc ? pith_err_prefix(err, "%s", o->image) : 0;
     }
     pith_image img = {.width = 640, .height = 480};
-    if (!(img.data = malloc((size_t)640 * 480 * 3)) || !(*px = malloc(pith_vision_input_floats(v) * sizeof **px))) {
-        free(img.data);
-        return pith_errf(err, "out of memory");
-    }
+    if (!(img.data = malloc((size_t)640 * 480 * 3))) return pith_errf(err, "out of memory");
     for (int y = 0; y < 480; y++)
         for (int x = 0; x < 640; x++) {
             uint8_t *p = &img.data[((size_t)y * 640 + x) * 3];
             p[0] = (uint8_t)(x * 255 / 639), p[1] = (uint8_t)(y * 255 / 479), p[2] = (uint8_t)((x + y) & 255);
         }
-    int rc = pith_vision_preprocess(v, &img, *px, err);
+    int rc = pith_vision_prepare(v, &img, px, err);
     pith_image_free(&img);
     return rc;
 }
@@ -83,7 +85,8 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
     pith_vision *v = NULL;
     pith_probe *probe = NULL;
     pith_engine *e = NULL;
-    float *px = NULL, *rows = NULL;
+    pith_vision_input px = {0};
+    float *rows = NULL;
     double *enc_s = calloc((size_t)o->reps, sizeof *enc_s), *pp_s = calloc((size_t)o->reps, sizeof *pp_s);
     int32_t *ids = NULL;
     pith_model_options mo = {.n_threads = threads};
@@ -100,22 +103,22 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
     pith_bench_weights w;
     if (pith_bench_weights_of(m, &w, err) || pith_probe_new(threads, (size_t)256 << 20, o->force_scalar, &probe, err))
         goto done;
-    size_t img = pith_vision_input_floats(v);
-    rows = malloc((size_t)vh->tokens_per_image * vh->out_dim * sizeof *rows);
-    int n = 1 + vh->tokens_per_image + TEXT_AFTER;
+    if (pixels_of(o, v, &px, err)) goto done;
+    const int tokens = px.rows * px.cols;
+    rows = malloc((size_t)tokens * vh->out_dim * sizeof *rows);
+    int n = 1 + tokens + TEXT_AFTER;
     ids = malloc((size_t)n * sizeof *ids);
     if (!rows || !ids) {
         pith_errf(err, "out of memory");
         goto done;
     }
-    if (pixels_of(o, v, &px, err)) goto done;
     /* the encoder */
     double enc_peak, model_peak;
     if (pith_probe_fma_peak(probe, vh->weight_type, PEAK_REPS, &enc_peak, err)) goto done;
-    if (o->warmup && pith_vision_encode(v, px, 1, rows, err)) goto done;
+    if (o->warmup && pith_vision_encode_image(v, px.pixels, px.height, px.width, rows, err)) goto done;
     for (int i = 0; i < o->reps; i++) {
         double t0 = pith_bench_now();
-        if (pith_vision_encode(v, px, 1, rows, err)) goto done;
+        if (pith_vision_encode_image(v, px.pixels, px.height, px.width, rows, err)) goto done;
         enc_s[i] = pith_bench_now() - t0;
     }
     /* the text model over the image's tokens: the encoder cache holds the rows after the first request */
@@ -128,8 +131,9 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
                               .encoder = &enc};
     if (pith_engine_create(m, NULL, &eo, &e, err)) goto done;
     ids[0] = 2 % m->hp.n_vocab; /* the ids do not change the work: Gemma's BOS, text ids spread over the vocabulary */
-    for (int i = 1; i < n; i++) ids[i] = i <= vh->tokens_per_image ? 0 : (int32_t)(i * 7919 % m->hp.n_vocab);
-    pith_media media = {.pos = 1, .n_tokens = vh->tokens_per_image, .input = px, .n_input = img};
+    for (int i = 1; i < n; i++) ids[i] = i <= tokens ? 0 : (int32_t)(i * 7919 % m->hp.n_vocab);
+    pith_media media = {.pos = 1, .n_tokens = tokens, .input = px.pixels, .n_input = px.n, .rows = px.rows,
+                        .cols = px.cols};
     double untimed;
     if (prefill_once(e, ids, n, &media, &untimed, err)) goto done; /* encodes the image: the cache has it */
     for (int i = 0; i < o->reps; i++)
@@ -143,23 +147,23 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
     pith_bench_stats es, ps;
     pith_bench_stats_of(enc_s, o->reps, &es);
     pith_bench_stats_of(pp_s, o->reps, &ps);
-    double e_ops = encoder_ops(vh), p_ops = 2.0 * (double)w.layer_params * n + 2.0 * (double)w.output_params;
+    double e_ops = encoder_ops(vh, &px), p_ops = 2.0 * (double)w.layer_params * n + 2.0 * (double)w.output_params;
     if (o->json) {
-        printf("{\"test\":\"image-encode\",\"mmproj\":\"%s\",\"image_size\":%d,\"patches\":%d,\"layers\":%d,\"dim\":%d,"
-               "\"tokens\":%d,\"threads\":%d,\"isa\":\"%s\",\"ms_mean\":%.3f,\"ms_stddev\":%.3f,\"gflops\":%.2f,"
+        printf("{\"test\":\"image-encode\",\"mmproj\":\"%s\",\"width\":%d,\"height\":%d,\"patches\":%d,\"layers\":%d,"
+               "\"dim\":%d,\"tokens\":%d,\"threads\":%d,\"isa\":\"%s\",\"ms_mean\":%.3f,\"ms_stddev\":%.3f,\"gflops\":%.2f,"
                "\"peak_gflops\":%.2f,\"of_peak\":%.4f}\n",
-               o->mmproj, vh->image_size, vh->patches_per_side * vh->patches_per_side, vh->n_layers, vh->dim,
-               vh->tokens_per_image, threads, pith_probe_fma_isa(probe, vh->weight_type), es.mean * 1e3, es.stddev * 1e3,
+               o->mmproj, px.width, px.height, (px.height / vh->patch_size) * (px.width / vh->patch_size), vh->n_layers,
+               vh->dim, tokens, threads, pith_probe_fma_isa(probe, vh->weight_type), es.mean * 1e3, es.stddev * 1e3,
                e_ops / es.mean / 1e9, enc_peak / 1e9, e_ops / es.mean / enc_peak);
         printf("{\"test\":\"image-prefill\",\"model\":\"%s\",\"format\":\"%s\",\"tokens\":%d,\"image_tokens\":%d,"
                "\"threads\":%d,\"tok_s_mean\":%.2f,\"ms_mean\":%.3f,\"ms_stddev\":%.3f,\"peak_gops\":%.2f,\"of_peak\":%.4f}\n",
-               o->model, w.format, n, vh->tokens_per_image, threads, n / ps.mean, ps.mean * 1e3, ps.stddev * 1e3,
+               o->model, w.format, n, tokens, threads, n / ps.mean, ps.mean * 1e3, ps.stddev * 1e3,
                model_peak / 1e9, p_ops / ps.mean / model_peak);
     } else {
         printf("image encoder: %s: %s, %dx%d pixels, %d patches, %d layers of width %d (ffn %d), %d tokens of %d; "
                "%d thread%s, peak %.1f GFLOP/s (%s, measured now)\n",
-               o->mmproj, pith_dtype_name(vh->weight_type), vh->image_size, vh->image_size, vh->patches_per_side * vh->patches_per_side, vh->n_layers,
-               vh->dim, vh->ffn, vh->tokens_per_image, vh->out_dim, threads, threads == 1 ? "" : "s", enc_peak / 1e9,
+               o->mmproj, pith_dtype_name(vh->weight_type), px.width, px.height,
+               (px.height / vh->patch_size) * (px.width / vh->patch_size), vh->n_layers, vh->dim, vh->ffn, tokens, vh->out_dim, threads, threads == 1 ? "" : "s", enc_peak / 1e9,
                pith_probe_fma_isa(probe, vh->weight_type));
         printf("  encode one image:   %9.2f ms +- %.2f   %8.1f GFLOP/s   %5.1f %% of peak\n", es.mean * 1e3,
                es.stddev * 1e3, e_ops / es.mean / 1e9, 100 * e_ops / es.mean / enc_peak);
@@ -168,7 +172,7 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
                w.quantized ? pith_probe_int8_isa(probe, w.type) : pith_probe_fma_isa(probe, w.type));
         printf("  prefill BOS + %d image tokens + %d text (rows from the encoder cache): %8.2f ms +- %.2f   "
                "%8.1f tok/s   %5.1f %% of peak\n",
-               vh->tokens_per_image, TEXT_AFTER, ps.mean * 1e3, ps.stddev * 1e3, n / ps.mean,
+               tokens, TEXT_AFTER, ps.mean * 1e3, ps.stddev * 1e3, n / ps.mean,
                100 * p_ops / ps.mean / model_peak);
     }
     rc = 0;
@@ -177,7 +181,7 @@ done:
     pith_probe_free(probe);
     pith_vision_free(v);
     pith_model_free(m);
-    free(px);
+    pith_vision_input_free(&px);
     free(rows);
     free(ids);
     free(enc_s);

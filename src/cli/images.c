@@ -7,17 +7,17 @@
 #include "model/vision.h"
 
 void cli_images_free(cli_images *ci) {
-    for (int i = 0; i < ci->n; i++) free(ci->pixels[i]);
+    for (int i = 0; i < ci->n; i++) pith_vision_input_free(&ci->images[i]);
     pith_vision_free(ci->v);
     memset(ci, 0, sizeof *ci);
 }
 
-/* Decodes and prepares one file into pixels (malloc'd). */
-static int prepare(const pith_vision *v, const char *path, float **pixels, pith_err *err) {
+/* Decodes and prepares one file. */
+static int prepare(const pith_vision *v, const char *path, pith_vision_input *image, pith_err *err) {
     char *bytes;
     size_t len;
     if (cli_read_file(path, &bytes, &len, err)) return -1;
-    int rc = pith_vision_prepare_bytes(v, (const uint8_t *)bytes, len, NULL, pixels, err);
+    int rc = pith_vision_prepare_bytes(v, (const uint8_t *)bytes, len, NULL, image, err);
     free(bytes);
     return rc ? pith_err_prefix(err, "%s", path) : 0;
 }
@@ -37,7 +37,7 @@ int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths
     }
     pith_vision_encoder(ci->v, &ci->enc);
     for (; ci->n < n; ci->n++) {
-        if (prepare(ci->v, paths[ci->n], &ci->pixels[ci->n], err)) {
+        if (prepare(ci->v, paths[ci->n], &ci->images[ci->n], err)) {
             cli_images_free(ci);
             return -1;
         }
@@ -50,7 +50,7 @@ int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *pro
     bool has = strstr(prompt, pith_vision_marker(ci->v)) != NULL;
     char *text = cli_images_marked(ci, has ? 0 : ci->n, prompt);
     if (!text) return pith_errf(err, "out of memory");
-    int rc = pith_vision_prompt(ci->v, tok, text, strlen(text), PITH_TOK_ADD_BOS, ci->pixels, ci->n, ids, n_ids,
+    int rc = pith_vision_prompt(ci->v, tok, text, strlen(text), PITH_TOK_ADD_BOS, ci->images, ci->n, ids, n_ids,
                                 ci->media, err);
     free(text);
     return rc;
@@ -58,7 +58,7 @@ int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *pro
 
 int cli_images_add(cli_images *ci, const char *path, pith_err *err) {
     if (ci->n == CLI_MAX_IMAGES) return pith_errf(err, "at most %d images in a conversation", CLI_MAX_IMAGES);
-    if (prepare(ci->v, path, &ci->pixels[ci->n], err)) return -1;
+    if (prepare(ci->v, path, &ci->images[ci->n], err)) return -1;
     ci->n++;
     return 0;
 }
@@ -81,5 +81,5 @@ int cli_images_text(cli_images *ci, const pith_tokenizer *tok, const char *text,
     for (const char *p = text; (p = strstr(p, marker)) && p < text + len; p += ml) k++;
     if (k > ci->n) return pith_errf(err, "the conversation holds %d image markers for %d images", k, ci->n);
     *n_media = k;
-    return pith_vision_prompt(ci->v, tok, text, len, flags, ci->pixels + (ci->n - k), k, ids, n_ids, ci->media, err);
+    return pith_vision_prompt(ci->v, tok, text, len, flags, ci->images + (ci->n - k), k, ids, n_ids, ci->media, err);
 }

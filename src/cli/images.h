@@ -4,6 +4,7 @@
 #ifndef PITH_CLI_IMAGES_H
 #define PITH_CLI_IMAGES_H
 
+#include "model/vision.h"
 #include "pith/engine.h"
 #include "pith/tokenizer.h"
 
@@ -16,13 +17,13 @@ extern "C" {
 typedef struct cli_images {
     struct pith_vision *v;
     pith_encoder enc;          /* for pith_engine_options.encoder */
-    float *pixels[CLI_MAX_IMAGES];
+    pith_vision_input images[CLI_MAX_IMAGES];
     pith_media media[CLI_MAX_IMAGES];
     int n;
 } cli_images;
 
 /* The projector a model's images go through: mmproj when given, else the model itself when it carries
- * its vision tower (a Hugging Face directory of Gemma3ForConditionalGeneration), else NULL. */
+ * its vision tower (model/vision.h: pith_vision_in_model), else NULL. */
 const char *cli_images_projector(const char *mmproj, const char *model);
 
 /* Opens mmproj (n_threads worker threads) and prepares the n image files. 0, or -1 with err naming the

@@ -440,6 +440,7 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
 
 int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
+    if (hp->projector != PITH_VISION_GEMMA3) return pith_errf(err, "this encoder's images have no fixed size");
     pith_image sized = {0};
     if (pith_image_resize(img, hp->image_size, hp->image_size, hp->resample, &sized, err)) return -1;
     pith_image_to_tensor(&sized, hp->mean, hp->std, 1.0f / 255.0f, pixels);
@@ -449,27 +450,67 @@ int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *p
 
 size_t pith_vision_input_floats(const pith_vision *v) { return (size_t)3 * v->hp.image_size * v->hp.image_size; }
 
+void pith_vision_input_free(pith_vision_input *in) {
+    free(in->pixels);
+    *in = (pith_vision_input){0};
+}
+
+int pith_vision_prepare(const pith_vision *v, const pith_image *img, pith_vision_input *out, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    *out = (pith_vision_input){0};
+    int h = hp->image_size, w = hp->image_size, unit = hp->patch_size * hp->merge;
+    if (hp->projector == PITH_VISION_QWEN3VL &&
+        pith_image_smart_size(img->height, img->width, unit, hp->min_pixels, hp->max_pixels, &h, &w, err))
+        return -1;
+    out->height = h, out->width = w, out->n = (size_t)3 * h * w;
+    if (hp->projector == PITH_VISION_QWEN3VL) out->rows = h / unit, out->cols = w / unit;
+    else out->rows = out->cols = hp->patches_per_side / hp->pool;
+    pith_image sized = {0};
+    if (!(out->pixels = malloc(out->n * sizeof *out->pixels)) ||
+        pith_image_resize(img, w, h, hp->resample, &sized, err)) { /* the resize fails only for memory */
+        pith_vision_input_free(out);
+        if (!err->msg[0]) pith_errf(err, "out of memory for a %dx%d image", w, h);
+        return -2;
+    }
+    pith_image_to_tensor(&sized, hp->mean, hp->std, 1.0f / 255.0f, out->pixels);
+    pith_image_free(&sized);
+    return 0;
+}
+
 int pith_vision_prepare_bytes(const pith_vision *v, const uint8_t *bytes, size_t n, const pith_image_limits *lim,
-                              float **pixels, pith_err *err) {
-    *pixels = NULL;
+                              pith_vision_input *out, pith_err *err) {
+    *out = (pith_vision_input){0};
     pith_image img = {0};
     if (pith_image_decode(bytes, n, lim, &img, err)) return -1;
-    int rc = (*pixels = malloc(pith_vision_input_floats(v) * sizeof **pixels)) ? 0 : pith_errf(err, "out of memory");
-    if (!rc) rc = pith_vision_preprocess(v, &img, *pixels, err); /* fails only for memory (the resize) */
+    int rc = pith_vision_prepare(v, &img, out, err);
     pith_image_free(&img);
-    if (!rc) return 0;
-    free(*pixels);
-    *pixels = NULL;
-    return -2;
+    return rc;
 }
 
 /* Images per encoder step: the activations grow with the patches (4096 per 896-pixel image), so a step
  * with many images is cut into a few. */
 #define VISION_STEP_IMAGES 4
 
+/* Qwen3.5: each image alone, its sides from its grid. */
+static int encode_sized(pith_vision *v, const pith_media *const *items, int n, float *const *out, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    int unit = hp->patch_size * hp->merge;
+    for (int i = 0; i < n; i++) {
+        const pith_media *it = items[i];
+        int64_t h = (int64_t)it->rows * unit, w = (int64_t)it->cols * unit;
+        if (it->rows < 1 || it->cols < 1 || h > 65536 || w > 65536 || it->n_tokens != it->rows * it->cols ||
+            it->n_input != (size_t)(3 * h * w))
+            return pith_errf(err, "image %d: %zu input floats and %d tokens on a %d x %d grid do not make an image "
+                             "this encoder takes", i, it->n_input, it->n_tokens, it->rows, it->cols);
+        if (pith_vision_encode_image(v, it->input, (int)h, (int)w, out[i], err)) return -1;
+    }
+    return 0;
+}
+
 static int encode_items(void *user, const pith_media *const *items, int n, float *const *out, pith_err *err) {
     pith_vision *v = user;
     const pith_vision_hparams *hp = &v->hp;
+    if (hp->projector != PITH_VISION_GEMMA3) return encode_sized(v, items, n, out, err);
     const size_t img = pith_vision_input_floats(v), rows = (size_t)hp->tokens_per_image * hp->out_dim;
     for (int i = 0; i < n; i++)
         if (items[i]->n_input != img || items[i]->n_tokens != hp->tokens_per_image)

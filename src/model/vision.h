@@ -67,19 +67,35 @@ void pith_vision_free(pith_vision *v);
 bool pith_vision_in_model(const char *model_path);
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
 
-/* An image as the model's processor prepares it, into pixels ([3][image_size][image_size]): Gemma 3
+/* An image as the encoder takes it: its pixels as the model's processor prepares them, and the tokens it
+ * becomes (a rows x cols grid, row-major). */
+typedef struct pith_vision_input {
+    float *pixels;   /* [3][height][width], malloc'd (pith_vision_input_free) */
+    size_t n;        /* floats: 3 * height * width */
+    int height, width;
+    int rows, cols;
+} pith_vision_input;
+
+/* An image prepared as the model's processor does (Gemma 3: pith_vision_preprocess below; Qwen3.5,
+ * Qwen2VLImageProcessor: smart_resize to sides that are multiples of patch_size * merge with the pixel
+ * count within [min_pixels, max_pixels], PIL's bicubic resize, / 255, normalized by mean and std).
+ * 0; -1 with err when the image cannot be used (an aspect ratio over 200); -2 when memory ran out. */
+int pith_vision_prepare(const pith_vision *v, const pith_image *img, pith_vision_input *out, pith_err *err);
+void pith_vision_input_free(pith_vision_input *in);
+
+/* Gemma 3's fixed-size preparation into pixels ([3][image_size][image_size]): Gemma 3
  * (transformers' Gemma3ImageProcessor, pan-and-scan off, its default) resizes to image_size square with
  * PIL's bilinear filter, rescales by 1/255 and normalizes by the file's mean and std. */
 int pith_vision_preprocess(const pith_vision *v, const pith_image *img, float *pixels, pith_err *err);
 
-/* Floats of one prepared image: 3 * image_size^2. */
+/* Floats of one prepared image of a fixed-size encoder (Gemma 3): 3 * image_size^2; 0 for any size. */
 size_t pith_vision_input_floats(const pith_vision *v);
 
-/* An image file's bytes, decoded (lim: pith_image_decode's; NULL: the defaults) and prepared as above into
- * *pixels (malloc'd, pith_vision_input_floats of them). 0; -1 with err (the decoder's message) when the
- * bytes are not an image it can use; -2 with err when memory ran out. *pixels is NULL on failure. */
+/* An image file's bytes, decoded (lim: pith_image_decode's; NULL: the defaults) and prepared as
+ * pith_vision_prepare does into *out. 0; -1 with err (the decoder's message) when the bytes are not an
+ * image it can use; -2 with err when memory ran out. out->pixels is NULL on failure. */
 int pith_vision_prepare_bytes(const pith_vision *v, const uint8_t *bytes, size_t n, const pith_image_limits *lim,
-                              float **pixels, pith_err *err);
+                              pith_vision_input *out, pith_err *err);
 
 /* Encodes n_images images, each [3][image_size][image_size] floats already normalized (pixels / 255,
  * minus mean, over std, channel-major), into out: n_images * tokens_per_image rows of out_dim. */
@@ -94,17 +110,20 @@ int pith_vision_encode_image(pith_vision *v, const float *pixels, int height, in
 const char *pith_vision_marker(const pith_vision *v);
 
 /* A prompt with images, as the model's processor makes it: every image marker in text stands for the
- * next of n_images images (pixels[i], from pith_vision_preprocess) and is expanded as the processor
- * does (Gemma 3: "\n\n<start_of_image>", tokens_per_image "<image_soft_token>", "<end_of_image>\n\n"),
- * then the whole text is tokenized with tok (flags: pith_tokenizer_encode's; special tokens are always
- * parsed) into *ids (malloc'd), and media[0..n_images) get the spans of image tokens. Refuses a
- * tokenizer without the model's image tokens, and a marker count other than n_images. */
+ * next of n_images images (from pith_vision_prepare) and is expanded as the processor does (Gemma 3:
+ * "\n\n<start_of_image>", tokens_per_image "<image_soft_token>", "<end_of_image>\n\n"; Qwen3.5: each
+ * "<|image_pad|>" repeated to the image's tokens), then the whole text is tokenized with tok (flags:
+ * pith_tokenizer_encode's; special tokens are always parsed) into *ids (malloc'd), and media[0..n_images)
+ * get the spans of image tokens, with their grids and pixels (borrowed from images). Refuses a tokenizer
+ * without the model's image tokens, and a marker count other than n_images. */
 int pith_vision_prompt(const pith_vision *v, const pith_tokenizer *tok, const char *text, size_t len, int flags,
-                       float *const *pixels, int n_images, int32_t **ids, int *n_ids, pith_media *media, pith_err *err);
+                       const pith_vision_input *images, int n_images, int32_t **ids, int *n_ids, pith_media *media,
+                       pith_err *err);
 
-/* The engine's encoder (engine.h: pith_encoder) over v: items are preprocessed images (n_input ==
- * 3 * image_size^2, n_tokens == tokens_per_image, else the item is refused with an error), encoded a few
- * at a time in one encoder step. v must outlive the engine. */
+/* The engine's encoder (engine.h: pith_encoder) over v: items are prepared images (Gemma 3: n_input ==
+ * 3 * image_size^2 and n_tokens == tokens_per_image, encoded a few at a time in one encoder step;
+ * Qwen3.5: a rows x cols grid, n_input == 3 * height * width for the sides the grid implies, one image
+ * per encoder step), else the item is refused with an error. v must outlive the engine. */
 void pith_vision_encoder(pith_vision *v, pith_encoder *out);
 
 #ifdef __cplusplus

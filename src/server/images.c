@@ -23,18 +23,18 @@ bool server_image_part(const cJSON *part, const char **url) {
 }
 
 void server_images_free(server_images *im) {
-    for (int i = 0; i < im->n; i++) free(im->pixels[i]);
+    for (int i = 0; i < im->n; i++) pith_vision_input_free(&im->images[i]);
     memset(im, 0, sizeof *im);
 }
 
-/* One image: bytes, decoded, prepared into *pixels. */
-static int load_one(pith_server *srv, const char *url, int i, int k, float **pixels, api_error *err) {
+/* One image: bytes, decoded, prepared into *image. */
+static int load_one(pith_server *srv, const char *url, int i, int k, pith_vision_input *image, api_error *err) {
     uint8_t *bytes;
     size_t n;
     if (media_fetch(&srv->media, url, "messages", &bytes, &n, err)) return -1;
     pith_image_limits lim = {.max_bytes = srv->media.max_bytes ? srv->media.max_bytes : MEDIA_DEFAULT_MAX_BYTES};
     pith_err why;
-    int rc = pith_vision_prepare_bytes(srv->vision, bytes, n, &lim, pixels, &why);
+    int rc = pith_vision_prepare_bytes(srv->vision, bytes, n, &lim, image, &why);
     free(bytes);
     if (rc == -1) /* the decoder's messages are Pith's own: the format, the size, where the file is broken */
         return api_errorf(err, 400, "invalid_image", "messages", "messages[%d].content[%d]: %s", i, k, why.msg);
@@ -74,7 +74,7 @@ int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, 
                     return api_errorf(err, 400, "invalid_value", "messages",
                                       "messages[%d].content[%d]: an image_url part needs image_url.url", i, k);
                 }
-                if (load_one(srv, url, i, k, &out->pixels[out->n], err)) {
+                if (load_one(srv, url, i, k, &out->images[out->n], err)) {
                     if (err->message[0] && !strstr(err->message, "messages[")) { /* say which part */
                         char m2[sizeof err->message];
                         snprintf(m2, sizeof m2, "messages[%d].content[%d]: %.300s", i, k, err->message);
@@ -95,7 +95,7 @@ int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, 
 int server_images_prompt(pith_server *srv, server_images *im, const char *text, size_t len, int32_t **ids, int *n_ids,
                          api_error *err) {
     pith_err why;
-    if (pith_vision_prompt(srv->vision, srv->tok, text, len, PITH_TOK_ADD_BOS, im->pixels, im->n, ids, n_ids, im->media,
+    if (pith_vision_prompt(srv->vision, srv->tok, text, len, PITH_TOK_ADD_BOS, im->images, im->n, ids, n_ids, im->media,
                            &why)) {
         server_log(srv, PITH_LOG_WARN, "image prompt: %s", why.msg);
         return api_errorf(err, 400, "invalid_value", "messages",

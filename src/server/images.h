@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "model/vision.h"
 #include "pith/engine.h"
 #include "server/api_error.h"
 
@@ -20,7 +21,7 @@ struct pith_server;
 #define SERVER_MAX_IMAGES 16
 
 typedef struct server_images {
-    float *pixels[SERVER_MAX_IMAGES];
+    pith_vision_input images[SERVER_MAX_IMAGES];
     pith_media media[SERVER_MAX_IMAGES];
     int n;
 } server_images;
