@@ -546,6 +546,7 @@ class Model:
         self.eps = float(md[f"{a}.attention.layer_norm_rms_epsilon"])
         self.theta = float(md.get(f"{a}.rope.freq_base", 10000.0))
         self.rope_dim = int(md.get(f"{a}.rope.dimension_count", self.head_dim))
+        self.mrope_section = [int(x) for x in md.get(f"{a}.rope.dimension_sections", [11, 11, 10, 0])[:3]]
         self.conv_kernel = int(md[f"{a}.ssm.conv_kernel"])
         self.lin_k_dim = self.lin_v_dim = int(md[f"{a}.ssm.state_size"])
         self.lin_k_heads = int(md[f"{a}.ssm.group_count"])
@@ -577,6 +578,7 @@ class Model:
         rp = c.get("rope_parameters") or {}
         self.theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
         self.rope_dim = int(self.head_dim * float(rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))))
+        self.mrope_section = list(rp.get("mrope_section", [11, 11, 10]))   # Qwen3_5TextRotaryEmbedding's default
         self.conv_kernel = int(c.get("linear_conv_kernel_dim", 4))
         self.lin_k_dim, self.lin_v_dim = int(c.get("linear_key_head_dim", 128)), int(c.get("linear_value_head_dim", 128))
         self.lin_k_heads, self.lin_v_heads = int(c.get("linear_num_key_heads", 16)), int(c.get("linear_num_value_heads", 32))
@@ -897,7 +899,25 @@ def qwen35_delta_rule(q, k, v, g, beta, dk):
     return out
 
 
-def qwen35_forward(m, tokens, aq, kv_f16, hidden=False):
+def mrope_partial(t, r, theta, section, positions):
+    """Qwen3VLTextRotaryEmbedding (Qwen3.5's) on the first r dimensions of t [T, heads, hd]: the three
+    position rows (temporal, height, width) [T, 3] each turn every frequency, and apply_interleaved_mrope
+    keeps the height's at indices 1, 4, ... below 3 section[1] and the width's at 2, 5, ... below
+    3 section[2], the temporal's elsewhere; then rotate-half with cat(freqs, freqs)."""
+    half = r // 2
+    inv = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2 / r)
+    pos = torch.as_tensor(positions, dtype=torch.float64)                    # [T, 3]
+    freqs = pos.T[:, :, None] * inv[None, None, :]                            # [3, T, half]
+    f = freqs[0].clone()
+    for dim, offset in ((1, 1), (2, 2)):
+        idx = slice(offset, section[dim] * 3, 3)
+        f[..., idx] = freqs[dim][..., idx]
+    cos, sin = f.cos()[:, None, :], f.sin()[:, None, :]
+    a, b = t[..., :half], t[..., half:r]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos, t[..., r:]], dim=-1)
+
+
+def qwen35_forward(m, tokens, aq, kv_f16, hidden=False, embeds=None, mrope=None):
     """Qwen3.5 text (modeling_qwen3_5.py): Qwen3NextRMSNorm (x * (1 + w)) before each mixer and before the
     MLP; Gated DeltaNet layers: in_proj_qkv through a causal depthwise conv1d (kernel K, no bias, SiLU;
     written here as the per-token window of its last K inputs), beta = sigmoid(in_proj_b x),
@@ -905,12 +925,16 @@ def qwen35_forward(m, tokens, aq, kv_f16, hidden=False):
     heads (GGUF: tiled, ggml_repeat), the recurrent delta rule, RMSNormGated (rms(x) w silu(z)) per head,
     out_proj; attention layers: q_proj giving [query | gate] per head, q/k norms, rotate-half RoPE on the
     first rope_dim dimensions (M-RoPE with every section at the text position is exactly this),
-    softmax(q k / sqrt(head_dim)), times sigmoid(gate), o_proj; then the SwiGLU MLP."""
+    softmax(q k / sqrt(head_dim)), times sigmoid(gate), o_proj; then the SwiGLU MLP. Images: embeds maps
+    positions to rows that replace those tokens' embeddings (masked_scatter), mrope gives every token's
+    (temporal, height, width) positions (get_rope_index) for mrope_partial."""
     tok = torch.tensor(tokens, dtype=torch.long)
     T, H, KV, hd, D = len(tokens), m.n_heads, m.n_kv_heads, m.head_dim, m.dim
     NK, NV, dk, dv, K = m.lin_k_heads, m.lin_v_heads, m.lin_k_dim, m.lin_v_dim, m.conv_kernel
     pos = torch.arange(T)
     x = m.w("token_embd.weight")[tok]
+    for p, row in (embeds or {}).items():
+        x[p] = torch.as_tensor(row, dtype=torch.float64)
     mask = causal_mask(T)
 
     def norm(t, name):
@@ -918,6 +942,8 @@ def qwen35_forward(m, tokens, aq, kv_f16, hidden=False):
 
     def rope_partial(t):
         r = m.rope_dim
+        if mrope is not None:
+            return mrope_partial(t, r, m.theta, m.mrope_section, mrope)
         return torch.cat([rope(t[..., :r], pos, m.theta, "half", None), t[..., r:]], dim=-1)
 
     for i in range(m.n_layers):
@@ -1207,14 +1233,15 @@ def round_kv(t, kind):
     raise ValueError(f"unknown KV kind {kind}")
 
 
-def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=()):
+def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=None):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
     quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
     float16 (True or "f16"), bfloat16 ("bf16") or Q8_0 blocks of 32 along the head dimension ("q8_0").
     Images (the llama-style decoders, Gemma 3): embeds maps positions to rows that replace those tokens'
     scaled embeddings (transformers' masked_scatter of the image features), spans lists the (start, end)
-    of each image whose tokens see one another (causal_mask)."""
+    of each image whose tokens see one another (causal_mask). Qwen3.5: embeds likewise, and mrope the
+    [T, 3] M-RoPE positions (qwen35_forward)."""
     block = 32 if act_q8 is True else int(act_q8)
     aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -1223,7 +1250,7 @@ def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=()):
     if m.family == "lfm2":
         return lfm2_forward(m, tokens, aq, kv_f16)
     if m.family == "qwen35":
-        return qwen35_forward(m, tokens, aq, kv_f16)
+        return qwen35_forward(m, tokens, aq, kv_f16, embeds=embeds, mrope=mrope)
     if m.family == "granite":
         return granite_forward(m, tokens, aq, kv_f16)
     if m.family == "nemotron":

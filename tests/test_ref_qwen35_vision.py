@@ -1,0 +1,178 @@
+"""Qwen3.5 with images in the prompt: the whole model through the engine against the float64 reference.
+
+The model is one Qwen3_5ForConditionalGeneration directory: tools/mkmodel.py's test-qwen35 text model
+(8 layers, DeltaNet and gated attention, partial rotary of 16 dimensions with M-RoPE sections 3, 3, 2) and
+a small Qwen3-VL tower (tests/test_ref_qwen3vl_vision.py, whose float64 reference gives the image rows).
+The reference (tools/reference.py qwen35_forward) follows transformers' Qwen3_5Model: the image features
+replace the image tokens' embeddings (masked_scatter), and the positions are get_rope_index's, transcribed
+below from modeling_qwen3_vl.py (an image's tokens at (start, start + row, start + column); the text after
+it continues from the largest + 1), turned by Qwen3VLTextRotaryEmbedding's interleaved M-RoPE
+(reference.mrope_partial). The attention stays causal over the token order.
+
+tools' tool_mrope_logits runs the real engine: requests with pith_media spans carrying their grids, the
+encoder inside the steps, the engine's M-RoPE positions (batch.h: rope_pos) for the prompt, its chunks
+and the generated tokens. Each request's greedy rows (the last prompt row and the row after each
+generated token) are compared, tolerance 1e-4 absolute (F32 weights and K/V: float32 sums against
+float64 give errors of some 1e-6):
+- two requests with three images of different shapes (2 x 3, 3 x 2 and 3 x 3 tokens), at once, the
+  whole prompt in one step; then both again as a second turn from the prefix cache;
+- chunks of 5 tokens, which cut through the images (Qwen's image tokens are causal, so spans may be cut);
+- a KV pool so small that a request is preempted and recomputed;
+- the M-RoPE positions are checked to matter: plain positions move the reference far from Pith (more
+  than 100x the tolerance), and so do logits without the image rows.
+
+Environment: PITH_MROPE_LOGITS (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch or numpy."""
+
+import os
+import subprocess
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import pithtest  # noqa: E402
+
+try:
+    import numpy as np
+    import torch  # noqa: F401
+except ImportError:
+    pithtest.skip("torch or numpy is missing (Debian: python3-torch python3-numpy)")
+import mkmodel  # noqa: E402
+import reference  # noqa: E402
+import test_ref_qwen3vl_vision as V  # noqa: E402
+
+TOL = 1e-4
+N_GEN = 4
+CFG = V.SMALL                      # out_dim 128: test-qwen35's width
+SIZES = [(64, 96), (96, 64), (96, 96)]
+
+
+def grid(k):
+    h, w = SIZES[k]
+    return h // 32, w // 32
+
+
+def expand(seq):
+    """-k -> image k's tokens: (the ids, with 0 for image tokens, and the spans (start, image index))."""
+    ids, spans = [], []
+    for t in seq:
+        if t < 0:
+            r, c = grid(-t - 1)
+            spans.append((len(ids), -t - 1))
+            ids += [0] * (r * c)
+        else:
+            ids.append(t)
+    return ids, spans
+
+
+def rope_index(n, spans):
+    """transformers' Qwen3VLModel.get_rope_index for one sequence of n tokens (the generated ones
+    included) with its images at spans: [n, 3] (temporal, height, width)."""
+    pos, st, last = [], 0, -1
+    for start, k in spans:
+        r, c = grid(k)
+        text_len = start - st
+        st_idx = last + 1
+        pos += [[st_idx + i] * 3 for i in range(text_len)]
+        base = st_idx + text_len
+        pos += [[base, base + i // c, base + i % c] for i in range(r * c)]
+        last = max(max(p) for p in pos)
+        st = start + r * c
+    st_idx = last + 1
+    pos += [[st_idx + i] * 3 for i in range(n - st)]
+    return np.array(pos)
+
+
+class Qwen35Vision(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        tool = os.environ.get("PITH_MROPE_LOGITS")
+        if not tool or not os.path.exists(tool):
+            pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
+        cls.tool = tool
+        cls.tmp = os.path.join(pithtest.tmp_dir(), "ref_qwen35_vision")
+        os.makedirs(cls.tmp, exist_ok=True)
+        w = V.make_weights(CFG, 2, seed=4201)
+        # the weights as the F32 files hold them
+        f32 = lambda a: np.asarray(a, dtype=np.float32).astype(np.float64)  # noqa: E731
+        w = {k: ([{kk: f32(vv) for kk, vv in b.items()} for b in v] if k == "blk" else f32(v)) for k, v in w.items()}
+        cls.hf = V.write_hf(os.path.join(cls.tmp, "hf"), CFG, w, seed=4200)
+        cls.ref = reference.Model(cls.hf)
+        rng = np.random.default_rng(4202)
+        cls.images = [V.random_image(rng, h, wd) for h, wd in SIZES]
+        cls.features = [V.reference(CFG, w, im) for im in cls.images]
+        text = lambda n: [int(t) for t in rng.integers(3, 500, size=n)]  # noqa: E731
+        bos = mkmodel.BOS_ID
+        cls.seqs = [[bos] + text(5) + [-1] + text(7) + [-3] + text(10),
+                    [bos] + text(20) + [-2] + text(4)]
+        cls.pixels = os.path.join(cls.tmp, "px.f32")
+        np.concatenate([np.asarray(im, dtype=np.float32).ravel() for im in cls.images]).tofile(cls.pixels)
+
+    def run_engine(self, mode):
+        out = os.path.join(self.tmp, "rows.f32")
+        sizes = ",".join(f"{h}x{w}" for h, w in SIZES)
+        r = subprocess.run([self.tool, self.hf, self.hf, self.pixels, sizes, mode, str(N_GEN), out] +
+                           [",".join(map(str, s)) for s in self.seqs], capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        V_ = self.ref.n_vocab
+        rows = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(2, len(self.seqs), N_GEN, V_)
+        words = [line.split() for line in r.stdout.splitlines()]
+        toks = {(int(x[1]), int(x[2])): [int(t) for t in x[3:]] for x in words if x[0] == "tokens"}
+        cached = {int(x[1]): int(x[2]) for x in words if x[0] == "cached"}
+        stats = [x for x in words if x[0] == "encoded"][0]
+        return rows, toks, cached, int(stats[1]), int(stats[3])
+
+    def expected(self, s, gen, plain=False, drop_images=False):
+        ids, spans = expand(self.seqs[s])
+        n_prompt = len(ids)
+        tokens = ids + gen[:-1]
+        embeds = {}
+        if not drop_images:
+            for start, k in spans:
+                for i, row in enumerate(self.features[k]):
+                    embeds[start + i] = row
+        mrope = None if plain else rope_index(len(tokens), spans)
+        logits = reference.forward(self.ref, tokens, embeds=embeds, mrope=mrope).numpy()
+        return logits[n_prompt - 1:]
+
+    def check(self, got, want, what):
+        err = np.abs(got - want).max()
+        print(f"{what}: max |error| {err:.2e} over {got.shape[0]} rows (tolerance {TOL:g})")
+        self.assertLess(err, TOL, what)
+
+    def engine_case(self, mode, what):
+        rows, toks, cached, encoded, preempted = self.run_engine(mode)
+        for s in range(len(self.seqs)):
+            self.assertEqual(toks[(0, s)], toks[(1, s)], f"{what}: the second turn generates the same tokens")
+            want = self.expected(s, toks[(0, s)])
+            for turn in (0, 1):
+                self.check(rows[turn][s], want, f"{what}, turn {turn + 1}, request {s}")
+        self.assertEqual(encoded, 3, "each image is encoded once")
+        return rows, toks, cached, preempted
+
+    def test_whole_prompt_and_second_turn(self):
+        rows, toks, cached, _ = self.engine_case("512:0", "one step")
+        for s in range(len(self.seqs)):
+            ids, _ = expand(self.seqs[s])
+            self.assertGreaterEqual(cached[s], (len(ids) - 1) // 16 * 16, f"second turn of request {s}: cached")
+        # the features are checked to matter
+        got = rows[0][0]
+        for what, other in (("plain positions", self.expected(0, toks[(0, 0)], plain=True)),
+                            ("no image rows", self.expected(0, toks[(0, 0)], drop_images=True))):
+            moved = np.abs(got - other).max()
+            print(f"against the reference with {what}: {moved:.3g}")
+            self.assertGreater(moved, 100 * TOL, f"{what} must change the logits")
+
+    def test_chunks_cut_images(self):
+        self.engine_case("5:0", "chunks of 5")
+
+    def test_preempted(self):
+        # 5 blocks of 16 for two requests of 38 and 31 tokens (+ 4 generated): one must give way
+        _, _, _, preempted = self.engine_case("512:5", "a pool of 5 blocks")
+        self.assertGreater(preempted, 0, "the small pool preempts a request")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
