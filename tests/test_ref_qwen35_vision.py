@@ -173,6 +173,92 @@ class Qwen35Vision(unittest.TestCase):
         _, _, _, preempted = self.engine_case("512:5", "a pool of 5 blocks")
         self.assertGreater(preempted, 0, "the small pool preempts a request")
 
+    def smart_size(self, h, w, factor=32, min_pixels=1024, max_pixels=65536):
+        """transformers' smart_resize (qwen2_vl image processing), with the test directory's budget."""
+        import math
+        hb, wb = round(h / factor) * factor, round(w / factor) * factor
+        if hb * wb > max_pixels:
+            beta = math.sqrt(h * w / max_pixels)
+            hb, wb = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+        elif hb * wb < min_pixels:
+            beta = math.sqrt(min_pixels / (h * w))
+            hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
+        return hb, wb
+
+    def test_cli_and_server(self):
+        """pith run -m DIR --image (the directory carries its vision tower) against the reference, with the
+        image prepared as Qwen2VLImageProcessor does with Pillow (smart_resize to 96 x 128, bicubic,
+        normalized); then pith serve -m DIR takes the same image in a chat message."""
+        exe = os.environ.get("PITH_BIN")
+        if not exe or not os.path.exists(exe):
+            self.skipTest("PITH_BIN is not set (run through ctest)")
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("PIL is missing (Debian: python3-pil)")
+        tok = os.path.join(self.tmp, "tok-qwen.gguf")
+        mkmodel.write_gguf(mkmodel.build_config("test-qwen35", image_tokens="qwen"), tok, "F32", seed=1)
+        rng = np.random.default_rng(4203)
+        yy, xx = np.mgrid[0:100, 0:140]
+        arr = np.stack([xx * 255 // 139, yy * 255 // 99, (3 * xx + yy) % 256], -1) + rng.integers(-30, 31, (100, 140, 3))
+        png = os.path.join(self.tmp, "cli.png")
+        Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(png)
+        hb, wb = self.smart_size(100, 140)
+        self.assertEqual((hb, wb), (96, 128))
+        im = Image.open(png).convert("RGB").resize((wb, hb), Image.BICUBIC)
+        px = ((np.asarray(im, dtype=np.float64) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
+        w = V.make_weights(CFG, 2, seed=4201)
+        f32 = lambda a: np.asarray(a, dtype=np.float32).astype(np.float64)  # noqa: E731
+        w = {k: ([{kk: f32(vv) for kk, vv in b.items()} for b in v] if k == "blk" else f32(v)) for k, v in w.items()}
+        feats = V.reference(CFG, w, px)
+        rows_n, cols_n = hb // 32, wb // 32
+        prompt = "Look: <|vision_start|><|image_pad|><|vision_end|> now"
+        out = os.path.join(self.tmp, "cli-logits.f32")
+        r = subprocess.run([exe, "run", "-m", self.hf, "--tokenizer", tok, "--image", png, "-p", prompt, "-n", str(N_GEN),
+                            "--temp", "0", "-t", "2", "--kv-f32", "--logits-out", out], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(N_GEN, self.ref.n_vocab)
+        expanded = prompt.replace("<|image_pad|>", "<|image_pad|>" * (rows_n * cols_n))
+        t = subprocess.run([exe, "tokenize", "-m", tok], input=expanded, capture_output=True, text=True, timeout=60)
+        self.assertEqual(t.returncode, 0, t.stderr)
+        ids = [int(x) for x in t.stdout.split()]
+        t = subprocess.run([exe, "tokenize", "-m", tok, "--no-bos"], input="<|image_pad|>", capture_output=True,
+                           text=True, timeout=60)
+        pad = int(t.stdout.split()[0])
+        start = ids.index(pad)
+        self.assertEqual(ids.count(pad), rows_n * cols_n)
+        gen = [int(np.argmax(row)) for row in got]
+        tokens = ids + gen[:-1]
+        embeds = {start + i: row for i, row in enumerate(feats)}
+        pos = []
+        for i in range(len(tokens)):      # get_rope_index for one image at start
+            if i < start:
+                pos.append([i] * 3)
+            elif i < start + rows_n * cols_n:
+                k = i - start
+                pos.append([start, start + k // cols_n, start + k % cols_n])
+            else:
+                pos.append([i - rows_n * cols_n + max(rows_n, cols_n)] * 3)
+        want = reference.forward(self.ref, tokens, embeds=embeds, mrope=np.array(pos)).numpy()[len(ids) - 1:]
+        self.check(got, want, "pith run -m DIR --image (Pillow's preprocessing in the reference)")
+        import base64
+        with open(png, "rb") as fh:
+            url = "data:image/png;base64," + base64.b64encode(fh.read()).decode()
+        with pithtest.Server(["-m", self.hf, "--tokenizer", tok, "-t", "2"]) as srv:
+            body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                              {"type": "text", "text": "What is this?"}]}],
+                    "max_tokens": 2, "temperature": 0}
+            status, reply = srv.post("/v1/chat/completions", body)
+            self.assertEqual(status, 200, reply)
+            text_only = {"messages": [{"role": "user", "content": "What is this?"}], "max_tokens": 2, "temperature": 0}
+            status2, reply2 = srv.post("/v1/chat/completions", text_only)
+            self.assertEqual(status2, 200, reply2)
+            added = reply["usage"]["prompt_tokens"] - reply2["usage"]["prompt_tokens"]
+            print(f"pith serve: the image adds {added} prompt tokens (its {rows_n * cols_n} and the vision markers)")
+            self.assertGreaterEqual(added, rows_n * cols_n)
+            self.assertEqual(srv.close(), 0)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -604,11 +604,14 @@ class Config:
 # Vocabulary.
 
 GEMMA3_IMAGE_TOKENS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+QWEN_IMAGE_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+IMAGE_TOKENS = {"gemma3": GEMMA3_IMAGE_TOKENS, "qwen": QWEN_IMAGE_TOKENS}
 
 
 def vocabulary(n_vocab, image_tokens=False):
     """(pieces with '▁' for spaces, scores, token types) for a SentencePiece-style llama vocabulary. With
-    image_tokens the last three pieces are Gemma 3's image control tokens (GEMMA3_IMAGE_TOKENS)."""
+    image_tokens the last three pieces are a vision model's image control tokens: Gemma 3's
+    (GEMMA3_IMAGE_TOKENS; image_tokens True or "gemma3") or Qwen-VL's ("qwen")."""
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [2, 3, 3] + [6] * 256   # unknown, control, byte
     letters = "etaoinshrdlucmfwypvbgkjqxz"
@@ -643,7 +646,7 @@ def vocabulary(n_vocab, image_tokens=False):
         if len(pieces[i]) == 1:
             scores[i] = -1e6 - i
     if image_tokens:
-        for k, t in enumerate(GEMMA3_IMAGE_TOKENS):
+        for k, t in enumerate(IMAGE_TOKENS["gemma3" if image_tokens is True else image_tokens]):
             i = n_vocab - 3 + k
             pieces[i], types[i], scores[i] = t, 3, 0.0
     return pieces, scores, types
@@ -2075,9 +2078,10 @@ def main(argv=None):
     ap.add_argument("--tokenizer-json", help="GGUF: embed this Hugging Face byte-level BPE tokenizer.json (and the "
                     "tokenizer_config.json beside it) as a gpt2 vocabulary; --vocab at least its size")
     ap.add_argument("--chat-template", help="GGUF: a Jinja file written as tokenizer.chat_template")
-    ap.add_argument("--image-tokens", action="store_true", default=None,
-                    help="GGUF: the vocabulary's last three pieces are Gemma 3's image tokens (<start_of_image>, "
-                         "<end_of_image>, <image_soft_token>), for tests of prompts with images")
+    ap.add_argument("--image-tokens", nargs="?", const="gemma3", choices=sorted(IMAGE_TOKENS), default=None,
+                    help="GGUF: the vocabulary's last three pieces are a vision model's image tokens, Gemma 3's "
+                         "(<start_of_image>, <end_of_image>, <image_soft_token>: the default) or Qwen-VL's "
+                         "(<|vision_start|>, <|vision_end|>, <|image_pad|>), for tests of prompts with images")
     ap.add_argument("--vocab-only", action="store_true", help="with --tokenizer-json: write only the vocabulary")
     ap.add_argument("--random-blocks", action="store_true",
                     help="GGUF MXFP4, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices (and the K-quant mixes) as random "

@@ -154,6 +154,8 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
     bool found;
     hp->conv_kernel = 4, P->gdn_k_dim = 128, P->gdn_v_dim = 128;
     P->gdn_k_heads = 16, P->gdn_v_heads = 32;
+    /* Qwen3_5TextRotaryEmbedding's mrope_section when the config has none */
+    P->rope_sections[0] = 11, P->rope_sections[1] = 11, P->rope_sections[2] = 10;
     if (pith_meta_int(m, "linear_conv_kernel_dim", false, &hp->conv_kernel) ||
         pith_meta_int(m, "linear_key_head_dim", false, &P->gdn_k_dim) ||
         pith_meta_int(m, "linear_value_head_dim", false, &P->gdn_v_dim) ||
@@ -177,6 +179,7 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
         if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "default")))
             return pith_errf(m->err, "%s: rope_parameters.rope_type other than \"default\" is not supported", m->path);
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
+        if (cJSON_IsArray(sec)) memset(P->rope_sections, 0, sizeof P->rope_sections);
         int i = 0;
         for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 4; j = j->next, i++) {
             if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)

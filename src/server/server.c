@@ -394,13 +394,29 @@ int pith_server_load(pith_server *s, pith_err *err) {
         return -1;
     }
     if (pith_assets_load(&ao, &a, err)) return -1;
+    /* A vision tower found in the model's own directory (nobody asked for it) that cannot serve images
+     * leaves the model serving text, as before it was looked for; a projector that was asked for fails. */
+    bool own = s->projector && !s->mmproj_path && !strcmp(s->projector, s->model_path);
+    if (own && !a.model->has_embeds) {
+        server_log(s, PITH_LOG_WARN, "the model's vision tower is not used: this model takes no image inputs here");
+        free(s->projector);
+        s->projector = NULL;
+    }
     if (s->projector) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
         if (pith_vision_load(s->projector, s->n_threads, &s->vision, err)) {
-            pith_assets_free(&a);
-            if (s->mmproj_path) return pith_err_prefix(err, "--mmproj");
-            if (!strcmp(s->projector, s->model_path)) return pith_err_prefix(err, "the model's vision tower");
-            return pith_err_prefix(err, "the projector %.200s", s->projector);
+            if (own) {
+                server_log(s, PITH_LOG_WARN, "the model's vision tower is not used, images are refused: %s", err->msg);
+                free(s->projector);
+                s->projector = NULL;
+                *err = (pith_err){{0}};
+            } else {
+                pith_assets_free(&a);
+                if (s->mmproj_path) return pith_err_prefix(err, "--mmproj");
+                return pith_err_prefix(err, "the projector %.200s", s->projector);
+            }
         }
+    }
+    if (s->vision) {
         pith_vision_encoder(s->vision, &s->encoder);
         s->engine_opt.encoder = &s->encoder;
     }
