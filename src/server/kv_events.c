@@ -16,6 +16,7 @@
 #include "server/kv_events.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -131,6 +132,14 @@ static map_entry *map_get(kv_source *k, uint64_t name) {
     return e->name ? e : NULL;
 }
 
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* What follows to the end of encode_batch builds what the publishing thread sends: only with ZeroMQ. */
+#ifdef PITH_HAVE_ZMQ
 /* Rebuilds the table at `cap` slots, keeping dead entries only when keep_dead. 0 or -1. */
 static int map_rebuild(kv_source *k, size_t cap, bool keep_dead) {
     map_entry *old = k->map;
@@ -275,8 +284,6 @@ static void forget_all(kv_source *k) {
     k->map_live = 0;
 }
 
-static double wall_s(void);
-
 /* Encodes batch q (clear_first: an AllBlocksCleared before it) into out; updates the map. Returns the
  * number of events (0: nothing to publish), -1 when out of memory (the subscriber must be cleared). */
 static int encode_batch(kv_source *k, const qbatch *q, bool clear_first, buf *out) {
@@ -355,12 +362,7 @@ static int encode_batch(kv_source *k, const qbatch *q, bool clear_first, buf *ou
     free(r.hashes);
     return rc;
 }
-
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#endif
 
 /* ---- the engine's side: copy and queue ---- */
 
