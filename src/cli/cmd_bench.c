@@ -113,7 +113,7 @@ static void bench_usage(FILE *out) {
             "each, with their share of the compute peak (FP32 FMA for the encoder; the model's weights' peak\n"
             "for the prefill), measured with the same threads just before (CPU only):\n"
             "      --mmproj FILE       the model's vision projector (llama.cpp's mmproj GGUF, or a Hugging\n"
-            "                          Face directory with the vision tower: Gemma 3)\n"
+            "                          Face directory with the vision tower: Gemma 3, Qwen3.5)\n"
             "      --image FILE        the image to encode (default: a 640x480 synthetic gradient)\n"
             "\n"            "      --json              one JSON object per test (one per line) instead of the table\n"
             "  -h, --help              show this help\n"

@@ -1,15 +1,19 @@
 /* Vision encoders: an image's pixels in, the rows a text model reads in place of its image tokens' embeddings
  * out. The encoder is written over the backend interface (backend.h, the vision ops), as the decoders are.
  *
- * Today: Gemma 3's, from llama.cpp's projector files (`--mmproj`, clip.projector_type "gemma3"): a SigLIP
- * vision transformer (patch embedding as one product over each patch's pixels, learned position
- * embeddings, pre-LayerNorm blocks of bidirectional attention and a GELU MLP, a final LayerNorm) and
- * Gemma 3's projector (average pooling of the patch grid by k x k, an RMSNorm whose weights the file holds
- * as 1 + w, a product to the text model's width).
+ * Two towers, from llama.cpp's projector files (`--mmproj`) or from a model's Hugging Face directory:
+ *  - Gemma 3's (clip.projector_type "gemma3", Gemma3ForConditionalGeneration): a SigLIP vision
+ *    transformer (patch embedding as one product over each patch's pixels, learned position embeddings,
+ *    pre-LayerNorm blocks of bidirectional attention and a GELU MLP, a final LayerNorm) and Gemma 3's
+ *    projector (average pooling of the patch grid by k x k, an RMSNorm of 1 + w, a product to the text
+ *    model's width), for square images of image_size;
+ *  - Qwen3.5's ("qwen3vl_merger", Qwen3_5ForConditionalGeneration; vision_qwen3vl.c): Qwen3-VL's
+ *    transformer for images of any size (interpolated learned positions, a 2-D RoPE, fused QKV) and its
+ *    patch merger (2 x 2 patches into one token).
  *
  * Invariants: the encoder owns its file (weights may view it) and its buffers in the backend it was
  * opened on; one encode call is one encoder step of whole images; the output rows are in the image's
- * row-major token order, tokens_per_image per image. Nothing here knows about requests or caches. */
+ * row-major token order (a rows x cols grid). Nothing here knows about requests or caches. */
 #ifndef PITH_MODEL_VISION_H
 #define PITH_MODEL_VISION_H
 
