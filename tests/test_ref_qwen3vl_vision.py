@@ -4,8 +4,8 @@ Conv3d over the image repeated temporal_patch_size times), Qwen3VLVisionModel.fa
 (the learned grid sampled bilinearly, align-corners, then put in merge-block order) and rot_pos_emb (a
 patch's row and column each turn head_dim / 4 frequencies; rotate-half over the head), Qwen3VLVisionBlock
 (pre-LayerNorm, fused QKV with biases, bidirectional attention over the image, GELU-tanh MLP) and
-Qwen3VLVisionPatchMerger (LayerNorm per patch, 2 x 2 patches side by side, Linear, exact GELU, Linear).
-Qwen3.5's config deletes DeepStack, so there is none here. The pixel tensor is laid out as
+Qwen3VLVisionPatchMerger (LayerNorm per patch, 2 x 2 patches side by side, Linear, exact GELU, Linear),
+and Qwen3-VL's DeepStack mergers (use_postshuffle_norm: the patches side by side, then the LayerNorm). The pixel tensor is laid out as
 Qwen2VLImageProcessor lays it out (patches in merge-block order, each [C][T][P][P]), and the reference
 runs torch's conv3d on it: an independent route to the patch embedding the C code computes with the
 frames' kernels summed.
@@ -25,7 +25,9 @@ moves the output by 1e-2 or more):
   llama.cpp ships them, a 128 x 160 image (80 patches, 20 tokens);
 - each feature checked to matter: the reference with the RoPE's row and column swapped, and with the
   positions not interpolated, is far from Pith;
-- refusals: DeepStack layers, an image side that is not a multiple of 32, a missing tensor.
+- DeepStack (Qwen3-VL): mergers after two of three blocks, each token's row the merger's part then theirs,
+  from the GGUF and from the directory;
+- refusals: an image side that is not a multiple of 32, a missing tensor.
 
 Environment: PITH_VISION_ENCODE (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch or numpy."""
 
@@ -57,7 +59,7 @@ MEAN, STD = [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]
 TOL = 1e-5
 
 
-def make_weights(cfg, layers, seed):
+def make_weights(cfg, layers, seed, deepstack=()):
     rng = np.random.default_rng(seed)
     d, f, p, T, m = cfg["dim"], cfg["ffn"], cfg["patch"], cfg["temporal"], cfg["merge"]
     wide = d * m * m
@@ -72,6 +74,9 @@ def make_weights(cfg, layers, seed):
          "pos": small(cfg["pos_side"] ** 2, d, s=0.5), "norm_w": 1 + small(d, s=0.2), "norm_b": small(d),
          "fc1": mat(wide, wide), "fc1_b": small(wide), "fc2": mat(cfg["out_dim"], wide), "fc2_b": small(cfg["out_dim"]),
          "blk": []}
+    w["deepstack"] = {l: {"norm_w": 1 + small(wide, s=0.2), "norm_b": small(wide), "fc1": mat(wide, wide),
+                          "fc1_b": small(wide), "fc2": mat(cfg["out_dim"], wide), "fc2_b": small(cfg["out_dim"])}
+                      for l in deepstack}
     for _ in range(layers):
         w["blk"].append({"ln1_w": 1 + small(d, s=0.2), "ln1_b": small(d), "ln2_w": 1 + small(d, s=0.2),
                          "ln2_b": small(d), "qkv": mat(3 * d, d), "qkv_b": small(3 * d), "o": mat(d, d),
@@ -79,7 +84,7 @@ def make_weights(cfg, layers, seed):
     return w
 
 
-def write_mmproj(path, cfg, w, matrix_type="F32", deepstack=False, drop=None):
+def write_mmproj(path, cfg, w, matrix_type="F32", drop=None):
     """As llama.cpp's converter writes a qwen3vl_merger projector; returns the weights as the file rounds
     them (the reference reads those)."""
     g = G.GGUFWriter(path)
@@ -97,8 +102,8 @@ def write_mmproj(path, cfg, w, matrix_type="F32", deepstack=False, drop=None):
     g.add_u32("clip.vision.projection_dim", cfg["out_dim"])
     g.add_array("clip.vision.image_mean", MEAN, G.FLOAT32)
     g.add_array("clip.vision.image_std", STD, G.FLOAT32)
-    if deepstack:
-        g.add_array("clip.vision.is_deepstack_layers", [True] + [False] * (len(w["blk"]) - 1), G.BOOL)
+    if w["deepstack"]:
+        g.add_array("clip.vision.is_deepstack_layers", [i in w["deepstack"] for i in range(len(w["blk"]))], G.BOOL)
     r = {}
 
     def put(name, arr, t="F32"):
@@ -130,22 +135,40 @@ def write_mmproj(path, cfg, w, matrix_type="F32", deepstack=False, drop=None):
     r["fc1_b"] = put("mm.0.bias", w["fc1_b"])
     r["fc2"] = put("mm.2.weight", w["fc2"], matrix_type)
     r["fc2_b"] = put("mm.2.bias", w["fc2_b"])
+    r["deepstack"] = {}
+    for l, ds in w["deepstack"].items():
+        pre = f"v.deepstack.{l}."
+        r["deepstack"][l] = {"norm_w": put(pre + "norm.weight", ds["norm_w"]), "norm_b": put(pre + "norm.bias", ds["norm_b"]),
+                             "fc1": put(pre + "fc1.weight", ds["fc1"], matrix_type), "fc1_b": put(pre + "fc1.bias", ds["fc1_b"]),
+                             "fc2": put(pre + "fc2.weight", ds["fc2"], matrix_type), "fc2_b": put(pre + "fc2.bias", ds["fc2_b"])}
     g.write()
     return r
 
 
-def write_hf(out_dir, cfg, w, seed=0):
+def write_hf(out_dir, cfg, w, seed=0, text=None):
     """A Qwen3_5ForConditionalGeneration directory: test-qwen35's text model (width cfg["out_dim"]) with
-    this vision tower under model.visual.*, config.json's vision_config and preprocessor_config.json."""
+    this vision tower under model.visual.*, config.json's vision_config and preprocessor_config.json.
+    text: (tensors by Hugging Face name, config.json) of another text model instead (Qwen3-VL's)."""
     import mkmodel
     import test_ref_siglip as S
-    text_cfg = mkmodel.build_config("test-qwen35", hf_type="multimodal", dim=cfg["out_dim"])
-    mkmodel.write_safetensors(text_cfg, out_dir, "F32", seed=seed)
-    tensors = {k: v for k, v in S.read_safetensors(os.path.join(out_dir, "model.safetensors")).items()
-               if not k.startswith("model.visual.")}
+    if text is None:
+        text_cfg = mkmodel.build_config("test-qwen35", hf_type="multimodal", dim=cfg["out_dim"])
+        mkmodel.write_safetensors(text_cfg, out_dir, "F32", seed=seed)
+        tensors = {k: v for k, v in S.read_safetensors(os.path.join(out_dir, "model.safetensors")).items()
+                   if not k.startswith("model.visual.")}
+        with open(os.path.join(out_dir, "config.json")) as fh:
+            config = json.load(fh)
+    else:
+        os.makedirs(out_dir, exist_ok=True)
+        tensors, config = dict(text[0]), dict(text[1])
     v = {"patch_embed.proj.weight": w["patch_w"], "patch_embed.proj.bias": w["patch_b"], "pos_embed.weight": w["pos"],
          "merger.norm.weight": w["norm_w"], "merger.norm.bias": w["norm_b"], "merger.linear_fc1.weight": w["fc1"],
          "merger.linear_fc1.bias": w["fc1_b"], "merger.linear_fc2.weight": w["fc2"], "merger.linear_fc2.bias": w["fc2_b"]}
+    for k, l in enumerate(sorted(w["deepstack"])):
+        ds = w["deepstack"][l]
+        for hf, key in (("norm.weight", "norm_w"), ("norm.bias", "norm_b"), ("linear_fc1.weight", "fc1"),
+                        ("linear_fc1.bias", "fc1_b"), ("linear_fc2.weight", "fc2"), ("linear_fc2.bias", "fc2_b")):
+            v[f"deepstack_merger_list.{k}.{hf}"] = ds[key]
     for i, b in enumerate(w["blk"]):
         for hf, key in (("norm1.weight", "ln1_w"), ("norm1.bias", "ln1_b"), ("norm2.weight", "ln2_w"),
                         ("norm2.bias", "ln2_b"), ("attn.qkv.weight", "qkv"), ("attn.qkv.bias", "qkv_b"),
@@ -155,13 +178,12 @@ def write_hf(out_dir, cfg, w, seed=0):
             v[f"blocks.{i}.{hf}"] = b[key]
     tensors.update({"model.visual." + k: a for k, a in v.items()})
     S.write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
-    with open(os.path.join(out_dir, "config.json")) as fh:
-        config = json.load(fh)
     config["vision_config"] = {"model_type": "qwen3_5", "depth": len(w["blk"]), "hidden_size": cfg["dim"],
                                "intermediate_size": cfg["ffn"], "num_heads": cfg["heads"], "patch_size": cfg["patch"],
                                "spatial_merge_size": cfg["merge"], "temporal_patch_size": cfg["temporal"],
                                "out_hidden_size": cfg["out_dim"], "num_position_embeddings": cfg["pos_side"] ** 2,
-                               "in_channels": 3, "hidden_act": "gelu_pytorch_tanh"}
+                               "in_channels": 3, "hidden_act": "gelu_pytorch_tanh",
+                               "deepstack_visual_indexes": sorted(w["deepstack"])}
     with open(os.path.join(out_dir, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
     with open(os.path.join(out_dir, "preprocessor_config.json"), "w") as fh:
@@ -233,7 +255,8 @@ def reference(cfg, w, px, swap=False, nearest=False):
     x = x + pos_interpolate(cfg, w, gh, gw, nearest=nearest)
     cos, sin = rotary(cfg, gh, gw, swap)
     cos, sin = cos[:, None, :], sin[:, None, :]
-    for b in w["blk"]:
+    deep = []
+    for li, b in enumerate(w["blk"]):
         t = lambda k: torch.tensor(b[k])  # noqa: E731
         h = F.layer_norm(x, (d,), t("ln1_w"), t("ln1_b"), cfg["eps"])
         qkv = (h @ t("qkv").T + t("qkv_b")).reshape(n, 3, heads, hd).permute(1, 0, 2, 3)
@@ -244,10 +267,15 @@ def reference(cfg, w, px, swap=False, nearest=False):
         x = x + att.transpose(0, 1).reshape(n, d) @ t("o").T + t("o_b")
         h = F.layer_norm(x, (d,), t("ln2_w"), t("ln2_b"), cfg["eps"])
         x = x + F.gelu(h @ t("fc1").T + t("fc1_b"), approximate="tanh") @ t("fc2").T + t("fc2_b")
+        if li in w["deepstack"]:   # Qwen3VLVisionPatchMerger(use_postshuffle_norm=True)
+            ds = {k: torch.tensor(a) for k, a in w["deepstack"][li].items()}
+            y = x.reshape(-1, d * cfg["merge"] ** 2)
+            y = F.layer_norm(y, (y.shape[1],), ds["norm_w"], ds["norm_b"], 1e-6)
+            deep.append(F.gelu(y @ ds["fc1"].T + ds["fc1_b"]) @ ds["fc2"].T + ds["fc2_b"])
     wt = lambda k: torch.tensor(w[k])  # noqa: E731
     x = F.layer_norm(x, (d,), wt("norm_w"), wt("norm_b"), 1e-6).view(-1, d * cfg["merge"] ** 2)
     x = F.gelu(x @ wt("fc1").T + wt("fc1_b")) @ wt("fc2").T + wt("fc2_b")
-    return x.numpy()
+    return torch.cat([x] + deep, dim=1).numpy()   # a token's row: the merger's part, then DeepStack's
 
 
 def run_tool(path, images, tmp, threads=2, expect_fail=False):
@@ -286,11 +314,11 @@ class Qwen3VLTower(unittest.TestCase):
         self.assertLess(err, tol, what)
         return err
 
-    def split(self, out, images, cfg):
+    def split(self, out, images, cfg, parts=1):
         res, at = [], 0
         for im in images:
-            k = (im.shape[1] // 32) * (im.shape[2] // 32) * cfg["out_dim"]
-            res.append(out[at:at + k].reshape(-1, cfg["out_dim"]))
+            k = (im.shape[1] // 32) * (im.shape[2] // 32) * cfg["out_dim"] * parts
+            res.append(out[at:at + k].reshape(-1, cfg["out_dim"] * parts))
             at += k
         self.assertEqual(at, out.size)
         return res
@@ -317,6 +345,27 @@ class Qwen3VLTower(unittest.TestCase):
         for im, g, wnt in zip(images, from_hf, want):
             self.compare(g, wnt, f"Hugging Face directory, {im.shape[2]}x{im.shape[1]}")
 
+    def test_deepstack(self):
+        """Qwen3-VL's DeepStack: mergers after blocks 0 and 2 of 3, their parts after the merger's in each
+        token's row; from the GGUF (v.deepstack.L.*, clip.vision.is_deepstack_layers) and the directory
+        (deepstack_merger_list.K.*, deepstack_visual_indexes)."""
+        cfg = SMALL
+        w = make_weights(cfg, 3, seed=28, deepstack=(0, 2))
+        path = os.path.join(self.tmp, "deepstack.gguf")
+        r = write_mmproj(path, cfg, w)
+        rng = np.random.default_rng(29)
+        images = [random_image(rng, 64, 96), random_image(rng, 32, 64)]
+        got = self.split(run_tool(path, images, self.tmp), images, cfg, parts=3)
+        hf = self.split(run_tool(write_hf(os.path.join(self.tmp, "hf_deepstack"), cfg, w), images, self.tmp), images,
+                        cfg, parts=3)
+        for im, g, h in zip(images, got, hf):
+            want = reference(cfg, r, im)
+            self.compare(g, want, f"DeepStack, GGUF, {im.shape[2]}x{im.shape[1]} (3 parts a token)")
+            self.compare(h, want, f"DeepStack, Hugging Face directory, {im.shape[2]}x{im.shape[1]}")
+            for k in (1, 2):
+                part = slice(k * cfg["out_dim"], (k + 1) * cfg["out_dim"])
+                self.assertGreater(np.abs(g[:, part] - g[:, :cfg["out_dim"]]).max(), 0.1, "the parts differ")
+
     def test_real_width_f16(self):
         cfg = QWEN35
         w = make_weights(cfg, 1, seed=23)
@@ -331,8 +380,7 @@ class Qwen3VLTower(unittest.TestCase):
         cfg = SMALL
         w = make_weights(cfg, 1, seed=25)
         im = random_image(np.random.default_rng(26), 32, 32)
-        cases = [(dict(deepstack=True), [im], "DeepStack"),
-                 (dict(drop="mm.2.bias"), [im], "missing tensor mm.2.bias"),
+        cases = [(dict(drop="mm.2.bias"), [im], "missing tensor mm.2.bias"),
                  (dict(), [random_image(np.random.default_rng(27), 40, 32)], "multiples of 32")]
         for i, (kw, images, msg) in enumerate(cases):
             path = os.path.join(self.tmp, f"bad{i}.gguf")

@@ -10,7 +10,8 @@
  * through one encoder step. OUT gets the N_IMAGES * tokens_per_image rows of the text model's width, as
  * float32. The third form is for encoders of any size (Qwen3-VL): PIXELS holds the images one after
  * another, each [3][H][W]; each is encoded alone (pith_vision_encode_image) and OUT gets their rows in
- * turn. The first line of stdout says the encoder's shape. Exit 0, or 1 with a message. */
+ * turn (rows of pith_vision_row_floats: with DeepStack, its parts after the merger's). The first line of
+ * stdout says the encoder's shape. Exit 0, or 1 with a message. */
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static int sized(pith_vision *v, const char *pixels, const char *sizes, const ch
         }
         s += used + (s[used] == ',');
         int unit = hp->patch_size * (hp->merge > 0 ? hp->merge : 1);
-        size_t in_n = (size_t)3 * h * w, out_n = (size_t)(h / unit) * (w / unit) * hp->out_dim;
+        size_t in_n = (size_t)3 * h * w, out_n = (size_t)(h / unit) * (w / unit) * pith_vision_row_floats(v);
         float *px = malloc(in_n * sizeof *px), *out = malloc((out_n ? out_n : 1) * sizeof *out);
         if (!px || !out || fread(px, sizeof *px, in_n, f) != in_n) rc = fail("cannot read the pixels", NULL);
         else if (pith_vision_encode_image(v, px, h, w, out, &err)) rc = fail("encode", &err);
@@ -75,8 +76,8 @@ int main(int argc, char **argv) {
             return fail("open", &err);
         }
         const pith_vision_hparams *hp = pith_vision_hparams_of(v);
-        printf("patch %d dim %d ffn %d layers %d heads %d merge %d out %d\n", hp->patch_size, hp->dim, hp->ffn,
-               hp->n_layers, hp->n_heads, hp->merge, hp->out_dim);
+        printf("patch %d dim %d ffn %d layers %d heads %d merge %d out %d deepstack %d\n", hp->patch_size, hp->dim,
+               hp->ffn, hp->n_layers, hp->n_heads, hp->merge, hp->out_dim, hp->n_deepstack);
         int rc = sized(v, argv[3], argv[4], argv[5]);
         pith_vision_free(v);
         pith_backend_free(be);

@@ -32,9 +32,12 @@
  *   - want_hidden is NULL, or any set of tokens asks for their final hidden state (a token may want both);
  *     it is non-NULL only for a model with has_hidden set (model.h);
  *   - embed_rows is NULL, or token t with embed_rows[t] >= 0 enters the model as row embed_rows[t] of
- *     embeds (hp.dim floats: an image's encoded patches, already in the text model's width) instead of
- *     its id's embedding, unscaled (an embedding scale such as Gemma's sqrt(dim) is the token table's);
- *     its id is then only a placeholder (the image token). Non-NULL only for a model with has_embeds;
+ *     embeds (its first hp.dim floats: an image's encoded patches, already in the text model's width)
+ *     instead of its id's embedding, unscaled (an embedding scale such as Gemma's sqrt(dim) is the token
+ *     table's); its id is then only a placeholder (the image token). Non-NULL only for a model with
+ *     has_embeds. Rows are embed_stride floats apart: hp.dim, or embed_parts * hp.dim for a model with
+ *     embed_parts > 1 (model.h: Qwen3-VL's DeepStack), whose part i > 0 joins the token's hidden state
+ *     after layer i - 1;
  *   - attend_last is NULL, or token t at position p attends to positions lo..attend_last[t] of its
  *     sequence, where p <= attend_last[t] <= the sequence's last position in this batch (Gemma 3's image
  *     tokens see their whole image: the core keeps an image span in one batch and sets its last position
@@ -80,8 +83,9 @@ typedef struct pith_batch {
     const uint8_t *want_hidden; /* [n_tokens] nonzero: produce a final hidden-state row; or NULL */
     float *hidden;              /* output, [pith_batch_n_hidden(b) * hp.dim]; used when want_hidden is set */
     const int32_t *embed_rows;  /* [n_tokens] a row of embeds, or -1: the token's embedding; or NULL */
-    const float *embeds;        /* [n_embeds][hp.dim], host memory; used when embed_rows is set */
+    const float *embeds;        /* [n_embeds][embed_stride], host memory; used when embed_rows is set */
     int n_embeds;
+    int embed_stride;           /* floats per embeds row; 0 means hp.dim */
     const int32_t *attend_last; /* [n_tokens] the last position each token attends to; or NULL (causal) */
     const int32_t *rope_pos;    /* [n_tokens * 3] M-RoPE positions (temporal, row, column); or NULL */
     int n_seqs;

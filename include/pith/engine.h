@@ -97,7 +97,7 @@ typedef struct pith_media {
 
 /* The encoder the engine runs for media spans (a vision tower and its projector). */
 typedef struct pith_encoder {
-    int out_dim;             /* floats per output row: must be the model's hp.dim */
+    int out_dim;             /* floats per output row: the model's hp.dim (times its embed_parts, model.h) */
     /* Encodes n items: out[i] receives items[i]->n_tokens rows of out_dim floats. Called on the stepping
      * thread, once per step that needs items not in the encoder cache. 0, or -1 with err (the requests
      * that needed these items then finish with PITH_FINISH_ERROR; the rest of the step goes on). */

@@ -72,6 +72,9 @@ struct pith_model {
                                embeddings (image inputs) */
     bool bidirectional_spans; /* forward honours attend_last (batch.h): Gemma 3's image tokens see their
                                whole image */
+    int embed_parts;        /* 0 or 1: an embeds row is one input row; k > 1: k parts of hp.dim, the input
+                               and one for each of the first k - 1 layers' outputs (batch.h; Qwen3-VL's
+                               DeepStack), so an encoder makes rows of k * hp.dim */
     bool has_mrope;         /* forward honours rope_pos (batch.h): M-RoPE, image tokens placed on their
                                image's grid (Qwen3.5); the engine then sets rope_pos for every token of a
                                sequence with images, from its spans' grids (engine.h: pith_media) */

@@ -547,6 +547,10 @@ typedef struct pith_backend_vt {
      * x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin, with cs's row t = [cos (head_dim / 2) | sin (head_dim / 2)]
      * (rotate-half pairs (i, i + head_dim / 2)). NULL where the backend has no such op. */
     void (*rope_rows)(pith_backend *be, pith_buf *x, const pith_buf *cs, int n);
+    /* x[t] += part `part` (hp.dim floats from part * x->cols) of the step's embeds row of each token t
+     * with an embed row (batch.h: Qwen3-VL's DeepStack, after layer part - 1); the others unchanged. NULL
+     * where the backend has none (such a model refuses to build there). */
+    void (*add_embed_part)(pith_backend *be, pith_buf *x, int part, int n);
     /* out's row r = in's rows k r .. k r + k - 1 side by side (out->cols == k * in->cols): k consecutive
      * patches merged into one token's input; n is in's rows, a multiple of k. NULL where absent. */
     void (*group_rows)(pith_backend *be, const pith_buf *in, pith_buf *out, int k, int n);
@@ -712,6 +716,9 @@ static inline void pith_be_span_attention(pith_backend *be, const pith_be_span_a
 }
 static inline void pith_be_pool_avg(pith_backend *be, const pith_buf *in, pith_buf *out, int side, int k, int n) {
     be->vt->pool_avg(be, in, out, side, k, n);
+}
+static inline void pith_be_add_embed_part(pith_backend *be, pith_buf *x, int part, int n) {
+    be->vt->add_embed_part(be, x, part, n);
 }
 static inline void pith_be_rope_rows(pith_backend *be, pith_buf *x, const pith_buf *cs, int n) {
     be->vt->rope_rows(be, x, cs, n);

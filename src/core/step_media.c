@@ -62,7 +62,7 @@ static int encode_fresh(pith_engine *e, int n_fresh, pith_err *err) {
 
 int engine_media_prepare(pith_engine *e) {
     sched *sc = &e->sc;
-    const int dim = e->model->hp.dim;
+    const int dim = e->opt.encoder ? e->opt.encoder->out_dim : e->model->hp.dim; /* a row: the model's embed parts */
     e->n_m_items = 0;
     int n_fresh = 0;
     pith_err err = {0};
@@ -127,7 +127,7 @@ int engine_media_prepare(pith_engine *e) {
 int engine_media_batch(pith_engine *e, pith_batch *b, pith_err *err) {
     const sched *sc = &e->sc;
     if (e->n_m_items == 0) return 0;
-    const size_t nt = (size_t)e->opt.max_batch_tokens, dim = (size_t)e->model->hp.dim;
+    const size_t nt = (size_t)e->opt.max_batch_tokens, dim = (size_t)e->opt.encoder->out_dim;
     if (!e->b_embed_rows) {
         e->b_embed_rows = malloc(nt * sizeof *e->b_embed_rows);
         e->b_attend_last = malloc(nt * sizeof *e->b_attend_last);
@@ -162,6 +162,7 @@ int engine_media_batch(pith_engine *e, pith_batch *b, pith_err *err) {
     b->embed_rows = e->b_embed_rows;
     b->embeds = e->b_embeds;
     b->n_embeds = n_rows;
+    b->embed_stride = (int)dim;
     if (sc->whole_spans) b->attend_last = e->b_attend_last;
     return 0;
 }

@@ -197,6 +197,7 @@ static int batch_slice(const pith_batch *b, int t0, int t1, scratch *sc, pith_ba
     if (b->want_hidden) out->want_hidden = b->want_hidden + t0; /* the caller points hidden at its rows */
     if (b->embed_rows) out->embed_rows = b->embed_rows + t0;   /* (images do not reach the ranks yet: the */
     if (b->attend_last) out->attend_last = b->attend_last + t0; /* leader's model takes none) */
+    if (b->rope_pos) out->rope_pos = b->rope_pos + 3 * (size_t)t0;
     for (int g = 0; g < b->n_groups; g++) {
         const pith_batch_mem *bm = &b->mem[g];
         mem[g] = *bm;

@@ -96,6 +96,9 @@ int pith_model_forward(pith_model *m, const pith_batch *b, float *logits, pith_e
         return pith_errf(err, m->has_hidden ? "batch asks for hidden states without a buffer" : "this model cannot return hidden states");
     if (b->embed_rows && (!m->has_embeds || !b->embeds))
         return pith_errf(err, m->has_embeds ? "batch names embedding rows without embeddings" : "this model takes no image inputs");
+    if (b->embed_rows && b->embed_stride && b->embed_stride != m->hp.dim * (m->embed_parts > 1 ? m->embed_parts : 1))
+        return pith_errf(err, "batch embedding rows of %d floats; this model reads rows of %d", b->embed_stride,
+                         m->hp.dim * (m->embed_parts > 1 ? m->embed_parts : 1));
     if (b->rope_pos && !m->has_mrope)
         return pith_errf(err, "this model's RoPE takes one position per token (the batch gives M-RoPE positions)");
     if (b->attend_last && !m->bidirectional_spans)

@@ -38,13 +38,13 @@ int vision_get_floats3(const pith_gguf *g, const char *key, float dflt, float ou
 
 /* A tensor by its clip name, in either kind of file. */
 const pith_tensor *vision_find(const pith_vision *v, const char *name) {
-    return v->g ? pith_gguf_find_tensor(v->g, name) : vision_hf_tensor(v->mf, v->hp.projector, name);
+    return v->g ? pith_gguf_find_tensor(v->g, name) : vision_hf_tensor(v->mf, &v->hp, name);
 }
 
 static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, pith_err *err) {
     const pith_tensor *t = vision_find(v, name);
     char hf[256];
-    if (!t && v->mf && vision_hf_name(v->hp.projector, name, hf, sizeof hf)) {
+    if (!t && v->mf && vision_hf_name(&v->hp, name, hf, sizeof hf)) {
         pith_errf(err, "%s: missing tensor %s (llama.cpp's %s)", v->path, hf, name);
         return NULL;
     }
@@ -357,6 +357,8 @@ int pith_vision_load(const char *path, int n_threads, pith_vision **out, pith_er
 
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v) { return &v->hp; }
 
+int pith_vision_row_floats(const pith_vision *v) { return v->hp.out_dim * (1 + v->hp.n_deepstack); }
+
 /* Each patch's pixels in the kernel's order: channel, then row, then column. */
 static void patches_of(const pith_vision_hparams *hp, const float *img, float *rows) {
     int s = hp->image_size, p = hp->patch_size, side = hp->patches_per_side;
@@ -530,5 +532,5 @@ static int encode_items(void *user, const pith_media *const *items, int n, float
 }
 
 void pith_vision_encoder(pith_vision *v, pith_encoder *out) {
-    *out = (pith_encoder){.out_dim = v->hp.out_dim, .encode = encode_items, .user = v};
+    *out = (pith_encoder){.out_dim = pith_vision_row_floats(v), .encode = encode_items, .user = v};
 }

@@ -31,6 +31,8 @@ typedef enum pith_vision_projector {
     PITH_VISION_QWEN3VL,        /* Qwen3-VL's tower and patch merger (Qwen3.5: without DeepStack) */
 } pith_vision_projector;
 
+#define PITH_VISION_MAX_DEEPSTACK 8
+
 typedef struct pith_vision_hparams {
     pith_vision_projector projector;
     int image_size, patch_size; /* square input of image_size pixels (0: any size, Qwen3-VL), patches of
@@ -51,6 +53,9 @@ typedef struct pith_vision_hparams {
     long min_pixels, max_pixels;
     float rope_theta;
     bool fused_qkv;
+    /* Qwen3-VL's DeepStack: after each of these blocks a merger of its own makes one more part of every
+     * token's row (the text model adds part k + 1 after its layer k: model.h embed_parts) */
+    int n_deepstack, deepstack_layer[PITH_VISION_MAX_DEEPSTACK];
 } pith_vision_hparams;
 
 typedef struct pith_vision pith_vision;
@@ -109,6 +114,9 @@ int pith_vision_encode(pith_vision *v, const float *pixels, int n_images, float 
  * tokens_per_image of them (Gemma 3: height and width must be image_size), or (height / (patch_size *
  * merge)) x (width / ...) in row-major order (Qwen3-VL: sides multiples of patch_size * merge). */
 int pith_vision_encode_image(pith_vision *v, const float *pixels, int height, int width, float *out, pith_err *err);
+
+/* Floats of one output row: out_dim, times 1 + n_deepstack (the parts a DeepStack model reads). */
+int pith_vision_row_floats(const pith_vision *v);
 
 /* The image marker a chat template writes for an image part (Gemma 3's "<start_of_image>"). */
 const char *pith_vision_marker(const pith_vision *v);

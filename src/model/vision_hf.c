@@ -1,8 +1,9 @@
 /* Vision towers from Hugging Face directories: transformers' names mapped to llama.cpp's clip names (what
  * vision.c asks for), and the sizes from config.json ("vision_config") and preprocessor_config.json. Two
- * classes: Gemma3ForConditionalGeneration (SiglipVisionModel and Gemma3MultiModalProjector, with
- * Gemma3ImageProcessor) and Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration
- * (Qwen3_5VisionModel: Qwen3-VL's tower without DeepStack, with Qwen2VLImageProcessor). transformers
+ * families: Gemma3ForConditionalGeneration (SiglipVisionModel and Gemma3MultiModalProjector, with
+ * Gemma3ImageProcessor), and Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and
+ * Qwen3_5MoeForConditionalGeneration (Qwen3VLVisionModel, Qwen3.5's without DeepStack, with
+ * Qwen2VLImageProcessor). transformers
  * saves only what differs from a config class's defaults, so absent keys take the classes' defaults. */
 #include <stdio.h>
 #include <string.h>
@@ -48,7 +49,9 @@ static bool names_class(const cJSON *config, const char *cls) {
     return false;
 }
 
-static const char *const qwen_classes[] = {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"};
+/* Qwen3.5's (no DeepStack) and Qwen3-VL's (DeepStack unless the config says none) */
+static const char *const qwen_classes[] = {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                                           "Qwen3VLForConditionalGeneration"};
 
 /* The tower a config's class has (pith_vision_projector), or -1. */
 static int tower_of(const cJSON *config) {
@@ -210,8 +213,8 @@ static int gemma_hparams(const pith_meta *top, const pith_meta *v, pith_vision_h
     return 0;
 }
 
-/* Qwen3_5VisionConfig's defaults, then the file's. */
-static int qwen_hparams(const pith_meta *v, pith_vision_hparams *hp, pith_err *err) {
+/* Qwen3VLVisionConfig's defaults (Qwen3_5VisionConfig's: no DeepStack), then the file's. */
+static int qwen_hparams(const pith_meta *v, bool deepstack_default, pith_vision_hparams *hp, pith_err *err) {
     *hp = (pith_vision_hparams){.projector = PITH_VISION_QWEN3VL, .patch_size = 16, .dim = 1152, .ffn = 4304,
                                 .n_layers = 27, .n_heads = 16, .eps = 1e-6f, .merge = 2, .temporal = 2, .pool = 1,
                                 .rope_theta = 10000.0f, .fused_qkv = true};
@@ -225,8 +228,22 @@ static int qwen_hparams(const pith_meta *v, pith_vision_hparams *hp, pith_err *e
         pith_meta_int(v, "num_position_embeddings", false, &n_pos) || pith_meta_str(v, "hidden_act", act, sizeof act))
         return -1;
     const cJSON *deep = cJSON_GetObjectItemCaseSensitive(v->json, "deepstack_visual_indexes");
-    if (cJSON_IsArray(deep) && cJSON_GetArraySize(deep) > 0)
-        return pith_errf(err, "%s: DeepStack (deepstack_visual_indexes, Qwen3-VL) is not supported yet", v->path);
+    if (deep && !cJSON_IsNull(deep)) {
+        if (!cJSON_IsArray(deep) || cJSON_GetArraySize(deep) > PITH_VISION_MAX_DEEPSTACK)
+            return pith_errf(err, "%s: deepstack_visual_indexes is not a list of at most %d layers", v->path,
+                             PITH_VISION_MAX_DEEPSTACK);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, deep) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= hp->n_layers ||
+                (hp->n_deepstack && it->valuedouble <= hp->deepstack_layer[hp->n_deepstack - 1]))
+                return pith_errf(err, "%s: deepstack_visual_indexes holds something other than increasing layers "
+                                 "of the %d", v->path, hp->n_layers);
+            hp->deepstack_layer[hp->n_deepstack++] = (int)it->valuedouble;
+        }
+    } else if (deepstack_default) { /* Qwen3VLVisionConfig's */
+        static const int dflt[3] = {8, 16, 24};
+        for (int i = 0; i < 3 && dflt[i] < hp->n_layers; i++) hp->deepstack_layer[hp->n_deepstack++] = dflt[i];
+    }
     if (strcmp(act, "gelu_pytorch_tanh") || channels != 3)
         return pith_errf(err, "%s: vision tower (%s, %d channels) is not supported (gelu_pytorch_tanh, 3 channels)",
                          v->path, act, channels);
@@ -248,10 +265,12 @@ int vision_hf_hparams(const pith_model_file *f, pith_vision_hparams *hp, pith_er
     int tower = tower_of(config), rc = 0;
     if (tower < 0 || !cJSON_IsObject(vc))
         rc = pith_errf(err, "%s: no vision tower Pith can run (supported: Gemma3ForConditionalGeneration, "
-                       "Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration with a "
-                       "\"vision_config\")", path);
+                       "Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and "
+                       "Qwen3_5MoeForConditionalGeneration with a \"vision_config\")", path);
     pith_meta top = {.path = path, .json = config, .err = err}, v = {.path = path, .json = vc, .err = err};
-    if (!rc) rc = tower == PITH_VISION_GEMMA3 ? gemma_hparams(&top, &v, hp, err) : qwen_hparams(&v, hp, err);
+    if (!rc)
+        rc = tower == PITH_VISION_GEMMA3 ? gemma_hparams(&top, &v, hp, err)
+                                          : qwen_hparams(&v, names_class(config, "Qwen3VLForConditionalGeneration"), hp, err);
     cJSON_Delete(config);
     if (rc) return -1;
     return tower == PITH_VISION_GEMMA3 ? gemma_processor(dir, hp, err) : qwen_processor(dir, hp, err);
@@ -301,8 +320,22 @@ static const name_pair qwen_layer[] = {
 };
 
 /* The name after the tower's or the projector's prefix into part; false for a name with no counterpart. */
-static bool hf_part(pith_vision_projector projector, const char *clip_name, char *part, size_t cap, bool *proj) {
-    bool qwen = projector == PITH_VISION_QWEN3VL;
+static bool hf_part(const pith_vision_hparams *hp, const char *clip_name, char *part, size_t cap, bool *proj) {
+    bool qwen = hp->projector == PITH_VISION_QWEN3VL;
+    int layer, at = 0;
+    if (qwen && sscanf(clip_name, "v.deepstack.%d.%n", &layer, &at) == 1 && at > 0) { /* a DeepStack merger */
+        static const struct { const char *clip, *hf; } ds[] = {{"norm.", "norm."}, {"fc1.", "linear_fc1."},
+                                                               {"fc2.", "linear_fc2."}};
+        int k = 0;
+        while (k < hp->n_deepstack && hp->deepstack_layer[k] != layer) k++;
+        for (size_t i = 0; k < hp->n_deepstack && i < sizeof ds / sizeof *ds; i++)
+            if (!strncmp(clip_name + at, ds[i].clip, strlen(ds[i].clip))) {
+                *proj = false;
+                return snprintf(part, cap, "deepstack_merger_list.%d.%s%s", k, ds[i].hf,
+                                clip_name + at + strlen(ds[i].clip)) < (int)cap;
+            }
+        return false;
+    }
     for (const name_pair *g = qwen ? qwen_global : gemma_global; g->clip; g++)
         if (!strcmp(clip_name, g->clip)) {
             *proj = g->projector;
@@ -330,11 +363,11 @@ static const char *const *prefixes(pith_vision_projector projector, bool proj) {
     return proj ? gemma_proj : gemma_tower;
 }
 
-const pith_tensor *vision_hf_tensor(const pith_model_file *f, pith_vision_projector projector, const char *clip_name) {
+const pith_tensor *vision_hf_tensor(const pith_model_file *f, const pith_vision_hparams *hp, const char *clip_name) {
     char part[200], name[256];
     bool proj;
-    if (!hf_part(projector, clip_name, part, sizeof part, &proj)) return NULL;
-    for (const char *const *p = prefixes(projector, proj); *p; p++) {
+    if (!hf_part(hp, clip_name, part, sizeof part, &proj)) return NULL;
+    for (const char *const *p = prefixes(hp->projector, proj); *p; p++) {
         snprintf(name, sizeof name, "%s%s", *p, part);
         const pith_tensor *t = pith_model_file_tensor(f, name);
         if (t) return t;
@@ -342,9 +375,9 @@ const pith_tensor *vision_hf_tensor(const pith_model_file *f, pith_vision_projec
     return NULL;
 }
 
-bool vision_hf_name(pith_vision_projector projector, const char *clip_name, char *out, size_t cap) {
+bool vision_hf_name(const pith_vision_hparams *hp, const char *clip_name, char *out, size_t cap) {
     char part[200];
     bool proj;
-    return hf_part(projector, clip_name, part, sizeof part, &proj) &&
-           snprintf(out, cap, "%s%s", prefixes(projector, proj)[0], part) < (int)cap;
+    return hf_part(hp, clip_name, part, sizeof part, &proj) &&
+           snprintf(out, cap, "%s%s", prefixes(hp->projector, proj)[0], part) < (int)cap;
 }

@@ -64,7 +64,7 @@ int qwen3vl_gguf_hparams(const pith_gguf *g, pith_vision_hparams *hp, pith_err *
 int qwen3vl_open(pith_vision *v, pith_err *err);
 void qwen3vl_free(pith_vision *v);
 /* One image, [3][height][width] prepared pixels, into its (height / (patch * merge)) x (width / ...)
- * tokens' rows of out_dim, row-major. */
+ * tokens' rows (pith_vision_row_floats: the merger's output, then each DeepStack merger's), row-major. */
 int qwen3vl_encode(pith_vision *v, const float *pixels, int height, int width, float *out, pith_err *err);
 
 /* Whether path names a Hugging Face checkpoint (a directory, its config.json, a .safetensors file or
@@ -79,10 +79,11 @@ int vision_hf_hparams(const pith_model_file *f, pith_vision_hparams *hp, pith_er
 
 /* The tensor a clip name (v.blk.N.attn_q.weight, mm.input_projection.weight, ...) stands for in a
  * Hugging Face checkpoint, under either of transformers' layouts ("vision_tower.vision_model.*" or
- * "model.vision_tower.vision_model.*"); NULL when absent. */
-const pith_tensor *vision_hf_tensor(const pith_model_file *f, pith_vision_projector projector, const char *clip_name);
+ * "model.vision_tower.vision_model.*"); NULL when absent. A DeepStack merger's v.deepstack.L.* (L the
+ * tower's layer) is the hp->deepstack_layer list's entry for L. */
+const pith_tensor *vision_hf_tensor(const pith_model_file *f, const pith_vision_hparams *hp, const char *clip_name);
 
 /* The released checkpoints' name for a clip name (for messages); false when there is none. */
-bool vision_hf_name(pith_vision_projector projector, const char *clip_name, char *out, size_t cap);
+bool vision_hf_name(const pith_vision_hparams *hp, const char *clip_name, char *out, size_t cap);
 
 #endif

@@ -1,4 +1,4 @@
-/* Qwen3-VL's vision tower (model/vision.h, PITH_VISION_QWEN3VL), as Qwen3.5 uses it: no DeepStack. The math
+/* Qwen3-VL's vision tower (model/vision.h, PITH_VISION_QWEN3VL), with its DeepStack mergers (Qwen3.5 has none). The math
  * follows transformers' Qwen3VLVisionModel; the names follow llama.cpp's clip conventions ("qwen3vl_merger").
  *
  * An image of any size whose sides are multiples of patch * merge is cut into patches, taken in merge x merge
@@ -11,7 +11,9 @@
  *  - the ViT blocks (vision.c) with a 2-D RoPE on Q and K: a patch's row and column each turn head_dim / 4
  *    frequencies of base rope_theta, in rotate-half pairs (the tables go in as a buffer, a row per patch);
  *  - the patch merger: a LayerNorm per patch, the block's merge^2 patches side by side, then
- *    Linear -> GELU (erf) -> Linear to the text model's width. */
+ *    Linear -> GELU (erf) -> Linear to the text model's width;
+ *  - DeepStack (Qwen3-VL): after each of its blocks, a merger of its own (the patches side by side first,
+ *    then a LayerNorm over all of them: use_postshuffle_norm) makes one more part of each token's row. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,12 @@
 
 #include "model/vision_internal.h"
 #include "pith/gguf.h"
+
+typedef struct deepstack_merger {
+    const pith_weight *norm_w, *norm_b, *fc1_b, *fc2_b;
+    pith_weight *fc1, *fc2;
+    pith_buf *y;
+} deepstack_merger;
 
 struct vision_qwen {
     float *patch_data;            /* [dim][3][patch][patch]: the frames' kernels summed */
@@ -29,6 +37,9 @@ struct vision_qwen {
     pith_buf *pe, *grouped, *h1;
     float *host_pe, *host_cs;     /* the step's tables */
     size_t host_cap;              /* rows of each */
+    deepstack_merger ds[PITH_VISION_MAX_DEEPSTACK];
+    float *part;                  /* host: one part's rows, interleaved into the output */
+    size_t part_cap;
 };
 
 int qwen3vl_gguf_hparams(const pith_gguf *g, pith_vision_hparams *hp, pith_err *err) {
@@ -40,8 +51,11 @@ int qwen3vl_gguf_hparams(const pith_gguf *g, pith_vision_hparams *hp, pith_err *
     hp->eps = (float)eps;
     const pith_gguf_kv *deep = pith_gguf_find(g, "clip.vision.is_deepstack_layers");
     for (uint64_t i = 0; deep && deep->type == PITH_GGUF_ARRAY && deep->arr_type == PITH_GGUF_BOOL && i < deep->arr_n; i++)
-        if (((const uint8_t *)deep->data)[i]) /* bytes, so unaligned is fine */
-            return pith_errf(err, "%s: DeepStack layers (Qwen3-VL) are not supported yet", pith_gguf_path(g));
+        if (((const uint8_t *)deep->data)[i]) { /* bytes, so unaligned is fine */
+            if (hp->n_deepstack == PITH_VISION_MAX_DEEPSTACK || i > (1 << 12))
+                return pith_errf(err, "%s: more than %d DeepStack layers", pith_gguf_path(g), PITH_VISION_MAX_DEEPSTACK);
+            hp->deepstack_layer[hp->n_deepstack++] = (int)i;
+        }
     int64_t min_px = 65536, max_px = 16777216; /* Qwen3-VL's preprocessor_config.json: "size" */
     pith_gguf_get_i64(g, "clip.vision.image_min_pixels", &min_px);
     pith_gguf_get_i64(g, "clip.vision.image_max_pixels", &max_px);
@@ -142,6 +156,19 @@ int qwen3vl_open(pith_vision *v, pith_err *err) {
     if (!(q->pe = pith_be_buffer(v->be, d, err)) || !(q->grouped = pith_be_buffer(v->be, wide, err)) ||
         !(q->h1 = pith_be_buffer(v->be, wide, err)) || !(v->cs = pith_be_buffer(v->be, d / hp->n_heads, err)))
         return -1;
+    for (int k = 0; k < hp->n_deepstack; k++) {
+        deepstack_merger *m = &q->ds[k];
+        char nm[6][64];
+        const char *part[6] = {"norm.weight", "norm.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"};
+        for (int i = 0; i < 6; i++) snprintf(nm[i], sizeof nm[i], "v.deepstack.%d.%s", hp->deepstack_layer[k], part[i]);
+        if (hp->deepstack_layer[k] >= hp->n_layers)
+            return pith_errf(err, "%s: a DeepStack merger after layer %d of %d", v->path, hp->deepstack_layer[k], hp->n_layers);
+        if (vision_floats(v, nm[0], wide, 1, 0, &m->norm_w, err) || vision_floats(v, nm[1], wide, 1, 0, &m->norm_b, err) ||
+            vision_mat(v, nm[2], wide, wide, &m->fc1, err) || vision_floats(v, nm[3], wide, 1, 0, &m->fc1_b, err) ||
+            vision_mat(v, nm[4], hp->out_dim, wide, &m->fc2, err) ||
+            vision_floats(v, nm[5], hp->out_dim, 1, 0, &m->fc2_b, err) || !(m->y = pith_be_buffer(v->be, hp->out_dim, err)))
+            return -1;
+    }
     return 0;
 }
 
@@ -152,6 +179,7 @@ void qwen3vl_free(pith_vision *v) {
     free(q->pos);
     free(q->host_pe);
     free(q->host_cs);
+    free(q->part);
     free(q);
     v->qwen = NULL;
 }
@@ -206,6 +234,29 @@ static void patch_rows(const pith_vision_hparams *hp, const float *img, int heig
     }
 }
 
+/* A merger: v->x (n rows of the tower's width) grouped merge^2 to a row, normed before (the patch merger:
+ * norm_first) or after the grouping (DeepStack's), then Linear -> GELU -> Linear into y. */
+static int merge(pith_vision *v, const pith_weight *norm_w, const pith_weight *norm_b, bool norm_first, pith_weight *fc1,
+                 const pith_weight *fc1_b, pith_weight *fc2, const pith_weight *fc2_b, pith_buf *y, int n, pith_err *err) {
+    const pith_vision_hparams *hp = &v->hp;
+    vision_qwen *q = v->qwen;
+    pith_backend *be = v->be;
+    int m2 = hp->merge * hp->merge, n_out = n / m2;
+    if (norm_first) {
+        pith_be_layernorm(be, v->x, norm_w, norm_b, hp->eps, v->xb, n);
+        pith_be_group_rows(be, v->xb, q->grouped, m2, n);
+    } else {
+        pith_be_group_rows(be, v->x, q->h1, m2, n);
+        pith_be_layernorm(be, q->h1, norm_w, norm_b, 1e-6f, q->grouped, n_out);
+    }
+    if (vision_matmul1(be, q->grouped, fc1, q->h1, false, n_out, err)) return -1;
+    pith_be_add_bias(be, q->h1, fc1_b, n_out);
+    pith_be_activation(be, PITH_ACTIVATION_GELU, q->h1, n_out);
+    if (vision_matmul1(be, q->h1, fc2, y, false, n_out, err)) return -1;
+    pith_be_add_bias(be, y, fc2_b, n_out);
+    return 0;
+}
+
 int qwen3vl_encode(pith_vision *v, const float *pixels, int height, int width, float *out, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     vision_qwen *q = v->qwen;
@@ -234,14 +285,27 @@ int qwen3vl_encode(pith_vision *v, const float *pixels, int height, int width, f
         return -1;
     pith_be_add_bias(be, v->x, q->patch_b, n);
     pith_be_scale_add(be, v->x, q->pe, 1.0f, n);
-    for (int l = 0; l < hp->n_layers; l++)
+    for (int l = 0, k = 0; l < hp->n_layers; l++) {
         if (vision_block_forward(v, &v->blk[l], n, n, err)) return pith_err_prefix(err, "vision block %d", l);
-    pith_be_layernorm(be, v->x, q->norm_w, q->norm_b, hp->eps, v->xb, n);
-    pith_be_group_rows(be, v->xb, q->grouped, m * m, n);
-    if (vision_matmul1(be, q->grouped, q->fc1, q->h1, false, n_out, err)) return -1;
-    pith_be_add_bias(be, q->h1, q->fc1_b, n_out);
-    pith_be_activation(be, PITH_ACTIVATION_GELU, q->h1, n_out);
-    if (vision_matmul1(be, q->h1, q->fc2, v->y, false, n_out, err)) return -1;
-    pith_be_add_bias(be, v->y, q->fc2_b, n_out);
-    return be->vt->buf_read(be, v->y, n_out, out, err);
+        if (k < hp->n_deepstack && hp->deepstack_layer[k] == l) {
+            const deepstack_merger *ds = &q->ds[k++];
+            if (merge(v, ds->norm_w, ds->norm_b, false, ds->fc1, ds->fc1_b, ds->fc2, ds->fc2_b, ds->y, n, err))
+                return pith_err_prefix(err, "DeepStack merger after vision block %d", l);
+        }
+    }
+    if (merge(v, q->norm_w, q->norm_b, true, q->fc1, q->fc1_b, q->fc2, q->fc2_b, v->y, n, err)) return -1;
+    if (hp->n_deepstack == 0) return be->vt->buf_read(be, v->y, n_out, out, err);
+    /* each token's row: the merger's part, then each DeepStack merger's */
+    const size_t od = (size_t)hp->out_dim, row = od * (1 + hp->n_deepstack);
+    if ((size_t)n_out > q->part_cap) {
+        float *grown = realloc(q->part, (size_t)n_out * od * sizeof *grown);
+        if (!grown) return pith_errf(err, "out of memory for a %dx%d image's rows", width, height);
+        q->part = grown;
+        q->part_cap = (size_t)n_out;
+    }
+    for (int k = -1; k < hp->n_deepstack; k++) {
+        if (be->vt->buf_read(be, k < 0 ? v->y : q->ds[k].y, n_out, q->part, err)) return -1;
+        for (int t = 0; t < n_out; t++) memcpy(out + t * row + (size_t)(k + 1) * od, q->part + t * od, od * sizeof *out);
+    }
+    return 0;
 }

@@ -264,7 +264,8 @@ static void embed_row(row_job *j, int t, int ith) {
     int dim = a->out->cols;
     const pith_batch *b = j->c->step;
     if (b->embed_rows && b->embed_rows[t] >= 0) { /* an image's row, as the encoder left it (batch.h) */
-        memcpy(row_of(a->out, t), b->embeds + (size_t)b->embed_rows[t] * dim, (size_t)dim * sizeof(float));
+        size_t stride = b->embed_stride ? (size_t)b->embed_stride : (size_t)dim;
+        memcpy(row_of(a->out, t), b->embeds + (size_t)b->embed_rows[t] * stride, (size_t)dim * sizeof(float));
         return;
     }
     const uint8_t *src = (const uint8_t *)a->table->table->data + (size_t)j->c->step->tokens[t] * a->table->m.row_bytes;
@@ -277,6 +278,28 @@ static void embed_row(row_job *j, int t, int ith) {
 static void cpu_embed(pith_backend *be, const pith_weight *table, float scale, pith_buf *out, int n) {
     embed_args a = {table->impl, scale, out};
     pith_cpu_be_rows(pith_cpu_be_of(be), n, embed_row, &a, out->cols);
+}
+
+typedef struct embed_part_args {
+    pith_buf *x;
+    int part;
+} embed_part_args;
+
+static void embed_part_row(row_job *j, int t, int ith) {
+    (void)ith;
+    const embed_part_args *a = j->a;
+    const pith_batch *b = j->c->step;
+    if (!b->embed_rows || b->embed_rows[t] < 0) return;
+    int dim = a->x->cols;
+    size_t stride = b->embed_stride ? (size_t)b->embed_stride : (size_t)dim;
+    const float *src = b->embeds + (size_t)b->embed_rows[t] * stride + (size_t)a->part * dim;
+    float *x = row_of(a->x, t);
+    for (int i = 0; i < dim; i++) x[i] += src[i];
+}
+
+static void cpu_add_embed_part(pith_backend *be, pith_buf *x, int part, int n) {
+    embed_part_args a = {x, part};
+    pith_cpu_be_rows(pith_cpu_be_of(be), n, embed_part_row, &a, x->cols);
 }
 
 typedef struct rope_args {
@@ -649,7 +672,7 @@ static const pith_backend_vt cpu_vt = {
     .name = "cpu", .destroy = cpu_destroy, .matrix = cpu_matrix, .table = cpu_table, .vector = cpu_vector,
     .moe_load = cpu_moe_load, .moe_place = cpu_moe_place, .attn_shape = cpu_attn_shape, .buffer = cpu_buffer,
     .reserve = cpu_reserve, .mem_alloc = cpu_mem_alloc, .mem_free = cpu_mem_free, .mem_allocated = cpu_mem_allocated,
-    .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .rope_tables = cpu_rope_tables,
+    .copy_blocks = cpu_copy_blocks, .set_step = cpu_set_step, .embed = cpu_embed, .add_embed_part = cpu_add_embed_part, .rope_tables = cpu_rope_tables,
     .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul, .qkv = cpu_qkv, .attention = cpu_attention, .glu = cpu_glu,
     .add_bias = cpu_add_bias, .norm_add = cpu_norm_add, .scale = cpu_scale, .scale_add = cpu_scale_add,
     .attn_temp = cpu_attn_temp,
