@@ -96,8 +96,7 @@ class Qwen35Vision(unittest.TestCase):
         os.makedirs(cls.tmp, exist_ok=True)
         w = V.make_weights(CFG, 2, seed=4201)
         # the weights as the F32 files hold them
-        f32 = lambda a: np.asarray(a, dtype=np.float32).astype(np.float64)  # noqa: E731
-        w = {k: ([{kk: f32(vv) for kk, vv in b.items()} for b in v] if k == "blk" else f32(v)) for k, v in w.items()}
+        w = V.as_f32(w)
         cls.hf = V.write_hf(os.path.join(cls.tmp, "hf"), CFG, w, seed=4200)
         cls.ref = reference.Model(cls.hf)
         rng = np.random.default_rng(4202)
@@ -208,8 +207,7 @@ class Qwen35Vision(unittest.TestCase):
         im = Image.open(png).convert("RGB").resize((wb, hb), Image.BICUBIC)
         px = ((np.asarray(im, dtype=np.float64) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
         w = V.make_weights(CFG, 2, seed=4201)
-        f32 = lambda a: np.asarray(a, dtype=np.float32).astype(np.float64)  # noqa: E731
-        w = {k: ([{kk: f32(vv) for kk, vv in b.items()} for b in v] if k == "blk" else f32(v)) for k, v in w.items()}
+        w = V.as_f32(w)
         feats = V.reference(CFG, w, px)
         rows_n, cols_n = hb // 32, wb // 32
         prompt = "Look: <|vision_start|><|image_pad|><|vision_end|> now"

@@ -84,6 +84,14 @@ def make_weights(cfg, layers, seed, deepstack=()):
     return w
 
 
+def as_f32(w):
+    """The weights as an F32 file holds them (float64 again, for the reference)."""
+    f32 = lambda a: np.asarray(a, dtype=np.float32).astype(np.float64)  # noqa: E731
+    return {k: ([{kk: f32(vv) for kk, vv in b.items()} for b in v] if k == "blk" else
+                {l: {kk: f32(vv) for kk, vv in ds.items()} for l, ds in v.items()} if k == "deepstack" else f32(v))
+            for k, v in w.items()}
+
+
 def write_mmproj(path, cfg, w, matrix_type="F32", drop=None):
     """As llama.cpp's converter writes a qwen3vl_merger projector; returns the weights as the file rounds
     them (the reference reads those)."""
