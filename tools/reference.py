@@ -344,6 +344,14 @@ class Model:
                                                                  c["text_config"].get("tie_word_embeddings", False)))
         if c.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text"):
             return self._hf_qwen35(d, c)
+        if c.get("model_type") == "qwen3_vl" and isinstance(c.get("text_config"), dict):
+            # Qwen3VLForConditionalGeneration: a Qwen3 with M-RoPE (Qwen3VLTextRotaryEmbedding's mrope_section,
+            # default [24, 20, 20]) and DeepStack (forward's deepstack); its tensors under model.language_model.
+            tc = c["text_config"]
+            rs = tc.get("rope_scaling") or tc.get("rope_parameters") or {}
+            self.mrope_section = list(rs.get("mrope_section", [24, 20, 20]))
+            c = dict(tc, model_type="qwen3", rope_scaling=None, rope_theta=rs.get("rope_theta", tc.get("rope_theta", 5e6)),
+                     tie_word_embeddings=c.get("tie_word_embeddings", tc.get("tie_word_embeddings", False)))
         if c.get("model_type") == "granitemoehybrid":
             return self._hf_granite(d, c)
         if c.get("model_type") == "nemotron_h":
@@ -387,7 +395,8 @@ class Model:
         for fn in files:
             st = SafetensorsFile(os.path.join(d, fn))
             for name in st.header:
-                canon = hf_to_canonical(name, self.family)
+                flat = "model." + name[len("model.language_model."):] if name.startswith("model.language_model.") else name
+                canon = hf_to_canonical(flat, self.family)
                 if canon:
                     where[canon] = (st, name)
         # Gemma3TextConfig's tie_word_embeddings defaults to True; the others' to False.
@@ -1233,7 +1242,7 @@ def round_kv(t, kind):
     raise ValueError(f"unknown KV kind {kind}")
 
 
-def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=None):
+def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=None, deepstack=None):
     """Logits [len(tokens), n_vocab] (float64) with token i at position i. For estimating an engine's
     expected error only: act_q8 (True = blocks of 32, or a block size) simulates 8-bit activation
     quantization before every matrix product, kv_f16 rounds cached keys (after RoPE) and values to
@@ -1241,7 +1250,9 @@ def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=
     Images (the llama-style decoders, Gemma 3): embeds maps positions to rows that replace those tokens'
     scaled embeddings (transformers' masked_scatter of the image features), spans lists the (start, end)
     of each image whose tokens see one another (causal_mask). Qwen3.5: embeds likewise, and mrope the
-    [T, 3] M-RoPE positions (qwen35_forward)."""
+    [T, 3] M-RoPE positions (qwen35_forward). Qwen3-VL (a qwen3 with m.mrope_section): mrope likewise over
+    the whole head, and deepstack a list of {position: row} added to the hidden state after layer i
+    (Qwen3VLTextModel._deepstack_process)."""
     block = 32 if act_q8 is True else int(act_q8)
     aq = (lambda t: quantize_activations_q8(t, block)) if act_q8 else (lambda t: t)
     tok = torch.tensor(tokens, dtype=torch.long)
@@ -1289,7 +1300,10 @@ def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=
         if m.has(p + "attn_q_norm.weight"):
             q = norm(q, p + "attn_q_norm.weight")
             k = norm(k, p + "attn_k_norm.weight")
-        if i not in m.no_rope_layers:
+        if mrope is not None:
+            q = mrope_partial(q, hd, m.theta, m.mrope_section, mrope)
+            k = mrope_partial(k, hd, m.theta, m.mrope_section, mrope)
+        elif i not in m.no_rope_layers:
             if sliding and m.rope_local_theta is not None:
                 # Gemma 3 local layers: their own base, no scaling.
                 theta, divisors, pscale = m.rope_local_theta, None, 1.0
@@ -1326,6 +1340,9 @@ def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=
         if gemma:
             f = norm(f, p + "post_ffw_norm.weight")
         x = x + f
+        if deepstack and i < len(deepstack):
+            for pos_, row in deepstack[i].items():
+                x[pos_] = x[pos_] + torch.as_tensor(row, dtype=torch.float64)
     x = norm(x, "output_norm.weight")
     out = m.w("output.weight") if m.has("output.weight") else m.w("token_embd.weight")
     logits = aq(x) @ out.T

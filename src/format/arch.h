@@ -43,6 +43,8 @@ typedef struct pith_meta {
     const struct cJSON *json;  /* config.json object, or NULL */
     bool lenient;              /* unregistered GGUF architecture: malformed values are skipped, not errors */
     pith_err *err;
+    const struct cJSON *outer; /* config.json's whole object when json is its "text_config" (a multimodal
+                                  class: what the text model needs from beside it), else NULL */
 } pith_meta;
 
 /* Each reader: absent (or JSON null) leaves *out as it is (the caller's default), which is an error only

@@ -68,7 +68,7 @@ int pith_load_gguf_model(pith_model_file *f, pith_err *err) {
     const pith_arch *arch = pith_arch_find(hp->arch);
     if (pith_mf_arch_params(f, arch, err)) return -1;
     /* Unregistered architectures open leniently: their metadata stays readable, the model layer refuses. */
-    pith_meta m = {f->path, hp->arch, g, NULL, arch == NULL, err};
+    pith_meta m = {f->path, hp->arch, g, NULL, arch == NULL, err, NULL};
     hp->rope_style = arch ? arch->rope_gguf : PITH_ROPE_ADJACENT;
     hp->rope_theta = 10000.0f;
     hp->n_kv_heads = -1;

@@ -151,6 +151,7 @@ static int parse(const pith_meta *outer, pith_hparams *hp, const pith_arch **arc
     if ((*arch)->hf_text_config && tc) {
         if (!cJSON_IsObject(tc)) return pith_errf(outer->err, "%s: \"text_config\" is not an object", outer->path);
         nested.json = tc;
+        nested.outer = outer->json;
     }
     cJSON *merged = NULL;
     if ((*arch)->hf_defaults && with_defaults(&nested, (*arch)->hf_defaults, &merged)) return -1;
@@ -221,7 +222,7 @@ int pith_hf_parse_config(const char *config_path, pith_hparams *hp, const pith_a
         cJSON_Delete(root);
         return pith_errf(err, "%s: not a JSON object", config_path);
     }
-    pith_meta m = {config_path, NULL, NULL, root, false, err};
+    pith_meta m = {config_path, NULL, NULL, root, false, err, NULL};
     int rc = parse(&m, hp, arch);
     cJSON_Delete(root);
     return rc;

@@ -9,7 +9,9 @@
  * output projection added to the residual (after a post-attention RMSNorm in gemma3), then RMSNorm and a
  * gated feed-forward (SiLU, or GELU-tanh in gemma3; post-FFN RMSNorm in gemma3) likewise; finally the
  * last norm and the vocabulary projection, only for the rows that want logits (soft-capped where the
- * file says). Every projection is one matmul over all tokens of the step, so weights stream from memory
+ * file says). Qwen3-VL (qwen3vl_arch.c) adds M-RoPE and DeepStack: its image tokens' RoPE turns by their
+ * place on the image (batch.h rope_pos), and after each of the first layers a part of their encoder row
+ * joins their hidden state. Every projection is one matmul over all tokens of the step, so weights stream from memory
  * once per step whatever the batch holds.
  *
  * Memory: one FULL group for the layers that attend to everything and one WINDOW group for the layers
@@ -116,6 +118,18 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     }
     if (!rc && hp->n_experts > 0) rc = d->be->vt->moe_place(d->be, d->base.experts, sizeof d->base.experts, err);
     if (!rc) rc = pith_rope_for(hp, file, hp->head_dim, PITH_ROPE_CAN_ALL, &m->rope, path, err);
+    if (!rc && var->mrope_sections[0] > 0) { /* images (Qwen3-VL): tokens on their grid, DeepStack parts */
+        const int *sec = var->mrope_sections;
+        if (sec[0] + sec[1] + sec[2] != m->rope.half)
+            rc = pith_errf(err, "%s: M-RoPE sections %d + %d + %d do not cover the %d rotated pairs", path, sec[0],
+                           sec[1], sec[2], m->rope.half);
+        else if (var->deepstack < 0 || var->deepstack >= hp->n_layers || (var->deepstack && !d->be->vt->add_embed_part))
+            rc = pith_errf(err, "%s: %d DeepStack parts for %d layers (or a backend without them)", path, var->deepstack,
+                           hp->n_layers);
+        for (int i = 0; !rc && i < 3; i++) m->rope.sections[i] = sec[i];
+        d->base.has_embeds = d->base.has_mrope = !rc;
+        d->base.embed_parts = var->deepstack ? 1 + var->deepstack : 0;
+    }
     if (!rc && hp->rope_theta_swa > 0 && hp->sliding_window > 0)
         rc = pith_rope_plain(hp, hp->rope_theta_swa, hp->head_dim, &m->rope_swa, err);
     if (!rc) rc = pith_dec_bufs_make(d, hp->n_experts == 0 || hp->expert_dense_leading > 0 ? hp->ffn_dim : 0, &m->bufs, err);
@@ -165,6 +179,9 @@ static int llama_forward(pith_model *base, const pith_batch *b, float *logits, p
         if (!pith_decoder_has_layer(d, l)) continue;
         pith_be_begin_layer(d->be, l);
         if (layer_forward(m, b, l, err)) return -1;
+        /* DeepStack (batch.h): the image tokens' part l + 1 joins their hidden state after layer l (never
+         * the last layer, whose rows may have been narrowed to those that want logits) */
+        if (l < m->var.deepstack && b->embed_rows) pith_be_add_embed_part(d->be, m->bufs.x, l + 1, n);
     }
     if (!pith_decoder_last_stage(d)) return pith_decoder_stage_send(d, m->bufs.x, n, err);
     return pith_head_forward(d, &m->bufs, m->out_norm, m->output, b, err);

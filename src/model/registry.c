@@ -25,7 +25,8 @@
     X(mistral3)       \
     X(glm4moe)        \
     X(gemma4)         \
-    X(deepseek2)
+    X(deepseek2)      \
+    X(qwen3vl)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

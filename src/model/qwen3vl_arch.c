@@ -1,0 +1,110 @@
+/* Qwen3-VL (text) descriptor: GGUF arch "qwen3vl" (llama.cpp's), Hugging Face
+ * Qwen3VLForConditionalGeneration (model_type "qwen3_vl", the text model under "text_config" with
+ * model_type "qwen3_vl_text" and its tensors under "model.language_model."). See model/arch.h.
+ *
+ * A Qwen3 (the Llama family's names and schema, RMS norms on each Q and K head, pith_decoder_build) with
+ * images: M-RoPE over all of head_dim, interleaved as Qwen3VLTextRotaryEmbedding lays it out
+ * ("mrope_section", default [24, 20, 20]; GGUF qwen3vl.rope.dimension_sections), and DeepStack: the
+ * vision tower's mergers after some of its blocks give each image token more parts, the text model adding
+ * part k + 1 to the token's hidden state after its layer k (Qwen3VLTextModel._deepstack_process). How many:
+ * config.json's vision_config "deepstack_visual_indexes" (Qwen3VLVisionConfig's default [8, 16, 24]),
+ * GGUF qwen3vl.n_deepstack_layers. transformers saves only what differs from Qwen3VLTextConfig's defaults,
+ * so those are the defaults here. The vision tower itself is the vision encoder's (model/vision.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/llama.h"
+#include "model/llama_arch.h"
+
+typedef struct qwen3vl_params {
+    int sections[3];
+    int deepstack;
+} qwen3vl_params;
+
+static int read_gguf(const pith_meta *m, pith_hparams *hp) {
+    qwen3vl_params *P = pith_arch_params(hp);
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
+    const pith_gguf_kv *kv = pith_gguf_find(m->gguf, key);
+    P->sections[0] = 24, P->sections[1] = 20, P->sections[2] = 20;
+    for (uint64_t i = 0; kv && kv->type == PITH_GGUF_ARRAY && i < kv->arr_n && i < 3; i++) {
+        int64_t v;
+        if (!pith_gguf_arr_i64(kv, i, &v) || v < 0 || v > 1 << 20)
+            return pith_errf(m->err, "%s: %s entry %d is not a section size", m->path, key, (int)i);
+        P->sections[i] = (int)v;
+    }
+    return pith_meta_int(m, "n_deepstack_layers", false, &P->deepstack);
+}
+
+static int read_hf(const pith_meta *m, pith_hparams *hp) {
+    qwen3vl_params *P = pith_arch_params(hp);
+    P->sections[0] = 24, P->sections[1] = 20, P->sections[2] = 20;
+    /* transformers 4.x: "rope_scaling" {"rope_type": "default", "mrope_section", "mrope_interleaved"};
+     * 5.x: "rope_parameters" with rope_theta beside them */
+    const char *keys[2] = {"rope_scaling", "rope_parameters"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive((const cJSON *)m->json, keys[k]);
+        if (!cJSON_IsObject(rp)) continue;
+        pith_meta r = *m;
+        r.json = rp;
+        if (pith_meta_float(&r, "rope_theta", false, &hp->rope_theta)) return -1;
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
+        int i = 0;
+        for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 3; j = j->next, i++) {
+            if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)
+                return pith_errf(m->err, "%s: \"mrope_section\" holds something other than section sizes", m->path);
+            P->sections[i] = (int)j->valuedouble;
+        }
+    }
+    P->deepstack = 3; /* Qwen3VLVisionConfig's deepstack_visual_indexes [8, 16, 24] */
+    const cJSON *vc = m->outer ? cJSON_GetObjectItemCaseSensitive(m->outer, "vision_config") : NULL;
+    const cJSON *deep = cJSON_GetObjectItemCaseSensitive(vc, "deepstack_visual_indexes");
+    if (deep && !cJSON_IsNull(deep)) {
+        if (!cJSON_IsArray(deep)) return pith_errf(m->err, "%s: deepstack_visual_indexes is not a list", m->path);
+        P->deepstack = cJSON_GetArraySize(deep);
+    }
+    return 0;
+}
+
+static int check(const pith_hparams *hp, const char *path, pith_err *err) {
+    const qwen3vl_params *P = pith_arch_params(hp);
+    if (P->sections[0] + P->sections[1] + P->sections[2] != hp->head_dim / 2)
+        return pith_errf(err, "%s: M-RoPE sections %d + %d + %d do not cover head_dim / 2 = %d", path, P->sections[0],
+                         P->sections[1], P->sections[2], hp->head_dim / 2);
+    if (P->deepstack < 0 || P->deepstack > 8 || P->deepstack >= hp->n_layers)
+        return pith_errf(err, "%s: %d DeepStack layers for %d layers", path, P->deepstack, hp->n_layers);
+    return 0;
+}
+
+static int build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {
+    const qwen3vl_params *P = pith_arch_params(pith_model_file_hparams(file));
+    pith_decoder_variant v = {.mrope_sections = {P->sections[0], P->sections[1], P->sections[2]},
+                              .deepstack = P->deepstack};
+    return pith_decoder_build(file, opt, &v, out, err);
+}
+
+const pith_arch pith_arch_qwen3vl = {
+    .name = "qwen3vl",
+    .hf_archs = (const char *const[]){"Qwen3VLForConditionalGeneration", NULL},
+    .hf_model_types = (const char *const[]){"qwen3_vl", "qwen3_vl_text", NULL},
+    .hf_text_config = true,
+    /* transformers' Qwen3VLTextConfig */
+    .hf_defaults = "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, "
+                   "\"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, "
+                   "\"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 5000000.0, "
+                   "\"max_position_embeddings\": 128000}",
+    .rope_gguf = PITH_ROPE_HALF,
+    .rope_hf = PITH_ROPE_HALF,
+    .hf_global = pith_llama_hf_global,
+    .hf_layer = pith_llama_hf_layer,
+    .global = pith_llama_global,
+    .layer = pith_llama_layer,
+    .read_gguf = read_gguf,
+    .read_hf = read_hf,
+    .check = check,
+    .finish = pith_llama_finish,
+    .build = build,
+    .params_size = sizeof(qwen3vl_params),
+};
