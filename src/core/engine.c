@@ -69,7 +69,8 @@ static int resolve_options(pith_engine *e, const pith_model *m, const pith_engin
     if (o.encoder_cache_bytes == 0) o.encoder_cache_bytes = (size_t)256 << 20;
     const int row = m->hp.dim * (m->embed_parts > 1 ? m->embed_parts : 1);
     if (o.encoder && (!o.encoder->encode || o.encoder->out_dim != row))
-        return pith_errf(err, "the encoder makes rows of %d floats; the model reads rows of %d", o.encoder->out_dim, row);
+        return pith_errf(err, "the encoder makes rows of %d floats; the model's width is %d (rows of %d)",
+                         o.encoder->out_dim, m->hp.dim, row);
     if (o.encoder && !m->has_embeds) return pith_errf(err, "this model cannot read encoder rows (no image input)");
     if (o.block_size < 1 || o.block_size > 4096) return pith_errf(err, "block size must be in 1..4096, not %d", o.block_size);
     if (o.max_num_seqs < 1 || o.max_num_seqs > 65536) return pith_errf(err, "max_num_seqs must be in 1..65536, not %d", o.max_num_seqs);
