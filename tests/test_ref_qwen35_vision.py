@@ -267,6 +267,19 @@ class Qwen35Vision(unittest.TestCase):
             print(f"pith serve: the image adds {added} prompt tokens (its {rows_n * cols_n} and the vision markers)")
             self.assertGreaterEqual(added, rows_n * cols_n)
             self.assertEqual(srv.close(), 0)
+        # pith bench's image mode on a tower of any size: the synthetic 640 x 480 image is smart-resized
+        # within the directory's budget (at most 65536 pixels: 192 x 288, 6 x 9 tokens)
+        import json
+        r = subprocess.run([exe, "bench", "-m", self.hf, "--mmproj", self.hf, "-r", "1", "-t", "2", "--json"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tests = {row["test"]: row for row in (json.loads(x) for x in r.stdout.splitlines() if x.startswith("{"))}
+        self.assertEqual(set(tests), {"image-encode", "image-prefill"})
+        enc, pre = tests["image-encode"], tests["image-prefill"]
+        print(f"pith bench: a {enc['width']}x{enc['height']} image, {enc['tokens']} tokens, {enc['ms_mean']:.1f} ms")
+        self.assertEqual((enc["width"], enc["height"], enc["tokens"]), (288, 192, 54))
+        self.assertEqual(pre["image_tokens"], 54)
+        self.assertTrue(enc["ms_mean"] > 0 and 0 < enc["of_peak"] < 1.5 and pre["tok_s_mean"] > 0)
 
 
 def write_qwen3vl(out_dir, w, seed):
