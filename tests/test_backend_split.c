@@ -208,14 +208,16 @@ static void check_vtable(pith_backend *split_be, pith_backend *cpu) {
     memcpy(a, (const char *)split_be->vt + offsetof(pith_backend_vt, destroy), sizeof a);
     memcpy(b, (const char *)cpu->vt + offsetof(pith_backend_vt, destroy), sizeof b);
     /* where NULL means "not here" (the model refuses at load): MLA, the MTP heads' ops, the vision
-     * encoders' */
+     * encoders' (which run on a CPU backend of their own), DeepStack's rows (Qwen3-VL refuses a backend
+     * without add_embed_part) */
     const size_t optional[] = {offsetof(pith_backend_vt, mla),           offsetof(pith_backend_vt, mtp_mla),
                                offsetof(pith_backend_vt, set_draft),     offsetof(pith_backend_vt, mtp_input),
                                offsetof(pith_backend_vt, mtp_save),      offsetof(pith_backend_vt, mtp_attention),
                                offsetof(pith_backend_vt, mtp_logits),    offsetof(pith_backend_vt, mtp_pick),
                                offsetof(pith_backend_vt, set_rows),      offsetof(pith_backend_vt, layernorm),
                                offsetof(pith_backend_vt, add_rows),      offsetof(pith_backend_vt, span_attention),
-                               offsetof(pith_backend_vt, pool_avg)};
+                               offsetof(pith_backend_vt, pool_avg),      offsetof(pith_backend_vt, rope_rows),
+                               offsetof(pith_backend_vt, group_rows),    offsetof(pith_backend_vt, add_embed_part)};
     for (int i = 0; i < N; i++) {
         size_t at = offsetof(pith_backend_vt, destroy) + (size_t)i * sizeof(fn);
         bool opt = false;

@@ -98,14 +98,18 @@ class Qwen35Vision(unittest.TestCase):
         if not tool or not os.path.exists(tool):
             pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
         cls.tool = tool
-        cls.tmp = os.path.join(pithtest.tmp_dir(), "ref_qwen35_vision")
-        os.makedirs(cls.tmp, exist_ok=True)
-        w = V.make_weights(CFG, 2, seed=4201)
         # the weights as the F32 files hold them
-        w = V.as_f32(w)
-        cls.hf = V.write_hf(os.path.join(cls.tmp, "hf"), CFG, w, seed=4200)
+        w = V.as_f32(V.make_weights(CFG, 2, seed=4201))
+        cls.build("ref_qwen35_vision", w, lambda d: V.write_hf(d, CFG, w, seed=4200), seed=4202)
+
+    @classmethod
+    def build(cls, name, w, write, seed):
+        """The model directory (write), the reference, the images, their reference rows and the prompts."""
+        cls.tmp = os.path.join(pithtest.tmp_dir(), name)
+        os.makedirs(cls.tmp, exist_ok=True)
+        cls.hf = write(os.path.join(cls.tmp, "hf"))
         cls.ref = reference.Model(cls.hf)
-        rng = np.random.default_rng(4202)
+        rng = np.random.default_rng(seed)
         cls.images = [V.random_image(rng, h, wd) for h, wd in SIZES]
         cls.features = [V.reference(CFG, w, im) for im in cls.images]
         text = lambda n: [int(t) for t in rng.integers(3, 500, size=n)]  # noqa: E731
@@ -314,20 +318,8 @@ class Qwen3VLVision(Qwen35Vision):
         if not tool or not os.path.exists(tool):
             pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
         cls.tool = tool
-        cls.tmp = os.path.join(pithtest.tmp_dir(), "ref_qwen3vl_model")
-        os.makedirs(cls.tmp, exist_ok=True)
         w = V.as_f32(V.make_weights(CFG, 2, seed=4301, deepstack=(0, 1)))
-        cls.hf = write_qwen3vl(os.path.join(cls.tmp, "hf"), w, seed=4300)
-        cls.ref = reference.Model(cls.hf)
-        rng = np.random.default_rng(4302)
-        cls.images = [V.random_image(rng, h, wd) for h, wd in SIZES]
-        cls.features = [V.reference(CFG, w, im) for im in cls.images]
-        text = lambda n: [int(t) for t in rng.integers(3, 500, size=n)]  # noqa: E731
-        bos = mkmodel.BOS_ID
-        cls.seqs = [[bos] + text(5) + [-1] + text(7) + [-3] + text(10),
-                    [bos] + text(20) + [-2] + text(4)]
-        cls.pixels = os.path.join(cls.tmp, "px.f32")
-        np.concatenate([np.asarray(im, dtype=np.float32).ravel() for im in cls.images]).tofile(cls.pixels)
+        cls.build("ref_qwen3vl_model", w, lambda d: write_qwen3vl(d, w, seed=4300), seed=4302)
 
     def test_whole_prompt_and_second_turn(self):
         super().test_whole_prompt_and_second_turn()

@@ -154,8 +154,11 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
     bool found;
     hp->conv_kernel = 4, P->gdn_k_dim = 128, P->gdn_v_dim = 128;
     P->gdn_k_heads = 16, P->gdn_v_heads = 32;
-    /* Qwen3_5TextRotaryEmbedding's mrope_section when the config has none */
-    P->rope_sections[0] = 11, P->rope_sections[1] = 11, P->rope_sections[2] = 10;
+    /* Qwen3_5TextRotaryEmbedding's mrope_section when a Qwen3.5 config has none (Qwen3-Next, which
+     * shares this reader, has plain RoPE) */
+    char type[32] = "";
+    if (pith_meta_str(m, "model_type", type, sizeof type)) return -1;
+    if (!strncmp(type, "qwen3_5", 7)) P->rope_sections[0] = 11, P->rope_sections[1] = 11, P->rope_sections[2] = 10;
     if (pith_meta_int(m, "linear_conv_kernel_dim", false, &hp->conv_kernel) ||
         pith_meta_int(m, "linear_key_head_dim", false, &P->gdn_k_dim) ||
         pith_meta_int(m, "linear_value_head_dim", false, &P->gdn_v_dim) ||
