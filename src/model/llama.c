@@ -120,15 +120,14 @@ int pith_decoder_build(pith_model_file *file, const pith_model_options *opt, con
     if (!rc) rc = pith_rope_for(hp, file, hp->head_dim, PITH_ROPE_CAN_ALL, &m->rope, path, err);
     if (!rc && var->mrope_sections[0] > 0) { /* images (Qwen3-VL): tokens on their grid, DeepStack parts */
         const int *sec = var->mrope_sections;
-        if (sec[0] + sec[1] + sec[2] != m->rope.half)
-            rc = pith_errf(err, "%s: M-RoPE sections %d + %d + %d do not cover the %d rotated pairs", path, sec[0],
-                           sec[1], sec[2], m->rope.half);
-        else if (var->deepstack < 0 || var->deepstack >= hp->n_layers || (var->deepstack && !d->be->vt->add_embed_part))
+        if (var->deepstack < 0 || var->deepstack >= hp->n_layers || (var->deepstack && !d->be->vt->add_embed_part))
             rc = pith_errf(err, "%s: %d DeepStack parts for %d layers (or a backend without them)", path, var->deepstack,
                            hp->n_layers);
-        for (int i = 0; !rc && i < 3; i++) m->rope.sections[i] = sec[i];
+        else if (!pith_rope_mrope(&m->rope, sec))
+            rc = pith_errf(err, "%s: M-RoPE sections %d + %d + %d do not cover the %d rotated pairs", path, sec[0],
+                           sec[1], sec[2], m->rope.half);
         d->base.has_embeds = d->base.has_mrope = !rc;
-        d->base.embed_parts = var->deepstack ? 1 + var->deepstack : 0;
+        d->base.embed_parts = !rc && var->deepstack ? 1 + var->deepstack : 0;
     }
     if (!rc && hp->rope_theta_swa > 0 && hp->sliding_window > 0)
         rc = pith_rope_plain(hp, hp->rope_theta_swa, hp->head_dim, &m->rope_swa, err);

@@ -224,11 +224,7 @@ int pith_qwen35_build(pith_model_file *file, const pith_model_options *opt, pith
     if (!rc) rc = pith_rope_for(hp, file, m->n_rot, 0, &m->rope, pith_model_file_path(file), err);
     /* M-RoPE (Qwen3-VL's interleaved layout): sections over the rotated pairs make images possible, their
      * tokens on their grid (batch.h: rope_pos); without them the model is text only */
-    const int *sec = P->rope_sections;
-    if (!rc && sec[0] > 0 && sec[0] + sec[1] + sec[2] == m->rope.half) {
-        for (int i = 0; i < 3; i++) m->rope.sections[i] = sec[i];
-        d->base.has_embeds = d->base.has_mrope = true;
-    }
+    if (!rc && pith_rope_mrope(&m->rope, P->rope_sections)) d->base.has_embeds = d->base.has_mrope = true;
     if (!rc) rc = make_buffers(m, err);
     if (!rc) rc = declare_memory(m, err);
     d->base.has_mtp = m->mtp != NULL;

@@ -103,6 +103,12 @@ int pith_rope_longrope(const pith_hparams *hp, int n_rot, const float *factors, 
     return 0;
 }
 
+bool pith_rope_mrope(pith_rope *r, const int sec[3]) {
+    if (sec[0] < 1 || sec[1] < 0 || sec[2] < 0 || sec[0] + sec[1] + sec[2] != r->half) return false;
+    for (int i = 0; i < 3; i++) r->sections[i] = sec[i];
+    return true;
+}
+
 void pith_rope_free(pith_rope *r) {
     free(r->inv_freq);
     r->inv_freq = NULL;

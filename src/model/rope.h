@@ -42,6 +42,9 @@ int pith_rope_longrope(const pith_hparams *hp, int n_rot, const float *factors, 
 /* Refuses a file that declares a scaling outside `can` (arch: named in the message). */
 int pith_rope_check_scaling(const pith_hparams *hp, const pith_model_file *f, unsigned can, const char *arch,
                             const char *path, pith_err *err);
+/* M-RoPE (backend.h: pith_rope.sections): true, with r's sections set, when sec's three sections are
+ * given (sec[0] > 0) and cover r's rotated pairs; false, r unchanged, otherwise. */
+bool pith_rope_mrope(pith_rope *r, const int sec[3]);
 void pith_rope_free(pith_rope *r);
 
 #ifdef __cplusplus

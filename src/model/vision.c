@@ -62,14 +62,12 @@ static const pith_tensor *tensor(pith_vision *v, const char *name, int64_t ne0, 
 }
 
 /* A float tensor of ne0 x ne1 elements plus `add` as a vector weight (biases, norms, the position table). */
-int vision_floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, float add, const pith_weight **out,
-                  pith_err *err) {
-    const pith_tensor *t = tensor(v, name, ne0, ne1, err);
-    if (!t) return -1;
-    int n = (int)(ne0 * ne1);
+/* Elements [first, first + n) of a float tensor t (named name), plus add, as a vector weight. */
+static int floats_of(pith_vision *v, const pith_tensor *t, const char *name, int64_t first, int n, float add,
+                     const pith_weight **out, pith_err *err) {
     float *data = malloc((size_t)n * sizeof *data);
     if (!data) return pith_errf(err, "out of memory");
-    if (!pith_tensor_floats(t, 0, n, data)) {
+    if (!pith_tensor_floats(t, first, n, data)) {
         free(data);
         return pith_errf(err, "%s: tensor %s is %s, not a float type", v->path, name, pith_dtype_name(t->type));
     }
@@ -78,6 +76,12 @@ int vision_floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, fl
     if (pith_be_vector(v->be, data, n, &w, err)) return -1;
     *out = w;
     return 0;
+}
+
+int vision_floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, float add, const pith_weight **out,
+                  pith_err *err) {
+    const pith_tensor *t = tensor(v, name, ne0, ne1, err);
+    return t ? floats_of(v, t, name, 0, (int)(ne0 * ne1), add, out, err) : -1;
 }
 
 static int floats(pith_vision *v, const char *name, int64_t ne0, int64_t ne1, const pith_weight **out, pith_err *err) {
@@ -243,17 +247,7 @@ static int qkv_part(pith_vision *v, const pith_tensor *t, int part, pith_tensor 
 static int qkv_bias(pith_vision *v, const char *name, int part, const pith_weight **out, pith_err *err) {
     int d = v->hp.dim;
     const pith_tensor *t = tensor(v, name, 3 * (int64_t)d, 1, err);
-    if (!t) return -1;
-    float *data = malloc((size_t)d * sizeof *data);
-    if (!data) return pith_errf(err, "out of memory");
-    if (!pith_tensor_floats(t, (int64_t)part * d, d, data)) {
-        free(data);
-        return pith_errf(err, "%s: tensor %s is %s, not a float type", v->path, name, pith_dtype_name(t->type));
-    }
-    pith_weight *w;
-    if (pith_be_vector(v->be, data, d, &w, err)) return -1;
-    *out = w;
-    return 0;
+    return t ? floats_of(v, t, name, (int64_t)part * d, d, 0.0f, out, err) : -1;
 }
 
 int vision_bind_block(pith_vision *v, int l, vision_block *b, pith_err *err) {

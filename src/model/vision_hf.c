@@ -100,89 +100,81 @@ static bool is_filter(int f) {
     return f == PITH_RESIZE_BILINEAR || f == PITH_RESIZE_BICUBIC || f == PITH_RESIZE_LANCZOS || f == PITH_RESIZE_NEAREST;
 }
 
-/* preprocessor_config.json (optional: Gemma3ImageProcessor's defaults without it). */
-static int gemma_processor(const char *dir, pith_vision_hparams *hp, pith_err *err) {
-    cJSON *j;
-    if (read_json(dir, "preprocessor_config.json", true, &j, err)) return -1;
-    if (!j) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
-    pith_meta m = {.path = path, .json = j, .err = err};
-    int resample = PITH_RESIZE_BILINEAR, h = hp->image_size, w = hp->image_size;
-    bool pan_and_scan = false, normalize = true, rescale = true;
+/* What both image processors read alike: mean, std and the resize filter (hp holds the class's defaults),
+ * and the rescale and normalize flags, of which only the defaults are followed. */
+static int processor_common(const pith_meta *m, pith_vision_hparams *hp, pith_err *err) {
+    int resample = hp->resample;
+    bool normalize = true, rescale = true;
     float factor = 1.0f / 255.0f;
-    int rc = floats3(&m, "image_mean", hp->mean) || floats3(&m, "image_std", hp->std) ||
-             pith_meta_int(&m, "resample", false, &resample) || pith_meta_bool(&m, "do_pan_and_scan", &pan_and_scan) ||
-             pith_meta_bool(&m, "do_normalize", &normalize) || pith_meta_bool(&m, "do_rescale", &rescale) ||
-             pith_meta_float(&m, "rescale_factor", false, &factor) ? -1 : 0;
-    const cJSON *size = cJSON_GetObjectItemCaseSensitive(j, "size");
-    if (!rc && cJSON_IsObject(size)) {
-        pith_meta sm = {.path = path, .json = size, .err = err};
-        rc = pith_meta_int(&sm, "height", false, &h) || pith_meta_int(&sm, "width", false, &w) ? -1 : 0;
-    }
-    if (!rc && (h != hp->image_size || w != hp->image_size))
-        rc = pith_errf(err, "%s: size %dx%d differs from the vision tower's image size %d", path, w, h, hp->image_size);
-    if (!rc && !is_filter(resample))
-        rc = pith_errf(err, "%s: resample %d is not a filter Pith has (0-3)", path, resample);
-    if (!rc && (pan_and_scan || !normalize || !rescale || factor < 0.0039215f || factor > 0.0039216f))
-        rc = pith_errf(err, "%s: only the default preprocessing is followed (no pan and scan; rescale by 1/255 and "
-                       "normalize)", path);
+    if (floats3(m, "image_mean", hp->mean) || floats3(m, "image_std", hp->std) ||
+        pith_meta_int(m, "resample", false, &resample) || pith_meta_bool(m, "do_normalize", &normalize) ||
+        pith_meta_bool(m, "do_rescale", &rescale) || pith_meta_float(m, "rescale_factor", false, &factor))
+        return -1;
+    if (!is_filter(resample)) return pith_errf(err, "%s: resample %d is not a filter Pith has (0-3)", m->path, resample);
+    if (!normalize || !rescale || factor < 0.0039215f || factor > 0.0039216f)
+        return pith_errf(err, "%s: only the default preprocessing is followed (rescale by 1/255 and normalize)", m->path);
     hp->resample = resample;
-    cJSON_Delete(j);
-    return rc;
+    return 0;
 }
 
-/* Qwen2VLImageProcessor's settings: its defaults (OpenAI CLIP's mean and std, bicubic, 56 x 56 to
- * 28 x 28 x 1280 pixels) where preprocessor_config.json (optional) leaves them out. The pixel budget is
- * "size" {"shortest_edge", "longest_edge"} (newer) or "min_pixels" / "max_pixels" (older). */
-static int qwen_processor(const char *dir, pith_vision_hparams *hp, pith_err *err) {
-    static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, clip_std[3] = {0.26862954f, 0.26130258f,
-                                                                                               0.27577711f};
-    memcpy(hp->mean, clip_mean, sizeof clip_mean);
-    memcpy(hp->std, clip_std, sizeof clip_std);
-    hp->resample = PITH_RESIZE_BICUBIC;
-    hp->min_pixels = 56 * 56;
-    hp->max_pixels = 28 * 28 * 1280;
-    cJSON *j;
-    if (read_json(dir, "preprocessor_config.json", true, &j, err)) return -1;
-    if (!j) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
-    pith_meta m = {.path = path, .json = j, .err = err};
-    int resample = hp->resample, patch = hp->patch_size, merge = hp->merge, temporal = hp->temporal;
-    float min_px = (float)hp->min_pixels, max_px = (float)hp->max_pixels, factor = 1.0f / 255.0f;
-    bool normalize = true, rescale = true;
-    int rc = floats3(&m, "image_mean", hp->mean) || floats3(&m, "image_std", hp->std) ||
-             pith_meta_int(&m, "resample", false, &resample) || pith_meta_bool(&m, "do_normalize", &normalize) ||
-             pith_meta_bool(&m, "do_rescale", &rescale) || pith_meta_float(&m, "rescale_factor", false, &factor) ||
-             pith_meta_int(&m, "patch_size", false, &patch) || pith_meta_int(&m, "merge_size", false, &merge) ||
-             pith_meta_int(&m, "temporal_patch_size", false, &temporal) ||
-             pith_meta_float(&m, "min_pixels", false, &min_px) || pith_meta_float(&m, "max_pixels", false, &max_px)
-                 ? -1
-                 : 0;
-    const cJSON *size = cJSON_GetObjectItemCaseSensitive(j, "size");
-    if (!rc && cJSON_IsObject(size)) {
-        pith_meta sm = {.path = path, .json = size, .err = err};
-        rc = pith_meta_float(&sm, "shortest_edge", false, &min_px) || pith_meta_float(&sm, "longest_edge", false, &max_px)
-                 ? -1
-                 : 0;
+/* Gemma3ImageProcessor: a square of the tower's size, no pan and scan. */
+static int gemma_processor(const pith_meta *m, pith_vision_hparams *hp, pith_err *err) {
+    int h = hp->image_size, w = hp->image_size;
+    bool pan_and_scan = false;
+    if (pith_meta_bool(m, "do_pan_and_scan", &pan_and_scan)) return -1;
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(m->json, "size");
+    if (cJSON_IsObject(size)) {
+        pith_meta sm = {.path = m->path, .json = size, .err = err};
+        if (pith_meta_int(&sm, "height", false, &h) || pith_meta_int(&sm, "width", false, &w)) return -1;
     }
-    if (!rc && (patch != hp->patch_size || merge != hp->merge || temporal != hp->temporal))
-        rc = pith_errf(err, "%s: patches of %d, merged %d x %d, %d frames differ from the vision tower's (%d, %d, %d)",
-                       path, patch, merge, merge, temporal, hp->patch_size, hp->merge, hp->temporal);
-    if (!rc && !is_filter(resample)) rc = pith_errf(err, "%s: resample %d is not a filter Pith has (0-3)", path, resample);
-    if (!rc && (!normalize || !rescale || factor < 0.0039215f || factor > 0.0039216f))
-        rc = pith_errf(err, "%s: only the default preprocessing is followed (rescale by 1/255 and normalize)", path);
-    if (!rc && !(min_px >= 1 && max_px >= min_px && max_px <= 1e9f))
-        rc = pith_errf(err, "%s: the pixel budget %g to %g is not a range of positive sizes", path, min_px, max_px);
-    hp->resample = resample;
+    if (h != hp->image_size || w != hp->image_size)
+        return pith_errf(err, "%s: size %dx%d differs from the vision tower's image size %d", m->path, w, h,
+                         hp->image_size);
+    if (pan_and_scan) return pith_errf(err, "%s: only the default preprocessing is followed (no pan and scan)", m->path);
+    return 0;
+}
+
+/* Qwen2VLImageProcessor: the tower's patch sizes, and the pixel budget, "size" {"shortest_edge",
+ * "longest_edge"} (newer) or "min_pixels" / "max_pixels" (older). */
+static int qwen_processor(const pith_meta *m, pith_vision_hparams *hp, pith_err *err) {
+    int patch = hp->patch_size, merge = hp->merge, temporal = hp->temporal;
+    float min_px = (float)hp->min_pixels, max_px = (float)hp->max_pixels;
+    if (pith_meta_int(m, "patch_size", false, &patch) || pith_meta_int(m, "merge_size", false, &merge) ||
+        pith_meta_int(m, "temporal_patch_size", false, &temporal) || pith_meta_float(m, "min_pixels", false, &min_px) ||
+        pith_meta_float(m, "max_pixels", false, &max_px))
+        return -1;
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(m->json, "size");
+    if (cJSON_IsObject(size)) {
+        pith_meta sm = {.path = m->path, .json = size, .err = err};
+        if (pith_meta_float(&sm, "shortest_edge", false, &min_px) || pith_meta_float(&sm, "longest_edge", false, &max_px))
+            return -1;
+    }
+    if (patch != hp->patch_size || merge != hp->merge || temporal != hp->temporal)
+        return pith_errf(err, "%s: patches of %d, merged %d x %d, %d frames differ from the vision tower's (%d, %d, %d)",
+                         m->path, patch, merge, merge, temporal, hp->patch_size, hp->merge, hp->temporal);
+    if (!(min_px >= 1 && max_px >= min_px && max_px <= 1e9f))
+        return pith_errf(err, "%s: the pixel budget %g to %g is not a range of positive sizes", m->path, min_px, max_px);
     hp->min_pixels = (long)min_px;
     hp->max_pixels = (long)max_px;
+    return 0;
+}
+
+/* preprocessor_config.json, optional: without it the processor class's defaults (in hp) stand. */
+static int processor(const char *dir, pith_vision_hparams *hp, pith_err *err) {
+    cJSON *j;
+    if (read_json(dir, "preprocessor_config.json", true, &j, err)) return -1;
+    if (!j) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    pith_meta m = {.path = path, .json = j, .err = err};
+    int rc = processor_common(&m, hp, err);
+    if (!rc) rc = hp->projector == PITH_VISION_QWEN3VL ? qwen_processor(&m, hp, err) : gemma_processor(&m, hp, err);
     cJSON_Delete(j);
     return rc;
 }
 
-/* SiglipVisionConfig's defaults, then the file's; Gemma3Config's mm_tokens_per_image. */
+/* SiglipVisionConfig's defaults (with Gemma3ImageProcessor's), then the file's; Gemma3Config's
+ * mm_tokens_per_image. */
 static int gemma_hparams(const pith_meta *top, const pith_meta *v, pith_vision_hparams *hp, pith_err *err) {
     *hp = (pith_vision_hparams){.projector = PITH_VISION_GEMMA3, .image_size = 224, .patch_size = 16, .dim = 768,
                                 .ffn = 3072, .n_layers = 12, .n_heads = 12, .eps = 1e-6f,
@@ -213,11 +205,15 @@ static int gemma_hparams(const pith_meta *top, const pith_meta *v, pith_vision_h
     return 0;
 }
 
-/* Qwen3VLVisionConfig's defaults (Qwen3_5VisionConfig's: no DeepStack), then the file's. */
+/* Qwen3VLVisionConfig's defaults (Qwen3_5VisionConfig's: no DeepStack), then the file's */
 static int qwen_hparams(const pith_meta *v, bool deepstack_default, pith_vision_hparams *hp, pith_err *err) {
+    /* and Qwen2VLImageProcessor's: OpenAI CLIP's mean and std, bicubic, 56 x 56 to 28 x 28 x 1280 pixels */
     *hp = (pith_vision_hparams){.projector = PITH_VISION_QWEN3VL, .patch_size = 16, .dim = 1152, .ffn = 4304,
                                 .n_layers = 27, .n_heads = 16, .eps = 1e-6f, .merge = 2, .temporal = 2, .pool = 1,
-                                .rope_theta = 10000.0f, .fused_qkv = true};
+                                .rope_theta = 10000.0f, .fused_qkv = true,
+                                .mean = {0.48145466f, 0.4578275f, 0.40821073f},
+                                .std = {0.26862954f, 0.26130258f, 0.27577711f}, .resample = PITH_RESIZE_BICUBIC,
+                                .min_pixels = 56 * 56, .max_pixels = 28 * 28 * 1280};
     int channels = 3, n_pos = 2304;
     char act[32] = "gelu_pytorch_tanh";
     if (pith_meta_int(v, "depth", false, &hp->n_layers) || pith_meta_int(v, "hidden_size", false, &hp->dim) ||
@@ -273,7 +269,7 @@ int vision_hf_hparams(const pith_model_file *f, pith_vision_hparams *hp, pith_er
                                           : qwen_hparams(&v, names_class(config, "Qwen3VLForConditionalGeneration"), hp, err);
     cJSON_Delete(config);
     if (rc) return -1;
-    return tower == PITH_VISION_GEMMA3 ? gemma_processor(dir, hp, err) : qwen_processor(dir, hp, err);
+    return processor(dir, hp, err);
 }
 
 /* clip name -> transformers' name (after the tower's or the projector's prefix) */

@@ -199,6 +199,8 @@ static void tables(const pith_vision *v, int gh, int gw, float *pe, float *cs) {
     const pith_vision_hparams *hp = &v->hp;
     const vision_qwen *q = v->qwen;
     int d = hp->dim, S = hp->pos_side, m = hp->merge, hd = d / hp->n_heads, quarter = hd / 4, n = gh * gw;
+    double freq[128]; /* head_dim <= 512 (vision.c) */
+    for (int i = 0; i < quarter; i++) freq[i] = pow((double)hp->rope_theta, -2.0 * i / (hd / 2));
     for (int t = 0; t < n; t++) {
         int r, c;
         patch_at(t, gw, m, &r, &c);
@@ -213,9 +215,8 @@ static void tables(const pith_vision *v, int gh, int gw, float *pe, float *cs) {
         /* angles [row * f_0 .. row * f_{q-1}, col * f_0 .. col * f_{q-1}], then their cos and sin */
         float *co = cs + (size_t)t * hd, *si = co + hd / 2;
         for (int i = 0; i < quarter; i++) {
-            double f = pow((double)hp->rope_theta, -2.0 * i / (hd / 2));
-            co[i] = (float)cos(r * f), si[i] = (float)sin(r * f);
-            co[quarter + i] = (float)cos(c * f), si[quarter + i] = (float)sin(c * f);
+            co[i] = (float)cos(r * freq[i]), si[i] = (float)sin(r * freq[i]);
+            co[quarter + i] = (float)cos(c * freq[i]), si[quarter + i] = (float)sin(c * freq[i]);
         }
     }
 }
