@@ -314,10 +314,12 @@ static void rope_row(row_job *j, int t, int ith) {
     int half = a->r->half;
     float *cs = row_of(a->cs, t), *sn = cs + half;
     double pos = j->c->step->positions[t], ms = a->r->mscale;
-    const int32_t *mpos = a->r->sections[0] && j->c->step->rope_pos ? j->c->step->rope_pos + 3 * (size_t)t : NULL;
+    const int *sec = a->r->sections;
+    const int32_t *mpos = sec[0] && j->c->step->rope_pos ? j->c->step->rope_pos + 3 * (size_t)t : NULL;
     for (int i = 0; i < half; i++) {
-        int c = !mpos ? 0 : i % 3 == 1 && i < 3 * a->r->sections[1] ? 1 : i % 3 == 2 && i < 3 * a->r->sections[2] ? 2 : 0;
-        double angle = (mpos ? mpos[c] : pos) * a->r->inv_freq[i];
+        if (mpos) /* M-RoPE: this frequency's component (backend.h) */
+            pos = mpos[i % 3 == 1 && i < 3 * sec[1] ? 1 : i % 3 == 2 && i < 3 * sec[2] ? 2 : 0];
+        double angle = pos * a->r->inv_freq[i];
         cs[i] = (float)(cos(angle) * ms);
         sn[i] = (float)(sin(angle) * ms);
     }
