@@ -25,7 +25,14 @@ Qwen3-VL runs the same engine cases (Qwen3VLVision): tools/mkmodel.py's test-qwe
 Qwen3VLForConditionalGeneration (M-RoPE over the whole head, sections 12, 10, 10) and a tower with
 DeepStack mergers after blocks 0 and 1, whose parts join the image tokens after text layers 0 and 1
 (the reference: forward's deepstack, as Qwen3VLTextModel._deepstack_process). Measured: 3.7e-6 and 2.0e-6
-in every case; without DeepStack the reference is 1.9 away, with plain positions 2.0.
+in every case; without DeepStack the reference is 1.9 away, with plain positions 2.0. test_gguf runs the
+same weights from a qwen3vl text GGUF beside a qwen3vl_merger projector (llama.cpp's layout).
+
+The MoE classes, each from a directory laid out as the released checkpoints (experts fused), the reference
+applying the fused tensors as transformers' classes do: Qwen3VLMoeVision (Qwen3VLVision's cases, GGUF
+arch qwen3vlmoe included, over test-qwen3moe: gate_up_proj [E, H, 2F] as Qwen3VLMoeTextExperts holds it)
+2.4e-5 and 4.5e-6; Qwen35MoeVision (test-qwen35moe as Qwen3_5MoeForConditionalGeneration, gate_up_proj
+[E, 2F, H], transformers 5's layout) 1.0e-5 and 3.5e-5.
 
 Environment: PITH_MROPE_LOGITS (the tool), PITH_TEST_TMP. Exit 77 (skip) without torch or numpy."""
 
@@ -107,6 +114,7 @@ class Qwen35Vision(unittest.TestCase):
         """The model directory (write), the reference, the images, their reference rows and the prompts."""
         cls.tmp = os.path.join(pithtest.tmp_dir(), name)
         os.makedirs(cls.tmp, exist_ok=True)
+        cls.w = w
         cls.hf = write(os.path.join(cls.tmp, "hf"))
         cls.ref = reference.Model(cls.hf)
         rng = np.random.default_rng(seed)
@@ -119,10 +127,10 @@ class Qwen35Vision(unittest.TestCase):
         cls.pixels = os.path.join(cls.tmp, "px.f32")
         np.concatenate([np.asarray(im, dtype=np.float32).ravel() for im in cls.images]).tofile(cls.pixels)
 
-    def run_engine(self, mode):
+    def run_engine(self, mode, model=None, projector=None):
         out = os.path.join(self.tmp, "rows.f32")
         sizes = ",".join(f"{h}x{w}" for h, w in SIZES)
-        r = subprocess.run([self.tool, self.hf, self.hf, self.pixels, sizes, mode, str(N_GEN), out] +
+        r = subprocess.run([self.tool, model or self.hf, projector or self.hf, self.pixels, sizes, mode, str(N_GEN), out] +
                            [",".join(map(str, s)) for s in self.seqs], capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, r.stderr)
         V_ = self.ref.n_vocab
@@ -156,8 +164,8 @@ class Qwen35Vision(unittest.TestCase):
         print(f"{what}: max |error| {err:.2e} over {got.shape[0]} rows (tolerance {TOL:g})")
         self.assertLess(err, TOL, what)
 
-    def engine_case(self, mode, what):
-        rows, toks, cached, encoded, preempted = self.run_engine(mode)
+    def engine_case(self, mode, what, model=None, projector=None):
+        rows, toks, cached, encoded, preempted = self.run_engine(mode, model, projector)
         for s in range(len(self.seqs)):
             self.assertEqual(toks[(0, s)], toks[(1, s)], f"{what}: the second turn generates the same tokens")
             want = self.expected(s, toks[(0, s)])
@@ -286,31 +294,75 @@ class Qwen35Vision(unittest.TestCase):
         self.assertTrue(enc["ms_mean"] > 0 and 0 < enc["of_peak"] < 1.5 and pre["tok_s_mean"] > 0)
 
 
-def write_qwen3vl(out_dir, w, seed):
+def fuse_experts(tensors, halves):
+    """Each layer's per-expert ...mlp.experts.E.{gate,up,down}_proj.weight ([F, H], [F, H], [H, F]) fused as
+    the released checkpoints hold them. halves (Qwen3VLMoeTextExperts, applied as x @ W): gate_up_proj
+    [E, H, 2F] = [gate^T | up^T], down_proj [E, F, H] = down^T. Otherwise (Qwen3.5-MoE, transformers 5's
+    layout): gate_up_proj [E, 2F, H], gate rows then up rows, and down_proj [E, H, F]."""
+    import re
+    out, per = {}, {}
+    for k, v in tensors.items():
+        m = re.match(r"(.*\.mlp\.experts\.)(\d+)\.(gate|up|down)_proj\.weight$", k)
+        if m:
+            per.setdefault(m.group(1), {}).setdefault(m.group(3), {})[int(m.group(2))] = v
+        else:
+            out[k] = v
+    assert per, "no per-expert tensors to fuse"
+    for prefix, kinds in per.items():
+        g, u, d = (np.stack([kinds[kind][e] for e in range(len(kinds[kind]))]) for kind in ("gate", "up", "down"))
+        gate_up = np.concatenate([g, u], axis=1)
+        out[prefix + "gate_up_proj"] = np.ascontiguousarray(gate_up.transpose(0, 2, 1)) if halves else gate_up
+        out[prefix + "down_proj"] = np.ascontiguousarray(d.transpose(0, 2, 1)) if halves else d
+    return out
+
+
+def write_qwen3vl(out_dir, w, seed, preset="test-qwen3"):
     """A Qwen3VLForConditionalGeneration directory: tools/mkmodel.py's test-qwen3 with 4 layers (width 128,
     heads of 64: M-RoPE sections 12, 10, 10 of its 32 rotated pairs) under model.language_model., and the
-    tower w (with its DeepStack mergers) under model.visual."""
+    tower w (with its DeepStack mergers) under model.visual. preset test-qwen3moe: a
+    Qwen3VLMoeForConditionalGeneration, its experts fused as Qwen3VLMoeTextExperts holds them."""
     import json
     import test_ref_siglip as S
-    tcfg = mkmodel.build_config("test-qwen3", layers=4, dim=CFG["out_dim"])
+    moe = preset == "test-qwen3moe"
+    tcfg = mkmodel.build_config(preset, layers=4, dim=CFG["out_dim"])
     mkmodel.write_safetensors(tcfg, out_dir + ".text", "F32", seed=seed)
     tensors = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
                for k, v in S.read_safetensors(os.path.join(out_dir + ".text", "model.safetensors")).items()}
+    if moe:
+        tensors = fuse_experts(tensors, halves=True)
     with open(os.path.join(out_dir + ".text", "config.json")) as fh:
         text = json.load(fh)
     for k in ("architectures", "torch_dtype"):
         text.pop(k, None)
-    text.update(model_type="qwen3_vl_text",
+    text.update(model_type="qwen3_vl_moe_text" if moe else "qwen3_vl_text",
                 rope_scaling={"rope_type": "default", "mrope_section": [12, 10, 10], "mrope_interleaved": True})
-    top = {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "text_config": text,
+    top = {"architectures": ["Qwen3VLMoeForConditionalGeneration" if moe else "Qwen3VLForConditionalGeneration"],
+           "model_type": "qwen3_vl_moe" if moe else "qwen3_vl", "text_config": text,
            "tie_word_embeddings": text.get("tie_word_embeddings", False)}
+    return V.write_hf(out_dir, CFG, w, text=(tensors, top))
+
+
+def write_qwen35moe(out_dir, w, seed):
+    """A Qwen3_5MoeForConditionalGeneration directory as released: tools/mkmodel.py's test-qwen35moe (8
+    experts of 64, 2 per token, a shared expert) with its experts fused (gate_up_proj [E, 2F, H]), and the
+    tower w."""
+    import json
+    import test_ref_siglip as S
+    tcfg = mkmodel.build_config("test-qwen35moe", hf_type="multimodal", dim=CFG["out_dim"])
+    mkmodel.write_safetensors(tcfg, out_dir + ".text", "F32", seed=seed)
+    tensors = fuse_experts({k: v for k, v in S.read_safetensors(os.path.join(out_dir + ".text", "model.safetensors")).items()
+                            if not k.startswith("model.visual.")}, halves=False)
+    with open(os.path.join(out_dir + ".text", "config.json")) as fh:
+        top = json.load(fh)
     return V.write_hf(out_dir, CFG, w, text=(tensors, top))
 
 
 class Qwen3VLVision(Qwen35Vision):
     """Qwen3-VL: the same engine cases with a Qwen3 text model (M-RoPE over its whole head) and DeepStack
     (mergers after vision blocks 0 and 1, their parts joining the image tokens after text layers 0 and
-    1). The reference adds them as Qwen3VLTextModel._deepstack_process does."""
+    1). The reference adds them as Qwen3VLTextModel._deepstack_process does. test_gguf: the same weights
+    as llama.cpp's files hold them."""
+    PRESET, ARCH, NAME, SEED = "test-qwen3", "qwen3vl", "ref_qwen3vl_model", 4300
 
     @classmethod
     def setUpClass(cls):
@@ -318,8 +370,24 @@ class Qwen3VLVision(Qwen35Vision):
         if not tool or not os.path.exists(tool):
             pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
         cls.tool = tool
-        w = V.as_f32(V.make_weights(CFG, 2, seed=4301, deepstack=(0, 1)))
-        cls.build("ref_qwen3vl_model", w, lambda d: write_qwen3vl(d, w, seed=4300), seed=4302)
+        w = V.as_f32(V.make_weights(CFG, 2, seed=cls.SEED + 1, deepstack=(0, 1)))
+        cls.build(cls.NAME, w, lambda d: write_qwen3vl(d, w, seed=cls.SEED, preset=cls.PRESET), seed=cls.SEED + 2)
+
+    def test_gguf(self):
+        """llama.cpp's layout of the same weights: the text model a GGUF of arch qwen3vl (qwen3vlmoe), with
+        {arch}.rope.dimension_sections (four entries, as its converter writes them) and
+        {arch}.n_deepstack_layers, beside a qwen3vl_merger projector with its DeepStack mergers."""
+        cfg = mkmodel.build_config(self.PRESET, layers=4, dim=CFG["out_dim"])
+        src, model = os.path.join(self.tmp, "text.gguf"), os.path.join(self.tmp, self.ARCH + ".gguf")
+        mkmodel.write_gguf(cfg, src, "F32", seed=self.SEED)
+        G = mkmodel.G
+        G.rewrite(src, model, key=lambda k: self.ARCH + k[len(cfg.arch):] if k.startswith(cfg.arch + ".") else k,
+                  meta={"general.architecture": (G.STRING, self.ARCH),
+                        f"{self.ARCH}.rope.dimension_sections": (G.ARRAY, [12, 10, 10, 0], G.INT32),
+                        f"{self.ARCH}.n_deepstack_layers": (G.UINT32, 2)})
+        projector = os.path.join(self.tmp, "mmproj.gguf")
+        V.write_mmproj(projector, CFG, self.w)
+        self.engine_case("5:0", "GGUF, chunks of 5", model=model, projector=projector)
 
     def test_whole_prompt_and_second_turn(self):
         super().test_whole_prompt_and_second_turn()
@@ -328,6 +396,31 @@ class Qwen3VLVision(Qwen35Vision):
         moved = np.abs(rows[0][0] - other).max()
         print(f"against the reference without DeepStack: {moved:.3g}")
         self.assertGreater(moved, 100 * TOL, "DeepStack must change the logits")
+
+    test_cli_and_server = None  # the CLI and server path is Qwen3.5's, tested there
+
+
+class Qwen3VLMoeVision(Qwen3VLVision):
+    """Qwen3-VL-MoE: Qwen3VLVision's cases over test-qwen3moe's layers (8 experts of 64, 2 per token),
+    its experts fused as the released checkpoints hold them (Qwen3VLMoeTextExperts: gate_up_proj
+    [E, H, 2F], gate the first F columns), which the reference applies as that class does; test_gguf
+    with GGUF's 3-D expert tensors (arch qwen3vlmoe)."""
+    PRESET, ARCH, NAME, SEED = "test-qwen3moe", "qwen3vlmoe", "ref_qwen3vlmoe_model", 4500
+
+
+class Qwen35MoeVision(Qwen35Vision):
+    """Qwen3.5-MoE as released: Qwen35Vision's cases over test-qwen35moe, its experts fused
+    (gate_up_proj [E, 2F, H], down_proj [E, H, F]; the reference applies them as transformers 5's
+    Qwen3_5MoeExperts does)."""
+
+    @classmethod
+    def setUpClass(cls):
+        tool = os.environ.get("PITH_MROPE_LOGITS")
+        if not tool or not os.path.exists(tool):
+            pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
+        cls.tool = tool
+        w = V.as_f32(V.make_weights(CFG, 2, seed=4601))
+        cls.build("ref_qwen35moe_vision", w, lambda d: write_qwen35moe(d, w, seed=4600), seed=4602)
 
     test_cli_and_server = None  # the CLI and server path is Qwen3.5's, tested there
 

@@ -617,3 +617,22 @@ class GGUFReader:
 
     def tensor_type(self, name):
         return self.tensors[name][1]
+
+
+def rewrite(src, dst, key=lambda k: k, meta=None):
+    """Copy a GGUF file with each metadata key renamed to key(k) (None drops it), its type kept, and
+    meta's {key: (type, value) or (ARRAY, values, element type)} added; the tensors as stored."""
+    r = GGUFReader(src)
+    w = GGUFWriter(dst, int(r.metadata.get("general.alignment", DEFAULT_ALIGNMENT)))
+    for k, v in r.metadata.items():
+        name = key(k)
+        if name is None or name == "general.alignment" or name in (meta or {}):
+            continue
+        vtype, arr_type = r.metadata_types[k]
+        w.add(name, v, vtype, arr_type)
+    for k, spec in (meta or {}).items():
+        w.add(k, spec[1], spec[0], spec[2] if len(spec) > 2 else None)
+    for name, (shape, t, _, _) in r.tensors.items():
+        w.add_tensor(name, shape, t, bytes(r.raw(name)))
+    w.write()
+    r.close()

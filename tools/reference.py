@@ -50,7 +50,10 @@ not copied; each part names what it follows):
   by its probability and summed. GGUF (llama.cpp src/models/qwen3moe.cpp, llama.cpp's Mixtral as arch
   llama with llama.expert_count): blk.N.ffn_gate_inp.weight and 3-D ffn_{gate,up,down}_exps.weight (or
   one blk.N.ffn_{gate,up,down}.E.weight per expert); qwen3moe always renormalises (norm_w true), as does
-  llama.cpp's Mixtral; {arch}.expert_weights_norm overrides where present.
+  llama.cpp's Mixtral; {arch}.expert_weights_norm overrides where present. Fused Hugging Face experts
+  (mlp.experts.gate_up_proj and down_proj) are applied as their classes apply them: Qwen3VLMoeTextExperts
+  (x @ gate_up_proj[e], chunked into gate and up halves; @ down_proj[e]) and transformers 5's
+  Qwen3_5MoeExperts (F.linear(x, gate_up_proj[e]) chunked likewise; F.linear with down_proj[e]).
 - GPT-OSS (modeling_gpt_oss.py, configuration_gpt_oss.py): Q/K/V/O biases, sinks, "layer_types" windows
   (default: even layers sliding), YaRN, the FFN's pre-norm post_attention_layernorm, and the MoE block
   GptOssTopKRouter + GptOssExperts: logits = h @ W.T + b, the top k logits softmaxed among themselves,
@@ -95,6 +98,8 @@ HF_LAYER = {
     "mlp.down_proj.weight": "ffn_down.weight",
     "self_attn.sinks": "attn_sinks.weight",
     "self_attn.o_proj.bias": "attn_output.bias",
+    # Qwen3-VL-MoE's fused experts (moe_ffn reads them as Qwen3VLMoeTextExperts does)
+    "mlp.experts.gate_up_proj": "experts.gate_up_proj", "mlp.experts.down_proj": "experts.down_proj",
 }
 # GPT-OSS: the FFN pre-norm and the router; the fused experts keep their own names (blk.N.experts.*).
 HF_LAYER_GPTOSS = dict(HF_LAYER, **{
@@ -142,6 +147,8 @@ HF_LAYER_QWEN35 = {
     "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+    # the released checkpoints' fused experts (moe_ffn reads them as transformers 5's Qwen3_5MoeExperts)
+    "mlp.experts.gate_up_proj": "experts.gate_up_proj", "mlp.experts.down_proj": "experts.down_proj",
 }
 
 # Granite 4.0-H (modeling_granitemoehybrid.py), named as llama.cpp's LLM_ARCH_GRANITE_HYBRID names them;
@@ -344,14 +351,20 @@ class Model:
                                                                  c["text_config"].get("tie_word_embeddings", False)))
         if c.get("model_type") in ("qwen3_5_text", "qwen3_5_moe_text"):
             return self._hf_qwen35(d, c)
-        if c.get("model_type") == "qwen3_vl" and isinstance(c.get("text_config"), dict):
+        if c.get("model_type") in ("qwen3_vl", "qwen3_vl_moe") and isinstance(c.get("text_config"), dict):
             # Qwen3VLForConditionalGeneration: a Qwen3 with M-RoPE (Qwen3VLTextRotaryEmbedding's mrope_section,
             # default [24, 20, 20]) and DeepStack (forward's deepstack); its tensors under model.language_model.
+            # Qwen3VLMoeForConditionalGeneration: the same over Qwen3-MoE's layers (Qwen3VLMoeTextRouter
+            # renormalises), its experts fused (Qwen3VLMoeTextExperts).
             tc = c["text_config"]
             rs = tc.get("rope_scaling") or tc.get("rope_parameters") or {}
             self.mrope_section = list(rs.get("mrope_section", [24, 20, 20]))
-            c = dict(tc, model_type="qwen3", rope_scaling=None, rope_theta=rs.get("rope_theta", tc.get("rope_theta", 5e6)),
+            moe = c["model_type"] == "qwen3_vl_moe"
+            c = dict(tc, model_type="qwen3_moe" if moe else "qwen3", rope_scaling=None,
+                     rope_theta=rs.get("rope_theta", tc.get("rope_theta", 5e6)),
                      tie_word_embeddings=c.get("tie_word_embeddings", tc.get("tie_word_embeddings", False)))
+            if moe:
+                c["norm_topk_prob"] = True
         if c.get("model_type") == "granitemoehybrid":
             return self._hf_granite(d, c)
         if c.get("model_type") == "nemotron_h":
@@ -1092,13 +1105,25 @@ def moe_ffn(m, layer, h, aq):
     if m.norm_topk:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
+    fused = m.has(f"blk.{layer}.experts.gate_up_proj")
+    if fused:
+        gu_w, d_w = m.w(f"blk.{layer}.experts.gate_up_proj"), m.w(f"blk.{layer}.experts.down_proj")
     for e in range(m.n_experts):
         rows, slot = torch.nonzero(chosen == e, as_tuple=True)
         if len(rows) == 0:
             continue
         x = aq(h[rows])
-        gate, up = x @ m.expert(layer, "gate", e).T, x @ m.expert(layer, "up", e).T
-        y = aq(torch.nn.functional.silu(gate) * up) @ m.expert(layer, "down", e).T
+        if fused and m.family == "qwen35":
+            # transformers 5's Qwen3_5MoeExperts: F.linear(x, gate_up_proj[e]).chunk(2, -1); F.linear(., down_proj[e])
+            gate, up = (x @ gu_w[e].T).chunk(2, dim=-1)
+            y = aq(torch.nn.functional.silu(gate) * up) @ d_w[e].T
+        elif fused:
+            # Qwen3VLMoeTextExperts: (x @ gate_up_proj[e]).chunk(2, -1); (up * act(gate)) @ down_proj[e]
+            gate, up = (x @ gu_w[e]).chunk(2, dim=-1)
+            y = aq(up * torch.nn.functional.silu(gate)) @ d_w[e]
+        else:
+            gate, up = x @ m.expert(layer, "gate", e).T, x @ m.expert(layer, "up", e).T
+            y = aq(torch.nn.functional.silu(gate) * up) @ m.expert(layer, "down", e).T
         out.index_add_(0, rows, y * weights[rows, slot][:, None])
     return out
 
@@ -1331,15 +1356,15 @@ def forward(m, tokens, act_q8=False, kv_f16=False, embeds=None, spans=(), mrope=
         h = norm(x, p + "ffn_norm.weight")
         if m.n_experts:
             x = x + moe_ffn(m, i, h, aq)
-            continue
-        hq = aq(h)
-        gate = hq @ m.w(p + "ffn_gate.weight").T
-        up = hq @ m.w(p + "ffn_up.weight").T
-        act = gelu_tanh(gate) if gemma else torch.nn.functional.silu(gate)
-        f = aq(act * up) @ m.w(p + "ffn_down.weight").T
-        if gemma:
-            f = norm(f, p + "post_ffw_norm.weight")
-        x = x + f
+        else:
+            hq = aq(h)
+            gate = hq @ m.w(p + "ffn_gate.weight").T
+            up = hq @ m.w(p + "ffn_up.weight").T
+            act = gelu_tanh(gate) if gemma else torch.nn.functional.silu(gate)
+            f = aq(act * up) @ m.w(p + "ffn_down.weight").T
+            if gemma:
+                f = norm(f, p + "post_ffw_norm.weight")
+            x = x + f
         if deepstack and i < len(deepstack):
             for pos_, row in deepstack[i].items():
                 x[pos_] = x[pos_] + torch.as_tensor(row, dtype=torch.float64)

@@ -177,6 +177,11 @@ typedef struct pith_moe_config {
      * of gate and up, its columns of down) and runs every chosen expert on them; the sum across ranks is
      * the layer's output (the down bias is added on part 0 only). ffn stays the file's F. */
     int col_part, col_parts;
+    /* Loading only: how Hugging Face's fused experts (model.layers.N.mlp.experts.gate_up_proj, [experts][dim]
+     * [2 ffn], and down_proj, [experts][ffn][dim], applied as x @ W) split gate_up_proj's last dimension.
+     * false: interleaved, gate the even columns and up the odd ones (GPT-OSS); true: halves, gate the first
+     * ffn columns (Qwen3-VL-MoE's Qwen3VLMoeTextExperts: gate_up.chunk(2, -1)). */
+    bool fused_halves;
 } pith_moe_config;
 
 /* The most experts a layer may have: every backend's MoE op takes this many. */

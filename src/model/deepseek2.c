@@ -168,7 +168,7 @@ int ds2_load_layer(ds2 *m, int l, ds2_layer *L, pith_err *err) {
     if (pith_moe_dense_layer(hp, l)) return pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err);
     static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
                                               "mlp.experts.%d.down_proj.weight"};
-    return pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err);
+    return pith_ffn_block_load_moe(d, l, hf_experts, 0, false, &L->ffn, err);
 }
 
 /* Layer l's MLA of the normed rows xb (n of them) into bufs.att, its K rows into layer l of the group. */

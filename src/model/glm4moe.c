@@ -88,7 +88,7 @@ int glm4moe_load_layer(glm4moe *m, int l, glm4moe_layer *L, pith_err *err) {
     if (rc) return pith_err_prefix(err, "layer %d", l);
     /* the experts' loader names the layer itself */
     if (pith_moe_dense_layer(hp, l)) return pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err);
-    return pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err);
+    return pith_ffn_block_load_moe(d, l, hf_experts, 0, false, &L->ffn, err);
 }
 
 int pith_glm4moe_build(pith_model_file *file, const pith_model_options *opt, pith_model **out, pith_err *err) {

@@ -71,7 +71,7 @@ static int load_layer(gh *m, int l, pith_err *err) {
     if (hp->n_experts > 0 && !has_tensor(d, l, "ffn_gate_shexp.weight") && !has_tensor(d, l, "ffn_gate_up.weight"))
         return pith_errf(err, "layer %d: missing tensor blk.%d.ffn_gate_shexp.weight (the shared MLP)", l, l);
     if (hp->n_experts > 0) {
-        if (pith_ffn_block_load_moe(d, l, NULL, 0, &L->ffn, err)) return -1; /* its errors name the layer */
+        if (pith_ffn_block_load_moe(d, l, NULL, 0, false, &L->ffn, err)) return -1; /* its errors name the layer */
     } else if (pith_ffn_block_load(d, l, PITH_GLU_SILU, &L->ffn, err)) {
         return pith_err_prefix(err, "layer %d", l);
     }

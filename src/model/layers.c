@@ -183,10 +183,11 @@ void pith_moe_config_of(const pith_hparams *hp, pith_moe_config *cfg) {
 }
 
 int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts[3], float swiglu_limit,
-                            pith_ffn_block *f, pith_err *err) {
+                            bool fused_halves, pith_ffn_block *f, pith_err *err) {
     memset(f, 0, sizeof *f);
     pith_moe_config cfg;
     pith_moe_config_of(&d->base.hp, &cfg);
+    cfg.fused_halves = fused_halves;
     if (swiglu_limit > 0) {
         cfg.act = PITH_MOE_SWIGLU_CLAMP;
         cfg.clamp_alpha = 1.702f; /* GPT-OSS's, fixed in its code and in llama.cpp's */

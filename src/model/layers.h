@@ -80,9 +80,10 @@ int pith_ffn_block_load(pith_decoder *d, int l, pith_glu act, pith_ffn_block *f,
 /* An ungated MLP: ffn_{up,down}.weight (shapes checked), down(act(up x)). */
 int pith_ffn_block_load_mlp(pith_decoder *d, int l, pith_activation act, pith_ffn_block *f, pith_err *err);
 /* The layer's experts (hf_experts: model/llama.h's Hugging Face names, or NULL), gated by silu(g) * u, or
- * by GPT-OSS's clamped SwiGLU when swiglu_limit > 0. */
+ * by GPT-OSS's clamped SwiGLU when swiglu_limit > 0; fused_halves: pith_moe_config's (a checkpoint's fused
+ * gate_up_proj holds gate and up as halves, not interleaved). */
 int pith_ffn_block_load_moe(pith_decoder *d, int l, const char *const hf_experts[3], float swiglu_limit,
-                            pith_ffn_block *f, pith_err *err);
+                            bool fused_halves, pith_ffn_block *f, pith_err *err);
 /* FFN of `in` (b->xb after a pre-norm; b->x itself in post-norm blocks) added to b->x (post_norm NULL),
  * or normed by post_norm first (through b->xb); times f->out_scale where set (experts: through b->y). */
 int pith_ffn_block_forward(pith_decoder *d, const pith_ffn_block *f, const pith_dec_bufs *b, const pith_buf *in,

@@ -67,7 +67,8 @@ static int load_layer(llama *m, int l, pith_err *err) {
         return pith_err_prefix(err, "layer %d", l);
     if (pith_moe_dense_layer(&d->base.hp, l)) return pith_ffn_block_load(d, l, var->gelu_tanh ? PITH_GLU_GELU_TANH : PITH_GLU_SILU,
                                                              &L->ffn, err);
-    return pith_ffn_block_load_moe(d, l, var->hf_experts[0] ? var->hf_experts : NULL, var->swiglu_limit, &L->ffn, err);
+    return pith_ffn_block_load_moe(d, l, var->hf_experts[0] ? var->hf_experts : NULL, var->swiglu_limit,
+                                   var->fused_halves, &L->ffn, err);
 }
 
 static void llama_free(pith_decoder *d) {

@@ -23,6 +23,9 @@ typedef struct pith_decoder_variant {
     const char *ffn_norm;
     /* Experts: GPT-OSS's clamped SwiGLU with this limit when > 0 (backend.h: PITH_MOE_SWIGLU_CLAMP). */
     float swiglu_limit;
+    /* Experts: a checkpoint's fused gate_up_proj holds gate and up as halves (Qwen3-VL-MoE; backend.h
+     * pith_moe_config.fused_halves), not interleaved as GPT-OSS's. */
+    bool fused_halves;
     /* Images (Qwen3-VL): M-RoPE over the rotated pairs in these sections (0, 0, 0: none; backend.h
      * pith_rope.sections), the model then taking encoder rows (model.h has_embeds, has_mrope); and
      * `deepstack` more parts in each row, part k + 1 joining the hidden state after layer k. */

@@ -46,7 +46,7 @@ int q35_load_layer(q35 *m, int l, bool delta, q35_layer *L, pith_err *err) {
     if (hp->n_experts > 0) {
         static const char *const hf_experts[3] = {"mlp.experts.%d.gate_proj.weight", "mlp.experts.%d.up_proj.weight",
                                                   "mlp.experts.%d.down_proj.weight"};
-        if (pith_ffn_block_load_moe(d, l, hf_experts, 0, &L->ffn, err)) return pith_err_prefix(err, "layer %d", l);
+        if (pith_ffn_block_load_moe(d, l, hf_experts, 0, false, &L->ffn, err)) return pith_err_prefix(err, "layer %d", l);
     } else {
         L->ffn.act = PITH_GLU_SILU;
         if (pith_decoder_matrix_of(d, l, "ffn_gate.weight", ffn, dim, &L->ffn.gate, err) ||

@@ -44,7 +44,9 @@ const pith_name_map pith_qwen35_hf_global[] = {
     {NULL, NULL},
 };
 
-/* with qwen35moe's router and shared expert (its experts are read by name: model/moe.h) */
+/* with qwen35moe's router, shared expert and fused experts (the released checkpoints' gate_up_proj,
+ * [experts][2 ffn][dim], each expert's gate rows then its up rows, and down_proj, [experts][dim][ffn]: GGUF's
+ * 3-D layout; per-expert tensors are read by name: model/moe.h) */
 const pith_name_map pith_qwen35_hf_layer[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "post_attention_norm.weight"},
@@ -71,6 +73,8 @@ const pith_name_map pith_qwen35_hf_layer[] = {
     {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {"mlp.experts.down_proj", "ffn_down_exps.weight"},
     {NULL, NULL},
 };
 

@@ -14,8 +14,9 @@
  * "text_config" and "model.language_model."): qwen35's keys plus num_experts, num_experts_per_tok,
  * moe_intermediate_size, shared_expert_intermediate_size (no intermediate_size); tensors mlp.gate.weight,
  * mlp.experts.E.{gate,up,down}_proj.weight, mlp.shared_expert.{gate,up,down}_proj.weight,
- * mlp.shared_expert_gate.weight ([1, dim]). The fused experts of transformers' in-memory layout
- * (mlp.experts.gate_up_proj) are not read. */
+ * mlp.shared_expert_gate.weight ([1, dim]); the released checkpoints fuse each layer's experts instead
+ * (transformers 5's layout): mlp.experts.gate_up_proj [experts, 2 x ffn, dim] (gate rows, then up rows)
+ * and mlp.experts.down_proj [experts, dim, ffn], read in place as GGUF's 3-D tensors. */
 #include "model/moe_arch.h"
 #include "model/qwen35.h"
 

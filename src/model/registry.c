@@ -26,7 +26,8 @@
     X(glm4moe)        \
     X(gemma4)         \
     X(deepseek2)      \
-    X(qwen3vl)
+    X(qwen3vl)        \
+    X(qwen3vlmoe)
 
 #define DECLARE(n) extern const pith_arch pith_arch_##n;
 PITH_ARCHS(DECLARE)

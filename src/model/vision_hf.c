@@ -1,10 +1,10 @@
 /* Vision towers from Hugging Face directories: transformers' names mapped to llama.cpp's clip names (what
  * vision.c asks for), and the sizes from config.json ("vision_config") and preprocessor_config.json. Two
  * families: Gemma3ForConditionalGeneration (SiglipVisionModel and Gemma3MultiModalProjector, with
- * Gemma3ImageProcessor), and Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and
- * Qwen3_5MoeForConditionalGeneration (Qwen3VLVisionModel, Qwen3.5's without DeepStack, with
- * Qwen2VLImageProcessor). transformers
- * saves only what differs from a config class's defaults, so absent keys take the classes' defaults. */
+ * Gemma3ImageProcessor), and Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration,
+ * Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration (Qwen3VLVisionModel, Qwen3.5's
+ * without DeepStack, with Qwen2VLImageProcessor). transformers saves only what differs from a config
+ * class's defaults, so absent keys take the classes' defaults. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,9 +49,9 @@ static bool names_class(const cJSON *config, const char *cls) {
     return false;
 }
 
-/* Qwen3.5's (no DeepStack) and Qwen3-VL's (DeepStack unless the config says none) */
+/* Qwen3.5's (no DeepStack) and Qwen3-VL's, dense and MoE (DeepStack unless the config says none) */
 static const char *const qwen_classes[] = {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
-                                           "Qwen3VLForConditionalGeneration"};
+                                           "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"};
 
 /* The tower a config's class has (pith_vision_projector), or -1. */
 static int tower_of(const cJSON *config) {
@@ -261,12 +261,14 @@ int vision_hf_hparams(const pith_model_file *f, pith_vision_hparams *hp, pith_er
     int tower = tower_of(config), rc = 0;
     if (tower < 0 || !cJSON_IsObject(vc))
         rc = pith_errf(err, "%s: no vision tower Pith can run (supported: Gemma3ForConditionalGeneration, "
-                       "Qwen3VLForConditionalGeneration, Qwen3_5ForConditionalGeneration and "
-                       "Qwen3_5MoeForConditionalGeneration with a \"vision_config\")", path);
+                       "Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration, "
+                       "Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration with a \"vision_config\")", path);
     pith_meta top = {.path = path, .json = config, .err = err}, v = {.path = path, .json = vc, .err = err};
     if (!rc)
         rc = tower == PITH_VISION_GEMMA3 ? gemma_hparams(&top, &v, hp, err)
-                                          : qwen_hparams(&v, names_class(config, "Qwen3VLForConditionalGeneration"), hp, err);
+                                          : qwen_hparams(&v, names_class(config, "Qwen3VLForConditionalGeneration") ||
+                                                                     names_class(config, "Qwen3VLMoeForConditionalGeneration"),
+                                                         hp, err);
     cJSON_Delete(config);
     if (rc) return -1;
     return processor(dir, hp, err);

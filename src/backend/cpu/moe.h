@@ -75,9 +75,9 @@ int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err
  * expert biases ffn_{gate,up,down}_exps.bias, shared expert ffn_{gate,up,down}_shexp.weight and its
  * gate ffn_gate_inp_shexp.weight (required when cfg->shared_ffn > 0, unless the layer has the dense
  * FFN's names instead: a fused ffn_gate_up.weight or ffn_gate/ffn_up, and ffn_down, as Granite's
- * Hugging Face shared_mlp); else GPT-OSS's Hugging Face mlp.experts.gate_up_proj ([experts][dim][2 ffn],
- * gate and up interleaved, x @ W) and down_proj ([experts][ffn][dim]) with their biases, rearranged into
- * owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
+ * Hugging Face shared_mlp); else Hugging Face's fused mlp.experts.gate_up_proj ([experts][dim][2 ffn],
+ * x @ W; gate and up interleaved as GPT-OSS's, or halves as Qwen3-VL-MoE's: cfg->fused_halves) and
+ * down_proj ([experts][ffn][dim]) with their biases, rearranged into owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err);
 /* Repacks the layer's matrices for the kernel table (pith_matrix_pack). With L->mapped the routed

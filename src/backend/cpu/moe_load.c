@@ -148,9 +148,11 @@ static int load_dense_shared(const pith_model_file *f, int l, int sh, int dim, p
                : 0;
 }
 
-/* GPT-OSS's Hugging Face experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], so gate
- * row i is column 2i of W_e and up row i column 2i + 1; down row o is column o of down_proj[e]. Copied
- * as stored (F32, F16 or BF16), one buffer for the layer. */
+/* Hugging Face's fused experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], applied as
+ * x @ W_e, so gate row i is a column of W_e: column 2i interleaved (GPT-OSS; up row i column 2i + 1),
+ * column i as halves (cfg.fused_halves, Qwen3-VL-MoE; up row i column F + i). Down row o is column o of
+ * down_proj[e]. Copied as stored (F32, F16 or BF16), one buffer for the layer; the gate_up bias, where
+ * there is one, splits as the columns do. */
 static bool fused_hf_present(const pith_model_file *f, int l) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -159,6 +161,7 @@ static bool fused_hf_present(const pith_model_file *f, int l) {
 
 static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pith_err *err) {
     const int E = L->cfg.n_experts, dim = L->cfg.dim, F = L->cfg.ffn;
+    const bool halves = L->cfg.fused_halves;
     char gu_name[96], d_name[96], n[112];
     snprintf(gu_name, sizeof gu_name, "model.layers.%d.mlp.experts.gate_up_proj", l);
     snprintf(d_name, sizeof d_name, "model.layers.%d.mlp.experts.down_proj", l);
@@ -180,11 +183,13 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
         const uint8_t *w = (const uint8_t *)gu->data + (size_t)e * 2 * per * es;
         const uint8_t *wd = (const uint8_t *)d->data + (size_t)e * per * es;
         uint8_t *g = buf + (size_t)(3 * e) * per * es, *u = g + per * es, *dn = u + per * es;
-        for (int i = 0; i < F; i++)
+        for (int i = 0; i < F; i++) {
+            const size_t gc = halves ? (size_t)i : 2 * (size_t)i, uc = halves ? (size_t)F + i : 2 * (size_t)i + 1;
             for (int k = 0; k < dim; k++) {
-                memcpy(g + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i) * es, es);
-                memcpy(u + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + 2 * i + 1) * es, es);
+                memcpy(g + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + gc) * es, es);
+                memcpy(u + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + uc) * es, es);
             }
+        }
         for (int o = 0; o < dim; o++)
             for (int i = 0; i < F; i++) memcpy(dn + ((size_t)o * F + i) * es, wd + ((size_t)i * dim + o) * es, es);
         const uint8_t *srcs[3] = {g, u, dn};
@@ -194,7 +199,7 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
             if (pith_matrix_from_tensor(&kinds[k][e], &t, err)) return -1;
         }
     }
-    /* biases: gate_up_proj_bias [experts][2 ffn] interleaved, down_proj_bias [experts][dim] */
+    /* biases: gate_up_proj_bias [experts][2 ffn] (its columns as the weights'), down_proj_bias [experts][dim] */
     snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
     float *gub;
     if (load_vec(f, n, (int64_t)E * 2 * F, false, &gub, err)) return -1;
@@ -205,7 +210,12 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
             free(gub);
             return pith_errf(err, "out of memory");
         }
-        for (int i = 0; i < E * F; i++) L->gate_bias[i] = gub[2 * i], L->up_bias[i] = gub[2 * i + 1];
+        for (int e = 0; e < E; e++)
+            for (int i = 0; i < F; i++) {
+                const float *b = gub + (size_t)e * 2 * F;
+                L->gate_bias[(size_t)e * F + i] = halves ? b[i] : b[2 * i];
+                L->up_bias[(size_t)e * F + i] = halves ? b[F + i] : b[2 * i + 1];
+            }
         free(gub);
     }
     snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_bias", l);
