@@ -293,6 +293,61 @@ class Qwen35Vision(unittest.TestCase):
         self.assertEqual(pre["image_tokens"], 54)
         self.assertTrue(enc["ms_mean"] > 0 and 0 < enc["of_peak"] < 1.5 and pre["tok_s_mean"] > 0)
 
+    def test_image_budgets(self):
+        """--image-max-tokens caps each image as the processor's max_pixels would (smart_resize within the
+        cap's pixels): the 100 x 140 image is 3 x 4 tokens within the directory's budget, 1 x 2 under a cap
+        of 4 (smart_resize to 32 x 64), in pith run and pith serve alike. A request whose images take the
+        context (six of 12 tokens in 72) is refused with context_length_exceeded before more are prepared."""
+        exe = os.environ.get("PITH_BIN")
+        if not exe or not os.path.exists(exe):
+            self.skipTest("PITH_BIN is not set (run through ctest)")
+        try:
+            from PIL import Image
+        except ImportError:
+            self.skipTest("PIL is missing (Debian: python3-pil)")
+        import base64
+        import re
+        tok = os.path.join(self.tmp, "tok-qwen.gguf")
+        mkmodel.write_gguf(mkmodel.build_config("test-qwen35", image_tokens="qwen"), tok, "F32", seed=1)
+        png = os.path.join(self.tmp, "budget.png")
+        Image.fromarray(np.random.default_rng(4204).integers(0, 256, (100, 140, 3)).astype(np.uint8)).save(png)
+        self.assertEqual(self.smart_size(100, 140), (96, 128))
+        self.assertEqual(self.smart_size(100, 140, max_pixels=4 * 32 * 32), (32, 64))
+
+        def run_prompt_tokens(*extra):
+            r = subprocess.run([exe, "run", "-m", self.hf, "--tokenizer", tok, "--image", png, "-p", "x", "-n", "1",
+                                "-t", "2", *extra], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return int(re.search(r"prompt (\d+) tokens", r.stderr).group(1))
+        full, capped = run_prompt_tokens(), run_prompt_tokens("--image-max-tokens", "4")
+        self.assertEqual(full - capped, 12 - 2, "pith run: the cap's image is 2 tokens, the full one 12")
+        self.assertEqual(run_prompt_tokens("--image-max-tokens", "0"), full, "0: the processor's budget")
+
+        with open(png, "rb") as fh:
+            part = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(fh.read()).decode()}}
+        body = {"messages": [{"role": "user", "content": [part, {"type": "text", "text": "x"}]}], "max_tokens": 1}
+        with pithtest.Server(["-m", self.hf, "--tokenizer", tok, "-t", "2", "--image-max-tokens", "4"]) as srv:
+            status, capped_reply = srv.post("/v1/chat/completions", body)
+            self.assertEqual(status, 200, capped_reply)
+            self.assertEqual(srv.close(), 0)
+        with pithtest.Server(["-m", self.hf, "--tokenizer", tok, "-t", "2", "-c", "72"]) as srv:
+            status, full_reply = srv.post("/v1/chat/completions", body)
+            self.assertEqual(status, 200, full_reply)
+            self.assertEqual(full_reply["usage"]["prompt_tokens"] - capped_reply["usage"]["prompt_tokens"], 10)
+            six = {"messages": [{"role": "user", "content": [part] * 6}], "max_tokens": 1}
+            status, reply = srv.post("/v1/chat/completions", six)
+            print(f"six images of 12 tokens in a context of 72: {status} {reply}")
+            self.assertEqual(status, 400, reply)
+            self.assertEqual(reply["error"]["code"], "context_length_exceeded")
+            self.assertIn("messages[0].content[5]", reply["error"]["message"])
+            status, reply = srv.post("/v1/chat/completions", body)
+            self.assertEqual(status, 200, "the server stays healthy")
+            self.assertEqual(srv.close(), 0)
+        r = subprocess.run([exe, "serve", "-m", self.hf, "--image-max-tokens", "-1"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--image-max-tokens", r.stderr)
+
 
 def fuse_experts(tensors, halves):
     """Each layer's per-expert ...mlp.experts.E.{gate,up,down}_proj.weight ([F, H], [F, H], [H, F]) fused as
@@ -397,7 +452,7 @@ class Qwen3VLVision(Qwen35Vision):
         print(f"against the reference without DeepStack: {moved:.3g}")
         self.assertGreater(moved, 100 * TOL, "DeepStack must change the logits")
 
-    test_cli_and_server = None  # the CLI and server path is Qwen3.5's, tested there
+    test_cli_and_server = test_image_budgets = None  # the CLI and server path is Qwen3.5's, tested there
 
 
 class Qwen3VLMoeVision(Qwen3VLVision):
@@ -422,7 +477,7 @@ class Qwen35MoeVision(Qwen35Vision):
         w = V.as_f32(V.make_weights(CFG, 2, seed=4601))
         cls.build("ref_qwen35moe_vision", w, lambda d: write_qwen35moe(d, w, seed=4600), seed=4602)
 
-    test_cli_and_server = None  # the CLI and server path is Qwen3.5's, tested there
+    test_cli_and_server = test_image_budgets = None  # the CLI and server path is Qwen3.5's, tested there
 
 
 if __name__ == "__main__":

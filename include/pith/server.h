@@ -127,6 +127,12 @@ typedef struct pith_server_options {
     int n_allowed_media_domains;
     size_t media_max_bytes;         /* largest image, decoded or fetched; 0: 20 MiB; larger gets 413 */
     double media_timeout_s;         /* a fetch (connect, redirects, transfer) lasts at most this; 0: 10 */
+    /* Each image's tokens at most, for dynamic-resolution towers (Qwen3-VL's; a fixed-size one, Gemma 3's,
+     * is unaffected): larger images are resized to fit, as the processor's max_pixels would (llama.cpp's
+     * --image-max-tokens). 0: 1280; negative: the processor's own budget (Qwen3-VL's allows 16384 tokens,
+     * an encode of many minutes on a CPU). Besides, a request's images may not take more tokens than the
+     * context holds (400 context_length_exceeded, checked as each is prepared). */
+    int image_max_tokens;
     pith_kv_events_options kv_events; /* KV-cache events (above); zero: none */
     const char *gpu_layers;         /* partial offload (pith_model_options.gpu_layers); NULL: none */
     int n_cpu_moe;                  /* experts kept on the CPU (pith_model_options.n_cpu_moe) */

@@ -151,7 +151,7 @@ int cli_chat(pith_model *m, const pith_tokenizer *tok, const pith_chat_template 
     int pending = 0; /* images attached to the next user turn */
     pith_engine_options eo = o->engine;
     if (o->mmproj) {
-        if (cli_images_open(&ci, o->mmproj, NULL, 0, o->n_threads, err)) return -1;
+        if (cli_images_open(&ci, o->mmproj, NULL, 0, o->n_threads, o->image_max_tokens, err)) return -1;
         eo.encoder = &ci.enc;
     }
     if (pith_engine_create(m, tok, &eo, &e, err)) {

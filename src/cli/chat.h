@@ -23,6 +23,7 @@ typedef struct cli_chat_opts {
     bool interactive;                 /* print a "> " prompt on stderr before each turn */
     const char *mmproj;               /* the vision projector, or NULL: /image is refused */
     int n_threads;                    /* the projector's threads */
+    int image_max_tokens;             /* each image's tokens at most (cli_images_open) */
 } cli_chat_opts;
 
 /* Returns 0 at the end of input, 130 after Ctrl-C (cli_sigint_install: the reply so far stays

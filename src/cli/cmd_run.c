@@ -32,6 +32,7 @@ typedef struct run_opts {
     const char *mmproj;        /* --mmproj: the vision projector */
     const char *images[CLI_MAX_IMAGES]; /* --image, in order */
     int n_images;
+    int image_max_tokens;      /* --image-max-tokens (0: the processor's budget) */
     int n_predict;
     int n_threads;
     const char *device;
@@ -73,7 +74,10 @@ static void run_usage(FILE *out) {
             "                          the prompt's image markers (Gemma 3: <start_of_image>; Qwen3.5:\n"
             "                          <|vision_start|><|image_pad|><|vision_end|>) place them, else they come\n"
             "                          first (docs/multimodal.md); in --chat, a line \"/image FILE\"\n"
-            "                          attaches one to the next message\n"            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
+            "                          attaches one to the next message\n"
+            "      --image-max-tokens N  each image's tokens at most, for models whose images take any size\n"
+            "                          (Qwen3.5, Qwen3-VL): larger ones are resized to fit (default %d;\n"
+            "                          0: the model's processor's own budget, Qwen3-VL's up to 16384)\n"            "      --chat-template FILE   a Jinja chat template to use instead of the model's\n"
             "  -n, --n-predict N       tokens to generate (default 256; stops earlier at EOS); -1: until\n"
             "                          EOS or the context is full\n"
             "  -t, --threads N         worker threads (default: all online CPUs)\n"
@@ -119,7 +123,7 @@ static void run_usage(FILE *out) {
             "(with -f, the results already finished; with --chat, the reply so far, and the chat ends);\n"
             "a second Ctrl-C exits at once. Exit status 130.\n"
             "Long options that take a value also take the form --option=value.\n"
-            "\n", cli_tp_help(false));
+            "\n", PITH_VISION_DEFAULT_MAX_TOKENS, cli_tp_help(false));
     run_batch_usage(out);
 }
 
@@ -129,6 +133,7 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
     o->prompt = "";
     o->n_predict = 256;
     o->sp = pith_sampling_defaults();
+    o->image_max_tokens = PITH_VISION_DEFAULT_MAX_TOKENS;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v;
@@ -163,6 +168,9 @@ static int parse_run_args(int argc, char **argv, run_opts *o) {
                 return -1;
             }
             o->images[o->n_images++] = v;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            VALUE(); if (!cli_parse_int("run", a, v, 0, 1 << 20, &iv)) return -1;
+            o->image_max_tokens = (int)iv;
         } else if (!strcmp(a, "--logits-out")) {
             VALUE(); o->logits_out = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -321,7 +329,7 @@ static int generate(const run_opts *o, pith_model *m, pith_tokenizer *tok, pith_
     int flags = PITH_TOK_ADD_BOS | PITH_TOK_PARSE_SPECIAL;
     cli_images ci = {0};
     if (o->n_images > 0) {
-        if (cli_images_open(&ci, o->mmproj, o->images, o->n_images, o->n_threads, err)) return -1;
+        if (cli_images_open(&ci, o->mmproj, o->images, o->n_images, o->n_threads, o->image_max_tokens, err)) return -1;
         if (cli_images_prompt(&ci, tok, o->prompt, &ids, &n_prompt, err)) {
             cli_images_free(&ci);
             return -1;
@@ -489,7 +497,7 @@ int pith_cmd_run(int argc, char **argv) {
         cli_chat_opts co = {
             .system_prompt = o.prompt, .bos_text = a.bos_text, .eos_text = a.eos_text, .sampling = o.sp,
             .n_predict = o.n_predict, .engine = o.batch.engine, .interactive = isatty(STDIN_FILENO),
-            .mmproj = o.mmproj, .n_threads = o.n_threads,
+            .mmproj = o.mmproj, .n_threads = o.n_threads, .image_max_tokens = o.image_max_tokens,
         };
         rc = cli_chat(a.model, a.tok, a.chat, &co, stdin, stdout, &err);
     } else if (o.batch.prompts_path) {

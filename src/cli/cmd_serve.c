@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model/vision.h"
 #include "pith/dist.h"
 #include "pith/server.h"
 #include "server/log.h"
@@ -110,6 +111,9 @@ static void serve_usage(FILE *out) {
             "                            larger gets 413\n"
             "      --media-timeout SECONDS  how long fetching one image URL may take, connecting and\n"
             "                            redirects included (default 10)\n"
+            "      --image-max-tokens N  each image's tokens at most, for models whose images take any size\n"
+            "                            (Qwen3.5, Qwen3-VL): larger ones are resized to fit (default %d;\n"
+            "                            0: the model's processor's own budget, Qwen3-VL's up to 16384)\n"
             "  -t, --threads N           model worker threads (default: all online CPUs)\n"
             "  -dev, --device DEV        where the model runs: cpu, vulkan (the first usable Vulkan device)\n"
             "                            or vulkan:N ('pith devices'; default: $PITH_DEVICE, else cpu)\n"
@@ -119,7 +123,7 @@ static void serve_usage(FILE *out) {
             "      --n-cpu-moe N         with a device: the experts of the first N layers on the CPU\n"
             "%s"
             "\n"
-            "engine:\n", cli_tp_help(true));
+            "engine:\n", PITH_VISION_DEFAULT_MAX_TOKENS, cli_tp_help(true));
     cli_engine_usage(out);
     fprintf(out,
             "      --max-queue N         requests waiting beyond the running ones before 429 (default 256)\n"
@@ -330,6 +334,9 @@ static int parse_serve_args(int argc, char **argv, serve_opts *o) {
             }
         } else if (!strcmp(a, "--media-max-bytes")) {
             VALUE(); if (!cli_parse_size("serve", a, v, &s->media_max_bytes)) return -1;
+        } else if (!strcmp(a, "--image-max-tokens")) {
+            VALUE(); if (!cli_parse_int("serve", a, v, 0, 1 << 20, &iv)) return -1;
+            s->image_max_tokens = iv ? (int)iv : -1; /* pith_server_options: 0 is the default, -1 none */
         } else if (!strcmp(a, "--media-timeout")) {
             VALUE(); if (!cli_parse_float("serve", a, v, 0.001, 86400, &fv)) return -1;
             s->media_timeout_s = fv;

@@ -27,13 +27,18 @@ const char *cli_images_projector(const char *mmproj, const char *model) {
     return model && pith_vision_in_model(model) ? model : NULL;
 }
 
-int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err) {
+int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, int max_tokens,
+                    pith_err *err) {
     memset(ci, 0, sizeof *ci);
     if (n > CLI_MAX_IMAGES) return pith_errf(err, "%d images: at most %d", n, CLI_MAX_IMAGES);
     if (!mmproj) return pith_errf(err, "--image needs the model's projector file (--mmproj FILE), or a model directory with its vision tower");
     if (pith_vision_load(mmproj, n_threads, &ci->v, err)) { /* the error names the file */
         cli_images_free(ci);
         return -1;
+    }
+    if (pith_vision_set_max_tokens(ci->v, max_tokens, err)) {
+        cli_images_free(ci);
+        return pith_err_prefix(err, "--image-max-tokens");
     }
     pith_vision_encoder(ci->v, &ci->enc);
     for (; ci->n < n; ci->n++) {

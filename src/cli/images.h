@@ -26,9 +26,11 @@ typedef struct cli_images {
  * its vision tower (model/vision.h: pith_vision_in_model), else NULL. */
 const char *cli_images_projector(const char *mmproj, const char *model);
 
-/* Opens mmproj (n_threads worker threads) and prepares the n image files. 0, or -1 with err naming the
- * file that failed; *ci is then empty. */
-int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, pith_err *err);
+/* Opens mmproj (n_threads worker threads), caps its images at max_tokens tokens each
+ * (pith_vision_set_max_tokens: 0, the processor's budget), and prepares the n image files. 0, or -1 with
+ * err naming the file that failed; *ci is then empty. */
+int cli_images_open(cli_images *ci, const char *mmproj, const char *const *paths, int n, int n_threads, int max_tokens,
+                    pith_err *err);
 /* The prompt's ids (BOS added, special tokens parsed) with the images' spans in ci->media. A prompt
  * without the model's image marker gets one per image at its start. */
 int cli_images_prompt(cli_images *ci, const pith_tokenizer *tok, const char *prompt, int32_t **ids, int *n_ids,

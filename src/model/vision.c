@@ -451,6 +451,18 @@ void pith_vision_input_free(pith_vision_input *in) {
     *in = (pith_vision_input){0};
 }
 
+int pith_vision_set_max_tokens(pith_vision *v, int max_tokens, pith_err *err) {
+    pith_vision_hparams *hp = &v->hp;
+    if (max_tokens < 0) return pith_errf(err, "an image token cap of %d: expected 0 (none) or more", max_tokens);
+    if (max_tokens == 0 || hp->projector != PITH_VISION_QWEN3VL) return 0;
+    const long unit = (long)hp->patch_size * hp->merge, cap = (long)max_tokens * unit * unit;
+    if (cap < hp->min_pixels)
+        return pith_errf(err, "%s: an image token cap of %d is below the processor's minimum of %ld tokens (%ld pixels)",
+                         v->path, max_tokens, (hp->min_pixels + unit * unit - 1) / (unit * unit), hp->min_pixels);
+    if (cap < hp->max_pixels) hp->max_pixels = cap;
+    return 0;
+}
+
 int pith_vision_prepare(const pith_vision *v, const pith_image *img, pith_vision_input *out, pith_err *err) {
     const pith_vision_hparams *hp = &v->hp;
     *out = (pith_vision_input){0};

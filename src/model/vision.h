@@ -75,6 +75,16 @@ void pith_vision_free(pith_vision *v);
  * config only; false for GGUF files and on any error. */
 bool pith_vision_in_model(const char *model_path);
 const pith_vision_hparams *pith_vision_hparams_of(const pith_vision *v);
+/* Caps a dynamic-resolution tower's images (Qwen3-VL's) at max_tokens tokens each: the processor's pixel
+ * budget is lowered to max_tokens * (patch_size * merge)^2 when that is less, and pith_vision_prepare's
+ * smart resize keeps each image within it (what llama.cpp's --image-max-tokens and vLLM's max_pixels
+ * do). 0 keeps the processor's budget. A cap below the processor's minimum is refused; a fixed-size tower
+ * (Gemma 3: tokens_per_image) is left as it is. Call before preparing images: it changes the hparams. */
+int pith_vision_set_max_tokens(pith_vision *v, int max_tokens, pith_err *err);
+/* The cap `pith run` and `pith serve` set unless told otherwise (--image-max-tokens): the budget Qwen's
+ * examples use (max_pixels of 1280 tokens' pixels). Qwen3-VL's processor allows 16384 tokens, whose encode
+ * takes many minutes on a few CPU cores and stalls every request behind it. */
+#define PITH_VISION_DEFAULT_MAX_TOKENS 1280
 
 /* An image as the encoder takes it: its pixels as the model's processor prepares them, and the tokens it
  * becomes (a rows x cols grid, row-major). */

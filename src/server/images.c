@@ -45,6 +45,7 @@ static int load_one(pith_server *srv, const char *url, int i, int k, pith_vision
 int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, api_error *err) {
     memset(out, 0, sizeof *out);
     int i = 0;
+    long tokens = 0; /* the images' so far: prepared pixels are held until the request ends */
     const cJSON *m;
     const cJSON *list = cJSON_IsArray(msgs) ? msgs : NULL; /* the messages' shape is checked after */
     cJSON_ArrayForEach(m, list) {
@@ -83,7 +84,14 @@ int server_images_load(pith_server *srv, const cJSON *msgs, server_images *out, 
                     server_images_free(out);
                     return -1;
                 }
+                tokens += (long)out->images[out->n].rows * out->images[out->n].cols;
                 out->n++;
+                if (tokens >= srv->max_seq_len) { /* refused before more pixels are prepared */
+                    server_images_free(out);
+                    return api_errorf(err, 400, "context_length_exceeded", "messages",
+                                      "messages[%d].content[%d]: this model's maximum context length is %d tokens, "
+                                      "but the images up to this one take %ld", i, k, srv->max_seq_len, tokens);
+                }
             }
             k++;
         }

@@ -3,8 +3,10 @@
  * processor does, then the prompt with their spans (model/vision.h) for the engine.
  *
  * Invariants: images are taken in the order their parts appear, message by message, which is the order
- * the chat template writes their markers; a request has at most SERVER_MAX_IMAGES; every failure is a 4xx
- * naming the message and part (never a library's or a remote's text) and leaves nothing allocated. */
+ * the chat template writes their markers; a request has at most SERVER_MAX_IMAGES, whose tokens together
+ * stay below the context length (checked as each is prepared, so a request holds at most about a context's
+ * worth of prepared pixels); every failure is a 4xx naming the message and part (never a library's or a
+ * remote's text) and leaves nothing allocated. */
 #ifndef PITH_SERVER_IMAGES_H
 #define PITH_SERVER_IMAGES_H
 

@@ -17,6 +17,7 @@
 #include "pith/bench.h"
 #include "pith/dist.h"
 #include "server/http.h"
+#include "server/images.h"
 #include "server/models.h"
 #include "server/job.h"
 #include "server/kv_events.h"
@@ -256,6 +257,7 @@ int pith_server_create(const pith_server_options *o, pith_server **out, pith_err
     }
     s->media = (media_limits){.allowed_domains = (const char *const *)s->media_domains, .n_allowed = s->n_media_domains,
                               .max_bytes = o->media_max_bytes, .timeout_s = o->media_timeout_s};
+    s->image_max_tokens = o->image_max_tokens;
     if (o->kv_events.endpoint && kv_events_new(&o->kv_events, &s->kv_events, err)) { /* before binding */
         pith_server_free(s);
         return -1;
@@ -307,6 +309,7 @@ int server_create_model(pith_server *front, const char *name, const char *path, 
     s->cors = front->cors;
     s->kv_events = front->kv_events; /* borrowed: its engine attaches a source at load */
     s->media = front->media;         /* its allowed domains borrowed too */
+    s->image_max_tokens = front->image_max_tokens;
     s->port = front->port;
     if (dup_opt(&s->model_path, path) || dup_opt(&s->model_name, name) || dup_opt(&s->host, front->host) ||
         dup_opt(&s->mmproj_path, mmproj) || dup_opt(&s->mmproj_dir, dir) ||
@@ -403,7 +406,15 @@ int pith_server_load(pith_server *s, pith_err *err) {
         s->projector = NULL;
     }
     if (s->projector) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
-        if (pith_vision_load(s->projector, s->n_threads, &s->vision, err)) {
+        const int cap = s->image_max_tokens == 0 ? PITH_VISION_DEFAULT_MAX_TOKENS : s->image_max_tokens < 0 ? 0 : s->image_max_tokens;
+        if (!pith_vision_load(s->projector, s->n_threads, &s->vision, err) &&
+            pith_vision_set_max_tokens(s->vision, cap, err)) { /* the user's cap, not the tower, is wrong */
+            pith_vision_free(s->vision);
+            s->vision = NULL;
+            pith_assets_free(&a);
+            return pith_err_prefix(err, "--image-max-tokens");
+        }
+        if (!s->vision) {
             if (own) {
                 server_log(s, PITH_LOG_WARN, "the model's vision tower is not used, images are refused: %s", err->msg);
                 free(s->projector);

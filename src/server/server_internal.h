@@ -67,6 +67,7 @@ struct pith_server {
     char **media_domains;
     int n_media_domains;
     media_limits media;        /* points into media_domains */
+    int image_max_tokens;      /* pith_server_options': the cap given to the encoder at load */
     bool log_requests;
     log_ctx log;
     auth_keys keys;
