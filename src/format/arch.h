@@ -56,6 +56,10 @@ int pith_meta_float(const pith_meta *m, const char *key, bool required, float *o
 int pith_meta_bool(const pith_meta *m, const char *key, bool *out);
 /* A string into out (truncation is an error); absent leaves out as it is. */
 int pith_meta_str(const pith_meta *m, const char *key, char *out, size_t cap);
+/* A list of integers in [lo, hi] (M-RoPE's sections): present, out[0..max_n) is zeroed and takes its
+ * first max_n entries (later ones are ignored: llama.cpp writes four sections where three are used);
+ * absent leaves out as it is. A non-list or an entry out of range is an error naming the key. */
+int pith_meta_ints(const pith_meta *m, const char *key, int max_n, int lo, int hi, int *out);
 /* A per-layer list of exactly n_layers items (strings, numbers or booleans): bit l of *mask is set where
  * item l equals `on` (compared as text: numbers as "%d", booleans as "true"/"false"), cleared elsewhere.
  * *found tells whether the key was there (absent: *mask untouched). */

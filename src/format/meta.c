@@ -154,6 +154,30 @@ static bool json_item(const cJSON *j, char *buf, size_t cap) {
     return false;
 }
 
+int pith_meta_ints(const pith_meta *m, const char *key, int max_n, int lo, int hi, int *out) {
+    if (!pith_meta_has(m, key)) return 0;
+    char buf[128];
+    const char *k = m->gguf ? gguf_key(m, key, buf, sizeof buf) : key;
+    const pith_gguf_kv *kv = m->gguf ? pith_gguf_find(m->gguf, k) : NULL;
+    const cJSON *arr = m->gguf ? NULL : member(m, key);
+    if (kv ? kv->type != PITH_GGUF_ARRAY : !cJSON_IsArray(arr))
+        return fail(m, pith_errf(m->err, "%s: %s is not a list", m->path, k));
+    int vals[64] = {0};
+    if (max_n > 64) max_n = 64;
+    const cJSON *j = arr ? arr->child : NULL;
+    for (int i = 0; i < max_n && (kv ? (uint64_t)i < kv->arr_n : j != NULL); i++, j = j ? j->next : NULL) {
+        int64_t v;
+        bool ok = kv ? pith_gguf_arr_i64(kv, (uint64_t)i, &v)
+                     : cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) && fabs(j->valuedouble) < 1e15;
+        if (!kv && ok) v = (int64_t)j->valuedouble;
+        if (!ok || v < lo || v > hi)
+            return fail(m, pith_errf(m->err, "%s: %s entry %d is not an integer in [%d, %d]", m->path, k, i, lo, hi));
+        vals[i] = (int)v;
+    }
+    memcpy(out, vals, (size_t)max_n * sizeof *out);
+    return 0;
+}
+
 int pith_meta_layers(const pith_meta *m, const char *key, int n_layers, const char *on, uint64_t *mask,
                      bool *found) {
     *found = false;

@@ -139,16 +139,7 @@ int pith_qwen35_read_gguf(const pith_meta *m, pith_hparams *hp) {
                          P->gdn_v_heads);
     P->gdn_v_dim = inner / P->gdn_v_heads;
     every_nth_attends(hp, interval);
-    char key[96];
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
-    const pith_gguf_kv *kv = pith_gguf_find(m->gguf, key);
-    for (uint64_t i = 0; kv && kv->type == PITH_GGUF_ARRAY && i < kv->arr_n && i < 4; i++) {
-        int64_t v;
-        if (!pith_gguf_arr_i64(kv, i, &v) || v < 0 || v > 1 << 20)
-            return pith_errf(m->err, "%s: %s entry %d is not a section size", m->path, key, (int)i);
-        P->rope_sections[i] = (int)v;
-    }
-    return 0;
+    return pith_meta_ints(m, "rope.dimension_sections", 4, 0, 1 << 20, P->rope_sections);
 }
 
 int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
@@ -185,14 +176,7 @@ int pith_qwen35_read_hf(const pith_meta *m, pith_hparams *hp) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
         if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "default")))
             return pith_errf(m->err, "%s: rope_parameters.rope_type other than \"default\" is not supported", m->path);
-        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
-        if (cJSON_IsArray(sec)) memset(P->rope_sections, 0, sizeof P->rope_sections);
-        int i = 0;
-        for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 4; j = j->next, i++) {
-            if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)
-                return pith_errf(m->err, "%s: \"mrope_section\" holds something other than section sizes", m->path);
-            P->rope_sections[i] = (int)j->valuedouble;
-        }
+        if (pith_meta_ints(&r, "mrope_section", 4, 0, 1 << 20, P->rope_sections)) return -1;
     }
     if (!(partial > 0 && partial <= 1))
         return pith_errf(m->err, "%s: partial_rotary_factor %g is not in (0, 1]", m->path, partial);

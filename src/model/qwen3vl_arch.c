@@ -36,17 +36,11 @@ typedef struct qwen3vl_params {
 
 static int qwen3vl_read_gguf(const pith_meta *m, pith_hparams *hp) {
     qwen3vl_params *P = pith_arch_params(hp);
-    char key[96];
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
-    const pith_gguf_kv *kv = pith_gguf_find(m->gguf, key);
     P->sections[0] = 24, P->sections[1] = 20, P->sections[2] = 20;
-    for (uint64_t i = 0; kv && kv->type == PITH_GGUF_ARRAY && i < kv->arr_n && i < 3; i++) {
-        int64_t v;
-        if (!pith_gguf_arr_i64(kv, i, &v) || v < 0 || v > 1 << 20)
-            return pith_errf(m->err, "%s: %s entry %d is not a section size", m->path, key, (int)i);
-        P->sections[i] = (int)v;
-    }
-    return pith_meta_int(m, "n_deepstack_layers", false, &P->deepstack);
+    return pith_meta_ints(m, "rope.dimension_sections", 3, 0, 1 << 20, P->sections) ||
+                   pith_meta_int(m, "n_deepstack_layers", false, &P->deepstack)
+               ? -1
+               : 0;
 }
 
 static int qwen3vl_read_hf(const pith_meta *m, pith_hparams *hp) {
@@ -60,14 +54,9 @@ static int qwen3vl_read_hf(const pith_meta *m, pith_hparams *hp) {
         if (!cJSON_IsObject(rp)) continue;
         pith_meta r = *m;
         r.json = rp;
-        if (pith_meta_float(&r, "rope_theta", false, &hp->rope_theta)) return -1;
-        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
-        int i = 0;
-        for (const cJSON *j = cJSON_IsArray(sec) ? sec->child : NULL; j && i < 3; j = j->next, i++) {
-            if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 1 << 20)
-                return pith_errf(m->err, "%s: \"mrope_section\" holds something other than section sizes", m->path);
-            P->sections[i] = (int)j->valuedouble;
-        }
+        if (pith_meta_float(&r, "rope_theta", false, &hp->rope_theta) ||
+            pith_meta_ints(&r, "mrope_section", 3, 0, 1 << 20, P->sections))
+            return -1;
     }
     P->deepstack = 3; /* Qwen3VLVisionConfig's deepstack_visual_indexes [8, 16, 24] */
     const cJSON *vc = m->outer ? cJSON_GetObjectItemCaseSensitive(m->outer, "vision_config") : NULL;
