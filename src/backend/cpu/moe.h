@@ -43,7 +43,9 @@ typedef struct pith_moe_layer {
     bool has_shared;
     pith_matrix sh_gate, sh_up, sh_down;
     float *sh_gate_inp;                 /* [dim]: the shared expert's gate, or NULL (ungated) */
-    void *owned;                        /* experts rearranged at load (GPT-OSS Hugging Face), or NULL */
+    void *owned;                        /* experts rearranged at load (Hugging Face's fused ones), or NULL;
+                                           freed by pith_moe_pack once every local expert is packed */
+    bool rearranged;                    /* the experts were rearranged at load (not views of the file) */
     void *split;                        /* tensor-parallel experts: this rank's columns of every down, or NULL */
     bool mapped;                        /* set before pith_moe_pack: the experts stay in the file's mapping */
 } pith_moe_layer;
@@ -84,9 +86,10 @@ int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, c
  * experts are left out: they stay views of the file's mapping, read by the tiles in the file layout,
  * and their pages are dropped from the process (MADV_DONTNEED: still in the page cache while memory
  * allows, read back from the file when it does not), so a model whose experts do not fit in memory
- * still runs. Experts rearranged at load (L->owned) are packed either way. */
+ * still runs. Experts rearranged at load (L->rearranged) are packed either way, and their rearranged
+ * copy (L->owned) is freed when every row of every local expert was packed. */
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err);
-/* Bytes of the layer's routed experts as the file holds them (0 for owned ones). */
+/* Bytes of the layer's routed experts as the file holds them (0 for rearranged ones). */
 uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L);
 
 /* Where a model's experts go: PITH_MOE_EXPERTS=mapped or repacked, or auto (unset or empty): mapped

@@ -153,6 +153,27 @@ static int load_dense_shared(const pith_model_file *f, int l, int sh, int dim, p
  * column i as halves (cfg.fused_halves, Qwen3-VL-MoE; up row i column F + i). Down row o is column o of
  * down_proj[e]. Copied as stored (F32, F16 or BF16), one buffer for the layer; the gate_up bias, where
  * there is one, splits as the columns do. */
+/* dst[c][r] = src[r][col0 + c * step] for r < rows, c < cols (src rows ld elements apart), elements of es
+ * bytes (2 or 4), in 32 x 32 tiles: a column of src is read 32 at a time, not one element per row. */
+static void transpose_cols(uint8_t *dst, const uint8_t *src, int rows, size_t ld, int col0, int step, int cols,
+                           size_t es) {
+    enum { T = 32 };
+    for (int r0 = 0; r0 < rows; r0 += T)
+        for (int c0 = 0; c0 < cols; c0 += T) {
+            const int r1 = r0 + T < rows ? r0 + T : rows, c1 = c0 + T < cols ? c0 + T : cols;
+            for (int r = r0; r < r1; r++) {
+                const size_t from = (size_t)r * ld + (size_t)col0;
+                if (es == 2) {
+                    const uint16_t *in = (const uint16_t *)src + from;
+                    for (int c = c0; c < c1; c++) ((uint16_t *)dst)[(size_t)c * rows + r] = in[(size_t)c * step];
+                } else {
+                    const uint32_t *in = (const uint32_t *)src + from;
+                    for (int c = c0; c < c1; c++) ((uint32_t *)dst)[(size_t)c * rows + r] = in[(size_t)c * step];
+                }
+            }
+        }
+}
+
 static bool fused_hf_present(const pith_model_file *f, int l) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -178,20 +199,15 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
         return pith_errf(err, "tensor %s: data is shorter than its shape", gu_name);
     uint8_t *buf = malloc(3 * per * E * es);
     if (!(L->owned = buf)) return pith_errf(err, "out of memory rearranging the experts of layer %d", l);
+    L->rearranged = true;
     pith_matrix *kinds[3] = {L->gate, L->up, L->down};
     for (int e = 0; e < E; e++) {
         const uint8_t *w = (const uint8_t *)gu->data + (size_t)e * 2 * per * es;
         const uint8_t *wd = (const uint8_t *)d->data + (size_t)e * per * es;
         uint8_t *g = buf + (size_t)(3 * e) * per * es, *u = g + per * es, *dn = u + per * es;
-        for (int i = 0; i < F; i++) {
-            const size_t gc = halves ? (size_t)i : 2 * (size_t)i, uc = halves ? (size_t)F + i : 2 * (size_t)i + 1;
-            for (int k = 0; k < dim; k++) {
-                memcpy(g + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + gc) * es, es);
-                memcpy(u + ((size_t)i * dim + k) * es, w + ((size_t)k * 2 * F + uc) * es, es);
-            }
-        }
-        for (int o = 0; o < dim; o++)
-            for (int i = 0; i < F; i++) memcpy(dn + ((size_t)o * F + i) * es, wd + ((size_t)i * dim + o) * es, es);
+        transpose_cols(g, w, dim, 2 * (size_t)F, 0, halves ? 1 : 2, F, es);
+        transpose_cols(u, w, dim, 2 * (size_t)F, halves ? F : 1, halves ? 1 : 2, F, es);
+        transpose_cols(dn, wd, F, (size_t)dim, 0, 1, dim, es);
         const uint8_t *srcs[3] = {g, u, dn};
         for (int k = 0; k < 3; k++) {
             pith_tensor t = {.name = gu_name, .type = gu->type, .n_dims = 2,
@@ -333,7 +349,7 @@ static bool local(const pith_moe_config *c, int e) {
 }
 
 uint64_t pith_moe_mappable_bytes(const pith_moe_layer *L) {
-    if (L->owned || L->split || !L->gate) return 0;
+    if (L->rearranged || L->split || !L->gate) return 0;
     uint64_t n = 0;
     const pith_matrix *kinds[] = {L->gate, L->up, L->down};
     for (int k = 0; k < 3; k++)
@@ -378,20 +394,33 @@ static void drop_pages(const pith_matrix *m) {
 
 int pith_moe_pack(pith_cpu *c, pith_moe_layer *L, pith_err *err) {
     if (pith_matrix_pack(c, &L->router, err)) return -1;
-    if (L->mapped && !L->owned && !L->split) {
+    if (L->mapped && !L->rearranged && !L->split) {
         const pith_matrix *kinds[] = {L->gate, L->up, L->down};
         for (int k = 0; k < 3; k++)
             for (int e = 0; e < L->cfg.n_experts; e++)
                 if (local(&L->cfg, e)) drop_pages(&kinds[k][e]);
     }
     /* another rank's experts stay unread views of the file (expert parallelism) */
-    for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->owned && !L->split); e++)
+    for (int e = 0; e < L->cfg.n_experts && !(L->mapped && !L->rearranged && !L->split); e++)
         if (local(&L->cfg, e) && (pith_matrix_pack(c, &L->gate[e], err) || pith_matrix_pack(c, &L->up[e], err) ||
                                   pith_matrix_pack(c, &L->down[e], err)))
             return -1;
     if (L->has_shared && !L->cfg.shared_elsewhere && (pith_matrix_pack(c, &L->sh_gate, err) || pith_matrix_pack(c, &L->sh_up, err) ||
                           pith_matrix_pack(c, &L->sh_down, err)))
         return -1;
+    /* Experts rearranged at load, now all packed (every row of every local expert): the kernels read only
+     * the packed copies, so the rearranged one would hold the layer's experts in memory twice. */
+    bool all = L->owned != NULL;
+    const pith_matrix *kinds[] = {L->gate, L->up, L->down};
+    for (int k = 0; k < 3 && all; k++)
+        for (int e = 0; e < L->cfg.n_experts && all; e++)
+            all = !local(&L->cfg, e) || (kinds[k][e].packed && kinds[k][e].packed_rows == kinds[k][e].rows);
+    if (all) {
+        for (int e = 0; e < L->cfg.n_experts; e++) /* no pointer into the freed copy (another rank's experts too) */
+            L->gate[e].data = L->up[e].data = L->down[e].data = NULL;
+        free(L->owned);
+        L->owned = NULL;
+    }
     return 0;
 }
 
