@@ -428,6 +428,19 @@ class Qwen3VLVision(Qwen35Vision):
         w = V.as_f32(V.make_weights(CFG, 2, seed=cls.SEED + 1, deepstack=(0, 1)))
         cls.build(cls.NAME, w, lambda d: write_qwen3vl(d, w, seed=cls.SEED, preset=cls.PRESET), seed=cls.SEED + 2)
 
+    def test_bench(self):
+        """pith bench's image mode with DeepStack: each of the image's rows is 1 + 2 parts wide (a bench that
+        kept room for one part wrote past its buffer)."""
+        import json
+        exe = os.environ.get("PITH_BIN")
+        if not exe or not os.path.exists(exe):
+            self.skipTest("PITH_BIN is not set (run through ctest)")
+        r = subprocess.run([exe, "bench", "-m", self.hf, "--mmproj", self.hf, "-r", "1", "-t", "2", "--json"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tests = {row["test"]: row for row in (json.loads(x) for x in r.stdout.splitlines() if x.startswith("{"))}
+        self.assertEqual((tests["image-encode"]["tokens"], tests["image-prefill"]["image_tokens"]), (54, 54))
+
     def test_gguf(self):
         """llama.cpp's layout of the same weights: the text model a GGUF of arch qwen3vl (qwen3vlmoe), with
         {arch}.rope.dimension_sections (four entries, as its converter writes them) and

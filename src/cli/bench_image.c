@@ -16,14 +16,15 @@
 
 /* Operations of one encoder step of one image (2 per multiply-add): the patch embedding, per layer the
  * four attention projections, the scores and the weighted sum, the MLP, then the projector (Gemma 3's
- * product, or Qwen3-VL's merger of two products of merge^2 times the width). */
+ * product, or Qwen3-VL's merger of two products of merge^2 times the width, and as many for each
+ * DeepStack merger). */
 static double encoder_ops(const pith_vision_hparams *hp, const pith_vision_input *in) {
     double n = (double)(in->height / hp->patch_size) * (in->width / hp->patch_size), d = hp->dim, f = hp->ffn;
     double tokens = (double)in->rows * in->cols;
     double patch = 2 * n * (3.0 * hp->patch_size * hp->patch_size) * d;
     double layer = 2 * n * d * 4 * d + 2 * 2 * n * n * d + 2 * 2 * n * d * f;
     double wide = d * hp->merge * hp->merge;
-    double proj = hp->projector == PITH_VISION_QWEN3VL ? 2 * tokens * wide * (wide + hp->out_dim)
+    double proj = hp->projector == PITH_VISION_QWEN3VL ? 2 * tokens * wide * (wide + hp->out_dim) * (1 + hp->n_deepstack)
                                                         : 2.0 * tokens * d * hp->out_dim;
     return patch + hp->n_layers * layer + proj;
 }
@@ -105,7 +106,7 @@ static int bench_threads(const bench_image_opts *o, int threads, pith_err *err) 
         goto done;
     if (pixels_of(o, v, &px, err)) goto done;
     const int tokens = px.rows * px.cols;
-    rows = malloc((size_t)tokens * vh->out_dim * sizeof *rows);
+    rows = malloc((size_t)tokens * pith_vision_row_floats(v) * sizeof *rows); /* DeepStack: more parts a row */
     int n = 1 + tokens + TEXT_AFTER;
     ids = malloc((size_t)n * sizeof *ids);
     if (!rows || !ids) {
