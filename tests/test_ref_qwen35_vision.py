@@ -99,6 +99,14 @@ def rope_index(n, spans):
 
 
 class Qwen35Vision(unittest.TestCase):
+    # each class: its directory under PITH_TEST_TMP, its seeds (text model, tower + 1, images and prompts
+    # + 2), the tower's DeepStack blocks, and the directory's writer
+    NAME, SEED, DEEPSTACK = "ref_qwen35_vision", 4200, ()
+
+    @classmethod
+    def write(cls, out_dir, w):
+        return V.write_hf(out_dir, CFG, w, seed=cls.SEED)
+
     @classmethod
     def setUpClass(cls):
         tool = os.environ.get("PITH_MROPE_LOGITS")
@@ -106,8 +114,8 @@ class Qwen35Vision(unittest.TestCase):
             pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
         cls.tool = tool
         # the weights as the F32 files hold them
-        w = V.as_f32(V.make_weights(CFG, 2, seed=4201))
-        cls.build("ref_qwen35_vision", w, lambda d: V.write_hf(d, CFG, w, seed=4200), seed=4202)
+        w = V.as_f32(V.make_weights(CFG, 2, seed=cls.SEED + 1, deepstack=cls.DEEPSTACK))
+        cls.build(cls.NAME, w, lambda d: cls.write(d, w), seed=cls.SEED + 2)
 
     @classmethod
     def build(cls, name, w, write, seed):
@@ -207,10 +215,8 @@ class Qwen35Vision(unittest.TestCase):
             hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
         return hb, wb
 
-    def test_cli_and_server(self):
-        """pith run -m DIR --image (the directory carries its vision tower) against the reference, with the
-        image prepared as Qwen2VLImageProcessor does with Pillow (smart_resize to 96 x 128, bicubic,
-        normalized); then pith serve -m DIR takes the same image in a chat message."""
+    def cli_setup(self):
+        """(the pith binary, PIL's Image, a GGUF tokenizer with Qwen-VL's image tokens), or a skip."""
         exe = os.environ.get("PITH_BIN")
         if not exe or not os.path.exists(exe):
             self.skipTest("PITH_BIN is not set (run through ctest)")
@@ -220,6 +226,13 @@ class Qwen35Vision(unittest.TestCase):
             self.skipTest("PIL is missing (Debian: python3-pil)")
         tok = os.path.join(self.tmp, "tok-qwen.gguf")
         mkmodel.write_gguf(mkmodel.build_config("test-qwen35", image_tokens="qwen"), tok, "F32", seed=1)
+        return exe, Image, tok
+
+    def test_cli_and_server(self):
+        """pith run -m DIR --image (the directory carries its vision tower) against the reference, with the
+        image prepared as Qwen2VLImageProcessor does with Pillow (smart_resize to 96 x 128, bicubic,
+        normalized); then pith serve -m DIR takes the same image in a chat message."""
+        exe, Image, tok = self.cli_setup()
         rng = np.random.default_rng(4203)
         yy, xx = np.mgrid[0:100, 0:140]
         arr = np.stack([xx * 255 // 139, yy * 255 // 99, (3 * xx + yy) % 256], -1) + rng.integers(-30, 31, (100, 140, 3))
@@ -298,17 +311,9 @@ class Qwen35Vision(unittest.TestCase):
         cap's pixels): the 100 x 140 image is 3 x 4 tokens within the directory's budget, 1 x 2 under a cap
         of 4 (smart_resize to 32 x 64), in pith run and pith serve alike. A request whose images take the
         context (six of 12 tokens in 72) is refused with context_length_exceeded before more are prepared."""
-        exe = os.environ.get("PITH_BIN")
-        if not exe or not os.path.exists(exe):
-            self.skipTest("PITH_BIN is not set (run through ctest)")
-        try:
-            from PIL import Image
-        except ImportError:
-            self.skipTest("PIL is missing (Debian: python3-pil)")
         import base64
         import re
-        tok = os.path.join(self.tmp, "tok-qwen.gguf")
-        mkmodel.write_gguf(mkmodel.build_config("test-qwen35", image_tokens="qwen"), tok, "F32", seed=1)
+        exe, Image, tok = self.cli_setup()
         png = os.path.join(self.tmp, "budget.png")
         Image.fromarray(np.random.default_rng(4204).integers(0, 256, (100, 140, 3)).astype(np.uint8)).save(png)
         self.assertEqual(self.smart_size(100, 140), (96, 128))
@@ -417,16 +422,11 @@ class Qwen3VLVision(Qwen35Vision):
     (mergers after vision blocks 0 and 1, their parts joining the image tokens after text layers 0 and
     1). The reference adds them as Qwen3VLTextModel._deepstack_process does. test_gguf: the same weights
     as llama.cpp's files hold them."""
-    PRESET, ARCH, NAME, SEED = "test-qwen3", "qwen3vl", "ref_qwen3vl_model", 4300
+    PRESET, ARCH, NAME, SEED, DEEPSTACK = "test-qwen3", "qwen3vl", "ref_qwen3vl_model", 4300, (0, 1)
 
     @classmethod
-    def setUpClass(cls):
-        tool = os.environ.get("PITH_MROPE_LOGITS")
-        if not tool or not os.path.exists(tool):
-            pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
-        cls.tool = tool
-        w = V.as_f32(V.make_weights(CFG, 2, seed=cls.SEED + 1, deepstack=(0, 1)))
-        cls.build(cls.NAME, w, lambda d: write_qwen3vl(d, w, seed=cls.SEED, preset=cls.PRESET), seed=cls.SEED + 2)
+    def write(cls, out_dir, w):
+        return write_qwen3vl(out_dir, w, seed=cls.SEED, preset=cls.PRESET)
 
     def test_bench(self):
         """pith bench's image mode with DeepStack: each of the image's rows is 1 + 2 parts wide (a bench that
@@ -480,15 +480,11 @@ class Qwen35MoeVision(Qwen35Vision):
     """Qwen3.5-MoE as released: Qwen35Vision's cases over test-qwen35moe, its experts fused
     (gate_up_proj [E, 2F, H], down_proj [E, H, F]; the reference applies them as transformers 5's
     Qwen3_5MoeExperts does)."""
+    NAME, SEED = "ref_qwen35moe_vision", 4600
 
     @classmethod
-    def setUpClass(cls):
-        tool = os.environ.get("PITH_MROPE_LOGITS")
-        if not tool or not os.path.exists(tool):
-            pithtest.skip("PITH_MROPE_LOGITS is not set (run through ctest)")
-        cls.tool = tool
-        w = V.as_f32(V.make_weights(CFG, 2, seed=4601))
-        cls.build("ref_qwen35moe_vision", w, lambda d: write_qwen35moe(d, w, seed=4600), seed=4602)
+    def write(cls, out_dir, w):
+        return write_qwen35moe(out_dir, w, seed=cls.SEED)
 
     test_cli_and_server = test_image_budgets = None  # the CLI and server path is Qwen3.5's, tested there
 

@@ -2,6 +2,8 @@
  * LLM_KV_EXPERT_*). */
 #include "model/moe_arch.h"
 
+#include <cjson/cJSON.h>
+
 #include "backend/backend.h"
 
 int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) {
@@ -23,6 +25,20 @@ int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default) 
                          m->arch, gating);
     hp->expert_gating = gating == 2 ? PITH_GATING_SIGMOID : PITH_GATING_SOFTMAX;
     if (hp->n_experts > 0 && hp->expert_ffn_dim <= 0) hp->expert_ffn_dim = hp->ffn_dim;
+    return 0;
+}
+
+int pith_moe_read_hf_qwen(const pith_meta *m, pith_hparams *hp) {
+    int step = 1;
+    if (pith_meta_int(m, "num_experts", true, &hp->n_experts) ||
+        pith_meta_int(m, "num_experts_per_tok", true, &hp->n_experts_used) ||
+        pith_meta_int(m, "moe_intermediate_size", true, &hp->expert_ffn_dim) ||
+        pith_meta_bool(m, "norm_topk_prob", &hp->expert_norm_topk) || pith_meta_int(m, "decoder_sparse_step", false, &step))
+        return -1;
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(m->json, "mlp_only_layers");
+    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
+        return pith_errf(m->err, "%s: dense layers among the expert layers (mlp_only_layers, decoder_sparse_step) "
+                                 "are not supported", m->path);
     return 0;
 }
 

@@ -10,6 +10,11 @@
  * expert_group_used_count, expert_weights_scale and leading_dense_block_count. No expert_count: a
  * dense model. */
 int pith_moe_read_gguf(const pith_meta *m, pith_hparams *hp, bool norm_default);
+/* config.json's keys of Qwen's MoE classes (Qwen3-MoE, Qwen3-VL-MoE): num_experts, num_experts_per_tok,
+ * moe_intermediate_size (all three required), norm_topk_prob (absent: hp->expert_norm_topk as the caller
+ * set it); dense layers among the expert ones (decoder_sparse_step other than 1, a non-empty
+ * mlp_only_layers) are refused: no released model has them. */
+int pith_moe_read_hf_qwen(const pith_meta *m, pith_hparams *hp);
 /* When the hyper-parameters name experts: 1 <= used <= count <= 1024, a positive expert width, groups
  * that divide the experts and leave at least `used` of them, a finite non-negative weights scale and at
  * most n_layers leading dense layers; with `required`, a model without experts is refused too. */

@@ -9,8 +9,6 @@
  * config.json: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob (default false);
  * tensors mlp.gate.weight and mlp.experts.E.{gate,up,down}_proj.weight. Dense layers (mlp_only_layers,
  * decoder_sparse_step > 1) and sliding windows are refused: no released model uses them. */
-#include <cjson/cJSON.h>
-
 #include "model/llama.h"
 #include "model/llama_arch.h"
 #include "model/moe_arch.h"
@@ -18,19 +16,9 @@
 static int qwen3moe_read_gguf(const pith_meta *m, pith_hparams *hp) { return pith_moe_read_gguf(m, hp, true); }
 
 static int qwen3moe_read_hf(const pith_meta *m, pith_hparams *hp) {
-    int step = 1;
     bool window = false;
     hp->expert_norm_topk = false;
-    if (pith_meta_int(m, "num_experts", true, &hp->n_experts) ||
-        pith_meta_int(m, "num_experts_per_tok", true, &hp->n_experts_used) ||
-        pith_meta_int(m, "moe_intermediate_size", true, &hp->expert_ffn_dim) ||
-        pith_meta_bool(m, "norm_topk_prob", &hp->expert_norm_topk) ||
-        pith_meta_int(m, "decoder_sparse_step", false, &step) || pith_meta_bool(m, "use_sliding_window", &window))
-        return -1;
-    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(m->json, "mlp_only_layers");
-    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
-        return pith_errf(m->err, "%s: dense layers among the expert layers (mlp_only_layers, decoder_sparse_step) "
-                                 "are not supported", m->path);
+    if (pith_moe_read_hf_qwen(m, hp) || pith_meta_bool(m, "use_sliding_window", &window)) return -1;
     if (window) return pith_errf(m->err, "%s: \"use_sliding_window\" is not supported for qwen3_moe", m->path);
     return 0;
 }

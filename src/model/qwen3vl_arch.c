@@ -119,20 +119,9 @@ static int qwen3vlmoe_read_gguf(const pith_meta *m, pith_hparams *hp) {
 }
 
 static int qwen3vlmoe_read_hf(const pith_meta *m, pith_hparams *hp) {
-    int step = 1;
-    hp->expert_norm_topk = true;
+    hp->expert_norm_topk = true; /* Qwen3VLMoeTextConfig's default (its hf_defaults give the other keys) */
     hp->expert_gating = PITH_GATING_SOFTMAX;
-    if (qwen3vl_read_hf(m, hp) || pith_meta_int(m, "num_experts", false, &hp->n_experts) ||
-        pith_meta_int(m, "num_experts_per_tok", false, &hp->n_experts_used) ||
-        pith_meta_int(m, "moe_intermediate_size", false, &hp->expert_ffn_dim) ||
-        pith_meta_bool(m, "norm_topk_prob", &hp->expert_norm_topk) ||
-        pith_meta_int(m, "decoder_sparse_step", false, &step))
-        return -1;
-    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(m->json, "mlp_only_layers");
-    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
-        return pith_errf(m->err, "%s: dense layers among the expert layers (mlp_only_layers, decoder_sparse_step) "
-                                 "are not supported", m->path);
-    return 0;
+    return qwen3vl_read_hf(m, hp) || pith_moe_read_hf_qwen(m, hp) ? -1 : 0;
 }
 
 static int qwen3vlmoe_check(const pith_hparams *hp, const char *path, pith_err *err) {
