@@ -469,7 +469,7 @@ static void test_unknown_arch_load(void) {
     pith_model_file_close(f);
     pith_model *model = (pith_model *)1;
     CHECK(pith_model_load(tmp_path("u_gpt2.gguf"), NULL, &model, &err) == -1 && model == NULL);
-    CHECKF(strstr(err.msg, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, smollm3, gemma3, lfm2, qwen35, qwen35moe, granitehybrid, nemotron_h, qwen3moe, mixtral, gpt-oss, olmo2, qwen3next, phi3, mistral3, glm4moe, gemma4, deepseek2, qwen3vl)"),
+    CHECKF(strstr(err.msg, "unsupported architecture 'gpt2' (supported: llama, qwen2, qwen3, smollm3, gemma3, lfm2, qwen35, qwen35moe, granitehybrid, nemotron_h, qwen3moe, mixtral, gpt-oss, olmo2, qwen3next, phi3, mistral3, glm4moe, gemma4, deepseek2, qwen3vl, qwen3vlmoe)"),
            "%s", err.msg);
     /* gemma3 builds, and declares its memory: a WINDOW group of the local layers, a FULL group of the rest */
     CHECK(open_extra("u_gemma3.gguf", &base_gemma, kv_window32, NULL, &f, &err) == 0);
