@@ -24,8 +24,8 @@ static double encoder_ops(const pith_vision_hparams *hp, const pith_vision_input
     double patch = 2 * n * (3.0 * hp->patch_size * hp->patch_size) * d;
     double layer = 2 * n * d * 4 * d + 2 * 2 * n * n * d + 2 * 2 * n * d * f;
     double wide = d * hp->merge * hp->merge;
-    double proj = hp->projector == PITH_VISION_QWEN3VL ? 2 * tokens * wide * (wide + hp->out_dim) * (1 + hp->n_deepstack)
-                                                        : 2.0 * tokens * d * hp->out_dim;
+    double merger = 2 * tokens * wide * (wide + hp->out_dim);
+    double proj = hp->projector == PITH_VISION_QWEN3VL ? merger * (1 + hp->n_deepstack) : 2.0 * tokens * d * hp->out_dim;
     return patch + hp->n_layers * layer + proj;
 }
 

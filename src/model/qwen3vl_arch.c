@@ -20,9 +20,6 @@
  * mlp.experts.gate_up_proj [experts, dim, 2 x ffn], applied as x @ W with gate the first ffn columns
  * (gate_up.chunk(2, -1)), and mlp.experts.down_proj [experts, ffn, dim] (backend.h fused_halves);
  * per-expert mlp.experts.E.{gate,up,down}_proj.weight are read too. */
-#include <stdio.h>
-#include <string.h>
-
 #include <cjson/cJSON.h>
 
 #include "model/llama.h"

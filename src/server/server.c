@@ -17,7 +17,6 @@
 #include "pith/bench.h"
 #include "pith/dist.h"
 #include "server/http.h"
-#include "server/images.h"
 #include "server/models.h"
 #include "server/job.h"
 #include "server/kv_events.h"
@@ -406,15 +405,17 @@ int pith_server_load(pith_server *s, pith_err *err) {
         s->projector = NULL;
     }
     if (s->projector) { /* the vision encoder beside the model: the engine runs it (engine.h, pith_media) */
-        const int cap = s->image_max_tokens == 0 ? PITH_VISION_DEFAULT_MAX_TOKENS : s->image_max_tokens < 0 ? 0 : s->image_max_tokens;
-        if (!pith_vision_load(s->projector, s->n_threads, &s->vision, err) &&
-            pith_vision_set_max_tokens(s->vision, cap, err)) { /* the user's cap, not the tower, is wrong */
+        const int cap = s->image_max_tokens == 0  ? PITH_VISION_DEFAULT_MAX_TOKENS
+                        : s->image_max_tokens < 0 ? 0
+                                                  : s->image_max_tokens;
+        int vrc = pith_vision_load(s->projector, s->n_threads, &s->vision, err);
+        if (!vrc && pith_vision_set_max_tokens(s->vision, cap, err)) { /* the user's cap, not the tower, is wrong */
             pith_vision_free(s->vision);
             s->vision = NULL;
             pith_assets_free(&a);
             return pith_err_prefix(err, "--image-max-tokens");
         }
-        if (!s->vision) {
+        if (vrc) {
             if (own) {
                 server_log(s, PITH_LOG_WARN, "the model's vision tower is not used, images are refused: %s", err->msg);
                 free(s->projector);

@@ -79,7 +79,8 @@ int pith_moe_config_check(const pith_moe_config *cfg, const char *path, pith_err
  * FFN's names instead: a fused ffn_gate_up.weight or ffn_gate/ffn_up, and ffn_down, as Granite's
  * Hugging Face shared_mlp); else Hugging Face's fused mlp.experts.gate_up_proj ([experts][dim][2 ffn],
  * x @ W; gate and up interleaved as GPT-OSS's, or halves as Qwen3-VL-MoE's: cfg->fused_halves) and
- * down_proj ([experts][ffn][dim]) with their biases, rearranged into owned rows. Each expert is otherwise a view of the file's bytes; pith_moe_pack repacks them. */
+ * down_proj ([experts][ffn][dim]) with their biases, rearranged into owned rows. Each expert is otherwise
+ * a view of the file's bytes; pith_moe_pack repacks them. */
 int pith_moe_load(const pith_model_file *f, int l, const pith_moe_config *cfg, const char *const hf_experts[3],
                   pith_moe_layer *L, pith_err *err);
 /* Repacks the layer's matrices for the kernel table (pith_matrix_pack). With L->mapped the routed

@@ -148,11 +148,6 @@ static int load_dense_shared(const pith_model_file *f, int l, int sh, int dim, p
                : 0;
 }
 
-/* Hugging Face's fused experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], applied as
- * x @ W_e, so gate row i is a column of W_e: column 2i interleaved (GPT-OSS; up row i column 2i + 1),
- * column i as halves (cfg.fused_halves, Qwen3-VL-MoE; up row i column F + i). Down row o is column o of
- * down_proj[e]. Copied as stored (F32, F16 or BF16), one buffer for the layer; the gate_up bias, where
- * there is one, splits as the columns do. */
 /* dst[c][r] = src[r][col0 + c * step] for r < rows, c < cols (src rows ld elements apart), elements of es
  * bytes (2 or 4), in 32 x 32 tiles: a column of src is read 32 at a time, not one element per row. */
 static void transpose_cols(uint8_t *dst, const uint8_t *src, int rows, size_t ld, int col0, int step, int cols,
@@ -174,6 +169,11 @@ static void transpose_cols(uint8_t *dst, const uint8_t *src, int rows, size_t ld
         }
 }
 
+/* Hugging Face's fused experts (see moe.h): element (e, k, j) of gate_up_proj is W_e[k][j], applied as
+ * x @ W_e, so gate row i is a column of W_e: column 2i interleaved (GPT-OSS; up row i column 2i + 1),
+ * column i as halves (cfg.fused_halves, Qwen3-VL-MoE; up row i column F + i). Down row o is column o of
+ * down_proj[e]. Copied as stored (F32, F16 or BF16), one buffer for the layer; the gate_up bias, where
+ * there is one, splits as the columns do. */
 static bool fused_hf_present(const pith_model_file *f, int l) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
@@ -226,12 +226,13 @@ static int load_fused_hf(const pith_model_file *f, int l, pith_moe_layer *L, pit
             free(gub);
             return pith_errf(err, "out of memory");
         }
-        for (int e = 0; e < E; e++)
+        for (int e = 0; e < E; e++) {
+            const float *b = gub + (size_t)e * 2 * F;
             for (int i = 0; i < F; i++) {
-                const float *b = gub + (size_t)e * 2 * F;
                 L->gate_bias[(size_t)e * F + i] = halves ? b[i] : b[2 * i];
                 L->up_bias[(size_t)e * F + i] = halves ? b[F + i] : b[2 * i + 1];
             }
+        }
         free(gub);
     }
     snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_bias", l);
